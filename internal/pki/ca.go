@@ -1,0 +1,401 @@
+// Package pki is bcd's identity and attestation crypto: the control plane's CA, the identities
+// it certifies (site agents, nodes, node tenants, the server), mTLS configurations, signed
+// ("attested") command results, secrets encrypted to an agent (JWE) and bearer tokens.
+//
+// It holds no state of its own: callers persist the PEM/DER bytes it returns.
+//
+// Every key is ECDSA P-256. One algorithm for the CA, servers and agents keeps verification to a
+// single code path; P-256 is what every TLS stack, TPM and HSM supports; and, unlike Ed25519, an
+// agent's one P-256 key both signs (TLS, attested results) and receives secrets by ECDH-ES
+// (JWE), so an agent never needs a second key.
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+const (
+	// CAValidity is how long a CA made by CreateCA is valid.
+	CAValidity = 10 * 365 * 24 * time.Hour
+	// MaxLeafTTL bounds the lifetime of every certificate the CA issues.
+	MaxLeafTTL = 2 * 365 * 24 * time.Hour
+	// ClockSkew is how far back a certificate's NotBefore is set, so that a peer whose clock is
+	// a little behind accepts it at once.
+	ClockSkew = 5 * time.Minute
+
+	// CACertFile and CAKeyFile are the file names LoadOrCreateCA uses.
+	CACertFile = "ca.crt"
+	CAKeyFile  = "ca.key"
+)
+
+// CA is the control plane's certificate authority. Its private key never leaves it: String,
+// GoString and LogValue show the subject and fingerprint only.
+type CA struct {
+	cert    *x509.Certificate
+	certPEM []byte
+	key     *ecdsa.PrivateKey
+}
+
+// CreateCA makes a new self-signed CA valid from now (minus ClockSkew) for CAValidity.
+func CreateCA(commonName string, now time.Time) (*CA, error) {
+	if commonName == "" || len(commonName) > 64 {
+		return nil, fmt.Errorf("creating CA: %w: common name must be 1 to 64 bytes", ErrBadInput)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA %q: generating key: %w", commonName, err)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, fmt.Errorf("creating CA %q: %w", commonName, err)
+	}
+	ski, err := subjectKeyID(&key.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA %q: %w", commonName, err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: commonName, Organization: []string{"bcd"}},
+		NotBefore:             now.Add(-ClockSkew),
+		NotAfter:              now.Add(CAValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLen:            0,
+		MaxPathLenZero:        true, // the CA signs leaves only
+		SubjectKeyId:          ski,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA %q: signing certificate: %w", commonName, err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("creating CA %q: parsing own certificate: %w", commonName, err)
+	}
+	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key}, nil
+}
+
+// LoadCA loads a CA from its PEM certificate and PEM private key (PKCS#8 or SEC 1). The key
+// must be ECDSA P-256 and match the certificate, which must be a CA allowed to sign certificates.
+func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
+	der, err := DecodeCertPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA certificate: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA certificate: %w: %w", ErrCertInvalid, err)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, fmt.Errorf("loading CA %q: %w: not a CA certificate allowed to sign certificates", cert.Subject.CommonName, ErrCertInvalid)
+	}
+	signer, err := ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA %q key: %w", cert.Subject.CommonName, err)
+	}
+	key, ok := signer.(*ecdsa.PrivateKey)
+	if !ok || key.Curve != elliptic.P256() {
+		return nil, fmt.Errorf("loading CA %q key: %w: not an ECDSA P-256 key", cert.Subject.CommonName, ErrBadInput)
+	}
+	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok || !pub.Equal(&key.PublicKey) {
+		return nil, fmt.Errorf("loading CA %q: %w: private key does not match the certificate", cert.Subject.CommonName, ErrBadInput)
+	}
+	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key}, nil
+}
+
+// LoadOrCreateCA loads the CA kept in dir as ca.crt and ca.key, or creates it (directory 0700,
+// key 0600, certificate 0644) when neither file exists. It refuses a directory holding only one
+// of the two files, and a key file readable by group or others.
+func LoadOrCreateCA(dir string) (*CA, error) {
+	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
+	certOK, err := exists(certPath)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+	}
+	keyOK, err := exists(keyPath)
+	if err != nil {
+		return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+	}
+	switch {
+	case certOK && keyOK:
+		st, err := os.Stat(keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+		}
+		if st.Mode().Perm()&0o077 != 0 {
+			return nil, fmt.Errorf("loading CA from %s: %w: %s has mode %04o, want 0600 (chmod 600 %s)", dir, ErrBadInput, keyPath, st.Mode().Perm(), keyPath)
+		}
+		certPEM, err := os.ReadFile(certPath)
+		if err != nil {
+			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+		}
+		keyPEM, err := os.ReadFile(keyPath)
+		if err != nil {
+			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+		}
+		ca, err := LoadCA(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+		}
+		return ca, nil
+	case certOK || keyOK:
+		return nil, fmt.Errorf("loading CA from %s: %w: found only one of %s and %s; restore the other or remove both to create a new CA",
+			dir, ErrBadInput, CACertFile, CAKeyFile)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating CA in %s: %w", dir, err)
+	}
+	ca, err := CreateCA("bcd CA", time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("creating CA in %s: %w", dir, err)
+	}
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		return nil, fmt.Errorf("creating CA in %s: %w", dir, err)
+	}
+	// Key first: a crash in between leaves a key without certificate, which the next start
+	// reports instead of silently replacing.
+	if err := writeNew(keyPath, keyPEM, 0o600); err != nil {
+		return nil, fmt.Errorf("creating CA in %s: writing key: %w", dir, err)
+	}
+	if err := writeNew(certPath, ca.CertPEM(), 0o644); err != nil {
+		return nil, fmt.Errorf("creating CA in %s: writing certificate: %w", dir, err)
+	}
+	return ca, nil
+}
+
+func exists(path string) (bool, error) {
+	_, err := os.Stat(path)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// writeNew writes data to a temporary file with mode perm, syncs it and links it to path,
+// failing if path exists (two processes racing to create the CA cannot overwrite each other).
+func writeNew(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Link(tmp, path)
+}
+
+// CertPEM returns the CA certificate, PEM encoded.
+func (ca *CA) CertPEM() []byte { return bytes.Clone(ca.certPEM) }
+
+// Certificate returns the parsed CA certificate.
+func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
+
+// KeyPEM returns the CA private key, PKCS#8 PEM encoded, for the caller to store (0600).
+func (ca *CA) KeyPEM() ([]byte, error) { return EncodeKeyPEM(ca.key) }
+
+// Pool returns a new pool holding the CA certificate (a fresh one each call: callers may add to it).
+func (ca *CA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.cert)
+	return p
+}
+
+// Fingerprint is the SHA-256 of the CA certificate, hex encoded.
+func (ca CA) Fingerprint() string { return Fingerprint(ca.cert.Raw) }
+
+// String shows the CA's subject and fingerprint, never its key. Value receivers: a CA value
+// printed by mistake (fmt.Print(*ca)) shows the same.
+func (ca CA) String() string {
+	return fmt.Sprintf("CA %q sha256:%s", ca.cert.Subject.CommonName, ca.Fingerprint())
+}
+
+// GoString keeps %#v from printing the key.
+func (ca CA) GoString() string { return ca.String() }
+
+// LogValue keeps slog from printing the key.
+func (ca CA) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("subject", ca.cert.Subject.CommonName), slog.String("sha256", ca.Fingerprint()))
+}
+
+// Fingerprint is the SHA-256 of DER bytes (a certificate), hex encoded.
+func Fingerprint(der []byte) string {
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:])
+}
+
+// Verify checks that certDER was issued by this CA, is valid at now, and carries a well-formed
+// identity. Errors wrap ErrCertInvalid, ErrUnknownCA, ErrCertExpired or ErrBadIdentity.
+func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return nil, Identity{}, fmt.Errorf("verifying certificate: %w: %w", ErrCertInvalid, err)
+	}
+	name := cert.Subject.CommonName
+	if !bytes.Equal(cert.RawIssuer, ca.cert.RawSubject) || cert.CheckSignatureFrom(ca.cert) != nil {
+		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w (issuer %q)", name, ErrUnknownCA, cert.Issuer.CommonName)
+	}
+	if now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
+		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: valid from %s to %s, checked at %s",
+			name, ErrCertExpired, cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+	}
+	_, err = cert.Verify(x509.VerifyOptions{
+		Roots:       ca.Pool(),
+		CurrentTime: now,
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	})
+	if err != nil {
+		var inv x509.CertificateInvalidError
+		var unk x509.UnknownAuthorityError
+		switch {
+		case errors.As(err, &inv) && inv.Reason == x509.Expired:
+			return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrCertExpired, err)
+		case errors.As(err, &unk):
+			return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrUnknownCA, err)
+		default:
+			return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrCertInvalid, err)
+		}
+	}
+	id, err := ParseIdentity(cert)
+	if err != nil {
+		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w", name, err)
+	}
+	return cert, id, nil
+}
+
+// issue signs a leaf certificate for pub naming id (and, for servers, hosts).
+func (ca *CA) issue(pub *ecdsa.PublicKey, id Identity, dnsNames []string, ips []net.IP, ttl time.Duration, now time.Time) ([]byte, error) {
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	spec, _ := specOf(id.Kind) // Validate checked the kind
+	if ttl <= 0 || ttl > MaxLeafTTL {
+		return nil, fmt.Errorf("%w: ttl %s must be positive and at most %s", ErrBadInput, ttl, MaxLeafTTL)
+	}
+	notAfter := now.Add(ttl)
+	if notAfter.After(ca.cert.NotAfter) {
+		return nil, fmt.Errorf("%w: certificate would outlive the CA (CA expires %s)", ErrBadInput, ca.cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	if now.Before(ca.cert.NotBefore) {
+		return nil, fmt.Errorf("%w: CA is not valid yet at %s", ErrBadInput, now.UTC().Format(time.RFC3339))
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, err
+	}
+	ski, err := subjectKeyID(pub)
+	if err != nil {
+		return nil, err
+	}
+	uri, err := parseURL(id.URI())
+	if err != nil {
+		return nil, err
+	}
+	usage := x509.KeyUsageDigitalSignature
+	if spec.keyAgreement {
+		usage |= x509.KeyUsageKeyAgreement
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: commonName(id), Organization: []string{"bcd"}},
+		NotBefore:             now.Add(-ClockSkew),
+		NotAfter:              notAfter,
+		KeyUsage:              usage,
+		ExtKeyUsage:           []x509.ExtKeyUsage{spec.extKeyUsage},
+		BasicConstraintsValid: true,
+		IsCA:                  false,
+		SubjectKeyId:          ski,
+		URIs:                  []*url.URL{uri},
+		DNSNames:              dnsNames,
+		IPAddresses:           ips,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("signing %s certificate: %w", id.Kind, err)
+	}
+	return der, nil
+}
+
+// commonName is informative only (identities are read from the URI SAN); at most 64 bytes.
+func commonName(id Identity) string {
+	var cn string
+	switch id.Kind {
+	case KindSiteAgent:
+		cn = "site-agent " + id.SiteID + "/" + id.AgentID
+	case KindNode:
+		cn = "node " + id.NodeID
+	case KindNodeTenant:
+		cn = "node-tenant " + id.NodeID + "/" + id.TenantID
+	default:
+		cn = "bcd " + id.Kind.String()
+	}
+	if len(cn) > 64 {
+		cn = cn[:64]
+	}
+	return cn
+}
+
+func randomSerial() (*big.Int, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return nil, fmt.Errorf("generating serial number: %w", err)
+	}
+	b[0] &= 0x7f // positive
+	b[0] |= 0x40 // and always 16 bytes long
+	return new(big.Int).SetBytes(b), nil
+}
+
+func subjectKeyID(pub crypto.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("marshalling public key: %w", err)
+	}
+	sum := sha256.Sum256(der)
+	return sum[:20], nil
+}
+
+func parseURL(s string) (*url.URL, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w: identity URI %q: %w", ErrBadIdentity, s, err)
+	}
+	return u, nil
+}
