@@ -188,6 +188,9 @@ func (s *Server) exec(cmd string, rawArgs json.RawMessage) (ret any, events []st
 		return map[string]any{"running": s.status == "running", "singlestep": false, "status": s.status}, nil, nil
 	case "system_reset":
 		s.resets++
+		if s.status != "running" { // QEMU leaves a stopped VM in prelaunch after a reset
+			s.status = "prelaunch"
+		}
 		return empty, []string{"RESET"}, nil
 	case "system_powerdown":
 		return empty, []string{"POWERDOWN"}, nil
