@@ -1,0 +1,199 @@
+package netboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+)
+
+// CacheConfig configures an artifact cache.
+type CacheConfig struct {
+	Dir      string       // holds sha256/<hex> (verified files only) and tmp/ (downloads in progress)
+	Client   *http.Client // nil: a client with a 30 min overall timeout
+	MaxBytes int64        // largest artifact accepted; 0: 8 GiB
+	Logger   *slog.Logger
+}
+
+// Cache holds artifacts fetched from their origin URLs. A file becomes visible (Has, Open) only
+// after its content hashed to the expected SHA-256: it is written to a temporary file, hashed
+// while written, and renamed into place on a match; on a mismatch it is deleted.
+type Cache struct {
+	root     *os.Root
+	dir      string
+	client   *http.Client
+	maxBytes int64
+	log      *slog.Logger
+	flights  singleflight.Group
+}
+
+// NewCache creates the cache directories if needed and opens the cache.
+func NewCache(cfg CacheConfig) (*Cache, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("artifact cache: no directory configured")
+	}
+	for _, d := range []string{cfg.Dir, filepath.Join(cfg.Dir, "sha256"), filepath.Join(cfg.Dir, "tmp")} {
+		if err := os.MkdirAll(d, 0o750); err != nil {
+			return nil, fmt.Errorf("artifact cache: creating %s: %w", d, err)
+		}
+	}
+	root, err := os.OpenRoot(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("artifact cache: opening %s: %w", cfg.Dir, err)
+	}
+	c := &Cache{root: root, dir: cfg.Dir, client: cfg.Client, maxBytes: cfg.MaxBytes, log: cfg.Logger}
+	if c.client == nil {
+		c.client = &http.Client{Timeout: 30 * time.Minute}
+	}
+	if c.maxBytes <= 0 {
+		c.maxBytes = 8 << 30
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	return c, nil
+}
+
+// Close releases the cache directory handle.
+func (c *Cache) Close() error { return c.root.Close() }
+
+// Has reports whether the artifact with this digest is held, verified.
+func (c *Cache) Has(sha string) bool {
+	if !IsSHA256(sha) {
+		return false
+	}
+	fi, err := c.root.Stat(filepath.Join("sha256", sha))
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// Open opens a verified artifact for reading.
+func (c *Cache) Open(sha string) (*os.File, error) {
+	if !IsSHA256(sha) {
+		return nil, fmt.Errorf("opening artifact: %w", fs.ErrInvalid)
+	}
+	f, err := c.root.Open(filepath.Join("sha256", sha))
+	if err != nil {
+		return nil, fmt.Errorf("opening artifact %s: %w", sha, err)
+	}
+	return f, nil
+}
+
+// Fetch makes sure the artifact is held, downloading it if needed. Concurrent fetches of one
+// digest share one download. Errors name the URL without its query (it may be signed).
+func (c *Cache) Fetch(ctx context.Context, a Artifact) error {
+	if err := a.Validate(); err != nil {
+		return fmt.Errorf("fetching artifact: %w", err)
+	}
+	if c.Has(a.SHA256) {
+		return nil
+	}
+	ch := c.flights.DoChan(a.SHA256, func() (any, error) {
+		if c.Has(a.SHA256) {
+			return nil, nil
+		}
+		return nil, c.download(ctx, a)
+	})
+	select {
+	case res := <-ch:
+		return res.Err
+	case <-ctx.Done():
+		return fmt.Errorf("fetching artifact %s: %w", a.Name, ctx.Err())
+	}
+}
+
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Scheme + "://" + u.Host + u.EscapedPath()
+}
+
+func (c *Cache) download(ctx context.Context, a Artifact) error {
+	where := redactURL(a.URL)
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.URL, nil)
+	if err != nil {
+		return fmt.Errorf("fetching artifact %s from %s: %w", a.Name, where, err)
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		// url.Error repeats the full URL: report only its cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("fetching artifact %s from %s: %w", a.Name, where, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("fetching artifact %s from %s: HTTP status %d", a.Name, where, resp.StatusCode)
+	}
+	tmp, err := os.CreateTemp(filepath.Join(c.dir, "tmp"), a.SHA256+".*")
+	if err != nil {
+		return fmt.Errorf("fetching artifact %s: creating temporary file: %w", a.Name, err)
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, c.maxBytes+1))
+	if err != nil {
+		return fmt.Errorf("fetching artifact %s from %s: after %d bytes: %w", a.Name, where, n, err)
+	}
+	if n > c.maxBytes {
+		return fmt.Errorf("fetching artifact %s from %s: larger than the %d bytes allowed", a.Name, where, c.maxBytes)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != a.SHA256 {
+		return fmt.Errorf("fetching artifact %s from %s: sha256 mismatch: got %s, want %s", a.Name, where, got, a.SHA256)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("fetching artifact %s: syncing: %w", a.Name, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("fetching artifact %s: closing: %w", a.Name, err)
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(c.dir, "sha256", a.SHA256)); err != nil {
+		return fmt.Errorf("fetching artifact %s: moving into the cache: %w", a.Name, err)
+	}
+	keep = true
+	if d, err := os.Open(filepath.Join(c.dir, "sha256")); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	c.log.InfoContext(ctx, "artifact cached", "name", a.Name, "sha256", a.SHA256, "bytes", n, "from", where, "took", time.Since(start))
+	return nil
+}
+
+// ServeArtifact serves a verified artifact with Range support; 404 when it is not held.
+func (c *Cache) ServeArtifact(w http.ResponseWriter, r *http.Request, sha string) {
+	f, err := c.Open(sha)
+	if err != nil {
+		http.Error(w, "artifact not held", http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		http.Error(w, "artifact unreadable", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("ETag", `"`+sha+`"`)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}

@@ -1,0 +1,215 @@
+package netboot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"time"
+)
+
+// EntryLookup answers the boot entry of a MAC (the boot-lease holder's copy).
+type EntryLookup interface {
+	Entry(ctx context.Context, mac net.HardwareAddr) (Entry, bool)
+}
+
+// Discovery is one request for a script by a machine that has no boot entry.
+type Discovery struct {
+	MAC        net.HardwareAddr
+	UUID       string
+	Arch       string
+	RemoteAddr netip.Addr
+	Time       time.Time
+}
+
+// DiscoveryRecorder records machines that network-boot without an entry.
+type DiscoveryRecorder interface {
+	RecordDiscovery(ctx context.Context, d Discovery) error
+}
+
+// MetadataLookup answers the metadata document (JSON) of the node that owns addr.
+type MetadataLookup interface {
+	Metadata(ctx context.Context, addr netip.Addr) ([]byte, bool)
+}
+
+// ArtifactStore is what the handler needs of the cache.
+type ArtifactStore interface {
+	Has(sha string) bool
+	ServeArtifact(w http.ResponseWriter, r *http.Request, sha string)
+}
+
+// HandlerConfig configures the site's HTTP boot handler.
+type HandlerConfig struct {
+	BaseURL    string        // http://site:port as machines reach it; no trailing slash
+	RetryAfter time.Duration // sleep of waiting machines; 0: 10 s
+	Entries    EntryLookup
+	Discovery  DiscoveryRecorder
+	Artifacts  ArtifactStore
+	Metadata   MetadataLookup // nil: /metadata answers 404
+	BinaryDir  string         // iPXE binaries served under /ipxe/ (e.g. /usr/lib/ipxe); "" disables
+	Now        func() time.Time
+	Logger     *slog.Logger
+}
+
+// Handler serves /boot.ipxe, /artifacts/<sha256>/<name>, /ipxe/<binary> and /metadata.
+type Handler struct {
+	params    ScriptParams
+	entries   EntryLookup
+	discovery DiscoveryRecorder
+	artifacts ArtifactStore
+	metadata  MetadataLookup
+	binaries  *os.Root
+	now       func() time.Time
+	log       *slog.Logger
+	mux       *http.ServeMux
+}
+
+// NewHandler checks the configuration and builds the handler.
+func NewHandler(cfg HandlerConfig) (*Handler, error) {
+	h := &Handler{
+		params:    ScriptParams{BaseURL: cfg.BaseURL, RetryAfter: cfg.RetryAfter},
+		entries:   cfg.Entries,
+		discovery: cfg.Discovery,
+		artifacts: cfg.Artifacts,
+		metadata:  cfg.Metadata,
+		now:       cfg.Now,
+		log:       cfg.Logger,
+	}
+	if h.params.RetryAfter == 0 {
+		h.params.RetryAfter = 10 * time.Second
+	}
+	if err := h.params.check(); err != nil {
+		return nil, fmt.Errorf("netboot handler: %w", err)
+	}
+	if h.entries == nil || h.discovery == nil || h.artifacts == nil {
+		return nil, errors.New("netboot handler: entries, discovery and artifacts are required")
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.BinaryDir != "" {
+		root, err := os.OpenRoot(cfg.BinaryDir)
+		if err != nil {
+			return nil, fmt.Errorf("netboot handler: opening binary dir: %w", err)
+		}
+		h.binaries = root
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+ScriptPath, h.serveScript)
+	mux.HandleFunc("GET "+ArtifactPath+"{sha}/{name}", h.serveArtifact)
+	mux.HandleFunc("GET "+BinaryPath+"{name}", h.serveBinary)
+	mux.HandleFunc("GET "+MetadataPath, h.serveMetadata)
+	h.mux = mux
+	return h, nil
+}
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+func remoteAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+func writeScript(w http.ResponseWriter, s string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(s))
+}
+
+func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	req, err := ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		h.log.WarnContext(ctx, "boot script request refused", "remote", r.RemoteAddr, "err", err)
+		http.Error(w, "bad boot request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	entry, ok := h.entries.Entry(ctx, req.MAC)
+	if !ok {
+		d := Discovery{MAC: req.MAC, UUID: req.UUID, Arch: req.Arch, RemoteAddr: remoteAddr(r), Time: h.now()}
+		if err := h.discovery.RecordDiscovery(ctx, d); err != nil {
+			h.log.ErrorContext(ctx, "recording discovery", "mac", req.MAC.String(), "err", err)
+		}
+		s, _ := WaitScript(req, h.params, WaitNoEntry) // inputs validated above
+		writeScript(w, s)
+		return
+	}
+	if err := entry.Validate(); err != nil {
+		h.log.ErrorContext(ctx, "boot entry invalid", "mac", req.MAC.String(), "err", err)
+		s, _ := WaitScript(req, h.params, WaitEntryUnbootable)
+		writeScript(w, s)
+		return
+	}
+	for _, a := range entry.Artifacts() {
+		if !h.artifacts.Has(a.SHA256) {
+			h.log.InfoContext(ctx, "boot waits for artifact", "mac", req.MAC.String(), "artifact", a.Name, "sha256", a.SHA256)
+			s, _ := WaitScript(req, h.params, WaitArtifacts)
+			writeScript(w, s)
+			return
+		}
+	}
+	s, err := Script(&entry, req, h.params)
+	if err != nil {
+		h.log.ErrorContext(ctx, "rendering boot script", "mac", req.MAC.String(), "err", err)
+		s, _ = WaitScript(req, h.params, WaitEntryUnbootable)
+	} else {
+		h.log.InfoContext(ctx, "boot script served", "mac", req.MAC.String(), "kind", string(entry.Kind))
+	}
+	writeScript(w, s)
+}
+
+func (h *Handler) serveArtifact(w http.ResponseWriter, r *http.Request) {
+	sha, name := r.PathValue("sha"), r.PathValue("name")
+	if !IsSHA256(sha) || validateArtifactName(name) != nil {
+		http.Error(w, "bad artifact path", http.StatusBadRequest)
+		return
+	}
+	h.artifacts.ServeArtifact(w, r, sha)
+}
+
+func (h *Handler) serveBinary(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if h.binaries == nil || validateArtifactName(name) != nil {
+		http.NotFound(w, r)
+		return
+	}
+	f, err := h.binaries.Open(name)
+	if err != nil {
+		http.NotFound(w, r)
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/efi")
+	http.ServeContent(w, r, "", fi.ModTime(), f)
+}
+
+func (h *Handler) serveMetadata(w http.ResponseWriter, r *http.Request) {
+	addr := remoteAddr(r)
+	if h.metadata == nil || !addr.IsValid() {
+		http.NotFound(w, r)
+		return
+	}
+	doc, ok := h.metadata.Metadata(r.Context(), addr)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(doc)
+}
