@@ -1,0 +1,198 @@
+// Package tftp is the site's read-only TFTP server: it hands iPXE binaries to firmware that
+// network-boots over PXE. Requests go through an ordered chain of routes; the first route that
+// handles a file name serves it, and "not found" is answered when none does. Writes are refused.
+package tftp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	pintftp "github.com/pin/tftp/v3"
+)
+
+// Route serves the file names it knows. handled=false passes the request to the next route.
+type Route interface {
+	TryServe(ctx context.Context, filename string, w io.ReaderFrom) (handled bool, err error)
+}
+
+// errNotFound is returned when no route handled a name.
+var errNotFound = errors.New("file not found")
+
+const maxNameLen = 255
+
+// CleanName validates a requested file name and returns it in canonical form. Absolute paths,
+// "..", backslashes, NUL and control bytes are refused; "./" and duplicate slashes are folded.
+func CleanName(name string) (string, error) {
+	if name == "" || len(name) > maxNameLen {
+		return "", fmt.Errorf("file name must be 1..%d bytes", maxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == 0x7f || c == '\\' {
+			return "", fmt.Errorf("file name has a forbidden byte at offset %d", i)
+		}
+	}
+	if strings.HasPrefix(name, "/") {
+		return "", errors.New("absolute file names are refused")
+	}
+	for _, el := range strings.Split(name, "/") {
+		if el == ".." {
+			return "", errors.New("file names with .. are refused")
+		}
+	}
+	clean := path.Clean(name)
+	if clean == "." || !fs.ValidPath(clean) {
+		return "", errors.New("file name is not a valid relative path")
+	}
+	return clean, nil
+}
+
+// DirRoute serves regular files below a directory (e.g. /usr/lib/ipxe), read-only, through an
+// os.Root so that symlinks cannot lead outside it either.
+type DirRoute struct {
+	root *os.Root
+}
+
+// NewDirRoute opens dir.
+func NewDirRoute(dir string) (*DirRoute, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("tftp: opening %s: %w", dir, err)
+	}
+	return &DirRoute{root: root}, nil
+}
+
+// Close releases the directory.
+func (d *DirRoute) Close() error { return d.root.Close() }
+
+// Has reports whether name would be served (contract tests use it).
+func (d *DirRoute) Has(name string) bool {
+	clean, err := CleanName(name)
+	if err != nil {
+		return false
+	}
+	fi, err := d.root.Stat(clean)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// TryServe serves name when it is a regular file of the directory.
+func (d *DirRoute) TryServe(ctx context.Context, name string, w io.ReaderFrom) (bool, error) {
+	clean, err := CleanName(name)
+	if err != nil {
+		return false, nil
+	}
+	f, err := d.root.Open(clean)
+	if err != nil {
+		return false, nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false, nil
+	}
+	if t, ok := w.(pintftp.OutgoingTransfer); ok {
+		t.SetSize(fi.Size())
+	}
+	if _, err := w.ReadFrom(f); err != nil {
+		return true, fmt.Errorf("sending %s: %w", clean, err)
+	}
+	return true, nil
+}
+
+// Config configures a TFTP server.
+type Config struct {
+	Routes  []Route        // tried in order
+	Conn    net.PacketConn // the listening socket (udp :69 in production, 127.0.0.1:0 in tests)
+	Timeout time.Duration  // per-packet retransmit timeout; 0: 2 s
+	Retries int            // 0: 5
+	Logger  *slog.Logger
+}
+
+// Server is a read-only TFTP server.
+type Server struct {
+	routes  []Route
+	conn    net.PacketConn
+	log     *slog.Logger
+	timeout time.Duration
+	retries int
+}
+
+// New checks the configuration and builds a server.
+func New(cfg Config) (*Server, error) {
+	if len(cfg.Routes) == 0 {
+		return nil, errors.New("tftp: no routes configured")
+	}
+	if cfg.Conn == nil {
+		return nil, errors.New("tftp: no listening socket")
+	}
+	s := &Server{routes: cfg.Routes, conn: cfg.Conn, log: cfg.Logger, timeout: cfg.Timeout, retries: cfg.Retries}
+	if s.timeout <= 0 {
+		s.timeout = 2 * time.Second
+	}
+	if s.retries <= 0 {
+		s.retries = 5
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	return s, nil
+}
+
+// Serve answers read requests until ctx ends, then waits for transfers in flight.
+func (s *Server) Serve(ctx context.Context) error {
+	srv := pintftp.NewServer(func(name string, rf io.ReaderFrom) error {
+		return s.read(ctx, name, rf)
+	}, nil) // nil write handler: pin/tftp answers every write request with an error
+	srv.SetTimeout(s.timeout)
+	srv.SetRetries(s.retries)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(s.conn) }()
+	select {
+	case <-ctx.Done():
+		srv.Shutdown()
+		<-done
+		return nil
+	case err := <-done:
+		return fmt.Errorf("tftp: serving: %w", err)
+	}
+}
+
+func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error {
+	remote := ""
+	if t, ok := rf.(pintftp.OutgoingTransfer); ok {
+		addr := t.RemoteAddr()
+		remote = addr.String()
+	}
+	err := Dispatch(ctx, s.routes, name, rf)
+	switch {
+	case errors.Is(err, errNotFound):
+		s.log.InfoContext(ctx, "tftp file not found", "remote", remote, "name_len", len(name))
+	case err != nil:
+		s.log.WarnContext(ctx, "tftp transfer failed", "remote", remote, "err", err)
+	default:
+		s.log.InfoContext(ctx, "tftp file served", "remote", remote, "name", name)
+	}
+	return err
+}
+
+// Dispatch runs the route chain for name: the first route that handles it wins.
+func Dispatch(ctx context.Context, routes []Route, name string, w io.ReaderFrom) error {
+	if _, err := CleanName(name); err != nil {
+		return fmt.Errorf("refusing requested name: %w", err)
+	}
+	for _, r := range routes {
+		handled, err := r.TryServe(ctx, name, w)
+		if handled {
+			return err
+		}
+	}
+	return errNotFound
+}
