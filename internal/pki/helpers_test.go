@@ -31,6 +31,11 @@ type issued struct {
 
 func issue(t testing.TB, ca *CA, id Identity, ttl time.Duration) issued {
 	t.Helper()
+	return issueAt(t, ca, id, ttl, t0())
+}
+
+func issueAt(t testing.TB, ca *CA, id Identity, ttl time.Duration, now time.Time) issued {
+	t.Helper()
 	key, csr, err := NewKeyAndCSR("agent")
 	if err != nil {
 		t.Fatalf("NewKeyAndCSR: %v", err)
@@ -38,13 +43,13 @@ func issue(t testing.TB, ca *CA, id Identity, ttl time.Duration) issued {
 	var der []byte
 	switch id.Kind {
 	case KindSiteAgent:
-		der, err = ca.IssueSiteAgent(csr, id.SiteID, id.AgentID, ttl, t0())
+		der, err = ca.IssueSiteAgent(csr, id.SiteID, id.AgentID, ttl, now)
 	case KindNode:
-		der, err = ca.IssueNode(csr, id.NodeID, id.Generation, ttl, t0())
+		der, err = ca.IssueNode(csr, id.NodeID, id.Generation, ttl, now)
 	case KindNodeTenant:
-		der, err = ca.IssueNodeTenant(csr, id.NodeID, id.TenantID, id.Generation, ttl, t0())
+		der, err = ca.IssueNodeTenant(csr, id.NodeID, id.TenantID, id.Generation, ttl, now)
 	case KindServer:
-		certPEM, keyPEM, err2 := ca.IssueServer([]string{"localhost", "127.0.0.1"}, ttl, t0())
+		certPEM, keyPEM, err2 := ca.IssueServer([]string{"localhost", "127.0.0.1"}, ttl, now)
 		if err2 != nil {
 			t.Fatalf("IssueServer: %v", err2)
 		}
