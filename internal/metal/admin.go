@@ -1,0 +1,389 @@
+package metal
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"regexp"
+	"time"
+
+	"bcd/internal/auth"
+	"bcd/internal/store"
+)
+
+func (s *Service) now() time.Time { return time.Now() }
+
+func encodePageToken(afterID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("after:" + afterID))
+}
+
+var pageTokenRe = regexp.MustCompile(`^after:[0-9a-f-]{36}$`)
+
+func decodePageToken(tok string) (string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil || !pageTokenRe.Match(b) {
+		return "", invalid("page_token", "is not a token this server returned: pass next_page_token from the previous page unchanged")
+	}
+	return string(b[len("after:"):]), nil
+}
+
+// ---------------------------------------------------------------- tenants, sites, pools, profiles
+
+// tenantFor resolves the tenant an administrative call acts in: the principal's own, or the
+// named one for an all-tenant admin (default "default").
+func (s *Service) tenantFor(ctx context.Context, p auth.Principal, ref string) (store.Tenant, error) {
+	if ref == "" {
+		if p.TenantID != "" {
+			ref = p.TenantID
+		} else {
+			ref = "default"
+		}
+	}
+	tn, err := s.st.Tenant(ctx, ref)
+	if err != nil || !p.CanSeeTenant(tn.ID) {
+		return store.Tenant{}, fmt.Errorf("tenant %q: %w", ref, store.ErrNotFound)
+	}
+	return tn, nil
+}
+
+func (s *Service) CreateTenant(ctx context.Context, p auth.Principal, name string) (store.Tenant, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.Tenant{}, err
+	}
+	if p.TenantID != "" {
+		return store.Tenant{}, &ForbiddenError{Msg: "only an installation-wide admin token (one without a tenant) creates tenants"}
+	}
+	if err := ValidName("name", name); err != nil {
+		return store.Tenant{}, err
+	}
+	var tn store.Tenant
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		var err error
+		if tn, err = tx.InsertTenant(ctx, name); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: tn.ID, Actor: p.Actor(), Kind: "tenant.create", Data: jsonObject(map[string]any{"name": name})})
+	})
+	return tn, err
+}
+
+func (s *Service) Tenants(ctx context.Context, p auth.Principal) ([]store.Tenant, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	all, err := s.st.Tenants(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, tn := range all {
+		if p.CanSeeTenant(tn.ID) {
+			out = append(out, tn)
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) CreateSite(ctx context.Context, p auth.Principal, name, tenant string, labels map[string]string) (store.Site, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.Site{}, err
+	}
+	if err := ValidName("name", name); err != nil {
+		return store.Site{}, err
+	}
+	if err := ValidLabels("labels", labels); err != nil {
+		return store.Site{}, err
+	}
+	tn, err := s.tenantFor(ctx, p, tenant)
+	if err != nil {
+		return store.Site{}, err
+	}
+	var site store.Site
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		var err error
+		if site, err = tx.InsertSite(ctx, tn.ID, name, labels); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: tn.ID, Actor: p.Actor(), Kind: "site.create", Data: jsonObject(map[string]any{"name": name, "labels": labels})})
+	})
+	return site, err
+}
+
+func (s *Service) Sites(ctx context.Context, p auth.Principal, tenant string) ([]store.Site, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	tid := p.TenantID
+	if tenant != "" {
+		tn, err := s.tenantFor(ctx, p, tenant)
+		if err != nil {
+			return nil, err
+		}
+		tid = tn.ID
+	}
+	return s.st.Sites(ctx, tid)
+}
+
+func (s *Service) DeleteSite(ctx context.Context, p auth.Principal, ref string) error {
+	if err := Require(p, auth.Administer); err != nil {
+		return err
+	}
+	site, err := s.st.Site(ctx, ref)
+	if err != nil || !p.CanSeeTenant(site.TenantID) {
+		return fmt.Errorf("site %q: %w", ref, store.ErrNotFound)
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.DeleteSite(ctx, site.ID); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: site.TenantID, Actor: p.Actor(), Kind: "site.delete", Data: jsonObject(map[string]any{"name": site.Name})})
+	})
+}
+
+func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
+	if pol.HardwareProfile == "" {
+		return invalid("policy.hardware_profile", "is required: the name of a hardware profile (built in: redfish, ipmi)")
+	}
+	profiles, err := s.st.HardwareProfiles(ctx)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, hp := range profiles {
+		if hp.Name == pol.HardwareProfile {
+			return ValidLabels("policy.labels", pol.Labels)
+		}
+		names = append(names, hp.Name)
+	}
+	return invalid("policy.hardware_profile", "unknown hardware profile %q: defined are %v", truncate(pol.HardwareProfile), names)
+}
+
+func (s *Service) CreatePool(ctx context.Context, p auth.Principal, name, siteRef string, pol store.PoolPolicy) (store.Pool, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.Pool{}, err
+	}
+	if err := ValidName("name", name); err != nil {
+		return store.Pool{}, err
+	}
+	if siteRef == "" {
+		return store.Pool{}, invalid("site", "is required: the name or id of the site the pool's machines are on")
+	}
+	site, err := s.st.Site(ctx, siteRef)
+	if err != nil || !p.CanSeeTenant(site.TenantID) {
+		return store.Pool{}, fmt.Errorf("site %q: %w", siteRef, store.ErrNotFound)
+	}
+	if err := s.validPolicy(ctx, pol); err != nil {
+		return store.Pool{}, err
+	}
+	var pool store.Pool
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		var err error
+		if pool, err = tx.InsertPool(ctx, store.Pool{TenantID: site.TenantID, SiteID: site.ID, Name: name, Policy: pol}); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: site.TenantID, Actor: p.Actor(), Kind: "pool.create", Data: jsonObject(map[string]any{"name": name, "site": site.Name, "policy": pol})})
+	})
+	return pool, err
+}
+
+func (s *Service) UpdatePool(ctx context.Context, p auth.Principal, ref string, pol store.PoolPolicy) (store.Pool, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.Pool{}, err
+	}
+	pool, err := s.st.Pool(ctx, ref)
+	if err != nil || !p.CanSeeTenant(pool.TenantID) {
+		return store.Pool{}, fmt.Errorf("pool %q: %w", ref, store.ErrNotFound)
+	}
+	if err := s.validPolicy(ctx, pol); err != nil {
+		return store.Pool{}, err
+	}
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.UpdatePoolPolicy(ctx, pool.ID, pol); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "pool.update", Data: jsonObject(map[string]any{"name": pool.Name, "from": pool.Policy, "to": pol})})
+	})
+	pool.Policy = pol
+	return pool, err
+}
+
+func (s *Service) Pools(ctx context.Context, p auth.Principal, tenant, site string) ([]store.Pool, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	tid := p.TenantID
+	if tenant != "" {
+		tn, err := s.tenantFor(ctx, p, tenant)
+		if err != nil {
+			return nil, err
+		}
+		tid = tn.ID
+	}
+	sid := ""
+	if site != "" {
+		st, err := s.st.Site(ctx, site)
+		if err != nil {
+			return nil, err
+		}
+		sid = st.ID
+	}
+	return s.st.Pools(ctx, tid, sid)
+}
+
+func (s *Service) DeletePool(ctx context.Context, p auth.Principal, ref string) error {
+	if err := Require(p, auth.Administer); err != nil {
+		return err
+	}
+	pool, err := s.st.Pool(ctx, ref)
+	if err != nil || !p.CanSeeTenant(pool.TenantID) {
+		return fmt.Errorf("pool %q: %w", ref, store.ErrNotFound)
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.DeletePool(ctx, pool.ID); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "pool.delete", Data: jsonObject(map[string]any{"name": pool.Name})})
+	})
+}
+
+// Concerns a hardware profile binds, and the drivers known for each.
+var concernDrivers = map[string][]string{
+	"power":         {"redfish", "ipmi"},
+	"management":    {"redfish", "ipmi"},
+	"boot":          {"ipxe"},
+	"deploy":        {"image-stream"},
+	"inspect":       {"redfish", "ipmi", "ramdisk"},
+	"virtual-media": {"redfish"},
+}
+
+func (s *Service) PutHardwareProfile(ctx context.Context, p auth.Principal, hp store.HardwareProfile) (store.HardwareProfile, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.HardwareProfile{}, err
+	}
+	if p.TenantID != "" {
+		return store.HardwareProfile{}, &ForbiddenError{Msg: "hardware profiles are installation-wide: only an admin token without a tenant defines them"}
+	}
+	if err := ValidName("name", hp.Name); err != nil {
+		return store.HardwareProfile{}, err
+	}
+	if hp.Drivers["power"] == "" {
+		return store.HardwareProfile{}, invalid("drivers", "a power driver is required (redfish or ipmi)")
+	}
+	for concern, driver := range hp.Drivers {
+		known, ok := concernDrivers[concern]
+		if !ok {
+			return store.HardwareProfile{}, invalid("drivers", "unknown concern %q: accepted are power, management, boot, deploy, inspect, virtual-media", truncate(concern))
+		}
+		found := false
+		for _, k := range known {
+			found = found || k == driver
+		}
+		if !found {
+			return store.HardwareProfile{}, invalid("drivers", "unknown %s driver %q: accepted are %v", concern, truncate(driver), known)
+		}
+	}
+	switch hp.LocalBoot {
+	case "":
+		hp.LocalBoot = "exit"
+	case "exit", "sanboot":
+	default:
+		return store.HardwareProfile{}, invalid("local_boot", "%q: accepted are exit and sanboot", truncate(hp.LocalBoot))
+	}
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.PutHardwareProfile(ctx, hp); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "hardwareprofile.put", Data: jsonObject(map[string]any{"name": hp.Name, "drivers": hp.Drivers, "localBoot": hp.LocalBoot})})
+	})
+	return hp, err
+}
+
+func (s *Service) HardwareProfiles(ctx context.Context, p auth.Principal) ([]store.HardwareProfile, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	return s.st.HardwareProfiles(ctx)
+}
+
+// ---------------------------------------------------------------- tokens
+
+// CreateToken creates a token and returns its secret, shown once.
+func (s *Service) CreateToken(ctx context.Context, p auth.Principal, name string, role auth.Role, tenant string) (string, store.Token, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return "", store.Token{}, err
+	}
+	if err := ValidName("name", name); err != nil {
+		return "", store.Token{}, err
+	}
+	if _, err := auth.ParseRole(string(role)); err != nil {
+		return "", store.Token{}, invalid("role", "%s", err.Error())
+	}
+	tid := ""
+	if tenant != "" || p.TenantID != "" {
+		tn, err := s.tenantFor(ctx, p, tenant)
+		if err != nil {
+			return "", store.Token{}, err
+		}
+		tid = tn.ID
+	}
+	plain, hash, err := auth.NewToken()
+	if err != nil {
+		return "", store.Token{}, err
+	}
+	var tok store.Token
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		var err error
+		if tok, err = tx.InsertToken(ctx, store.Token{Name: name, Hash: hash, Role: string(role), TenantID: tid, CreatedBy: p.Actor()}); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: tid, Actor: p.Actor(), Kind: "token.create", Data: jsonObject(map[string]any{"name": name, "role": role})})
+	})
+	if err != nil {
+		return "", store.Token{}, err
+	}
+	return plain, tok, nil
+}
+
+func (s *Service) Tokens(ctx context.Context, p auth.Principal) ([]store.Token, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return nil, err
+	}
+	all, err := s.st.Tokens(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, t := range all {
+		if p.TenantID == "" || t.TenantID == p.TenantID {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}
+
+func (s *Service) RevokeToken(ctx context.Context, p auth.Principal, ref string) (store.Token, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.Token{}, err
+	}
+	var tok store.Token
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		var err error
+		if tok, err = tx.RevokeToken(ctx, ref); err != nil {
+			return err
+		}
+		if p.TenantID != "" && tok.TenantID != p.TenantID {
+			return fmt.Errorf("active token %q: %w", ref, store.ErrNotFound)
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: tok.TenantID, Actor: p.Actor(), Kind: "token.revoke", Data: jsonObject(map[string]any{"name": tok.Name})})
+	})
+	return tok, err
+}
+
+// Authenticate resolves a bearer token to its principal.
+func (s *Service) Authenticate(ctx context.Context, plain string) (auth.Principal, error) {
+	tok, err := s.st.TokenByHash(ctx, auth.HashToken(plain))
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	return auth.Principal{TokenID: tok.ID, Name: tok.Name, Role: auth.Role(tok.Role), TenantID: tok.TenantID}, nil
+}

@@ -1,0 +1,587 @@
+// Package metal is the control plane's node service: the verbs of DESIGN §4 over the store. Each
+// verb checks the provision table, then writes the node's state, its event and its reconciler
+// wake-up in one transaction. Inline BMC credentials are sealed before anything is stored.
+package metal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+
+	"bcd/internal/auth"
+	"bcd/internal/bmc"
+	"bcd/internal/provision"
+	"bcd/internal/secrets"
+	"bcd/internal/store"
+)
+
+// Service runs the verbs.
+type Service struct {
+	st     *store.Store
+	sealer *secrets.Sealer
+	log    *slog.Logger
+}
+
+// New builds the service.
+func New(st *store.Store, sealer *secrets.Sealer, log *slog.Logger) *Service {
+	return &Service{st: st, sealer: sealer, log: log}
+}
+
+// Store returns the store (read paths of the API).
+func (s *Service) Store() *store.Store { return s.st }
+
+// ForbiddenError is a caller without the permission.
+type ForbiddenError struct{ Msg string }
+
+func (e *ForbiddenError) Error() string { return e.Msg }
+
+// Require checks that the principal has permission p.
+func Require(p auth.Principal, perm auth.Permission) error {
+	if !auth.Allows(p.Role, perm) {
+		return &ForbiddenError{Msg: fmt.Sprintf("token %q has role %s, which does not allow %s", p.Name, p.Role, perm)}
+	}
+	return nil
+}
+
+// BuiltinHardwareProfiles are stored at first start.
+func BuiltinHardwareProfiles() []store.HardwareProfile {
+	return []store.HardwareProfile{
+		{Name: "redfish", LocalBoot: "exit", Drivers: map[string]string{"power": "redfish", "management": "redfish", "boot": "ipxe", "deploy": "image-stream", "inspect": "redfish", "virtual-media": "redfish"}},
+		{Name: "ipmi", LocalBoot: "sanboot", Drivers: map[string]string{"power": "ipmi", "management": "ipmi", "boot": "ipxe", "deploy": "image-stream", "inspect": "ipmi"}},
+	}
+}
+
+// Bootstrap prepares a new installation: the default tenant, site and pool and the built-in
+// hardware profiles, and an admin token when none was ever created. It returns that token's
+// secret (to be shown once) or "".
+func (s *Service) Bootstrap(ctx context.Context) (adminToken string, err error) {
+	tenants, err := s.st.Tenants(ctx)
+	if err != nil {
+		return "", err
+	}
+	if len(tenants) == 0 {
+		err := s.st.Write(ctx, func(tx *store.Tx) error {
+			for _, hp := range BuiltinHardwareProfiles() {
+				if err := tx.PutHardwareProfile(ctx, hp); err != nil {
+					return err
+				}
+			}
+			tn, err := tx.InsertTenant(ctx, "default")
+			if err != nil {
+				return err
+			}
+			site, err := tx.InsertSite(ctx, tn.ID, "default", nil)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.InsertPool(ctx, store.Pool{TenantID: tn.ID, SiteID: site.ID, Name: "default", Policy: store.PoolPolicy{HardwareProfile: "redfish"}}); err != nil {
+				return err
+			}
+			return tx.AppendEvent(ctx, store.Event{TenantID: tn.ID, Actor: "system", Kind: "installation.created", Reason: "first start"})
+		})
+		if err != nil {
+			return "", fmt.Errorf("creating the default tenant, site and pool: %w", err)
+		}
+	}
+	n, err := s.st.CountTokens(ctx)
+	if err != nil {
+		return "", fmt.Errorf("counting tokens: %w", err)
+	}
+	if n > 0 {
+		return "", nil
+	}
+	secret, _, err := s.CreateToken(ctx, auth.Principal{Name: "system", Role: auth.Admin}, "admin", auth.Admin, "")
+	return secret, err
+}
+
+// ---------------------------------------------------------------- enroll
+
+// EnrollInput is metal.enroll's input. Password is sealed at once.
+type EnrollInput struct {
+	Name, Pool  string
+	BMC         BMCInput
+	MACs        []string
+	ProductUUID string
+	Labels      map[string]string
+	Reason      string
+}
+
+// BMCInput is a BMC address with inline credentials.
+type BMCInput struct {
+	Driver, Address, Username, Password string
+	InsecureTLS                         bool
+	FingerprintSHA256                   string
+}
+
+// Enroll creates a node in enrolling and queues its reconciler.
+func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) (store.Node, error) {
+	if err := Require(p, auth.Operate); err != nil {
+		return store.Node{}, err
+	}
+	if err := ValidName("name", in.Name); err != nil {
+		return store.Node{}, err
+	}
+	if in.Pool == "" {
+		return store.Node{}, invalid("pool", "is required: the name or id of the pool the node joins")
+	}
+	if err := ValidReason(in.Reason); err != nil {
+		return store.Node{}, err
+	}
+	if err := ValidCredential("bmc.username", in.BMC.Username, 64); err != nil {
+		return store.Node{}, err
+	}
+	if err := ValidCredential("bmc.password", in.BMC.Password, 256); err != nil {
+		return store.Node{}, err
+	}
+	fp, err := NormalizeFingerprint(in.BMC.FingerprintSHA256)
+	if err != nil {
+		return store.Node{}, err
+	}
+	if len(in.MACs) > 64 {
+		return store.Node{}, invalid("macs", "%d MACs: at most 64 are accepted", len(in.MACs))
+	}
+	macs := make([]string, 0, len(in.MACs))
+	for i, m := range in.MACs {
+		mac, err := NormalizeMAC(fmt.Sprintf("macs[%d]", i), m)
+		if err != nil {
+			return store.Node{}, err
+		}
+		if slices.Contains(macs, mac) {
+			return store.Node{}, invalid(fmt.Sprintf("macs[%d]", i), "%s is listed twice", mac)
+		}
+		macs = append(macs, mac)
+	}
+	uuid := ""
+	if in.ProductUUID != "" {
+		if uuid, err = NormalizeUUID("product_uuid", in.ProductUUID); err != nil {
+			return store.Node{}, err
+		}
+	}
+	if err := ValidLabels("labels", in.Labels); err != nil {
+		return store.Node{}, err
+	}
+	pool, err := s.st.Pool(ctx, in.Pool)
+	if err != nil || !p.CanSeeTenant(pool.TenantID) {
+		return store.Node{}, fmt.Errorf("pool %q: %w", in.Pool, store.ErrNotFound)
+	}
+	site, err := s.st.Site(ctx, pool.SiteID)
+	if err != nil {
+		return store.Node{}, fmt.Errorf("reading site of pool %s: %w", pool.Name, err)
+	}
+
+	var node store.Node
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		hp, err := tx.HardwareProfile(ctx, pool.Policy.HardwareProfile)
+		if err != nil {
+			return fmt.Errorf("pool %s names hardware profile %q, which does not exist: %w", pool.Name, pool.Policy.HardwareProfile, store.ErrNotFound)
+		}
+		driver := in.BMC.Driver
+		if driver == "" {
+			driver = hp.Drivers["power"]
+		}
+		addr, err := ValidBMCAddress(driver, in.BMC.Address)
+		if err != nil {
+			return err
+		}
+		at := store.NewID(s.now())
+		node = store.Node{
+			ID: at, TenantID: pool.TenantID, SiteID: pool.SiteID, PoolID: pool.ID, Name: in.Name,
+			Power: string(bmc.PowerUnknown), HardwareProfile: hp.Name, Drivers: hp.Drivers,
+			BMCDriver: driver, BMCAddress: addr, BMCInsecure: in.BMC.InsecureTLS, BMCFingerprint: fp,
+			ProductUUID: uuid, MACs: macs, Labels: mergeLabels(site.Labels, pool.Policy.Labels, in.Labels),
+		}
+		move := provision.EnrollMove()
+		node.State, node.TargetState, node.ChainVerb = string(move.To), string(move.Target), string(provision.VerbEnroll)
+		if node.BMCUsernameRef, err = s.seal(ctx, tx, node.TenantID, in.BMC.Username); err != nil {
+			return err
+		}
+		if node.BMCPasswordRef, err = s.seal(ctx, tx, node.TenantID, in.BMC.Password); err != nil {
+			return err
+		}
+		if err := tx.InsertNode(ctx, &node); err != nil {
+			return err
+		}
+		if err := tx.AppendEvent(ctx, store.Event{
+			TenantID: node.TenantID, NodeID: node.ID, Actor: p.Actor(), Kind: "node.enroll",
+			ToState: node.State, Reason: in.Reason,
+			Data: jsonObject(map[string]any{"pool": pool.Name, "bmcDriver": driver, "bmcAddress": addr, "macs": macs, "productUuid": uuid}),
+		}); err != nil {
+			return err
+		}
+		return tx.Wake(ctx, node.ID, "enroll", 0)
+	})
+	if err != nil {
+		return store.Node{}, fmt.Errorf("enrolling %s: %w", in.Name, err)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "node enrolled", slog.String("node", node.ID), slog.String("name", node.Name), slog.String("pool", pool.Name), slog.String("actor", p.Actor()))
+	return node, nil
+}
+
+func (s *Service) seal(ctx context.Context, tx *store.Tx, tenantID, value string) (string, error) {
+	id := store.NewID(s.now())
+	sealed, err := s.sealer.Seal(id, []byte(value))
+	if err != nil {
+		return "", fmt.Errorf("sealing credential: %w", err)
+	}
+	if err := tx.InsertSecret(ctx, id, tenantID, sealed); err != nil {
+		return "", err
+	}
+	return secrets.Ref(id), nil
+}
+
+func mergeLabels(layers ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, l := range layers {
+		maps.Copy(out, l)
+	}
+	return out
+}
+
+func jsonObject(m map[string]any) string {
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
+// ---------------------------------------------------------------- verbs
+
+// VerbInput qualifies a verb.
+type VerbInput struct {
+	Node            string
+	Reason          string
+	ExpectedVersion uint64
+	// Deploy
+	Profile, Image string
+	// Undeploy
+	Wipe string
+	// Maintenance
+	MaintenanceOn bool
+	// Power
+	PowerAction string
+}
+
+// StaleError is an expected version that no longer matches.
+type StaleError struct {
+	Node            string
+	Expected, Found uint64
+}
+
+func (e *StaleError) Error() string {
+	return fmt.Sprintf("node %s is at version %d, not %d: it changed since you read it; read it again", e.Node, e.Found, e.Expected)
+}
+
+// WipeModes are the accepted disk.wipe modes.
+var WipeModes = []string{"quick", "full", "secure"}
+
+// Apply runs verb v on a node: manage, inspect, provide, deploy, undeploy, rescue, unrescue,
+// retire, recover, abort, maintenance, power. It returns the node after the move and, for power,
+// the queued command's id.
+func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb, in VerbInput) (store.Node, string, error) {
+	if err := Require(p, auth.Operate); err != nil {
+		return store.Node{}, "", err
+	}
+	if in.Node == "" {
+		return store.Node{}, "", invalid("node", "is required: a node id or name")
+	}
+	if err := ValidReason(in.Reason); err != nil {
+		return store.Node{}, "", err
+	}
+	var action bmc.PowerAction
+	switch v {
+	case provision.VerbDeploy:
+		if in.Profile == "" {
+			in.Profile = "default"
+		}
+		if err := ValidName("profile", in.Profile); err != nil {
+			return store.Node{}, "", err
+		}
+		if in.Image == "" {
+			return store.Node{}, "", invalid("image", "is required: the name or id of a catalog image")
+		}
+		if err := ValidName("image", in.Image); err != nil {
+			return store.Node{}, "", err
+		}
+	case provision.VerbUndeploy:
+		if in.Wipe == "" {
+			in.Wipe = "quick"
+		}
+		if !slices.Contains(WipeModes, in.Wipe) {
+			return store.Node{}, "", invalid("wipe", "unknown wipe mode %q: accepted are %s", truncate(in.Wipe), strings.Join(WipeModes, ", "))
+		}
+	case provision.VerbPower:
+		a, err := bmc.ParsePowerAction(in.PowerAction)
+		if err != nil {
+			return store.Node{}, "", invalid("action", "%s", err.Error())
+		}
+		action = a
+	case provision.VerbEnroll, provision.VerbDelete:
+		return store.Node{}, "", fmt.Errorf("verb %s has its own call", v)
+	}
+
+	var node store.Node
+	var commandID string
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		n, err := tx.LockNode(ctx, in.Node, p.TenantID)
+		if err != nil {
+			return err
+		}
+		if in.ExpectedVersion != 0 && in.ExpectedVersion != n.Version {
+			return &StaleError{Node: n.Name, Expected: in.ExpectedVersion, Found: n.Version}
+		}
+		move, err := provision.Decide(PNode(n), v)
+		if err != nil {
+			return err
+		}
+		from := n.State
+		data := map[string]any{}
+		if v == provision.VerbMaintenance {
+			if n.Maintenance == in.MaintenanceOn {
+				return invalid("on", "maintenance is already %s", onOff(n.Maintenance))
+			}
+			n.Maintenance = in.MaintenanceOn
+			n.MaintenanceReason = ""
+			if in.MaintenanceOn {
+				n.MaintenanceReason = in.Reason
+			}
+			move.Wakes = !in.MaintenanceOn // work held by maintenance resumes
+			data["maintenance"] = in.MaintenanceOn
+		}
+		if v == provision.VerbPower {
+			commandID, err = tx.InsertCommand(ctx, n.ID, n.TenantID, n.SiteID, "bmc.power", "bmc:"+n.BMCAddress, map[string]string{"action": string(action)})
+			if err != nil {
+				return err
+			}
+			data["action"], data["command"] = string(action), commandID
+		} else {
+			applyMove(&n, v, move)
+			switch v {
+			case provision.VerbDeploy:
+				n.DeployProfile, n.DeployImage = in.Profile, in.Image
+				data["profile"], data["image"] = in.Profile, in.Image
+			case provision.VerbUndeploy:
+				n.WipeMode = in.Wipe
+				data["wipe"] = in.Wipe
+			}
+			if move.Fault != "" {
+				data["fault"] = string(move.Fault)
+			}
+			if err := tx.UpdateNode(ctx, &n); err != nil {
+				return err
+			}
+		}
+		if err := tx.AppendEvent(ctx, store.Event{
+			TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node." + string(v),
+			FromState: from, ToState: n.State, Reason: in.Reason, Data: jsonObject(data),
+		}); err != nil {
+			return err
+		}
+		if move.Wakes {
+			if err := tx.Wake(ctx, n.ID, string(v), 0); err != nil {
+				return err
+			}
+		}
+		node = n
+		return nil
+	})
+	if err != nil {
+		return store.Node{}, "", fmt.Errorf("%s %s: %w", v, in.Node, err)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "node verb applied", slog.String("verb", string(v)), slog.String("node", node.ID), slog.String("state", node.State), slog.String("actor", p.Actor()))
+	return node, commandID, nil
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
+// applyMove writes an accepted move into the node row.
+func applyMove(n *store.Node, v provision.Verb, m provision.Move) {
+	n.State = string(m.To)
+	n.TargetState = string(m.Target)
+	if m.Wakes && v != provision.VerbAbort && v != provision.VerbRecover {
+		n.ChainVerb = string(v)
+	}
+	if m.MaintenanceOn {
+		n.Maintenance = true
+		n.MaintenanceReason = fmt.Sprintf("%s: %s", v, m.Fault)
+		n.FailedFrom = string(m.FailedFrom)
+		n.FaultCode = string(m.Fault)
+	}
+	if m.ClearFault {
+		n.FailedFrom, n.FaultCode, n.FaultMsg = "", "", ""
+		n.Maintenance, n.MaintenanceReason = false, ""
+		if m.To == provision.Releasing {
+			n.ChainVerb = string(provision.VerbUndeploy)
+			if n.WipeMode == "" {
+				n.WipeMode = "quick"
+			}
+		}
+	}
+}
+
+// PNode is what the provision table needs of a node row.
+func PNode(n store.Node) provision.Node {
+	return provision.Node{State: provision.State(n.State), Target: provision.State(n.TargetState), FailedFrom: provision.State(n.FailedFrom), Maintenance: n.Maintenance}
+}
+
+// Delete removes a node in a state where that is safe.
+func (s *Service) Delete(ctx context.Context, p auth.Principal, ref, reason string) error {
+	if err := Require(p, auth.Operate); err != nil {
+		return err
+	}
+	if err := ValidReason(reason); err != nil {
+		return err
+	}
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		n, err := tx.LockNode(ctx, ref, p.TenantID)
+		if err != nil {
+			return err
+		}
+		if _, err := provision.Decide(PNode(n), provision.VerbDelete); err != nil {
+			return err
+		}
+		if err := tx.DeleteNode(ctx, n); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node.delete", FromState: n.State, Reason: reason,
+			Data: jsonObject(map[string]any{"name": n.Name})})
+	})
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", ref, err)
+	}
+	return nil
+}
+
+// Get reads a node visible to p.
+func (s *Service) Get(ctx context.Context, p auth.Principal, ref string) (store.Node, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return store.Node{}, err
+	}
+	if ref == "" {
+		return store.Node{}, invalid("node", "is required: a node id or name")
+	}
+	return s.st.Node(ctx, ref, p.TenantID)
+}
+
+// ListInput filters a listing.
+type ListInput struct {
+	Tenant, State, Pool, Site, Maintenance string
+	Labels                                 []string
+	PageSize                               int
+	PageToken                              string
+}
+
+// MaxPageSize bounds one page.
+const MaxPageSize = 10000
+
+// List returns a page of nodes and the token of the next page ("" at the end).
+func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]store.Node, string, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, "", err
+	}
+	f := store.NodeFilter{TenantID: p.TenantID, Limit: in.PageSize}
+	if f.Limit == 0 {
+		f.Limit = 500
+	}
+	if f.Limit < 0 || f.Limit > MaxPageSize {
+		return nil, "", invalid("page_size", "%d is out of range: accepted are 1-%d (0 for the default of 500)", in.PageSize, MaxPageSize)
+	}
+	if in.Tenant != "" {
+		tn, err := s.st.Tenant(ctx, in.Tenant)
+		if err != nil || !p.CanSeeTenant(tn.ID) {
+			return nil, "", fmt.Errorf("tenant %q: %w", in.Tenant, store.ErrNotFound)
+		}
+		f.TenantID = tn.ID
+	}
+	if in.State != "" {
+		st, err := provision.ParseState(in.State)
+		if err != nil {
+			return nil, "", invalid("state", "%s", err.Error())
+		}
+		f.State = string(st)
+	}
+	if in.Pool != "" {
+		pool, err := s.st.Pool(ctx, in.Pool)
+		if err != nil {
+			return nil, "", invalid("pool", "no pool named %q", truncate(in.Pool))
+		}
+		f.PoolID = pool.ID
+	}
+	if in.Site != "" {
+		site, err := s.st.Site(ctx, in.Site)
+		if err != nil {
+			return nil, "", invalid("site", "no site named %q", truncate(in.Site))
+		}
+		f.SiteID = site.ID
+	}
+	switch in.Maintenance {
+	case "":
+	case "true", "false":
+		b := in.Maintenance == "true"
+		f.Maintenance = &b
+	default:
+		return nil, "", invalid("maintenance", "%q: accepted are true, false or empty", truncate(in.Maintenance))
+	}
+	for _, sel := range in.Labels {
+		kv, err := ParseSelector(sel)
+		if err != nil {
+			return nil, "", err
+		}
+		f.Labels = append(f.Labels, kv)
+	}
+	if in.PageToken != "" {
+		after, err := decodePageToken(in.PageToken)
+		if err != nil {
+			return nil, "", err
+		}
+		f.AfterID = after
+	}
+	f.Limit++ // one more tells whether a next page exists
+	nodes, err := s.st.Nodes(ctx, f)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(nodes) == f.Limit {
+		nodes = nodes[:f.Limit-1]
+		next = encodePageToken(nodes[len(nodes)-1].ID)
+	}
+	return nodes, next, nil
+}
+
+// Events lists events, of one node or of every node visible to p.
+func (s *Service) Events(ctx context.Context, p auth.Principal, nodeRef string, afterID uint64, limit int) ([]store.Event, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	if limit == 0 {
+		limit = 500
+	}
+	if limit < 0 || limit > MaxPageSize {
+		return nil, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 500)", limit, MaxPageSize)
+	}
+	f := store.EventFilter{TenantID: p.TenantID, AfterID: afterID, Limit: limit}
+	if nodeRef != "" {
+		n, err := s.st.Node(ctx, nodeRef, p.TenantID)
+		if err != nil {
+			// A deleted node keeps its events: accept a raw id.
+			if !errors.Is(err, store.ErrNotFound) || !uuidRe.MatchString(nodeRef) {
+				return nil, err
+			}
+			f.NodeID = nodeRef
+		} else {
+			f.NodeID = n.ID
+		}
+	}
+	return s.st.Events(ctx, f)
+}

@@ -1,0 +1,200 @@
+package metal
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// InvalidError is bad input: which field, what was wrong and what is accepted.
+type InvalidError struct {
+	Field string
+	Msg   string
+}
+
+func (e *InvalidError) Error() string { return e.Field + ": " + e.Msg }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+var (
+	nameRe     = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+	labelKeyRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$`)
+	labelValRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$|^$`)
+	hostRe     = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+	hex64Re    = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	uuidRe     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+)
+
+const nameRule = "1-63 characters of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit"
+
+// ValidName checks a node, site, pool, tenant or token name.
+func ValidName(field, s string) error {
+	if !nameRe.MatchString(s) {
+		if s == "" {
+			return invalid(field, "is required (%s)", nameRule)
+		}
+		return invalid(field, "%q is not a valid name: use %s", truncate(s), nameRule)
+	}
+	return nil
+}
+
+// NormalizeMAC parses an Ethernet MAC in any common notation and returns it lower-case,
+// colon-separated.
+func NormalizeMAC(field, s string) (string, error) {
+	hw, err := net.ParseMAC(strings.TrimSpace(s))
+	if err != nil || len(hw) != 6 {
+		return "", invalid(field, "%q is not an Ethernet MAC address: use six hex pairs such as 52:54:00:12:34:56", truncate(s))
+	}
+	if hw[0]&1 == 1 {
+		return "", invalid(field, "%s is a multicast address: a NIC's MAC is unicast", hw)
+	}
+	if hw.String() == "00:00:00:00:00:00" {
+		return "", invalid(field, "00:00:00:00:00:00 is not a NIC's MAC")
+	}
+	return hw.String(), nil
+}
+
+// NormalizeUUID checks a product (SMBIOS) UUID and returns it lower-case.
+func NormalizeUUID(field, s string) (string, error) {
+	u := strings.ToLower(strings.TrimSpace(s))
+	if !uuidRe.MatchString(u) {
+		return "", invalid(field, "%q is not a UUID: use the 8-4-4-4-12 hex form", truncate(s))
+	}
+	return u, nil
+}
+
+// ValidLabels checks label keys and values.
+func ValidLabels(field string, labels map[string]string) error {
+	if len(labels) > 64 {
+		return invalid(field, "%d labels: at most 64 are accepted", len(labels))
+	}
+	for k, v := range labels {
+		if !labelKeyRe.MatchString(k) {
+			return invalid(field, "label key %q is not valid: use 1-63 characters of a-z, 0-9, '.', '_', '/' and '-'", truncate(k))
+		}
+		if !labelValRe.MatchString(v) {
+			return invalid(field, "value of label %s is not valid: use up to 63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", k)
+		}
+	}
+	return nil
+}
+
+// ParseSelector parses key=value.
+func ParseSelector(s string) ([2]string, error) {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return [2]string{}, invalid("labels", "selector %q: use key=value", truncate(s))
+	}
+	if err := ValidLabels("labels", map[string]string{k: v}); err != nil {
+		return [2]string{}, err
+	}
+	return [2]string{k, v}, nil
+}
+
+// Known BMC drivers.
+var bmcDrivers = []string{"redfish", "ipmi"}
+
+// ValidBMCAddress checks the address form each driver accepts: a URL for Redfish, host[:port]
+// for IPMI.
+func ValidBMCAddress(driver, addr string) (string, error) {
+	addr = strings.TrimSpace(addr)
+	if addr == "" {
+		return "", invalid("bmc.address", "is required: https://HOST[:PORT] for redfish, HOST[:PORT] for ipmi")
+	}
+	if len(addr) > 255 {
+		return "", invalid("bmc.address", "longer than 255 characters")
+	}
+	switch driver {
+	case "redfish":
+		u, err := url.Parse(addr)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+			return "", invalid("bmc.address", "%q is not a Redfish service address: use https://HOST[:PORT] (http:// only for labs), without path, user or query", truncate(addr))
+		}
+		if err := validHostPort(u.Host); err != nil {
+			return "", err
+		}
+		return u.Scheme + "://" + u.Host, nil
+	case "ipmi":
+		if strings.Contains(addr, "://") {
+			return "", invalid("bmc.address", "%q: an IPMI address is HOST[:PORT] without a scheme", truncate(addr))
+		}
+		if err := validHostPort(addr); err != nil {
+			return "", err
+		}
+		return addr, nil
+	}
+	return "", invalid("bmc.driver", "unknown driver %q: accepted are %s", driver, strings.Join(bmcDrivers, ", "))
+}
+
+func validHostPort(hp string) error {
+	host, port := hp, ""
+	if h, p, err := net.SplitHostPort(hp); err == nil {
+		host, port = h, p
+	} else if strings.Count(hp, ":") > 1 && !strings.HasPrefix(hp, "[") {
+		host = hp // bare IPv6
+	}
+	if port != "" {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 {
+			return invalid("bmc.address", "port %q is not in 1-65535", truncate(port))
+		}
+	}
+	host = strings.Trim(host, "[]")
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if !hostRe.MatchString(host) || len(host) > 253 {
+		return invalid("bmc.address", "host %q is neither an IP address nor a DNS name", truncate(host))
+	}
+	return nil
+}
+
+// ValidCredential checks a BMC username or password without echoing it.
+func ValidCredential(field, s string, max int) error {
+	if s == "" {
+		return invalid(field, "is required")
+	}
+	if len(s) > max {
+		return invalid(field, "is longer than %d bytes", max)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return invalid(field, "contains a control character")
+		}
+	}
+	return nil
+}
+
+// NormalizeFingerprint accepts hex with or without colons.
+func NormalizeFingerprint(s string) (string, error) {
+	if s == "" {
+		return "", nil
+	}
+	f := strings.ToLower(strings.ReplaceAll(strings.TrimSpace(s), ":", ""))
+	if !hex64Re.MatchString(f) {
+		return "", invalid("bmc.tls_fingerprint_sha256", "is not a SHA-256 fingerprint: use 64 hex digits (colons allowed)")
+	}
+	return f, nil
+}
+
+// ValidReason bounds free text.
+func ValidReason(s string) error {
+	if len(s) > 1024 {
+		return invalid("reason", "is longer than 1024 bytes")
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

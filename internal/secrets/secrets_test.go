@@ -1,0 +1,81 @@
+package secrets
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSealOpen(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, KeySize)
+	s, err := NewSealer(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealed, err := s.Seal("id1", []byte("hunter2-password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(sealed, []byte("hunter2")) {
+		t.Fatal("plaintext visible in sealed value")
+	}
+	got, err := s.Open("id1", sealed)
+	if err != nil || string(got) != "hunter2-password" {
+		t.Fatalf("open: %q %v", got, err)
+	}
+	other, _ := NewSealer(bytes.Repeat([]byte{8}, KeySize))
+	flipped := append([]byte(nil), sealed...)
+	flipped[len(flipped)-1] ^= 1
+	cases := map[string]func() ([]byte, error){
+		"other id":  func() ([]byte, error) { return s.Open("id2", sealed) },
+		"other key": func() ([]byte, error) { return other.Open("id1", sealed) },
+		"flipped":   func() ([]byte, error) { return s.Open("id1", flipped) },
+		"short":     func() ([]byte, error) { return s.Open("id1", sealed[:5]) },
+	}
+	for name, f := range cases {
+		if _, err := f(); !errors.Is(err, ErrTampered) {
+			t.Errorf("%s: %v, want ErrTampered", name, err)
+		}
+	}
+	if _, err := NewSealer([]byte("short")); err == nil {
+		t.Error("short key accepted")
+	}
+}
+
+func TestKeyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "seal.key")
+	k1, err := LoadOrCreateKey(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v %v", st.Mode().Perm(), err)
+	}
+	k2, err := LoadOrCreateKey(path)
+	if err != nil || !bytes.Equal(k1, k2) {
+		t.Fatalf("reload: %v", err)
+	}
+	os.Chmod(path, 0o644)
+	if _, err := LoadOrCreateKey(path); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("world-readable key accepted: %v", err)
+	}
+	if _, err := ParseKey("not base64!"); err == nil {
+		t.Error("bad key accepted")
+	}
+}
+
+func TestRef(t *testing.T) {
+	id, err := ParseRef(Ref("abc"))
+	if err != nil || id != "abc" {
+		t.Fatal(id, err)
+	}
+	for _, bad := range []string{"", "secret://", "http://x", "abc"} {
+		if _, err := ParseRef(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,592 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// NewID returns a UUIDv7 (time-ordered, so new rows append to indexes and ids page in
+// creation order).
+func NewID(now time.Time) string {
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[0:8], uint64(now.UnixMilli())<<16)
+	if _, err := rand.Read(b[6:]); err != nil {
+		panic(fmt.Sprintf("reading random bytes: %v", err)) // crypto/rand never fails on Linux
+	}
+	b[6] = 0x70 | b[6]&0x0f
+	b[8] = 0x80 | b[8]&0x3f
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// Micros converts a stored timestamp to time.
+func Micros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
+}
+
+type Tenant struct {
+	ID, Name  string
+	CreatedAt int64
+}
+
+type Site struct {
+	ID, TenantID, Name string
+	Labels             map[string]string
+	CreatedAt          int64
+}
+
+// PoolPolicy is a pool's policy JSON.
+type PoolPolicy struct {
+	HardwareProfile          string            `json:"hardwareProfile"`
+	TrustProvisioningNetwork bool              `json:"trustProvisioningNetwork,omitempty"`
+	Labels                   map[string]string `json:"labels,omitempty"`
+	FirmwareBaseline         map[string]string `json:"firmwareBaseline,omitempty"`
+}
+
+type Pool struct {
+	ID, TenantID, SiteID, Name string
+	Policy                     PoolPolicy
+	CreatedAt                  int64
+}
+
+// HardwareProfile binds a driver id to each concern.
+type HardwareProfile struct {
+	Name      string
+	Drivers   map[string]string
+	LocalBoot string
+}
+
+// Node is a machine's row.
+type Node struct {
+	ID, TenantID, SiteID, PoolID, Name string
+	State, TargetState, ChainVerb      string
+	FailedFrom, FaultCode, FaultMsg    string
+	Maintenance                        bool
+	MaintenanceReason                  string
+	Power                              string
+	HardwareProfile                    string
+	Drivers                            map[string]string
+	BMCDriver, BMCAddress              string
+	BMCUsernameRef, BMCPasswordRef     string
+	BMCInsecure                        bool
+	BMCFingerprint                     string
+	ProductUUID                        string
+	Labels                             map[string]string
+	MACs                               []string
+	DeployProfile, DeployImage         string
+	WipeMode, BatchID                  string
+	IdentityGeneration                 uint64
+	Version                            uint64
+	CreatedAt, UpdatedAt               int64
+}
+
+// Event is one row of the append-only audit log.
+type Event struct {
+	ID                         uint64
+	At                         int64
+	TenantID, NodeID           string
+	Actor, Kind                string
+	FromState, ToState, Reason string
+	Data                       string
+}
+
+// Token is an API token; only the hash of its secret is kept.
+type Token struct {
+	ID, Name, Role, TenantID, CreatedBy string
+	Hash                                []byte
+	CreatedAt, RevokedAt                int64
+}
+
+// WakeUp is a reconciler wake-up row.
+type WakeUp struct {
+	NodeID     string
+	DueAt      int64
+	Reason     string
+	EnqueuedAt int64
+	Attempts   int
+}
+
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("encoding %T: %v", v, err)) // only maps and slices of strings reach here
+	}
+	return string(b)
+}
+
+func labelsJSON(m map[string]string) string {
+	if m == nil {
+		return "{}"
+	}
+	return mustJSON(m)
+}
+
+// ---------------------------------------------------------------- tenants, sites, pools
+
+func (t *Tx) InsertTenant(ctx context.Context, name string) (Tenant, error) {
+	tn := Tenant{ID: NewID(Micros(t.at)), Name: name, CreatedAt: t.at}
+	if _, err := t.exec(ctx, `INSERT INTO tenants (id, name, created_at) VALUES (?, ?, ?)`, tn.ID, tn.Name, tn.CreatedAt); err != nil {
+		if isUnique(err) {
+			return Tenant{}, fmt.Errorf("tenant %q: %w", name, ErrConflict)
+		}
+		return Tenant{}, fmt.Errorf("inserting tenant %q: %w", name, err)
+	}
+	return tn, nil
+}
+
+const tenantCols = `id, name, created_at`
+
+func scanTenant(r interface{ Scan(...any) error }) (Tenant, error) {
+	var tn Tenant
+	err := r.Scan(&tn.ID, &tn.Name, &tn.CreatedAt)
+	return tn, err
+}
+
+// Tenant finds a tenant by id or name.
+func (s *Store) Tenant(ctx context.Context, ref string) (Tenant, error) {
+	tn, err := scanTenant(s.queryRow(ctx, `SELECT `+tenantCols+` FROM tenants WHERE id = ? OR name = ?`, ref, ref))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Tenant{}, fmt.Errorf("tenant %q: %w", ref, ErrNotFound)
+	}
+	return tn, err
+}
+
+func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing tenants: %w", err)
+	}
+	defer rows.Close()
+	var out []Tenant
+	for rows.Next() {
+		tn, err := scanTenant(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading tenant: %w", err)
+		}
+		out = append(out, tn)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) InsertSite(ctx context.Context, tenantID, name string, labels map[string]string) (Site, error) {
+	st := Site{ID: NewID(Micros(t.at)), TenantID: tenantID, Name: name, Labels: labels, CreatedAt: t.at}
+	if _, err := t.exec(ctx, `INSERT INTO sites (id, tenant_id, name, labels, created_at) VALUES (?, ?, ?, ?, ?)`,
+		st.ID, st.TenantID, st.Name, labelsJSON(labels), st.CreatedAt); err != nil {
+		if isUnique(err) {
+			return Site{}, fmt.Errorf("site %q: %w", name, ErrConflict)
+		}
+		return Site{}, fmt.Errorf("inserting site %q: %w", name, err)
+	}
+	return st, nil
+}
+
+const siteCols = `id, tenant_id, name, labels, created_at`
+
+func scanSite(r interface{ Scan(...any) error }) (Site, error) {
+	var st Site
+	var labels string
+	if err := r.Scan(&st.ID, &st.TenantID, &st.Name, &labels, &st.CreatedAt); err != nil {
+		return Site{}, err
+	}
+	if err := json.Unmarshal([]byte(labels), &st.Labels); err != nil {
+		return Site{}, fmt.Errorf("decoding labels of site %s: %w", st.ID, err)
+	}
+	return st, nil
+}
+
+func (s *Store) Site(ctx context.Context, ref string) (Site, error) {
+	st, err := scanSite(s.queryRow(ctx, `SELECT `+siteCols+` FROM sites WHERE id = ? OR name = ?`, ref, ref))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Site{}, fmt.Errorf("site %q: %w", ref, ErrNotFound)
+	}
+	return st, err
+}
+
+func (s *Store) Sites(ctx context.Context, tenantID string) ([]Site, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+siteCols+` FROM sites WHERE ? = '' OR tenant_id = ? ORDER BY name`, tenantID, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("listing sites: %w", err)
+	}
+	defer rows.Close()
+	var out []Site
+	for rows.Next() {
+		st, err := scanSite(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading site: %w", err)
+		}
+		out = append(out, st)
+	}
+	return out, rows.Err()
+}
+
+func (t *Tx) DeleteSite(ctx context.Context, id string) error {
+	var n int
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM pools WHERE site_id = ?`, id).Scan(&n); err != nil {
+		return fmt.Errorf("counting pools of site: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("site still has %d pools: delete them first: %w", n, ErrConflict)
+	}
+	if _, err := t.exec(ctx, `DELETE FROM sites WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("deleting site: %w", err)
+	}
+	return nil
+}
+
+func (t *Tx) InsertPool(ctx context.Context, p Pool) (Pool, error) {
+	p.ID = NewID(Micros(t.at))
+	p.CreatedAt = t.at
+	if _, err := t.exec(ctx, `INSERT INTO pools (id, tenant_id, site_id, name, policy, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		p.ID, p.TenantID, p.SiteID, p.Name, mustJSON(p.Policy), p.CreatedAt); err != nil {
+		if isUnique(err) {
+			return Pool{}, fmt.Errorf("pool %q: %w", p.Name, ErrConflict)
+		}
+		return Pool{}, fmt.Errorf("inserting pool %q: %w", p.Name, err)
+	}
+	return p, nil
+}
+
+func (t *Tx) UpdatePoolPolicy(ctx context.Context, id string, pol PoolPolicy) error {
+	res, err := t.exec(ctx, `UPDATE pools SET policy = ? WHERE id = ?`, mustJSON(pol), id)
+	if err != nil {
+		return fmt.Errorf("updating pool policy: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("pool %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+func (t *Tx) DeletePool(ctx context.Context, id string) error {
+	var n int
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM nodes WHERE pool_id = ?`, id).Scan(&n); err != nil {
+		return fmt.Errorf("counting nodes of pool: %w", err)
+	}
+	if n > 0 {
+		return fmt.Errorf("pool still has %d nodes: delete or move them first: %w", n, ErrConflict)
+	}
+	if _, err := t.exec(ctx, `DELETE FROM pools WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("deleting pool: %w", err)
+	}
+	return nil
+}
+
+const poolCols = `id, tenant_id, site_id, name, policy, created_at`
+
+func scanPool(r interface{ Scan(...any) error }) (Pool, error) {
+	var p Pool
+	var pol string
+	if err := r.Scan(&p.ID, &p.TenantID, &p.SiteID, &p.Name, &pol, &p.CreatedAt); err != nil {
+		return Pool{}, err
+	}
+	if err := json.Unmarshal([]byte(pol), &p.Policy); err != nil {
+		return Pool{}, fmt.Errorf("decoding policy of pool %s: %w", p.ID, err)
+	}
+	return p, nil
+}
+
+func (s *Store) Pool(ctx context.Context, ref string) (Pool, error) {
+	p, err := scanPool(s.queryRow(ctx, `SELECT `+poolCols+` FROM pools WHERE id = ? OR name = ?`, ref, ref))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Pool{}, fmt.Errorf("pool %q: %w", ref, ErrNotFound)
+	}
+	return p, err
+}
+
+// Pool reads a pool inside a transaction.
+func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
+	p, err := scanPool(t.queryRow(ctx, `SELECT `+poolCols+` FROM pools WHERE id = ? OR name = ?`, ref, ref))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Pool{}, fmt.Errorf("pool %q: %w", ref, ErrNotFound)
+	}
+	return p, err
+}
+
+func (s *Store) Pools(ctx context.Context, tenantID, siteID string) ([]Pool, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+poolCols+` FROM pools WHERE (? = '' OR tenant_id = ?) AND (? = '' OR site_id = ?) ORDER BY name`,
+		tenantID, tenantID, siteID, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("listing pools: %w", err)
+	}
+	defer rows.Close()
+	var out []Pool
+	for rows.Next() {
+		p, err := scanPool(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading pool: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// ---------------------------------------------------------------- hardware profiles
+
+func (t *Tx) PutHardwareProfile(ctx context.Context, hp HardwareProfile) error {
+	_, err := t.exec(ctx, `INSERT INTO hardware_profiles (name, drivers, local_boot, updated_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET drivers = excluded.drivers, local_boot = excluded.local_boot, updated_at = excluded.updated_at`,
+		hp.Name, mustJSON(hp.Drivers), hp.LocalBoot, t.at)
+	if err != nil {
+		return fmt.Errorf("storing hardware profile %q: %w", hp.Name, err)
+	}
+	return nil
+}
+
+func scanProfile(r interface{ Scan(...any) error }) (HardwareProfile, error) {
+	var hp HardwareProfile
+	var drivers string
+	if err := r.Scan(&hp.Name, &drivers, &hp.LocalBoot); err != nil {
+		return HardwareProfile{}, err
+	}
+	if err := json.Unmarshal([]byte(drivers), &hp.Drivers); err != nil {
+		return HardwareProfile{}, fmt.Errorf("decoding drivers of hardware profile %s: %w", hp.Name, err)
+	}
+	return hp, nil
+}
+
+func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile, error) {
+	hp, err := scanProfile(t.queryRow(ctx, `SELECT name, drivers, local_boot FROM hardware_profiles WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return HardwareProfile{}, fmt.Errorf("hardware profile %q: %w", name, ErrNotFound)
+	}
+	return hp, err
+}
+
+func (s *Store) HardwareProfiles(ctx context.Context) ([]HardwareProfile, error) {
+	rows, err := s.queryRows(ctx, `SELECT name, drivers, local_boot FROM hardware_profiles ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing hardware profiles: %w", err)
+	}
+	defer rows.Close()
+	var out []HardwareProfile
+	for rows.Next() {
+		hp, err := scanProfile(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading hardware profile: %w", err)
+		}
+		out = append(out, hp)
+	}
+	return out, rows.Err()
+}
+
+// ---------------------------------------------------------------- secrets
+
+func (t *Tx) InsertSecret(ctx context.Context, id, tenantID string, sealed []byte) error {
+	if _, err := t.exec(ctx, `INSERT INTO secrets (id, tenant_id, sealed, created_at) VALUES (?, ?, ?, ?)`, id, tenantID, sealed, t.at); err != nil {
+		return fmt.Errorf("storing sealed secret: %w", err)
+	}
+	return nil
+}
+
+func (t *Tx) DeleteSecret(ctx context.Context, id string) error {
+	if _, err := t.exec(ctx, `DELETE FROM secrets WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("deleting secret: %w", err)
+	}
+	return nil
+}
+
+// Sealed returns a sealed secret.
+func (s *Store) Sealed(ctx context.Context, id string) ([]byte, error) {
+	var b []byte
+	err := s.queryRow(ctx, `SELECT sealed FROM secrets WHERE id = ?`, id).Scan(&b)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("secret %s: %w", id, ErrNotFound)
+	}
+	return b, err
+}
+
+// ---------------------------------------------------------------- tokens
+
+func (t *Tx) InsertToken(ctx context.Context, tok Token) (Token, error) {
+	tok.ID = NewID(Micros(t.at))
+	tok.CreatedAt = t.at
+	if _, err := t.exec(ctx, `INSERT INTO api_tokens (id, name, hash, role, tenant_id, created_by, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		tok.ID, tok.Name, tok.Hash, tok.Role, tok.TenantID, tok.CreatedBy, tok.CreatedAt); err != nil {
+		if isUnique(err) {
+			return Token{}, fmt.Errorf("token %q: %w", tok.Name, ErrConflict)
+		}
+		return Token{}, fmt.Errorf("inserting token %q: %w", tok.Name, err)
+	}
+	return tok, nil
+}
+
+func (t *Tx) RevokeToken(ctx context.Context, ref string) (Token, error) {
+	res, err := t.exec(ctx, `UPDATE api_tokens SET revoked_at = ? WHERE (id = ? OR name = ?) AND revoked_at = 0`, t.at, ref, ref)
+	if err != nil {
+		return Token{}, fmt.Errorf("revoking token: %w", err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return Token{}, fmt.Errorf("active token %q: %w", ref, ErrNotFound)
+	}
+	tok, err := scanToken(t.queryRow(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE id = ? OR name = ?`, ref, ref))
+	return tok, err
+}
+
+const tokenCols = `id, name, hash, role, tenant_id, created_by, created_at, revoked_at`
+
+func scanToken(r interface{ Scan(...any) error }) (Token, error) {
+	var tok Token
+	err := r.Scan(&tok.ID, &tok.Name, &tok.Hash, &tok.Role, &tok.TenantID, &tok.CreatedBy, &tok.CreatedAt, &tok.RevokedAt)
+	return tok, err
+}
+
+// TokenByHash finds an active token.
+func (s *Store) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
+	tok, err := scanToken(s.queryRow(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE hash = ? AND revoked_at = 0`, hash))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Token{}, fmt.Errorf("token: %w", ErrNotFound)
+	}
+	return tok, err
+}
+
+func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at`)
+	if err != nil {
+		return nil, fmt.Errorf("listing tokens: %w", err)
+	}
+	defer rows.Close()
+	var out []Token
+	for rows.Next() {
+		tok, err := scanToken(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading token: %w", err)
+		}
+		out = append(out, tok)
+	}
+	return out, rows.Err()
+}
+
+// CountTokens counts tokens ever created (first start detection).
+func (s *Store) CountTokens(ctx context.Context) (int, error) {
+	var n int
+	err := s.queryRow(ctx, `SELECT COUNT(*) FROM api_tokens`).Scan(&n)
+	return n, err
+}
+
+// ---------------------------------------------------------------- events and wake-ups
+
+// AppendEvent adds an event row in the transaction.
+func (t *Tx) AppendEvent(ctx context.Context, e Event) error {
+	if e.Data == "" {
+		e.Data = "{}"
+	}
+	if _, err := t.exec(ctx, `INSERT INTO events (at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.at, e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, e.Data); err != nil {
+		return fmt.Errorf("appending event %s: %w", e.Kind, err)
+	}
+	return nil
+}
+
+// Wake queues the node's reconciler (one row per node; a newer wake-up keeps the earliest due
+// time).
+func (t *Tx) Wake(ctx context.Context, nodeID, reason string, due time.Duration) error {
+	dueAt := t.at + due.Microseconds()
+	if _, err := t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET due_at = CASE WHEN excluded.due_at < reconcile_queue.due_at THEN excluded.due_at ELSE reconcile_queue.due_at END,
+		reason = excluded.reason, enqueued_at = excluded.enqueued_at`, nodeID, dueAt, reason, t.at); err != nil {
+		return fmt.Errorf("queueing reconciler of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// WakeUps lists the reconciler wake-up rows, earliest due first.
+func (s *Store) WakeUps(ctx context.Context, limit int) ([]WakeUp, error) {
+	rows, err := s.queryRows(ctx, `SELECT node_id, due_at, reason, enqueued_at, attempts FROM reconcile_queue ORDER BY due_at, node_id LIMIT ?`, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing wake-ups: %w", err)
+	}
+	defer rows.Close()
+	var out []WakeUp
+	for rows.Next() {
+		var w WakeUp
+		if err := rows.Scan(&w.NodeID, &w.DueAt, &w.Reason, &w.EnqueuedAt, &w.Attempts); err != nil {
+			return nil, fmt.Errorf("reading wake-up: %w", err)
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// EventFilter selects events.
+type EventFilter struct {
+	NodeID   string
+	TenantID string
+	AfterID  uint64
+	Limit    int
+}
+
+func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
+	rows, err := s.queryRows(ctx, `SELECT id, at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data FROM events
+		WHERE id > ? AND (? = '' OR node_id = ?) AND (? = '' OR tenant_id = ?) ORDER BY id LIMIT ?`,
+		int64(f.AfterID), f.NodeID, f.NodeID, f.TenantID, f.TenantID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var id int64
+		if err := rows.Scan(&id, &e.At, &e.TenantID, &e.NodeID, &e.Actor, &e.Kind, &e.FromState, &e.ToState, &e.Reason, &e.Data); err != nil {
+			return nil, fmt.Errorf("reading event: %w", err)
+		}
+		e.ID = uint64(id)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// InsertCommand queues a command row (the command queue proper is the engine's).
+func (t *Tx) InsertCommand(ctx context.Context, nodeID, tenantID, siteID, kind, subject string, args any) (string, error) {
+	id := NewID(Micros(t.at))
+	if _, err := t.exec(ctx, `INSERT INTO commands (id, node_id, tenant_id, site_id, kind, subject, state, args, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)`,
+		id, nodeID, tenantID, siteID, kind, subject, mustJSON(args), t.at, t.at); err != nil {
+		return "", fmt.Errorf("queueing command %s: %w", kind, err)
+	}
+	return id, nil
+}
+
+// Dump returns every row of every table as text (tests grep it for secrets).
+func (s *Store) Dump(ctx context.Context) (string, error) {
+	var b strings.Builder
+	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens"} {
+		rows, err := s.queryRows(ctx, `SELECT * FROM `+table)
+		if err != nil {
+			return "", fmt.Errorf("dumping %s: %w", table, err)
+		}
+		cols, _ := rows.Columns()
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		for rows.Next() {
+			if err := rows.Scan(ptrs...); err != nil {
+				rows.Close()
+				return "", err
+			}
+			fmt.Fprintf(&b, "%s:", table)
+			for _, v := range vals {
+				if bs, ok := v.([]byte); ok {
+					fmt.Fprintf(&b, " %s", bs)
+				} else {
+					fmt.Fprintf(&b, " %v", v)
+				}
+			}
+			b.WriteByte('\n')
+		}
+		rows.Close()
+	}
+	return b.String(), nil
+}

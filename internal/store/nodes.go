@@ -1,0 +1,226 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, chain_verb, failed_from, fault_code,
+	fault_message, maintenance, maintenance_reason, power, hardware_profile, drivers, bmc_driver, bmc_address,
+	bmc_username_ref, bmc_password_ref, bmc_insecure, bmc_fingerprint, product_uuid, labels, macs,
+	deploy_profile, deploy_image, wipe_mode, batch_id, identity_generation, version, created_at, updated_at`
+
+func scanNode(r interface{ Scan(...any) error }) (Node, error) {
+	var n Node
+	var drivers, labels, macs string
+	var gen, ver int64
+	err := r.Scan(&n.ID, &n.TenantID, &n.SiteID, &n.PoolID, &n.Name, &n.State, &n.TargetState, &n.ChainVerb,
+		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.Maintenance, &n.MaintenanceReason, &n.Power, &n.HardwareProfile,
+		&drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
+		&n.ProductUUID, &labels, &macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &gen, &ver,
+		&n.CreatedAt, &n.UpdatedAt)
+	if err != nil {
+		return Node{}, err
+	}
+	n.IdentityGeneration, n.Version = uint64(gen), uint64(ver)
+	if err := json.Unmarshal([]byte(drivers), &n.Drivers); err != nil {
+		return Node{}, fmt.Errorf("decoding drivers of node %s: %w", n.ID, err)
+	}
+	if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
+		return Node{}, fmt.Errorf("decoding labels of node %s: %w", n.ID, err)
+	}
+	if err := json.Unmarshal([]byte(macs), &n.MACs); err != nil {
+		return Node{}, fmt.Errorf("decoding MACs of node %s: %w", n.ID, err)
+	}
+	return n, nil
+}
+
+// InsertNode creates a node with its MACs and labels. A MAC that belongs to another node or a
+// name taken in the tenant is a conflict.
+func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
+	n.CreatedAt, n.UpdatedAt, n.Version = t.at, t.at, 1
+	if n.IdentityGeneration == 0 {
+		n.IdentityGeneration = 1
+	}
+	if n.MACs == nil {
+		n.MACs = []string{}
+	}
+	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		n.ID, n.TenantID, n.SiteID, n.PoolID, n.Name, n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode,
+		n.FaultMsg, n.Maintenance, n.MaintenanceReason, n.Power, n.HardwareProfile, labelsJSON(n.Drivers), n.BMCDriver, n.BMCAddress,
+		n.BMCUsernameRef, n.BMCPasswordRef, n.BMCInsecure, n.BMCFingerprint, n.ProductUUID, labelsJSON(n.Labels), mustJSON(n.MACs),
+		n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), int64(n.Version), n.CreatedAt, n.UpdatedAt)
+	if err != nil {
+		if isUnique(err) {
+			return fmt.Errorf("a node named %q already exists in this tenant: %w", n.Name, ErrConflict)
+		}
+		return fmt.Errorf("inserting node %q: %w", n.Name, err)
+	}
+	for _, mac := range n.MACs {
+		if _, err := t.exec(ctx, `INSERT INTO node_macs (mac, node_id) VALUES (?, ?)`, mac, n.ID); err != nil {
+			if isUnique(err) {
+				return fmt.Errorf("MAC %s already belongs to another node: %w", mac, ErrConflict)
+			}
+			return fmt.Errorf("inserting MAC %s: %w", mac, err)
+		}
+	}
+	for k, v := range n.Labels {
+		if _, err := t.exec(ctx, `INSERT INTO node_labels (node_id, key, value) VALUES (?, ?, ?)`, n.ID, k, v); err != nil {
+			return fmt.Errorf("inserting label %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// LockNode reads a node by id or name for update (row-locked on PostgreSQL). tenantID, when not
+// empty, restricts the lookup to that tenant.
+func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
+	return t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) *sql.Row {
+		return t.queryRow(ctx, q+t.forUpdate(), args...)
+	}, func(q string, args ...any) (*sql.Rows, error) { return t.query(ctx, q, args...) })
+}
+
+// Node reads a node by id or name.
+func (s *Store) Node(ctx context.Context, ref, tenantID string) (Node, error) {
+	return s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) *sql.Row {
+		return s.queryRow(ctx, q, args...)
+	}, func(q string, args ...any) (*sql.Rows, error) { return s.queryRows(ctx, q, args...) })
+}
+
+// ErrAmbiguous is a node name that exists in several tenants of an all-tenant caller.
+var ErrAmbiguous = errors.New("ambiguous")
+
+func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(string, ...any) *sql.Row, rows func(string, ...any) (*sql.Rows, error)) (Node, error) {
+	n, err := scanNode(row(`SELECT `+nodeCols+` FROM nodes WHERE id = ? AND (? = '' OR tenant_id = ?)`, ref, tenantID, tenantID))
+	if err == nil {
+		return n, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return Node{}, fmt.Errorf("reading node %q: %w", ref, err)
+	}
+	// By name: find the id first (names are unique per tenant only).
+	rs, err := rows(`SELECT id FROM nodes WHERE name = ? AND (? = '' OR tenant_id = ?) LIMIT 2`, ref, tenantID, tenantID)
+	if err != nil {
+		return Node{}, fmt.Errorf("looking up node %q: %w", ref, err)
+	}
+	var ids []string
+	for rs.Next() {
+		var id string
+		if err := rs.Scan(&id); err != nil {
+			rs.Close()
+			return Node{}, fmt.Errorf("looking up node %q: %w", ref, err)
+		}
+		ids = append(ids, id)
+	}
+	rs.Close()
+	switch len(ids) {
+	case 0:
+		return Node{}, fmt.Errorf("node %q: %w", ref, ErrNotFound)
+	case 2:
+		return Node{}, fmt.Errorf("node name %q exists in several tenants, use its id: %w", ref, ErrAmbiguous)
+	}
+	n, err = scanNode(row(`SELECT `+nodeCols+` FROM nodes WHERE id = ?`, ids[0]))
+	if err != nil {
+		return Node{}, fmt.Errorf("reading node %q: %w", ref, err)
+	}
+	return n, nil
+}
+
+// UpdateNode writes the mutable fields of n if the stored version is still n.Version, and bumps
+// the version. The caller read n in the same transaction.
+func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
+	res, err := t.exec(ctx, `UPDATE nodes SET state = ?, target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
+		fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
+		wipe_mode = ?, batch_id = ?, identity_generation = ?, version = version + 1, updated_at = ?
+		WHERE id = ? AND version = ?`,
+		n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
+		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), t.at, n.ID, int64(n.Version))
+	if err != nil {
+		return fmt.Errorf("updating node %s: %w", n.ID, err)
+	}
+	if c, _ := res.RowsAffected(); c == 0 {
+		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
+	}
+	n.Version++
+	n.UpdatedAt = t.at
+	return nil
+}
+
+// DeleteNode removes a node (its MACs and labels cascade) and its wake-up row; its events stay.
+func (t *Tx) DeleteNode(ctx context.Context, n Node) error {
+	res, err := t.exec(ctx, `DELETE FROM nodes WHERE id = ? AND version = ?`, n.ID, int64(n.Version))
+	if err != nil {
+		return fmt.Errorf("deleting node %s: %w", n.ID, err)
+	}
+	if c, _ := res.RowsAffected(); c == 0 {
+		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
+	}
+	if _, err := t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ?`, n.ID); err != nil {
+		return fmt.Errorf("deleting wake-up of node %s: %w", n.ID, err)
+	}
+	for _, ref := range []string{n.BMCUsernameRef, n.BMCPasswordRef} {
+		if id, ok := strings.CutPrefix(ref, "secret://"); ok {
+			if err := t.DeleteSecret(ctx, id); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// NodeFilter selects nodes; empty fields match everything.
+type NodeFilter struct {
+	TenantID, State, PoolID, SiteID string
+	Maintenance                     *bool
+	Labels                          [][2]string
+	AfterID                         string
+	Limit                           int
+}
+
+// Nodes lists nodes in id (creation) order after f.AfterID, at most f.Limit.
+func (s *Store) Nodes(ctx context.Context, f NodeFilter) ([]Node, error) {
+	var where []string
+	var args []any
+	add := func(cond string, a ...any) {
+		where = append(where, cond)
+		args = append(args, a...)
+	}
+	add("id > ?", f.AfterID)
+	if f.TenantID != "" {
+		add("tenant_id = ?", f.TenantID)
+	}
+	if f.State != "" {
+		add("state = ?", f.State)
+	}
+	if f.PoolID != "" {
+		add("pool_id = ?", f.PoolID)
+	}
+	if f.SiteID != "" {
+		add("site_id = ?", f.SiteID)
+	}
+	if f.Maintenance != nil {
+		add("maintenance = ?", *f.Maintenance)
+	}
+	for _, kv := range f.Labels {
+		add("id IN (SELECT node_id FROM node_labels WHERE key = ? AND value = ?)", kv[0], kv[1])
+	}
+	args = append(args, f.Limit)
+	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE `+strings.Join(where, " AND ")+` ORDER BY id LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	defer rows.Close()
+	out := make([]Node, 0, min(f.Limit, 1024))
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading node: %w", err)
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
