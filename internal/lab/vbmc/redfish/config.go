@@ -1,0 +1,79 @@
+// Package redfishbmc is the lab's virtual Redfish BMC: an http.Handler that serves a Redfish
+// service (modelled on DMTF's public mockups) over a vbmc.Machine. Layouts and vendor quirks are
+// options, so a Redfish client's tests can meet the behaviour of real BMCs.
+package redfishbmc
+
+import (
+	"log/slog"
+	"net/http"
+)
+
+// Layout is where a client writes boot overrides.
+type Layout string
+
+const (
+	// LayoutPlain applies a PATCH of the ComputerSystem at once (DMTF mockup style).
+	LayoutPlain Layout = "plain"
+	// LayoutSettings advertises @Redfish.Settings: boot overrides go to the SettingsObject (the
+	// future state, applied at the next reset) and need If-Match.
+	LayoutSettings Layout = "settings"
+)
+
+// Request kinds, as counted by Service.Count and named by Busy.
+const (
+	KindRead    = "read"    // any GET
+	KindReset   = "reset"   // ComputerSystem.Reset
+	KindBoot    = "boot"    // PATCH of the system or its settings
+	KindMedia   = "media"   // InsertMedia / EjectMedia
+	KindAccount = "account" // PATCH of an account
+	KindSession = "session" // POST / DELETE of a session
+	KindOther   = "other"
+)
+
+// Busy makes the service refuse the first Count requests of Kind with Status (503 or 409) and an
+// error whose @Message.ExtendedInfo carries MessageID (e.g. "Base.1.15.NodeBusy").
+type Busy struct {
+	Kind      string
+	Count     int
+	Status    int
+	MessageID string
+}
+
+// Quirks reproduce vendor behaviour.
+type Quirks struct {
+	// IgnoreBootOverride answers a boot-override write with success and changes nothing.
+	IgnoreBootOverride bool
+	// ResetTypes is the advertised ResetType subset; nil advertises every supported type.
+	ResetTypes []string
+	// Busy refuses the first requests of some kinds.
+	Busy []Busy
+	// NoSessions answers session creation with 405: clients must fall back to basic auth.
+	NoSessions bool
+}
+
+// Config describes the virtual BMC and its machine.
+type Config struct {
+	Layout   Layout
+	Quirks   Quirks
+	Username string
+	Password string // the only account's password; never logged
+
+	UUID         string
+	SerialNumber string
+	Manufacturer string
+	Model        string
+	MACs         []string
+
+	// MediaDir receives images fetched for virtual media; AllowFileImages also accepts file://
+	// URLs naming a local ISO (the lab only). Fetch fetches http(s) images (nil: a default client).
+	MediaDir        string
+	AllowFileImages bool
+	Fetch           *http.Client
+
+	Log *slog.Logger
+}
+
+// AllResetTypes lists every ResetType the service can carry out, in advertised order.
+func AllResetTypes() []string {
+	return []string{"On", "ForceOff", "GracefulShutdown", "ForceRestart", "PowerCycle"}
+}
