@@ -98,6 +98,10 @@ func SignStatement(key crypto.Signer, st Statement) ([]byte, error) {
 // other non-node signer (ErrNotNodeIdentity); a signer of another node (ErrNodeMismatch); a
 // statement whose generation is not the certificate's (ErrGenerationMismatch); a certificate
 // whose generation is not currentGeneration, the node's generation now (ErrIdentityRevoked).
+//
+// now is the time the certificate must be valid at: the wall clock when a result arrives; when
+// re-checking a stored result later, the time it was received (so an old, honest attestation
+// does not fail only because the node's certificate has expired since).
 func VerifyStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte, currentGeneration uint64, now time.Time) error {
 	_, id, err := verifySigned(ca, signerCertDER, st, sig, now)
 	if err == nil {

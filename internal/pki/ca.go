@@ -1,13 +1,3 @@
-// Package pki is bcd's identity and attestation crypto: the control plane's CA, the identities
-// it certifies (site agents, nodes, node tenants, the server), mTLS configurations, signed
-// ("attested") command results, secrets encrypted to an agent (JWE) and bearer tokens.
-//
-// It holds no state of its own: callers persist the PEM/DER bytes it returns.
-//
-// Every key is ECDSA P-256. One algorithm for the CA, servers and agents keeps verification to a
-// single code path; P-256 is what every TLS stack, TPM and HSM supports; and, unlike Ed25519, an
-// agent's one P-256 key both signs (TLS, attested results) and receives secrets by ECDH-ES
-// (JWE), so an agent never needs a second key.
 package pki
 
 import (
