@@ -256,13 +256,16 @@ func (d *Driver) connect(ctx context.Context, password string) (*session, error)
 		}
 		if authRefused(err) {
 			d.log.Warn("IPMI login refused", "cipherSuite", uint8(suite))
-			return nil, fmt.Errorf("opening session (cipher suite %d): %w: wrong username or password, or the user lacks administrator privilege (%v)", suite, ErrAuth, err)
+			return nil, fmt.Errorf("opening session (cipher suite %d): %w: wrong username or password, or the user lacks administrator privilege (%s)", suite, ErrAuth, oneLine(err))
 		}
 		d.log.Info("IPMI session failed; trying the next cipher suite", "cipherSuite", uint8(suite), "err", err)
-		tried = append(tried, fmt.Sprintf("cipher suite %d: %v", suite, err))
+		tried = append(tried, fmt.Sprintf("cipher suite %d: %s", suite, oneLine(err)))
 	}
 	return nil, fmt.Errorf("opening session: no cipher suite worked: %s", strings.Join(tried, "; "))
 }
+
+// oneLine flattens go-ipmi's multi-line error text.
+func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
 // abandon releases the socket of a client whose Connect failed without waiting for a Close
 // Session answer that cannot come.
@@ -334,3 +337,6 @@ func stateOf(on bool) bmc.PowerState {
 	}
 	return bmc.PowerOff
 }
+
+// GoString keeps %#v from printing the password.
+func (d *Driver) GoString() string { return d.String() }

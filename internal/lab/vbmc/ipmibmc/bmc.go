@@ -166,6 +166,9 @@ func (b *BMC) String() string {
 // apply it: while on, boot writes answer success and change nothing (LAB-NOTES gotcha 5).
 func (b *BMC) IgnoreBootWrites(on bool) { b.boot.setIgnore(on) }
 
+// ActiveSessions is the number of RMCP+ sessions open (or being opened) on the BMC.
+func (b *BMC) ActiveSessions() int { return b.gobmc.Sessions.Count() }
+
 // IgnorePasswordWrites is a test hook: while on, Set User Password answers success and changes
 // nothing, like a BMC that silently refuses a credential change.
 func (b *BMC) IgnorePasswordWrites(on bool) { b.ignorePasswords.Store(on) }
