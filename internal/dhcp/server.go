@@ -1,0 +1,510 @@
+// Package dhcp is the site agent's DHCP service for network boot: proxy-DHCP (ports 67 and
+// 4011, beside the site's own DHCP server), full DHCP (leases from configured pools) or off.
+// A packet goes through a chain of small handlers wired by New; the boot-file decision is the
+// pure function BootFile.
+package dhcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"bcd/internal/netboot"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"github.com/insomniacslk/dhcp/iana"
+	"golang.org/x/sync/errgroup"
+)
+
+// Mode selects what the DHCP service does.
+type Mode string
+
+const (
+	ModeOff   Mode = "off"   // the site's DHCP server points next-server at us; nothing runs
+	ModeProxy Mode = "proxy" // answer PXE/HTTP-boot clients only, never hand out addresses
+	ModeFull  Mode = "full"  // hand out addresses from pools, plus boot options to netboot clients
+)
+
+// Listener says which socket a packet arrived on.
+type Listener int
+
+const (
+	ListenerDHCP Listener = iota // port 67
+	ListenerPXE                  // port 4011 (proxy mode's PXE boot server)
+)
+
+// Handler is one link of the chain. It reads req, edits resp, and returns stop=true to end the
+// chain. A response still without a message type when the chain ends is not sent.
+type Handler func(ctx context.Context, req, resp *dhcpv4.DHCPv4) (stop bool)
+
+// Counters count replies by kind; the caller reads them (e.g. from a Prometheus collector).
+type Counters struct {
+	Offers  atomic.Uint64
+	Acks    atomic.Uint64
+	Naks    atomic.Uint64
+	Ignored atomic.Uint64
+}
+
+// Config configures the DHCP service.
+type Config struct {
+	Mode        Mode
+	Interface   string     // provisioning interface (SO_BINDTODEVICE); required unless sockets are given
+	ServerIP    netip.Addr // our IPv4 on the provisioning network: server identifier and TFTP next-server
+	HTTPBaseURL string     // http://<site>:<port>, where netboot.Handler is served
+	Boot        Policy
+
+	// Full mode.
+	Pools        []Pool
+	Reservations []Reservation
+	Leases       LeaseStore
+
+	Counters *Counters // nil: the server keeps its own (see Server.Counters)
+	Logger   *slog.Logger
+	Now      func() time.Time
+
+	// Sockets and ports; zero values are the standard ones. Tests bind loopback sockets and
+	// point broadcasts at loopback so nothing leaves the machine.
+	Conn          net.PacketConn // port 67
+	PXEConn       net.PacketConn // port 4011 (proxy mode)
+	ClientPort    int            // 68
+	RelayPort     int            // 67
+	BroadcastAddr netip.Addr     // 255.255.255.255
+}
+
+// Server is a running DHCP service.
+type Server struct {
+	cfg      Config
+	counters *Counters
+	log      *slog.Logger
+	now      func() time.Time
+	alloc    *allocator
+	chains   map[Listener][]Handler
+}
+
+// New validates cfg, loads the leases (full mode) and wires the handler chains.
+func New(ctx context.Context, cfg Config) (*Server, error) {
+	s := &Server{cfg: cfg, counters: cfg.Counters, log: cfg.Logger, now: cfg.Now}
+	if s.counters == nil {
+		s.counters = &Counters{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.cfg.ClientPort == 0 {
+		s.cfg.ClientPort = dhcpv4.ClientPort
+	}
+	if s.cfg.RelayPort == 0 {
+		s.cfg.RelayPort = dhcpv4.ServerPort
+	}
+	if !s.cfg.BroadcastAddr.IsValid() {
+		s.cfg.BroadcastAddr = netip.AddrFrom4([4]byte{255, 255, 255, 255})
+	}
+	switch cfg.Mode {
+	case ModeOff:
+		return s, nil
+	case ModeProxy, ModeFull:
+	default:
+		return nil, fmt.Errorf("dhcp: mode %q: accepted are off, proxy, full", cfg.Mode)
+	}
+	if !cfg.ServerIP.Is4() {
+		return nil, errors.New("dhcp: server IP must be an IPv4 address")
+	}
+	if err := cfg.Boot.Validate(); err != nil {
+		return nil, fmt.Errorf("dhcp: %w", err)
+	}
+	if !strings.HasPrefix(cfg.HTTPBaseURL, "http://") || strings.HasSuffix(cfg.HTTPBaseURL, "/") || strings.ContainsAny(cfg.HTTPBaseURL, "?# \n") {
+		return nil, errors.New("dhcp: HTTP base URL must be http://host[:port] without trailing slash")
+	}
+	if cfg.Interface == "" && (cfg.Conn == nil || cfg.BroadcastAddr == netip.AddrFrom4([4]byte{255, 255, 255, 255}) || !cfg.BroadcastAddr.IsValid()) {
+		return nil, errors.New("dhcp: an interface is required (broadcast replies must leave on the provisioning network only)")
+	}
+	mac := []Handler{s.onlyBootRequests}
+	switch cfg.Mode {
+	case ModeProxy:
+		s.chains = map[Listener][]Handler{
+			ListenerDHCP: append(mac, s.proxyMessage(ListenerDHCP), s.proxyOptions, s.bootOptions(true)),
+			ListenerPXE:  append(mac, s.proxyMessage(ListenerPXE), s.proxyOptions, s.bootOptions(true)),
+		}
+	case ModeFull:
+		if len(cfg.Pools) == 0 || cfg.Leases == nil {
+			return nil, errors.New("dhcp: full mode needs pools and a lease store")
+		}
+		for _, p := range cfg.Pools {
+			if err := p.validate(); err != nil {
+				return nil, fmt.Errorf("dhcp: %w", err)
+			}
+		}
+		alloc, err := newAllocator(ctx, cfg.Pools, cfg.Reservations, cfg.Leases, s.now())
+		if err != nil {
+			return nil, fmt.Errorf("dhcp: %w", err)
+		}
+		s.alloc = alloc
+		s.chains = map[Listener][]Handler{
+			ListenerDHCP: append(mac, s.forUs, s.assignAddress, s.networkOptions, s.bootOptions(false)),
+		}
+	}
+	return s, nil
+}
+
+// Counters returns the live counters.
+func (s *Server) Counters() *Counters { return s.counters }
+
+// Leases returns the current full-mode leases (nil in other modes).
+func (s *Server) Leases() []Lease {
+	if s.alloc == nil {
+		return nil
+	}
+	return s.alloc.snapshot()
+}
+
+// Handle runs the chain of listener l for req and returns the reply, or nil when none is due.
+func (s *Server) Handle(ctx context.Context, l Listener, req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+	chain := s.chains[l]
+	if chain == nil {
+		s.counters.Ignored.Add(1)
+		return nil
+	}
+	resp, err := dhcpv4.NewReplyFromRequest(req)
+	if err != nil {
+		s.log.ErrorContext(ctx, "building DHCP reply", "err", err)
+		s.counters.Ignored.Add(1)
+		return nil
+	}
+	for _, h := range chain {
+		if h(ctx, req, resp) {
+			break
+		}
+	}
+	switch resp.MessageType() {
+	case dhcpv4.MessageTypeOffer:
+		s.counters.Offers.Add(1)
+	case dhcpv4.MessageTypeAck:
+		s.counters.Acks.Add(1)
+	case dhcpv4.MessageTypeNak:
+		s.counters.Naks.Add(1)
+	default:
+		s.counters.Ignored.Add(1)
+		return nil
+	}
+	return resp
+}
+
+// ReplyAddr is where a reply goes (RFC 2131 §4.1): back to the source on the PXE port, to the
+// relay when relayed, broadcast for a NAK or a client without an address, else to ciaddr.
+func ReplyAddr(l Listener, req, resp *dhcpv4.DHCPv4, peer netip.AddrPort, clientPort, relayPort int, bcast netip.Addr) netip.AddrPort {
+	if l == ListenerPXE {
+		return peer
+	}
+	if gi, ok := netip.AddrFromSlice(req.GatewayIPAddr.To4()); ok && !gi.IsUnspecified() {
+		return netip.AddrPortFrom(gi, uint16(relayPort))
+	}
+	if resp.MessageType() == dhcpv4.MessageTypeNak {
+		return netip.AddrPortFrom(bcast, uint16(clientPort))
+	}
+	if ci, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && !ci.IsUnspecified() {
+		return netip.AddrPortFrom(ci, uint16(clientPort))
+	}
+	return netip.AddrPortFrom(bcast, uint16(clientPort))
+}
+
+// Serve answers packets until ctx ends. Mode off returns at once.
+func (s *Server) Serve(ctx context.Context) error {
+	if s.cfg.Mode == ModeOff {
+		return nil
+	}
+	conns := map[Listener]net.PacketConn{ListenerDHCP: s.cfg.Conn}
+	if s.cfg.Mode == ModeProxy {
+		conns[ListenerPXE] = s.cfg.PXEConn
+	}
+	ports := map[Listener]int{ListenerDHCP: dhcpv4.ServerPort, ListenerPXE: 4011}
+	for l, c := range conns {
+		if c != nil {
+			continue
+		}
+		uc, err := server4.NewIPv4UDPConn(s.cfg.Interface, &net.UDPAddr{Port: ports[l]})
+		if err != nil {
+			for _, c := range conns {
+				if c != nil {
+					c.Close()
+				}
+			}
+			return fmt.Errorf("dhcp: listening on %s port %d: %w", s.cfg.Interface, ports[l], err)
+		}
+		conns[l] = uc
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for l, c := range conns {
+		g.Go(func() error { return s.serveConn(ctx, l, c) })
+	}
+	g.Go(func() error {
+		<-ctx.Done()
+		for _, c := range conns {
+			c.Close()
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+func (s *Server) serveConn(ctx context.Context, l Listener, c net.PacketConn) error {
+	buf := make([]byte, 4096)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("dhcp: reading: %w", err)
+		}
+		req, err := dhcpv4.FromBytes(buf[:n])
+		if err != nil {
+			s.counters.Ignored.Add(1)
+			continue
+		}
+		resp := s.Handle(ctx, l, req)
+		if resp == nil {
+			continue
+		}
+		ua, ok := from.(*net.UDPAddr)
+		if !ok {
+			continue
+		}
+		dst := ReplyAddr(l, req, resp, ua.AddrPort(), s.cfg.ClientPort, s.cfg.RelayPort, s.cfg.BroadcastAddr)
+		if _, err := c.WriteTo(resp.ToBytes(), net.UDPAddrFromAddrPort(dst)); err != nil {
+			s.log.WarnContext(ctx, "sending DHCP reply", "to", dst.String(), "err", err)
+			continue
+		}
+		s.log.DebugContext(ctx, "DHCP reply sent", "type", resp.MessageType().String(), "mac", req.ClientHWAddr.String(), "to", dst.String())
+	}
+}
+
+func setType(resp *dhcpv4.DHCPv4, t dhcpv4.MessageType) {
+	resp.UpdateOption(dhcpv4.OptMessageType(t))
+}
+
+func clearType(resp *dhcpv4.DHCPv4) { resp.Options.Del(dhcpv4.OptionDHCPMessageType) }
+
+// onlyBootRequests drops anything that is not an Ethernet BOOTREQUEST with a 6-byte MAC.
+func (s *Server) onlyBootRequests(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+	if req.OpCode != dhcpv4.OpcodeBootRequest || req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
+		clearType(resp)
+		return true
+	}
+	return false
+}
+
+func isNetbootVendor(req *dhcpv4.DHCPv4) bool { return vendorKind(req.ClassIdentifier()) != "" }
+
+// proxyMessage picks the reply type in proxy mode: PXE/HTTP clients only; DISCOVER on 67 →
+// OFFER, REQUEST (or INFORM) on 4011 → ACK, REQUEST on 67 only when addressed to us.
+func (s *Server) proxyMessage(l Listener) Handler {
+	return func(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+		if !isNetbootVendor(req) {
+			return true
+		}
+		mt := req.MessageType()
+		switch {
+		case l == ListenerDHCP && mt == dhcpv4.MessageTypeDiscover:
+			setType(resp, dhcpv4.MessageTypeOffer)
+		case l == ListenerDHCP && mt == dhcpv4.MessageTypeRequest && s.isOurServerID(req):
+			setType(resp, dhcpv4.MessageTypeAck)
+		case l == ListenerPXE && (mt == dhcpv4.MessageTypeRequest || mt == dhcpv4.MessageTypeInform):
+			setType(resp, dhcpv4.MessageTypeAck)
+		default:
+			return true
+		}
+		return false
+	}
+}
+
+func (s *Server) isOurServerID(req *dhcpv4.DHCPv4) bool {
+	id, ok := netip.AddrFromSlice(req.ServerIdentifier().To4())
+	return ok && id == s.cfg.ServerIP
+}
+
+// proxyOptions: a proxy offer carries no address, our server identifier and the client's
+// machine identifier (option 97) back, as the PXE specification asks.
+func (s *Server) proxyOptions(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+	resp.YourIPAddr = net.IPv4zero
+	resp.UpdateOption(dhcpv4.OptServerIdentifier(s.cfg.ServerIP.AsSlice()))
+	if guid := req.GetOneOption(dhcpv4.OptionClientMachineIdentifier); guid != nil {
+		resp.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionClientMachineIdentifier, guid))
+	}
+	return false
+}
+
+// bootOptions writes next-server, boot file and vendor options for a network-boot client.
+// required (proxy mode): a client we have nothing for gets no reply at all; in full mode it still
+// gets its address.
+func (s *Server) bootOptions(required bool) Handler {
+	return func(ctx context.Context, req, resp *dhcpv4.DHCPv4) bool {
+		if resp.MessageType() == dhcpv4.MessageTypeNak {
+			return true
+		}
+		choice, err := BootFile(req.ClientArch(), req.UserClass(), req.ClassIdentifier(), s.cfg.Boot)
+		if err != nil {
+			if !errors.Is(err, ErrNotNetboot) {
+				s.log.InfoContext(ctx, "network-boot client not served", "mac", req.ClientHWAddr.String(), "err", err)
+			}
+			if required {
+				clearType(resp)
+				return true
+			}
+			return false
+		}
+		var file string
+		switch choice.Method {
+		case MethodScript:
+			file = s.cfg.HTTPBaseURL + netboot.ScriptPath + "?" + netboot.ScriptQuery
+		case MethodHTTP:
+			file = s.cfg.HTTPBaseURL + netboot.BinaryPath + choice.Binary
+		case MethodTFTP:
+			file = choice.Binary
+			resp.ServerIPAddr = s.cfg.ServerIP.AsSlice()
+		}
+		setBootFile(resp, file)
+		if choice.VendorClass != "" {
+			resp.UpdateOption(dhcpv4.OptClassIdentifier(choice.VendorClass))
+		}
+		if choice.Method == MethodTFTP && choice.VendorClass == VendorPXEClient {
+			// PXE discovery control: no boot server discovery, boot the file in this packet.
+			resp.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}))
+		}
+		return false
+	}
+}
+
+// setBootFile puts name in the BOOTP file field when it fits (128 bytes with the NUL), and in
+// option 67 otherwise.
+func setBootFile(resp *dhcpv4.DHCPv4, name string) {
+	if len(name) < 128 {
+		resp.BootFileName = name
+		return
+	}
+	resp.UpdateOption(dhcpv4.OptBootFileName(name))
+}
+
+// forUs drops full-mode REQUESTs that name another server (the client chose its offer).
+func (s *Server) forUs(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+	if req.MessageType() == dhcpv4.MessageTypeRequest && req.ServerIdentifier() != nil && !s.isOurServerID(req) {
+		clearType(resp)
+		return true
+	}
+	return false
+}
+
+// poolFor selects the pool: the relay's subnet for relayed packets, ours otherwise.
+func (s *Server) poolFor(req *dhcpv4.DHCPv4) *Pool {
+	if gi, ok := netip.AddrFromSlice(req.GatewayIPAddr.To4()); ok && !gi.IsUnspecified() {
+		return s.alloc.poolFor(gi)
+	}
+	return s.alloc.poolFor(s.cfg.ServerIP)
+}
+
+// assignAddress is full mode's lease logic: DISCOVER → OFFER, REQUEST → ACK/NAK,
+// RELEASE/DECLINE → bookkeeping and no reply, INFORM → ACK without an address.
+func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bool {
+	pool := s.poolFor(req)
+	if pool == nil {
+		clearType(resp)
+		return true
+	}
+	mac := req.ClientHWAddr.String()
+	now := s.now()
+	resp.UpdateOption(dhcpv4.OptServerIdentifier(s.cfg.ServerIP.AsSlice()))
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeDiscover:
+		ip, ok := s.alloc.offer(pool, mac, now)
+		if !ok {
+			s.log.WarnContext(ctx, "DHCP pool exhausted", "pool", pool.Subnet.String(), "mac", mac)
+			clearType(resp)
+			return true
+		}
+		resp.YourIPAddr = ip.AsSlice()
+		setType(resp, dhcpv4.MessageTypeOffer)
+	case dhcpv4.MessageTypeRequest:
+		want := req.RequestedIPAddress()
+		if want == nil || want.IsUnspecified() {
+			want = req.ClientIPAddr // renewing / rebinding
+		}
+		ip, ok := netip.AddrFromSlice(want.To4())
+		if !ok || ip.IsUnspecified() {
+			setType(resp, dhcpv4.MessageTypeNak)
+			return true
+		}
+		granted, err := s.alloc.request(ctx, pool, mac, ip, now)
+		if err != nil {
+			s.log.ErrorContext(ctx, "persisting DHCP lease; not acknowledging", "mac", mac, "ip", ip.String(), "err", err)
+			clearType(resp)
+			return true
+		}
+		if !granted {
+			setType(resp, dhcpv4.MessageTypeNak)
+			resp.UpdateOption(dhcpv4.OptMessage("requested address not available"))
+			return true
+		}
+		resp.YourIPAddr = ip.AsSlice()
+		setType(resp, dhcpv4.MessageTypeAck)
+	case dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeDecline:
+		var err error
+		if req.MessageType() == dhcpv4.MessageTypeRelease {
+			if ip, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok {
+				err = s.alloc.release(ctx, mac, ip)
+			}
+		} else if ip, ok := netip.AddrFromSlice(req.RequestedIPAddress().To4()); ok {
+			err = s.alloc.decline(ctx, mac, ip, now)
+		}
+		if err != nil {
+			s.log.ErrorContext(ctx, "persisting DHCP lease change", "mac", mac, "err", err)
+		}
+		clearType(resp)
+		return true
+	case dhcpv4.MessageTypeInform:
+		setType(resp, dhcpv4.MessageTypeAck)
+	default:
+		clearType(resp)
+		return true
+	}
+	return false
+}
+
+// networkOptions adds the pool's mask, router, DNS, domain and lease time.
+func (s *Server) networkOptions(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+	pool := s.poolFor(req)
+	resp.UpdateOption(dhcpv4.OptSubnetMask(net.CIDRMask(pool.Subnet.Bits(), 32)))
+	if len(pool.Routers) > 0 {
+		resp.UpdateOption(dhcpv4.OptRouter(ips(pool.Routers)...))
+	}
+	if len(pool.DNS) > 0 {
+		resp.UpdateOption(dhcpv4.OptDNS(ips(pool.DNS)...))
+	}
+	if pool.Domain != "" {
+		resp.UpdateOption(dhcpv4.OptDomainName(pool.Domain))
+	}
+	if req.MessageType() != dhcpv4.MessageTypeInform {
+		lt := pool.LeaseTime
+		if lt == 0 {
+			lt = time.Hour
+		}
+		resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(lt))
+	}
+	return false
+}
+
+func ips(as []netip.Addr) []net.IP {
+	out := make([]net.IP, len(as))
+	for i, a := range as {
+		out[i] = a.AsSlice()
+	}
+	return out
+}
