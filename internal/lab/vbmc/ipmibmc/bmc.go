@@ -77,6 +77,7 @@ type BMC struct {
 	dedupe  *dedupe
 
 	ignorePasswords atomic.Bool
+	queued, done    atomic.Int64 // power actions accepted / finished (observability, tests)
 
 	serveOnce sync.Once
 	closeOnce sync.Once

@@ -69,6 +69,7 @@ func planAction(a powerAction, on bool) (machineStep, bool) {
 func (b *BMC) enqueue(a powerAction) error {
 	select {
 	case b.actions <- a:
+		b.queued.Add(1)
 		b.log.Info("power action queued", "action", a)
 		return nil
 	default:
@@ -87,6 +88,7 @@ func (b *BMC) runActions(ctx context.Context) {
 			if err := b.runAction(ctx, a); err != nil {
 				b.log.Error("power action failed", "action", a, "err", err)
 			}
+			b.done.Add(1)
 		}
 	}
 }
