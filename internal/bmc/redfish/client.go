@@ -112,8 +112,11 @@ func BaseURL(address string) (string, error) {
 		return "", fmt.Errorf("BMC address %q: scheme %s is not http or https", address, scheme)
 	}
 	host, _, _ := strings.Cut(rest, "/") // a path (e.g. /redfish/v1) is dropped: the root is fixed
-	if host == "" || strings.Contains(host, "@") {
-		return "", fmt.Errorf("BMC address %q: no host, or credentials in the address", address)
+	if host == "" {
+		return "", fmt.Errorf("BMC address %q: no host", address)
+	}
+	if strings.Contains(host, "@") { // never echo it: it holds a password
+		return "", errors.New("BMC address holds credentials: give them as username and password")
 	}
 	return scheme + "://" + host, nil
 }
