@@ -157,9 +157,9 @@ func TestPacerAgainstVirtualBMC(t *testing.T) {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			m := &fakeMachine{on: true}
 			var peak atomic.Int32
-			var b *ipmibmc.BMC
+			var bp atomic.Pointer[ipmibmc.BMC] // set after start; read from the BMC's goroutines
 			m.onPoll = func() {
-				n := int32(b.ActiveSessions())
+				n := int32(bp.Load().ActiveSessions())
 				for {
 					old := peak.Load()
 					if n <= old || peak.CompareAndSwap(old, n) {
@@ -167,7 +167,8 @@ func TestPacerAgainstVirtualBMC(t *testing.T) {
 					}
 				}
 			}
-			b = startBMC(t, ipmibmc.Config{}, m)
+			b := startBMC(t, ipmibmc.Config{}, m)
+			bp.Store(b)
 			opts := quickOptions()
 			opts.Pacer = NewPacer(PacerConfig{MaxSessions: limit, MinInterval: time.Millisecond})
 			var wg sync.WaitGroup
