@@ -1,0 +1,151 @@
+//go:build linux
+
+package dhcp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4/server4"
+	"golang.org/x/sys/unix"
+)
+
+// need fails the test under CI (CI=true) and skips it otherwise.
+func need(t *testing.T, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("this test needs %s (CI=true: failing instead of skipping)", what)
+	}
+	t.Skipf("needs %s", what)
+}
+
+func run(t *testing.T, args ...string) {
+	t.Helper()
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// inNetns runs f on an OS thread switched into the named network namespace; sockets f creates
+// stay in that namespace.
+func inNetns(name string, f func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		orig, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer orig.Close()
+		ns, err := os.Open(filepath.Join("/run/netns", name))
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("entering netns %s: %w", name, err)
+			return
+		}
+		ferr := f()
+		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
+			// Leave the thread locked: it dies with the goroutine instead of serving others.
+			errc <- fmt.Errorf("leaving netns %s: %w", name, err)
+			return
+		}
+		runtime.UnlockOSThread()
+		errc <- ferr
+	}()
+	return <-errc
+}
+
+// TestFullModeUdhcpcInNetns runs the full-mode server inside a network namespace the test
+// creates (a veth pair with private addresses, nothing attached to the host's networks) and gets
+// a lease with busybox udhcpc. Needs root, iproute2 and busybox (Debian busybox-static).
+func TestFullModeUdhcpcInNetns(t *testing.T) {
+	need(t, os.Geteuid() == 0, "root (network namespaces)")
+	_, ipErr := exec.LookPath("ip")
+	need(t, ipErr == nil, "the ip command (Debian iproute2)")
+	busybox, bbErr := exec.LookPath("busybox")
+	need(t, bbErr == nil, "busybox (Debian busybox-static)")
+
+	ns := fmt.Sprintf("bcd-dhcp-%d", os.Getpid())
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	run(t, "ip", "-n", ns, "link", "add", "srv0", "type", "veth", "peer", "name", "cli0")
+	run(t, "ip", "-n", ns, "addr", "add", "192.168.77.1/24", "dev", "srv0")
+	for _, l := range []string{"lo", "srv0", "cli0"} {
+		run(t, "ip", "-n", ns, "link", "set", l, "up")
+	}
+
+	var conn interface{ Close() error }
+	cfg := Config{
+		Mode: ModeFull, Interface: "srv0", ServerIP: netip.MustParseAddr("192.168.77.1"),
+		HTTPBaseURL: "http://192.168.77.1:8080", Boot: Policy{EFIBinary: BinaryEFI},
+		Pools: []Pool{{
+			Subnet: netip.MustParsePrefix("192.168.77.0/24"), Start: netip.MustParseAddr("192.168.77.100"), End: netip.MustParseAddr("192.168.77.120"),
+			Routers: []netip.Addr{netip.MustParseAddr("192.168.77.1")}, DNS: []netip.Addr{netip.MustParseAddr("192.168.77.1")}, Domain: "lab.test",
+		}},
+		Leases: NewFileLeaseStore(filepath.Join(t.TempDir(), "leases.json")),
+	}
+	if err := inNetns(ns, func() error {
+		c, err := server4.NewIPv4UDPConn("srv0", nil)
+		cfg.Conn, conn = c, c
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	srv, err := New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+
+	script := filepath.Join(t.TempDir(), "udhcpc.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"event=$1 ip=$ip mask=$mask router=$router dns=$dns domain=$domain lease=$lease\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer ccancel()
+	start := time.Now()
+	out, err := exec.CommandContext(cctx, "ip", "netns", "exec", ns, busybox, "udhcpc",
+		"-i", "cli0", "-f", "-q", "-n", "-t", "5", "-T", "1", "-s", script).CombinedOutput()
+	if err != nil {
+		t.Fatalf("udhcpc: %v\n%s", err, out)
+	}
+	t.Logf("udhcpc got a lease in %s:\n%s", time.Since(start), out)
+	for _, want := range []string{"event=bound", "ip=192.168.77.100", "mask=24", "router=192.168.77.1", "domain=lab.test", "lease=3600"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("udhcpc output lacks %q:\n%s", want, out)
+		}
+	}
+	leases := srv.Leases()
+	if len(leases) != 1 || leases[0].IP != netip.MustParseAddr("192.168.77.100") {
+		t.Fatalf("server leases: %+v", leases)
+	}
+}
