@@ -3,8 +3,10 @@ package dhcp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -464,5 +466,42 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 	if err := off.Serve(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestLeaseStoreFailures(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "leases.json")
+	fs := NewFileLeaseStore(path)
+	if l, err := fs.LoadLeases(ctx); err != nil || l != nil {
+		t.Fatalf("missing file: %v %v", l, err)
+	}
+	want := []Lease{{MAC: macA.String(), IP: netip.MustParseAddr("10.0.0.100"), Expires: t0}}
+	if err := fs.SaveLeases(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fs.LoadLeases(ctx)
+	if err != nil || len(got) != 1 || got[0].MAC != want[0].MAC || got[0].IP != want[0].IP || !got[0].Expires.Equal(t0) {
+		t.Fatalf("round trip: %+v %v", got, err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("temporary files left: %d entries", len(ents))
+	}
+	for name, body := range map[string]string{"corrupt": "{not json", "future version": `{"version":2,"leases":[]}`} {
+		os.WriteFile(path, []byte(body), 0o600)
+		if _, err := fs.LoadLeases(ctx); err == nil {
+			t.Errorf("%s file loaded", name)
+		}
+		if _, err := New(ctx, Config{Mode: ModeFull, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI}, Pools: pools(), Leases: fs}); err == nil {
+			t.Errorf("%s file: server started", name)
+		}
+	}
+	// A lease that cannot be persisted is not acknowledged.
+	store := &memLeases{fail: errors.New("disk full")}
+	s := newFull(t, store, &clock{t0})
+	r := s.Handle(ctx, ListenerDHCP, request(t, macA, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100)))))
+	if r != nil {
+		t.Fatalf("unpersisted lease answered with %s", r.MessageType())
 	}
 }

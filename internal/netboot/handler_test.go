@@ -2,6 +2,7 @@ package netboot
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -233,5 +234,26 @@ func TestNewHandlerRefusesBadConfig(t *testing.T) {
 	}
 	if _, err := NewHandler(base); err != nil {
 		t.Fatalf("base config refused: %v", err)
+	}
+}
+
+// TestHandlerNeverLogsToken serves a ramdisk script (which must carry the token) and checks the
+// handler's logs never do.
+func TestHandlerNeverLogsToken(t *testing.T) {
+	var logs strings.Builder
+	h, err := NewHandler(HandlerConfig{
+		BaseURL: "http://10.0.0.1:8080", Entries: fakeEntries{"52:54:00:12:34:56": ramdiskEntry()},
+		Discovery: &fakeDiscovery{}, Artifacts: fakeArtifacts{shaK: true, shaI: true},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := get(h, "/boot.ipxe?mac=52:54:00:12:34:56&arch=x86_64", "10.0.0.9:1")
+	if !strings.Contains(rec.Body.String(), "bcd.token="+tok) {
+		t.Fatalf("script lacks the token:\n%s", rec.Body)
+	}
+	if logs.Len() == 0 || strings.Contains(logs.String(), tok) {
+		t.Fatalf("logs (%d bytes) leak the token or are empty:\n%s", logs.Len(), logs.String())
 	}
 }
