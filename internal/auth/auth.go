@@ -4,12 +4,11 @@ package auth
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"slices"
 	"strings"
+
+	"bcd/internal/pki"
 )
 
 // Role is what a token may do, within its tenant (or every tenant when the token has none).
@@ -82,23 +81,13 @@ func FromContext(ctx context.Context) (Principal, bool) {
 }
 
 // TokenPrefix starts every API token, so they are recognisable in a leaked file.
-const TokenPrefix = "bcd_"
+const TokenPrefix = pki.APITokenPrefix
 
 // NewToken returns a new bearer token and the hash to store.
-func NewToken() (plain string, hash []byte, err error) {
-	b := make([]byte, 32)
-	if _, err := rand.Read(b); err != nil {
-		return "", nil, fmt.Errorf("generating token: %w", err)
-	}
-	plain = TokenPrefix + base64.RawURLEncoding.EncodeToString(b)
-	return plain, HashToken(plain), nil
-}
+func NewToken() (plain string, hash []byte, err error) { return pki.NewToken(TokenPrefix) }
 
 // HashToken is the stored form of a token.
-func HashToken(plain string) []byte {
-	h := sha256.Sum256([]byte(plain))
-	return h[:]
-}
+func HashToken(plain string) []byte { return pki.HashToken(plain) }
 
 // ParseBearer extracts the token of an Authorization header value.
 func ParseBearer(header string) (string, error) {

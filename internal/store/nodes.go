@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -27,13 +26,13 @@ func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 		return Node{}, err
 	}
 	n.IdentityGeneration, n.Version = uint64(gen), uint64(ver)
-	if err := json.Unmarshal([]byte(drivers), &n.Drivers); err != nil {
+	if err := decodeStringMap(drivers, &n.Drivers); err != nil {
 		return Node{}, fmt.Errorf("decoding drivers of node %s: %w", n.ID, err)
 	}
-	if err := json.Unmarshal([]byte(labels), &n.Labels); err != nil {
+	if err := decodeStringMap(labels, &n.Labels); err != nil {
 		return Node{}, fmt.Errorf("decoding labels of node %s: %w", n.ID, err)
 	}
-	if err := json.Unmarshal([]byte(macs), &n.MACs); err != nil {
+	if err := decodeStringSlice(macs, &n.MACs); err != nil {
 		return Node{}, fmt.Errorf("decoding MACs of node %s: %w", n.ID, err)
 	}
 	return n, nil
@@ -221,6 +220,25 @@ func (s *Store) Nodes(ctx context.Context, f NodeFilter) ([]Node, error) {
 			return nil, fmt.Errorf("reading node: %w", err)
 		}
 		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// CountByState counts nodes per state (metrics, doctor).
+func (s *Store) CountByState(ctx context.Context) (map[string]int, error) {
+	rows, err := s.queryRows(ctx, `SELECT state, COUNT(*) FROM nodes GROUP BY state`)
+	if err != nil {
+		return nil, fmt.Errorf("counting nodes per state: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]int{}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return nil, fmt.Errorf("reading node count: %w", err)
+		}
+		out[st] = n
 	}
 	return out, rows.Err()
 }

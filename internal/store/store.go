@@ -38,11 +38,28 @@ const (
 // Store is the control plane's store.
 type Store struct {
 	engine Engine
-	write  *sql.DB // SQLite: one connection, BEGIN IMMEDIATE; PostgreSQL: the pool
+	write  *sql.DB // SQLite: written by commitLoop alone, BEGIN IMMEDIATE; PostgreSQL: the pool
 	read   *sql.DB // SQLite: a pool of read-only connections; PostgreSQL: the same pool
 	binds  sync.Map
-	now    func() time.Time
+	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
+	// per database (database/sql prepares them once per connection).
+	writeStmts, readStmts stmtCache
+	now                   func() time.Time
+	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
+	// commitLoop), each in its own savepoint.
+	writes chan *writeReq
+	stop   chan struct{}
+	loop   sync.WaitGroup
 }
+
+type writeReq struct {
+	ctx  context.Context
+	f    func(*Tx) error
+	done chan error
+}
+
+// maxGroup bounds the writes committed together.
+const maxGroup = 128
 
 // Sentinel errors, wrapped with what was being done.
 var (
@@ -92,13 +109,15 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
-		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
 		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
-		w.SetMaxOpenConns(1)
-		w.SetMaxIdleConns(1)
+		// Only commitLoop begins write transactions, one at a time. The second connection lets
+		// the statement cache prepare a new statement while the first is inside a transaction.
+		w.SetMaxOpenConns(2)
+		w.SetMaxIdleConns(2)
 		w.SetConnMaxLifetime(0)
 		// Migrate through the writer before readers open the file.
 		s.write, s.read = w, w
@@ -114,6 +133,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		r.SetMaxOpenConns(8)
 		r.SetMaxIdleConns(8)
 		s.read = r
+		s.writes, s.stop = make(chan *writeReq), make(chan struct{})
+		s.loop.Add(1)
+		go s.commitLoop()
 	case Postgres:
 		db, err := sql.Open("pgx", target)
 		if err != nil {
@@ -159,6 +181,12 @@ func (s *Store) Engine() Engine { return s.engine }
 
 // Close closes the connections.
 func (s *Store) Close() error {
+	if s.stop != nil {
+		close(s.stop)
+		s.loop.Wait()
+	}
+	s.writeStmts.close()
+	s.readStmts.close()
 	var errs []error
 	if s.read != s.write {
 		errs = append(errs, s.read.Close())
@@ -204,16 +232,78 @@ type Tx struct {
 	at int64
 }
 
+// stmtCache holds prepared statements of one *sql.DB, bounded so that generated queries (label
+// filters) cannot grow it without limit.
+type stmtCache struct {
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+const maxCachedStmts = 256
+
+// get returns a prepared statement for q, or nil when q is not to be cached or preparing failed
+// (the caller then runs q directly and gets the error there).
+func (c *stmtCache) get(ctx context.Context, db *sql.DB, q string) *sql.Stmt {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if st, ok := c.m[q]; ok {
+		return st
+	}
+	if len(c.m) >= maxCachedStmts {
+		return nil
+	}
+	st, err := db.PrepareContext(ctx, q)
+	if err != nil {
+		return nil
+	}
+	if c.m == nil {
+		c.m = map[string]*sql.Stmt{}
+	}
+	c.m[q] = st
+	return st
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, st := range c.m {
+		st.Close()
+	}
+	c.m = nil
+}
+
+func (t *Tx) stmt(ctx context.Context, q string) *sql.Stmt {
+	if t.s.engine != SQLite {
+		return nil // pgx caches prepared statements itself
+	}
+	if st := t.s.writeStmts.get(ctx, t.s.write, q); st != nil {
+		return t.tx.StmtContext(ctx, st)
+	}
+	return nil
+}
+
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
-	return t.tx.ExecContext(ctx, t.s.bind(q), args...)
+	q = t.s.bind(q)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return t.tx.ExecContext(ctx, q, args...)
 }
 
 func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return t.tx.QueryContext(ctx, t.s.bind(q), args...)
+	q = t.s.bind(q)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return t.tx.QueryContext(ctx, q, args...)
 }
 
 func (t *Tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	return t.tx.QueryRowContext(ctx, t.s.bind(q), args...)
+	q = t.s.bind(q)
+	if st := t.stmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return t.tx.QueryRowContext(ctx, q, args...)
 }
 
 // forUpdate is the row-lock suffix: PostgreSQL locks the row, SQLite's writer is already alone.
@@ -224,8 +314,21 @@ func (t *Tx) forUpdate() string {
 	return ""
 }
 
-// Write runs f in one write transaction, retried on serialization failures.
+// Write runs f in one write transaction, retried on serialization failures. On SQLite, f may be
+// committed together with other writers' functions, each inside its own savepoint: an error
+// from f rolls back f's writes only. f must not call Write itself.
 func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
+	if s.writes != nil {
+		req := &writeReq{ctx: ctx, f: f, done: make(chan error, 1)}
+		select {
+		case s.writes <- req:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.stop:
+			return errors.New("store is closed")
+		}
+		return <-req.done
+	}
 	for attempt := 0; ; attempt++ {
 		err := s.writeOnce(ctx, f)
 		if err == nil || attempt >= 4 || !retryable(err) {
@@ -250,6 +353,76 @@ func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
 	return nil
 }
 
+// commitLoop is SQLite's single writer: it takes the pending writes (up to maxGroup), runs
+// each in a savepoint of one transaction, commits once, then answers every caller.
+func (s *Store) commitLoop() {
+	defer s.loop.Done()
+	for {
+		var group []*writeReq
+		select {
+		case req := <-s.writes:
+			group = append(group, req)
+		case <-s.stop:
+			return
+		}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case req := <-s.writes:
+				group = append(group, req)
+			default:
+				break drain
+			}
+		}
+		s.commitGroup(group)
+	}
+}
+
+func (s *Store) commitGroup(group []*writeReq) {
+	errs := make([]error, len(group))
+	fail := func(err error) {
+		for _, r := range group {
+			r.done <- err
+		}
+	}
+	tx, err := s.write.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(fmt.Errorf("beginning transaction: %w", err))
+		return
+	}
+	t := &Tx{s: s, tx: tx, at: s.nowMicros()}
+	for i, r := range group {
+		if err := r.ctx.Err(); err != nil {
+			errs[i] = err
+			continue
+		}
+		if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("opening savepoint: %w", err))
+			return
+		}
+		if errs[i] = r.f(t); errs[i] != nil {
+			if _, err := tx.Exec("ROLLBACK TO SAVEPOINT w"); err != nil {
+				tx.Rollback()
+				fail(fmt.Errorf("rolling back savepoint after %v: %w", errs[i], err))
+				return
+			}
+		}
+		if _, err := tx.Exec("RELEASE SAVEPOINT w"); err != nil {
+			tx.Rollback()
+			fail(fmt.Errorf("releasing savepoint: %w", err))
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(fmt.Errorf("committing transaction: %w", err))
+		return
+	}
+	for i, r := range group {
+		r.done <- errs[i]
+	}
+}
+
 func retryable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "SQLSTATE 40001") || strings.Contains(msg, "SQLSTATE 40P01") || strings.Contains(msg, "database is locked")
@@ -264,10 +437,25 @@ func isUnique(err error) bool {
 	return strings.Contains(msg, "UNIQUE constraint failed") || strings.Contains(msg, "SQLSTATE 23505")
 }
 
+func (s *Store) readStmt(ctx context.Context, q string) *sql.Stmt {
+	if s.engine != SQLite {
+		return nil
+	}
+	return s.readStmts.get(ctx, s.read, q)
+}
+
 func (s *Store) queryRows(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
-	return s.read.QueryContext(ctx, s.bind(q), args...)
+	q = s.bind(q)
+	if st := s.readStmt(ctx, q); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return s.read.QueryContext(ctx, q, args...)
 }
 
 func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
-	return s.read.QueryRowContext(ctx, s.bind(q), args...)
+	q = s.bind(q)
+	if st := s.readStmt(ctx, q); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return s.read.QueryRowContext(ctx, q, args...)
 }

@@ -1,0 +1,192 @@
+// Package api serves the public API (ConnectRPC: gRPC, gRPC-Web and JSON over HTTP) over the
+// metal service: authentication, request limits, strict decoding and error codes live here; the
+// verbs live in metal.
+package api
+
+import (
+	"compress/gzip"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"bcd/internal/auth"
+	"bcd/internal/gen/bcdv1/bcdv1connect"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+)
+
+// MaxRequestBytes bounds a request body.
+const MaxRequestBytes = 1 << 20
+
+// Handler mounts every service on one mux.
+func Handler(svc *metal.Service, log *slog.Logger) http.Handler {
+	authn := &authenticator{svc: svc, ttl: 5 * time.Second, cache: map[string]cachedPrincipal{}}
+	opts := []connect.HandlerOption{
+		connect.WithCodec(strictJSON{}),
+		connect.WithReadMaxBytes(MaxRequestBytes),
+		// Small answers are cheaper to send than to compress; large ones (listings) are
+		// compressed at gzip's fastest level.
+		connect.WithCompressMinBytes(16 << 10),
+		connect.WithCompression("gzip",
+			func() connect.Decompressor { return &gzip.Reader{} },
+			func() connect.Compressor { w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed); return w }),
+		connect.WithInterceptors(authn.interceptor(), logErrors(log)),
+	}
+	mux := http.NewServeMux()
+	n := &nodes{svc: svc, names: &nameCache{st: svc.Store(), maxAge: 10 * time.Second}}
+	mux.Handle(bcdv1connect.NewNodeServiceHandler(n, opts...))
+	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc}, opts...))
+	mux.Handle(bcdv1connect.NewTokenServiceHandler(&tokens{svc: svc}, opts...))
+	return mux
+}
+
+// strictJSON is the JSON codec with unknown fields refused (connect's default discards them).
+type strictJSON struct{}
+
+func (strictJSON) Name() string { return "json" }
+
+func (strictJSON) Marshal(m any) ([]byte, error) {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return nil, fmt.Errorf("cannot encode %T as JSON", m)
+	}
+	return protojson.MarshalOptions{}.Marshal(msg)
+}
+
+func (strictJSON) Unmarshal(b []byte, m any) error {
+	msg, ok := m.(proto.Message)
+	if !ok {
+		return fmt.Errorf("cannot decode JSON into %T", m)
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if err := (protojson.UnmarshalOptions{}).Unmarshal(b, msg); err != nil {
+		return fmt.Errorf("invalid JSON request: %v", err)
+	}
+	return nil
+}
+
+// ---------------------------------------------------------------- authentication
+
+type cachedPrincipal struct {
+	p       auth.Principal
+	expires time.Time
+}
+
+// authenticator resolves bearer tokens, caching each for a few seconds (a revoked token stops
+// working within the TTL on every replica).
+type authenticator struct {
+	svc   *metal.Service
+	ttl   time.Duration
+	mu    sync.Mutex
+	cache map[string]cachedPrincipal
+}
+
+func (a *authenticator) principal(ctx context.Context, header string) (auth.Principal, error) {
+	tok, err := auth.ParseBearer(header)
+	if err != nil {
+		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, err)
+	}
+	key := string(auth.HashToken(tok))
+	now := time.Now()
+	a.mu.Lock()
+	c, ok := a.cache[key]
+	a.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.p, nil
+	}
+	p, err := a.svc.Authenticate(ctx, tok)
+	if errors.Is(err, store.ErrNotFound) {
+		return auth.Principal{}, connect.NewError(connect.CodeUnauthenticated, errors.New("unknown or revoked token"))
+	}
+	if err != nil {
+		return auth.Principal{}, connect.NewError(connect.CodeUnavailable, errors.New("checking the token failed; try again"))
+	}
+	a.mu.Lock()
+	if len(a.cache) > 10000 {
+		clear(a.cache)
+	}
+	a.cache[key] = cachedPrincipal{p: p, expires: now.Add(a.ttl)}
+	a.mu.Unlock()
+	return p, nil
+}
+
+func (a *authenticator) interceptor() connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			p, err := a.principal(ctx, req.Header().Get("Authorization"))
+			if err != nil {
+				return nil, err
+			}
+			return next(auth.WithPrincipal(ctx, p), req)
+		}
+	}
+}
+
+func principal(ctx context.Context) auth.Principal {
+	p, _ := auth.FromContext(ctx)
+	return p
+}
+
+// logErrors logs internal errors (never request bodies: they may hold credentials).
+func logErrors(log *slog.Logger) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			resp, err := next(ctx, req)
+			if err != nil {
+				if ce := new(connect.Error); errors.As(err, &ce) && ce.Code() == connect.CodeInternal {
+					log.ErrorContext(ctx, "request failed", "procedure", req.Spec().Procedure, "error", ce.Message())
+				}
+			}
+			return resp, err
+		}
+	}
+}
+
+// toConnect maps service errors to API codes.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var (
+		inv   *metal.InvalidError
+		ref   *provision.RefusedError
+		forb  *metal.ForbiddenError
+		stale *metal.StaleError
+		cerr  *connect.Error
+	)
+	switch {
+	case errors.As(err, &cerr):
+		return err
+	case errors.As(err, &inv):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.As(err, &forb):
+		return connect.NewError(connect.CodePermissionDenied, err)
+	case errors.As(err, &ref):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.As(err, &stale), errors.Is(err, store.ErrStale):
+		return connect.NewError(connect.CodeAborted, err)
+	case errors.Is(err, store.ErrNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, store.ErrConflict):
+		return connect.NewError(connect.CodeAlreadyExists, err)
+	case errors.Is(err, store.ErrAmbiguous):
+		return connect.NewError(connect.CodeInvalidArgument, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}

@@ -1,0 +1,341 @@
+package api
+
+import (
+	"context"
+
+	"connectrpc.com/connect"
+
+	"bcd/internal/auth"
+	"bcd/internal/gen/bcdv1"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+)
+
+type nodes struct {
+	svc   *metal.Service
+	names *nameCache
+}
+
+func (h *nodes) respond(ctx context.Context, n store.Node, err error) (*connect.Response[bcdv1.NodeResponse], error) {
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := h.names.get(ctx, n.TenantID, n.SiteID, n.PoolID)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.NodeResponse{Node: nodeProto(n, nm)}), nil
+}
+
+func (h *nodes) Enroll(ctx context.Context, req *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	m := req.Msg
+	in := metal.EnrollInput{Name: m.Name, Pool: m.Pool, MACs: m.Macs, ProductUUID: m.ProductUuid, Labels: m.Labels, Reason: m.Reason}
+	if b := m.Bmc; b != nil {
+		in.BMC = metal.BMCInput{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password, InsecureTLS: b.InsecureTls, FingerprintSHA256: b.TlsFingerprintSha256}
+	}
+	n, err := h.svc.Enroll(ctx, principal(ctx), in)
+	return h.respond(ctx, n, err)
+}
+
+func (h *nodes) Get(ctx context.Context, req *connect.Request[bcdv1.GetNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	n, err := h.svc.Get(ctx, principal(ctx), req.Msg.Node)
+	return h.respond(ctx, n, err)
+}
+
+func (h *nodes) List(ctx context.Context, req *connect.Request[bcdv1.ListNodesRequest]) (*connect.Response[bcdv1.ListNodesResponse], error) {
+	m := req.Msg
+	list, next, err := h.svc.List(ctx, principal(ctx), metal.ListInput{Tenant: m.Tenant, State: m.State, Pool: m.Pool, Site: m.Site,
+		Maintenance: m.Maintenance, Labels: m.Labels, PageSize: int(m.PageSize), PageToken: m.PageToken})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := h.names.get(ctx, "", "", "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListNodesResponse{Nodes: make([]*bcdv1.Node, len(list)), NextPageToken: next}
+	for i, n := range list {
+		out.Nodes[i] = nodeProto(n, nm)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *nodes) verb(ctx context.Context, v provision.Verb, in metal.VerbInput) (*connect.Response[bcdv1.NodeResponse], error) {
+	n, _, err := h.svc.Apply(ctx, principal(ctx), v, in)
+	return h.respond(ctx, n, err)
+}
+
+func simple(m *bcdv1.NodeVerbRequest) metal.VerbInput {
+	return metal.VerbInput{Node: m.Node, Reason: m.Reason, ExpectedVersion: m.ExpectedVersion}
+}
+
+func (h *nodes) Manage(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbManage, simple(req.Msg))
+}
+
+func (h *nodes) Inspect(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbInspect, simple(req.Msg))
+}
+
+func (h *nodes) Provide(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbProvide, simple(req.Msg))
+}
+
+func (h *nodes) Deploy(ctx context.Context, req *connect.Request[bcdv1.DeployRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	m := req.Msg
+	return h.verb(ctx, provision.VerbDeploy, metal.VerbInput{Node: m.Node, Reason: m.Reason, ExpectedVersion: m.ExpectedVersion, Profile: m.Profile, Image: m.Image})
+}
+
+func (h *nodes) Undeploy(ctx context.Context, req *connect.Request[bcdv1.UndeployRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	m := req.Msg
+	return h.verb(ctx, provision.VerbUndeploy, metal.VerbInput{Node: m.Node, Reason: m.Reason, ExpectedVersion: m.ExpectedVersion, Wipe: m.Wipe})
+}
+
+func (h *nodes) Rescue(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbRescue, simple(req.Msg))
+}
+
+func (h *nodes) Unrescue(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbUnrescue, simple(req.Msg))
+}
+
+func (h *nodes) Retire(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbRetire, simple(req.Msg))
+}
+
+func (h *nodes) Recover(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbRecover, simple(req.Msg))
+}
+
+func (h *nodes) Abort(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return h.verb(ctx, provision.VerbAbort, simple(req.Msg))
+}
+
+func (h *nodes) Maintenance(ctx context.Context, req *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	m := req.Msg
+	return h.verb(ctx, provision.VerbMaintenance, metal.VerbInput{Node: m.Node, Reason: m.Reason, MaintenanceOn: m.On})
+}
+
+func (h *nodes) Power(ctx context.Context, req *connect.Request[bcdv1.PowerRequest]) (*connect.Response[bcdv1.PowerResponse], error) {
+	m := req.Msg
+	n, cmd, err := h.svc.Apply(ctx, principal(ctx), provision.VerbPower, metal.VerbInput{Node: m.Node, Reason: m.Reason, PowerAction: m.Action})
+	resp, err := h.respond(ctx, n, err)
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&bcdv1.PowerResponse{Node: resp.Msg.Node, CommandId: cmd}), nil
+}
+
+func (h *nodes) Delete(ctx context.Context, req *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error) {
+	if err := h.svc.Delete(ctx, principal(ctx), req.Msg.Node, req.Msg.Reason); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.DeleteNodeResponse{}), nil
+}
+
+func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error) {
+	evs, err := h.svc.Events(ctx, principal(ctx), req.Msg.Node, req.Msg.AfterId, int(req.Msg.Limit))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := loadNames(ctx, h.svc.Store())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListEventsResponse{Events: make([]*bcdv1.Event, len(evs))}
+	for i, e := range evs {
+		out.Events[i] = eventProto(e, nm)
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ---------------------------------------------------------------- inventory
+
+type inventory struct{ svc *metal.Service }
+
+func (h *inventory) names(ctx context.Context) (names, error) { return loadNames(ctx, h.svc.Store()) }
+
+func (h *inventory) CreateTenant(ctx context.Context, req *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error) {
+	tn, err := h.svc.CreateTenant(ctx, principal(ctx), req.Msg.Name)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.TenantResponse{Tenant: &bcdv1.Tenant{Id: tn.ID, Name: tn.Name, CreatedAt: ts(tn.CreatedAt)}}), nil
+}
+
+func (h *inventory) ListTenants(ctx context.Context, req *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error) {
+	list, err := h.svc.Tenants(ctx, principal(ctx))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListTenantsResponse{}
+	for _, tn := range list {
+		out.Tenants = append(out.Tenants, &bcdv1.Tenant{Id: tn.ID, Name: tn.Name, CreatedAt: ts(tn.CreatedAt)})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func siteProto(s store.Site, nm names) *bcdv1.Site {
+	return &bcdv1.Site{Id: s.ID, Name: s.Name, Tenant: nm.tenants[s.TenantID], Labels: s.Labels, CreatedAt: ts(s.CreatedAt)}
+}
+
+func poolProto(p store.Pool, nm names) *bcdv1.Pool {
+	return &bcdv1.Pool{Id: p.ID, Name: p.Name, Tenant: nm.tenants[p.TenantID], Site: nm.sites[p.SiteID], Policy: policyProto(p.Policy), CreatedAt: ts(p.CreatedAt)}
+}
+
+func (h *inventory) CreateSite(ctx context.Context, req *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error) {
+	s, err := h.svc.CreateSite(ctx, principal(ctx), req.Msg.Name, req.Msg.Tenant, req.Msg.Labels)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := h.names(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.SiteResponse{Site: siteProto(s, nm)}), nil
+}
+
+func (h *inventory) ListSites(ctx context.Context, req *connect.Request[bcdv1.ListSitesRequest]) (*connect.Response[bcdv1.ListSitesResponse], error) {
+	list, err := h.svc.Sites(ctx, principal(ctx), req.Msg.Tenant)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := h.names(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListSitesResponse{}
+	for _, s := range list {
+		out.Sites = append(out.Sites, siteProto(s, nm))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *inventory) DeleteSite(ctx context.Context, req *connect.Request[bcdv1.DeleteSiteRequest]) (*connect.Response[bcdv1.DeleteSiteResponse], error) {
+	if err := h.svc.DeleteSite(ctx, principal(ctx), req.Msg.Site); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.DeleteSiteResponse{}), nil
+}
+
+func (h *inventory) CreatePool(ctx context.Context, req *connect.Request[bcdv1.CreatePoolRequest]) (*connect.Response[bcdv1.PoolResponse], error) {
+	p, err := h.svc.CreatePool(ctx, principal(ctx), req.Msg.Name, req.Msg.Site, policyFromProto(req.Msg.Policy))
+	return h.pool(ctx, p, err)
+}
+
+func (h *inventory) UpdatePool(ctx context.Context, req *connect.Request[bcdv1.UpdatePoolRequest]) (*connect.Response[bcdv1.PoolResponse], error) {
+	p, err := h.svc.UpdatePool(ctx, principal(ctx), req.Msg.Pool, policyFromProto(req.Msg.Policy))
+	return h.pool(ctx, p, err)
+}
+
+func (h *inventory) pool(ctx context.Context, p store.Pool, err error) (*connect.Response[bcdv1.PoolResponse], error) {
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := h.names(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.PoolResponse{Pool: poolProto(p, nm)}), nil
+}
+
+func (h *inventory) ListPools(ctx context.Context, req *connect.Request[bcdv1.ListPoolsRequest]) (*connect.Response[bcdv1.ListPoolsResponse], error) {
+	list, err := h.svc.Pools(ctx, principal(ctx), req.Msg.Tenant, req.Msg.Site)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := h.names(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListPoolsResponse{}
+	for _, p := range list {
+		out.Pools = append(out.Pools, poolProto(p, nm))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *inventory) DeletePool(ctx context.Context, req *connect.Request[bcdv1.DeletePoolRequest]) (*connect.Response[bcdv1.DeletePoolResponse], error) {
+	if err := h.svc.DeletePool(ctx, principal(ctx), req.Msg.Pool); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.DeletePoolResponse{}), nil
+}
+
+func (h *inventory) PutHardwareProfile(ctx context.Context, req *connect.Request[bcdv1.PutHardwareProfileRequest]) (*connect.Response[bcdv1.HardwareProfileResponse], error) {
+	in := req.Msg.Profile
+	if in == nil {
+		in = &bcdv1.HardwareProfile{}
+	}
+	hp, err := h.svc.PutHardwareProfile(ctx, principal(ctx), store.HardwareProfile{Name: in.Name, Drivers: in.Drivers, LocalBoot: in.LocalBoot})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.HardwareProfileResponse{Profile: &bcdv1.HardwareProfile{Name: hp.Name, Drivers: hp.Drivers, LocalBoot: hp.LocalBoot}}), nil
+}
+
+func (h *inventory) ListHardwareProfiles(ctx context.Context, req *connect.Request[bcdv1.ListHardwareProfilesRequest]) (*connect.Response[bcdv1.ListHardwareProfilesResponse], error) {
+	list, err := h.svc.HardwareProfiles(ctx, principal(ctx))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListHardwareProfilesResponse{}
+	for _, hp := range list {
+		out.Profiles = append(out.Profiles, &bcdv1.HardwareProfile{Name: hp.Name, Drivers: hp.Drivers, LocalBoot: hp.LocalBoot})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ---------------------------------------------------------------- tokens
+
+type tokens struct{ svc *metal.Service }
+
+func (h *tokens) Create(ctx context.Context, req *connect.Request[bcdv1.CreateTokenRequest]) (*connect.Response[bcdv1.CreateTokenResponse], error) {
+	secret, tok, err := h.svc.CreateToken(ctx, principal(ctx), req.Msg.Name, auth.Role(req.Msg.Role), req.Msg.Tenant)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := loadNames(ctx, h.svc.Store())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.CreateTokenResponse{Token: tokenProto(tok, nm), Secret: secret}), nil
+}
+
+func (h *tokens) List(ctx context.Context, req *connect.Request[bcdv1.ListTokensRequest]) (*connect.Response[bcdv1.ListTokensResponse], error) {
+	list, err := h.svc.Tokens(ctx, principal(ctx))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := loadNames(ctx, h.svc.Store())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListTokensResponse{}
+	for _, t := range list {
+		out.Tokens = append(out.Tokens, tokenProto(t, nm))
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *tokens) Revoke(ctx context.Context, req *connect.Request[bcdv1.RevokeTokenRequest]) (*connect.Response[bcdv1.RevokeTokenResponse], error) {
+	tok, err := h.svc.RevokeToken(ctx, principal(ctx), req.Msg.Token)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	nm, err := loadNames(ctx, h.svc.Store())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.RevokeTokenResponse{Token: tokenProto(tok, nm)}), nil
+}
+
+func (h *tokens) WhoAmI(ctx context.Context, req *connect.Request[bcdv1.WhoAmIRequest]) (*connect.Response[bcdv1.WhoAmIResponse], error) {
+	p := principal(ctx)
+	nm, err := loadNames(ctx, h.svc.Store())
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.WhoAmIResponse{Token: &bcdv1.Token{Id: p.TokenID, Name: p.Name, Role: string(p.Role), Tenant: nm.tenants[p.TenantID]}}), nil
+}

@@ -1,0 +1,327 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
+
+	"bcd/internal/gen/bcdv1"
+)
+
+func kv(m map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	return dash(strings.Join(out, ","))
+}
+
+// table prints rows under a header, or msg as JSON.
+func (g *globals) table(msg proto.Message, header string, rows [][]string) error {
+	if g.output == "json" {
+		return g.printJSON(msg)
+	}
+	tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+func siteCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "site", Short: "Sites: where site agents and machines are"}
+	var create bcdv1.CreateSiteRequest
+	var labels []string
+	c := &cobra.Command{Use: "create NAME", Short: "Create a site", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			create.Name = args[0]
+			var err error
+			if create.Labels, err = labelMap(labels); err != nil {
+				return err
+			}
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.CreateSite(cmd.Context(), connect.NewRequest(&create))
+			if err != nil {
+				return err
+			}
+			s := resp.Msg.Site
+			return g.table(resp.Msg, "NAME\tTENANT\tLABELS\tID", [][]string{{s.Name, s.Tenant, kv(s.Labels), s.Id}})
+		}}
+	c.Flags().StringVar(&create.Tenant, "tenant", "", "tenant (default: your token's, or default)")
+	c.Flags().StringArrayVar(&labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
+	var tenant string
+	l := &cobra.Command{Use: "list", Short: "List sites", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.ListSites(cmd.Context(), connect.NewRequest(&bcdv1.ListSitesRequest{Tenant: tenant}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, s := range resp.Msg.Sites {
+				rows = append(rows, []string{s.Name, s.Tenant, kv(s.Labels), s.Id})
+			}
+			return g.table(resp.Msg, "NAME\tTENANT\tLABELS\tID", rows)
+		}}
+	l.Flags().StringVar(&tenant, "tenant", "", "only this tenant's sites")
+	d := &cobra.Command{Use: "delete SITE", Short: "Delete a site without pools", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			_, err = cl.inventory.DeleteSite(cmd.Context(), connect.NewRequest(&bcdv1.DeleteSiteRequest{Site: args[0]}))
+			return err
+		}}
+	cmd.AddCommand(c, l, d)
+	return cmd
+}
+
+func poolRows(pools ...*bcdv1.Pool) [][]string {
+	var rows [][]string
+	for _, p := range pools {
+		rows = append(rows, []string{p.Name, p.Site, p.Tenant, p.Policy.GetHardwareProfile(), yesNo(p.Policy.GetTrustProvisioningNetwork()), kv(p.Policy.GetLabels()), p.Id})
+	}
+	return rows
+}
+
+const poolHeader = "NAME\tSITE\tTENANT\tHARDWARE PROFILE\tTRUST PXE NET\tLABELS\tID"
+
+func poolCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "pool", Short: "Pools: machines of one site sharing a policy"}
+	policyFlags := func(c *cobra.Command, pol *bcdv1.PoolPolicy, labels *[]string) {
+		c.Flags().StringVar(&pol.HardwareProfile, "hardware-profile", "redfish", "hardware profile (driver per concern)")
+		c.Flags().BoolVar(&pol.TrustProvisioningNetwork, "trust-provisioning-network", false, "bind PXE-discovered MACs without operator confirmation")
+		c.Flags().StringArrayVar(labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
+	}
+	var create bcdv1.CreatePoolRequest
+	create.Policy = &bcdv1.PoolPolicy{}
+	var cLabels []string
+	c := &cobra.Command{Use: "create NAME --site SITE", Short: "Create a pool", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			create.Name = args[0]
+			var err error
+			if create.Policy.Labels, err = labelMap(cLabels); err != nil {
+				return err
+			}
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.CreatePool(cmd.Context(), connect.NewRequest(&create))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pool))
+		}}
+	c.Flags().StringVar(&create.Site, "site", "default", "site of the pool")
+	policyFlags(c, create.Policy, &cLabels)
+	var update bcdv1.UpdatePoolRequest
+	update.Policy = &bcdv1.PoolPolicy{}
+	var uLabels []string
+	u := &cobra.Command{Use: "update POOL", Short: "Replace a pool's policy", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			update.Pool = args[0]
+			var err error
+			if update.Policy.Labels, err = labelMap(uLabels); err != nil {
+				return err
+			}
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.UpdatePool(cmd.Context(), connect.NewRequest(&update))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pool))
+		}}
+	policyFlags(u, update.Policy, &uLabels)
+	var list bcdv1.ListPoolsRequest
+	l := &cobra.Command{Use: "list", Short: "List pools", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.ListPools(cmd.Context(), connect.NewRequest(&list))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pools...))
+		}}
+	l.Flags().StringVar(&list.Site, "site", "", "only this site's pools")
+	l.Flags().StringVar(&list.Tenant, "tenant", "", "only this tenant's pools")
+	d := &cobra.Command{Use: "delete POOL", Short: "Delete a pool without nodes", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			_, err = cl.inventory.DeletePool(cmd.Context(), connect.NewRequest(&bcdv1.DeletePoolRequest{Pool: args[0]}))
+			return err
+		}}
+	cmd.AddCommand(c, u, l, d)
+	return cmd
+}
+
+func tenantCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "tenant", Short: "Tenants"}
+	cmd.AddCommand(&cobra.Command{Use: "create NAME", Short: "Create a tenant", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.CreateTenant(cmd.Context(), connect.NewRequest(&bcdv1.CreateTenantRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			t := resp.Msg.Tenant
+			return g.table(resp.Msg, "NAME\tID", [][]string{{t.Name, t.Id}})
+		}}, &cobra.Command{Use: "list", Short: "List tenants", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.ListTenants(cmd.Context(), connect.NewRequest(&bcdv1.ListTenantsRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, t := range resp.Msg.Tenants {
+				rows = append(rows, []string{t.Name, t.Id})
+			}
+			return g.table(resp.Msg, "NAME\tID", rows)
+		}})
+	return cmd
+}
+
+func tokenRows(ts ...*bcdv1.Token) [][]string {
+	var rows [][]string
+	for _, t := range ts {
+		rows = append(rows, []string{t.Name, t.Role, dash(t.Tenant), t.CreatedAt, dash(t.RevokedAt), t.Id})
+	}
+	return rows
+}
+
+const tokenHeader = "NAME\tROLE\tTENANT\tCREATED\tREVOKED\tID"
+
+func tokenCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "API tokens (stored hashed; the secret is shown once)"}
+	var create bcdv1.CreateTokenRequest
+	c := &cobra.Command{Use: "create NAME --role ROLE", Short: "Create a token", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			create.Name = args[0]
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.tokens.Create(cmd.Context(), connect.NewRequest(&create))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			fmt.Fprintf(g.env.Stdout, "token %s (%s) created; its secret, shown once:\n%s\n", resp.Msg.Token.Name, resp.Msg.Token.Role, resp.Msg.Secret)
+			return nil
+		}}
+	c.Flags().StringVar(&create.Role, "role", "viewer", "admin, operator, approver or viewer")
+	c.Flags().StringVar(&create.Tenant, "tenant", "", "tenant the token acts in (empty: every tenant; admins only)")
+	l := &cobra.Command{Use: "list", Short: "List tokens", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.tokens.List(cmd.Context(), connect.NewRequest(&bcdv1.ListTokensRequest{}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, tokenHeader, tokenRows(resp.Msg.Tokens...))
+		}}
+	r := &cobra.Command{Use: "revoke TOKEN", Short: "Revoke a token (by name or id)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.tokens.Revoke(cmd.Context(), connect.NewRequest(&bcdv1.RevokeTokenRequest{Token: args[0]}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, tokenHeader, tokenRows(resp.Msg.Token))
+		}}
+	w := &cobra.Command{Use: "whoami", Short: "Show the token in use", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.tokens.WhoAmI(cmd.Context(), connect.NewRequest(&bcdv1.WhoAmIRequest{}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, tokenHeader, tokenRows(resp.Msg.Token))
+		}}
+	cmd.AddCommand(c, l, r, w)
+	return cmd
+}
+
+func profileCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "hwprofile", Short: "Hardware profiles: the driver of each concern"}
+	var drivers []string
+	var hp bcdv1.HardwareProfile
+	p := &cobra.Command{Use: "put NAME --driver concern=driver…", Short: "Create or replace a hardware profile", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			hp.Name = args[0]
+			var err error
+			if hp.Drivers, err = labelMap(drivers); err != nil {
+				return err
+			}
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.PutHardwareProfile(cmd.Context(), connect.NewRequest(&bcdv1.PutHardwareProfileRequest{Profile: &hp}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, "NAME\tDRIVERS\tLOCAL BOOT", [][]string{{resp.Msg.Profile.Name, kv(resp.Msg.Profile.Drivers), resp.Msg.Profile.LocalBoot}})
+		}}
+	p.Flags().StringArrayVar(&drivers, "driver", nil, "concern=driver (power, management, boot, deploy, inspect, virtual-media)")
+	p.Flags().StringVar(&hp.LocalBoot, "local-boot", "exit", "how iPXE boots the local disk: exit or sanboot")
+	l := &cobra.Command{Use: "list", Short: "List hardware profiles", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.ListHardwareProfiles(cmd.Context(), connect.NewRequest(&bcdv1.ListHardwareProfilesRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, hp := range resp.Msg.Profiles {
+				rows = append(rows, []string{hp.Name, kv(hp.Drivers), hp.LocalBoot})
+			}
+			return g.table(resp.Msg, "NAME\tDRIVERS\tLOCAL BOOT", rows)
+		}}
+	cmd.AddCommand(p, l)
+	return cmd
+}

@@ -1,0 +1,92 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+
+	"github.com/spf13/cobra"
+
+	"bcd/internal/bench"
+	"bcd/internal/server"
+)
+
+func benchCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "bench", Short: "Measure bcd on this machine"}
+	var cfg bench.APIConfig
+	var storeDSN string
+	var asJSON bool
+	var profile string
+	api := &cobra.Command{
+		Use:   "api [--nodes 10000] [--clients 8] [--store DSN]",
+		Short: "Enroll N nodes over the real API with concurrent clients, then list them",
+		Long: "Starts a server on loopback with a fresh store (SQLite in a temporary directory, or the " +
+			"PostgreSQL DSN given with --store), or targets --server with --token when --external is set.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return fmt.Errorf("creating CPU profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("starting CPU profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
+			external, _ := cmd.Flags().GetBool("external")
+			if external {
+				cfg.BaseURL, cfg.Token = g.server, g.token
+			} else {
+				dir, err := os.MkdirTemp("", "bcd-bench-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", DataDir: dir, StoreDSN: storeDSN}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				if err != nil {
+					return err
+				}
+				sctx, cancel := context.WithCancel(ctx)
+				errc := make(chan error, 1)
+				go func() { errc <- srv.Serve(sctx) }()
+				defer func() { cancel(); <-errc }()
+				cfg.BaseURL, cfg.Token = srv.URL(), srv.FirstAdminToken()
+				if cfg.Token == "" {
+					return fmt.Errorf("the store given with --store is not empty: give a fresh database")
+				}
+			}
+			cfg.Progress = func(done, total int) {
+				if !asJSON {
+					fmt.Fprintf(g.env.Stderr, "\renrolled %d/%d", done, total)
+				}
+			}
+			res, err := bench.RunAPI(ctx, cfg)
+			if !asJSON {
+				fmt.Fprintln(g.env.Stderr)
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(g.env.Stdout).Encode(res)
+			}
+			fmt.Fprintln(g.env.Stdout, res)
+			return nil
+		},
+	}
+	api.Flags().IntVar(&cfg.Nodes, "nodes", 10000, "nodes to enroll")
+	api.Flags().IntVar(&cfg.Clients, "clients", 8, "concurrent API clients")
+	api.Flags().StringVar(&storeDSN, "store", "", "store DSN of the server under test (default: SQLite in a temporary directory)")
+	api.Flags().Bool("external", false, "measure the server at --server with --token instead of starting one")
+	api.Flags().BoolVar(&asJSON, "json", false, "print the figures as JSON")
+	api.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of the whole run (server and clients) to this file")
+	cmd.AddCommand(api)
+	return cmd
+}

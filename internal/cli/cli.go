@@ -1,0 +1,150 @@
+// Package cli is the `bcd` command line: `bcd server` and the client verbs over the public API.
+// It parses flags and prints; the work happens in the server and the packages it wires.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"bcd/internal/gen/bcdv1/bcdv1connect"
+)
+
+// Env is what a command reads from outside: arguments, environment, streams.
+type Env struct {
+	Args   []string
+	Getenv func(string) string
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Run executes the command line and returns the process exit code.
+func Run(ctx context.Context, env Env) int {
+	root := newRoot(env)
+	root.SetArgs(env.Args)
+	root.SetOut(env.Stdout)
+	root.SetErr(env.Stderr)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(env.Stderr, "error:", describe(err))
+		return 1
+	}
+	return 0
+}
+
+// describe turns an API error into one line an operator can act on.
+func describe(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		switch ce.Code() {
+		case connect.CodeUnauthenticated:
+			return ce.Message() + " (give a token with --token or BCD_TOKEN)"
+		case connect.CodeUnavailable:
+			return ce.Message() + " (is bcd server running at --server / BCD_SERVER?)"
+		}
+		return fmt.Sprintf("%s: %s", ce.Code(), ce.Message())
+	}
+	return err.Error()
+}
+
+type globals struct {
+	env    Env
+	server string
+	token  string
+	output string
+}
+
+func (g *globals) envOr(name, def string) string {
+	if v := g.env.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func newRoot(env Env) *cobra.Command {
+	g := &globals{env: env}
+	root := &cobra.Command{
+		Use:           "bcd",
+		Short:         "bcd: bare metal, end to end",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.server, "server", g.envOr("BCD_SERVER", "http://127.0.0.1:7480"), "control plane API URL (env BCD_SERVER)")
+	root.PersistentFlags().StringVar(&g.token, "token", g.envOr("BCD_TOKEN", ""), "API bearer token (env BCD_TOKEN)")
+	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.AddCommand(serverCmd(g), nodeCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g))
+	return root
+}
+
+// clients are the API clients of one invocation.
+type clients struct {
+	nodes     bcdv1connect.NodeServiceClient
+	inventory bcdv1connect.InventoryServiceClient
+	tokens    bcdv1connect.TokenServiceClient
+}
+
+func (g *globals) clients() (*clients, error) {
+	if g.output != "table" && g.output != "json" {
+		return nil, fmt.Errorf("unknown output format %q: accepted are table and json", g.output)
+	}
+	if !strings.HasPrefix(g.server, "http://") && !strings.HasPrefix(g.server, "https://") {
+		return nil, fmt.Errorf("--server %q: use http://HOST:PORT or https://HOST:PORT", g.server)
+	}
+	hc := &http.Client{Timeout: 5 * time.Minute}
+	opts := []connect.ClientOption{connect.WithInterceptors(bearer(g.token))}
+	base := strings.TrimSuffix(g.server, "/")
+	return &clients{
+		nodes:     bcdv1connect.NewNodeServiceClient(hc, base, opts...),
+		inventory: bcdv1connect.NewInventoryServiceClient(hc, base, opts...),
+		tokens:    bcdv1connect.NewTokenServiceClient(hc, base, opts...),
+	}, nil
+}
+
+func bearer(token string) connect.UnaryInterceptorFunc {
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set("Authorization", "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+// printJSON writes a message in the stable JSON form scripts read (every field present).
+func (g *globals) printJSON(m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  ", EmitUnpopulated: true}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encoding output: %w", err)
+	}
+	_, err = fmt.Fprintln(g.env.Stdout, string(b))
+	return err
+}
+
+// newLogger is the structured JSON logger of long-running commands.
+func newLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: accepted are debug, info, warn, error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// readSecretFile reads a password file (trailing newline dropped).
+func readSecretFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading password file: %w", err)
+	}
+	return strings.TrimRight(string(b), "\r\n"), nil
+}

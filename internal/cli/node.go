@@ -1,0 +1,420 @@
+package cli
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"bcd/internal/gen/bcdv1"
+)
+
+func nodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "node", Short: "Enroll, inspect and drive machines"}
+	cmd.AddCommand(enrollCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), deleteCmd(g), powerCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g))
+	for _, v := range []struct{ name, short string }{
+		{"manage", "ready → manageable"},
+		{"inspect", "manageable|ready → inspecting (in-band inventory), back where it came from"},
+		{"provide", "manageable → commissioning → ready"},
+		{"rescue", "deployed → rescue (boots the ramdisk)"},
+		{"unrescue", "rescue → deployed (boots the installed OS)"},
+		{"retire", "manageable|ready|deployed|failed → retiring (crypto-erase) → retired"},
+		{"recover", "failed → where its workflow failed (a failed deploy is released first)"},
+		{"abort", "stop the running workflow: failed, maintenance on"},
+	} {
+		cmd.AddCommand(simpleVerbCmd(g, v.name, v.short))
+	}
+	return cmd
+}
+
+func labelMap(pairs []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok {
+			return nil, fmt.Errorf("label %q: use key=value", p)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func enrollCmd(g *globals) *cobra.Command {
+	var in bcdv1.EnrollRequest
+	in.Bmc = &bcdv1.BmcCredentials{}
+	var labels []string
+	var passwordFile string
+	cmd := &cobra.Command{
+		Use:   "enroll NAME --bmc-address ADDR --bmc-username USER --bmc-password-file FILE",
+		Short: "Enroll a machine by its BMC (credentials are sealed at once)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Name = args[0]
+			var err error
+			if in.Labels, err = labelMap(labels); err != nil {
+				return err
+			}
+			switch {
+			case passwordFile != "":
+				if in.Bmc.Password, err = readSecretFile(passwordFile); err != nil {
+					return err
+				}
+			case g.env.Getenv("BCD_BMC_PASSWORD") != "":
+				in.Bmc.Password = g.env.Getenv("BCD_BMC_PASSWORD")
+			default:
+				return fmt.Errorf("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Enroll(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			return g.printNode(resp.Msg.Node)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.Pool, "pool", "default", "pool to join (name or id)")
+	f.StringVar(&in.Bmc.Driver, "bmc-driver", "", "redfish or ipmi (default: the pool's hardware profile)")
+	f.StringVar(&in.Bmc.Address, "bmc-address", "", "https://HOST[:PORT] (redfish) or HOST[:PORT] (ipmi)")
+	f.StringVar(&in.Bmc.Username, "bmc-username", "", "BMC user")
+	f.StringVar(&passwordFile, "bmc-password-file", "", "file holding the BMC password (or env BCD_BMC_PASSWORD)")
+	f.BoolVar(&in.Bmc.InsecureTls, "insecure-tls", false, "do not verify the BMC's TLS certificate")
+	f.StringVar(&in.Bmc.TlsFingerprintSha256, "tls-fingerprint", "", "pin the BMC's TLS certificate by SHA-256")
+	f.StringSliceVar(&in.Macs, "mac", nil, "provisioning NIC MAC (repeatable)")
+	f.StringVar(&in.ProductUuid, "product-uuid", "", "SMBIOS product UUID")
+	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func nodeListCmd(g *globals) *cobra.Command {
+	var in bcdv1.ListNodesRequest
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List nodes (filters: --state --pool --site --maintenance --label)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			out := &bcdv1.ListNodesResponse{}
+			for {
+				resp, err := c.nodes.List(cmd.Context(), connect.NewRequest(&in))
+				if err != nil {
+					return err
+				}
+				out.Nodes = append(out.Nodes, resp.Msg.Nodes...)
+				out.NextPageToken = resp.Msg.NextPageToken
+				if !all || resp.Msg.NextPageToken == "" {
+					break
+				}
+				in.PageToken = resp.Msg.NextPageToken
+			}
+			if g.output == "json" {
+				return g.printJSON(out)
+			}
+			tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tTARGET\tPOWER\tMAINT\tFAULT\tPOOL\tBMC\tID")
+			for _, n := range out.Nodes {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, dash(n.TargetState), n.Power, yesNo(n.Maintenance), dash(n.FaultCode), n.Pool, n.Bmc.GetAddress(), n.Id)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if out.NextPageToken != "" {
+				fmt.Fprintf(g.env.Stderr, "more nodes: --page-token %s (or --all)\n", out.NextPageToken)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.State, "state", "", "only nodes in this state")
+	f.StringVar(&in.Pool, "pool", "", "only nodes of this pool")
+	f.StringVar(&in.Site, "site", "", "only nodes of this site")
+	f.StringVar(&in.Maintenance, "maintenance", "", "true or false")
+	f.StringArrayVar(&in.Labels, "label", nil, "key=value (repeatable; all must match)")
+	f.StringVar(&in.Tenant, "tenant", "", "only nodes of this tenant")
+	f.Int32Var(&in.PageSize, "page-size", 0, "nodes per page (default 500, max 10000)")
+	f.StringVar(&in.PageToken, "page-token", "", "continue a listing")
+	f.BoolVar(&all, "all", false, "follow every page")
+	return cmd
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func (g *globals) printNode(n *bcdv1.Node) error {
+	if g.output == "json" {
+		return g.printJSON(&bcdv1.NodeResponse{Node: n})
+	}
+	tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("id", n.Id)
+	row("name", n.Name)
+	row("state", n.State)
+	row("target", dash(n.TargetState))
+	if n.FaultCode != "" {
+		row("fault", fmt.Sprintf("%s (failed from %s) %s", n.FaultCode, n.FailedFrom, n.FaultMessage))
+	}
+	row("maintenance", yesNo(n.Maintenance)+" "+n.MaintenanceReason)
+	row("power", n.Power)
+	row("tenant/site/pool", n.Tenant+" / "+n.Site+" / "+n.Pool)
+	row("hardware profile", n.HardwareProfile)
+	row("bmc", fmt.Sprintf("%s %s (credentials %s, %s)", n.Bmc.GetDriver(), n.Bmc.GetAddress(), n.Bmc.GetUsernameRef(), n.Bmc.GetPasswordRef()))
+	row("macs", dash(strings.Join(n.Macs, ", ")))
+	row("product uuid", dash(n.ProductUuid))
+	var ls []string
+	for _, k := range slices.Sorted(maps.Keys(n.Labels)) {
+		ls = append(ls, k+"="+n.Labels[k])
+	}
+	row("labels", dash(strings.Join(ls, ", ")))
+	if n.DeployImage != "" {
+		row("deploy", n.DeployProfile+" "+n.DeployImage)
+	}
+	row("verbs accepted", dash(strings.Join(n.AllowedVerbs, ", ")))
+	row("version", fmt.Sprint(n.Version))
+	row("updated", n.UpdatedAt)
+	return tw.Flush()
+}
+
+func nodeGetCmd(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "get NODE",
+		Short: "Show one node (by id or name)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Get(cmd.Context(), connect.NewRequest(&bcdv1.GetNodeRequest{Node: args[0]}))
+			if err != nil {
+				return err
+			}
+			return g.printNode(resp.Msg.Node)
+		},
+	}
+}
+
+func nodeEventsCmd(g *globals) *cobra.Command {
+	var in bcdv1.ListEventsRequest
+	cmd := &cobra.Command{
+		Use:   "events [NODE]",
+		Short: "Show the event log (of one node, or all)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				in.Node = args[0]
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Events(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tAT\tNODE\tKIND\tFROM\tTO\tACTOR\tREASON\tDATA")
+			for _, e := range resp.Msg.Events {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Id, e.At, dash(e.Node), e.Kind, dash(e.FromState), dash(e.ToState), e.Actor, dash(e.Reason), e.Data)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().Uint64Var(&in.AfterId, "after", 0, "only events after this id")
+	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many (default 500)")
+	return cmd
+}
+
+func simpleVerbCmd(g *globals, verb, short string) *cobra.Command {
+	var in bcdv1.NodeVerbRequest
+	cmd := &cobra.Command{
+		Use:   verb + " NODE",
+		Short: short,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node = args[0]
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			ctx, req := cmd.Context(), connect.NewRequest(&in)
+			calls := map[string]func() (*connect.Response[bcdv1.NodeResponse], error){
+				"manage":   func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Manage(ctx, req) },
+				"inspect":  func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Inspect(ctx, req) },
+				"provide":  func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Provide(ctx, req) },
+				"rescue":   func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Rescue(ctx, req) },
+				"unrescue": func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Unrescue(ctx, req) },
+				"retire":   func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Retire(ctx, req) },
+				"recover":  func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Recover(ctx, req) },
+				"abort":    func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Abort(ctx, req) },
+			}
+			resp, err := calls[verb]()
+			if err != nil {
+				return err
+			}
+			return g.printNode(resp.Msg.Node)
+		},
+	}
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
+	return cmd
+}
+
+func deployCmd(g *globals) *cobra.Command {
+	var in bcdv1.DeployRequest
+	cmd := &cobra.Command{
+		Use:   "deploy NODE --image IMAGE [--profile PROFILE]",
+		Short: "ready → deploying → deployed: write a catalog image and boot it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node = args[0]
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Deploy(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			return g.printNode(resp.Msg.Node)
+		},
+	}
+	cmd.Flags().StringVar(&in.Image, "image", "", "catalog image name or id")
+	cmd.Flags().StringVar(&in.Profile, "profile", "default", "deploy profile")
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
+	return cmd
+}
+
+func undeployCmd(g *globals) *cobra.Command {
+	var in bcdv1.UndeployRequest
+	cmd := &cobra.Command{
+		Use:   "undeploy NODE [--wipe quick|full|secure]",
+		Short: "deployed|rescue → releasing (attested wipe) → ready",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node = args[0]
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Undeploy(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			return g.printNode(resp.Msg.Node)
+		},
+	}
+	cmd.Flags().StringVar(&in.Wipe, "wipe", "quick", "wipe mode: quick, full or secure")
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
+	return cmd
+}
+
+func powerCmd(g *globals) *cobra.Command {
+	var in bcdv1.PowerRequest
+	cmd := &cobra.Command{
+		Use:   "power NODE on|off|soft|cycle|reset",
+		Short: "Send a power action through the node's BMC (resting states only)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node, in.Action = args[0], args[1]
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Power(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			fmt.Fprintf(g.env.Stdout, "queued bmc.power %s for %s: command %s\n", in.Action, resp.Msg.Node.Name, resp.Msg.CommandId)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func maintenanceCmd(g *globals) *cobra.Command {
+	var in bcdv1.MaintenanceRequest
+	cmd := &cobra.Command{
+		Use:   "maintenance NODE on|off",
+		Short: "Set or clear the maintenance flag",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node = args[0]
+			switch args[1] {
+			case "on":
+				in.On = true
+			case "off":
+			default:
+				return fmt.Errorf("maintenance %q: accepted are on and off", args[1])
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Maintenance(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			return g.printNode(resp.Msg.Node)
+		},
+	}
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func deleteCmd(g *globals) *cobra.Command {
+	var in bcdv1.DeleteNodeRequest
+	cmd := &cobra.Command{
+		Use:   "delete NODE",
+		Short: "Forget a node (manageable, ready, retired, or failed without tenant data)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node = args[0]
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			if _, err := c.nodes.Delete(cmd.Context(), connect.NewRequest(&in)); err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(&bcdv1.DeleteNodeResponse{})
+			}
+			fmt.Fprintf(g.env.Stdout, "deleted %s\n", in.Node)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}

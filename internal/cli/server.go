@@ -1,0 +1,43 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"bcd/internal/server"
+)
+
+func serverCmd(g *globals) *cobra.Command {
+	var cfg server.Config
+	var logLevel string
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the control plane (API, store, reconciler)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(g.env.Stderr, logLevel)
+			if err != nil {
+				return err
+			}
+			cfg.Key = g.env.Getenv("BCD_SEAL_KEY")
+			srv, err := server.New(cmd.Context(), cfg, log)
+			if err != nil {
+				return err
+			}
+			out := g.env.Stdout
+			fmt.Fprintf(out, "bcd server: API at %s\n", srv.URL())
+			if tok := srv.FirstAdminToken(); tok != "" {
+				fmt.Fprintf(out, "first start: admin token (shown once, store it now):\n\n  export BCD_SERVER=%s BCD_TOKEN=%s\n\n", srv.URL(), tok)
+			}
+			return srv.Serve(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Listen, "listen", g.envOr("BCD_LISTEN", "127.0.0.1:7480"), "API listen address (env BCD_LISTEN)")
+	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "data directory: SQLite store and sealing key (env BCD_DATA_DIR)")
+	f.StringVar(&cfg.StoreDSN, "store", g.envOr("BCD_STORE", ""), "store DSN: sqlite:PATH or postgres://… (env BCD_STORE; default sqlite:DATA-DIR/bcd.db)")
+	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key itself)")
+	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	return cmd
+}

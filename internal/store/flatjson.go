@@ -1,0 +1,62 @@
+package store
+
+import (
+	"encoding/json"
+	"strings"
+)
+
+// The node row keeps labels, drivers and MACs as JSON objects/arrays of strings. Decoding them
+// with encoding/json dominated listing 10,000 nodes, so flat values without escapes take a
+// direct path; anything else falls back to encoding/json.
+
+func decodeStringMap(s string, out *map[string]string) error {
+	if strings.IndexByte(s, '\\') >= 0 || len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+		return json.Unmarshal([]byte(s), out)
+	}
+	body := strings.TrimSpace(s[1 : len(s)-1])
+	m := make(map[string]string, strings.Count(body, ",")+1)
+	for body != "" {
+		k, rest, ok := quoted(body)
+		if !ok || !strings.HasPrefix(rest, ":") {
+			return json.Unmarshal([]byte(s), out)
+		}
+		v, rest, ok := quoted(rest[1:])
+		if !ok {
+			return json.Unmarshal([]byte(s), out)
+		}
+		m[k] = v
+		body = strings.TrimPrefix(rest, ",")
+	}
+	*out = m
+	return nil
+}
+
+func decodeStringSlice(s string, out *[]string) error {
+	if strings.IndexByte(s, '\\') >= 0 || len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+		return json.Unmarshal([]byte(s), out)
+	}
+	body := s[1 : len(s)-1]
+	l := make([]string, 0, strings.Count(body, ",")+1)
+	for body != "" {
+		v, rest, ok := quoted(body)
+		if !ok {
+			return json.Unmarshal([]byte(s), out)
+		}
+		l = append(l, v)
+		body = strings.TrimPrefix(rest, ",")
+	}
+	*out = l
+	return nil
+}
+
+// quoted reads a "string" (no escapes) at the start of s.
+func quoted(s string) (v, rest string, ok bool) {
+	if len(s) < 2 || s[0] != '"' {
+		return "", "", false
+	}
+	end := strings.IndexByte(s[1:], '"')
+	if end < 0 {
+		return "", "", false
+	}
+	return s[1 : 1+end], s[2+end:], true
+}
