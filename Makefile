@@ -1,0 +1,46 @@
+# bcd: the two commands that matter are `make run` (or `make demo` once the lab exists) and
+# `make test`. Everything else is a building block of those.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/bcd
+DATA ?= data
+
+.PHONY: all build run test test-unit test-race generate lint bench-api apt-test-deps pg clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/bcd
+
+# Starts bcd server on the embedded SQLite store in ./data; prints the API address and, on
+# first start, an admin token.
+run: build
+	$(BIN) server --data-dir $(DATA)
+
+# Every test, as CI runs it: installs the Debian packages the tests drive (as root), starts
+# PostgreSQL for the PostgreSQL half of the store suite, then runs the race-enabled suite.
+test: build
+	@if [ "$$(id -u)" = 0 ]; then ./.ci/apt-test-deps; fi
+	@if [ -z "$$BCD_TEST_POSTGRES_DSN" ] && [ "$$(id -u)" = 0 ]; then \
+		export BCD_TEST_POSTGRES_DSN=$$(./.ci/pg-start); fi; \
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-unit:
+	$(GO) test -count=1 ./...
+
+# Regenerates protobuf/ConnectRPC code (committed; CI does not need the generators).
+generate:
+	$(GO) tool buf generate
+
+lint:
+	@test -z "$$(gofmt -l cmd internal)" || (gofmt -l cmd internal; exit 1)
+	$(GO) vet ./...
+
+bench-api: build
+	$(BIN) bench api --nodes 10000 --clients 8
+
+pg:
+	@./.ci/pg-start
+
+clean:
+	rm -rf bin
