@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/json"
 	"strings"
+	"unicode/utf8"
 )
 
 // The node row keeps labels, drivers and MACs as JSON objects/arrays of strings. Decoding them
@@ -10,7 +11,7 @@ import (
 // direct path; anything else falls back to encoding/json.
 
 func decodeStringMap(s string, out *map[string]string) error {
-	if strings.IndexByte(s, '\\') >= 0 || len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
+	if !fastPath(s) || len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
 		return json.Unmarshal([]byte(s), out)
 	}
 	body := strings.TrimSpace(s[1 : len(s)-1])
@@ -32,7 +33,7 @@ func decodeStringMap(s string, out *map[string]string) error {
 }
 
 func decodeStringSlice(s string, out *[]string) error {
-	if strings.IndexByte(s, '\\') >= 0 || len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
+	if !fastPath(s) || len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
 		return json.Unmarshal([]byte(s), out)
 	}
 	body := s[1 : len(s)-1]
@@ -47,6 +48,11 @@ func decodeStringSlice(s string, out *[]string) error {
 	}
 	*out = l
 	return nil
+}
+
+// fastPath: no escapes and valid UTF-8 (encoding/json would replace invalid bytes).
+func fastPath(s string) bool {
+	return strings.IndexByte(s, '\\') < 0 && utf8.ValidString(s)
 }
 
 // quoted reads a "string" (no escapes) at the start of s.

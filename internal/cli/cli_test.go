@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bcd/internal/server"
+)
+
+func startServer(t *testing.T) (url, token string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	return srv.URL(), srv.FirstAdminToken()
+}
+
+func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), Env{Args: args, Getenv: func(k string) string { return env[k] }, Stdout: &out, Stderr: &errb})
+	return code, out.String(), errb.String()
+}
+
+func TestCLIAgainstServer(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token, "BCD_BMC_PASSWORD": "pw-from-env"}
+	code, out, errs := run(t, env, "node", "enroll", "n1", "--bmc-address", "https://10.0.0.2", "--bmc-username", "root", "--mac", "52:54:00:00:00:aa", "--label", "rack=r9")
+	if code != 0 || !strings.Contains(out, "enrolling") || strings.Contains(out, "pw-from-env") {
+		t.Fatalf("enroll: %d %q %q", code, out, errs)
+	}
+	code, out, _ = run(t, env, "node", "list", "-o", "json", "--label", "rack=r9")
+	var list struct {
+		Nodes []struct{ Name, State string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Nodes) != 1 || list.Nodes[0].State != "enrolling" {
+		t.Fatalf("list json: %d %q", code, out)
+	}
+	code, _, errs = run(t, env, "node", "deploy", "n1", "--image", "debian")
+	if code != 1 || !strings.Contains(errs, "failed_precondition") || !strings.Contains(errs, "verbs accepted now") {
+		t.Fatalf("deploy while enrolling: %d %q", code, errs)
+	}
+	code, _, errs = run(t, map[string]string{"BCD_SERVER": url}, "node", "list")
+	if code != 1 || !strings.Contains(errs, "BCD_TOKEN") {
+		t.Fatalf("no token: %d %q", code, errs)
+	}
+	code, _, errs = run(t, env, "node", "list", "-o", "yaml")
+	if code != 1 || !strings.Contains(errs, "accepted are table and json") {
+		t.Fatalf("bad output: %d %q", code, errs)
+	}
+	// A password on the command line is refused: only a file or the environment.
+	code, _, errs = run(t, map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}, "node", "enroll", "n2", "--bmc-address", "https://10.0.0.3", "--bmc-username", "root")
+	if code != 1 || !strings.Contains(errs, "--bmc-password-file") {
+		t.Fatalf("missing password: %d %q", code, errs)
+	}
+	pw := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pw, []byte("from-file\n"), 0o600)
+	code, out, errs = run(t, map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}, "node", "enroll", "n2", "--bmc-driver", "ipmi", "--bmc-address", "10.0.0.3:623", "--bmc-username", "root", "--bmc-password-file", pw)
+	if code != 0 || !strings.Contains(out, "ipmi 10.0.0.3:623") {
+		t.Fatalf("enroll with password file: %d %q %q", code, out, errs)
+	}
+	for _, args := range [][]string{{"node", "abort", "n2"}, {"node", "recover", "n2"}, {"node", "events", "n2"}, {"site", "create", "nyc", "--label", "dc=nyc"}, {"pool", "create", "gpu", "--site", "nyc"}, {"pool", "list"}, {"token", "create", "ci", "--role", "operator"}, {"token", "list"}, {"token", "whoami"}, {"tenant", "list"}, {"hwprofile", "list"}} {
+		if code, out, errs := run(t, env, args...); code != 0 {
+			t.Errorf("%v: %d %q %q", args, code, out, errs)
+		}
+	}
+}
