@@ -187,4 +187,3 @@ func TestParseDSN(t *testing.T) {
 		t.Errorf("DSN error must not show the password: %v", err)
 	}
 }
-
