@@ -1,0 +1,128 @@
+package wipe
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"unsafe"
+)
+
+func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// quickRegions reads the partition tables (before they are destroyed) and returns what quick
+// mode zeroes.
+func quickRegions(dev Device) ([]Extent, error) {
+	size := dev.Size()
+	head := AlignedBuffer(int(min(size, mib)))
+	if n, err := dev.ReadAt(head, 0); err != nil && !(errors.Is(err, io.EOF) && n == len(head)) {
+		return nil, fmt.Errorf("reading the partition table: %w", err)
+	}
+	return QuickRegions(size, ParsePartitions(head)), nil
+}
+
+// QuickRegions is what quick mode zeroes on a disk of size bytes holding parts: the first and
+// last MiB (MBR, primary and backup GPT, end-of-disk RAID/ZFS labels), the first and last MiB of
+// every partition (filesystem and LVM signatures, md 1.0 superblocks) and btrfs's superblock
+// mirrors at 64 MiB and 256 GiB. Regions are 4 KiB-aligned, clipped to the disk, sorted, merged.
+func QuickRegions(size int64, parts []Extent) []Extent {
+	var rs []Extent
+	add := func(off, n int64) {
+		start := max(0, off) &^ (alignment - 1)
+		end := min(size, alignUp(off+n))
+		if end > start {
+			rs = append(rs, Extent{start, end - start})
+		}
+	}
+	add(0, mib)
+	add(size-mib, mib)
+	for _, off := range []int64{64 * mib, 256 << 30} { // btrfs superblock mirrors
+		add(off, 64<<10)
+	}
+	for _, p := range parts {
+		if p.Offset >= size || p.Length <= 0 {
+			continue
+		}
+		end := min(size, p.Offset+p.Length)
+		add(p.Offset, min(mib, end-p.Offset))
+		add(end-mib, mib)
+	}
+	return mergeExtents(rs)
+}
+
+func alignUp(v int64) int64 { return (v + alignment - 1) &^ (alignment - 1) }
+
+func mergeExtents(rs []Extent) []Extent {
+	slices.SortFunc(rs, func(a, b Extent) int {
+		switch {
+		case a.Offset < b.Offset:
+			return -1
+		case a.Offset > b.Offset:
+			return 1
+		}
+		return 0
+	})
+	var out []Extent
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.Offset <= out[n-1].Offset+out[n-1].Length {
+			out[n-1].Length = max(out[n-1].Length, r.Offset+r.Length-out[n-1].Offset)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// ParsePartitions lists the partitions in an MBR and/or GPT found in head (the disk's first
+// bytes, at least 1 MiB for large GPTs). Sector size 512 and 4096 are both tried for GPT. Garbage
+// yields no partitions, never an error: quick mode wipes the fixed regions regardless.
+func ParsePartitions(head []byte) []Extent {
+	var parts []Extent
+	if len(head) >= 512 && head[510] == 0x55 && head[511] == 0xaa {
+		for i := range 4 {
+			e := head[446+16*i : 446+16*(i+1)]
+			typ := e[4]
+			lba := int64(binary.LittleEndian.Uint32(e[8:]))
+			n := int64(binary.LittleEndian.Uint32(e[12:]))
+			if typ == 0 || typ == 0xee || n == 0 { // empty, or the GPT protective entry
+				continue
+			}
+			parts = append(parts, Extent{lba * 512, n * 512})
+		}
+	}
+	for _, ss := range []int64{512, 4096} {
+		if int64(len(head)) < 2*ss {
+			continue
+		}
+		h := head[ss : 2*ss]
+		if !bytes.Equal(h[:8], []byte("EFI PART")) {
+			continue
+		}
+		entLBA := int64(binary.LittleEndian.Uint64(h[72:]))
+		count := int64(binary.LittleEndian.Uint32(h[80:]))
+		esz := int64(binary.LittleEndian.Uint32(h[84:]))
+		if esz < 128 || count > 4096 {
+			continue
+		}
+		for i := range count {
+			off := entLBA*ss + i*esz
+			if off < 0 || off+esz > int64(len(head)) {
+				break
+			}
+			e := head[off : off+esz]
+			if bytes.Equal(e[:16], make([]byte, 16)) { // unused entry
+				continue
+			}
+			first := int64(binary.LittleEndian.Uint64(e[32:]))
+			last := int64(binary.LittleEndian.Uint64(e[40:]))
+			if last < first || first < 0 || last > 1<<50 {
+				continue
+			}
+			parts = append(parts, Extent{first * ss, (last - first + 1) * ss})
+		}
+		break
+	}
+	return parts
+}
