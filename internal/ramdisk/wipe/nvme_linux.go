@@ -114,7 +114,7 @@ func nvmeAdmin(fd int, c *nvmeAdminCmd, data []byte) error {
 func nvmeIdentify(fd int) (nvmeIDInfo, error) {
 	nsid, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), nvmeIoctlID, 0)
 	if e != 0 {
-		return nvmeIDInfo{}, fmt.Errorf("reading the namespace ID: %w", e)
+		return nvmeIDInfo{}, fmt.Errorf("reading the namespace ID: %w", ioctlErr(e))
 	}
 	ctrl := AlignedBuffer(4096)
 	if err := nvmeAdmin(fd, &nvmeAdminCmd{Opcode: nvmeOpIdentify, Cdw10: 1}, ctrl); err != nil {
