@@ -18,6 +18,8 @@ const (
 	DefaultOVMFVars    = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 	DefaultRedfishPort = 8000 // VM i's Redfish BMC listens on bridge:8000+i
 	DefaultIPMIPort    = 6230 // VM i's IPMI BMC listens on bridge:6230+i (UDP)
+	// maxSocketPath is the longest unix socket path (sun_path holds 108 bytes with the NUL).
+	maxSocketPath = 107
 	// MaxVMs bounds a lab: the port ranges of the BMCs and the DHCP range stay apart.
 	MaxVMs = 64
 )
@@ -145,6 +147,9 @@ func Plan(o Options) (Spec, error) {
 			Console: filepath.Join(dir, "console.log"), QEMULog: filepath.Join(dir, "qemu.log"),
 			RedfishAddr: netip.AddrPortFrom(v4.Addr(), uint16(DefaultRedfishPort+i)).String(),
 			IPMIAddr:    netip.AddrPortFrom(v4.Addr(), uint16(DefaultIPMIPort+i)).String(),
+		}
+		if len(vm.QMPMonitor) > maxSocketPath || len(vm.QMPSocket) > maxSocketPath {
+			return Spec{}, fmt.Errorf("planning lab: directory %q is too long for QMP socket paths (at most %d bytes)", o.Dir, maxSocketPath)
 		}
 		if vm.Firmware == FirmwareUEFI {
 			vm.OVMFVars = filepath.Join(dir, "OVMF_VARS.fd")
