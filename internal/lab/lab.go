@@ -126,6 +126,7 @@ type VMState struct {
 }
 
 // State is state.json: written by the supervisor once every VM runs and every BMC listens.
+// Its VMs (with runtime facts) take the place of Spec.VMs in the file and in Go.
 type State struct {
 	Spec
 	SupervisorPID int       `json:"supervisorPid"`

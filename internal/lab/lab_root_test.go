@@ -49,6 +49,7 @@ func superviseHelper(args []string) int {
 	defer stop()
 	var ready io.Writer
 	if *readyFD > 2 {
+		syscall.CloseOnExec(*readyFD)
 		ready = os.NewFile(uintptr(*readyFD), "ready")
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -108,11 +109,21 @@ func upTestLab(t *testing.T, o Options) State {
 		}
 		select {
 		case <-sup.Done():
+			// A clean exit: no error, no data race (the race detector exits 66).
+			if err := sup.Err(); err != nil {
+				t.Errorf("supervisor exited with %v; log:\n%s", err, tail(filepath.Join(o.Dir, SupervisorLog), 60))
+			}
 		case <-time.After(time.Minute):
 			t.Errorf("supervisor %d still running after Down", sup.PID)
 		}
 		t.Logf("lab down in %s; supervisor log:\n%s", time.Since(start).Round(time.Millisecond), tail(filepath.Join(o.Dir, SupervisorLog), 12))
 		assertNothingLeft(t, st)
+		if err := Down(context.Background(), o.Dir, log); err != nil {
+			t.Errorf("Down of a lab already down: %v", err)
+		}
+		if ls, err := Status(context.Background(), o.Dir); err != nil || ls.Running || len(ls.VMs) != 0 {
+			t.Errorf("Status of a lab that is down = %+v, %v", ls, err)
+		}
 	})
 	return st
 }

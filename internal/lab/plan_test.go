@@ -6,10 +6,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPlanAllocation(t *testing.T) {
@@ -376,6 +379,19 @@ func TestProcessAlive(t *testing.T) {
 			t.Errorf("%s: processAlive(%d) = %v, want %v", tt.name, tt.pid, got, tt.want)
 		}
 	}
+	// A child that exited and was not yet reaped is a zombie: dead (LAB-NOTES gotcha 9).
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for processAlive(cmd.Process.Pid) && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	if processAlive(cmd.Process.Pid) {
+		t.Errorf("exited, unreaped child %d counted alive", cmd.Process.Pid)
+	}
+	_ = cmd.Wait()
 	if !cmdlineHas(os.Getpid(), filepath.Base(os.Args[0])) {
 		t.Error("cmdlineHas(self, own name) = false")
 	}

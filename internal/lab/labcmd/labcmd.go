@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"syscall"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -253,6 +254,8 @@ func superviseCmd() *cobra.Command {
 func Supervise(ctx context.Context, dir string, readyFD int, logw io.Writer) error {
 	var ready io.Writer
 	if readyFD > 2 {
+		// Not inherited by the VMs: only the supervisor reports readiness.
+		syscall.CloseOnExec(readyFD)
 		f := os.NewFile(uintptr(readyFD), "ready")
 		if f == nil {
 			return fmt.Errorf("supervising lab: bad ready descriptor %d", readyFD)
