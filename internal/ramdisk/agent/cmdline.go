@@ -1,0 +1,169 @@
+// Package agent is the bcd ramdisk agent. This part is its start-up: read what the boot entry
+// put on the kernel command line, get an address by DHCP on every NIC with link, make a key
+// in RAM and join the control plane through the Gateway (or, in discovery mode, report
+// self-asserted hints through it).
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+
+	"bcd/internal/netboot"
+)
+
+// CmdlineModeKey selects discovery mode (bcd.mode=discovery) when the entry has no token.
+const CmdlineModeKey = "bcd.mode"
+
+// Mode is how the ramdisk presents itself to the gateway.
+type Mode string
+
+const (
+	ModeJoin      Mode = "join"      // a one-time token from the boot entry
+	ModeDiscovery Mode = "discovery" // no token, no identity: self-asserted inventory only
+)
+
+// Limits, the same as the boot entry's (netboot) so anything it writes is accepted here.
+const (
+	maxCmdline  = 4096
+	maxURLLen   = 1024
+	minTokenLen = 16
+	maxTokenLen = 512
+)
+
+// BootParams is what the ramdisk learns from the kernel command line.
+type BootParams struct {
+	GatewayURL string
+	Token      string // never logged: LogValue and String redact it
+	Mode       Mode
+}
+
+// LogValue keeps the token out of logs.
+func (p BootParams) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("gateway", p.GatewayURL), slog.String("mode", string(p.Mode)),
+		slog.Bool("token", p.Token != ""))
+}
+
+// String keeps the token out of %v.
+func (p BootParams) String() string {
+	return fmt.Sprintf("gateway=%s mode=%s token=%t", p.GatewayURL, p.Mode, p.Token != "")
+}
+
+// ParseCmdline reads bcd.gateway, bcd.token and bcd.mode from a kernel command line
+// (/proc/cmdline). Each key may appear once; the gateway is an http(s) URL in a safe
+// character set; a token selects join mode, its absence needs bcd.mode=discovery. Error
+// messages never contain the token or the URL.
+func ParseCmdline(cmdline string) (BootParams, error) {
+	if len(cmdline) > maxCmdline {
+		return BootParams{}, fmt.Errorf("kernel command line of %d bytes: at most %d", len(cmdline), maxCmdline)
+	}
+	vals := map[string]string{}
+	for _, f := range strings.Fields(cmdline) {
+		k, v, _ := strings.Cut(f, "=")
+		switch k {
+		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey:
+		default:
+			if strings.HasPrefix(k, "bcd.") {
+				return BootParams{}, fmt.Errorf("kernel command line: unknown key %q", safeKey(k))
+			}
+			continue
+		}
+		if _, dup := vals[k]; dup {
+			return BootParams{}, fmt.Errorf("kernel command line: %s given twice", k)
+		}
+		vals[k] = v
+	}
+	p := BootParams{GatewayURL: vals[netboot.CmdlineGatewayKey], Token: vals[netboot.CmdlineTokenKey]}
+	if p.GatewayURL == "" {
+		return BootParams{}, fmt.Errorf("kernel command line: %s is missing", netboot.CmdlineGatewayKey)
+	}
+	if err := validateURL(p.GatewayURL); err != nil {
+		return BootParams{}, fmt.Errorf("kernel command line: %s: %w", netboot.CmdlineGatewayKey, err)
+	}
+	mode, hasMode := vals[CmdlineModeKey]
+	switch {
+	case hasMode && mode != string(ModeDiscovery) && mode != string(ModeJoin):
+		return BootParams{}, fmt.Errorf("kernel command line: %s must be %s or %s", CmdlineModeKey, ModeDiscovery, ModeJoin)
+	case p.Token != "" && mode == string(ModeDiscovery):
+		return BootParams{}, fmt.Errorf("kernel command line: a token and %s=%s together", CmdlineModeKey, ModeDiscovery)
+	case p.Token != "":
+		if err := validateToken(p.Token); err != nil {
+			return BootParams{}, fmt.Errorf("kernel command line: %s: %w", netboot.CmdlineTokenKey, err)
+		}
+		p.Mode = ModeJoin
+	case mode == string(ModeDiscovery):
+		p.Mode = ModeDiscovery
+	default:
+		return BootParams{}, fmt.Errorf("kernel command line: no %s and not %s=%s", netboot.CmdlineTokenKey, CmdlineModeKey, ModeDiscovery)
+	}
+	return p, nil
+}
+
+// safeKey returns k when it is short and plain, else a placeholder, so an error never
+// carries arbitrary bytes from the command line to the console.
+func safeKey(k string) string {
+	if len(k) > 32 {
+		return "(long key)"
+	}
+	for i := 0; i < len(k); i++ {
+		if !isAlnum(k[i]) && k[i] != '.' && k[i] != '_' && k[i] != '-' {
+			return "(key with odd characters)"
+		}
+	}
+	return k
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+}
+
+func urlSafe(c byte) bool {
+	if isAlnum(c) {
+		return true
+	}
+	switch c {
+	case '.', '_', '~', '-', ':', '/', '?', '=', '%', '+', ',', '@', '[', ']':
+		return true
+	}
+	return false
+}
+
+// validateURL accepts an absolute http(s) URL with a host, no user info, in the character
+// set the boot entry allows. Errors name no part of the URL.
+func validateURL(s string) error {
+	if len(s) > maxURLLen {
+		return fmt.Errorf("URL longer than %d characters", maxURLLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if !urlSafe(s[i]) {
+			return fmt.Errorf("URL contains a forbidden character at offset %d", i)
+		}
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return errors.New("URL does not parse")
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return errors.New("URL scheme must be http or https")
+	}
+	if u.Host == "" || u.User != nil || u.Opaque != "" || u.Hostname() == "" {
+		return errors.New("URL needs a host and no user info")
+	}
+	return nil
+}
+
+// validateToken accepts base64 / base64url / hex style tokens. The message never echoes it.
+func validateToken(t string) error {
+	if len(t) < minTokenLen || len(t) > maxTokenLen {
+		return fmt.Errorf("token must be %d..%d characters", minTokenLen, maxTokenLen)
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !isAlnum(c) && c != '-' && c != '_' && c != '.' && c != '~' && c != '+' && c != '/' && c != '=' {
+			return errors.New("token contains a forbidden character")
+		}
+	}
+	return nil
+}
