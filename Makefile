@@ -44,3 +44,22 @@ pg:
 
 clean:
 	rm -rf bin
+
+# --- ramdisk ------------------------------------------------------------------------------
+# `make ramdisk` → out/ramdisk/vmlinuz + out/ramdisk/initramfs.cpio.gz (x86-64). The kernel is
+# Debian's linux-image-*-amd64, downloaded into out/cache once (never committed). RAMDISK_MAIN
+# is the static binary that becomes /init: the standalone bcd-ramdisk until `bcd ramdisk` is
+# wired into the CLI root, then ./cmd/bcd.
+RAMDISK_MAIN ?= ./internal/ramdisk/ramdiskcmd/cmd/bcd-ramdisk
+RAMDISK_OUT ?= out/ramdisk
+RAMDISK_CACHE ?= out/cache
+
+.PHONY: ramdisk ramdisk-kernel-deb
+ramdisk-kernel-deb:
+	@./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE) >/dev/null
+
+ramdisk: ramdisk-kernel-deb
+	mkdir -p $(RAMDISK_OUT)
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w' -o $(RAMDISK_CACHE)/ramdisk-init $(RAMDISK_MAIN)
+	$(RAMDISK_CACHE)/ramdisk-init build --kernel-deb "$$(./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE))" \
+		--binary $(RAMDISK_CACHE)/ramdisk-init --out $(RAMDISK_OUT)
