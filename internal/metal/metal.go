@@ -12,9 +12,11 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"bcd/internal/auth"
 	"bcd/internal/bmc"
+	"bcd/internal/command"
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
@@ -354,10 +356,15 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			data["maintenance"] = in.MaintenanceOn
 		}
 		if v == provision.VerbPower {
-			commandID, err = tx.InsertCommand(ctx, n.ID, n.TenantID, n.SiteID, "bmc.power", "bmc:"+n.BMCAddress, map[string]string{"action": string(action)})
-			if err != nil {
+			kind, _ := command.Lookup("bmc.power")
+			c := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: kind.Name, Subject: "bmc:" + n.BMCAddress,
+				Args: jsonObject(map[string]any{"action": string(action), "bmc": n.BMC()}), RunsOn: string(kind.RunsOn),
+				Destructive: kind.Destructive, Reroutable: kind.Reroutable, Generation: n.IdentityGeneration,
+				Deadline: tx.At() + (5 * time.Minute).Microseconds()}
+			if err := tx.InsertCommand(ctx, &c); err != nil {
 				return err
 			}
+			commandID = c.ID
 			data["action"], data["command"] = string(action), commandID
 		} else {
 			applyMove(&n, v, move)

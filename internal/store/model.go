@@ -492,9 +492,9 @@ func (t *Tx) AppendEvent(ctx context.Context, e Event) error {
 // time).
 func (t *Tx) Wake(ctx context.Context, nodeID, reason string, due time.Duration) error {
 	dueAt := t.at + due.Microseconds()
-	if _, err := t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at) VALUES (?, ?, ?, ?)
+	if _, err := t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
 		ON CONFLICT (node_id) DO UPDATE SET due_at = CASE WHEN excluded.due_at < reconcile_queue.due_at THEN excluded.due_at ELSE reconcile_queue.due_at END,
-		reason = excluded.reason, enqueued_at = excluded.enqueued_at`, nodeID, dueAt, reason, t.at); err != nil {
+		reason = excluded.reason, enqueued_at = excluded.enqueued_at, seq = reconcile_queue.seq + 1`, nodeID, dueAt, reason, t.at); err != nil {
 		return fmt.Errorf("queueing reconciler of node %s: %w", nodeID, err)
 	}
 	return nil
@@ -547,20 +547,10 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	return out, rows.Err()
 }
 
-// InsertCommand queues a command row (the command queue proper is the engine's).
-func (t *Tx) InsertCommand(ctx context.Context, nodeID, tenantID, siteID, kind, subject string, args any) (string, error) {
-	id := NewID(Micros(t.at))
-	if _, err := t.exec(ctx, `INSERT INTO commands (id, node_id, tenant_id, site_id, kind, subject, state, args, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?, ?)`,
-		id, nodeID, tenantID, siteID, kind, subject, mustJSON(args), t.at, t.at); err != nil {
-		return "", fmt.Errorf("queueing command %s: %w", kind, err)
-	}
-	return id, nil
-}
-
 // Dump returns every row of every table as text (tests grep it for secrets).
 func (s *Store) Dump(ctx context.Context) (string, error) {
 	var b strings.Builder
-	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens"} {
+	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens", "workflows", "agents", "node_inventory"} {
 		rows, err := s.queryRows(ctx, `SELECT * FROM `+table)
 		if err != nil {
 			return "", fmt.Errorf("dumping %s: %w", table, err)
@@ -589,4 +579,20 @@ func (s *Store) Dump(ctx context.Context) (string, error) {
 		rows.Close()
 	}
 	return b.String(), nil
+}
+
+// BMCRef is a node's BMC binding as commands carry it: credentials by reference only.
+type BMCRef struct {
+	Driver            string `json:"driver"`
+	Address           string `json:"address"`
+	UsernameRef       string `json:"usernameRef"`
+	PasswordRef       string `json:"passwordRef"`
+	InsecureTLS       bool   `json:"insecureTls,omitempty"`
+	FingerprintSHA256 string `json:"fingerprintSha256,omitempty"`
+}
+
+// BMC returns the node's BMC binding.
+func (n Node) BMC() BMCRef {
+	return BMCRef{Driver: n.BMCDriver, Address: n.BMCAddress, UsernameRef: n.BMCUsernameRef, PasswordRef: n.BMCPasswordRef,
+		InsecureTLS: n.BMCInsecure, FingerprintSHA256: n.BMCFingerprint}
 }

@@ -1,0 +1,104 @@
+// Package command holds the command kinds of DESIGN §5 as data: where each runs and what it is
+// (destructive, attested, reroutable, self-terminating), and the life of a command.
+package command
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Target is where a command runs.
+type Target string
+
+const (
+	OnSite    Target = "site"    // a site agent of the node's site
+	OnRamdisk Target = "ramdisk" // the node's own ramdisk agent
+)
+
+// Kind describes one command kind.
+type Kind struct {
+	Name   string
+	RunsOn Target
+	// Destructive commands are sent only under an approved batch where approvals are required.
+	Destructive bool
+	// Attested results are signed by the node key; the store verifies them.
+	Attested bool
+	// Reroutable: a command no agent acknowledged moves to another agent of the site.
+	Reroutable bool
+	// BootLeaseHolder: sent to the site agent holding the boot lease first.
+	BootLeaseHolder bool
+	// SelfTerminating: success is observed elsewhere (the installed OS rejoins), not reported.
+	SelfTerminating bool
+}
+
+var kinds = []Kind{
+	{Name: "bmc.query", RunsOn: OnSite, Reroutable: true},
+	{Name: "bmc.boot", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	{Name: "bmc.power", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true},
+	{Name: "boot.prepareRamdisk", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
+	{Name: "boot.prepareInstance", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
+	{Name: "boot.cleanUp", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
+	{Name: "site.httpProxy", RunsOn: OnSite, Destructive: true},
+	{Name: "inventory.refresh", RunsOn: OnRamdisk},
+	{Name: "diag.dcgm", RunsOn: OnRamdisk, Attested: true},
+	{Name: "disk.wipe", RunsOn: OnRamdisk, Destructive: true, Attested: true},
+	{Name: "deploy.image", RunsOn: OnRamdisk, Destructive: true},
+	{Name: "boot.kexec", RunsOn: OnRamdisk, Destructive: true, SelfTerminating: true},
+}
+
+// Kinds lists every kind.
+func Kinds() []Kind { return slices.Clone(kinds) }
+
+// Lookup returns the kind named name.
+func Lookup(name string) (Kind, error) {
+	for _, k := range kinds {
+		if k.Name == name {
+			return k, nil
+		}
+	}
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.Name
+	}
+	return Kind{}, fmt.Errorf("unknown command kind %q: known are %v", name, names)
+}
+
+// State is a command's life: queued → delivered (acknowledged) → running → succeeded | failed | lost.
+type State string
+
+const (
+	Queued    State = "queued"
+	Delivered State = "delivered"
+	Running   State = "running"
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+	Lost      State = "lost"
+)
+
+// Final reports whether a command state is an end.
+func (s State) Final() bool { return s == Succeeded || s == Failed || s == Lost }
+
+// transitions: which reported state may follow which. Reports are idempotent (same state again
+// is accepted and ignored) and never go backwards.
+var transitions = map[State][]State{
+	Queued:    {Delivered, Running, Succeeded, Failed, Lost},
+	Delivered: {Running, Succeeded, Failed, Lost},
+	Running:   {Succeeded, Failed, Lost},
+}
+
+// CanMove reports whether a command in from may move to to.
+func CanMove(from, to State) bool { return slices.Contains(transitions[from], to) }
+
+// AgentGone is what happens to a command whose agent went away: one the agent never acknowledged
+// is released for another agent when its kind is reroutable (or stays for the same agent, e.g.
+// a node's ramdisk); one it acknowledged is lost (never sent twice).
+func AgentGone(s State, k Kind) (next State, release bool) {
+	switch s {
+	case Queued:
+		return Queued, k.Reroutable
+	case Delivered, Running:
+		return Lost, false
+	}
+	return s, false
+}

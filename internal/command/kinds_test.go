@@ -1,0 +1,74 @@
+package command
+
+import "testing"
+
+func TestKindTable(t *testing.T) {
+	want := map[string]string{ // runs on, destructive, attested, reroutable, self-terminating
+		"bmc.query":           "site .... reroutable .",
+		"bmc.boot":            "site destructive . reroutable .",
+		"bmc.power":           "site destructive . reroutable .",
+		"bmc.rotate":          "site destructive . . .",
+		"boot.prepareRamdisk": "site . . reroutable .",
+		"boot.cleanUp":        "site . . reroutable .",
+		"diag.dcgm":           "ramdisk . attested . .",
+		"disk.wipe":           "ramdisk destructive attested . .",
+		"deploy.image":        "ramdisk destructive . . .",
+		"boot.kexec":          "ramdisk destructive . . selfterminating",
+	}
+	flag := func(b bool, s string) string {
+		if b {
+			return s
+		}
+		return "."
+	}
+	for name, w := range want {
+		k, err := Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := string(k.RunsOn) + " " + flag(k.Destructive, "destructive") + " " + flag(k.Attested, "attested") + " " + flag(k.Reroutable, "reroutable") + " " + flag(k.SelfTerminating, "selfterminating")
+		if name == "bmc.query" {
+			got = string(k.RunsOn) + " " + flag(k.Destructive || k.Attested, "x") + "... " + flag(k.Reroutable, "reroutable") + " " + flag(k.SelfTerminating, "x")
+		}
+		if got != w {
+			t.Errorf("%s: %q, want %q", name, got, w)
+		}
+	}
+	if _, err := Lookup("bmc.format"); err == nil {
+		t.Error("unknown kind accepted")
+	}
+}
+
+func TestLife(t *testing.T) {
+	all := []State{Queued, Delivered, Running, Succeeded, Failed, Lost}
+	order := map[State]int{Queued: 0, Delivered: 1, Running: 2, Succeeded: 3, Failed: 3, Lost: 3}
+	for _, from := range all {
+		for _, to := range all {
+			want := !from.Final() && order[to] > order[from]
+			if got := CanMove(from, to); got != want {
+				t.Errorf("%s → %s: %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	power, _ := Lookup("bmc.power")
+	wipe, _ := Lookup("disk.wipe")
+	cases := []struct {
+		s       State
+		k       Kind
+		next    State
+		release bool
+	}{
+		{Queued, power, Queued, true},   // never acknowledged: another agent may run it
+		{Delivered, power, Lost, false}, // acknowledged: never sent twice
+		{Running, power, Lost, false},
+		{Queued, wipe, Queued, false}, // a node's ramdisk command waits for the same node
+		{Running, wipe, Lost, false},
+		{Succeeded, power, Succeeded, false},
+	}
+	for _, c := range cases {
+		next, rel := AgentGone(c.s, c.k)
+		if next != c.next || rel != c.release {
+			t.Errorf("%s %s: %s %v, want %s %v", c.k.Name, c.s, next, rel, c.next, c.release)
+		}
+	}
+}

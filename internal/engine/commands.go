@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"strings"
+	"time"
+
+	"bcd/internal/command"
+	"bcd/internal/pki"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// buildCommand builds the command of a step: what only the control plane can put in it (the
+// BMC binding with credential references, the node's MACs, the image) and the properties of its
+// kind.
+func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string) (store.Command, error) {
+	kind, err := command.Lookup(kindName)
+	if err != nil {
+		return store.Command{}, err
+	}
+	n := r.n
+	args := map[string]any{}
+	for k, v := range st.Args {
+		args[k] = v
+	}
+	subject := n.ID
+	if kind.RunsOn == command.OnSite {
+		args["nodeId"] = n.ID
+		if strings.HasPrefix(kind.Name, "bmc.") {
+			args["bmc"] = n.BMC()
+			subject = "bmc:" + n.BMCAddress
+		}
+		if strings.HasPrefix(kind.Name, "boot.") {
+			args["macs"] = n.MACs
+			args["productUuid"] = n.ProductUUID
+		}
+	}
+	b, err := json.Marshal(args)
+	if err != nil {
+		return store.Command{}, fmt.Errorf("encoding arguments of %s: %w", kind.Name, err)
+	}
+	return store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: kind.Name, Subject: subject, Args: string(b),
+		WorkflowID: wf.ID, StepIndex: wf.StepIndex, RunsOn: string(kind.RunsOn), Destructive: kind.Destructive,
+		Attested: kind.Attested, Reroutable: kind.Reroutable, Generation: n.IdentityGeneration, Deadline: wf.StepDeadline}, nil
+}
+
+// Results the engine reads. Agents may send more fields.
+type powerResult struct {
+	Power string `json:"power"`
+}
+
+type oobResult struct {
+	SystemUUID string   `json:"systemUuid"`
+	MACs       []string `json:"macs"`
+	Power      string   `json:"power"`
+}
+
+type inventoryResult struct {
+	SystemUUID string   `json:"systemUuid"`
+	MACs       []string `json:"macs"`
+}
+
+// WipeResult is what disk.wipe reports, per disk.
+type WipeResult struct {
+	Disks []struct {
+		Device   string `json:"device"`
+		Method   string `json:"method"`
+		Verified bool   `json:"verified"`
+	} `json:"disks"`
+}
+
+// takeResult reads a succeeded command's result into the node.
+func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) error {
+	if c.Attested {
+		if err := r.e.verifyAttested(c, r.n.IdentityGeneration); err != nil {
+			return err
+		}
+	}
+	switch {
+	case c.Kind == "bmc.query" && st.Args["query"] == "power", c.Kind == "bmc.power":
+		var res powerResult
+		if c.Result != "" {
+			if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+				return fmt.Errorf("%s result is not JSON: %w", c.Kind, err)
+			}
+		}
+		if res.Power != "" {
+			r.n.Power = res.Power
+			return r.tx.SetPower(r.ctx, r.n.ID, res.Power)
+		}
+	case c.Kind == "bmc.query" && st.Args["query"] == "inventory":
+		var res oobResult
+		if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+			return fmt.Errorf("inspect.oob result is not JSON: %w", err)
+		}
+		for _, mac := range res.MACs {
+			if err := r.tx.AddNodeMAC(r.ctx, &r.n, strings.ToLower(mac)); err != nil {
+				return err
+			}
+		}
+		if res.SystemUUID != "" {
+			if err := r.tx.SetProductUUID(r.ctx, r.n.ID, res.SystemUUID); err != nil {
+				return err
+			}
+		}
+	case c.Kind == "inventory.refresh":
+		var res inventoryResult
+		if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+			return fmt.Errorf("inventory result is not JSON: %w", err)
+		}
+		if err := InventoryMatches(r.n, res.SystemUUID, res.MACs); err != nil {
+			return err
+		}
+		return r.tx.PutInventory(r.ctx, r.n.ID, json.RawMessage(c.Result))
+	case c.Kind == "disk.wipe":
+		return wipeVerified(c)
+	}
+	return nil
+}
+
+// InventoryMatches checks the ramdisk's self-reported identity against the node: the product
+// UUID in any byte order (SMBIOS UUIDs are mixed-endian) and every known MAC present.
+func InventoryMatches(n store.Node, uuid string, macs []string) error {
+	if n.ProductUUID != "" && uuid != "" && !SameSMBIOSUUID(n.ProductUUID, uuid) {
+		return fmt.Errorf("the ramdisk reports product UUID %s, the node has %s: is this the right machine?", uuid, n.ProductUUID)
+	}
+	have := map[string]bool{}
+	for _, m := range macs {
+		have[strings.ToLower(m)] = true
+	}
+	for _, m := range n.MACs {
+		if !have[m] {
+			return fmt.Errorf("the ramdisk does not report NIC %s of the node (it reports %v): is this the right machine?", m, macs)
+		}
+	}
+	return nil
+}
+
+// SameSMBIOSUUID compares two UUIDs allowing the first three fields to be byte-swapped.
+func SameSMBIOSUUID(a, b string) bool {
+	a, b = strings.ToLower(a), strings.ToLower(b)
+	if a == b {
+		return true
+	}
+	swap := func(u string) string {
+		f := strings.Split(u, "-")
+		if len(f) != 5 || len(f[0]) != 8 || len(f[1]) != 4 || len(f[2]) != 4 {
+			return u
+		}
+		rev := func(h string) string {
+			var out []byte
+			for i := len(h) - 2; i >= 0; i -= 2 {
+				out = append(out, h[i], h[i+1])
+			}
+			return string(out)
+		}
+		return rev(f[0]) + "-" + rev(f[1]) + "-" + rev(f[2]) + "-" + f[3] + "-" + f[4]
+	}
+	return swap(a) == b
+}
+
+func wipeVerified(c store.Command) error {
+	var res WipeResult
+	if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+		return fmt.Errorf("wipe result is not JSON: %w", err)
+	}
+	if len(res.Disks) == 0 {
+		return fmt.Errorf("the wipe reports no disk: nothing was proven erased")
+	}
+	for _, d := range res.Disks {
+		if !d.Verified {
+			return fmt.Errorf("read-back of %s after the wipe did not verify", d.Device)
+		}
+	}
+	return nil
+}
+
+// verifyAttested is nodeSignedResults: it rebuilds the signing input from the stored row and
+// checks the node's signature against the CA, the node and its current identity generation.
+func (e *Engine) verifyAttested(c store.Command, currentGeneration uint64) error {
+	if e.acceptIngested {
+		return nil
+	}
+	if len(c.ResultSig) == 0 || len(c.SignerCert) == 0 {
+		return fmt.Errorf("%s result of command %s is not signed by the node", c.Kind, c.ID)
+	}
+	if e.ca == nil {
+		return fmt.Errorf("no CA configured to verify attested results")
+	}
+	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest([]byte(c.Result))}
+	at := time.UnixMicro(c.FinishedAt)
+	if c.FinishedAt == 0 {
+		at = time.Now()
+	}
+	if err := pki.VerifyStatement(e.ca, c.SignerCert, st, c.ResultSig, currentGeneration, at); err != nil {
+		return fmt.Errorf("%s result of command %s does not verify: %w", c.Kind, c.ID, err)
+	}
+	return nil
+}
+
+// verifiedWipe: releasing completes only with an attested wipe whose every disk read back.
+func (r *run) verifiedWipe(wf *store.Workflow) error {
+	cmds, err := r.tx.CommandsOfWorkflow(r.ctx, wf.ID, "disk.wipe")
+	if err != nil {
+		return err
+	}
+	for i := len(cmds) - 1; i >= 0; i-- {
+		c := cmds[i]
+		if c.State != string(command.Succeeded) {
+			continue
+		}
+		if err := r.e.verifyAttested(c, r.n.IdentityGeneration); err != nil {
+			return err
+		}
+		return wipeVerified(c)
+	}
+	return fmt.Errorf("workflow %s (%s) has no succeeded wipe", wf.ID, wf.Profile)
+}
+
+// AcceptIngestedAttestationForTests makes attested results count without signatures. It exists
+// for tests of other parts only; nothing in configuration or the API reaches it.
+func (e *Engine) AcceptIngestedAttestationForTests() { e.acceptIngested = true }
+
+func cloneArgs(m map[string]any) map[string]any {
+	out := make(map[string]any, len(m))
+	maps.Copy(out, m)
+	return out
+}

@@ -1,0 +1,172 @@
+// Package engine moves nodes: the level-triggered reconciler (sharded by node through leased
+// wake-up rows), the workflow engine that runs profiles step by step, and the command queue the
+// agent gateway serves. Every decision is taken inside one store transaction per node, from the
+// rows alone, so a crash at any point resumes where the rows say.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"bcd/internal/pki"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// Config tunes the engine.
+type Config struct {
+	// Workers reconcile nodes concurrently (each node by one worker at a time).
+	Workers int
+	// Batch is how many wake-ups one claim takes.
+	Batch int
+	// Lease is how long a claimed node belongs to this replica.
+	Lease time.Duration
+	// Poll is the longest wait between claims when nothing nudged the engine.
+	Poll time.Duration
+	// AgentGrace is how long a disconnected agent may take to reconnect before its commands
+	// are released (never acknowledged) or lost (acknowledged).
+	AgentGrace time.Duration
+	// Profiles are operator-defined deploy profiles, beside the built-in ones.
+	Profiles []workflow.Profile
+}
+
+func (c Config) withDefaults() Config {
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.Batch <= 0 {
+		c.Batch = 64
+	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Poll <= 0 {
+		c.Poll = 250 * time.Millisecond
+	}
+	if c.AgentGrace <= 0 {
+		c.AgentGrace = 15 * time.Second
+	}
+	return c
+}
+
+// Engine runs the reconciler and serves the command queue.
+type Engine struct {
+	cfg   Config
+	st    *store.Store
+	ca    *pki.CA
+	log   *slog.Logger
+	owner string
+	nudge chan struct{}
+	subs  *subscribers
+	// acceptIngested makes attested results count without signature checks. Only tests set it
+	// (AcceptIngestedAttestationForTests); no configuration reaches it.
+	acceptIngested bool
+}
+
+// New builds an engine over st. ca verifies attested results.
+func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return &Engine{cfg: cfg.withDefaults(), st: st, ca: ca, log: log, owner: "engine-" + hex.EncodeToString(b),
+		nudge: make(chan struct{}, 1), subs: newSubscribers()}
+}
+
+// Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).
+func (e *Engine) Nudge() {
+	select {
+	case e.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Run reconciles until ctx ends.
+func (e *Engine) Run(ctx context.Context) error {
+	work := make(chan store.Lease)
+	var wg sync.WaitGroup
+	for range e.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range work {
+				if err := e.reconcile(ctx, l); err != nil && ctx.Err() == nil {
+					e.log.Error("reconciling node", "node", l.NodeID, "error", err)
+				}
+			}
+		}()
+	}
+	defer func() { close(work); wg.Wait() }()
+	reap := time.NewTicker(e.cfg.AgentGrace / 3)
+	defer reap.Stop()
+	for {
+		leases, err := e.st.ClaimWakeUps(ctx, e.owner, e.cfg.Lease, e.cfg.Batch)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			e.log.Error("claiming wake-ups", "error", err)
+		}
+		for _, l := range leases {
+			select {
+			case work <- l:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if len(leases) == e.cfg.Batch {
+			continue // more is due
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.nudge:
+		case <-reap.C:
+			if err := e.reapAgents(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("releasing commands of departed agents", "error", err)
+			}
+		case <-time.After(e.cfg.Poll):
+		}
+	}
+}
+
+// RunOnce claims and reconciles every due node once (tests, tools). It returns how many.
+func (e *Engine) RunOnce(ctx context.Context) (int, error) {
+	leases, err := e.st.ClaimWakeUps(ctx, e.owner, e.cfg.Lease, 10000)
+	if err != nil {
+		return 0, err
+	}
+	var errs []error
+	for _, l := range leases {
+		errs = append(errs, e.reconcile(ctx, l))
+	}
+	return len(leases), errors.Join(errs...)
+}
+
+// reconcile applies every decision the node's rows call for, in one transaction, then ends the
+// lease (due again at the nearest deadline, if something waits). An error rolls the node's
+// changes back and retries it a little later.
+func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
+	var notify []notice
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		r := &run{e: e, tx: tx, ctx: ctx}
+		again, err := r.node(l.NodeID)
+		if err != nil {
+			return err
+		}
+		notify = r.notices
+		return tx.FinishWakeUp(ctx, l, e.owner, again)
+	})
+	if err != nil {
+		ferr := e.st.Write(ctx, func(tx *store.Tx) error { return tx.FinishWakeUp(ctx, l, e.owner, 5*time.Second) })
+		return errors.Join(fmt.Errorf("reconciling %s: %w", l.NodeID, err), ferr)
+	}
+	for _, n := range notify {
+		e.subs.signal(n)
+	}
+	return nil
+}

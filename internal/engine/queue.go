@@ -1,0 +1,285 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"bcd/internal/command"
+	"bcd/internal/pki"
+	"bcd/internal/store"
+)
+
+// Agent is a connected agent as the gateway identified it from its certificate.
+type Agent struct {
+	ID         string // site agents: their agent id; node agents: "node:<id>" or "os:<id>"
+	Kind       string // "site", "node" (ramdisk) or "os" (the installed OS rejoining)
+	SiteID     string
+	NodeID     string
+	Generation uint64
+}
+
+// Update is an agent's report on a command.
+type Update struct {
+	CommandID       string
+	State           string // running, succeeded, failed
+	ProgressDone    int64
+	ProgressTotal   int64
+	ProgressMessage string
+	Result          []byte
+	Error           string
+	NodeSig         []byte
+	SignerCertDER   []byte
+}
+
+// notice is a key agents subscribe to: "site:<id>" or "node:<id>".
+type notice string
+
+func (r *run) notify(c store.Command) {
+	if c.RunsOn == string(command.OnRamdisk) {
+		r.notices = append(r.notices, notice("node:"+c.NodeID))
+	} else {
+		r.notices = append(r.notices, notice("site:"+c.SiteID))
+	}
+}
+
+type subscribers struct {
+	mu sync.Mutex
+	m  map[notice]map[chan struct{}]bool
+}
+
+func newSubscribers() *subscribers { return &subscribers{m: map[notice]map[chan struct{}]bool{}} }
+
+func (s *subscribers) signal(k notice) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for ch := range s.m[k] {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Subscribe returns a channel signalled when new work may exist for a, and a function ending
+// the subscription. Several replicas: the gateway also polls.
+func (e *Engine) Subscribe(a Agent) (<-chan struct{}, func()) {
+	k := notice("site:" + a.SiteID)
+	if a.Kind != "site" {
+		k = notice("node:" + a.NodeID)
+	}
+	ch := make(chan struct{}, 1)
+	e.subs.mu.Lock()
+	if e.subs.m[k] == nil {
+		e.subs.m[k] = map[chan struct{}]bool{}
+	}
+	e.subs.m[k][ch] = true
+	e.subs.mu.Unlock()
+	return ch, func() {
+		e.subs.mu.Lock()
+		delete(e.subs.m[k], ch)
+		if len(e.subs.m[k]) == 0 {
+			delete(e.subs.m, k)
+		}
+		e.subs.mu.Unlock()
+	}
+}
+
+// Connected records an agent's connection. A node agent's arrival wakes its node (a step may be
+// waiting for it).
+func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
+			Connected: true, ConnectedAt: tx.At(), LastSeen: tx.At(), Version: version}); err != nil {
+			return err
+		}
+		if a.NodeID != "" {
+			return tx.Wake(ctx, a.NodeID, a.Kind+" agent connected", 0)
+		}
+		return nil
+	})
+	e.Nudge()
+	return err
+}
+
+// Disconnected records an agent's departure. Its commands are released or lost only after the
+// grace period (a reconnect inside it resumes them): see reapAgents.
+func (e *Engine) Disconnected(ctx context.Context, a Agent) error {
+	return e.st.Write(ctx, func(tx *store.Tx) error {
+		return tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
+			Connected: false, LastSeen: tx.At()})
+	})
+}
+
+// Seen refreshes an agent's liveness (heartbeats).
+func (e *Engine) Seen(ctx context.Context, a Agent) error {
+	return e.st.Write(ctx, func(tx *store.Tx) error {
+		return tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
+			Connected: true, LastSeen: tx.At()})
+	})
+}
+
+// reapAgents applies the departure of agents gone longer than the grace period: commands they
+// never acknowledged are released to another agent of the site (reroutable kinds); commands they
+// acknowledged are lost: never sent twice.
+func (e *Engine) reapAgents(ctx context.Context) error {
+	var nodes []string
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		gone, err := tx.AgentsGoneSince(ctx, tx.At()-e.cfg.AgentGrace.Microseconds())
+		if err != nil {
+			return err
+		}
+		for _, id := range gone {
+			ns, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
+				k, err := command.Lookup(c.Kind)
+				if err != nil {
+					return string(command.Lost), false
+				}
+				next, release := command.AgentGone(command.State(c.State), k)
+				return string(next), release
+			})
+			if err != nil {
+				return err
+			}
+			nodes = append(nodes, ns...)
+			if err := tx.MarkAgentReaped(ctx, id); err != nil {
+				return err
+			}
+		}
+		for _, n := range nodes {
+			if err := tx.Wake(ctx, n, "agent gone", 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if len(nodes) > 0 {
+		e.Nudge()
+	}
+	return err
+}
+
+// ErrNotYours is a report about a command assigned to another agent.
+var ErrNotYours = errors.New("command is not assigned to this agent")
+
+// Claim returns up to limit commands for a to run, assigning them to it. Tokens that must
+// reach only the agent (a boot entry's one-time discovery token) are minted here, stored as
+// hashes, and never written to the command row.
+func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command, error) {
+	var out []store.Command
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		cmds, err := tx.ClaimCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit)
+		if err != nil {
+			return err
+		}
+		for i := range cmds {
+			if err := e.mintTokens(ctx, tx, &cmds[i]); err != nil {
+				return err
+			}
+		}
+		out = cmds
+		return nil
+	})
+	return out, err
+}
+
+func (e *Engine) mintTokens(ctx context.Context, tx *store.Tx, c *store.Command) error {
+	var prefix, kind string
+	switch c.Kind {
+	case "boot.prepareRamdisk":
+		prefix, kind = pki.DiscoveryTokenPrefix, "node"
+	case "boot.prepareInstance":
+		prefix, kind = pki.InstanceTokenPrefix, "os"
+	default:
+		return nil
+	}
+	plain, hash, err := pki.NewToken(prefix)
+	if err != nil {
+		return err
+	}
+	if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: kind, SiteID: c.SiteID, NodeID: c.NodeID,
+		Generation: c.Generation, ExpiresAt: tx.At() + (2 * time.Hour).Microseconds()}); err != nil {
+		return err
+	}
+	var args map[string]any
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+		return fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
+	}
+	args = cloneArgs(args)
+	args["token"] = plain
+	b, _ := json.Marshal(args)
+	c.Args = string(b) // outgoing only: the row keeps the arguments without the token
+	return nil
+}
+
+// Ack records that a received and durably recorded the command.
+func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
+	return e.st.Write(ctx, func(tx *store.Tx) error {
+		c, err := tx.Command(ctx, commandID)
+		if err != nil {
+			return err
+		}
+		if c.TargetAgent != a.ID {
+			return fmt.Errorf("ack of %s by %s: %w", commandID, a.ID, ErrNotYours)
+		}
+		if c.State != string(command.Queued) {
+			return nil // idempotent
+		}
+		c.State, c.DeliveredAt = string(command.Delivered), tx.At()
+		return tx.UpdateCommand(ctx, &c)
+	})
+}
+
+// Report records a command's progress or outcome and wakes its node. Reports are idempotent and
+// never move a command backwards; a report on a command already finished (cancelled by an abort,
+// timed out) is kept out of the row and ignored.
+func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		c, err := tx.Command(ctx, u.CommandID)
+		if err != nil {
+			return err
+		}
+		if c.TargetAgent != a.ID {
+			return fmt.Errorf("report on %s by %s: %w", u.CommandID, a.ID, ErrNotYours)
+		}
+		to := command.State(u.State)
+		if u.State == string(c.State) || !command.CanMove(command.State(c.State), to) {
+			if to == command.Running && c.State == string(command.Running) && u.ProgressTotal > 0 {
+				c.Progress = progressJSON(u)
+				return tx.UpdateCommand(ctx, &c)
+			}
+			return nil
+		}
+		if c.DeliveredAt == 0 {
+			c.DeliveredAt = tx.At()
+		}
+		c.State = u.State
+		if u.ProgressTotal > 0 || u.ProgressMessage != "" {
+			c.Progress = progressJSON(u)
+		}
+		if to.Final() {
+			c.FinishedAt = tx.At()
+			c.Result, c.Error = string(u.Result), u.Error
+			c.ResultSig, c.SignerCert = u.NodeSig, u.SignerCertDER
+		}
+		if err := tx.UpdateCommand(ctx, &c); err != nil {
+			return err
+		}
+		if to.Final() {
+			return tx.Wake(ctx, c.NodeID, "command "+u.State, 0)
+		}
+		return nil
+	})
+	if err == nil && command.State(u.State).Final() {
+		e.Nudge()
+	}
+	return err
+}
+
+func progressJSON(u Update) string {
+	b, _ := json.Marshal(map[string]any{"done": u.ProgressDone, "total": u.ProgressTotal, "message": u.ProgressMessage})
+	return string(b)
+}

@@ -1,0 +1,389 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"bcd/internal/command"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// Workflow states.
+const (
+	wfRunning   = "running"   // steps
+	wfCleaning  = "cleaning"  // cleanup steps, the outcome already decided
+	wfSucceeded = "succeeded" // final
+	wfFailed    = "failed"    // final
+	wfAborted   = "aborted"   // final
+)
+
+// run is one reconciliation of one node inside one transaction.
+type run struct {
+	e       *Engine
+	tx      *store.Tx
+	ctx     context.Context
+	notices []notice
+	n       store.Node
+}
+
+const maxActions = 64
+
+// node reconciles nodeID and returns how long until it must be looked at again (0: only when
+// woken).
+func (r *run) node(nodeID string) (time.Duration, error) {
+	n, err := r.tx.LockNode(r.ctx, nodeID, "")
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil // deleted
+	}
+	if err != nil {
+		return 0, err
+	}
+	r.n = n
+	for range maxActions {
+		again, more, err := r.step()
+		if err != nil {
+			return 0, err
+		}
+		if !more {
+			return again, nil
+		}
+	}
+	return time.Second, nil // a long chain of immediate decisions: continue shortly
+}
+
+// step takes one decision. more says whether another decision may follow at once.
+func (r *run) step() (again time.Duration, more bool, err error) {
+	n := &r.n
+	pn := provisionNode(*n)
+	wf, open, err := r.tx.OpenWorkflow(r.ctx, n.ID)
+	if err != nil {
+		return 0, false, err
+	}
+	switch {
+	case open && (wf.State == wfSucceeded || wf.State == wfFailed || wf.State == wfAborted):
+		return 0, true, r.applyOutcome(&wf)
+	case open && wf.NodeState != n.State && wf.State == wfRunning:
+		// The node left the workflow's state (abort, or a verb after a crash): stop it, run its
+		// cleanup.
+		return 0, true, r.abortWorkflow(&wf, "node moved to "+n.State)
+	case open:
+		if n.Maintenance && wf.State == wfRunning {
+			return 0, false, nil // maintenance holds the workflow until it is turned off
+		}
+		return r.advance(&wf)
+	case pn.Busy() && !n.Maintenance:
+		return 0, true, r.startWorkflow()
+	}
+	return 0, false, nil
+}
+
+func provisionNode(n store.Node) provision.Node {
+	return provision.Node{State: provision.State(n.State), Target: provision.State(n.TargetState), FailedFrom: provision.State(n.FailedFrom), Maintenance: n.Maintenance}
+}
+
+func (r *run) event(kind, from, to, reason string, data map[string]any) error {
+	b, _ := json.Marshal(data)
+	return r.tx.AppendEvent(r.ctx, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
+		FromState: from, ToState: to, Reason: reason, Data: string(b)})
+}
+
+// profileFor chooses the workflow of the node's state.
+func (r *run) profileFor() (workflow.Profile, error) {
+	n := r.n
+	info, ok := provision.Info(provision.State(n.State))
+	if !ok {
+		return workflow.Profile{}, fmt.Errorf("node %s is in unknown state %q", n.ID, n.State)
+	}
+	name := info.Profile(provision.State(n.TargetState))
+	if n.State == string(provision.Deploying) {
+		name = n.DeployProfile
+	}
+	return workflow.Find(name, r.e.cfg.Profiles)
+}
+
+func (r *run) startWorkflow() error {
+	n := &r.n
+	p, err := r.profileFor()
+	var res workflow.Resolved
+	if err == nil {
+		res, err = workflow.Resolve(p, map[string]string{"wipe": n.WipeMode, "image": n.DeployImage})
+	}
+	if err != nil {
+		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot start the workflow of %s: %v", n.State, err))
+	}
+	steps, _ := json.Marshal(res.Steps)
+	cleanup, _ := json.Marshal(res.Cleanup)
+	wf := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: res.Profile, Owner: "metal", NodeState: n.State,
+		Steps: string(steps), Cleanup: string(cleanup), CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps"}
+	if err := r.tx.InsertWorkflow(r.ctx, &wf); err != nil {
+		return err
+	}
+	return r.event("workflow.start", n.State, n.State, "", map[string]any{"workflow": wf.ID, "profile": res.Profile, "steps": len(res.Steps)})
+}
+
+func (r *run) abortWorkflow(wf *store.Workflow, why string) error {
+	wf.AbortRequested = true
+	if wf.FaultCode == "" {
+		wf.FaultCode = string(provision.FaultAborted)
+		wf.Error = why
+	}
+	if err := r.cancelCurrent(wf, "workflow aborted: "+why); err != nil {
+		return err
+	}
+	r.toCleanup(wf)
+	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+		return err
+	}
+	return r.event("workflow.abort", r.n.State, r.n.State, why, map[string]any{"workflow": wf.ID, "profile": wf.Profile})
+}
+
+// cancelCurrent gives up on the running step's command: one never delivered is withdrawn; one
+// already delivered is marked failed here and the agent is told to cancel (it may be
+// uninterruptible: its late result is ignored).
+func (r *run) cancelCurrent(wf *store.Workflow, why string) error {
+	if wf.CurrentCommand == "" {
+		return nil
+	}
+	c, err := r.tx.Command(r.ctx, wf.CurrentCommand)
+	if err != nil {
+		return err
+	}
+	if command.State(c.State).Final() {
+		return nil
+	}
+	c.State, c.Error, c.FinishedAt = string(command.Failed), why, r.tx.At()
+	r.notify(c)
+	return r.tx.UpdateCommand(r.ctx, &c)
+}
+
+func (r *run) toCleanup(wf *store.Workflow) {
+	wf.State, wf.Phase = wfCleaning, "cleanup"
+	wf.StepIndex, wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, 0, ""
+}
+
+// advance runs the workflow's current step as far as it can go now.
+func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
+	var steps []workflow.Step
+	src := wf.Steps
+	if wf.Phase == "cleanup" {
+		src = wf.Cleanup
+	}
+	if err := json.Unmarshal([]byte(src), &steps); err != nil {
+		return 0, false, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
+	}
+	if wf.StepIndex >= len(steps) {
+		if wf.Phase == "steps" {
+			r.toCleanup(wf)
+			return 0, true, r.tx.UpdateWorkflow(r.ctx, wf)
+		}
+		return 0, true, r.finish(wf)
+	}
+	st := steps[wf.StepIndex]
+	kind, err := workflow.LookupStep(st.Use)
+	if err != nil {
+		return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, err.Error(), false)
+	}
+	now := r.tx.At()
+	if wf.StepStartedAt == 0 {
+		return 0, true, r.startStep(wf, st, kind)
+	}
+	// A step in progress: its command, its await, its deadline.
+	if wf.CurrentCommand != "" {
+		c, err := r.tx.Command(r.ctx, wf.CurrentCommand)
+		if err != nil {
+			return 0, false, err
+		}
+		switch command.State(c.State) {
+		case command.Succeeded:
+			if kind.Await == workflow.AwaitNone {
+				if err := r.takeResult(wf, st, c); err != nil {
+					return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, err.Error(), false)
+				}
+				return 0, true, r.stepDone(wf, st, c.ID)
+			}
+		case command.Failed, command.Lost:
+			if kind.Await == workflow.AwaitRejoin && command.State(c.State) == command.Lost {
+				break // kexec never reports: its agent leaves, the OS rejoins
+			}
+			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error), true)
+		}
+	}
+	if kind.Await != workflow.AwaitNone {
+		agentKind := "node"
+		if kind.Await == workflow.AwaitRejoin {
+			agentKind = "os"
+		}
+		since, err := r.tx.NodeAgentConnectedSince(r.ctx, r.n.ID, agentKind, r.n.IdentityGeneration)
+		if err != nil {
+			return 0, false, err
+		}
+		epoch := wf.BootEpoch
+		if epoch == 0 {
+			epoch = wf.StepStartedAt
+		}
+		if since >= epoch {
+			return 0, true, r.stepDone(wf, st, wf.CurrentCommand)
+		}
+	}
+	if now >= wf.StepDeadline {
+		if err := r.cancelCurrent(wf, "step timed out"); err != nil {
+			return 0, false, err
+		}
+		return 0, true, r.stepFailed(wf, st, provision.FaultWorkflowTimeout, fmt.Sprintf("step %s did not finish within %s", st, st.Timeout), true)
+	}
+	return time.Duration(wf.StepDeadline-now) * time.Microsecond, false, nil
+}
+
+func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.StepKind) error {
+	now := r.tx.At()
+	wf.StepAttempt++
+	wf.StepStartedAt = now
+	wf.StepDeadline = now + st.Timeout.Microseconds()
+	wf.CurrentCommand = ""
+	switch {
+	case kind.ControlPlane:
+		if err := r.controlPlane(st); err != nil {
+			return r.stepFailed(wf, st, provision.FaultStepFailed, err.Error(), false)
+		}
+		return r.stepDone(wf, st, "")
+	case kind.Command != "":
+		if !slices.Contains(wf.CommandKinds, kind.Command) {
+			return r.stepFailed(wf, st, provision.FaultStepFailed,
+				fmt.Sprintf("step %s sends %s, which profile %s does not declare (it may send %s)", st, kind.Command, wf.Profile, strings.Join(wf.CommandKinds, ", ")), false)
+		}
+		c, err := r.buildCommand(wf, st, kind.Command)
+		if err != nil {
+			return r.stepFailed(wf, st, provision.FaultStepFailed, err.Error(), false)
+		}
+		if err := r.tx.InsertCommand(r.ctx, &c); err != nil {
+			return err
+		}
+		wf.CurrentCommand = c.ID
+		if c.Kind == "bmc.power" || c.Kind == "boot.kexec" {
+			wf.BootEpoch = now // what joins from now on belongs to this boot
+		}
+		r.notify(c)
+	}
+	return r.tx.UpdateWorkflow(r.ctx, wf)
+}
+
+func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) error {
+	if err := r.event("workflow.step", r.n.State, r.n.State, "", map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "command": commandID, "result": "succeeded"}); err != nil {
+		return err
+	}
+	wf.StepIndex++
+	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
+	return r.tx.UpdateWorkflow(r.ctx, wf)
+}
+
+// stepFailed retries the step while its policy allows (retryable failures only), else fails
+// the workflow (steps) or records the failure and goes on (cleanup).
+func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.Fault, msg string, retryable bool) error {
+	if err := r.event("workflow.step", r.n.State, r.n.State, msg, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "attempt": wf.StepAttempt, "result": "failed"}); err != nil {
+		return err
+	}
+	if retryable && wf.StepAttempt <= st.Retries && fault != provision.FaultWorkflowTimeout {
+		wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, ""
+		return r.tx.UpdateWorkflow(r.ctx, wf)
+	}
+	if wf.FaultCode == "" {
+		wf.FaultCode, wf.Error = string(fault), msg
+	}
+	if wf.Phase == "steps" {
+		r.toCleanup(wf)
+		return r.tx.UpdateWorkflow(r.ctx, wf)
+	}
+	wf.StepIndex++
+	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
+	return r.tx.UpdateWorkflow(r.ctx, wf)
+}
+
+func (r *run) finish(wf *store.Workflow) error {
+	switch {
+	case wf.AbortRequested:
+		wf.State = wfAborted
+	case wf.FaultCode != "":
+		wf.State = wfFailed
+	default:
+		wf.State = wfSucceeded
+	}
+	wf.FinishedAt = r.tx.At()
+	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+		return err
+	}
+	return r.event("workflow."+wf.State, r.n.State, r.n.State, wf.Error, map[string]any{"workflow": wf.ID, "profile": wf.Profile, "fault": wf.FaultCode})
+}
+
+// applyOutcome moves the node by its finished workflow: complete → next state of the chain,
+// fail → failed. An aborted workflow's node is already failed.
+func (r *run) applyOutcome(wf *store.Workflow) error {
+	wf.OutcomeApplied = true
+	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+		return err
+	}
+	n := &r.n
+	if wf.State == wfAborted || wf.NodeState != n.State || !provisionNode(*n).Busy() {
+		return nil
+	}
+	if wf.State == wfFailed {
+		return r.failNode(provision.Fault(wf.FaultCode), wf.Error)
+	}
+	if n.State == string(provision.Releasing) {
+		if err := r.verifiedWipe(wf); err != nil {
+			return r.failNode(provision.FaultUnverifiedWipe, err.Error())
+		}
+	}
+	next, target, err := provision.Complete(provision.State(n.State), provision.State(n.TargetState), provision.Verb(n.ChainVerb))
+	if err != nil {
+		return r.failNode(provision.FaultStepFailed, err.Error())
+	}
+	from := n.State
+	n.State, n.TargetState = string(next), string(target)
+	if target == "" {
+		n.ChainVerb = ""
+	}
+	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+		return err
+	}
+	return r.event("node.complete", from, n.State, "", map[string]any{"workflow": wf.ID, "profile": wf.Profile})
+}
+
+func (r *run) failNode(fault provision.Fault, msg string) error {
+	n := &r.n
+	m := provision.Fail(provisionNode(*n), fault)
+	from := n.State
+	n.State, n.TargetState, n.FailedFrom = string(m.To), string(m.Target), string(m.FailedFrom)
+	n.FaultCode, n.FaultMsg = string(fault), truncate(msg, 1000)
+	n.Maintenance, n.MaintenanceReason = true, string(fault)
+	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+		return err
+	}
+	return r.event("node.fail", from, n.State, msg, map[string]any{"fault": string(fault)})
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// controlPlane runs a step that sends nothing.
+func (r *run) controlPlane(st workflow.Step) error {
+	switch st.Use {
+	case "metal.revokeIdentity":
+		r.n.IdentityGeneration++
+		if err := r.tx.UpdateNode(r.ctx, &r.n); err != nil {
+			return err
+		}
+		return r.event("node.identity.revoked", r.n.State, r.n.State, "", map[string]any{"generation": r.n.IdentityGeneration})
+	}
+	return fmt.Errorf("step %s has no control-plane implementation", st.Use)
+}

@@ -1,0 +1,129 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"bcd/internal/auth"
+	"bcd/internal/engine"
+	"bcd/internal/metal"
+	"bcd/internal/pki"
+	"bcd/internal/provision"
+	"bcd/internal/secrets"
+	"bcd/internal/store"
+)
+
+// Harness is a control plane (store, node service, engine) with a simulated site.
+type Harness struct {
+	Store  *store.Store
+	Metal  *metal.Service
+	Engine *engine.Engine
+	Sim    *Sim
+	Admin  auth.Principal
+	SiteID string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// Start builds and starts a harness over st.
+func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config, log *slog.Logger) (*Harness, error) {
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	sealer, _ := secrets.NewSealer(bytes.Repeat([]byte{3}, secrets.KeySize))
+	svc := metal.New(st, sealer, log)
+	if _, err := svc.Bootstrap(ctx); err != nil {
+		return nil, err
+	}
+	ca, err := pki.CreateCA("bcd sim CA", time.Now())
+	if err != nil {
+		return nil, err
+	}
+	eng := engine.New(st, ca, log, ecfg)
+	site, err := st.Site(ctx, "default")
+	if err != nil {
+		return nil, err
+	}
+	cfg.SiteID = site.ID
+	h := &Harness{Store: st, Metal: svc, Engine: eng, Sim: New(cfg, eng), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	rctx, cancel := context.WithCancel(ctx)
+	h.cancel = cancel
+	go func() {
+		defer close(h.done)
+		go h.Sim.RunSiteAgent(rctx, "sim-site-1")
+		eng.Run(rctx)
+	}()
+	return h, nil
+}
+
+// Stop ends the engine and the simulated agents.
+func (h *Harness) Stop() {
+	h.cancel()
+	<-h.done
+	h.Sim.Wait()
+}
+
+// Enroll enrolls n machines named prefix-i and registers them with the simulation.
+func (h *Harness) Enroll(ctx context.Context, prefix string, n int) ([]string, error) {
+	ids := make([]string, 0, n)
+	for i := range n {
+		mac := fmt.Sprintf("02:5a:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
+		uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		node, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: fmt.Sprintf("%s-%d", prefix, i), Pool: "default",
+			MACs: []string{mac}, ProductUUID: uuid, BMC: metal.BMCInput{Address: "https://10.9.0.1", Username: "admin", Password: "sim-password"}})
+		if err != nil {
+			return nil, err
+		}
+		h.Sim.Add(&Machine{NodeID: node.ID, UUID: uuid, MACs: []string{mac}})
+		ids = append(ids, node.ID)
+	}
+	h.Engine.Nudge()
+	return ids, nil
+}
+
+// Apply runs a verb on each node.
+func (h *Harness) Apply(ctx context.Context, v provision.Verb, ids []string, in metal.VerbInput) error {
+	for _, id := range ids {
+		in.Node = id
+		if _, _, err := h.Metal.Apply(ctx, h.Admin, v, in); err != nil {
+			return err
+		}
+	}
+	h.Engine.Nudge()
+	return nil
+}
+
+// WaitRest waits until every node rests (no target), then returns the states by node.
+func (h *Harness) WaitRest(ctx context.Context, ids []string, timeout time.Duration) (map[string]store.Node, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		out := map[string]store.Node{}
+		busy := 0
+		for _, id := range ids {
+			n, err := h.Store.Node(ctx, id, "")
+			if err != nil {
+				return nil, err
+			}
+			out[id] = n
+			if n.TargetState != "" && n.State != "failed" {
+				busy++
+			}
+		}
+		if busy == 0 {
+			return out, nil
+		}
+		select {
+		case err := <-h.Sim.Errors():
+			return out, fmt.Errorf("simulated agent: %w", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return out, fmt.Errorf("%d of %d nodes still busy after %s", busy, len(ids), timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

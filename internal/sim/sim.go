@@ -1,0 +1,439 @@
+// Package sim simulates machines for the engine: BMCs, a site agent and ramdisks that speak to
+// the control plane through the same calls the gateway makes (claim, acknowledge, report, join,
+// connect), with configurable latency and failure injection. Every command execution is counted
+// per command id, so a test can prove nothing ran twice.
+package sim
+
+import (
+	"context"
+	"crypto"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/pki"
+	"bcd/internal/store"
+)
+
+// Link is what the simulated agents need from the control plane: the gateway's calls.
+type Link interface {
+	Claim(ctx context.Context, a engine.Agent, limit int) ([]store.Command, error)
+	Ack(ctx context.Context, a engine.Agent, commandID string) error
+	Report(ctx context.Context, a engine.Agent, u engine.Update) error
+	Connected(ctx context.Context, a engine.Agent, version string) error
+	Disconnected(ctx context.Context, a engine.Agent) error
+	JoinNode(ctx context.Context, token string, csrDER []byte, kind string) ([]byte, string, uint64, error)
+	Subscribe(a engine.Agent) (<-chan struct{}, func())
+}
+
+// Faults injects failures.
+type Faults struct {
+	BMCErrorRate     float64 // a BMC command fails
+	WipeReadbackFail float64 // a wipe reports a disk whose read-back failed
+	// UnsignedWipe makes ramdisks send wipe results without a signature.
+	UnsignedWipe bool
+}
+
+// Config of a simulation.
+type Config struct {
+	SiteID    string
+	Latency   time.Duration // per BMC or ramdisk command
+	BootDelay time.Duration // power-on → ramdisk joined
+	Faults    Faults
+	Seed      uint64
+}
+
+// Machine is one simulated machine.
+type Machine struct {
+	NodeID string
+	UUID   string
+	MACs   []string
+
+	mu            sync.Mutex
+	power         bool
+	bootDev       string
+	entry         bool
+	token         string
+	instanceToken string
+	ramdisk       context.CancelFunc
+	osUp          bool
+	osGeneration  uint64 // the installed OS keeps its certificate across reboots
+	Disk          string // "data", "wiped", "image"
+}
+
+// Sim runs a site agent and the machines.
+type Sim struct {
+	cfg   Config
+	link  Link
+	mu    sync.Mutex
+	byID  map[string]*Machine
+	execs sync.Map // command id → *atomic.Int32
+	rng   *rand.Rand
+	rngMu sync.Mutex
+	wg    sync.WaitGroup
+	errs  chan error
+}
+
+// New builds a simulation for the site.
+func New(cfg Config, link Link) *Sim {
+	return &Sim{cfg: cfg, link: link, byID: map[string]*Machine{}, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), errs: make(chan error, 16)}
+}
+
+// Add registers a machine (its node id, product UUID and MACs as enrolled).
+func (s *Sim) Add(m *Machine) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m.Disk == "" {
+		m.Disk = "data"
+	}
+	s.byID[m.NodeID] = m
+}
+
+// Machine returns a registered machine.
+func (s *Sim) Machine(nodeID string) *Machine {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byID[nodeID]
+}
+
+// Executions returns how many times each command ran.
+func (s *Sim) Executions() map[string]int {
+	out := map[string]int{}
+	s.execs.Range(func(k, v any) bool {
+		out[k.(string)] = int(v.(*atomic.Int32).Load())
+		return true
+	})
+	return out
+}
+
+func (s *Sim) counted(id string) {
+	v, _ := s.execs.LoadOrStore(id, new(atomic.Int32))
+	v.(*atomic.Int32).Add(1)
+}
+
+func (s *Sim) chance(p float64) bool {
+	if p <= 0 {
+		return false
+	}
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return s.rng.Float64() < p
+}
+
+func (s *Sim) fail(err error) {
+	select {
+	case s.errs <- err:
+	default:
+	}
+}
+
+// Errors reports unexpected errors of the simulated agents.
+func (s *Sim) Errors() <-chan error { return s.errs }
+
+// Wait waits for every goroutine the simulation started after ctx ended.
+func (s *Sim) Wait() { s.wg.Wait() }
+
+// RunSiteAgent serves the site's commands as site agent id until ctx ends.
+func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
+	a := engine.Agent{ID: id, Kind: "site", SiteID: s.cfg.SiteID}
+	if err := s.link.Connected(ctx, a, "sim"); err != nil {
+		s.fail(err)
+		return
+	}
+	ch, stop := s.link.Subscribe(a)
+	defer stop()
+	s.serve(ctx, a, ch, s.siteCommand)
+	s.link.Disconnected(context.WithoutCancel(ctx), a)
+}
+
+// serve claims, acknowledges and runs commands until ctx ends.
+func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		cmds, err := s.link.Claim(ctx, a, 512)
+		if err != nil && ctx.Err() == nil {
+			s.fail(fmt.Errorf("%s claiming: %w", a.ID, err))
+		}
+		var wg sync.WaitGroup
+		for _, c := range cmds {
+			if err := s.link.Ack(ctx, a, c.ID); err != nil {
+				if ctx.Err() == nil {
+					s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
+				}
+				continue
+			}
+			wg.Add(1)
+			s.wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer s.wg.Done()
+				s.counted(c.ID)
+				u := run(ctx, a, c)
+				u.CommandID = c.ID
+				if u.State == "" {
+					return // self-terminating: reported elsewhere
+				}
+				if err := s.link.Report(context.WithoutCancel(ctx), a, u); err != nil && ctx.Err() == nil {
+					s.fail(fmt.Errorf("%s reporting %s: %w", a.ID, c.ID, err))
+				}
+			}()
+		}
+		if len(cmds) == 512 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-wake:
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Sim) sleep(ctx context.Context) {
+	if s.cfg.Latency <= 0 {
+		return
+	}
+	t := time.NewTimer(s.cfg.Latency)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+type siteArgs struct {
+	NodeID string `json:"nodeId"`
+	Query  string `json:"query"`
+	Action string `json:"action"`
+	Device string `json:"device"`
+	Token  string `json:"token"`
+}
+
+func ok(result any) engine.Update {
+	b, _ := json.Marshal(result)
+	return engine.Update{State: "succeeded", Result: b}
+}
+
+func failed(msg string) engine.Update { return engine.Update{State: "failed", Error: msg} }
+
+func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) engine.Update {
+	var args siteArgs
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+		return failed("bad arguments: " + err.Error())
+	}
+	m := s.Machine(args.NodeID)
+	if m == nil {
+		return failed("no such simulated machine " + args.NodeID)
+	}
+	s.sleep(ctx)
+	if len(c.Kind) > 4 && c.Kind[:4] == "bmc." && s.chance(s.cfg.Faults.BMCErrorRate) {
+		return failed("simulated BMC error: NodeBusy")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	powerWord := func() string {
+		if m.power {
+			return "on"
+		}
+		return "off"
+	}
+	switch c.Kind {
+	case "bmc.query":
+		if args.Query == "inventory" {
+			return ok(map[string]any{"systemUuid": m.UUID, "macs": m.MACs, "power": powerWord()})
+		}
+		return ok(map[string]any{"power": powerWord()})
+	case "bmc.boot":
+		m.bootDev = args.Device
+		return ok(map[string]any{"device": args.Device})
+	case "bmc.power":
+		switch args.Action {
+		case "off":
+			s.powerOff(m)
+		case "on":
+			if !m.power {
+				s.powerOn(ctx, m)
+			}
+		case "cycle", "reset":
+			s.powerOff(m)
+			s.powerOn(ctx, m)
+		}
+		return ok(map[string]any{"power": powerWord()})
+	case "boot.prepareRamdisk":
+		m.entry, m.token = true, args.Token
+		return ok(map[string]any{})
+	case "boot.prepareInstance":
+		m.instanceToken = args.Token
+		return ok(map[string]any{})
+	case "boot.cleanUp":
+		m.entry = false
+		return ok(map[string]any{})
+	}
+	return failed("the simulated site agent does not run " + c.Kind)
+}
+
+// powerOff stops whatever runs on the machine. Called with m.mu held.
+func (s *Sim) powerOff(m *Machine) {
+	m.power = false
+	if m.ramdisk != nil {
+		m.ramdisk()
+		m.ramdisk = nil
+	}
+	if m.osUp {
+		m.osUp = false
+		s.link.Disconnected(context.Background(), engine.Agent{ID: "os:" + m.NodeID, Kind: "os", NodeID: m.NodeID})
+	}
+}
+
+// powerOn boots what the boot device and entries say. Called with m.mu held.
+func (s *Sim) powerOn(ctx context.Context, m *Machine) {
+	m.power = true
+	switch {
+	case m.bootDev == "pxe" && m.entry && m.token != "":
+		rctx, cancel := context.WithCancel(ctx)
+		m.ramdisk = cancel
+		token := m.token
+		m.token = "" // one-time
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.runRamdisk(rctx, m, token)
+		}()
+	case m.bootDev == "disk" && m.Disk == "image" && (m.instanceToken != "" || m.osGeneration != 0):
+		token := m.instanceToken
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.bootOS(ctx, m, token)
+		}()
+	}
+}
+
+func (s *Sim) bootOS(ctx context.Context, m *Machine, token string) {
+	s.sleep(ctx)
+	m.mu.Lock()
+	gen := m.osGeneration
+	m.mu.Unlock()
+	nodeID := m.NodeID
+	if gen == 0 {
+		_, csr, err := pki.NewKeyAndCSR("os-" + m.NodeID)
+		if err != nil {
+			s.fail(err)
+			return
+		}
+		if _, nodeID, gen, err = s.link.JoinNode(ctx, token, csr, "os"); err != nil {
+			if ctx.Err() == nil {
+				s.fail(fmt.Errorf("OS of %s joining: %w", m.NodeID, err))
+			}
+			return
+		}
+	}
+	m.mu.Lock()
+	m.osUp, m.osGeneration = true, gen
+	m.mu.Unlock()
+	if err := s.link.Connected(ctx, engine.Agent{ID: "os:" + nodeID, Kind: "os", NodeID: nodeID, Generation: gen}, "sim-os"); err != nil && ctx.Err() == nil {
+		s.fail(err)
+	}
+}
+
+func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
+	if s.cfg.BootDelay > 0 {
+		t := time.NewTimer(s.cfg.BootDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	key, csr, err := pki.NewKeyAndCSR("ramdisk-" + m.NodeID)
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	cert, nodeID, gen, err := s.link.JoinNode(ctx, token, csr, "node")
+	if err != nil {
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("ramdisk of %s joining: %w", m.NodeID, err))
+		}
+		return
+	}
+	// Each boot is its own agent: a late departure of the previous boot must not mark this one gone.
+	a := engine.Agent{ID: fmt.Sprintf("node:%s:%x", nodeID, csr[len(csr)-4:]), Kind: "node", NodeID: nodeID, Generation: gen}
+	if err := s.link.Connected(ctx, a, "sim-ramdisk"); err != nil {
+		s.fail(err)
+		return
+	}
+	defer s.link.Disconnected(context.Background(), a)
+	ch, stop := s.link.Subscribe(a)
+	defer stop()
+	r := &ramdisk{s: s, m: m, key: key, cert: cert, gen: gen}
+	s.serve(ctx, a, ch, r.run)
+}
+
+type ramdisk struct {
+	s    *Sim
+	m    *Machine
+	key  crypto.Signer
+	cert []byte
+	gen  uint64
+}
+
+func (r *ramdisk) signed(c store.Command, result any) engine.Update {
+	u := ok(result)
+	if r.s.cfg.Faults.UnsignedWipe && c.Kind == "disk.wipe" {
+		return u
+	}
+	sig, err := pki.SignStatement(r.key, pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)})
+	if err != nil {
+		return failed("signing: " + err.Error())
+	}
+	u.NodeSig, u.SignerCertDER = sig, r.cert
+	return u
+}
+
+func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engine.Update {
+	r.s.sleep(ctx)
+	m := r.m
+	switch c.Kind {
+	case "inventory.refresh":
+		return ok(map[string]any{"systemUuid": m.UUID, "macs": m.MACs, "disks": []map[string]any{{"name": "vda", "size": 8 << 30}}})
+	case "diag.dcgm":
+		return r.signed(c, map[string]any{"result": "not applicable", "reason": "no NVIDIA GPU"})
+	case "disk.wipe":
+		verified := !r.s.chance(r.s.cfg.Faults.WipeReadbackFail)
+		m.mu.Lock()
+		m.Disk, m.osGeneration = "wiped", 0
+		m.mu.Unlock()
+		return r.signed(c, map[string]any{"disks": []map[string]any{{"device": "/dev/vda", "method": "blkzeroout", "verified": verified}}})
+	case "deploy.image":
+		m.mu.Lock()
+		m.Disk = "image"
+		m.mu.Unlock()
+		return ok(map[string]any{"bytes": 1 << 30})
+	case "boot.kexec":
+		// Self-terminating: report running, then the ramdisk is gone and the OS boots.
+		r.s.link.Report(context.WithoutCancel(ctx), a, engine.Update{CommandID: c.ID, State: "running"})
+		m.mu.Lock()
+		token := m.instanceToken
+		if m.ramdisk != nil {
+			m.ramdisk()
+			m.ramdisk = nil
+		}
+		m.mu.Unlock()
+		if token != "" {
+			r.s.wg.Add(1)
+			go func() {
+				defer r.s.wg.Done()
+				r.s.bootOS(context.WithoutCancel(ctx), m, token)
+			}()
+		}
+		return engine.Update{}
+	}
+	return failed("the simulated ramdisk does not run " + c.Kind)
+}

@@ -1,0 +1,534 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ---------------------------------------------------------------- reconciler leases
+
+// Lease is a claimed wake-up: the node is reconciled by its holder alone until Until.
+type Lease struct {
+	NodeID string
+	Seq    int64
+	Reason string
+}
+
+// ClaimWakeUps leases up to limit due wake-up rows for owner. A row leased by someone else and
+// not expired is skipped (PostgreSQL: SKIP LOCKED), so one node is never reconciled twice at
+// once, across replicas too.
+func (s *Store) ClaimWakeUps(ctx context.Context, owner string, lease time.Duration, limit int) ([]Lease, error) {
+	var out []Lease
+	err := s.Write(ctx, func(t *Tx) error {
+		out = out[:0]
+		skip := ""
+		if s.engine == Postgres {
+			skip = " FOR UPDATE SKIP LOCKED"
+		}
+		rows, err := t.query(ctx, `UPDATE reconcile_queue SET leased_by = ?, leased_until = ?
+			WHERE node_id IN (SELECT node_id FROM reconcile_queue WHERE due_at <= ? AND leased_until < ? ORDER BY due_at LIMIT ?`+skip+`)
+			RETURNING node_id, seq, reason`, owner, t.at+lease.Microseconds(), t.at, t.at, limit)
+		if err != nil {
+			return fmt.Errorf("claiming wake-ups: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var l Lease
+			if err := rows.Scan(&l.NodeID, &l.Seq, &l.Reason); err != nil {
+				return fmt.Errorf("reading wake-up: %w", err)
+			}
+			out = append(out, l)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// FinishWakeUp ends a lease. With again == 0 the row is deleted unless the node was woken while
+// leased (seq moved), in which case it is released for the next claim; with again > 0 it is
+// kept and due again after that delay (a deadline or a retry).
+func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time.Duration) error {
+	if again <= 0 {
+		res, err := t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND seq = ? AND leased_by = ?`, l.NodeID, l.Seq, owner)
+		if err != nil {
+			return fmt.Errorf("finishing wake-up of %s: %w", l.NodeID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			return nil
+		}
+		_, err = t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0 WHERE node_id = ? AND leased_by = ?`, l.NodeID, owner)
+		return err
+	}
+	due := t.at + again.Microseconds()
+	_, err := t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0,
+		due_at = CASE WHEN seq = ? THEN ? ELSE due_at END WHERE node_id = ? AND leased_by = ?`, l.Seq, due, l.NodeID, owner)
+	if err != nil {
+		return fmt.Errorf("requeueing %s: %w", l.NodeID, err)
+	}
+	// A lease that expired and was taken over by another owner is theirs now: nothing to do.
+	return nil
+}
+
+// WakeAt queues the node's reconciler at a given time (a deadline), keeping an earlier one.
+func (t *Tx) WakeAt(ctx context.Context, nodeID, reason string, at int64) error {
+	return t.Wake(ctx, nodeID, reason, time.Duration(at-t.at)*time.Microsecond)
+}
+
+// At is the transaction's clock, Unix microseconds.
+func (t *Tx) At() int64 { return t.at }
+
+// ---------------------------------------------------------------- workflows
+
+// Workflow is a running or finished profile on a node.
+type Workflow struct {
+	ID, NodeID, TenantID, Profile, Owner, NodeState string
+	Steps, Cleanup                                  string // JSON
+	CommandKinds                                    []string
+	State, Phase                                    string
+	StepIndex, StepAttempt                          int
+	StepStartedAt, StepDeadline                     int64
+	CurrentCommand                                  string
+	// BootEpoch is when the workflow last made the machine boot (a power action, kexec): an
+	// agent that joined before it belongs to the previous boot.
+	BootEpoch int64
+	AbortRequested                                  bool
+	FaultCode, Error                                string
+	OutcomeApplied                                  bool
+	CreatedAt, UpdatedAt, FinishedAt                int64
+}
+
+const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase,
+	step_index, step_attempt, step_started_at, step_deadline, current_command, boot_epoch, abort_requested, fault_code, error,
+	outcome_applied, created_at, updated_at, finished_at`
+
+func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
+	var w Workflow
+	var kinds string
+	err := r.Scan(&w.ID, &w.NodeID, &w.TenantID, &w.Profile, &w.Owner, &w.NodeState, &w.Steps, &w.Cleanup, &kinds, &w.State, &w.Phase,
+		&w.StepIndex, &w.StepAttempt, &w.StepStartedAt, &w.StepDeadline, &w.CurrentCommand, &w.BootEpoch, &w.AbortRequested, &w.FaultCode, &w.Error,
+		&w.OutcomeApplied, &w.CreatedAt, &w.UpdatedAt, &w.FinishedAt)
+	if err != nil {
+		return Workflow{}, err
+	}
+	if err := decodeStringSlice(kinds, &w.CommandKinds); err != nil {
+		return Workflow{}, fmt.Errorf("decoding command kinds of workflow %s: %w", w.ID, err)
+	}
+	return w, nil
+}
+
+// InsertWorkflow creates a workflow row.
+func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
+	w.ID = NewID(Micros(t.at))
+	w.CreatedAt, w.UpdatedAt = t.at, t.at
+	_, err := t.exec(ctx, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, mustJSON(w.CommandKinds), w.State, w.Phase,
+		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
+		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt)
+	if err != nil {
+		return fmt.Errorf("inserting workflow %s for node %s: %w", w.Profile, w.NodeID, err)
+	}
+	return nil
+}
+
+// UpdateWorkflow writes a workflow's progress.
+func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
+	w.UpdatedAt = t.at
+	_, err := t.exec(ctx, `UPDATE workflows SET state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
+		step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?, outcome_applied = ?,
+		updated_at = ?, finished_at = ? WHERE id = ?`,
+		w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested,
+		w.FaultCode, w.Error, w.OutcomeApplied, w.UpdatedAt, w.FinishedAt, w.ID)
+	if err != nil {
+		return fmt.Errorf("updating workflow %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
+func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, error) {
+	w, err := scanWorkflow(t.queryRow(ctx, `SELECT `+workflowCols+` FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`, nodeID, false))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Workflow{}, false, nil
+	}
+	if err != nil {
+		return Workflow{}, false, fmt.Errorf("reading open workflow of %s: %w", nodeID, err)
+	}
+	return w, true, nil
+}
+
+// Workflows lists a node's workflows, newest first.
+func (s *Store) Workflows(ctx context.Context, nodeID string, limit int) ([]Workflow, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+workflowCols+` FROM workflows WHERE node_id = ? ORDER BY created_at DESC LIMIT ?`, nodeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing workflows: %w", err)
+	}
+	defer rows.Close()
+	var out []Workflow
+	for rows.Next() {
+		w, err := scanWorkflow(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, rows.Err()
+}
+
+// ---------------------------------------------------------------- commands
+
+// Command is a unit of work relayed to an agent.
+type Command struct {
+	ID, NodeID, TenantID, SiteID, Kind, Subject, State string
+	Args                                               string // JSON
+	TargetAgent                                        string
+	Attempts                                           int
+	Result, Error                                      string
+	WorkflowID                                         string
+	StepIndex                                          int
+	RunsOn                                             string
+	Destructive, Attested, Reroutable                  bool
+	Generation                                         uint64
+	Deadline, DeliveredAt, FinishedAt                  int64
+	Progress                                           string
+	ResultSig, SignerCert                              []byte
+	CreatedAt, UpdatedAt                               int64
+}
+
+const commandCols = `id, node_id, tenant_id, site_id, kind, subject, state, args, target_agent, attempts, result, error,
+	workflow_id, step_index, runs_on, destructive, attested, reroutable, generation, deadline, delivered_at, finished_at,
+	progress, result_sig, signer_cert, created_at, updated_at`
+
+func scanCommand(r interface{ Scan(...any) error }) (Command, error) {
+	var c Command
+	var gen int64
+	err := r.Scan(&c.ID, &c.NodeID, &c.TenantID, &c.SiteID, &c.Kind, &c.Subject, &c.State, &c.Args, &c.TargetAgent, &c.Attempts,
+		&c.Result, &c.Error, &c.WorkflowID, &c.StepIndex, &c.RunsOn, &c.Destructive, &c.Attested, &c.Reroutable, &gen,
+		&c.Deadline, &c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.CreatedAt, &c.UpdatedAt)
+	c.Generation = uint64(gen)
+	return c, err
+}
+
+// InsertCommand queues a command.
+func (t *Tx) InsertCommand(ctx context.Context, c *Command) error {
+	c.ID = NewID(Micros(t.at))
+	c.State = "queued"
+	c.CreatedAt, c.UpdatedAt = t.at, t.at
+	if c.Args == "" {
+		c.Args = "{}"
+	}
+	_, err := t.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.ID, c.NodeID, c.TenantID, c.SiteID, c.Kind, c.Subject, c.State, c.Args, c.TargetAgent, c.Attempts, c.Result, c.Error,
+		c.WorkflowID, c.StepIndex, c.RunsOn, c.Destructive, c.Attested, c.Reroutable, int64(c.Generation), c.Deadline,
+		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt)
+	if err != nil {
+		return fmt.Errorf("queueing command %s for node %s: %w", c.Kind, c.NodeID, err)
+	}
+	return nil
+}
+
+// Command reads a command in the transaction.
+func (t *Tx) Command(ctx context.Context, id string) (Command, error) {
+	c, err := scanCommand(t.queryRow(ctx, `SELECT `+commandCols+` FROM commands WHERE id = ?`+t.forUpdate(), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Command{}, fmt.Errorf("command %s: %w", id, ErrNotFound)
+	}
+	return c, err
+}
+
+// Command reads a command.
+func (s *Store) Command(ctx context.Context, id string) (Command, error) {
+	c, err := scanCommand(s.queryRow(ctx, `SELECT `+commandCols+` FROM commands WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Command{}, fmt.Errorf("command %s: %w", id, ErrNotFound)
+	}
+	return c, err
+}
+
+// Commands lists commands of a node (or all when nodeID is empty), oldest first.
+func (s *Store) Commands(ctx context.Context, nodeID string, limit int) ([]Command, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+commandCols+` FROM commands WHERE ? = '' OR node_id = ? ORDER BY created_at, id LIMIT ?`, nodeID, nodeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing commands: %w", err)
+	}
+	defer rows.Close()
+	var out []Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// UpdateCommand writes a command's state and outcome.
+func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
+	c.UpdatedAt = t.at
+	_, err := t.exec(ctx, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?`,
+		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID)
+	if err != nil {
+		return fmt.Errorf("updating command %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+// ClaimCommands assigns to agent up to limit commands it should run: first those already
+// assigned to it and not acknowledged (a reconnect), then unassigned queued ones it may take
+// (site commands of its site; the ramdisk commands of its node at its generation).
+func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int) ([]Command, error) {
+	var where string
+	var args []any
+	switch kind {
+	case "site":
+		where, args = `runs_on = 'site' AND site_id = ?`, []any{siteID}
+	case "node":
+		where, args = `runs_on = 'ramdisk' AND node_id = ? AND generation = ?`, []any{nodeID, int64(generation)}
+	default:
+		return nil, fmt.Errorf("agent kind %q cannot run commands", kind)
+	}
+	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND (target_agent = ? OR target_agent = '')
+		ORDER BY CASE WHEN target_agent = '' THEN 1 ELSE 0 END, created_at LIMIT ?`
+	rows, err := t.query(ctx, q, append(args, agentID, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
+	}
+	var out []Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].TargetAgent == agentID {
+			continue
+		}
+		out[i].TargetAgent = agentID
+		out[i].Attempts++
+		if _, err := t.exec(ctx, `UPDATE commands SET target_agent = ?, attempts = ?, updated_at = ? WHERE id = ? AND target_agent = ''`,
+			agentID, out[i].Attempts, t.at, out[i].ID); err != nil {
+			return nil, fmt.Errorf("assigning command %s: %w", out[i].ID, err)
+		}
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- agents
+
+// Agent is a connected (or once connected) agent.
+type Agent struct {
+	ID, Kind, SiteID, NodeID string
+	Generation               uint64
+	Connected                bool
+	ConnectedAt, LastSeen    int64
+	Version                  string
+}
+
+func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
+	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
+		connected_at = CASE WHEN excluded.connected THEN excluded.connected_at ELSE agents.connected_at END,
+		last_seen = excluded.last_seen, version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END`,
+		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), a.Connected, a.ConnectedAt, a.LastSeen, a.Version)
+	if err != nil {
+		return fmt.Errorf("recording agent %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// NodeAgentConnectedSince returns when the node's agent (ramdisk or OS, kind) at generation
+// last connected, or 0.
+func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, generation uint64) (int64, error) {
+	var at int64
+	err := t.queryRow(ctx, `SELECT COALESCE(MAX(connected_at), 0) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND connected = ?`,
+		nodeID, kind, int64(generation), true).Scan(&at)
+	return at, err
+}
+
+// ReleaseAgentCommands applies an agent's departure to its unfinished commands: unacknowledged
+// reroutable ones are released for another agent; acknowledged ones are lost. Returns the nodes
+// whose reconciler must look again.
+func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func(c Command) (next string, release bool)) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE target_agent = ? AND state IN ('queued', 'delivered', 'running')`, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
+	}
+	var cmds []Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		cmds = append(cmds, c)
+	}
+	rows.Close()
+	nodes := map[string]bool{}
+	for _, c := range cmds {
+		next, release := lost(c)
+		if next == c.State && !release {
+			continue
+		}
+		if release {
+			c.TargetAgent = ""
+		}
+		if next != c.State {
+			c.State = next
+			c.FinishedAt = t.at
+			c.Error = "agent " + agentID + " went away after acknowledging the command; it is never sent twice"
+		}
+		if err := t.UpdateCommand(ctx, &c); err != nil {
+			return nil, err
+		}
+		nodes[c.NodeID] = true
+	}
+	var out []string
+	for n := range nodes {
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- inventory
+
+func (t *Tx) PutInventory(ctx context.Context, nodeID string, inv json.RawMessage) error {
+	_, err := t.exec(ctx, `INSERT INTO node_inventory (node_id, inventory, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET inventory = excluded.inventory, updated_at = excluded.updated_at`, nodeID, string(inv), t.at)
+	if err != nil {
+		return fmt.Errorf("storing inventory of %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// AddNodeMAC binds a MAC to a node (out-of-band inspection); a MAC of another node is a conflict.
+func (t *Tx) AddNodeMAC(ctx context.Context, n *Node, mac string) error {
+	for _, m := range n.MACs {
+		if m == mac {
+			return nil
+		}
+	}
+	if _, err := t.exec(ctx, `INSERT INTO node_macs (mac, node_id) VALUES (?, ?)`, mac, n.ID); err != nil {
+		if isUnique(err) {
+			return fmt.Errorf("MAC %s already belongs to another node: %w", mac, ErrConflict)
+		}
+		return fmt.Errorf("binding MAC %s: %w", mac, err)
+	}
+	n.MACs = append(n.MACs, mac)
+	_, err := t.exec(ctx, `UPDATE nodes SET macs = ? WHERE id = ?`, mustJSON(n.MACs), n.ID)
+	return err
+}
+
+// SetProductUUID records the product UUID found by inspection when none was given.
+func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
+	_, err := t.exec(ctx, `UPDATE nodes SET product_uuid = ? WHERE id = ? AND product_uuid = ''`, strings.ToLower(uuid), nodeID)
+	return err
+}
+
+// SetPower records the power axis.
+func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
+	_, err := t.exec(ctx, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
+	return err
+}
+
+// CommandsOfWorkflow lists a workflow's commands of one kind, oldest first.
+func (t *Tx) CommandsOfWorkflow(ctx context.Context, workflowID, kind string) ([]Command, error) {
+	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE workflow_id = ? AND kind = ? ORDER BY created_at`, workflowID, kind)
+	if err != nil {
+		return nil, fmt.Errorf("listing commands of workflow %s: %w", workflowID, err)
+	}
+	defer rows.Close()
+	var out []Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// ---------------------------------------------------------------- one-time join tokens
+
+// JoinToken is a one-time token's stored form: only its hash.
+type JoinToken struct {
+	Hash                 []byte
+	Kind, SiteID, NodeID string
+	Generation           uint64
+	ExpiresAt, UsedAt    int64
+}
+
+// InsertJoinToken stores a token's hash. For node tokens, older unused tokens of the same node
+// and kind are withdrawn: only the newest boot entry's token works.
+func (t *Tx) InsertJoinToken(ctx context.Context, jt JoinToken) error {
+	if jt.NodeID != "" {
+		if _, err := t.exec(ctx, `DELETE FROM join_tokens WHERE node_id = ? AND kind = ? AND used_at = 0`, jt.NodeID, jt.Kind); err != nil {
+			return fmt.Errorf("withdrawing older tokens: %w", err)
+		}
+	}
+	_, err := t.exec(ctx, `INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		jt.Hash, jt.Kind, jt.SiteID, jt.NodeID, int64(jt.Generation), jt.ExpiresAt, t.at)
+	if err != nil {
+		return fmt.Errorf("storing join token: %w", err)
+	}
+	return nil
+}
+
+// ErrTokenInvalid is a join token that is unknown, used, expired or of another kind.
+var ErrTokenInvalid = errors.New("join token is unknown, already used or expired")
+
+// UseJoinToken consumes a one-time token of kind.
+func (t *Tx) UseJoinToken(ctx context.Context, hash []byte, kind string) (JoinToken, error) {
+	var jt JoinToken
+	var gen int64
+	err := t.queryRow(ctx, `SELECT hash, kind, site_id, node_id, generation, expires_at, used_at FROM join_tokens WHERE hash = ?`+t.forUpdate(), hash).
+		Scan(&jt.Hash, &jt.Kind, &jt.SiteID, &jt.NodeID, &gen, &jt.ExpiresAt, &jt.UsedAt)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (jt.Kind != kind || jt.UsedAt != 0 || jt.ExpiresAt < t.at) {
+		return JoinToken{}, ErrTokenInvalid
+	}
+	if err != nil {
+		return JoinToken{}, fmt.Errorf("reading join token: %w", err)
+	}
+	jt.Generation = uint64(gen)
+	if _, err := t.exec(ctx, `UPDATE join_tokens SET used_at = ? WHERE hash = ?`, t.at, hash); err != nil {
+		return JoinToken{}, fmt.Errorf("consuming join token: %w", err)
+	}
+	return jt, nil
+}
+
+// AgentsGoneSince lists agents disconnected since before t whose commands were not yet applied.
+func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT id FROM agents WHERE connected = ? AND last_seen < ? AND last_seen > 0`, false, before)
+	if err != nil {
+		return nil, fmt.Errorf("listing departed agents: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// MarkAgentReaped records that a departed agent's commands were dealt with.
+func (t *Tx) MarkAgentReaped(ctx context.Context, id string) error {
+	_, err := t.exec(ctx, `UPDATE agents SET last_seen = 0 WHERE id = ? AND connected = ?`, id, false)
+	return err
+}

@@ -1,0 +1,227 @@
+// Package workflow holds the workflow profiles of DESIGN §4/§5 as data: named lists of steps with
+// arguments, cleanup steps, and the step kinds (what each step sends, where, with which timeout
+// and retry policy). The engine runs them; nothing here does I/O.
+package workflow
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"bcd/internal/command"
+)
+
+// Step is one step of a profile: `disk.wipe{mode: quick}`.
+type Step struct {
+	Use  string            `json:"use"`
+	Args map[string]string `json:"args,omitempty"`
+	// On routes the step explicitly ("site" or "ramdisk"); empty takes the step kind's default.
+	On string `json:"on,omitempty"`
+	// Timeout and Retries override the step kind's.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	Retries int           `json:"retries,omitempty"`
+}
+
+func (s Step) String() string {
+	if len(s.Args) == 0 {
+		return s.Use
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(s.Args)) {
+		parts = append(parts, k+": "+s.Args[k])
+	}
+	return s.Use + "{" + strings.Join(parts, ", ") + "}"
+}
+
+// Profile is a named workflow.
+type Profile struct {
+	Name    string `json:"name"`
+	Steps   []Step `json:"steps"`
+	Cleanup []Step `json:"cleanup,omitempty"`
+	// Sends lists extra command kinds plugin steps relay (declared, else refused).
+	Sends []string `json:"sends,omitempty"`
+}
+
+// Await is what a step waits for when it sends nothing, or besides what it sends.
+type Await string
+
+const (
+	AwaitNone    Await = ""
+	AwaitRamdisk Await = "ramdisk" // the node's ramdisk joined (current identity generation)
+	AwaitRejoin  Await = "rejoin"  // the installed OS rejoined as the node
+)
+
+// StepKind is what a step does.
+type StepKind struct {
+	Use string
+	// Command is the command kind the step sends; empty for control-plane and await steps.
+	Command string
+	// Args are fixed command arguments the step adds (e.g. bmc.power{action: off}).
+	Args map[string]string
+	// Await, for steps that wait for an agent rather than (or after) a result.
+	Await Await
+	// ControlPlane steps run inside the engine (e.g. metal.revokeIdentity).
+	ControlPlane bool
+	Timeout      time.Duration
+	Retries      int
+	// Expand replaces a composite step by its parts.
+	Expand []Step
+}
+
+var stepKinds = []StepKind{
+	{Use: "power.getPower", Command: "bmc.query", Args: map[string]string{"query": "power"}, Timeout: time.Minute, Retries: 3},
+	{Use: "inspect.oob", Command: "bmc.query", Args: map[string]string{"query": "inventory"}, Timeout: 2 * time.Minute, Retries: 3},
+	{Use: "power.setPower", Command: "bmc.power", Timeout: 3 * time.Minute, Retries: 1},
+	{Use: "power.off", Command: "bmc.power", Args: map[string]string{"action": "off"}, Timeout: 3 * time.Minute, Retries: 1},
+	{Use: "power.cycle", Command: "bmc.power", Args: map[string]string{"action": "cycle"}, Timeout: 3 * time.Minute, Retries: 1},
+	{Use: "management.setBootDevice", Command: "bmc.boot", Timeout: 2 * time.Minute, Retries: 3},
+	{Use: "boot.prepareRamdisk", Command: "boot.prepareRamdisk", Timeout: 5 * time.Minute, Retries: 3},
+	{Use: "boot.prepareInstance", Command: "boot.prepareInstance", Timeout: 5 * time.Minute, Retries: 3},
+	{Use: "boot.cleanUp", Command: "boot.cleanUp", Timeout: 2 * time.Minute, Retries: 3},
+	{Use: "await.ramdisk", Await: AwaitRamdisk, Timeout: 15 * time.Minute},
+	{Use: "metal.ensureRamdisk", Expand: []Step{
+		{Use: "boot.prepareRamdisk"},
+		{Use: "management.setBootDevice", Args: map[string]string{"device": "pxe"}},
+		{Use: "power.cycle"},
+		{Use: "await.ramdisk"},
+	}},
+	{Use: "inventory.refresh", Command: "inventory.refresh", Timeout: 5 * time.Minute, Retries: 2},
+	{Use: "diag.dcgm", Command: "diag.dcgm", Timeout: 2 * time.Hour},
+	{Use: "disk.wipe", Command: "disk.wipe", Timeout: 24 * time.Hour},
+	{Use: "deploy.image", Command: "deploy.image", Timeout: 2 * time.Hour},
+	{Use: "boot.kexec", Command: "boot.kexec", Await: AwaitRejoin, Timeout: 20 * time.Minute},
+	{Use: "await.rejoin", Await: AwaitRejoin, Timeout: 20 * time.Minute},
+	{Use: "metal.revokeIdentity", ControlPlane: true, Timeout: time.Minute},
+}
+
+// LookupStep returns the kind of a step.
+func LookupStep(use string) (StepKind, error) {
+	for _, k := range stepKinds {
+		if k.Use == use {
+			return k, nil
+		}
+	}
+	names := make([]string, len(stepKinds))
+	for i, k := range stepKinds {
+		names[i] = k.Use
+	}
+	return StepKind{}, fmt.Errorf("unknown step %q: known are %s", use, strings.Join(names, ", "))
+}
+
+func s(use string, kv ...string) Step {
+	st := Step{Use: use}
+	if len(kv) > 0 {
+		st.Args = map[string]string{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			st.Args[kv[i]] = kv[i+1]
+		}
+	}
+	return st
+}
+
+// Builtin returns the built-in profiles. Arguments written as "$name" are filled from the
+// workflow's parameters (the undeploy verb's wipe mode, the deploy verb's image).
+func Builtin() []Profile {
+	return []Profile{
+		{Name: "metal-enroll", Steps: []Step{s("power.getPower"), s("inspect.oob")}},
+		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh")}},
+		{Name: "metal-commission", Steps: []Step{s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), s("power.off")},
+			Cleanup: []Step{s("boot.cleanUp")}},
+		{Name: "metal-release", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), s("power.off")},
+			Cleanup: []Step{s("boot.cleanUp")}},
+		{Name: "metal-retire", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
+			Cleanup: []Step{s("boot.cleanUp")}},
+		{Name: "metal-rescue", Steps: []Step{s("metal.ensureRamdisk")}},
+		{Name: "metal-unrescue", Steps: []Step{s("management.setBootDevice", "device", "disk", "persistent", "true"), s("power.cycle"), s("await.rejoin")},
+			Cleanup: []Step{s("boot.cleanUp")}},
+		{Name: "default", Steps: []Step{s("metal.ensureRamdisk"), s("deploy.image", "image", "$image"), s("management.setBootDevice", "device", "disk", "persistent", "true"), s("boot.prepareInstance"), s("boot.kexec")},
+			Cleanup: []Step{s("boot.cleanUp")}},
+	}
+}
+
+// Resolved is a profile ready to run: composite steps expanded, parameters filled, and the
+// command kinds it may send.
+type Resolved struct {
+	Profile      string
+	Steps        []Step
+	Cleanup      []Step
+	CommandKinds []string
+}
+
+// Resolve expands and fills a profile. Every "$param" must be given; every step must exist;
+// a plugin profile's extra sends must be known command kinds.
+func Resolve(p Profile, params map[string]string) (Resolved, error) {
+	r := Resolved{Profile: p.Name}
+	kinds := map[string]bool{}
+	var expand func(in []Step, depth int) ([]Step, error)
+	expand = func(in []Step, depth int) ([]Step, error) {
+		if depth > 4 {
+			return nil, fmt.Errorf("profile %s: steps expand too deep", p.Name)
+		}
+		var out []Step
+		for _, st := range in {
+			k, err := LookupStep(st.Use)
+			if err != nil {
+				return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+			}
+			if len(k.Expand) > 0 {
+				sub, err := expand(k.Expand, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, sub...)
+				continue
+			}
+			filled := Step{Use: st.Use, On: st.On, Timeout: st.Timeout, Retries: st.Retries, Args: map[string]string{}}
+			maps.Copy(filled.Args, k.Args)
+			for key, v := range st.Args {
+				if name, ok := strings.CutPrefix(v, "$"); ok {
+					pv, ok := params[name]
+					if !ok || pv == "" {
+						return nil, fmt.Errorf("profile %s: step %s needs parameter %q", p.Name, st.Use, name)
+					}
+					v = pv
+				}
+				filled.Args[key] = v
+			}
+			if filled.Timeout == 0 {
+				filled.Timeout = k.Timeout
+			}
+			if filled.Retries == 0 {
+				filled.Retries = k.Retries
+			}
+			if k.Command != "" {
+				kinds[k.Command] = true
+			}
+			out = append(out, filled)
+		}
+		return out, nil
+	}
+	var err error
+	if r.Steps, err = expand(p.Steps, 0); err != nil {
+		return Resolved{}, err
+	}
+	if r.Cleanup, err = expand(p.Cleanup, 0); err != nil {
+		return Resolved{}, err
+	}
+	for _, k := range p.Sends {
+		if _, err := command.Lookup(k); err != nil {
+			return Resolved{}, fmt.Errorf("profile %s declares sends: %w", p.Name, err)
+		}
+		kinds[k] = true
+	}
+	r.CommandKinds = slices.Sorted(maps.Keys(kinds))
+	return r, nil
+}
+
+// Find returns the built-in or operator profile named name.
+func Find(name string, extra []Profile) (Profile, error) {
+	for _, p := range slices.Concat(extra, Builtin()) {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return Profile{}, fmt.Errorf("unknown profile %q", name)
+}

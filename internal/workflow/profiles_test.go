@@ -1,0 +1,80 @@
+package workflow
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"bcd/internal/command"
+)
+
+func TestBuiltinProfilesResolve(t *testing.T) {
+	params := map[string]string{"wipe": "full", "image": "debian"}
+	want := map[string]string{
+		"metal-enroll":     "power.getPower inspect.oob",
+		"metal-inspect":    "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh",
+		"metal-commission": "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off",
+		"metal-release":    "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off",
+		"metal-retire":     "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
+		"metal-rescue":     "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
+		"metal-unrescue":   "management.setBootDevice{device: disk, persistent: true} power.cycle await.rejoin",
+		"default":          "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
+	}
+	for _, p := range Builtin() {
+		r, err := Resolve(p, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, st := range r.Steps {
+			st.Args = withoutFixed(st)
+			got = append(got, st.String())
+			if st.Timeout == 0 {
+				t.Errorf("%s: step %s has no timeout", p.Name, st.Use)
+			}
+		}
+		if g := strings.Join(got, " "); g != want[p.Name] {
+			t.Errorf("%s:\n got %s\nwant %s", p.Name, g, want[p.Name])
+		}
+		for _, k := range r.CommandKinds {
+			if _, err := command.Lookup(k); err != nil {
+				t.Errorf("%s sends unknown kind %s", p.Name, k)
+			}
+		}
+		if p.Name == "metal-release" && !slices.Contains(r.CommandKinds, "disk.wipe") {
+			t.Errorf("release kinds %v", r.CommandKinds)
+		}
+	}
+}
+
+// withoutFixed drops the arguments the step kind adds itself, to compare with the profile text.
+func withoutFixed(st Step) map[string]string {
+	k, _ := LookupStep(st.Use)
+	out := map[string]string{}
+	for key, v := range st.Args {
+		if k.Args[key] != v {
+			out[key] = v
+		}
+	}
+	return out
+}
+
+func TestResolveRefusals(t *testing.T) {
+	rel, _ := Find("metal-release", nil)
+	if _, err := Resolve(rel, nil); err == nil || !strings.Contains(err.Error(), `needs parameter "wipe"`) {
+		t.Errorf("missing parameter: %v", err)
+	}
+	if _, err := Resolve(Profile{Name: "x", Steps: []Step{{Use: "disk.shred"}}}, nil); err == nil || !strings.Contains(err.Error(), "unknown step") {
+		t.Errorf("unknown step: %v", err)
+	}
+	if _, err := Resolve(Profile{Name: "x", Steps: []Step{{Use: "power.off"}}, Sends: []string{"site.teleport"}}, nil); err == nil {
+		t.Error("unknown declared send accepted")
+	}
+	r, err := Resolve(Profile{Name: "plugin", Steps: []Step{{Use: "power.off"}}, Sends: []string{"site.httpProxy"}}, nil)
+	if err != nil || !slices.Equal(r.CommandKinds, []string{"bmc.power", "site.httpProxy"}) {
+		t.Errorf("declared sends: %v %v", r.CommandKinds, err)
+	}
+	if _, err := Find("nope", nil); err == nil {
+		t.Error("unknown profile found")
+	}
+}
