@@ -95,11 +95,11 @@ type Workflow struct {
 	CurrentCommand                                  string
 	// BootEpoch is when the workflow last made the machine boot (a power action, kexec): an
 	// agent that joined before it belongs to the previous boot.
-	BootEpoch int64
-	AbortRequested                                  bool
-	FaultCode, Error                                string
-	OutcomeApplied                                  bool
-	CreatedAt, UpdatedAt, FinishedAt                int64
+	BootEpoch                        int64
+	AbortRequested                   bool
+	FaultCode, Error                 string
+	OutcomeApplied                   bool
+	CreatedAt, UpdatedAt, FinishedAt int64
 }
 
 const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase,
