@@ -1,0 +1,178 @@
+package agentlink
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "bcd/internal/gen/agentv1"
+	"bcd/internal/gen/agentv1/agentv1connect"
+	"bcd/internal/pki"
+)
+
+// Files in DataDir.
+const (
+	KeyFile  = "agent.key"
+	CertFile = "agent.crt"
+	CAFile   = "ca.pem"
+)
+
+// identity is the agent's key, certificate and trusted CA.
+type identity struct {
+	key     crypto.Signer
+	certDER []byte
+	caPEM   []byte
+	id      pki.Identity
+}
+
+func (i *identity) tlsCert() (tls.Certificate, error) { return pki.TLSCertificate(i.certDER, i.key) }
+
+// loadIdentity reads a stored identity; ok is false when none is stored.
+func loadIdentity(dir string) (_ *identity, ok bool, err error) {
+	if dir == "" {
+		return nil, false, nil
+	}
+	certPEM, err := os.ReadFile(filepath.Join(dir, CertFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("loading agent identity: %w", err)
+	}
+	keyPEM, err := os.ReadFile(filepath.Join(dir, KeyFile))
+	if err != nil {
+		return nil, false, fmt.Errorf("loading agent identity: %w", err)
+	}
+	caPEM, err := os.ReadFile(filepath.Join(dir, CAFile))
+	if err != nil {
+		return nil, false, fmt.Errorf("loading agent identity: %w", err)
+	}
+	key, err := pki.ParseKeyPEM(keyPEM)
+	if err != nil {
+		return nil, false, fmt.Errorf("loading agent identity: %w", err)
+	}
+	der, err := pki.DecodeCertPEM(certPEM)
+	if err != nil {
+		return nil, false, fmt.Errorf("loading agent identity: %w", err)
+	}
+	i := &identity{key: key, certDER: der, caPEM: caPEM}
+	if err := i.parse(); err != nil {
+		return nil, false, fmt.Errorf("loading agent identity from %s: %w", dir, err)
+	}
+	return i, true, nil
+}
+
+func (i *identity) parse() error {
+	c, err := i.tlsCert()
+	if err != nil {
+		return err
+	}
+	i.id, err = pki.ParseIdentity(c.Leaf)
+	return err
+}
+
+// store writes the identity to dir, key first; each file replaced atomically, mode 0600.
+func (i *identity) store(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	keyPEM, err := pki.EncodeKeyPEM(i.key)
+	if err != nil {
+		return fmt.Errorf("storing agent identity: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{KeyFile, keyPEM}, {CAFile, i.caPEM}, {CertFile, pki.EncodeCertPEM(i.certDER)}} {
+		p := filepath.Join(dir, f.name)
+		if err := writeFileSync(p+".tmp", f.data); err != nil {
+			return fmt.Errorf("storing agent identity: %w", err)
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return fmt.Errorf("storing agent identity: %w", err)
+		}
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("storing agent identity: %w", err)
+	}
+	return nil
+}
+
+// transport is an HTTP/2-only client transport trusting caPEM, presenting cert if it has one.
+func transport(cfg *Config, caPEM []byte, cert tls.Certificate) (*http.Transport, error) {
+	u, err := url.Parse(cfg.GatewayURL)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("gateway URL %q: must be https://host[:port]", cfg.GatewayURL)
+	}
+	tc := pki.ClientTLSConfig(caPEM, cert)
+	tc.ServerName = cfg.ServerName
+	if tc.ServerName == "" {
+		tc.ServerName = u.Hostname()
+	}
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	return &http.Transport{
+		TLSClientConfig:     tc,
+		Protocols:           &protos,
+		ForceAttemptHTTP2:   true,
+		TLSHandshakeTimeout: 10 * time.Second,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: cfg.HeartbeatInterval,
+			PingTimeout:     cfg.HeartbeatInterval,
+		},
+	}, nil
+}
+
+// join exchanges the configured token and a new key's CSR for a certificate.
+func join(ctx context.Context, cfg *Config) (*identity, error) {
+	if len(cfg.CAPEM) == 0 {
+		return nil, errors.New("joining: no CA to trust (Config.CAPEM)")
+	}
+	req := &agentv1.JoinRequest{}
+	switch cfg.Kind {
+	case KindSite:
+		req.Kind, req.Token = agentv1.AgentKind_AGENT_KIND_SITE, cfg.JoinToken
+	case KindNode:
+		req.Kind, req.Token = agentv1.AgentKind_AGENT_KIND_NODE, cfg.DiscoveryToken
+		req.Hints = &agentv1.NodeHints{ProductUuid: cfg.Hints.ProductUUID, Macs: cfg.Hints.MACs}
+	}
+	if req.Token == "" {
+		return nil, fmt.Errorf("joining as %s agent: no token configured", cfg.Kind)
+	}
+	key, csr, err := pki.NewKeyAndCSR("bcd " + cfg.Kind.String() + " agent")
+	if err != nil {
+		return nil, fmt.Errorf("joining: %w", err)
+	}
+	req.CsrDer = csr
+	tr, err := transport(cfg, cfg.CAPEM, tls.Certificate{})
+	if err != nil {
+		return nil, fmt.Errorf("joining: %w", err)
+	}
+	defer tr.CloseIdleConnections()
+	client := agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, cfg.GatewayURL)
+	resp, err := client.Join(ctx, connect.NewRequest(req))
+	if err != nil {
+		if c := connect.CodeOf(err); c == connect.CodeUnauthenticated || c == connect.CodePermissionDenied || c == connect.CodeInvalidArgument {
+			return nil, fmt.Errorf("joining as %s agent: %w: %w", cfg.Kind, ErrRefused, err)
+		}
+		return nil, fmt.Errorf("joining as %s agent: %w", cfg.Kind, err)
+	}
+	caPEM := resp.Msg.GetCaPem()
+	if len(caPEM) == 0 {
+		caPEM = cfg.CAPEM
+	}
+	i := &identity{key: key, certDER: resp.Msg.GetCertDer(), caPEM: caPEM}
+	if err := i.parse(); err != nil {
+		return nil, fmt.Errorf("joining: the gateway's certificate: %w", err)
+	}
+	return i, nil
+}

@@ -1,0 +1,453 @@
+package agentlink
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// The journal is the agent's memory of command ids: a command is acknowledged only once its
+// id is in the journal, and a command whose id is there is never run again. It is an
+// append-only file of records, each framed as
+//
+//	u32be(len(payload)) u32be(CRC-32C(payload)) payload
+//
+// where payload is one JSON record. A torn last record (crash mid-write) is dropped when the
+// journal is opened; damage anywhere else refuses to open (running a command twice is worse
+// than not starting). Records replay idempotently, so compaction (rewrite to a temporary file,
+// fsync, rename) may overlap appends.
+
+// maxRecordBytes bounds one record (a result can be large: an inventory).
+const maxRecordBytes = 64 << 20
+
+// JournalFile is the journal's file name in DataDir.
+const JournalFile = "journal"
+
+// Record operations.
+const (
+	opReceived  = "recv"    // the command arrived (and will be acknowledged)
+	opFinal     = "final"   // its final update, as sent
+	opConfirmed = "confirm" // the server accepted the final update
+)
+
+type record struct {
+	Op         string `json:"op"`
+	ID         string `json:"id"`
+	Kind       string `json:"kind,omitempty"`
+	NodeID     string `json:"node,omitempty"`
+	Generation uint64 `json:"gen,omitempty"`
+	Attest     bool   `json:"attest,omitempty"`
+	Args       []byte `json:"args,omitempty"`
+	DeadlineMS int64  `json:"deadline,omitempty"`
+	State      string `json:"state,omitempty"`
+	Result     []byte `json:"result,omitempty"`
+	Error      string `json:"error,omitempty"`
+	Sig        []byte `json:"sig,omitempty"`
+	Cert       []byte `json:"cert,omitempty"`
+}
+
+func crcTable() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
+
+func appendRecord(b []byte, r record) []byte {
+	payload, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("encoding journal record: %v", err)) // plain struct: cannot fail
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(payload, crcTable()))
+	return append(b, payload...)
+}
+
+// decodeJournal parses a journal. good is the length of the intact prefix: everything after it
+// is a torn last record to be truncated away.
+func decodeJournal(data []byte) (recs []record, good int, err error) {
+	tab := crcTable()
+	off := 0
+	for off < len(data) {
+		if len(data)-off < 8 {
+			return recs, off, nil // torn header
+		}
+		n := int(binary.BigEndian.Uint32(data[off:]))
+		sum := binary.BigEndian.Uint32(data[off+4:])
+		if n > maxRecordBytes {
+			return nil, 0, fmt.Errorf("%w: record at offset %d claims %d bytes", errJournalCorrupt, off, n)
+		}
+		end := off + 8 + n
+		if end > len(data) {
+			return recs, off, nil // torn payload
+		}
+		payload := data[off+8 : end]
+		if crc32.Checksum(payload, tab) != sum {
+			if end == len(data) {
+				return recs, off, nil // torn last record
+			}
+			return nil, 0, fmt.Errorf("%w: checksum mismatch at offset %d", errJournalCorrupt, off)
+		}
+		var r record
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, 0, fmt.Errorf("%w: record at offset %d: %v", errJournalCorrupt, off, err)
+		}
+		switch r.Op {
+		case opReceived, opFinal, opConfirmed:
+		default:
+			return nil, 0, fmt.Errorf("%w: record at offset %d: unknown op %q", errJournalCorrupt, off, r.Op)
+		}
+		if r.ID == "" {
+			return nil, 0, fmt.Errorf("%w: record at offset %d has no command id", errJournalCorrupt, off)
+		}
+		recs = append(recs, r)
+		off = end
+	}
+	return recs, off, nil
+}
+
+// jentry is what the journal knows of one command.
+type jentry struct {
+	cmd       Command
+	final     *Update
+	confirmed bool
+}
+
+// journal is the at-most-once record. Appends from concurrent callers share one write and one
+// fsync (group commit). With no file it lives in RAM only (the ramdisk).
+type journal struct {
+	retain int // confirmed entries kept
+
+	mu        sync.Mutex
+	cond      *sync.Cond
+	f         *os.File
+	path      string
+	entries   map[string]*jentry
+	confirmed []string // confirmation order, oldest first
+	lastID    string
+	records   int // records in the file
+
+	pending  []byte
+	seq      uint64 // batch accumulating
+	done     uint64 // last batch written
+	flushing bool
+	err      error // sticky: a journal that failed to write accepts nothing more
+}
+
+// openJournal reads (or creates) the journal in dir; dir "" keeps it in RAM.
+func openJournal(dir string, retain int) (*journal, error) {
+	j := &journal{retain: retain, entries: map[string]*jentry{}, seq: 1}
+	j.cond = sync.NewCond(&j.mu)
+	if dir == "" {
+		return j, nil
+	}
+	j.path = filepath.Join(dir, JournalFile)
+	data, err := os.ReadFile(j.path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("reading journal: %w", err)
+	}
+	recs, good, err := decodeJournal(data)
+	if err != nil {
+		return nil, fmt.Errorf("reading journal %s: %w", j.path, err)
+	}
+	for _, r := range recs {
+		j.apply(r)
+	}
+	j.records = len(recs)
+	f, err := os.OpenFile(j.path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("opening journal: %w", err)
+	}
+	if good < len(data) {
+		if err := f.Truncate(int64(good)); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("truncating torn journal record: %w", err)
+		}
+	}
+	if _, err := f.Seek(int64(good), 0); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("opening journal: %w", err)
+	}
+	j.f = f
+	return j, nil
+}
+
+// apply replays one record; replaying a record twice changes nothing.
+func (j *journal) apply(r record) {
+	e := j.entries[r.ID]
+	if e == nil {
+		e = &jentry{cmd: Command{ID: r.ID}}
+		j.entries[r.ID] = e
+	}
+	switch r.Op {
+	case opReceived:
+		e.cmd = Command{ID: r.ID, Kind: r.Kind, NodeID: r.NodeID, Generation: r.Generation, Attest: r.Attest, Args: r.Args}
+		if r.DeadlineMS != 0 {
+			e.cmd.Deadline = time.UnixMilli(r.DeadlineMS)
+		}
+		j.lastID = r.ID
+	case opFinal:
+		e.final = &Update{CommandID: r.ID, State: r.State, Result: r.Result, Error: r.Error, NodeSig: r.Sig, SignerCertDER: r.Cert}
+	case opConfirmed:
+		if !e.confirmed {
+			e.confirmed = true
+			j.confirmed = append(j.confirmed, r.ID)
+		}
+	}
+}
+
+func receivedRecord(c Command) record {
+	r := record{Op: opReceived, ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Attest: c.Attest, Args: c.Args}
+	if !c.Deadline.IsZero() {
+		r.DeadlineMS = c.Deadline.UnixMilli()
+	}
+	return r
+}
+
+func finalRecord(u Update) record {
+	return record{Op: opFinal, ID: u.CommandID, State: u.State, Result: u.Result, Error: u.Error, Sig: u.NodeSig, Cert: u.SignerCertDER}
+}
+
+// receive records the commands not seen before and returns them (fresh), and copies of the
+// entries of those seen before (known). It returns once fresh ids are durable.
+func (j *journal) receive(cmds []Command) (fresh []Command, known []jentry, err error) {
+	j.mu.Lock()
+	var buf []byte
+	for _, c := range cmds {
+		if e, ok := j.entries[c.ID]; ok {
+			known = append(known, *e)
+			continue
+		}
+		j.apply(receivedRecord(c))
+		buf = appendRecord(buf, receivedRecord(c))
+		fresh = append(fresh, c)
+	}
+	if len(buf) == 0 {
+		j.mu.Unlock()
+		return nil, known, nil
+	}
+	err = j.writeLocked(buf, true)
+	j.mu.Unlock()
+	return fresh, known, err
+}
+
+// finish records a command's final update durably.
+func (j *journal) finish(u Update) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := finalRecord(u)
+	j.apply(r)
+	return j.writeLocked(appendRecord(nil, r), true)
+}
+
+// confirm records that the server accepted a final update. It is not waited for: losing it
+// only means the update is sent once more.
+func (j *journal) confirm(id string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.entries[id]
+	if !ok || e.confirmed || e.final == nil {
+		return
+	}
+	j.apply(record{Op: opConfirmed, ID: id})
+	_ = j.writeLocked(appendRecord(nil, record{Op: opConfirmed, ID: id}), false)
+	j.pruneLocked()
+}
+
+// unconfirmed returns the final updates the server has not accepted yet.
+func (j *journal) unconfirmed() []Update {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []Update
+	for _, e := range j.entries {
+		if e.final != nil && !e.confirmed {
+			out = append(out, *e.final)
+		}
+	}
+	return out
+}
+
+// unfinished returns the commands recorded without a final update.
+func (j *journal) unfinished() []Command {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []Command
+	for _, e := range j.entries {
+		if e.final == nil {
+			out = append(out, e.cmd)
+		}
+	}
+	return out
+}
+
+// failed is the journal's sticky write error.
+func (j *journal) failed() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
+}
+
+func (j *journal) last() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.lastID
+}
+
+// writeLocked appends buf to the file; with wait, returns once it is written and fsync'd.
+// Called with j.mu held; may release it while writing.
+func (j *journal) writeLocked(buf []byte, wait bool) error {
+	if j.err != nil {
+		return j.err
+	}
+	if j.f == nil {
+		return nil
+	}
+	j.records++
+	j.pending = append(j.pending, buf...)
+	if !wait {
+		return nil
+	}
+	my := j.seq
+	for j.done < my {
+		if !j.flushing {
+			j.flushLocked()
+			break
+		}
+		j.cond.Wait()
+	}
+	return j.err
+}
+
+// flushLocked writes the pending batch as its leader.
+func (j *journal) flushLocked() {
+	buf, my := j.pending, j.seq
+	j.pending, j.seq, j.flushing = nil, j.seq+1, true
+	f := j.f
+	j.mu.Unlock()
+	_, err := f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	j.mu.Lock()
+	j.flushing = false
+	j.done = my
+	if err != nil && j.err == nil {
+		j.err = fmt.Errorf("writing journal: %w", err)
+	}
+	j.cond.Broadcast()
+}
+
+// pruneLocked forgets the oldest confirmed entries beyond retain and compacts the file when
+// most of it is dead.
+func (j *journal) pruneLocked() {
+	for len(j.confirmed) > j.retain {
+		delete(j.entries, j.confirmed[0])
+		j.confirmed = j.confirmed[1:]
+	}
+	if j.f == nil || j.flushing || j.err != nil || j.records < 4096 || j.records < 4*len(j.entries) {
+		return
+	}
+	if err := j.compactLocked(); err != nil {
+		j.err = err
+		j.cond.Broadcast()
+	}
+}
+
+// compactLocked rewrites the journal with the live entries only. Confirmed entries keep their
+// final state but not their result (the server has it).
+func (j *journal) compactLocked() error {
+	var buf []byte
+	n := 0
+	add := func(r record) { buf = appendRecord(buf, r); n++ }
+	write := func(e *jentry, keepResult bool) {
+		add(receivedRecord(e.cmd))
+		if e.final != nil {
+			r := finalRecord(*e.final)
+			if !keepResult {
+				r.Result = nil
+			}
+			add(r)
+		}
+	}
+	for _, id := range j.confirmed {
+		e := j.entries[id]
+		write(e, false)
+		add(record{Op: opConfirmed, ID: id})
+	}
+	for _, e := range j.entries {
+		if !e.confirmed {
+			write(e, true)
+		}
+	}
+	// Pending bytes are written after the compacted image; replaying them again is harmless.
+	tmp := j.path + ".tmp"
+	if err := writeFileSync(tmp, buf); err != nil {
+		return fmt.Errorf("compacting journal: %w", err)
+	}
+	if err := os.Rename(tmp, j.path); err != nil {
+		return fmt.Errorf("compacting journal: %w", err)
+	}
+	if err := syncDir(filepath.Dir(j.path)); err != nil {
+		return fmt.Errorf("compacting journal: %w", err)
+	}
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("compacting journal: reopening: %w", err)
+	}
+	_ = j.f.Close()
+	j.f = f
+	j.records = n
+	return nil
+}
+
+func (j *journal) close() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for j.flushing {
+		j.cond.Wait()
+	}
+	if j.f == nil {
+		return nil
+	}
+	var err error
+	if len(j.pending) > 0 && j.err == nil {
+		if _, err = j.f.Write(j.pending); err == nil {
+			err = j.f.Sync()
+		}
+		j.pending = nil
+	}
+	if cerr := j.f.Close(); err == nil {
+		err = cerr
+	}
+	j.f = nil
+	if err != nil {
+		return fmt.Errorf("closing journal: %w", err)
+	}
+	return nil
+}
+
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,433 @@
+package agentlink
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "bcd/internal/gen/agentv1"
+	"bcd/internal/gen/agentv1/agentv1connect"
+	"bcd/internal/pki"
+)
+
+// Link is a running connection to the gateway.
+type Link struct {
+	cfg Config
+	h   Handler
+	id  *identity
+	j   *journal
+	tr  *http.Transport
+	cl  agentv1connect.GatewayServiceClient
+	log *slog.Logger
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+	err    error
+	cmds   sync.WaitGroup // running commands
+	sem    chan struct{}
+
+	out      outbox
+	mu       sync.Mutex
+	running  map[string]*run // commands running in this process
+	sessions atomic.Int64
+}
+
+type run struct {
+	cancel   context.CancelFunc
+	progress Progress
+}
+
+// Dial joins if DataDir holds no certificate (or DataDir is empty), then keeps a Connect
+// stream up in the background until ctx ends or the gateway refuses the agent's certificate.
+// Join errors are returned at once.
+func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating agent data directory: %w", err)
+		}
+	}
+	id, ok, err := loadIdentity(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		if id, err = join(ctx, &cfg); err != nil {
+			return nil, err
+		}
+		if err := id.store(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	j, err := openJournal(cfg.DataDir, cfg.JournalRetain)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := id.tlsCert()
+	if err != nil {
+		_ = j.close()
+		return nil, fmt.Errorf("dialing gateway: %w", err)
+	}
+	tr, err := transport(&cfg, id.caPEM, cert)
+	if err != nil {
+		_ = j.close()
+		return nil, fmt.Errorf("dialing gateway: %w", err)
+	}
+	l := &Link{
+		cfg: cfg, h: h, id: id, j: j, tr: tr,
+		cl:      agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, cfg.GatewayURL, connect.WithReadMaxBytes(cfg.MaxMessageBytes)),
+		log:     cfg.Logger.With(slog.String("agent", id.id.String())),
+		done:    make(chan struct{}),
+		sem:     make(chan struct{}, cfg.MaxConcurrent),
+		running: map[string]*run{},
+	}
+	l.out.init()
+	l.ctx, l.cancel = context.WithCancelCause(ctx)
+	if err := l.failInterrupted(); err != nil {
+		_ = j.close()
+		return nil, err
+	}
+	go l.loop()
+	return l, nil
+}
+
+// Identity is the agent's certified identity.
+func (l *Link) Identity() pki.Identity { return l.id.id }
+
+// Key is the agent's private key (for pki.DecryptAsAgent).
+func (l *Link) Key() crypto.Signer { return l.id.key }
+
+// CertDER is the agent's certificate.
+func (l *Link) CertDER() []byte { return slices.Clone(l.id.certDER) }
+
+// DataDir is where the link keeps its files ("" in RAM).
+func (l *Link) DataDir() string { return l.cfg.DataDir }
+
+// Sessions counts the Connect streams opened so far.
+func (l *Link) Sessions() int { return int(l.sessions.Load()) }
+
+// SetStatus sends a status report now and again at the start of every stream.
+func (l *Link) SetStatus(s Status) { l.out.setStatus(s) }
+
+// Wait blocks until the link stopped and every command it started returned. It returns nil
+// when the link's context ended, ErrRefused when the gateway refused the agent, or the
+// journal's error.
+func (l *Link) Wait() error {
+	<-l.done
+	return l.err
+}
+
+// failInterrupted reports the commands recorded but unfinished by a previous run as failed:
+// they may have run, so they are not run again.
+func (l *Link) failInterrupted() error {
+	for _, c := range l.j.unfinished() {
+		u := Update{CommandID: c.ID, State: StateFailed, Error: "interrupted: the agent stopped while the command was in progress; not run again (at most once)"}
+		if err := l.j.finish(u); err != nil {
+			return err
+		}
+		l.log.LogAttrs(l.ctx, slog.LevelWarn, "command interrupted by a restart", slog.String("command", c.ID), slog.String("kind", c.Kind))
+	}
+	return nil
+}
+
+func (l *Link) loop() {
+	defer close(l.done)
+	attempt := 0
+	for {
+		established, err := l.session()
+		if l.ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, ErrRefused) || errors.Is(err, errJournalCorrupt) || l.j.failed() != nil {
+			l.err = err
+			l.log.LogAttrs(l.ctx, slog.LevelError, "agent link stopped", slog.Any("error", err))
+			l.cancel(err)
+			break
+		}
+		if established {
+			attempt = 0
+		}
+		d := backoff(l.cfg.MinBackoff, l.cfg.MaxBackoff, attempt)
+		attempt++
+		l.log.LogAttrs(l.ctx, slog.LevelWarn, "gateway stream ended; reconnecting", slog.Any("error", err), slog.Duration("after", d))
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-l.ctx.Done():
+			t.Stop()
+		}
+		if l.ctx.Err() != nil {
+			break
+		}
+	}
+	l.cancel(nil)
+	l.cmds.Wait()
+	if l.err == nil {
+		l.err = l.j.failed()
+	}
+	if err := l.j.close(); err != nil && l.err == nil {
+		l.err = err
+	}
+	l.tr.CloseIdleConnections()
+}
+
+// backoff is min·2^attempt capped at max, with jitter: a uniform draw from its upper half.
+func backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := hi
+	if attempt < 32 && lo<<attempt < hi && lo<<attempt > 0 {
+		d = lo << attempt
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// errServerClosed: the gateway ended the stream cleanly.
+const errServerClosed Error = "gateway closed the stream"
+
+// errSilent: nothing arrived for three heartbeat intervals.
+const errSilent Error = "gateway silent for three heartbeat intervals"
+
+// session runs one Connect stream; established reports that the gateway answered on it.
+func (l *Link) session() (established bool, _ error) {
+	ctx, cancel := context.WithCancelCause(l.ctx)
+	defer cancel(nil)
+	stream := l.cl.Connect(ctx)
+	defer func() {
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+	}()
+	l.sessions.Add(1)
+	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers, ResumeAfter: l.j.last()}
+	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
+		return false, classify(fmt.Errorf("sending hello: %w", err))
+	}
+	l.resume()
+
+	var lastRecv atomic.Int64
+	var answered atomic.Bool
+	lastRecv.Store(time.Now().UnixNano())
+	recvDone := make(chan struct{})
+	go func() {
+		defer close(recvDone)
+		for {
+			m, err := stream.Receive()
+			if err != nil {
+				cancel(classify(err))
+				return
+			}
+			lastRecv.Store(time.Now().UnixNano())
+			answered.Store(true)
+			if err := l.handle(m); err != nil {
+				cancel(err)
+				return
+			}
+		}
+	}()
+	err := l.send(ctx, stream, &lastRecv)
+	cancel(err)
+	_ = stream.CloseRequest()
+	<-recvDone
+	return answered.Load(), context.Cause(ctx)
+}
+
+// classify marks the gateway's refusals of the agent's credentials.
+func classify(err error) error {
+	switch c := connect.CodeOf(err); {
+	case errors.Is(err, errServerClosed), err == nil:
+		return err
+	case c == connect.CodeUnauthenticated || c == connect.CodePermissionDenied:
+		return fmt.Errorf("%w: %w", ErrRefused, err)
+	case errors.Is(err, io.EOF):
+		return errServerClosed
+	default:
+		return err
+	}
+}
+
+// resume queues what a new stream must carry: unconfirmed final updates, the state of running
+// commands and the latest status.
+func (l *Link) resume() {
+	for _, u := range l.j.unconfirmed() {
+		l.out.update(u)
+	}
+	l.mu.Lock()
+	for id, r := range l.running {
+		l.out.update(Update{CommandID: id, State: StateRunning, Progress: r.progress})
+	}
+	l.mu.Unlock()
+	l.out.resendStatus()
+}
+
+// handle acts on one frame from the gateway.
+func (l *Link) handle(m *agentv1.ServerMessage) error {
+	var b agentv1.ServerBatch
+	switch x := m.GetMsg().(type) {
+	case *agentv1.ServerMessage_Command:
+		b.Commands = []*agentv1.Command{x.Command}
+	case *agentv1.ServerMessage_UpdateAck:
+		b.UpdateAcks = []*agentv1.UpdateAck{x.UpdateAck}
+	case *agentv1.ServerMessage_Cancel:
+		b.Cancels = []*agentv1.Cancel{x.Cancel}
+	case *agentv1.ServerMessage_Batch:
+		b.Commands, b.UpdateAcks, b.Cancels = x.Batch.GetCommands(), x.Batch.GetUpdateAcks(), x.Batch.GetCancels()
+	case *agentv1.ServerMessage_HeartbeatAck:
+		return nil
+	}
+	if len(b.Commands) > 0 {
+		if err := l.receive(b.Commands); err != nil {
+			return err
+		}
+	}
+	for _, a := range b.UpdateAcks {
+		if a.GetError() != "" {
+			l.log.LogAttrs(l.ctx, slog.LevelWarn, "gateway refused an update", slog.String("command", a.GetCommandId()), slog.String("error", a.GetError()))
+		}
+		l.j.confirm(a.GetCommandId())
+	}
+	for _, c := range b.Cancels {
+		l.mu.Lock()
+		if r, ok := l.running[c.GetCommandId()]; ok {
+			r.cancel()
+		}
+		l.mu.Unlock()
+	}
+	return nil
+}
+
+// receive journals new commands, acknowledges them and starts them; commands already in the
+// journal are acknowledged again with their recorded final update, never run again.
+func (l *Link) receive(ms []*agentv1.Command) error {
+	cmds := make([]Command, 0, len(ms))
+	for _, m := range ms {
+		if m.GetId() == "" {
+			continue
+		}
+		c := Command{ID: m.GetId(), Kind: m.GetKind(), NodeID: m.GetNodeId(), Generation: m.GetGeneration(), Args: m.GetArgsJson(), Attest: m.GetAttest()}
+		if ms := m.GetDeadlineUnixMs(); ms != 0 {
+			c.Deadline = time.UnixMilli(ms)
+		}
+		cmds = append(cmds, c)
+	}
+	fresh, known, err := l.j.receive(cmds)
+	if err != nil {
+		return err
+	}
+	for _, e := range known {
+		l.out.ack(e.cmd.ID)
+		if e.final != nil {
+			l.out.update(*e.final)
+		}
+	}
+	for _, c := range fresh {
+		l.out.ack(c.ID)
+		l.start(c)
+	}
+	return nil
+}
+
+// start runs a journaled command in its own goroutine.
+func (l *Link) start(c Command) {
+	ctx, cancel := context.WithCancel(l.ctx)
+	if !c.Deadline.IsZero() {
+		ctx, cancel = context.WithDeadline(l.ctx, c.Deadline)
+	}
+	r := &run{cancel: cancel}
+	l.mu.Lock()
+	l.running[c.ID] = r
+	l.mu.Unlock()
+	l.cmds.Go(func() {
+		defer cancel()
+		u := l.execute(ctx, c, r)
+		l.mu.Lock()
+		delete(l.running, c.ID)
+		l.mu.Unlock()
+		if err := l.j.finish(u); err != nil {
+			l.log.LogAttrs(l.ctx, slog.LevelError, "recording a command's result", slog.String("command", c.ID), slog.Any("error", err))
+			l.cancel(err)
+			return
+		}
+		l.out.update(u)
+	})
+}
+
+func (l *Link) execute(ctx context.Context, c Command, r *run) Update {
+	select {
+	case l.sem <- struct{}{}:
+		defer func() { <-l.sem }()
+	case <-ctx.Done():
+		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: " + context.Cause(ctx).Error()}
+	}
+	l.out.update(Update{CommandID: c.ID, State: StateRunning})
+	report := func(p Progress) {
+		l.mu.Lock()
+		r.progress = p
+		l.mu.Unlock()
+		l.out.update(Update{CommandID: c.ID, State: StateRunning, Progress: p})
+	}
+	result, err := l.h.Run(ctx, c, report)
+	u := Update{CommandID: c.ID, State: StateSucceeded, Result: result}
+	if err != nil {
+		u.State, u.Error = StateFailed, err.Error()
+	}
+	if c.Attest {
+		sig, serr := pki.SignStatement(l.id.key, pki.Statement{
+			CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation,
+			ResultSHA256: pki.ResultDigest(result),
+		})
+		if serr != nil {
+			return Update{CommandID: c.ID, State: StateFailed, Result: result, Error: fmt.Sprintf("signing the result: %v", serr)}
+		}
+		u.NodeSig, u.SignerCertDER = sig, slices.Clone(l.id.certDER)
+	}
+	return u
+}
+
+// send is the stream's only writer: hello is sent; then acks, updates, status and heartbeats.
+func (l *Link) send(ctx context.Context, stream *connect.BidiStreamForClient[agentv1.AgentMessage, agentv1.ServerMessage], lastRecv *atomic.Int64) error {
+	hb := time.NewTicker(l.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	for {
+		for {
+			m, status := l.out.take()
+			if m == nil && status == nil {
+				break
+			}
+			if status != nil {
+				if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Status{Status: status}}); err != nil {
+					return classify(fmt.Errorf("sending status: %w", err))
+				}
+			}
+			if m != nil {
+				if err := stream.Send(m); err != nil {
+					return classify(fmt.Errorf("sending to gateway: %w", err))
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-l.out.signal:
+		case <-hb.C:
+			if time.Since(time.Unix(0, lastRecv.Load())) > 3*l.cfg.HeartbeatInterval {
+				return errSilent
+			}
+			if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Heartbeat{Heartbeat: &agentv1.Heartbeat{SentUnixMs: time.Now().UnixMilli()}}}); err != nil {
+				return classify(fmt.Errorf("sending heartbeat: %w", err))
+			}
+		}
+	}
+}

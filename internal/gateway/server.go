@@ -1,0 +1,177 @@
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "bcd/internal/gen/agentv1"
+	"bcd/internal/gen/agentv1/agentv1connect"
+	"bcd/internal/pki"
+)
+
+// MaxJoinBytes bounds a Join request (a token, a CSR and a few hints).
+const MaxJoinBytes = 64 << 10
+
+// Server implements bcd.agent.v1.GatewayService.
+type Server struct {
+	cfg Config
+}
+
+var _ agentv1connect.GatewayServiceHandler = (*Server)(nil)
+
+// New checks cfg and fills in its defaults.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg}, nil
+}
+
+// Handler serves GatewayService at its path (mount it at "/" or at the returned path). It must
+// be reached over TLS: the peer's verified certificate is the only credential of Connect.
+func (s *Server) Handler() (string, http.Handler) {
+	path, h := agentv1connect.NewGatewayServiceHandler(s,
+		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes),
+	)
+	return path, withTLSState(h)
+}
+
+// tlsStateKey carries the request's *tls.ConnectionState into connect handlers, whose
+// Peer() does not expose it.
+type tlsStateKey struct{}
+
+func withTLSState(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			r = r.WithContext(context.WithValue(r.Context(), tlsStateKey{}, r.TLS))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// peerIdentity is the verified client certificate's identity, if any.
+func peerIdentity(ctx context.Context) (pki.Identity, bool) {
+	st, _ := ctx.Value(tlsStateKey{}).(*tls.ConnectionState)
+	return pki.IdentityFromTLS(st)
+}
+
+// Join exchanges a one-time token and a CSR for a certificate.
+func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error) {
+	m := req.Msg
+	if m.GetToken() == "" {
+		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a join token is required"))
+	}
+	if len(m.GetCsrDer()) == 0 {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a certificate request (csr_der) is required"))
+	}
+	var (
+		der []byte
+		err error
+	)
+	switch m.GetKind() {
+	case agentv1.AgentKind_AGENT_KIND_SITE:
+		der, err = s.cfg.Identities.JoinSite(ctx, m.GetToken(), m.GetCsrDer())
+	case agentv1.AgentKind_AGENT_KIND_NODE:
+		der, err = s.cfg.Identities.JoinNode(ctx, m.GetToken(), m.GetCsrDer(), hintsOf(m.GetHints()))
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unknown agent kind %v", m.GetKind()))
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrTokenRefused):
+		// One answer for unknown, used and expired tokens: no oracle for a token guesser.
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "agent join refused", slog.String("kind", m.GetKind().String()), slog.String("peer", req.Peer().Addr))
+		return nil, connect.NewError(connect.CodeUnauthenticated, ErrTokenRefused)
+	case errors.Is(err, pki.ErrBadCSR):
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	default:
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelError, "agent join failed", slog.String("kind", m.GetKind().String()), slog.Any("error", err))
+		return nil, connect.NewError(connect.CodeInternal, errors.New("join failed"))
+	}
+	return connect.NewResponse(&agentv1.JoinResponse{CertDer: der, CaPem: s.cfg.CA.CertPEM()}), nil
+}
+
+// admit decides whether a verified identity may hold a Connect stream.
+func (s *Server) admit(ctx context.Context) (AgentRef, error) {
+	id, ok := peerIdentity(ctx)
+	if !ok {
+		return AgentRef{}, connect.NewError(connect.CodeUnauthenticated, errors.New("connect requires a client certificate issued at join"))
+	}
+	switch id.Kind {
+	case pki.KindSiteAgent:
+	case pki.KindNode, pki.KindNodeTenant:
+		cur, err := s.cfg.Identities.CurrentGeneration(ctx, id.NodeID)
+		if errors.Is(err, ErrNotFound) {
+			return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: unknown node", id))
+		}
+		if err != nil {
+			s.cfg.Logger.LogAttrs(ctx, slog.LevelError, "reading node identity generation", slog.String("agent", id.String()), slog.Any("error", err))
+			return AgentRef{}, connect.NewError(connect.CodeUnavailable, errors.New("cannot check the identity generation now"))
+		}
+		if cur != id.Generation {
+			return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: %w (current generation %d)", id, pki.ErrIdentityRevoked, cur))
+		}
+	default:
+		return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s certificate cannot connect as an agent", id.Kind))
+	}
+	return RefOf(id), nil
+}
+
+// ServeTLS serves h (normally the gateway's Handler) over HTTP/2 with TLS 1.3 on ln until ctx
+// ends. Client certificates are verified against ca when presented (pki.ServerTLSConfig).
+// Handlers' contexts end with ctx, so long-lived streams close at shutdown.
+func ServeTLS(ctx context.Context, ln net.Listener, ca *pki.CA, certPEM, keyPEM []byte, h http.Handler, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cfg, err := pki.ServerTLSConfig(ca, certPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("serving agent gateway: %w", err)
+	}
+	var protos http.Protocols
+	protos.SetHTTP2(true)
+	srv := &http.Server{
+		Handler:           h,
+		TLSConfig:         cfg,
+		Protocols:         &protos,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		BaseContext:       func(net.Listener) context.Context { return ctx },
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: 256,
+			// Dead peers (power loss, NAT timeout) are found by HTTP/2 pings.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			_ = srv.Close()
+		}
+	}()
+	err = srv.ServeTLS(ln, "", "")
+	close(done)
+	<-stopped
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return fmt.Errorf("serving agent gateway on %s: %w", ln.Addr(), err)
+}

@@ -1,0 +1,519 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "bcd/internal/gen/agentv1"
+	"bcd/internal/pki"
+)
+
+// helloTimeout bounds the wait for a stream's first message.
+const helloTimeout = 30 * time.Second
+
+// maxFrameArgs bounds the argument bytes packed into one command frame.
+const maxFrameArgs = 4 << 20
+
+// Connect runs one agent stream: see the package documentation.
+func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]) error {
+	a, err := s.admit(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ss := &session{
+		s: s, a: a, stream: stream, ctx: ctx, cancel: cancel,
+		log:       s.cfg.Logger.With(slog.String("agent", a.String())),
+		ctl:       make(chan *agentv1.ServerMessage, 256),
+		hello:     make(chan *agentv1.Hello, 1),
+		freed:     make(chan struct{}, 1),
+		sent:      make(map[string]string),
+		lanes:     make([]chan laneItem, s.cfg.Lanes),
+		seed:      maphash.MakeSeed(),
+		cancelled: make(map[string]bool),
+	}
+	ss.lastSeen.Store(time.Now().UnixNano())
+	for i := range ss.lanes {
+		ss.lanes[i] = make(chan laneItem, 256)
+	}
+	// The receiver may outlive this handler by the moment it takes the server to close the
+	// request body; once ctx ends it touches nothing but its own stack.
+	go ss.receive()
+
+	var hello *agentv1.Hello
+	select {
+	case hello = <-ss.hello:
+	case <-ctx.Done():
+		return ss.result()
+	case <-time.After(helloTimeout):
+		return connect.NewError(connect.CodeDeadlineExceeded, errors.New("no hello"))
+	}
+	if err := s.cfg.Queue.Connected(ctx, a, helloOf(hello)); err != nil {
+		ss.log.LogAttrs(ctx, slog.LevelError, "recording agent connection", slog.Any("error", err))
+		return connect.NewError(connect.CodeUnavailable, errors.New("cannot record the connection now"))
+	}
+	ss.log.LogAttrs(ctx, slog.LevelInfo, "agent connected", slog.String("version", hello.GetAgentVersion()))
+
+	var wg sync.WaitGroup
+	for _, ch := range ss.lanes {
+		wg.Go(func() { ss.lane(ch) })
+	}
+	sendErr := ss.send()
+	cancel(sendErr)
+	wg.Wait()
+
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer dcancel()
+	if err := s.cfg.Queue.Disconnected(dctx, a); err != nil {
+		ss.log.LogAttrs(dctx, slog.LevelError, "recording agent disconnection", slog.Any("error", err))
+	}
+	err = ss.result()
+	ss.log.LogAttrs(dctx, slog.LevelInfo, "agent disconnected", slog.Any("reason", err))
+	return err
+}
+
+type session struct {
+	s      *Server
+	a      AgentRef
+	stream *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	log    *slog.Logger
+
+	ctl      chan *agentv1.ServerMessage // update acks, heartbeat acks → sender
+	hello    chan *agentv1.Hello
+	freed    chan struct{} // the window has room again
+	lanes    []chan laneItem
+	seed     maphash.Seed
+	lastSeen atomic.Int64 // unix ns of the last received frame
+
+	mu   sync.Mutex
+	sent map[string]string // in flight on this stream: command id → kind
+
+	cancelled map[string]bool // cancels sent on this stream (sender only)
+}
+
+type laneItem struct {
+	ack    string
+	update *Update
+	status *Status
+}
+
+// errAgentClosed is the cause when the agent ended the stream.
+const errAgentClosed Error = "agent closed the stream"
+
+// result is what the handler returns for the session's cause.
+func (ss *session) result() error {
+	cause := context.Cause(ss.ctx)
+	var ce *connect.Error
+	switch {
+	case cause == nil, errors.Is(cause, errAgentClosed):
+		return nil
+	case errors.As(cause, &ce):
+		return ce
+	case errors.Is(cause, context.Canceled):
+		return connect.NewError(connect.CodeUnavailable, errors.New("gateway shutting down"))
+	default:
+		return connect.NewError(connect.CodeUnavailable, cause)
+	}
+}
+
+// receive reads frames and routes them: acks, updates and status to lanes, heartbeats answered.
+func (ss *session) receive() {
+	first := true
+	for {
+		m, err := ss.stream.Receive()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errAgentClosed
+			}
+			ss.cancel(err)
+			return
+		}
+		ss.lastSeen.Store(time.Now().UnixNano())
+		if first {
+			first = false
+			h := m.GetHello()
+			if h == nil {
+				ss.cancel(connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must be hello")))
+				return
+			}
+			ss.hello <- h
+			continue
+		}
+		if !ss.route(m) {
+			return
+		}
+	}
+}
+
+// route handles one frame; false when the session ended.
+func (ss *session) route(m *agentv1.AgentMessage) bool {
+	switch x := m.GetMsg().(type) {
+	case *agentv1.AgentMessage_Ack:
+		return ss.toLane(x.Ack.GetCommandId(), laneItem{ack: x.Ack.GetCommandId()})
+	case *agentv1.AgentMessage_Update:
+		return ss.routeUpdate(x.Update)
+	case *agentv1.AgentMessage_Batch:
+		for _, a := range x.Batch.GetAcks() {
+			if !ss.toLane(a.GetCommandId(), laneItem{ack: a.GetCommandId()}) {
+				return false
+			}
+		}
+		for _, u := range x.Batch.GetUpdates() {
+			if !ss.routeUpdate(u) {
+				return false
+			}
+		}
+		return true
+	case *agentv1.AgentMessage_Status:
+		st := statusOf(x.Status)
+		return ss.toLane("", laneItem{status: &st})
+	case *agentv1.AgentMessage_Heartbeat:
+		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_HeartbeatAck{
+			HeartbeatAck: &agentv1.HeartbeatAck{SentUnixMs: x.Heartbeat.GetSentUnixMs()}}})
+	case *agentv1.AgentMessage_Hello:
+		ss.cancel(connect.NewError(connect.CodeInvalidArgument, errors.New("hello sent twice")))
+		return false
+	default:
+		return true // a message type this gateway does not know: ignored
+	}
+}
+
+func (ss *session) routeUpdate(m *agentv1.CommandUpdate) bool {
+	u := updateOf(m)
+	if u.CommandID == "" || u.State == "" {
+		ss.cancel(connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("update for command %q with state %v", u.CommandID, m.GetState())))
+		return false
+	}
+	if reason := ss.refuseUpdate(u); reason != "" {
+		ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "update refused", slog.String("command", u.CommandID), slog.String("reason", reason))
+		return !u.Final() || ss.control(updateAck(u, reason))
+	}
+	return ss.toLane(u.CommandID, laneItem{update: &u})
+}
+
+// refuseUpdate is the gateway's own rule on updates: a node-tenant identity never attests, so
+// it may neither send a signature nor report on an attested command.
+func (ss *session) refuseUpdate(u Update) string {
+	if ss.a.Kind != pki.KindNodeTenant {
+		return ""
+	}
+	if len(u.NodeSig) > 0 || len(u.SignerCertDER) > 0 {
+		return "a node-tenant identity cannot attest results"
+	}
+	ss.mu.Lock()
+	kind, ok := ss.sent[u.CommandID]
+	ss.mu.Unlock()
+	if ok && ss.s.cfg.Attested(kind) {
+		return "a node-tenant identity cannot report on an attested command"
+	}
+	return ""
+}
+
+func updateAck(u Update, errText string) *agentv1.ServerMessage {
+	st := agentv1.CommandState_COMMAND_STATE_FAILED
+	if u.State == StateSucceeded {
+		st = agentv1.CommandState_COMMAND_STATE_SUCCEEDED
+	}
+	return &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_UpdateAck{
+		UpdateAck: &agentv1.UpdateAck{CommandId: u.CommandID, State: st, Error: errText}}}
+}
+
+func (ss *session) toLane(key string, it laneItem) bool {
+	i := 0
+	if len(ss.lanes) > 1 {
+		i = int(maphash.String(ss.seed, key) % uint64(len(ss.lanes)))
+	}
+	select {
+	case ss.lanes[i] <- it:
+		return true
+	case <-ss.ctx.Done():
+		return false
+	}
+}
+
+func (ss *session) control(m *agentv1.ServerMessage) bool {
+	select {
+	case ss.ctl <- m:
+		return true
+	case <-ss.ctx.Done():
+		return false
+	}
+}
+
+// lane forwards one share of the acks, updates and status reports to the queue, in order.
+func (ss *session) lane(ch <-chan laneItem) {
+	q := ss.s.cfg.Queue
+	for {
+		var it laneItem
+		select {
+		case it = <-ch:
+		case <-ss.ctx.Done():
+			return
+		}
+		switch {
+		case it.ack != "":
+			err := q.Ack(ss.ctx, ss.a, it.ack)
+			if err != nil && !errors.Is(err, ErrRejected) {
+				ss.cancel(fmt.Errorf("recording ack of command %s: %w", it.ack, err))
+				return
+			}
+			if err != nil {
+				ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "ack rejected", slog.String("command", it.ack), slog.Any("error", err))
+			}
+			ss.settle(it.ack)
+		case it.update != nil:
+			u := *it.update
+			err := q.Update(ss.ctx, ss.a, u)
+			if err != nil && !errors.Is(err, ErrRejected) {
+				ss.cancel(fmt.Errorf("recording %s update of command %s: %w", u.State, u.CommandID, err))
+				return
+			}
+			errText := ""
+			if err != nil {
+				errText = err.Error()
+				ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "update rejected", slog.String("command", u.CommandID), slog.Any("error", err))
+			}
+			if u.Final() {
+				ss.settle(u.CommandID)
+				if !ss.control(updateAck(u, errText)) {
+					return
+				}
+			}
+		case it.status != nil:
+			if err := q.Status(ss.ctx, ss.a, *it.status); err != nil {
+				ss.log.LogAttrs(ss.ctx, slog.LevelError, "recording agent status", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// settle takes a command out of this stream's window.
+func (ss *session) settle(id string) {
+	ss.mu.Lock()
+	_, ok := ss.sent[id]
+	delete(ss.sent, id)
+	ss.mu.Unlock()
+	if ok {
+		select {
+		case ss.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (ss *session) room() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.s.cfg.Window - len(ss.sent)
+}
+
+// send is the stream's only writer: commands the queue offers, and control messages.
+func (ss *session) send() error {
+	cfg := ss.s.cfg
+	notify, unsubscribe := cfg.Queue.Notify(ss.a)
+	defer unsubscribe()
+	poll := time.NewTicker(cfg.PollInterval)
+	defer poll.Stop()
+	idle := time.NewTicker(cfg.IdleTimeout / 4)
+	defer idle.Stop()
+
+	claim, starved := true, false
+	for {
+		if claim {
+			var err error
+			if starved, err = ss.claimAndSend(); err != nil {
+				return err
+			}
+			if err := ss.sendCancels(); err != nil {
+				return err
+			}
+			claim = false
+		}
+		select {
+		case <-ss.ctx.Done():
+			return context.Cause(ss.ctx)
+		case <-notify:
+			claim = true
+		case <-poll.C:
+			claim = true
+		case <-ss.freed:
+			claim = starved
+		case m := <-ss.ctl:
+			if err := ss.sendControl(m); err != nil {
+				return err
+			}
+		case <-idle.C:
+			if since := time.Since(time.Unix(0, ss.lastSeen.Load())); since > cfg.IdleTimeout {
+				return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("nothing received from the agent for %s", since.Round(time.Second)))
+			}
+		}
+	}
+}
+
+// claimAndSend claims and sends commands until the queue has none or the window is full;
+// starved reports the latter.
+func (ss *session) claimAndSend() (starved bool, err error) {
+	cfg := ss.s.cfg
+	for {
+		room := min(ss.room(), cfg.BatchSize)
+		if room <= 0 {
+			return true, nil
+		}
+		cmds, err := cfg.Queue.Claim(ss.ctx, ss.a, room)
+		if err != nil {
+			return false, fmt.Errorf("claiming commands: %w", err)
+		}
+		if err := ss.sendCommands(cmds); err != nil {
+			return false, err
+		}
+		if len(cmds) < room {
+			return false, nil
+		}
+	}
+}
+
+func (ss *session) sendCommands(cmds []Command) error {
+	batch := make([]*agentv1.Command, 0, len(cmds))
+	size := 0
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := ss.write(&agentv1.ServerBatch{Commands: batch})
+		batch, size = batch[:0:0], 0
+		return err
+	}
+	for _, c := range cmds {
+		if reason := ss.refuseCommand(c); reason != "" {
+			if err := ss.failUndelivered(c, reason); err != nil {
+				return err
+			}
+			continue
+		}
+		ss.mu.Lock()
+		_, dup := ss.sent[c.ID]
+		ss.sent[c.ID] = c.Kind
+		ss.mu.Unlock()
+		if dup {
+			continue // already in flight on this stream
+		}
+		if size+len(c.Args) > maxFrameArgs {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		batch = append(batch, commandMsg(c, ss.s.cfg.Attested(c.Kind)))
+		size += len(c.Args)
+	}
+	return flush()
+}
+
+// refuseCommand is the gateway's own rule on what an identity may receive: never another
+// node's work, never an attested command for a node tenant.
+func (ss *session) refuseCommand(c Command) string {
+	switch ss.a.Kind {
+	case pki.KindNode, pki.KindNodeTenant:
+		if c.NodeID != ss.a.NodeID {
+			return fmt.Sprintf("command for node %s offered to %s", c.NodeID, ss.a)
+		}
+		if ss.a.Kind == pki.KindNodeTenant && ss.s.cfg.Attested(c.Kind) {
+			return fmt.Sprintf("%s is attested: a node-tenant identity cannot run it", c.Kind)
+		}
+	}
+	return ""
+}
+
+// failUndelivered records the failure of a command the gateway refused to deliver. It is the
+// gateway's report, unsigned: it can only ever make an attested command fail.
+func (ss *session) failUndelivered(c Command, reason string) error {
+	ss.log.LogAttrs(ss.ctx, slog.LevelError, "command not delivered", slog.String("command", c.ID), slog.String("reason", reason))
+	err := ss.s.cfg.Queue.Update(ss.ctx, ss.a, Update{CommandID: c.ID, State: StateFailed, Error: "gateway: " + reason})
+	if err != nil && !errors.Is(err, ErrRejected) {
+		return fmt.Errorf("failing undelivered command %s: %w", c.ID, err)
+	}
+	return nil
+}
+
+func (ss *session) sendCancels() error {
+	cc, ok := ss.s.cfg.Queue.(Canceller)
+	if !ok {
+		return nil
+	}
+	ids, err := cc.Cancels(ss.ctx, ss.a)
+	if err != nil {
+		return fmt.Errorf("listing cancelled commands: %w", err)
+	}
+	var out []*agentv1.Cancel
+	for _, id := range ids {
+		if !ss.cancelled[id] {
+			ss.cancelled[id] = true
+			out = append(out, &agentv1.Cancel{CommandId: id})
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return ss.write(&agentv1.ServerBatch{Cancels: out})
+}
+
+// sendControl sends m and whatever other control messages are waiting; update acks go in
+// one frame.
+func (ss *session) sendControl(m *agentv1.ServerMessage) error {
+	var acks []*agentv1.UpdateAck
+	take := func(m *agentv1.ServerMessage) error {
+		if ua := m.GetUpdateAck(); ua != nil {
+			acks = append(acks, ua)
+			return nil
+		}
+		if err := ss.stream.Send(m); err != nil {
+			return fmt.Errorf("sending to agent: %w", err)
+		}
+		return nil
+	}
+	if err := take(m); err != nil {
+		return err
+	}
+	for more := true; more && len(acks) < ss.s.cfg.BatchSize; {
+		select {
+		case m := <-ss.ctl:
+			if err := take(m); err != nil {
+				return err
+			}
+		default:
+			more = false
+		}
+	}
+	if len(acks) == 0 {
+		return nil
+	}
+	return ss.write(&agentv1.ServerBatch{UpdateAcks: acks})
+}
+
+// write sends a batch, as its single item when it has only one.
+func (ss *session) write(b *agentv1.ServerBatch) error {
+	var m *agentv1.ServerMessage
+	switch {
+	case len(b.Commands) == 1 && len(b.UpdateAcks) == 0 && len(b.Cancels) == 0:
+		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Command{Command: b.Commands[0]}}
+	case len(b.Commands) == 0 && len(b.UpdateAcks) == 1 && len(b.Cancels) == 0:
+		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_UpdateAck{UpdateAck: b.UpdateAcks[0]}}
+	default:
+		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Batch{Batch: b}}
+	}
+	if err := ss.stream.Send(m); err != nil {
+		return fmt.Errorf("sending to agent: %w", err)
+	}
+	return nil
+}
