@@ -1,0 +1,268 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+const tok = "AbCdEfGhIjKlMnOpQrSt-_.~+/="
+
+func TestParseCmdline(t *testing.T) {
+	gw := "bcd.gateway=https://gw.example:8443/agent"
+	tests := []struct {
+		name    string
+		line    string
+		want    BootParams
+		wantErr string
+	}{
+		{"join", "console=ttyS0 initrd=initrd " + gw + " bcd.token=" + tok + " quiet",
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin}, ""},
+		{"join explicit", gw + " bcd.token=" + tok + " bcd.mode=join",
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin}, ""},
+		{"discovery", gw + " bcd.mode=discovery",
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Mode: ModeDiscovery}, ""},
+		{"ipv6 literal", "bcd.gateway=http://[fd00::1]:8080/ bcd.mode=discovery",
+			BootParams{GatewayURL: "http://[fd00::1]:8080/", Mode: ModeDiscovery}, ""},
+		{"no gateway", "bcd.token=" + tok, BootParams{}, "bcd.gateway is missing"},
+		{"no token no mode", gw, BootParams{}, "no bcd.token and not bcd.mode=discovery"},
+		{"token and discovery", gw + " bcd.token=" + tok + " bcd.mode=discovery", BootParams{}, "together"},
+		{"bad mode", gw + " bcd.mode=rescue", BootParams{}, "bcd.mode must be"},
+		{"duplicate gateway", gw + " bcd.gateway=http://evil/ bcd.token=" + tok, BootParams{}, "bcd.gateway given twice"},
+		{"duplicate token", gw + " bcd.token=" + tok + " bcd.token=" + tok, BootParams{}, "bcd.token given twice"},
+		{"unknown bcd key", gw + " bcd.token=" + tok + " bcd.debug=1", BootParams{}, `unknown key "bcd.debug"`},
+		{"odd bcd key not echoed", gw + " bcd.x$(reboot)=1", BootParams{}, "odd characters"},
+		{"ftp", "bcd.gateway=ftp://h/ bcd.mode=discovery", BootParams{}, "http or https"},
+		{"user info", "bcd.gateway=http://u:p@h/ bcd.mode=discovery", BootParams{}, "no user info"},
+		{"no host", "bcd.gateway=http:/// bcd.mode=discovery", BootParams{}, "needs a host"},
+		{"quote", `bcd.gateway="http://h/" bcd.mode=discovery`, BootParams{}, "forbidden character"},
+		{"script", "bcd.gateway=http://h/;reboot bcd.mode=discovery", BootParams{}, "forbidden character at offset 9"},
+		{"short token", gw + " bcd.token=short", BootParams{}, "token must be 16..512"},
+		{"bad token char", gw + " bcd.token=" + tok + "$x", BootParams{}, "forbidden character"},
+		{"too long", gw + " bcd.token=" + tok + " " + strings.Repeat("x", 5000), BootParams{}, "at most 4096"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseCmdline(tc.line)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), tok) || strings.Contains(err.Error(), "evil") || strings.Contains(err.Error(), "reboot") {
+					t.Fatalf("error echoes the command line: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTokenNeverLogged(t *testing.T) {
+	p := BootParams{GatewayURL: "http://h/", Token: tok, Mode: ModeJoin}
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	log.Info("x", "params", p, "req", JoinRequest{Mode: ModeJoin, Token: tok})
+	if s := buf.String() + p.String(); strings.Contains(s, tok) {
+		t.Fatalf("token leaked: %s", s)
+	}
+}
+
+type fakeNet struct {
+	mu      sync.Mutex
+	nics    []NIC
+	carrier map[string]bool
+	addrs   []string
+	routes  []string
+}
+
+func (f *fakeNet) Interfaces() ([]NIC, error) { return f.nics, nil }
+func (f *fakeNet) LinkUp(string) error        { return nil }
+func (f *fakeNet) Carrier(n string) (bool, error) {
+	return f.carrier[n], nil
+}
+func (f *fakeNet) AddAddress(i int, p netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.addrs = append(f.addrs, p.String())
+	return nil
+}
+func (f *fakeNet) AddDefaultRoute(i int, gw netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.routes = append(f.routes, gw.String())
+	return nil
+}
+
+type fakeDHCP struct {
+	mu    sync.Mutex
+	fails map[string]int // failures before success per NIC; -1 never succeeds
+	calls map[string]int
+}
+
+func (f *fakeDHCP) Lease(ctx context.Context, ifname string, _ net.HardwareAddr) (Lease, error) {
+	f.mu.Lock()
+	f.calls[ifname]++
+	n, fails := f.calls[ifname], f.fails[ifname]
+	f.mu.Unlock()
+	if fails < 0 || n <= fails {
+		return Lease{}, errors.New("timeout")
+	}
+	last := byte(10 + len(ifname))
+	if ifname == "eth1" {
+		last = 99
+	}
+	return Lease{Interface: ifname, Address: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 0, 2, last}), 24),
+		Router: netip.MustParseAddr("10.0.2.2")}, nil
+}
+
+func twoNICs() *fakeNet {
+	return &fakeNet{nics: []NIC{
+		{Name: "eth0", Index: 2, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}},
+		{Name: "eth1", Index: 3, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}},
+	}, carrier: map[string]bool{"eth0": true, "eth1": true}}
+}
+
+func TestConfigureNetwork(t *testing.T) {
+	tests := []struct {
+		name      string
+		carrier   map[string]bool
+		fails     map[string]int
+		wantAddrs []string
+		wantRoute []string
+		wantErr   string
+	}{
+		{"both", nil, map[string]int{}, []string{"10.0.2.14/24", "10.0.2.99/24"}, []string{"10.0.2.2"}, ""},
+		{"retry then lease", nil, map[string]int{"eth0": 2, "eth1": -1}, []string{"10.0.2.14/24"}, []string{"10.0.2.2"}, ""},
+		{"no link on eth0", map[string]bool{"eth1": true}, map[string]int{}, []string{"10.0.2.99/24"}, []string{"10.0.2.2"}, ""},
+		{"nothing", nil, map[string]int{"eth0": -1, "eth1": -1}, nil, nil, "no DHCP lease on any interface"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			n := twoNICs()
+			if tc.carrier != nil {
+				n.carrier = tc.carrier
+			}
+			d := &fakeDHCP{fails: tc.fails, calls: map[string]int{}}
+			cfg := Config{Net: n, DHCP: d, LinkTimeout: 200 * time.Millisecond, DHCPTimeout: time.Second, DHCPAttempts: 3}
+			leases, err := ConfigureNetwork(t.Context(), slog.New(slog.DiscardHandler), cfg)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v", err)
+				}
+				if d.calls["eth0"] != 3 {
+					t.Fatalf("eth0 tried %d times, want 3", d.calls["eth0"])
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(leases) != len(tc.wantAddrs) || strings.Join(n.addrs, ",") != strings.Join(tc.wantAddrs, ",") ||
+				strings.Join(n.routes, ",") != strings.Join(tc.wantRoute, ",") {
+				t.Fatalf("leases %v addrs %v routes %v", leases, n.addrs, n.routes)
+			}
+		})
+	}
+}
+
+type fakeGateway struct {
+	fails int
+	reqs  []JoinRequest
+}
+
+func (g *fakeGateway) Join(_ context.Context, r JoinRequest) (JoinResponse, error) {
+	g.reqs = append(g.reqs, r)
+	if len(g.reqs) <= g.fails {
+		return JoinResponse{}, errors.New("unavailable")
+	}
+	return JoinResponse{NodeID: "node-1"}, nil
+}
+
+func TestStart(t *testing.T) {
+	sysfs := fstest.MapFS{"class/dmi/id/product_uuid": {Data: []byte("4c4c4544-0000\n")}}
+	for _, mode := range []Mode{ModeJoin, ModeDiscovery} {
+		t.Run(string(mode), func(t *testing.T) {
+			line := "bcd.gateway=http://10.0.2.2:8080/ bcd.mode=discovery"
+			if mode == ModeJoin {
+				line = "bcd.gateway=http://10.0.2.2:8080/ bcd.token=" + tok
+			}
+			gw := &fakeGateway{fails: 2}
+			var console, logs bytes.Buffer
+			s, err := Start(t.Context(), &console, slog.New(slog.NewTextHandler(&logs, nil)), Config{
+				Cmdline:    func() (string, error) { return line, nil },
+				Net:        twoNICs(),
+				DHCP:       &fakeDHCP{fails: map[string]int{}, calls: map[string]int{}},
+				SysFS:      sysfs,
+				NewGateway: func(string) (Gateway, error) { return gw, nil },
+				RetryDelay: time.Millisecond,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.Join.NodeID != "node-1" || len(gw.reqs) != 3 {
+				t.Fatalf("join %+v after %d requests", s.Join, len(gw.reqs))
+			}
+			r := gw.reqs[0]
+			if r.Mode != mode || r.Hints.SystemUUID != "4c4c4544-0000" || len(r.Hints.MACs) != 2 {
+				t.Fatalf("request %+v", r)
+			}
+			if mode == ModeJoin && (r.Token != tok || len(r.CSR) == 0) {
+				t.Fatal("join request without token or CSR")
+			}
+			if mode == ModeDiscovery && (r.Token != "" || r.CSR != nil) {
+				t.Fatal("discovery request carries a token or CSR")
+			}
+			if s.Key == nil {
+				t.Fatal("no key")
+			}
+			out := console.String()
+			if !strings.Contains(out, MarkerReady+" ip=eth0:10.0.2.14/24,eth1:10.0.2.99/24 gateway=http://10.0.2.2:8080/ mode="+string(mode)) ||
+				!strings.Contains(out, MarkerJoined+" node=node-1") {
+				t.Fatalf("console:\n%s", out)
+			}
+			if strings.Contains(out+logs.String(), tok) {
+				t.Fatal("token on the console or in the logs")
+			}
+		})
+	}
+}
+
+func TestStartBadCmdlineIsFatal(t *testing.T) {
+	_, err := Start(t.Context(), &bytes.Buffer{}, slog.New(slog.DiscardHandler), Config{
+		Cmdline: func() (string, error) { return "console=ttyS0", nil }, Net: twoNICs(), DHCP: &fakeDHCP{},
+	})
+	if err == nil || !strings.Contains(err.Error(), "bcd.gateway is missing") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestStartRetriesNetworkUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	var console bytes.Buffer
+	_, err := Start(ctx, &console, slog.New(slog.DiscardHandler), Config{
+		Cmdline: func() (string, error) { return "bcd.gateway=http://h/ bcd.mode=discovery", nil },
+		Net:     &fakeNet{nics: []NIC{{Name: "eth0", Index: 2, MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}}}, carrier: map[string]bool{}},
+		DHCP:    &fakeDHCP{}, LinkTimeout: 20 * time.Millisecond, RetryDelay: 10 * time.Millisecond,
+	})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v", err)
+	}
+	if strings.Count(console.String(), "network not up yet") < 2 {
+		t.Fatalf("console:\n%s", console.String())
+	}
+}
