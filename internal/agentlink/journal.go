@@ -117,7 +117,8 @@ type jentry struct {
 // journal is the at-most-once record. Appends from concurrent callers share one write and one
 // fsync (group commit). With no file it lives in RAM only (the ramdisk).
 type journal struct {
-	retain int // confirmed entries kept
+	retain     int // confirmed entries kept
+	minCompact int // records before compaction is considered
 
 	mu        sync.Mutex
 	cond      *sync.Cond
@@ -137,7 +138,7 @@ type journal struct {
 
 // openJournal reads (or creates) the journal in dir; dir "" keeps it in RAM.
 func openJournal(dir string, retain int) (*journal, error) {
-	j := &journal{retain: retain, entries: map[string]*jentry{}, seq: 1}
+	j := &journal{retain: retain, minCompact: 4096, entries: map[string]*jentry{}, seq: 1}
 	j.cond = sync.NewCond(&j.mu)
 	if dir == "" {
 		return j, nil
@@ -170,6 +171,14 @@ func openJournal(dir string, retain int) (*journal, error) {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
 	j.f = f
+	j.mu.Lock()
+	j.pruneLocked()
+	err = j.err
+	j.mu.Unlock()
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
 	return j, nil
 }
 
@@ -345,7 +354,7 @@ func (j *journal) pruneLocked() {
 		delete(j.entries, j.confirmed[0])
 		j.confirmed = j.confirmed[1:]
 	}
-	if j.f == nil || j.flushing || j.err != nil || j.records < 4096 || j.records < 4*len(j.entries) {
+	if j.f == nil || j.flushing || j.err != nil || j.records < j.minCompact || j.records < 4*len(j.entries) {
 		return
 	}
 	if err := j.compactLocked(); err != nil {

@@ -53,6 +53,7 @@ type Queue struct {
 	hellos    []gateway.Hello
 	statuses  map[string][]gateway.Status
 	finals    int
+	cancelled map[string]bool // ids cancelled and not yet final
 	changed   chan struct{} // closed and replaced on every change
 }
 
@@ -66,7 +67,7 @@ func NewQueue() *Queue {
 	return &Queue{
 		cmds: map[string]*Entry{}, pending: map[string][]string{}, resend: map[string][]string{},
 		subs: map[string]map[int]chan struct{}{}, connected: map[string]int{}, open: map[string]int{},
-		statuses: map[string][]gateway.Status{}, changed: make(chan struct{}),
+		statuses: map[string][]gateway.Status{}, changed: make(chan struct{}), cancelled: map[string]bool{},
 	}
 }
 
@@ -98,6 +99,7 @@ func (q *Queue) Cancel(id string) {
 	defer q.mu.Unlock()
 	if e, ok := q.cmds[id]; ok {
 		e.Cancelled = true
+		q.cancelled[id] = true
 		q.wakeLocked(e.Target)
 	}
 }
@@ -259,8 +261,12 @@ func (q *Queue) Cancels(_ context.Context, a gateway.AgentRef) ([]string, error)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var ids []string
-	for id, e := range q.cmds {
-		if e.Cancelled && e.Agent == key && e.State != Succeeded && e.State != Failed {
+	for id := range q.cancelled {
+		e := q.cmds[id]
+		switch {
+		case e.State == Succeeded || e.State == Failed:
+			delete(q.cancelled, id)
+		case e.Agent == key:
 			ids = append(ids, id)
 		}
 	}
