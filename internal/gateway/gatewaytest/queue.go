@@ -54,7 +54,7 @@ type Queue struct {
 	statuses  map[string][]gateway.Status
 	finals    int
 	cancelled map[string]bool // ids cancelled and not yet final
-	changed   chan struct{} // closed and replaced on every change
+	changed   chan struct{}   // closed and replaced on every change
 }
 
 var (
