@@ -3,7 +3,6 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -223,9 +222,3 @@ func (r *run) verifiedWipe(wf *store.Workflow) error {
 // AcceptIngestedAttestationForTests makes attested results count without signatures. It exists
 // for tests of other parts only; nothing in configuration or the API reaches it.
 func (e *Engine) AcceptIngestedAttestationForTests() { e.acceptIngested = true }
-
-func cloneArgs(m map[string]any) map[string]any {
-	out := make(map[string]any, len(m))
-	maps.Copy(out, m)
-	return out
-}

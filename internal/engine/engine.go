@@ -34,14 +34,22 @@ type Config struct {
 	AgentGrace time.Duration
 	// Profiles are operator-defined deploy profiles, beside the built-in ones.
 	Profiles []workflow.Profile
+	// Secrets opens secret:// references (BMC credentials), which are then sent to the site
+	// agent only encrypted to its certificate.
+	Secrets SecretOpener
+}
+
+// SecretOpener opens a sealed secret by reference.
+type SecretOpener interface {
+	OpenSecret(ctx context.Context, ref string) ([]byte, error)
 }
 
 func (c Config) withDefaults() Config {
 	if c.Workers <= 0 {
-		c.Workers = 4
+		c.Workers = 32
 	}
 	if c.Batch <= 0 {
-		c.Batch = 64
+		c.Batch = 256
 	}
 	if c.Lease <= 0 {
 		c.Lease = 30 * time.Second
@@ -64,6 +72,13 @@ type Engine struct {
 	owner string
 	nudge chan struct{}
 	subs  *subscribers
+	// sent holds, per connected agent, the commands offered on its current connection: a
+	// command is offered at most once between two Connected calls (a reconnect offers the
+	// assigned but unacknowledged ones again).
+	sentMu sync.Mutex
+	sent   map[string]map[string]bool
+	// osConns marks gateway connections whose node agent is the installed OS.
+	osConns map[string]bool
 	// acceptIngested makes attested results count without signature checks. Only tests set it
 	// (AcceptIngestedAttestationForTests); no configuration reaches it.
 	acceptIngested bool
@@ -74,7 +89,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return &Engine{cfg: cfg.withDefaults(), st: st, ca: ca, log: log, owner: "engine-" + hex.EncodeToString(b),
-		nudge: make(chan struct{}, 1), subs: newSubscribers()}
+		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]map[string]bool{}, osConns: map[string]bool{}}
 }
 
 // Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -20,6 +21,10 @@ type Agent struct {
 	SiteID     string
 	NodeID     string
 	Generation uint64
+	// ConnID names the connection (Connected and Disconnected of one connection carry the same).
+	ConnID string
+	// CertDER is the agent's certificate: secrets it needs (BMC credentials) are encrypted to it.
+	CertDER []byte
 }
 
 // Update is an agent's report on a command.
@@ -91,9 +96,12 @@ func (e *Engine) Subscribe(a Agent) (<-chan struct{}, func()) {
 // Connected records an agent's connection. A node agent's arrival wakes its node (a step may be
 // waiting for it).
 func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
+	e.sentMu.Lock()
+	e.sent[a.ID] = map[string]bool{}
+	e.sentMu.Unlock()
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
-			Connected: true, ConnectedAt: tx.At(), LastSeen: tx.At(), Version: version}); err != nil {
+			ConnID: a.ConnID, Version: version}); err != nil {
 			return err
 		}
 		if a.NodeID != "" {
@@ -108,18 +116,15 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 // Disconnected records an agent's departure. Its commands are released or lost only after the
 // grace period (a reconnect inside it resumes them): see reapAgents.
 func (e *Engine) Disconnected(ctx context.Context, a Agent) error {
-	return e.st.Write(ctx, func(tx *store.Tx) error {
-		return tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
-			Connected: false, LastSeen: tx.At()})
-	})
+	e.sentMu.Lock()
+	delete(e.sent, a.ID)
+	e.sentMu.Unlock()
+	return e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentGone(ctx, a.ID, a.ConnID) })
 }
 
 // Seen refreshes an agent's liveness (heartbeats).
 func (e *Engine) Seen(ctx context.Context, a Agent) error {
-	return e.st.Write(ctx, func(tx *store.Tx) error {
-		return tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
-			Connected: true, LastSeen: tx.At()})
-	})
+	return e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentSeen(ctx, a.ID, a.ConnID) })
 }
 
 // reapAgents applies the departure of agents gone longer than the grace period: commands they
@@ -171,47 +176,100 @@ var ErrNotYours = errors.New("command is not assigned to this agent")
 func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command, error) {
 	var out []store.Command
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		cmds, err := tx.ClaimCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit)
+		e.sentMu.Lock()
+		sent := len(e.sent[a.ID])
+		e.sentMu.Unlock()
+		cmds, err := tx.ClaimCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit+sent)
 		if err != nil {
 			return err
 		}
+		out = out[:0]
+		e.sentMu.Lock()
+		defer e.sentMu.Unlock()
+		offered := e.sent[a.ID]
+		if offered == nil {
+			offered = map[string]bool{}
+			e.sent[a.ID] = offered
+		}
 		for i := range cmds {
-			if err := e.mintTokens(ctx, tx, &cmds[i]); err != nil {
+			if offered[cmds[i].ID] || len(out) == limit {
+				continue
+			}
+			if err := e.outgoing(ctx, tx, a, &cmds[i]); err != nil {
 				return err
 			}
+			out = append(out, cmds[i])
 		}
-		out = cmds
+		for _, c := range out {
+			offered[c.ID] = true
+		}
 		return nil
 	})
 	return out, err
 }
 
-func (e *Engine) mintTokens(ctx context.Context, tx *store.Tx, c *store.Command) error {
-	var prefix, kind string
+// forget drops finished commands from an agent's offered set.
+func (e *Engine) forget(agentID, commandID string) {
+	e.sentMu.Lock()
+	delete(e.sent[agentID], commandID)
+	e.sentMu.Unlock()
+}
+
+// outgoing adds to a claimed command what must reach only the agent and is never written to
+// the row: a boot entry's one-time token (stored as a hash), and BMC credentials encrypted to the
+// claiming agent's certificate (JWE).
+func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.Command) error {
+	extra := map[string]any{}
 	switch c.Kind {
-	case "boot.prepareRamdisk":
-		prefix, kind = pki.DiscoveryTokenPrefix, "node"
-	case "boot.prepareInstance":
-		prefix, kind = pki.InstanceTokenPrefix, "os"
-	default:
+	case "boot.prepareRamdisk", "boot.prepareInstance":
+		prefix, kind := pki.DiscoveryTokenPrefix, "node"
+		if c.Kind == "boot.prepareInstance" {
+			prefix, kind = pki.InstanceTokenPrefix, "os"
+		}
+		plain, hash, err := pki.NewToken(prefix)
+		if err != nil {
+			return err
+		}
+		if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: kind, SiteID: c.SiteID, NodeID: c.NodeID,
+			Generation: c.Generation, ExpiresAt: tx.At() + (2 * time.Hour).Microseconds()}); err != nil {
+			return err
+		}
+		extra["token"] = plain
+	case "bmc.query", "bmc.power", "bmc.boot":
+		if len(a.CertDER) == 0 || e.cfg.Secrets == nil {
+			break // in-process agents (simulation) need no credentials
+		}
+		var args struct {
+			BMC store.BMCRef `json:"bmc"`
+		}
+		if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+			return fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
+		}
+		user, err := e.cfg.Secrets.OpenSecret(ctx, args.BMC.UsernameRef)
+		if err != nil {
+			return fmt.Errorf("opening BMC username of command %s: %w", c.ID, err)
+		}
+		pass, err := e.cfg.Secrets.OpenSecret(ctx, args.BMC.PasswordRef)
+		if err != nil {
+			return fmt.Errorf("opening BMC password of command %s: %w", c.ID, err)
+		}
+		plain, _ := json.Marshal(map[string]string{"username": string(user), "password": string(pass)})
+		jwe, err := pki.EncryptToAgent(a.CertDER, plain)
+		if err != nil {
+			return fmt.Errorf("encrypting BMC credentials to agent %s: %w", a.ID, err)
+		}
+		extra["credentials"] = jwe
+	}
+	if len(extra) == 0 {
 		return nil
-	}
-	plain, hash, err := pki.NewToken(prefix)
-	if err != nil {
-		return err
-	}
-	if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: kind, SiteID: c.SiteID, NodeID: c.NodeID,
-		Generation: c.Generation, ExpiresAt: tx.At() + (2 * time.Hour).Microseconds()}); err != nil {
-		return err
 	}
 	var args map[string]any
 	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
 		return fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
 	}
-	args = cloneArgs(args)
-	args["token"] = plain
+	maps.Copy(args, extra)
 	b, _ := json.Marshal(args)
-	c.Args = string(b) // outgoing only: the row keeps the arguments without the token
+	c.Args = string(b) // outgoing only: the row keeps the arguments without them
 	return nil
 }
 
@@ -274,6 +332,7 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		return nil
 	})
 	if err == nil && command.State(u.State).Final() {
+		e.forget(a.ID, u.CommandID)
 		e.Nudge()
 	}
 	return err

@@ -592,3 +592,17 @@ func (s *Service) Events(ctx context.Context, p auth.Principal, nodeRef string, 
 	}
 	return s.st.Events(ctx, f)
 }
+
+// OpenSecret opens a sealed secret by its secret:// reference (for the engine, which sends BMC
+// credentials to a site agent only encrypted to that agent).
+func (s *Service) OpenSecret(ctx context.Context, ref string) ([]byte, error) {
+	id, err := secrets.ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := s.st.Sealed(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.sealer.Open(id, sealed)
+}

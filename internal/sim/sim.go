@@ -161,17 +161,19 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, r
 		}
 		var wg sync.WaitGroup
 		for _, c := range cmds {
-			if err := s.link.Ack(ctx, a, c.ID); err != nil {
-				if ctx.Err() == nil {
-					s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
-				}
-				continue
-			}
 			wg.Add(1)
 			s.wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer s.wg.Done()
+				// Acknowledge (the agent recorded it), then run: acknowledgements of many
+				// commands go in parallel and are committed together.
+				if err := s.link.Ack(ctx, a, c.ID); err != nil {
+					if ctx.Err() == nil {
+						s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
+					}
+					return
+				}
 				s.counted(c.ID)
 				u := run(ctx, a, c)
 				u.CommandID = c.ID
@@ -366,7 +368,9 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 	// Each boot is its own agent: a late departure of the previous boot must not mark this one gone.
 	a := engine.Agent{ID: fmt.Sprintf("node:%s:%x", nodeID, csr[len(csr)-4:]), Kind: "node", NodeID: nodeID, Generation: gen}
 	if err := s.link.Connected(ctx, a, "sim-ramdisk"); err != nil {
-		s.fail(err)
+		if ctx.Err() == nil {
+			s.fail(err)
+		}
 		return
 	}
 	defer s.link.Disconnected(context.Background(), a)

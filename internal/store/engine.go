@@ -331,20 +331,39 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 // Agent is a connected (or once connected) agent.
 type Agent struct {
 	ID, Kind, SiteID, NodeID string
-	Generation               uint64
-	Connected                bool
-	ConnectedAt, LastSeen    int64
-	Version                  string
+	// ConnID names one connection: a departure reported late for an older connection of the
+	// same agent must not mark the newer one gone.
+	ConnID                string
+	Generation            uint64
+	Connected             bool
+	ConnectedAt, LastSeen int64
+	Version               string
 }
 
 func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
-	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
-		connected_at = CASE WHEN excluded.connected THEN excluded.connected_at ELSE agents.connected_at END,
-		last_seen = excluded.last_seen, version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END`,
-		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), a.Connected, a.ConnectedAt, a.LastSeen, a.Version)
+	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
+		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id,
+		version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END`,
+		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID)
 	if err != nil {
 		return fmt.Errorf("recording agent %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// AgentSeen refreshes a connected agent's liveness.
+func (t *Tx) AgentSeen(ctx context.Context, id, connID string) error {
+	_, err := t.exec(ctx, `UPDATE agents SET last_seen = ? WHERE id = ? AND conn_id = ? AND connected = ?`, t.at, id, connID, true)
+	return err
+}
+
+// AgentGone records the end of one connection of an agent (ignored when a newer connection of
+// the same agent exists).
+func (t *Tx) AgentGone(ctx context.Context, id, connID string) error {
+	_, err := t.exec(ctx, `UPDATE agents SET connected = ?, last_seen = ? WHERE id = ? AND conn_id = ?`, false, t.at, id, connID)
+	if err != nil {
+		return fmt.Errorf("recording departure of agent %s: %w", id, err)
 	}
 	return nil
 }

@@ -1,0 +1,161 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"bcd/internal/gateway"
+	"bcd/internal/pki"
+	"bcd/internal/store"
+)
+
+// Gateway adapts the engine to the agent gateway's Queue and Identities interfaces.
+type Gateway struct{ e *Engine }
+
+// Gateway returns the adapter the agent gateway consumes.
+func (e *Engine) Gateway() *Gateway { return &Gateway{e: e} }
+
+type connKey struct{}
+
+type conn struct {
+	id   string
+	cert []byte
+}
+
+// Wrap gives every HTTP request (one agent stream) a connection id and the peer certificate, so
+// Connected and Disconnected of one stream are paired and secrets can be encrypted to the peer.
+func (g *Gateway) Wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b := make([]byte, 8)
+		rand.Read(b)
+		c := conn{id: hex.EncodeToString(b)}
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			c.cert = r.TLS.PeerCertificates[0].Raw
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), connKey{}, c)))
+	})
+}
+
+// RoleOS is the capability an installed OS's agent announces in its hello (as opposed to the
+// ramdisk): its arrival completes await-rejoin steps.
+const RoleOS = "role:os"
+
+func agentOf(ctx context.Context, a gateway.AgentRef, os bool) Agent {
+	c, _ := ctx.Value(connKey{}).(conn)
+	switch a.Kind {
+	case pki.KindSiteAgent:
+		return Agent{ID: a.AgentID, Kind: "site", SiteID: a.SiteID, ConnID: c.id, CertDER: c.cert}
+	default:
+		kind := "node"
+		if os {
+			kind = "os"
+		}
+		return Agent{ID: kind + ":" + a.NodeID, Kind: kind, NodeID: a.NodeID, Generation: a.Generation, ConnID: c.id, CertDER: c.cert}
+	}
+}
+
+// roles remembers, per connection, whether the node agent announced itself as the OS.
+func (g *Gateway) agent(ctx context.Context, a gateway.AgentRef) Agent {
+	c, _ := ctx.Value(connKey{}).(conn)
+	g.e.sentMu.Lock()
+	os := g.e.osConns[c.id]
+	g.e.sentMu.Unlock()
+	return agentOf(ctx, a, os)
+}
+
+func (g *Gateway) Claim(ctx context.Context, a gateway.AgentRef, limit int) ([]gateway.Command, error) {
+	ag := g.agent(ctx, a)
+	if ag.Kind == "os" {
+		return nil, nil // an installed OS runs no commands
+	}
+	cmds, err := g.e.Claim(ctx, ag, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]gateway.Command, len(cmds))
+	for i, c := range cmds {
+		out[i] = gateway.Command{ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Args: []byte(c.Args), Deadline: time.UnixMicro(c.Deadline)}
+	}
+	return out, nil
+}
+
+func rejected(err error) error {
+	if errors.Is(err, ErrNotYours) || errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("%w: %v", gateway.ErrRejected, err)
+	}
+	return err
+}
+
+func (g *Gateway) Ack(ctx context.Context, a gateway.AgentRef, id string) error {
+	return rejected(g.e.Ack(ctx, g.agent(ctx, a), id))
+}
+
+func (g *Gateway) Update(ctx context.Context, a gateway.AgentRef, u gateway.Update) error {
+	return rejected(g.e.Report(ctx, g.agent(ctx, a), Update{CommandID: u.CommandID, State: u.State, ProgressDone: u.ProgressDone,
+		ProgressTotal: u.ProgressTotal, ProgressMessage: u.ProgressMessage, Result: u.Result, Error: u.Error, NodeSig: u.NodeSig, SignerCertDER: u.SignerCertDER}))
+}
+
+func (g *Gateway) Notify(a gateway.AgentRef) (<-chan struct{}, func()) {
+	return g.e.Subscribe(agentOf(context.Background(), a, false))
+}
+
+func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gateway.Hello) error {
+	os := slices.Contains(hello.Capabilities, RoleOS)
+	if c, ok := ctx.Value(connKey{}).(conn); ok && os {
+		g.e.sentMu.Lock()
+		g.e.osConns[c.id] = true
+		g.e.sentMu.Unlock()
+	}
+	return g.e.Connected(ctx, agentOf(ctx, a, os), hello.AgentVersion)
+}
+
+func (g *Gateway) Disconnected(ctx context.Context, a gateway.AgentRef) error {
+	ag := g.agent(ctx, a)
+	g.e.sentMu.Lock()
+	delete(g.e.osConns, ag.ConnID)
+	g.e.sentMu.Unlock()
+	return g.e.Disconnected(ctx, ag)
+}
+
+func (g *Gateway) Status(ctx context.Context, a gateway.AgentRef, s gateway.Status) error {
+	return g.e.Seen(ctx, g.agent(ctx, a))
+}
+
+// ---------------------------------------------------------------- identities
+
+func (g *Gateway) JoinSite(ctx context.Context, token string, csrDER []byte) ([]byte, error) {
+	cert, err := g.e.JoinSite(ctx, token, csrDER)
+	if errors.Is(err, store.ErrTokenInvalid) {
+		return nil, gateway.ErrTokenRefused
+	}
+	return cert, err
+}
+
+// JoinNode takes a ramdisk's discovery token or an installed OS's instance token (told apart by
+// their prefixes).
+func (g *Gateway) JoinNode(ctx context.Context, token string, csrDER []byte, hints gateway.NodeHints) ([]byte, error) {
+	kind := "node"
+	if strings.HasPrefix(token, pki.InstanceTokenPrefix) {
+		kind = "os"
+	}
+	cert, _, _, err := g.e.JoinNode(ctx, token, csrDER, kind)
+	if errors.Is(err, store.ErrTokenInvalid) {
+		return nil, gateway.ErrTokenRefused
+	}
+	return cert, err
+}
+
+func (g *Gateway) CurrentGeneration(ctx context.Context, nodeID string) (uint64, error) {
+	gen, err := g.e.CurrentGeneration(ctx, nodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, gateway.ErrNotFound
+	}
+	return gen, err
+}

@@ -1,0 +1,5 @@
+-- +goose Up
+ALTER TABLE agents ADD COLUMN conn_id TEXT NOT NULL DEFAULT '';
+
+-- +goose Down
+SELECT 1;
