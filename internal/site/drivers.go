@@ -1,0 +1,165 @@
+package site
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"bcd/internal/bmc"
+	"bcd/internal/bmc/ipmi"
+	"bcd/internal/bmc/redfish"
+)
+
+// DriverFactory makes a BMC driver for one endpoint. The value implements the bmc capability
+// interfaces it supports (bmc.PowerGetter, bmc.BootDeviceSetter, …); one with a
+// Close(context.Context) error method is closed after each command.
+type DriverFactory func(ctx context.Context, ep bmc.Endpoint) (any, error)
+
+// Driver names the command's "bmc.driver" selects.
+const (
+	DriverRedfish = "redfish"
+	DriverIPMI    = "ipmi"
+)
+
+// builtinDrivers is the registry of the drivers the agent ships: one shared IPMI pacer for the
+// whole agent (so concurrent commands never storm one BMC).
+func builtinDrivers(rf redfish.Options, ip ipmi.Options, pacer *ipmi.Pacer) map[string]DriverFactory {
+	ip.Pacer = pacer
+	return map[string]DriverFactory{
+		DriverRedfish: func(ctx context.Context, ep bmc.Endpoint) (any, error) { return redfish.New(ctx, ep, rf) },
+		DriverIPMI:    func(_ context.Context, ep bmc.Endpoint) (any, error) { return ipmi.New(ep, ip) },
+	}
+}
+
+// Capabilities, as error messages name them.
+const (
+	capGetPower = "get power"
+	capSetPower = "set power"
+	capBoot     = "set boot device"
+	capInspect  = "inspect"
+)
+
+// supports reports whether drv implements capability c. Pure.
+func supports(drv any, c string) bool {
+	switch c {
+	case capGetPower:
+		_, ok := drv.(bmc.PowerGetter)
+		return ok
+	case capSetPower:
+		_, ok := drv.(bmc.PowerSetter)
+		return ok
+	case capBoot:
+		_, ok := drv.(bmc.BootDeviceSetter)
+		return ok
+	case capInspect:
+		_, ok := drv.(bmc.Inspector)
+		return ok
+	}
+	return false
+}
+
+// Attempt is one driver tried for a BMC call and why it failed (nil: it did not).
+type Attempt struct {
+	Driver  string
+	Address string
+	Err     error
+}
+
+// AttemptsError is what a failed BMC call returns: every driver tried, in order, and its
+// reason. It is what an operator reads when a vendor's BMC misbehaves.
+type AttemptsError struct {
+	What     string // "set power cycle"
+	Attempts []Attempt
+}
+
+func (e *AttemptsError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.What)
+	b.WriteString(": ")
+	for i, a := range e.Attempts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "driver %s at %s: %v", a.Driver, a.Address, a.Err)
+	}
+	return b.String()
+}
+
+// Unwrap gives errors.Is/As every attempt's error.
+func (e *AttemptsError) Unwrap() []error {
+	out := make([]error, 0, len(e.Attempts))
+	for _, a := range e.Attempts {
+		out = append(out, a.Err)
+	}
+	return out
+}
+
+// driverNames lists a registry's names, sorted.
+func driverNames(r map[string]DriverFactory) []string {
+	return slices.Sorted(maps.Keys(r))
+}
+
+// driverOrder is the drivers to try for a command naming `name`: that one only (the node's
+// binding says which protocol its BMC speaks and with which credentials). Pure.
+func driverOrder(r map[string]DriverFactory, name string) ([]string, error) {
+	if _, ok := r[name]; !ok {
+		return nil, fmt.Errorf("unknown BMC driver %q: this agent has %s", name, strings.Join(driverNames(r), ", "))
+	}
+	return []string{name}, nil
+}
+
+type closer interface {
+	Close(ctx context.Context) error
+}
+
+// withDriver runs fn with the first driver of the order that connects and supports the
+// capability; every failure is recorded. The password never reaches an error: each error text
+// is checked for it and redacted (defence in depth: drivers already keep it out).
+func withDriver(ctx context.Context, reg map[string]DriverFactory, name string, ep bmc.Endpoint, what, capability string,
+	fn func(ctx context.Context, drv any) error) error {
+	order, err := driverOrder(reg, name)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	fail := &AttemptsError{What: what}
+	for _, n := range order {
+		err := runDriver(ctx, reg[n], ep, capability, fn)
+		if err == nil {
+			return nil
+		}
+		fail.Attempts = append(fail.Attempts, Attempt{Driver: n, Address: ep.Address, Err: redact(err, ep.Password)})
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fail
+}
+
+func runDriver(ctx context.Context, f DriverFactory, ep bmc.Endpoint, capability string, fn func(context.Context, any) error) error {
+	drv, err := f(ctx, ep)
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	if c, ok := drv.(closer); ok {
+		defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
+	}
+	if !supports(drv, capability) {
+		return fmt.Errorf("the driver cannot %s", capability)
+	}
+	return fn(ctx, drv)
+}
+
+// redactedError replaces an error whose text held a secret.
+type redactedError struct{ msg string }
+
+func (e redactedError) Error() string { return e.msg }
+
+// redact returns err, or a copy of its text with secret replaced, when the text holds it.
+func redact(err error, secret string) error {
+	if err == nil || secret == "" || !strings.Contains(err.Error(), secret) {
+		return err
+	}
+	return redactedError{msg: strings.ReplaceAll(err.Error(), secret, "[redacted]")}
+}

@@ -1,0 +1,268 @@
+package site
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"bcd/internal/netboot"
+)
+
+// EntriesFile is the boot-entry table's file in the data dir.
+const EntriesFile = "boot-entries.json"
+
+// maxLearnedAddrs bounds the address → MAC table the metadata endpoint uses.
+const maxLearnedAddrs = 65536
+
+// bootRecord is one MAC's entry and the node it belongs to.
+type bootRecord struct {
+	NodeID string        `json:"nodeId"`
+	Entry  netboot.Entry `json:"entry"`
+}
+
+// instanceRecord is what the metadata endpoint answers for a deployed node.
+type instanceRecord struct {
+	Token string   `json:"instanceToken"`
+	MACs  []string `json:"macs"`
+}
+
+// tableFile is the on-disk form of the table.
+type tableFile struct {
+	Entries   map[string]bootRecord     `json:"entries"`   // MAC (lower case) → record
+	Instances map[string]instanceRecord `json:"instances"` // node → instance token
+}
+
+// Entries is the site agent's boot-entry table: one entry per MAC, installed by boot.*
+// commands, persisted (JSON, replaced atomically) so that a restarted agent serves them again.
+// It also keeps each deployed node's instance token for the metadata endpoint, and learns which
+// address a MAC booted from. Safe for concurrent use.
+type Entries struct {
+	path    string // "" keeps everything in memory
+	gateway string // what /metadata names as the gateway
+
+	mu    sync.Mutex
+	t     tableFile
+	addrs map[netip.Addr]string // learned: address → MAC
+	gen   uint64                // bumped on every change (status reports)
+}
+
+// OpenEntries loads the table from dir (created if needed); dir "" keeps it in memory.
+func OpenEntries(dir, gatewayURL string) (*Entries, error) {
+	e := &Entries{gateway: gatewayURL, addrs: map[netip.Addr]string{},
+		t: tableFile{Entries: map[string]bootRecord{}, Instances: map[string]instanceRecord{}}}
+	if dir == "" {
+		return e, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("opening boot entries: creating %s: %w", dir, err)
+	}
+	e.path = filepath.Join(dir, EntriesFile)
+	b, err := os.ReadFile(e.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return e, nil
+	case err != nil:
+		return nil, fmt.Errorf("opening boot entries: %w", err)
+	}
+	var t tableFile
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("opening boot entries: %s is not valid JSON: %w", e.path, err)
+	}
+	if t.Entries != nil {
+		e.t.Entries = t.Entries
+	}
+	if t.Instances != nil {
+		e.t.Instances = t.Instances
+	}
+	return e, nil
+}
+
+// Entry implements netboot.EntryLookup.
+func (e *Entries) Entry(_ context.Context, mac net.HardwareAddr) (netboot.Entry, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.t.Entries[mac.String()]
+	return r.Entry, ok
+}
+
+// Has reports whether mac has an entry.
+func (e *Entries) Has(mac string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.t.Entries[mac]
+	return ok
+}
+
+// Install sets the entry of every MAC of node and saves the table. MACs are canonical
+// (ParseMACs). A MAC that belonged to another node moves to this one.
+func (e *Entries) Install(nodeID string, macs []string, entry netboot.Entry) error {
+	if err := entry.Validate(); err != nil {
+		return fmt.Errorf("installing boot entry of node %s: %w", nodeID, err)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := cloneTable(e.t)
+	for _, m := range macs {
+		e.t.Entries[m] = bootRecord{NodeID: nodeID, Entry: entry}
+	}
+	return e.commitLocked(old, "installing boot entry of node "+nodeID)
+}
+
+// SetInstance keeps node's instance token for the metadata endpoint.
+func (e *Entries) SetInstance(nodeID string, macs []string, token string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := cloneTable(e.t)
+	e.t.Instances[nodeID] = instanceRecord{Token: token, MACs: slices.Clone(macs)}
+	return e.commitLocked(old, "keeping instance token of node "+nodeID)
+}
+
+// Remove deletes node's entries: those of macs and any other that names the node, and its
+// instance token.
+func (e *Entries) Remove(nodeID string, macs []string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := cloneTable(e.t)
+	for _, m := range macs {
+		if r, ok := e.t.Entries[m]; ok && r.NodeID == nodeID {
+			delete(e.t.Entries, m)
+		}
+	}
+	for m, r := range e.t.Entries {
+		if r.NodeID == nodeID {
+			delete(e.t.Entries, m)
+		}
+	}
+	delete(e.t.Instances, nodeID)
+	return e.commitLocked(old, "removing boot entries of node "+nodeID)
+}
+
+// Learn records that mac booted from addr (the metadata endpoint answers by address).
+func (e *Entries) Learn(addr netip.Addr, mac string) {
+	if !addr.IsValid() {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.addrs[addr]; !ok && len(e.addrs) >= maxLearnedAddrs {
+		for a := range e.addrs { // drop an arbitrary one: a bound, not a cache policy
+			delete(e.addrs, a)
+			break
+		}
+	}
+	e.addrs[addr] = mac
+}
+
+// metadataDoc is what /metadata answers a deployed node.
+type metadataDoc struct {
+	NodeID        string `json:"nodeId"`
+	Gateway       string `json:"gateway"`
+	InstanceToken string `json:"instanceToken"`
+}
+
+// Metadata implements netboot.MetadataLookup: the node whose MAC booted from addr, if it has an
+// instance token.
+func (e *Entries) Metadata(_ context.Context, addr netip.Addr) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	mac, ok := e.addrs[addr.Unmap()]
+	if !ok {
+		return nil, false
+	}
+	for node, in := range e.t.Instances {
+		if slices.Contains(in.MACs, mac) {
+			b, err := json.Marshal(metadataDoc{NodeID: node, Gateway: e.gateway, InstanceToken: in.Token})
+			return b, err == nil
+		}
+	}
+	return nil, false
+}
+
+// Generation changes whenever the table does.
+func (e *Entries) Generation() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.gen
+}
+
+// Len is the number of MACs with an entry.
+func (e *Entries) Len() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.t.Entries)
+}
+
+// commitLocked saves the table; on failure it puts old back so memory never claims what the
+// disk does not hold.
+func (e *Entries) commitLocked(old tableFile, what string) error {
+	if err := e.saveLocked(); err != nil {
+		e.t = old
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	e.gen++
+	return nil
+}
+
+func (e *Entries) saveLocked() error {
+	if e.path == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(e.t, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding the table: %w", err)
+	}
+	return writeFileAtomic(e.path, b)
+}
+
+func cloneTable(t tableFile) tableFile {
+	c := tableFile{Entries: make(map[string]bootRecord, len(t.Entries)), Instances: make(map[string]instanceRecord, len(t.Instances))}
+	for k, v := range t.Entries {
+		c.Entries[k] = v
+	}
+	for k, v := range t.Instances {
+		c.Instances[k] = v
+	}
+	return c
+}
+
+// writeFileAtomic writes a temporary file beside path, syncs it, renames it over path and syncs
+// the directory: a crash leaves the old or the new file, never a torn one.
+func writeFileAtomic(path string, b []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename: no such file
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("replacing %s: %w", path, err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

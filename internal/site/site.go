@@ -1,0 +1,594 @@
+// Package site is the site agent (`bcd site run`): it joins the control plane once with a
+// bootstrap token, keeps its key and certificate in its data dir, dials out to the agent
+// gateway (agentlink: reconnects, at-most-once journal), runs the site commands (BMC power,
+// boot device and queries through a driver registry; boot entries) and serves network boot:
+// the HTTP boot handler with its verified artifact cache, TFTP of the iPXE binaries and DHCP in
+// the chosen mode, all under one errgroup.
+//
+// Several agents may serve one site. Only the holder of the site's boot lease answers DHCP and
+// boot-script requests; every agent that receives a boot command installs the entry, so any of
+// them can take over when the holder dies (within the lease TTL plus one renewal period).
+package site
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"bcd/internal/agentlink"
+	"bcd/internal/bmc/ipmi"
+	"bcd/internal/bmc/redfish"
+	"bcd/internal/dhcp"
+	"bcd/internal/netboot"
+	"bcd/internal/tftp"
+)
+
+// Defaults.
+const (
+	DefaultLeaseTTL   = 15 * time.Second
+	DefaultIPXEDir    = "/usr/lib/ipxe"
+	DefaultRetryAfter = 5 * time.Second
+	// dhcpRestartDelay is the wait before DHCP is started again after it failed while held.
+	dhcpRestartDelay = 5 * time.Second
+	// statusMinInterval spaces status reports (discoveries come in bursts).
+	statusMinInterval = 500 * time.Millisecond
+)
+
+// Config configures a site agent. Zero values take the defaults.
+type Config struct {
+	// GatewayURL is https://host:port of the agent gateway (`--server`).
+	GatewayURL string
+	// Site is the site this agent serves; the certificate's site must match it.
+	Site string
+	// JoinToken is the one-time bootstrap token, used when DataDir holds no certificate yet.
+	JoinToken string
+	// DataDir holds the key, certificate, CA, command journal, boot entries, DHCP leases and the
+	// artifact cache (under cache/).
+	DataDir string
+	// CAPEM is the control plane's CA, needed until the agent has joined.
+	CAPEM []byte
+
+	// HTTPListen is the boot HTTP address (default ":8080"); HTTPListener, when set, is used
+	// instead (tests). HTTPBaseURL is how machines reach it (http://ip:port); default derived
+	// from the listener, or from ServerIP when it listens on every address.
+	HTTPListen   string
+	HTTPListener net.Listener
+	HTTPBaseURL  string
+	// TFTPListen serves IPXEDir over TFTP ("" disables; the CLI defaults to ":69"); TFTPConn,
+	// when set, is used instead.
+	TFTPListen string
+	TFTPConn   net.PacketConn
+	IPXEDir    string // default /usr/lib/ipxe; also served over HTTP under /ipxe/
+	// DHCP: mode off (default), proxy or full; Interface is the provisioning interface and
+	// ServerIP our IPv4 on it (default: the interface's first IPv4).
+	DHCPMode      dhcp.Mode
+	Interface     string
+	ServerIP      netip.Addr
+	DHCPPools     []dhcp.Pool
+	EFIBinary     string // default ipxe.efi
+	RetryAfter    time.Duration
+	Ramdisk       RamdiskConfig
+	LocalBoot     string // default local-boot method: exit (default) or sanboot
+	ArtifactCache *netboot.Cache
+
+	// Lease is the site's boot lease; nil makes this agent the only one, always the holder.
+	Lease    Lease
+	LeaseTTL time.Duration
+
+	// Drivers replaces the BMC driver registry (tests); nil builds redfish and ipmi with
+	// RedfishOptions, IPMIOptions and one Pacer (IPMIPacer) shared by every IPMI call.
+	Drivers        map[string]DriverFactory
+	RedfishOptions redfish.Options
+	IPMIOptions    ipmi.Options
+	IPMIPacer      ipmi.PacerConfig
+
+	// Link tuning (tests); zero takes agentlink's defaults.
+	HeartbeatInterval time.Duration
+	MinBackoff        time.Duration
+	MaxBackoff        time.Duration
+
+	AgentVersion string
+	Logger       *slog.Logger
+	Now          func() time.Time
+}
+
+// Run builds the agent and runs it until ctx ends.
+func (c Config) Run(ctx context.Context) error {
+	a, err := New(c)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// Agent is a site agent built from a Config.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	entries *Entries
+	cache   *netboot.Cache
+	disc    *discoveries
+	hold    *holdState
+	handler *handler
+	drivers map[string]DriverFactory
+	httpLn  net.Listener
+	tftpC   net.PacketConn
+	baseURL string
+	dirty   chan struct{}
+
+	linkReady chan struct{}
+	linkMu    sync.Mutex
+	link      *agentlink.Link
+}
+
+// New validates cfg, opens the data dir (boot entries, artifact cache) and binds the HTTP and
+// TFTP sockets, so that their addresses are known before Run.
+func New(cfg Config) (*Agent, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, hold: newHoldState(cfg.Now), dirty: make(chan struct{}, 1),
+		linkReady: make(chan struct{})}
+	var err error
+	if a.entries, err = OpenEntries(cfg.DataDir, cfg.GatewayURL); err != nil {
+		return nil, fmt.Errorf("starting site agent: %w", err)
+	}
+	a.cache = cfg.ArtifactCache
+	if a.cache == nil {
+		if a.cache, err = netboot.NewCache(netboot.CacheConfig{Dir: filepath.Join(cfg.DataDir, "cache"), Logger: cfg.Logger}); err != nil {
+			return nil, fmt.Errorf("starting site agent: %w", err)
+		}
+	}
+	a.drivers = cfg.Drivers
+	if a.drivers == nil {
+		a.drivers = builtinDrivers(cfg.RedfishOptions, cfg.IPMIOptions, ipmi.NewPacer(cfg.IPMIPacer))
+	}
+	a.disc = newDiscoveries(a.entries.Has, a.poke)
+	a.handler = newHandler(handlerDeps{drivers: a.drivers, locks: newBMCLocks(), entries: a.entries, cache: a.cache,
+		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger})
+
+	a.httpLn = cfg.HTTPListener
+	if a.httpLn == nil {
+		if a.httpLn, err = net.Listen("tcp", cfg.HTTPListen); err != nil {
+			a.closeAll()
+			return nil, fmt.Errorf("starting site agent: listening for boot HTTP on %s: %w", cfg.HTTPListen, err)
+		}
+	}
+	if a.baseURL, err = BaseURL(cfg.HTTPBaseURL, a.httpLn.Addr(), cfg.ServerIP); err != nil {
+		a.closeAll()
+		return nil, fmt.Errorf("starting site agent: %w", err)
+	}
+	a.tftpC = cfg.TFTPConn
+	if a.tftpC == nil && cfg.TFTPListen != "" {
+		if a.tftpC, err = net.ListenPacket("udp4", cfg.TFTPListen); err != nil {
+			a.closeAll()
+			return nil, fmt.Errorf("starting site agent: listening for TFTP on %s: %w", cfg.TFTPListen, err)
+		}
+	}
+	return a, nil
+}
+
+func (c *Config) setDefaults() error {
+	switch {
+	case c.GatewayURL == "":
+		return errors.New("configuring site agent: the gateway URL (--server) is required")
+	case c.Site == "":
+		return errors.New("configuring site agent: the site (--site) is required")
+	case c.DataDir == "":
+		return errors.New("configuring site agent: a data dir (--data-dir) is required: it keeps the agent's key and boot entries")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.HTTPListen == "" {
+		c.HTTPListen = ":8080"
+	}
+	if c.IPXEDir == "" {
+		c.IPXEDir = DefaultIPXEDir
+	}
+	if c.DHCPMode == "" {
+		c.DHCPMode = dhcp.ModeOff
+	}
+	switch c.DHCPMode {
+	case dhcp.ModeOff, dhcp.ModeProxy, dhcp.ModeFull:
+	default:
+		return fmt.Errorf("configuring site agent: DHCP mode %q: accepted are off, proxy, full", c.DHCPMode)
+	}
+	if c.EFIBinary == "" {
+		c.EFIBinary = dhcp.BinaryEFI
+	}
+	if c.RetryAfter == 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.LeaseTTL < 300*time.Millisecond {
+		return fmt.Errorf("configuring site agent: lease TTL %s is too short", c.LeaseTTL)
+	}
+	if c.Ramdisk.GatewayURL == "" {
+		c.Ramdisk.GatewayURL = c.GatewayURL
+	}
+	if c.DHCPMode != dhcp.ModeOff && !c.ServerIP.IsValid() {
+		ip, err := InterfaceIPv4(c.Interface)
+		if err != nil {
+			return fmt.Errorf("configuring site agent: %w", err)
+		}
+		c.ServerIP = ip
+	}
+	return nil
+}
+
+// InterfaceIPv4 is the first IPv4 address of the named interface.
+func InterfaceIPv4(name string) (netip.Addr, error) {
+	if name == "" {
+		return netip.Addr{}, errors.New("DHCP needs the provisioning interface (--interface) or the server IP (--server-ip)")
+	}
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("finding interface %s: %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("reading the addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().Is4() {
+			return p.Addr(), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("interface %s has no IPv4 address", name)
+}
+
+// BaseURL decides the URL machines fetch boot scripts from: explicit when given, else the
+// listener's address, with serverIP in place of an unspecified host. Pure.
+func BaseURL(explicit string, ln net.Addr, serverIP netip.Addr) (string, error) {
+	if explicit != "" {
+		return explicit, nil
+	}
+	ap, err := netip.ParseAddrPort(ln.String())
+	if err != nil {
+		return "", fmt.Errorf("boot HTTP address %s: %w", ln, err)
+	}
+	host := ap.Addr().Unmap()
+	if host.IsUnspecified() {
+		if !serverIP.IsValid() {
+			return "", errors.New("the boot HTTP server listens on every address: give --http-url (as machines reach it) or --server-ip")
+		}
+		host = serverIP
+	}
+	return "http://" + netip.AddrPortFrom(host, ap.Port()).String(), nil
+}
+
+// HTTPAddr is the boot HTTP server's address.
+func (a *Agent) HTTPAddr() net.Addr { return a.httpLn.Addr() }
+
+// BootURL is the base URL machines are sent to.
+func (a *Agent) BootURL() string { return a.baseURL }
+
+// Entries is the agent's boot-entry table.
+func (a *Agent) Entries() *Entries { return a.entries }
+
+// HoldsBootLease reports whether the agent serves DHCP and boot scripts now.
+func (a *Agent) HoldsBootLease() bool { return a.hold.Held() }
+
+// Link waits until the agent has joined and returns its gateway link.
+func (a *Agent) Link(ctx context.Context) (*agentlink.Link, error) {
+	select {
+	case <-a.linkReady:
+		a.linkMu.Lock()
+		defer a.linkMu.Unlock()
+		if a.link == nil {
+			return nil, errors.New("the site agent did not join")
+		}
+		return a.link, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the gateway link: %w", ctx.Err())
+	}
+}
+
+func (a *Agent) key(ctx context.Context) (crypto.Signer, error) {
+	l, err := a.Link(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return l.Key(), nil
+}
+
+func (a *Agent) poke() {
+	select {
+	case a.dirty <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) closeAll() {
+	if a.cfg.ArtifactCache == nil && a.cache != nil {
+		a.cache.Close()
+	}
+	if a.httpLn != nil && a.cfg.HTTPListener == nil {
+		a.httpLn.Close()
+	}
+	if a.tftpC != nil && a.cfg.TFTPConn == nil {
+		a.tftpC.Close()
+	}
+}
+
+// Run joins (once), dials the gateway and serves until ctx ends or the gateway refuses the
+// agent. It may be called once.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.closeAll()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	link, err := agentlink.Dial(ctx, agentlink.Config{
+		GatewayURL: a.cfg.GatewayURL, CAPEM: a.cfg.CAPEM, DataDir: a.cfg.DataDir, Kind: agentlink.KindSite,
+		JoinToken: a.cfg.JoinToken, Logger: a.log, AgentVersion: a.cfg.AgentVersion,
+		Capabilities: a.handler.Kinds(), Drivers: driverNames(a.drivers),
+		HeartbeatInterval: a.cfg.HeartbeatInterval, MinBackoff: a.cfg.MinBackoff, MaxBackoff: a.cfg.MaxBackoff,
+	}, a.handler)
+	if err != nil {
+		close(a.linkReady)
+		return fmt.Errorf("site agent: joining the control plane: %w", err)
+	}
+	a.linkMu.Lock()
+	a.link = link
+	a.linkMu.Unlock()
+	close(a.linkReady)
+	id := link.Identity()
+	if id.SiteID != a.cfg.Site {
+		cancel()
+		_ = link.Wait()
+		return fmt.Errorf("site agent: the certificate in %s is for site %s, not %s", a.cfg.DataDir, id.SiteID, a.cfg.Site)
+	}
+	log := a.log.With("site", id.SiteID, "agent", id.AgentID)
+	log.Info("site agent connected", "gateway", a.cfg.GatewayURL, "boot_url", a.baseURL, "dhcp", string(a.cfg.DHCPMode),
+		"entries", a.entries.Len())
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		err := link.Wait()
+		if err != nil {
+			return fmt.Errorf("site agent: gateway link: %w", err)
+		}
+		return nil
+	})
+	if a.cfg.Lease == nil {
+		a.hold.set(a.cfg.Now().Add(100 * 365 * 24 * time.Hour)) // the only agent of its site
+	} else {
+		g.Go(func() error {
+			leaseLoop(gctx, a.cfg.Lease, id.SiteID, id.AgentID, a.cfg.LeaseTTL, a.hold, log)
+			return nil
+		})
+	}
+	g.Go(func() error { a.statusLoop(gctx, link); return nil })
+	if err := a.serveHTTP(gctx, g, log); err != nil {
+		cancel()
+		_ = g.Wait()
+		return err
+	}
+	if a.tftpC != nil {
+		if err := a.serveTFTP(gctx, g, log); err != nil {
+			cancel()
+			_ = g.Wait()
+			return err
+		}
+	}
+	if a.cfg.DHCPMode != dhcp.ModeOff {
+		g.Go(func() error { a.superviseDHCP(gctx, log); return nil })
+	}
+	return g.Wait()
+}
+
+func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger) error {
+	nb, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
+		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
+		Now: a.cfg.Now, Logger: log})
+	if err != nil {
+		return fmt.Errorf("site agent: %w", err)
+	}
+	srv := &http.Server{Handler: a.gate(nb), ReadHeaderTimeout: 10 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return ctx }}
+	g.Go(func() error {
+		if err := srv.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("site agent: serving boot HTTP: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		return nil
+	})
+	return nil
+}
+
+// gate answers boot-script requests only while the agent holds the boot lease, and learns which
+// address each MAC with an entry boots from (for /metadata).
+func (a *Agent) gate(next http.Handler) http.Handler {
+	retry := strconv.Itoa(int(a.cfg.LeaseTTL / time.Second))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == netboot.ScriptPath {
+			if !a.hold.Held() {
+				w.Header().Set("Retry-After", retry)
+				http.Error(w, "this site agent does not hold the boot lease", http.StatusServiceUnavailable)
+				return
+			}
+			if req, err := netboot.ParseQuery(r.URL.RawQuery); err == nil && a.entries.Has(req.MAC.String()) {
+				if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+					a.entries.Learn(ap.Addr().Unmap(), req.MAC.String())
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func existingDir(d string) string {
+	if fi, err := os.Stat(d); err == nil && fi.IsDir() {
+		return d
+	}
+	return ""
+}
+
+func (a *Agent) serveTFTP(ctx context.Context, g *errgroup.Group, log *slog.Logger) error {
+	route, err := tftp.NewDirRoute(a.cfg.IPXEDir)
+	if err != nil {
+		return fmt.Errorf("site agent: TFTP of %s (install Debian's ipxe package or give --ipxe-dir): %w", a.cfg.IPXEDir, err)
+	}
+	srv, err := tftp.New(tftp.Config{Routes: []tftp.Route{route}, Conn: a.tftpC, Logger: log})
+	if err != nil {
+		route.Close()
+		return fmt.Errorf("site agent: %w", err)
+	}
+	g.Go(func() error {
+		defer route.Close()
+		if err := srv.Serve(ctx); err != nil && ctx.Err() == nil {
+			return fmt.Errorf("site agent: serving TFTP: %w", err)
+		}
+		return nil
+	})
+	return nil
+}
+
+// superviseDHCP runs the DHCP service while the agent holds the boot lease.
+func (a *Agent) superviseDHCP(ctx context.Context, log *slog.Logger) {
+	whileHeld(ctx, a.hold, func(ctx context.Context) error {
+		srv, err := dhcp.New(ctx, dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
+			HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
+			Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Logger: log})
+		if err != nil {
+			return err
+		}
+		log.Info("DHCP serving", "mode", string(a.cfg.DHCPMode), "interface", a.cfg.Interface)
+		return srv.Serve(ctx)
+	}, dhcpRestartDelay, log)
+}
+
+// whileHeld runs run while hold says the lease is held: started on acquisition, cancelled
+// (and waited for) when the hold ends or ctx does; restarted after restartDelay when it fails.
+func whileHeld(ctx context.Context, hold *holdState, run func(ctx context.Context) error, restartDelay time.Duration, log *slog.Logger) {
+	var (
+		stop    context.CancelFunc
+		done    chan struct{}
+		retryAt time.Time
+	)
+	halt := func() {
+		if stop != nil {
+			stop()
+			<-done
+			stop, done = nil, nil
+		}
+	}
+	defer halt()
+	for {
+		changed := hold.changed()
+		held := hold.Held()
+		if done != nil {
+			select {
+			case <-done:
+				stop, done = nil, nil
+				retryAt = hold.now().Add(restartDelay)
+			default:
+			}
+		}
+		switch {
+		case held && done == nil && !hold.now().Before(retryAt):
+			rctx, cancel := context.WithCancel(ctx)
+			stop, done = cancel, make(chan struct{})
+			d := done
+			go func() {
+				defer close(d)
+				if err := run(rctx); err != nil && rctx.Err() == nil {
+					log.Error("boot service failed while holding the boot lease", "err", err)
+				}
+			}()
+		case !held && done != nil:
+			halt()
+		}
+		var wake <-chan time.Time
+		var t *time.Timer
+		if held {
+			next := hold.Until()
+			if done == nil && retryAt.Before(next) {
+				next = retryAt
+			}
+			t = time.NewTimer(max(next.Sub(hold.now()), time.Millisecond))
+			wake = t.C
+		}
+		var finished <-chan struct{}
+		if done != nil {
+			finished = done
+		}
+		select {
+		case <-ctx.Done():
+		case <-changed:
+		case <-wake:
+		case <-finished:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// statusLoop reports the lease and the discovered machines whenever they change.
+func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
+	drivers := driverNames(a.drivers)
+	facts := map[string]string{"bootUrl": a.baseURL, "dhcp": string(a.cfg.DHCPMode)}
+	var last statusKey
+	first := true
+	for {
+		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: a.disc.Snapshot(), Drivers: drivers, Facts: facts}
+		if k := keyOf(st); first || k != last {
+			link.SetStatus(st)
+			last, first = k, false
+		}
+		changed := a.hold.changed()
+		var expiry <-chan time.Time
+		var t *time.Timer
+		if st.HoldsBootLease {
+			t = time.NewTimer(max(a.hold.Until().Sub(a.hold.now()), time.Millisecond))
+			expiry = t.C
+		}
+		select {
+		case <-ctx.Done():
+		case <-a.dirty:
+		case <-changed:
+		case <-expiry:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		pause := time.NewTimer(statusMinInterval)
+		select {
+		case <-ctx.Done():
+			pause.Stop()
+			return
+		case <-pause.C:
+		}
+	}
+}
