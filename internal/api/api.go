@@ -28,8 +28,15 @@ import (
 // MaxRequestBytes bounds a request body.
 const MaxRequestBytes = 1 << 20
 
-// Handler mounts every service on one mux.
-func Handler(svc *metal.Service, log *slog.Logger) http.Handler {
+// SiteJoiner mints site-agent bootstrap tokens and tells where agents connect.
+type SiteJoiner interface {
+	CreateSiteJoinToken(ctx context.Context, siteID string, ttl time.Duration) (string, error)
+	GatewayURL() string
+	CAPEM() []byte
+}
+
+// Handler mounts every service on one mux. joiner may be nil (no agent gateway).
+func Handler(svc *metal.Service, joiner SiteJoiner, log *slog.Logger) http.Handler {
 	authn := &authenticator{svc: svc, ttl: 5 * time.Second, cache: map[string]cachedPrincipal{}}
 	opts := []connect.HandlerOption{
 		connect.WithCodec(strictJSON{}),
@@ -45,7 +52,7 @@ func Handler(svc *metal.Service, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	n := &nodes{svc: svc, names: &nameCache{st: svc.Store(), maxAge: 10 * time.Second}}
 	mux.Handle(bcdv1connect.NewNodeServiceHandler(n, opts...))
-	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc}, opts...))
+	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc, joiner: joiner}, opts...))
 	mux.Handle(bcdv1connect.NewTokenServiceHandler(&tokens{svc: svc}, opts...))
 	return mux
 }

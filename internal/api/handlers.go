@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -152,7 +155,37 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 
 // ---------------------------------------------------------------- inventory
 
-type inventory struct{ svc *metal.Service }
+type inventory struct {
+	svc    *metal.Service
+	joiner SiteJoiner
+}
+
+func (h *inventory) CreateSiteJoinToken(ctx context.Context, req *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
+	p := principal(ctx)
+	if err := metal.Require(p, auth.Administer); err != nil {
+		return nil, toConnect(err)
+	}
+	if h.joiner == nil {
+		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this server runs no agent gateway"))
+	}
+	ttl := time.Duration(req.Msg.TtlSeconds) * time.Second
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	if ttl < time.Minute || ttl > 7*24*time.Hour {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ttl_seconds %d: accepted are 60 to 604800 (0 for one hour)", req.Msg.TtlSeconds))
+	}
+	site, err := h.svc.Store().Site(ctx, req.Msg.Site)
+	if err != nil || !p.CanSeeTenant(site.TenantID) {
+		return nil, toConnect(fmt.Errorf("site %q: %w", req.Msg.Site, store.ErrNotFound))
+	}
+	tok, err := h.joiner.CreateSiteJoinToken(ctx, site.ID, ttl)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.CreateSiteJoinTokenResponse{Token: tok, ExpiresAt: time.Now().Add(ttl).UTC().Format(time.RFC3339),
+		GatewayUrl: h.joiner.GatewayURL(), CaPem: string(h.joiner.CAPEM())}), nil
+}
 
 func (h *inventory) names(ctx context.Context) (names, error) { return loadNames(ctx, h.svc.Store()) }
 

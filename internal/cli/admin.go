@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -86,7 +87,7 @@ func siteCmd(g *globals) *cobra.Command {
 			_, err = cl.inventory.DeleteSite(cmd.Context(), connect.NewRequest(&bcdv1.DeleteSiteRequest{Site: args[0]}))
 			return err
 		}}
-	cmd.AddCommand(c, l, d)
+	cmd.AddCommand(c, l, d, siteJoinTokenCmd(g))
 	return cmd
 }
 
@@ -323,5 +324,27 @@ func profileCmd(g *globals) *cobra.Command {
 			return g.table(resp.Msg, "NAME\tDRIVERS\tLOCAL BOOT", rows)
 		}}
 	cmd.AddCommand(p, l)
+	return cmd
+}
+
+func siteJoinTokenCmd(g *globals) *cobra.Command {
+	var ttl time.Duration
+	cmd := &cobra.Command{Use: "join-token SITE", Short: "Mint a one-time bootstrap token for a site agent (`bcd site run`)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.CreateSiteJoinToken(cmd.Context(), connect.NewRequest(&bcdv1.CreateSiteJoinTokenRequest{Site: args[0], TtlSeconds: int64(ttl / time.Second)}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			fmt.Fprintf(g.env.Stdout, "join token (one use, expires %s):\n%s\ngateway: %s\nCA certificate:\n%s", resp.Msg.ExpiresAt, resp.Msg.Token, resp.Msg.GatewayUrl, resp.Msg.CaPem)
+			return nil
+		}}
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
 	return cmd
 }

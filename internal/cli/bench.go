@@ -49,7 +49,7 @@ func benchCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer os.RemoveAll(dir)
-				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", DataDir: dir, StoreDSN: storeDSN}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "off", DataDir: dir, StoreDSN: storeDSN}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 				if err != nil {
 					return err
 				}

@@ -17,7 +17,7 @@ import (
 func startServer(t *testing.T) (url, token string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func serverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			out := g.env.Stdout
-			fmt.Fprintf(out, "bcd server: API at %s\n", srv.URL())
+			fmt.Fprintf(out, "bcd server: API at %s, agent gateway at %s\n", srv.URL(), srv.GatewayURL())
 			if tok := srv.FirstAdminToken(); tok != "" {
 				fmt.Fprintf(out, "first start: admin token (shown once, store it now):\n\n  export BCD_SERVER=%s BCD_TOKEN=%s\n\n", srv.URL(), tok)
 			}
@@ -38,6 +38,9 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "data directory: SQLite store and sealing key (env BCD_DATA_DIR)")
 	f.StringVar(&cfg.StoreDSN, "store", g.envOr("BCD_STORE", ""), "store DSN: sqlite:PATH or postgres://… (env BCD_STORE; default sqlite:DATA-DIR/bcd.db)")
 	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key itself)")
+	f.StringVar(&cfg.GatewayListen, "gateway-listen", g.envOr("BCD_GATEWAY_LISTEN", "127.0.0.1:7443"), "agent gateway listen address, mTLS (env BCD_GATEWAY_LISTEN; \"off\" for none)")
+	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (default https://GATEWAY-LISTEN)")
+	f.StringSliceVar(&cfg.GatewayHosts, "gateway-host", nil, "extra DNS name or IP in the gateway's certificate (repeatable)")
 	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	return cmd
 }

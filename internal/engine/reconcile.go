@@ -275,6 +275,21 @@ func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.Step
 }
 
 func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) error {
+	// A self-terminating command (kexec) never reports: the step is done because what it
+	// awaited happened. Close the command so no later agent of the node is offered it again.
+	if commandID != "" {
+		c, err := r.tx.Command(r.ctx, commandID)
+		if err != nil {
+			return err
+		}
+		if !command.State(c.State).Final() {
+			c.State, c.FinishedAt = string(command.Succeeded), r.tx.At()
+			c.Progress = `{"message":"completed: the awaited agent joined"}`
+			if err := r.tx.UpdateCommand(r.ctx, &c); err != nil {
+				return err
+			}
+		}
+	}
 	if err := r.event("workflow.step", r.n.State, r.n.State, "", map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "command": commandID, "result": "succeeded"}); err != nil {
 		return err
 	}

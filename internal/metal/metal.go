@@ -27,6 +27,16 @@ type Service struct {
 	st     *store.Store
 	sealer *secrets.Sealer
 	log    *slog.Logger
+	wake   func()
+}
+
+// OnWake registers what to call after a verb queued a reconciler wake-up (the engine's nudge).
+func (s *Service) OnWake(f func()) { s.wake = f }
+
+func (s *Service) woke() {
+	if s.wake != nil {
+		s.wake()
+	}
 }
 
 // New builds the service.
@@ -220,6 +230,7 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 	if err != nil {
 		return store.Node{}, fmt.Errorf("enrolling %s: %w", in.Name, err)
 	}
+	s.woke()
 	s.log.LogAttrs(ctx, slog.LevelInfo, "node enrolled", slog.String("node", node.ID), slog.String("name", node.Name), slog.String("pool", pool.Name), slog.String("actor", p.Actor()))
 	return node, nil
 }
@@ -400,6 +411,7 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 	if err != nil {
 		return store.Node{}, "", fmt.Errorf("%s %s: %w", v, in.Node, err)
 	}
+	s.woke()
 	s.log.LogAttrs(ctx, slog.LevelInfo, "node verb applied", slog.String("verb", string(v)), slog.String("node", node.ID), slog.String("state", node.State), slog.String("actor", p.Actor()))
 	return node, commandID, nil
 }

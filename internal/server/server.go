@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"time"
 
@@ -20,7 +21,10 @@ import (
 	"golang.org/x/net/http2/h2c"
 
 	"bcd/internal/api"
+	"bcd/internal/engine"
+	"bcd/internal/gateway"
 	"bcd/internal/metal"
+	"bcd/internal/pki"
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
@@ -33,6 +37,14 @@ type Config struct {
 	StoreDSN string // sqlite:PATH or postgres://…; default sqlite:<data-dir>/bcd.db
 	KeyFile  string // sealing key file; default <data-dir>/seal.key
 	Key      string // sealing key in base64 (overrides KeyFile)
+	// GatewayListen is the agent gateway's address (mTLS, HTTP/2); "off" runs none.
+	GatewayListen string
+	// GatewayURL is how agents reach the gateway (default https://<GatewayListen>).
+	GatewayURL string
+	// GatewayHosts are extra DNS names/IPs for the gateway's certificate.
+	GatewayHosts []string
+	// Engine tunes the reconciler.
+	Engine engine.Config
 }
 
 // Withdefaults fills the derived defaults.
@@ -49,18 +61,28 @@ func (c Config) WithDefaults() Config {
 	if c.KeyFile == "" {
 		c.KeyFile = filepath.Join(c.DataDir, "seal.key")
 	}
+	if c.GatewayListen == "" {
+		c.GatewayListen = "127.0.0.1:7443"
+	}
 	return c
 }
 
 // Server is a running control plane.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	st    *store.Store
-	svc   *metal.Service
-	ln    net.Listener
-	http  *http.Server
-	first string
+	cfg    Config
+	log    *slog.Logger
+	st     *store.Store
+	svc    *metal.Service
+	eng    *engine.Engine
+	ca     *pki.CA
+	ln     net.Listener
+	http   *http.Server
+	first  string
+	gwLn   net.Listener
+	gwURL  string
+	gwCert []byte
+	gwKey  []byte
+	gw     http.Handler
 }
 
 // New opens the store and binds the listener.
@@ -90,14 +112,37 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	ca, err := pki.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
+	if err != nil {
+		st.Close()
+		return nil, fmt.Errorf("loading the agent CA: %w", err)
+	}
+	ecfg := cfg.Engine
+	ecfg.Secrets = svc
+	eng := engine.New(st, ca, log, ecfg)
+	svc.OnWake(eng.Nudge)
+	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, first: first}
+	if cfg.GatewayListen != "off" {
+		if err := s.listenGateway(); err != nil {
+			st.Close()
+			return nil, err
+		}
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		st.Close()
+		if s.gwLn != nil {
+			s.gwLn.Close()
+		}
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
-	s := &Server{cfg: cfg, log: log, st: st, svc: svc, ln: ln, first: first}
+	s.ln = ln
+	var joiner api.SiteJoiner
+	if s.gwLn != nil {
+		joiner = s
+	}
 	mux := http.NewServeMux()
-	mux.Handle("/", api.Handler(svc, log))
+	mux.Handle("/", api.Handler(svc, joiner, log))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -122,22 +167,88 @@ func (s *Server) FirstAdminToken() string { return s.first }
 // Service is the node service (in-process callers: sim, tests).
 func (s *Server) Service() *metal.Service { return s.svc }
 
-// Serve runs until ctx ends, then shuts down gracefully.
+// listenGateway binds the agent gateway with a server certificate from the CA.
+func (s *Server) listenGateway() error {
+	ln, err := net.Listen("tcp", s.cfg.GatewayListen)
+	if err != nil {
+		return fmt.Errorf("listening for agents on %s: %w", s.cfg.GatewayListen, err)
+	}
+	host, _, _ := net.SplitHostPort(ln.Addr().String())
+	hosts := append([]string{host, "localhost", "127.0.0.1"}, s.cfg.GatewayHosts...)
+	if s.cfg.GatewayURL != "" {
+		if u, err := url.Parse(s.cfg.GatewayURL); err == nil && u.Hostname() != "" {
+			hosts = append(hosts, u.Hostname())
+		}
+	}
+	certPEM, keyPEM, err := s.ca.IssueServer(hosts, 90*24*time.Hour, time.Now())
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("issuing the gateway's certificate: %w", err)
+	}
+	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), CA: s.ca, Logger: s.log})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	_, h := gw.Handler()
+	s.gwLn, s.gwCert, s.gwKey, s.gw = ln, certPEM, keyPEM, s.eng.Gateway().Wrap(h)
+	s.gwURL = s.cfg.GatewayURL
+	if s.gwURL == "" {
+		s.gwURL = "https://" + ln.Addr().String()
+	}
+	return nil
+}
+
+// GatewayURL is where agents connect ("" without a gateway).
+func (s *Server) GatewayURL() string { return s.gwURL }
+
+// CAPEM is the CA agents trust.
+func (s *Server) CAPEM() []byte { return s.ca.CertPEM() }
+
+// CreateSiteJoinToken mints a site agent's bootstrap token.
+func (s *Server) CreateSiteJoinToken(ctx context.Context, siteID string, ttl time.Duration) (string, error) {
+	return s.eng.CreateSiteJoinToken(ctx, siteID, ttl)
+}
+
+// Engine is the reconciler (tests, tools).
+func (s *Server) Engine() *engine.Engine { return s.eng }
+
+// Serve runs the API, the agent gateway and the reconciler until ctx ends, then shuts down
+// gracefully.
 func (s *Server) Serve(ctx context.Context) error {
-	errc := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 3)
 	go func() { errc <- s.http.Serve(s.ln) }()
-	s.log.Info("bcd server listening", "api", s.URL(), "store", string(s.st.Engine()))
+	go func() { errc <- s.eng.Run(ctx) }()
+	running := 2
+	if s.gwLn != nil {
+		running++
+		go func() {
+			errc <- gateway.ServeTLS(ctx, s.gwLn, s.ca, s.gwCert, s.gwKey, s.gw, s.log)
+		}()
+	}
+	s.log.Info("bcd server listening", "api", s.URL(), "gateway", s.gwURL, "store", string(s.st.Engine()))
+	var err error
 	select {
-	case err := <-errc:
-		s.st.Close()
-		return fmt.Errorf("serving the API: %w", err)
+	case err = <-errc:
+		running--
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		if err != nil {
+			err = fmt.Errorf("serving: %w", err)
+		}
 	case <-ctx.Done():
 	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	err := s.http.Shutdown(shutCtx)
-	if e := <-errc; !errors.Is(e, http.ErrServerClosed) {
-		err = errors.Join(err, e)
+	cancel()
+	shutCtx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	err = errors.Join(err, s.http.Shutdown(shutCtx))
+	for range running {
+		if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) && !errors.Is(e, context.Canceled) {
+			err = errors.Join(err, e)
+		}
 	}
 	return errors.Join(err, s.st.Close())
 }

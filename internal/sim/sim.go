@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,9 @@ type Faults struct {
 
 // Config of a simulation.
 type Config struct {
+	// Gateway, when set, makes machines boot agents that dial the real agent gateway
+	// (agentlink over mTLS) instead of calling the engine in-process.
+	Gateway *GatewayTarget
 	SiteID    string
 	Latency   time.Duration // per BMC or ramdisk command
 	BootDelay time.Duration // power-on → ramdisk joined
@@ -62,6 +67,7 @@ type Machine struct {
 	ramdisk       context.CancelFunc
 	osUp          bool
 	osGeneration  uint64 // the installed OS keeps its certificate across reboots
+	osLink        func() // gateway mode: stops the installed OS's agent
 	Disk          string // "data", "wiped", "image"
 }
 
@@ -286,6 +292,10 @@ func (s *Sim) powerOff(m *Machine) {
 		m.ramdisk()
 		m.ramdisk = nil
 	}
+	if m.osLink != nil {
+		m.osLink()
+		m.osLink = nil
+	}
 	if m.osUp {
 		m.osUp = false
 		s.link.Disconnected(context.Background(), engine.Agent{ID: "os:" + m.NodeID, Kind: "os", NodeID: m.NodeID})
@@ -304,16 +314,32 @@ func (s *Sim) powerOn(ctx context.Context, m *Machine) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.runRamdisk(rctx, m, token)
+			s.startRamdisk(rctx, m, token)
 		}()
 	case m.bootDev == "disk" && m.Disk == "image" && (m.instanceToken != "" || m.osGeneration != 0):
 		token := m.instanceToken
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.bootOS(ctx, m, token)
+			s.startOS(ctx, m, token)
 		}()
 	}
+}
+
+func (s *Sim) startOS(ctx context.Context, m *Machine, token string) {
+	if s.cfg.Gateway != nil {
+		s.osOverGateway(ctx, m, token)
+		return
+	}
+	s.bootOS(ctx, m, token)
+}
+
+func (s *Sim) startRamdisk(ctx context.Context, m *Machine, token string) {
+	if s.cfg.Gateway != nil {
+		s.ramdiskOverGateway(ctx, m, token)
+		return
+	}
+	s.runRamdisk(ctx, m, token)
 }
 
 func (s *Sim) bootOS(ctx context.Context, m *Machine, token string) {
@@ -403,41 +429,62 @@ func (r *ramdisk) signed(c store.Command, result any) engine.Update {
 
 func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engine.Update {
 	r.s.sleep(ctx)
-	m := r.m
-	switch c.Kind {
+	if c.Kind == "boot.kexec" {
+		// Self-terminating: report running, then the ramdisk is gone and the OS boots.
+		r.s.link.Report(context.WithoutCancel(ctx), a, engine.Update{CommandID: c.ID, State: "running"})
+		r.s.kexec(ctx, r.m)
+		return engine.Update{}
+	}
+	result, attested, err := r.s.ramdiskWork(r.m, c.Kind)
+	if err != nil {
+		return failed(err.Error())
+	}
+	if attested {
+		return r.signed(c, result)
+	}
+	return ok(result)
+}
+
+// ramdiskWork does what a ramdisk command does to the simulated machine and returns its result
+// and whether the kind is attested.
+func (s *Sim) ramdiskWork(m *Machine, kind string) (any, bool, error) {
+	switch kind {
 	case "inventory.refresh":
-		return ok(map[string]any{"systemUuid": m.UUID, "macs": m.MACs, "disks": []map[string]any{{"name": "vda", "size": 8 << 30}}})
+		return map[string]any{"systemUuid": m.UUID, "macs": m.MACs, "disks": []map[string]any{{"name": "vda", "size": 8 << 30}}}, false, nil
 	case "diag.dcgm":
-		return r.signed(c, map[string]any{"result": "not applicable", "reason": "no NVIDIA GPU"})
+		return map[string]any{"result": "not applicable", "reason": "no NVIDIA GPU"}, true, nil
 	case "disk.wipe":
-		verified := !r.s.chance(r.s.cfg.Faults.WipeReadbackFail)
+		verified := !s.chance(s.cfg.Faults.WipeReadbackFail)
 		m.mu.Lock()
 		m.Disk, m.osGeneration = "wiped", 0
 		m.mu.Unlock()
-		return r.signed(c, map[string]any{"disks": []map[string]any{{"device": "/dev/vda", "method": "blkzeroout", "verified": verified}}})
+		if s.cfg.Gateway != nil {
+			os.RemoveAll(filepath.Join(s.cfg.Gateway.DataDir, m.NodeID)) // the OS's identity was on the disk
+		}
+		return map[string]any{"disks": []map[string]any{{"device": "/dev/vda", "method": "blkzeroout", "verified": verified}}}, true, nil
 	case "deploy.image":
 		m.mu.Lock()
 		m.Disk = "image"
 		m.mu.Unlock()
-		return ok(map[string]any{"bytes": 1 << 30})
-	case "boot.kexec":
-		// Self-terminating: report running, then the ramdisk is gone and the OS boots.
-		r.s.link.Report(context.WithoutCancel(ctx), a, engine.Update{CommandID: c.ID, State: "running"})
-		m.mu.Lock()
-		token := m.instanceToken
-		if m.ramdisk != nil {
-			m.ramdisk()
-			m.ramdisk = nil
-		}
-		m.mu.Unlock()
-		if token != "" {
-			r.s.wg.Add(1)
-			go func() {
-				defer r.s.wg.Done()
-				r.s.bootOS(context.WithoutCancel(ctx), m, token)
-			}()
-		}
-		return engine.Update{}
+		return map[string]any{"bytes": 1 << 30}, false, nil
 	}
-	return failed("the simulated ramdisk does not run " + c.Kind)
+	return nil, false, fmt.Errorf("the simulated ramdisk does not run %s", kind)
+}
+
+// kexec ends the machine's ramdisk and boots its installed OS.
+func (s *Sim) kexec(ctx context.Context, m *Machine) {
+	m.mu.Lock()
+	token := m.instanceToken
+	if m.ramdisk != nil {
+		m.ramdisk()
+		m.ramdisk = nil
+	}
+	m.mu.Unlock()
+	if token != "" {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.startOS(context.WithoutCancel(ctx), m, token)
+		}()
+	}
 }

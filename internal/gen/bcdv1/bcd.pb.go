@@ -2771,6 +2771,129 @@ func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
 	return nil
 }
 
+type CreateSiteJoinTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Site  string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`
+	// Lifetime in seconds (default 3600, at most 7 days).
+	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSiteJoinTokenRequest) Reset() {
+	*x = CreateSiteJoinTokenRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSiteJoinTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
+
+func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *CreateSiteJoinTokenRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *CreateSiteJoinTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateSiteJoinTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One-time bootstrap token for `bcd site --join-token`; shown once, stored hashed.
+	Token     string `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	ExpiresAt string `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// The agent gateway's URL and the CA certificate (PEM) the site agent must trust.
+	GatewayUrl    string `protobuf:"bytes,3,opt,name=gateway_url,json=gatewayUrl,proto3" json:"gateway_url,omitempty"`
+	CaPem         string `protobuf:"bytes,4,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSiteJoinTokenResponse) Reset() {
+	*x = CreateSiteJoinTokenResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSiteJoinTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
+
+func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *CreateSiteJoinTokenResponse) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *CreateSiteJoinTokenResponse) GetExpiresAt() string {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return ""
+}
+
+func (x *CreateSiteJoinTokenResponse) GetGatewayUrl() string {
+	if x != nil {
+		return x.GatewayUrl
+	}
+	return ""
+}
+
+func (x *CreateSiteJoinTokenResponse) GetCaPem() string {
+	if x != nil {
+		return x.CaPem
+	}
+	return ""
+}
+
 type Token struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2785,7 +2908,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2797,7 +2920,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2810,7 +2933,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *Token) GetId() string {
@@ -2866,7 +2989,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3001,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3014,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -2926,7 +3049,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3061,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3074,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -2976,7 +3099,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3111,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3124,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 type ListTokensResponse struct {
@@ -3013,7 +3136,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3025,7 +3148,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3038,7 +3161,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -3057,7 +3180,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3069,7 +3192,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3082,7 +3205,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -3101,7 +3224,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3113,7 +3236,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3126,7 +3249,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -3144,7 +3267,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3156,7 +3279,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3169,7 +3292,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 type WhoAmIResponse struct {
@@ -3181,7 +3304,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3193,7 +3316,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3206,7 +3329,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -3443,7 +3566,18 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\aprofile\x18\x01 \x01(\v2\x17.bcd.v1.HardwareProfileR\aprofile\"\x1d\n" +
 	"\x1bListHardwareProfilesRequest\"S\n" +
 	"\x1cListHardwareProfilesResponse\x123\n" +
-	"\bprofiles\x18\x01 \x03(\v2\x17.bcd.v1.HardwareProfileR\bprofiles\"\x95\x01\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x17.bcd.v1.HardwareProfileR\bprofiles\"Q\n" +
+	"\x1aCreateSiteJoinTokenRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
+	"ttlSeconds\"\x8a\x01\n" +
+	"\x1bCreateSiteJoinTokenResponse\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x02 \x01(\tR\texpiresAt\x12\x1f\n" +
+	"\vgateway_url\x18\x03 \x01(\tR\n" +
+	"gatewayUrl\x12\x15\n" +
+	"\x06ca_pem\x18\x04 \x01(\tR\x05caPem\"\x95\x01\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3487,8 +3621,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05Power\x12\x14.bcd.v1.PowerRequest\x1a\x15.bcd.v1.PowerResponse\x12?\n" +
 	"\vMaintenance\x12\x1a.bcd.v1.MaintenanceRequest\x1a\x14.bcd.v1.NodeResponse\x12?\n" +
 	"\x06Delete\x12\x19.bcd.v1.DeleteNodeRequest\x1a\x1a.bcd.v1.DeleteNodeResponse\x12D\n" +
-	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x012\xbb\x06\n" +
-	"\x10InventoryService\x12C\n" +
+	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x012\x9b\a\n" +
+	"\x10InventoryService\x12^\n" +
+	"\x13CreateSiteJoinToken\x12\".bcd.v1.CreateSiteJoinTokenRequest\x1a#.bcd.v1.CreateSiteJoinTokenResponse\x12C\n" +
 	"\fCreateTenant\x12\x1b.bcd.v1.CreateTenantRequest\x1a\x16.bcd.v1.TenantResponse\x12K\n" +
 	"\vListTenants\x12\x1a.bcd.v1.ListTenantsRequest\x1a\x1b.bcd.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12=\n" +
 	"\n" +
@@ -3523,7 +3658,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                         // 1: bcd.v1.Node
@@ -3570,42 +3705,44 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*HardwareProfileResponse)(nil),      // 42: bcd.v1.HardwareProfileResponse
 	(*ListHardwareProfilesRequest)(nil),  // 43: bcd.v1.ListHardwareProfilesRequest
 	(*ListHardwareProfilesResponse)(nil), // 44: bcd.v1.ListHardwareProfilesResponse
-	(*Token)(nil),                        // 45: bcd.v1.Token
-	(*CreateTokenRequest)(nil),           // 46: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),          // 47: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),            // 48: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),           // 49: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),           // 50: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),          // 51: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                // 52: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),               // 53: bcd.v1.WhoAmIResponse
-	nil,                                  // 54: bcd.v1.Node.DriversEntry
-	nil,                                  // 55: bcd.v1.Node.LabelsEntry
-	nil,                                  // 56: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 57: bcd.v1.Site.LabelsEntry
-	nil,                                  // 58: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 59: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 60: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 61: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*CreateSiteJoinTokenRequest)(nil),   // 45: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),  // 46: bcd.v1.CreateSiteJoinTokenResponse
+	(*Token)(nil),                        // 47: bcd.v1.Token
+	(*CreateTokenRequest)(nil),           // 48: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),          // 49: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),            // 50: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),           // 51: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),           // 52: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),          // 53: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                // 54: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 55: bcd.v1.WhoAmIResponse
+	nil,                                  // 56: bcd.v1.Node.DriversEntry
+	nil,                                  // 57: bcd.v1.Node.LabelsEntry
+	nil,                                  // 58: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                  // 59: bcd.v1.Site.LabelsEntry
+	nil,                                  // 60: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                  // 61: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                  // 62: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                  // 63: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	54, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	56, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	55, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	57, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	2,  // 3: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	56, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	58, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,  // 5: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,  // 6: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,  // 7: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
 	16, // 8: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	57, // 9: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	58, // 10: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	59, // 11: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	59, // 9: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	60, // 10: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	61, // 11: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	21, // 12: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	60, // 13: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	62, // 13: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
 	19, // 14: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
 	19, // 15: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	61, // 16: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	63, // 16: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
 	20, // 17: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
 	20, // 18: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
 	21, // 19: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
@@ -3615,10 +3752,10 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	23, // 23: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
 	23, // 24: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
 	23, // 25: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	45, // 26: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	45, // 27: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	45, // 28: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	45, // 29: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	47, // 26: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	47, // 27: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	47, // 28: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	47, // 29: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
 	3,  // 30: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
 	5,  // 31: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
 	6,  // 32: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
@@ -3636,55 +3773,57 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	13, // 44: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
 	14, // 45: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
 	17, // 46: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	24, // 47: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	26, // 48: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	28, // 49: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	30, // 50: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	32, // 51: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	34, // 52: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	35, // 53: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	37, // 54: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	39, // 55: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	41, // 56: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	43, // 57: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	46, // 58: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	48, // 59: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	50, // 60: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	52, // 61: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	4,  // 62: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	4,  // 63: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	7,  // 64: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	4,  // 65: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	4,  // 66: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	4,  // 67: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	4,  // 68: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	4,  // 69: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	4,  // 70: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	4,  // 71: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	4,  // 72: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	4,  // 73: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	4,  // 74: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	12, // 75: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	4,  // 76: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	15, // 77: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	18, // 78: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	25, // 79: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	27, // 80: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	29, // 81: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	31, // 82: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	33, // 83: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	36, // 84: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	36, // 85: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	38, // 86: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	40, // 87: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	42, // 88: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	44, // 89: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	47, // 90: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	49, // 91: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	51, // 92: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	53, // 93: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	62, // [62:94] is the sub-list for method output_type
-	30, // [30:62] is the sub-list for method input_type
+	45, // 47: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	24, // 48: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	26, // 49: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	28, // 50: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	30, // 51: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	32, // 52: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	34, // 53: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	35, // 54: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	37, // 55: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	39, // 56: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	41, // 57: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	43, // 58: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	48, // 59: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	50, // 60: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	52, // 61: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	54, // 62: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	4,  // 63: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	4,  // 64: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	7,  // 65: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	4,  // 66: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	4,  // 67: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	4,  // 68: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	4,  // 69: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	4,  // 70: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	4,  // 71: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	4,  // 72: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	4,  // 73: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	4,  // 74: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	4,  // 75: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	12, // 76: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	4,  // 77: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	15, // 78: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	18, // 79: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	46, // 80: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	25, // 81: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	27, // 82: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	29, // 83: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	31, // 84: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	33, // 85: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	36, // 86: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	36, // 87: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	38, // 88: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	40, // 89: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	42, // 90: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	44, // 91: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	49, // 92: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	51, // 93: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	53, // 94: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	55, // 95: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	63, // [63:96] is the sub-list for method output_type
+	30, // [30:63] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -3701,7 +3840,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -73,6 +73,9 @@ const (
 	NodeServiceDeleteProcedure = "/bcd.v1.NodeService/Delete"
 	// NodeServiceEventsProcedure is the fully-qualified name of the NodeService's Events RPC.
 	NodeServiceEventsProcedure = "/bcd.v1.NodeService/Events"
+	// InventoryServiceCreateSiteJoinTokenProcedure is the fully-qualified name of the
+	// InventoryService's CreateSiteJoinToken RPC.
+	InventoryServiceCreateSiteJoinTokenProcedure = "/bcd.v1.InventoryService/CreateSiteJoinToken"
 	// InventoryServiceCreateTenantProcedure is the fully-qualified name of the InventoryService's
 	// CreateTenant RPC.
 	InventoryServiceCreateTenantProcedure = "/bcd.v1.InventoryService/CreateTenant"
@@ -610,6 +613,7 @@ func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[
 
 // InventoryServiceClient is a client for the bcd.v1.InventoryService service.
 type InventoryServiceClient interface {
+	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
 	CreateSite(context.Context, *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error)
@@ -634,6 +638,12 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 	baseURL = strings.TrimRight(baseURL, "/")
 	inventoryServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("InventoryService").Methods()
 	return &inventoryServiceClient{
+		createSiteJoinToken: connect.NewClient[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse](
+			httpClient,
+			baseURL+InventoryServiceCreateSiteJoinTokenProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("CreateSiteJoinToken")),
+			connect.WithClientOptions(opts...),
+		),
 		createTenant: connect.NewClient[bcdv1.CreateTenantRequest, bcdv1.TenantResponse](
 			httpClient,
 			baseURL+InventoryServiceCreateTenantProcedure,
@@ -709,6 +719,7 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 
 // inventoryServiceClient implements InventoryServiceClient.
 type inventoryServiceClient struct {
+	createSiteJoinToken  *connect.Client[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse]
 	createTenant         *connect.Client[bcdv1.CreateTenantRequest, bcdv1.TenantResponse]
 	listTenants          *connect.Client[bcdv1.ListTenantsRequest, bcdv1.ListTenantsResponse]
 	createSite           *connect.Client[bcdv1.CreateSiteRequest, bcdv1.SiteResponse]
@@ -720,6 +731,11 @@ type inventoryServiceClient struct {
 	deletePool           *connect.Client[bcdv1.DeletePoolRequest, bcdv1.DeletePoolResponse]
 	putHardwareProfile   *connect.Client[bcdv1.PutHardwareProfileRequest, bcdv1.HardwareProfileResponse]
 	listHardwareProfiles *connect.Client[bcdv1.ListHardwareProfilesRequest, bcdv1.ListHardwareProfilesResponse]
+}
+
+// CreateSiteJoinToken calls bcd.v1.InventoryService.CreateSiteJoinToken.
+func (c *inventoryServiceClient) CreateSiteJoinToken(ctx context.Context, req *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
+	return c.createSiteJoinToken.CallUnary(ctx, req)
 }
 
 // CreateTenant calls bcd.v1.InventoryService.CreateTenant.
@@ -779,6 +795,7 @@ func (c *inventoryServiceClient) ListHardwareProfiles(ctx context.Context, req *
 
 // InventoryServiceHandler is an implementation of the bcd.v1.InventoryService service.
 type InventoryServiceHandler interface {
+	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
 	CreateSite(context.Context, *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error)
@@ -799,6 +816,12 @@ type InventoryServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	inventoryServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("InventoryService").Methods()
+	inventoryServiceCreateSiteJoinTokenHandler := connect.NewUnaryHandler(
+		InventoryServiceCreateSiteJoinTokenProcedure,
+		svc.CreateSiteJoinToken,
+		connect.WithSchema(inventoryServiceMethods.ByName("CreateSiteJoinToken")),
+		connect.WithHandlerOptions(opts...),
+	)
 	inventoryServiceCreateTenantHandler := connect.NewUnaryHandler(
 		InventoryServiceCreateTenantProcedure,
 		svc.CreateTenant,
@@ -871,6 +894,8 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 	)
 	return "/bcd.v1.InventoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case InventoryServiceCreateSiteJoinTokenProcedure:
+			inventoryServiceCreateSiteJoinTokenHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateTenantProcedure:
 			inventoryServiceCreateTenantHandler.ServeHTTP(w, r)
 		case InventoryServiceListTenantsProcedure:
@@ -901,6 +926,10 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 
 // UnimplementedInventoryServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedInventoryServiceHandler struct{}
+
+func (UnimplementedInventoryServiceHandler) CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.CreateSiteJoinToken is not implemented"))
+}
 
 func (UnimplementedInventoryServiceHandler) CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.CreateTenant is not implemented"))

@@ -1,0 +1,154 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"bcd/internal/auth"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/server"
+	"bcd/internal/sim"
+	"bcd/internal/store"
+)
+
+// TestLifecycleOverTheGateway runs the whole lifecycle with agents that speak the real gateway
+// protocol: a site agent that joined with a bootstrap token and decrypts BMC credentials sent
+// to it as JWE, ramdisks that join with their boot entry's one-time token and whose attested
+// results agentlink signs, and the installed OS rejoining with its instance token.
+func TestLifecycleOverTheGateway(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir},
+		slog.New(slog.NewTextHandler(logSink(t), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	st := srv.Service().Store()
+	site, err := st.Site(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sim.New(sim.Config{SiteID: site.ID, Gateway: &sim.GatewayTarget{URL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: filepath.Join(dir, "os")}}, srv.Engine())
+	tok, err := srv.CreateSiteJoinToken(ctx, site.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentCtx, stopAgents := context.WithCancel(ctx)
+	link, err := s.RunSiteAgentOverGateway(agentCtx, tok, filepath.Join(dir, "site-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stopAgents(); link.Wait(); s.Wait() }()
+
+	admin := auth.Principal{Name: "test", Role: auth.Admin}
+	var ids []string
+	for i := range 2 {
+		mac, uuid := fmt.Sprintf("02:aa:00:00:00:%02x", i), fmt.Sprintf("0000000%d-1111-4222-8333-444444444444", i)
+		n, err := srv.Service().Enroll(ctx, admin, metal.EnrollInput{Name: fmt.Sprintf("gw-%d", i), Pool: "default", MACs: []string{mac}, ProductUUID: uuid,
+			BMC: metal.BMCInput{Address: "https://10.20.0.1", Username: "root", Password: "gateway-test-password"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Add(&sim.Machine{NodeID: n.ID, UUID: uuid, MACs: []string{mac}})
+		ids = append(ids, n.ID)
+	}
+	wait := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			done := 0
+			for _, id := range ids {
+				n, _ := st.Node(ctx, id, "")
+				if n.State == want && n.TargetState == "" {
+					done++
+				}
+				if n.State == "failed" {
+					t.Fatalf("node %s failed: %s %s", n.Name, n.FaultCode, n.FaultMsg)
+				}
+			}
+			if done == len(ids) {
+				return
+			}
+			select {
+			case err := <-s.Errors():
+				t.Fatalf("simulated agent: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				for _, id := range ids {
+					n, _ := st.Node(ctx, id, "")
+					wfs, _ := st.Workflows(ctx, id, 1)
+					for _, w := range wfs {
+						t.Logf("%s %s: %s %s step %d cmd %s fault %s %s", n.Name, n.State, w.Profile, w.State, w.StepIndex, w.CurrentCommand, w.FaultCode, w.Error)
+					}
+					cmds, _ := st.Commands(ctx, id, 100)
+					for _, c := range cmds {
+						t.Logf("   %s %s agent=%s err=%s", c.Kind, c.State, c.TargetAgent, c.Error)
+					}
+				}
+				t.Fatalf("nodes not %s after 60 s", want)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	wait("ready")
+	for _, id := range ids {
+		if _, _, err := srv.Service().Apply(ctx, admin, provision.VerbDeploy, metal.VerbInput{Node: id, Image: "debian-12"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("deployed")
+	for _, id := range ids {
+		if _, _, err := srv.Service().Apply(ctx, admin, provision.VerbUndeploy, metal.VerbInput{Node: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("ready")
+	for id, n := range s.Executions() {
+		if n != 1 {
+			t.Errorf("command %s ran %d times", id, n)
+		}
+	}
+	// The release's wipe was attested by the node key through the gateway, unaltered.
+	cmds, _ := st.Commands(ctx, ids[0], 200)
+	wipes := 0
+	for _, c := range cmds {
+		if c.Kind == "disk.wipe" && c.State == "succeeded" {
+			wipes++
+			if len(c.ResultSig) == 0 || len(c.SignerCert) == 0 {
+				t.Errorf("wipe %s stored without signature", c.ID)
+			}
+		}
+	}
+	if wipes != 2 {
+		t.Errorf("%d attested wipes, want 2 (commission and release)", wipes)
+	}
+	_ = store.ErrNotFound
+}
+
+func logSink(t *testing.T) io.Writer {
+	if p := os.Getenv("BCD_TEST_LOG"); p != "" {
+		f, err := os.Create(p)
+		if err == nil {
+			t.Cleanup(func() { f.Close() })
+			return f
+		}
+	}
+	return io.Discard
+}

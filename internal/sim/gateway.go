@@ -1,0 +1,111 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+
+	"bcd/internal/agentlink"
+	"bcd/internal/engine"
+	"bcd/internal/pki"
+	"bcd/internal/store"
+)
+
+// GatewayTarget is the agent gateway the simulated agents dial.
+type GatewayTarget struct {
+	URL   string
+	CAPEM []byte
+	// DataDir holds each installed OS's identity (a directory per node), which survives its
+	// reboots and is lost when its disk is wiped.
+	DataDir string
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// RunSiteAgentOverGateway runs the simulated site agent as a real agent: it joins with the
+// bootstrap token, keeps its identity in dataDir, and serves commands over the gateway stream.
+// BMC commands must carry credentials encrypted to it, which it decrypts and checks.
+func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir string) (*agentlink.Link, error) {
+	var link *agentlink.Link
+	// Machines powered on by a command outlive the command: they run under the agent's context.
+	machines := ctx
+	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
+		s.counted(cmd.ID)
+		if len(cmd.Kind) > 4 && cmd.Kind[:4] == "bmc." {
+			var args struct{ Credentials string }
+			if err := json.Unmarshal(cmd.Args, &args); err != nil || args.Credentials == "" {
+				return nil, errors.New("BMC command without credentials")
+			}
+			plain, err := pki.DecryptAsAgent(link.Key(), args.Credentials)
+			if err != nil {
+				return nil, fmt.Errorf("decrypting BMC credentials: %w", err)
+			}
+			var cred struct{ Username, Password string }
+			if json.Unmarshal(plain, &cred) != nil || cred.Username == "" || cred.Password == "" {
+				return nil, errors.New("BMC credentials are empty")
+			}
+		}
+		u := s.siteCommand(machines, engine.Agent{}, store.Command{ID: cmd.ID, Kind: cmd.Kind, NodeID: cmd.NodeID, Args: string(cmd.Args)})
+		if u.State != "succeeded" {
+			return nil, errors.New(u.Error)
+		}
+		return u.Result, nil
+	})
+	var err error
+	link, err = agentlink.Dial(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, DataDir: dataDir,
+		Kind: agentlink.KindSite, JoinToken: joinToken, Logger: quiet(), AgentVersion: "sim-site"}, h)
+	return link, err
+}
+
+func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) {
+	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
+		s.counted(cmd.ID)
+		s.sleep(ctx)
+		if cmd.Kind == "boot.kexec" {
+			s.kexec(ctx, m) // the ramdisk ends here: no result is ever reported
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		result, _, err := s.ramdiskWork(m, cmd.Kind)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(result) // agentlink signs attested kinds with the node key
+	})
+	link, err := agentlink.Dial(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+		DiscoveryToken: token, Hints: agentlink.NodeHints{ProductUUID: m.UUID, MACs: m.MACs}, Logger: quiet(), AgentVersion: "sim-ramdisk"}, h)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("ramdisk of %s dialing the gateway: %w", m.NodeID, err))
+		}
+		return
+	}
+	<-ctx.Done()
+	link.Wait()
+}
+
+func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
+	s.sleep(ctx)
+	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
+		return nil, fmt.Errorf("an installed OS runs no %s", cmd.Kind)
+	})
+	dir := filepath.Join(s.cfg.Gateway.DataDir, m.NodeID)
+	ctx, cancel := context.WithCancel(ctx)
+	link, err := agentlink.Dial(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+		DataDir: dir, DiscoveryToken: token, Capabilities: []string{engine.RoleOS}, Logger: quiet(), AgentVersion: "sim-os"}, h)
+	if err != nil {
+		cancel()
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("OS of %s dialing the gateway: %w", m.NodeID, err))
+		}
+		return
+	}
+	m.mu.Lock()
+	m.osUp, m.osGeneration = true, 1
+	m.osLink = func() { cancel(); link.Wait() }
+	m.mu.Unlock()
+}
