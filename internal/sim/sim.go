@@ -44,7 +44,7 @@ type Faults struct {
 type Config struct {
 	// Gateway, when set, makes machines boot agents that dial the real agent gateway
 	// (agentlink over mTLS) instead of calling the engine in-process.
-	Gateway *GatewayTarget
+	Gateway   *GatewayTarget
 	SiteID    string
 	Latency   time.Duration // per BMC or ramdisk command
 	BootDelay time.Duration // power-on → ramdisk joined
