@@ -48,9 +48,9 @@ clean:
 # --- ramdisk ------------------------------------------------------------------------------
 # `make ramdisk` → out/ramdisk/vmlinuz + out/ramdisk/initramfs.cpio.gz (x86-64). The kernel is
 # Debian's linux-image-*-amd64, downloaded into out/cache once (never committed). RAMDISK_MAIN
-# is the static binary that becomes /init: the standalone bcd-ramdisk until `bcd ramdisk` is
-# wired into the CLI root, then ./cmd/bcd.
-RAMDISK_MAIN ?= ./internal/ramdisk/ramdiskcmd/cmd/bcd-ramdisk
+# is the static binary that becomes /init: bcd itself (started with no arguments as PID 1, it
+# runs `bcd ramdisk init`).
+RAMDISK_MAIN ?= ./cmd/bcd
 RAMDISK_OUT ?= out/ramdisk
 RAMDISK_CACHE ?= out/cache
 

@@ -8,11 +8,14 @@ import (
 	"syscall"
 
 	"bcd/internal/cli"
+	"bcd/internal/ramdisk/ramdiskcmd"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Run(ctx, cli.Env{Args: os.Args[1:], Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
+	// As /init of the ramdisk the kernel starts bcd with no arguments: that means `ramdisk init`.
+	args := ramdiskcmd.InitArgs(os.Args[0], os.Getpid(), os.Args[1:])
+	code := cli.Run(ctx, cli.Env{Args: args, Getenv: os.Getenv, Stdout: os.Stdout, Stderr: os.Stderr})
 	stop()
 	os.Exit(code)
 }
