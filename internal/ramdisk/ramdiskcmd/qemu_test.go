@@ -163,7 +163,7 @@ func buildRamdisk(ctx context.Context, t *testing.T, root string) (string, strin
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bcd-ramdisk")
-	gb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", bin, "./internal/ramdisk/ramdiskcmd/cmd/bcd-ramdisk")
+	gb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", bin, "./cmd/bcd")
 	gb.Dir = root
 	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := gb.CombinedOutput(); err != nil {
