@@ -61,5 +61,5 @@ ramdisk-kernel-deb:
 ramdisk: ramdisk-kernel-deb
 	mkdir -p $(RAMDISK_OUT)
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w' -o $(RAMDISK_CACHE)/ramdisk-init $(RAMDISK_MAIN)
-	$(RAMDISK_CACHE)/ramdisk-init build --kernel-deb "$$(./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE))" \
+	$(RAMDISK_CACHE)/ramdisk-init ramdisk build --kernel-deb "$$(./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE))" \
 		--binary $(RAMDISK_CACHE)/ramdisk-init --out $(RAMDISK_OUT)

@@ -173,7 +173,7 @@ func buildRamdisk(ctx context.Context, t *testing.T, root string) (string, strin
 	// race detector takes minutes.
 	t0 := time.Now()
 	out := filepath.Join(dir, "out")
-	bc := exec.CommandContext(ctx, bin, "build", "--kernel-deb", deb, "--binary", bin, "--out", out)
+	bc := exec.CommandContext(ctx, bin, "ramdisk", "build", "--kernel-deb", deb, "--binary", bin, "--out", out)
 	report, err := bc.CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the ramdisk: %v\n%s", err, report)
