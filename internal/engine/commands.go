@@ -177,6 +177,11 @@ func wipeVerified(c store.Command) error {
 	return nil
 }
 
+// NodeSignedResult checks a stored attested result (nodeSignedResults in DESIGN §7).
+func (e *Engine) NodeSignedResult(c store.Command, currentGeneration uint64) error {
+	return e.verifyAttested(c, currentGeneration)
+}
+
 // verifyAttested is nodeSignedResults: it rebuilds the signing input from the stored row and
 // checks the node's signature against the CA, the node and its current identity generation.
 func (e *Engine) verifyAttested(c store.Command, currentGeneration uint64) error {

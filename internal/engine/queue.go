@@ -342,3 +342,6 @@ func progressJSON(u Update) string {
 	b, _ := json.Marshal(map[string]any{"done": u.ProgressDone, "total": u.ProgressTotal, "message": u.ProgressMessage})
 	return string(b)
 }
+
+// ReapForTests applies departed agents' commands now (the engine loop does it periodically).
+func (e *Engine) ReapForTests(ctx context.Context) (int, error) { return 0, e.reapAgents(ctx) }

@@ -204,7 +204,11 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 		case command.Succeeded:
 			if kind.Await == workflow.AwaitNone {
 				if err := r.takeResult(wf, st, c); err != nil {
-					return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, err.Error(), false)
+					fault := provision.FaultStepFailed
+					if c.Kind == "disk.wipe" {
+						fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
+					}
+					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 				}
 				return 0, true, r.stepDone(wf, st, c.ID)
 			}

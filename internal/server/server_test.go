@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,7 +140,33 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	if wipes != 2 {
 		t.Errorf("%d attested wipes, want 2 (commission and release)", wipes)
 	}
-	_ = store.ErrNotFound
+	// nodeSignedResults: the stored row verifies; a result altered after the fact (as a gateway
+	// or a database writer could), a forged signature, or a revoked generation does not.
+	var wipe store.Command
+	for _, c := range cmds {
+		if c.Kind == "disk.wipe" && c.State == "succeeded" {
+			wipe = c
+		}
+	}
+	if err := srv.Engine().NodeSignedResult(wipe, 1); err != nil {
+		t.Fatalf("honest wipe result: %v", err)
+	}
+	altered := wipe
+	altered.Result = strings.Replace(wipe.Result, `"verified":true`, `"verified":false`, 1)
+	if altered.Result == wipe.Result {
+		altered.Result = wipe.Result + " "
+	}
+	forged := wipe
+	forged.ResultSig = append([]byte(nil), wipe.ResultSig...)
+	forged.ResultSig[len(forged.ResultSig)-1] ^= 1
+	for name, c := range map[string]store.Command{"altered result": altered, "forged signature": forged} {
+		if err := srv.Engine().NodeSignedResult(c, 1); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	if err := srv.Engine().NodeSignedResult(wipe, 2); err == nil {
+		t.Error("a result signed under a revoked identity generation accepted")
+	}
 }
 
 func logSink(t *testing.T) io.Writer {

@@ -34,6 +34,8 @@ type Link interface {
 
 // Faults injects failures.
 type Faults struct {
+	// Hang makes agents acknowledge these kinds and never report on them.
+	Hang map[string]bool
 	BMCErrorRate     float64 // a BMC command fails
 	WipeReadbackFail float64 // a wipe reports a disk whose read-back failed
 	// UnsignedWipe makes ramdisks send wipe results without a signature.
@@ -74,6 +76,7 @@ type Machine struct {
 // Sim runs a site agent and the machines.
 type Sim struct {
 	cfg   Config
+	fmu   sync.Mutex // guards cfg.Faults
 	link  Link
 	mu    sync.Mutex
 	byID  map[string]*Machine
@@ -87,6 +90,19 @@ type Sim struct {
 // New builds a simulation for the site.
 func New(cfg Config, link Link) *Sim {
 	return &Sim{cfg: cfg, link: link, byID: map[string]*Machine{}, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), errs: make(chan error, 16)}
+}
+
+// SetFaults changes the injected failures.
+func (s *Sim) SetFaults(f Faults) {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	s.cfg.Faults = f
+}
+
+func (s *Sim) faults() Faults {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	return s.cfg.Faults
 }
 
 // Add registers a machine (its node id, product UUID and MACs as enrolled).
@@ -181,6 +197,9 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, r
 					return
 				}
 				s.counted(c.ID)
+				if s.faults().Hang[c.Kind] {
+					return
+				}
 				u := run(ctx, a, c)
 				u.CommandID = c.ID
 				if u.State == "" {
@@ -239,7 +258,7 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 		return failed("no such simulated machine " + args.NodeID)
 	}
 	s.sleep(ctx)
-	if len(c.Kind) > 4 && c.Kind[:4] == "bmc." && s.chance(s.cfg.Faults.BMCErrorRate) {
+	if len(c.Kind) > 4 && c.Kind[:4] == "bmc." && s.chance(s.faults().BMCErrorRate) {
 		return failed("simulated BMC error: NodeBusy")
 	}
 	m.mu.Lock()
@@ -416,7 +435,7 @@ type ramdisk struct {
 
 func (r *ramdisk) signed(c store.Command, result any) engine.Update {
 	u := ok(result)
-	if r.s.cfg.Faults.UnsignedWipe && c.Kind == "disk.wipe" {
+	if r.s.faults().UnsignedWipe && c.Kind == "disk.wipe" {
 		return u
 	}
 	sig, err := pki.SignStatement(r.key, pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)})
@@ -454,7 +473,7 @@ func (s *Sim) ramdiskWork(m *Machine, kind string) (any, bool, error) {
 	case "diag.dcgm":
 		return map[string]any{"result": "not applicable", "reason": "no NVIDIA GPU"}, true, nil
 	case "disk.wipe":
-		verified := !s.chance(s.cfg.Faults.WipeReadbackFail)
+		verified := !s.chance(s.faults().WipeReadbackFail)
 		m.mu.Lock()
 		m.Disk, m.osGeneration = "wiped", 0
 		m.mu.Unlock()

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -112,3 +114,5 @@ func dumpStuck(t *testing.T, st *store.Store, nodes map[string]store.Node) {
 	w, _ := st.WakeUps(ctx, 100)
 	t.Logf("wake-ups: %+v", w)
 }
+
+func nil2() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,0 +1,251 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+func start(t *testing.T, st *store.Store, n int) (*Harness, []string) {
+	t.Helper()
+	ctx := context.Background()
+	h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	ids, err := h.Enroll(ctx, "e", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ids
+}
+
+func rest(t *testing.T, h *Harness, ids []string) map[string]store.Node {
+	t.Helper()
+	got, err := h.WaitRest(context.Background(), ids, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestReleaseNeedsAnAttestedVerifiedWipe(t *testing.T) {
+	cases := []struct {
+		name   string
+		faults Faults
+		fault  string
+	}{
+		{"read-back failed", Faults{WipeReadbackFail: 1}, "UNVERIFIED_WIPE"},
+		{"unsigned result", Faults{UnsignedWipe: true}, "UNVERIFIED_WIPE"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			h, ids := start(t, storetest.Open(t, store.SQLite), 2)
+			rest(t, h, ids)
+			h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"})
+			rest(t, h, ids)
+			h.Sim.SetFaults(c.faults)
+			h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{})
+			for _, n := range rest(t, h, ids) {
+				if n.State != "failed" || n.FaultCode != c.fault || n.FailedFrom != "releasing" || !n.Maintenance {
+					t.Fatalf("%s: %s %s from %s maint=%v (%s)", n.Name, n.State, n.FaultCode, n.FailedFrom, n.Maintenance, n.FaultMsg)
+				}
+			}
+			// Recover releases again; with an honest wipe the node becomes ready.
+			h.Sim.SetFaults(Faults{})
+			h.Apply(ctx, provision.VerbRecover, ids, metal.VerbInput{})
+			for _, n := range rest(t, h, ids) {
+				if n.State != "ready" {
+					t.Fatalf("after recover: %s %s %s", n.Name, n.State, n.FaultCode)
+				}
+			}
+		})
+	}
+}
+
+func TestAbortRunsCleanupAndRecoverResumes(t *testing.T) {
+	ctx := context.Background()
+	h, ids := start(t, storetest.Open(t, store.SQLite), 1)
+	rest(t, h, ids)
+	h.Sim.SetFaults(Faults{Hang: map[string]bool{"deploy.image": true}})
+	h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"})
+	// Wait until the image write is running, then abort.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cmds, _ := h.Store.Commands(ctx, ids[0], 500)
+		if len(cmds) > 0 && cmds[len(cmds)-1].Kind == "deploy.image" && cmds[len(cmds)-1].State == "delivered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deploy.image never delivered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbAbort, metal.VerbInput{Node: ids[0], Reason: "wrong image"}); err != nil {
+		t.Fatal(err)
+	}
+	h.Engine.Nudge()
+	// The workflow ends aborted after its cleanup (boot.cleanUp) ran.
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		wfs, _ := h.Store.Workflows(ctx, ids[0], 1)
+		if len(wfs) == 1 && wfs[0].State == "aborted" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("workflow not aborted: %+v", wfs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmds, _ := h.Store.Commands(ctx, ids[0], 500)
+	last := cmds[len(cmds)-1]
+	var image store.Command
+	for _, c := range cmds {
+		if c.Kind == "deploy.image" {
+			image = c
+		}
+	}
+	if last.Kind != "boot.cleanUp" || last.State != "succeeded" || image.State != "failed" || !strings.Contains(image.Error, "aborted") {
+		t.Fatalf("after abort: last %s %s, image %s %q", last.Kind, last.State, image.State, image.Error)
+	}
+	n, _ := h.Store.Node(ctx, ids[0], "")
+	if n.State != "failed" || n.FaultCode != "ABORTED" || n.FailedFrom != "deploying" {
+		t.Fatalf("node after abort: %s %s %s", n.State, n.FaultCode, n.FailedFrom)
+	}
+	// A failed deploy recovers into releasing (a wipe), then ready.
+	h.Sim.SetFaults(Faults{})
+	h.Apply(ctx, provision.VerbRecover, ids, metal.VerbInput{})
+	if got := rest(t, h, ids)[ids[0]]; got.State != "ready" {
+		t.Fatalf("after recover: %s %s", got.State, got.FaultMsg)
+	}
+}
+
+func TestStepTimeoutRaisesWorkflowTimeout(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Sim.SetFaults(Faults{Hang: map[string]bool{"inventory.refresh": true}})
+	h.Apply(ctx, provision.VerbInspect, ids, metal.VerbInput{})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		cmds, _ := h.Store.Commands(ctx, ids[0], 500)
+		if c := cmds[len(cmds)-1]; c.Kind == "inventory.refresh" && c.State == "delivered" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("inventory.refresh never delivered")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Move the store's clock past the step's deadline; the due wake-up finds it.
+	st.SetClock(func() time.Time { return time.Now().Add(time.Hour) })
+	h.Engine.Nudge()
+	got := rest(t, h, ids)[ids[0]]
+	if got.State != "failed" || got.FaultCode != "WORKFLOW_TIMEOUT" || got.FailedFrom != "inspecting" {
+		t.Fatalf("after the deadline: %s %s from %s (%s)", got.State, got.FaultCode, got.FailedFrom, got.FaultMsg)
+	}
+}
+
+func TestEngineRefusesUndeclaredCommandKinds(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Stop()
+	// A workflow whose recorded kinds do not include the kind its step sends (a plugin step
+	// that did not declare its sends): the engine refuses to send it.
+	err := st.Write(ctx, func(tx *store.Tx) error {
+		n, err := tx.LockNode(ctx, ids[0], "")
+		if err != nil {
+			return err
+		}
+		n.State, n.TargetState, n.ChainVerb = "inspecting", "ready", "inspect"
+		if err := tx.UpdateNode(ctx, &n); err != nil {
+			return err
+		}
+		steps, _ := json.Marshal([]map[string]any{{"use": "power.off", "timeout": int64(time.Minute)}})
+		w := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: "plugin", Owner: "metal", NodeState: "inspecting",
+			Steps: string(steps), Cleanup: "[]", CommandKinds: []string{"site.httpProxy"}, State: "running", Phase: "steps"}
+		if err := tx.InsertWorkflow(ctx, &w); err != nil {
+			return err
+		}
+		return tx.Wake(ctx, n.ID, "test", 0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(st, nil, nil2(), engine.Config{})
+	if _, err := eng.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := st.Node(ctx, ids[0], "")
+	if n.State != "failed" || n.FaultCode != "STEP_FAILED" || !strings.Contains(n.FaultMsg, "does not declare") {
+		t.Fatalf("undeclared kind: %s %s %q", n.State, n.FaultCode, n.FaultMsg)
+	}
+	cmds, _ := st.Commands(ctx, ids[0], 500)
+	for _, c := range cmds {
+		if c.WorkflowID != "" && c.Kind == "bmc.power" && c.CreatedAt > n.CreatedAt && c.Args != "" && strings.Contains(c.Args, `"action":"off"`) && c.State == "queued" {
+			t.Fatalf("refused command was queued anyway: %+v", c)
+		}
+	}
+}
+
+func TestSiteAgentFailover(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Stop() // drive the queue by hand from here
+	eng := engine.New(st, nil, nil2(), engine.Config{AgentGrace: time.Millisecond})
+	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
+	b := engine.Agent{ID: "agent-b", Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
+	eng.Connected(ctx, a, "t")
+	eng.Connected(ctx, b, "t")
+	// Two power commands: agent A takes both, acknowledges the first only, then goes away.
+	for _, action := range []string{"off", "on"} {
+		if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: action}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := eng.Claim(ctx, a, 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim by A: %d %v", len(got), err)
+	}
+	if more, _ := eng.Claim(ctx, a, 10); len(more) != 0 {
+		t.Fatalf("a command was offered twice on one connection: %d", len(more))
+	}
+	if err := eng.Ack(ctx, a, got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Ack(ctx, b, got[1].ID); err == nil {
+		t.Fatal("B acknowledged A's command")
+	}
+	eng.Disconnected(ctx, a)
+	time.Sleep(5 * time.Millisecond) // past the (1 ms) grace; the reaper runs on demand below
+	if _, err := eng.ReapForTests(ctx); err != nil {
+		t.Fatal(err)
+	}
+	acked, _ := st.Command(ctx, got[0].ID)
+	unacked, _ := st.Command(ctx, got[1].ID)
+	if acked.State != "lost" || acked.TargetAgent != "agent-a" {
+		t.Fatalf("acknowledged command of the departed agent: %s on %s (want lost, never re-sent)", acked.State, acked.TargetAgent)
+	}
+	if unacked.State != "queued" || unacked.TargetAgent != "" {
+		t.Fatalf("unacknowledged command: %s on %q (want queued for another agent)", unacked.State, unacked.TargetAgent)
+	}
+	moved, err := eng.Claim(ctx, b, 10)
+	if err != nil || len(moved) != 1 || moved[0].ID != got[1].ID {
+		t.Fatalf("B claims %d commands (%v), want the unacknowledged one", len(moved), err)
+	}
+}
