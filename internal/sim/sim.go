@@ -35,7 +35,7 @@ type Link interface {
 // Faults injects failures.
 type Faults struct {
 	// Hang makes agents acknowledge these kinds and never report on them.
-	Hang map[string]bool
+	Hang             map[string]bool
 	BMCErrorRate     float64 // a BMC command fails
 	WipeReadbackFail float64 // a wipe reports a disk whose read-back failed
 	// UnsignedWipe makes ramdisks send wipe results without a signature.
