@@ -293,8 +293,12 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 	default:
 		return nil, fmt.Errorf("agent kind %q cannot run commands", kind)
 	}
+	lock := ""
+	if t.s.engine == Postgres {
+		lock = " FOR UPDATE SKIP LOCKED" // concurrent claimers take different rows
+	}
 	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND (target_agent = ? OR target_agent = '')
-		ORDER BY CASE WHEN target_agent = '' THEN 1 ELSE 0 END, created_at LIMIT ?`
+		ORDER BY CASE WHEN target_agent = '' THEN 1 ELSE 0 END, created_at LIMIT ?` + lock
 	rows, err := t.query(ctx, q, append(args, agentID, limit)...)
 	if err != nil {
 		return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
@@ -312,18 +316,24 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	for i := range out {
-		if out[i].TargetAgent == agentID {
+	claimed := out[:0]
+	for _, c := range out {
+		if c.TargetAgent == agentID {
+			claimed = append(claimed, c)
 			continue
 		}
-		out[i].TargetAgent = agentID
-		out[i].Attempts++
-		if _, err := t.exec(ctx, `UPDATE commands SET target_agent = ?, attempts = ?, updated_at = ? WHERE id = ? AND target_agent = ''`,
-			agentID, out[i].Attempts, t.at, out[i].ID); err != nil {
-			return nil, fmt.Errorf("assigning command %s: %w", out[i].ID, err)
+		c.TargetAgent = agentID
+		c.Attempts++
+		res, err := t.exec(ctx, `UPDATE commands SET target_agent = ?, attempts = ?, updated_at = ? WHERE id = ? AND target_agent = '' AND state = 'queued'`,
+			agentID, c.Attempts, t.at, c.ID)
+		if err != nil {
+			return nil, fmt.Errorf("assigning command %s: %w", c.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 { // another agent may have taken it meanwhile
+			claimed = append(claimed, c)
 		}
 	}
-	return out, nil
+	return claimed, nil
 }
 
 // ---------------------------------------------------------------- agents
