@@ -1,0 +1,196 @@
+// Package sitecmd is the `bcd site run` command: flags → site.Config → site agent.
+package sitecmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"bcd/internal/dhcp"
+	"bcd/internal/netboot"
+	"bcd/internal/site"
+)
+
+// JoinTokenEnv is read when --join-token is not given (keeps the token out of ps).
+const JoinTokenEnv = "BCD_SITE_JOIN_TOKEN"
+
+// flags are the command's flags, as parsed.
+type flags struct {
+	server, site, joinToken, dataDir, caFile string
+	dhcpMode, iface, serverIP                string
+	httpListen, httpURL, tftpListen, ipxeDir string
+	efiBinary, localBoot                     string
+	dhcpPools, dhcpRouters, dhcpDNS          []string
+	kernelURL, kernelSHA, initrdURL          string
+	initrdSHA, ramdiskGateway                string
+	ramdiskArgs                              []string
+	leaseTTL                                 time.Duration
+	logLevel                                 string
+}
+
+// Command returns `run`, to be mounted under `bcd site`.
+func Command() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "run --server URL --site NAME --join-token TOKEN --data-dir DIR",
+		Short: "Run a site agent: DHCP/TFTP/HTTP network boot and BMC drivers, dialling out to the control plane",
+		Long: `Runs the site agent of one site. The first start joins with a one-time bootstrap token (` +
+			"`bcd site join-token SITE`" + `; also read from $` + JoinTokenEnv + `) and keeps the agent's key and
+certificate in the data dir; later starts reconnect with them. Boot entries, DHCP leases and
+the artifact cache live in the data dir too.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.joinToken == "" {
+				f.joinToken = os.Getenv(JoinTokenEnv)
+			}
+			cfg, err := f.config(os.ReadFile)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = logger(cmd.ErrOrStderr(), f.logLevel)
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return cfg.Run(ctx)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.server, "server", "", "agent gateway URL of the control plane (https://host:port)")
+	fl.StringVar(&f.site, "site", "", "site this agent serves")
+	fl.StringVar(&f.joinToken, "join-token", "", "one-time bootstrap token (first start only; or $"+JoinTokenEnv+")")
+	fl.StringVar(&f.dataDir, "data-dir", "/var/lib/bcd/site", "key, certificate, journal, boot entries, DHCP leases and artifact cache")
+	fl.StringVar(&f.caFile, "ca-file", "", "PEM of the control plane's CA (first start only)")
+	fl.StringVar(&f.dhcpMode, "dhcp", "off", "DHCP mode: off, proxy or full")
+	fl.StringVar(&f.iface, "interface", "", "provisioning network interface (DHCP)")
+	fl.StringVar(&f.serverIP, "server-ip", "", "this agent's IPv4 on the provisioning network (default: the interface's)")
+	fl.StringVar(&f.httpListen, "http-listen", ":8080", "boot HTTP listen address")
+	fl.StringVar(&f.httpURL, "http-url", "", "boot HTTP base URL as machines reach it (default from --http-listen / --server-ip)")
+	fl.StringVar(&f.tftpListen, "tftp-listen", ":69", `TFTP listen address ("" disables)`)
+	fl.StringVar(&f.ipxeDir, "ipxe-dir", site.DefaultIPXEDir, "iPXE binaries served over TFTP and HTTP")
+	fl.StringVar(&f.efiBinary, "efi-binary", dhcp.BinaryEFI, "x86-64 UEFI iPXE binary: ipxe.efi or snponly.efi")
+	fl.StringVar(&f.localBoot, "local-boot", "exit", "how local-boot entries leave iPXE: exit or sanboot")
+	fl.StringSliceVar(&f.dhcpPools, "dhcp-pool", nil, "full DHCP: SUBNET,FIRST-LAST (e.g. 10.0.0.0/24,10.0.0.100-10.0.0.199); repeatable")
+	fl.StringSliceVar(&f.dhcpRouters, "dhcp-router", nil, "full DHCP: router(s) to hand out")
+	fl.StringSliceVar(&f.dhcpDNS, "dhcp-dns", nil, "full DHCP: DNS server(s) to hand out")
+	fl.StringVar(&f.kernelURL, "ramdisk-kernel", "", "URL of the ramdisk kernel")
+	fl.StringVar(&f.kernelSHA, "ramdisk-kernel-sha256", "", "SHA-256 of the ramdisk kernel")
+	fl.StringVar(&f.initrdURL, "ramdisk-initrd", "", "URL of the ramdisk initramfs")
+	fl.StringVar(&f.initrdSHA, "ramdisk-initrd-sha256", "", "SHA-256 of the ramdisk initramfs")
+	fl.StringVar(&f.ramdiskGateway, "ramdisk-gateway", "", "gateway URL as booted machines reach it (default --server)")
+	fl.StringSliceVar(&f.ramdiskArgs, "ramdisk-arg", nil, "extra kernel argument of ramdisk entries; repeatable")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", site.DefaultLeaseTTL, "boot lease TTL (several agents per site)")
+	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return cmd
+}
+
+func logger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// config turns the flags into a site.Config. readFile reads --ca-file.
+func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error) {
+	cfg := site.Config{GatewayURL: f.server, Site: f.site, JoinToken: f.joinToken, DataDir: f.dataDir,
+		HTTPListen: f.httpListen, HTTPBaseURL: f.httpURL, TFTPListen: f.tftpListen, IPXEDir: f.ipxeDir,
+		DHCPMode: dhcp.Mode(f.dhcpMode), Interface: f.iface, EFIBinary: f.efiBinary, LocalBoot: f.localBoot,
+		LeaseTTL: f.leaseTTL, AgentVersion: "bcd"}
+	if f.server == "" || f.site == "" {
+		return site.Config{}, errors.New("--server and --site are required")
+	}
+	if f.caFile != "" {
+		b, err := readFile(f.caFile)
+		if err != nil {
+			return site.Config{}, fmt.Errorf("reading --ca-file: %w", err)
+		}
+		cfg.CAPEM = b
+	}
+	if f.serverIP != "" {
+		ip, err := netip.ParseAddr(f.serverIP)
+		if err != nil || !ip.Is4() {
+			return site.Config{}, fmt.Errorf("--server-ip %q is not an IPv4 address", f.serverIP)
+		}
+		cfg.ServerIP = ip
+	}
+	if f.kernelURL != "" || f.initrdURL != "" {
+		cfg.Ramdisk = site.RamdiskConfig{
+			Kernel:     netboot.Artifact{Name: "vmlinuz", URL: f.kernelURL, SHA256: strings.ToLower(f.kernelSHA)},
+			Initrd:     netboot.Artifact{Name: "initrd.img", URL: f.initrdURL, SHA256: strings.ToLower(f.initrdSHA)},
+			GatewayURL: f.ramdiskGateway, ExtraArgs: f.ramdiskArgs,
+		}
+		if _, err := site.RamdiskEntry(cfg.Ramdisk, strings.Repeat("x", 32)); err != nil {
+			return site.Config{}, fmt.Errorf("--ramdisk-*: %w", err)
+		}
+	}
+	routers, err := parseAddrs("--dhcp-router", f.dhcpRouters)
+	if err != nil {
+		return site.Config{}, err
+	}
+	dns, err := parseAddrs("--dhcp-dns", f.dhcpDNS)
+	if err != nil {
+		return site.Config{}, err
+	}
+	for _, p := range f.dhcpPools {
+		pool, err := ParsePool(p)
+		if err != nil {
+			return site.Config{}, err
+		}
+		pool.Routers, pool.DNS = routers, dns
+		cfg.DHCPPools = append(cfg.DHCPPools, pool)
+	}
+	if cfg.DHCPMode == dhcp.ModeFull && len(cfg.DHCPPools) == 0 {
+		return site.Config{}, errors.New("--dhcp full needs at least one --dhcp-pool")
+	}
+	return cfg, nil
+}
+
+func parseAddrs(flag string, in []string) ([]netip.Addr, error) {
+	out := make([]netip.Addr, 0, len(in))
+	for _, s := range in {
+		a, err := netip.ParseAddr(s)
+		if err != nil || !a.Is4() {
+			return nil, fmt.Errorf("%s %q is not an IPv4 address", flag, s)
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// ParsePool reads SUBNET,FIRST-LAST.
+func ParsePool(s string) (dhcp.Pool, error) {
+	subnet, rng, ok := strings.Cut(s, ",")
+	first, last, ok2 := strings.Cut(rng, "-")
+	if !ok || !ok2 {
+		return dhcp.Pool{}, fmt.Errorf("--dhcp-pool %q: want SUBNET,FIRST-LAST", s)
+	}
+	p, err := netip.ParsePrefix(strings.TrimSpace(subnet))
+	if err != nil {
+		return dhcp.Pool{}, fmt.Errorf("--dhcp-pool %q: subnet: %w", s, err)
+	}
+	a, err1 := netip.ParseAddr(strings.TrimSpace(first))
+	b, err2 := netip.ParseAddr(strings.TrimSpace(last))
+	if err1 != nil || err2 != nil || !p.Contains(a) || !p.Contains(b) || b.Less(a) {
+		return dhcp.Pool{}, fmt.Errorf("--dhcp-pool %q: FIRST-LAST must be an ascending range inside the subnet", s)
+	}
+	return dhcp.Pool{Subnet: p.Masked(), Start: a, End: b}, nil
+}
+
+// Run runs `bcd site run` with args (for tests and embedding).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := Command()
+	cmd.SetArgs(args)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	return cmd.ExecuteContext(ctx)
+}
