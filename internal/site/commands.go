@@ -179,6 +179,7 @@ type handler struct {
 	local   string
 	key     func(ctx context.Context) (crypto.Signer, error)
 	changed func() // the entry table changed (status)
+	watch   func(nodeID string, ref BMCRef, jwe string)
 	log     *slog.Logger
 }
 
@@ -191,14 +192,18 @@ type handlerDeps struct {
 	local   string
 	key     func(ctx context.Context) (crypto.Signer, error)
 	changed func()
+	watch   func(nodeID string, ref BMCRef, jwe string) // power polling; nil: none
 	log     *slog.Logger
 }
 
 func newHandler(d handlerDeps) *handler {
 	h := &handler{drivers: d.drivers, locks: d.locks, entries: d.entries, cache: d.cache, ramdisk: d.ramdisk,
-		local: d.local, key: d.key, changed: d.changed, log: d.log}
+		local: d.local, key: d.key, changed: d.changed, watch: d.watch, log: d.log}
 	if h.changed == nil {
 		h.changed = func() {}
+	}
+	if h.watch == nil {
+		h.watch = func(string, BMCRef, string) {}
 	}
 	h.kinds = map[string]func(context.Context, commandArgs) (any, error){
 		KindBMCQuery:       h.bmcQuery,
@@ -276,7 +281,26 @@ func (h *handler) onBMC(ctx context.Context, a commandArgs, what, capability str
 		return err
 	}
 	defer release()
-	return withDriver(ctx, h.drivers, ref.Driver, ep, what, capability, fn)
+	if err := withDriver(ctx, h.drivers, ref.Driver, ep, what, capability, fn); err != nil {
+		return err
+	}
+	h.watch(a.NodeID, ref, a.Credentials) // still encrypted: decrypted again for each poll
+	return nil
+}
+
+// readPower is the poller's probe; the poller holds the BMC's lock.
+func (h *handler) readPower(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
+	_, _, ep, err := h.endpoint(ctx, commandArgs{BMC: &ref, Credentials: jwe})
+	if err != nil {
+		return "", err
+	}
+	var p bmc.PowerState
+	err = withDriver(ctx, h.drivers, ref.Driver, ep, "get power", capGetPower, func(ctx context.Context, drv any) error {
+		var err error
+		p, err = drv.(bmc.PowerGetter).GetPower(ctx)
+		return err
+	})
+	return p, err
 }
 
 type powerResult struct {

@@ -28,6 +28,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/bmc"
 	"bcd/internal/bmc/ipmi"
 	"bcd/internal/bmc/redfish"
 	"bcd/internal/dhcp"
@@ -94,6 +95,11 @@ type Config struct {
 	IPMIOptions    ipmi.Options
 	IPMIPacer      ipmi.PacerConfig
 
+	// PowerReporter, when set, turns on power-state polling of every node the agent ran a BMC
+	// command for, tuned by Poll; changes are reported to it.
+	PowerReporter PowerReporter
+	Poll          PollConfig
+
 	// Link tuning (tests); zero takes agentlink's defaults.
 	HeartbeatInterval time.Duration
 	MinBackoff        time.Duration
@@ -127,6 +133,7 @@ type Agent struct {
 	tftpC   net.PacketConn
 	baseURL string
 	dirty   chan struct{}
+	poller  *poller
 
 	linkReady chan struct{}
 	linkMu    sync.Mutex
@@ -156,8 +163,18 @@ func New(cfg Config) (*Agent, error) {
 		a.drivers = builtinDrivers(cfg.RedfishOptions, cfg.IPMIOptions, ipmi.NewPacer(cfg.IPMIPacer))
 	}
 	a.disc = newDiscoveries(a.entries.Has, a.poke)
-	a.handler = newHandler(handlerDeps{drivers: a.drivers, locks: newBMCLocks(), entries: a.entries, cache: a.cache,
-		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger})
+	locks := newBMCLocks()
+	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, cache: a.cache,
+		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger}
+	var h *handler
+	if cfg.PowerReporter != nil {
+		a.poller = newPoller(cfg.Poll, func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
+			return h.readPower(ctx, ref, jwe)
+		}, locks, cfg.PowerReporter, cfg.Logger, cfg.Now)
+		deps.watch = a.poller.Watch
+	}
+	h = newHandler(deps)
+	a.handler = h
 
 	a.httpLn = cfg.HTTPListener
 	if a.httpLn == nil {
@@ -377,6 +394,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		})
 	}
 	g.Go(func() error { a.statusLoop(gctx, link); return nil })
+	if a.poller != nil {
+		g.Go(func() error { a.poller.Run(gctx); return nil })
+	}
 	if err := a.serveHTTP(gctx, g, log); err != nil {
 		cancel()
 		_ = g.Wait()

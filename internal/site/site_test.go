@@ -6,9 +6,11 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"bcd/internal/bmc"
 	"bcd/internal/gateway"
 	"bcd/internal/gateway/gatewaytest"
 	"bcd/internal/lab/vbmc"
@@ -30,7 +32,10 @@ func TestAgentEndToEnd(t *testing.T) {
 	logs := &syncBuffer{}
 	log := logger(t, logs)
 	dir := t.TempDir()
-	ag := startAgent(t, agentConfig(t, env, "a1", dir, log), "a1")
+	cfg := agentConfig(t, env, "a1", dir, log)
+	power := &powerReports{last: map[string]bmc.PowerState{}, ch: make(chan struct{}, 1)}
+	cfg.PowerReporter, cfg.Poll = power, site.PollConfig{Interval: 100 * time.Millisecond}
+	ag := startAgent(t, cfg, "a1")
 	cert := ag.certDER(t)
 
 	rfMachine, ipmiMachine := vbmc.NewFakeMachine(), vbmc.NewFakeMachine()
@@ -136,6 +141,12 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Errorf("ipmi machine saw %d power calls, want on + cycle (off, on)", n)
 	}
 
+	// Power polling: n1's last successful BMC command went to the IPMI BMC; a machine turned
+	// off behind the agent's back is reported.
+	power.waitFor(t, "n1", bmc.PowerOn)
+	ipmiMachine.SetOn(false)
+	power.waitFor(t, "n1", bmc.PowerOff)
+
 	// Boot entries.
 	const mac = "52:54:00:aa:00:01"
 	token, _, err := pki.NewToken(pki.DiscoveryTokenPrefix)
@@ -192,7 +203,7 @@ func TestAgentEndToEnd(t *testing.T) {
 
 	// A restarted agent (same data dir, no token) serves the entries again.
 	ag.stop(t)
-	cfg := agentConfig(t, env, "a1", dir, log)
+	cfg = agentConfig(t, env, "a1", dir, log)
 	cfg.JoinToken = ""
 	ag2 := startAgent(t, cfg, "a1")
 	base2 := "http://" + ag2.HTTPAddr().String()
@@ -217,6 +228,42 @@ func TestAgentEndToEnd(t *testing.T) {
 		e, _ := env.Queue.Get(id)
 		if strings.Contains(e.Final.Error, bmcPass) || strings.Contains(string(e.Final.Result), bmcPass) {
 			t.Errorf("command %s: the BMC password appears in its error or result: %q", id, e.Final.Error)
+		}
+	}
+}
+
+// powerReports is the PowerReporter of the test.
+type powerReports struct {
+	mu   sync.Mutex
+	last map[string]bmc.PowerState
+	ch   chan struct{}
+}
+
+func (p *powerReports) ReportPower(_ context.Context, node string, s bmc.PowerState) error {
+	p.mu.Lock()
+	p.last[node] = s
+	p.mu.Unlock()
+	select {
+	case p.ch <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (p *powerReports) waitFor(t *testing.T, node string, want bmc.PowerState) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		p.mu.Lock()
+		got := p.last[node]
+		p.mu.Unlock()
+		if got == want {
+			return
+		}
+		select {
+		case <-p.ch:
+		case <-deadline:
+			t.Fatalf("power of %s: last report %q, want %q", node, got, want)
 		}
 	}
 }

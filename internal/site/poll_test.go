@@ -1,0 +1,143 @@
+package site
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"bcd/internal/bmc"
+)
+
+func TestPollDelay(t *testing.T) {
+	const s = time.Second
+	tests := []struct {
+		fails  int
+		jitter float64
+		u      float64
+		want   time.Duration
+	}{
+		{0, 0.2, 0.5, 60 * s},
+		{0, 0.2, 0, 48 * s},
+		{0, 0.2, 1, 72 * s},
+		{1, 0.2, 0.5, 120 * s},
+		{3, 0.2, 0.5, 480 * s},
+		{4, 0.2, 0.5, 600 * s},   // ceiling
+		{100, 0.2, 0.5, 600 * s}, // no overflow
+		{100, 0.2, 1, 720 * s},
+	}
+	for _, tc := range tests {
+		if got := pollDelay(60*s, 600*s, tc.fails, tc.jitter, tc.u); got != tc.want {
+			t.Errorf("pollDelay(fails %d, u %.1f) = %s, want %s", tc.fails, tc.u, got, tc.want)
+		}
+	}
+}
+
+type reports struct {
+	mu  sync.Mutex
+	got map[string][]bmc.PowerState
+	ch  chan struct{}
+}
+
+func (r *reports) ReportPower(_ context.Context, node string, p bmc.PowerState) error {
+	r.mu.Lock()
+	r.got[node] = append(r.got[node], p)
+	r.mu.Unlock()
+	select {
+	case r.ch <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+func (r *reports) of(node string) []bmc.PowerState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]bmc.PowerState(nil), r.got[node]...)
+}
+
+// TestPoller: nodes behind one BMC are never read concurrently; a failing BMC is read less and
+// less often; changes (and first readings) are reported once.
+func TestPoller(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	var mu sync.Mutex
+	inFlight := map[string]int{}
+	maxInFlight := map[string]int{}
+	calls := map[string]int{}
+	power := map[string]bmc.PowerState{"n1": bmc.PowerOff, "n2": bmc.PowerOn, "n3": bmc.PowerOn}
+	probe := func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
+		mu.Lock()
+		inFlight[ref.Address]++
+		maxInFlight[ref.Address] = max(maxInFlight[ref.Address], inFlight[ref.Address])
+		calls[ref.Address]++
+		p := power[jwe]
+		mu.Unlock()
+		select {
+		case <-time.After(5 * time.Millisecond): // a BMC takes time to answer
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		inFlight[ref.Address]--
+		mu.Unlock()
+		if ref.Address == "bad" {
+			return "", errors.New("timeout")
+		}
+		return p, nil
+	}
+	r := &reports{got: map[string][]bmc.PowerState{}, ch: make(chan struct{}, 1)}
+	p := newPoller(PollConfig{Interval: 20 * time.Millisecond, MaxInterval: time.Second, RetryBusy: 2 * time.Millisecond},
+		probe, newBMCLocks(), r, slog.New(slog.DiscardHandler), time.Now)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	chassis := BMCRef{Driver: "ipmi", Address: "chassis"}
+	p.Watch("n1", chassis, "n1") // the "JWE" names the node's power in this fake
+	p.Watch("n2", chassis, "n2")
+	p.Watch("n3", BMCRef{Driver: "ipmi", Address: "bad"}, "n3")
+
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		for !ok() {
+			select {
+			case <-r.ch:
+			case <-time.After(20 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("first readings", func() bool { return len(r.of("n1")) == 1 && len(r.of("n2")) == 1 })
+	mu.Lock()
+	power["n1"] = bmc.PowerOn
+	mu.Unlock()
+	waitFor("the change of n1", func() bool { return len(r.of("n1")) == 2 })
+	time.Sleep(400 * time.Millisecond) // let both BMCs be polled for a while
+	cancel()
+	<-done
+
+	if got := r.of("n1"); got[0] != bmc.PowerOff || got[1] != bmc.PowerOn || len(got) != 2 {
+		t.Errorf("n1 reports %v, want [off on]", got)
+	}
+	if got := r.of("n2"); len(got) != 1 {
+		t.Errorf("n2 reports %v, want one (no change)", got)
+	}
+	if got := r.of("n3"); len(got) != 0 {
+		t.Errorf("n3 (failing BMC) reports %v", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxInFlight["chassis"] != 1 {
+		t.Errorf("%d reads in flight on one BMC, want 1", maxInFlight["chassis"])
+	}
+	// In ~0.5 s a healthy 20 ms interval gives each of two nodes ~20 reads; a failing BMC backs
+	// off 20, 40, 80, 160, 320 ms: at most ~6 reads.
+	if calls["bad"] > 7 || calls["chassis"] < 2*calls["bad"] {
+		t.Errorf("reads: failing BMC %d, healthy chassis %d: no back-off", calls["bad"], calls["chassis"])
+	}
+	t.Logf("reads in the window: healthy chassis (2 nodes) %d, failing BMC %d", calls["chassis"], calls["bad"])
+}
