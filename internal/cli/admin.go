@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/site/sitecmd"
 )
 
 func kv(m map[string]string) string {
@@ -87,7 +88,7 @@ func siteCmd(g *globals) *cobra.Command {
 			_, err = cl.inventory.DeleteSite(cmd.Context(), connect.NewRequest(&bcdv1.DeleteSiteRequest{Site: args[0]}))
 			return err
 		}}
-	cmd.AddCommand(c, l, d, siteJoinTokenCmd(g))
+	cmd.AddCommand(c, l, d, siteJoinTokenCmd(g), sitecmd.Command())
 	return cmd
 }
 

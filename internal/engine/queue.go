@@ -230,7 +230,7 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 		if err != nil {
 			return err
 		}
-		if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: kind, SiteID: c.SiteID, NodeID: c.NodeID,
+		if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: kind, SiteID: c.SiteID, NodeID: c.NodeID, CommandID: c.ID,
 			Generation: c.Generation, ExpiresAt: tx.At() + (2 * time.Hour).Microseconds()}); err != nil {
 			return err
 		}

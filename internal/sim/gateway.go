@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"bcd/internal/agentlink"
 	"bcd/internal/engine"
@@ -76,7 +77,7 @@ func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) 
 		}
 		return json.Marshal(result) // agentlink signs attested kinds with the node key
 	})
-	link, err := agentlink.Dial(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
 		DiscoveryToken: token, Hints: agentlink.NodeHints{ProductUUID: m.UUID, MACs: m.MACs}, Logger: quiet(), AgentVersion: "sim-ramdisk"}, h)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -95,7 +96,7 @@ func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
 	})
 	dir := filepath.Join(s.cfg.Gateway.DataDir, m.NodeID)
 	ctx, cancel := context.WithCancel(ctx)
-	link, err := agentlink.Dial(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
 		DataDir: dir, DiscoveryToken: token, Capabilities: []string{engine.RoleOS}, Logger: quiet(), AgentVersion: "sim-os"}, h)
 	if err != nil {
 		cancel()
@@ -108,4 +109,23 @@ func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
 	m.osUp, m.osGeneration = true, 1
 	m.osLink = func() { cancel(); link.Wait() }
 	m.mu.Unlock()
+}
+
+// dialRetrying joins and connects like a booted machine does: while the control plane is
+// unreachable it tries again (a refused token is final).
+func dialRetrying(ctx context.Context, cfg agentlink.Config, h agentlink.Handler) (*agentlink.Link, error) {
+	wait := 100 * time.Millisecond
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		link, err := agentlink.Dial(ctx, cfg, h)
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) || errors.Is(err, agentlink.ErrRefused) {
+			return link, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }

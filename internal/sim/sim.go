@@ -317,7 +317,9 @@ func (s *Sim) powerOff(m *Machine) {
 	}
 	if m.osUp {
 		m.osUp = false
-		s.link.Disconnected(context.Background(), engine.Agent{ID: "os:" + m.NodeID, Kind: "os", NodeID: m.NodeID})
+		if s.link != nil { // in-process agents; over the gateway the stream's end says it
+			s.link.Disconnected(context.Background(), engine.Agent{ID: "os:" + m.NodeID, Kind: "os", NodeID: m.NodeID})
+		}
 	}
 }
 

@@ -496,20 +496,24 @@ func (t *Tx) CommandsOfWorkflow(ctx context.Context, workflowID, kind string) ([
 type JoinToken struct {
 	Hash                 []byte
 	Kind, SiteID, NodeID string
-	Generation           uint64
-	ExpiresAt, UsedAt    int64
+	// CommandID is the boot command that carried the token.
+	CommandID         string
+	Generation        uint64
+	ExpiresAt, UsedAt int64
 }
 
-// InsertJoinToken stores a token's hash. For node tokens, older unused tokens of the same node
-// and kind are withdrawn: only the newest boot entry's token works.
+// InsertJoinToken stores a token's hash. For node tokens, unused tokens of the same node and
+// kind carried by other (older) boot commands are withdrawn: only the newest boot entry's token
+// works. Tokens minted for the same command (it was offered again after a reconnect, and the
+// agent may have kept the first) stay valid until used or expired.
 func (t *Tx) InsertJoinToken(ctx context.Context, jt JoinToken) error {
 	if jt.NodeID != "" {
-		if _, err := t.exec(ctx, `DELETE FROM join_tokens WHERE node_id = ? AND kind = ? AND used_at = 0`, jt.NodeID, jt.Kind); err != nil {
+		if _, err := t.exec(ctx, `DELETE FROM join_tokens WHERE node_id = ? AND kind = ? AND used_at = 0 AND command_id <> ?`, jt.NodeID, jt.Kind, jt.CommandID); err != nil {
 			return fmt.Errorf("withdrawing older tokens: %w", err)
 		}
 	}
-	_, err := t.exec(ctx, `INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		jt.Hash, jt.Kind, jt.SiteID, jt.NodeID, int64(jt.Generation), jt.ExpiresAt, t.at)
+	_, err := t.exec(ctx, `INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		jt.Hash, jt.Kind, jt.SiteID, jt.NodeID, int64(jt.Generation), jt.ExpiresAt, t.at, jt.CommandID)
 	if err != nil {
 		return fmt.Errorf("storing join token: %w", err)
 	}
