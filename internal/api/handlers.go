@@ -153,6 +153,43 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 	return connect.NewResponse(out), nil
 }
 
+func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error) {
+	p := principal(ctx)
+	if err := metal.Require(p, auth.Read); err != nil {
+		return nil, toConnect(err)
+	}
+	st := h.svc.Store()
+	out := &bcdv1.DoctorResponse{}
+	failed, err := st.FailedInMaintenance(ctx, p.TenantID, 1000)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, n := range failed {
+		out.Failed = append(out.Failed, &bcdv1.DoctorFinding{Node: n.ID, Name: n.Name, State: n.State, FailedFrom: n.FailedFrom, FaultCode: n.FaultCode, Message: n.FaultMsg, Since: ts(n.UpdatedAt)})
+	}
+	stranded, err := st.StrandedNodes(ctx, 1000)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, n := range stranded {
+		if p.CanSeeTenant(n.TenantID) {
+			out.Stranded = append(out.Stranded, &bcdv1.DoctorFinding{Node: n.ID, Name: n.Name, State: n.State, Message: "no active workflow and no wake-up queued", Since: ts(n.UpdatedAt)})
+		}
+	}
+	nm, err := h.names.get(ctx, "", "", "")
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	agents, err := st.SiteAgents(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, a := range agents {
+		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen)})
+	}
+	return connect.NewResponse(out), nil
+}
+
 // ---------------------------------------------------------------- inventory
 
 type inventory struct {

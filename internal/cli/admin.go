@@ -349,3 +349,37 @@ func siteJoinTokenCmd(g *globals) *cobra.Command {
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
 	return cmd
 }
+
+func doctorCmd(g *globals) *cobra.Command {
+	return &cobra.Command{Use: "doctor", Short: "Failed machines in maintenance, machines with no workflow, site agents", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.nodes.Doctor(cmd.Context(), connect.NewRequest(&bcdv1.DoctorRequest{}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			out := g.env.Stdout
+			fmt.Fprintf(out, "failed machines waiting in maintenance: %d\n", len(resp.Msg.Failed))
+			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+			for _, f := range resp.Msg.Failed {
+				fmt.Fprintf(tw, "  %s\t%s\tfrom %s\t%s\tsince %s\n", f.Name, f.FaultCode, f.FailedFrom, f.Message, f.Since)
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "machines in a workflow-driven state without a workflow: %d\n", len(resp.Msg.Stranded))
+			for _, f := range resp.Msg.Stranded {
+				fmt.Fprintf(tw, "  %s\t%s\tsince %s\n", f.Name, f.State, f.Since)
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "site agents: %d\n", len(resp.Msg.SiteAgents))
+			for _, a := range resp.Msg.SiteAgents {
+				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen)
+			}
+			return tw.Flush()
+		}}
+}

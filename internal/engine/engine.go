@@ -118,6 +118,8 @@ func (e *Engine) Run(ctx context.Context) error {
 	defer func() { close(work); wg.Wait() }()
 	reap := time.NewTicker(e.cfg.AgentGrace / 3)
 	defer reap.Stop()
+	sweep := time.NewTicker(30 * time.Second)
+	defer sweep.Stop()
 	for {
 		leases, err := e.st.ClaimWakeUps(ctx, e.owner, e.cfg.Lease, e.cfg.Batch)
 		if err != nil {
@@ -143,6 +145,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-reap.C:
 			if err := e.reapAgents(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("releasing commands of departed agents", "error", err)
+			}
+		case <-sweep.C:
+			if _, err := e.Sweep(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("sweeping for stranded nodes", "error", err)
 			}
 		case <-time.After(e.cfg.Poll):
 		}
@@ -184,4 +190,24 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 		e.subs.signal(n)
 	}
 	return nil
+}
+
+// Sweep wakes nodes a workflow chain controls that nothing would move (no open workflow, no
+// wake-up row): a node never stays in a workflow-driven state without a workflow.
+func (e *Engine) Sweep(ctx context.Context) (int, error) {
+	nodes, err := e.st.StrandedNodes(ctx, 1000)
+	if err != nil || len(nodes) == 0 {
+		return 0, err
+	}
+	err = e.st.Write(ctx, func(tx *store.Tx) error {
+		for _, n := range nodes {
+			if err := tx.Wake(ctx, n.ID, "sweep: no workflow and no wake-up", 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	e.log.Warn("woke stranded nodes", "count", len(nodes))
+	e.Nudge()
+	return len(nodes), err
 }

@@ -249,3 +249,41 @@ func TestSiteAgentFailover(t *testing.T) {
 		t.Fatalf("B claims %d commands (%v), want the unacknowledged one", len(moved), err)
 	}
 }
+
+func TestSweepRepairsStrandedNodes(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 2)
+	rest(t, h, ids)
+	h.Stop()
+	// A node moved to inspecting by a writer that forgot its wake-up: nothing would move it.
+	err := st.Write(ctx, func(tx *store.Tx) error {
+		n, err := tx.LockNode(ctx, ids[0], "")
+		if err != nil {
+			return err
+		}
+		n.State, n.TargetState, n.ChainVerb = "inspecting", "ready", "inspect"
+		return tx.UpdateNode(ctx, &n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranded, err := st.StrandedNodes(ctx, 10)
+	if err != nil || len(stranded) != 1 || stranded[0].ID != ids[0] {
+		t.Fatalf("stranded: %d %v", len(stranded), err)
+	}
+	eng := engine.New(st, nil, nil2(), engine.Config{})
+	if n, err := eng.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep woke %d: %v", n, err)
+	}
+	if _, err := eng.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wfs, _ := st.Workflows(ctx, ids[0], 1)
+	if len(wfs) != 1 || wfs[0].Profile != "metal-inspect" || wfs[0].State != "running" {
+		t.Fatalf("after the sweep: %+v", wfs)
+	}
+	if stranded, _ := st.StrandedNodes(ctx, 10); len(stranded) != 0 {
+		t.Fatalf("still stranded: %d", len(stranded))
+	}
+}

@@ -565,3 +565,63 @@ func (t *Tx) MarkAgentReaped(ctx context.Context, id string) error {
 	_, err := t.exec(ctx, `UPDATE agents SET last_seen = 0 WHERE id = ? AND connected = ?`, id, false)
 	return err
 }
+
+// StrandedNodes lists nodes a workflow chain controls that have neither an open workflow nor a
+// wake-up row: nothing would ever move them (the engine's sweep wakes them; doctor shows them).
+func (s *Store) StrandedNodes(ctx context.Context, limit int) ([]Node, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE target_state <> '' AND state <> 'failed' AND maintenance = ?
+		AND id NOT IN (SELECT node_id FROM reconcile_queue)
+		AND id NOT IN (SELECT node_id FROM workflows WHERE outcome_applied = ?) ORDER BY id LIMIT ?`, false, false, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing stranded nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// FailedInMaintenance lists failed nodes waiting in maintenance.
+func (s *Store) FailedInMaintenance(ctx context.Context, tenantID string, limit int) ([]Node, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE state = 'failed' AND maintenance = ? AND (? = '' OR tenant_id = ?) ORDER BY updated_at LIMIT ?`,
+		true, tenantID, tenantID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("listing failed nodes: %w", err)
+	}
+	defer rows.Close()
+	var out []Node
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// SiteAgents lists site agents.
+func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
+	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing site agents: %w", err)
+	}
+	defer rows.Close()
+	var out []Agent
+	for rows.Next() {
+		var a Agent
+		var gen int64
+		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID); err != nil {
+			return nil, err
+		}
+		a.Generation = uint64(gen)
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}

@@ -1480,6 +1480,273 @@ func (x *ListEventsResponse) GetEvents() []*Event {
 	return nil
 }
 
+type DoctorRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorRequest) Reset() {
+	*x = DoctorRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorRequest) ProtoMessage() {}
+
+func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
+func (*DoctorRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+}
+
+type DoctorFinding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	FailedFrom    string                 `protobuf:"bytes,4,opt,name=failed_from,json=failedFrom,proto3" json:"failed_from,omitempty"`
+	FaultCode     string                 `protobuf:"bytes,5,opt,name=fault_code,json=faultCode,proto3" json:"fault_code,omitempty"`
+	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Since         string                 `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorFinding) Reset() {
+	*x = DoctorFinding{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorFinding) ProtoMessage() {}
+
+func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
+func (*DoctorFinding) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DoctorFinding) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetFailedFrom() string {
+	if x != nil {
+		return x.FailedFrom
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetFaultCode() string {
+	if x != nil {
+		return x.FaultCode
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *DoctorFinding) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
+type DoctorAgent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Site          string                 `protobuf:"bytes,3,opt,name=site,proto3" json:"site,omitempty"`
+	Connected     bool                   `protobuf:"varint,4,opt,name=connected,proto3" json:"connected,omitempty"`
+	LastSeen      string                 `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorAgent) Reset() {
+	*x = DoctorAgent{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorAgent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorAgent) ProtoMessage() {}
+
+func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorAgent.ProtoReflect.Descriptor instead.
+func (*DoctorAgent) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *DoctorAgent) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DoctorAgent) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DoctorAgent) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *DoctorAgent) GetConnected() bool {
+	if x != nil {
+		return x.Connected
+	}
+	return false
+}
+
+func (x *DoctorAgent) GetLastSeen() string {
+	if x != nil {
+		return x.LastSeen
+	}
+	return ""
+}
+
+type DoctorResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Failed machines waiting in maintenance, with their fault codes.
+	Failed []*DoctorFinding `protobuf:"bytes,1,rep,name=failed,proto3" json:"failed,omitempty"`
+	// Machines in a workflow-driven state with no active workflow and nothing queued to start one.
+	Stranded []*DoctorFinding `protobuf:"bytes,2,rep,name=stranded,proto3" json:"stranded,omitempty"`
+	// Site agents and when each was last seen.
+	SiteAgents    []*DoctorAgent `protobuf:"bytes,3,rep,name=site_agents,json=siteAgents,proto3" json:"site_agents,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorResponse) Reset() {
+	*x = DoctorResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorResponse) ProtoMessage() {}
+
+func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorResponse.ProtoReflect.Descriptor instead.
+func (*DoctorResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DoctorResponse) GetFailed() []*DoctorFinding {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+func (x *DoctorResponse) GetStranded() []*DoctorFinding {
+	if x != nil {
+		return x.Stranded
+	}
+	return nil
+}
+
+func (x *DoctorResponse) GetSiteAgents() []*DoctorAgent {
+	if x != nil {
+		return x.SiteAgents
+	}
+	return nil
+}
+
 type Tenant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1491,7 +1758,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1503,7 +1770,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1516,7 +1783,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Tenant) GetId() string {
@@ -1553,7 +1820,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1832,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1845,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Site) GetId() string {
@@ -1629,7 +1896,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1908,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1921,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -1699,7 +1966,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1978,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1991,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Pool) GetId() string {
@@ -1782,7 +2049,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2061,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2074,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -1840,7 +2107,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1852,7 +2119,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1865,7 +2132,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -1884,7 +2151,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2163,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2176,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -1927,7 +2194,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1939,7 +2206,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1952,7 +2219,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
 }
 
 type ListTenantsResponse struct {
@@ -1964,7 +2231,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2243,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2256,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -2010,7 +2277,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2022,7 +2289,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2035,7 +2302,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -2068,7 +2335,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2080,7 +2347,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2093,7 +2360,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -2112,7 +2379,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2391,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2404,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -2156,7 +2423,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2435,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2448,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -2200,7 +2467,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2479,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2492,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -2243,7 +2510,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2255,7 +2522,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2268,7 +2535,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
 }
 
 type CreatePoolRequest struct {
@@ -2282,7 +2549,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2561,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2574,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -2341,7 +2608,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2620,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2633,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -2392,7 +2659,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2671,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2684,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -2437,7 +2704,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2716,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2729,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -2488,7 +2755,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2500,7 +2767,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2513,7 +2780,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -2532,7 +2799,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2811,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2824,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -2575,7 +2842,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2854,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2867,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 type PutHardwareProfileRequest struct {
@@ -2612,7 +2879,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2891,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2904,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -2656,7 +2923,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2935,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2948,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -2699,7 +2966,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2711,7 +2978,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2724,7 +2991,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -2736,7 +3003,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2748,7 +3015,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2761,7 +3028,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -2782,7 +3049,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2794,7 +3061,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2807,7 +3074,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -2838,7 +3105,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2850,7 +3117,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2863,7 +3130,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -2908,7 +3175,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2920,7 +3187,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2933,7 +3200,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Token) GetId() string {
@@ -2989,7 +3256,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3001,7 +3268,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3014,7 +3281,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3049,7 +3316,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3328,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3341,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -3099,7 +3366,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3111,7 +3378,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3124,7 +3391,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 type ListTokensResponse struct {
@@ -3136,7 +3403,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3148,7 +3415,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3161,7 +3428,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -3180,7 +3447,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3192,7 +3459,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3205,7 +3472,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -3224,7 +3491,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3236,7 +3503,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3249,7 +3516,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -3267,7 +3534,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3546,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3559,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 type WhoAmIResponse struct {
@@ -3304,7 +3571,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +3583,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +3596,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -3476,7 +3743,29 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\";\n" +
 	"\x12ListEventsResponse\x12%\n" +
-	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\"K\n" +
+	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\"\x0f\n" +
+	"\rDoctorRequest\"\xbd\x01\n" +
+	"\rDoctorFinding\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1f\n" +
+	"\vfailed_from\x18\x04 \x01(\tR\n" +
+	"failedFrom\x12\x1d\n" +
+	"\n" +
+	"fault_code\x18\x05 \x01(\tR\tfaultCode\x12\x18\n" +
+	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
+	"\x05since\x18\a \x01(\tR\x05since\"\x80\x01\n" +
+	"\vDoctorAgent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04site\x18\x03 \x01(\tR\x04site\x12\x1c\n" +
+	"\tconnected\x18\x04 \x01(\bR\tconnected\x12\x1b\n" +
+	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\"\xa8\x01\n" +
+	"\x0eDoctorResponse\x12-\n" +
+	"\x06failed\x18\x01 \x03(\v2\x15.bcd.v1.DoctorFindingR\x06failed\x121\n" +
+	"\bstranded\x18\x02 \x03(\v2\x15.bcd.v1.DoctorFindingR\bstranded\x124\n" +
+	"\vsite_agents\x18\x03 \x03(\v2\x13.bcd.v1.DoctorAgentR\n" +
+	"siteAgents\"K\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -3603,8 +3892,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\v2\r.bcd.v1.TokenR\x05token\"\x0f\n" +
 	"\rWhoAmIRequest\"5\n" +
 	"\x0eWhoAmIResponse\x12#\n" +
-	"\x05token\x18\x01 \x01(\v2\r.bcd.v1.TokenR\x05token2\xfc\a\n" +
-	"\vNodeService\x125\n" +
+	"\x05token\x18\x01 \x01(\v2\r.bcd.v1.TokenR\x05token2\xba\b\n" +
+	"\vNodeService\x12<\n" +
+	"\x06Doctor\x12\x15.bcd.v1.DoctorRequest\x1a\x16.bcd.v1.DoctorResponse\"\x03\x90\x02\x01\x125\n" +
 	"\x06Enroll\x12\x15.bcd.v1.EnrollRequest\x1a\x14.bcd.v1.NodeResponse\x128\n" +
 	"\x03Get\x12\x16.bcd.v1.GetNodeRequest\x1a\x14.bcd.v1.NodeResponse\"\x03\x90\x02\x01\x12@\n" +
 	"\x04List\x12\x18.bcd.v1.ListNodesRequest\x1a\x19.bcd.v1.ListNodesResponse\"\x03\x90\x02\x01\x127\n" +
@@ -3658,7 +3948,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                         // 1: bcd.v1.Node
@@ -3679,154 +3969,163 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*Event)(nil),                        // 16: bcd.v1.Event
 	(*ListEventsRequest)(nil),            // 17: bcd.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),           // 18: bcd.v1.ListEventsResponse
-	(*Tenant)(nil),                       // 19: bcd.v1.Tenant
-	(*Site)(nil),                         // 20: bcd.v1.Site
-	(*PoolPolicy)(nil),                   // 21: bcd.v1.PoolPolicy
-	(*Pool)(nil),                         // 22: bcd.v1.Pool
-	(*HardwareProfile)(nil),              // 23: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),          // 24: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),               // 25: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),           // 26: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 27: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),            // 28: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                 // 29: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),             // 30: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),            // 31: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),            // 32: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),           // 33: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),            // 34: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),            // 35: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                 // 36: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),             // 37: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),            // 38: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),            // 39: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),           // 40: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),    // 41: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),      // 42: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),  // 43: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil), // 44: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),   // 45: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),  // 46: bcd.v1.CreateSiteJoinTokenResponse
-	(*Token)(nil),                        // 47: bcd.v1.Token
-	(*CreateTokenRequest)(nil),           // 48: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),          // 49: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),            // 50: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),           // 51: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),           // 52: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),          // 53: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                // 54: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),               // 55: bcd.v1.WhoAmIResponse
-	nil,                                  // 56: bcd.v1.Node.DriversEntry
-	nil,                                  // 57: bcd.v1.Node.LabelsEntry
-	nil,                                  // 58: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 59: bcd.v1.Site.LabelsEntry
-	nil,                                  // 60: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 61: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 62: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 63: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*DoctorRequest)(nil),                // 19: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                // 20: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                  // 21: bcd.v1.DoctorAgent
+	(*DoctorResponse)(nil),               // 22: bcd.v1.DoctorResponse
+	(*Tenant)(nil),                       // 23: bcd.v1.Tenant
+	(*Site)(nil),                         // 24: bcd.v1.Site
+	(*PoolPolicy)(nil),                   // 25: bcd.v1.PoolPolicy
+	(*Pool)(nil),                         // 26: bcd.v1.Pool
+	(*HardwareProfile)(nil),              // 27: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),          // 28: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),               // 29: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),           // 30: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),          // 31: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),            // 32: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                 // 33: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),             // 34: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),            // 35: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),            // 36: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),           // 37: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),            // 38: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),            // 39: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                 // 40: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),             // 41: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),            // 42: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),            // 43: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),           // 44: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),    // 45: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),      // 46: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),  // 47: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil), // 48: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),   // 49: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),  // 50: bcd.v1.CreateSiteJoinTokenResponse
+	(*Token)(nil),                        // 51: bcd.v1.Token
+	(*CreateTokenRequest)(nil),           // 52: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),          // 53: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),            // 54: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),           // 55: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),           // 56: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),          // 57: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                // 58: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 59: bcd.v1.WhoAmIResponse
+	nil,                                  // 60: bcd.v1.Node.DriversEntry
+	nil,                                  // 61: bcd.v1.Node.LabelsEntry
+	nil,                                  // 62: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                  // 63: bcd.v1.Site.LabelsEntry
+	nil,                                  // 64: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                  // 65: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                  // 66: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                  // 67: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	56, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	60, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	57, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	61, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	2,  // 3: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	58, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	62, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,  // 5: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,  // 6: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,  // 7: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
 	16, // 8: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	59, // 9: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	60, // 10: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	61, // 11: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	21, // 12: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	62, // 13: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	19, // 14: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	19, // 15: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	63, // 16: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	20, // 17: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	20, // 18: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	21, // 19: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	21, // 20: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	22, // 21: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	22, // 22: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	23, // 23: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	23, // 24: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	23, // 25: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	47, // 26: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	47, // 27: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	47, // 28: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	47, // 29: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	3,  // 30: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	5,  // 31: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	6,  // 32: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	8,  // 33: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 34: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 35: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 36: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	10, // 37: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	8,  // 38: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 39: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 40: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 41: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 42: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	11, // 43: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	13, // 44: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	14, // 45: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	17, // 46: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	45, // 47: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	24, // 48: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	26, // 49: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	28, // 50: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	30, // 51: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	32, // 52: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	34, // 53: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	35, // 54: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	37, // 55: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	39, // 56: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	41, // 57: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	43, // 58: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	48, // 59: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	50, // 60: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	52, // 61: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	54, // 62: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	4,  // 63: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	4,  // 64: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	7,  // 65: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	4,  // 66: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	4,  // 67: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	4,  // 68: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	4,  // 69: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	4,  // 70: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	4,  // 71: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	4,  // 72: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	4,  // 73: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	4,  // 74: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	4,  // 75: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	12, // 76: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	4,  // 77: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	15, // 78: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	18, // 79: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	46, // 80: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	25, // 81: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	27, // 82: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	29, // 83: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	31, // 84: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	33, // 85: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	36, // 86: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	36, // 87: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	38, // 88: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	40, // 89: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	42, // 90: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	44, // 91: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	49, // 92: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	51, // 93: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	53, // 94: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	55, // 95: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	63, // [63:96] is the sub-list for method output_type
-	30, // [30:63] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	20, // 9: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	20, // 10: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	21, // 11: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	63, // 12: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	64, // 13: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	65, // 14: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	25, // 15: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	66, // 16: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	23, // 17: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	23, // 18: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	67, // 19: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	24, // 20: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	24, // 21: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	25, // 22: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	25, // 23: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	26, // 24: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	26, // 25: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	27, // 26: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	27, // 27: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	27, // 28: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	51, // 29: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	51, // 30: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	51, // 31: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	51, // 32: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	19, // 33: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	3,  // 34: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	5,  // 35: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	6,  // 36: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	8,  // 37: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 38: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 39: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 40: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	10, // 41: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	8,  // 42: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 43: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 44: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 45: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 46: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	11, // 47: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	13, // 48: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	14, // 49: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	17, // 50: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	49, // 51: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	28, // 52: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	30, // 53: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	32, // 54: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	34, // 55: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	36, // 56: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	38, // 57: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	39, // 58: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	41, // 59: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	43, // 60: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	45, // 61: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	47, // 62: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	52, // 63: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	54, // 64: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	56, // 65: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	58, // 66: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	22, // 67: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	4,  // 68: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	4,  // 69: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	7,  // 70: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	4,  // 71: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	4,  // 72: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	4,  // 73: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	4,  // 74: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	4,  // 75: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	4,  // 76: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	4,  // 77: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	4,  // 78: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	4,  // 79: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	4,  // 80: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	12, // 81: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	4,  // 82: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	15, // 83: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	18, // 84: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	50, // 85: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	29, // 86: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	31, // 87: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	33, // 88: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	35, // 89: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	37, // 90: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	40, // 91: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	40, // 92: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	42, // 93: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	44, // 94: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	46, // 95: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	48, // 96: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	53, // 97: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	55, // 98: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	57, // 99: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	59, // 100: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	67, // [67:101] is the sub-list for method output_type
+	33, // [33:67] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -3840,7 +4139,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   64,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -39,6 +39,8 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
+	// NodeServiceDoctorProcedure is the fully-qualified name of the NodeService's Doctor RPC.
+	NodeServiceDoctorProcedure = "/bcd.v1.NodeService/Doctor"
 	// NodeServiceEnrollProcedure is the fully-qualified name of the NodeService's Enroll RPC.
 	NodeServiceEnrollProcedure = "/bcd.v1.NodeService/Enroll"
 	// NodeServiceGetProcedure is the fully-qualified name of the NodeService's Get RPC.
@@ -121,6 +123,7 @@ const (
 
 // NodeServiceClient is a client for the bcd.v1.NodeService service.
 type NodeServiceClient interface {
+	Doctor(context.Context, *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error)
 	Enroll(context.Context, *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Get(context.Context, *connect.Request[bcdv1.GetNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	List(context.Context, *connect.Request[bcdv1.ListNodesRequest]) (*connect.Response[bcdv1.ListNodesResponse], error)
@@ -151,6 +154,13 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 	baseURL = strings.TrimRight(baseURL, "/")
 	nodeServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("NodeService").Methods()
 	return &nodeServiceClient{
+		doctor: connect.NewClient[bcdv1.DoctorRequest, bcdv1.DoctorResponse](
+			httpClient,
+			baseURL+NodeServiceDoctorProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Doctor")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		enroll: connect.NewClient[bcdv1.EnrollRequest, bcdv1.NodeResponse](
 			httpClient,
 			baseURL+NodeServiceEnrollProcedure,
@@ -261,6 +271,7 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
+	doctor      *connect.Client[bcdv1.DoctorRequest, bcdv1.DoctorResponse]
 	enroll      *connect.Client[bcdv1.EnrollRequest, bcdv1.NodeResponse]
 	get         *connect.Client[bcdv1.GetNodeRequest, bcdv1.NodeResponse]
 	list        *connect.Client[bcdv1.ListNodesRequest, bcdv1.ListNodesResponse]
@@ -278,6 +289,11 @@ type nodeServiceClient struct {
 	maintenance *connect.Client[bcdv1.MaintenanceRequest, bcdv1.NodeResponse]
 	delete      *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
 	events      *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
+}
+
+// Doctor calls bcd.v1.NodeService.Doctor.
+func (c *nodeServiceClient) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error) {
+	return c.doctor.CallUnary(ctx, req)
 }
 
 // Enroll calls bcd.v1.NodeService.Enroll.
@@ -367,6 +383,7 @@ func (c *nodeServiceClient) Events(ctx context.Context, req *connect.Request[bcd
 
 // NodeServiceHandler is an implementation of the bcd.v1.NodeService service.
 type NodeServiceHandler interface {
+	Doctor(context.Context, *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error)
 	Enroll(context.Context, *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Get(context.Context, *connect.Request[bcdv1.GetNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	List(context.Context, *connect.Request[bcdv1.ListNodesRequest]) (*connect.Response[bcdv1.ListNodesResponse], error)
@@ -393,6 +410,13 @@ type NodeServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	nodeServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("NodeService").Methods()
+	nodeServiceDoctorHandler := connect.NewUnaryHandler(
+		NodeServiceDoctorProcedure,
+		svc.Doctor,
+		connect.WithSchema(nodeServiceMethods.ByName("Doctor")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceEnrollHandler := connect.NewUnaryHandler(
 		NodeServiceEnrollProcedure,
 		svc.Enroll,
@@ -500,6 +524,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 	)
 	return "/bcd.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case NodeServiceDoctorProcedure:
+			nodeServiceDoctorHandler.ServeHTTP(w, r)
 		case NodeServiceEnrollProcedure:
 			nodeServiceEnrollHandler.ServeHTTP(w, r)
 		case NodeServiceGetProcedure:
@@ -542,6 +568,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 
 // UnimplementedNodeServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedNodeServiceHandler struct{}
+
+func (UnimplementedNodeServiceHandler) Doctor(context.Context, *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Doctor is not implemented"))
+}
 
 func (UnimplementedNodeServiceHandler) Enroll(context.Context, *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Enroll is not implemented"))
