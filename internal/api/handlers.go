@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -195,6 +197,29 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 type inventory struct {
 	svc    *metal.Service
 	joiner SiteJoiner
+}
+
+func (h *inventory) PutDeployProfile(ctx context.Context, req *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error) {
+	in := req.Msg.Profile
+	if in == nil {
+		in = &bcdv1.DeployProfile{}
+	}
+	if err := h.svc.PutDeployProfile(ctx, principal(ctx), in.Name, in.Definition); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.DeployProfileResponse{Profile: in}), nil
+}
+
+func (h *inventory) ListDeployProfiles(ctx context.Context, req *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error) {
+	list, err := h.svc.DeployProfiles(ctx, principal(ctx))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListDeployProfilesResponse{}
+	for _, name := range slices.Sorted(maps.Keys(list)) {
+		out.Profiles = append(out.Profiles, &bcdv1.DeployProfile{Name: name, Definition: list[name]})
+	}
+	return connect.NewResponse(out), nil
 }
 
 func (h *inventory) CreateSiteJoinToken(ctx context.Context, req *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -382,4 +383,44 @@ func doctorCmd(g *globals) *cobra.Command {
 			}
 			return tw.Flush()
 		}}
+}
+
+func deployProfileCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "profile", Short: "Operator-defined deploy profiles (bcd node deploy --profile NAME)"}
+	put := &cobra.Command{Use: "put NAME --file PROFILE.json", Short: "Create or replace a deploy profile", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			file, _ := cmd.Flags().GetString("file")
+			def, err := os.ReadFile(file)
+			if err != nil {
+				return fmt.Errorf("reading the profile: %w", err)
+			}
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.PutDeployProfile(cmd.Context(), connect.NewRequest(&bcdv1.PutDeployProfileRequest{Profile: &bcdv1.DeployProfile{Name: args[0], Definition: string(def)}}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, "NAME", [][]string{{resp.Msg.Profile.Name}})
+		}}
+	put.Flags().String("file", "", "JSON definition: {\"steps\":[{\"use\":…,\"args\":{…}}],\"cleanup\":[…]}")
+	list := &cobra.Command{Use: "list", Short: "List operator-defined deploy profiles", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.ListDeployProfiles(cmd.Context(), connect.NewRequest(&bcdv1.ListDeployProfilesRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, p := range resp.Msg.Profiles {
+				rows = append(rows, []string{p.Name, p.Definition})
+			}
+			return g.table(resp.Msg, "NAME\tDEFINITION", rows)
+		}}
+	cmd.AddCommand(put, list)
+	return cmd
 }

@@ -104,6 +104,14 @@ func (r *run) profileFor() (workflow.Profile, error) {
 	name := info.Profile(provision.State(n.TargetState))
 	if n.State == string(provision.Deploying) {
 		name = n.DeployProfile
+		// Operator profiles stored through the API take precedence over configured ones.
+		def, ok, err := r.tx.Profile(r.ctx, name)
+		if err != nil {
+			return workflow.Profile{}, err
+		}
+		if ok {
+			return workflow.ParseProfile(name, []byte(def))
+		}
 	}
 	return workflow.Find(name, r.e.cfg.Profiles)
 }

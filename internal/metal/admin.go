@@ -9,6 +9,7 @@ import (
 
 	"bcd/internal/auth"
 	"bcd/internal/store"
+	"bcd/internal/workflow"
 )
 
 func (s *Service) now() time.Time { return time.Now() }
@@ -386,4 +387,34 @@ func (s *Service) Authenticate(ctx context.Context, plain string) (auth.Principa
 		return auth.Principal{}, err
 	}
 	return auth.Principal{TokenID: tok.ID, Name: tok.Name, Role: auth.Role(tok.Role), TenantID: tok.TenantID}, nil
+}
+
+// PutDeployProfile stores an operator-defined deploy profile after checking it resolves.
+func (s *Service) PutDeployProfile(ctx context.Context, p auth.Principal, name, definition string) error {
+	if err := Require(p, auth.Administer); err != nil {
+		return err
+	}
+	if err := ValidName("name", name); err != nil {
+		return err
+	}
+	if len(definition) > 64<<10 {
+		return invalid("definition", "is larger than 64 KiB")
+	}
+	if _, err := workflow.ParseProfile(name, []byte(definition)); err != nil {
+		return invalid("definition", "%s", err.Error())
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.PutProfile(ctx, name, definition); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "profile.put", Data: jsonObject(map[string]any{"name": name})})
+	})
+}
+
+// DeployProfiles lists the built-in deploy profile and the operator-defined ones.
+func (s *Service) DeployProfiles(ctx context.Context, p auth.Principal) (map[string]string, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	return s.st.Profiles(ctx)
 }

@@ -20,6 +20,7 @@ import (
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
+	"bcd/internal/workflow"
 )
 
 // Service runs the verbs.
@@ -28,6 +29,8 @@ type Service struct {
 	sealer *secrets.Sealer
 	log    *slog.Logger
 	wake   func()
+	// profiles are deploy profiles from the configuration file.
+	profiles []workflow.Profile
 }
 
 // OnWake registers what to call after a verb queued a reconciler wake-up (the engine's nudge).
@@ -319,6 +322,9 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			return store.Node{}, "", invalid("image", "is required: the name or id of a catalog image")
 		}
 		if err := ValidName("image", in.Image); err != nil {
+			return store.Node{}, "", err
+		}
+		if err := s.knownDeployProfile(ctx, in.Profile); err != nil {
 			return store.Node{}, "", err
 		}
 	case provision.VerbUndeploy:
@@ -618,3 +624,30 @@ func (s *Service) OpenSecret(ctx context.Context, ref string) ([]byte, error) {
 	}
 	return s.sealer.Open(id, sealed)
 }
+
+// knownDeployProfile checks that a deploy names a profile that exists: operator-defined (API) or
+// built in ("default").
+func (s *Service) knownDeployProfile(ctx context.Context, name string) error {
+	stored, err := s.st.Profiles(ctx)
+	if err != nil {
+		return err
+	}
+	if _, ok := stored[name]; ok {
+		return nil
+	}
+	if p, err := workflow.Find(name, s.profiles); err == nil && !strings.HasPrefix(p.Name, "metal-") {
+		return nil
+	}
+	names := []string{"default"}
+	for n := range stored {
+		names = append(names, n)
+	}
+	for _, p := range s.profiles {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return invalid("profile", "unknown deploy profile %q: defined are %s", truncate(name), strings.Join(names, ", "))
+}
+
+// SetProfiles registers deploy profiles from the server's configuration file.
+func (s *Service) SetProfiles(p []workflow.Profile) { s.profiles = p }

@@ -162,6 +162,13 @@ func TestLifecycleVerbs(t *testing.T) {
 		if _, err := f.svc.Enroll(ctx, f.admin, enrollInput("n1")); err != nil {
 			t.Fatal(err)
 		}
+		gpu := `{"steps":[{"use":"metal.ensureRamdisk"},{"use":"deploy.image","args":{"image":"$image"}},{"use":"boot.kexec"}]}`
+		if err := f.svc.PutDeployProfile(ctx, f.admin, "gpu", gpu); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.svc.Apply(ctx, f.admin, provision.VerbDeploy, VerbInput{Node: "n1", Image: "x", Profile: "nope"}); err == nil || !strings.Contains(err.Error(), "defined are default, gpu") {
+			t.Fatalf("unknown profile: %v", err)
+		}
 		for _, want := range []string{"inspecting", "commissioning", "ready"} {
 			if n := complete(t, f, "n1"); n.State != want {
 				t.Fatalf("chain: %s, want %s", n.State, want)

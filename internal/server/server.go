@@ -4,14 +4,18 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +32,7 @@ import (
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
+	"bcd/internal/workflow"
 )
 
 // Config is `bcd server`'s configuration.
@@ -45,6 +50,33 @@ type Config struct {
 	GatewayHosts []string
 	// Engine tunes the reconciler.
 	Engine engine.Config
+	// ProfilesFile is a JSON object of operator-defined deploy profiles by name (each as
+	// PutDeployProfile takes it); profiles stored through the API take precedence.
+	ProfilesFile string
+}
+
+// loadProfiles reads the deploy profiles file.
+func loadProfiles(path string) ([]workflow.Profile, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading deploy profiles: %w", err)
+	}
+	var defs map[string]json.RawMessage
+	if err := json.Unmarshal(b, &defs); err != nil {
+		return nil, fmt.Errorf("deploy profiles file %s: expected a JSON object of profiles by name: %w", path, err)
+	}
+	var out []workflow.Profile
+	for _, name := range slices.Sorted(maps.Keys(defs)) {
+		p, err := workflow.ParseProfile(name, defs[name])
+		if err != nil {
+			return nil, fmt.Errorf("deploy profiles file %s: %w", path, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 // Withdefaults fills the derived defaults.
@@ -117,8 +149,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, fmt.Errorf("loading the agent CA: %w", err)
 	}
+	profiles, err := loadProfiles(cfg.ProfilesFile)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	svc.SetProfiles(profiles)
 	ecfg := cfg.Engine
 	ecfg.Secrets = svc
+	ecfg.Profiles = append(ecfg.Profiles, profiles...)
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)
 	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, first: first}

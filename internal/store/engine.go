@@ -625,3 +625,41 @@ func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	}
 	return out, rows.Err()
 }
+
+// PutProfile stores an operator-defined deploy profile (JSON).
+func (t *Tx) PutProfile(ctx context.Context, name, definition string) error {
+	_, err := t.exec(ctx, `INSERT INTO deploy_profiles (name, definition, updated_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET definition = excluded.definition, updated_at = excluded.updated_at`, name, definition, t.at)
+	if err != nil {
+		return fmt.Errorf("storing profile %s: %w", name, err)
+	}
+	return nil
+}
+
+// Profiles returns the operator-defined deploy profiles by name (JSON definitions).
+func (s *Store) Profiles(ctx context.Context) (map[string]string, error) {
+	rows, err := s.queryRows(ctx, `SELECT name, definition FROM deploy_profiles ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing profiles: %w", err)
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var n, d string
+		if err := rows.Scan(&n, &d); err != nil {
+			return nil, err
+		}
+		out[n] = d
+	}
+	return out, rows.Err()
+}
+
+// Profile reads one operator-defined profile inside a transaction.
+func (t *Tx) Profile(ctx context.Context, name string) (string, bool, error) {
+	var d string
+	err := t.queryRow(ctx, `SELECT definition FROM deploy_profiles WHERE name = ?`, name).Scan(&d)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	return d, err == nil, err
+}

@@ -3,7 +3,9 @@ package store
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestFlatJSONMatchesEncodingJSON(t *testing.T) {
@@ -53,4 +55,19 @@ func FuzzFlatJSON(f *testing.F) {
 			t.Fatalf("%q: json %v, flat %v", s, want, got)
 		}
 	})
+}
+
+func TestNewIDSortsInCreationOrder(t *testing.T) {
+	base := time.Unix(1800000000, 0)
+	prev := ""
+	for i := range 5000 {
+		id := NewID(base.Add(time.Duration(i) * 250 * time.Nanosecond))
+		if id <= prev {
+			t.Fatalf("id %d %s sorts before %s", i, id, prev)
+		}
+		if id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) {
+			t.Fatalf("%s is not a UUIDv7", id)
+		}
+		prev = id
+	}
 }

@@ -4,6 +4,8 @@
 package workflow
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -224,4 +226,67 @@ func Find(name string, extra []Profile) (Profile, error) {
 		}
 	}
 	return Profile{}, fmt.Errorf("unknown profile %q", name)
+}
+
+// ParseProfile decodes an operator-defined deploy profile from JSON, refusing unknown fields,
+// and checks it resolves (every step known, declared sends known, no built-in name taken).
+// Steps' timeouts are Go durations ("90s", "2h").
+func ParseProfile(name string, def []byte) (Profile, error) {
+	var raw struct {
+		Steps   []rawStep `json:"steps"`
+		Cleanup []rawStep `json:"cleanup"`
+		Sends   []string  `json:"sends"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(def))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&raw); err != nil {
+		return Profile{}, fmt.Errorf("profile %s is not valid: %w (expected {\"steps\":[{\"use\":…,\"args\":{…},\"timeout\":\"90s\",\"retries\":1}],\"cleanup\":[…],\"sends\":[…]})", name, err)
+	}
+	for _, b := range Builtin() {
+		if b.Name == name && strings.HasPrefix(name, "metal-") {
+			return Profile{}, fmt.Errorf("profile name %s is built in", name)
+		}
+	}
+	p := Profile{Name: name, Sends: raw.Sends}
+	conv := func(in []rawStep) ([]Step, error) {
+		var out []Step
+		for _, r := range in {
+			st := Step{Use: r.Use, Args: r.Args, On: r.On, Retries: r.Retries}
+			if r.Timeout != "" {
+				d, err := time.ParseDuration(r.Timeout)
+				if err != nil || d <= 0 || d > 48*time.Hour {
+					return nil, fmt.Errorf("profile %s: step %s: timeout %q: use a duration between 1s and 48h", name, r.Use, r.Timeout)
+				}
+				st.Timeout = d
+			}
+			if r.Retries < 0 || r.Retries > 10 {
+				return nil, fmt.Errorf("profile %s: step %s: retries %d: accepted are 0-10", name, r.Use, r.Retries)
+			}
+			out = append(out, st)
+		}
+		return out, nil
+	}
+	var err error
+	if p.Steps, err = conv(raw.Steps); err != nil {
+		return Profile{}, err
+	}
+	if p.Cleanup, err = conv(raw.Cleanup); err != nil {
+		return Profile{}, err
+	}
+	if len(p.Steps) == 0 {
+		return Profile{}, fmt.Errorf("profile %s has no steps", name)
+	}
+	// Resolve with placeholder parameters to check every step and send.
+	if _, err := Resolve(p, map[string]string{"image": "x", "wipe": "quick"}); err != nil {
+		return Profile{}, err
+	}
+	return p, nil
+}
+
+type rawStep struct {
+	Use     string            `json:"use"`
+	Args    map[string]string `json:"args,omitempty"`
+	On      string            `json:"on,omitempty"`
+	Timeout string            `json:"timeout,omitempty"`
+	Retries int               `json:"retries,omitempty"`
 }

@@ -78,3 +78,27 @@ func TestResolveRefusals(t *testing.T) {
 		t.Error("unknown profile found")
 	}
 }
+
+func TestParseProfile(t *testing.T) {
+	good := `{"steps":[{"use":"metal.ensureRamdisk"},{"use":"deploy.image","args":{"image":"$image"},"timeout":"90m","retries":1},{"use":"boot.kexec"}],"cleanup":[{"use":"boot.cleanUp"}]}`
+	p, err := ParseProfile("gpu", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := Resolve(p, map[string]string{"image": "ubuntu"})
+	if err != nil || len(r.Steps) != 6 || r.Steps[4].Timeout.Minutes() != 90 || r.Steps[4].Args["image"] != "ubuntu" {
+		t.Fatalf("resolved %+v %v", r.Steps, err)
+	}
+	for _, bad := range []struct{ def, want string }{
+		{`{"steps":[]}`, "no steps"},
+		{`{"steps":[{"use":"disk.shred"}]}`, "unknown step"},
+		{`{"steps":[{"use":"power.off","timeout":"forever"}]}`, "use a duration"},
+		{`{"steps":[{"use":"power.off","retries":99}]}`, "accepted are 0-10"},
+		{`{"steps":[{"use":"power.off"}],"colour":"red"}`, "unknown field"},
+		{`{"steps":[{"use":"power.off"}],"sends":["bmc.explode"]}`, "unknown command kind"},
+	} {
+		if _, err := ParseProfile("x", []byte(bad.def)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", bad.def, err, bad.want)
+		}
+	}
+}

@@ -3161,6 +3161,229 @@ func (x *CreateSiteJoinTokenResponse) GetCaPem() string {
 	return ""
 }
 
+type DeployProfile struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// JSON: {"steps":[{"use":"deploy.image","args":{"image":"$image"},"timeout":"2h","retries":1}, …],
+	//
+	//	"cleanup":[…], "sends":["site.httpProxy"]}
+	Definition    string `protobuf:"bytes,2,opt,name=definition,proto3" json:"definition,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployProfile) Reset() {
+	*x = DeployProfile{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployProfile) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployProfile) ProtoMessage() {}
+
+func (x *DeployProfile) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
+func (*DeployProfile) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *DeployProfile) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *DeployProfile) GetDefinition() string {
+	if x != nil {
+		return x.Definition
+	}
+	return ""
+}
+
+type PutDeployProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       *DeployProfile         `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutDeployProfileRequest) Reset() {
+	*x = PutDeployProfileRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutDeployProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutDeployProfileRequest) ProtoMessage() {}
+
+func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
+func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+type DeployProfileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       *DeployProfile         `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeployProfileResponse) Reset() {
+	*x = DeployProfileResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeployProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeployProfileResponse) ProtoMessage() {}
+
+func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
+func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *DeployProfileResponse) GetProfile() *DeployProfile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+type ListDeployProfilesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeployProfilesRequest) Reset() {
+	*x = ListDeployProfilesRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeployProfilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeployProfilesRequest) ProtoMessage() {}
+
+func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
+func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+}
+
+type ListDeployProfilesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profiles      []*DeployProfile       `protobuf:"bytes,1,rep,name=profiles,proto3" json:"profiles,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeployProfilesResponse) Reset() {
+	*x = ListDeployProfilesResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeployProfilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeployProfilesResponse) ProtoMessage() {}
+
+func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
+func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
+	if x != nil {
+		return x.Profiles
+	}
+	return nil
+}
+
 type Token struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3175,7 +3398,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3187,7 +3410,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3200,7 +3423,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Token) GetId() string {
@@ -3256,7 +3479,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3268,7 +3491,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3281,7 +3504,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3316,7 +3539,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3328,7 +3551,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3341,7 +3564,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -3366,7 +3589,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3378,7 +3601,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3391,7 +3614,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 type ListTokensResponse struct {
@@ -3403,7 +3626,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3415,7 +3638,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3428,7 +3651,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -3447,7 +3670,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3459,7 +3682,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3472,7 +3695,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -3491,7 +3714,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3726,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3739,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -3534,7 +3757,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3769,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3782,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 type WhoAmIResponse struct {
@@ -3571,7 +3794,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3583,7 +3806,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3596,7 +3819,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -3866,7 +4089,19 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"expires_at\x18\x02 \x01(\tR\texpiresAt\x12\x1f\n" +
 	"\vgateway_url\x18\x03 \x01(\tR\n" +
 	"gatewayUrl\x12\x15\n" +
-	"\x06ca_pem\x18\x04 \x01(\tR\x05caPem\"\x95\x01\n" +
+	"\x06ca_pem\x18\x04 \x01(\tR\x05caPem\"C\n" +
+	"\rDeployProfile\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
+	"\n" +
+	"definition\x18\x02 \x01(\tR\n" +
+	"definition\"J\n" +
+	"\x17PutDeployProfileRequest\x12/\n" +
+	"\aprofile\x18\x01 \x01(\v2\x15.bcd.v1.DeployProfileR\aprofile\"H\n" +
+	"\x15DeployProfileResponse\x12/\n" +
+	"\aprofile\x18\x01 \x01(\v2\x15.bcd.v1.DeployProfileR\aprofile\"\x1b\n" +
+	"\x19ListDeployProfilesRequest\"O\n" +
+	"\x1aListDeployProfilesResponse\x121\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x15.bcd.v1.DeployProfileR\bprofiles\"\x95\x01\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -3911,8 +4146,10 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05Power\x12\x14.bcd.v1.PowerRequest\x1a\x15.bcd.v1.PowerResponse\x12?\n" +
 	"\vMaintenance\x12\x1a.bcd.v1.MaintenanceRequest\x1a\x14.bcd.v1.NodeResponse\x12?\n" +
 	"\x06Delete\x12\x19.bcd.v1.DeleteNodeRequest\x1a\x1a.bcd.v1.DeleteNodeResponse\x12D\n" +
-	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x012\x9b\a\n" +
-	"\x10InventoryService\x12^\n" +
+	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x012\xd1\b\n" +
+	"\x10InventoryService\x12R\n" +
+	"\x10PutDeployProfile\x12\x1f.bcd.v1.PutDeployProfileRequest\x1a\x1d.bcd.v1.DeployProfileResponse\x12`\n" +
+	"\x12ListDeployProfiles\x12!.bcd.v1.ListDeployProfilesRequest\x1a\".bcd.v1.ListDeployProfilesResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x13CreateSiteJoinToken\x12\".bcd.v1.CreateSiteJoinTokenRequest\x1a#.bcd.v1.CreateSiteJoinTokenResponse\x12C\n" +
 	"\fCreateTenant\x12\x1b.bcd.v1.CreateTenantRequest\x1a\x16.bcd.v1.TenantResponse\x12K\n" +
 	"\vListTenants\x12\x1a.bcd.v1.ListTenantsRequest\x1a\x1b.bcd.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12=\n" +
@@ -3948,7 +4185,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                         // 1: bcd.v1.Node
@@ -4001,30 +4238,35 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*ListHardwareProfilesResponse)(nil), // 48: bcd.v1.ListHardwareProfilesResponse
 	(*CreateSiteJoinTokenRequest)(nil),   // 49: bcd.v1.CreateSiteJoinTokenRequest
 	(*CreateSiteJoinTokenResponse)(nil),  // 50: bcd.v1.CreateSiteJoinTokenResponse
-	(*Token)(nil),                        // 51: bcd.v1.Token
-	(*CreateTokenRequest)(nil),           // 52: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),          // 53: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),            // 54: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),           // 55: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),           // 56: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),          // 57: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                // 58: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),               // 59: bcd.v1.WhoAmIResponse
-	nil,                                  // 60: bcd.v1.Node.DriversEntry
-	nil,                                  // 61: bcd.v1.Node.LabelsEntry
-	nil,                                  // 62: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 63: bcd.v1.Site.LabelsEntry
-	nil,                                  // 64: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 65: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 66: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 67: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*DeployProfile)(nil),                // 51: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),      // 52: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),        // 53: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),    // 54: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),   // 55: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                        // 56: bcd.v1.Token
+	(*CreateTokenRequest)(nil),           // 57: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),          // 58: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),            // 59: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),           // 60: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),           // 61: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),          // 62: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                // 63: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 64: bcd.v1.WhoAmIResponse
+	nil,                                  // 65: bcd.v1.Node.DriversEntry
+	nil,                                  // 66: bcd.v1.Node.LabelsEntry
+	nil,                                  // 67: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                  // 68: bcd.v1.Site.LabelsEntry
+	nil,                                  // 69: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                  // 70: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                  // 71: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                  // 72: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	60, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	65, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	61, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	66, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	2,  // 3: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	62, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	67, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,  // 5: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,  // 6: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,  // 7: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
@@ -4032,14 +4274,14 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	20, // 9: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
 	20, // 10: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
 	21, // 11: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	63, // 12: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	64, // 13: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	65, // 14: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	68, // 12: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	69, // 13: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	70, // 14: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	25, // 15: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	66, // 16: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	71, // 16: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
 	23, // 17: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
 	23, // 18: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	67, // 19: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	72, // 19: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
 	24, // 20: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
 	24, // 21: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
 	25, // 22: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
@@ -4049,83 +4291,90 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	27, // 26: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
 	27, // 27: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
 	27, // 28: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	51, // 29: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	51, // 30: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	51, // 31: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	51, // 32: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	19, // 33: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	3,  // 34: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	5,  // 35: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	6,  // 36: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	8,  // 37: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 38: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 39: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 40: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	10, // 41: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	8,  // 42: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 43: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 44: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 45: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 46: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	11, // 47: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	13, // 48: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	14, // 49: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	17, // 50: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	49, // 51: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	28, // 52: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	30, // 53: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	32, // 54: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	34, // 55: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	36, // 56: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	38, // 57: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	39, // 58: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	41, // 59: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	43, // 60: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	45, // 61: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	47, // 62: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	52, // 63: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	54, // 64: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	56, // 65: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	58, // 66: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	22, // 67: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	4,  // 68: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	4,  // 69: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	7,  // 70: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	4,  // 71: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	4,  // 72: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	4,  // 73: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	4,  // 74: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	4,  // 75: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	4,  // 76: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	4,  // 77: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	4,  // 78: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	4,  // 79: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	4,  // 80: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	12, // 81: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	4,  // 82: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	15, // 83: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	18, // 84: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	50, // 85: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	29, // 86: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	31, // 87: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	33, // 88: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	35, // 89: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	37, // 90: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	40, // 91: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	40, // 92: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	42, // 93: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	44, // 94: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	46, // 95: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	48, // 96: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	53, // 97: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	55, // 98: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	57, // 99: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	59, // 100: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	67, // [67:101] is the sub-list for method output_type
-	33, // [33:67] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	51, // 29: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	51, // 30: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	51, // 31: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	56, // 32: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	56, // 33: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	56, // 34: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	56, // 35: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	19, // 36: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	3,  // 37: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	5,  // 38: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	6,  // 39: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	8,  // 40: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 41: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 42: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 43: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	10, // 44: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	8,  // 45: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 46: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 47: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 48: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 49: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	11, // 50: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	13, // 51: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	14, // 52: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	17, // 53: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	52, // 54: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	54, // 55: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	49, // 56: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	28, // 57: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	30, // 58: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	32, // 59: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	34, // 60: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	36, // 61: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	38, // 62: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	39, // 63: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	41, // 64: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	43, // 65: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	45, // 66: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	47, // 67: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	57, // 68: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	59, // 69: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	61, // 70: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	63, // 71: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	22, // 72: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	4,  // 73: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	4,  // 74: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	7,  // 75: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	4,  // 76: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	4,  // 77: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	4,  // 78: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	4,  // 79: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	4,  // 80: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	4,  // 81: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	4,  // 82: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	4,  // 83: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	4,  // 84: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	4,  // 85: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	12, // 86: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	4,  // 87: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	15, // 88: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	18, // 89: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	53, // 90: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	55, // 91: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	50, // 92: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	29, // 93: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	31, // 94: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	33, // 95: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	35, // 96: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	37, // 97: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	40, // 98: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	40, // 99: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	42, // 100: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	44, // 101: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	46, // 102: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	48, // 103: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	58, // 104: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	60, // 105: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	62, // 106: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	64, // 107: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	72, // [72:108] is the sub-list for method output_type
+	36, // [36:72] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -4139,7 +4388,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   68,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -75,6 +75,12 @@ const (
 	NodeServiceDeleteProcedure = "/bcd.v1.NodeService/Delete"
 	// NodeServiceEventsProcedure is the fully-qualified name of the NodeService's Events RPC.
 	NodeServiceEventsProcedure = "/bcd.v1.NodeService/Events"
+	// InventoryServicePutDeployProfileProcedure is the fully-qualified name of the InventoryService's
+	// PutDeployProfile RPC.
+	InventoryServicePutDeployProfileProcedure = "/bcd.v1.InventoryService/PutDeployProfile"
+	// InventoryServiceListDeployProfilesProcedure is the fully-qualified name of the InventoryService's
+	// ListDeployProfiles RPC.
+	InventoryServiceListDeployProfilesProcedure = "/bcd.v1.InventoryService/ListDeployProfiles"
 	// InventoryServiceCreateSiteJoinTokenProcedure is the fully-qualified name of the
 	// InventoryService's CreateSiteJoinToken RPC.
 	InventoryServiceCreateSiteJoinTokenProcedure = "/bcd.v1.InventoryService/CreateSiteJoinToken"
@@ -643,6 +649,8 @@ func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[
 
 // InventoryServiceClient is a client for the bcd.v1.InventoryService service.
 type InventoryServiceClient interface {
+	PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error)
+	ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error)
 	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
@@ -668,6 +676,19 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 	baseURL = strings.TrimRight(baseURL, "/")
 	inventoryServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("InventoryService").Methods()
 	return &inventoryServiceClient{
+		putDeployProfile: connect.NewClient[bcdv1.PutDeployProfileRequest, bcdv1.DeployProfileResponse](
+			httpClient,
+			baseURL+InventoryServicePutDeployProfileProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("PutDeployProfile")),
+			connect.WithClientOptions(opts...),
+		),
+		listDeployProfiles: connect.NewClient[bcdv1.ListDeployProfilesRequest, bcdv1.ListDeployProfilesResponse](
+			httpClient,
+			baseURL+InventoryServiceListDeployProfilesProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("ListDeployProfiles")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		createSiteJoinToken: connect.NewClient[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse](
 			httpClient,
 			baseURL+InventoryServiceCreateSiteJoinTokenProcedure,
@@ -749,6 +770,8 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 
 // inventoryServiceClient implements InventoryServiceClient.
 type inventoryServiceClient struct {
+	putDeployProfile     *connect.Client[bcdv1.PutDeployProfileRequest, bcdv1.DeployProfileResponse]
+	listDeployProfiles   *connect.Client[bcdv1.ListDeployProfilesRequest, bcdv1.ListDeployProfilesResponse]
 	createSiteJoinToken  *connect.Client[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse]
 	createTenant         *connect.Client[bcdv1.CreateTenantRequest, bcdv1.TenantResponse]
 	listTenants          *connect.Client[bcdv1.ListTenantsRequest, bcdv1.ListTenantsResponse]
@@ -761,6 +784,16 @@ type inventoryServiceClient struct {
 	deletePool           *connect.Client[bcdv1.DeletePoolRequest, bcdv1.DeletePoolResponse]
 	putHardwareProfile   *connect.Client[bcdv1.PutHardwareProfileRequest, bcdv1.HardwareProfileResponse]
 	listHardwareProfiles *connect.Client[bcdv1.ListHardwareProfilesRequest, bcdv1.ListHardwareProfilesResponse]
+}
+
+// PutDeployProfile calls bcd.v1.InventoryService.PutDeployProfile.
+func (c *inventoryServiceClient) PutDeployProfile(ctx context.Context, req *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error) {
+	return c.putDeployProfile.CallUnary(ctx, req)
+}
+
+// ListDeployProfiles calls bcd.v1.InventoryService.ListDeployProfiles.
+func (c *inventoryServiceClient) ListDeployProfiles(ctx context.Context, req *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error) {
+	return c.listDeployProfiles.CallUnary(ctx, req)
 }
 
 // CreateSiteJoinToken calls bcd.v1.InventoryService.CreateSiteJoinToken.
@@ -825,6 +858,8 @@ func (c *inventoryServiceClient) ListHardwareProfiles(ctx context.Context, req *
 
 // InventoryServiceHandler is an implementation of the bcd.v1.InventoryService service.
 type InventoryServiceHandler interface {
+	PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error)
+	ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error)
 	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
@@ -846,6 +881,19 @@ type InventoryServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	inventoryServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("InventoryService").Methods()
+	inventoryServicePutDeployProfileHandler := connect.NewUnaryHandler(
+		InventoryServicePutDeployProfileProcedure,
+		svc.PutDeployProfile,
+		connect.WithSchema(inventoryServiceMethods.ByName("PutDeployProfile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceListDeployProfilesHandler := connect.NewUnaryHandler(
+		InventoryServiceListDeployProfilesProcedure,
+		svc.ListDeployProfiles,
+		connect.WithSchema(inventoryServiceMethods.ByName("ListDeployProfiles")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	inventoryServiceCreateSiteJoinTokenHandler := connect.NewUnaryHandler(
 		InventoryServiceCreateSiteJoinTokenProcedure,
 		svc.CreateSiteJoinToken,
@@ -924,6 +972,10 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 	)
 	return "/bcd.v1.InventoryService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case InventoryServicePutDeployProfileProcedure:
+			inventoryServicePutDeployProfileHandler.ServeHTTP(w, r)
+		case InventoryServiceListDeployProfilesProcedure:
+			inventoryServiceListDeployProfilesHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateSiteJoinTokenProcedure:
 			inventoryServiceCreateSiteJoinTokenHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateTenantProcedure:
@@ -956,6 +1008,14 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 
 // UnimplementedInventoryServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedInventoryServiceHandler struct{}
+
+func (UnimplementedInventoryServiceHandler) PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.PutDeployProfile is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.ListDeployProfiles is not implemented"))
+}
 
 func (UnimplementedInventoryServiceHandler) CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.CreateSiteJoinToken is not implemented"))
