@@ -145,7 +145,7 @@ func doPower(ctx context.Context, drv any, action bmc.PowerAction, stderr io.Wri
 	if action == "" {
 		p, err := getter.GetPower(ctx)
 		if err != nil {
-			return powerResult{}, fmt.Errorf("reading power: %w", err)
+			return powerResult{}, err // the driver names what it was doing
 		}
 		return powerResult{Power: p}, nil
 	}
