@@ -40,6 +40,9 @@ const (
 // DefaultTimeout bounds one invocation unless --timeout says otherwise.
 const DefaultTimeout = 30 * time.Second
 
+// logoutTimeout bounds the Redfish session logout that follows every operation.
+const logoutTimeout = 5 * time.Second
+
 // deps is what the command takes from outside; tests replace it.
 type deps struct {
 	getenv   func(string) string
@@ -422,7 +425,12 @@ func connectAndRun(ctx context.Context, d deps, t target, log *slog.Logger, stde
 		if err != nil {
 			return nil, err
 		}
-		defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
+		defer func() {
+			// Log out even after a timeout, but never hang on it.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
+			defer cancel()
+			_ = c.Close(cctx)
+		}()
 		drv = c
 	case DriverIPMI:
 		o := d.ipmi

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -79,6 +80,66 @@ func TestPowerAgainstVirtualBMCs(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// soft asks the OS to shut down: the BMC passes it on as the ACPI power button; the machine
+// goes off when the OS is done, so the power read back may still be on.
+func TestPowerSoft(t *testing.T) {
+	for _, b := range allBMCs(t) {
+		t.Run(b.name, func(t *testing.T) {
+			b.machine.SetOn(true)
+			stdout, stderr, err := execute(t, testDeps(nil), args(b.conn, creds(t), []string{"-o", "json", "power", "soft"})...)
+			if err != nil {
+				t.Fatalf("power soft: %v (stderr %s)", err, stderr)
+			}
+			var got powerResult
+			if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+				t.Fatalf("output %q: %v", stdout, err)
+			}
+			if got.Action != "soft" || (got.Power != bmc.PowerOn && got.Power != bmc.PowerOff) {
+				t.Errorf("power soft = %+v", got)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for b.machine.Calls("Shutdown") == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the machine got no shutdown request (calls %v)", b.machine.AllCalls())
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			if b.machine.Calls("PowerOff") != 0 {
+				t.Error("soft powered the machine off hard")
+			}
+		})
+	}
+}
+
+func TestTableOutput(t *testing.T) {
+	m := vbmc.NewFakeMachine()
+	ib := startIPMI(t, m)
+	conn := []string{"--driver", "ipmi", "--address", ib.Addr().String()}
+	cases := []struct {
+		cmd  []string
+		want [][]string
+	}{
+		{[]string{"power", "on"}, [][]string{{"action", "on"}, {"power", "on"}}},
+		{[]string{"bootdev", "cd", "--persistent"}, [][]string{{"device", "cd"}, {"persistent", "true"}, {"mode", "unchanged"}}},
+	}
+	for _, tc := range cases {
+		stdout, _, err := execute(t, testDeps(nil), args(conn, creds(t), tc.cmd)...)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.cmd, err)
+		}
+		var got [][]string
+		for _, line := range strings.Split(strings.TrimSpace(stdout), "\n") {
+			got = append(got, strings.Fields(line))
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%v printed %q, want rows %v", tc.cmd, stdout, tc.want)
+		}
+	}
+	if st := m.State(); !st.On || st.Boot != vbmc.DeviceCD {
+		t.Errorf("machine = %+v", st)
 	}
 }
 
