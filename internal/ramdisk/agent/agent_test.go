@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"log/slog"
 	"net"
@@ -12,12 +14,39 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"bcd/internal/pki"
 )
+
+// leafPEM is a certificate that is not a CA's.
+func leafPEM(t *testing.T) []byte {
+	t.Helper()
+	ca, err := pki.CreateCA("bcd test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, _, err := ca.IssueServer([]string{"127.0.0.1"}, time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certPEM
+}
 
 const tok = "AbCdEfGhIjKlMnOpQrSt-_.~+/="
 
+func testCA(t *testing.T) []byte {
+	t.Helper()
+	ca, err := pki.CreateCA("bcd test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ca.CertPEM()
+}
+
 func TestParseCmdline(t *testing.T) {
-	gw := "bcd.gateway=https://gw.example:8443/agent"
+	caPEM := testCA(t)
+	caArg := " bcd.ca=" + EncodeCA(caPEM)
+	gw := "bcd.gateway=https://gw.example:8443/agent" + caArg
 	tests := []struct {
 		name    string
 		line    string
@@ -25,18 +54,34 @@ func TestParseCmdline(t *testing.T) {
 		wantErr string
 	}{
 		{"join", "console=ttyS0 initrd=initrd " + gw + " bcd.token=" + tok + " quiet",
-			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin}, ""},
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin, CAPEM: caPEM}, ""},
 		{"join explicit", gw + " bcd.token=" + tok + " bcd.mode=join",
-			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin}, ""},
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin, CAPEM: caPEM}, ""},
 		{"discovery", gw + " bcd.mode=discovery",
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Mode: ModeDiscovery, CAPEM: caPEM}, ""},
+		{"discovery without CA", "bcd.gateway=https://gw.example:8443/agent bcd.mode=discovery",
 			BootParams{GatewayURL: "https://gw.example:8443/agent", Mode: ModeDiscovery}, ""},
+		{"join without CA", "bcd.gateway=https://gw.example:8443/agent bcd.token=" + tok, BootParams{}, "bcd.ca is missing"},
+		{"join over http", "bcd.gateway=http://gw.example:8080/ bcd.token=" + tok + caArg, BootParams{}, "must be an https URL"},
+		{"duplicate CA", gw + caArg + " bcd.token=" + tok, BootParams{}, "bcd.ca given twice"},
+		{"CA padded", gw[:len(gw)-len(caArg)] + " bcd.ca=" + base64.URLEncoding.EncodeToString(caPEM) + " bcd.token=" + tok, BootParams{}, "not unpadded base64url"},
+		{"CA std base64 alphabet", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA(caPEM)[:8] + "+" + EncodeCA(caPEM)[9:] + " bcd.token=" + tok, BootParams{}, "not unpadded base64url"},
+		{"CA empty", gw[:len(gw)-len(caArg)] + " bcd.ca= bcd.token=" + tok, BootParams{}, "must be 1..3072"},
+		{"CA not PEM", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA([]byte("hello reboot")) + " bcd.token=" + tok, BootParams{}, "data outside the PEM"},
+		{"CA with junk before", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA(append([]byte("x\n"), caPEM...)) + " bcd.token=" + tok, BootParams{}, "data outside the PEM"},
+		{"CA with junk after", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA(append(bytes.Clone(caPEM), "x"...)) + " bcd.token=" + tok, BootParams{}, "data outside the PEM"},
+		{"CA key block", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: []byte{1}})) + " bcd.token=" + tok, BootParams{}, "not a plain CERTIFICATE"},
+		{"CA garbage cert", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: []byte{1, 2}})) + " bcd.token=" + tok, BootParams{}, "does not parse"},
+		{"CA not a CA", gw[:len(gw)-len(caArg)] + " bcd.ca=" + EncodeCA(leafPEM(t)) + " bcd.token=" + tok, BootParams{}, "not a CA certificate"},
+		{"CA two certificates", "bcd.gateway=https://gw.example:8443/agent bcd.token=" + tok + " bcd.ca=" + EncodeCA(append(bytes.Clone(caPEM), caPEM...)),
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Token: tok, Mode: ModeJoin, CAPEM: append(bytes.Clone(caPEM), caPEM...)}, ""},
 		{"ipv6 literal", "bcd.gateway=http://[fd00::1]:8080/ bcd.mode=discovery",
 			BootParams{GatewayURL: "http://[fd00::1]:8080/", Mode: ModeDiscovery}, ""},
 		{"no gateway", "bcd.token=" + tok, BootParams{}, "bcd.gateway is missing"},
 		{"no token no mode", gw, BootParams{}, "no bcd.token and not bcd.mode=discovery"},
 		{"token and discovery", gw + " bcd.token=" + tok + " bcd.mode=discovery", BootParams{}, "together"},
 		{"bad mode", gw + " bcd.mode=rescue", BootParams{}, "bcd.mode must be"},
-		{"duplicate gateway", gw + " bcd.gateway=http://evil/ bcd.token=" + tok, BootParams{}, "bcd.gateway given twice"},
+		{"duplicate gateway", gw + " bcd.gateway=https://evil/ bcd.token=" + tok, BootParams{}, "bcd.gateway given twice"},
 		{"duplicate token", gw + " bcd.token=" + tok + " bcd.token=" + tok, BootParams{}, "bcd.token given twice"},
 		{"unknown bcd key", gw + " bcd.token=" + tok + " bcd.debug=1", BootParams{}, `unknown key "bcd.debug"`},
 		{"odd bcd key not echoed", gw + " bcd.x$(reboot)=1", BootParams{}, "odd characters"},
@@ -64,7 +109,7 @@ func TestParseCmdline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
+			if got.GatewayURL != tc.want.GatewayURL || got.Token != tc.want.Token || got.Mode != tc.want.Mode || !bytes.Equal(got.CAPEM, tc.want.CAPEM) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
@@ -75,7 +120,7 @@ func TestTokenNeverLogged(t *testing.T) {
 	p := BootParams{GatewayURL: "http://h/", Token: tok, Mode: ModeJoin}
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, nil))
-	log.Info("x", "params", p, "req", JoinRequest{Mode: ModeJoin, Token: tok})
+	log.Info("x", "params", p)
 	if s := buf.String() + p.String(); strings.Contains(s, tok) {
 		t.Fatalf("token leaked: %s", s)
 	}
@@ -179,59 +224,30 @@ func TestConfigureNetwork(t *testing.T) {
 	}
 }
 
-type fakeGateway struct {
-	fails int
-	reqs  []JoinRequest
-}
-
-func (g *fakeGateway) Join(_ context.Context, r JoinRequest) (JoinResponse, error) {
-	g.reqs = append(g.reqs, r)
-	if len(g.reqs) <= g.fails {
-		return JoinResponse{}, errors.New("unavailable")
-	}
-	return JoinResponse{NodeID: "node-1"}, nil
-}
-
 func TestStart(t *testing.T) {
 	sysfs := fstest.MapFS{"class/dmi/id/product_uuid": {Data: []byte("4c4c4544-0000\n")}}
 	for _, mode := range []Mode{ModeJoin, ModeDiscovery} {
 		t.Run(string(mode), func(t *testing.T) {
-			line := "bcd.gateway=http://10.0.2.2:8080/ bcd.mode=discovery"
+			line := "bcd.gateway=https://10.0.2.2:8443/ bcd.mode=discovery"
 			if mode == ModeJoin {
-				line = "bcd.gateway=http://10.0.2.2:8080/ bcd.token=" + tok
+				line = "bcd.gateway=https://10.0.2.2:8443/ bcd.token=" + tok + " bcd.ca=" + EncodeCA(testCA(t))
 			}
-			gw := &fakeGateway{fails: 2}
 			var console, logs bytes.Buffer
 			s, err := Start(t.Context(), &console, slog.New(slog.NewTextHandler(&logs, nil)), Config{
 				Cmdline:    func() (string, error) { return line, nil },
 				Net:        twoNICs(),
-				DHCP:       &fakeDHCP{fails: map[string]int{}, calls: map[string]int{}},
+				DHCP:       &fakeDHCP{fails: map[string]int{"eth0": 1}, calls: map[string]int{}},
 				SysFS:      sysfs,
-				NewGateway: func(string) (Gateway, error) { return gw, nil },
 				RetryDelay: time.Millisecond,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if s.Join.NodeID != "node-1" || len(gw.reqs) != 3 {
-				t.Fatalf("join %+v after %d requests", s.Join, len(gw.reqs))
-			}
-			r := gw.reqs[0]
-			if r.Mode != mode || r.Hints.SystemUUID != "4c4c4544-0000" || len(r.Hints.MACs) != 2 {
-				t.Fatalf("request %+v", r)
-			}
-			if mode == ModeJoin && (r.Token != tok || len(r.CSR) == 0) {
-				t.Fatal("join request without token or CSR")
-			}
-			if mode == ModeDiscovery && (r.Token != "" || r.CSR != nil) {
-				t.Fatal("discovery request carries a token or CSR")
-			}
-			if s.Key == nil {
-				t.Fatal("no key")
+			if s.Params.Mode != mode || s.Hints.SystemUUID != "4c4c4544-0000" || len(s.Hints.MACs) != 2 || len(s.Leases) != 2 {
+				t.Fatalf("session %+v", s)
 			}
 			out := console.String()
-			if !strings.Contains(out, MarkerReady+" ip=eth0:10.0.2.14/24,eth1:10.0.2.99/24 gateway=http://10.0.2.2:8080/ mode="+string(mode)) ||
-				!strings.Contains(out, MarkerJoined+" node=node-1") {
+			if !strings.Contains(out, MarkerReady+" ip=eth0:10.0.2.14/24,eth1:10.0.2.99/24 gateway=https://10.0.2.2:8443/ mode="+string(mode)) {
 				t.Fatalf("console:\n%s", out)
 			}
 			if strings.Contains(out+logs.String(), tok) {

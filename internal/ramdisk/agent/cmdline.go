@@ -1,10 +1,16 @@
-// Package agent is the bcd ramdisk agent. This part is its start-up: read what the boot entry
-// put on the kernel command line, get an address by DHCP on every NIC with link, make a key
-// in RAM and join the control plane through the Gateway (or, in discovery mode, report
-// self-asserted hints through it).
+// Package agent is the bcd ramdisk agent. Start reads what the boot entry put on the kernel
+// command line and gets an address by DHCP on every NIC with link; Run then joins the control
+// plane through agentlink (key made in RAM, one-time token, CA from bcd.ca) and runs the
+// commands it sends through Commands (inventory, wipe, image, kexec, diagnostics). In
+// discovery mode (no token) it only reports its self-asserted inventory on the console and
+// waits.
 package agent
 
 import (
+	"bytes"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +22,10 @@ import (
 
 // CmdlineModeKey selects discovery mode (bcd.mode=discovery) when the entry has no token.
 const CmdlineModeKey = "bcd.mode"
+
+// CmdlineCAKey carries the CA the ramdisk trusts before it has joined: the CA certificate(s)
+// in PEM, encoded base64url without padding (bcd.ca=LS0tLS1CRUdJTi...). Required in join mode.
+const CmdlineCAKey = "bcd.ca"
 
 // Mode is how the ramdisk presents itself to the gateway.
 type Mode string
@@ -31,6 +41,7 @@ const (
 	maxURLLen   = 1024
 	minTokenLen = 16
 	maxTokenLen = 512
+	maxCALen    = 3072 // encoded; a CA certificate and an intermediate fit
 )
 
 // BootParams is what the ramdisk learns from the kernel command line.
@@ -38,12 +49,13 @@ type BootParams struct {
 	GatewayURL string
 	Token      string // never logged: LogValue and String redact it
 	Mode       Mode
+	CAPEM      []byte // from bcd.ca; nil in discovery mode when not given
 }
 
 // LogValue keeps the token out of logs.
 func (p BootParams) LogValue() slog.Value {
 	return slog.GroupValue(slog.String("gateway", p.GatewayURL), slog.String("mode", string(p.Mode)),
-		slog.Bool("token", p.Token != ""))
+		slog.Bool("token", p.Token != ""), slog.Bool("ca", len(p.CAPEM) > 0))
 }
 
 // String keeps the token out of %v.
@@ -51,10 +63,11 @@ func (p BootParams) String() string {
 	return fmt.Sprintf("gateway=%s mode=%s token=%t", p.GatewayURL, p.Mode, p.Token != "")
 }
 
-// ParseCmdline reads bcd.gateway, bcd.token and bcd.mode from a kernel command line
+// ParseCmdline reads bcd.gateway, bcd.token, bcd.ca and bcd.mode from a kernel command line
 // (/proc/cmdline). Each key may appear once; the gateway is an http(s) URL in a safe
-// character set; a token selects join mode, its absence needs bcd.mode=discovery. Error
-// messages never contain the token or the URL.
+// character set; a token selects join mode, its absence needs bcd.mode=discovery. Join mode
+// needs an https gateway and bcd.ca (the agent cannot join without a CA to trust). Error
+// messages never contain the token, the URL or the CA.
 func ParseCmdline(cmdline string) (BootParams, error) {
 	if len(cmdline) > maxCmdline {
 		return BootParams{}, fmt.Errorf("kernel command line of %d bytes: at most %d", len(cmdline), maxCmdline)
@@ -63,7 +76,7 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 	for _, f := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
-		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey:
+		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey, CmdlineCAKey:
 		default:
 			if strings.HasPrefix(k, "bcd.") {
 				return BootParams{}, fmt.Errorf("kernel command line: unknown key %q", safeKey(k))
@@ -93,12 +106,72 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 			return BootParams{}, fmt.Errorf("kernel command line: %s: %w", netboot.CmdlineTokenKey, err)
 		}
 		p.Mode = ModeJoin
+		if !strings.HasPrefix(p.GatewayURL, "https://") {
+			return BootParams{}, fmt.Errorf("kernel command line: %s must be an https URL to join", netboot.CmdlineGatewayKey)
+		}
+		if _, ok := vals[CmdlineCAKey]; !ok {
+			return BootParams{}, fmt.Errorf("kernel command line: %s is missing: no CA to trust for joining", CmdlineCAKey)
+		}
 	case mode == string(ModeDiscovery):
 		p.Mode = ModeDiscovery
 	default:
 		return BootParams{}, fmt.Errorf("kernel command line: no %s and not %s=%s", netboot.CmdlineTokenKey, CmdlineModeKey, ModeDiscovery)
 	}
+	if enc, ok := vals[CmdlineCAKey]; ok {
+		ca, err := DecodeCA(enc)
+		if err != nil {
+			return BootParams{}, fmt.Errorf("kernel command line: %s: %w", CmdlineCAKey, err)
+		}
+		p.CAPEM = ca
+	}
 	return p, nil
+}
+
+// EncodeCA is the bcd.ca value for a CA PEM: base64url without padding.
+func EncodeCA(pem []byte) string { return base64.RawURLEncoding.EncodeToString(pem) }
+
+// DecodeCA decodes and checks a bcd.ca value strictly: unpadded base64url (canonical), and
+// PEM holding only CERTIFICATE blocks (at least one), each a parseable CA certificate, with
+// nothing but whitespace around them. It returns the PEM. Errors never echo the value.
+func DecodeCA(enc string) ([]byte, error) {
+	if enc == "" || len(enc) > maxCALen {
+		return nil, fmt.Errorf("must be 1..%d characters", maxCALen)
+	}
+	raw, err := base64.RawURLEncoding.Strict().DecodeString(enc)
+	if err != nil {
+		return nil, errors.New("not unpadded base64url")
+	}
+	rest := raw
+	n := 0
+	for {
+		rest = bytes.TrimLeft(rest, " \t\r\n")
+		if len(rest) == 0 {
+			break
+		}
+		if !bytes.HasPrefix(rest, []byte("-----BEGIN ")) {
+			return nil, errors.New("data outside the PEM certificates")
+		}
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			return nil, errors.New("a PEM block does not decode")
+		}
+		if b.Type != "CERTIFICATE" || len(b.Headers) > 0 {
+			return nil, fmt.Errorf("PEM block %d is not a plain CERTIFICATE", n+1)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %d does not parse: %w", n+1, err)
+		}
+		if !c.IsCA {
+			return nil, fmt.Errorf("certificate %d is not a CA certificate", n+1)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil, errors.New("no PEM certificate")
+	}
+	return raw, nil
 }
 
 // safeKey returns k when it is short and plain, else a placeholder, so an error never

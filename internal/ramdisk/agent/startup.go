@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"bcd/internal/pki"
+	"bcd/internal/agentlink"
 )
 
 // Console markers.
@@ -56,48 +55,22 @@ type NodeHints struct {
 	Product    string
 }
 
-// JoinRequest is sent to the gateway: a one-time token and a CSR for the key made in RAM,
-// or (discovery mode) no token and self-asserted hints only.
-type JoinRequest struct {
-	Mode  Mode
-	Token string
-	CSR   []byte // DER
-	Hints NodeHints
-}
-
-// LogValue keeps the token out of logs.
-func (r JoinRequest) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("mode", string(r.Mode)), slog.Bool("token", r.Token != ""),
-		slog.Int("csr_bytes", len(r.CSR)), slog.Any("macs", r.Hints.MACs))
-}
-
-// JoinResponse is the gateway's answer.
-type JoinResponse struct {
-	NodeID         string
-	CertificatePEM []byte // node certificate (join mode)
-	CAPEM          []byte
-}
-
-// Gateway is the control plane's agent gateway as the ramdisk sees it. The lead implements it
-// over the gateway protocol.
-type Gateway interface {
-	Join(ctx context.Context, req JoinRequest) (JoinResponse, error)
-}
-
 // Config of the start-up.
 type Config struct {
 	Cmdline func() (string, error) // reads /proc/cmdline
 	Net     Net
 	DHCP    DHCPClient
 	SysFS   fs.FS // /sys, for DMI hints; nil skips them
-	// NewGateway makes the gateway client for the URL on the command line. Nil: no gateway
-	// protocol in this build yet; start-up stops after the ready marker.
-	NewGateway func(url string) (Gateway, error)
 
 	LinkTimeout  time.Duration // wait for carrier per NIC; default 10 s
 	DHCPTimeout  time.Duration // per attempt; default 15 s
 	DHCPAttempts int           // per NIC and round; default 3
 	RetryDelay   time.Duration // between rounds and join attempts (doubling, capped 30 s); default 2 s
+
+	// Commands runs what the control plane sends (Run only); nil: LinuxDeps().
+	Commands *Commands
+	// Link adjusts the agentlink configuration before dialing (tests: backoff, logger).
+	Link func(*agentlink.Config)
 }
 
 func (c *Config) defaults() {
@@ -117,18 +90,14 @@ func (c *Config) defaults() {
 
 // Session is the state start-up leaves behind.
 type Session struct {
-	Params  BootParams
-	Leases  []Lease
-	Key     crypto.Signer // lives in RAM only
-	CSR     []byte
-	Hints   NodeHints
-	Gateway Gateway // nil when the build has none
-	Join    JoinResponse
+	Params BootParams
+	Leases []Lease
+	Hints  NodeHints
 }
 
-// Start reads the command line, brings the network up (retrying until ctx ends), makes the
-// key, prints the ready marker and joins through the gateway (retrying). A bad command line
-// is an error at once: retrying cannot fix it.
+// Start reads the command line, brings the network up (retrying until ctx ends) and prints
+// the ready marker. A bad command line is an error at once: retrying cannot fix it. Joining
+// is Run's (agentlink makes the key in RAM and joins with the token).
 func Start(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) (*Session, error) {
 	cfg.defaults()
 	line, err := cfg.Cmdline()
@@ -159,43 +128,11 @@ func Start(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config)
 	}
 
 	s.Hints = gatherHints(cfg.SysFS, s.Leases, cfg.Net)
-	cn := "bcd-ramdisk"
-	if len(s.Hints.MACs) > 0 {
-		cn = "bcd-ramdisk-" + strings.ReplaceAll(s.Hints.MACs[0], ":", "")
-	}
-	if s.Key, s.CSR, err = pki.NewKeyAndCSR(cn); err != nil {
-		return nil, fmt.Errorf("making the node key: %w", err)
-	}
 	addrs := make([]string, len(s.Leases))
 	for i, l := range s.Leases {
 		addrs[i] = l.Interface + ":" + l.Address.String()
 	}
 	fmt.Fprintf(console, "%s ip=%s gateway=%s mode=%s\n", MarkerReady, strings.Join(addrs, ","), params.GatewayURL, params.Mode)
-
-	if cfg.NewGateway == nil {
-		log.WarnContext(ctx, "no gateway client in this build: waiting")
-		return s, nil
-	}
-	if s.Gateway, err = cfg.NewGateway(params.GatewayURL); err != nil {
-		return nil, fmt.Errorf("making the gateway client: %w", err)
-	}
-	req := JoinRequest{Mode: params.Mode, Token: params.Token, Hints: s.Hints}
-	if params.Mode == ModeJoin {
-		req.CSR = s.CSR
-	}
-	delay = cfg.RetryDelay
-	for {
-		s.Join, err = s.Gateway.Join(ctx, req)
-		if err == nil {
-			break
-		}
-		log.WarnContext(ctx, "join failed; retrying", "err", err, "in", delay)
-		if err := sleep(ctx, delay); err != nil {
-			return nil, fmt.Errorf("joining: %w", err)
-		}
-		delay = min(delay*2, 30*time.Second)
-	}
-	fmt.Fprintf(console, "%s node=%s\n", MarkerJoined, s.Join.NodeID)
 	return s, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/pki"
 	"bcd/internal/ramdisk/agent"
 	"bcd/internal/ramdisk/build"
 	"bcd/internal/ramdisk/initsys"
@@ -68,7 +69,12 @@ func TestBootQEMU(t *testing.T) {
 	kernel, initrd := buildRamdisk(ctx, t, root)
 
 	const token = "TestToken-0123456789abcdef"
-	cmdline := "console=ttyS0 panic=-1 bcd.gateway=http://10.0.2.2:8080/ bcd.token=" + token
+	ca, err := pki.CreateCA("bcd test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No gateway listens there (restrict=on): the agent must keep retrying, not fail.
+	cmdline := "console=ttyS0 panic=-1 bcd.gateway=https://10.0.2.2:8443/ bcd.token=" + token + " bcd.ca=" + agent.EncodeCA(ca.CertPEM())
 	vm := exec.CommandContext(ctx, qemu, "-machine", "q35", "-accel", "tcg", "-m", "512", "-nographic",
 		"-no-reboot", "-nodefaults", "-serial", "stdio", "-monitor", "none",
 		"-kernel", kernel, "-initrd", initrd, "-append", cmdline,

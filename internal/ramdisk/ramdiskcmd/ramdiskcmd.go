@@ -63,24 +63,18 @@ func initCmd() *cobra.Command {
 	return c
 }
 
-// runAgent is the agent as PID 1 runs it: start-up, then (until the gateway protocol exists)
-// waiting.
+// runAgent is the agent as PID 1 runs it: start-up, join through the gateway named on the
+// kernel command line, then the command loop (agent.Run) on the real machine.
 func runAgent(ctx context.Context, console io.Writer, log *slog.Logger) error {
-	_, err := agent.Start(ctx, console, log, agent.Config{
+	return agent.Run(ctx, console, log, agent.Config{
 		Cmdline: func() (string, error) {
 			b, err := os.ReadFile("/proc/cmdline")
 			return strings.TrimSpace(string(b)), err
 		},
-		Net:        agent.LinuxNet{},
-		DHCP:       agent.UDPClient{},
-		SysFS:      os.DirFS("/sys"),
-		NewGateway: nil, // the gateway protocol is not written yet
+		Net:   agent.LinuxNet{},
+		DHCP:  agent.UDPClient{},
+		SysFS: os.DirFS("/sys"),
 	})
-	if err != nil {
-		return err
-	}
-	<-ctx.Done()
-	return nil
 }
 
 func buildCmd() *cobra.Command {

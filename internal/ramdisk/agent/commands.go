@@ -1,0 +1,431 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"bcd/internal/agentlink"
+	"bcd/internal/ramdisk/diag"
+	"bcd/internal/ramdisk/image"
+	"bcd/internal/ramdisk/inventory"
+	"bcd/internal/ramdisk/kexec"
+	"bcd/internal/ramdisk/wipe"
+)
+
+// Command kinds the ramdisk runs.
+const (
+	KindInventory = "inventory.refresh"
+	KindWipe      = "disk.wipe"
+	KindDeploy    = "deploy.image"
+	KindKexec     = "boot.kexec"
+	KindDiag      = "diag.dcgm"
+)
+
+// ImageTarget is a disk opened for writing an image.
+type ImageTarget interface {
+	image.Target
+	io.Closer
+}
+
+// Deps are the side effects the commands have: the real machine (LinuxDeps) or fakes.
+type Deps struct {
+	Log *slog.Logger
+	// Inventory collects the machine's inventory (inventory.Collect).
+	Inventory func(ctx context.Context) (inventory.Inventory, error)
+	// Wipe opens disks for disk.wipe; WipeRequest tunes the read-back (Mode comes from the args).
+	Wipe        wipe.Opener
+	WipeRequest wipe.Request
+	// OpenTarget opens the selected disk for deploy.image.
+	OpenTarget func(ctx context.Context, path string) (ImageTarget, error)
+	Image      image.Options
+	// Kexec: the written disk's name goes into KexecConfig.Disk.
+	KexecConfig kexec.Config
+	Mounter     kexec.Mounter
+	Kexec       kexec.Kexec
+	Rebooter    kexec.Rebooter
+	// Diag runs dcgmi; Dcgmi is its path ("" → dcgmi on PATH).
+	Diag  diag.Runner
+	Dcgmi string
+}
+
+type commandFunc func(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error)
+
+// Commands is the ramdisk's agentlink.Handler: a table from command kind to function.
+type Commands struct {
+	d     Deps
+	table map[string]commandFunc
+
+	mu       sync.Mutex
+	deployed inventory.Disk // the disk deploy.image wrote in this boot, for boot.kexec
+}
+
+var _ agentlink.Handler = (*Commands)(nil)
+
+// NewCommands builds the command table over d.
+func NewCommands(d Deps) *Commands {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	c := &Commands{d: d}
+	c.table = map[string]commandFunc{
+		KindInventory: c.inventoryRefresh,
+		KindWipe:      c.diskWipe,
+		KindDeploy:    c.deployImage,
+		KindKexec:     c.bootKexec,
+		KindDiag:      c.diagDCGM,
+	}
+	return c
+}
+
+// Kinds lists the command kinds c runs, sorted.
+func (c *Commands) Kinds() []string {
+	ks := make([]string, 0, len(c.table))
+	for k := range c.table {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// Run implements agentlink.Handler.
+func (c *Commands) Run(ctx context.Context, cmd agentlink.Command, report func(agentlink.Progress)) ([]byte, error) {
+	f, ok := c.table[cmd.Kind]
+	if !ok {
+		return nil, fmt.Errorf("unknown command kind %q: this ramdisk runs %s", cmd.Kind, strings.Join(c.Kinds(), ", "))
+	}
+	log := c.d.Log.With(slog.String("command", cmd.ID), slog.String("kind", cmd.Kind))
+	log.InfoContext(ctx, "command started")
+	res, err := f(ctx, cmd.Args, report)
+	if err != nil {
+		log.WarnContext(ctx, "command failed", "err", err)
+		return res, fmt.Errorf("%s: %w", cmd.Kind, err)
+	}
+	log.InfoContext(ctx, "command succeeded", "resultBytes", len(res))
+	return res, nil
+}
+
+// decodeArgs reads a command's JSON arguments into v; none is the same as {}. Fields the
+// control plane adds that the ramdisk does not know are ignored.
+func decodeArgs(args []byte, v any) error {
+	if len(bytes.TrimSpace(args)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return fmt.Errorf("reading the arguments: %w", err)
+	}
+	return nil
+}
+
+// flexInt accepts a JSON number or a decimal string (workflow step arguments are strings).
+type flexInt int64
+
+func (f *flexInt) UnmarshalJSON(b []byte) error {
+	s := string(b)
+	if s == "null" {
+		return nil
+	}
+	if uq, err := strconv.Unquote(s); err == nil {
+		s = uq
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return fmt.Errorf("%s is not an integer", b)
+	}
+	*f = flexInt(n)
+	return nil
+}
+
+// InventoryResult is inventory.refresh's result: the engine reads systemUuid and macs.
+type InventoryResult struct {
+	SystemUUID string   `json:"systemUuid"`
+	MACs       []string `json:"macs"`
+	inventory.Inventory
+}
+
+// NewInventoryResult puts the identity the engine checks at the top of the inventory: the DMI
+// product UUID and every physical NIC's MAC, lower case, in inventory order.
+func NewInventoryResult(inv inventory.Inventory) InventoryResult {
+	r := InventoryResult{SystemUUID: inv.DMI.ProductUUID, MACs: []string{}, Inventory: inv}
+	for _, n := range inv.NICs {
+		m := strings.ToLower(n.MAC)
+		if m != "" && !slices.Contains(r.MACs, m) {
+			r.MACs = append(r.MACs, m)
+		}
+	}
+	return r
+}
+
+func (c *Commands) collect(ctx context.Context) (inventory.Inventory, error) {
+	inv, err := c.d.Inventory(ctx)
+	if err != nil {
+		return inventory.Inventory{}, fmt.Errorf("collecting the inventory: %w", err)
+	}
+	return inv, nil
+}
+
+func (c *Commands) inventoryRefresh(ctx context.Context, _ []byte, _ func(agentlink.Progress)) ([]byte, error) {
+	inv, err := c.collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(NewInventoryResult(inv))
+}
+
+// DiskWipe is one disk of disk.wipe's result: the engine reads device (the /dev path),
+// method and verified; the rest is the wipe package's record of the disk.
+type DiskWipe struct {
+	Device   string `json:"device"`
+	Name     string `json:"name"`
+	Verified bool   `json:"verified"` // the read-back found only zeros
+	wipe.Result
+}
+
+// WipeResult is disk.wipe's result. It has no maps, so its JSON encoding is deterministic:
+// those bytes are what the node signs.
+type WipeResult struct {
+	Mode  wipe.Mode  `json:"mode"`
+	Disks []DiskWipe `json:"disks"`
+}
+
+// NewWipeResult pairs wipe results with the inventory disks they came from (in order).
+func NewWipeResult(mode wipe.Mode, disks []inventory.Disk, results []wipe.Result) WipeResult {
+	out := WipeResult{Mode: mode, Disks: make([]DiskWipe, len(results))}
+	for i, r := range results {
+		if r.Attempts == nil {
+			r.Attempts = []wipe.Attempt{}
+		}
+		if r.Verification.Regions == nil {
+			r.Verification.Regions = []wipe.Extent{}
+		}
+		d := DiskWipe{Name: r.Device, Result: r,
+			Verified: r.Error == "" && r.Verification.Passed && r.Verification.AllZero && r.Verification.FirstNonZero < 0}
+		if i < len(disks) {
+			d.Device = disks[i].Path
+		}
+		out.Disks[i] = d
+	}
+	return out
+}
+
+// WipeTargets are the disks disk.wipe erases: every non-removable disk of the inventory.
+// Read-only ones stay in: opening them fails, and so does the wipe (fail closed).
+func WipeTargets(inv inventory.Inventory) []inventory.Disk {
+	var ds []inventory.Disk
+	for _, d := range inv.Disks {
+		if !d.Removable {
+			ds = append(ds, d)
+		}
+	}
+	return ds
+}
+
+func (c *Commands) diskWipe(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error) {
+	var a struct {
+		Mode string `json:"mode"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, err
+	}
+	mode, err := wipe.ParseMode(a.Mode)
+	if err != nil {
+		return nil, fmt.Errorf("wipe mode: %w", err)
+	}
+	inv, err := c.collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	disks := WipeTargets(inv)
+	if len(disks) == 0 {
+		return nil, errors.New("no non-removable disk in the inventory: nothing can be proven erased")
+	}
+	req := c.d.WipeRequest
+	req.Mode = mode
+	progress := func(device string, done, total int64) {
+		report(agentlink.Progress{Done: done, Total: total, Message: "wiping " + device})
+	}
+	results, werr := wipe.WipeAll(ctx, c.d.Log, disks, c.d.Wipe, req, progress)
+	res := NewWipeResult(mode, disks, results)
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the wipe result: %w", errors.Join(err, werr))
+	}
+	if werr != nil {
+		return b, werr
+	}
+	for _, d := range res.Disks {
+		if !d.Verified { // WipeAll fails such a disk too; never report success without proof
+			return b, fmt.Errorf("the read-back of %s did not verify", d.Device)
+		}
+	}
+	return b, nil
+}
+
+// DeployArgs are deploy.image's arguments.
+type DeployArgs struct {
+	Image           string      `json:"image"`
+	URL             string      `json:"url"`
+	Format          string      `json:"format"`
+	Compression     string      `json:"compression"`
+	SHA256          string      `json:"sha256"`
+	SHA512          string      `json:"sha512"`
+	Size            flexInt     `json:"size"`
+	RootDeviceHints image.Hints `json:"rootDeviceHints"`
+}
+
+// DeployResult is deploy.image's result.
+type DeployResult struct {
+	Image          string `json:"image"`
+	Device         string `json:"device"`
+	Bytes          int64  `json:"bytes"` // written to the disk
+	SHA256         string `json:"sha256,omitempty"`
+	SHA512         string `json:"sha512,omitempty"`
+	BytesRead      int64  `json:"bytesRead"`
+	DurationMillis int64  `json:"durationMillis"`
+}
+
+func (c *Commands) deployImage(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error) {
+	var a DeployArgs
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, err
+	}
+	// Refused before the disk is touched.
+	if a.URL == "" {
+		return nil, fmt.Errorf("image %q: the command carries no url (the control plane does not send the image's location yet)", a.Image)
+	}
+	if a.SHA256 == "" && a.SHA512 == "" {
+		return nil, fmt.Errorf("image %q: the command carries no sha256 or sha512: images are only written with a digest to check", a.Image)
+	}
+	inv, err := c.collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	disk, err := image.SelectDisk(inv.Disks, a.RootDeviceHints)
+	if err != nil {
+		return nil, err
+	}
+	c.d.Log.InfoContext(ctx, "deploying image", "image", a.Image, "disk", disk.Name, "path", disk.Path)
+	if err := mkdir(c.d.Image.TempDir); err != nil {
+		return nil, err
+	}
+	t, err := c.d.OpenTarget(ctx, disk.Path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s: %w", disk.Path, err)
+	}
+	spec := image.Spec{URL: a.URL, Format: image.Format(a.Format), Compression: image.Compression(a.Compression),
+		SHA256: a.SHA256, SHA512: a.SHA512, Size: int64(a.Size)}
+	progress := func(written, total int64, _ float64) {
+		report(agentlink.Progress{Done: written, Total: total, Message: "writing " + a.Image + " to " + disk.Path})
+	}
+	res, err := image.Fetch(ctx, c.d.Log, spec, t, c.d.Image, progress)
+	if cerr := t.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("closing %s: %w", disk.Path, cerr)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing image %q to %s: %w", a.Image, disk.Path, err)
+	}
+	c.mu.Lock()
+	c.deployed = disk
+	c.mu.Unlock()
+	out := DeployResult{Image: a.Image, Device: disk.Path, Bytes: res.BytesWritten, BytesRead: res.BytesRead, DurationMillis: res.DurationMillis}
+	if res.Algorithm == "sha512" {
+		out.SHA512 = res.Digest
+	} else {
+		out.SHA256 = res.Digest
+	}
+	return json.Marshal(out)
+}
+
+func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.Progress)) ([]byte, error) {
+	var a struct {
+		RootDeviceHints image.Hints `json:"rootDeviceHints"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	disk := c.deployed
+	c.mu.Unlock()
+	if disk.Name == "" {
+		// Nothing written in this boot: the disk the image would have gone to.
+		inv, err := c.collect(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if disk, err = image.SelectDisk(inv.Disks, a.RootDeviceHints); err != nil {
+			return nil, err
+		}
+	}
+	cfg := c.d.KexecConfig
+	cfg.Disk = disk.Name
+	if err := mkdir(cfg.MountDir); err != nil {
+		return nil, err
+	}
+	// On the real machine Boot does not return when it succeeds; a dry run does.
+	if err := kexec.Boot(ctx, c.d.Log, cfg, c.d.Mounter, c.d.Kexec, c.d.Rebooter); err != nil {
+		return nil, fmt.Errorf("booting %s: %w", disk.Path, err)
+	}
+	return json.Marshal(struct {
+		Device  string `json:"device"`
+		Booting bool   `json:"booting"`
+	}{disk.Path, true})
+}
+
+// DiagResult is diag.dcgm's result: result is "pass", "fail" or "not applicable" (no NVIDIA
+// GPU), then the diag package's record.
+type DiagResult struct {
+	Verdict string `json:"result"`
+	diag.Result
+}
+
+func (c *Commands) diagDCGM(ctx context.Context, args []byte, _ func(agentlink.Progress)) ([]byte, error) {
+	var a struct {
+		Level flexInt `json:"level"`
+	}
+	if err := decodeArgs(args, &a); err != nil {
+		return nil, err
+	}
+	inv, err := c.collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, derr := diag.Run(ctx, c.d.Diag, inv, diag.Config{Dcgmi: c.d.Dcgmi, Level: int(a.Level)})
+	out := DiagResult{Verdict: "fail", Result: res}
+	switch {
+	case res.Status == diag.StatusNotApplicable:
+		out.Verdict = "not applicable"
+	case res.Passed() && derr == nil:
+		out.Verdict = "pass"
+	}
+	if out.Tests == nil {
+		out.Tests = []diag.TestResult{}
+	}
+	if out.GPUs == nil {
+		out.GPUs = []string{}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the diagnostics result: %w", errors.Join(err, derr))
+	}
+	return b, derr
+}
+
+// mkdir makes a working directory when one is configured.
+func mkdir(dir string) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("making %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"bcd/internal/agentlink"
+	"bcd/internal/ramdisk/diag"
+	"bcd/internal/ramdisk/inventory"
+	"bcd/internal/ramdisk/kexec"
+	"bcd/internal/ramdisk/wipe"
+)
+
+const mib = 1 << 20
+
+// fileDisk makes a file standing in for a disk, full of non-zero bytes.
+func fileDisk(t *testing.T, name string, size int) inventory.Disk {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, bytes.Repeat([]byte{0xA5}, size), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return inventory.Disk{Name: name, Path: p, Serial: "S-" + name, SizeBytes: uint64(size)}
+}
+
+// dropDev acknowledges writes and keeps nothing: its read-back finds the old data.
+type dropDev struct{ size int64 }
+
+func (d dropDev) ReadAt(p []byte, _ int64) (int, error) {
+	for i := range p {
+		p[i] = 0x5A
+	}
+	return len(p), nil
+}
+func (d dropDev) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
+func (d dropDev) Size() int64                            { return d.size }
+func (d dropDev) Close() error                           { return nil }
+
+// openers routes paths to fake devices, everything else to files.
+type openers struct {
+	drop map[string]bool
+	fail map[string]bool
+}
+
+func (o openers) Open(ctx context.Context, path string) (wipe.OpenedDevice, error) {
+	switch {
+	case o.fail[path]:
+		return nil, errors.New("device busy")
+	case o.drop[path]:
+		return dropDev{size: 4 * mib}, nil
+	}
+	return wipe.LinuxOpener{Options: wipe.OpenOptions{NoDirect: true}}.Open(ctx, path)
+}
+
+func testDeps(t *testing.T, inv inventory.Inventory) Deps {
+	return Deps{
+		Log:         slog.New(slog.DiscardHandler),
+		Inventory:   func(context.Context) (inventory.Inventory, error) { return inv, nil },
+		Wipe:        openers{},
+		WipeRequest: wipe.Request{Samples: 4, SampleBytes: 4096, Seed: 7},
+	}
+}
+
+type progressLog struct {
+	mu sync.Mutex
+	ps []agentlink.Progress
+}
+
+func (p *progressLog) report(pr agentlink.Progress) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ps = append(p.ps, pr)
+}
+
+func (p *progressLog) n() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.ps)
+}
+
+func run(t *testing.T, c *Commands, kind, args string) ([]byte, error, *progressLog) {
+	t.Helper()
+	p := &progressLog{}
+	res, err := c.Run(t.Context(), agentlink.Command{ID: "c1", Kind: kind, Args: []byte(args)}, p.report)
+	return res, err, p
+}
+
+func TestUnknownKind(t *testing.T) {
+	c := NewCommands(testDeps(t, inventory.Inventory{}))
+	_, err, _ := run(t, c, "bmc.power", `{}`)
+	want := `unknown command kind "bmc.power": this ramdisk runs boot.kexec, deploy.image, diag.dcgm, disk.wipe, inventory.refresh`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestInventoryRefresh(t *testing.T) {
+	inv := inventory.Inventory{
+		DMI:   inventory.DMI{ProductUUID: "4c4c4544-0042", ProductSerial: "SN1"},
+		NICs:  []inventory.NIC{{Name: "eno1", MAC: "52:54:00:AA:BB:01"}, {Name: "eno2", MAC: "52:54:00:aa:bb:02"}, {Name: "ib0"}},
+		Disks: []inventory.Disk{{Name: "nvme0n1", SizeBytes: 1 << 40}},
+	}
+	res, err, _ := run(t, NewCommands(testDeps(t, inv)), KindInventory, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		SystemUUID string           `json:"systemUuid"`
+		MACs       []string         `json:"macs"`
+		DMI        inventory.DMI    `json:"dmi"`
+		Disks      []inventory.Disk `json:"disks"`
+		NICs       []inventory.NIC  `json:"nics"`
+	}
+	if err := json.Unmarshal(res, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.SystemUUID != "4c4c4544-0042" || strings.Join(got.MACs, ",") != "52:54:00:aa:bb:01,52:54:00:aa:bb:02" ||
+		got.DMI.ProductSerial != "SN1" || len(got.Disks) != 1 || len(got.NICs) != 3 {
+		t.Fatalf("result %s", res)
+	}
+}
+
+type wipeDisk struct {
+	Device       string `json:"device"`
+	Name         string `json:"name"`
+	Method       string `json:"method"`
+	Verified     bool   `json:"verified"`
+	Serial       string `json:"serial"`
+	Error        string `json:"error"`
+	Verification struct {
+		AllZero bool `json:"allZero"`
+	} `json:"verification"`
+}
+
+func TestDiskWipe(t *testing.T) {
+	tests := []struct {
+		name         string
+		args         string
+		drop, fail   []int // indexes of the two fixed disks
+		noDisks      bool
+		wantErr      string
+		wantVerified []bool // per fixed disk; nil: no result
+	}{
+		{name: "quick", args: `{"mode":"quick"}`, wantVerified: []bool{true, true}},
+		{name: "full", args: `{"mode":"full"}`, wantVerified: []bool{true, true}},
+		{name: "secure falls back to zeros on a file", args: `{"mode":"secure"}`, wantVerified: []bool{true, true}},
+		{name: "writes dropped", args: `{"mode":"quick"}`, drop: []int{1}, wantErr: "verification failed", wantVerified: []bool{true, false}},
+		{name: "disk busy", args: `{"mode":"full"}`, fail: []int{0}, wantErr: "device busy", wantVerified: []bool{false, true}},
+		{name: "bad mode", args: `{"mode":"gentle"}`, wantErr: "wipe mode"},
+		{name: "no mode", args: `{}`, wantErr: "wipe mode"},
+		{name: "not JSON", args: `{"mode":`, wantErr: "reading the arguments"},
+		{name: "no disk", args: `{"mode":"quick"}`, noDisks: true, wantErr: "no non-removable disk"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			disks := []inventory.Disk{fileDisk(t, "sda", 4*mib), fileDisk(t, "nvme0n1", 3*mib)}
+			usb := inventory.Disk{Name: "sdb", Path: filepath.Join(t.TempDir(), "absent"), Removable: true}
+			inv := inventory.Inventory{Disks: append(append([]inventory.Disk{}, disks...), usb)}
+			if tc.noDisks {
+				inv.Disks = []inventory.Disk{usb}
+			}
+			d := testDeps(t, inv)
+			o := openers{drop: map[string]bool{}, fail: map[string]bool{}}
+			for _, i := range tc.drop {
+				o.drop[disks[i].Path] = true
+			}
+			for _, i := range tc.fail {
+				o.fail[disks[i].Path] = true
+			}
+			d.Wipe = o
+			res, err, prog := run(t, NewCommands(d), KindWipe, tc.args)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			if tc.wantVerified == nil {
+				if res != nil {
+					t.Fatalf("result without a wipe: %s", res)
+				}
+				return
+			}
+			var got struct {
+				Mode  string     `json:"mode"`
+				Disks []wipeDisk `json:"disks"`
+			}
+			if err := json.Unmarshal(res, &got); err != nil {
+				t.Fatalf("%v: %s", err, res)
+			}
+			if len(got.Disks) != len(tc.wantVerified) {
+				t.Fatalf("%d disks in the result, want %d (the removable one is never wiped): %s", len(got.Disks), len(tc.wantVerified), res)
+			}
+			for i, gd := range got.Disks {
+				if gd.Device != disks[i].Path || gd.Name != disks[i].Name || gd.Serial != disks[i].Serial {
+					t.Errorf("disk %d: %+v", i, gd)
+				}
+				if gd.Verified != tc.wantVerified[i] || gd.Verified != gd.Verification.AllZero {
+					t.Errorf("disk %d verified=%t allZero=%t, want %t (%s)", i, gd.Verified, gd.Verification.AllZero, tc.wantVerified[i], gd.Error)
+				}
+				if gd.Verified && gd.Method == "" {
+					t.Errorf("disk %d: no method", i)
+				}
+				if gd.Verified && tc.args == `{"mode":"full"}` {
+					b, err := os.ReadFile(disks[i].Path)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if bytes.Count(b, []byte{0}) != len(b) {
+						t.Errorf("disk %d: the full wipe left data", i)
+					}
+				}
+			}
+			if err == nil && prog.n() == 0 {
+				t.Error("no progress reported")
+			}
+		})
+	}
+}
+
+// fileTarget is a file standing in for the image's disk.
+type fileTarget struct {
+	*os.File
+	size int64
+}
+
+func (f fileTarget) Size() int64 { return f.size }
+
+func TestDeployThenKexec(t *testing.T) {
+	img := bytes.Repeat([]byte("bcd-image-"), 300_000) // 3 MB, raw
+	sum := sha256.Sum256(img)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/os.raw" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = w.Write(img)
+	}))
+	t.Cleanup(srv.Close)
+
+	root := t.TempDir()
+	dev := filepath.Join(root, "dev")
+	for _, d := range []string{dev, filepath.Join(root, "sys/class/block/nvme0n1/nvme0n1p1"), filepath.Join(root, "esp/loader/entries"), filepath.Join(root, "mnt")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		"sys/class/block/nvme0n1/nvme0n1p1/partition": "1\n",
+		"esp/loader/entries/os.conf":                  "title OS\nlinux /vmlinuz\ninitrd /initrd\noptions root=LABEL=root ro\n",
+		"esp/vmlinuz":                                 "KERNEL",
+		"esp/initrd":                                  "INITRD",
+	}
+	for p, c := range files {
+		if err := os.WriteFile(filepath.Join(root, p), []byte(c), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	disks := []inventory.Disk{
+		{Name: "sda", Path: filepath.Join(dev, "sda"), Serial: "BIG", SizeBytes: 1 << 40, Rotational: true},
+		{Name: "nvme0n1", Path: filepath.Join(dev, "nvme0n1"), Serial: "ROOT", SizeBytes: 64 << 30},
+	}
+	dry := &kexec.DryRun{MountDir: map[string]string{filepath.Join(dev, "nvme0n1p1"): filepath.Join(root, "esp")}}
+	d := testDeps(t, inventory.Inventory{Disks: disks})
+	var opened []string
+	d.OpenTarget = func(_ context.Context, path string) (ImageTarget, error) {
+		opened = append(opened, path)
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		return fileTarget{f, 8 * mib}, err
+	}
+	d.KexecConfig = kexec.Config{SysRoot: filepath.Join(root, "sys"), DevRoot: dev, MountDir: filepath.Join(root, "mnt"), TempDir: t.TempDir()}
+	d.Mounter, d.Kexec, d.Rebooter = dry, dry, dry
+	c := NewCommands(d)
+
+	refusals := []struct{ args, want string }{
+		{`{"image":"ubuntu-24.04"}`, `image "ubuntu-24.04": the command carries no url`},
+		{`{"image":"ubuntu-24.04","url":"` + srv.URL + `/os.raw"}`, "no sha256 or sha512"},
+		{`{"image":"x","url":"` + srv.URL + `/os.raw","sha256":"` + strings.Repeat("0", 64) + `"}`, "digest mismatch"},
+		{`{"image":"x","url":"` + srv.URL + `/os.raw","sha256":"` + hex.EncodeToString(sum[:]) + `","rootDeviceHints":{"serial":"NOPE"}}`, "no writable disk matches"},
+	}
+	for _, r := range refusals {
+		if _, err, _ := run(t, c, KindDeploy, r.args); err == nil || !strings.Contains(err.Error(), r.want) {
+			t.Errorf("%s: err = %v, want %q", r.args, err, r.want)
+		}
+	}
+	if len(opened) != 1 {
+		t.Fatalf("disks opened by refused deploys: %v (only the digest mismatch gets that far)", opened)
+	}
+
+	args := `{"image":"ubuntu-24.04","url":"` + srv.URL + `/os.raw","format":"raw","compression":"none","sha256":"` +
+		hex.EncodeToString(sum[:]) + `","size":"3000000","rootDeviceHints":{"serial":"ROOT"},"added":"ignored"}`
+	res, err, prog := run(t, c, KindDeploy, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got DeployResult
+	if err := json.Unmarshal(res, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Device != disks[1].Path || got.Bytes != int64(len(img)) || got.SHA256 != hex.EncodeToString(sum[:]) || got.Image != "ubuntu-24.04" {
+		t.Fatalf("result %s", res)
+	}
+	if written, _ := os.ReadFile(disks[1].Path); !bytes.Equal(written[:len(img)], img) {
+		t.Fatal("the disk does not hold the image")
+	}
+	if prog.n() == 0 {
+		t.Error("no progress reported")
+	}
+
+	if _, err, _ := run(t, c, KindKexec, ""); err != nil {
+		t.Fatal(err)
+	}
+	if len(dry.Loaded) != 1 || string(dry.Loaded[0].Kernel) != "KERNEL" || string(dry.Loaded[0].Initrd) != "INITRD" ||
+		dry.Loaded[0].Cmdline != "root=LABEL=root ro" || dry.Execs != 1 || dry.Reboots != 0 {
+		t.Fatalf("kexec %+v", dry)
+	}
+}
+
+func TestKexecFallsBackToReboot(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "sys/class/block/vda"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dry := &kexec.DryRun{}
+	d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{{Name: "vda", Path: "/dev/vda", SizeBytes: 8 << 30}}})
+	d.KexecConfig = kexec.Config{SysRoot: filepath.Join(root, "sys"), DevRoot: filepath.Join(root, "dev"), MountDir: filepath.Join(root, "mnt")}
+	d.Mounter, d.Kexec, d.Rebooter = dry, dry, dry
+	_, err, _ := run(t, NewCommands(d), KindKexec, `{}`)
+	if err == nil || !strings.Contains(err.Error(), "booting /dev/vda") || dry.Reboots != 1 {
+		t.Fatalf("err = %v, reboots %d", err, dry.Reboots)
+	}
+}
+
+type fakeDCGM struct {
+	out  []byte
+	code int
+	err  error
+	args []string
+}
+
+func (f *fakeDCGM) Run(_ context.Context, name string, args ...string) ([]byte, int, error) {
+	f.args = append([]string{name}, args...)
+	return f.out, f.code, f.err
+}
+
+func TestDiagDCGM(t *testing.T) {
+	pass, err := os.ReadFile("../diag/testdata/dcgm3-level1-pass.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu := []inventory.PCIDevice{{Address: "0000:af:00.0", Vendor: "10de", Class: "030200", GPU: true, NVIDIA: true}}
+	tests := []struct {
+		name        string
+		pci         []inventory.PCIDevice
+		args        string
+		runner      *fakeDCGM
+		wantResult  string
+		wantErr     string
+		wantCommand string
+	}{
+		{name: "no GPU", args: `{"level":"2"}`, runner: &fakeDCGM{}, wantResult: "not applicable"},
+		{name: "pass", pci: gpu, args: `{"level":1}`, runner: &fakeDCGM{out: pass}, wantResult: "pass", wantCommand: "dcgmi diag -r 1 -j"},
+		{name: "no dcgmi", pci: gpu, args: `{"level":"2"}`, runner: &fakeDCGM{err: errors.New("executable file not found")}, wantResult: "fail", wantErr: "executable file not found", wantCommand: "dcgmi diag -r 2 -j"},
+		{name: "bad level", pci: gpu, args: `{"level":"high"}`, runner: &fakeDCGM{}, wantErr: "not an integer"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := testDeps(t, inventory.Inventory{PCI: tc.pci})
+			d.Diag = tc.runner
+			res, err, _ := run(t, NewCommands(d), KindDiag, tc.args)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			if got := strings.Join(tc.runner.args, " "); got != tc.wantCommand {
+				t.Errorf("ran %q, want %q", got, tc.wantCommand)
+			}
+			if tc.wantResult == "" {
+				return
+			}
+			var got struct {
+				Result string `json:"result"`
+				Status string `json:"status"`
+				GPUs   []string
+			}
+			if err := json.Unmarshal(res, &got); err != nil {
+				t.Fatalf("%v: %s", err, res)
+			}
+			if got.Result != tc.wantResult {
+				t.Fatalf("result %s", res)
+			}
+			if tc.wantResult == "not applicable" && got.Status != string(diag.StatusNotApplicable) {
+				t.Fatalf("status %s", res)
+			}
+		})
+	}
+}

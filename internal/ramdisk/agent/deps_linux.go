@@ -1,0 +1,40 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	"bcd/internal/ramdisk/diag"
+	"bcd/internal/ramdisk/image"
+	"bcd/internal/ramdisk/inventory"
+	"bcd/internal/ramdisk/kexec"
+	"bcd/internal/ramdisk/wipe"
+)
+
+// Directories the ramdisk's commands use (the initramfs root is writable RAM).
+const (
+	kexecMountDir = "/run/bcd/kexec"
+	imageTempDir  = "/run/bcd/image"
+)
+
+// LinuxDeps are the real side effects: sysfs inventory, block devices opened O_EXCL,
+// kexec_file_load and reboot, dcgmi on PATH.
+func LinuxDeps(log *slog.Logger) Deps {
+	return Deps{
+		Log: log,
+		Inventory: func(ctx context.Context) (inventory.Inventory, error) {
+			return inventory.Collect(ctx, inventory.Roots{}, inventory.Options{})
+		},
+		Wipe: wipe.LinuxOpener{},
+		OpenTarget: func(_ context.Context, path string) (ImageTarget, error) {
+			// Buffered writes: the image pipeline's buffers are not aligned for O_DIRECT.
+			return wipe.Open(path, wipe.OpenOptions{NoDirect: true})
+		},
+		Image:       image.Options{TempDir: imageTempDir},
+		KexecConfig: kexec.Config{MountDir: kexecMountDir},
+		Mounter:     kexec.SyscallMounter{},
+		Kexec:       kexec.SyscallKexec{},
+		Rebooter:    kexec.SyscallRebooter{},
+		Diag:        diag.ExecRunner{},
+	}
+}
