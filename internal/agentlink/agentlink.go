@@ -23,6 +23,7 @@ package agentlink
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -137,8 +138,11 @@ type Config struct {
 	// JoinToken (site) or DiscoveryToken (node): used once, when DataDir has no certificate.
 	JoinToken      string
 	DiscoveryToken string
-	Hints          NodeHints
-	Logger         *slog.Logger
+	// Key, when set, is the key to join with (an ECDSA P-256 key the agent keeps across join
+	// attempts); default: a new key per join.
+	Key    crypto.Signer
+	Hints  NodeHints
+	Logger *slog.Logger
 
 	AgentVersion string
 	Capabilities []string

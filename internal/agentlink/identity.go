@@ -3,7 +3,10 @@ package agentlink
 import (
 	"context"
 	"crypto"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"net/http"
@@ -148,7 +151,7 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 	if req.Token == "" {
 		return nil, fmt.Errorf("joining as %s agent: no token configured", cfg.Kind)
 	}
-	key, csr, err := pki.NewKeyAndCSR("bcd " + cfg.Kind.String() + " agent")
+	key, csr, err := joinKey(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("joining: %w", err)
 	}
@@ -175,4 +178,18 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 		return nil, fmt.Errorf("joining: the gateway's certificate: %w", err)
 	}
 	return i, nil
+}
+
+// joinKey is the key a join certifies: Config.Key when given (so a join retried after its
+// answer was lost presents the same key, which the control plane accepts again), else a new one.
+func joinKey(cfg *Config) (crypto.Signer, []byte, error) {
+	cn := "bcd " + cfg.Kind.String() + " agent"
+	if cfg.Key == nil {
+		return pki.NewKeyAndCSR(cn)
+	}
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: cn}}, cfg.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("making a CSR for the configured key: %w", err)
+	}
+	return cfg.Key, csr, nil
 }

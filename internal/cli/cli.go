@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"bcd/internal/bmc/bmccmd"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/lab/labcmd"
 	"bcd/internal/ramdisk/ramdiskcmd"
@@ -85,7 +86,7 @@ func newRoot(env Env) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.token, "token", g.envOr("BCD_TOKEN", ""), "API bearer token (env BCD_TOKEN)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	root.AddCommand(serverCmd(g), nodeCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g),
-		labcmd.Command(), ramdiskcmd.Command())
+		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
 	return root
 }
 

@@ -52,7 +52,7 @@ func (c Config) withDefaults() Config {
 		c.Batch = 256
 	}
 	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = 10 * time.Second
 	}
 	if c.Poll <= 0 {
 		c.Poll = 250 * time.Millisecond

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -9,6 +11,21 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/store"
 )
+
+// joinRetryWindow is how long the key that used a one-time token may use it again (its first
+// answer may have been lost with a crashed server).
+const joinRetryWindow = 10 * time.Minute
+
+// csrKeyHash identifies the key of a CSR (empty when the CSR does not parse; issuance then
+// refuses it anyway).
+func csrKeyHash(csrDER []byte) []byte {
+	csr, err := x509.ParseCertificateRequest(csrDER)
+	if err != nil {
+		return nil
+	}
+	h := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return h[:]
+}
 
 // Certificate lifetimes.
 const (
@@ -34,7 +51,7 @@ func (e *Engine) CreateSiteJoinToken(ctx context.Context, siteID string, ttl tim
 // JoinSite consumes a site bootstrap token and certifies the agent's key (from its CSR).
 func (e *Engine) JoinSite(ctx context.Context, token string, csrDER []byte) (certDER []byte, err error) {
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
-		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), "site")
+		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), "site", csrKeyHash(csrDER), joinRetryWindow)
 		if err != nil {
 			return err
 		}
@@ -56,7 +73,7 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 		return nil, "", 0, fmt.Errorf("node join kind %q: accepted are node and os", kind)
 	}
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
-		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), kind)
+		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), kind, csrKeyHash(csrDER), joinRetryWindow)
 		if err != nil {
 			return err
 		}

@@ -114,6 +114,13 @@ func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
 // dialRetrying joins and connects like a booted machine does: while the control plane is
 // unreachable it tries again (a refused token is final).
 func dialRetrying(ctx context.Context, cfg agentlink.Config, h agentlink.Handler) (*agentlink.Link, error) {
+	if cfg.Key == nil && cfg.DataDir == "" {
+		key, _, err := pki.NewKeyAndCSR("sim")
+		if err != nil {
+			return nil, err
+		}
+		cfg.Key = key // the same key for every join attempt
+	}
 	wait := 100 * time.Millisecond
 	deadline := time.Now().Add(2 * time.Minute)
 	for {

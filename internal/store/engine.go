@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -523,21 +524,30 @@ func (t *Tx) InsertJoinToken(ctx context.Context, jt JoinToken) error {
 // ErrTokenInvalid is a join token that is unknown, used, expired or of another kind.
 var ErrTokenInvalid = errors.New("join token is unknown, already used or expired")
 
-// UseJoinToken consumes a one-time token of kind.
-func (t *Tx) UseJoinToken(ctx context.Context, hash []byte, kind string) (JoinToken, error) {
+// UseJoinToken consumes a one-time token of kind for the key whose hash is keyHash. The same key
+// may use the token again within retryWindow: a join whose answer was lost (the server died
+// after committing it) can be retried by the agent that made it, and by no one else.
+func (t *Tx) UseJoinToken(ctx context.Context, hash []byte, kind string, keyHash []byte, retryWindow time.Duration) (JoinToken, error) {
 	var jt JoinToken
 	var gen int64
-	err := t.queryRow(ctx, `SELECT hash, kind, site_id, node_id, generation, expires_at, used_at FROM join_tokens WHERE hash = ?`+t.forUpdate(), hash).
-		Scan(&jt.Hash, &jt.Kind, &jt.SiteID, &jt.NodeID, &gen, &jt.ExpiresAt, &jt.UsedAt)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && (jt.Kind != kind || jt.UsedAt != 0 || jt.ExpiresAt < t.at) {
+	var usedKey []byte
+	err := t.queryRow(ctx, `SELECT hash, kind, site_id, node_id, generation, expires_at, used_at, used_key FROM join_tokens WHERE hash = ?`+t.forUpdate(), hash).
+		Scan(&jt.Hash, &jt.Kind, &jt.SiteID, &jt.NodeID, &gen, &jt.ExpiresAt, &jt.UsedAt, &usedKey)
+	if errors.Is(err, sql.ErrNoRows) {
 		return JoinToken{}, ErrTokenInvalid
 	}
 	if err != nil {
 		return JoinToken{}, fmt.Errorf("reading join token: %w", err)
 	}
+	retry := jt.UsedAt != 0 && len(keyHash) > 0 && bytes.Equal(usedKey, keyHash) && t.at-jt.UsedAt < retryWindow.Microseconds()
+	if jt.Kind != kind || jt.ExpiresAt < t.at || jt.UsedAt != 0 && !retry {
+		return JoinToken{}, ErrTokenInvalid
+	}
 	jt.Generation = uint64(gen)
-	if _, err := t.exec(ctx, `UPDATE join_tokens SET used_at = ? WHERE hash = ?`, t.at, hash); err != nil {
-		return JoinToken{}, fmt.Errorf("consuming join token: %w", err)
+	if !retry {
+		if _, err := t.exec(ctx, `UPDATE join_tokens SET used_at = ?, used_key = ? WHERE hash = ?`, t.at, keyHash, hash); err != nil {
+			return JoinToken{}, fmt.Errorf("consuming join token: %w", err)
+		}
 	}
 	return jt, nil
 }
