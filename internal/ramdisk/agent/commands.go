@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -76,6 +77,11 @@ func NewCommands(d Deps) *Commands {
 	if d.Log == nil {
 		d.Log = slog.New(slog.DiscardHandler)
 	}
+	if d.Inventory == nil {
+		d.Inventory = func(ctx context.Context) (inventory.Inventory, error) {
+			return inventory.Collect(ctx, inventory.Roots{}, inventory.Options{})
+		}
+	}
 	c := &Commands{d: d}
 	c.table = map[string]commandFunc{
 		KindInventory: c.inventoryRefresh,
@@ -97,15 +103,22 @@ func (c *Commands) Kinds() []string {
 	return ks
 }
 
-// Run implements agentlink.Handler.
-func (c *Commands) Run(ctx context.Context, cmd agentlink.Command, report func(agentlink.Progress)) ([]byte, error) {
+// Run implements agentlink.Handler. A panic in a command fails that command: the agent is
+// PID 1, and its death would be a kernel panic.
+func (c *Commands) Run(ctx context.Context, cmd agentlink.Command, report func(agentlink.Progress)) (res []byte, err error) {
 	f, ok := c.table[cmd.Kind]
 	if !ok {
 		return nil, fmt.Errorf("unknown command kind %q: this ramdisk runs %s", cmd.Kind, strings.Join(c.Kinds(), ", "))
 	}
 	log := c.d.Log.With(slog.String("command", cmd.ID), slog.String("kind", cmd.Kind))
+	defer func() {
+		if p := recover(); p != nil {
+			log.ErrorContext(ctx, "command panicked", "panic", p, "stack", string(debug.Stack()))
+			res, err = nil, fmt.Errorf("%s: internal error: %v", cmd.Kind, p)
+		}
+	}()
 	log.InfoContext(ctx, "command started")
-	res, err := f(ctx, cmd.Args, report)
+	res, err = f(ctx, cmd.Args, report)
 	if err != nil {
 		log.WarnContext(ctx, "command failed", "err", err)
 		return res, fmt.Errorf("%s: %w", cmd.Kind, err)

@@ -403,3 +403,13 @@ func TestDiagDCGM(t *testing.T) {
 		})
 	}
 }
+
+func TestPanicFailsTheCommand(t *testing.T) {
+	d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{{Name: "vda", Path: "/dev/vda", Serial: "A"}}})
+	d.OpenTarget = nil // a build without an image target: deploy.image panics on it
+	args := `{"image":"x","url":"http://127.0.0.1:1/x","sha256":"` + strings.Repeat("0", 64) + `","rootDeviceHints":{"serial":"A"}}`
+	_, err, _ := run(t, NewCommands(d), KindDeploy, args)
+	if err == nil || !strings.Contains(err.Error(), "deploy.image: internal error") {
+		t.Fatalf("err = %v", err)
+	}
+}
