@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"bcd/internal/agentlink"
 	"bcd/internal/ramdisk/diag"
@@ -118,13 +119,35 @@ func (c *Commands) Run(ctx context.Context, cmd agentlink.Command, report func(a
 		}
 	}()
 	log.InfoContext(ctx, "command started")
-	res, err = f(ctx, cmd.Args, report)
+	res, err = f(ctx, cmd.Args, throttle(report, progressEvery))
 	if err != nil {
 		log.WarnContext(ctx, "command failed", "err", err)
 		return res, fmt.Errorf("%s: %w", cmd.Kind, err)
 	}
 	log.InfoContext(ctx, "command succeeded", "resultBytes", len(res))
 	return res, nil
+}
+
+// progressEvery is how often a running command reports progress at most.
+const progressEvery = time.Second
+
+// throttle passes on the first report, then at most one per interval, and always the
+// completion of a piece of work (done == total): a wipe reports every 8 MiB written.
+func throttle(report func(agentlink.Progress), every time.Duration) func(agentlink.Progress) {
+	var mu sync.Mutex
+	var last time.Time
+	return func(p agentlink.Progress) {
+		mu.Lock()
+		now := time.Now()
+		pass := last.IsZero() || now.Sub(last) >= every || (p.Total > 0 && p.Done >= p.Total)
+		if pass {
+			last = now
+		}
+		mu.Unlock()
+		if pass {
+			report(p)
+		}
+	}
 }
 
 // decodeArgs reads a command's JSON arguments into v; none is the same as {}. Fields the

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"bcd/internal/agentlink"
 	"bcd/internal/ramdisk/diag"
@@ -411,5 +412,16 @@ func TestPanicFailsTheCommand(t *testing.T) {
 	_, err, _ := run(t, NewCommands(d), KindDeploy, args)
 	if err == nil || !strings.Contains(err.Error(), "deploy.image: internal error") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestThrottle(t *testing.T) {
+	var got []int64
+	r := throttle(func(p agentlink.Progress) { got = append(got, p.Done) }, time.Hour)
+	for i := int64(1); i <= 10; i++ {
+		r(agentlink.Progress{Done: i, Total: 10})
+	}
+	if len(got) != 2 || got[0] != 1 || got[1] != 10 {
+		t.Fatalf("reported %v, want the first and the completion", got)
 	}
 }
