@@ -425,3 +425,26 @@ func TestThrottle(t *testing.T) {
 		t.Fatalf("reported %v, want the first and the completion", got)
 	}
 }
+
+// The wipe result's bytes are what the node signs: fixed field order, no maps, no nulls.
+func TestWipeResultEncoding(t *testing.T) {
+	disks := []inventory.Disk{{Name: "sda", Path: "/dev/sda"}}
+	results := []wipe.Result{{Device: "sda", Serial: "S1", Mode: wipe.ModeQuick, Method: wipe.MethodQuickZero,
+		Verification: wipe.Verification{AllZero: true, Passed: true, FirstNonZero: -1}}}
+	a, err := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results))
+	if !bytes.Equal(a, b) {
+		t.Fatal("two encodings differ")
+	}
+	want := `{"mode":"quick","disks":[{"device":"/dev/sda","name":"sda","verified":true,"serial":"S1","wwn":"","sizeBytes":0,"mode":"quick",`
+	if !strings.HasPrefix(string(a), want) || strings.Contains(string(a), "null") || !strings.Contains(string(a), `"method":"write-zeros-signatures"`) {
+		t.Fatalf("encoding %s", a)
+	}
+	results[0].Verification.Passed = false
+	if r := NewWipeResult(wipe.ModeQuick, disks, results); r.Disks[0].Verified {
+		t.Fatal("verified without a passed read-back")
+	}
+}

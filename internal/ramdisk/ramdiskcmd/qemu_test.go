@@ -141,6 +141,25 @@ func TestBootQEMU(t *testing.T) {
 			t.Fatalf("timed out waiting for %v; console:\n%s", marks[len(at)], console)
 		}
 	}
+	// With no gateway to reach, the agent keeps trying: nothing fatal for a while after ready.
+	quiet := time.NewTimer(5 * time.Second)
+	defer quiet.Stop()
+	for watching := true; watching; {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("QEMU exited after ready; console:\n%s", console)
+			}
+			console.WriteString(line + "\n")
+			if strings.Contains(line, initsys.MarkerFatal) || strings.Contains(line, token) {
+				t.Fatalf("after ready: %q; console:\n%s", line, console)
+			}
+		case <-quiet.C:
+			watching = false
+		case <-ctx.Done():
+			t.Fatalf("timed out after ready; console:\n%s", console)
+		}
+	}
 	t.Logf("boot to PID 1 %.1fs, to %q %.1fs, to %q %.1fs (TCG)", at[marks[0]].Seconds(),
 		marks[1], at[marks[1]].Seconds(), marks[2], at[marks[2]].Seconds())
 	if !strings.Contains(console.String(), "modules loaded") {
