@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/pki"
 	"bcd/internal/ramdisk/inventory"
 )
 
@@ -47,7 +48,14 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 		return discover(ctx, console, log, hints, inv, ierr)
 	}
 
+	// One key for every join attempt: a join whose answer was lost can be retried with the
+	// one-time token by the same key (the control plane allows that for a while).
+	key, _, err := pki.NewKeyAndCSR("bcd ramdisk")
+	if err != nil {
+		return fmt.Errorf("generating the node key: %w", err)
+	}
 	lcfg := agentlink.Config{
+		Key:            key,
 		GatewayURL:     s.Params.GatewayURL,
 		CAPEM:          s.Params.CAPEM,
 		Kind:           agentlink.KindNode,
