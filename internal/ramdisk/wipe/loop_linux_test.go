@@ -1,82 +1,14 @@
 package wipe
 
 import (
+	"bcd/internal/ramdisk/looptest"
 	"context"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
-
-	"golang.org/x/sys/unix"
 )
-
-// requireRoot skips without root, or fails when CI=true says the requirement must be met.
-func requireRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		if _, err := os.Stat("/dev/loop-control"); err == nil {
-			return
-		}
-	}
-	msg := "needs root and /dev/loop-control (loop devices)"
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true: %s", msg)
-	}
-	t.Skip(msg)
-}
-
-// attachLoop creates a loop device over backing (LOOP_CONFIGURE) and returns its path; the device
-// node is created in the test's temp dir if /dev lacks it. It is detached at cleanup.
-func attachLoop(t *testing.T, backing string) string {
-	t.Helper()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctl.Close()
-	f, err := os.OpenFile(backing, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for range 10 {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			t.Fatalf("LOOP_CTL_GET_FREE: %v", err)
-		}
-		path := fmt.Sprintf("/dev/loop%d", n)
-		if _, err := os.Stat(path); err != nil {
-			path = filepath.Join(t.TempDir(), fmt.Sprintf("loop%d", n))
-			if err := unix.Mknod(path, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
-				t.Fatalf("mknod %s: %v", path, err)
-			}
-		}
-		l, err := os.OpenFile(path, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
-		cfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-		err = unix.IoctlLoopConfigure(int(l.Fd()), &cfg)
-		if errors.Is(err, unix.EBUSY) { // raced another process for this loop device
-			l.Close()
-			continue
-		}
-		if err != nil {
-			l.Close()
-			t.Fatalf("LOOP_CONFIGURE %s: %v", path, err)
-		}
-		t.Cleanup(func() {
-			_ = unix.IoctlSetInt(int(l.Fd()), unix.LOOP_CLR_FD, 0)
-			l.Close()
-		})
-		return path
-	}
-	t.Fatal("no free loop device after 10 tries")
-	return ""
-}
 
 // randomFile writes size bytes of non-zero pseudo-random data to a new file.
 func randomFile(t *testing.T, size int) string {
@@ -89,12 +21,12 @@ func randomFile(t *testing.T, size int) string {
 }
 
 func TestWipeLoopDevice(t *testing.T) {
-	requireRoot(t)
+	looptest.RequireRoot(t)
 	const size = 24 * mib
 	for _, mode := range []Mode{ModeQuick, ModeFull, ModeSecure} {
 		t.Run(string(mode), func(t *testing.T) {
 			backing := randomFile(t, size)
-			loop := attachLoop(t, backing)
+			loop := looptest.Attach(t, backing, false)
 			dev, err := Open(loop, OpenOptions{})
 			if err != nil {
 				t.Fatalf("Open %s: %v", loop, err)
@@ -144,8 +76,8 @@ func TestWipeLoopDevice(t *testing.T) {
 
 // A mounted (claimed) device must not open: O_EXCL makes the claim visible.
 func TestOpenLoopDeviceExclusive(t *testing.T) {
-	requireRoot(t)
-	loop := attachLoop(t, randomFile(t, 4*mib))
+	looptest.RequireRoot(t)
+	loop := looptest.Attach(t, randomFile(t, 4*mib), false)
 	a, err := Open(loop, OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -158,11 +90,11 @@ func TestOpenLoopDeviceExclusive(t *testing.T) {
 }
 
 func TestOffloadOnLoopDevice(t *testing.T) {
-	requireRoot(t)
+	looptest.RequireRoot(t)
 	for _, m := range []Method{MethodZeroOut, MethodDiscard} {
 		t.Run(string(m), func(t *testing.T) {
 			backing := randomFile(t, 8*mib)
-			dev, err := Open(attachLoop(t, backing), OpenOptions{})
+			dev, err := Open(looptest.Attach(t, backing, false), OpenOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +112,7 @@ func TestOffloadOnLoopDevice(t *testing.T) {
 		})
 	}
 	t.Run("nvme on a loop device is not supported", func(t *testing.T) {
-		dev, err := Open(attachLoop(t, randomFile(t, mib)), OpenOptions{})
+		dev, err := Open(looptest.Attach(t, randomFile(t, mib), false), OpenOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
