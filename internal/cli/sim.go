@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bcd/internal/engine"
+	"bcd/internal/server"
 	"bcd/internal/sim"
 	"bcd/internal/store"
 )
@@ -23,6 +25,7 @@ func simCmd(g *globals) *cobra.Command {
 	var cfg sim.Config
 	var timeout time.Duration
 	var workers int
+	var overGateway bool
 	cmd := &cobra.Command{
 		Use:   "sim [--nodes 10000] [--store DSN] [--json]",
 		Short: "Simulate a site of N machines against a real control plane and measure each lifecycle phase",
@@ -40,14 +43,35 @@ func simCmd(g *globals) *cobra.Command {
 				defer os.RemoveAll(dir)
 				storeDSN = "sqlite:" + filepath.Join(dir, "bcd.db")
 			}
-			st, err := store.Open(ctx, storeDSN)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			h, err := sim.Start(ctx, st, cfg, engine.Config{Workers: workers}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				return err
+			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			var h *sim.Harness
+			if overGateway {
+				dir, err := os.MkdirTemp("", "bcd-sim-gw-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir, StoreDSN: storeDSN,
+					Engine: engine.Config{Workers: workers}}, quiet)
+				if err != nil {
+					return err
+				}
+				sctx, cancel := context.WithCancel(ctx)
+				served := make(chan error, 1)
+				go func() { served <- srv.Serve(sctx) }()
+				defer func() { cancel(); <-served }()
+				if h, err = sim.StartOnServer(ctx, srv, cfg, dir); err != nil {
+					return err
+				}
+			} else {
+				st, err := store.Open(ctx, storeDSN)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				if h, err = sim.Start(ctx, st, cfg, engine.Config{Workers: workers}, quiet); err != nil {
+					return err
+				}
 			}
 			defer h.Stop()
 			last, lastAt := "", time.Time{}
@@ -88,5 +112,6 @@ func simCmd(g *globals) *cobra.Command {
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 32, "reconciler workers")
+	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd
 }

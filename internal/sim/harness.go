@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"bcd/internal/auth"
@@ -27,6 +28,46 @@ type Harness struct {
 	SiteID string
 	cancel context.CancelFunc
 	done   chan struct{}
+}
+
+// StartOnServer builds a harness whose simulated agents use the real agent gateway of srv
+// (mTLS, join tokens, agentlink): a site agent joined with a bootstrap token, ramdisks joined
+// with their boot entries' tokens. The caller runs srv.Serve.
+func StartOnServer(ctx context.Context, srv ServerSide, cfg Config, dataDir string) (*Harness, error) {
+	st := srv.Service().Store()
+	site, err := st.Site(ctx, "default")
+	if err != nil {
+		return nil, err
+	}
+	cfg.SiteID = site.ID
+	cfg.Gateway = &GatewayTarget{URL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: filepath.Join(dataDir, "os")}
+	h := &Harness{Store: st, Metal: srv.Service(), Engine: srv.Engine(), Sim: New(cfg, srv.Engine()), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	tok, err := srv.CreateSiteJoinToken(ctx, site.ID, time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	h.cancel = cancel
+	link, err := h.Sim.RunSiteAgentOverGateway(rctx, tok, filepath.Join(dataDir, "site-agent"))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() {
+		defer close(h.done)
+		<-rctx.Done()
+		link.Wait()
+	}()
+	return h, nil
+}
+
+// ServerSide is what StartOnServer needs of a running bcd server.
+type ServerSide interface {
+	Service() *metal.Service
+	Engine() *engine.Engine
+	GatewayURL() string
+	CAPEM() []byte
+	CreateSiteJoinToken(ctx context.Context, siteID string, ttl time.Duration) (string, error)
 }
 
 // Start builds and starts a harness over st.
