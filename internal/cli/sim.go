@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +27,7 @@ func simCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var workers int
 	var overGateway bool
+	var profile string
 	cmd := &cobra.Command{
 		Use:   "sim [--nodes 10000] [--store DSN] [--json]",
 		Short: "Simulate a site of N machines against a real control plane and measure each lifecycle phase",
@@ -35,6 +37,17 @@ func simCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if profile != "" {
+				f, err := os.Create(profile)
+				if err != nil {
+					return fmt.Errorf("creating CPU profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("starting CPU profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			if storeDSN == "" {
 				dir, err := os.MkdirTemp("", "bcd-sim-")
 				if err != nil {
@@ -112,6 +125,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 32, "reconciler workers")
+	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd
 }
