@@ -34,6 +34,9 @@ const (
 const (
 	CmdlineGatewayKey = "bcd.gateway"
 	CmdlineTokenKey   = "bcd.token"
+	// CmdlineCAKey carries the control plane's CA certificate (PEM, base64url without padding)
+	// that a ramdisk trusts before it has joined.
+	CmdlineCAKey = "bcd.ca"
 )
 
 // Limits on what an entry may carry.
@@ -41,6 +44,7 @@ const (
 	maxExtraArgs   = 32
 	maxArgLen      = 256
 	maxCmdlineLen  = 2048 // x86 COMMAND_LINE_SIZE
+	maxCALen       = 1400 // one P-256 CA certificate in PEM, base64url
 	maxURLLen      = 1024
 	minTokenLen    = 16
 	maxTokenLen    = 512
@@ -65,6 +69,7 @@ type Entry struct {
 	Initrd     Artifact
 	GatewayURL string   // bcd.gateway=; required for ramdisk
 	Token      string   // bcd.token= (one-time discovery token / instance token); required for ramdisk
+	CA         string   // bcd.ca= (base64url of the CA PEM, no padding); optional
 	ExtraArgs  []string // further kernel parameters, key or key=value, validated
 
 	// KindLocal.
@@ -128,7 +133,7 @@ func (e *Entry) Validate() error {
 }
 
 func (e *Entry) hasBootFields() bool {
-	return e.Kernel != (Artifact{}) || e.Initrd != (Artifact{}) || e.GatewayURL != "" || e.Token != "" || len(e.ExtraArgs) > 0
+	return e.Kernel != (Artifact{}) || e.Initrd != (Artifact{}) || e.GatewayURL != "" || e.Token != "" || e.CA != "" || len(e.ExtraArgs) > 0
 }
 
 // cmdline builds the kernel arguments after the kernel URL: initrd=<name> first (gotcha: the
@@ -146,6 +151,17 @@ func (e *Entry) cmdline() (string, error) {
 			return "", err
 		}
 		args = append(args, CmdlineTokenKey+"="+e.Token)
+	}
+	if e.CA != "" {
+		if len(e.CA) > maxCALen {
+			return "", fmt.Errorf("CA: %d characters, at most %d", len(e.CA), maxCALen)
+		}
+		for i := 0; i < len(e.CA); i++ {
+			if c := e.CA[i]; !isAlnum(c) && c != '-' && c != '_' {
+				return "", errors.New("CA: not base64url without padding")
+			}
+		}
+		args = append(args, CmdlineCAKey+"="+e.CA)
 	}
 	if len(e.ExtraArgs) > maxExtraArgs {
 		return "", fmt.Errorf("%d extra kernel arguments: at most %d", len(e.ExtraArgs), maxExtraArgs)
@@ -266,7 +282,7 @@ func validateToken(t string) error {
 
 // reservedKeys are set by the entry itself; extra arguments cannot override them.
 func reservedKey(k string) bool {
-	return k == "initrd" || k == CmdlineGatewayKey || k == CmdlineTokenKey || k == "BOOT_IMAGE"
+	return k == "initrd" || k == CmdlineGatewayKey || k == CmdlineTokenKey || k == CmdlineCAKey || k == "BOOT_IMAGE"
 }
 
 func validateExtraArg(a string) error {

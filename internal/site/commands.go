@@ -3,6 +3,7 @@ package site
 import (
 	"context"
 	"crypto"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -110,6 +111,9 @@ type RamdiskConfig struct {
 	Initrd     netboot.Artifact
 	GatewayURL string   // bcd.gateway= (the gateway as machines reach it)
 	ExtraArgs  []string // further kernel parameters
+	// CAPEM is the control plane's CA, passed to the ramdisk as bcd.ca= so it can verify the
+	// gateway before it has joined.
+	CAPEM []byte
 }
 
 // configured reports whether a kernel and an initrd are set.
@@ -122,6 +126,9 @@ func RamdiskEntry(r RamdiskConfig, token string) (netboot.Entry, error) {
 	}
 	e := netboot.Entry{Kind: netboot.KindRamdisk, Kernel: r.Kernel, Initrd: r.Initrd, GatewayURL: r.GatewayURL,
 		Token: token, ExtraArgs: slices.Clone(r.ExtraArgs)}
+	if len(r.CAPEM) > 0 {
+		e.CA = base64.RawURLEncoding.EncodeToString(r.CAPEM)
+	}
 	if err := e.Validate(); err != nil {
 		return netboot.Entry{}, fmt.Errorf("ramdisk entry: %w", err)
 	}

@@ -241,6 +241,13 @@ func (c *Config) setDefaults() error {
 	if c.Ramdisk.GatewayURL == "" {
 		c.Ramdisk.GatewayURL = c.GatewayURL
 	}
+	if len(c.Ramdisk.CAPEM) == 0 {
+		// The CA given for the first join, or the one agentlink kept from it.
+		c.Ramdisk.CAPEM = c.CAPEM
+		if b, err := os.ReadFile(filepath.Join(c.DataDir, "ca.pem")); err == nil && c.DataDir != "" {
+			c.Ramdisk.CAPEM = b
+		}
+	}
 	if c.DHCPMode != dhcp.ModeOff && !c.ServerIP.IsValid() {
 		ip, err := InterfaceIPv4(c.Interface)
 		if err != nil {

@@ -23,9 +23,8 @@ import (
 // CmdlineModeKey selects discovery mode (bcd.mode=discovery) when the entry has no token.
 const CmdlineModeKey = "bcd.mode"
 
-// CmdlineCAKey carries the CA the ramdisk trusts before it has joined: the CA certificate(s)
-// in PEM, encoded base64url without padding (bcd.ca=LS0tLS1CRUdJTi...). Required in join mode.
-const CmdlineCAKey = "bcd.ca"
+// CmdlineCAKey is netboot.CmdlineCAKey: the CA the ramdisk trusts before it has joined.
+const CmdlineCAKey = netboot.CmdlineCAKey
 
 // Mode is how the ramdisk presents itself to the gateway.
 type Mode string
