@@ -85,6 +85,10 @@ func newRoot(env Env) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.server, "server", g.envOr("BCD_SERVER", "http://127.0.0.1:7480"), "control plane API URL (env BCD_SERVER)")
 	root.PersistentFlags().StringVar(&g.token, "token", g.envOr("BCD_TOKEN", ""), "API bearer token (env BCD_TOKEN)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	// `bcd events` is `bcd node events` at the top level: the watch stream operators keep open.
+	events := nodeEventsCmd(g)
+	events.Use = "events [NODE]"
+	root.AddCommand(events)
 	root.AddCommand(serverCmd(g), nodeCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g),
 		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
 	return root

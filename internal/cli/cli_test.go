@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"bcd/internal/server"
 )
@@ -81,4 +83,53 @@ func TestCLIAgainstServer(t *testing.T) {
 			t.Errorf("%v: %d %q %q", args, code, out, errs)
 		}
 	}
+}
+
+func TestEventsFollow(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token, "BCD_BMC_PASSWORD": "pw"}
+	if code, _, errs := run(t, env, "node", "enroll", "f1", "--bmc-address", "https://10.0.0.9", "--bmc-username", "root"); code != 0 {
+		t.Fatal(errs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, Env{Args: []string{"events", "--follow", "-o", "json"}, Getenv: func(k string) string { return env[k] }, Stdout: out, Stderr: io.Discard})
+	}()
+	waitFor := func(s string) {
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(out.String(), s) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q not followed; got:\n%s", s, out.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitFor(`"kind":"node.enroll"`)
+	if code, _, errs := run(t, env, "node", "abort", "f1", "--reason", "followed"); code != 0 {
+		t.Fatal(errs)
+	}
+	waitFor(`"reason":"followed"`)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("follow exited %d", code)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -6,9 +6,11 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"bcd/internal/gen/bcdv1"
 )
@@ -218,6 +220,7 @@ func nodeGetCmd(g *globals) *cobra.Command {
 
 func nodeEventsCmd(g *globals) *cobra.Command {
 	var in bcdv1.ListEventsRequest
+	var follow bool
 	cmd := &cobra.Command{
 		Use:   "events [NODE]",
 		Short: "Show the event log (of one node, or all)",
@@ -230,23 +233,53 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			resp, err := c.nodes.Events(cmd.Context(), connect.NewRequest(&in))
-			if err != nil {
-				return err
-			}
-			if g.output == "json" {
-				return g.printJSON(resp.Msg)
-			}
 			tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tAT\tNODE\tKIND\tFROM\tTO\tACTOR\tREASON\tDATA")
-			for _, e := range resp.Msg.Events {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Id, e.At, dash(e.Node), e.Kind, dash(e.FromState), dash(e.ToState), e.Actor, dash(e.Reason), e.Data)
+			if g.output != "json" {
+				fmt.Fprintln(tw, "ID\tAT\tNODE\tKIND\tFROM\tTO\tACTOR\tREASON\tDATA")
 			}
-			return tw.Flush()
+			for {
+				resp, err := c.nodes.Events(cmd.Context(), connect.NewRequest(&in))
+				if err != nil {
+					if follow && cmd.Context().Err() != nil {
+						return nil
+					}
+					return err
+				}
+				if g.output == "json" {
+					if !follow {
+						return g.printJSON(resp.Msg)
+					}
+					for _, e := range resp.Msg.Events { // one JSON object per line while following
+						b, _ := protojson.Marshal(e)
+						fmt.Fprintln(g.env.Stdout, string(b))
+					}
+				} else {
+					for _, e := range resp.Msg.Events {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Id, e.At, dash(e.Node), e.Kind, dash(e.FromState), dash(e.ToState), e.Actor, dash(e.Reason), e.Data)
+					}
+					if err := tw.Flush(); err != nil {
+						return err
+					}
+				}
+				if n := len(resp.Msg.Events); n > 0 {
+					in.AfterId = resp.Msg.Events[n-1].Id
+				}
+				if !follow {
+					return nil
+				}
+				if len(resp.Msg.Events) == 0 {
+					select {
+					case <-cmd.Context().Done():
+						return nil
+					case <-time.After(time.Second):
+					}
+				}
+			}
 		},
 	}
 	cmd.Flags().Uint64Var(&in.AfterId, "after", 0, "only events after this id")
-	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many (default 500)")
+	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many per request (default 500)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they happen (until interrupted)")
 	return cmd
 }
 
