@@ -26,6 +26,22 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 		args[k] = v
 	}
 	subject := n.ID
+	if kind.Name == "deploy.image" {
+		// Re-checked when the command is built: a signer revoked, or a field changed, since
+		// the verb refuses the image before any byte is written.
+		img, err := r.tx.VerifiedImage(r.ctx, n.DeployImage)
+		if err != nil {
+			return store.Command{}, fmt.Errorf("refusing to write image %s: %w", n.DeployImage, err)
+		}
+		args["image"], args["url"], args["size"] = img.Name, img.URL, img.Size
+		args["format"], args["compression"] = img.Format, img.Compression
+		if img.SHA256 != "" {
+			args["sha256"] = img.SHA256
+		}
+		if img.SHA512 != "" {
+			args["sha512"] = img.SHA512
+		}
+	}
 	if kind.RunsOn == command.OnSite {
 		args["nodeId"] = n.ID
 		if strings.HasPrefix(kind.Name, "bmc.") {

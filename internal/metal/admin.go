@@ -2,12 +2,14 @@ package metal
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
 	"regexp"
 	"time"
 
 	"bcd/internal/auth"
+	"bcd/internal/catalog"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -417,4 +419,80 @@ func (s *Service) DeployProfiles(ctx context.Context, p auth.Principal) (map[str
 		return nil, err
 	}
 	return s.st.Profiles(ctx)
+}
+
+// ---------------------------------------------------------------- image catalog
+
+// AddSigner registers an Ed25519 public key that may sign catalog images.
+func (s *Service) AddSigner(ctx context.Context, p auth.Principal, name string, pub []byte) error {
+	if err := Require(p, auth.Administer); err != nil {
+		return err
+	}
+	if err := ValidName("name", name); err != nil {
+		return err
+	}
+	if len(pub) != ed25519.PublicKeySize {
+		return invalid("public_key", "is %d bytes: an Ed25519 public key is %d", len(pub), ed25519.PublicKeySize)
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.PutSigner(ctx, name, pub); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "signer.add", Data: jsonObject(map[string]any{"name": name})})
+	})
+}
+
+// RevokeSigner revokes a signer: its images can no longer be deployed.
+func (s *Service) RevokeSigner(ctx context.Context, p auth.Principal, name string) error {
+	if err := Require(p, auth.Administer); err != nil {
+		return err
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.RevokeSigner(ctx, name); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "signer.revoke", Data: jsonObject(map[string]any{"name": name})})
+	})
+}
+
+// AddImage adds (or replaces) a catalog image. It may be unsigned in the catalog; deploy refuses
+// it until a registered signer's signature covers it.
+func (s *Service) AddImage(ctx context.Context, p auth.Principal, img catalog.Image) error {
+	if err := Require(p, auth.Administer); err != nil {
+		return err
+	}
+	if err := ValidName("name", img.Name); err != nil {
+		return err
+	}
+	if err := catalog.Check(img); err != nil {
+		return invalid("image", "%s", err.Error())
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.PutImage(ctx, img); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "image.put", Data: jsonObject(map[string]any{"name": img.Name, "url": img.URL, "sha256": img.SHA256, "signer": img.Signer})})
+	})
+}
+
+// Images lists the catalog with each image's verdict ("" when deployable).
+func (s *Service) Images(ctx context.Context, p auth.Principal) ([]catalog.Image, []string, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, nil, err
+	}
+	imgs, err := s.st.Images(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	signers, err := s.st.Signers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	verdicts := make([]string, len(imgs))
+	for i, img := range imgs {
+		if err := catalog.Verify(img, signers); err != nil {
+			verdicts[i] = err.Error()
+		}
+	}
+	return imgs, verdicts, nil
 }

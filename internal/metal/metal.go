@@ -324,6 +324,12 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 		if err := ValidName("image", in.Image); err != nil {
 			return store.Node{}, "", err
 		}
+		if _, err := s.st.VerifiedImage(ctx, in.Image); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return store.Node{}, "", invalid("image", "no catalog image named %q (bcd image list)", truncate(in.Image))
+			}
+			return store.Node{}, "", invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
+		}
 		if err := s.knownDeployProfile(ctx, in.Profile); err != nil {
 			return store.Node{}, "", err
 		}

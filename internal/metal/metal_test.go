@@ -3,6 +3,7 @@ package metal
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"testing"
 
 	"bcd/internal/auth"
+	"bcd/internal/catalog"
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
@@ -44,6 +46,17 @@ func newFixture(t *testing.T, st *store.Store) *fixture {
 	p, err := svc.Authenticate(context.Background(), tok)
 	if err != nil || p.Role != auth.Admin {
 		t.Fatalf("authenticating the first token: %+v %v", p, err)
+	}
+	pub, key, _ := ed25519.GenerateKey(nil)
+	if err := svc.AddSigner(context.Background(), p, "test-signer", pub); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"debian", "debian-12", "x"} {
+		img := catalog.Image{Name: name, URL: "http://images.test/" + name, Size: 10, Format: "raw", Compression: "none", SHA256: strings.Repeat("a", 64), Signer: "test-signer"}
+		img.Signature = catalog.Sign(img, key)
+		if err := svc.AddImage(context.Background(), p, img); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return &fixture{svc: svc, st: st, admin: p, logs: logs}
 }
@@ -465,6 +478,53 @@ func TestRolesAndTenants(t *testing.T) {
 		}
 		if _, err := f.svc.Authenticate(ctx, viewerSecret); !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("revoked token authenticates: %v", err)
+		}
+	})
+}
+
+func TestDeployNeedsASignedCatalogImage(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		f := newFixture(t, st)
+		if _, err := f.svc.Enroll(ctx, f.admin, enrollInput("n1")); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"inspecting", "commissioning", "ready"} {
+			if n := complete(t, f, "n1"); n.State != want {
+				t.Fatalf("chain: %s", n.State)
+			}
+		}
+		pub, key, _ := ed25519.GenerateKey(nil)
+		if err := f.svc.AddSigner(ctx, f.admin, "acme", pub); err != nil {
+			t.Fatal(err)
+		}
+		base := catalog.Image{URL: "http://images.test/i", Size: 10, Format: "raw", Compression: "zstd", SHA256: strings.Repeat("b", 64), Signer: "acme"}
+		add := func(name string, mutate func(*catalog.Image)) {
+			img := base
+			img.Name = name
+			img.Signature = catalog.Sign(img, key)
+			mutate(&img)
+			if err := f.svc.AddImage(ctx, f.admin, img); err != nil {
+				t.Fatal(err)
+			}
+		}
+		add("unsigned", func(i *catalog.Image) { i.Signature, i.Signer = nil, "" })
+		add("tampered", func(i *catalog.Image) { i.URL = "http://evil.test/i" })
+		add("good", func(*catalog.Image) {})
+		for name, want := range map[string]string{"unsigned": "not signed", "tampered": "does not verify", "nope": "no catalog image"} {
+			_, _, err := f.svc.Apply(ctx, f.admin, provision.VerbDeploy, VerbInput{Node: "n1", Image: name})
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("deploy of %s: %v, want %q", name, err, want)
+			}
+		}
+		if err := f.svc.RevokeSigner(ctx, f.admin, "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := f.svc.Apply(ctx, f.admin, provision.VerbDeploy, VerbInput{Node: "n1", Image: "good"}); err == nil || !strings.Contains(err.Error(), "revoked") {
+			t.Errorf("deploy of a revoked signer's image: %v", err)
+		}
+		if n, _ := st.Node(ctx, "n1", ""); n.State != "ready" {
+			t.Errorf("refused deploys moved the node to %s", n.State)
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"bcd/internal/auth"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/server"
@@ -37,6 +38,9 @@ func TestServerProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	if tok := srv.FirstAdminToken(); tok != "" {
+		if err := sim.SeedImages(context.Background(), srv.Service(), auth.Principal{Name: "test", Role: auth.Admin}, "img"); err != nil {
+			t.Fatal(err)
+		}
 		os.WriteFile(filepath.Join(dir, "admin-token"), []byte(tok), 0o600)
 	}
 	srv.Serve(context.Background()) // until SIGKILL

@@ -58,6 +58,9 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	defer func() { stopAgents(); link.Wait(); s.Wait() }()
 
 	admin := auth.Principal{Name: "test", Role: auth.Admin}
+	if err := sim.SeedImages(ctx, srv.Service(), admin, "debian-12"); err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
 	for i := range 2 {
 		mac, uuid := fmt.Sprintf("02:aa:00:00:00:%02x", i), fmt.Sprintf("0000000%d-1111-4222-8333-444444444444", i)

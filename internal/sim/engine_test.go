@@ -287,3 +287,35 @@ func TestSweepRepairsStrandedNodes(t *testing.T) {
 		t.Fatalf("still stranded: %d", len(stranded))
 	}
 }
+
+func TestRevokedSignerStopsTheImageWrite(t *testing.T) {
+	ctx := context.Background()
+	h, ids := start(t, storetest.Open(t, store.SQLite), 1)
+	rest(t, h, ids)
+	// The deploy verb accepts the signed image; the signer is revoked before the write starts.
+	h.Sim.SetFaults(Faults{Hang: map[string]bool{"boot.prepareRamdisk": true}})
+	h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"})
+	signers, _ := h.Store.Signers(ctx)
+	if err := h.Metal.RevokeSigner(ctx, h.Admin, signers[0].Name); err != nil {
+		t.Fatal(err)
+	}
+	// Let the hung step time out quickly by failing it: abort is not wanted here, so release
+	// the hang and let the workflow reach deploy.image.
+	h.Sim.SetFaults(Faults{})
+	cmds, _ := h.Store.Commands(ctx, ids[0], 500)
+	for _, c := range cmds {
+		if c.Kind == "boot.prepareRamdisk" && c.State == "delivered" {
+			h.Engine.Report(ctx, engine.Agent{ID: c.TargetAgent, Kind: "site"}, engine.Update{CommandID: c.ID, State: "succeeded", Result: []byte("{}")})
+		}
+	}
+	got := rest(t, h, ids)[ids[0]]
+	if got.State != "failed" || !strings.Contains(got.FaultMsg, "revoked") {
+		t.Fatalf("after revocation: %s %s %q", got.State, got.FaultCode, got.FaultMsg)
+	}
+	cmds, _ = h.Store.Commands(ctx, ids[0], 500)
+	for _, c := range cmds {
+		if c.Kind == "deploy.image" {
+			t.Fatalf("an image write was sent after its signer was revoked: %+v", c)
+		}
+	}
+}

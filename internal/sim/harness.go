@@ -42,6 +42,9 @@ func StartOnServer(ctx context.Context, srv ServerSide, cfg Config, dataDir stri
 	cfg.SiteID = site.ID
 	cfg.Gateway = &GatewayTarget{URL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: filepath.Join(dataDir, "os")}
 	h := &Harness{Store: st, Metal: srv.Service(), Engine: srv.Engine(), Sim: New(cfg, srv.Engine()), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	if err := SeedImages(ctx, srv.Service(), h.Admin, "img", "debian-12", "sim-image"); err != nil {
+		return nil, err
+	}
 	tok, err := srv.CreateSiteJoinToken(ctx, site.ID, time.Hour)
 	if err != nil {
 		return nil, err
@@ -91,6 +94,9 @@ func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config,
 	}
 	cfg.SiteID = site.ID
 	h := &Harness{Store: st, Metal: svc, Engine: eng, Sim: New(cfg, eng), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	if err := SeedImages(ctx, svc, h.Admin, "img", "debian-12", "sim-image"); err != nil {
+		return nil, err
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
 	go func() {

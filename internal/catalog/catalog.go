@@ -1,0 +1,120 @@
+// Package catalog is the image catalog's trust rule: an image is deployable only when an
+// Ed25519 signature by a registered, unrevoked signer covers every field that decides which
+// bytes end up on a disk (name, URL, size, format, compression, digests). Pure functions.
+package catalog
+
+import (
+	"crypto/ed25519"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+)
+
+// Image is a catalog entry.
+type Image struct {
+	Name        string
+	URL         string
+	Size        int64
+	Format      string // raw | qcow2
+	Compression string // none | zstd | xz | gzip
+	SHA256      string // hex
+	SHA512      string // hex
+	Signer      string
+	Signature   []byte
+}
+
+// Signer is a registered public key.
+type Signer struct {
+	Name      string
+	PublicKey ed25519.PublicKey
+	Revoked   bool
+}
+
+// Formats and compressions accepted.
+var (
+	formats      = []string{"raw", "qcow2"}
+	compressions = []string{"none", "zstd", "xz", "gzip"}
+	hex64        = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hex128       = regexp.MustCompile(`^[0-9a-f]{128}$`)
+)
+
+// Check validates an image's fields (not its signature).
+func Check(img Image) error {
+	u, err := url.Parse(img.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("image %s: URL %q: use http(s)://host/path", img.Name, img.URL)
+	}
+	if img.Size < 0 {
+		return fmt.Errorf("image %s: size %d is negative", img.Name, img.Size)
+	}
+	if !slices.Contains(formats, img.Format) {
+		return fmt.Errorf("image %s: format %q: accepted are raw, qcow2", img.Name, img.Format)
+	}
+	if !slices.Contains(compressions, img.Compression) {
+		return fmt.Errorf("image %s: compression %q: accepted are none, zstd, xz, gzip", img.Name, img.Compression)
+	}
+	if img.SHA256 == "" && img.SHA512 == "" {
+		return fmt.Errorf("image %s: a sha256 or sha512 digest is required", img.Name)
+	}
+	if img.SHA256 != "" && !hex64.MatchString(img.SHA256) {
+		return fmt.Errorf("image %s: sha256 must be 64 lower-case hex digits", img.Name)
+	}
+	if img.SHA512 != "" && !hex128.MatchString(img.SHA512) {
+		return fmt.Errorf("image %s: sha512 must be 128 lower-case hex digits", img.Name)
+	}
+	return nil
+}
+
+// SigningInput is the unambiguous byte string a signer signs: a domain separator, then every
+// field length-prefixed.
+func SigningInput(img Image) []byte {
+	out := []byte("bcd-image-v1\x00")
+	add := func(s string) {
+		out = binary.BigEndian.AppendUint32(out, uint32(len(s)))
+		out = append(out, s...)
+	}
+	add(img.Name)
+	add(img.URL)
+	out = binary.BigEndian.AppendUint64(out, uint64(img.Size))
+	add(img.Format)
+	add(img.Compression)
+	add(img.SHA256)
+	add(img.SHA512)
+	return out
+}
+
+// Sign signs img with key.
+func Sign(img Image, key ed25519.PrivateKey) []byte { return ed25519.Sign(key, SigningInput(img)) }
+
+// Refusals.
+var (
+	ErrUnsigned      = errors.New("image is not signed")
+	ErrUnknownSigner = errors.New("image is signed by an unknown signer")
+	ErrRevoked       = errors.New("image's signer is revoked")
+	ErrBadSignature  = errors.New("image's signature does not verify: a field was changed after signing, or the signature is forged")
+)
+
+// Verify decides whether img may be deployed, given the registered signers.
+func Verify(img Image, signers []Signer) error {
+	if err := Check(img); err != nil {
+		return err
+	}
+	if img.Signer == "" || len(img.Signature) == 0 {
+		return fmt.Errorf("%s: %w", img.Name, ErrUnsigned)
+	}
+	i := slices.IndexFunc(signers, func(s Signer) bool { return s.Name == img.Signer })
+	if i < 0 {
+		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrUnknownSigner)
+	}
+	s := signers[i]
+	if s.Revoked {
+		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrRevoked)
+	}
+	if len(s.PublicKey) != ed25519.PublicKeySize || !ed25519.Verify(s.PublicKey, SigningInput(img), img.Signature) {
+		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrBadSignature)
+	}
+	return nil
+}

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"bcd/internal/catalog"
+)
+
+// PutSigner registers a signer's Ed25519 public key (a name is registered once).
+func (t *Tx) PutSigner(ctx context.Context, name string, pub []byte) error {
+	if _, err := t.exec(ctx, `INSERT INTO signers (name, public_key, created_at) VALUES (?, ?, ?)`, name, pub, t.at); err != nil {
+		if isUnique(err) {
+			return fmt.Errorf("signer %q: %w", name, ErrConflict)
+		}
+		return fmt.Errorf("registering signer %s: %w", name, err)
+	}
+	return nil
+}
+
+// RevokeSigner revokes a signer: images it signed are no longer deployable.
+func (t *Tx) RevokeSigner(ctx context.Context, name string) error {
+	res, err := t.exec(ctx, `UPDATE signers SET revoked_at = ? WHERE name = ? AND revoked_at = 0`, t.at, name)
+	if err != nil {
+		return fmt.Errorf("revoking signer %s: %w", name, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("active signer %q: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
+// Signers lists every signer (revoked ones included, marked).
+func (s *Store) Signers(ctx context.Context) ([]catalog.Signer, error) {
+	rows, err := s.queryRows(ctx, `SELECT name, public_key, revoked_at FROM signers ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing signers: %w", err)
+	}
+	defer rows.Close()
+	var out []catalog.Signer
+	for rows.Next() {
+		var sg catalog.Signer
+		var revoked int64
+		if err := rows.Scan(&sg.Name, &sg.PublicKey, &revoked); err != nil {
+			return nil, err
+		}
+		sg.Revoked = revoked != 0
+		out = append(out, sg)
+	}
+	return out, rows.Err()
+}
+
+// PutImage adds or replaces a catalog image.
+func (t *Tx) PutImage(ctx context.Context, img catalog.Image) error {
+	_, err := t.exec(ctx, `INSERT INTO images (name, url, size, format, compression, sha256, sha512, signer, signature, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET url = excluded.url, size = excluded.size,
+		format = excluded.format, compression = excluded.compression, sha256 = excluded.sha256, sha512 = excluded.sha512,
+		signer = excluded.signer, signature = excluded.signature`,
+		img.Name, img.URL, img.Size, img.Format, img.Compression, img.SHA256, img.SHA512, img.Signer, img.Signature, t.at)
+	if err != nil {
+		return fmt.Errorf("storing image %s: %w", img.Name, err)
+	}
+	return nil
+}
+
+const imageCols = `name, url, size, format, compression, sha256, sha512, signer, signature`
+
+func scanImage(r interface{ Scan(...any) error }) (catalog.Image, error) {
+	var img catalog.Image
+	err := r.Scan(&img.Name, &img.URL, &img.Size, &img.Format, &img.Compression, &img.SHA256, &img.SHA512, &img.Signer, &img.Signature)
+	return img, err
+}
+
+// Image reads a catalog image.
+func (s *Store) Image(ctx context.Context, name string) (catalog.Image, error) {
+	img, err := scanImage(s.queryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return catalog.Image{}, fmt.Errorf("image %q: %w", name, ErrNotFound)
+	}
+	return img, err
+}
+
+// Images lists the catalog.
+func (s *Store) Images(ctx context.Context) ([]catalog.Image, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+imageCols+` FROM images ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("listing images: %w", err)
+	}
+	defer rows.Close()
+	var out []catalog.Image
+	for rows.Next() {
+		img, err := scanImage(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, rows.Err()
+}
+
+// VerifiedImage (in a transaction) returns a catalog image only when its signature still
+// verifies.
+func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, error) {
+	img, err := scanImage(t.queryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = ?`, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return catalog.Image{}, fmt.Errorf("image %q: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	rows, err := t.query(ctx, `SELECT name, public_key, revoked_at FROM signers WHERE name = ?`, img.Signer)
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	defer rows.Close()
+	var signers []catalog.Signer
+	for rows.Next() {
+		var sg catalog.Signer
+		var revoked int64
+		if err := rows.Scan(&sg.Name, &sg.PublicKey, &revoked); err != nil {
+			return catalog.Image{}, err
+		}
+		sg.Revoked = revoked != 0
+		signers = append(signers, sg)
+	}
+	if err := catalog.Verify(img, signers); err != nil {
+		return catalog.Image{}, err
+	}
+	return img, nil
+}
+
+// VerifiedImage returns a catalog image only when its signature still verifies against the
+// registered signers (unsigned, revoked-signer and tampered images are refused).
+func (s *Store) VerifiedImage(ctx context.Context, name string) (catalog.Image, error) {
+	img, err := s.Image(ctx, name)
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	signers, err := s.Signers(ctx)
+	if err != nil {
+		return catalog.Image{}, err
+	}
+	if err := catalog.Verify(img, signers); err != nil {
+		return catalog.Image{}, err
+	}
+	return img, nil
+}
