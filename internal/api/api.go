@@ -54,6 +54,7 @@ func Handler(svc *metal.Service, joiner SiteJoiner, log *slog.Logger) http.Handl
 	mux.Handle(bcdv1connect.NewNodeServiceHandler(n, opts...))
 	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc, joiner: joiner}, opts...))
 	mux.Handle(bcdv1connect.NewTokenServiceHandler(&tokens{svc: svc}, opts...))
+	mux.Handle(bcdv1connect.NewImageServiceHandler(&images{svc: svc}, opts...))
 	return mux
 }
 

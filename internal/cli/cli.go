@@ -89,7 +89,7 @@ func newRoot(env Env) *cobra.Command {
 	events := nodeEventsCmd(g)
 	events.Use = "events [NODE]"
 	root.AddCommand(events)
-	root.AddCommand(serverCmd(g), nodeCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g),
+	root.AddCommand(serverCmd(g), nodeCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g),
 		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
 	return root
 }
@@ -108,7 +108,7 @@ func (g *globals) clients() (*clients, error) {
 	if !strings.HasPrefix(g.server, "http://") && !strings.HasPrefix(g.server, "https://") {
 		return nil, fmt.Errorf("--server %q: use http://HOST:PORT or https://HOST:PORT", g.server)
 	}
-	hc := &http.Client{Timeout: 5 * time.Minute}
+	hc := httpClient()
 	opts := []connect.ClientOption{connect.WithInterceptors(bearer(g.token))}
 	base := strings.TrimSuffix(g.server, "/")
 	return &clients{
@@ -117,6 +117,8 @@ func (g *globals) clients() (*clients, error) {
 		tokens:    bcdv1connect.NewTokenServiceClient(hc, base, opts...),
 	}, nil
 }
+
+func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Minute} }
 
 func bearer(token string) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {

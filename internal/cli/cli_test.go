@@ -55,9 +55,13 @@ func TestCLIAgainstServer(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Nodes) != 1 || list.Nodes[0].State != "enrolling" {
 		t.Fatalf("list json: %d %q", code, out)
 	}
-	code, _, errs = run(t, env, "node", "deploy", "n1", "--image", "debian")
+	code, _, errs = run(t, env, "node", "manage", "n1")
 	if code != 1 || !strings.Contains(errs, "failed_precondition") || !strings.Contains(errs, "verbs accepted now") {
-		t.Fatalf("deploy while enrolling: %d %q", code, errs)
+		t.Fatalf("manage while enrolling: %d %q", code, errs)
+	}
+	code, _, errs = run(t, env, "node", "deploy", "n1", "--image", "debian")
+	if code != 1 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "bcd image list") {
+		t.Fatalf("deploy of an image not in the catalog: %d %q", code, errs)
 	}
 	code, _, errs = run(t, map[string]string{"BCD_SERVER": url}, "node", "list")
 	if code != 1 || !strings.Contains(errs, "BCD_TOKEN") {
@@ -132,4 +136,31 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestImageCatalogCLI(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}
+	prefix := filepath.Join(t.TempDir(), "lab")
+	for _, args := range [][]string{
+		{"signer", "keygen", "--out", prefix},
+		{"signer", "add", "lab", "--public-key-file", prefix + ".pub"},
+		{"image", "add", "debian", "--url", "http://10.0.0.1/d.raw.zst", "--size", "100", "--compression", "zstd", "--sha256", strings.Repeat("c", 64), "--signer", "lab", "--sign-key", prefix + ".key"},
+		{"image", "add", "unsigned", "--url", "http://10.0.0.1/u.raw", "--sha256", strings.Repeat("d", 64)},
+	} {
+		if code, out, errs := run(t, env, args...); code != 0 {
+			t.Fatalf("%v: %s %s", args, out, errs)
+		}
+	}
+	code, out, _ := run(t, env, "image", "list")
+	if code != 0 || !strings.Contains(out, "deployable") || !strings.Contains(out, "REFUSED: unsigned: image is not signed") {
+		t.Fatalf("image list:\n%s", out)
+	}
+	if code, _, _ := run(t, env, "signer", "revoke", "lab"); code != 0 {
+		t.Fatal("revoke failed")
+	}
+	_, out, _ = run(t, env, "image", "list")
+	if !strings.Contains(out, "revoked") {
+		t.Fatalf("after revocation:\n%s", out)
+	}
 }

@@ -3829,6 +3829,591 @@ func (x *WhoAmIResponse) GetToken() *Token {
 	return nil
 }
 
+type Signer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	PublicKey     []byte                 `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"` // Ed25519, 32 bytes
+	Revoked       bool                   `protobuf:"varint,3,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Signer) Reset() {
+	*x = Signer{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Signer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Signer) ProtoMessage() {}
+
+func (x *Signer) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Signer.ProtoReflect.Descriptor instead.
+func (*Signer) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *Signer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Signer) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *Signer) GetRevoked() bool {
+	if x != nil {
+		return x.Revoked
+	}
+	return false
+}
+
+type Image struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Url         string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Size        int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Format      string                 `protobuf:"bytes,4,opt,name=format,proto3" json:"format,omitempty"`           // raw | qcow2
+	Compression string                 `protobuf:"bytes,5,opt,name=compression,proto3" json:"compression,omitempty"` // none | zstd | xz | gzip
+	Sha256      string                 `protobuf:"bytes,6,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	Sha512      string                 `protobuf:"bytes,7,opt,name=sha512,proto3" json:"sha512,omitempty"`
+	Signer      string                 `protobuf:"bytes,8,opt,name=signer,proto3" json:"signer,omitempty"`
+	Signature   []byte                 `protobuf:"bytes,9,opt,name=signature,proto3" json:"signature,omitempty"` // Ed25519 over the canonical signing input (internal/catalog)
+	// Empty when deployable; otherwise why deploy refuses it.
+	Verdict       string `protobuf:"bytes,10,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *Image) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Image) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Image) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Image) GetFormat() string {
+	if x != nil {
+		return x.Format
+	}
+	return ""
+}
+
+func (x *Image) GetCompression() string {
+	if x != nil {
+		return x.Compression
+	}
+	return ""
+}
+
+func (x *Image) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *Image) GetSha512() string {
+	if x != nil {
+		return x.Sha512
+	}
+	return ""
+}
+
+func (x *Image) GetSigner() string {
+	if x != nil {
+		return x.Signer
+	}
+	return ""
+}
+
+func (x *Image) GetSignature() []byte {
+	if x != nil {
+		return x.Signature
+	}
+	return nil
+}
+
+func (x *Image) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+type AddSignerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Signer        *Signer                `protobuf:"bytes,1,opt,name=signer,proto3" json:"signer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddSignerRequest) Reset() {
+	*x = AddSignerRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddSignerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddSignerRequest) ProtoMessage() {}
+
+func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
+func (*AddSignerRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *AddSignerRequest) GetSigner() *Signer {
+	if x != nil {
+		return x.Signer
+	}
+	return nil
+}
+
+type AddSignerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddSignerResponse) Reset() {
+	*x = AddSignerResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddSignerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddSignerResponse) ProtoMessage() {}
+
+func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
+func (*AddSignerResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+}
+
+type RevokeSignerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSignerRequest) Reset() {
+	*x = RevokeSignerRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSignerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSignerRequest) ProtoMessage() {}
+
+func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
+func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *RevokeSignerRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RevokeSignerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSignerResponse) Reset() {
+	*x = RevokeSignerResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSignerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSignerResponse) ProtoMessage() {}
+
+func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
+func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+}
+
+type ListSignersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSignersRequest) Reset() {
+	*x = ListSignersRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSignersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSignersRequest) ProtoMessage() {}
+
+func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
+func (*ListSignersRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+}
+
+type ListSignersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Signers       []*Signer              `protobuf:"bytes,1,rep,name=signers,proto3" json:"signers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSignersResponse) Reset() {
+	*x = ListSignersResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSignersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSignersResponse) ProtoMessage() {}
+
+func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
+func (*ListSignersResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *ListSignersResponse) GetSigners() []*Signer {
+	if x != nil {
+		return x.Signers
+	}
+	return nil
+}
+
+type AddImageRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Image         *Image                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddImageRequest) Reset() {
+	*x = AddImageRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddImageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddImageRequest) ProtoMessage() {}
+
+func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
+func (*AddImageRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *AddImageRequest) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+type AddImageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Image         *Image                 `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AddImageResponse) Reset() {
+	*x = AddImageResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AddImageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AddImageResponse) ProtoMessage() {}
+
+func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
+func (*AddImageResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *AddImageResponse) GetImage() *Image {
+	if x != nil {
+		return x.Image
+	}
+	return nil
+}
+
+type ListImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListImagesRequest) Reset() {
+	*x = ListImagesRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListImagesRequest) ProtoMessage() {}
+
+func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
+func (*ListImagesRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+}
+
+type ListImagesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Images        []*Image               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListImagesResponse) Reset() {
+	*x = ListImagesResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListImagesResponse) ProtoMessage() {}
+
+func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
+func (*ListImagesResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+}
+
+func (x *ListImagesResponse) GetImages() []*Image {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 var File_bcd_v1_bcd_proto protoreflect.FileDescriptor
 
 const file_bcd_v1_bcd_proto_rawDesc = "" +
@@ -4127,7 +4712,40 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\v2\r.bcd.v1.TokenR\x05token\"\x0f\n" +
 	"\rWhoAmIRequest\"5\n" +
 	"\x0eWhoAmIResponse\x12#\n" +
-	"\x05token\x18\x01 \x01(\v2\r.bcd.v1.TokenR\x05token2\xba\b\n" +
+	"\x05token\x18\x01 \x01(\v2\r.bcd.v1.TokenR\x05token\"U\n" +
+	"\x06Signer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\x12\x18\n" +
+	"\arevoked\x18\x03 \x01(\bR\arevoked\"\xfb\x01\n" +
+	"\x05Image\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06format\x18\x04 \x01(\tR\x06format\x12 \n" +
+	"\vcompression\x18\x05 \x01(\tR\vcompression\x12\x16\n" +
+	"\x06sha256\x18\x06 \x01(\tR\x06sha256\x12\x16\n" +
+	"\x06sha512\x18\a \x01(\tR\x06sha512\x12\x16\n" +
+	"\x06signer\x18\b \x01(\tR\x06signer\x12\x1c\n" +
+	"\tsignature\x18\t \x01(\fR\tsignature\x12\x18\n" +
+	"\averdict\x18\n" +
+	" \x01(\tR\averdict\":\n" +
+	"\x10AddSignerRequest\x12&\n" +
+	"\x06signer\x18\x01 \x01(\v2\x0e.bcd.v1.SignerR\x06signer\"\x13\n" +
+	"\x11AddSignerResponse\")\n" +
+	"\x13RevokeSignerRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14RevokeSignerResponse\"\x14\n" +
+	"\x12ListSignersRequest\"?\n" +
+	"\x13ListSignersResponse\x12(\n" +
+	"\asigners\x18\x01 \x03(\v2\x0e.bcd.v1.SignerR\asigners\"6\n" +
+	"\x0fAddImageRequest\x12#\n" +
+	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"7\n" +
+	"\x10AddImageResponse\x12#\n" +
+	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
+	"\x11ListImagesRequest\";\n" +
+	"\x12ListImagesResponse\x12%\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xba\b\n" +
 	"\vNodeService\x12<\n" +
 	"\x06Doctor\x12\x15.bcd.v1.DoctorRequest\x1a\x16.bcd.v1.DoctorResponse\"\x03\x90\x02\x01\x125\n" +
 	"\x06Enroll\x12\x15.bcd.v1.EnrollRequest\x1a\x14.bcd.v1.NodeResponse\x128\n" +
@@ -4171,7 +4789,14 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x06Create\x12\x1a.bcd.v1.CreateTokenRequest\x1a\x1b.bcd.v1.CreateTokenResponse\x12B\n" +
 	"\x04List\x12\x19.bcd.v1.ListTokensRequest\x1a\x1a.bcd.v1.ListTokensResponse\"\x03\x90\x02\x01\x12A\n" +
 	"\x06Revoke\x12\x1a.bcd.v1.RevokeTokenRequest\x1a\x1b.bcd.v1.RevokeTokenResponse\x12<\n" +
-	"\x06WhoAmI\x12\x15.bcd.v1.WhoAmIRequest\x1a\x16.bcd.v1.WhoAmIResponse\"\x03\x90\x02\x01B\x1eZ\x1cbcd/internal/gen/bcdv1;bcdv1b\x06proto3"
+	"\x06WhoAmI\x12\x15.bcd.v1.WhoAmIRequest\x1a\x16.bcd.v1.WhoAmIResponse\"\x03\x90\x02\x012\xf1\x02\n" +
+	"\fImageService\x12@\n" +
+	"\tAddSigner\x12\x18.bcd.v1.AddSignerRequest\x1a\x19.bcd.v1.AddSignerResponse\x12I\n" +
+	"\fRevokeSigner\x12\x1b.bcd.v1.RevokeSignerRequest\x1a\x1c.bcd.v1.RevokeSignerResponse\x12K\n" +
+	"\vListSigners\x12\x1a.bcd.v1.ListSignersRequest\x1a\x1b.bcd.v1.ListSignersResponse\"\x03\x90\x02\x01\x12=\n" +
+	"\bAddImage\x12\x17.bcd.v1.AddImageRequest\x1a\x18.bcd.v1.AddImageResponse\x12H\n" +
+	"\n" +
+	"ListImages\x12\x19.bcd.v1.ListImagesRequest\x1a\x1a.bcd.v1.ListImagesResponse\"\x03\x90\x02\x01B\x1eZ\x1cbcd/internal/gen/bcdv1;bcdv1b\x06proto3"
 
 var (
 	file_bcd_v1_bcd_proto_rawDescOnce sync.Once
@@ -4185,7 +4810,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                         // 1: bcd.v1.Node
@@ -4252,21 +4877,33 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*RevokeTokenResponse)(nil),          // 62: bcd.v1.RevokeTokenResponse
 	(*WhoAmIRequest)(nil),                // 63: bcd.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),               // 64: bcd.v1.WhoAmIResponse
-	nil,                                  // 65: bcd.v1.Node.DriversEntry
-	nil,                                  // 66: bcd.v1.Node.LabelsEntry
-	nil,                                  // 67: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 68: bcd.v1.Site.LabelsEntry
-	nil,                                  // 69: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 70: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 71: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 72: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*Signer)(nil),                       // 65: bcd.v1.Signer
+	(*Image)(nil),                        // 66: bcd.v1.Image
+	(*AddSignerRequest)(nil),             // 67: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),            // 68: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),          // 69: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),         // 70: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),           // 71: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),          // 72: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),              // 73: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),             // 74: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),            // 75: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),           // 76: bcd.v1.ListImagesResponse
+	nil,                                  // 77: bcd.v1.Node.DriversEntry
+	nil,                                  // 78: bcd.v1.Node.LabelsEntry
+	nil,                                  // 79: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                  // 80: bcd.v1.Site.LabelsEntry
+	nil,                                  // 81: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                  // 82: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                  // 83: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                  // 84: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	65, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	77, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	66, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	78, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	2,  // 3: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	67, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	79, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,  // 5: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,  // 6: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,  // 7: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
@@ -4274,14 +4911,14 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	20, // 9: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
 	20, // 10: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
 	21, // 11: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	68, // 12: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	69, // 13: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	70, // 14: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	80, // 12: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	81, // 13: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	82, // 14: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	25, // 15: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	71, // 16: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	83, // 16: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
 	23, // 17: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
 	23, // 18: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	72, // 19: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	84, // 19: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
 	24, // 20: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
 	24, // 21: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
 	25, // 22: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
@@ -4298,83 +4935,98 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	56, // 33: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
 	56, // 34: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
 	56, // 35: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	19, // 36: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	3,  // 37: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	5,  // 38: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	6,  // 39: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	8,  // 40: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 41: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 42: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 43: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	10, // 44: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	8,  // 45: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 46: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 47: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 48: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 49: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	11, // 50: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	13, // 51: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	14, // 52: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	17, // 53: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	52, // 54: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	54, // 55: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	49, // 56: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	28, // 57: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	30, // 58: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	32, // 59: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	34, // 60: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	36, // 61: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	38, // 62: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	39, // 63: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	41, // 64: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	43, // 65: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	45, // 66: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	47, // 67: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	57, // 68: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	59, // 69: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	61, // 70: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	63, // 71: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	22, // 72: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	4,  // 73: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	4,  // 74: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	7,  // 75: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	4,  // 76: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	4,  // 77: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	4,  // 78: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	4,  // 79: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	4,  // 80: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	4,  // 81: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	4,  // 82: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	4,  // 83: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	4,  // 84: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	4,  // 85: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	12, // 86: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	4,  // 87: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	15, // 88: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	18, // 89: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	53, // 90: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	55, // 91: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	50, // 92: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	29, // 93: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	31, // 94: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	33, // 95: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	35, // 96: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	37, // 97: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	40, // 98: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	40, // 99: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	42, // 100: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	44, // 101: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	46, // 102: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	48, // 103: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	58, // 104: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	60, // 105: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	62, // 106: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	64, // 107: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	72, // [72:108] is the sub-list for method output_type
-	36, // [36:72] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	65, // 36: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	65, // 37: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	66, // 38: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	66, // 39: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	66, // 40: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	19, // 41: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	3,  // 42: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	5,  // 43: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	6,  // 44: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	8,  // 45: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 46: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 47: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 48: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	10, // 49: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	8,  // 50: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 51: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 52: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 53: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 54: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	11, // 55: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	13, // 56: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	14, // 57: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	17, // 58: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	52, // 59: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	54, // 60: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	49, // 61: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	28, // 62: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	30, // 63: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	32, // 64: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	34, // 65: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	36, // 66: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	38, // 67: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	39, // 68: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	41, // 69: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	43, // 70: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	45, // 71: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	47, // 72: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	57, // 73: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	59, // 74: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	61, // 75: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	63, // 76: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	67, // 77: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	69, // 78: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	71, // 79: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	73, // 80: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	75, // 81: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	22, // 82: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	4,  // 83: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	4,  // 84: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	7,  // 85: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	4,  // 86: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	4,  // 87: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	4,  // 88: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	4,  // 89: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	4,  // 90: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	4,  // 91: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	4,  // 92: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	4,  // 93: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	4,  // 94: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	4,  // 95: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	12, // 96: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	4,  // 97: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	15, // 98: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	18, // 99: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	53, // 100: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	55, // 101: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	50, // 102: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	29, // 103: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	31, // 104: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	33, // 105: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	35, // 106: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	37, // 107: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	40, // 108: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	40, // 109: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	42, // 110: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	44, // 111: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	46, // 112: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	48, // 113: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	58, // 114: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	60, // 115: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	62, // 116: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	64, // 117: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	68, // 118: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	70, // 119: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	72, // 120: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	74, // 121: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	76, // 122: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	82, // [82:123] is the sub-list for method output_type
+	41, // [41:82] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -4388,9 +5040,9 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   85,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   4,
 		},
 		GoTypes:           file_bcd_v1_bcd_proto_goTypes,
 		DependencyIndexes: file_bcd_v1_bcd_proto_depIdxs,

@@ -29,6 +29,8 @@ const (
 	InventoryServiceName = "bcd.v1.InventoryService"
 	// TokenServiceName is the fully-qualified name of the TokenService service.
 	TokenServiceName = "bcd.v1.TokenService"
+	// ImageServiceName is the fully-qualified name of the ImageService service.
+	ImageServiceName = "bcd.v1.ImageService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -125,6 +127,18 @@ const (
 	TokenServiceRevokeProcedure = "/bcd.v1.TokenService/Revoke"
 	// TokenServiceWhoAmIProcedure is the fully-qualified name of the TokenService's WhoAmI RPC.
 	TokenServiceWhoAmIProcedure = "/bcd.v1.TokenService/WhoAmI"
+	// ImageServiceAddSignerProcedure is the fully-qualified name of the ImageService's AddSigner RPC.
+	ImageServiceAddSignerProcedure = "/bcd.v1.ImageService/AddSigner"
+	// ImageServiceRevokeSignerProcedure is the fully-qualified name of the ImageService's RevokeSigner
+	// RPC.
+	ImageServiceRevokeSignerProcedure = "/bcd.v1.ImageService/RevokeSigner"
+	// ImageServiceListSignersProcedure is the fully-qualified name of the ImageService's ListSigners
+	// RPC.
+	ImageServiceListSignersProcedure = "/bcd.v1.ImageService/ListSigners"
+	// ImageServiceAddImageProcedure is the fully-qualified name of the ImageService's AddImage RPC.
+	ImageServiceAddImageProcedure = "/bcd.v1.ImageService/AddImage"
+	// ImageServiceListImagesProcedure is the fully-qualified name of the ImageService's ListImages RPC.
+	ImageServiceListImagesProcedure = "/bcd.v1.ImageService/ListImages"
 )
 
 // NodeServiceClient is a client for the bcd.v1.NodeService service.
@@ -1215,4 +1229,182 @@ func (UnimplementedTokenServiceHandler) Revoke(context.Context, *connect.Request
 
 func (UnimplementedTokenServiceHandler) WhoAmI(context.Context, *connect.Request[bcdv1.WhoAmIRequest]) (*connect.Response[bcdv1.WhoAmIResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.TokenService.WhoAmI is not implemented"))
+}
+
+// ImageServiceClient is a client for the bcd.v1.ImageService service.
+type ImageServiceClient interface {
+	AddSigner(context.Context, *connect.Request[bcdv1.AddSignerRequest]) (*connect.Response[bcdv1.AddSignerResponse], error)
+	RevokeSigner(context.Context, *connect.Request[bcdv1.RevokeSignerRequest]) (*connect.Response[bcdv1.RevokeSignerResponse], error)
+	ListSigners(context.Context, *connect.Request[bcdv1.ListSignersRequest]) (*connect.Response[bcdv1.ListSignersResponse], error)
+	AddImage(context.Context, *connect.Request[bcdv1.AddImageRequest]) (*connect.Response[bcdv1.AddImageResponse], error)
+	ListImages(context.Context, *connect.Request[bcdv1.ListImagesRequest]) (*connect.Response[bcdv1.ListImagesResponse], error)
+}
+
+// NewImageServiceClient constructs a client for the bcd.v1.ImageService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewImageServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ImageServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	imageServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("ImageService").Methods()
+	return &imageServiceClient{
+		addSigner: connect.NewClient[bcdv1.AddSignerRequest, bcdv1.AddSignerResponse](
+			httpClient,
+			baseURL+ImageServiceAddSignerProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("AddSigner")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeSigner: connect.NewClient[bcdv1.RevokeSignerRequest, bcdv1.RevokeSignerResponse](
+			httpClient,
+			baseURL+ImageServiceRevokeSignerProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("RevokeSigner")),
+			connect.WithClientOptions(opts...),
+		),
+		listSigners: connect.NewClient[bcdv1.ListSignersRequest, bcdv1.ListSignersResponse](
+			httpClient,
+			baseURL+ImageServiceListSignersProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("ListSigners")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		addImage: connect.NewClient[bcdv1.AddImageRequest, bcdv1.AddImageResponse](
+			httpClient,
+			baseURL+ImageServiceAddImageProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("AddImage")),
+			connect.WithClientOptions(opts...),
+		),
+		listImages: connect.NewClient[bcdv1.ListImagesRequest, bcdv1.ListImagesResponse](
+			httpClient,
+			baseURL+ImageServiceListImagesProcedure,
+			connect.WithSchema(imageServiceMethods.ByName("ListImages")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// imageServiceClient implements ImageServiceClient.
+type imageServiceClient struct {
+	addSigner    *connect.Client[bcdv1.AddSignerRequest, bcdv1.AddSignerResponse]
+	revokeSigner *connect.Client[bcdv1.RevokeSignerRequest, bcdv1.RevokeSignerResponse]
+	listSigners  *connect.Client[bcdv1.ListSignersRequest, bcdv1.ListSignersResponse]
+	addImage     *connect.Client[bcdv1.AddImageRequest, bcdv1.AddImageResponse]
+	listImages   *connect.Client[bcdv1.ListImagesRequest, bcdv1.ListImagesResponse]
+}
+
+// AddSigner calls bcd.v1.ImageService.AddSigner.
+func (c *imageServiceClient) AddSigner(ctx context.Context, req *connect.Request[bcdv1.AddSignerRequest]) (*connect.Response[bcdv1.AddSignerResponse], error) {
+	return c.addSigner.CallUnary(ctx, req)
+}
+
+// RevokeSigner calls bcd.v1.ImageService.RevokeSigner.
+func (c *imageServiceClient) RevokeSigner(ctx context.Context, req *connect.Request[bcdv1.RevokeSignerRequest]) (*connect.Response[bcdv1.RevokeSignerResponse], error) {
+	return c.revokeSigner.CallUnary(ctx, req)
+}
+
+// ListSigners calls bcd.v1.ImageService.ListSigners.
+func (c *imageServiceClient) ListSigners(ctx context.Context, req *connect.Request[bcdv1.ListSignersRequest]) (*connect.Response[bcdv1.ListSignersResponse], error) {
+	return c.listSigners.CallUnary(ctx, req)
+}
+
+// AddImage calls bcd.v1.ImageService.AddImage.
+func (c *imageServiceClient) AddImage(ctx context.Context, req *connect.Request[bcdv1.AddImageRequest]) (*connect.Response[bcdv1.AddImageResponse], error) {
+	return c.addImage.CallUnary(ctx, req)
+}
+
+// ListImages calls bcd.v1.ImageService.ListImages.
+func (c *imageServiceClient) ListImages(ctx context.Context, req *connect.Request[bcdv1.ListImagesRequest]) (*connect.Response[bcdv1.ListImagesResponse], error) {
+	return c.listImages.CallUnary(ctx, req)
+}
+
+// ImageServiceHandler is an implementation of the bcd.v1.ImageService service.
+type ImageServiceHandler interface {
+	AddSigner(context.Context, *connect.Request[bcdv1.AddSignerRequest]) (*connect.Response[bcdv1.AddSignerResponse], error)
+	RevokeSigner(context.Context, *connect.Request[bcdv1.RevokeSignerRequest]) (*connect.Response[bcdv1.RevokeSignerResponse], error)
+	ListSigners(context.Context, *connect.Request[bcdv1.ListSignersRequest]) (*connect.Response[bcdv1.ListSignersResponse], error)
+	AddImage(context.Context, *connect.Request[bcdv1.AddImageRequest]) (*connect.Response[bcdv1.AddImageResponse], error)
+	ListImages(context.Context, *connect.Request[bcdv1.ListImagesRequest]) (*connect.Response[bcdv1.ListImagesResponse], error)
+}
+
+// NewImageServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewImageServiceHandler(svc ImageServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	imageServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("ImageService").Methods()
+	imageServiceAddSignerHandler := connect.NewUnaryHandler(
+		ImageServiceAddSignerProcedure,
+		svc.AddSigner,
+		connect.WithSchema(imageServiceMethods.ByName("AddSigner")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceRevokeSignerHandler := connect.NewUnaryHandler(
+		ImageServiceRevokeSignerProcedure,
+		svc.RevokeSigner,
+		connect.WithSchema(imageServiceMethods.ByName("RevokeSigner")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceListSignersHandler := connect.NewUnaryHandler(
+		ImageServiceListSignersProcedure,
+		svc.ListSigners,
+		connect.WithSchema(imageServiceMethods.ByName("ListSigners")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceAddImageHandler := connect.NewUnaryHandler(
+		ImageServiceAddImageProcedure,
+		svc.AddImage,
+		connect.WithSchema(imageServiceMethods.ByName("AddImage")),
+		connect.WithHandlerOptions(opts...),
+	)
+	imageServiceListImagesHandler := connect.NewUnaryHandler(
+		ImageServiceListImagesProcedure,
+		svc.ListImages,
+		connect.WithSchema(imageServiceMethods.ByName("ListImages")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/bcd.v1.ImageService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ImageServiceAddSignerProcedure:
+			imageServiceAddSignerHandler.ServeHTTP(w, r)
+		case ImageServiceRevokeSignerProcedure:
+			imageServiceRevokeSignerHandler.ServeHTTP(w, r)
+		case ImageServiceListSignersProcedure:
+			imageServiceListSignersHandler.ServeHTTP(w, r)
+		case ImageServiceAddImageProcedure:
+			imageServiceAddImageHandler.ServeHTTP(w, r)
+		case ImageServiceListImagesProcedure:
+			imageServiceListImagesHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedImageServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedImageServiceHandler struct{}
+
+func (UnimplementedImageServiceHandler) AddSigner(context.Context, *connect.Request[bcdv1.AddSignerRequest]) (*connect.Response[bcdv1.AddSignerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.ImageService.AddSigner is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) RevokeSigner(context.Context, *connect.Request[bcdv1.RevokeSignerRequest]) (*connect.Response[bcdv1.RevokeSignerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.ImageService.RevokeSigner is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) ListSigners(context.Context, *connect.Request[bcdv1.ListSignersRequest]) (*connect.Response[bcdv1.ListSignersResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.ImageService.ListSigners is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) AddImage(context.Context, *connect.Request[bcdv1.AddImageRequest]) (*connect.Response[bcdv1.AddImageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.ImageService.AddImage is not implemented"))
+}
+
+func (UnimplementedImageServiceHandler) ListImages(context.Context, *connect.Request[bcdv1.ListImagesRequest]) (*connect.Response[bcdv1.ListImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.ImageService.ListImages is not implemented"))
 }
