@@ -155,6 +155,33 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 	return connect.NewResponse(out), nil
 }
 
+func (h *nodes) Discovered(ctx context.Context, req *connect.Request[bcdv1.ListDiscoveredRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error) {
+	p := principal(ctx)
+	if err := metal.Require(p, auth.Read); err != nil {
+		return nil, toConnect(err)
+	}
+	if req.Msg.Site == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("site: is required: the name or id of a site"))
+	}
+	site, err := h.svc.Store().Site(ctx, req.Msg.Site)
+	if err != nil || !p.CanSeeTenant(site.TenantID) {
+		return nil, toConnect(fmt.Errorf("site %q: %w", req.Msg.Site, store.ErrNotFound))
+	}
+	limit := int(req.Msg.Limit)
+	if limit <= 0 || limit > metal.MaxPageSize {
+		limit = 500
+	}
+	list, err := h.svc.Store().Discovered(ctx, site.ID, limit)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListDiscoveredResponse{}
+	for _, d := range list {
+		out.Machines = append(out.Machines, &bcdv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch, FirstSeen: ts(d.FirstSeen), LastSeen: ts(d.LastSeen), Agent: d.AgentID})
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error) {
 	p := principal(ctx)
 	if err := metal.Require(p, auth.Read); err != nil {

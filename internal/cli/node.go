@@ -17,7 +17,7 @@ import (
 
 func nodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Enroll, inspect and drive machines"}
-	cmd.AddCommand(enrollCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), deleteCmd(g), powerCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g))
+	cmd.AddCommand(discoveredCmd(g), enrollCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), deleteCmd(g), powerCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g))
 	for _, v := range []struct{ name, short string }{
 		{"manage", "ready → manageable"},
 		{"inspect", "manageable|ready → inspecting (in-band inventory), back where it came from"},
@@ -449,5 +449,28 @@ func deleteCmd(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func discoveredCmd(g *globals) *cobra.Command {
+	var in bcdv1.ListDiscoveredRequest
+	cmd := &cobra.Command{Use: "discovered --site SITE", Short: "Machines seen PXE-booting at a site with no boot entry (not enrolled)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Discovered(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, m := range resp.Msg.Machines {
+				rows = append(rows, []string{m.Mac, dash(m.Uuid), dash(m.Arch), m.FirstSeen, m.LastSeen, m.Agent})
+			}
+			return g.table(resp.Msg, "MAC\tUUID\tARCH\tFIRST SEEN\tLAST SEEN\tAGENT", rows)
+		}}
+	cmd.Flags().StringVar(&in.Site, "site", "default", "site name or id")
+	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many (default 500)")
 	return cmd
 }

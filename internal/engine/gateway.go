@@ -125,7 +125,15 @@ func (g *Gateway) Disconnected(ctx context.Context, a gateway.AgentRef) error {
 }
 
 func (g *Gateway) Status(ctx context.Context, a gateway.AgentRef, s gateway.Status) error {
-	return g.e.Seen(ctx, g.agent(ctx, a))
+	ag := g.agent(ctx, a)
+	if ag.Kind != "site" || len(s.Discovered) == 0 {
+		return g.e.Seen(ctx, ag)
+	}
+	ds := make([]Discovery, 0, len(s.Discovered))
+	for _, d := range s.Discovered {
+		ds = append(ds, Discovery{MAC: d.MAC, UUID: d.UUID, Arch: d.Arch, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen})
+	}
+	return g.e.RecordDiscovered(ctx, ag, ds)
 }
 
 // ---------------------------------------------------------------- identities

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -345,3 +347,50 @@ func progressJSON(u Update) string {
 
 // ReapForTests applies departed agents' commands now (the engine loop does it periodically).
 func (e *Engine) ReapForTests(ctx context.Context) (int, error) { return 0, e.reapAgents(ctx) }
+
+// Discovery is a machine a site agent saw PXE-booting with no boot entry (self-asserted data:
+// never enough to enroll or bind anything by itself).
+type Discovery struct {
+	MAC, UUID, Arch     string
+	FirstSeen, LastSeen time.Time
+}
+
+// maxDiscoveriesPerReport bounds what one status report may record.
+const maxDiscoveriesPerReport = 4096
+
+// RecordDiscovered stores what a site agent reports seeing, validated, and refreshes its liveness.
+func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) error {
+	if len(ds) > maxDiscoveriesPerReport {
+		ds = ds[:maxDiscoveriesPerReport]
+	}
+	return e.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.AgentSeen(ctx, a.ID, a.ConnID); err != nil {
+			return err
+		}
+		for _, d := range ds {
+			hw, err := net.ParseMAC(d.MAC)
+			if err != nil || len(hw) != 6 {
+				continue // an agent's bad report does not reach the store
+			}
+			uuid := strings.ToLower(d.UUID)
+			if len(uuid) > 36 || strings.ContainsFunc(uuid, func(r rune) bool { return !strings.ContainsRune("0123456789abcdef-", r) }) {
+				uuid = ""
+			}
+			arch := d.Arch
+			if len(arch) > 16 || strings.ContainsFunc(arch, func(r rune) bool { return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_') }) {
+				arch = ""
+			}
+			first, last := d.FirstSeen.UnixMicro(), d.LastSeen.UnixMicro()
+			if d.FirstSeen.IsZero() || first > tx.At() {
+				first = tx.At()
+			}
+			if d.LastSeen.IsZero() || last > tx.At() || last < first {
+				last = tx.At()
+			}
+			if err := tx.RecordDiscovered(ctx, store.Discovery{SiteID: a.SiteID, MAC: hw.String(), UUID: uuid, Arch: arch, AgentID: a.ID, FirstSeen: first, LastSeen: last}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

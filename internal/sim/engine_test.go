@@ -319,3 +319,41 @@ func TestRevokedSignerStopsTheImageWrite(t *testing.T) {
 		}
 	}
 }
+
+func TestDiscoveredMachines(t *testing.T) {
+	ctx := context.Background()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		h, ids := start(t, st, 1)
+		rest(t, h, ids)
+		n, _ := st.Node(ctx, ids[0], "")
+		a := engine.Agent{ID: "site-a", Kind: "site", SiteID: h.SiteID, ConnID: "c"}
+		now := time.Now()
+		err := h.Engine.RecordDiscovered(ctx, a, []engine.Discovery{
+			{MAC: "52:54:00:AB:CD:EF", UUID: "4C4C4544-0000-1111-2222-333344445555", Arch: "x86_64", FirstSeen: now.Add(-time.Minute), LastSeen: now},
+			{MAC: n.MACs[0], Arch: "x86_64"}, // enrolled: not listed
+			{MAC: "not-a-mac"},               // dropped
+			{MAC: "52:54:00:00:00:99", UUID: "evil'; DROP", Arch: "x86 64"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.Discovered(ctx, h.SiteID, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 {
+			t.Fatalf("discovered %+v", got)
+		}
+		byMAC := map[string]store.Discovery{}
+		for _, d := range got {
+			byMAC[d.MAC] = d
+		}
+		d := byMAC["52:54:00:ab:cd:ef"]
+		if d.UUID != "4c4c4544-0000-1111-2222-333344445555" || d.Arch != "x86_64" || d.AgentID != "site-a" || d.FirstSeen >= d.LastSeen {
+			t.Errorf("discovery %+v", d)
+		}
+		if e := byMAC["52:54:00:00:00:99"]; e.UUID != "" || e.Arch != "" {
+			t.Errorf("invalid self-asserted fields kept: %+v", e)
+		}
+	})
+}

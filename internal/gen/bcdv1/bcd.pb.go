@@ -1480,6 +1480,186 @@ func (x *ListEventsResponse) GetEvents() []*Event {
 	return nil
 }
 
+type ListDiscoveredRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Site          string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`    // name or id
+	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"` // default 500
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDiscoveredRequest) Reset() {
+	*x = ListDiscoveredRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDiscoveredRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDiscoveredRequest) ProtoMessage() {}
+
+func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
+func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ListDiscoveredRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *ListDiscoveredRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type DiscoveredMachine struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mac           string                 `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
+	Uuid          string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"` // SMBIOS UUID as iPXE reported it (self-asserted)
+	Arch          string                 `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"`
+	FirstSeen     string                 `protobuf:"bytes,4,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	LastSeen      string                 `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Agent         string                 `protobuf:"bytes,6,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscoveredMachine) Reset() {
+	*x = DiscoveredMachine{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscoveredMachine) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscoveredMachine) ProtoMessage() {}
+
+func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
+func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *DiscoveredMachine) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetArch() string {
+	if x != nil {
+		return x.Arch
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetFirstSeen() string {
+	if x != nil {
+		return x.FirstSeen
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetLastSeen() string {
+	if x != nil {
+		return x.LastSeen
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type ListDiscoveredResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Machines      []*DiscoveredMachine   `protobuf:"bytes,1,rep,name=machines,proto3" json:"machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDiscoveredResponse) Reset() {
+	*x = ListDiscoveredResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDiscoveredResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDiscoveredResponse) ProtoMessage() {}
+
+func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
+func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListDiscoveredResponse) GetMachines() []*DiscoveredMachine {
+	if x != nil {
+		return x.Machines
+	}
+	return nil
+}
+
 type DoctorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1488,7 +1668,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1680,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1693,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
 }
 
 type DoctorFinding struct {
@@ -1531,7 +1711,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1723,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1736,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DoctorFinding) GetNode() string {
@@ -1621,7 +1801,7 @@ type DoctorAgent struct {
 
 func (x *DoctorAgent) Reset() {
 	*x = DoctorAgent{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1813,7 @@ func (x *DoctorAgent) String() string {
 func (*DoctorAgent) ProtoMessage() {}
 
 func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1826,7 @@ func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorAgent.ProtoReflect.Descriptor instead.
 func (*DoctorAgent) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DoctorAgent) GetId() string {
@@ -1698,7 +1878,7 @@ type DoctorResponse struct {
 
 func (x *DoctorResponse) Reset() {
 	*x = DoctorResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1890,7 @@ func (x *DoctorResponse) String() string {
 func (*DoctorResponse) ProtoMessage() {}
 
 func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1903,7 @@ func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorResponse.ProtoReflect.Descriptor instead.
 func (*DoctorResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DoctorResponse) GetFailed() []*DoctorFinding {
@@ -1758,7 +1938,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1770,7 +1950,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1783,7 +1963,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Tenant) GetId() string {
@@ -1820,7 +2000,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1832,7 +2012,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1845,7 +2025,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Site) GetId() string {
@@ -1896,7 +2076,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2088,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2101,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -1966,7 +2146,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1978,7 +2158,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1991,7 +2171,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Pool) GetId() string {
@@ -2049,7 +2229,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2061,7 +2241,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2074,7 +2254,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -2107,7 +2287,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2299,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2312,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -2151,7 +2331,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2163,7 +2343,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2176,7 +2356,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -2194,7 +2374,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2386,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2399,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
 }
 
 type ListTenantsResponse struct {
@@ -2231,7 +2411,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2243,7 +2423,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2256,7 +2436,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -2277,7 +2457,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2469,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2482,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -2335,7 +2515,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2347,7 +2527,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2360,7 +2540,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -2379,7 +2559,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2391,7 +2571,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2404,7 +2584,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -2423,7 +2603,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2615,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2628,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -2467,7 +2647,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2659,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2672,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -2510,7 +2690,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2702,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2715,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
 }
 
 type CreatePoolRequest struct {
@@ -2549,7 +2729,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2741,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2754,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -2608,7 +2788,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2800,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2813,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -2659,7 +2839,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2671,7 +2851,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2684,7 +2864,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -2704,7 +2884,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2716,7 +2896,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2729,7 +2909,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -2755,7 +2935,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2767,7 +2947,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2780,7 +2960,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -2799,7 +2979,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2811,7 +2991,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2824,7 +3004,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -2842,7 +3022,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2854,7 +3034,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2867,7 +3047,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 type PutHardwareProfileRequest struct {
@@ -2879,7 +3059,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2891,7 +3071,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2904,7 +3084,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -2923,7 +3103,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2935,7 +3115,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2948,7 +3128,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -2966,7 +3146,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2978,7 +3158,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2991,7 +3171,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -3003,7 +3183,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3015,7 +3195,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3028,7 +3208,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -3049,7 +3229,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3241,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3254,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -3105,7 +3285,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3297,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3310,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -3174,7 +3354,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3366,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3379,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -3225,7 +3405,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3237,7 +3417,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3250,7 +3430,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -3269,7 +3449,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3461,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3474,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -3312,7 +3492,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3324,7 +3504,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3337,7 +3517,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 type ListDeployProfilesResponse struct {
@@ -3349,7 +3529,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3541,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3554,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -3398,7 +3578,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3590,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3603,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Token) GetId() string {
@@ -3479,7 +3659,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3491,7 +3671,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3504,7 +3684,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3539,7 +3719,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3551,7 +3731,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3564,7 +3744,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -3589,7 +3769,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3781,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3794,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 type ListTokensResponse struct {
@@ -3626,7 +3806,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3818,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3831,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -3670,7 +3850,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3682,7 +3862,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3695,7 +3875,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -3714,7 +3894,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3726,7 +3906,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3739,7 +3919,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -3757,7 +3937,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3769,7 +3949,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3782,7 +3962,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 type WhoAmIResponse struct {
@@ -3794,7 +3974,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +3986,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +3999,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -3840,7 +4020,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +4032,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +4045,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Signer) GetName() string {
@@ -3908,7 +4088,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3920,7 +4100,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3933,7 +4113,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Image) GetName() string {
@@ -4015,7 +4195,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4027,7 +4207,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4040,7 +4220,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -4058,7 +4238,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4070,7 +4250,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4083,7 +4263,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 type RevokeSignerRequest struct {
@@ -4095,7 +4275,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4107,7 +4287,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4120,7 +4300,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -4138,7 +4318,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4150,7 +4330,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4163,7 +4343,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 type ListSignersRequest struct {
@@ -4174,7 +4354,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4186,7 +4366,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4199,7 +4379,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 type ListSignersResponse struct {
@@ -4211,7 +4391,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4223,7 +4403,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4236,7 +4416,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -4255,7 +4435,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4447,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4460,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -4299,7 +4479,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4311,7 +4491,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4324,7 +4504,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -4342,7 +4522,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4534,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4547,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 type ListImagesResponse struct {
@@ -4379,7 +4559,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4391,7 +4571,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4404,7 +4584,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -4551,7 +4731,20 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\";\n" +
 	"\x12ListEventsResponse\x12%\n" +
-	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\"\x0f\n" +
+	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\"A\n" +
+	"\x15ListDiscoveredRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\x9f\x01\n" +
+	"\x11DiscoveredMachine\x12\x10\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
+	"\x04arch\x18\x03 \x01(\tR\x04arch\x12\x1d\n" +
+	"\n" +
+	"first_seen\x18\x04 \x01(\tR\tfirstSeen\x12\x1b\n" +
+	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\x12\x14\n" +
+	"\x05agent\x18\x06 \x01(\tR\x05agent\"O\n" +
+	"\x16ListDiscoveredResponse\x125\n" +
+	"\bmachines\x18\x01 \x03(\v2\x19.bcd.v1.DiscoveredMachineR\bmachines\"\x0f\n" +
 	"\rDoctorRequest\"\xbd\x01\n" +
 	"\rDoctorFinding\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -4745,8 +4938,10 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\";\n" +
 	"\x12ListImagesResponse\x12%\n" +
-	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xba\b\n" +
-	"\vNodeService\x12<\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\x8c\t\n" +
+	"\vNodeService\x12P\n" +
+	"\n" +
+	"Discovered\x12\x1d.bcd.v1.ListDiscoveredRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x12<\n" +
 	"\x06Doctor\x12\x15.bcd.v1.DoctorRequest\x1a\x16.bcd.v1.DoctorResponse\"\x03\x90\x02\x01\x125\n" +
 	"\x06Enroll\x12\x15.bcd.v1.EnrollRequest\x1a\x14.bcd.v1.NodeResponse\x128\n" +
 	"\x03Get\x12\x16.bcd.v1.GetNodeRequest\x1a\x14.bcd.v1.NodeResponse\"\x03\x90\x02\x01\x12@\n" +
@@ -4810,7 +5005,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                         // 1: bcd.v1.Node
@@ -4831,202 +5026,208 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*Event)(nil),                        // 16: bcd.v1.Event
 	(*ListEventsRequest)(nil),            // 17: bcd.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),           // 18: bcd.v1.ListEventsResponse
-	(*DoctorRequest)(nil),                // 19: bcd.v1.DoctorRequest
-	(*DoctorFinding)(nil),                // 20: bcd.v1.DoctorFinding
-	(*DoctorAgent)(nil),                  // 21: bcd.v1.DoctorAgent
-	(*DoctorResponse)(nil),               // 22: bcd.v1.DoctorResponse
-	(*Tenant)(nil),                       // 23: bcd.v1.Tenant
-	(*Site)(nil),                         // 24: bcd.v1.Site
-	(*PoolPolicy)(nil),                   // 25: bcd.v1.PoolPolicy
-	(*Pool)(nil),                         // 26: bcd.v1.Pool
-	(*HardwareProfile)(nil),              // 27: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),          // 28: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),               // 29: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),           // 30: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 31: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),            // 32: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                 // 33: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),             // 34: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),            // 35: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),            // 36: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),           // 37: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),            // 38: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),            // 39: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                 // 40: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),             // 41: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),            // 42: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),            // 43: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),           // 44: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),    // 45: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),      // 46: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),  // 47: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil), // 48: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),   // 49: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),  // 50: bcd.v1.CreateSiteJoinTokenResponse
-	(*DeployProfile)(nil),                // 51: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),      // 52: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),        // 53: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),    // 54: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),   // 55: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                        // 56: bcd.v1.Token
-	(*CreateTokenRequest)(nil),           // 57: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),          // 58: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),            // 59: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),           // 60: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),           // 61: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),          // 62: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                // 63: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),               // 64: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                       // 65: bcd.v1.Signer
-	(*Image)(nil),                        // 66: bcd.v1.Image
-	(*AddSignerRequest)(nil),             // 67: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),            // 68: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),          // 69: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),         // 70: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),           // 71: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),          // 72: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),              // 73: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),             // 74: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),            // 75: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),           // 76: bcd.v1.ListImagesResponse
-	nil,                                  // 77: bcd.v1.Node.DriversEntry
-	nil,                                  // 78: bcd.v1.Node.LabelsEntry
-	nil,                                  // 79: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 80: bcd.v1.Site.LabelsEntry
-	nil,                                  // 81: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 82: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 83: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 84: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*ListDiscoveredRequest)(nil),        // 19: bcd.v1.ListDiscoveredRequest
+	(*DiscoveredMachine)(nil),            // 20: bcd.v1.DiscoveredMachine
+	(*ListDiscoveredResponse)(nil),       // 21: bcd.v1.ListDiscoveredResponse
+	(*DoctorRequest)(nil),                // 22: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                // 23: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                  // 24: bcd.v1.DoctorAgent
+	(*DoctorResponse)(nil),               // 25: bcd.v1.DoctorResponse
+	(*Tenant)(nil),                       // 26: bcd.v1.Tenant
+	(*Site)(nil),                         // 27: bcd.v1.Site
+	(*PoolPolicy)(nil),                   // 28: bcd.v1.PoolPolicy
+	(*Pool)(nil),                         // 29: bcd.v1.Pool
+	(*HardwareProfile)(nil),              // 30: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),          // 31: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),               // 32: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),           // 33: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),          // 34: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),            // 35: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                 // 36: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),             // 37: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),            // 38: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),            // 39: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),           // 40: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),            // 41: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),            // 42: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                 // 43: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),             // 44: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),            // 45: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),            // 46: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),           // 47: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),    // 48: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),      // 49: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),  // 50: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil), // 51: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),   // 52: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),  // 53: bcd.v1.CreateSiteJoinTokenResponse
+	(*DeployProfile)(nil),                // 54: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),      // 55: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),        // 56: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),    // 57: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),   // 58: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                        // 59: bcd.v1.Token
+	(*CreateTokenRequest)(nil),           // 60: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),          // 61: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),            // 62: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),           // 63: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),           // 64: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),          // 65: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                // 66: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 67: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                       // 68: bcd.v1.Signer
+	(*Image)(nil),                        // 69: bcd.v1.Image
+	(*AddSignerRequest)(nil),             // 70: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),            // 71: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),          // 72: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),         // 73: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),           // 74: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),          // 75: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),              // 76: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),             // 77: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),            // 78: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),           // 79: bcd.v1.ListImagesResponse
+	nil,                                  // 80: bcd.v1.Node.DriversEntry
+	nil,                                  // 81: bcd.v1.Node.LabelsEntry
+	nil,                                  // 82: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                  // 83: bcd.v1.Site.LabelsEntry
+	nil,                                  // 84: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                  // 85: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                  // 86: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                  // 87: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	77, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	80, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	78, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	81, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	2,  // 3: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	79, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	82, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,  // 5: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,  // 6: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,  // 7: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
 	16, // 8: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	20, // 9: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	20, // 10: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	21, // 11: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	80, // 12: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	81, // 13: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	82, // 14: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	25, // 15: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	83, // 16: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	23, // 17: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	23, // 18: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	84, // 19: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	24, // 20: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	24, // 21: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	25, // 22: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	25, // 23: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	26, // 24: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	26, // 25: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	27, // 26: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	27, // 27: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	27, // 28: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	51, // 29: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	51, // 30: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	51, // 31: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	56, // 32: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	56, // 33: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	56, // 34: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	56, // 35: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	65, // 36: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	65, // 37: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	66, // 38: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	66, // 39: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	66, // 40: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	19, // 41: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	3,  // 42: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	5,  // 43: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	6,  // 44: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	8,  // 45: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 46: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 47: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 48: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	10, // 49: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	8,  // 50: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 51: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 52: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 53: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 54: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	11, // 55: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	13, // 56: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	14, // 57: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	17, // 58: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	52, // 59: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	54, // 60: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	49, // 61: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	28, // 62: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	30, // 63: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	32, // 64: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	34, // 65: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	36, // 66: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	38, // 67: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	39, // 68: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	41, // 69: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	43, // 70: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	45, // 71: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	47, // 72: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	57, // 73: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	59, // 74: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	61, // 75: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	63, // 76: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	67, // 77: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	69, // 78: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	71, // 79: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	73, // 80: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	75, // 81: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	22, // 82: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	4,  // 83: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	4,  // 84: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	7,  // 85: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	4,  // 86: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	4,  // 87: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	4,  // 88: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	4,  // 89: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	4,  // 90: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	4,  // 91: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	4,  // 92: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	4,  // 93: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	4,  // 94: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	4,  // 95: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	12, // 96: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	4,  // 97: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	15, // 98: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	18, // 99: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	53, // 100: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	55, // 101: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	50, // 102: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	29, // 103: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	31, // 104: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	33, // 105: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	35, // 106: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	37, // 107: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	40, // 108: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	40, // 109: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	42, // 110: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	44, // 111: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	46, // 112: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	48, // 113: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	58, // 114: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	60, // 115: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	62, // 116: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	64, // 117: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	68, // 118: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	70, // 119: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	72, // 120: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	74, // 121: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	76, // 122: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	82, // [82:123] is the sub-list for method output_type
-	41, // [41:82] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	20, // 9: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	23, // 10: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	23, // 11: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	24, // 12: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	83, // 13: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	84, // 14: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	85, // 15: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	28, // 16: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	86, // 17: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	26, // 18: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	26, // 19: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	87, // 20: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	27, // 21: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	27, // 22: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	28, // 23: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	28, // 24: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	29, // 25: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	29, // 26: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	30, // 27: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	30, // 28: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	30, // 29: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	54, // 30: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	54, // 31: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	54, // 32: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	59, // 33: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	59, // 34: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	59, // 35: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	59, // 36: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	68, // 37: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	68, // 38: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	69, // 39: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	69, // 40: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	69, // 41: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	19, // 42: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	22, // 43: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	3,  // 44: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	5,  // 45: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	6,  // 46: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	8,  // 47: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 48: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 49: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 50: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	10, // 51: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	8,  // 52: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 53: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 54: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 55: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	8,  // 56: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	11, // 57: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	13, // 58: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	14, // 59: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	17, // 60: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	55, // 61: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	57, // 62: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	52, // 63: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	31, // 64: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	33, // 65: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	35, // 66: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	37, // 67: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	39, // 68: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	41, // 69: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	42, // 70: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	44, // 71: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	46, // 72: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	48, // 73: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	50, // 74: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	60, // 75: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	62, // 76: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	64, // 77: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	66, // 78: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	70, // 79: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	72, // 80: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	74, // 81: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	76, // 82: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	78, // 83: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	21, // 84: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	25, // 85: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	4,  // 86: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	4,  // 87: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	7,  // 88: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	4,  // 89: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	4,  // 90: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	4,  // 91: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	4,  // 92: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	4,  // 93: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	4,  // 94: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	4,  // 95: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	4,  // 96: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	4,  // 97: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	4,  // 98: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	12, // 99: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	4,  // 100: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	15, // 101: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	18, // 102: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	56, // 103: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	58, // 104: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	53, // 105: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	32, // 106: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	34, // 107: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	36, // 108: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	38, // 109: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	40, // 110: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	43, // 111: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	43, // 112: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	45, // 113: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	47, // 114: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	49, // 115: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	51, // 116: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	61, // 117: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	63, // 118: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	65, // 119: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	67, // 120: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	71, // 121: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	73, // 122: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	75, // 123: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	77, // 124: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	79, // 125: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	84, // [84:126] is the sub-list for method output_type
+	42, // [42:84] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -5040,7 +5241,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   85,
+			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   4,
 		},

@@ -41,6 +41,8 @@ const (
 // reflection-formatted method names, remove the leading slash and convert the remaining slash to a
 // period.
 const (
+	// NodeServiceDiscoveredProcedure is the fully-qualified name of the NodeService's Discovered RPC.
+	NodeServiceDiscoveredProcedure = "/bcd.v1.NodeService/Discovered"
 	// NodeServiceDoctorProcedure is the fully-qualified name of the NodeService's Doctor RPC.
 	NodeServiceDoctorProcedure = "/bcd.v1.NodeService/Doctor"
 	// NodeServiceEnrollProcedure is the fully-qualified name of the NodeService's Enroll RPC.
@@ -143,6 +145,8 @@ const (
 
 // NodeServiceClient is a client for the bcd.v1.NodeService service.
 type NodeServiceClient interface {
+	// Machines a site's agents saw PXE-booting with no boot entry and whose MAC belongs to no node.
+	Discovered(context.Context, *connect.Request[bcdv1.ListDiscoveredRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error)
 	Doctor(context.Context, *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error)
 	Enroll(context.Context, *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Get(context.Context, *connect.Request[bcdv1.GetNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error)
@@ -174,6 +178,13 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 	baseURL = strings.TrimRight(baseURL, "/")
 	nodeServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("NodeService").Methods()
 	return &nodeServiceClient{
+		discovered: connect.NewClient[bcdv1.ListDiscoveredRequest, bcdv1.ListDiscoveredResponse](
+			httpClient,
+			baseURL+NodeServiceDiscoveredProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Discovered")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		doctor: connect.NewClient[bcdv1.DoctorRequest, bcdv1.DoctorResponse](
 			httpClient,
 			baseURL+NodeServiceDoctorProcedure,
@@ -291,6 +302,7 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
+	discovered  *connect.Client[bcdv1.ListDiscoveredRequest, bcdv1.ListDiscoveredResponse]
 	doctor      *connect.Client[bcdv1.DoctorRequest, bcdv1.DoctorResponse]
 	enroll      *connect.Client[bcdv1.EnrollRequest, bcdv1.NodeResponse]
 	get         *connect.Client[bcdv1.GetNodeRequest, bcdv1.NodeResponse]
@@ -309,6 +321,11 @@ type nodeServiceClient struct {
 	maintenance *connect.Client[bcdv1.MaintenanceRequest, bcdv1.NodeResponse]
 	delete      *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
 	events      *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
+}
+
+// Discovered calls bcd.v1.NodeService.Discovered.
+func (c *nodeServiceClient) Discovered(ctx context.Context, req *connect.Request[bcdv1.ListDiscoveredRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error) {
+	return c.discovered.CallUnary(ctx, req)
 }
 
 // Doctor calls bcd.v1.NodeService.Doctor.
@@ -403,6 +420,8 @@ func (c *nodeServiceClient) Events(ctx context.Context, req *connect.Request[bcd
 
 // NodeServiceHandler is an implementation of the bcd.v1.NodeService service.
 type NodeServiceHandler interface {
+	// Machines a site's agents saw PXE-booting with no boot entry and whose MAC belongs to no node.
+	Discovered(context.Context, *connect.Request[bcdv1.ListDiscoveredRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error)
 	Doctor(context.Context, *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error)
 	Enroll(context.Context, *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Get(context.Context, *connect.Request[bcdv1.GetNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error)
@@ -430,6 +449,13 @@ type NodeServiceHandler interface {
 // and JSON codecs. They also support gzip compression.
 func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
 	nodeServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("NodeService").Methods()
+	nodeServiceDiscoveredHandler := connect.NewUnaryHandler(
+		NodeServiceDiscoveredProcedure,
+		svc.Discovered,
+		connect.WithSchema(nodeServiceMethods.ByName("Discovered")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceDoctorHandler := connect.NewUnaryHandler(
 		NodeServiceDoctorProcedure,
 		svc.Doctor,
@@ -544,6 +570,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 	)
 	return "/bcd.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case NodeServiceDiscoveredProcedure:
+			nodeServiceDiscoveredHandler.ServeHTTP(w, r)
 		case NodeServiceDoctorProcedure:
 			nodeServiceDoctorHandler.ServeHTTP(w, r)
 		case NodeServiceEnrollProcedure:
@@ -588,6 +616,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 
 // UnimplementedNodeServiceHandler returns CodeUnimplemented from all methods.
 type UnimplementedNodeServiceHandler struct{}
+
+func (UnimplementedNodeServiceHandler) Discovered(context.Context, *connect.Request[bcdv1.ListDiscoveredRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Discovered is not implemented"))
+}
 
 func (UnimplementedNodeServiceHandler) Doctor(context.Context, *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Doctor is not implemented"))
