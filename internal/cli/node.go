@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/gen/bcdv1/bcdv1connect"
 )
 
 func nodeCmd(g *globals) *cobra.Command {
@@ -31,6 +33,19 @@ func nodeCmd(g *globals) *cobra.Command {
 		cmd.AddCommand(simpleVerbCmd(g, v.name, v.short))
 	}
 	return cmd
+}
+
+// nodeVerb runs one node call and prints the node it answers with.
+func (g *globals) nodeVerb(cmd *cobra.Command, call func(context.Context, *clients) (*connect.Response[bcdv1.NodeResponse], error)) error {
+	c, err := g.clients()
+	if err != nil {
+		return err
+	}
+	resp, err := call(cmd.Context(), c)
+	if err != nil {
+		return err
+	}
+	return g.printNode(resp.Msg.Node)
 }
 
 func labelMap(pairs []string) (map[string]string, error) {
@@ -70,15 +85,9 @@ func enrollCmd(g *globals) *cobra.Command {
 			default:
 				return fmt.Errorf("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
 			}
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := c.nodes.Enroll(cmd.Context(), connect.NewRequest(&in))
-			if err != nil {
-				return err
-			}
-			return g.printNode(resp.Msg.Node)
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Enroll(ctx, connect.NewRequest(&in))
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -205,15 +214,9 @@ func nodeGetCmd(g *globals) *cobra.Command {
 		Short: "Show one node (by id or name)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := c.nodes.Get(cmd.Context(), connect.NewRequest(&bcdv1.GetNodeRequest{Node: args[0]}))
-			if err != nil {
-				return err
-			}
-			return g.printNode(resp.Msg.Node)
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Get(ctx, connect.NewRequest(&bcdv1.GetNodeRequest{Node: args[0]}))
+			})
 		},
 	}
 }
@@ -291,26 +294,19 @@ func simpleVerbCmd(g *globals, verb, short string) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
-			c, err := g.clients()
-			if err != nil {
-				return err
+			calls := map[string]func(bcdv1connect.NodeServiceClient, context.Context, *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error){
+				"manage":   bcdv1connect.NodeServiceClient.Manage,
+				"inspect":  bcdv1connect.NodeServiceClient.Inspect,
+				"provide":  bcdv1connect.NodeServiceClient.Provide,
+				"rescue":   bcdv1connect.NodeServiceClient.Rescue,
+				"unrescue": bcdv1connect.NodeServiceClient.Unrescue,
+				"retire":   bcdv1connect.NodeServiceClient.Retire,
+				"recover":  bcdv1connect.NodeServiceClient.Recover,
+				"abort":    bcdv1connect.NodeServiceClient.Abort,
 			}
-			ctx, req := cmd.Context(), connect.NewRequest(&in)
-			calls := map[string]func() (*connect.Response[bcdv1.NodeResponse], error){
-				"manage":   func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Manage(ctx, req) },
-				"inspect":  func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Inspect(ctx, req) },
-				"provide":  func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Provide(ctx, req) },
-				"rescue":   func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Rescue(ctx, req) },
-				"unrescue": func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Unrescue(ctx, req) },
-				"retire":   func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Retire(ctx, req) },
-				"recover":  func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Recover(ctx, req) },
-				"abort":    func() (*connect.Response[bcdv1.NodeResponse], error) { return c.nodes.Abort(ctx, req) },
-			}
-			resp, err := calls[verb]()
-			if err != nil {
-				return err
-			}
-			return g.printNode(resp.Msg.Node)
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return calls[verb](c.nodes, ctx, connect.NewRequest(&in))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
@@ -326,15 +322,9 @@ func deployCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := c.nodes.Deploy(cmd.Context(), connect.NewRequest(&in))
-			if err != nil {
-				return err
-			}
-			return g.printNode(resp.Msg.Node)
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Deploy(ctx, connect.NewRequest(&in))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&in.Image, "image", "", "catalog image name or id")
@@ -352,15 +342,9 @@ func undeployCmd(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := c.nodes.Undeploy(cmd.Context(), connect.NewRequest(&in))
-			if err != nil {
-				return err
-			}
-			return g.printNode(resp.Msg.Node)
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Undeploy(ctx, connect.NewRequest(&in))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&in.Wipe, "wipe", "quick", "wipe mode: quick, full or secure")
@@ -411,15 +395,9 @@ func maintenanceCmd(g *globals) *cobra.Command {
 			default:
 				return fmt.Errorf("maintenance %q: accepted are on and off", args[1])
 			}
-			c, err := g.clients()
-			if err != nil {
-				return err
-			}
-			resp, err := c.nodes.Maintenance(cmd.Context(), connect.NewRequest(&in))
-			if err != nil {
-				return err
-			}
-			return g.printNode(resp.Msg.Node)
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Maintenance(ctx, connect.NewRequest(&in))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
