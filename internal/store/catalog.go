@@ -35,21 +35,7 @@ func (t *Tx) RevokeSigner(ctx context.Context, name string) error {
 // Signers lists every signer (revoked ones included, marked).
 func (s *Store) Signers(ctx context.Context) ([]catalog.Signer, error) {
 	rows, err := s.queryRows(ctx, `SELECT name, public_key, revoked_at FROM signers ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing signers: %w", err)
-	}
-	defer rows.Close()
-	var out []catalog.Signer
-	for rows.Next() {
-		var sg catalog.Signer
-		var revoked int64
-		if err := rows.Scan(&sg.Name, &sg.PublicKey, &revoked); err != nil {
-			return nil, err
-		}
-		sg.Revoked = revoked != 0
-		out = append(out, sg)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "signers", scanSigner)
 }
 
 // PutImage adds or replaces a catalog image.
@@ -63,6 +49,14 @@ func (t *Tx) PutImage(ctx context.Context, img catalog.Image) error {
 		return fmt.Errorf("storing image %s: %w", img.Name, err)
 	}
 	return nil
+}
+
+func scanSigner(r interface{ Scan(...any) error }) (catalog.Signer, error) {
+	var sg catalog.Signer
+	var revoked int64
+	err := r.Scan(&sg.Name, &sg.PublicKey, &revoked)
+	sg.Revoked = revoked != 0
+	return sg, err
 }
 
 const imageCols = `name, url, size, format, compression, sha256, sha512, signer, signature`
@@ -85,19 +79,7 @@ func (s *Store) Image(ctx context.Context, name string) (catalog.Image, error) {
 // Images lists the catalog.
 func (s *Store) Images(ctx context.Context) ([]catalog.Image, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+imageCols+` FROM images ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing images: %w", err)
-	}
-	defer rows.Close()
-	var out []catalog.Image
-	for rows.Next() {
-		img, err := scanImage(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, img)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "images", scanImage)
 }
 
 // VerifiedImage (in a transaction) returns a catalog image only when its signature still
@@ -111,19 +93,9 @@ func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, err
 		return catalog.Image{}, err
 	}
 	rows, err := t.query(ctx, `SELECT name, public_key, revoked_at FROM signers WHERE name = ?`, img.Signer)
+	signers, err := collect(rows, err, "signers", scanSigner)
 	if err != nil {
 		return catalog.Image{}, err
-	}
-	defer rows.Close()
-	var signers []catalog.Signer
-	for rows.Next() {
-		var sg catalog.Signer
-		var revoked int64
-		if err := rows.Scan(&sg.Name, &sg.PublicKey, &revoked); err != nil {
-			return catalog.Image{}, err
-		}
-		sg.Revoked = revoked != 0
-		signers = append(signers, sg)
 	}
 	if err := catalog.Verify(img, signers); err != nil {
 		return catalog.Image{}, err

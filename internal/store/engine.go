@@ -165,19 +165,7 @@ func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, e
 // Workflows lists a node's workflows, newest first.
 func (s *Store) Workflows(ctx context.Context, nodeID string, limit int) ([]Workflow, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+workflowCols+` FROM workflows WHERE node_id = ? ORDER BY created_at DESC LIMIT ?`, nodeID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing workflows: %w", err)
-	}
-	defer rows.Close()
-	var out []Workflow
-	for rows.Next() {
-		w, err := scanWorkflow(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "workflows", scanWorkflow)
 }
 
 // ---------------------------------------------------------------- commands
@@ -253,19 +241,7 @@ func (s *Store) Command(ctx context.Context, id string) (Command, error) {
 // Commands lists commands of a node (or all when nodeID is empty), oldest first.
 func (s *Store) Commands(ctx context.Context, nodeID string, limit int) ([]Command, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+commandCols+` FROM commands WHERE ? = '' OR node_id = ? ORDER BY created_at, id LIMIT ?`, nodeID, nodeID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing commands: %w", err)
-	}
-	defer rows.Close()
-	var out []Command
-	for rows.Next() {
-		c, err := scanCommand(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "commands", scanCommand)
 }
 
 // UpdateCommand writes a command's state and outcome.
@@ -476,19 +452,7 @@ func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
 // CommandsOfWorkflow lists a workflow's commands of one kind, oldest first.
 func (t *Tx) CommandsOfWorkflow(ctx context.Context, workflowID, kind string) ([]Command, error) {
 	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE workflow_id = ? AND kind = ? ORDER BY created_at`, workflowID, kind)
-	if err != nil {
-		return nil, fmt.Errorf("listing commands of workflow %s: %w", workflowID, err)
-	}
-	defer rows.Close()
-	var out []Command
-	for rows.Next() {
-		c, err := scanCommand(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "commands of a workflow", scanCommand)
 }
 
 // ---------------------------------------------------------------- one-time join tokens
@@ -582,38 +546,14 @@ func (s *Store) StrandedNodes(ctx context.Context, limit int) ([]Node, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE target_state <> '' AND state <> 'failed' AND maintenance = ?
 		AND id NOT IN (SELECT node_id FROM reconcile_queue)
 		AND id NOT IN (SELECT node_id FROM workflows WHERE outcome_applied = ?) ORDER BY id LIMIT ?`, false, false, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing stranded nodes: %w", err)
-	}
-	defer rows.Close()
-	var out []Node
-	for rows.Next() {
-		n, err := scanNode(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "stranded nodes", scanNode)
 }
 
 // FailedInMaintenance lists failed nodes waiting in maintenance.
 func (s *Store) FailedInMaintenance(ctx context.Context, tenantID string, limit int) ([]Node, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE state = 'failed' AND maintenance = ? AND (? = '' OR tenant_id = ?) ORDER BY updated_at LIMIT ?`,
 		true, tenantID, tenantID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing failed nodes: %w", err)
-	}
-	defer rows.Close()
-	var out []Node
-	for rows.Next() {
-		n, err := scanNode(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "failed nodes", scanNode)
 }
 
 // SiteAgents lists site agents.

@@ -166,19 +166,7 @@ func (s *Store) Tenant(ctx context.Context, ref string) (Tenant, error) {
 
 func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+tenantCols+` FROM tenants ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing tenants: %w", err)
-	}
-	defer rows.Close()
-	var out []Tenant
-	for rows.Next() {
-		tn, err := scanTenant(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading tenant: %w", err)
-		}
-		out = append(out, tn)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "tenants", scanTenant)
 }
 
 func (t *Tx) InsertSite(ctx context.Context, tenantID, name string, labels map[string]string) (Site, error) {
@@ -217,19 +205,7 @@ func (s *Store) Site(ctx context.Context, ref string) (Site, error) {
 
 func (s *Store) Sites(ctx context.Context, tenantID string) ([]Site, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+siteCols+` FROM sites WHERE ? = '' OR tenant_id = ? ORDER BY name`, tenantID, tenantID)
-	if err != nil {
-		return nil, fmt.Errorf("listing sites: %w", err)
-	}
-	defer rows.Close()
-	var out []Site
-	for rows.Next() {
-		st, err := scanSite(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading site: %w", err)
-		}
-		out = append(out, st)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "sites", scanSite)
 }
 
 func (t *Tx) DeleteSite(ctx context.Context, id string) error {
@@ -318,19 +294,7 @@ func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
 func (s *Store) Pools(ctx context.Context, tenantID, siteID string) ([]Pool, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+poolCols+` FROM pools WHERE (? = '' OR tenant_id = ?) AND (? = '' OR site_id = ?) ORDER BY name`,
 		tenantID, tenantID, siteID, siteID)
-	if err != nil {
-		return nil, fmt.Errorf("listing pools: %w", err)
-	}
-	defer rows.Close()
-	var out []Pool
-	for rows.Next() {
-		p, err := scanPool(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading pool: %w", err)
-		}
-		out = append(out, p)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "pools", scanPool)
 }
 
 // ---------------------------------------------------------------- hardware profiles
@@ -367,19 +331,7 @@ func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile,
 
 func (s *Store) HardwareProfiles(ctx context.Context) ([]HardwareProfile, error) {
 	rows, err := s.queryRows(ctx, `SELECT name, drivers, local_boot FROM hardware_profiles ORDER BY name`)
-	if err != nil {
-		return nil, fmt.Errorf("listing hardware profiles: %w", err)
-	}
-	defer rows.Close()
-	var out []HardwareProfile
-	for rows.Next() {
-		hp, err := scanProfile(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading hardware profile: %w", err)
-		}
-		out = append(out, hp)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "hardware profiles", scanProfile)
 }
 
 // ---------------------------------------------------------------- secrets
@@ -454,19 +406,7 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
 
 func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+tokenCols+` FROM api_tokens ORDER BY created_at`)
-	if err != nil {
-		return nil, fmt.Errorf("listing tokens: %w", err)
-	}
-	defer rows.Close()
-	var out []Token
-	for rows.Next() {
-		tok, err := scanToken(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading token: %w", err)
-		}
-		out = append(out, tok)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "tokens", scanToken)
 }
 
 // CountTokens counts tokens ever created (first start detection).

@@ -459,3 +459,20 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	}
 	return s.read.QueryRowContext(ctx, q, args...)
 }
+
+// collect reads every row of a query with scan; what names the rows in errors.
+func collect[T any](rows *sql.Rows, err error, what string, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", what, err)
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s: %w", what, err)
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
