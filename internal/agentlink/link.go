@@ -369,6 +369,10 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) Update {
 	case l.sem <- struct{}{}:
 		defer func() { <-l.sem }()
 	case <-ctx.Done():
+	}
+	// Checked again after taking the slot: when a slot frees as the link shuts down, select
+	// may pick the slot, and a command must not start once the link is stopping.
+	if ctx.Err() != nil {
 		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: " + context.Cause(ctx).Error()}
 	}
 	l.out.update(Update{CommandID: c.ID, State: StateRunning})
