@@ -78,6 +78,9 @@ type BMC struct {
 
 	ignorePasswords atomic.Bool
 	queued, done    atomic.Int64 // power actions accepted / finished (observability, tests)
+	// arrivals counts non-idempotent commands that reached the handlers (answered from the
+	// dedupe cache or run), within a session (observability, tests).
+	arrivals atomic.Int64
 
 	serveOnce sync.Once
 	closeOnce sync.Once

@@ -67,7 +67,11 @@ func (d *dedupe) remember(key dedupeKey, resp []byte) {
 func (d *dedupe) middleware(b *BMC) handlers.Middleware {
 	return func(next handlers.Handler) handlers.Handler {
 		return handlers.HandlerFunc(func(ctx context.Context, hctx *handlers.HandlerContext, req []byte) ([]byte, types.CompletionCode, error) {
-			if d.window < 0 || hctx == nil || hctx.Session == nil || !deduped(hctx.Command) {
+			if hctx == nil || hctx.Session == nil || !deduped(hctx.Command) {
+				return next.Handle(ctx, hctx, req)
+			}
+			b.arrivals.Add(1)
+			if d.window < 0 {
 				return next.Handle(ctx, hctx, req)
 			}
 			key := dedupeKey{session: hctx.Session.BMCID, netFn: uint8(hctx.Command.NetFn), cmd: hctx.Command.ID, data: string(req)}
