@@ -22,7 +22,7 @@ run: build
 test: build
 	@if [ "$$(id -u)" = 0 ]; then ./.ci/apt-test-deps; fi
 	@if [ -z "$$BCD_TEST_POSTGRES_DSN" ] && [ "$$(id -u)" = 0 ]; then \
-		export BCD_TEST_POSTGRES_DSN=$$(./.ci/pg-start); fi; \
+		dsn=$$(./.ci/pg-start) || exit 1; export BCD_TEST_POSTGRES_DSN="$$dsn"; fi; \
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 test-unit:
