@@ -114,6 +114,12 @@ type Spec struct {
 
 	Credentials string `json:"credentials"` // path of credentials.json (0600)
 	VMs         []VM   `json:"vms"`
+
+	// Services beside the VMs (PlanSite): a file share, uplinks to the host's loopback, and a
+	// site agent the supervisor runs.
+	Files   *FileShare `json:"files,omitempty"`
+	Uplinks []Uplink   `json:"uplinks,omitempty"`
+	Site    *SiteAgent `json:"site,omitempty"`
 }
 
 // VMState is a VM as the running lab has it.

@@ -53,7 +53,7 @@ func superviseHelper(args []string) int {
 		ready = os.NewFile(uintptr(*readyFD), "ready")
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if err := Supervise(ctx, *dir, log, ready); err != nil {
+	if err := Supervise(ctx, *dir, log, ready, nil); err != nil {
 		log.Error("supervisor failed", "err", err)
 		return 1
 	}

@@ -31,7 +31,9 @@ const (
 // every VM as its child and serves every VM's BMCs; it writes state.json, then one line
 // "ready\n" to ready (which may be nil), and runs until ctx ends. Then it stops the VMs (SIGTERM,
 // then SIGKILL after qemuStopTimeout), waits for each, and removes the links it made.
-func Supervise(ctx context.Context, dir string, log *slog.Logger, ready io.Writer) (err error) {
+//
+// hostNS (may be nil when the lab has no uplinks) is the host's network namespace.
+func Supervise(ctx context.Context, dir string, log *slog.Logger, ready io.Writer, hostNS *os.File) (err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -87,6 +89,12 @@ func Supervise(ctx context.Context, dir string, log *slog.Logger, ready io.Write
 			v.stop(log)
 		}
 	}()
+	if err := serveUplinks(bg, &wg, spec, hostNS, log); err != nil {
+		return fmt.Errorf("supervising lab: %w", err)
+	}
+	if err := serveFiles(bg, &wg, spec.Files, log); err != nil {
+		return fmt.Errorf("supervising lab: %w", err)
+	}
 	state := State{Spec: spec, SupervisorPID: os.Getpid(), Started: time.Now().UTC()}
 	for _, vm := range spec.VMs {
 		cred, ok := creds.For(vm.Name)
@@ -103,6 +111,19 @@ func Supervise(ctx context.Context, dir string, log *slog.Logger, ready io.Write
 			return fmt.Errorf("supervising lab: %w", err)
 		}
 		state.VMs = append(state.VMs, vs)
+	}
+	if spec.Site != nil {
+		// Stopped (deferred above) before the VMs' BMCs and the uplinks go.
+		siteCtx, stopSite := context.WithCancel(bg)
+		siteDone := make(chan struct{})
+		go func() {
+			defer close(siteDone)
+			runSiteAgent(siteCtx, spec.Site, log.With("component", "site"))
+		}()
+		defer func() {
+			stopSite()
+			<-siteDone
+		}()
 	}
 	if err := writeJSON(filepath.Join(dir, StateFile), state, 0o644); err != nil {
 		return fmt.Errorf("supervising lab: %w", err)

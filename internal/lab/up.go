@@ -36,6 +36,9 @@ type UpConfig struct {
 	Env        []string      // added to the supervisor's environment
 	Ready      time.Duration // how long to wait for the lab to be ready; 0: DefaultReadyTimeout
 	Log        *slog.Logger
+	// Site, when set, runs a site agent in the lab (PlanSite) serving ShareDir's files.
+	Site     *SiteOptions
+	ShareDir string
 }
 
 // Supervisor is the lab's supervisor process as started by Up. Its parent may exit (the
@@ -66,6 +69,11 @@ func Up(ctx context.Context, o Options, cfg UpConfig) (*Supervisor, State, error
 	spec, err := Plan(o)
 	if err != nil {
 		return nil, State{}, err
+	}
+	if cfg.Site != nil {
+		if spec, err = PlanSite(spec, cfg.ShareDir, *cfg.Site); err != nil {
+			return nil, State{}, err
+		}
 	}
 	if err := checkHost(spec); err != nil {
 		return nil, State{}, fmt.Errorf("bringing lab up: %w", err)
@@ -182,11 +190,18 @@ func startSupervisor(ctx context.Context, s Spec, cfg UpConfig, log *slog.Logger
 	}
 	defer pr.Close()
 	argv := append([]string{"ip", "netns", "exec", s.NetNS}, cfg.Supervisor...)
-	argv = append(argv, "--dir", s.Dir, "--ready-fd", "3")
+	argv = append(argv, "--dir", s.Dir, "--ready-fd", "3", "--host-netns-fd", "4")
+	// The host's network namespace, for the uplinks (the supervisor runs in the lab's).
+	hostNS, err := os.Open("/proc/self/ns/net")
+	if err != nil {
+		_ = pw.Close()
+		return nil, fmt.Errorf("opening the host's network namespace: %w", err)
+	}
+	defer hostNS.Close()
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin = nil
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{pw}
+	cmd.ExtraFiles = []*os.File{pw, hostNS}
 	cmd.Env = append(os.Environ(), cfg.Env...)
 	cmd.Dir = s.Dir
 	// Its own session: the supervisor outlives `bcd lab up` and the terminal's signals.

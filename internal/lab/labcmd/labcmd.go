@@ -85,6 +85,8 @@ func upCmd() *cobra.Command {
 		disk       string
 		foreground bool
 		output     string
+		site       lab.SiteOptions
+		shareDir   string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -102,7 +104,19 @@ func upCmd() *cobra.Command {
 			}
 			ctx := cmd.Context()
 			log := logger(cmd.ErrOrStderr())
-			sup, _, err := lab.Up(ctx, o, lab.UpConfig{Supervisor: argv, Log: log})
+			cfg := lab.UpConfig{Supervisor: argv, Log: log}
+			if site.Site != "" {
+				if site.Binary, err = os.Executable(); err != nil {
+					return fmt.Errorf("finding the bcd binary: %w", err)
+				}
+				for _, p := range []*string{&shareDir, &site.CAFile, &site.JoinTokenFile} {
+					if *p, err = absDir(*p); err != nil {
+						return err
+					}
+				}
+				cfg.Site, cfg.ShareDir = &site, shareDir
+			}
+			sup, _, err := lab.Up(ctx, o, cfg)
 			if err != nil {
 				return err
 			}
@@ -130,6 +144,14 @@ func upCmd() *cobra.Command {
 	f.StringVar(&disk, "disk-bus", string(lab.DiskVirtio), "virtio or nvme")
 	f.BoolVar(&foreground, "foreground", false, "stay in the foreground and bring the lab down on Ctrl-C")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
+	f.StringVar(&site.Site, "site", "", "run a site agent for this site inside the lab (needs the flags below)")
+	f.IntVar(&site.GatewayPort, "gateway-port", 7443, "the control plane's gateway port on the host's 127.0.0.1 (uplinked at the bridge)")
+	f.StringVar(&site.CAFile, "ca-file", "", "the control plane's CA certificate (PEM)")
+	f.StringVar(&site.JoinTokenFile, "join-token-file", "", "file (0600) holding the site agent's one-time join token")
+	f.StringVar(&shareDir, "share-dir", "", "directory served to the lab over HTTP at bridge:8081 (ramdisk, OS images)")
+	f.StringVar(&site.Kernel, "ramdisk-kernel", "vmlinuz", "ramdisk kernel: file name in --share-dir")
+	f.StringVar(&site.Initrd, "ramdisk-initrd", "initramfs.cpio.gz", "ramdisk initramfs: file name in --share-dir")
+	f.StringSliceVar(&site.RamdiskArgs, "ramdisk-arg", nil, "extra kernel argument of ramdisk entries (repeatable)")
 	return cmd
 }
 
@@ -233,8 +255,8 @@ func execCmd() *cobra.Command {
 
 func superviseCmd() *cobra.Command {
 	var (
-		dir     string
-		readyFD int
+		dir             string
+		readyFD, hostFD int
 	)
 	cmd := &cobra.Command{
 		Use:    "supervise",
@@ -242,16 +264,23 @@ func superviseCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return Supervise(cmd.Context(), dir, readyFD, cmd.ErrOrStderr())
+			return Supervise(cmd.Context(), dir, readyFD, hostFD, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "", "lab directory")
 	cmd.Flags().IntVar(&readyFD, "ready-fd", 0, "file descriptor to write \"ready\" to (0: none)")
+	cmd.Flags().IntVar(&hostFD, "host-netns-fd", 0, "file descriptor of the host's network namespace, for uplinks (0: none)")
 	return cmd
 }
 
 // Supervise runs lab.Supervise with JSON logs to logw, reporting readiness on readyFD (0: none).
-func Supervise(ctx context.Context, dir string, readyFD int, logw io.Writer) error {
+func Supervise(ctx context.Context, dir string, readyFD, hostFD int, logw io.Writer) error {
+	var hostNS *os.File
+	if hostFD > 2 {
+		syscall.CloseOnExec(hostFD)
+		hostNS = os.NewFile(uintptr(hostFD), "host-netns")
+		defer hostNS.Close()
+	}
 	var ready io.Writer
 	if readyFD > 2 {
 		// Not inherited by the VMs: only the supervisor reports readiness.
@@ -264,7 +293,7 @@ func Supervise(ctx context.Context, dir string, readyFD int, logw io.Writer) err
 		ready = f
 	}
 	log := slog.New(slog.NewJSONHandler(logw, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	if err := lab.Supervise(ctx, dir, log, ready); err != nil {
+	if err := lab.Supervise(ctx, dir, log, ready, hostNS); err != nil {
 		log.Error("lab supervisor failed", "err", err)
 		return err
 	}
