@@ -42,6 +42,7 @@ func superviseHelper(args []string) int {
 	fs := flag.NewFlagSet("supervise", flag.ContinueOnError)
 	dir := fs.String("dir", "", "")
 	readyFD := fs.Int("ready-fd", 0, "")
+	hostFD := fs.Int("host-netns-fd", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -52,8 +53,13 @@ func superviseHelper(args []string) int {
 		syscall.CloseOnExec(*readyFD)
 		ready = os.NewFile(uintptr(*readyFD), "ready")
 	}
+	var hostNS *os.File
+	if *hostFD > 2 {
+		syscall.CloseOnExec(*hostFD)
+		hostNS = os.NewFile(uintptr(*hostFD), "host-netns")
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	if err := Supervise(ctx, *dir, log, ready, nil); err != nil {
+	if err := Supervise(ctx, *dir, log, ready, hostNS); err != nil {
 		log.Error("supervisor failed", "err", err)
 		return 1
 	}

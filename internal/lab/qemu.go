@@ -69,6 +69,9 @@ func QEMUArgs(s Spec, vm VM) []string {
 		// An empty CD-ROM on q35's AHCI: virtual media loads ISOs into it.
 		"-drive", kv("if=none", "id=cd0-drive", "media=cdrom", "readonly=on"),
 		"-device", kv("ide-cd", "drive=cd0-drive", "id="+CDDeviceID, "bus=ide.2", fmt.Sprintf("bootindex=%d", bootIndexCD)),
+		// Entropy: TCG has no RDRAND, and the agents' keys and TLS need the kernel's pool.
+		"-object", kv("rng-random", "id=rng0", "filename=/dev/urandom"),
+		"-device", kv("virtio-rng-pci", "rng=rng0"),
 	)
 	return args
 }

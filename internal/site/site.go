@@ -13,6 +13,7 @@ package site
 import (
 	"context"
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -375,10 +376,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.linkMu.Unlock()
 	close(a.linkReady)
 	id := link.Identity()
-	if id.SiteID != a.cfg.Site {
+	if err := checkSiteName(a.cfg.DataDir, a.cfg.Site, id.SiteID); err != nil {
 		cancel()
 		_ = link.Wait()
-		return fmt.Errorf("site agent: the certificate in %s is for site %s, not %s", a.cfg.DataDir, id.SiteID, a.cfg.Site)
+		return fmt.Errorf("site agent: %w", err)
 	}
 	log := a.log.With("site", id.SiteID, "agent", id.AgentID)
 	log.Info("site agent connected", "gateway", a.cfg.GatewayURL, "boot_url", a.baseURL, "dhcp", string(a.cfg.DHCPMode),
@@ -618,4 +619,40 @@ func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 		case <-pause.C:
 		}
 	}
+}
+
+// siteNameFile records, in the data dir, which site name the agent joined under: operators
+// name sites, certificates carry their ids.
+const siteNameFile = "site-name.json"
+
+// checkSiteName accepts --site as the id in the agent's certificate, or as the name the agent
+// first joined under (recorded at that first start).
+func checkSiteName(dataDir, site, certSiteID string) error {
+	path := filepath.Join(dataDir, siteNameFile)
+	var rec struct {
+		Name string `json:"name"`
+		ID   string `json:"id"`
+	}
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if site == certSiteID {
+			return nil
+		}
+		rec.Name, rec.ID = site, certSiteID
+		b, _ := json.Marshal(rec)
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			return fmt.Errorf("recording the site name: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("reading the site name: %w", err)
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if site == certSiteID || (site == rec.Name && rec.ID == certSiteID) {
+		return nil
+	}
+	return fmt.Errorf("the certificate in %s is for site %s (joined as %q), not %s", dataDir, certSiteID, rec.Name, site)
 }

@@ -27,6 +27,8 @@ func TestInitArgs(t *testing.T) {
 		{"/init", 1, nil, []string{"ramdisk", "init"}},
 		{"init", 1, []string{}, []string{"ramdisk", "init"}},
 		{"/init", 1, []string{"ramdisk", "build"}, []string{"ramdisk", "build"}},
+		{"/init", 1, []string{"vmlinuz"}, []string{"ramdisk", "init"}},
+		{"/init", 1, []string{"vmlinuz", "quiet"}, []string{"ramdisk", "init"}},
 		{"/init", 42, nil, nil},
 		{"/usr/bin/bcd", 1, nil, nil},
 		{"bcd", 1000, []string{"server"}, []string{"server"}},

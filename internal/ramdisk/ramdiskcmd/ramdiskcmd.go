@@ -24,10 +24,12 @@ import (
 )
 
 // InitArgs returns args (os.Args[1:]) unchanged, except when the process is PID 1 started as
-// "init" (argv[0] "/init", "init" or ".../init") with no arguments: then it returns
-// ["ramdisk", "init"].
+// "init" (argv[0] "/init", "init" or ".../init"): then it returns ["ramdisk", "init"] unless the
+// arguments already name a ramdisk subcommand. The kernel hands init every command-line word it
+// does not know (with iPXE's EFI loader the first is the kernel's file name, "vmlinuz"): those
+// are not bcd subcommands.
 func InitArgs(argv0 string, pid int, args []string) []string {
-	if pid == 1 && len(args) == 0 && path.Base(argv0) == "init" {
+	if pid == 1 && path.Base(argv0) == "init" && (len(args) == 0 || args[0] != "ramdisk") {
 		return []string{"ramdisk", "init"}
 	}
 	return args

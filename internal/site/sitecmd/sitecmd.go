@@ -78,7 +78,7 @@ the artifact cache live in the data dir too.`,
 	fl.StringVar(&f.ipxeDir, "ipxe-dir", site.DefaultIPXEDir, "iPXE binaries served over TFTP and HTTP")
 	fl.StringVar(&f.efiBinary, "efi-binary", dhcp.BinaryEFI, "x86-64 UEFI iPXE binary: ipxe.efi or snponly.efi")
 	fl.StringVar(&f.localBoot, "local-boot", "exit", "how local-boot entries leave iPXE: exit or sanboot")
-	fl.StringSliceVar(&f.dhcpPools, "dhcp-pool", nil, "full DHCP: SUBNET,FIRST-LAST (e.g. 10.0.0.0/24,10.0.0.100-10.0.0.199); repeatable")
+	fl.StringArrayVar(&f.dhcpPools, "dhcp-pool", nil, "full DHCP: SUBNET,FIRST-LAST (e.g. 10.0.0.0/24,10.0.0.100-10.0.0.199); repeatable")
 	fl.StringSliceVar(&f.dhcpRouters, "dhcp-router", nil, "full DHCP: router(s) to hand out")
 	fl.StringSliceVar(&f.dhcpDNS, "dhcp-dns", nil, "full DHCP: DNS server(s) to hand out")
 	fl.StringVar(&f.kernelURL, "ramdisk-kernel", "", "URL of the ramdisk kernel")
