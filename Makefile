@@ -63,3 +63,19 @@ ramdisk: ramdisk-kernel-deb
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w' -o $(RAMDISK_CACHE)/ramdisk-init $(RAMDISK_MAIN)
 	$(RAMDISK_CACHE)/ramdisk-init ramdisk build --kernel-deb "$$(./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE))" \
 		--binary $(RAMDISK_CACHE)/ramdisk-init --out $(RAMDISK_OUT)
+
+# --- lab OS image ---------------------------------------------------------------------------
+# `make lab-image` → out/lab/os.img (raw disk: MBR + FAT ESP with syslinux for BIOS and UEFI),
+# out/lab/os.img.zst (what the catalog serves), out/lab/manifest.json (name, format,
+# compression, size, sha256 for `bcd image add`) and, made once and kept, the lab signer
+# out/lab/signer.key + signer.pub. Same kernel package and binary as the ramdisk: the image's
+# /init is bcd, which runs as the installed OS when the kernel command line says bcd.role=os.
+LAB_IMAGE_OUT ?= out/lab
+
+.PHONY: lab-image
+lab-image: ramdisk-kernel-deb
+	@./scripts/lab/image-deps
+	mkdir -p $(LAB_IMAGE_OUT)
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w' -o $(RAMDISK_CACHE)/ramdisk-init $(RAMDISK_MAIN)
+	$(RAMDISK_CACHE)/ramdisk-init lab image build --kernel-deb "$$(./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE))" \
+		--binary $(RAMDISK_CACHE)/ramdisk-init --out $(LAB_IMAGE_OUT)

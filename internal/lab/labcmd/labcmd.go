@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bcd/internal/lab"
+	"bcd/internal/lab/osimage"
 )
 
 // DefaultDir is where a lab lives unless --dir says otherwise: `down` and `status` from another
@@ -38,7 +39,7 @@ DIR/supervisor.log) and returns once the lab is ready; 'down' stops it from any 
 DIR/state.json lists BMC addresses, MACs, console logs; DIR/credentials.json (0600) the BMC
 passwords. Run site services in the namespace: bcd lab exec -- bcd site ...`,
 	}
-	cmd.AddCommand(upCmd(), downCmd(), statusCmd(), execCmd(), superviseCmd())
+	cmd.AddCommand(upCmd(), downCmd(), statusCmd(), execCmd(), superviseCmd(), osimage.Command())
 	return cmd
 }
 

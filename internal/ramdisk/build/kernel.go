@@ -15,14 +15,18 @@ import (
 // DefaultModules are the modules the ramdisk loads (their dependencies come along): virtio
 // devices of QEMU and clouds (virtio_rng too: without RDRAND or a hardware RNG the kernel's
 // random pool may take minutes to fill, and key generation waits for it), the common disk
-// controllers, the NICs of most servers, IPMI.
-// scsi_mod, libata and friends are pulled in through depends=.
+// controllers, the NICs of most servers, IPMI, and the FAT filesystem with the code pages
+// Debian's kernel mounts it with by default (codepage 437, iocharset ascii; utf8) so that
+// kexec can read a boot partition (the NLS modules are loaded by name at mount time, which
+// needs no modprobe when they are already loaded).
+// scsi_mod, libata, fat and friends are pulled in through depends=.
 func DefaultModules() []string {
 	return []string{
 		"virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_rng",
 		"sd_mod", "ahci", "nvme",
 		"e1000", "e1000e", "igb", "ixgbe", "i40e",
 		"ipmi_si", "ipmi_devintf",
+		"vfat", "nls_cp437", "nls_ascii", "nls_utf8",
 	}
 }
 

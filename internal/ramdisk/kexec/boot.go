@@ -37,7 +37,7 @@ func Find(fsys fs.FS) (Target, error) {
 		}
 	}
 	if len(errs) == 0 {
-		return Target{}, errors.New("no boot loader configuration (loader/entries, extlinux.conf, grub.cfg) found")
+		return Target{}, errors.New("no boot loader configuration (loader/entries, extlinux.conf, syslinux.cfg, grub.cfg) found")
 	}
 	return Target{}, errors.Join(errs...)
 }
@@ -98,7 +98,10 @@ func expandGrubenv(fsys fs.FS, cmdline string) string {
 }
 
 func findExtlinux(fsys fs.FS) (Target, error) {
-	for _, p := range []string{"extlinux/extlinux.conf", "boot/extlinux/extlinux.conf", "syslinux/syslinux.cfg", "boot/syslinux/syslinux.cfg", "extlinux.conf"} {
+	// syslinux's own search order (install directory aside): /boot/syslinux, /syslinux, /; the
+	// EFI build also looks next to its binary (EFI/BOOT on a removable-media ESP).
+	for _, p := range []string{"extlinux/extlinux.conf", "boot/extlinux/extlinux.conf", "boot/syslinux/syslinux.cfg",
+		"syslinux/syslinux.cfg", "syslinux.cfg", "EFI/BOOT/syslinux.cfg", "extlinux.conf"} {
 		b, err := fs.ReadFile(fsys, p)
 		if err != nil {
 			continue

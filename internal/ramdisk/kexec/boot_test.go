@@ -56,6 +56,35 @@ func TestFind(t *testing.T) {
 			want: Target{Source: "boot/extlinux/extlinux.conf", Kernel: "boot/vmlinuz", Initrds: []string{"boot/ucode.img", "boot/initramfs.xz"}, Cmdline: "console=ttyS0 talos.platform=metal"},
 		},
 		{
+			name: "syslinux.cfg at the root of a FAT partition (absolute paths)",
+			fs: fstest.MapFS{
+				"syslinux.cfg": file(syslinuxLab),
+				"vmlinuz":      file("K"),
+				"initrd.img":   file("I"),
+			},
+			want: Target{Source: "syslinux.cfg", Kernel: "vmlinuz", Initrds: []string{"initrd.img"}, Cmdline: "console=ttyS0 bcd.role=os"},
+		},
+		{
+			name: "syslinux/syslinux.cfg (the lab OS image) next to an EFI syslinux",
+			fs: fstest.MapFS{
+				"syslinux/syslinux.cfg": file(syslinuxLab),
+				"EFI/BOOT/BOOTX64.EFI":  file("MZ"),
+				"EFI/BOOT/ldlinux.e64":  file("E"),
+				"vmlinuz":               file("K"),
+				"initrd.img":            file("I"),
+			},
+			want: Target{Source: "syslinux/syslinux.cfg", Kernel: "vmlinuz", Initrds: []string{"initrd.img"}, Cmdline: "console=ttyS0 bcd.role=os"},
+		},
+		{
+			name: "EFI/BOOT/syslinux.cfg with paths relative to it",
+			fs: fstest.MapFS{
+				"EFI/BOOT/syslinux.cfg": file("DEFAULT a\nLABEL a\n LINUX vmlinuz\n APPEND initrd=initrd.img quiet\n"),
+				"EFI/BOOT/vmlinuz":      file("K"),
+				"EFI/BOOT/initrd.img":   file("I"),
+			},
+			want: Target{Source: "EFI/BOOT/syslinux.cfg", Kernel: "EFI/BOOT/vmlinuz", Initrds: []string{"EFI/BOOT/initrd.img"}, Cmdline: "quiet"},
+		},
+		{
 			name: "grub on a separate /boot partition (paths say /boot/...)",
 			fs: fstest.MapFS{
 				"grub/grub.cfg":             file(grubDebian),
@@ -214,3 +243,14 @@ func TestPartitionsOrder(t *testing.T) {
 		t.Fatalf("got %v %v", got, err)
 	}
 }
+
+const syslinuxLab = `SERIAL 0 115200
+DEFAULT bcd-os
+PROMPT 0
+TIMEOUT 0
+LABEL bcd-os
+  MENU LABEL bcd lab OS
+  LINUX /vmlinuz
+  INITRD /initrd.img
+  APPEND console=ttyS0 bcd.role=os
+`
