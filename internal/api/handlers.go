@@ -45,7 +45,20 @@ func (h *nodes) Enroll(ctx context.Context, req *connect.Request[bcdv1.EnrollReq
 
 func (h *nodes) Get(ctx context.Context, req *connect.Request[bcdv1.GetNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	n, err := h.svc.Get(ctx, principal(ctx), req.Msg.Node)
-	return h.respond(ctx, n, err)
+	resp, err := h.respond(ctx, n, err)
+	if err != nil {
+		return nil, err
+	}
+	a, err := h.svc.Activity(ctx, principal(ctx), n)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	if a.Workflow != "" {
+		resp.Msg.Node.Activity = &bcdv1.Activity{Workflow: a.Workflow, WorkflowState: a.WorkflowState, Step: int32(a.Step), Steps: int32(a.Steps),
+			StepName: a.StepName, Phase: a.Phase, CommandKind: a.CommandKind, CommandState: a.CommandState,
+			ProgressDone: a.ProgressDone, ProgressTotal: a.ProgressTotal, ProgressMessage: a.ProgressMessage, Error: a.Error}
+	}
+	return resp, nil
 }
 
 func (h *nodes) List(ctx context.Context, req *connect.Request[bcdv1.ListNodesRequest]) (*connect.Response[bcdv1.ListNodesResponse], error) {

@@ -202,6 +202,22 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 	if n.DeployImage != "" {
 		row("deploy", n.DeployProfile+" "+n.DeployImage)
 	}
+	if a := n.Activity; a != nil {
+		row("workflow", fmt.Sprintf("%s (%s), %s step %d/%d %s", a.Workflow, a.WorkflowState, a.Phase, a.Step+1, a.Steps, a.StepName))
+		if a.CommandKind != "" {
+			cmd := a.CommandKind + " " + a.CommandState
+			if a.ProgressTotal > 0 {
+				cmd += fmt.Sprintf(" %d%% (%d/%d)", 100*a.ProgressDone/a.ProgressTotal, a.ProgressDone, a.ProgressTotal)
+			}
+			if a.ProgressMessage != "" {
+				cmd += " " + a.ProgressMessage
+			}
+			row("command", cmd)
+		}
+		if a.Error != "" {
+			row("workflow error", a.Error)
+		}
+	}
 	row("verbs accepted", dash(strings.Join(n.AllowedVerbs, ", ")))
 	row("version", fmt.Sprint(n.Version))
 	row("updated", n.UpdatedAt)

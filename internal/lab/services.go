@@ -147,8 +147,13 @@ func checkUplink(s Spec, u Uplink) error {
 }
 
 // HostDialer dials TCP in the host's network namespace from a process that runs in another one:
-// each dial happens on an OS thread moved into the host's namespace (setns), which dies with it.
-type HostDialer struct{ NS *os.File }
+// each dial happens on an OS thread moved into the host's namespace (setns) and moved back to
+// Home before it is released. Threads must not die instead: a child started with Pdeathsig
+// (the VMs, the site agent) is killed when the thread that started it exits.
+type HostDialer struct {
+	NS   *os.File // the host's network namespace
+	Home *os.File // this process's own network namespace
+}
 
 // DialContext dials addr in the host's namespace.
 func (d HostDialer) DialContext(ctx context.Context, addr string) (net.Conn, error) {
@@ -158,14 +163,17 @@ func (d HostDialer) DialContext(ctx context.Context, addr string) (net.Conn, err
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// Never unlocked: the thread, now in another namespace, ends with this goroutine.
 		runtime.LockOSThread()
 		if err := unix.Setns(int(d.NS.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread() // still in its own namespace
 			ch <- result{err: fmt.Errorf("entering the host's network namespace: %w", err)}
 			return
 		}
 		var nd net.Dialer
 		c, err := nd.DialContext(ctx, "tcp", addr)
+		if serr := unix.Setns(int(d.Home.Fd()), unix.CLONE_NEWNET); serr == nil {
+			runtime.UnlockOSThread()
+		} // else: the thread stays locked and ends with this goroutine, in the wrong namespace
 		ch <- result{c, err}
 	}()
 	r := <-ch
@@ -225,7 +233,15 @@ func serveUplinks(ctx context.Context, wg *sync.WaitGroup, s Spec, hostNS *os.Fi
 	if hostNS == nil {
 		return errors.New("uplinks need the host's network namespace (--host-netns-fd)")
 	}
-	d := HostDialer{NS: hostNS}
+	home, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return fmt.Errorf("opening the lab's network namespace: %w", err)
+	}
+	wg.Go(func() {
+		<-ctx.Done()
+		_ = home.Close()
+	})
+	d := HostDialer{NS: hostNS, Home: home}
 	for _, u := range s.Uplinks {
 		if err := checkUplink(s, u); err != nil {
 			return err

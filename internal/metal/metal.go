@@ -657,3 +657,57 @@ func (s *Service) knownDeployProfile(ctx context.Context, name string) error {
 
 // SetProfiles registers deploy profiles from the server's configuration file.
 func (s *Service) SetProfiles(p []workflow.Profile) { s.profiles = p }
+
+// Activity is what a node is doing now: its latest workflow's current step and command.
+type Activity struct {
+	Workflow, WorkflowState, Phase string
+	Step, Steps                    int
+	StepName                       string
+	CommandKind, CommandState      string
+	ProgressDone, ProgressTotal    int64
+	ProgressMessage                string
+	Error                          string
+}
+
+// Activity returns node's activity; a node that never ran a workflow has none (zero value).
+func (s *Service) Activity(ctx context.Context, p auth.Principal, n store.Node) (Activity, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return Activity{}, err
+	}
+	wfs, err := s.st.Workflows(ctx, n.ID, 1)
+	if err != nil || len(wfs) == 0 {
+		return Activity{}, err
+	}
+	wf := wfs[0]
+	a := Activity{Workflow: wf.Profile, WorkflowState: wf.State, Phase: wf.Phase, Step: wf.StepIndex, Error: wf.Error}
+	var steps []workflow.Step
+	src := wf.Steps
+	if wf.Phase == "cleanup" {
+		src = wf.Cleanup
+	}
+	if err := json.Unmarshal([]byte(src), &steps); err == nil {
+		a.Steps = len(steps)
+		if wf.StepIndex >= 0 && wf.StepIndex < len(steps) {
+			a.StepName = steps[wf.StepIndex].String()
+		}
+	}
+	if wf.CurrentCommand == "" {
+		return a, nil
+	}
+	c, err := s.st.Command(ctx, wf.CurrentCommand)
+	if err != nil {
+		return a, nil // the command row is informative only
+	}
+	a.CommandKind, a.CommandState = c.Kind, c.State
+	if c.Progress != "" {
+		var pr struct {
+			Done    int64  `json:"done"`
+			Total   int64  `json:"total"`
+			Message string `json:"message"`
+		}
+		if json.Unmarshal([]byte(c.Progress), &pr) == nil {
+			a.ProgressDone, a.ProgressTotal, a.ProgressMessage = pr.Done, pr.Total, pr.Message
+		}
+	}
+	return a, nil
+}

@@ -139,11 +139,14 @@ type Node struct {
 	WipeMode           string            `protobuf:"bytes,22,opt,name=wipe_mode,json=wipeMode,proto3" json:"wipe_mode,omitempty"`
 	IdentityGeneration uint64            `protobuf:"varint,23,opt,name=identity_generation,json=identityGeneration,proto3" json:"identity_generation,omitempty"`
 	// Verbs the provision table accepts in the node's current state.
-	AllowedVerbs  []string `protobuf:"bytes,24,rep,name=allowed_verbs,json=allowedVerbs,proto3" json:"allowed_verbs,omitempty"`
-	CreatedAt     string   `protobuf:"bytes,25,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	UpdatedAt     string   `protobuf:"bytes,26,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	Version       uint64   `protobuf:"varint,27,opt,name=version,proto3" json:"version,omitempty"`
-	BatchId       string   `protobuf:"bytes,28,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	AllowedVerbs []string `protobuf:"bytes,24,rep,name=allowed_verbs,json=allowedVerbs,proto3" json:"allowed_verbs,omitempty"`
+	CreatedAt    string   `protobuf:"bytes,25,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	UpdatedAt    string   `protobuf:"bytes,26,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	Version      uint64   `protobuf:"varint,27,opt,name=version,proto3" json:"version,omitempty"`
+	BatchId      string   `protobuf:"bytes,28,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// What the node is doing now: its latest workflow's step and command, with progress. Set by
+	// Get only (List leaves it empty).
+	Activity      *Activity `protobuf:"bytes,29,opt,name=activity,proto3" json:"activity,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +377,145 @@ func (x *Node) GetBatchId() string {
 	return ""
 }
 
+func (x *Node) GetActivity() *Activity {
+	if x != nil {
+		return x.Activity
+	}
+	return nil
+}
+
+type Activity struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Workflow        string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`                                // profile name
+	WorkflowState   string                 `protobuf:"bytes,2,opt,name=workflow_state,json=workflowState,proto3" json:"workflow_state,omitempty"` // running, succeeded, failed, aborted
+	Step            int32                  `protobuf:"varint,3,opt,name=step,proto3" json:"step,omitempty"`                                       // 0-based index of the current step
+	Steps           int32                  `protobuf:"varint,4,opt,name=steps,proto3" json:"steps,omitempty"`                                     // steps in the profile (expanded)
+	StepName        string                 `protobuf:"bytes,5,opt,name=step_name,json=stepName,proto3" json:"step_name,omitempty"`                // e.g. disk.wipe{mode: quick}
+	Phase           string                 `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`                                      // steps or cleanup
+	CommandKind     string                 `protobuf:"bytes,7,opt,name=command_kind,json=commandKind,proto3" json:"command_kind,omitempty"`
+	CommandState    string                 `protobuf:"bytes,8,opt,name=command_state,json=commandState,proto3" json:"command_state,omitempty"`
+	ProgressDone    int64                  `protobuf:"varint,9,opt,name=progress_done,json=progressDone,proto3" json:"progress_done,omitempty"`
+	ProgressTotal   int64                  `protobuf:"varint,10,opt,name=progress_total,json=progressTotal,proto3" json:"progress_total,omitempty"`
+	ProgressMessage string                 `protobuf:"bytes,11,opt,name=progress_message,json=progressMessage,proto3" json:"progress_message,omitempty"`
+	Error           string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Activity) Reset() {
+	*x = Activity{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Activity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Activity) ProtoMessage() {}
+
+func (x *Activity) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Activity.ProtoReflect.Descriptor instead.
+func (*Activity) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Activity) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+func (x *Activity) GetWorkflowState() string {
+	if x != nil {
+		return x.WorkflowState
+	}
+	return ""
+}
+
+func (x *Activity) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Activity) GetSteps() int32 {
+	if x != nil {
+		return x.Steps
+	}
+	return 0
+}
+
+func (x *Activity) GetStepName() string {
+	if x != nil {
+		return x.StepName
+	}
+	return ""
+}
+
+func (x *Activity) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *Activity) GetCommandKind() string {
+	if x != nil {
+		return x.CommandKind
+	}
+	return ""
+}
+
+func (x *Activity) GetCommandState() string {
+	if x != nil {
+		return x.CommandState
+	}
+	return ""
+}
+
+func (x *Activity) GetProgressDone() int64 {
+	if x != nil {
+		return x.ProgressDone
+	}
+	return 0
+}
+
+func (x *Activity) GetProgressTotal() int64 {
+	if x != nil {
+		return x.ProgressTotal
+	}
+	return 0
+}
+
+func (x *Activity) GetProgressMessage() string {
+	if x != nil {
+		return x.ProgressMessage
+	}
+	return ""
+}
+
+func (x *Activity) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type BmcCredentials struct {
 	state                protoimpl.MessageState `protogen:"open.v1"`
 	Driver               string                 `protobuf:"bytes,1,opt,name=driver,proto3" json:"driver,omitempty"` // optional: defaults to the hardware profile's power driver
@@ -388,7 +530,7 @@ type BmcCredentials struct {
 
 func (x *BmcCredentials) Reset() {
 	*x = BmcCredentials{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +542,7 @@ func (x *BmcCredentials) String() string {
 func (*BmcCredentials) ProtoMessage() {}
 
 func (x *BmcCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +555,7 @@ func (x *BmcCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCredentials.ProtoReflect.Descriptor instead.
 func (*BmcCredentials) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{2}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *BmcCredentials) GetDriver() string {
@@ -473,7 +615,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -485,7 +627,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -498,7 +640,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{3}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnrollRequest) GetName() string {
@@ -559,7 +701,7 @@ type NodeResponse struct {
 
 func (x *NodeResponse) Reset() {
 	*x = NodeResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -571,7 +713,7 @@ func (x *NodeResponse) String() string {
 func (*NodeResponse) ProtoMessage() {}
 
 func (x *NodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -584,7 +726,7 @@ func (x *NodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResponse.ProtoReflect.Descriptor instead.
 func (*NodeResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{4}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *NodeResponse) GetNode() *Node {
@@ -603,7 +745,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -615,7 +757,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -628,7 +770,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{5}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetNodeRequest) GetNode() string {
@@ -656,7 +798,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +810,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +823,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{6}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListNodesRequest) GetState() string {
@@ -750,7 +892,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -762,7 +904,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -775,7 +917,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{7}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -806,7 +948,7 @@ type NodeVerbRequest struct {
 
 func (x *NodeVerbRequest) Reset() {
 	*x = NodeVerbRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -818,7 +960,7 @@ func (x *NodeVerbRequest) String() string {
 func (*NodeVerbRequest) ProtoMessage() {}
 
 func (x *NodeVerbRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -831,7 +973,7 @@ func (x *NodeVerbRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeVerbRequest.ProtoReflect.Descriptor instead.
 func (*NodeVerbRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{8}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeVerbRequest) GetNode() string {
@@ -868,7 +1010,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +1022,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +1035,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{9}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeployRequest) GetNode() string {
@@ -943,7 +1085,7 @@ type UndeployRequest struct {
 
 func (x *UndeployRequest) Reset() {
 	*x = UndeployRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1097,7 @@ func (x *UndeployRequest) String() string {
 func (*UndeployRequest) ProtoMessage() {}
 
 func (x *UndeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -968,7 +1110,7 @@ func (x *UndeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndeployRequest.ProtoReflect.Descriptor instead.
 func (*UndeployRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{10}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UndeployRequest) GetNode() string {
@@ -1010,7 +1152,7 @@ type PowerRequest struct {
 
 func (x *PowerRequest) Reset() {
 	*x = PowerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1022,7 +1164,7 @@ func (x *PowerRequest) String() string {
 func (*PowerRequest) ProtoMessage() {}
 
 func (x *PowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1035,7 +1177,7 @@ func (x *PowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerRequest.ProtoReflect.Descriptor instead.
 func (*PowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{11}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PowerRequest) GetNode() string {
@@ -1069,7 +1211,7 @@ type PowerResponse struct {
 
 func (x *PowerResponse) Reset() {
 	*x = PowerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1223,7 @@ func (x *PowerResponse) String() string {
 func (*PowerResponse) ProtoMessage() {}
 
 func (x *PowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1236,7 @@ func (x *PowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerResponse.ProtoReflect.Descriptor instead.
 func (*PowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{12}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PowerResponse) GetNode() *Node {
@@ -1122,7 +1264,7 @@ type MaintenanceRequest struct {
 
 func (x *MaintenanceRequest) Reset() {
 	*x = MaintenanceRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1276,7 @@ func (x *MaintenanceRequest) String() string {
 func (*MaintenanceRequest) ProtoMessage() {}
 
 func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1289,7 @@ func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*MaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{13}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *MaintenanceRequest) GetNode() string {
@@ -1181,7 +1323,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1335,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1348,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{14}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteNodeRequest) GetNode() string {
@@ -1231,7 +1373,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1385,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1398,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
 }
 
 type Event struct {
@@ -1278,7 +1420,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1290,7 +1432,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1303,7 +1445,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Event) GetId() uint64 {
@@ -1387,7 +1529,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1541,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1554,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -1445,7 +1587,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1599,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1612,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -1490,7 +1632,7 @@ type ListDiscoveredRequest struct {
 
 func (x *ListDiscoveredRequest) Reset() {
 	*x = ListDiscoveredRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1644,7 @@ func (x *ListDiscoveredRequest) String() string {
 func (*ListDiscoveredRequest) ProtoMessage() {}
 
 func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1657,7 @@ func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDiscoveredRequest) GetSite() string {
@@ -1546,7 +1688,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1700,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1713,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -1625,7 +1767,7 @@ type ListDiscoveredResponse struct {
 
 func (x *ListDiscoveredResponse) Reset() {
 	*x = ListDiscoveredResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1637,7 +1779,7 @@ func (x *ListDiscoveredResponse) String() string {
 func (*ListDiscoveredResponse) ProtoMessage() {}
 
 func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1650,7 +1792,7 @@ func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListDiscoveredResponse) GetMachines() []*DiscoveredMachine {
@@ -1668,7 +1810,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1680,7 +1822,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1693,7 +1835,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
 }
 
 type DoctorFinding struct {
@@ -1711,7 +1853,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1865,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1878,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DoctorFinding) GetNode() string {
@@ -1801,7 +1943,7 @@ type DoctorAgent struct {
 
 func (x *DoctorAgent) Reset() {
 	*x = DoctorAgent{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1955,7 @@ func (x *DoctorAgent) String() string {
 func (*DoctorAgent) ProtoMessage() {}
 
 func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1968,7 @@ func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorAgent.ProtoReflect.Descriptor instead.
 func (*DoctorAgent) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DoctorAgent) GetId() string {
@@ -1878,7 +2020,7 @@ type DoctorResponse struct {
 
 func (x *DoctorResponse) Reset() {
 	*x = DoctorResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2032,7 @@ func (x *DoctorResponse) String() string {
 func (*DoctorResponse) ProtoMessage() {}
 
 func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2045,7 @@ func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorResponse.ProtoReflect.Descriptor instead.
 func (*DoctorResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DoctorResponse) GetFailed() []*DoctorFinding {
@@ -1938,7 +2080,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2092,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2105,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Tenant) GetId() string {
@@ -2000,7 +2142,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2154,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2167,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Site) GetId() string {
@@ -2076,7 +2218,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2088,7 +2230,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2101,7 +2243,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -2146,7 +2288,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2300,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2313,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Pool) GetId() string {
@@ -2229,7 +2371,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2383,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2396,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -2287,7 +2429,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2441,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2454,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -2331,7 +2473,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2485,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2498,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -2374,7 +2516,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2386,7 +2528,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2399,7 +2541,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
 }
 
 type ListTenantsResponse struct {
@@ -2411,7 +2553,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2565,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2578,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -2457,7 +2599,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2469,7 +2611,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2482,7 +2624,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -2515,7 +2657,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2527,7 +2669,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2540,7 +2682,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -2559,7 +2701,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2571,7 +2713,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2584,7 +2726,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -2603,7 +2745,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +2757,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +2770,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -2647,7 +2789,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2659,7 +2801,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2672,7 +2814,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -2690,7 +2832,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2702,7 +2844,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2715,7 +2857,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 type CreatePoolRequest struct {
@@ -2729,7 +2871,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2883,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2896,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -2788,7 +2930,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2942,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +2955,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -2839,7 +2981,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2851,7 +2993,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2864,7 +3006,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -2884,7 +3026,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3038,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3051,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -2935,7 +3077,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2947,7 +3089,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2960,7 +3102,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -2979,7 +3121,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3133,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3146,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -3022,7 +3164,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3034,7 +3176,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3047,7 +3189,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 type PutHardwareProfileRequest struct {
@@ -3059,7 +3201,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3071,7 +3213,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3084,7 +3226,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -3103,7 +3245,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3257,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3270,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -3146,7 +3288,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3158,7 +3300,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3171,7 +3313,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -3183,7 +3325,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3337,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3350,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -3229,7 +3371,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3383,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3396,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -3285,7 +3427,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3297,7 +3439,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3310,7 +3452,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -3354,7 +3496,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3366,7 +3508,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3379,7 +3521,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -3405,7 +3547,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3417,7 +3559,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3430,7 +3572,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -3449,7 +3591,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3461,7 +3603,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3474,7 +3616,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -3492,7 +3634,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3504,7 +3646,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3517,7 +3659,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 type ListDeployProfilesResponse struct {
@@ -3529,7 +3671,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3541,7 +3683,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3554,7 +3696,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -3578,7 +3720,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3590,7 +3732,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3603,7 +3745,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Token) GetId() string {
@@ -3659,7 +3801,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3671,7 +3813,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3684,7 +3826,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3719,7 +3861,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3731,7 +3873,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3744,7 +3886,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -3769,7 +3911,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3781,7 +3923,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3794,7 +3936,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 type ListTokensResponse struct {
@@ -3806,7 +3948,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3818,7 +3960,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3831,7 +3973,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -3850,7 +3992,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3862,7 +4004,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3875,7 +4017,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -3894,7 +4036,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3906,7 +4048,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3919,7 +4061,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -3937,7 +4079,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3949,7 +4091,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3962,7 +4104,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 type WhoAmIResponse struct {
@@ -3974,7 +4116,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4128,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4141,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -4020,7 +4162,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4032,7 +4174,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4045,7 +4187,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Signer) GetName() string {
@@ -4088,7 +4230,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4242,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4255,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Image) GetName() string {
@@ -4195,7 +4337,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4207,7 +4349,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4220,7 +4362,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -4238,7 +4380,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4250,7 +4392,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4263,7 +4405,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 type RevokeSignerRequest struct {
@@ -4275,7 +4417,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4287,7 +4429,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4300,7 +4442,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -4318,7 +4460,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4330,7 +4472,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4343,7 +4485,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 type ListSignersRequest struct {
@@ -4354,7 +4496,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4366,7 +4508,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4379,7 +4521,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 type ListSignersResponse struct {
@@ -4391,7 +4533,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4403,7 +4545,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4416,7 +4558,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -4435,7 +4577,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4589,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4602,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -4479,7 +4621,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4491,7 +4633,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4504,7 +4646,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -4522,7 +4664,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4676,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4689,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 type ListImagesResponse struct {
@@ -4559,7 +4701,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4713,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4726,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -4606,7 +4748,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fusername_ref\x18\x03 \x01(\tR\vusernameRef\x12!\n" +
 	"\fpassword_ref\x18\x04 \x01(\tR\vpasswordRef\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\x85\b\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xb3\b\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -4640,13 +4782,28 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x1a \x01(\tR\tupdatedAt\x12\x18\n" +
 	"\aversion\x18\x1b \x01(\x04R\aversion\x12\x19\n" +
-	"\bbatch_id\x18\x1c \x01(\tR\abatchId\x1a:\n" +
+	"\bbatch_id\x18\x1c \x01(\tR\abatchId\x12,\n" +
+	"\bactivity\x18\x1d \x01(\v2\x10.bcd.v1.ActivityR\bactivity\x1a:\n" +
 	"\fDriversEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
+	"\bActivity\x12\x1a\n" +
+	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12%\n" +
+	"\x0eworkflow_state\x18\x02 \x01(\tR\rworkflowState\x12\x12\n" +
+	"\x04step\x18\x03 \x01(\x05R\x04step\x12\x14\n" +
+	"\x05steps\x18\x04 \x01(\x05R\x05steps\x12\x1b\n" +
+	"\tstep_name\x18\x05 \x01(\tR\bstepName\x12\x14\n" +
+	"\x05phase\x18\x06 \x01(\tR\x05phase\x12!\n" +
+	"\fcommand_kind\x18\a \x01(\tR\vcommandKind\x12#\n" +
+	"\rcommand_state\x18\b \x01(\tR\fcommandState\x12#\n" +
+	"\rprogress_done\x18\t \x01(\x03R\fprogressDone\x12%\n" +
+	"\x0eprogress_total\x18\n" +
+	" \x01(\x03R\rprogressTotal\x12)\n" +
+	"\x10progress_message\x18\v \x01(\tR\x0fprogressMessage\x12\x14\n" +
+	"\x05error\x18\f \x01(\tR\x05error\"\xd3\x01\n" +
 	"\x0eBmcCredentials\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
@@ -5005,229 +5162,231 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                         // 1: bcd.v1.Node
-	(*BmcCredentials)(nil),               // 2: bcd.v1.BmcCredentials
-	(*EnrollRequest)(nil),                // 3: bcd.v1.EnrollRequest
-	(*NodeResponse)(nil),                 // 4: bcd.v1.NodeResponse
-	(*GetNodeRequest)(nil),               // 5: bcd.v1.GetNodeRequest
-	(*ListNodesRequest)(nil),             // 6: bcd.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),            // 7: bcd.v1.ListNodesResponse
-	(*NodeVerbRequest)(nil),              // 8: bcd.v1.NodeVerbRequest
-	(*DeployRequest)(nil),                // 9: bcd.v1.DeployRequest
-	(*UndeployRequest)(nil),              // 10: bcd.v1.UndeployRequest
-	(*PowerRequest)(nil),                 // 11: bcd.v1.PowerRequest
-	(*PowerResponse)(nil),                // 12: bcd.v1.PowerResponse
-	(*MaintenanceRequest)(nil),           // 13: bcd.v1.MaintenanceRequest
-	(*DeleteNodeRequest)(nil),            // 14: bcd.v1.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),           // 15: bcd.v1.DeleteNodeResponse
-	(*Event)(nil),                        // 16: bcd.v1.Event
-	(*ListEventsRequest)(nil),            // 17: bcd.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),           // 18: bcd.v1.ListEventsResponse
-	(*ListDiscoveredRequest)(nil),        // 19: bcd.v1.ListDiscoveredRequest
-	(*DiscoveredMachine)(nil),            // 20: bcd.v1.DiscoveredMachine
-	(*ListDiscoveredResponse)(nil),       // 21: bcd.v1.ListDiscoveredResponse
-	(*DoctorRequest)(nil),                // 22: bcd.v1.DoctorRequest
-	(*DoctorFinding)(nil),                // 23: bcd.v1.DoctorFinding
-	(*DoctorAgent)(nil),                  // 24: bcd.v1.DoctorAgent
-	(*DoctorResponse)(nil),               // 25: bcd.v1.DoctorResponse
-	(*Tenant)(nil),                       // 26: bcd.v1.Tenant
-	(*Site)(nil),                         // 27: bcd.v1.Site
-	(*PoolPolicy)(nil),                   // 28: bcd.v1.PoolPolicy
-	(*Pool)(nil),                         // 29: bcd.v1.Pool
-	(*HardwareProfile)(nil),              // 30: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),          // 31: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),               // 32: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),           // 33: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 34: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),            // 35: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                 // 36: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),             // 37: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),            // 38: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),            // 39: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),           // 40: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),            // 41: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),            // 42: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                 // 43: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),             // 44: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),            // 45: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),            // 46: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),           // 47: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),    // 48: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),      // 49: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),  // 50: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil), // 51: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),   // 52: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),  // 53: bcd.v1.CreateSiteJoinTokenResponse
-	(*DeployProfile)(nil),                // 54: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),      // 55: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),        // 56: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),    // 57: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),   // 58: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                        // 59: bcd.v1.Token
-	(*CreateTokenRequest)(nil),           // 60: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),          // 61: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),            // 62: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),           // 63: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),           // 64: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),          // 65: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                // 66: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),               // 67: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                       // 68: bcd.v1.Signer
-	(*Image)(nil),                        // 69: bcd.v1.Image
-	(*AddSignerRequest)(nil),             // 70: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),            // 71: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),          // 72: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),         // 73: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),           // 74: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),          // 75: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),              // 76: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),             // 77: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),            // 78: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),           // 79: bcd.v1.ListImagesResponse
-	nil,                                  // 80: bcd.v1.Node.DriversEntry
-	nil,                                  // 81: bcd.v1.Node.LabelsEntry
-	nil,                                  // 82: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 83: bcd.v1.Site.LabelsEntry
-	nil,                                  // 84: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 85: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 86: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 87: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*Activity)(nil),                     // 2: bcd.v1.Activity
+	(*BmcCredentials)(nil),               // 3: bcd.v1.BmcCredentials
+	(*EnrollRequest)(nil),                // 4: bcd.v1.EnrollRequest
+	(*NodeResponse)(nil),                 // 5: bcd.v1.NodeResponse
+	(*GetNodeRequest)(nil),               // 6: bcd.v1.GetNodeRequest
+	(*ListNodesRequest)(nil),             // 7: bcd.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),            // 8: bcd.v1.ListNodesResponse
+	(*NodeVerbRequest)(nil),              // 9: bcd.v1.NodeVerbRequest
+	(*DeployRequest)(nil),                // 10: bcd.v1.DeployRequest
+	(*UndeployRequest)(nil),              // 11: bcd.v1.UndeployRequest
+	(*PowerRequest)(nil),                 // 12: bcd.v1.PowerRequest
+	(*PowerResponse)(nil),                // 13: bcd.v1.PowerResponse
+	(*MaintenanceRequest)(nil),           // 14: bcd.v1.MaintenanceRequest
+	(*DeleteNodeRequest)(nil),            // 15: bcd.v1.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),           // 16: bcd.v1.DeleteNodeResponse
+	(*Event)(nil),                        // 17: bcd.v1.Event
+	(*ListEventsRequest)(nil),            // 18: bcd.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),           // 19: bcd.v1.ListEventsResponse
+	(*ListDiscoveredRequest)(nil),        // 20: bcd.v1.ListDiscoveredRequest
+	(*DiscoveredMachine)(nil),            // 21: bcd.v1.DiscoveredMachine
+	(*ListDiscoveredResponse)(nil),       // 22: bcd.v1.ListDiscoveredResponse
+	(*DoctorRequest)(nil),                // 23: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                // 24: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                  // 25: bcd.v1.DoctorAgent
+	(*DoctorResponse)(nil),               // 26: bcd.v1.DoctorResponse
+	(*Tenant)(nil),                       // 27: bcd.v1.Tenant
+	(*Site)(nil),                         // 28: bcd.v1.Site
+	(*PoolPolicy)(nil),                   // 29: bcd.v1.PoolPolicy
+	(*Pool)(nil),                         // 30: bcd.v1.Pool
+	(*HardwareProfile)(nil),              // 31: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),          // 32: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),               // 33: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),           // 34: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),          // 35: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),            // 36: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                 // 37: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),             // 38: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),            // 39: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),            // 40: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),           // 41: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),            // 42: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),            // 43: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                 // 44: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),             // 45: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),            // 46: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),            // 47: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),           // 48: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),    // 49: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),      // 50: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),  // 51: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil), // 52: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),   // 53: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),  // 54: bcd.v1.CreateSiteJoinTokenResponse
+	(*DeployProfile)(nil),                // 55: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),      // 56: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),        // 57: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),    // 58: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),   // 59: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                        // 60: bcd.v1.Token
+	(*CreateTokenRequest)(nil),           // 61: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),          // 62: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),            // 63: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),           // 64: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),           // 65: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),          // 66: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                // 67: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),               // 68: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                       // 69: bcd.v1.Signer
+	(*Image)(nil),                        // 70: bcd.v1.Image
+	(*AddSignerRequest)(nil),             // 71: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),            // 72: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),          // 73: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),         // 74: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),           // 75: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),          // 76: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),              // 77: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),             // 78: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),            // 79: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),           // 80: bcd.v1.ListImagesResponse
+	nil,                                  // 81: bcd.v1.Node.DriversEntry
+	nil,                                  // 82: bcd.v1.Node.LabelsEntry
+	nil,                                  // 83: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                  // 84: bcd.v1.Site.LabelsEntry
+	nil,                                  // 85: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                  // 86: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                  // 87: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                  // 88: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	80, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	81, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	81, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
-	2,  // 3: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	82, // 4: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
-	1,  // 5: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
-	1,  // 6: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
-	1,  // 7: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
-	16, // 8: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	20, // 9: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
-	23, // 10: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	23, // 11: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	24, // 12: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	83, // 13: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	84, // 14: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	85, // 15: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	28, // 16: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	86, // 17: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	26, // 18: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	26, // 19: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	87, // 20: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	27, // 21: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	27, // 22: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	28, // 23: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	28, // 24: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	29, // 25: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	29, // 26: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	30, // 27: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	30, // 28: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	30, // 29: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	54, // 30: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	54, // 31: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	54, // 32: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	59, // 33: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	59, // 34: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	59, // 35: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	59, // 36: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	68, // 37: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	68, // 38: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	69, // 39: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	69, // 40: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	69, // 41: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	19, // 42: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	22, // 43: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	3,  // 44: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	5,  // 45: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	6,  // 46: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	8,  // 47: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 48: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 49: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 50: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	10, // 51: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	8,  // 52: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 53: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 54: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 55: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	8,  // 56: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	11, // 57: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	13, // 58: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	14, // 59: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	17, // 60: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	55, // 61: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	57, // 62: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	52, // 63: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	31, // 64: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	33, // 65: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	35, // 66: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	37, // 67: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	39, // 68: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	41, // 69: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	42, // 70: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	44, // 71: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	46, // 72: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	48, // 73: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	50, // 74: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	60, // 75: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	62, // 76: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	64, // 77: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	66, // 78: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	70, // 79: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	72, // 80: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	74, // 81: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	76, // 82: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	78, // 83: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	21, // 84: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	25, // 85: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	4,  // 86: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	4,  // 87: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	7,  // 88: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	4,  // 89: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	4,  // 90: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	4,  // 91: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	4,  // 92: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	4,  // 93: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	4,  // 94: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	4,  // 95: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	4,  // 96: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	4,  // 97: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	4,  // 98: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	12, // 99: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	4,  // 100: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	15, // 101: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	18, // 102: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	56, // 103: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	58, // 104: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	53, // 105: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	32, // 106: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	34, // 107: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	36, // 108: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	38, // 109: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	40, // 110: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	43, // 111: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	43, // 112: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	45, // 113: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	47, // 114: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	49, // 115: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	51, // 116: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	61, // 117: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	63, // 118: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	65, // 119: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	67, // 120: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	71, // 121: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	73, // 122: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	75, // 123: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	77, // 124: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	79, // 125: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	84, // [84:126] is the sub-list for method output_type
-	42, // [42:84] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	82, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	2,  // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
+	3,  // 4: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	83, // 5: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	1,  // 6: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
+	1,  // 7: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
+	1,  // 8: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
+	17, // 9: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
+	21, // 10: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	24, // 11: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	24, // 12: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	25, // 13: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	84, // 14: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	85, // 15: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	86, // 16: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	29, // 17: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	87, // 18: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	27, // 19: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	27, // 20: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	88, // 21: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	28, // 22: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	28, // 23: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	29, // 24: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	29, // 25: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	30, // 26: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	30, // 27: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	31, // 28: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	31, // 29: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	31, // 30: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	55, // 31: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	55, // 32: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	55, // 33: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	60, // 34: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	60, // 35: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	60, // 36: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	60, // 37: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	69, // 38: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	69, // 39: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	70, // 40: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	70, // 41: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	70, // 42: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	20, // 43: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	23, // 44: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	4,  // 45: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	6,  // 46: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	7,  // 47: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	9,  // 48: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 49: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 50: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	10, // 51: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	11, // 52: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	9,  // 53: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 54: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 55: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 56: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	9,  // 57: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	12, // 58: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	14, // 59: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	15, // 60: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	18, // 61: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	56, // 62: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	58, // 63: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	53, // 64: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	32, // 65: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	34, // 66: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	36, // 67: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	38, // 68: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	40, // 69: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	42, // 70: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	43, // 71: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	45, // 72: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	47, // 73: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	49, // 74: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	51, // 75: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	61, // 76: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	63, // 77: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	65, // 78: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	67, // 79: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	71, // 80: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	73, // 81: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	75, // 82: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	77, // 83: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	79, // 84: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	22, // 85: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	26, // 86: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	5,  // 87: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	5,  // 88: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	8,  // 89: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	5,  // 90: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	5,  // 91: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	5,  // 92: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	5,  // 93: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	5,  // 94: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	5,  // 95: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	5,  // 96: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	5,  // 97: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	5,  // 98: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	5,  // 99: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	13, // 100: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	5,  // 101: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	16, // 102: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	19, // 103: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	57, // 104: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	59, // 105: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	54, // 106: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	33, // 107: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	35, // 108: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	37, // 109: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	39, // 110: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	41, // 111: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	44, // 112: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	44, // 113: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	46, // 114: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	48, // 115: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	50, // 116: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	52, // 117: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	62, // 118: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	64, // 119: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	66, // 120: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	68, // 121: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	72, // 122: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	74, // 123: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	76, // 124: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	78, // 125: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	80, // 126: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	85, // [85:127] is the sub-list for method output_type
+	43, // [43:85] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -5241,7 +5400,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   88,
+			NumMessages:   89,
 			NumExtensions: 0,
 			NumServices:   4,
 		},
