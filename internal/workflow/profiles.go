@@ -136,7 +136,7 @@ func Builtin() []Profile {
 		{Name: "metal-retire", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-rescue", Steps: []Step{s("metal.ensureRamdisk")}},
-		{Name: "metal-unrescue", Steps: []Step{s("management.setBootDevice", "device", "disk", "persistent", "true"), s("power.cycle"), s("await.rejoin")},
+		{Name: "metal-unrescue", Steps: []Step{s("management.setBootDevice", "device", "disk", "persistent", "true"), s("boot.prepareInstance"), s("power.cycle"), s("await.rejoin")},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "default", Steps: []Step{s("metal.ensureRamdisk"), s("deploy.image", "image", "$image"), s("management.setBootDevice", "device", "disk", "persistent", "true"), s("boot.prepareInstance"), s("boot.kexec")},
 			Cleanup: []Step{s("boot.cleanUp")}},

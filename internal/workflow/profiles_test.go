@@ -17,7 +17,7 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 		"metal-release":    "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off",
 		"metal-retire":     "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
 		"metal-rescue":     "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
-		"metal-unrescue":   "management.setBootDevice{device: disk, persistent: true} power.cycle await.rejoin",
+		"metal-unrescue":   "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
 		"default":          "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
 	}
 	for _, p := range Builtin() {

@@ -1,0 +1,412 @@
+package scenario
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"bcd/internal/gen/bcdv1"
+	"bcd/internal/lab"
+	"bcd/internal/server"
+)
+
+// requirement fails the test under CI (CI=true) and skips it elsewhere.
+func requirement(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI requirement missing: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// TestEndToEnd takes two real PXE-booting VMs (one SeaBIOS enrolled by Redfish, one OVMF
+// enrolled by IPMI) through their life against an in-process control plane, with the real site
+// agent, ramdisk and lab OS image:
+//
+//	enroll → inspecting → commissioning → ready → deploy → deployed → (VM 0: rescue → unrescue →
+//	deployed) → undeploy → releasing → ready
+//
+// It asserts the states, the inventory, the disk contents (the image written, then wiped), the
+// events and that no command ran twice. On failure the consoles and agent logs are kept in
+// out/e2e-artifacts.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots VMs")
+	}
+	if os.Geteuid() != 0 {
+		requirement(t, "the lab needs root")
+	}
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		requirement(t, "qemu-system-x86_64 not installed")
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(root, "out")
+	if v := os.Getenv("BCD_E2E_OUT"); v != "" {
+		out = v
+	}
+	ramdiskDir, imageDir := filepath.Join(out, "ramdisk"), filepath.Join(out, "lab")
+	for _, f := range []string{filepath.Join(ramdiskDir, "vmlinuz"), filepath.Join(ramdiskDir, "initramfs.cpio.gz"), filepath.Join(imageDir, "manifest.json")} {
+		if _, err := os.Stat(f); err != nil {
+			requirement(t, "%s missing: make ramdisk lab-image", f)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Minute)
+	defer cancel()
+	tmp := t.TempDir()
+
+	bin := filepath.Join(tmp, "bcd")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/bcd")
+	build.Dir = root
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building bcd: %v\n%s", err, b)
+	}
+
+	logf, err := os.Create(filepath.Join(tmp, "server.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	labOpts := lab.Options{VMs: 2, Firmware: lab.ChoiceMixed, Dir: filepath.Join(tmp, "lab"), NetNS: "bcde2e"}
+	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: filepath.Join(tmp, "server"),
+		GatewayHosts: []string{lab.DefaultBridgeIPv4().Addr().String()}},
+		slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	srvCtx, stopServer := context.WithCancel(context.Background())
+	go func() { served <- srv.Serve(srvCtx) }()
+	defer func() {
+		stopServer()
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	c := NewClient(srv.URL(), srv.FirstAdminToken())
+
+	// The lab: a file share with the ramdisk and the image, a site agent, two VMs.
+	share := filepath.Join(tmp, "share")
+	if err := os.MkdirAll(share, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, manifest, err := LabImage(imageDir, "http://unused/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(ramdiskDir, "vmlinuz"), filepath.Join(ramdiskDir, "initramfs.cpio.gz"), filepath.Join(imageDir, manifest.File)} {
+		if err := os.Symlink(f, filepath.Join(share, filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tokenFile := filepath.Join(tmp, "site-join-token")
+	ca, err := c.JoinToken(ctx, "default", tokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(tmp, "ca.pem")
+	if err := os.WriteFile(caFile, ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gwPort, err := portOf(srv.GatewayURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := lab.Up(ctx, labOpts, lab.UpConfig{Supervisor: []string{bin, "lab", "supervise"}, ShareDir: share,
+		Site: &lab.SiteOptions{Site: "default", Binary: bin, GatewayPort: gwPort, CAFile: caFile, JoinTokenFile: tokenFile,
+			Kernel: "vmlinuz", Initrd: "initramfs.cpio.gz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			keepArtifacts(t, out, labOpts.Dir, tmp)
+		}
+		if err := lab.Down(context.Background(), labOpts.Dir, slog.New(slog.DiscardHandler)); err != nil {
+			t.Errorf("lab down: %v", err)
+		}
+	}()
+	img, _, err := LabImage(imageDir, st.Files.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddSignedImage(ctx, img); err != nil {
+		t.Fatal(err)
+	}
+	creds, err := lab.ReadCredentials(st.Credentials)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	nodes, err := c.EnrollLab(ctx, st, creds, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.NodeID
+	}
+	view := &View{W: testWriter{t}, Start: start}
+	phase := func(name, want string, limit time.Duration, nodeIDs ...string) {
+		t.Helper()
+		pctx, pcancel := context.WithTimeout(ctx, limit)
+		defer pcancel()
+		began := time.Now()
+		if err := c.Wait(pctx, nodeIDs, want, view.Update); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		t.Logf("phase %-28s %6.1f s", name, time.Since(began).Seconds())
+	}
+	phase("enroll → ready", "ready", 15*time.Minute, ids...)
+
+	// Inspection matched the VMs: MACs and product UUIDs as QEMU has them.
+	for _, n := range nodes {
+		got := get(ctx, t, c, n.NodeID)
+		if got.ProductUuid != n.VM.UUID || !contains(got.Macs, n.VM.MAC) {
+			t.Errorf("%s: inventory gave uuid %q macs %v, want %s and %s", n.VM.Name, got.ProductUuid, got.Macs, n.VM.UUID, n.VM.MAC)
+		}
+	}
+
+	for _, id := range ids {
+		if err := c.Verb(ctx, "deploy", id, img.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	phase("deploy → deployed", "deployed", 15*time.Minute, ids...)
+	for _, n := range nodes {
+		if err := diskHas(n.VM.Disk, manifest.Size, manifest.DiskSHA256); err != nil {
+			t.Errorf("%s after deploy: %v", n.VM.Name, err)
+		}
+		waitConsole(ctx, t, n.VM.Console, "bcd os: joined")
+	}
+
+	if err := c.Verb(ctx, "rescue", ids[0], ""); err != nil {
+		t.Fatal(err)
+	}
+	phase("rescue", "rescue", 10*time.Minute, ids[0])
+	if err := c.Verb(ctx, "unrescue", ids[0], ""); err != nil {
+		t.Fatal(err)
+	}
+	phase("unrescue → deployed", "deployed", 10*time.Minute, ids[0])
+
+	for _, id := range ids {
+		if err := c.Verb(ctx, "undeploy", id, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	phase("undeploy → ready", "ready", 15*time.Minute, ids...)
+	t.Logf("whole life of both VMs: %.1f s", time.Since(start).Seconds())
+	for _, n := range nodes {
+		if err := diskWiped(n.VM.Disk, n.VM.DiskSize); err != nil {
+			t.Errorf("%s after undeploy: %v", n.VM.Name, err)
+		}
+	}
+
+	// The event log tells the life of each node.
+	want := map[int][]string{
+		0: {"enrolling", "inspecting", "commissioning", "ready", "deploying", "deployed", "rescue", "deployed", "releasing", "ready"},
+		1: {"enrolling", "inspecting", "commissioning", "ready", "deploying", "deployed", "releasing", "ready"},
+	}
+	for i, n := range nodes {
+		got := stateChanges(ctx, t, c, n.NodeID)
+		if !subsequence(want[i], got) {
+			t.Errorf("%s went through %v, want %v in order", n.VM.Name, got, want[i])
+		}
+	}
+	// No command ran twice: each command id was started once by the ramdisks and finished once
+	// by the site agent.
+	for _, f := range []string{nodes[0].VM.Console, nodes[1].VM.Console} {
+		assertOnce(t, f, regexp.MustCompile(`msg="command started" command=(\S+)`))
+	}
+	assertOnce(t, filepath.Join(labOpts.Dir, "site.log"), regexp.MustCompile(`"msg":"site command done","command":"([^"]+)"`))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func portOf(url string) (int, error) {
+	i := strings.LastIndexByte(url, ':')
+	if i < 0 {
+		return 0, fmt.Errorf("no port in %q", url)
+	}
+	var p int
+	_, err := fmt.Sscanf(strings.TrimSuffix(url[i+1:], "/"), "%d", &p)
+	return p, err
+}
+
+func get(ctx context.Context, t *testing.T, c *Client, id string) *bcdv1.Node {
+	t.Helper()
+	resp, err := c.Nodes.Get(ctx, connect.NewRequest(&bcdv1.GetNodeRequest{Node: id}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Msg.Node
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if strings.EqualFold(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// diskHas checks that the first size bytes of the VM's disk are the image (by digest).
+func diskHas(disk string, size int64, sha string) error {
+	f, err := os.Open(disk)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyN(h, f, size); err != nil {
+		return fmt.Errorf("reading %s: %w", disk, err)
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
+		return fmt.Errorf("first %d bytes of the disk have sha256 %s, want the image's %s", size, got, sha)
+	}
+	return nil
+}
+
+// diskWiped checks a quick wipe: the first and last MiB read as zeros.
+func diskWiped(disk string, size int64) error {
+	f, err := os.Open(disk)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for _, off := range []int64{0, size - int64(len(buf))} {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			return fmt.Errorf("reading %s at %d: %w", disk, off, err)
+		}
+		if !bytes.Equal(buf, make([]byte, len(buf))) {
+			return fmt.Errorf("the MiB at offset %d is not zero", off)
+		}
+	}
+	return nil
+}
+
+// waitConsole waits (up to 3 minutes) for a line containing marker in a console log.
+func waitConsole(ctx context.Context, t *testing.T, path, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		b, _ := os.ReadFile(path)
+		if bytes.Contains(b, []byte(marker)) {
+			return
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Errorf("%s: no %q on the console", path, marker)
+			return
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func stateChanges(ctx context.Context, t *testing.T, c *Client, id string) []string {
+	t.Helper()
+	resp, err := c.Nodes.Events(ctx, connect.NewRequest(&bcdv1.ListEventsRequest{Node: id, Limit: 1000}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, e := range resp.Msg.Events {
+		if e.ToState != "" && (len(states) == 0 || states[len(states)-1] != e.ToState) {
+			states = append(states, e.ToState)
+		}
+	}
+	return states
+}
+
+// subsequence reports whether want appears in got in order (other states may come between).
+func subsequence(want, got []string) bool {
+	i := 0
+	for _, g := range got {
+		if i < len(want) && g == want[i] {
+			i++
+		}
+	}
+	return i == len(want)
+}
+
+func assertOnce(t *testing.T, path string, re *regexp.Regexp) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Errorf("reading %s: %v", path, err)
+		return
+	}
+	defer f.Close()
+	seen := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			seen[m[1]]++
+		}
+	}
+	if len(seen) == 0 {
+		t.Errorf("%s: no command lines matched %s", path, re)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s: command %s ran %d times", path, id, n)
+		}
+	}
+}
+
+// keepArtifacts copies the consoles and logs of a failed run to out/e2e-artifacts/<time>.
+func keepArtifacts(t *testing.T, out, labDir, tmp string) {
+	dst := filepath.Join(out, "e2e-artifacts", time.Now().UTC().Format("20060102T150405Z"))
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		t.Logf("keeping artifacts: %v", err)
+		return
+	}
+	var files []string
+	for _, pat := range []string{filepath.Join(labDir, "*", "console.log"), filepath.Join(labDir, "*", "qemu.log"),
+		filepath.Join(labDir, "*.log"), filepath.Join(tmp, "server.log")} {
+		m, _ := filepath.Glob(pat)
+		files = append(files, m...)
+	}
+	for _, f := range files {
+		rel, _ := filepath.Rel(filepath.Dir(labDir), f)
+		if strings.HasPrefix(rel, "..") {
+			rel = filepath.Base(f)
+		}
+		name := strings.ReplaceAll(rel, string(filepath.Separator), "_")
+		b, err := os.ReadFile(f)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dst, name), b, 0o644)
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Logf("keeping %s: %v", f, err)
+		}
+	}
+	js, _ := json.Marshal(files)
+	t.Logf("console logs and agent logs kept in %s: %s", dst, js)
+}
