@@ -58,7 +58,7 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 		return store.Command{}, fmt.Errorf("encoding arguments of %s: %w", kind.Name, err)
 	}
 	return store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: kind.Name, Subject: subject, Args: string(b),
-		WorkflowID: wf.ID, StepIndex: wf.StepIndex, RunsOn: string(kind.RunsOn), Destructive: kind.Destructive,
+		WorkflowID: wf.ID, BatchID: wf.BatchID, StepIndex: wf.StepIndex, RunsOn: string(kind.RunsOn), Destructive: kind.Destructive,
 		Attested: kind.Attested, Reroutable: kind.Reroutable, Generation: n.IdentityGeneration, Deadline: wf.StepDeadline}, nil
 }
 

@@ -193,8 +193,15 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			offered = map[string]bool{}
 			e.sent[a.ID] = offered
 		}
+		gc := &gateCache{batches: map[string]*store.Batch{}, approvals: map[string]int{}, required: map[string]int{}}
 		for i := range cmds {
 			if offered[cmds[i].ID] || len(out) == limit {
+				continue
+			}
+			if ok, err := e.gate(ctx, tx, a, &cmds[i], gc); err != nil || !ok {
+				if err != nil {
+					return err
+				}
 				continue
 			}
 			if err := e.outgoing(ctx, tx, a, &cmds[i]); err != nil {

@@ -80,6 +80,10 @@ func (r *run) step() (again time.Duration, more bool, err error) {
 		return r.advance(&wf)
 	case pn.Busy() && !n.Maintenance:
 		return 0, true, r.startWorkflow()
+	case !pn.Busy() && n.BatchID != "":
+		// The node rests: its batch is no longer parked on it.
+		n.BatchID = ""
+		return 0, true, r.tx.UpdateNode(r.ctx, n)
 	}
 	return 0, false, nil
 }
@@ -126,10 +130,14 @@ func (r *run) startWorkflow() error {
 	if err != nil {
 		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot start the workflow of %s: %v", n.State, err))
 	}
+	batchID, err := r.batchFor(res)
+	if err != nil {
+		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot compute the destructive scope of %s: %v", res.Profile, err))
+	}
 	steps, _ := json.Marshal(res.Steps)
 	cleanup, _ := json.Marshal(res.Cleanup)
 	wf := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: res.Profile, Owner: "metal", NodeState: n.State,
-		Steps: string(steps), Cleanup: string(cleanup), CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps"}
+		Steps: string(steps), Cleanup: string(cleanup), CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps", BatchID: batchID}
 	if err := r.tx.InsertWorkflow(r.ctx, &wf); err != nil {
 		return err
 	}
@@ -200,6 +208,10 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 	}
 	now := r.tx.At()
 	if wf.StepStartedAt == 0 {
+		if hold, err := r.held(wf); err != nil || hold {
+			// Pending: woken when the batch is decided. Rejected: the workflow ended.
+			return 0, err == nil && wf.OutcomeApplied, err
+		}
 		return 0, true, r.startStep(wf, st, kind)
 	}
 	// A step in progress: its command, its await, its deadline.

@@ -212,6 +212,7 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 		}
 		move := provision.EnrollMove()
 		node.State, node.TargetState, node.ChainVerb = string(move.To), string(move.Target), string(provision.VerbEnroll)
+		node.VerbBy = p.Actor()
 		if node.BMCUsernameRef, err = s.seal(ctx, tx, node.TenantID, in.BMC.Username); err != nil {
 			return err
 		}
@@ -384,6 +385,15 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 				Args: jsonObject(map[string]any{"action": string(action), "bmc": n.BMC()}), RunsOn: string(kind.RunsOn),
 				Destructive: kind.Destructive, Reroutable: kind.Reroutable, Generation: n.IdentityGeneration,
 				Deadline: tx.At() + (5 * time.Minute).Microseconds()}
+			// Where approvals are required the command waits, held, for its one-node batch.
+			batchID, err := s.directBatch(ctx, tx, p, n, &c, in.Reason)
+			if err != nil {
+				return err
+			}
+			if batchID != "" {
+				c.Deadline = tx.At() + (24 * time.Hour).Microseconds()
+				data["batch"] = batchID
+			}
 			if err := tx.InsertCommand(ctx, &c); err != nil {
 				return err
 			}
@@ -391,6 +401,9 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			data["action"], data["command"] = string(action), commandID
 		} else {
 			applyMove(&n, v, move)
+			if move.Wakes && v != provision.VerbAbort {
+				n.VerbFrom, n.VerbBy = from, p.Actor()
+			}
 			switch v {
 			case provision.VerbDeploy:
 				n.DeployProfile, n.DeployImage = in.Profile, in.Image

@@ -406,11 +406,13 @@ const (
 	FaultBMCUnreachable   Fault = "BMC_UNREACHABLE"
 	FaultAborted          Fault = "ABORTED"
 	FaultNoActiveWorkflow Fault = "NO_ACTIVE_WORKFLOW"
+	// FaultBatchRejected: an approver rejected the destructive batch the node's chain waited for.
+	FaultBatchRejected Fault = "BATCH_REJECTED"
 )
 
 // Faults lists every fault code.
 func Faults() []Fault {
-	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow}
+	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected}
 }
 
 // Fail is where a node goes when its workflow failed: failed, failed_from its state, maintenance

@@ -101,18 +101,20 @@ type Workflow struct {
 	FaultCode, Error                 string
 	OutcomeApplied                   bool
 	CreatedAt, UpdatedAt, FinishedAt int64
+	// BatchID is the batch whose scope covers the workflow's destructive commands.
+	BatchID string
 }
 
 const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase,
 	step_index, step_attempt, step_started_at, step_deadline, current_command, boot_epoch, abort_requested, fault_code, error,
-	outcome_applied, created_at, updated_at, finished_at`
+	outcome_applied, created_at, updated_at, finished_at, batch_id`
 
 func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 	var w Workflow
 	var kinds string
 	err := r.Scan(&w.ID, &w.NodeID, &w.TenantID, &w.Profile, &w.Owner, &w.NodeState, &w.Steps, &w.Cleanup, &kinds, &w.State, &w.Phase,
 		&w.StepIndex, &w.StepAttempt, &w.StepStartedAt, &w.StepDeadline, &w.CurrentCommand, &w.BootEpoch, &w.AbortRequested, &w.FaultCode, &w.Error,
-		&w.OutcomeApplied, &w.CreatedAt, &w.UpdatedAt, &w.FinishedAt)
+		&w.OutcomeApplied, &w.CreatedAt, &w.UpdatedAt, &w.FinishedAt, &w.BatchID)
 	if err != nil {
 		return Workflow{}, err
 	}
@@ -126,10 +128,10 @@ func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	w.ID = NewID(Micros(t.at))
 	w.CreatedAt, w.UpdatedAt = t.at, t.at
-	_, err := t.exec(ctx, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, mustJSON(w.CommandKinds), w.State, w.Phase,
 		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
-		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt)
+		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID)
 	if err != nil {
 		return fmt.Errorf("inserting workflow %s for node %s: %w", w.Profile, w.NodeID, err)
 	}
@@ -186,18 +188,20 @@ type Command struct {
 	Progress                                           string
 	ResultSig, SignerCert                              []byte
 	CreatedAt, UpdatedAt                               int64
+	// BatchID is the batch whose scope must list the command's leaf (destructive kinds).
+	BatchID string
 }
 
 const commandCols = `id, node_id, tenant_id, site_id, kind, subject, state, args, target_agent, attempts, result, error,
 	workflow_id, step_index, runs_on, destructive, attested, reroutable, generation, deadline, delivered_at, finished_at,
-	progress, result_sig, signer_cert, created_at, updated_at`
+	progress, result_sig, signer_cert, created_at, updated_at, batch_id`
 
 func scanCommand(r interface{ Scan(...any) error }) (Command, error) {
 	var c Command
 	var gen int64
 	err := r.Scan(&c.ID, &c.NodeID, &c.TenantID, &c.SiteID, &c.Kind, &c.Subject, &c.State, &c.Args, &c.TargetAgent, &c.Attempts,
 		&c.Result, &c.Error, &c.WorkflowID, &c.StepIndex, &c.RunsOn, &c.Destructive, &c.Attested, &c.Reroutable, &gen,
-		&c.Deadline, &c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.CreatedAt, &c.UpdatedAt)
+		&c.Deadline, &c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.CreatedAt, &c.UpdatedAt, &c.BatchID)
 	c.Generation = uint64(gen)
 	return c, err
 }
@@ -205,15 +209,17 @@ func scanCommand(r interface{ Scan(...any) error }) (Command, error) {
 // InsertCommand queues a command.
 func (t *Tx) InsertCommand(ctx context.Context, c *Command) error {
 	c.ID = NewID(Micros(t.at))
-	c.State = "queued"
+	if c.State == "" {
+		c.State = "queued"
+	}
 	c.CreatedAt, c.UpdatedAt = t.at, t.at
 	if c.Args == "" {
 		c.Args = "{}"
 	}
-	_, err := t.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		c.ID, c.NodeID, c.TenantID, c.SiteID, c.Kind, c.Subject, c.State, c.Args, c.TargetAgent, c.Attempts, c.Result, c.Error,
 		c.WorkflowID, c.StepIndex, c.RunsOn, c.Destructive, c.Attested, c.Reroutable, int64(c.Generation), c.Deadline,
-		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt)
+		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt, c.BatchID)
 	if err != nil {
 		return fmt.Errorf("queueing command %s for node %s: %w", c.Kind, c.NodeID, err)
 	}

@@ -88,9 +88,16 @@ type Node struct {
 	MACs                               []string
 	DeployProfile, DeployImage         string
 	WipeMode, BatchID                  string
-	IdentityGeneration                 uint64
-	Version                            uint64
-	CreatedAt, UpdatedAt               int64
+	// VerbFrom is the state the last state-changing verb came from (a rejected batch returns
+	// the node there).
+	VerbFrom string
+	// VerbBy is who applied that verb (the requester of the node's one-node batch).
+	VerbBy string
+	// Conditions are named observations about the node ("BmcCredentialRotated": "False").
+	Conditions           map[string]string
+	IdentityGeneration   uint64
+	Version              uint64
+	CreatedAt, UpdatedAt int64
 }
 
 // Event is one row of the append-only audit log.

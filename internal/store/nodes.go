@@ -11,19 +11,22 @@ import (
 const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, chain_verb, failed_from, fault_code,
 	fault_message, maintenance, maintenance_reason, power, hardware_profile, drivers, bmc_driver, bmc_address,
 	bmc_username_ref, bmc_password_ref, bmc_insecure, bmc_fingerprint, product_uuid, labels, macs,
-	deploy_profile, deploy_image, wipe_mode, batch_id, identity_generation, version, created_at, updated_at`
+	deploy_profile, deploy_image, wipe_mode, batch_id, identity_generation, version, created_at, updated_at, verb_from, verb_by, conditions`
 
 func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 	var n Node
-	var drivers, labels, macs string
+	var drivers, labels, macs, conds string
 	var gen, ver int64
 	err := r.Scan(&n.ID, &n.TenantID, &n.SiteID, &n.PoolID, &n.Name, &n.State, &n.TargetState, &n.ChainVerb,
 		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.Maintenance, &n.MaintenanceReason, &n.Power, &n.HardwareProfile,
 		&drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
 		&n.ProductUUID, &labels, &macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &gen, &ver,
-		&n.CreatedAt, &n.UpdatedAt)
+		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &conds)
 	if err != nil {
 		return Node{}, err
+	}
+	if err := decodeStringMap(conds, &n.Conditions); err != nil {
+		return Node{}, fmt.Errorf("decoding conditions of node %s: %w", n.ID, err)
 	}
 	n.IdentityGeneration, n.Version = uint64(gen), uint64(ver)
 	if err := decodeStringMap(drivers, &n.Drivers); err != nil {
@@ -48,11 +51,12 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 	if n.MACs == nil {
 		n.MACs = []string{}
 	}
-	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.TenantID, n.SiteID, n.PoolID, n.Name, n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode,
 		n.FaultMsg, n.Maintenance, n.MaintenanceReason, n.Power, n.HardwareProfile, labelsJSON(n.Drivers), n.BMCDriver, n.BMCAddress,
 		n.BMCUsernameRef, n.BMCPasswordRef, n.BMCInsecure, n.BMCFingerprint, n.ProductUUID, labelsJSON(n.Labels), mustJSON(n.MACs),
-		n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), int64(n.Version), n.CreatedAt, n.UpdatedAt)
+		n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), int64(n.Version), n.CreatedAt, n.UpdatedAt,
+		n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions))
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("a node named %q already exists in this tenant: %w", n.Name, ErrConflict)
@@ -134,10 +138,12 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	res, err := t.exec(ctx, `UPDATE nodes SET state = ?, target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
 		fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
-		wipe_mode = ?, batch_id = ?, identity_generation = ?, version = version + 1, updated_at = ?
+		wipe_mode = ?, batch_id = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
+		version = version + 1, updated_at = ?
 		WHERE id = ? AND version = ?`,
 		n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
-		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), t.at, n.ID, int64(n.Version))
+		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
+		n.BMCUsernameRef, n.BMCPasswordRef, t.at, n.ID, int64(n.Version))
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}

@@ -66,8 +66,12 @@ type StepKind struct {
 	Await Await
 	// ControlPlane steps run inside the engine (e.g. metal.revokeIdentity).
 	ControlPlane bool
-	Timeout      time.Duration
-	Retries      int
+	// Relays marks a plugin step that relays commands on behalf of a plugin: its command kind
+	// counts only when the profile declares it in sends (else the step is refused and the
+	// command falls outside the destructive batch).
+	Relays  bool
+	Timeout time.Duration
+	Retries int
 	// Expand replaces a composite step by its parts.
 	Expand []Step
 }
@@ -96,6 +100,7 @@ var stepKinds = []StepKind{
 	{Use: "boot.kexec", Command: "boot.kexec", Await: AwaitRejoin, Timeout: 20 * time.Minute},
 	{Use: "await.rejoin", Await: AwaitRejoin, Timeout: 20 * time.Minute},
 	{Use: "metal.revokeIdentity", ControlPlane: true, Timeout: time.Minute},
+	{Use: "plugin.httpViaSite", Command: "site.httpProxy", Relays: true, Timeout: 5 * time.Minute, Retries: 1},
 }
 
 // LookupStep returns the kind of a step.
@@ -194,7 +199,7 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 			if filled.Retries == 0 {
 				filled.Retries = k.Retries
 			}
-			if k.Command != "" {
+			if k.Command != "" && !k.Relays {
 				kinds[k.Command] = true
 			}
 			out = append(out, filled)

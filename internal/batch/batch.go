@@ -1,0 +1,248 @@
+// Package batch holds the decisions of destructive-command batches (DESIGN §7) as pure
+// functions: the subject of a command (batchSubject), the leaves a batch's scope lists
+// (metalBatchScope), the chain of workflows a verb starts (verbChain), whether the command queue
+// may send a destructive command (the gate), and the life of a batch under approvals,
+// withdrawals and rejections. Nothing here does I/O.
+package batch
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"bcd/internal/command"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// MaxBulk is the most nodes one metal.bulk takes.
+const MaxBulk = 10000
+
+// BulkVerbs are the verbs metal.bulk applies.
+var BulkVerbs = []provision.Verb{provision.VerbManage, provision.VerbInspect, provision.VerbProvide, provision.VerbUndeploy, provision.VerbRescue, provision.VerbRetire}
+
+// Subject is batchSubject: the subject of a command of kind k on node nodeID, relayed through
+// site agent agentID (empty for ramdisk work). The node's own work (disk.wipe, deploy.image,
+// boot.kexec) is the node; BMC work is bmc:<site agent>/<BMC address>; site.httpProxy is
+// node:<target>.
+func Subject(k command.Kind, nodeID, bmcAddress, agentID string) string {
+	switch {
+	case k.Name == "site.httpProxy":
+		return "node:" + nodeID
+	case strings.HasPrefix(k.Name, "bmc."):
+		return "bmc:" + agentID + "/" + bmcAddress
+	}
+	return nodeID
+}
+
+// AgentSubject turns a stored command subject into the leaf subject for the agent about to
+// receive it: "bmc:<address>" becomes "bmc:<agent>/<address>"; other subjects are unchanged.
+func AgentSubject(stored, agentID string) string {
+	if addr, ok := strings.CutPrefix(stored, "bmc:"); ok {
+		return "bmc:" + agentID + "/" + addr
+	}
+	return stored
+}
+
+// Target is one node of a scope with the command kinds its workflows may send.
+type Target struct {
+	NodeID, BMCAddress string
+	Kinds              []string
+}
+
+// Scope is metalBatchScope: every destructive (subject, kind) leaf of the targets. BMC work gets
+// one leaf per site agent of the site, so a command rerouted to another agent (failover) stays
+// covered. Non-destructive kinds need no leaf. Unknown kinds are an error.
+func Scope(targets []Target, siteAgents []string) ([]store.Leaf, error) {
+	var out []store.Leaf
+	for _, t := range targets {
+		for _, name := range t.Kinds {
+			k, err := command.Lookup(name)
+			if err != nil {
+				return nil, err
+			}
+			if !k.Destructive {
+				continue
+			}
+			if strings.HasPrefix(k.Name, "bmc.") {
+				for _, a := range siteAgents {
+					out = append(out, store.Leaf{Subject: Subject(k, t.NodeID, t.BMCAddress, a), Kind: k.Name})
+				}
+				continue
+			}
+			out = append(out, store.Leaf{Subject: Subject(k, t.NodeID, t.BMCAddress, ""), Kind: k.Name})
+		}
+	}
+	return out, nil
+}
+
+// Chain is verbChain: the workflow-driven states a node in state, resting at target, goes
+// through (state first) when every workflow succeeds. chainVerb is the verb that began the
+// chain (an inspection begun at enroll goes on to commissioning).
+func Chain(state, target provision.State, chainVerb provision.Verb) []provision.State {
+	var out []provision.State
+	for range 8 {
+		info, ok := provision.Info(state)
+		if !ok || info.Kind == provision.Resting || target == "" {
+			return out
+		}
+		out = append(out, state)
+		next, nextTarget, err := provision.Complete(state, target, chainVerb)
+		if err != nil || nextTarget == "" {
+			return out
+		}
+		state, target = next, nextTarget
+	}
+	return out
+}
+
+// ProfileOf finds the profile a state runs (deploying: the node's deploy profile).
+type ProfileOf func(state, target provision.State) (workflow.Profile, error)
+
+// ChainKinds is every command kind the workflows of chain may send, resolved with params.
+func ChainKinds(chain []provision.State, target provision.State, profileOf ProfileOf, params map[string]string) ([]string, error) {
+	var kinds []string
+	for _, s := range chain {
+		p, err := profileOf(s, target)
+		if err != nil {
+			return nil, fmt.Errorf("profile of %s: %w", s, err)
+		}
+		res, err := workflow.Resolve(p, params)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range res.CommandKinds {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	slices.Sort(kinds)
+	return kinds, nil
+}
+
+// BuiltinProfileOf resolves a state's built-in (or configured) profile; deploying has none.
+func BuiltinProfileOf(extra []workflow.Profile) ProfileOf {
+	return func(state, target provision.State) (workflow.Profile, error) {
+		info, ok := provision.Info(state)
+		if !ok {
+			return workflow.Profile{}, fmt.Errorf("unknown state %q", state)
+		}
+		name := info.Profile(target)
+		if name == "" {
+			return workflow.Profile{}, fmt.Errorf("state %s runs the node's deploy profile", state)
+		}
+		return workflow.Find(name, extra)
+	}
+}
+
+// Destructive reports whether any of kinds is destructive.
+func Destructive(kinds []string) bool {
+	for _, name := range kinds {
+		if k, err := command.Lookup(name); err == nil && k.Destructive {
+			return true
+		}
+	}
+	return false
+}
+
+// RefusedError is a destructive command the queue will not send.
+type RefusedError struct{ Why string }
+
+func (e *RefusedError) Error() string { return "refused: " + e.Why }
+
+// Gate decides whether the command queue may send a destructive command whose leaf is
+// (subject, kind): required is the approvals the node's policy requires now; b is the
+// command's batch (nil when it has none), approvals its approval count, and inScope whether its
+// scope lists the leaf.
+func Gate(required int, b *store.Batch, approvals int, inScope bool, subject, kind string) error {
+	if required <= 0 {
+		return nil
+	}
+	if b == nil {
+		return &RefusedError{Why: fmt.Sprintf("%s on %s is destructive and %d approvals are required: it is outside any batch", kind, subject, required)}
+	}
+	switch b.State {
+	case store.BatchApproved, store.BatchRunning:
+	default:
+		return &RefusedError{Why: fmt.Sprintf("batch %s is %s, not approved", b.ID, b.State)}
+	}
+	if approvals < required {
+		return &RefusedError{Why: fmt.Sprintf("batch %s has %d approvals; %d are required now", b.ID, approvals, required)}
+	}
+	if !inScope {
+		return &RefusedError{Why: fmt.Sprintf("batch %s does not list (%s, %s) in its scope", b.ID, subject, kind)}
+	}
+	return nil
+}
+
+// DecisionError is an approval, withdrawal or rejection the batch's state refuses.
+type DecisionError struct{ Msg string }
+
+func (e *DecisionError) Error() string { return e.Msg }
+
+// SelfApprovalError is a requester approving their own batch.
+type SelfApprovalError struct{ Msg string }
+
+func (e *SelfApprovalError) Error() string { return e.Msg }
+
+// Approve decides an approval of b by approver, who holds approvals among the approvals
+// already recorded (approvals counts them): the batch's next state.
+func Approve(b store.Batch, approver string, approvals int, already bool) (string, error) {
+	if approver == b.RequestedBy {
+		return "", &SelfApprovalError{Msg: fmt.Sprintf("%s requested batch %s and cannot approve it: another approver must", approver, b.ID)}
+	}
+	switch b.State {
+	case store.BatchRejected:
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s was rejected by %s: request a new one", b.ID, b.DecidedBy)}
+	case store.BatchRunning, store.BatchApproved:
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s is already %s (%d of %d approvals)", b.ID, b.State, approvals, b.Required)}
+	}
+	if already {
+		return "", &DecisionError{Msg: fmt.Sprintf("%s already approved batch %s (%d of %d approvals)", approver, b.ID, approvals, b.Required)}
+	}
+	if approvals+1 >= b.Required {
+		return store.BatchApproved, nil
+	}
+	return store.BatchPending, nil
+}
+
+// Withdraw decides the withdrawal of approver's approval: allowed until the batch starts.
+func Withdraw(b store.Batch, had bool, approvalsAfter int) (string, error) {
+	switch b.State {
+	case store.BatchRunning:
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s already started: an approval can be withdrawn only before; abort its nodes instead", b.ID)}
+	case store.BatchRejected:
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s was rejected: nothing to withdraw", b.ID)}
+	}
+	if !had {
+		return "", &DecisionError{Msg: fmt.Sprintf("you have not approved batch %s", b.ID)}
+	}
+	if b.Required > 0 && approvalsAfter < b.Required {
+		return store.BatchPending, nil
+	}
+	return b.State, nil
+}
+
+// Reject decides a rejection: allowed until the batch starts.
+func Reject(b store.Batch) error {
+	switch b.State {
+	case store.BatchRunning:
+		return &DecisionError{Msg: fmt.Sprintf("batch %s already started: it can no longer be rejected; abort its nodes instead", b.ID)}
+	case store.BatchRejected:
+		return &DecisionError{Msg: fmt.Sprintf("batch %s is already rejected", b.ID)}
+	}
+	return nil
+}
+
+// RejectedReturn is where a node whose batch was rejected goes: back to the resting state its
+// verb came from when that is a working state (nothing ran), else failed with BATCH_REJECTED
+// (a chain begun at enroll, or a recovery from failed).
+func RejectedReturn(verbFrom provision.State) (provision.State, bool) {
+	switch verbFrom {
+	case provision.Manageable, provision.Ready, provision.Deployed, provision.Rescue:
+		return verbFrom, true
+	}
+	return "", false
+}

@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"bcd/internal/batch"
+	"bcd/internal/command"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// batchFor is the batch a workflow starting now runs under: the batch parked on the node (a
+// bulk batch, or the one-node batch of the chain's first workflow), else a new one-node batch
+// whose scope covers what is left of the chain, held until approved where approvals are
+// required. A chain that sends nothing destructive needs no batch.
+func (r *run) batchFor(first workflow.Resolved) (string, error) {
+	n := &r.n
+	if n.BatchID != "" {
+		return n.BatchID, nil
+	}
+	chain := batch.Chain(provision.State(n.State), provision.State(n.TargetState), provision.Verb(n.ChainVerb))
+	builtin := batch.BuiltinProfileOf(r.e.cfg.Profiles)
+	kinds := first.CommandKinds
+	if len(chain) > 1 {
+		more, err := batch.ChainKinds(chain[1:], provision.State(n.TargetState), builtin, map[string]string{"wipe": wipeOr(n.WipeMode), "image": n.DeployImage})
+		if err != nil {
+			return "", err
+		}
+		kinds = append(append([]string{}, kinds...), more...)
+	}
+	if !batch.Destructive(kinds) {
+		return "", nil
+	}
+	required, err := r.tx.RequiredApprovals(r.ctx, n.SiteID, n.PoolID)
+	if err != nil {
+		return "", err
+	}
+	agents, err := r.tx.SiteAgentIDs(r.ctx, n.SiteID)
+	if err != nil {
+		return "", err
+	}
+	leaves, err := batch.Scope([]batch.Target{{NodeID: n.ID, BMCAddress: n.BMCAddress, Kinds: kinds}}, agents)
+	if err != nil {
+		return "", err
+	}
+	requester := n.VerbBy
+	if requester == "" {
+		requester = "reconciler"
+	}
+	b := store.Batch{TenantID: n.TenantID, SiteID: n.SiteID, PoolID: n.PoolID, Kind: "node", Verb: first.Profile,
+		Reason: "workflow " + first.Profile + " of node " + n.Name, RequestedBy: requester, Required: required, Size: 1}
+	if err := r.tx.InsertBatch(r.ctx, &b, leaves); err != nil {
+		return "", err
+	}
+	n.BatchID = b.ID
+	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+		return "", err
+	}
+	return b.ID, r.event("batch.create", n.State, n.State, "", map[string]any{"batch": b.ID, "kind": "node", "state": b.State,
+		"required": required, "leaves": b.Leaves, "profile": first.Profile})
+}
+
+func wipeOr(mode string) string {
+	if mode == "" {
+		return "quick"
+	}
+	return mode
+}
+
+// held reports whether the workflow must wait for its batch before starting a step: pending
+// holds it; rejected ends it (the node returns where its verb came from, or fails
+// BATCH_REJECTED); approved starts the batch.
+func (r *run) held(wf *store.Workflow) (bool, error) {
+	if wf.BatchID == "" || wf.Phase != "steps" {
+		return false, nil
+	}
+	b, err := r.tx.Batch(r.ctx, wf.BatchID)
+	if err != nil {
+		return false, err
+	}
+	switch b.State {
+	case store.BatchPending:
+		return true, nil
+	case store.BatchRejected:
+		return true, r.rejected(wf, b)
+	case store.BatchApproved:
+		return false, r.tx.StartBatch(r.ctx, b.ID)
+	}
+	return false, nil
+}
+
+// rejected ends a workflow whose batch was rejected before any of its steps ran.
+func (r *run) rejected(wf *store.Workflow, b store.Batch) error {
+	why := fmt.Sprintf("batch %s was rejected by %s", b.ID, b.DecidedBy)
+	if b.DecisionReason != "" {
+		why += ": " + b.DecisionReason
+	}
+	wf.State, wf.FaultCode, wf.Error, wf.FinishedAt, wf.OutcomeApplied = wfAborted, string(provision.FaultBatchRejected), why, r.tx.At(), true
+	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+		return err
+	}
+	n := &r.n
+	n.BatchID = ""
+	back, ok := batch.RejectedReturn(provision.State(n.VerbFrom))
+	if !ok {
+		if err := r.failNode(provision.FaultBatchRejected, why); err != nil {
+			return err
+		}
+		return r.event("workflow.aborted", n.State, n.State, why, map[string]any{"workflow": wf.ID, "profile": wf.Profile, "batch": b.ID})
+	}
+	from := n.State
+	n.State, n.TargetState, n.ChainVerb = string(back), "", ""
+	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+		return err
+	}
+	return r.event("node.batch.rejected", from, n.State, why, map[string]any{"workflow": wf.ID, "profile": wf.Profile, "batch": b.ID})
+}
+
+// gate decides, as the command queue hands a destructive command to agent a, whether its batch
+// allows it; a refusal is recorded (the command fails with the reason, an event names it, the
+// node is woken to decide).
+type gateCache struct {
+	batches   map[string]*store.Batch
+	approvals map[string]int
+	required  map[string]int
+}
+
+func (e *Engine) gate(ctx context.Context, tx *store.Tx, a Agent, c *store.Command, gc *gateCache) (bool, error) {
+	if !c.Destructive {
+		return true, nil
+	}
+	var b *store.Batch
+	siteID, poolID := c.SiteID, ""
+	if c.BatchID != "" {
+		if gc.batches[c.BatchID] == nil {
+			bb, err := tx.Batch(ctx, c.BatchID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				return false, err
+			}
+			if err == nil {
+				n, err := tx.CountApprovals(ctx, bb.ID)
+				if err != nil {
+					return false, err
+				}
+				gc.batches[c.BatchID], gc.approvals[c.BatchID] = &bb, n
+			}
+		}
+		b = gc.batches[c.BatchID]
+	}
+	if b != nil {
+		siteID, poolID = b.SiteID, b.PoolID
+	} else {
+		var err error
+		if siteID, poolID, err = tx.NodePlacement(ctx, c.NodeID); err != nil {
+			return false, err
+		}
+	}
+	key := siteID + "/" + poolID
+	required, ok := gc.required[key]
+	if !ok {
+		var err error
+		if required, err = tx.RequiredApprovals(ctx, siteID, poolID); err != nil {
+			return false, err
+		}
+		gc.required[key] = required
+	}
+	if required == 0 {
+		return true, nil
+	}
+	subject := batch.AgentSubject(c.Subject, a.ID)
+	inScope := false
+	if b != nil {
+		var err error
+		if inScope, err = tx.LeafInScope(ctx, b.ID, subject, c.Kind); err != nil {
+			return false, err
+		}
+	}
+	gerr := batch.Gate(required, b, gc.approvals[c.BatchID], inScope, subject, c.Kind)
+	if gerr == nil {
+		return true, nil
+	}
+	c.State, c.Error, c.FinishedAt, c.TargetAgent = string(command.Failed), gerr.Error(), tx.At(), a.ID
+	if err := tx.UpdateCommand(ctx, c); err != nil {
+		return false, err
+	}
+	data, _ := json.Marshal(map[string]any{"command": c.ID, "kind": c.Kind, "subject": subject, "batch": c.BatchID, "agent": a.ID})
+	if err := tx.AppendEvent(ctx, store.Event{TenantID: c.TenantID, NodeID: c.NodeID, Actor: "queue", Kind: "command.refused",
+		Reason: gerr.Error(), Data: string(data)}); err != nil {
+		return false, err
+	}
+	e.log.Warn("destructive command refused", "command", c.ID, "kind", c.Kind, "subject", subject, "why", gerr.Error())
+	return false, tx.Wake(ctx, c.NodeID, "command refused", 0)
+}

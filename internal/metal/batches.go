@@ -1,0 +1,543 @@
+package metal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"bcd/internal/auth"
+	"bcd/internal/batch"
+	"bcd/internal/command"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+)
+
+// ---------------------------------------------------------------- approvals policy
+
+// ApprovalScopes are what an approvals policy may apply to.
+var ApprovalScopes = []string{"installation", "site", "pool"}
+
+// MaxRequiredApprovals bounds a policy.
+const MaxRequiredApprovals = 10
+
+// SetApprovalPolicy makes destructive commands in a scope (the installation, a site or a pool)
+// require n approvals; 0 removes the scope's policy. A node needs the largest of its
+// installation's, site's and pool's.
+func (s *Service) SetApprovalPolicy(ctx context.Context, p auth.Principal, scope, ref string, n int) (store.ApprovalPolicy, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return store.ApprovalPolicy{}, err
+	}
+	if p.TenantID != "" && scope == "installation" {
+		return store.ApprovalPolicy{}, &ForbiddenError{Msg: "a tenant's token cannot set the installation's approvals policy"}
+	}
+	if n < 0 || n > MaxRequiredApprovals {
+		return store.ApprovalPolicy{}, invalid("required", "%d is out of range: accepted are 0-%d", n, MaxRequiredApprovals)
+	}
+	var key, tenantID string
+	switch scope {
+	case "installation":
+		key = store.ApprovalScope(scope, "")
+	case "site":
+		site, err := s.st.Site(ctx, ref)
+		if err != nil || !p.CanSeeTenant(site.TenantID) {
+			return store.ApprovalPolicy{}, fmt.Errorf("site %q: %w", ref, store.ErrNotFound)
+		}
+		key, tenantID = store.ApprovalScope(scope, site.ID), site.TenantID
+	case "pool":
+		pool, err := s.st.Pool(ctx, ref)
+		if err != nil || !p.CanSeeTenant(pool.TenantID) {
+			return store.ApprovalPolicy{}, fmt.Errorf("pool %q: %w", ref, store.ErrNotFound)
+		}
+		key, tenantID = store.ApprovalScope(scope, pool.ID), pool.TenantID
+	default:
+		return store.ApprovalPolicy{}, invalid("scope", "unknown scope %q: accepted are %s", truncate(scope), strings.Join(ApprovalScopes, ", "))
+	}
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.SetApprovalPolicy(ctx, key, n, p.Actor()); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: tenantID, Actor: p.Actor(), Kind: "approvals.policy",
+			Data: jsonObject(map[string]any{"scope": key, "ref": ref, "required": n})})
+	})
+	if err != nil {
+		return store.ApprovalPolicy{}, err
+	}
+	return store.ApprovalPolicy{Scope: key, Required: n, UpdatedBy: p.Actor()}, nil
+}
+
+// ApprovalPolicies lists the approvals policies.
+func (s *Service) ApprovalPolicies(ctx context.Context, p auth.Principal) ([]store.ApprovalPolicy, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	return s.st.ApprovalPolicies(ctx)
+}
+
+// ---------------------------------------------------------------- batches
+
+// Batches lists batches visible to p, newest first (state filters: pending, approved, running,
+// rejected).
+func (s *Service) Batches(ctx context.Context, p auth.Principal, state string, limit int) ([]store.Batch, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	if state != "" && !slices.Contains([]string{store.BatchPending, store.BatchApproved, store.BatchRunning, store.BatchRejected}, state) {
+		return nil, invalid("state", "unknown batch state %q: accepted are pending, approved, running, rejected", truncate(state))
+	}
+	if limit < 0 || limit > MaxPageSize {
+		return nil, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 100)", limit, MaxPageSize)
+	}
+	return s.st.Batches(ctx, store.BatchFilter{TenantID: p.TenantID, State: state, Limit: limit})
+}
+
+// Batch reads a batch and up to leafLimit of its leaves.
+func (s *Service) Batch(ctx context.Context, p auth.Principal, id string, leafLimit int) (store.Batch, []store.Leaf, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return store.Batch{}, nil, err
+	}
+	if id == "" {
+		return store.Batch{}, nil, invalid("batch", "is required: a batch id (bcd batch list)")
+	}
+	b, err := s.st.Batch(ctx, id)
+	if err != nil || !p.CanSeeTenant(b.TenantID) {
+		return store.Batch{}, nil, fmt.Errorf("batch %q: %w", truncate(id), store.ErrNotFound)
+	}
+	if leafLimit <= 0 {
+		leafLimit = 1000
+	}
+	leaves, err := s.st.BatchLeaves(ctx, id, min(leafLimit, 100000))
+	return b, leaves, err
+}
+
+// decide runs f on a batch inside one transaction and wakes the batch's nodes after.
+func (s *Service) decide(ctx context.Context, p auth.Principal, id string, f func(tx *store.Tx, b *store.Batch) (wake bool, err error)) (store.Batch, error) {
+	if id == "" {
+		return store.Batch{}, invalid("batch", "is required: a batch id (bcd batch list)")
+	}
+	var out store.Batch
+	err := s.st.Write(ctx, func(tx *store.Tx) error {
+		b, err := tx.Batch(ctx, id)
+		if err != nil || !p.CanSeeTenant(b.TenantID) {
+			return fmt.Errorf("batch %q: %w", truncate(id), store.ErrNotFound)
+		}
+		wake, err := f(tx, &b)
+		if err != nil {
+			return err
+		}
+		if wake {
+			nodes, err := tx.NodesOfBatch(ctx, b.ID)
+			if err != nil {
+				return err
+			}
+			for _, n := range nodes {
+				if err := tx.Wake(ctx, n, "batch "+b.State, 0); err != nil {
+					return err
+				}
+			}
+		}
+		out = b
+		return nil
+	})
+	if err != nil {
+		return store.Batch{}, decisionError(err)
+	}
+	s.woke()
+	return s.st.Batch(ctx, out.ID)
+}
+
+func decisionError(err error) error {
+	var de *batch.DecisionError
+	var se *batch.SelfApprovalError
+	switch {
+	case errors.As(err, &se):
+		return &ForbiddenError{Msg: se.Msg}
+	case errors.As(err, &de):
+		return &ConflictError{Msg: de.Msg}
+	}
+	return err
+}
+
+// ConflictError is a request the object's current state refuses (a batch already started).
+type ConflictError struct{ Msg string }
+
+func (e *ConflictError) Error() string { return e.Msg }
+
+// Approve records p's approval of a batch. A requester cannot approve their own batch; the
+// quorum reached, the batch is approved and its nodes (and held commands) go.
+func (s *Service) Approve(ctx context.Context, p auth.Principal, id, reason string) (store.Batch, error) {
+	if err := Require(p, auth.Approve); err != nil {
+		return store.Batch{}, err
+	}
+	if err := ValidReason(reason); err != nil {
+		return store.Batch{}, err
+	}
+	b, err := s.decide(ctx, p, id, func(tx *store.Tx, b *store.Batch) (bool, error) {
+		n, err := tx.CountApprovals(ctx, b.ID)
+		if err != nil {
+			return false, err
+		}
+		already, err := tx.HasApproval(ctx, b.ID, p.Actor())
+		if err != nil {
+			return false, err
+		}
+		next, err := batch.Approve(*b, p.Actor(), n, already)
+		if err != nil {
+			return false, err
+		}
+		if err := tx.AddApproval(ctx, b.ID, p.Actor()); err != nil {
+			return false, err
+		}
+		opened := next == store.BatchApproved && b.State == store.BatchPending
+		if opened {
+			b.State, b.DecidedBy, b.DecidedAt = store.BatchApproved, p.Actor(), tx.At()
+			if err := tx.UpdateBatch(ctx, b); err != nil {
+				return false, err
+			}
+			if err := tx.ReleaseHeldCommands(ctx, b.ID); err != nil {
+				return false, err
+			}
+		}
+		return opened, tx.AppendEvent(ctx, store.Event{TenantID: b.TenantID, Actor: p.Actor(), Kind: "batch.approve", Reason: reason,
+			Data: jsonObject(map[string]any{"batch": b.ID, "approvals": n + 1, "required": b.Required, "state": b.State})})
+	})
+	if err == nil {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "batch approved", slog.String("batch", b.ID), slog.String("state", b.State), slog.String("actor", p.Actor()))
+	}
+	return b, err
+}
+
+// Withdraw withdraws p's approval of a batch that has not started; below the quorum it is held
+// again.
+func (s *Service) Withdraw(ctx context.Context, p auth.Principal, id, reason string) (store.Batch, error) {
+	if err := Require(p, auth.Approve); err != nil {
+		return store.Batch{}, err
+	}
+	if err := ValidReason(reason); err != nil {
+		return store.Batch{}, err
+	}
+	return s.decide(ctx, p, id, func(tx *store.Tx, b *store.Batch) (bool, error) {
+		if b.State == store.BatchRunning || b.State == store.BatchRejected {
+			_, err := batch.Withdraw(*b, true, 0)
+			return false, err
+		}
+		had, err := tx.RemoveApproval(ctx, b.ID, p.Actor())
+		if err != nil {
+			return false, err
+		}
+		n, err := tx.CountApprovals(ctx, b.ID)
+		if err != nil {
+			return false, err
+		}
+		next, err := batch.Withdraw(*b, had, n)
+		if err != nil {
+			return false, err
+		}
+		if next != b.State {
+			b.State, b.DecidedBy, b.DecidedAt = next, "", 0
+			if err := tx.UpdateBatch(ctx, b); err != nil {
+				return false, err
+			}
+		}
+		return false, tx.AppendEvent(ctx, store.Event{TenantID: b.TenantID, Actor: p.Actor(), Kind: "batch.withdraw", Reason: reason,
+			Data: jsonObject(map[string]any{"batch": b.ID, "approvals": n, "required": b.Required, "state": b.State})})
+	})
+}
+
+// Reject refuses a batch that has not started: its held workflows end without running a step
+// (each node returns to the state its verb came from, or fails BATCH_REJECTED when it has none
+// to return to) and its held commands fail. Approvers and the batch's requester may reject.
+func (s *Service) Reject(ctx context.Context, p auth.Principal, id, reason string) (store.Batch, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return store.Batch{}, err
+	}
+	if err := ValidReason(reason); err != nil {
+		return store.Batch{}, err
+	}
+	return s.decide(ctx, p, id, func(tx *store.Tx, b *store.Batch) (bool, error) {
+		if !auth.Allows(p.Role, auth.Approve) && b.RequestedBy != p.Actor() {
+			return false, &ForbiddenError{Msg: fmt.Sprintf("token %q has role %s: only approvers and the requester (%s) may reject batch %s", p.Name, p.Role, b.RequestedBy, b.ID)}
+		}
+		if err := batch.Reject(*b); err != nil {
+			return false, err
+		}
+		b.State, b.DecidedBy, b.DecisionReason, b.DecidedAt = store.BatchRejected, p.Actor(), reason, tx.At()
+		if err := tx.UpdateBatch(ctx, b); err != nil {
+			return false, err
+		}
+		held, err := tx.FailHeldCommands(ctx, b.ID, "batch "+b.ID+" rejected by "+p.Actor())
+		if err != nil {
+			return false, err
+		}
+		for _, c := range held {
+			if err := tx.AppendEvent(ctx, store.Event{TenantID: c.TenantID, NodeID: c.NodeID, Actor: p.Actor(), Kind: "command.refused",
+				Reason: c.Error, Data: jsonObject(map[string]any{"command": c.ID, "kind": c.Kind, "batch": b.ID})}); err != nil {
+				return false, err
+			}
+		}
+		return true, tx.AppendEvent(ctx, store.Event{TenantID: b.TenantID, Actor: p.Actor(), Kind: "batch.reject", Reason: reason,
+			Data: jsonObject(map[string]any{"batch": b.ID})})
+	})
+}
+
+// directBatch puts a command the API sends directly (metal.power, BMC credential rotation)
+// under a one-node batch when approvals are required: the command is held until the batch is
+// approved. It returns the batch id ("" when none is needed).
+func (s *Service) directBatch(ctx context.Context, tx *store.Tx, p auth.Principal, n store.Node, c *store.Command, reason string) (string, error) {
+	k, err := command.Lookup(c.Kind)
+	if err != nil || !k.Destructive {
+		return "", err
+	}
+	required, err := tx.RequiredApprovals(ctx, n.SiteID, n.PoolID)
+	if err != nil || required == 0 {
+		return "", err
+	}
+	agents, err := tx.SiteAgentIDs(ctx, n.SiteID)
+	if err != nil {
+		return "", err
+	}
+	leaves, err := batch.Scope([]batch.Target{{NodeID: n.ID, BMCAddress: n.BMCAddress, Kinds: []string{c.Kind}}}, agents)
+	if err != nil {
+		return "", err
+	}
+	b := store.Batch{TenantID: n.TenantID, SiteID: n.SiteID, PoolID: n.PoolID, Kind: "node", Verb: c.Kind, Reason: reason,
+		RequestedBy: p.Actor(), Required: required, Size: 1}
+	if err := tx.InsertBatch(ctx, &b, leaves); err != nil {
+		return "", err
+	}
+	c.BatchID, c.State = b.ID, "held"
+	return b.ID, tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "batch.create", Reason: reason,
+		Data: jsonObject(map[string]any{"batch": b.ID, "kind": "node", "state": b.State, "required": required, "leaves": b.Leaves, "command": c.Kind})})
+}
+
+// ---------------------------------------------------------------- bulk
+
+// BulkInput is metal.bulk's input: one verb on up to 10,000 nodes of one pool, named by id or
+// name, or selected by labels (key=value, all must match).
+type BulkInput struct {
+	Pool      string
+	Verb      string
+	Nodes     []string
+	Selectors []string
+	Wipe      string
+	Reason    string
+}
+
+// BulkNode is one node's answer.
+type BulkNode struct {
+	Node, Name string
+	Accepted   bool
+	Error      string
+	State      string
+}
+
+// BulkResult is metal.bulk's answer.
+type BulkResult struct {
+	Batch store.Batch
+	Held  bool
+	Nodes []BulkNode
+}
+
+// Bulk applies a verb to many nodes of one pool as one batch: each node's move is decided as its
+// own verb call; the accepted ones move in one transaction, with the batch (its scope covering
+// the verb's whole chain of workflows) parked on them until each rests. Where approvals are
+// required their workflows are held until the batch is approved.
+func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (BulkResult, error) {
+	if err := Require(p, auth.Operate); err != nil {
+		return BulkResult{}, err
+	}
+	v := provision.Verb(in.Verb)
+	if !slices.Contains(batch.BulkVerbs, v) {
+		names := make([]string, len(batch.BulkVerbs))
+		for i, b := range batch.BulkVerbs {
+			names[i] = string(b)
+		}
+		return BulkResult{}, invalid("verb", "%q cannot be applied in bulk: accepted are %s", truncate(in.Verb), strings.Join(names, ", "))
+	}
+	if in.Pool == "" {
+		return BulkResult{}, invalid("pool", "is required: the name or id of the pool whose nodes the verb applies to")
+	}
+	if err := ValidReason(in.Reason); err != nil {
+		return BulkResult{}, err
+	}
+	if strings.TrimSpace(in.Reason) == "" {
+		return BulkResult{}, invalid("reason", "is required for a bulk operation: approvers read it")
+	}
+	if (len(in.Nodes) == 0) == (len(in.Selectors) == 0) {
+		return BulkResult{}, invalid("nodes", "give either node names or ids, or label selectors (not both)")
+	}
+	if len(in.Nodes) > batch.MaxBulk {
+		return BulkResult{}, invalid("nodes", "%d nodes: at most %d are accepted in one bulk", len(in.Nodes), batch.MaxBulk)
+	}
+	if v == provision.VerbUndeploy {
+		if in.Wipe == "" {
+			in.Wipe = "quick"
+		}
+		if !slices.Contains(WipeModes, in.Wipe) {
+			return BulkResult{}, invalid("wipe", "unknown wipe mode %q: accepted are %s", truncate(in.Wipe), strings.Join(WipeModes, ", "))
+		}
+	} else if in.Wipe != "" {
+		return BulkResult{}, invalid("wipe", "applies to undeploy only")
+	}
+	var labels [][2]string
+	for _, sel := range in.Selectors {
+		kv, err := ParseSelector(sel)
+		if err != nil {
+			return BulkResult{}, err
+		}
+		labels = append(labels, kv)
+	}
+	pool, err := s.st.Pool(ctx, in.Pool)
+	if err != nil || !p.CanSeeTenant(pool.TenantID) {
+		return BulkResult{}, fmt.Errorf("pool %q: %w", truncate(in.Pool), store.ErrNotFound)
+	}
+	// The pool's nodes, read once: names and ids resolve against them.
+	all, err := s.st.Nodes(ctx, store.NodeFilter{PoolID: pool.ID, Labels: labels, Limit: 1000000})
+	if err != nil {
+		return BulkResult{}, err
+	}
+	var picked []BulkNode
+	var rows []store.Node
+	if len(labels) > 0 {
+		if len(all) > batch.MaxBulk {
+			return BulkResult{}, invalid("selector", "selects %d nodes: at most %d are accepted in one bulk", len(all), batch.MaxBulk)
+		}
+		for _, n := range all {
+			picked = append(picked, BulkNode{Node: n.ID, Name: n.Name})
+			rows = append(rows, n)
+		}
+	} else {
+		byRef := make(map[string]int, 2*len(all))
+		for i, n := range all {
+			byRef[n.ID], byRef[n.Name] = i, i
+		}
+		seen := map[string]bool{}
+		for _, ref := range in.Nodes {
+			i, ok := byRef[ref]
+			if !ok {
+				picked = append(picked, BulkNode{Node: truncate(ref), Error: "no such node in pool " + pool.Name})
+				rows = append(rows, store.Node{})
+				continue
+			}
+			n := all[i]
+			if seen[n.ID] {
+				picked = append(picked, BulkNode{Node: n.ID, Name: n.Name, Error: "listed twice"})
+				rows = append(rows, store.Node{})
+				continue
+			}
+			seen[n.ID] = true
+			picked = append(picked, BulkNode{Node: n.ID, Name: n.Name})
+			rows = append(rows, n)
+		}
+	}
+	// Each node's move, decided as its own verb call would.
+	moves := make([]provision.Move, len(rows))
+	accepted := 0
+	for i := range rows {
+		if picked[i].Error != "" {
+			continue
+		}
+		m, err := provision.Decide(PNode(rows[i]), v)
+		if err != nil {
+			picked[i].Error = err.Error()
+			continue
+		}
+		moves[i] = m
+		picked[i].Accepted = true
+		accepted++
+	}
+	res := BulkResult{Nodes: picked}
+	if accepted == 0 {
+		return res, nil
+	}
+	var b store.Batch
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		required, err := tx.RequiredApprovals(ctx, pool.SiteID, pool.ID)
+		if err != nil {
+			return err
+		}
+		agents, err := tx.SiteAgentIDs(ctx, pool.SiteID)
+		if err != nil {
+			return err
+		}
+		// The scope: every node's chain of workflows (the same for nodes moving alike).
+		kindsOf := map[[2]provision.State][]string{}
+		var targets []batch.Target
+		params := map[string]string{"wipe": in.Wipe, "image": "-"}
+		if params["wipe"] == "" {
+			params["wipe"] = "quick"
+		}
+		for i := range rows {
+			if !picked[i].Accepted || !moves[i].Wakes {
+				continue
+			}
+			key := [2]provision.State{moves[i].To, moves[i].Target}
+			kinds, ok := kindsOf[key]
+			if !ok {
+				chain := batch.Chain(moves[i].To, moves[i].Target, v)
+				if kinds, err = batch.ChainKinds(chain, moves[i].Target, batch.BuiltinProfileOf(s.profiles), params); err != nil {
+					return err
+				}
+				kindsOf[key] = kinds
+			}
+			targets = append(targets, batch.Target{NodeID: rows[i].ID, BMCAddress: rows[i].BMCAddress, Kinds: kinds})
+		}
+		leaves, err := batch.Scope(targets, agents)
+		if err != nil {
+			return err
+		}
+		b = store.Batch{TenantID: pool.TenantID, SiteID: pool.SiteID, PoolID: pool.ID, Kind: "bulk", Verb: string(v), Reason: in.Reason,
+			RequestedBy: p.Actor(), Required: required, Size: accepted}
+		if len(leaves) == 0 {
+			b.Required = 0 // nothing destructive: nothing to approve
+		}
+		if err := tx.InsertBatch(ctx, &b, leaves); err != nil {
+			return err
+		}
+		ev := make([]store.Event, 0, accepted+1)
+		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason,
+			Data: jsonObject(map[string]any{"batch": b.ID, "kind": "bulk", "verb": v, "pool": pool.Name, "size": accepted, "state": b.State, "required": b.Required, "leaves": b.Leaves})})
+		var wake []string
+		for i := range rows {
+			if !picked[i].Accepted {
+				continue
+			}
+			n := rows[i]
+			from := n.State
+			applyMove(&n, v, moves[i])
+			if moves[i].Wakes {
+				n.VerbFrom, n.VerbBy, n.BatchID = from, p.Actor(), b.ID
+				wake = append(wake, n.ID)
+			}
+			if v == provision.VerbUndeploy {
+				n.WipeMode = in.Wipe
+			}
+			if err := tx.UpdateNode(ctx, &n); err != nil {
+				if errors.Is(err, store.ErrStale) {
+					// Changed since it was read: this node's verb is refused, the others go on.
+					picked[i].Accepted, picked[i].Error = false, "the node changed meanwhile; read it again"
+					continue
+				}
+				return err
+			}
+			picked[i].State = n.State
+			ev = append(ev, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node." + string(v),
+				FromState: from, ToState: n.State, Reason: in.Reason, Data: jsonObject(map[string]any{"batch": b.ID})})
+		}
+		if err := tx.AppendEvents(ctx, ev); err != nil {
+			return err
+		}
+		return tx.WakeMany(ctx, wake, "bulk "+string(v))
+	})
+	if err != nil {
+		return BulkResult{}, fmt.Errorf("bulk %s on pool %s: %w", v, pool.Name, err)
+	}
+	s.woke()
+	b.Parked = 0
+	res.Batch, res.Held = b, b.State == store.BatchPending
+	s.log.LogAttrs(ctx, slog.LevelInfo, "bulk verb applied", slog.String("verb", string(v)), slog.String("batch", b.ID), slog.Int("accepted", accepted),
+		slog.Int("leaves", b.Leaves), slog.String("state", b.State), slog.String("actor", p.Actor()))
+	return res, nil
+}

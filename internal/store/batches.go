@@ -1,0 +1,398 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ---------------------------------------------------------------- approvals policy
+
+// ApprovalScope names what an approvals policy applies to: the whole installation, a site or a
+// pool.
+func ApprovalScope(kind, id string) string {
+	if kind == "installation" {
+		return "installation"
+	}
+	return kind + ":" + id
+}
+
+// ApprovalPolicy is how many approvals destructive commands need in a scope.
+type ApprovalPolicy struct {
+	Scope     string
+	Required  int
+	UpdatedBy string
+	UpdatedAt int64
+}
+
+// SetApprovalPolicy stores (or, with required 0, removes) the policy of a scope.
+func (t *Tx) SetApprovalPolicy(ctx context.Context, scope string, required int, by string) error {
+	if required == 0 {
+		if _, err := t.exec(ctx, `DELETE FROM approval_policies WHERE scope = ?`, scope); err != nil {
+			return fmt.Errorf("removing approvals policy of %s: %w", scope, err)
+		}
+		return nil
+	}
+	_, err := t.exec(ctx, `INSERT INTO approval_policies (scope, required, updated_by, updated_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (scope) DO UPDATE SET required = excluded.required, updated_by = excluded.updated_by, updated_at = excluded.updated_at`,
+		scope, required, by, t.at)
+	if err != nil {
+		return fmt.Errorf("storing approvals policy of %s: %w", scope, err)
+	}
+	return nil
+}
+
+// ApprovalPolicies lists every policy.
+func (s *Store) ApprovalPolicies(ctx context.Context) ([]ApprovalPolicy, error) {
+	rows, err := s.queryRows(ctx, `SELECT scope, required, updated_by, updated_at FROM approval_policies ORDER BY scope`)
+	return collect(rows, err, "approvals policies", func(r interface{ Scan(...any) error }) (ApprovalPolicy, error) {
+		var p ApprovalPolicy
+		err := r.Scan(&p.Scope, &p.Required, &p.UpdatedBy, &p.UpdatedAt)
+		return p, err
+	})
+}
+
+// RequiredApprovals is the number of approvals destructive commands on a node of the site and
+// pool need: the largest of the installation's, the site's and the pool's policies (a pool
+// cannot lower what its site or the installation requires).
+func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int, error) {
+	var n sql.NullInt64
+	err := t.queryRow(ctx, `SELECT MAX(required) FROM approval_policies WHERE scope IN ('installation', ?, ?)`,
+		ApprovalScope("site", siteID), ApprovalScope("pool", poolID)).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("reading approvals policy: %w", err)
+	}
+	return int(n.Int64), nil
+}
+
+// ---------------------------------------------------------------- batches
+
+// Batch states.
+const (
+	BatchPending  = "pending"  // waiting for approvals
+	BatchApproved = "approved" // quorum reached; nothing started yet
+	BatchRunning  = "running"  // a workflow or command under it started
+	BatchRejected = "rejected" // refused by an approver: nothing runs under it
+)
+
+// Batch is a set of destructive (subject, kind) leaves approved together.
+type Batch struct {
+	ID, TenantID, SiteID, PoolID string
+	Kind                         string // "bulk" or "node"
+	Verb                         string // the bulk verb, or the workflow profile of a one-node batch
+	Reason, RequestedBy          string
+	State                        string
+	Required, Size, Leaves       int
+	DecidedBy, DecisionReason    string
+	CreatedAt, DecidedAt         int64
+	StartedAt                    int64
+	// Approvers is filled by reads that ask for it.
+	Approvers []string
+	// Parked counts nodes still carrying the batch (filled by reads).
+	Parked int
+}
+
+// Leaf is one (subject, kind) a batch allows.
+type Leaf struct {
+	Subject, Kind string
+}
+
+const batchCols = `id, tenant_id, site_id, pool_id, kind, verb, reason, requested_by, state, required, size, leaves,
+	decided_by, decision_reason, created_at, decided_at, started_at`
+
+func scanBatch(r interface{ Scan(...any) error }) (Batch, error) {
+	var b Batch
+	err := r.Scan(&b.ID, &b.TenantID, &b.SiteID, &b.PoolID, &b.Kind, &b.Verb, &b.Reason, &b.RequestedBy, &b.State, &b.Required,
+		&b.Size, &b.Leaves, &b.DecidedBy, &b.DecisionReason, &b.CreatedAt, &b.DecidedAt, &b.StartedAt)
+	return b, err
+}
+
+// InsertBatch creates a batch and its leaves (deduplicated). Its state is pending when
+// approvals are required, else approved.
+func (t *Tx) InsertBatch(ctx context.Context, b *Batch, leaves []Leaf) error {
+	b.ID = NewID(Micros(t.at))
+	b.CreatedAt = t.at
+	b.State = BatchApproved
+	if b.Required > 0 {
+		b.State = BatchPending
+	}
+	seen := make(map[Leaf]bool, len(leaves))
+	uniq := leaves[:0:0]
+	for _, l := range leaves {
+		if !seen[l] {
+			seen[l] = true
+			uniq = append(uniq, l)
+		}
+	}
+	b.Leaves = len(uniq)
+	_, err := t.exec(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		b.ID, b.TenantID, b.SiteID, b.PoolID, b.Kind, b.Verb, b.Reason, b.RequestedBy, b.State, b.Required, b.Size, b.Leaves,
+		b.DecidedBy, b.DecisionReason, b.CreatedAt, b.DecidedAt, b.StartedAt)
+	if err != nil {
+		return fmt.Errorf("inserting batch: %w", err)
+	}
+	// Many rows per statement: a bulk batch of 10,000 nodes has tens of thousands of leaves.
+	const per = 300
+	for i := 0; i < len(uniq); i += per {
+		chunk := uniq[i:min(i+per, len(uniq))]
+		q := `INSERT INTO batch_leaves (batch_id, subject, kind) VALUES ` + strings.Repeat("(?, ?, ?), ", len(chunk)-1) + `(?, ?, ?)`
+		args := make([]any, 0, 3*len(chunk))
+		for _, l := range chunk {
+			args = append(args, b.ID, l.Subject, l.Kind)
+		}
+		if _, err := t.exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("inserting leaves of batch %s: %w", b.ID, err)
+		}
+	}
+	return nil
+}
+
+// Batch reads a batch in the transaction (row-locked on PostgreSQL).
+func (t *Tx) Batch(ctx context.Context, id string) (Batch, error) {
+	b, err := scanBatch(t.queryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`+t.forUpdate(), id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Batch{}, fmt.Errorf("batch %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Batch{}, fmt.Errorf("reading batch %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// Batch reads a batch with its approvers and the number of nodes it is still parked on.
+func (s *Store) Batch(ctx context.Context, id string) (Batch, error) {
+	b, err := scanBatch(s.queryRow(ctx, `SELECT `+batchCols+` FROM batches WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Batch{}, fmt.Errorf("batch %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Batch{}, fmt.Errorf("reading batch %s: %w", id, err)
+	}
+	if b.Approvers, err = s.approvers(ctx, id); err != nil {
+		return Batch{}, err
+	}
+	if err := s.queryRow(ctx, `SELECT COUNT(*) FROM nodes WHERE batch_id = ?`, id).Scan(&b.Parked); err != nil {
+		return Batch{}, fmt.Errorf("counting nodes of batch %s: %w", id, err)
+	}
+	return b, nil
+}
+
+func (s *Store) approvers(ctx context.Context, id string) ([]string, error) {
+	rows, err := s.queryRows(ctx, `SELECT approver FROM approvals WHERE batch_id = ? ORDER BY at, approver`, id)
+	return collect(rows, err, "approvals", func(r interface{ Scan(...any) error }) (string, error) {
+		var a string
+		err := r.Scan(&a)
+		return a, err
+	})
+}
+
+// BatchFilter selects batches.
+type BatchFilter struct {
+	TenantID string
+	State    string
+	Limit    int
+}
+
+// Batches lists batches, newest first, with their approvers.
+func (s *Store) Batches(ctx context.Context, f BatchFilter) ([]Batch, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := s.queryRows(ctx, `SELECT `+batchCols+` FROM batches WHERE (? = '' OR tenant_id = ?) AND (? = '' OR state = ?)
+		ORDER BY created_at DESC, id DESC LIMIT ?`, f.TenantID, f.TenantID, f.State, f.State, f.Limit)
+	out, err := collect(rows, err, "batches", scanBatch)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		if out[i].Approvers, err = s.approvers(ctx, out[i].ID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// BatchLeaves lists up to limit leaves of a batch.
+func (s *Store) BatchLeaves(ctx context.Context, id string, limit int) ([]Leaf, error) {
+	rows, err := s.queryRows(ctx, `SELECT subject, kind FROM batch_leaves WHERE batch_id = ? ORDER BY subject, kind LIMIT ?`, id, limit)
+	return collect(rows, err, "batch leaves", func(r interface{ Scan(...any) error }) (Leaf, error) {
+		var l Leaf
+		err := r.Scan(&l.Subject, &l.Kind)
+		return l, err
+	})
+}
+
+// LeafInScope reports whether batch id lists (subject, kind).
+func (t *Tx) LeafInScope(ctx context.Context, id, subject, kind string) (bool, error) {
+	var one int
+	err := t.queryRow(ctx, `SELECT 1 FROM batch_leaves WHERE batch_id = ? AND subject = ? AND kind = ?`, id, subject, kind).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading scope of batch %s: %w", id, err)
+	}
+	return true, nil
+}
+
+// AddApproval records approver's approval of batch id; approving twice is a conflict.
+func (t *Tx) AddApproval(ctx context.Context, id, approver string) error {
+	if _, err := t.exec(ctx, `INSERT INTO approvals (batch_id, approver, at) VALUES (?, ?, ?)`, id, approver, t.at); err != nil {
+		if isUnique(err) {
+			return fmt.Errorf("%s already approved batch %s: %w", approver, id, ErrConflict)
+		}
+		return fmt.Errorf("recording approval of batch %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveApproval withdraws approver's approval; it reports whether there was one.
+func (t *Tx) RemoveApproval(ctx context.Context, id, approver string) (bool, error) {
+	res, err := t.exec(ctx, `DELETE FROM approvals WHERE batch_id = ? AND approver = ?`, id, approver)
+	if err != nil {
+		return false, fmt.Errorf("withdrawing approval of batch %s: %w", id, err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
+// CountApprovals counts the approvals of a batch.
+func (t *Tx) CountApprovals(ctx context.Context, id string) (int, error) {
+	var n int
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM approvals WHERE batch_id = ?`, id).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting approvals of batch %s: %w", id, err)
+	}
+	return n, nil
+}
+
+// UpdateBatch writes a batch's state and decision.
+func (t *Tx) UpdateBatch(ctx context.Context, b *Batch) error {
+	_, err := t.exec(ctx, `UPDATE batches SET state = ?, decided_by = ?, decision_reason = ?, decided_at = ?, started_at = ? WHERE id = ?`,
+		b.State, b.DecidedBy, b.DecisionReason, b.DecidedAt, b.StartedAt, b.ID)
+	if err != nil {
+		return fmt.Errorf("updating batch %s: %w", b.ID, err)
+	}
+	return nil
+}
+
+// StartBatch marks an approved batch running (the first workflow or command under it started).
+func (t *Tx) StartBatch(ctx context.Context, id string) error {
+	_, err := t.exec(ctx, `UPDATE batches SET state = ?, started_at = ? WHERE id = ? AND state = ?`, BatchRunning, t.at, id, BatchApproved)
+	if err != nil {
+		return fmt.Errorf("starting batch %s: %w", id, err)
+	}
+	return nil
+}
+
+// NodesOfBatch lists the ids of the nodes a batch is parked on, and of the nodes whose open
+// workflow runs under it.
+func (t *Tx) NodesOfBatch(ctx context.Context, id string) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT id FROM nodes WHERE batch_id = ? UNION SELECT node_id FROM workflows WHERE batch_id = ? AND outcome_applied = ?`, id, id, false)
+	return collect(rows, err, "nodes of batch", func(r interface{ Scan(...any) error }) (string, error) {
+		var s string
+		err := r.Scan(&s)
+		return s, err
+	})
+}
+
+// ReleaseHeldCommands queues the held commands of a batch (approved) and returns their sites.
+func (t *Tx) ReleaseHeldCommands(ctx context.Context, id string) error {
+	if _, err := t.exec(ctx, `UPDATE commands SET state = 'queued', updated_at = ? WHERE batch_id = ? AND state = 'held'`, t.at, id); err != nil {
+		return fmt.Errorf("releasing held commands of batch %s: %w", id, err)
+	}
+	return nil
+}
+
+// FailHeldCommands fails the held commands of a batch (rejected) and returns their nodes.
+func (t *Tx) FailHeldCommands(ctx context.Context, id, why string) ([]Command, error) {
+	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE batch_id = ? AND state = 'held'`, id)
+	cmds, err := collect(rows, err, "held commands", scanCommand)
+	if err != nil {
+		return nil, err
+	}
+	for i := range cmds {
+		cmds[i].State, cmds[i].Error, cmds[i].FinishedAt = "failed", why, t.at
+		if err := t.UpdateCommand(ctx, &cmds[i]); err != nil {
+			return nil, err
+		}
+	}
+	return cmds, nil
+}
+
+// SiteAgentIDs lists the ids of every site agent of a site that ever joined.
+func (t *Tx) SiteAgentIDs(ctx context.Context, siteID string) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT id FROM agents WHERE kind = 'site' AND site_id = ? ORDER BY id`, siteID)
+	return collect(rows, err, "site agents", func(r interface{ Scan(...any) error }) (string, error) {
+		var s string
+		err := r.Scan(&s)
+		return s, err
+	})
+}
+
+// NodePlacement returns the site and pool of a node.
+func (t *Tx) NodePlacement(ctx context.Context, nodeID string) (siteID, poolID string, err error) {
+	err = t.queryRow(ctx, `SELECT site_id, pool_id FROM nodes WHERE id = ?`, nodeID).Scan(&siteID, &poolID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reading placement of node %s: %w", nodeID, err)
+	}
+	return siteID, poolID, nil
+}
+
+// AppendEvents adds many event rows in the transaction, many per statement.
+func (t *Tx) AppendEvents(ctx context.Context, evs []Event) error {
+	const per = 100
+	for i := 0; i < len(evs); i += per {
+		chunk := evs[i:min(i+per, len(evs))]
+		q := `INSERT INTO events (at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data) VALUES ` +
+			strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", len(chunk)-1) + `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		args := make([]any, 0, 9*len(chunk))
+		for _, e := range chunk {
+			if e.Data == "" {
+				e.Data = "{}"
+			}
+			args = append(args, t.at, e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, e.Data)
+		}
+		if _, err := t.exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("appending %d events: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
+// WakeMany queues the reconcilers of many nodes now, many per statement.
+func (t *Tx) WakeMany(ctx context.Context, nodeIDs []string, reason string) error {
+	const per = 200
+	for i := 0; i < len(nodeIDs); i += per {
+		chunk := nodeIDs[i:min(i+per, len(nodeIDs))]
+		q := `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES ` +
+			strings.Repeat("(?, ?, ?, ?, 1), ", len(chunk)-1) + `(?, ?, ?, ?, 1)
+			ON CONFLICT (node_id) DO UPDATE SET due_at = CASE WHEN excluded.due_at < reconcile_queue.due_at THEN excluded.due_at ELSE reconcile_queue.due_at END,
+			reason = excluded.reason, enqueued_at = excluded.enqueued_at, seq = reconcile_queue.seq + 1`
+		args := make([]any, 0, 4*len(chunk))
+		for _, id := range chunk {
+			args = append(args, id, t.at, reason, t.at)
+		}
+		if _, err := t.exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("queueing %d reconcilers: %w", len(chunk), err)
+		}
+	}
+	return nil
+}
+
+// HasApproval reports whether approver approved batch id.
+func (t *Tx) HasApproval(ctx context.Context, id, approver string) (bool, error) {
+	var one int
+	err := t.queryRow(ctx, `SELECT 1 FROM approvals WHERE batch_id = ? AND approver = ?`, id, approver).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading approvals of batch %s: %w", id, err)
+	}
+	return true, nil
+}

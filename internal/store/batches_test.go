@@ -1,0 +1,139 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+func TestBatches(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		pool, nodes := seed(t, st)
+		write := func(f func(tx *store.Tx) error) {
+			t.Helper()
+			if err := st.Write(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// Policies: a node needs the largest of installation, site and pool.
+		write(func(tx *store.Tx) error {
+			if err := tx.SetApprovalPolicy(ctx, "installation", 1, "a"); err != nil {
+				return err
+			}
+			if err := tx.SetApprovalPolicy(ctx, store.ApprovalScope("pool", pool.ID), 3, "a"); err != nil {
+				return err
+			}
+			if err := tx.SetApprovalPolicy(ctx, store.ApprovalScope("site", pool.SiteID), 2, "a"); err != nil {
+				return err
+			}
+			for _, c := range []struct {
+				site, pool string
+				want       int
+			}{{pool.SiteID, pool.ID, 3}, {pool.SiteID, "other", 2}, {"other", "other", 1}} {
+				got, err := tx.RequiredApprovals(ctx, c.site, c.pool)
+				if err != nil || got != c.want {
+					return fmt.Errorf("required for %s/%s = %d, want %d (%v)", c.site, c.pool, got, c.want, err)
+				}
+			}
+			if err := tx.SetApprovalPolicy(ctx, "installation", 0, "a"); err != nil {
+				return err
+			}
+			got, err := tx.RequiredApprovals(ctx, "other", "other")
+			if err != nil || got != 0 {
+				return fmt.Errorf("after removal: %d %v", got, err)
+			}
+			return nil
+		})
+
+		// A batch with more leaves than one statement carries, duplicates dropped.
+		var leaves []store.Leaf
+		for i := range 1000 {
+			leaves = append(leaves, store.Leaf{Subject: fmt.Sprintf("n%d", i), Kind: "disk.wipe"})
+		}
+		leaves = append(leaves, leaves[0])
+		b := store.Batch{TenantID: pool.TenantID, SiteID: pool.SiteID, PoolID: pool.ID, Kind: "bulk", Verb: "retire", RequestedBy: "token:ops", Required: 2, Size: 1000}
+		write(func(tx *store.Tx) error { return tx.InsertBatch(ctx, &b, leaves) })
+		if b.State != store.BatchPending || b.Leaves != 1000 {
+			t.Fatalf("batch: %s with %d leaves", b.State, b.Leaves)
+		}
+		write(func(tx *store.Tx) error { return tx.AddApproval(ctx, b.ID, "token:a") })
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.AddApproval(ctx, b.ID, "token:a") }); !errors.Is(err, store.ErrConflict) {
+			t.Fatalf("second approval by the same approver: %v", err)
+		}
+		write(func(tx *store.Tx) error {
+			for _, c := range []struct {
+				subject string
+				want    bool
+			}{{"n0", true}, {"n999", true}, {"n1000", false}} {
+				got, err := tx.LeafInScope(ctx, b.ID, c.subject, "disk.wipe")
+				if err != nil || got != c.want {
+					return fmt.Errorf("leaf %s: %v %v", c.subject, got, err)
+				}
+			}
+			if err := tx.AddApproval(ctx, b.ID, "token:b"); err != nil {
+				return err
+			}
+			if had, err := tx.RemoveApproval(ctx, b.ID, "token:b"); !had || err != nil {
+				return fmt.Errorf("withdraw: %v %v", had, err)
+			}
+			n, err := tx.CountApprovals(ctx, b.ID)
+			if err != nil || n != 1 {
+				return fmt.Errorf("approvals = %d %v", n, err)
+			}
+			// Parked on a node; a held command released on approval.
+			nd, err := tx.LockNode(ctx, nodes[0].ID, "")
+			if err != nil {
+				return err
+			}
+			nd.BatchID, nd.VerbFrom, nd.VerbBy, nd.Conditions = b.ID, "ready", "token:ops", map[string]string{"BmcCredentialRotated": "False"}
+			if err := tx.UpdateNode(ctx, &nd); err != nil {
+				return err
+			}
+			c := store.Command{NodeID: nd.ID, TenantID: nd.TenantID, SiteID: nd.SiteID, Kind: "bmc.power", Subject: "bmc:x", RunsOn: "site", State: "held", BatchID: b.ID}
+			if err := tx.InsertCommand(ctx, &c); err != nil {
+				return err
+			}
+			b.State = store.BatchApproved
+			if err := tx.UpdateBatch(ctx, &b); err != nil {
+				return err
+			}
+			if err := tx.ReleaseHeldCommands(ctx, b.ID); err != nil {
+				return err
+			}
+			ids, err := tx.NodesOfBatch(ctx, b.ID)
+			if err != nil || len(ids) != 1 || ids[0] != nd.ID {
+				return fmt.Errorf("nodes of batch: %v %v", ids, err)
+			}
+			if err := tx.AppendEvents(ctx, []store.Event{{TenantID: nd.TenantID, NodeID: nd.ID, Actor: "t", Kind: "x"}, {TenantID: nd.TenantID, Actor: "t", Kind: "y"}}); err != nil {
+				return err
+			}
+			return tx.WakeMany(ctx, []string{nodes[1].ID, nodes[2].ID}, "bulk")
+		})
+		got, err := st.Batch(ctx, b.ID)
+		if err != nil || got.State != store.BatchApproved || got.Parked != 1 || len(got.Approvers) != 1 || got.Approvers[0] != "token:a" {
+			t.Fatalf("batch read back: %+v %v", got, err)
+		}
+		cmds, _ := st.Commands(ctx, nodes[0].ID, 10)
+		if len(cmds) != 1 || cmds[0].State != "queued" || cmds[0].BatchID != b.ID {
+			t.Fatalf("held command after approval: %+v", cmds)
+		}
+		n0, _ := st.Node(ctx, nodes[0].ID, "")
+		if n0.VerbFrom != "ready" || n0.VerbBy != "token:ops" || n0.Conditions["BmcCredentialRotated"] != "False" {
+			t.Fatalf("node columns: %+v", n0)
+		}
+		list, err := st.Batches(ctx, store.BatchFilter{State: store.BatchApproved})
+		if err != nil || len(list) != 1 {
+			t.Fatalf("batches: %d %v", len(list), err)
+		}
+		wus, _ := st.WakeUps(ctx, 10)
+		if len(wus) < 2 {
+			t.Fatalf("wake-ups: %v", wus)
+		}
+	})
+}
