@@ -55,6 +55,7 @@ func Handler(svc *metal.Service, joiner SiteJoiner, log *slog.Logger) http.Handl
 	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc, joiner: joiner}, opts...))
 	mux.Handle(bcdv1connect.NewTokenServiceHandler(&tokens{svc: svc}, opts...))
 	mux.Handle(bcdv1connect.NewImageServiceHandler(&images{svc: svc}, opts...))
+	mux.Handle(bcdv1connect.NewBatchServiceHandler(&batches{svc: svc, names: n.names}, opts...))
 	return mux
 }
 
@@ -172,6 +173,7 @@ func toConnect(err error) error {
 		ref   *provision.RefusedError
 		forb  *metal.ForbiddenError
 		stale *metal.StaleError
+		conf  *metal.ConflictError
 		cerr  *connect.Error
 	)
 	switch {
@@ -181,7 +183,7 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	case errors.As(err, &forb):
 		return connect.NewError(connect.CodePermissionDenied, err)
-	case errors.As(err, &ref):
+	case errors.As(err, &ref), errors.As(err, &conf):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
 	case errors.As(err, &stale), errors.Is(err, store.ErrStale):
 		return connect.NewError(connect.CodeAborted, err)

@@ -95,7 +95,7 @@ func nodeProto(n store.Node, nm names) *bcdv1.Node {
 			InsecureTls: n.BMCInsecure, TlsFingerprintSha256: n.BMCFingerprint},
 		Macs: n.MACs, ProductUuid: n.ProductUUID, Labels: n.Labels, DeployProfile: n.DeployProfile, DeployImage: n.DeployImage,
 		WipeMode: n.WipeMode, IdentityGeneration: n.IdentityGeneration, AllowedVerbs: allowed,
-		CreatedAt: ts(n.CreatedAt), UpdatedAt: ts(n.UpdatedAt), Version: n.Version, BatchId: n.BatchID,
+		CreatedAt: ts(n.CreatedAt), UpdatedAt: ts(n.UpdatedAt), Version: n.Version, BatchId: n.BatchID, Conditions: n.Conditions,
 	}
 }
 

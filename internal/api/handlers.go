@@ -229,6 +229,9 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 	for _, a := range agents {
 		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen)})
 	}
+	if out.PendingBatches, err = pendingBatches(ctx, h.svc, time.Now()); err != nil {
+		return nil, toConnect(err)
+	}
 	return connect.NewResponse(out), nil
 }
 

@@ -352,7 +352,7 @@ func siteJoinTokenCmd(g *globals) *cobra.Command {
 }
 
 func doctorCmd(g *globals) *cobra.Command {
-	return &cobra.Command{Use: "doctor", Short: "Failed machines in maintenance, machines with no workflow, site agents", Args: cobra.NoArgs,
+	return &cobra.Command{Use: "doctor", Short: "Failed machines in maintenance, machines with no workflow, site agents, batches waiting for approval", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := g.clients()
 			if err != nil {
@@ -380,6 +380,11 @@ func doctorCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(out, "site agents: %d\n", len(resp.Msg.SiteAgents))
 			for _, a := range resp.Msg.SiteAgents {
 				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen)
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "batches waiting for approval: %d\n", len(resp.Msg.PendingBatches))
+			for _, b := range resp.Msg.PendingBatches {
+				fmt.Fprintf(tw, "  %s\t%s %s\t%d nodes\t%d/%d approvals\tby %s\twaiting %s\n", b.Id, b.Kind, b.Verb, b.Size, b.Approvals, b.Required, b.RequestedBy, b.Waiting)
 			}
 			return tw.Flush()
 		}}

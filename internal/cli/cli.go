@@ -89,7 +89,7 @@ func newRoot(env Env) *cobra.Command {
 	events := nodeEventsCmd(g)
 	events.Use = "events [NODE]"
 	root.AddCommand(events)
-	root.AddCommand(serverCmd(g), nodeCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g),
+	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g),
 		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
 	return root
 }
@@ -99,6 +99,7 @@ type clients struct {
 	nodes     bcdv1connect.NodeServiceClient
 	inventory bcdv1connect.InventoryServiceClient
 	tokens    bcdv1connect.TokenServiceClient
+	batches   bcdv1connect.BatchServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
@@ -115,6 +116,7 @@ func (g *globals) clients() (*clients, error) {
 		nodes:     bcdv1connect.NewNodeServiceClient(hc, base, opts...),
 		inventory: bcdv1connect.NewInventoryServiceClient(hc, base, opts...),
 		tokens:    bcdv1connect.NewTokenServiceClient(hc, base, opts...),
+		batches:   bcdv1connect.NewBatchServiceClient(hc, base, opts...),
 	}, nil
 }
 

@@ -195,6 +195,15 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 // Sweep wakes nodes a workflow chain controls that nothing would move (no open workflow, no
 // wake-up row): a node never stays in a workflow-driven state without a workflow.
 func (e *Engine) Sweep(ctx context.Context) (int, error) {
+	if err := e.st.Write(ctx, func(tx *store.Tx) error {
+		n, err := PurgeSupersededSecrets(ctx, tx, 1000)
+		if n > 0 {
+			e.log.Info("deleted superseded BMC secrets", "count", n)
+		}
+		return err
+	}); err != nil {
+		return 0, err
+	}
 	nodes, err := e.st.StrandedNodes(ctx, 1000)
 	if err != nil || len(nodes) == 0 {
 		return 0, err

@@ -244,12 +244,13 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 			return err
 		}
 		extra["token"] = plain
-	case "bmc.query", "bmc.power", "bmc.boot":
+	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate":
 		if len(a.CertDER) == 0 || e.cfg.Secrets == nil {
 			break // in-process agents (simulation) need no credentials
 		}
 		var args struct {
-			BMC store.BMCRef `json:"bmc"`
+			BMC            store.BMCRef `json:"bmc"`
+			NewPasswordRef string       `json:"newPasswordRef"`
 		}
 		if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
 			return fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
@@ -268,6 +269,17 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 			return fmt.Errorf("encrypting BMC credentials to agent %s: %w", a.ID, err)
 		}
 		extra["credentials"] = jwe
+		if c.Kind == "bmc.rotate" {
+			// The new password, for this agent only: the row carries its reference alone.
+			next, err := e.cfg.Secrets.OpenSecret(ctx, args.NewPasswordRef)
+			if err != nil {
+				return fmt.Errorf("opening the new BMC password of command %s: %w", c.ID, err)
+			}
+			plain, _ := json.Marshal(map[string]string{"username": string(user), "password": string(next)})
+			if extra["newCredentials"], err = pki.EncryptToAgent(a.CertDER, plain); err != nil {
+				return fmt.Errorf("encrypting the new BMC credential to agent %s: %w", a.ID, err)
+			}
+		}
 	}
 	if len(extra) == 0 {
 		return nil

@@ -46,6 +46,9 @@ func (r *run) node(nodeID string) (time.Duration, error) {
 		return 0, err
 	}
 	r.n = n
+	if err := r.rotation(); err != nil {
+		return 0, err
+	}
 	for range maxActions {
 		again, more, err := r.step()
 		if err != nil {

@@ -93,6 +93,13 @@ func (s *Service) Batches(ctx context.Context, p auth.Principal, state string, l
 	return s.st.Batches(ctx, store.BatchFilter{TenantID: p.TenantID, State: state, Limit: limit})
 }
 
+// PendingBatches lists the batches waiting for approval, oldest first (doctor).
+func (s *Service) PendingBatches(ctx context.Context, p auth.Principal, limit int) ([]store.Batch, error) {
+	list, err := s.Batches(ctx, p, store.BatchPending, limit)
+	slices.Reverse(list)
+	return list, err
+}
+
 // Batch reads a batch and up to leafLimit of its leaves.
 func (s *Service) Batch(ctx context.Context, p auth.Principal, id string, leafLimit int) (store.Batch, []store.Leaf, error) {
 	if err := Require(p, auth.Read); err != nil {

@@ -94,6 +94,15 @@ func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config,
 	}
 	cfg.SiteID = site.ID
 	h := &Harness{Store: st, Metal: svc, Engine: eng, Sim: New(cfg, eng), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	key, csr, err := pki.NewKeyAndCSR("sim-site-1")
+	if err != nil {
+		return nil, err
+	}
+	cert, err := ca.IssueSiteAgent(csr, site.ID, "sim-site-1", 24*time.Hour, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	h.Sim.SetSiteIdentity(key, cert)
 	if err := SeedImages(ctx, svc, h.Admin, "img", "debian-12", "sim-image"); err != nil {
 		return nil, err
 	}

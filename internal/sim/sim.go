@@ -40,6 +40,10 @@ type Faults struct {
 	WipeReadbackFail float64 // a wipe reports a disk whose read-back failed
 	// UnsignedWipe makes ramdisks send wipe results without a signature.
 	UnsignedWipe bool
+	// Rotate makes bmc.rotate go wrong: "fail" (the BMC refuses the password), "unsigned" (the
+	// result carries no signature), "unverified" (verified: false), "forged" (signed with a key
+	// that is not the certificate's).
+	Rotate string
 }
 
 // Config of a simulation.
@@ -85,6 +89,17 @@ type Sim struct {
 	rngMu sync.Mutex
 	wg    sync.WaitGroup
 	errs  chan error
+	// siteKey and siteCert are the in-process site agent's identity: it signs bmc.rotate results.
+	siteKey  crypto.Signer
+	siteCert []byte
+}
+
+// SetSiteIdentity gives the in-process site agent the key and certificate it signs site
+// statements (bmc.rotate results) with.
+func (s *Sim) SetSiteIdentity(key crypto.Signer, certDER []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.siteKey, s.siteCert = key, certDER
 }
 
 // New builds a simulation for the site.
@@ -300,6 +315,8 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 	case "boot.cleanUp":
 		m.entry = false
 		return ok(map[string]any{})
+	case "bmc.rotate":
+		return s.rotate(c)
 	}
 	return failed("the simulated site agent does not run " + c.Kind)
 }
@@ -508,4 +525,36 @@ func (s *Sim) kexec(ctx context.Context, m *Machine) {
 			s.startOS(context.WithoutCancel(ctx), m, token)
 		}()
 	}
+}
+
+// rotate is the simulated BMC's credential change, reported as a site agent does: signed with
+// the agent's key (in-process; over the gateway agentlink signs).
+func (s *Sim) rotate(c store.Command) engine.Update {
+	f := s.faults().Rotate
+	if f == "fail" {
+		return failed("rotating credential: the BMC refused the new password (PasswordPolicy)")
+	}
+	u := ok(map[string]any{"verified": f != "unverified"})
+	if s.cfg.Gateway != nil || f == "unsigned" {
+		return u
+	}
+	s.mu.Lock()
+	key, cert := s.siteKey, s.siteCert
+	s.mu.Unlock()
+	if key == nil {
+		return u
+	}
+	if f == "forged" {
+		other, _, err := pki.NewKeyAndCSR("forger")
+		if err != nil {
+			return failed(err.Error())
+		}
+		key = other
+	}
+	sig, err := pki.SignStatement(key, pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)})
+	if err != nil {
+		return failed("signing: " + err.Error())
+	}
+	u.NodeSig, u.SignerCertDER = sig, cert
+	return u
 }

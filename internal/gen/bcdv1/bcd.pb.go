@@ -143,10 +143,13 @@ type Node struct {
 	CreatedAt    string   `protobuf:"bytes,25,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	UpdatedAt    string   `protobuf:"bytes,26,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
 	Version      uint64   `protobuf:"varint,27,opt,name=version,proto3" json:"version,omitempty"`
-	BatchId      string   `protobuf:"bytes,28,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// The batch parked on the node until it rests (bulk, or its chain's one-node batch).
+	BatchId string `protobuf:"bytes,28,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
 	// What the node is doing now: its latest workflow's step and command, with progress. Set by
 	// Get only (List leaves it empty).
-	Activity      *Activity `protobuf:"bytes,29,opt,name=activity,proto3" json:"activity,omitempty"`
+	Activity *Activity `protobuf:"bytes,29,opt,name=activity,proto3" json:"activity,omitempty"`
+	// Named observations, e.g. BmcCredentialRotated: "False" after a failed rotation.
+	Conditions    map[string]string `protobuf:"bytes,30,rep,name=conditions,proto3" json:"conditions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -380,6 +383,13 @@ func (x *Node) GetBatchId() string {
 func (x *Node) GetActivity() *Activity {
 	if x != nil {
 		return x.Activity
+	}
+	return nil
+}
+
+func (x *Node) GetConditions() map[string]string {
+	if x != nil {
+		return x.Conditions
 	}
 	return nil
 }
@@ -2013,9 +2023,11 @@ type DoctorResponse struct {
 	// Machines in a workflow-driven state with no active workflow and nothing queued to start one.
 	Stranded []*DoctorFinding `protobuf:"bytes,2,rep,name=stranded,proto3" json:"stranded,omitempty"`
 	// Site agents and when each was last seen.
-	SiteAgents    []*DoctorAgent `protobuf:"bytes,3,rep,name=site_agents,json=siteAgents,proto3" json:"site_agents,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SiteAgents []*DoctorAgent `protobuf:"bytes,3,rep,name=site_agents,json=siteAgents,proto3" json:"site_agents,omitempty"`
+	// Batches waiting for approval, oldest first, and for how long.
+	PendingBatches []*DoctorBatch `protobuf:"bytes,4,rep,name=pending_batches,json=pendingBatches,proto3" json:"pending_batches,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DoctorResponse) Reset() {
@@ -2069,6 +2081,1482 @@ func (x *DoctorResponse) GetSiteAgents() []*DoctorAgent {
 	return nil
 }
 
+func (x *DoctorResponse) GetPendingBatches() []*DoctorBatch {
+	if x != nil {
+		return x.PendingBatches
+	}
+	return nil
+}
+
+type DoctorBatch struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Kind        string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"` // bulk or node
+	Verb        string                 `protobuf:"bytes,3,opt,name=verb,proto3" json:"verb,omitempty"`
+	Size        int32                  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Required    int32                  `protobuf:"varint,5,opt,name=required,proto3" json:"required,omitempty"`
+	Approvals   int32                  `protobuf:"varint,6,opt,name=approvals,proto3" json:"approvals,omitempty"`
+	RequestedBy string                 `protobuf:"bytes,7,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	Since       string                 `protobuf:"bytes,8,opt,name=since,proto3" json:"since,omitempty"`
+	// How long it has waited, e.g. "1h12m".
+	Waiting       string `protobuf:"bytes,9,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DoctorBatch) Reset() {
+	*x = DoctorBatch{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorBatch) ProtoMessage() {}
+
+func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorBatch.ProtoReflect.Descriptor instead.
+func (*DoctorBatch) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DoctorBatch) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DoctorBatch) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *DoctorBatch) GetVerb() string {
+	if x != nil {
+		return x.Verb
+	}
+	return ""
+}
+
+func (x *DoctorBatch) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *DoctorBatch) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+func (x *DoctorBatch) GetApprovals() int32 {
+	if x != nil {
+		return x.Approvals
+	}
+	return 0
+}
+
+func (x *DoctorBatch) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *DoctorBatch) GetSince() string {
+	if x != nil {
+		return x.Since
+	}
+	return ""
+}
+
+func (x *DoctorBatch) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
+	}
+	return ""
+}
+
+type RotateBmcCredentialRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateBmcCredentialRequest) Reset() {
+	*x = RotateBmcCredentialRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateBmcCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateBmcCredentialRequest) ProtoMessage() {}
+
+func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateBmcCredentialRequest.ProtoReflect.Descriptor instead.
+func (*RotateBmcCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *RotateBmcCredentialRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RotateBmcCredentialRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RotateBmcCredentialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bmc.rotate command; it carries only references.
+	CommandId string `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// The pending credential version (current once a site agent's signed result verifies it).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Where approvals are required, the one-node batch the command waits for.
+	BatchId       string `protobuf:"bytes,3,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateBmcCredentialResponse) Reset() {
+	*x = RotateBmcCredentialResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateBmcCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateBmcCredentialResponse) ProtoMessage() {}
+
+func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateBmcCredentialResponse.ProtoReflect.Descriptor instead.
+func (*RotateBmcCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *RotateBmcCredentialResponse) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *RotateBmcCredentialResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RotateBmcCredentialResponse) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+type ListBmcCredentialVersionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBmcCredentialVersionsRequest) Reset() {
+	*x = ListBmcCredentialVersionsRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBmcCredentialVersionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBmcCredentialVersionsRequest) ProtoMessage() {}
+
+func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBmcCredentialVersionsRequest.ProtoReflect.Descriptor instead.
+func (*ListBmcCredentialVersionsRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ListBmcCredentialVersionsRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+type BmcCredentialVersion struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"` // pending, current, failed, superseded
+	CommandId     string                 `protobuf:"bytes,3,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	CreatedAt     string                 `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DecidedAt     string                 `protobuf:"bytes,6,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BmcCredentialVersion) Reset() {
+	*x = BmcCredentialVersion{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BmcCredentialVersion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BmcCredentialVersion) ProtoMessage() {}
+
+func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BmcCredentialVersion.ProtoReflect.Descriptor instead.
+func (*BmcCredentialVersion) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *BmcCredentialVersion) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *BmcCredentialVersion) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BmcCredentialVersion) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *BmcCredentialVersion) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *BmcCredentialVersion) GetCreatedAt() string {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return ""
+}
+
+func (x *BmcCredentialVersion) GetDecidedAt() string {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return ""
+}
+
+type ListBmcCredentialVersionsResponse struct {
+	state         protoimpl.MessageState  `protogen:"open.v1"`
+	Versions      []*BmcCredentialVersion `protobuf:"bytes,1,rep,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBmcCredentialVersionsResponse) Reset() {
+	*x = ListBmcCredentialVersionsResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBmcCredentialVersionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBmcCredentialVersionsResponse) ProtoMessage() {}
+
+func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBmcCredentialVersionsResponse.ProtoReflect.Descriptor instead.
+func (*ListBmcCredentialVersionsResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersion {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
+type Batch struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Tenant      string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Site        string                 `protobuf:"bytes,3,opt,name=site,proto3" json:"site,omitempty"`
+	Pool        string                 `protobuf:"bytes,4,opt,name=pool,proto3" json:"pool,omitempty"`
+	Kind        string                 `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"` // bulk or node
+	Verb        string                 `protobuf:"bytes,6,opt,name=verb,proto3" json:"verb,omitempty"` // the bulk verb, or the profile / command kind of a one-node batch
+	Reason      string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	RequestedBy string                 `protobuf:"bytes,8,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
+	State       string                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"` // pending, approved, running, rejected
+	Required    int32                  `protobuf:"varint,10,opt,name=required,proto3" json:"required,omitempty"`
+	Approvers   []string               `protobuf:"bytes,11,rep,name=approvers,proto3" json:"approvers,omitempty"`
+	Size        int32                  `protobuf:"varint,12,opt,name=size,proto3" json:"size,omitempty"`
+	Leaves      int32                  `protobuf:"varint,13,opt,name=leaves,proto3" json:"leaves,omitempty"`
+	// Nodes the batch is still parked on.
+	Parked         int32  `protobuf:"varint,14,opt,name=parked,proto3" json:"parked,omitempty"`
+	DecidedBy      string `protobuf:"bytes,15,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecisionReason string `protobuf:"bytes,16,opt,name=decision_reason,json=decisionReason,proto3" json:"decision_reason,omitempty"`
+	CreatedAt      string `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DecidedAt      string `protobuf:"bytes,18,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	StartedAt      string `protobuf:"bytes,19,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Batch) Reset() {
+	*x = Batch{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Batch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Batch) ProtoMessage() {}
+
+func (x *Batch) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Batch.ProtoReflect.Descriptor instead.
+func (*Batch) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *Batch) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Batch) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Batch) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *Batch) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *Batch) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Batch) GetVerb() string {
+	if x != nil {
+		return x.Verb
+	}
+	return ""
+}
+
+func (x *Batch) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Batch) GetRequestedBy() string {
+	if x != nil {
+		return x.RequestedBy
+	}
+	return ""
+}
+
+func (x *Batch) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Batch) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+func (x *Batch) GetApprovers() []string {
+	if x != nil {
+		return x.Approvers
+	}
+	return nil
+}
+
+func (x *Batch) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Batch) GetLeaves() int32 {
+	if x != nil {
+		return x.Leaves
+	}
+	return 0
+}
+
+func (x *Batch) GetParked() int32 {
+	if x != nil {
+		return x.Parked
+	}
+	return 0
+}
+
+func (x *Batch) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Batch) GetDecisionReason() string {
+	if x != nil {
+		return x.DecisionReason
+	}
+	return ""
+}
+
+func (x *Batch) GetCreatedAt() string {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return ""
+}
+
+func (x *Batch) GetDecidedAt() string {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return ""
+}
+
+func (x *Batch) GetStartedAt() string {
+	if x != nil {
+		return x.StartedAt
+	}
+	return ""
+}
+
+type BatchLeaf struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Subject       string                 `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"` // node id, bmc:<site agent>/<BMC address> or node:<target>
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchLeaf) Reset() {
+	*x = BatchLeaf{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchLeaf) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchLeaf) ProtoMessage() {}
+
+func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
+func (*BatchLeaf) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *BatchLeaf) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *BatchLeaf) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+type BulkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
+	// manage, inspect, provide, undeploy, rescue or retire.
+	Verb string `protobuf:"bytes,2,opt,name=verb,proto3" json:"verb,omitempty"`
+	// Node ids or names (at most 10,000), or label selectors (key=value, all must match).
+	Nodes         []string `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Selectors     []string `protobuf:"bytes,4,rep,name=selectors,proto3" json:"selectors,omitempty"`
+	Wipe          string   `protobuf:"bytes,5,opt,name=wipe,proto3" json:"wipe,omitempty"`     // undeploy only: quick (default), full, secure
+	Reason        string   `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"` // required
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkRequest) Reset() {
+	*x = BulkRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkRequest) ProtoMessage() {}
+
+func (x *BulkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
+func (*BulkRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *BulkRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetVerb() string {
+	if x != nil {
+		return x.Verb
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *BulkRequest) GetSelectors() []string {
+	if x != nil {
+		return x.Selectors
+	}
+	return nil
+}
+
+func (x *BulkRequest) GetWipe() string {
+	if x != nil {
+		return x.Wipe
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type BulkBatch struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	BatchId string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
+	// Held: approvals are required and not given yet; the nodes' workflows wait.
+	Held          bool  `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	Required      int32 `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"`
+	Size          int32 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkBatch) Reset() {
+	*x = BulkBatch{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkBatch) ProtoMessage() {}
+
+func (x *BulkBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
+func (*BulkBatch) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *BulkBatch) GetBatchId() string {
+	if x != nil {
+		return x.BatchId
+	}
+	return ""
+}
+
+func (x *BulkBatch) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *BulkBatch) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+func (x *BulkBatch) GetSize() int32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+type BulkNodeResult struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Node     string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Name     string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Accepted bool                   `protobuf:"varint,3,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	// Why the verb was refused for this node.
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	State         string `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkNodeResult) Reset() {
+	*x = BulkNodeResult{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkNodeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkNodeResult) ProtoMessage() {}
+
+func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
+func (*BulkNodeResult) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *BulkNodeResult) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *BulkNodeResult) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BulkNodeResult) GetAccepted() bool {
+	if x != nil {
+		return x.Accepted
+	}
+	return false
+}
+
+func (x *BulkNodeResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *BulkNodeResult) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type BulkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batch         *BulkBatch             `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Nodes         []*BulkNodeResult      `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BulkResponse) Reset() {
+	*x = BulkResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BulkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BulkResponse) ProtoMessage() {}
+
+func (x *BulkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
+func (*BulkResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *BulkResponse) GetBatch() *BulkBatch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *BulkResponse) GetNodes() []*BulkNodeResult {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+type ListBatchesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`  // optional filter
+	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"` // default 100
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBatchesRequest) Reset() {
+	*x = ListBatchesRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBatchesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBatchesRequest) ProtoMessage() {}
+
+func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
+func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListBatchesRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *ListBatchesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListBatchesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       []*Batch               `protobuf:"bytes,1,rep,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBatchesResponse) Reset() {
+	*x = ListBatchesResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBatchesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBatchesResponse) ProtoMessage() {}
+
+func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
+func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ListBatchesResponse) GetBatches() []*Batch {
+	if x != nil {
+		return x.Batches
+	}
+	return nil
+}
+
+type GetBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	LeafLimit     int32                  `protobuf:"varint,2,opt,name=leaf_limit,json=leafLimit,proto3" json:"leaf_limit,omitempty"` // default 1000
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBatchRequest) Reset() {
+	*x = GetBatchRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBatchRequest) ProtoMessage() {}
+
+func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
+func (*GetBatchRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *GetBatchRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetBatchRequest) GetLeafLimit() int32 {
+	if x != nil {
+		return x.LeafLimit
+	}
+	return 0
+}
+
+type GetBatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batch         *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Leaves        []*BatchLeaf           `protobuf:"bytes,2,rep,name=leaves,proto3" json:"leaves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBatchResponse) Reset() {
+	*x = GetBatchResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBatchResponse) ProtoMessage() {}
+
+func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
+func (*GetBatchResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetBatchResponse) GetBatch() *Batch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *GetBatchResponse) GetLeaves() []*BatchLeaf {
+	if x != nil {
+		return x.Leaves
+	}
+	return nil
+}
+
+type BatchDecisionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchDecisionRequest) Reset() {
+	*x = BatchDecisionRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchDecisionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchDecisionRequest) ProtoMessage() {}
+
+func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
+func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *BatchDecisionRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *BatchDecisionRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type BatchResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batch         *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResponse) Reset() {
+	*x = BatchResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResponse) ProtoMessage() {}
+
+func (x *BatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
+func (*BatchResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *BatchResponse) GetBatch() *Batch {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+type ApprovalPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"` // installation, site:<id> or pool:<id>
+	Required      int32                  `protobuf:"varint,2,opt,name=required,proto3" json:"required,omitempty"`
+	UpdatedBy     string                 `protobuf:"bytes,3,opt,name=updated_by,json=updatedBy,proto3" json:"updated_by,omitempty"`
+	UpdatedAt     string                 `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalPolicy) Reset() {
+	*x = ApprovalPolicy{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalPolicy) ProtoMessage() {}
+
+func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
+func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ApprovalPolicy) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *ApprovalPolicy) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+func (x *ApprovalPolicy) GetUpdatedBy() string {
+	if x != nil {
+		return x.UpdatedBy
+	}
+	return ""
+}
+
+func (x *ApprovalPolicy) GetUpdatedAt() string {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return ""
+}
+
+type SetApprovalPolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Scope         string                 `protobuf:"bytes,1,opt,name=scope,proto3" json:"scope,omitempty"`        // installation, site or pool
+	Ref           string                 `protobuf:"bytes,2,opt,name=ref,proto3" json:"ref,omitempty"`            // the site's or pool's name or id
+	Required      int32                  `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"` // 0 removes the policy
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetApprovalPolicyRequest) Reset() {
+	*x = SetApprovalPolicyRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetApprovalPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetApprovalPolicyRequest) ProtoMessage() {}
+
+func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SetApprovalPolicyRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *SetApprovalPolicyRequest) GetRef() string {
+	if x != nil {
+		return x.Ref
+	}
+	return ""
+}
+
+func (x *SetApprovalPolicyRequest) GetRequired() int32 {
+	if x != nil {
+		return x.Required
+	}
+	return 0
+}
+
+type ApprovalPolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *ApprovalPolicy        `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalPolicyResponse) Reset() {
+	*x = ApprovalPolicyResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalPolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalPolicyResponse) ProtoMessage() {}
+
+func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
+func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
+type ListApprovalPoliciesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalPoliciesRequest) Reset() {
+	*x = ListApprovalPoliciesRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalPoliciesRequest) ProtoMessage() {}
+
+func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+}
+
+type ListApprovalPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*ApprovalPolicy      `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListApprovalPoliciesResponse) Reset() {
+	*x = ListApprovalPoliciesResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListApprovalPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListApprovalPoliciesResponse) ProtoMessage() {}
+
+func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
 type Tenant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2080,7 +3568,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +3580,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +3593,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Tenant) GetId() string {
@@ -2142,7 +3630,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2154,7 +3642,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2167,7 +3655,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *Site) GetId() string {
@@ -2218,7 +3706,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +3718,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +3731,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -2288,7 +3776,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +3788,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +3801,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Pool) GetId() string {
@@ -2371,7 +3859,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2383,7 +3871,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2396,7 +3884,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -2429,7 +3917,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2441,7 +3929,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2454,7 +3942,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -2473,7 +3961,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +3973,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +3986,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -2516,7 +4004,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +4016,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +4029,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 type ListTenantsResponse struct {
@@ -2553,7 +4041,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2565,7 +4053,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2578,7 +4066,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -2599,7 +4087,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +4099,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +4112,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -2657,7 +4145,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +4157,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +4170,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -2701,7 +4189,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +4201,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +4214,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -2745,7 +4233,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2757,7 +4245,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2770,7 +4258,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -2789,7 +4277,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2801,7 +4289,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2814,7 +4302,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -2832,7 +4320,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +4332,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +4345,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 type CreatePoolRequest struct {
@@ -2871,7 +4359,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +4371,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +4384,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -2930,7 +4418,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +4430,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +4443,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -2981,7 +4469,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2993,7 +4481,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3006,7 +4494,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -3026,7 +4514,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3038,7 +4526,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3051,7 +4539,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -3077,7 +4565,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3089,7 +4577,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3102,7 +4590,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -3121,7 +4609,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3133,7 +4621,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3146,7 +4634,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -3164,7 +4652,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +4664,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +4677,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 type PutHardwareProfileRequest struct {
@@ -3201,7 +4689,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +4701,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +4714,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -3245,7 +4733,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +4745,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +4758,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -3288,7 +4776,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +4788,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +4801,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -3325,7 +4813,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3337,7 +4825,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3350,7 +4838,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -3371,7 +4859,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +4871,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +4884,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -3427,7 +4915,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +4927,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +4940,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -3496,7 +4984,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3508,7 +4996,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3521,7 +5009,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -3547,7 +5035,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3559,7 +5047,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3572,7 +5060,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -3591,7 +5079,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3603,7 +5091,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3616,7 +5104,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -3634,7 +5122,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3646,7 +5134,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3659,7 +5147,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 type ListDeployProfilesResponse struct {
@@ -3671,7 +5159,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +5171,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +5184,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -3720,7 +5208,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3732,7 +5220,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3745,7 +5233,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *Token) GetId() string {
@@ -3801,7 +5289,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +5301,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +5314,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -3861,7 +5349,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3873,7 +5361,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3886,7 +5374,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -3911,7 +5399,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +5411,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +5424,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 type ListTokensResponse struct {
@@ -3948,7 +5436,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3960,7 +5448,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3973,7 +5461,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -3992,7 +5480,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +5492,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +5505,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -4036,7 +5524,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4048,7 +5536,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4061,7 +5549,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -4079,7 +5567,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4091,7 +5579,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4104,7 +5592,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 type WhoAmIResponse struct {
@@ -4116,7 +5604,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +5616,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +5629,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -4162,7 +5650,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +5662,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +5675,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *Signer) GetName() string {
@@ -4230,7 +5718,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4242,7 +5730,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4255,7 +5743,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *Image) GetName() string {
@@ -4337,7 +5825,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4349,7 +5837,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4362,7 +5850,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -4380,7 +5868,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4392,7 +5880,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4405,7 +5893,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 type RevokeSignerRequest struct {
@@ -4417,7 +5905,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4429,7 +5917,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4442,7 +5930,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -4460,7 +5948,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +5960,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +5973,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 type ListSignersRequest struct {
@@ -4496,7 +5984,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4508,7 +5996,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4521,7 +6009,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 type ListSignersResponse struct {
@@ -4533,7 +6021,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4545,7 +6033,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4558,7 +6046,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -4577,7 +6065,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4589,7 +6077,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4602,7 +6090,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -4621,7 +6109,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4633,7 +6121,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4646,7 +6134,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -4664,7 +6152,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4676,7 +6164,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4689,7 +6177,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 type ListImagesResponse struct {
@@ -4701,7 +6189,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4713,7 +6201,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4726,7 +6214,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -4748,7 +6236,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fusername_ref\x18\x03 \x01(\tR\vusernameRef\x12!\n" +
 	"\fpassword_ref\x18\x04 \x01(\tR\vpasswordRef\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xb3\b\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xb0\t\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -4783,11 +6271,17 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"updated_at\x18\x1a \x01(\tR\tupdatedAt\x12\x18\n" +
 	"\aversion\x18\x1b \x01(\x04R\aversion\x12\x19\n" +
 	"\bbatch_id\x18\x1c \x01(\tR\abatchId\x12,\n" +
-	"\bactivity\x18\x1d \x01(\v2\x10.bcd.v1.ActivityR\bactivity\x1a:\n" +
+	"\bactivity\x18\x1d \x01(\v2\x10.bcd.v1.ActivityR\bactivity\x12<\n" +
+	"\n" +
+	"conditions\x18\x1e \x03(\v2\x1c.bcd.v1.Node.ConditionsEntryR\n" +
+	"conditions\x1a:\n" +
 	"\fDriversEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
+	"\x0fConditionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
 	"\bActivity\x12\x1a\n" +
@@ -4918,12 +6412,127 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04site\x18\x03 \x01(\tR\x04site\x12\x1c\n" +
 	"\tconnected\x18\x04 \x01(\bR\tconnected\x12\x1b\n" +
-	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\"\xa8\x01\n" +
+	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\"\xe6\x01\n" +
 	"\x0eDoctorResponse\x12-\n" +
 	"\x06failed\x18\x01 \x03(\v2\x15.bcd.v1.DoctorFindingR\x06failed\x121\n" +
 	"\bstranded\x18\x02 \x03(\v2\x15.bcd.v1.DoctorFindingR\bstranded\x124\n" +
 	"\vsite_agents\x18\x03 \x03(\v2\x13.bcd.v1.DoctorAgentR\n" +
-	"siteAgents\"K\n" +
+	"siteAgents\x12<\n" +
+	"\x0fpending_batches\x18\x04 \x03(\v2\x13.bcd.v1.DoctorBatchR\x0ependingBatches\"\xe6\x01\n" +
+	"\vDoctorBatch\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04verb\x18\x03 \x01(\tR\x04verb\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size\x12\x1a\n" +
+	"\brequired\x18\x05 \x01(\x05R\brequired\x12\x1c\n" +
+	"\tapprovals\x18\x06 \x01(\x05R\tapprovals\x12!\n" +
+	"\frequested_by\x18\a \x01(\tR\vrequestedBy\x12\x14\n" +
+	"\x05since\x18\b \x01(\tR\x05since\x12\x18\n" +
+	"\awaiting\x18\t \x01(\tR\awaiting\"H\n" +
+	"\x1aRotateBmcCredentialRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"q\n" +
+	"\x1bRotateBmcCredentialResponse\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x19\n" +
+	"\bbatch_id\x18\x03 \x01(\tR\abatchId\"6\n" +
+	" ListBmcCredentialVersionsRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\xb9\x01\n" +
+	"\x14BmcCredentialVersion\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x03 \x01(\tR\tcommandId\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\tR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"decided_at\x18\x06 \x01(\tR\tdecidedAt\"]\n" +
+	"!ListBmcCredentialVersionsResponse\x128\n" +
+	"\bversions\x18\x01 \x03(\v2\x1c.bcd.v1.BmcCredentialVersionR\bversions\"\xf3\x03\n" +
+	"\x05Batch\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04site\x18\x03 \x01(\tR\x04site\x12\x12\n" +
+	"\x04pool\x18\x04 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04verb\x18\x06 \x01(\tR\x04verb\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12!\n" +
+	"\frequested_by\x18\b \x01(\tR\vrequestedBy\x12\x14\n" +
+	"\x05state\x18\t \x01(\tR\x05state\x12\x1a\n" +
+	"\brequired\x18\n" +
+	" \x01(\x05R\brequired\x12\x1c\n" +
+	"\tapprovers\x18\v \x03(\tR\tapprovers\x12\x12\n" +
+	"\x04size\x18\f \x01(\x05R\x04size\x12\x16\n" +
+	"\x06leaves\x18\r \x01(\x05R\x06leaves\x12\x16\n" +
+	"\x06parked\x18\x0e \x01(\x05R\x06parked\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x0f \x01(\tR\tdecidedBy\x12'\n" +
+	"\x0fdecision_reason\x18\x10 \x01(\tR\x0edecisionReason\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x11 \x01(\tR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"decided_at\x18\x12 \x01(\tR\tdecidedAt\x12\x1d\n" +
+	"\n" +
+	"started_at\x18\x13 \x01(\tR\tstartedAt\"9\n" +
+	"\tBatchLeaf\x12\x18\n" +
+	"\asubject\x18\x01 \x01(\tR\asubject\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"\x95\x01\n" +
+	"\vBulkRequest\x12\x12\n" +
+	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x14\n" +
+	"\x05nodes\x18\x03 \x03(\tR\x05nodes\x12\x1c\n" +
+	"\tselectors\x18\x04 \x03(\tR\tselectors\x12\x12\n" +
+	"\x04wipe\x18\x05 \x01(\tR\x04wipe\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"j\n" +
+	"\tBulkBatch\x12\x19\n" +
+	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\bR\x04held\x12\x1a\n" +
+	"\brequired\x18\x03 \x01(\x05R\brequired\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x05R\x04size\"\x80\x01\n" +
+	"\x0eBulkNodeResult\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
+	"\baccepted\x18\x03 \x01(\bR\baccepted\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"e\n" +
+	"\fBulkResponse\x12'\n" +
+	"\x05batch\x18\x01 \x01(\v2\x11.bcd.v1.BulkBatchR\x05batch\x12,\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x16.bcd.v1.BulkNodeResultR\x05nodes\"@\n" +
+	"\x12ListBatchesRequest\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\">\n" +
+	"\x13ListBatchesResponse\x12'\n" +
+	"\abatches\x18\x01 \x03(\v2\r.bcd.v1.BatchR\abatches\"@\n" +
+	"\x0fGetBatchRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"leaf_limit\x18\x02 \x01(\x05R\tleafLimit\"b\n" +
+	"\x10GetBatchResponse\x12#\n" +
+	"\x05batch\x18\x01 \x01(\v2\r.bcd.v1.BatchR\x05batch\x12)\n" +
+	"\x06leaves\x18\x02 \x03(\v2\x11.bcd.v1.BatchLeafR\x06leaves\">\n" +
+	"\x14BatchDecisionRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"4\n" +
+	"\rBatchResponse\x12#\n" +
+	"\x05batch\x18\x01 \x01(\v2\r.bcd.v1.BatchR\x05batch\"\x80\x01\n" +
+	"\x0eApprovalPolicy\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x1a\n" +
+	"\brequired\x18\x02 \x01(\x05R\brequired\x12\x1d\n" +
+	"\n" +
+	"updated_by\x18\x03 \x01(\tR\tupdatedBy\x12\x1d\n" +
+	"\n" +
+	"updated_at\x18\x04 \x01(\tR\tupdatedAt\"^\n" +
+	"\x18SetApprovalPolicyRequest\x12\x14\n" +
+	"\x05scope\x18\x01 \x01(\tR\x05scope\x12\x10\n" +
+	"\x03ref\x18\x02 \x01(\tR\x03ref\x12\x1a\n" +
+	"\brequired\x18\x03 \x01(\x05R\brequired\"H\n" +
+	"\x16ApprovalPolicyResponse\x12.\n" +
+	"\x06policy\x18\x01 \x01(\v2\x16.bcd.v1.ApprovalPolicyR\x06policy\"\x1d\n" +
+	"\x1bListApprovalPoliciesRequest\"R\n" +
+	"\x1cListApprovalPoliciesResponse\x122\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x16.bcd.v1.ApprovalPolicyR\bpolicies\"K\n" +
 	"\x06Tenant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
@@ -5095,7 +6704,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\";\n" +
 	"\x12ListImagesResponse\x12%\n" +
-	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\x8c\t\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xdf\n" +
+	"\n" +
 	"\vNodeService\x12P\n" +
 	"\n" +
 	"Discovered\x12\x1d.bcd.v1.ListDiscoveredRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x12<\n" +
@@ -5116,7 +6726,18 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05Power\x12\x14.bcd.v1.PowerRequest\x1a\x15.bcd.v1.PowerResponse\x12?\n" +
 	"\vMaintenance\x12\x1a.bcd.v1.MaintenanceRequest\x1a\x14.bcd.v1.NodeResponse\x12?\n" +
 	"\x06Delete\x12\x19.bcd.v1.DeleteNodeRequest\x1a\x1a.bcd.v1.DeleteNodeResponse\x12D\n" +
-	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x012\xd1\b\n" +
+	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x01\x12^\n" +
+	"\x13RotateBmcCredential\x12\".bcd.v1.RotateBmcCredentialRequest\x1a#.bcd.v1.RotateBmcCredentialResponse\x12q\n" +
+	"\x15BmcCredentialVersions\x12(.bcd.v1.ListBmcCredentialVersionsRequest\x1a).bcd.v1.ListBmcCredentialVersionsResponse\"\x03\x90\x02\x012\xc5\x04\n" +
+	"\fBatchService\x121\n" +
+	"\x04Bulk\x12\x13.bcd.v1.BulkRequest\x1a\x14.bcd.v1.BulkResponse\x12D\n" +
+	"\x04List\x12\x1a.bcd.v1.ListBatchesRequest\x1a\x1b.bcd.v1.ListBatchesResponse\"\x03\x90\x02\x01\x12=\n" +
+	"\x03Get\x12\x17.bcd.v1.GetBatchRequest\x1a\x18.bcd.v1.GetBatchResponse\"\x03\x90\x02\x01\x12>\n" +
+	"\aApprove\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12?\n" +
+	"\bWithdraw\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12=\n" +
+	"\x06Reject\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12U\n" +
+	"\x11SetApprovalPolicy\x12 .bcd.v1.SetApprovalPolicyRequest\x1a\x1e.bcd.v1.ApprovalPolicyResponse\x12f\n" +
+	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xd1\b\n" +
 	"\x10InventoryService\x12R\n" +
 	"\x10PutDeployProfile\x12\x1f.bcd.v1.PutDeployProfileRequest\x1a\x1d.bcd.v1.DeployProfileResponse\x12`\n" +
 	"\x12ListDeployProfiles\x12!.bcd.v1.ListDeployProfilesRequest\x1a\".bcd.v1.ListDeployProfilesResponse\"\x03\x90\x02\x01\x12^\n" +
@@ -5162,231 +6783,286 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 89)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 113)
 var file_bcd_v1_bcd_proto_goTypes = []any{
-	(*BmcBinding)(nil),                   // 0: bcd.v1.BmcBinding
-	(*Node)(nil),                         // 1: bcd.v1.Node
-	(*Activity)(nil),                     // 2: bcd.v1.Activity
-	(*BmcCredentials)(nil),               // 3: bcd.v1.BmcCredentials
-	(*EnrollRequest)(nil),                // 4: bcd.v1.EnrollRequest
-	(*NodeResponse)(nil),                 // 5: bcd.v1.NodeResponse
-	(*GetNodeRequest)(nil),               // 6: bcd.v1.GetNodeRequest
-	(*ListNodesRequest)(nil),             // 7: bcd.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),            // 8: bcd.v1.ListNodesResponse
-	(*NodeVerbRequest)(nil),              // 9: bcd.v1.NodeVerbRequest
-	(*DeployRequest)(nil),                // 10: bcd.v1.DeployRequest
-	(*UndeployRequest)(nil),              // 11: bcd.v1.UndeployRequest
-	(*PowerRequest)(nil),                 // 12: bcd.v1.PowerRequest
-	(*PowerResponse)(nil),                // 13: bcd.v1.PowerResponse
-	(*MaintenanceRequest)(nil),           // 14: bcd.v1.MaintenanceRequest
-	(*DeleteNodeRequest)(nil),            // 15: bcd.v1.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),           // 16: bcd.v1.DeleteNodeResponse
-	(*Event)(nil),                        // 17: bcd.v1.Event
-	(*ListEventsRequest)(nil),            // 18: bcd.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),           // 19: bcd.v1.ListEventsResponse
-	(*ListDiscoveredRequest)(nil),        // 20: bcd.v1.ListDiscoveredRequest
-	(*DiscoveredMachine)(nil),            // 21: bcd.v1.DiscoveredMachine
-	(*ListDiscoveredResponse)(nil),       // 22: bcd.v1.ListDiscoveredResponse
-	(*DoctorRequest)(nil),                // 23: bcd.v1.DoctorRequest
-	(*DoctorFinding)(nil),                // 24: bcd.v1.DoctorFinding
-	(*DoctorAgent)(nil),                  // 25: bcd.v1.DoctorAgent
-	(*DoctorResponse)(nil),               // 26: bcd.v1.DoctorResponse
-	(*Tenant)(nil),                       // 27: bcd.v1.Tenant
-	(*Site)(nil),                         // 28: bcd.v1.Site
-	(*PoolPolicy)(nil),                   // 29: bcd.v1.PoolPolicy
-	(*Pool)(nil),                         // 30: bcd.v1.Pool
-	(*HardwareProfile)(nil),              // 31: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),          // 32: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),               // 33: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),           // 34: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),          // 35: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),            // 36: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                 // 37: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),             // 38: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),            // 39: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),            // 40: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),           // 41: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),            // 42: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),            // 43: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                 // 44: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),             // 45: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),            // 46: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),            // 47: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),           // 48: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),    // 49: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),      // 50: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),  // 51: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil), // 52: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),   // 53: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),  // 54: bcd.v1.CreateSiteJoinTokenResponse
-	(*DeployProfile)(nil),                // 55: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),      // 56: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),        // 57: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),    // 58: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),   // 59: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                        // 60: bcd.v1.Token
-	(*CreateTokenRequest)(nil),           // 61: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),          // 62: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),            // 63: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),           // 64: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),           // 65: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),          // 66: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                // 67: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),               // 68: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                       // 69: bcd.v1.Signer
-	(*Image)(nil),                        // 70: bcd.v1.Image
-	(*AddSignerRequest)(nil),             // 71: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),            // 72: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),          // 73: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),         // 74: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),           // 75: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),          // 76: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),              // 77: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),             // 78: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),            // 79: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),           // 80: bcd.v1.ListImagesResponse
-	nil,                                  // 81: bcd.v1.Node.DriversEntry
-	nil,                                  // 82: bcd.v1.Node.LabelsEntry
-	nil,                                  // 83: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                  // 84: bcd.v1.Site.LabelsEntry
-	nil,                                  // 85: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                  // 86: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                  // 87: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                  // 88: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
+	(*Node)(nil),                              // 1: bcd.v1.Node
+	(*Activity)(nil),                          // 2: bcd.v1.Activity
+	(*BmcCredentials)(nil),                    // 3: bcd.v1.BmcCredentials
+	(*EnrollRequest)(nil),                     // 4: bcd.v1.EnrollRequest
+	(*NodeResponse)(nil),                      // 5: bcd.v1.NodeResponse
+	(*GetNodeRequest)(nil),                    // 6: bcd.v1.GetNodeRequest
+	(*ListNodesRequest)(nil),                  // 7: bcd.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),                 // 8: bcd.v1.ListNodesResponse
+	(*NodeVerbRequest)(nil),                   // 9: bcd.v1.NodeVerbRequest
+	(*DeployRequest)(nil),                     // 10: bcd.v1.DeployRequest
+	(*UndeployRequest)(nil),                   // 11: bcd.v1.UndeployRequest
+	(*PowerRequest)(nil),                      // 12: bcd.v1.PowerRequest
+	(*PowerResponse)(nil),                     // 13: bcd.v1.PowerResponse
+	(*MaintenanceRequest)(nil),                // 14: bcd.v1.MaintenanceRequest
+	(*DeleteNodeRequest)(nil),                 // 15: bcd.v1.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 16: bcd.v1.DeleteNodeResponse
+	(*Event)(nil),                             // 17: bcd.v1.Event
+	(*ListEventsRequest)(nil),                 // 18: bcd.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),                // 19: bcd.v1.ListEventsResponse
+	(*ListDiscoveredRequest)(nil),             // 20: bcd.v1.ListDiscoveredRequest
+	(*DiscoveredMachine)(nil),                 // 21: bcd.v1.DiscoveredMachine
+	(*ListDiscoveredResponse)(nil),            // 22: bcd.v1.ListDiscoveredResponse
+	(*DoctorRequest)(nil),                     // 23: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                     // 24: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                       // 25: bcd.v1.DoctorAgent
+	(*DoctorResponse)(nil),                    // 26: bcd.v1.DoctorResponse
+	(*DoctorBatch)(nil),                       // 27: bcd.v1.DoctorBatch
+	(*RotateBmcCredentialRequest)(nil),        // 28: bcd.v1.RotateBmcCredentialRequest
+	(*RotateBmcCredentialResponse)(nil),       // 29: bcd.v1.RotateBmcCredentialResponse
+	(*ListBmcCredentialVersionsRequest)(nil),  // 30: bcd.v1.ListBmcCredentialVersionsRequest
+	(*BmcCredentialVersion)(nil),              // 31: bcd.v1.BmcCredentialVersion
+	(*ListBmcCredentialVersionsResponse)(nil), // 32: bcd.v1.ListBmcCredentialVersionsResponse
+	(*Batch)(nil),                             // 33: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 34: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 35: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 36: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 37: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 38: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 39: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 40: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 41: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 42: bcd.v1.GetBatchResponse
+	(*BatchDecisionRequest)(nil),              // 43: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 44: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 45: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 46: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 47: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 48: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 49: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 50: bcd.v1.Tenant
+	(*Site)(nil),                              // 51: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 52: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 53: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 54: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 55: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 56: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 57: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 58: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 59: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 60: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 61: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 62: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 63: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 64: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 65: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 66: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 67: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 68: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 69: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 70: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 71: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 72: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 73: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 74: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 75: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 76: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 77: bcd.v1.CreateSiteJoinTokenResponse
+	(*DeployProfile)(nil),                     // 78: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 79: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 80: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 81: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 82: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                             // 83: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 84: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 85: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 86: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 87: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 88: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 89: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 90: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 91: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 92: bcd.v1.Signer
+	(*Image)(nil),                             // 93: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 94: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 95: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 96: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 97: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 98: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 99: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 100: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 101: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 102: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 103: bcd.v1.ListImagesResponse
+	nil,                                       // 104: bcd.v1.Node.DriversEntry
+	nil,                                       // 105: bcd.v1.Node.LabelsEntry
+	nil,                                       // 106: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 107: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 108: bcd.v1.Site.LabelsEntry
+	nil,                                       // 109: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 110: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 111: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 112: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	81, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
-	0,  // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	82, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
-	2,  // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	3,  // 4: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	83, // 5: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
-	1,  // 6: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
-	1,  // 7: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
-	1,  // 8: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
-	17, // 9: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	21, // 10: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
-	24, // 11: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	24, // 12: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	25, // 13: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	84, // 14: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	85, // 15: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	86, // 16: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	29, // 17: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	87, // 18: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	27, // 19: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	27, // 20: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	88, // 21: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	28, // 22: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	28, // 23: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	29, // 24: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	29, // 25: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	30, // 26: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	30, // 27: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	31, // 28: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	31, // 29: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	31, // 30: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	55, // 31: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	55, // 32: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	55, // 33: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	60, // 34: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	60, // 35: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	60, // 36: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	60, // 37: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	69, // 38: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	69, // 39: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	70, // 40: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	70, // 41: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	70, // 42: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	20, // 43: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	23, // 44: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	4,  // 45: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	6,  // 46: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	7,  // 47: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	9,  // 48: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 49: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 50: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	10, // 51: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	11, // 52: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	9,  // 53: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 54: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 55: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 56: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	9,  // 57: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	12, // 58: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	14, // 59: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	15, // 60: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	18, // 61: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	56, // 62: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	58, // 63: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	53, // 64: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	32, // 65: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	34, // 66: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	36, // 67: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	38, // 68: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	40, // 69: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	42, // 70: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	43, // 71: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	45, // 72: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	47, // 73: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	49, // 74: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	51, // 75: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	61, // 76: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	63, // 77: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	65, // 78: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	67, // 79: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	71, // 80: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	73, // 81: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	75, // 82: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	77, // 83: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	79, // 84: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	22, // 85: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	26, // 86: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	5,  // 87: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	5,  // 88: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	8,  // 89: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	5,  // 90: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	5,  // 91: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	5,  // 92: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	5,  // 93: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	5,  // 94: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	5,  // 95: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	5,  // 96: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	5,  // 97: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	5,  // 98: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	5,  // 99: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	13, // 100: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	5,  // 101: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	16, // 102: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	19, // 103: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	57, // 104: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	59, // 105: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	54, // 106: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	33, // 107: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	35, // 108: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	37, // 109: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	39, // 110: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	41, // 111: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	44, // 112: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	44, // 113: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	46, // 114: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	48, // 115: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	50, // 116: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	52, // 117: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	62, // 118: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	64, // 119: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	66, // 120: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	68, // 121: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	72, // 122: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	74, // 123: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	76, // 124: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	78, // 125: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	80, // 126: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	85, // [85:127] is the sub-list for method output_type
-	43, // [43:85] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	104, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
+	105, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	2,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
+	106, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	3,   // 5: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	107, // 6: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	1,   // 7: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
+	1,   // 8: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
+	1,   // 9: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
+	17,  // 10: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
+	21,  // 11: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	24,  // 12: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	24,  // 13: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	25,  // 14: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	27,  // 15: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
+	31,  // 16: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
+	36,  // 17: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	37,  // 18: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	33,  // 19: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	33,  // 20: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	34,  // 21: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	33,  // 22: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	45,  // 23: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	45,  // 24: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	108, // 25: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	109, // 26: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	110, // 27: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	52,  // 28: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	111, // 29: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	50,  // 30: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	50,  // 31: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	112, // 32: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	51,  // 33: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	51,  // 34: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	52,  // 35: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	52,  // 36: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	53,  // 37: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	53,  // 38: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	54,  // 39: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	54,  // 40: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	54,  // 41: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	78,  // 42: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	78,  // 43: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	78,  // 44: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	83,  // 45: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	83,  // 46: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	83,  // 47: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	83,  // 48: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	92,  // 49: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	92,  // 50: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	93,  // 51: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	93,  // 52: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	93,  // 53: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	20,  // 54: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	23,  // 55: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	4,   // 56: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	6,   // 57: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	7,   // 58: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	9,   // 59: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 60: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 61: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 62: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	11,  // 63: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	9,   // 64: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 65: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 66: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 67: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 68: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	12,  // 69: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	14,  // 70: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	15,  // 71: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	18,  // 72: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	28,  // 73: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	30,  // 74: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	35,  // 75: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	39,  // 76: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	41,  // 77: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	43,  // 78: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	43,  // 79: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	43,  // 80: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	46,  // 81: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	48,  // 82: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	79,  // 83: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	81,  // 84: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	76,  // 85: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	55,  // 86: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	57,  // 87: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	59,  // 88: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	61,  // 89: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	63,  // 90: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	65,  // 91: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	66,  // 92: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	68,  // 93: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	70,  // 94: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	72,  // 95: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	74,  // 96: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	84,  // 97: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	86,  // 98: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	88,  // 99: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	90,  // 100: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	94,  // 101: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	96,  // 102: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	98,  // 103: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	100, // 104: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	102, // 105: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	22,  // 106: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	26,  // 107: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	5,   // 108: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	5,   // 109: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	8,   // 110: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	5,   // 111: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	5,   // 112: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	5,   // 113: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	5,   // 114: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	5,   // 115: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	5,   // 116: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	5,   // 117: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	5,   // 118: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	5,   // 119: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	5,   // 120: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	13,  // 121: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	5,   // 122: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	16,  // 123: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	19,  // 124: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	29,  // 125: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	32,  // 126: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	38,  // 127: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	40,  // 128: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	42,  // 129: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	44,  // 130: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	44,  // 131: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	44,  // 132: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	47,  // 133: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	49,  // 134: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	80,  // 135: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	82,  // 136: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	77,  // 137: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	56,  // 138: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	58,  // 139: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	60,  // 140: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	62,  // 141: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	64,  // 142: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	67,  // 143: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	67,  // 144: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	69,  // 145: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	71,  // 146: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	73,  // 147: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	75,  // 148: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	85,  // 149: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	87,  // 150: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	89,  // 151: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	91,  // 152: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	95,  // 153: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	97,  // 154: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	99,  // 155: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	101, // 156: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	103, // 157: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	106, // [106:158] is the sub-list for method output_type
+	54,  // [54:106] is the sub-list for method input_type
+	54,  // [54:54] is the sub-list for extension type_name
+	54,  // [54:54] is the sub-list for extension extendee
+	0,   // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -5400,9 +7076,9 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   89,
+			NumMessages:   113,
 			NumExtensions: 0,
-			NumServices:   4,
+			NumServices:   5,
 		},
 		GoTypes:           file_bcd_v1_bcd_proto_goTypes,
 		DependencyIndexes: file_bcd_v1_bcd_proto_depIdxs,

@@ -25,6 +25,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// NodeServiceName is the fully-qualified name of the NodeService service.
 	NodeServiceName = "bcd.v1.NodeService"
+	// BatchServiceName is the fully-qualified name of the BatchService service.
+	BatchServiceName = "bcd.v1.BatchService"
 	// InventoryServiceName is the fully-qualified name of the InventoryService service.
 	InventoryServiceName = "bcd.v1.InventoryService"
 	// TokenServiceName is the fully-qualified name of the TokenService service.
@@ -79,6 +81,30 @@ const (
 	NodeServiceDeleteProcedure = "/bcd.v1.NodeService/Delete"
 	// NodeServiceEventsProcedure is the fully-qualified name of the NodeService's Events RPC.
 	NodeServiceEventsProcedure = "/bcd.v1.NodeService/Events"
+	// NodeServiceRotateBmcCredentialProcedure is the fully-qualified name of the NodeService's
+	// RotateBmcCredential RPC.
+	NodeServiceRotateBmcCredentialProcedure = "/bcd.v1.NodeService/RotateBmcCredential"
+	// NodeServiceBmcCredentialVersionsProcedure is the fully-qualified name of the NodeService's
+	// BmcCredentialVersions RPC.
+	NodeServiceBmcCredentialVersionsProcedure = "/bcd.v1.NodeService/BmcCredentialVersions"
+	// BatchServiceBulkProcedure is the fully-qualified name of the BatchService's Bulk RPC.
+	BatchServiceBulkProcedure = "/bcd.v1.BatchService/Bulk"
+	// BatchServiceListProcedure is the fully-qualified name of the BatchService's List RPC.
+	BatchServiceListProcedure = "/bcd.v1.BatchService/List"
+	// BatchServiceGetProcedure is the fully-qualified name of the BatchService's Get RPC.
+	BatchServiceGetProcedure = "/bcd.v1.BatchService/Get"
+	// BatchServiceApproveProcedure is the fully-qualified name of the BatchService's Approve RPC.
+	BatchServiceApproveProcedure = "/bcd.v1.BatchService/Approve"
+	// BatchServiceWithdrawProcedure is the fully-qualified name of the BatchService's Withdraw RPC.
+	BatchServiceWithdrawProcedure = "/bcd.v1.BatchService/Withdraw"
+	// BatchServiceRejectProcedure is the fully-qualified name of the BatchService's Reject RPC.
+	BatchServiceRejectProcedure = "/bcd.v1.BatchService/Reject"
+	// BatchServiceSetApprovalPolicyProcedure is the fully-qualified name of the BatchService's
+	// SetApprovalPolicy RPC.
+	BatchServiceSetApprovalPolicyProcedure = "/bcd.v1.BatchService/SetApprovalPolicy"
+	// BatchServiceListApprovalPoliciesProcedure is the fully-qualified name of the BatchService's
+	// ListApprovalPolicies RPC.
+	BatchServiceListApprovalPoliciesProcedure = "/bcd.v1.BatchService/ListApprovalPolicies"
 	// InventoryServicePutDeployProfileProcedure is the fully-qualified name of the InventoryService's
 	// PutDeployProfile RPC.
 	InventoryServicePutDeployProfileProcedure = "/bcd.v1.InventoryService/PutDeployProfile"
@@ -165,6 +191,10 @@ type NodeServiceClient interface {
 	Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error)
 	Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error)
+	// Two-phase BMC password rotation: a generated password, sealed, becomes current only when a
+	// site agent's signed result says it applied it and logged in with it.
+	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
+	BmcCredentialVersions(context.Context, *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the bcd.v1.NodeService service. By default, it uses
@@ -297,30 +327,45 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		rotateBmcCredential: connect.NewClient[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse](
+			httpClient,
+			baseURL+NodeServiceRotateBmcCredentialProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("RotateBmcCredential")),
+			connect.WithClientOptions(opts...),
+		),
+		bmcCredentialVersions: connect.NewClient[bcdv1.ListBmcCredentialVersionsRequest, bcdv1.ListBmcCredentialVersionsResponse](
+			httpClient,
+			baseURL+NodeServiceBmcCredentialVersionsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("BmcCredentialVersions")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	discovered  *connect.Client[bcdv1.ListDiscoveredRequest, bcdv1.ListDiscoveredResponse]
-	doctor      *connect.Client[bcdv1.DoctorRequest, bcdv1.DoctorResponse]
-	enroll      *connect.Client[bcdv1.EnrollRequest, bcdv1.NodeResponse]
-	get         *connect.Client[bcdv1.GetNodeRequest, bcdv1.NodeResponse]
-	list        *connect.Client[bcdv1.ListNodesRequest, bcdv1.ListNodesResponse]
-	manage      *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	inspect     *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	provide     *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	deploy      *connect.Client[bcdv1.DeployRequest, bcdv1.NodeResponse]
-	undeploy    *connect.Client[bcdv1.UndeployRequest, bcdv1.NodeResponse]
-	rescue      *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	unrescue    *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	retire      *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	recover     *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	abort       *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
-	power       *connect.Client[bcdv1.PowerRequest, bcdv1.PowerResponse]
-	maintenance *connect.Client[bcdv1.MaintenanceRequest, bcdv1.NodeResponse]
-	delete      *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
-	events      *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
+	discovered            *connect.Client[bcdv1.ListDiscoveredRequest, bcdv1.ListDiscoveredResponse]
+	doctor                *connect.Client[bcdv1.DoctorRequest, bcdv1.DoctorResponse]
+	enroll                *connect.Client[bcdv1.EnrollRequest, bcdv1.NodeResponse]
+	get                   *connect.Client[bcdv1.GetNodeRequest, bcdv1.NodeResponse]
+	list                  *connect.Client[bcdv1.ListNodesRequest, bcdv1.ListNodesResponse]
+	manage                *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	inspect               *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	provide               *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	deploy                *connect.Client[bcdv1.DeployRequest, bcdv1.NodeResponse]
+	undeploy              *connect.Client[bcdv1.UndeployRequest, bcdv1.NodeResponse]
+	rescue                *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	unrescue              *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	retire                *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	recover               *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	abort                 *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
+	power                 *connect.Client[bcdv1.PowerRequest, bcdv1.PowerResponse]
+	maintenance           *connect.Client[bcdv1.MaintenanceRequest, bcdv1.NodeResponse]
+	delete                *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
+	events                *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
+	rotateBmcCredential   *connect.Client[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse]
+	bmcCredentialVersions *connect.Client[bcdv1.ListBmcCredentialVersionsRequest, bcdv1.ListBmcCredentialVersionsResponse]
 }
 
 // Discovered calls bcd.v1.NodeService.Discovered.
@@ -418,6 +463,16 @@ func (c *nodeServiceClient) Events(ctx context.Context, req *connect.Request[bcd
 	return c.events.CallUnary(ctx, req)
 }
 
+// RotateBmcCredential calls bcd.v1.NodeService.RotateBmcCredential.
+func (c *nodeServiceClient) RotateBmcCredential(ctx context.Context, req *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error) {
+	return c.rotateBmcCredential.CallUnary(ctx, req)
+}
+
+// BmcCredentialVersions calls bcd.v1.NodeService.BmcCredentialVersions.
+func (c *nodeServiceClient) BmcCredentialVersions(ctx context.Context, req *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error) {
+	return c.bmcCredentialVersions.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the bcd.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Machines a site's agents saw PXE-booting with no boot entry and whose MAC belongs to no node.
@@ -440,6 +495,10 @@ type NodeServiceHandler interface {
 	Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error)
 	Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error)
+	// Two-phase BMC password rotation: a generated password, sealed, becomes current only when a
+	// site agent's signed result says it applied it and logged in with it.
+	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
+	BmcCredentialVersions(context.Context, *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -568,6 +627,19 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceRotateBmcCredentialHandler := connect.NewUnaryHandler(
+		NodeServiceRotateBmcCredentialProcedure,
+		svc.RotateBmcCredential,
+		connect.WithSchema(nodeServiceMethods.ByName("RotateBmcCredential")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceBmcCredentialVersionsHandler := connect.NewUnaryHandler(
+		NodeServiceBmcCredentialVersionsProcedure,
+		svc.BmcCredentialVersions,
+		connect.WithSchema(nodeServiceMethods.ByName("BmcCredentialVersions")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bcd.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceDiscoveredProcedure:
@@ -608,6 +680,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDeleteHandler.ServeHTTP(w, r)
 		case NodeServiceEventsProcedure:
 			nodeServiceEventsHandler.ServeHTTP(w, r)
+		case NodeServiceRotateBmcCredentialProcedure:
+			nodeServiceRotateBmcCredentialHandler.ServeHTTP(w, r)
+		case NodeServiceBmcCredentialVersionsProcedure:
+			nodeServiceBmcCredentialVersionsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -691,6 +767,272 @@ func (UnimplementedNodeServiceHandler) Delete(context.Context, *connect.Request[
 
 func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Events is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.RotateBmcCredential is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) BmcCredentialVersions(context.Context, *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.BmcCredentialVersions is not implemented"))
+}
+
+// BatchServiceClient is a client for the bcd.v1.BatchService service.
+type BatchServiceClient interface {
+	Bulk(context.Context, *connect.Request[bcdv1.BulkRequest]) (*connect.Response[bcdv1.BulkResponse], error)
+	List(context.Context, *connect.Request[bcdv1.ListBatchesRequest]) (*connect.Response[bcdv1.ListBatchesResponse], error)
+	Get(context.Context, *connect.Request[bcdv1.GetBatchRequest]) (*connect.Response[bcdv1.GetBatchResponse], error)
+	Approve(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error)
+	Withdraw(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error)
+	Reject(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error)
+	SetApprovalPolicy(context.Context, *connect.Request[bcdv1.SetApprovalPolicyRequest]) (*connect.Response[bcdv1.ApprovalPolicyResponse], error)
+	ListApprovalPolicies(context.Context, *connect.Request[bcdv1.ListApprovalPoliciesRequest]) (*connect.Response[bcdv1.ListApprovalPoliciesResponse], error)
+}
+
+// NewBatchServiceClient constructs a client for the bcd.v1.BatchService service. By default, it
+// uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and sends
+// uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC() or
+// connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewBatchServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) BatchServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	batchServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("BatchService").Methods()
+	return &batchServiceClient{
+		bulk: connect.NewClient[bcdv1.BulkRequest, bcdv1.BulkResponse](
+			httpClient,
+			baseURL+BatchServiceBulkProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("Bulk")),
+			connect.WithClientOptions(opts...),
+		),
+		list: connect.NewClient[bcdv1.ListBatchesRequest, bcdv1.ListBatchesResponse](
+			httpClient,
+			baseURL+BatchServiceListProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("List")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		get: connect.NewClient[bcdv1.GetBatchRequest, bcdv1.GetBatchResponse](
+			httpClient,
+			baseURL+BatchServiceGetProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("Get")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		approve: connect.NewClient[bcdv1.BatchDecisionRequest, bcdv1.BatchResponse](
+			httpClient,
+			baseURL+BatchServiceApproveProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("Approve")),
+			connect.WithClientOptions(opts...),
+		),
+		withdraw: connect.NewClient[bcdv1.BatchDecisionRequest, bcdv1.BatchResponse](
+			httpClient,
+			baseURL+BatchServiceWithdrawProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("Withdraw")),
+			connect.WithClientOptions(opts...),
+		),
+		reject: connect.NewClient[bcdv1.BatchDecisionRequest, bcdv1.BatchResponse](
+			httpClient,
+			baseURL+BatchServiceRejectProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("Reject")),
+			connect.WithClientOptions(opts...),
+		),
+		setApprovalPolicy: connect.NewClient[bcdv1.SetApprovalPolicyRequest, bcdv1.ApprovalPolicyResponse](
+			httpClient,
+			baseURL+BatchServiceSetApprovalPolicyProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("SetApprovalPolicy")),
+			connect.WithClientOptions(opts...),
+		),
+		listApprovalPolicies: connect.NewClient[bcdv1.ListApprovalPoliciesRequest, bcdv1.ListApprovalPoliciesResponse](
+			httpClient,
+			baseURL+BatchServiceListApprovalPoliciesProcedure,
+			connect.WithSchema(batchServiceMethods.ByName("ListApprovalPolicies")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// batchServiceClient implements BatchServiceClient.
+type batchServiceClient struct {
+	bulk                 *connect.Client[bcdv1.BulkRequest, bcdv1.BulkResponse]
+	list                 *connect.Client[bcdv1.ListBatchesRequest, bcdv1.ListBatchesResponse]
+	get                  *connect.Client[bcdv1.GetBatchRequest, bcdv1.GetBatchResponse]
+	approve              *connect.Client[bcdv1.BatchDecisionRequest, bcdv1.BatchResponse]
+	withdraw             *connect.Client[bcdv1.BatchDecisionRequest, bcdv1.BatchResponse]
+	reject               *connect.Client[bcdv1.BatchDecisionRequest, bcdv1.BatchResponse]
+	setApprovalPolicy    *connect.Client[bcdv1.SetApprovalPolicyRequest, bcdv1.ApprovalPolicyResponse]
+	listApprovalPolicies *connect.Client[bcdv1.ListApprovalPoliciesRequest, bcdv1.ListApprovalPoliciesResponse]
+}
+
+// Bulk calls bcd.v1.BatchService.Bulk.
+func (c *batchServiceClient) Bulk(ctx context.Context, req *connect.Request[bcdv1.BulkRequest]) (*connect.Response[bcdv1.BulkResponse], error) {
+	return c.bulk.CallUnary(ctx, req)
+}
+
+// List calls bcd.v1.BatchService.List.
+func (c *batchServiceClient) List(ctx context.Context, req *connect.Request[bcdv1.ListBatchesRequest]) (*connect.Response[bcdv1.ListBatchesResponse], error) {
+	return c.list.CallUnary(ctx, req)
+}
+
+// Get calls bcd.v1.BatchService.Get.
+func (c *batchServiceClient) Get(ctx context.Context, req *connect.Request[bcdv1.GetBatchRequest]) (*connect.Response[bcdv1.GetBatchResponse], error) {
+	return c.get.CallUnary(ctx, req)
+}
+
+// Approve calls bcd.v1.BatchService.Approve.
+func (c *batchServiceClient) Approve(ctx context.Context, req *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error) {
+	return c.approve.CallUnary(ctx, req)
+}
+
+// Withdraw calls bcd.v1.BatchService.Withdraw.
+func (c *batchServiceClient) Withdraw(ctx context.Context, req *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error) {
+	return c.withdraw.CallUnary(ctx, req)
+}
+
+// Reject calls bcd.v1.BatchService.Reject.
+func (c *batchServiceClient) Reject(ctx context.Context, req *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error) {
+	return c.reject.CallUnary(ctx, req)
+}
+
+// SetApprovalPolicy calls bcd.v1.BatchService.SetApprovalPolicy.
+func (c *batchServiceClient) SetApprovalPolicy(ctx context.Context, req *connect.Request[bcdv1.SetApprovalPolicyRequest]) (*connect.Response[bcdv1.ApprovalPolicyResponse], error) {
+	return c.setApprovalPolicy.CallUnary(ctx, req)
+}
+
+// ListApprovalPolicies calls bcd.v1.BatchService.ListApprovalPolicies.
+func (c *batchServiceClient) ListApprovalPolicies(ctx context.Context, req *connect.Request[bcdv1.ListApprovalPoliciesRequest]) (*connect.Response[bcdv1.ListApprovalPoliciesResponse], error) {
+	return c.listApprovalPolicies.CallUnary(ctx, req)
+}
+
+// BatchServiceHandler is an implementation of the bcd.v1.BatchService service.
+type BatchServiceHandler interface {
+	Bulk(context.Context, *connect.Request[bcdv1.BulkRequest]) (*connect.Response[bcdv1.BulkResponse], error)
+	List(context.Context, *connect.Request[bcdv1.ListBatchesRequest]) (*connect.Response[bcdv1.ListBatchesResponse], error)
+	Get(context.Context, *connect.Request[bcdv1.GetBatchRequest]) (*connect.Response[bcdv1.GetBatchResponse], error)
+	Approve(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error)
+	Withdraw(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error)
+	Reject(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error)
+	SetApprovalPolicy(context.Context, *connect.Request[bcdv1.SetApprovalPolicyRequest]) (*connect.Response[bcdv1.ApprovalPolicyResponse], error)
+	ListApprovalPolicies(context.Context, *connect.Request[bcdv1.ListApprovalPoliciesRequest]) (*connect.Response[bcdv1.ListApprovalPoliciesResponse], error)
+}
+
+// NewBatchServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewBatchServiceHandler(svc BatchServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	batchServiceMethods := bcdv1.File_bcd_v1_bcd_proto.Services().ByName("BatchService").Methods()
+	batchServiceBulkHandler := connect.NewUnaryHandler(
+		BatchServiceBulkProcedure,
+		svc.Bulk,
+		connect.WithSchema(batchServiceMethods.ByName("Bulk")),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceListHandler := connect.NewUnaryHandler(
+		BatchServiceListProcedure,
+		svc.List,
+		connect.WithSchema(batchServiceMethods.ByName("List")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceGetHandler := connect.NewUnaryHandler(
+		BatchServiceGetProcedure,
+		svc.Get,
+		connect.WithSchema(batchServiceMethods.ByName("Get")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceApproveHandler := connect.NewUnaryHandler(
+		BatchServiceApproveProcedure,
+		svc.Approve,
+		connect.WithSchema(batchServiceMethods.ByName("Approve")),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceWithdrawHandler := connect.NewUnaryHandler(
+		BatchServiceWithdrawProcedure,
+		svc.Withdraw,
+		connect.WithSchema(batchServiceMethods.ByName("Withdraw")),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceRejectHandler := connect.NewUnaryHandler(
+		BatchServiceRejectProcedure,
+		svc.Reject,
+		connect.WithSchema(batchServiceMethods.ByName("Reject")),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceSetApprovalPolicyHandler := connect.NewUnaryHandler(
+		BatchServiceSetApprovalPolicyProcedure,
+		svc.SetApprovalPolicy,
+		connect.WithSchema(batchServiceMethods.ByName("SetApprovalPolicy")),
+		connect.WithHandlerOptions(opts...),
+	)
+	batchServiceListApprovalPoliciesHandler := connect.NewUnaryHandler(
+		BatchServiceListApprovalPoliciesProcedure,
+		svc.ListApprovalPolicies,
+		connect.WithSchema(batchServiceMethods.ByName("ListApprovalPolicies")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/bcd.v1.BatchService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case BatchServiceBulkProcedure:
+			batchServiceBulkHandler.ServeHTTP(w, r)
+		case BatchServiceListProcedure:
+			batchServiceListHandler.ServeHTTP(w, r)
+		case BatchServiceGetProcedure:
+			batchServiceGetHandler.ServeHTTP(w, r)
+		case BatchServiceApproveProcedure:
+			batchServiceApproveHandler.ServeHTTP(w, r)
+		case BatchServiceWithdrawProcedure:
+			batchServiceWithdrawHandler.ServeHTTP(w, r)
+		case BatchServiceRejectProcedure:
+			batchServiceRejectHandler.ServeHTTP(w, r)
+		case BatchServiceSetApprovalPolicyProcedure:
+			batchServiceSetApprovalPolicyHandler.ServeHTTP(w, r)
+		case BatchServiceListApprovalPoliciesProcedure:
+			batchServiceListApprovalPoliciesHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedBatchServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedBatchServiceHandler struct{}
+
+func (UnimplementedBatchServiceHandler) Bulk(context.Context, *connect.Request[bcdv1.BulkRequest]) (*connect.Response[bcdv1.BulkResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.Bulk is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) List(context.Context, *connect.Request[bcdv1.ListBatchesRequest]) (*connect.Response[bcdv1.ListBatchesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.List is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) Get(context.Context, *connect.Request[bcdv1.GetBatchRequest]) (*connect.Response[bcdv1.GetBatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.Get is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) Approve(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.Approve is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) Withdraw(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.Withdraw is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) Reject(context.Context, *connect.Request[bcdv1.BatchDecisionRequest]) (*connect.Response[bcdv1.BatchResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.Reject is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) SetApprovalPolicy(context.Context, *connect.Request[bcdv1.SetApprovalPolicyRequest]) (*connect.Response[bcdv1.ApprovalPolicyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.SetApprovalPolicy is not implemented"))
+}
+
+func (UnimplementedBatchServiceHandler) ListApprovalPolicies(context.Context, *connect.Request[bcdv1.ListApprovalPoliciesRequest]) (*connect.Response[bcdv1.ListApprovalPoliciesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.BatchService.ListApprovalPolicies is not implemented"))
 }
 
 // InventoryServiceClient is a client for the bcd.v1.InventoryService service.

@@ -1,0 +1,265 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	"bcd/internal/gen/bcdv1"
+)
+
+func bulkCmd(g *globals) *cobra.Command {
+	var in bcdv1.BulkRequest
+	var nodes string
+	cmd := &cobra.Command{
+		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value) --reason WHY",
+		Short: "Apply manage, inspect, provide, undeploy, rescue or retire to up to 10,000 nodes of one pool as one batch",
+		Long: "Each node's move is decided as its own verb call; the accepted ones form one batch whose scope covers\n" +
+			"every destructive command of the verb's chain of workflows. Where approvals are required the batch is\n" +
+			"held until approvers approve it (bcd batch approve ID).",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Verb = args[0]
+			if nodes != "" {
+				for _, n := range strings.Split(nodes, ",") {
+					if n = strings.TrimSpace(n); n != "" {
+						in.Nodes = append(in.Nodes, n)
+					}
+				}
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.batches.Bulk(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			m := resp.Msg
+			accepted := 0
+			tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
+			for _, n := range m.Nodes {
+				if n.Accepted {
+					accepted++
+					continue
+				}
+				fmt.Fprintf(tw, "refused\t%s\t%s\n", firstNonEmpty(n.Name, n.Node), n.Error)
+			}
+			tw.Flush()
+			fmt.Fprintf(g.env.Stdout, "%d of %d nodes accepted\n", accepted, len(m.Nodes))
+			if m.Batch.GetBatchId() == "" {
+				return nil
+			}
+			if m.Batch.Held {
+				fmt.Fprintf(g.env.Stdout, "batch %s: held until %d approvals (bcd batch approve %s)\n", m.Batch.BatchId, m.Batch.Required, m.Batch.BatchId)
+			} else {
+				fmt.Fprintf(g.env.Stdout, "batch %s: running (%d nodes)\n", m.Batch.BatchId, m.Batch.Size)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.Pool, "pool", "", "the pool (name or id)")
+	f.StringVar(&nodes, "nodes", "", "comma-separated node names or ids")
+	f.StringArrayVar(&in.Selectors, "selector", nil, "label selector key=value (repeatable; all must match)")
+	f.StringVar(&in.Wipe, "wipe", "", "undeploy: quick (default), full or secure")
+	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
+	return cmd
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func batchRows(bs ...*bcdv1.Batch) [][]string {
+	var rows [][]string
+	for _, b := range bs {
+		rows = append(rows, []string{b.Id, b.State, b.Kind, b.Verb, strconv.Itoa(int(b.Size)), fmt.Sprintf("%d/%d", len(b.Approvers), b.Required),
+			b.RequestedBy, b.CreatedAt, b.Reason})
+	}
+	return rows
+}
+
+const batchHeader = "ID\tSTATE\tKIND\tVERB\tSIZE\tAPPROVALS\tREQUESTED BY\tCREATED\tREASON"
+
+func batchCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "batch", Short: "Batches of destructive commands: list, show, approve, withdraw, reject; approvals policy"}
+	var state string
+	var limit int32
+	list := &cobra.Command{Use: "list", Short: "List batches, newest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.batches.List(cmd.Context(), connect.NewRequest(&bcdv1.ListBatchesRequest{State: state, Limit: limit}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, batchHeader, batchRows(resp.Msg.Batches...))
+		}}
+	list.Flags().StringVar(&state, "state", "", "pending, approved, running or rejected")
+	list.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
+	var leafLimit int32
+	show := &cobra.Command{Use: "show ID", Short: "Show a batch, its approvers and its scope's leaves", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.batches.Get(cmd.Context(), connect.NewRequest(&bcdv1.GetBatchRequest{Id: args[0], LeafLimit: leafLimit}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			b := resp.Msg.Batch
+			out := g.env.Stdout
+			fmt.Fprintf(out, "batch %s (%s %s) %s\n  pool %s  site %s  size %d  parked on %d nodes\n  requested by %s at %s: %s\n  approvals %d/%d: %s\n",
+				b.Id, b.Kind, b.Verb, b.State, b.Pool, b.Site, b.Size, b.Parked, b.RequestedBy, b.CreatedAt, b.Reason, len(b.Approvers), b.Required, strings.Join(b.Approvers, ", "))
+			if b.DecidedBy != "" {
+				fmt.Fprintf(out, "  decided by %s at %s %s\n", b.DecidedBy, b.DecidedAt, b.DecisionReason)
+			}
+			fmt.Fprintf(out, "  scope: %d leaves (showing %d)\n", b.Leaves, len(resp.Msg.Leaves))
+			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+			for _, l := range resp.Msg.Leaves {
+				fmt.Fprintf(tw, "    %s\t%s\n", l.Kind, l.Subject)
+			}
+			return tw.Flush()
+		}}
+	show.Flags().Int32Var(&leafLimit, "leaves", 0, "show at most this many leaves (default 1000)")
+	decide := func(use, short string, call func(c *clients, cmd *cobra.Command, req *bcdv1.BatchDecisionRequest) (*connect.Response[bcdv1.BatchResponse], error)) *cobra.Command {
+		var reason string
+		d := &cobra.Command{Use: use + " ID", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := g.clients()
+				if err != nil {
+					return err
+				}
+				resp, err := call(c, cmd, &bcdv1.BatchDecisionRequest{Id: args[0], Reason: reason})
+				if err != nil {
+					return err
+				}
+				return g.table(resp.Msg, batchHeader, batchRows(resp.Msg.Batch))
+			}}
+		d.Flags().StringVar(&reason, "reason", "", "why (recorded in the event log)")
+		return d
+	}
+	approve := decide("approve", "Approve a batch (not your own); at the quorum it runs", func(c *clients, cmd *cobra.Command, req *bcdv1.BatchDecisionRequest) (*connect.Response[bcdv1.BatchResponse], error) {
+		return c.batches.Approve(cmd.Context(), connect.NewRequest(req))
+	})
+	withdraw := decide("withdraw", "Withdraw your approval of a batch that has not started", func(c *clients, cmd *cobra.Command, req *bcdv1.BatchDecisionRequest) (*connect.Response[bcdv1.BatchResponse], error) {
+		return c.batches.Withdraw(cmd.Context(), connect.NewRequest(req))
+	})
+	reject := decide("reject", "Reject a batch that has not started: its nodes return where their verb found them", func(c *clients, cmd *cobra.Command, req *bcdv1.BatchDecisionRequest) (*connect.Response[bcdv1.BatchResponse], error) {
+		return c.batches.Reject(cmd.Context(), connect.NewRequest(req))
+	})
+	cmd.AddCommand(list, show, approve, withdraw, reject, approvalsCmd(g))
+	return cmd
+}
+
+func approvalsCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "approvals", Short: "How many approvals destructive commands need (installation, site, pool; the largest applies)"}
+	var site, pool string
+	set := &cobra.Command{Use: "set N (--installation | --site S | --pool P)", Short: "Require N approvals (0 removes the policy)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			n, err := strconv.Atoi(args[0])
+			if err != nil {
+				return fmt.Errorf("N %q: a number of approvals (0-10)", args[0])
+			}
+			inst, _ := cmd.Flags().GetBool("installation")
+			req := &bcdv1.SetApprovalPolicyRequest{Required: int32(n)}
+			switch {
+			case inst && site == "" && pool == "":
+				req.Scope = "installation"
+			case !inst && site != "" && pool == "":
+				req.Scope, req.Ref = "site", site
+			case !inst && site == "" && pool != "":
+				req.Scope, req.Ref = "pool", pool
+			default:
+				return fmt.Errorf("give exactly one of --installation, --site S, --pool P")
+			}
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.batches.SetApprovalPolicy(cmd.Context(), connect.NewRequest(req))
+			if err != nil {
+				return err
+			}
+			p := resp.Msg.Policy
+			return g.table(resp.Msg, "SCOPE\tREQUIRED", [][]string{{p.Scope, strconv.Itoa(int(p.Required))}})
+		}}
+	set.Flags().Bool("installation", false, "the whole installation")
+	set.Flags().StringVar(&site, "site", "", "a site (name or id)")
+	set.Flags().StringVar(&pool, "pool", "", "a pool (name or id)")
+	list := &cobra.Command{Use: "list", Short: "List approvals policies", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.batches.ListApprovalPolicies(cmd.Context(), connect.NewRequest(&bcdv1.ListApprovalPoliciesRequest{}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, p := range resp.Msg.Policies {
+				rows = append(rows, []string{p.Scope, strconv.Itoa(int(p.Required)), p.UpdatedBy, p.UpdatedAt})
+			}
+			return g.table(resp.Msg, "SCOPE\tREQUIRED\tBY\tAT", rows)
+		}}
+	cmd.AddCommand(set, list)
+	return cmd
+}
+
+func rotateCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{Use: "rotate-bmc-credential NODE", Short: "Rotate the node's BMC password (two-phase: current only once a site agent verified it)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.RotateBmcCredential(cmd.Context(), connect.NewRequest(&bcdv1.RotateBmcCredentialRequest{Node: args[0], Reason: reason}))
+			if err != nil {
+				return err
+			}
+			m := resp.Msg
+			return g.table(m, "VERSION\tCOMMAND\tBATCH", [][]string{{strconv.FormatUint(m.Version, 10), m.CommandId, m.BatchId}})
+		}}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func bmcCredentialsCmd(g *globals) *cobra.Command {
+	return &cobra.Command{Use: "bmc-credentials NODE", Short: "List the node's BMC credential versions (references only)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.BmcCredentialVersions(cmd.Context(), connect.NewRequest(&bcdv1.ListBmcCredentialVersionsRequest{Node: args[0]}))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, v := range resp.Msg.Versions {
+				rows = append(rows, []string{strconv.FormatUint(v.Version, 10), v.State, v.CommandId, v.CreatedAt, v.DecidedAt, v.Error})
+			}
+			return g.table(resp.Msg, "VERSION\tSTATE\tCOMMAND\tCREATED\tDECIDED\tERROR", rows)
+		}}
+}
