@@ -49,6 +49,20 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 			if json.Unmarshal(plain, &cred) != nil || cred.Username == "" || cred.Password == "" {
 				return nil, errors.New("BMC credentials are empty")
 			}
+			if cmd.Kind == "bmc.rotate" {
+				var rot struct{ NewCredentials string }
+				if err := json.Unmarshal(cmd.Args, &rot); err != nil || rot.NewCredentials == "" {
+					return nil, errors.New("bmc.rotate without the new credential")
+				}
+				plain, err := pki.DecryptAsAgent(link.Key(), rot.NewCredentials)
+				if err != nil {
+					return nil, fmt.Errorf("decrypting the new BMC credential: %w", err)
+				}
+				var next struct{ Username, Password string }
+				if json.Unmarshal(plain, &next) != nil || next.Username != cred.Username || next.Password == "" || next.Password == cred.Password {
+					return nil, errors.New("the new BMC credential is empty or unchanged")
+				}
+			}
 		}
 		u := s.siteCommand(machines, engine.Agent{}, store.Command{ID: cmd.ID, Kind: cmd.Kind, NodeID: cmd.NodeID, Args: string(cmd.Args)})
 		if u.State != "succeeded" {

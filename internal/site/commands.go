@@ -23,6 +23,7 @@ const (
 	KindBMCQuery       = "bmc.query"
 	KindBMCPower       = "bmc.power"
 	KindBMCBoot        = "bmc.boot"
+	KindBMCRotate      = "bmc.rotate"
 	KindPrepareRamdisk = "boot.prepareRamdisk"
 	KindPrepareInst    = "boot.prepareInstance"
 	KindCleanUp        = "boot.cleanUp"
@@ -69,18 +70,20 @@ func (b *flexBool) UnmarshalJSON(data []byte) error {
 
 // commandArgs is the union of the site commands' arguments.
 type commandArgs struct {
-	NodeID      string   `json:"nodeId"`
-	BMC         *BMCRef  `json:"bmc"`
-	Credentials string   `json:"credentials"` // compact JWE
-	Query       string   `json:"query"`
-	Action      string   `json:"action"`
-	Device      string   `json:"device"`
-	Persistent  flexBool `json:"persistent"`
-	Mode        string   `json:"mode"`
-	MACs        []string `json:"macs"`
-	ProductUUID string   `json:"productUuid"`
-	Token       string   `json:"token"`
-	Local       string   `json:"local"`
+	NodeID      string  `json:"nodeId"`
+	BMC         *BMCRef `json:"bmc"`
+	Credentials string  `json:"credentials"` // compact JWE
+	// NewCredentials (bmc.rotate) is the new {username, password}, a compact JWE to this agent.
+	NewCredentials string   `json:"newCredentials"`
+	Query          string   `json:"query"`
+	Action         string   `json:"action"`
+	Device         string   `json:"device"`
+	Persistent     flexBool `json:"persistent"`
+	Mode           string   `json:"mode"`
+	MACs           []string `json:"macs"`
+	ProductUUID    string   `json:"productUuid"`
+	Token          string   `json:"token"`
+	Local          string   `json:"local"`
 }
 
 // decodeArgs reads a command's arguments; errors never quote them (they carry tokens).
@@ -216,6 +219,7 @@ func newHandler(d handlerDeps) *handler {
 		KindBMCQuery:       h.bmcQuery,
 		KindBMCPower:       h.bmcPower,
 		KindBMCBoot:        h.bmcBoot,
+		KindBMCRotate:      h.bmcRotate,
 		KindPrepareRamdisk: h.prepareRamdisk,
 		KindPrepareInst:    h.prepareInstance,
 		KindCleanUp:        h.cleanUp,
@@ -399,6 +403,50 @@ func (h *handler) bmcBoot(ctx context.Context, a commandArgs) (any, error) {
 		return nil, err
 	}
 	return bootResult{Device: dev, Persistent: opts.Persistent, Mode: opts.Mode}, nil
+}
+
+// rotateResult is what bmc.rotate reports; agentlink signs it with this agent's key (the
+// control plane makes the new credential current only on a site-signed verified: true).
+type rotateResult struct {
+	Verified bool `json:"verified"`
+}
+
+// bmcRotate applies the new password through the driver's credential operation (Redfish
+// AccountService PATCH, IPMI Set User Password), which then logs in with it: verified only when
+// that login worked. Power polling goes on with the new credential.
+func (h *handler) bmcRotate(ctx context.Context, a commandArgs) (any, error) {
+	if a.NewCredentials == "" {
+		return nil, errors.New("arguments: newCredentials are missing (the control plane sends them encrypted to this agent)")
+	}
+	ref, _, ep, err := h.endpoint(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	key, err := h.key(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("decrypting the new BMC credential: %w", err)
+	}
+	plain, err := pki.DecryptAsAgent(key, a.NewCredentials)
+	if err != nil {
+		return nil, fmt.Errorf("decrypting the new BMC credential: %w", err)
+	}
+	var next Credentials
+	if err := json.Unmarshal(plain, &next); err != nil || next.Password == "" || next.Username != ep.Username {
+		return nil, errors.New("decrypting the new BMC credential: the plaintext is not {username, password} for the same user")
+	}
+	release, err := h.locks.Lock(ctx, bmcKey(ref.Driver, ref.Address))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	err = withDriver(ctx, h.drivers, ref.Driver, ep, "rotate credential", capRotate, func(ctx context.Context, drv any) error {
+		return drv.(bmc.CredentialRotator).RotateCredential(ctx, next.Password)
+	})
+	if err != nil {
+		return nil, redact(err, next.Password)
+	}
+	h.watch(a.NodeID, ref, a.NewCredentials)
+	return rotateResult{Verified: true}, nil
 }
 
 type empty struct{}

@@ -39,6 +39,7 @@ const (
 	capSetPower = "set power"
 	capBoot     = "set boot device"
 	capInspect  = "inspect"
+	capRotate   = "rotate credential"
 )
 
 // supports reports whether drv implements capability c. Pure.
@@ -55,6 +56,9 @@ func supports(drv any, c string) bool {
 		return ok
 	case capInspect:
 		_, ok := drv.(bmc.Inspector)
+		return ok
+	case capRotate:
+		_, ok := drv.(bmc.CredentialRotator)
 		return ok
 	}
 	return false
