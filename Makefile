@@ -1,11 +1,11 @@
-# bcd: the two commands that matter are `make run` (or `make demo` once the lab exists) and
-# `make test`. Everything else is a building block of those.
+# bcd: the two commands that matter are `make demo` (real PXE-booting VMs taken through their
+# life) and `make test`. Everything else is a building block of those.
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/bcd
 DATA ?= data
 
-.PHONY: all build run test test-unit test-race generate lint bench-api apt-test-deps pg clean
+.PHONY: all build run demo demo-down test test-e2e test-unit test-race generate lint bench-api apt-test-deps pg clean
 
 all: build
 
@@ -19,11 +19,31 @@ run: build
 
 # Every test, as CI runs it: installs the Debian packages the tests drive (as root), starts
 # PostgreSQL for the PostgreSQL half of the store suite, then runs the race-enabled suite.
+# As root it also builds the ramdisk and the lab OS image: the end-to-end test boots them.
 test: build
-	@if [ "$$(id -u)" = 0 ]; then ./.ci/apt-test-deps; fi
+	@if [ "$$(id -u)" = 0 ]; then ./.ci/apt-test-deps && $(MAKE) --no-print-directory ramdisk lab-image; fi
 	@if [ -z "$$BCD_TEST_POSTGRES_DSN" ] && [ "$$(id -u)" = 0 ]; then \
 		dsn=$$(./.ci/pg-start) || exit 1; export BCD_TEST_POSTGRES_DSN="$$dsn"; fi; \
-	$(GO) test -race -count=1 -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 50m ./...
+
+# The end-to-end test alone (root): two VMs through their whole life.
+test-e2e: build
+	@./.ci/apt-test-deps
+	@$(MAKE) --no-print-directory ramdisk lab-image
+	$(GO) test -count=1 -timeout 50m -v -run TestEndToEnd ./internal/lab/scenario
+
+# The demo (root): installs what is missing (Debian's qemu-system-x86, ipxe, ipxe-qemu, ovmf,
+# syslinux… without recommends), builds bcd, the ramdisk and the lab image, starts bcd server
+# with a lab of two VMs and a site agent, and takes the VMs from enroll to deployed. It leaves
+# everything running; `make demo-down` stops it.
+demo: build
+	@[ "$$(id -u)" = 0 ] || { echo "make demo needs root (network namespaces, taps, QEMU)"; exit 1; }
+	@./.ci/apt-test-deps
+	@$(MAKE) --no-print-directory ramdisk lab-image
+	$(BIN) lab demo
+
+demo-down:
+	$(BIN) lab demo-down
 
 test-unit:
 	$(GO) test -count=1 ./...

@@ -20,6 +20,7 @@ import (
 
 	"bcd/internal/lab"
 	"bcd/internal/lab/osimage"
+	"bcd/internal/lab/scenario"
 )
 
 // DefaultDir is where a lab lives unless --dir says otherwise: `down` and `status` from another
@@ -39,7 +40,7 @@ DIR/supervisor.log) and returns once the lab is ready; 'down' stops it from any 
 DIR/state.json lists BMC addresses, MACs, console logs; DIR/credentials.json (0600) the BMC
 passwords. Run site services in the namespace: bcd lab exec -- bcd site ...`,
 	}
-	cmd.AddCommand(upCmd(), downCmd(), statusCmd(), execCmd(), superviseCmd(), osimage.Command())
+	cmd.AddCommand(upCmd(), downCmd(), statusCmd(), execCmd(), superviseCmd(), osimage.Command(), demoCmd(), demoDownCmd())
 	return cmd
 }
 
@@ -299,4 +300,67 @@ func Supervise(ctx context.Context, dir string, readyFD, hostFD int, logw io.Wri
 		return err
 	}
 	return nil
+}
+
+// DefaultDemoDir is where `bcd lab demo` keeps everything.
+const DefaultDemoDir = "/var/tmp/bcddemo"
+
+func demoCmd() *cobra.Command {
+	d := scenario.Demo{}
+	var fw string
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Start a control plane and a lab with a site agent, and take the VMs from enroll to deployed",
+		Long: `bcd lab demo starts bcd server (SQLite, in DIR/server), a lab of VMs with a site agent in a
+network namespace, registers the signed lab OS image, enrolls every VM by its virtual BMC
+(Redfish for even VMs, IPMI for odd ones) and drives them enroll → ready → deploy → deployed,
+showing each node's state, step and progress. Everything keeps running afterwards;
+'bcd lab demo-down' (make demo-down) stops it. Needs root, make ramdisk and make lab-image.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if d.Binary, err = os.Executable(); err != nil {
+				return fmt.Errorf("finding the bcd binary: %w", err)
+			}
+			if d.Dir, err = absDir(d.Dir); err != nil {
+				return err
+			}
+			d.Firmware = lab.FirmwareChoice(fw)
+			d.Out = cmd.OutOrStdout()
+			if f, ok := d.Out.(*os.File); ok {
+				if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+					d.Terminal = true
+				}
+			}
+			d.Log = logger(cmd.ErrOrStderr())
+			return d.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&d.Dir, "dir", DefaultDemoDir, "demo directory (server data, lab, logs)")
+	f.StringVar(&d.RamdiskDir, "ramdisk", "out/ramdisk", "make ramdisk's output directory")
+	f.StringVar(&d.ImageDir, "image", "out/lab", "make lab-image's output directory")
+	f.IntVar(&d.VMs, "vms", 2, "number of VMs")
+	f.StringVar(&fw, "firmware", string(lab.ChoiceMixed), "bios, uefi, or mixed (even VMs BIOS, odd VMs UEFI)")
+	f.StringVar(&d.APIListen, "listen", "127.0.0.1:7480", "the server's API address")
+	f.IntVar(&d.GWPort, "gateway-port", 7443, "the server's gateway port on 127.0.0.1")
+	return cmd
+}
+
+func demoDownCmd() *cobra.Command {
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "demo-down",
+		Short: "Stop what bcd lab demo started: the lab, its site agent and the server",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := absDir(dir)
+			if err != nil {
+				return err
+			}
+			return scenario.DemoDown(cmd.Context(), d, logger(cmd.ErrOrStderr()))
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", DefaultDemoDir, "demo directory")
+	return cmd
 }

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Target is what to kexec: paths inside the boot partition's filesystem.
@@ -259,7 +260,19 @@ func Boot(ctx context.Context, log *slog.Logger, cfg Config, m Mounter, k Kexec,
 	return err
 }
 
+// partitionRereader is a Mounter that can make the kernel re-read a disk's partition table.
+type partitionRereader interface {
+	RereadPartitions(ctx context.Context, device string) error
+}
+
 func load(ctx context.Context, log *slog.Logger, cfg Config, m Mounter, k Kexec) error {
+	rr, reread := m.(partitionRereader)
+	if reread {
+		dev := filepath.Join(cmp.Or(cfg.DevRoot, "/dev"), cfg.Disk)
+		if err := rr.RereadPartitions(ctx, dev); err != nil {
+			log.WarnContext(ctx, "kexec: partition table not re-read", "disk", cfg.Disk, "err", err)
+		}
+	}
 	parts, err := Partitions(cfg.SysRoot, cfg.Disk)
 	if err != nil {
 		return err
@@ -270,6 +283,12 @@ func load(ctx context.Context, log *slog.Logger, cfg Config, m Mounter, k Kexec)
 	var errs []error
 	for _, p := range parts {
 		dev := filepath.Join(cmp.Or(cfg.DevRoot, "/dev"), p)
+		// devtmpfs creates a re-read partition's node shortly after sysfs shows it.
+		for deadline := time.Now().Add(2 * time.Second); reread && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if _, err := os.Stat(dev); err == nil {
+				break
+			}
+		}
 		unmount, err := m.MountReadOnly(ctx, dev, cfg.MountDir)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))

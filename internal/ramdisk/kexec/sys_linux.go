@@ -51,6 +51,20 @@ func (SyscallRebooter) Reboot(context.Context) error {
 // SyscallMounter mounts read-only, trying the filesystems a boot partition uses.
 type SyscallMounter struct{}
 
+// RereadPartitions asks the kernel to re-read device's partition table (BLKRRPART): the image
+// just written brought a new one, which the kernel does not see by itself.
+func (SyscallMounter) RereadPartitions(_ context.Context, device string) error {
+	f, err := os.Open(device)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", device, err)
+	}
+	defer f.Close()
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.BLKRRPART, 0); err != nil {
+		return fmt.Errorf("re-reading the partition table of %s: %w", device, err)
+	}
+	return nil
+}
+
 // Filesystems tried, in order.
 func bootFilesystems() []string { return []string{"vfat", "ext4", "xfs", "btrfs"} }
 
