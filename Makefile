@@ -91,6 +91,9 @@ ramdisk: ramdisk-kernel-deb
 # out/lab/signer.key + signer.pub. Same kernel package and binary as the ramdisk: the image's
 # /init is bcd, which runs as the installed OS when the kernel command line says bcd.role=os.
 LAB_IMAGE_OUT ?= out/lab
+# Extra kernel arguments of the image, e.g. bcd.metadata=http://IP:PORT/metadata when the site
+# agent's boot HTTP is not on port 80 of the DHCP server, or bcd.state=partition.
+LAB_IMAGE_CMDLINE ?=
 
 .PHONY: lab-image
 lab-image: ramdisk-kernel-deb
@@ -98,4 +101,4 @@ lab-image: ramdisk-kernel-deb
 	mkdir -p $(LAB_IMAGE_OUT)
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w' -o $(RAMDISK_CACHE)/ramdisk-init $(RAMDISK_MAIN)
 	$(RAMDISK_CACHE)/ramdisk-init lab image build --kernel-deb "$$(./scripts/ramdisk/kernel-deb $(RAMDISK_CACHE))" \
-		--binary $(RAMDISK_CACHE)/ramdisk-init --out $(LAB_IMAGE_OUT)
+		--binary $(RAMDISK_CACHE)/ramdisk-init --out $(LAB_IMAGE_OUT) --cmdline "$(LAB_IMAGE_CMDLINE)"

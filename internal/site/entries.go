@@ -47,6 +47,7 @@ type tableFile struct {
 type Entries struct {
 	path    string // "" keeps everything in memory
 	gateway string // what /metadata names as the gateway
+	ca      string // what /metadata names as the CA to trust (PEM)
 
 	mu    sync.Mutex
 	t     tableFile
@@ -55,8 +56,10 @@ type Entries struct {
 }
 
 // OpenEntries loads the table from dir (created if needed); dir "" keeps it in memory.
-func OpenEntries(dir, gatewayURL string) (*Entries, error) {
-	e := &Entries{gateway: gatewayURL, addrs: map[netip.Addr]string{},
+// gatewayURL and caPEM are the gateway as machines reach it and the CA that certifies it, which
+// /metadata tells an installed OS.
+func OpenEntries(dir, gatewayURL string, caPEM []byte) (*Entries, error) {
+	e := &Entries{gateway: gatewayURL, ca: string(caPEM), addrs: map[netip.Addr]string{},
 		t: tableFile{Entries: map[string]bootRecord{}, Instances: map[string]instanceRecord{}}}
 	if dir == "" {
 		return e, nil
@@ -161,11 +164,13 @@ func (e *Entries) Learn(addr netip.Addr, mac string) {
 	e.addrs[addr] = mac
 }
 
-// metadataDoc is what /metadata answers a deployed node.
+// metadataDoc is what /metadata answers a deployed node: enough for its installed OS to join
+// the gateway as the node (docs/lab-os-image.md).
 type metadataDoc struct {
 	NodeID        string `json:"nodeId"`
 	Gateway       string `json:"gateway"`
 	InstanceToken string `json:"instanceToken"`
+	CA            string `json:"ca,omitempty"` // PEM of the CA that certifies the gateway
 }
 
 // Metadata implements netboot.MetadataLookup: the node whose MAC booted from addr, if it has an
@@ -179,7 +184,7 @@ func (e *Entries) Metadata(_ context.Context, addr netip.Addr) ([]byte, bool) {
 	}
 	for node, in := range e.t.Instances {
 		if slices.Contains(in.MACs, mac) {
-			b, err := json.Marshal(metadataDoc{NodeID: node, Gateway: e.gateway, InstanceToken: in.Token})
+			b, err := json.Marshal(metadataDoc{NodeID: node, Gateway: e.gateway, InstanceToken: in.Token, CA: e.ca})
 			return b, err == nil
 		}
 	}

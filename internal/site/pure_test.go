@@ -159,7 +159,7 @@ func TestEntries(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	e, err := OpenEntries(dir, "https://gw:8443")
+	e, err := OpenEntries(dir, "https://gw:8443", []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestEntries(t *testing.T) {
 		t.Fatalf("entries file: %v %v", fi, err)
 	}
 	// Reopened: everything is back.
-	e2, err := OpenEntries(dir, "https://gw:8443")
+	e2, err := OpenEntries(dir, "https://gw:8443", []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,8 @@ func TestEntries(t *testing.T) {
 	}
 	e2.Learn(addr, macs[0])
 	doc, ok := e2.Metadata(context.Background(), netip.MustParseAddr("::ffff:10.0.0.7"))
-	if !ok || !strings.Contains(string(doc), `"instanceToken":"bcdi_instance-token-0123"`) || !strings.Contains(string(doc), `"nodeId":"n1"`) {
+	if !ok || !strings.Contains(string(doc), `"instanceToken":"bcdi_instance-token-0123"`) || !strings.Contains(string(doc), `"nodeId":"n1"`) ||
+		!strings.Contains(string(doc), `"ca":"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"`) {
 		t.Fatalf("metadata %s %t", doc, ok)
 	}
 	// Remove drops every entry of the node, even a MAC the command did not name.

@@ -150,7 +150,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, hold: newHoldState(cfg.Now), dirty: make(chan struct{}, 1),
 		linkReady: make(chan struct{})}
 	var err error
-	if a.entries, err = OpenEntries(cfg.DataDir, cfg.GatewayURL); err != nil {
+	if a.entries, err = OpenEntries(cfg.DataDir, cfg.Ramdisk.GatewayURL, cfg.Ramdisk.CAPEM); err != nil {
 		return nil, fmt.Errorf("starting site agent: %w", err)
 	}
 	a.cache = cfg.ArtifactCache

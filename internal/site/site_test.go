@@ -196,7 +196,8 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	var md map[string]string
-	if err := json.NewDecoder(resp.Body).Decode(&md); err != nil || md["nodeId"] != "n1" || md["instanceToken"] != itoken || md["gateway"] != env.URL {
+	if err := json.NewDecoder(resp.Body).Decode(&md); err != nil || md["nodeId"] != "n1" || md["instanceToken"] != itoken || md["gateway"] != env.URL ||
+		!strings.HasPrefix(md["ca"], "-----BEGIN CERTIFICATE-----") {
 		t.Fatalf("metadata %v (%v)", md, err)
 	}
 	resp.Body.Close()

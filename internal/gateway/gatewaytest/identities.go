@@ -54,6 +54,17 @@ func (f *Identities) NodeToken(nodeID string, ttl time.Duration) string {
 	return f.add(&token{nodeID: nodeID, expires: time.Now().Add(ttl)}, pki.DiscoveryTokenPrefix)
 }
 
+// InstanceToken makes an installed OS's instance token for node nodeID (as
+// boot.prepareInstance does), valid for ttl; the node exists as with NodeToken.
+func (f *Identities) InstanceToken(nodeID string, ttl time.Duration) string {
+	f.mu.Lock()
+	if _, ok := f.gens[nodeID]; !ok {
+		f.gens[nodeID] = 1
+	}
+	f.mu.Unlock()
+	return f.add(&token{nodeID: nodeID, expires: time.Now().Add(ttl)}, pki.InstanceTokenPrefix)
+}
+
 func (f *Identities) add(t *token, prefix string) string {
 	plain, hash, err := pki.NewToken(prefix)
 	if err != nil {

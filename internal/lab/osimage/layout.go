@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"bcd/internal/osagent"
 )
 
 // Geometry and identity constants of the image.
@@ -46,8 +48,8 @@ const (
 	EFIDir         = "EFI/BOOT"
 	EFIBootPath    = "EFI/BOOT/BOOTX64.EFI"
 	EFILdlinuxPath = "EFI/BOOT/ldlinux.e64"
-	MarkerPath     = "bcd-os.json"
-	StateDir       = "bcd-state"
+	MarkerPath     = osagent.MarkerFile
+	StateDir       = osagent.StateDir
 )
 
 // BaseCmdline is what every boot of the image passes to the kernel: the serial console (the lab

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"bcd/internal/osagent"
 	"bcd/internal/ramdisk/agent"
 	"bcd/internal/ramdisk/build"
 	"bcd/internal/ramdisk/initsys"
@@ -66,16 +67,26 @@ func initCmd() *cobra.Command {
 }
 
 // runAgent is the agent as PID 1 runs it: start-up, join through the gateway named on the
-// kernel command line, then the command loop (agent.Run) on the real machine.
+// kernel command line, then the command loop (agent.Run) on the real machine. With bcd.role=os
+// on the command line (the lab OS image) it is the installed OS's agent instead (osagent.Run).
 func runAgent(ctx context.Context, console io.Writer, log *slog.Logger) error {
+	cmdline := func() (string, error) {
+		b, err := os.ReadFile("/proc/cmdline")
+		return strings.TrimSpace(string(b)), err
+	}
+	if line, err := cmdline(); err == nil && osagent.Role(line) == osagent.RoleOS {
+		return osagent.Run(ctx, console, log, osagent.Config{
+			Cmdline: cmdline,
+			Net:     agent.LinuxNet{},
+			DHCP:    agent.UDPClient{},
+			State:   osagent.PartitionState{Wait: 15 * time.Second},
+		})
+	}
 	return agent.Run(ctx, console, log, agent.Config{
-		Cmdline: func() (string, error) {
-			b, err := os.ReadFile("/proc/cmdline")
-			return strings.TrimSpace(string(b)), err
-		},
-		Net:   agent.LinuxNet{},
-		DHCP:  agent.UDPClient{},
-		SysFS: os.DirFS("/sys"),
+		Cmdline: cmdline,
+		Net:     agent.LinuxNet{},
+		DHCP:    agent.UDPClient{},
+		SysFS:   os.DirFS("/sys"),
 	})
 }
 
