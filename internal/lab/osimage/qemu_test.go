@@ -1,0 +1,195 @@
+package osimage
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/osagent"
+)
+
+const (
+	ovmfCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+)
+
+// TestBootQEMU builds the lab OS image from the Debian kernel package (out/cache, fetched by
+// scripts/ramdisk/kernel-deb) and the current code, then boots it from its disk under SeaBIOS
+// and under OVMF (TCG, user-mode network with restrict=on: QEMU's own DHCP server, nothing
+// reachable) and waits for the OS agent's lines: bootloader → kernel → bcd in OS mode → DHCP →
+// the metadata URL from the DHCP server identifier. The disk must come back unchanged (the
+// agent keeps its identity in RAM by default).
+func TestBootQEMU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots VMs")
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		requirement(t, "qemu-system-x86_64 not installed (apt-get install --no-install-recommends qemu-system-x86)")
+	}
+	if m := DefaultTools().Missing(); len(m) > 0 {
+		requirement(t, "missing %v", m)
+	}
+	root, err := filepath.Abs("../../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 9*time.Minute)
+	defer cancel()
+	dir, m := buildImage(ctx, t, root)
+
+	for _, fw := range []string{"bios", "uefi"} {
+		t.Run(fw, func(t *testing.T) {
+			if fw == "uefi" {
+				if _, err := os.Stat(ovmfCode); err != nil {
+					requirement(t, "%s missing (apt-get install --no-install-recommends ovmf)", ovmfCode)
+				}
+			}
+			vmDir := t.TempDir()
+			disk := filepath.Join(vmDir, "disk.img")
+			copyFile(t, filepath.Join(dir, DiskFile), disk)
+			args := []string{"-machine", "q35", "-accel", "tcg", "-m", "512", "-nographic", "-no-reboot", "-nodefaults",
+				"-serial", "stdio", "-monitor", "none",
+				"-drive", "file=" + disk + ",format=raw,if=virtio",
+				"-netdev", "user,id=n0,restrict=on", "-device", "virtio-net-pci,netdev=n0", "-device", "virtio-rng-pci"}
+			if fw == "uefi" {
+				vars := filepath.Join(vmDir, "OVMF_VARS.fd")
+				copyFile(t, ovmfVars, vars)
+				args = append(args, "-drive", "if=pflash,format=raw,readonly=on,file="+ovmfCode, "-drive", "if=pflash,format=raw,file="+vars)
+			}
+			first := "SYSLINUX 6." // BIOS syslinux's banner
+			if fw == "uefi" {
+				first = "BdsDxe: starting Boot" // OVMF picked the disk (EFI syslinux draws on the screen)
+			}
+			marks := []string{
+				first,
+				"Command line: BOOT_IMAGE=/vmlinuz " + m.Cmdline,
+				osagent.MarkerStart,
+				"bcd os: identity kept in RAM",
+				"bcd os: network up ip=eth0:10.0.2.15/24 metadata=http://10.0.2.2:80/metadata",
+				"bcd os: metadata from http://10.0.2.2:80/metadata", // nothing listens: it retries
+			}
+			at := bootAndWatch(ctx, t, qemu, args, marks, 240*time.Second)
+			t.Logf("%s: boot loader %.1fs, kernel %.1fs, %q %.1fs, network up %.1fs (TCG)", fw, at[0].Seconds(), at[1].Seconds(),
+				osagent.MarkerStart, at[2].Seconds(), at[4].Seconds())
+			if got := fileSHA(t, disk); got != m.DiskSHA256 {
+				t.Errorf("the OS changed its disk: sha256 %s, the image's is %s", got, m.DiskSHA256)
+			}
+		})
+	}
+}
+
+// bootAndWatch runs QEMU until every mark appeared on the serial console, in order, and
+// returns when each did; QEMU is killed at the end.
+func bootAndWatch(ctx context.Context, t *testing.T, qemu string, args, marks []string, limit time.Duration) []time.Duration {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	vm := exec.CommandContext(ctx, qemu, args...)
+	out, err := vm.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Stderr = vm.Stdout
+	start := time.Now()
+	if err := vm.Start(); err != nil {
+		t.Fatalf("starting QEMU: %v", err)
+	}
+	lines := make(chan string)
+	waited := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-stop:
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		close(lines)
+		waited <- vm.Wait()
+	}()
+	defer func() {
+		close(stop)
+		_ = vm.Process.Kill()
+		<-waited
+	}()
+	console := &strings.Builder{}
+	at := make([]time.Duration, 0, len(marks))
+	for len(at) < len(marks) {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("QEMU exited before %q; console:\n%s", marks[len(at)], console)
+			}
+			console.WriteString(line + "\n")
+			if strings.Contains(line, "FATAL") || strings.Contains(line, "Kernel panic") {
+				t.Fatalf("%q; console:\n%s", line, console)
+			}
+			if strings.Contains(line, marks[len(at)]) {
+				at = append(at, time.Since(start))
+			}
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %q; console:\n%s", marks[len(at)], console)
+		}
+	}
+	return at
+}
+
+// buildImage builds the image with a non-race static bcd (parsing every module of the package
+// under the race detector takes minutes) into a temporary directory.
+func buildImage(ctx context.Context, t *testing.T, root string) (string, Manifest) {
+	t.Helper()
+	fetch := exec.CommandContext(ctx, filepath.Join(root, "scripts/ramdisk/kernel-deb"), filepath.Join(root, "out/cache"))
+	fetch.Stderr = os.Stderr
+	debOut, err := fetch.Output()
+	deb := strings.TrimSpace(string(debOut))
+	if err != nil || deb == "" {
+		requirement(t, "no Debian kernel package (scripts/ramdisk/kernel-deb): %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bcd")
+	gb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", bin, "./cmd/bcd")
+	gb.Dir = root
+	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := gb.CombinedOutput(); err != nil {
+		t.Fatalf("building bcd: %v\n%s", err, out)
+	}
+	out := filepath.Join(dir, "out")
+	t0 := time.Now()
+	bc := exec.CommandContext(ctx, bin, "lab", "image", "build", "--kernel-deb", deb, "--binary", bin, "--out", out)
+	report, err := bc.CombinedOutput()
+	if err != nil {
+		t.Fatalf("building the image: %v\n%s", err, report)
+	}
+	t.Logf("image built in %.1fs:\n%s", time.Since(t0).Seconds(), report)
+	var m Manifest
+	b, err := os.ReadFile(filepath.Join(out, ManifestFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return out, m
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(to, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
