@@ -264,13 +264,23 @@ func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
 
 // ClaimCommands assigns to agent up to limit commands it should run: first those already
 // assigned to it and not acknowledged (a reconnect), then unassigned queued ones it may take
-// (site commands of its site; the ramdisk commands of its node at its generation).
-func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int) ([]Command, error) {
+// (site commands of its site; the ramdisk commands of its node at its generation). Unassigned
+// commands of holderKinds go only to the site's boot-lease holder while another agent's lease
+// runs (to any agent of the site when nobody holds it).
+func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, holderKinds ...string) ([]Command, error) {
 	var where string
 	var args []any
 	switch kind {
 	case "site":
 		where, args = `runs_on = 'site' AND site_id = ?`, []any{siteID}
+		if len(holderKinds) > 0 {
+			where += ` AND (target_agent <> '' OR kind NOT IN (?` + strings.Repeat(`, ?`, len(holderKinds)-1) + `)
+				OR NOT EXISTS (SELECT 1 FROM leases WHERE leases.site_id = commands.site_id AND holder <> '' AND holder <> ? AND expires_at > ?))`
+			for _, k := range holderKinds {
+				args = append(args, k)
+			}
+			args = append(args, agentID, t.at)
+		}
 	case "node":
 		where, args = `runs_on = 'ramdisk' AND node_id = ? AND generation = ?`, []any{nodeID, int64(generation)}
 	default:

@@ -1410,6 +1410,606 @@ func (x *ServerBatch) GetCancels() []*Cancel {
 	return nil
 }
 
+type BootLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Hand the lease back (clean shutdown): another agent may take it at once.
+	Release bool `protobuf:"varint,1,opt,name=release,proto3" json:"release,omitempty"`
+	// The TTL the agent asks for; the server clamps it to [1 s, 5 min].
+	TtlMs int64 `protobuf:"varint,2,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// The epoch the agent holds (0: none): an agent whose epoch is not the lease's current one
+	// receives every entry again (entries_full).
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	// The revision of the site's boot entries the agent has applied.
+	KnownEntriesRevision uint64 `protobuf:"varint,4,opt,name=known_entries_revision,json=knownEntriesRevision,proto3" json:"known_entries_revision,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *BootLeaseRequest) Reset() {
+	*x = BootLeaseRequest{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootLeaseRequest) ProtoMessage() {}
+
+func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootLeaseRequest.ProtoReflect.Descriptor instead.
+func (*BootLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BootLeaseRequest) GetRelease() bool {
+	if x != nil {
+		return x.Release
+	}
+	return false
+}
+
+func (x *BootLeaseRequest) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *BootLeaseRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *BootLeaseRequest) GetKnownEntriesRevision() uint64 {
+	if x != nil {
+		return x.KnownEntriesRevision
+	}
+	return 0
+}
+
+type BootLeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Held  bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	// The current holder ("" when none).
+	HolderAgentId string `protobuf:"bytes,2,opt,name=holder_agent_id,json=holderAgentId,proto3" json:"holder_agent_id,omitempty"`
+	// The fencing token: bumped every time the lease changes hands.
+	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	TtlMs int64  `protobuf:"varint,4,opt,name=ttl_ms,json=ttlMs,proto3" json:"ttl_ms,omitempty"`
+	// The site's boot-entry revision the entries bring the agent to.
+	EntriesRevision uint64 `protobuf:"varint,5,opt,name=entries_revision,json=entriesRevision,proto3" json:"entries_revision,omitempty"`
+	// entries is the whole table: the agent replaces its own with it.
+	EntriesFull   bool         `protobuf:"varint,6,opt,name=entries_full,json=entriesFull,proto3" json:"entries_full,omitempty"`
+	Entries       []*BootEntry `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootLeaseResponse) Reset() {
+	*x = BootLeaseResponse{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootLeaseResponse) ProtoMessage() {}
+
+func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
+func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *BootLeaseResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+func (x *BootLeaseResponse) GetHolderAgentId() string {
+	if x != nil {
+		return x.HolderAgentId
+	}
+	return ""
+}
+
+func (x *BootLeaseResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *BootLeaseResponse) GetTtlMs() int64 {
+	if x != nil {
+		return x.TtlMs
+	}
+	return 0
+}
+
+func (x *BootLeaseResponse) GetEntriesRevision() uint64 {
+	if x != nil {
+		return x.EntriesRevision
+	}
+	return 0
+}
+
+func (x *BootLeaseResponse) GetEntriesFull() bool {
+	if x != nil {
+		return x.EntriesFull
+	}
+	return false
+}
+
+func (x *BootLeaseResponse) GetEntries() []*BootEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+// A node's boot entry as the control plane keeps it (boot_entries): what the boot command that
+// installed it carried, with a fresh one-time token (the control plane stores only hashes).
+type BootEntry struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// ramdisk (boot.prepareRamdisk), instance (boot.prepareInstance: local boot + metadata) or
+	// removed (boot.cleanUp; only in deltas).
+	Kind string   `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Macs []string `protobuf:"bytes,3,rep,name=macs,proto3" json:"macs,omitempty"`
+	// Discovery token (ramdisk) or instance token (instance).
+	Token string `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// Local-boot method of an instance entry (exit, sanboot; "" the site default).
+	Local         string `protobuf:"bytes,5,opt,name=local,proto3" json:"local,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootEntry) Reset() {
+	*x = BootEntry{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootEntry) ProtoMessage() {}
+
+func (x *BootEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
+func (*BootEntry) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *BootEntry) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BootEntry) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *BootEntry) GetMacs() []string {
+	if x != nil {
+		return x.Macs
+	}
+	return nil
+}
+
+func (x *BootEntry) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *BootEntry) GetLocal() string {
+	if x != nil {
+		return x.Local
+	}
+	return ""
+}
+
+type PollSetRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PollSetRequest) Reset() {
+	*x = PollSetRequest{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollSetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollSetRequest) ProtoMessage() {}
+
+func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
+func (*PollSetRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PollSetRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+type PollTarget struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	NodeId            string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Driver            string                 `protobuf:"bytes,2,opt,name=driver,proto3" json:"driver,omitempty"`
+	Address           string                 `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	InsecureTls       bool                   `protobuf:"varint,4,opt,name=insecure_tls,json=insecureTls,proto3" json:"insecure_tls,omitempty"`
+	FingerprintSha256 string                 `protobuf:"bytes,5,opt,name=fingerprint_sha256,json=fingerprintSha256,proto3" json:"fingerprint_sha256,omitempty"`
+	// JWE (ECDH-ES+A256KW, A256GCM) to the caller's key of {"username","password"}.
+	CredentialsJwe string `protobuf:"bytes,6,opt,name=credentials_jwe,json=credentialsJwe,proto3" json:"credentials_jwe,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PollTarget) Reset() {
+	*x = PollTarget{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollTarget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollTarget) ProtoMessage() {}
+
+func (x *PollTarget) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
+func (*PollTarget) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *PollTarget) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PollTarget) GetDriver() string {
+	if x != nil {
+		return x.Driver
+	}
+	return ""
+}
+
+func (x *PollTarget) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *PollTarget) GetInsecureTls() bool {
+	if x != nil {
+		return x.InsecureTls
+	}
+	return false
+}
+
+func (x *PollTarget) GetFingerprintSha256() string {
+	if x != nil {
+		return x.FingerprintSha256
+	}
+	return ""
+}
+
+func (x *PollTarget) GetCredentialsJwe() string {
+	if x != nil {
+		return x.CredentialsJwe
+	}
+	return ""
+}
+
+type PollSetResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Targets []*PollTarget          `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
+	// Ask again after this long (nodes enrolled, credentials rotated).
+	RefreshMs     int64 `protobuf:"varint,2,opt,name=refresh_ms,json=refreshMs,proto3" json:"refresh_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PollSetResponse) Reset() {
+	*x = PollSetResponse{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PollSetResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PollSetResponse) ProtoMessage() {}
+
+func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
+func (*PollSetResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PollSetResponse) GetTargets() []*PollTarget {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *PollSetResponse) GetRefreshMs() int64 {
+	if x != nil {
+		return x.RefreshMs
+	}
+	return 0
+}
+
+type PowerReading struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// on, off or unknown; empty when the read failed.
+	Power string `protobuf:"bytes,2,opt,name=power,proto3" json:"power,omitempty"`
+	// The read's error (no secrets: the drivers never quote credentials).
+	Error string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// Consecutive failed reads of the node's BMC, this one included (0 when it answered).
+	Failures       int32 `protobuf:"varint,4,opt,name=failures,proto3" json:"failures,omitempty"`
+	ObservedUnixMs int64 `protobuf:"varint,5,opt,name=observed_unix_ms,json=observedUnixMs,proto3" json:"observed_unix_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PowerReading) Reset() {
+	*x = PowerReading{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PowerReading) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PowerReading) ProtoMessage() {}
+
+func (x *PowerReading) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
+func (*PowerReading) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *PowerReading) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PowerReading) GetPower() string {
+	if x != nil {
+		return x.Power
+	}
+	return ""
+}
+
+func (x *PowerReading) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *PowerReading) GetFailures() int32 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *PowerReading) GetObservedUnixMs() int64 {
+	if x != nil {
+		return x.ObservedUnixMs
+	}
+	return 0
+}
+
+type ReportPowerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Readings      []*PowerReading        `protobuf:"bytes,2,rep,name=readings,proto3" json:"readings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPowerRequest) Reset() {
+	*x = ReportPowerRequest{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPowerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPowerRequest) ProtoMessage() {}
+
+func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
+func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ReportPowerRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ReportPowerRequest) GetReadings() []*PowerReading {
+	if x != nil {
+		return x.Readings
+	}
+	return nil
+}
+
+type ReportPowerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportPowerResponse) Reset() {
+	*x = ReportPowerResponse{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportPowerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportPowerResponse) ProtoMessage() {}
+
+func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
+func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_bcd_agent_v1_agent_proto_rawDesc = "" +
@@ -1514,7 +2114,50 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\bcommands\x18\x01 \x03(\v2\x15.bcd.agent.v1.CommandR\bcommands\x128\n" +
 	"\vupdate_acks\x18\x02 \x03(\v2\x17.bcd.agent.v1.UpdateAckR\n" +
 	"updateAcks\x12.\n" +
-	"\acancels\x18\x03 \x03(\v2\x14.bcd.agent.v1.CancelR\acancels*Q\n" +
+	"\acancels\x18\x03 \x03(\v2\x14.bcd.agent.v1.CancelR\acancels\"\x8f\x01\n" +
+	"\x10BootLeaseRequest\x12\x18\n" +
+	"\arelease\x18\x01 \x01(\bR\arelease\x12\x15\n" +
+	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x124\n" +
+	"\x16known_entries_revision\x18\x04 \x01(\x04R\x14knownEntriesRevision\"\xfd\x01\n" +
+	"\x11BootLeaseResponse\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
+	"\x0fholder_agent_id\x18\x02 \x01(\tR\rholderAgentId\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x15\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12)\n" +
+	"\x10entries_revision\x18\x05 \x01(\x04R\x0fentriesRevision\x12!\n" +
+	"\fentries_full\x18\x06 \x01(\bR\ventriesFull\x121\n" +
+	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\"x\n" +
+	"\tBootEntry\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04macs\x18\x03 \x03(\tR\x04macs\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x12\x14\n" +
+	"\x05local\x18\x05 \x01(\tR\x05local\"&\n" +
+	"\x0ePollSetRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xd2\x01\n" +
+	"\n" +
+	"PollTarget\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06driver\x18\x02 \x01(\tR\x06driver\x12\x18\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12!\n" +
+	"\finsecure_tls\x18\x04 \x01(\bR\vinsecureTls\x12-\n" +
+	"\x12fingerprint_sha256\x18\x05 \x01(\tR\x11fingerprintSha256\x12'\n" +
+	"\x0fcredentials_jwe\x18\x06 \x01(\tR\x0ecredentialsJwe\"d\n" +
+	"\x0fPollSetResponse\x122\n" +
+	"\atargets\x18\x01 \x03(\v2\x18.bcd.agent.v1.PollTargetR\atargets\x12\x1d\n" +
+	"\n" +
+	"refresh_ms\x18\x02 \x01(\x03R\trefreshMs\"\x99\x01\n" +
+	"\fPowerReading\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05power\x18\x02 \x01(\tR\x05power\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\x12\x1a\n" +
+	"\bfailures\x18\x04 \x01(\x05R\bfailures\x12(\n" +
+	"\x10observed_unix_ms\x18\x05 \x01(\x03R\x0eobservedUnixMs\"b\n" +
+	"\x12ReportPowerRequest\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x126\n" +
+	"\breadings\x18\x02 \x03(\v2\x1a.bcd.agent.v1.PowerReadingR\breadings\"\x15\n" +
+	"\x13ReportPowerResponse*Q\n" +
 	"\tAgentKind\x12\x1a\n" +
 	"\x16AGENT_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fAGENT_KIND_SITE\x10\x01\x12\x13\n" +
@@ -1523,10 +2166,13 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x01\x12\x1b\n" +
 	"\x17COMMAND_STATE_SUCCEEDED\x10\x02\x12\x18\n" +
-	"\x14COMMAND_STATE_FAILED\x10\x032\x97\x01\n" +
+	"\x14COMMAND_STATE_FAILED\x10\x032\x81\x03\n" +
 	"\x0eGatewayService\x12=\n" +
 	"\x04Join\x12\x19.bcd.agent.v1.JoinRequest\x1a\x1a.bcd.agent.v1.JoinResponse\x12F\n" +
-	"\aConnect\x12\x1a.bcd.agent.v1.AgentMessage\x1a\x1b.bcd.agent.v1.ServerMessage(\x010\x01B\"Z bcd/internal/gen/agentv1;agentv1b\x06proto3"
+	"\aConnect\x12\x1a.bcd.agent.v1.AgentMessage\x1a\x1b.bcd.agent.v1.ServerMessage(\x010\x01\x12L\n" +
+	"\tBootLease\x12\x1e.bcd.agent.v1.BootLeaseRequest\x1a\x1f.bcd.agent.v1.BootLeaseResponse\x12F\n" +
+	"\aPollSet\x12\x1c.bcd.agent.v1.PollSetRequest\x1a\x1d.bcd.agent.v1.PollSetResponse\x12R\n" +
+	"\vReportPower\x12 .bcd.agent.v1.ReportPowerRequest\x1a!.bcd.agent.v1.ReportPowerResponseB\"Z bcd/internal/gen/agentv1;agentv1b\x06proto3"
 
 var (
 	file_bcd_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -1541,29 +2187,38 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
-	(AgentKind)(0),            // 0: bcd.agent.v1.AgentKind
-	(CommandState)(0),         // 1: bcd.agent.v1.CommandState
-	(*NodeHints)(nil),         // 2: bcd.agent.v1.NodeHints
-	(*JoinRequest)(nil),       // 3: bcd.agent.v1.JoinRequest
-	(*JoinResponse)(nil),      // 4: bcd.agent.v1.JoinResponse
-	(*AgentMessage)(nil),      // 5: bcd.agent.v1.AgentMessage
-	(*Hello)(nil),             // 6: bcd.agent.v1.Hello
-	(*CommandAck)(nil),        // 7: bcd.agent.v1.CommandAck
-	(*Progress)(nil),          // 8: bcd.agent.v1.Progress
-	(*CommandUpdate)(nil),     // 9: bcd.agent.v1.CommandUpdate
-	(*DiscoveredMachine)(nil), // 10: bcd.agent.v1.DiscoveredMachine
-	(*StatusReport)(nil),      // 11: bcd.agent.v1.StatusReport
-	(*Heartbeat)(nil),         // 12: bcd.agent.v1.Heartbeat
-	(*AgentBatch)(nil),        // 13: bcd.agent.v1.AgentBatch
-	(*ServerMessage)(nil),     // 14: bcd.agent.v1.ServerMessage
-	(*Command)(nil),           // 15: bcd.agent.v1.Command
-	(*Cancel)(nil),            // 16: bcd.agent.v1.Cancel
-	(*HeartbeatAck)(nil),      // 17: bcd.agent.v1.HeartbeatAck
-	(*UpdateAck)(nil),         // 18: bcd.agent.v1.UpdateAck
-	(*ServerBatch)(nil),       // 19: bcd.agent.v1.ServerBatch
-	nil,                       // 20: bcd.agent.v1.StatusReport.FactsEntry
+	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
+	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
+	(*NodeHints)(nil),           // 2: bcd.agent.v1.NodeHints
+	(*JoinRequest)(nil),         // 3: bcd.agent.v1.JoinRequest
+	(*JoinResponse)(nil),        // 4: bcd.agent.v1.JoinResponse
+	(*AgentMessage)(nil),        // 5: bcd.agent.v1.AgentMessage
+	(*Hello)(nil),               // 6: bcd.agent.v1.Hello
+	(*CommandAck)(nil),          // 7: bcd.agent.v1.CommandAck
+	(*Progress)(nil),            // 8: bcd.agent.v1.Progress
+	(*CommandUpdate)(nil),       // 9: bcd.agent.v1.CommandUpdate
+	(*DiscoveredMachine)(nil),   // 10: bcd.agent.v1.DiscoveredMachine
+	(*StatusReport)(nil),        // 11: bcd.agent.v1.StatusReport
+	(*Heartbeat)(nil),           // 12: bcd.agent.v1.Heartbeat
+	(*AgentBatch)(nil),          // 13: bcd.agent.v1.AgentBatch
+	(*ServerMessage)(nil),       // 14: bcd.agent.v1.ServerMessage
+	(*Command)(nil),             // 15: bcd.agent.v1.Command
+	(*Cancel)(nil),              // 16: bcd.agent.v1.Cancel
+	(*HeartbeatAck)(nil),        // 17: bcd.agent.v1.HeartbeatAck
+	(*UpdateAck)(nil),           // 18: bcd.agent.v1.UpdateAck
+	(*ServerBatch)(nil),         // 19: bcd.agent.v1.ServerBatch
+	(*BootLeaseRequest)(nil),    // 20: bcd.agent.v1.BootLeaseRequest
+	(*BootLeaseResponse)(nil),   // 21: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 22: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 23: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 24: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 25: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 26: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 27: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 28: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 29: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
@@ -1577,7 +2232,7 @@ var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 8: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
 	8,  // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
 	10, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	20, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	29, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
 	7,  // 12: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
 	9,  // 13: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
 	15, // 14: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
@@ -1589,15 +2244,24 @@ var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	15, // 20: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
 	18, // 21: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
 	16, // 22: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
-	3,  // 23: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 24: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	4,  // 25: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	14, // 26: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	25, // [25:27] is the sub-list for method output_type
-	23, // [23:25] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	22, // 23: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	24, // 24: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	26, // 25: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	3,  // 26: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
+	5,  // 27: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	20, // 28: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	23, // 29: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	27, // 30: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	4,  // 31: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	14, // 32: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	21, // 33: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	25, // 34: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	28, // 35: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	31, // [31:36] is the sub-list for method output_type
+	26, // [26:31] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_bcd_agent_v1_agent_proto_init() }
@@ -1626,7 +2290,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

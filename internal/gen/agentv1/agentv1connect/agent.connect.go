@@ -50,6 +50,14 @@ const (
 	GatewayServiceJoinProcedure = "/bcd.agent.v1.GatewayService/Join"
 	// GatewayServiceConnectProcedure is the fully-qualified name of the GatewayService's Connect RPC.
 	GatewayServiceConnectProcedure = "/bcd.agent.v1.GatewayService/Connect"
+	// GatewayServiceBootLeaseProcedure is the fully-qualified name of the GatewayService's BootLease
+	// RPC.
+	GatewayServiceBootLeaseProcedure = "/bcd.agent.v1.GatewayService/BootLease"
+	// GatewayServicePollSetProcedure is the fully-qualified name of the GatewayService's PollSet RPC.
+	GatewayServicePollSetProcedure = "/bcd.agent.v1.GatewayService/PollSet"
+	// GatewayServiceReportPowerProcedure is the fully-qualified name of the GatewayService's
+	// ReportPower RPC.
+	GatewayServiceReportPowerProcedure = "/bcd.agent.v1.GatewayService/ReportPower"
 )
 
 // GatewayServiceClient is a client for the bcd.agent.v1.GatewayService service.
@@ -59,6 +67,19 @@ type GatewayServiceClient interface {
 	Join(context.Context, *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error)
 	// Connect is the agent's long-lived stream: commands down, acks, updates and status up.
 	Connect(context.Context) *connect.BidiStreamForClient[agentv1.AgentMessage, agentv1.ServerMessage]
+	// BootLease acquires, renews or releases the site's boot lease for the calling site agent
+	// (mTLS; the site is the certificate's). The answer carries the lease (held, epoch) and, for
+	// the holder, the site's boot entries it does not have yet: all of them when it has just
+	// acquired the lease (entries_full), else those changed since known_entries_revision by
+	// commands other agents ran. Non-holders never receive entries.
+	BootLease(context.Context, *connect.Request[agentv1.BootLeaseRequest]) (*connect.Response[agentv1.BootLeaseResponse], error)
+	// PollSet lists the nodes of the caller's site whose power the boot-lease holder polls, each
+	// with its BMC binding and credentials encrypted to the caller's key (JWE). Refused
+	// (FAILED_PRECONDITION) to an agent that does not hold the lease at the given epoch.
+	PollSet(context.Context, *connect.Request[agentv1.PollSetRequest]) (*connect.Response[agentv1.PollSetResponse], error)
+	// ReportPower records power readings of the holder's poller: the node's power axis, and the
+	// BMC_UNREACHABLE condition after consecutive failures (raised and cleared with an event).
+	ReportPower(context.Context, *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error)
 }
 
 // NewGatewayServiceClient constructs a client for the bcd.agent.v1.GatewayService service. By
@@ -84,13 +105,34 @@ func NewGatewayServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(gatewayServiceMethods.ByName("Connect")),
 			connect.WithClientOptions(opts...),
 		),
+		bootLease: connect.NewClient[agentv1.BootLeaseRequest, agentv1.BootLeaseResponse](
+			httpClient,
+			baseURL+GatewayServiceBootLeaseProcedure,
+			connect.WithSchema(gatewayServiceMethods.ByName("BootLease")),
+			connect.WithClientOptions(opts...),
+		),
+		pollSet: connect.NewClient[agentv1.PollSetRequest, agentv1.PollSetResponse](
+			httpClient,
+			baseURL+GatewayServicePollSetProcedure,
+			connect.WithSchema(gatewayServiceMethods.ByName("PollSet")),
+			connect.WithClientOptions(opts...),
+		),
+		reportPower: connect.NewClient[agentv1.ReportPowerRequest, agentv1.ReportPowerResponse](
+			httpClient,
+			baseURL+GatewayServiceReportPowerProcedure,
+			connect.WithSchema(gatewayServiceMethods.ByName("ReportPower")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // gatewayServiceClient implements GatewayServiceClient.
 type gatewayServiceClient struct {
-	join    *connect.Client[agentv1.JoinRequest, agentv1.JoinResponse]
-	connect *connect.Client[agentv1.AgentMessage, agentv1.ServerMessage]
+	join        *connect.Client[agentv1.JoinRequest, agentv1.JoinResponse]
+	connect     *connect.Client[agentv1.AgentMessage, agentv1.ServerMessage]
+	bootLease   *connect.Client[agentv1.BootLeaseRequest, agentv1.BootLeaseResponse]
+	pollSet     *connect.Client[agentv1.PollSetRequest, agentv1.PollSetResponse]
+	reportPower *connect.Client[agentv1.ReportPowerRequest, agentv1.ReportPowerResponse]
 }
 
 // Join calls bcd.agent.v1.GatewayService.Join.
@@ -103,6 +145,21 @@ func (c *gatewayServiceClient) Connect(ctx context.Context) *connect.BidiStreamF
 	return c.connect.CallBidiStream(ctx)
 }
 
+// BootLease calls bcd.agent.v1.GatewayService.BootLease.
+func (c *gatewayServiceClient) BootLease(ctx context.Context, req *connect.Request[agentv1.BootLeaseRequest]) (*connect.Response[agentv1.BootLeaseResponse], error) {
+	return c.bootLease.CallUnary(ctx, req)
+}
+
+// PollSet calls bcd.agent.v1.GatewayService.PollSet.
+func (c *gatewayServiceClient) PollSet(ctx context.Context, req *connect.Request[agentv1.PollSetRequest]) (*connect.Response[agentv1.PollSetResponse], error) {
+	return c.pollSet.CallUnary(ctx, req)
+}
+
+// ReportPower calls bcd.agent.v1.GatewayService.ReportPower.
+func (c *gatewayServiceClient) ReportPower(ctx context.Context, req *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error) {
+	return c.reportPower.CallUnary(ctx, req)
+}
+
 // GatewayServiceHandler is an implementation of the bcd.agent.v1.GatewayService service.
 type GatewayServiceHandler interface {
 	// Join exchanges a one-time token and a CSR for a certificate. Unknown, used and expired
@@ -110,6 +167,19 @@ type GatewayServiceHandler interface {
 	Join(context.Context, *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error)
 	// Connect is the agent's long-lived stream: commands down, acks, updates and status up.
 	Connect(context.Context, *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]) error
+	// BootLease acquires, renews or releases the site's boot lease for the calling site agent
+	// (mTLS; the site is the certificate's). The answer carries the lease (held, epoch) and, for
+	// the holder, the site's boot entries it does not have yet: all of them when it has just
+	// acquired the lease (entries_full), else those changed since known_entries_revision by
+	// commands other agents ran. Non-holders never receive entries.
+	BootLease(context.Context, *connect.Request[agentv1.BootLeaseRequest]) (*connect.Response[agentv1.BootLeaseResponse], error)
+	// PollSet lists the nodes of the caller's site whose power the boot-lease holder polls, each
+	// with its BMC binding and credentials encrypted to the caller's key (JWE). Refused
+	// (FAILED_PRECONDITION) to an agent that does not hold the lease at the given epoch.
+	PollSet(context.Context, *connect.Request[agentv1.PollSetRequest]) (*connect.Response[agentv1.PollSetResponse], error)
+	// ReportPower records power readings of the holder's poller: the node's power axis, and the
+	// BMC_UNREACHABLE condition after consecutive failures (raised and cleared with an event).
+	ReportPower(context.Context, *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error)
 }
 
 // NewGatewayServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -131,12 +201,36 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 		connect.WithSchema(gatewayServiceMethods.ByName("Connect")),
 		connect.WithHandlerOptions(opts...),
 	)
+	gatewayServiceBootLeaseHandler := connect.NewUnaryHandler(
+		GatewayServiceBootLeaseProcedure,
+		svc.BootLease,
+		connect.WithSchema(gatewayServiceMethods.ByName("BootLease")),
+		connect.WithHandlerOptions(opts...),
+	)
+	gatewayServicePollSetHandler := connect.NewUnaryHandler(
+		GatewayServicePollSetProcedure,
+		svc.PollSet,
+		connect.WithSchema(gatewayServiceMethods.ByName("PollSet")),
+		connect.WithHandlerOptions(opts...),
+	)
+	gatewayServiceReportPowerHandler := connect.NewUnaryHandler(
+		GatewayServiceReportPowerProcedure,
+		svc.ReportPower,
+		connect.WithSchema(gatewayServiceMethods.ByName("ReportPower")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bcd.agent.v1.GatewayService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GatewayServiceJoinProcedure:
 			gatewayServiceJoinHandler.ServeHTTP(w, r)
 		case GatewayServiceConnectProcedure:
 			gatewayServiceConnectHandler.ServeHTTP(w, r)
+		case GatewayServiceBootLeaseProcedure:
+			gatewayServiceBootLeaseHandler.ServeHTTP(w, r)
+		case GatewayServicePollSetProcedure:
+			gatewayServicePollSetHandler.ServeHTTP(w, r)
+		case GatewayServiceReportPowerProcedure:
+			gatewayServiceReportPowerHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -152,4 +246,16 @@ func (UnimplementedGatewayServiceHandler) Join(context.Context, *connect.Request
 
 func (UnimplementedGatewayServiceHandler) Connect(context.Context, *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.Connect is not implemented"))
+}
+
+func (UnimplementedGatewayServiceHandler) BootLease(context.Context, *connect.Request[agentv1.BootLeaseRequest]) (*connect.Response[agentv1.BootLeaseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.BootLease is not implemented"))
+}
+
+func (UnimplementedGatewayServiceHandler) PollSet(context.Context, *connect.Request[agentv1.PollSetRequest]) (*connect.Response[agentv1.PollSetResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.PollSet is not implemented"))
+}
+
+func (UnimplementedGatewayServiceHandler) ReportPower(context.Context, *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.ReportPower is not implemented"))
 }

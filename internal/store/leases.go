@@ -1,0 +1,264 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ---------------------------------------------------------------- boot lease (DESIGN §6)
+
+// SiteLease is a site's boot lease row.
+type SiteLease struct {
+	SiteID     string
+	Holder     string // "" when none
+	Epoch      uint64 // bumped each time the lease changes hands: the fencing token
+	ExpiresAt  int64
+	AcquiredAt int64
+	// EntriesRev is the revision of the site's newest boot_entries row.
+	EntriesRev uint64
+}
+
+// HeldBy reports whether agent holds the lease at time at.
+func (l SiteLease) HeldBy(agent string, at int64) bool {
+	return l.Holder != "" && l.Holder == agent && l.ExpiresAt > at
+}
+
+// LeaseDecision is what an acquire does to a lease row. Pure, from the row alone.
+type LeaseDecision int
+
+const (
+	LeaseRenew  LeaseDecision = iota // agent holds it: extend
+	LeaseTake                        // free or lapsed: agent takes it, epoch+1
+	LeaseRefuse                      // another agent's lease runs
+)
+
+// DecideLease decides an acquire by agent at time at.
+func DecideLease(l SiteLease, agent string, at int64) LeaseDecision {
+	switch {
+	case l.Holder == agent && agent != "" && l.ExpiresAt > at:
+		return LeaseRenew
+	case l.Holder != "" && l.Holder != agent && l.ExpiresAt > at:
+		return LeaseRefuse
+	case l.Holder == agent && agent != "":
+		// Lapsed but nobody took it: the same holder goes on under the same epoch.
+		return LeaseRenew
+	default:
+		return LeaseTake
+	}
+}
+
+const leaseCols = `site_id, holder, epoch, expires_at, acquired_at, entries_rev`
+
+func scanLease(r interface{ Scan(...any) error }) (SiteLease, error) {
+	var l SiteLease
+	var epoch, rev int64
+	if err := r.Scan(&l.SiteID, &l.Holder, &epoch, &l.ExpiresAt, &l.AcquiredAt, &rev); err != nil {
+		return SiteLease{}, err
+	}
+	l.Epoch, l.EntriesRev = uint64(epoch), uint64(rev)
+	return l, nil
+}
+
+// lockLease reads (creating it empty when missing) and, on PostgreSQL, locks a site's lease row.
+func (t *Tx) lockLease(ctx context.Context, siteID string) (SiteLease, error) {
+	if _, err := t.exec(ctx, `INSERT INTO leases (site_id) VALUES (?) ON CONFLICT (site_id) DO NOTHING`, siteID); err != nil {
+		return SiteLease{}, fmt.Errorf("creating the boot lease of site %s: %w", siteID, err)
+	}
+	l, err := scanLease(t.queryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE site_id = ?`+t.forUpdate(), siteID))
+	if err != nil {
+		return SiteLease{}, fmt.Errorf("reading the boot lease of site %s: %w", siteID, err)
+	}
+	return l, nil
+}
+
+// AcquireLease takes or renews site's boot lease for agent until now+ttl, or refuses while
+// another agent's lease runs. It returns the lease as it stands afterwards.
+func (t *Tx) AcquireLease(ctx context.Context, siteID, agent string, ttl time.Duration) (SiteLease, error) {
+	if agent == "" {
+		return SiteLease{}, errors.New("acquiring a boot lease: the agent is required")
+	}
+	l, err := t.lockLease(ctx, siteID)
+	if err != nil {
+		return SiteLease{}, err
+	}
+	switch DecideLease(l, agent, t.at) {
+	case LeaseRefuse:
+		return l, nil
+	case LeaseTake:
+		l.Holder, l.Epoch, l.AcquiredAt = agent, l.Epoch+1, t.at
+	}
+	l.ExpiresAt = t.at + ttl.Microseconds()
+	if _, err := t.exec(ctx, `UPDATE leases SET holder = ?, epoch = ?, expires_at = ?, acquired_at = ? WHERE site_id = ?`,
+		l.Holder, int64(l.Epoch), l.ExpiresAt, l.AcquiredAt, siteID); err != nil {
+		return SiteLease{}, fmt.Errorf("writing the boot lease of site %s: %w", siteID, err)
+	}
+	return l, nil
+}
+
+// ReleaseLease hands the lease back when agent holds it (another agent may take it at once).
+func (t *Tx) ReleaseLease(ctx context.Context, siteID, agent string) error {
+	if _, err := t.exec(ctx, `UPDATE leases SET holder = '', expires_at = 0 WHERE site_id = ? AND holder = ?`, siteID, agent); err != nil {
+		return fmt.Errorf("releasing the boot lease of site %s: %w", siteID, err)
+	}
+	return nil
+}
+
+// Lease returns a site's boot lease (an empty one when none was ever taken).
+func (s *Store) Lease(ctx context.Context, siteID string) (SiteLease, error) {
+	l, err := scanLease(s.queryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE site_id = ?`, siteID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return SiteLease{SiteID: siteID}, nil
+	}
+	if err != nil {
+		return SiteLease{}, fmt.Errorf("reading the boot lease of site %s: %w", siteID, err)
+	}
+	return l, nil
+}
+
+// ---------------------------------------------------------------- boot entries
+
+// Boot entry kinds as boot_entries keeps them.
+const (
+	BootEntryRamdisk  = "ramdisk"
+	BootEntryInstance = "instance"
+	BootEntryRemoved  = "removed"
+)
+
+// BootEntry is a node's boot entry as its last succeeded boot.* command left it. It holds no
+// token: a push mints a fresh one.
+type BootEntry struct {
+	SiteID, NodeID string
+	Kind           string // BootEntryRamdisk, BootEntryInstance, BootEntryRemoved
+	MACs           []string
+	Local          string // local-boot method of instance entries
+	Generation     uint64 // the node's identity generation the command was made for
+	CommandID      string // the command that installed it
+	AgentID        string // the agent that ran that command (it has the entry already)
+	Revision       uint64
+	UpdatedAt      int64
+}
+
+// PutBootEntry records a node's entry under the site's next entry revision.
+func (t *Tx) PutBootEntry(ctx context.Context, e *BootEntry) error {
+	switch e.Kind {
+	case BootEntryRamdisk, BootEntryInstance, BootEntryRemoved:
+	default:
+		return fmt.Errorf("boot entry of node %s: kind %q: accepted are ramdisk, instance, removed", e.NodeID, e.Kind)
+	}
+	l, err := t.lockLease(ctx, e.SiteID)
+	if err != nil {
+		return err
+	}
+	e.Revision, e.UpdatedAt = l.EntriesRev+1, t.at
+	if _, err := t.exec(ctx, `UPDATE leases SET entries_rev = ? WHERE site_id = ?`, int64(e.Revision), e.SiteID); err != nil {
+		return fmt.Errorf("bumping the boot entries of site %s: %w", e.SiteID, err)
+	}
+	macs := e.MACs
+	if macs == nil {
+		macs = []string{}
+	}
+	_, err = t.exec(ctx, `INSERT INTO boot_entries (site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (site_id, node_id) DO UPDATE SET kind = excluded.kind, macs = excluded.macs,
+		local_boot = excluded.local_boot, generation = excluded.generation, command_id = excluded.command_id, agent_id = excluded.agent_id,
+		revision = excluded.revision, updated_at = excluded.updated_at`,
+		e.SiteID, e.NodeID, e.Kind, mustJSON(macs), e.Local, int64(e.Generation), e.CommandID, e.AgentID, int64(e.Revision), t.at)
+	if err != nil {
+		return fmt.Errorf("recording the boot entry of node %s: %w", e.NodeID, err)
+	}
+	return nil
+}
+
+const bootEntryCols = `site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at`
+
+func scanBootEntry(r interface{ Scan(...any) error }) (BootEntry, error) {
+	var e BootEntry
+	var macs string
+	var gen, rev int64
+	if err := r.Scan(&e.SiteID, &e.NodeID, &e.Kind, &macs, &e.Local, &gen, &e.CommandID, &e.AgentID, &rev, &e.UpdatedAt); err != nil {
+		return BootEntry{}, err
+	}
+	e.Generation, e.Revision = uint64(gen), uint64(rev)
+	if err := json.Unmarshal([]byte(macs), &e.MACs); err != nil {
+		return BootEntry{}, fmt.Errorf("boot entry of node %s: macs: %w", e.NodeID, err)
+	}
+	return e, nil
+}
+
+// BootEntries lists a site's entries with a revision above after, oldest revision first:
+// after 0 lists the whole table without removed entries; a delta (after > 0) includes them.
+func (t *Tx) BootEntries(ctx context.Context, siteID string, after uint64) ([]BootEntry, error) {
+	q := `SELECT ` + bootEntryCols + ` FROM boot_entries WHERE site_id = ? AND revision > ?`
+	if after == 0 {
+		q += ` AND kind <> 'removed'`
+	}
+	rows, err := t.query(ctx, q+` ORDER BY revision`, siteID, int64(after))
+	return collect(rows, err, "boot entries", scanBootEntry)
+}
+
+// ---------------------------------------------------------------- power polling
+
+// PollTarget is a node whose power a site's lease holder polls.
+type PollTarget struct {
+	NodeID string
+	BMC    BMCRef
+}
+
+// PollTargets lists the nodes of a site with a BMC binding, retired ones excepted.
+func (t *Tx) PollTargets(ctx context.Context, siteID string) ([]PollTarget, error) {
+	rows, err := t.query(ctx, `SELECT id, bmc_driver, bmc_address, bmc_username_ref, bmc_password_ref, bmc_insecure, bmc_fingerprint
+		FROM nodes WHERE site_id = ? AND bmc_address <> '' AND state <> 'retired' ORDER BY id`, siteID)
+	return collect(rows, err, "nodes to poll", func(r interface{ Scan(...any) error }) (PollTarget, error) {
+		var p PollTarget
+		err := r.Scan(&p.NodeID, &p.BMC.Driver, &p.BMC.Address, &p.BMC.UsernameRef, &p.BMC.PasswordRef, &p.BMC.InsecureTLS, &p.BMC.FingerprintSHA256)
+		return p, err
+	})
+}
+
+// PowerPoll is a node's polling record.
+type PowerPoll struct {
+	NodeID           string
+	Failures         int
+	UnreachableSince int64 // 0: BMC_UNREACHABLE not raised
+	LastError        string
+	LastOKAt         int64
+	UpdatedAt        int64
+}
+
+// LockPowerPoll reads a node's polling record (zero when none).
+func (t *Tx) LockPowerPoll(ctx context.Context, nodeID string) (PowerPoll, error) {
+	p := PowerPoll{NodeID: nodeID}
+	err := t.queryRow(ctx, `SELECT failures, unreachable_since, last_error, last_ok_at, updated_at FROM power_polls WHERE node_id = ?`+t.forUpdate(), nodeID).
+		Scan(&p.Failures, &p.UnreachableSince, &p.LastError, &p.LastOKAt, &p.UpdatedAt)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return PowerPoll{}, fmt.Errorf("reading power polling of node %s: %w", nodeID, err)
+	}
+	return p, nil
+}
+
+// PutPowerPoll writes a node's polling record.
+func (t *Tx) PutPowerPoll(ctx context.Context, p PowerPoll) error {
+	_, err := t.exec(ctx, `INSERT INTO power_polls (node_id, failures, unreachable_since, last_error, last_ok_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET failures = excluded.failures, unreachable_since = excluded.unreachable_since,
+		last_error = excluded.last_error, last_ok_at = excluded.last_ok_at, updated_at = excluded.updated_at`,
+		p.NodeID, p.Failures, p.UnreachableSince, p.LastError, p.LastOKAt, t.at)
+	if err != nil {
+		return fmt.Errorf("recording power polling of node %s: %w", p.NodeID, err)
+	}
+	return nil
+}
+
+
+// PowerPoll returns a node's polling record (zero when none).
+func (s *Store) PowerPoll(ctx context.Context, nodeID string) (PowerPoll, error) {
+	p := PowerPoll{NodeID: nodeID}
+	err := s.queryRow(ctx, `SELECT failures, unreachable_since, last_error, last_ok_at, updated_at FROM power_polls WHERE node_id = ?`, nodeID).
+		Scan(&p.Failures, &p.UnreachableSince, &p.LastError, &p.LastOKAt, &p.UpdatedAt)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return PowerPoll{}, fmt.Errorf("reading power polling of node %s: %w", nodeID, err)
+	}
+	return p, nil
+}
