@@ -34,6 +34,9 @@ type Config struct {
 	AgentGrace time.Duration
 	// Profiles are operator-defined deploy profiles, beside the built-in ones.
 	Profiles []workflow.Profile
+	// UnreachableAfter is how many consecutive failed power reads raise BMC_UNREACHABLE on a
+	// node; default DefaultUnreachableAfter.
+	UnreachableAfter int
 	// Secrets opens secret:// references (BMC credentials), which are then sent to the site
 	// agent only encrypted to its certificate.
 	Secrets SecretOpener

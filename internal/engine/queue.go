@@ -181,7 +181,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		e.sentMu.Lock()
 		sent := len(e.sent[a.ID])
 		e.sentMu.Unlock()
-		cmds, err := tx.ClaimCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit+sent)
+		cmds, err := tx.ClaimCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit+sent, holderKinds()...)
 		if err != nil {
 			return err
 		}
@@ -346,6 +346,11 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		}
 		if err := tx.UpdateCommand(ctx, &c); err != nil {
 			return err
+		}
+		if to == command.Succeeded {
+			if err := e.recordBootEntry(ctx, tx, a, c); err != nil {
+				return err
+			}
 		}
 		if to.Final() {
 			return tx.Wake(ctx, c.NodeID, "command "+u.State, 0)

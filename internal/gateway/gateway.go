@@ -186,6 +186,9 @@ func AttestedKinds() map[string]bool {
 type Config struct {
 	Queue      Queue
 	Identities Identities
+	// Sites keeps the boot lease and power polling; nil: those calls answer UNIMPLEMENTED (site
+	// agents then serve as if alone).
+	Sites Sites
 	// CA is sent to joining agents (JoinResponse.ca_pem).
 	CA     *pki.CA
 	Logger *slog.Logger

@@ -250,3 +250,15 @@ type (
 	gatewayEnv        = gatewaytest.Env
 	gatewaytestCounts = gatewaytest.Counts
 )
+
+// waitHolds waits until the agent serves (its first lease answer arrived).
+func waitHolds(t *testing.T, a *testAgent) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !a.HoldsBootLease() {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %s does not serve after 10 s", a.ref.AgentID)
+		}
+		time.Sleep(10 * time.Millisecond) // poll with a deadline: the hold has no exported change signal
+	}
+}

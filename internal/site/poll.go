@@ -10,10 +10,22 @@ import (
 	"bcd/internal/bmc"
 )
 
-// PowerReporter receives power changes the poller observed (and each node's first reading).
-// The control plane backs it; it must not block for long.
+// PowerReading is what the poller reports about one read of a node's power.
+type PowerReading struct {
+	NodeID string
+	Power  bmc.PowerState // "" when the read failed
+	Err    error
+	// Failures counts the consecutive failed reads of the node's BMC, this one included (0 when
+	// it answered).
+	Failures int
+	At       time.Time
+}
+
+// PowerReporter receives the poller's readings: each node's first reading, every change, every
+// failure, and the first success after failures (so that the control plane can clear
+// BMC_UNREACHABLE). The control plane backs it; it must not block for long.
 type PowerReporter interface {
-	ReportPower(ctx context.Context, nodeID string, power bmc.PowerState) error
+	ReportPower(ctx context.Context, r PowerReading) error
 }
 
 // PollConfig tunes power-state polling. Zero values take the defaults.
@@ -65,9 +77,11 @@ type pollTarget struct {
 	nodeID string
 	ref    BMCRef
 	jwe    string
-	next   time.Time
-	last   bmc.PowerState
-	busy   bool // a read runs
+	next    time.Time
+	last    bmc.PowerState
+	failing bool // the last read failed
+	busy    bool // a read runs
+	fromSet bool // listed by the control plane's poll set (SetTargets), not only watched
 }
 
 // poller polls the power of the nodes the agent ran BMC commands for: per node with jitter,
@@ -86,6 +100,7 @@ type poller struct {
 	targets map[string]*pollTarget // node → target
 	fails   map[string]int         // BMC key → consecutive failures
 	wake    chan struct{}
+	paused  bool // SetActive(false): no read starts
 }
 
 func newPoller(cfg PollConfig, probe powerProbe, locks *bmcLocks, r PowerReporter, log *slog.Logger, now func() time.Time) *poller {
@@ -104,6 +119,45 @@ func (p *poller) Watch(nodeID string, ref BMCRef, jwe string) {
 		p.targets[nodeID] = t
 	}
 	t.ref, t.jwe = ref, jwe
+	p.mu.Unlock()
+	p.poke()
+}
+
+// SetTarget is SetTargets' element: a node with its binding and encrypted credentials.
+type SetTarget struct {
+	NodeID string
+	Ref    BMCRef
+	JWE    string
+}
+
+// SetTargets makes ts the nodes listed by the control plane's poll set: new ones are read
+// after a jittered fraction of the interval, listed ones get the new binding, nodes the
+// previous set listed and ts does not are forgotten (nodes only watched are kept).
+func (p *poller) SetTargets(ts []SetTarget) {
+	p.mu.Lock()
+	keep := make(map[string]bool, len(ts))
+	for _, st := range ts {
+		keep[st.NodeID] = true
+		t, ok := p.targets[st.NodeID]
+		if !ok {
+			t = &pollTarget{nodeID: st.NodeID, next: p.now().Add(time.Duration(p.rnd() * float64(p.cfg.Interval)))}
+			p.targets[st.NodeID] = t
+		}
+		t.ref, t.jwe, t.fromSet = st.Ref, st.JWE, true
+	}
+	for id, t := range p.targets {
+		if t.fromSet && !keep[id] {
+			delete(p.targets, id)
+		}
+	}
+	p.mu.Unlock()
+	p.poke()
+}
+
+// SetActive starts (true) or pauses (false) polling: only the boot-lease holder polls.
+func (p *poller) SetActive(active bool) {
+	p.mu.Lock()
+	p.paused = !active
 	p.mu.Unlock()
 	p.poke()
 }
@@ -153,6 +207,9 @@ func (p *poller) Run(ctx context.Context) {
 func (p *poller) dispatch(ctx context.Context, sem chan struct{}, wg *sync.WaitGroup) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.paused {
+		return time.Time{}
+	}
 	now := p.now()
 	for _, t := range p.targets {
 		if t.busy || t.next.After(now) {
@@ -192,7 +249,7 @@ func (p *poller) dispatch(ctx context.Context, sem chan struct{}, wg *sync.WaitG
 }
 
 // done records a read: the BMC's failure count, the node's next read, and a report when the
-// power changed.
+// power changed, the read failed, or the BMC answers again after failing.
 func (p *poller) done(ctx context.Context, nodeID, key string, power bmc.PowerState, err error) {
 	p.mu.Lock()
 	if err != nil {
@@ -202,22 +259,30 @@ func (p *poller) done(ctx context.Context, nodeID, key string, power bmc.PowerSt
 	}
 	fails := p.fails[key]
 	t, ok := p.targets[nodeID]
-	changed := false
+	report := false
 	if ok {
 		t.busy = false
 		t.next = p.now().Add(pollDelay(p.cfg.Interval, p.cfg.MaxInterval, fails, p.cfg.Jitter, p.rnd()))
-		if err == nil && power != t.last {
-			t.last, changed = power, true
+		switch {
+		case err != nil:
+			t.failing, report = true, true
+		case power != t.last || t.failing:
+			t.last, t.failing, report = power, false, true
 		}
 	}
 	p.mu.Unlock()
 	p.poke()
-	switch {
-	case err != nil && ctx.Err() == nil:
+	if err != nil && ctx.Err() == nil {
 		p.log.WarnContext(ctx, "power poll failed", "node", nodeID, "bmc", key, "failures", fails, "err", err)
-	case changed:
-		if rerr := p.reporter.ReportPower(ctx, nodeID, power); rerr != nil {
-			p.log.WarnContext(ctx, "reporting power", "node", nodeID, "err", rerr)
-		}
+	}
+	if !report || ctx.Err() != nil {
+		return
+	}
+	r := PowerReading{NodeID: nodeID, Power: power, Err: err, Failures: fails, At: p.now()}
+	if err != nil {
+		r.Power = ""
+	}
+	if rerr := p.reporter.ReportPower(ctx, r); rerr != nil {
+		p.log.WarnContext(ctx, "reporting power", "node", nodeID, "err", rerr)
 	}
 }

@@ -38,14 +38,19 @@ func TestPollDelay(t *testing.T) {
 }
 
 type reports struct {
-	mu  sync.Mutex
-	got map[string][]bmc.PowerState
-	ch  chan struct{}
+	mu       sync.Mutex
+	got      map[string][]bmc.PowerState // successful readings
+	failures map[string][]int            // failed readings: the failure count each carried
+	ch       chan struct{}
 }
 
-func (r *reports) ReportPower(_ context.Context, node string, p bmc.PowerState) error {
+func (r *reports) ReportPower(_ context.Context, pr PowerReading) error {
 	r.mu.Lock()
-	r.got[node] = append(r.got[node], p)
+	if pr.Err != nil {
+		r.failures[pr.NodeID] = append(r.failures[pr.NodeID], pr.Failures)
+	} else {
+		r.got[pr.NodeID] = append(r.got[pr.NodeID], pr.Power)
+	}
 	r.mu.Unlock()
 	select {
 	case r.ch <- struct{}{}:
@@ -60,8 +65,16 @@ func (r *reports) of(node string) []bmc.PowerState {
 	return append([]bmc.PowerState(nil), r.got[node]...)
 }
 
+func (r *reports) failuresOf(node string) []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int(nil), r.failures[node]...)
+}
+
 // TestPoller: nodes behind one BMC are never read concurrently; a failing BMC is read less and
-// less often; changes (and first readings) are reported once.
+// less often; changes (and first readings) are reported once; every failure is reported with
+// the BMC's consecutive failure count, and the first success after failures is reported (so the
+// control plane can clear BMC_UNREACHABLE).
 func TestPoller(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	var mu sync.Mutex
@@ -69,6 +82,7 @@ func TestPoller(t *testing.T) {
 	maxInFlight := map[string]int{}
 	calls := map[string]int{}
 	power := map[string]bmc.PowerState{"n1": bmc.PowerOff, "n2": bmc.PowerOn, "n3": bmc.PowerOn}
+	healed := false // the failing BMC answers again
 	probe := func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
 		mu.Lock()
 		inFlight[ref.Address]++
@@ -82,13 +96,14 @@ func TestPoller(t *testing.T) {
 		}
 		mu.Lock()
 		inFlight[ref.Address]--
+		ok := healed
 		mu.Unlock()
-		if ref.Address == "bad" {
+		if ref.Address == "bad" && !ok {
 			return "", errors.New("timeout")
 		}
 		return p, nil
 	}
-	r := &reports{got: map[string][]bmc.PowerState{}, ch: make(chan struct{}, 1)}
+	r := &reports{got: map[string][]bmc.PowerState{}, failures: map[string][]int{}, ch: make(chan struct{}, 1)}
 	p := newPoller(PollConfig{Interval: 20 * time.Millisecond, MaxInterval: time.Second, RetryBusy: 2 * time.Millisecond},
 		probe, newBMCLocks(), r, slog.New(slog.DiscardHandler), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -117,6 +132,11 @@ func TestPoller(t *testing.T) {
 	mu.Unlock()
 	waitFor("the change of n1", func() bool { return len(r.of("n1")) == 2 })
 	time.Sleep(400 * time.Millisecond) // let both BMCs be polled for a while
+	mu.Lock()
+	badCalls, chassisCalls := calls["bad"], calls["chassis"]
+	healed = true
+	mu.Unlock()
+	waitFor("the failing BMC's recovery", func() bool { return len(r.of("n3")) == 1 })
 	cancel()
 	<-done
 
@@ -126,8 +146,14 @@ func TestPoller(t *testing.T) {
 	if got := r.of("n2"); len(got) != 1 {
 		t.Errorf("n2 reports %v, want one (no change)", got)
 	}
-	if got := r.of("n3"); len(got) != 0 {
-		t.Errorf("n3 (failing BMC) reports %v", got)
+	if got := r.of("n3"); len(got) != 1 || got[0] != bmc.PowerOn {
+		t.Errorf("n3 (BMC failing, then answering) reports %v, want [on] once it answered", got)
+	}
+	if f := r.failuresOf("n3"); len(f) < 2 || f[0] != 1 || f[1] != 2 {
+		t.Errorf("n3 failure reports carry counts %v, want 1, 2, …", f)
+	}
+	if f := r.failuresOf("n1"); len(f) != 0 {
+		t.Errorf("n1 (healthy) reported failures %v", f)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -136,8 +162,8 @@ func TestPoller(t *testing.T) {
 	}
 	// In ~0.5 s a healthy 20 ms interval gives each of two nodes ~20 reads; a failing BMC backs
 	// off 20, 40, 80, 160, 320 ms: at most ~6 reads.
-	if calls["bad"] > 7 || calls["chassis"] < 2*calls["bad"] {
-		t.Errorf("reads: failing BMC %d, healthy chassis %d: no back-off", calls["bad"], calls["chassis"])
+	if badCalls > 7 || chassisCalls < 2*badCalls {
+		t.Errorf("reads: failing BMC %d, healthy chassis %d: no back-off", badCalls, chassisCalls)
 	}
-	t.Logf("reads in the window: healthy chassis (2 nodes) %d, failing BMC %d", calls["chassis"], calls["bad"])
+	t.Logf("reads in the window: healthy chassis (2 nodes) %d, failing BMC %d", chassisCalls, badCalls)
 }

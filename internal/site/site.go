@@ -39,11 +39,13 @@ import (
 
 // Defaults.
 const (
-	DefaultLeaseTTL   = 15 * time.Second
+	DefaultLeaseTTL   = 10 * time.Second
 	DefaultIPXEDir    = "/usr/lib/ipxe"
 	DefaultRetryAfter = 5 * time.Second
 	// dhcpRestartDelay is the wait before DHCP is started again after it failed while held.
 	dhcpRestartDelay = 5 * time.Second
+	// reportInterval spaces power reports to the control plane (readings are batched).
+	reportInterval = 500 * time.Millisecond
 	// statusMinInterval spaces status reports (discoveries come in bursts).
 	statusMinInterval = 500 * time.Millisecond
 )
@@ -85,7 +87,9 @@ type Config struct {
 	LocalBoot     string // default local-boot method: exit (default) or sanboot
 	ArtifactCache *netboot.Cache
 
-	// Lease is the site's boot lease; nil makes this agent the only one, always the holder.
+	// Lease is the site's boot lease; nil takes the control plane's (BootLease through the
+	// gateway: the holder is given the site's boot entries), or makes this agent the only one,
+	// always the holder, when the control plane keeps none.
 	Lease    Lease
 	LeaseTTL time.Duration
 
@@ -96,10 +100,14 @@ type Config struct {
 	IPMIOptions    ipmi.Options
 	IPMIPacer      ipmi.PacerConfig
 
-	// PowerReporter, when set, turns on power-state polling of every node the agent ran a BMC
-	// command for, tuned by Poll; changes are reported to it.
+	// Power-state polling, tuned by Poll. With the control plane's lease (Lease nil) the holder
+	// polls the nodes of the control plane's poll set and reports to it; PowerReporter, when
+	// set, receives the readings instead (and, with a Lease of its own or a control plane that
+	// keeps none, the agent polls every node it ran a BMC command for).
 	PowerReporter PowerReporter
 	Poll          PollConfig
+	// NoPowerPolling turns polling off.
+	NoPowerPolling bool
 
 	// Link tuning (tests); zero takes agentlink's defaults.
 	HeartbeatInterval time.Duration
@@ -168,7 +176,7 @@ func New(cfg Config) (*Agent, error) {
 	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, cache: a.cache,
 		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger}
 	var h *handler
-	if cfg.PowerReporter != nil {
+	if !cfg.NoPowerPolling && (cfg.PowerReporter != nil || cfg.Lease == nil) {
 		a.poller = newPoller(cfg.Poll, func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
 			return h.readPower(ctx, ref, jwe)
 		}, locks, cfg.PowerReporter, cfg.Logger, cfg.Now)
@@ -393,14 +401,24 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return nil
 	})
-	if a.cfg.Lease == nil {
-		a.hold.set(a.cfg.Now().Add(100 * 365 * 24 * time.Hour)) // the only agent of its site
-	} else {
-		g.Go(func() error {
-			leaseLoop(gctx, a.cfg.Lease, id.SiteID, id.AgentID, a.cfg.LeaseTTL, a.hold, log)
-			return nil
-		})
+	lease := a.cfg.Lease
+	if lease == nil {
+		gl := newGatewayLease(link, func(full bool, es []agentlink.BootEntry) error { return a.applyPushed(gctx, full, es) }, log)
+		lease = gl
+		if a.poller != nil {
+			if a.poller.reporter == nil {
+				lr := newLinkReporter(link, gl, log)
+				a.poller.reporter = lr
+				g.Go(func() error { lr.Run(gctx, reportInterval); return nil })
+			}
+			a.poller.SetActive(false) // until the lease and the poll set say otherwise
+			g.Go(func() error { pollSetLoop(gctx, link, gl, a.poller, log); return nil })
+		}
 	}
+	g.Go(func() error {
+		leaseLoop(gctx, lease, id.SiteID, id.AgentID, a.cfg.LeaseTTL, a.hold, log)
+		return nil
+	})
 	g.Go(func() error { a.statusLoop(gctx, link); return nil })
 	if a.poller != nil {
 		g.Go(func() error { a.poller.Run(gctx); return nil })

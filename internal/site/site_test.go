@@ -36,6 +36,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	power := &powerReports{last: map[string]bmc.PowerState{}, ch: make(chan struct{}, 1)}
 	cfg.PowerReporter, cfg.Poll = power, site.PollConfig{Interval: 100 * time.Millisecond}
 	ag := startAgent(t, cfg, "a1")
+	waitHolds(t, ag)
 	cert := ag.certDER(t)
 
 	rfMachine, ipmiMachine := vbmc.NewFakeMachine(), vbmc.NewFakeMachine()
@@ -207,6 +208,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	cfg = agentConfig(t, env, "a1", dir, log)
 	cfg.JoinToken = ""
 	ag2 := startAgent(t, cfg, "a1")
+	waitHolds(t, ag2)
 	base2 := "http://" + ag2.HTTPAddr().String()
 	if code, body := getScript(t, base2, mac); code != http.StatusOK || !strings.Contains(body, "exit") {
 		t.Fatalf("after restart: %d %q", code, body)
@@ -240,9 +242,12 @@ type powerReports struct {
 	ch   chan struct{}
 }
 
-func (p *powerReports) ReportPower(_ context.Context, node string, s bmc.PowerState) error {
+func (p *powerReports) ReportPower(_ context.Context, r site.PowerReading) error {
+	if r.Err != nil {
+		return nil
+	}
 	p.mu.Lock()
-	p.last[node] = s
+	p.last[r.NodeID] = r.Power
 	p.mu.Unlock()
 	select {
 	case p.ch <- struct{}{}:

@@ -107,6 +107,18 @@ func (t *Tx) ReleaseLease(ctx context.Context, siteID, agent string) error {
 	return nil
 }
 
+// LeaseOf reads a site's boot lease in the transaction (an empty one when none was ever taken).
+func (t *Tx) LeaseOf(ctx context.Context, siteID string) (SiteLease, error) {
+	l, err := scanLease(t.queryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE site_id = ?`, siteID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return SiteLease{SiteID: siteID}, nil
+	}
+	if err != nil {
+		return SiteLease{}, fmt.Errorf("reading the boot lease of site %s: %w", siteID, err)
+	}
+	return l, nil
+}
+
 // Lease returns a site's boot lease (an empty one when none was ever taken).
 func (s *Store) Lease(ctx context.Context, siteID string) (SiteLease, error) {
 	l, err := scanLease(s.queryRow(ctx, `SELECT `+leaseCols+` FROM leases WHERE site_id = ?`, siteID))
@@ -250,7 +262,6 @@ func (t *Tx) PutPowerPoll(ctx context.Context, p PowerPoll) error {
 	}
 	return nil
 }
-
 
 // PowerPoll returns a node's polling record (zero when none).
 func (s *Store) PowerPoll(ctx context.Context, nodeID string) (PowerPoll, error) {

@@ -1,0 +1,120 @@
+package agentlink
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "bcd/internal/gen/agentv1"
+)
+
+// Site agents' unary calls beside the stream: the site's boot lease (with the boot entries the
+// holder is given) and power polling. They use the link's mTLS client; the gateway identifies
+// the agent by its certificate.
+
+const (
+	// ErrUnsupported: the gateway keeps no boot lease (an older or embedded control plane).
+	ErrUnsupported Error = "not supported by the gateway"
+	// ErrNotHolder: the agent does not hold its site's boot lease at the epoch it named.
+	ErrNotHolder Error = "not the boot-lease holder"
+)
+
+// LeaseRequest acquires, renews or (Release) hands back the site's boot lease.
+type LeaseRequest struct {
+	Release       bool
+	TTL           time.Duration
+	Epoch         uint64 // the epoch the agent holds; 0: none
+	KnownRevision uint64 // the boot-entry revision the agent applied
+}
+
+// BootEntry is a boot entry the control plane gives the lease holder.
+type BootEntry struct {
+	NodeID string
+	Kind   string // ramdisk, instance, removed
+	MACs   []string
+	Token  string // one-time token; never log it
+	Local  string
+}
+
+// LeaseGrant is the gateway's answer.
+type LeaseGrant struct {
+	Held     bool
+	Holder   string
+	Epoch    uint64
+	TTL      time.Duration
+	Revision uint64
+	Full     bool // Entries replace the agent's table
+	Entries  []BootEntry
+}
+
+// PollTarget is a node whose power the holder polls; CredentialsJWE is encrypted to the agent.
+type PollTarget struct {
+	NodeID, Driver, Address string
+	InsecureTLS             bool
+	FingerprintSHA256       string
+	CredentialsJWE          string
+}
+
+// PowerReading is one read of a node's power.
+type PowerReading struct {
+	NodeID   string
+	Power    string // "" when the read failed
+	Error    string
+	Failures int
+	Observed time.Time
+}
+
+func siteCallError(what string, err error) error {
+	switch connect.CodeOf(err) {
+	case connect.CodeUnimplemented:
+		return fmt.Errorf("%s: %w", what, ErrUnsupported)
+	case connect.CodeFailedPrecondition:
+		return fmt.Errorf("%s: %w", what, ErrNotHolder)
+	}
+	return fmt.Errorf("%s: %w", what, classify(err))
+}
+
+// BootLease calls the gateway's BootLease.
+func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, error) {
+	res, err := l.cl.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{Release: req.Release, TtlMs: req.TTL.Milliseconds(),
+		Epoch: req.Epoch, KnownEntriesRevision: req.KnownRevision}))
+	if err != nil {
+		return LeaseGrant{}, siteCallError("boot lease", err)
+	}
+	m := res.Msg
+	g := LeaseGrant{Held: m.GetHeld(), Holder: m.GetHolderAgentId(), Epoch: m.GetEpoch(), TTL: time.Duration(m.GetTtlMs()) * time.Millisecond,
+		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull()}
+	for _, e := range m.GetEntries() {
+		g.Entries = append(g.Entries, BootEntry{NodeID: e.GetNodeId(), Kind: e.GetKind(), MACs: e.GetMacs(), Token: e.GetToken(), Local: e.GetLocal()})
+	}
+	return g, nil
+}
+
+// PollSet fetches the nodes the holder at epoch polls, and when to ask again.
+func (l *Link) PollSet(ctx context.Context, epoch uint64) ([]PollTarget, time.Duration, error) {
+	res, err := l.cl.PollSet(ctx, connect.NewRequest(&agentv1.PollSetRequest{Epoch: epoch}))
+	if err != nil {
+		return nil, 0, siteCallError("poll set", err)
+	}
+	out := make([]PollTarget, 0, len(res.Msg.GetTargets()))
+	for _, t := range res.Msg.GetTargets() {
+		out = append(out, PollTarget{NodeID: t.GetNodeId(), Driver: t.GetDriver(), Address: t.GetAddress(), InsecureTLS: t.GetInsecureTls(),
+			FingerprintSHA256: t.GetFingerprintSha256(), CredentialsJWE: t.GetCredentialsJwe()})
+	}
+	return out, time.Duration(res.Msg.GetRefreshMs()) * time.Millisecond, nil
+}
+
+// ReportPower sends power readings of the holder at epoch.
+func (l *Link) ReportPower(ctx context.Context, epoch uint64, rs []PowerReading) error {
+	m := &agentv1.ReportPowerRequest{Epoch: epoch, Readings: make([]*agentv1.PowerReading, 0, len(rs))}
+	for _, r := range rs {
+		m.Readings = append(m.Readings, &agentv1.PowerReading{NodeId: r.NodeID, Power: r.Power, Error: r.Error, Failures: int32(r.Failures),
+			ObservedUnixMs: r.Observed.UnixMilli()})
+	}
+	if _, err := l.cl.ReportPower(ctx, connect.NewRequest(m)); err != nil {
+		return siteCallError("power report", err)
+	}
+	return nil
+}

@@ -1,0 +1,55 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"bcd/internal/gateway"
+)
+
+var _ gateway.Sites = (*Gateway)(nil)
+
+func notHolder(err error) error {
+	if errors.Is(err, ErrNotHolder) {
+		return fmt.Errorf("%w: %v", gateway.ErrNotHolder, err)
+	}
+	return err
+}
+
+// BootLease implements gateway.Sites.
+func (g *Gateway) BootLease(ctx context.Context, a gateway.AgentRef, req gateway.LeaseRequest) (gateway.LeaseGrant, error) {
+	lg, err := g.e.BootLease(ctx, g.agent(ctx, a), LeaseRequest{Release: req.Release, TTL: req.TTL, Epoch: req.Epoch, KnownRevision: req.KnownRevision})
+	if err != nil {
+		return gateway.LeaseGrant{}, err
+	}
+	out := gateway.LeaseGrant{Held: lg.Held, Holder: lg.Holder, Epoch: lg.Epoch, TTL: lg.TTL, Revision: lg.Revision, Full: lg.Full}
+	for _, e := range lg.Entries {
+		out.Entries = append(out.Entries, gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local})
+	}
+	return out, nil
+}
+
+// PollSet implements gateway.Sites.
+func (g *Gateway) PollSet(ctx context.Context, a gateway.AgentRef, epoch uint64) ([]gateway.PollTarget, time.Duration, error) {
+	ts, refresh, err := g.e.PollSet(ctx, g.agent(ctx, a), epoch)
+	if err != nil {
+		return nil, 0, notHolder(err)
+	}
+	out := make([]gateway.PollTarget, len(ts))
+	for i, t := range ts {
+		out[i] = gateway.PollTarget{NodeID: t.NodeID, Driver: t.BMC.Driver, Address: t.BMC.Address, InsecureTLS: t.BMC.InsecureTLS,
+			FingerprintSHA256: t.BMC.FingerprintSHA256, CredentialsJWE: t.Credentials}
+	}
+	return out, refresh, nil
+}
+
+// ReportPower implements gateway.Sites.
+func (g *Gateway) ReportPower(ctx context.Context, a gateway.AgentRef, epoch uint64, rs []gateway.PowerReading) error {
+	in := make([]PowerReading, len(rs))
+	for i, r := range rs {
+		in[i] = PowerReading{NodeID: r.NodeID, Power: r.Power, Error: r.Error, Failures: r.Failures, Observed: r.Observed}
+	}
+	return notHolder(g.e.ReportPower(ctx, g.agent(ctx, a), epoch, in))
+}

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"connectrpc.com/connect"
+
+	agentv1 "bcd/internal/gen/agentv1"
+	"bcd/internal/pki"
+)
+
+// Sites is what the gateway's BootLease, PollSet and ReportPower calls need of the control
+// plane: the site's boot lease with the entries its holder is given, and power polling. Every
+// method is called with the site agent's verified identity.
+type Sites interface {
+	BootLease(ctx context.Context, a AgentRef, req LeaseRequest) (LeaseGrant, error)
+	// PollSet errs with ErrNotHolder (wrapped) when a does not hold the lease at epoch.
+	PollSet(ctx context.Context, a AgentRef, epoch uint64) (targets []PollTarget, refresh time.Duration, err error)
+	// ReportPower errs with ErrNotHolder (wrapped) when a does not hold the lease at epoch.
+	ReportPower(ctx context.Context, a AgentRef, epoch uint64, readings []PowerReading) error
+}
+
+// ErrNotHolder: Sites returns it (wrapped) to an agent that does not hold its site's boot lease
+// at the epoch it names; the agent is told FAILED_PRECONDITION.
+const ErrNotHolder Error = "not the boot-lease holder"
+
+// LeaseRequest is a site agent's acquire, renewal or release of its site's boot lease.
+type LeaseRequest struct {
+	Release       bool
+	TTL           time.Duration
+	Epoch         uint64
+	KnownRevision uint64
+}
+
+// BootEntry is a boot entry pushed to the lease holder.
+type BootEntry struct {
+	NodeID, Kind string
+	MACs         []string
+	Token, Local string
+}
+
+// LeaseGrant answers a LeaseRequest.
+type LeaseGrant struct {
+	Held     bool
+	Holder   string
+	Epoch    uint64
+	TTL      time.Duration
+	Revision uint64
+	Full     bool
+	Entries  []BootEntry
+}
+
+// PollTarget is a node the holder polls.
+type PollTarget struct {
+	NodeID, Driver, Address string
+	InsecureTLS             bool
+	FingerprintSHA256       string
+	CredentialsJWE          string
+}
+
+// PowerReading is one power read by the holder's poller.
+type PowerReading struct {
+	NodeID, Power, Error string
+	Failures             int
+	Observed             time.Time
+}
+
+// siteAgent admits only site agents to the site calls.
+func (s *Server) siteAgent(ctx context.Context) (AgentRef, error) {
+	if s.cfg.Sites == nil {
+		return AgentRef{}, connect.NewError(connect.CodeUnimplemented, errors.New("this control plane keeps no boot lease"))
+	}
+	id, ok := peerIdentity(ctx)
+	if !ok {
+		return AgentRef{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a client certificate issued at join is required"))
+	}
+	if id.Kind != pki.KindSiteAgent {
+		return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s certificate is not a site agent's", id.Kind))
+	}
+	return RefOf(id), nil
+}
+
+// siteError maps a Sites error for the agent: not-holder is a precondition, the rest is logged
+// and reported without detail.
+func (s *Server) siteError(ctx context.Context, what string, a AgentRef, err error) error {
+	if errors.Is(err, ErrNotHolder) {
+		return connect.NewError(connect.CodeFailedPrecondition, ErrNotHolder)
+	}
+	s.cfg.Logger.LogAttrs(ctx, slog.LevelError, what, slog.String("agent", a.String()), slog.Any("error", err))
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("%s failed; try again", what))
+}
+
+// BootLease implements bcd.agent.v1.GatewayService.
+func (s *Server) BootLease(ctx context.Context, req *connect.Request[agentv1.BootLeaseRequest]) (*connect.Response[agentv1.BootLeaseResponse], error) {
+	a, err := s.siteAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := req.Msg
+	g, err := s.cfg.Sites.BootLease(ctx, a, LeaseRequest{Release: m.GetRelease(), TTL: time.Duration(m.GetTtlMs()) * time.Millisecond,
+		Epoch: m.GetEpoch(), KnownRevision: m.GetKnownEntriesRevision()})
+	if err != nil {
+		return nil, s.siteError(ctx, "boot lease", a, err)
+	}
+	out := &agentv1.BootLeaseResponse{Held: g.Held, HolderAgentId: g.Holder, Epoch: g.Epoch, TtlMs: g.TTL.Milliseconds(),
+		EntriesRevision: g.Revision, EntriesFull: g.Full}
+	for _, e := range g.Entries {
+		out.Entries = append(out.Entries, &agentv1.BootEntry{NodeId: e.NodeID, Kind: e.Kind, Macs: e.MACs, Token: e.Token, Local: e.Local})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// PollSet implements bcd.agent.v1.GatewayService.
+func (s *Server) PollSet(ctx context.Context, req *connect.Request[agentv1.PollSetRequest]) (*connect.Response[agentv1.PollSetResponse], error) {
+	a, err := s.siteAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ts, refresh, err := s.cfg.Sites.PollSet(ctx, a, req.Msg.GetEpoch())
+	if err != nil {
+		return nil, s.siteError(ctx, "poll set", a, err)
+	}
+	out := &agentv1.PollSetResponse{RefreshMs: refresh.Milliseconds(), Targets: make([]*agentv1.PollTarget, 0, len(ts))}
+	for _, t := range ts {
+		out.Targets = append(out.Targets, &agentv1.PollTarget{NodeId: t.NodeID, Driver: t.Driver, Address: t.Address,
+			InsecureTls: t.InsecureTLS, FingerprintSha256: t.FingerprintSHA256, CredentialsJwe: t.CredentialsJWE})
+	}
+	return connect.NewResponse(out), nil
+}
+
+// ReportPower implements bcd.agent.v1.GatewayService.
+func (s *Server) ReportPower(ctx context.Context, req *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error) {
+	a, err := s.siteAgent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rs := make([]PowerReading, 0, len(req.Msg.GetReadings()))
+	for _, r := range req.Msg.GetReadings() {
+		rs = append(rs, PowerReading{NodeID: r.GetNodeId(), Power: r.GetPower(), Error: r.GetError(), Failures: int(r.GetFailures()),
+			Observed: time.UnixMilli(r.GetObservedUnixMs())})
+	}
+	if err := s.cfg.Sites.ReportPower(ctx, a, req.Msg.GetEpoch(), rs); err != nil {
+		return nil, s.siteError(ctx, "power report", a, err)
+	}
+	return connect.NewResponse(&agentv1.ReportPowerResponse{}), nil
+}
