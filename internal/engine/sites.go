@@ -370,7 +370,7 @@ func (e *Engine) ReportPower(ctx context.Context, a Agent, epoch uint64, rs []Po
 			}
 			ev := store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: "site:" + a.ID, FromState: n.State, ToState: n.State}
 			if o.setPower != "" {
-				if err := tx.SetPower(ctx, n.ID, o.setPower); err != nil {
+				if err := tx.SetPolledPower(ctx, n.ID, o.setPower); err != nil {
 					return err
 				}
 				ev.Kind, ev.Reason = "node.power", fmt.Sprintf("power poll: %s → %s", n.Power, o.setPower)

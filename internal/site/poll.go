@@ -37,6 +37,9 @@ type PollConfig struct {
 	// RetryBusy is the wait before a node whose BMC is busy (a command or another poll runs
 	// on it) is tried again; default 2 s.
 	RetryBusy time.Duration
+	// Resync is how long an unchanged reading goes unreported at most: the control plane's
+	// power axis may have been set meanwhile from a command's result; default 10 min.
+	Resync time.Duration
 }
 
 func (c PollConfig) withDefaults() PollConfig {
@@ -54,6 +57,9 @@ func (c PollConfig) withDefaults() PollConfig {
 	}
 	if c.RetryBusy <= 0 {
 		c.RetryBusy = 2 * time.Second
+	}
+	if c.Resync <= 0 {
+		c.Resync = 10 * time.Minute
 	}
 	return c
 }
@@ -74,14 +80,15 @@ func pollDelay(interval, ceiling time.Duration, fails int, jitter, u float64) ti
 type powerProbe func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error)
 
 type pollTarget struct {
-	nodeID string
-	ref    BMCRef
-	jwe    string
+	nodeID  string
+	ref     BMCRef
+	jwe     string
 	next    time.Time
 	last    bmc.PowerState
-	failing bool // the last read failed
-	busy    bool // a read runs
-	fromSet bool // listed by the control plane's poll set (SetTargets), not only watched
+	failing bool      // the last read failed
+	sent    time.Time // last report
+	busy    bool      // a read runs
+	fromSet bool      // listed by the control plane's poll set (SetTargets), not only watched
 }
 
 // poller polls the power of the nodes the agent ran BMC commands for: per node with jitter,
@@ -266,14 +273,19 @@ func (p *poller) done(ctx context.Context, nodeID, key string, power bmc.PowerSt
 		switch {
 		case err != nil:
 			t.failing, report = true, true
-		case power != t.last || t.failing:
+		case power != t.last || t.failing || p.now().Sub(t.sent) >= p.cfg.Resync:
 			t.last, t.failing, report = power, false, true
+		}
+		if report {
+			t.sent = p.now()
 		}
 	}
 	p.mu.Unlock()
 	p.poke()
 	if err != nil && ctx.Err() == nil {
 		p.log.WarnContext(ctx, "power poll failed", "node", nodeID, "bmc", key, "failures", fails, "err", err)
+	} else {
+		p.log.DebugContext(ctx, "power polled", "node", nodeID, "power", string(power), "report", report)
 	}
 	if !report || ctx.Err() != nil {
 		return

@@ -384,6 +384,7 @@ func (r *linkReporter) Run(ctx context.Context, every time.Duration) {
 				break // no longer the holder: dropped
 			}
 			err := r.link.ReportPower(ctx, epoch, batch)
+			r.log.Debug("power readings reported", "readings", len(batch), "epoch", epoch, "err", err)
 			switch {
 			case err == nil, errors.Is(err, agentlink.ErrNotHolder), errors.Is(err, agentlink.ErrUnsupported):
 			default:

@@ -213,6 +213,16 @@ func (t *Tx) BootEntries(ctx context.Context, siteID string, after uint64) ([]Bo
 
 // ---------------------------------------------------------------- power polling
 
+// SetPolledPower records the power axis as a poll read it. Unlike SetPower (a step's result,
+// written with the node's reconcile), it bumps the node's version: a writer holding an older
+// copy of the node must not write the old power back.
+func (t *Tx) SetPolledPower(ctx context.Context, nodeID, power string) error {
+	if _, err := t.exec(ctx, `UPDATE nodes SET power = ?, version = version + 1, updated_at = ? WHERE id = ?`, power, t.at, nodeID); err != nil {
+		return fmt.Errorf("recording the power of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
 // PollTarget is a node whose power a site's lease holder polls.
 type PollTarget struct {
 	NodeID string
