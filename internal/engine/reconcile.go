@@ -215,6 +215,24 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			// Pending: woken when the batch is decided. Rejected: the workflow ended.
 			return 0, err == nil && wf.OutcomeApplied, err
 		}
+		// Decided once, at the group's first step: within a group that ran, a connected ramdisk
+		// may be the previous boot's.
+		if st.FastTrack && (wf.StepIndex == 0 || !steps[wf.StepIndex-1].FastTrack) {
+			up, err := r.ramdiskUp()
+			if err != nil {
+				return 0, false, err
+			}
+			if up {
+				// The whole group at once: a ramdisk that leaves half-way must not find a
+				// power cycle without its boot entry.
+				for wf.StepIndex < len(steps) && steps[wf.StepIndex].FastTrack {
+					if err := r.stepSkipped(wf, steps[wf.StepIndex], "fast track: the node's ramdisk is up"); err != nil {
+						return 0, false, err
+					}
+				}
+				return 0, true, nil
+			}
+		}
 		return 0, true, r.startStep(wf, st, kind)
 	}
 	// A step in progress: its command, its await, its deadline.
@@ -298,6 +316,27 @@ func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.Step
 		}
 		r.notify(c)
 	}
+	return r.tx.UpdateWorkflow(r.ctx, wf)
+}
+
+// ramdiskUp reports whether the node's ramdisk is connected under the current identity
+// generation and the node is powered on (a power-off since then leaves a dead connection behind
+// until its heartbeats time out: the power axis rules it out).
+func (r *run) ramdiskUp() (bool, error) {
+	if r.n.Power != "on" {
+		return false, nil
+	}
+	since, err := r.tx.NodeAgentConnectedSince(r.ctx, r.n.ID, "node", r.n.IdentityGeneration)
+	return since > 0, err
+}
+
+// stepSkipped moves past a step that has nothing to do, recording why.
+func (r *run) stepSkipped(wf *store.Workflow, st workflow.Step, why string) error {
+	if err := r.event("workflow.step", r.n.State, r.n.State, why, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "result": "skipped"}); err != nil {
+		return err
+	}
+	wf.StepIndex++
+	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
 	return r.tx.UpdateWorkflow(r.ctx, wf)
 }
 

@@ -24,6 +24,10 @@ type Step struct {
 	// Timeout and Retries override the step kind's.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	Retries int           `json:"retries,omitempty"`
+	// FastTrack marks the parts of metal.ensureRamdisk: the engine skips them while the node's
+	// ramdisk is up (connected under the current identity, power on), saving a reboot. Set by
+	// Resolve only; profiles cannot set it.
+	FastTrack bool `json:"fastTrack,omitempty"`
 }
 
 func (s Step) String() string {
@@ -177,6 +181,11 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 				sub, err := expand(k.Expand, depth+1)
 				if err != nil {
 					return nil, err
+				}
+				if st.Use == "metal.ensureRamdisk" {
+					for i := range sub {
+						sub[i].FastTrack = true
+					}
 				}
 				out = append(out, sub...)
 				continue
