@@ -287,7 +287,8 @@ func (p *cuttable) Cut() {
 // boot.prepareRamdisk; the machine waits in PXE. The holder dies (its network is cut, then it
 // stops: it cannot hand the lease back). The time until the second agent answers /boot.ipxe for
 // the machine's MAC with the ramdisk script (its entry pushed by the control plane with a fresh
-// token that the control plane accepts) is measured; DESIGN §6 asks for < 30 s, we aim at < 10 s.
+// token that the control plane accepts) is measured and logged; DESIGN §6 asks for < 30 s (the
+// test's bound), we aim at < 10 s.
 func TestBootLeaseFailoverAgainstServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a lease TTL")
@@ -332,8 +333,8 @@ func TestBootLeaseFailoverAgainstServer(t *testing.T) {
 			took := time.Since(killed)
 			t.Logf("failover (%s): the standby served the ramdisk script %.2f s after the holder died (lease TTL %s, renewal every %s)",
 				e, took.Seconds(), ttl, ttl/3)
-			if took > 10*time.Second {
-				t.Errorf("failover took %s, want < 10 s", took)
+			if took > 30*time.Second { // DESIGN §6; the figure is logged (aim: < 10 s)
+				t.Errorf("failover took %s, want < 30 s", took)
 			}
 			if token == first {
 				t.Error("the pushed entry carries the old holder's token: it should be freshly minted")

@@ -5,9 +5,12 @@
 // the HTTP boot handler with its verified artifact cache, TFTP of the iPXE binaries and DHCP in
 // the chosen mode, all under one errgroup.
 //
-// Several agents may serve one site. Only the holder of the site's boot lease answers DHCP and
-// boot-script requests; every agent that receives a boot command installs the entry, so any of
-// them can take over when the holder dies (within the lease TTL plus one renewal period).
+// Several agents may serve one site. The control plane keeps the site's boot lease (through
+// the gateway's BootLease call, renewed every TTL/3): only its holder answers DHCP and
+// boot-script requests, receives the boot commands and polls power. The control plane keeps
+// every node's boot entry as its last boot command left it and gives a new holder the whole
+// table (with fresh one-time tokens), so when the holder dies another agent serves the machines
+// waiting in PXE within the lease TTL plus one renewal period.
 package site
 
 import (

@@ -34,7 +34,9 @@ type flags struct {
 	kernelURL, kernelSHA, initrdURL          string
 	initrdSHA, ramdiskGateway                string
 	ramdiskArgs                              []string
-	leaseTTL                                 time.Duration
+	leaseTTL, pollInterval, pollMax          time.Duration
+	pollParallel                             int
+	noPowerPolling                           bool
 	logLevel                                 string
 }
 
@@ -87,7 +89,11 @@ the artifact cache live in the data dir too.`,
 	fl.StringVar(&f.initrdSHA, "ramdisk-initrd-sha256", "", "SHA-256 of the ramdisk initramfs")
 	fl.StringVar(&f.ramdiskGateway, "ramdisk-gateway", "", "gateway URL as booted machines reach it (default --server)")
 	fl.StringSliceVar(&f.ramdiskArgs, "ramdisk-arg", nil, "extra kernel argument of ramdisk entries; repeatable")
-	fl.DurationVar(&f.leaseTTL, "lease-ttl", site.DefaultLeaseTTL, "boot lease TTL (several agents per site)")
+	fl.DurationVar(&f.leaseTTL, "lease-ttl", site.DefaultLeaseTTL, "boot lease TTL: a dead holder is replaced within TTL + TTL/3")
+	fl.DurationVar(&f.pollInterval, "power-poll-interval", time.Minute, "power polling: interval between two reads of a node whose BMC answers")
+	fl.DurationVar(&f.pollMax, "power-poll-max-interval", 10*time.Minute, "power polling: ceiling of the back-off of a failing BMC")
+	fl.IntVar(&f.pollParallel, "power-poll-parallel", 16, "power polling: reads in flight across all BMCs (one per BMC at most)")
+	fl.BoolVar(&f.noPowerPolling, "no-power-polling", false, "do not poll power (the lease holder polls every node of the site otherwise)")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
@@ -105,7 +111,8 @@ func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error
 	cfg := site.Config{GatewayURL: f.server, Site: f.site, JoinToken: f.joinToken, DataDir: f.dataDir,
 		HTTPListen: f.httpListen, HTTPBaseURL: f.httpURL, TFTPListen: f.tftpListen, IPXEDir: f.ipxeDir,
 		DHCPMode: dhcp.Mode(f.dhcpMode), Interface: f.iface, EFIBinary: f.efiBinary, LocalBoot: f.localBoot,
-		LeaseTTL: f.leaseTTL, AgentVersion: "bcd"}
+		LeaseTTL: f.leaseTTL, AgentVersion: "bcd", NoPowerPolling: f.noPowerPolling,
+		Poll: site.PollConfig{Interval: f.pollInterval, MaxInterval: f.pollMax, Parallel: f.pollParallel}}
 	if f.server == "" || f.site == "" {
 		return site.Config{}, errors.New("--server and --site are required")
 	}
