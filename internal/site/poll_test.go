@@ -3,6 +3,7 @@ package site
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -166,4 +167,97 @@ func TestPoller(t *testing.T) {
 		t.Errorf("reads: failing BMC %d, healthy chassis %d: no back-off", badCalls, chassisCalls)
 	}
 	t.Logf("reads in the window: healthy chassis (2 nodes) %d, failing BMC %d", chassisCalls, badCalls)
+}
+
+// TestPollerNeverStorms: a poll set of many nodes, each behind its own BMC, is read with at
+// most Parallel reads in flight, the first reads spread over the interval (no burst when the
+// set arrives), and a node dropped from the set is no longer read; paused, nothing is read.
+func TestPollerNeverStorms(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	const nodes, parallel = 300, 4
+	var mu sync.Mutex
+	inFlight, maxInFlight, reads := 0, 0, map[string]int{}
+	probe := func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
+		mu.Lock()
+		inFlight++
+		maxInFlight = max(maxInFlight, inFlight)
+		reads[jwe]++
+		mu.Unlock()
+		select {
+		case <-time.After(2 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return bmc.PowerOn, nil
+	}
+	r := &reports{got: map[string][]bmc.PowerState{}, failures: map[string][]int{}, ch: make(chan struct{}, 1)}
+	interval := 300 * time.Millisecond
+	p := newPoller(PollConfig{Interval: interval, Parallel: parallel, RetryBusy: time.Millisecond}, probe, newBMCLocks(), r, slog.New(slog.DiscardHandler), time.Now)
+	set := make([]SetTarget, nodes)
+	for i := range set {
+		id := fmt.Sprintf("n%03d", i)
+		set[i] = SetTarget{NodeID: id, Ref: BMCRef{Driver: "redfish", Address: "bmc-" + id}, JWE: id}
+	}
+	start := time.Now()
+	p.SetTargets(set)
+	// The first reads are spread over the interval: 10 slices of it, none with more than twice
+	// its share.
+	p.mu.Lock()
+	buckets := make([]int, 10)
+	for _, tg := range p.targets {
+		buckets[min(int(tg.next.Sub(start)*10/interval), 9)]++
+	}
+	p.mu.Unlock()
+	for i, n := range buckets {
+		if n > 2*nodes/10 {
+			t.Errorf("slice %d of the interval holds %d first reads of %d: a burst", i, n, nodes)
+		}
+	}
+	p.SetActive(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	time.Sleep(2 * interval) // paused: every first read is due by now, none may start
+	mu.Lock()
+	paused := len(reads)
+	mu.Unlock()
+	if paused != 0 {
+		t.Errorf("%d nodes read while paused", paused)
+	}
+	p.SetActive(true)
+	waitReads := func(what string, ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			done := ok()
+			mu.Unlock()
+			if done {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out: %s", what)
+			}
+			time.Sleep(5 * time.Millisecond) // poll with a deadline
+		}
+	}
+	waitReads("every node read", func() bool { return len(reads) == nodes })
+	p.SetTargets(set[:1])
+	mu.Lock()
+	after := reads["n299"]
+	mu.Unlock()
+	waitReads("n000 read twice more", func() bool { return reads["n000"] >= 3 })
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if maxInFlight > parallel {
+		t.Errorf("%d reads in flight, bound %d", maxInFlight, parallel)
+	}
+	if reads["n299"] > after+1 { // one read may have been in flight when it was dropped
+		t.Errorf("a node dropped from the poll set was read %d more times", reads["n299"]-after)
+	}
+	t.Logf("%d nodes: at most %d reads in flight (bound %d)", nodes, maxInFlight, parallel)
 }
