@@ -25,11 +25,18 @@ type Env struct {
 // Start runs a gateway until the test ends. cfg's Queue, Identities and CA are filled in.
 func Start(tb testing.TB, cfg gateway.Config) *Env {
 	tb.Helper()
+	return StartFor(tb, cfg)
+}
+
+// StartFor is Start with a server certificate valid for 127.0.0.1 and hosts too (names or
+// addresses under which a VM reaches the forwarded listener).
+func StartFor(tb testing.TB, cfg gateway.Config, hosts ...string) *Env {
+	tb.Helper()
 	ca, err := pki.CreateCA("bcd test CA", time.Now())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	certPEM, keyPEM, err := ca.IssueServer([]string{"127.0.0.1"}, CertTTL, time.Now())
+	certPEM, keyPEM, err := ca.IssueServer(append([]string{"127.0.0.1"}, hosts...), CertTTL, time.Now())
 	if err != nil {
 		tb.Fatal(err)
 	}

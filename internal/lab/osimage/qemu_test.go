@@ -5,13 +5,21 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"bcd/internal/engine"
+	"bcd/internal/gateway"
+	"bcd/internal/gateway/gatewaytest"
 	"bcd/internal/osagent"
 )
 
@@ -20,12 +28,52 @@ const (
 	ovmfVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
 )
 
+// pipeEnv makes the test binary a TCP pipe (stdin/stdout ↔ the address in its argument): QEMU's
+// guestfwd=…-cmd: starts it for each connection the VM opens to a forwarded address, so the VM
+// reaches the test's servers on loopback while its network stays restrict=on.
+const pipeEnv = "BCD_OSIMAGE_TEST_PIPE"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(pipeEnv) == "1" && len(os.Args) == 2 {
+		os.Exit(pipe(os.Args[1]))
+	}
+	os.Exit(m.Run())
+}
+
+func pipe(addr string) int {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 1
+	}
+	defer c.Close()
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(os.Stdout, c)
+		close(done)
+	}()
+	_, _ = io.Copy(c, os.Stdin)
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	<-done
+	return 0
+}
+
+// Addresses the VM uses (QEMU's user network): where the test's metadata server and gateway
+// appear. (The default metadata URL, port 80 of the DHCP server identifier, is QEMU's host
+// address 10.0.2.2, which guestfwd cannot take: the test image names the URL with bcd.metadata=.)
+const (
+	vmMetadata = "10.0.2.101"
+	vmGateway  = "10.0.2.100"
+)
+
 // TestBootQEMU builds the lab OS image from the Debian kernel package (out/cache, fetched by
-// scripts/ramdisk/kernel-deb) and the current code, then boots it from its disk under SeaBIOS
-// and under OVMF (TCG, user-mode network with restrict=on: QEMU's own DHCP server, nothing
-// reachable) and waits for the OS agent's lines: bootloader → kernel → bcd in OS mode → DHCP →
-// the metadata URL from the DHCP server identifier. The disk must come back unchanged (the
-// agent keeps its identity in RAM by default).
+// scripts/ramdisk/kernel-deb) and the current code, boots it from its disk under SeaBIOS and
+// under OVMF (TCG, user-mode network with restrict=on; guestfwd pipes 10.0.2.101:80 to a
+// metadata server and 10.0.2.100 to a real gateway, both on loopback), and waits for
+// the OS agent's lines: boot loader → kernel → bcd in OS mode → DHCP → metadata (404 first) →
+// joined as the node. The gateway must have seen a hello with role:os, and the disk must come
+// back unchanged (the agent keeps its identity in RAM by default).
 func TestBootQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots VMs")
@@ -68,17 +116,55 @@ func TestBootQEMU(t *testing.T) {
 			if fw == "uefi" {
 				first = "BdsDxe: starting Boot" // OVMF picked the disk (EFI syslinux draws on the screen)
 			}
+			env := gatewaytest.StartFor(t, gateway.Config{PollInterval: 100 * time.Millisecond}, vmGateway)
+			token := env.Identities.InstanceToken("n1", time.Hour)
+			_, gwPort, _ := net.SplitHostPort(strings.TrimPrefix(env.URL, "https://"))
+			doc, _ := json.Marshal(osagent.Metadata{NodeID: "n1", Gateway: "https://" + vmGateway + ":" + gwPort,
+				InstanceToken: token, CA: string(env.CA.CertPEM())})
+			var reads atomic.Int32
+			md := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path != "/metadata" || reads.Add(1) == 1 { // the first read: not published yet
+					http.NotFound(w, r)
+					return
+				}
+				_, _ = w.Write(doc)
+			}))
+			defer md.Close()
+			self, err := os.Executable()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fwd := func(guest, host string) string {
+				return ",guestfwd=tcp:" + guest + "-cmd:" + self + " " + host
+			}
+			args[slices.Index(args, "user,id=n0,restrict=on")] = "user,id=n0,restrict=on" +
+				fwd(vmMetadata+":80", strings.TrimPrefix(md.URL, "http://")) +
+				fwd(vmGateway+":"+gwPort, strings.TrimPrefix(env.URL, "https://"))
 			marks := []string{
 				first,
 				"Command line: BOOT_IMAGE=/vmlinuz " + m.Cmdline,
 				osagent.MarkerStart,
 				"bcd os: identity kept in RAM",
-				"bcd os: network up ip=eth0:10.0.2.15/24 metadata=http://10.0.2.2:80/metadata",
-				"bcd os: metadata from http://10.0.2.2:80/metadata", // nothing listens: it retries
+				"bcd os: network up ip=eth0:10.0.2.15/24 metadata=http://" + vmMetadata + "/metadata",
+				"bcd os: metadata not published yet (404",
+				"bcd os: metadata: node n1, gateway https://" + vmGateway + ":" + gwPort,
+				osagent.MarkerJoined + " n1",
 			}
-			at := bootAndWatch(ctx, t, qemu, args, marks, 240*time.Second)
-			t.Logf("%s: boot loader %.1fs, kernel %.1fs, %q %.1fs, network up %.1fs (TCG)", fw, at[0].Seconds(), at[1].Seconds(),
-				osagent.MarkerStart, at[2].Seconds(), at[4].Seconds())
+			// Joined is printed once the gateway certified the node; the stream's hello follows.
+			helloed := func() {
+				wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+				defer cancel()
+				if err := env.Queue.WaitFor(wctx, func(c gatewaytest.Counts) bool { return len(c.Hellos) > 0 }); err != nil {
+					t.Errorf("no hello from the OS agent: %v", err)
+				}
+			}
+			at := bootAndWatch(ctx, t, qemu, args, []string{pipeEnv + "=1"}, marks, token, 240*time.Second, helloed)
+			t.Logf("%s: boot loader %.1fs, kernel %.1fs, %q %.1fs, network up %.1fs, joined %.1fs (TCG)", fw, at[0].Seconds(),
+				at[1].Seconds(), osagent.MarkerStart, at[2].Seconds(), at[4].Seconds(), at[len(at)-1].Seconds())
+			hellos := env.Queue.Counts().Hellos
+			if len(hellos) == 0 || !slices.Contains(hellos[0].Capabilities, engine.RoleOS) {
+				t.Errorf("the gateway's hellos %+v: want one with %s", hellos, engine.RoleOS)
+			}
 			if got := fileSHA(t, disk); got != m.DiskSHA256 {
 				t.Errorf("the OS changed its disk: sha256 %s, the image's is %s", got, m.DiskSHA256)
 			}
@@ -86,13 +172,15 @@ func TestBootQEMU(t *testing.T) {
 	}
 }
 
-// bootAndWatch runs QEMU until every mark appeared on the serial console, in order, and
-// returns when each did; QEMU is killed at the end.
-func bootAndWatch(ctx context.Context, t *testing.T, qemu string, args, marks []string, limit time.Duration) []time.Duration {
+// bootAndWatch runs QEMU (with env added to its environment) until every mark appeared on the
+// serial console, in order, then runs then (if not nil) with the VM still up, and returns when
+// each mark appeared; QEMU is killed at the end. A line that contains secret is an error.
+func bootAndWatch(ctx context.Context, t *testing.T, qemu string, args, env, marks []string, secret string, limit time.Duration, then func()) []time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	vm := exec.CommandContext(ctx, qemu, args...)
+	vm.Env = append(os.Environ(), env...)
 	out, err := vm.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +220,9 @@ func bootAndWatch(ctx context.Context, t *testing.T, qemu string, args, marks []
 				t.Fatalf("QEMU exited before %q; console:\n%s", marks[len(at)], console)
 			}
 			console.WriteString(line + "\n")
+			if secret != "" && strings.Contains(line, secret) {
+				t.Errorf("the console shows the instance token: %q", line)
+			}
 			if strings.Contains(line, "FATAL") || strings.Contains(line, "Kernel panic") {
 				t.Fatalf("%q; console:\n%s", line, console)
 			}
@@ -141,6 +232,13 @@ func bootAndWatch(ctx context.Context, t *testing.T, qemu string, args, marks []
 		case <-ctx.Done():
 			t.Fatalf("timed out waiting for %q; console:\n%s", marks[len(at)], console)
 		}
+	}
+	if then != nil {
+		go func() { // keep draining the console while then runs
+			for range lines {
+			}
+		}()
+		then()
 	}
 	return at
 }
@@ -166,7 +264,8 @@ func buildImage(ctx context.Context, t *testing.T, root string) (string, Manifes
 	}
 	out := filepath.Join(dir, "out")
 	t0 := time.Now()
-	bc := exec.CommandContext(ctx, bin, "lab", "image", "build", "--kernel-deb", deb, "--binary", bin, "--out", out)
+	bc := exec.CommandContext(ctx, bin, "lab", "image", "build", "--kernel-deb", deb, "--binary", bin, "--out", out,
+		"--cmdline", "bcd.metadata=http://"+vmMetadata+"/metadata")
 	report, err := bc.CombinedOutput()
 	if err != nil {
 		t.Fatalf("building the image: %v\n%s", err, report)
