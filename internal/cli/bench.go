@@ -42,7 +42,7 @@ func benchCmd(g *globals) *cobra.Command {
 			}
 			external, _ := cmd.Flags().GetBool("external")
 			if external {
-				cfg.BaseURL, cfg.Token = g.server, g.token
+				cfg.BaseURL, cfg.Token = g.server, g.apiToken()
 			} else {
 				dir, err := os.MkdirTemp("", "bcd-bench-")
 				if err != nil {

@@ -83,7 +83,9 @@ func newRoot(env Env) *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&g.server, "server", g.envOr("BCD_SERVER", "http://127.0.0.1:7480"), "control plane API URL (env BCD_SERVER)")
-	root.PersistentFlags().StringVar(&g.token, "token", g.envOr("BCD_TOKEN", ""), "API bearer token (env BCD_TOKEN)")
+	// The environment is read after parsing, not shown as the flag's default: help must not print
+	// a secret.
+	root.PersistentFlags().StringVar(&g.token, "token", "", "API bearer token (default: env BCD_TOKEN)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
 	// `bcd events` is `bcd node events` at the top level: the watch stream operators keep open.
 	events := nodeEventsCmd(g)
@@ -110,7 +112,7 @@ func (g *globals) clients() (*clients, error) {
 		return nil, fmt.Errorf("--server %q: use http://HOST:PORT or https://HOST:PORT", g.server)
 	}
 	hc := httpClient()
-	opts := []connect.ClientOption{connect.WithInterceptors(bearer(g.token))}
+	opts := []connect.ClientOption{connect.WithInterceptors(bearer(g.apiToken()))}
 	base := strings.TrimSuffix(g.server, "/")
 	return &clients{
 		nodes:     bcdv1connect.NewNodeServiceClient(hc, base, opts...),
@@ -159,4 +161,12 @@ func readSecretFile(path string) (string, error) {
 		return "", fmt.Errorf("reading password file: %w", err)
 	}
 	return strings.TrimRight(string(b), "\r\n"), nil
+}
+
+// apiToken is --token, else $BCD_TOKEN.
+func (g *globals) apiToken() string {
+	if g.token != "" {
+		return g.token
+	}
+	return g.envOr("BCD_TOKEN", "")
 }

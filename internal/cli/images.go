@@ -20,7 +20,7 @@ func (g *globals) images() (bcdv1connect.ImageServiceClient, error) {
 	if _, err := g.clients(); err != nil {
 		return nil, err
 	}
-	return bcdv1connect.NewImageServiceClient(httpClient(), strings.TrimSuffix(g.server, "/"), connect.WithInterceptors(bearer(g.token))), nil
+	return bcdv1connect.NewImageServiceClient(httpClient(), strings.TrimSuffix(g.server, "/"), connect.WithInterceptors(bearer(g.apiToken()))), nil
 }
 
 // readKey reads a base64 key file (as `bcd signer keygen` writes them).
