@@ -40,7 +40,7 @@ DIR/supervisor.log) and returns once the lab is ready; 'down' stops it from any 
 DIR/state.json lists BMC addresses, MACs, console logs; DIR/credentials.json (0600) the BMC
 passwords. Run site services in the namespace: bcd lab exec -- bcd site ...`,
 	}
-	cmd.AddCommand(upCmd(), downCmd(), statusCmd(), execCmd(), superviseCmd(), osimage.Command(), demoCmd(), demoDownCmd())
+	cmd.AddCommand(upCmd(), downCmd(), statusCmd(), execCmd(), superviseCmd(), osimage.Command(), demoCmd(), demoDownCmd(), benchBootCmd())
 	return cmd
 }
 
