@@ -61,7 +61,7 @@ func (f *FileLeaseStore) LoadLeases(ctx context.Context) ([]Lease, error) {
 
 // SaveLeases writes a temporary file beside the lease file, syncs it and renames it over.
 func (f *FileLeaseStore) SaveLeases(ctx context.Context, leases []Lease) error {
-	b, err := json.MarshalIndent(leaseFile{Version: 1, Leases: leases}, "", " ")
+	b, err := json.Marshal(leaseFile{Version: 1, Leases: leases}) // compact: it is rewritten on every save
 	if err != nil {
 		return fmt.Errorf("saving leases: %w", err)
 	}
@@ -149,6 +149,16 @@ type allocator struct {
 	byIP     map[netip.Addr]string // ip → mac
 	declined map[netip.Addr]time.Time
 	store    LeaseStore
+	// fresh[p] is where offer looks for a never-used address of pool p: every address of its
+	// range below it is leased (byIP) or reserved. Lowered whenever an address leaves byIP, so
+	// the search is amortised O(1) instead of a scan of the whole range per DISCOVER.
+	fresh map[*Pool]netip.Addr
+	// gen counts lease changes that must reach the store (under mu). Saves are group commits:
+	// saveMu admits one SaveLeases at a time, of a snapshot at generation saved; a change whose
+	// generation is covered by a finished save returns at once (see sync).
+	gen    uint64
+	saveMu sync.Mutex
+	saved  uint64 // under saveMu
 }
 
 func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store LeaseStore, now time.Time) (*allocator, error) {
@@ -160,6 +170,7 @@ func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store Le
 		byIP:     map[netip.Addr]string{},
 		declined: map[netip.Addr]time.Time{},
 		store:    store,
+		fresh:    map[*Pool]netip.Addr{},
 	}
 	for _, r := range res {
 		if len(r.MAC) != 6 || !r.IP.Is4() {
@@ -220,7 +231,7 @@ func (a *allocator) free(ip netip.Addr, mac string, now time.Time) bool {
 
 func (a *allocator) bind(mac string, ip netip.Addr, until time.Time) {
 	if old, ok := a.leases[mac]; ok && old.IP != ip {
-		delete(a.byIP, old.IP)
+		a.unuse(old.IP)
 	}
 	if m, ok := a.byIP[ip]; ok && m != mac {
 		delete(a.leases, m)
@@ -245,24 +256,52 @@ func (a *allocator) offer(p *Pool, mac string, now time.Time) (netip.Addr, bool)
 		a.hold(mac, l.IP, now)
 		return l.IP, true
 	}
-	var reclaim netip.Addr
-	for ip := p.Start; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
-		if !a.free(ip, mac, now) {
+	// Never used before: from the pool's fresh mark on. The mark moves past addresses that are
+	// leased or reserved for another MAC, not past a declined one (free again one day).
+	mark := a.fresh[p]
+	if !mark.IsValid() || mark.Less(p.Start) {
+		mark = p.Start
+	}
+	advancing := true
+	for ip := mark; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
+		_, used := a.byIP[ip]
+		_, reserved := a.owner[ip] // another MAC's: ours took the reservation path above
+		if used || reserved {
+			if advancing {
+				mark = ip.Next()
+			}
 			continue
 		}
-		if _, used := a.byIP[ip]; !used {
+		if !a.free(ip, mac, now) {
+			advancing = false
+			continue
+		}
+		if advancing {
+			mark = ip
+		}
+		a.fresh[p] = mark
+		a.hold(mac, ip, now)
+		return ip, true
+	}
+	a.fresh[p] = mark
+	// Reclaimed: nothing unused is free, so the first free address is an expired lease.
+	for ip := p.Start; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
+		if a.free(ip, mac, now) {
 			a.hold(mac, ip, now)
 			return ip, true
 		}
-		if !reclaim.IsValid() {
-			reclaim = ip
-		}
-	}
-	if reclaim.IsValid() {
-		a.hold(mac, reclaim, now)
-		return reclaim, true
 	}
 	return netip.Addr{}, false
+}
+
+// unuse forgets who had ip and lowers its pool's fresh mark to it.
+func (a *allocator) unuse(ip netip.Addr) {
+	delete(a.byIP, ip)
+	if p := a.poolFor(ip); p != nil {
+		if f, ok := a.fresh[p]; ok && ip.Less(f) {
+			a.fresh[p] = ip
+		}
+	}
 }
 
 // hold sets an offered address aside without persisting it; an acknowledged lease that still
@@ -277,70 +316,105 @@ func (a *allocator) hold(mac string, ip netip.Addr, now time.Time) {
 
 // request decides a DHCPREQUEST for ip in pool p: ok → the lease is bound and persisted.
 func (a *allocator) request(ctx context.Context, p *Pool, mac string, ip netip.Addr, now time.Time) (bool, error) {
+	if !a.grant(p, mac, ip, now) {
+		return false, nil
+	}
+	return true, a.sync(ctx)
+}
+
+// grant binds ip to mac when the request may have it.
+func (a *allocator) grant(p *Pool, mac string, ip netip.Addr, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !p.Subnet.Contains(ip) {
-		return false, nil
+		return false
 	}
 	if r, ok := a.reserved[mac]; ok {
 		if r != ip {
-			return false, nil
+			return false
 		}
 	} else if !p.inRange(ip) {
-		return false, nil
+		return false
 	}
 	if !a.free(ip, mac, now) {
-		return false, nil
+		return false
 	}
 	lt := p.LeaseTime
 	if lt == 0 {
 		lt = time.Hour
 	}
 	a.bind(mac, ip, now.Add(lt))
-	return true, a.persist(ctx)
+	a.gen++
+	return true
 }
 
 func (a *allocator) release(ctx context.Context, mac string, ip netip.Addr) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if l, ok := a.leases[mac]; ok && l.IP == ip {
-		delete(a.leases, mac)
-		delete(a.byIP, ip)
-		return a.persist(ctx)
+	if !a.drop(mac, ip, time.Time{}) {
+		return nil
 	}
-	return nil
+	return a.sync(ctx)
 }
 
 func (a *allocator) decline(ctx context.Context, mac string, ip netip.Addr, now time.Time) error {
+	if !a.drop(mac, ip, now.Add(10*time.Minute)) {
+		return nil
+	}
+	return a.sync(ctx)
+}
+
+// drop ends mac's lease of ip, if it has it; a non-zero declinedUntil keeps ip out of offers
+// until then.
+func (a *allocator) drop(mac string, ip netip.Addr, declinedUntil time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if l, ok := a.leases[mac]; ok && l.IP == ip {
-		delete(a.leases, mac)
-		delete(a.byIP, ip)
-		a.declined[ip] = now.Add(10 * time.Minute)
-		return a.persist(ctx)
+	l, ok := a.leases[mac]
+	if !ok || l.IP != ip {
+		return false
 	}
+	delete(a.leases, mac)
+	a.unuse(ip)
+	if !declinedUntil.IsZero() {
+		a.declined[ip] = declinedUntil
+	}
+	a.gen++
+	return true
+}
+
+// sync returns once the store holds every change made before it was called. Callers that
+// arrive while a save runs wait for it and then find their change saved by the next one, which
+// the first of them makes: one SaveLeases covers a whole burst of acknowledgements.
+func (a *allocator) sync(ctx context.Context) error {
+	a.mu.Lock()
+	want := a.gen
+	a.mu.Unlock()
+	a.saveMu.Lock()
+	defer a.saveMu.Unlock()
+	if a.saved >= want {
+		return nil
+	}
+	a.mu.Lock()
+	out, gen := a.list(), a.gen
+	a.mu.Unlock()
+	if err := a.store.SaveLeases(ctx, out); err != nil {
+		return err
+	}
+	a.saved = gen
 	return nil
 }
 
-// persist saves every lease that runs longer than an offer hold (acknowledged ones).
-func (a *allocator) persist(ctx context.Context) error {
-	out := make([]Lease, 0, len(a.leases))
-	for _, l := range a.leases {
-		out = append(out, l)
-	}
-	slices.SortFunc(out, func(x, y Lease) int { return x.IP.Compare(y.IP) })
-	return a.store.SaveLeases(ctx, out)
-}
-
-// snapshot returns the current leases (tests, status).
-func (a *allocator) snapshot() []Lease {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// list returns every lease, ordered by address; a.mu must be held.
+func (a *allocator) list() []Lease {
 	out := make([]Lease, 0, len(a.leases))
 	for _, l := range a.leases {
 		out = append(out, l)
 	}
 	slices.SortFunc(out, func(x, y Lease) int { return x.IP.Compare(y.IP) })
 	return out
+}
+
+// snapshot returns the current leases (tests, status).
+func (a *allocator) snapshot() []Lease {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.list()
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -256,9 +257,20 @@ func (s *Server) Serve(ctx context.Context) error {
 	return g.Wait()
 }
 
+// maxInFlight bounds the packets of one socket handled at once. An acknowledgement waits for the
+// lease store (a file write and fsync): the packets that arrive meanwhile are handled beside it,
+// offers answered at once and acknowledgements sharing the next save (allocator.sync), instead
+// of queueing behind it one by one.
+const maxInFlight = 256
+
+// serveConn reads c until ctx ends and handles each packet on a goroutine of its own (at most
+// maxInFlight at once); it returns once they are all done.
 func (s *Server) serveConn(ctx context.Context, l Listener, c net.PacketConn) error {
-	buf := make([]byte, 4096)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, maxInFlight)
 	for {
+		buf := make([]byte, 1500)
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -266,26 +278,37 @@ func (s *Server) serveConn(ctx context.Context, l Listener, c net.PacketConn) er
 			}
 			return fmt.Errorf("dhcp: reading: %w", err)
 		}
-		req, err := dhcpv4.FromBytes(buf[:n])
-		if err != nil {
-			s.counters.Ignored.Add(1)
-			continue
-		}
-		resp := s.Handle(ctx, l, req)
-		if resp == nil {
-			continue
-		}
 		ua, ok := from.(*net.UDPAddr)
 		if !ok {
 			continue
 		}
-		dst := ReplyAddr(l, req, resp, ua.AddrPort(), s.cfg.ClientPort, s.cfg.RelayPort, s.cfg.BroadcastAddr)
-		if _, err := c.WriteTo(resp.ToBytes(), net.UDPAddrFromAddrPort(dst)); err != nil {
-			s.log.WarnContext(ctx, "sending DHCP reply", "to", dst.String(), "err", err)
-			continue
-		}
-		s.log.DebugContext(ctx, "DHCP reply sent", "type", resp.MessageType().String(), "mac", req.ClientHWAddr.String(), "to", dst.String())
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.serveOne(ctx, l, c, buf[:n], ua.AddrPort())
+		})
 	}
+}
+
+// serveOne answers one packet read from c.
+func (s *Server) serveOne(ctx context.Context, l Listener, c net.PacketConn, b []byte, from netip.AddrPort) {
+	req, err := dhcpv4.FromBytes(b)
+	if err != nil {
+		s.counters.Ignored.Add(1)
+		return
+	}
+	resp := s.Handle(ctx, l, req)
+	if resp == nil {
+		return
+	}
+	dst := ReplyAddr(l, req, resp, from, s.cfg.ClientPort, s.cfg.RelayPort, s.cfg.BroadcastAddr)
+	if _, err := c.WriteTo(resp.ToBytes(), net.UDPAddrFromAddrPort(dst)); err != nil {
+		if ctx.Err() == nil {
+			s.log.WarnContext(ctx, "sending DHCP reply", "to", dst.String(), "err", err)
+		}
+		return
+	}
+	s.log.DebugContext(ctx, "DHCP reply sent", "type", resp.MessageType().String(), "mac", req.ClientHWAddr.String(), "to", dst.String())
 }
 
 func setType(resp *dhcpv4.DHCPv4, t dhcpv4.MessageType) {
