@@ -205,7 +205,7 @@ func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Log
 		e.cache.Close()
 		return nil, err
 	}
-	if e.entries, err = site.OpenEntries("", gw); err != nil {
+	if e.entries, err = site.OpenEntries("", gw, ca); err != nil {
 		e.cache.Close()
 		return nil, err
 	}
