@@ -28,6 +28,8 @@ func simCmd(g *globals) *cobra.Command {
 	var workers int
 	var overGateway bool
 	var profile string
+	var bulk string
+	var approvals int
 	cmd := &cobra.Command{
 		Use:   "sim [--nodes 10000] [--store DSN] [--json]",
 		Short: "Simulate a site of N machines against a real control plane and measure each lifecycle phase",
@@ -88,6 +90,32 @@ func simCmd(g *globals) *cobra.Command {
 			}
 			defer h.Stop()
 			last, lastAt := "", time.Time{}
+			show := func(phase string, done, total int) {
+				if asJSON || phase == last && done < total && time.Since(lastAt) < time.Second {
+					return
+				}
+				if phase != last && last != "" {
+					fmt.Fprintln(g.env.Stderr)
+				}
+				last, lastAt = phase, time.Now()
+				fmt.Fprintf(g.env.Stderr, "\r%-20s %6d/%d", phase, done, total)
+			}
+			if bulk != "" {
+				rep, err := h.RunBulk(ctx, nodes, bulk, approvals, timeout, show)
+				if !asJSON {
+					fmt.Fprintln(g.env.Stderr)
+				}
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return json.NewEncoder(g.env.Stdout).Encode(rep)
+				}
+				fmt.Fprintf(g.env.Stdout, "%d nodes on %s; %s\n", rep.Nodes, rep.Engine, rep.Enroll)
+				fmt.Fprintf(g.env.Stdout, "metal.bulk %s of %d nodes answered in %s (%d leaves, %d approvals required)\n", rep.Verb, rep.Nodes, rep.Answer.Round(time.Millisecond), rep.Leaves, rep.Required)
+				fmt.Fprintf(g.env.Stdout, "approvals answered in %s; %s\n", rep.Approve.Round(time.Millisecond), rep.Rest)
+				return nil
+			}
 			rep, err := h.RunPhases(ctx, nodes, timeout, func(phase string, done, total int) {
 				if asJSON || phase == last && done < total && time.Since(lastAt) < time.Second {
 					return
@@ -117,6 +145,8 @@ func simCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&nodes, "nodes", 1000, "simulated machines")
+	f.StringVar(&bulk, "bulk", "", "instead of the lifecycle: enroll, then one metal.bulk of VERB (retire, inspect, manage) on every node, approved by --approvals approvers; times the answer and approval → rest")
+	f.IntVar(&approvals, "approvals", 1, "with --bulk: approvals the pool requires")
 	f.StringVar(&storeDSN, "store", "", "store DSN (default: SQLite in a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as JSON")
 	f.DurationVar(&cfg.Latency, "latency", 0, "simulated latency of every BMC and ramdisk command")

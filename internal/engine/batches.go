@@ -127,10 +127,22 @@ type gateCache struct {
 	batches   map[string]*store.Batch
 	approvals map[string]int
 	required  map[string]int
+	// policies: whether any approvals policy exists (read once per claim); none: no gate.
+	policies *bool
 }
 
 func (e *Engine) gate(ctx context.Context, tx *store.Tx, a Agent, c *store.Command, gc *gateCache) (bool, error) {
 	if !c.Destructive {
+		return true, nil
+	}
+	if gc.policies == nil {
+		any, err := tx.AnyApprovalPolicy(ctx)
+		if err != nil {
+			return false, err
+		}
+		gc.policies = &any
+	}
+	if !*gc.policies {
 		return true, nil
 	}
 	var b *store.Batch

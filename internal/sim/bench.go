@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"bcd/internal/auth"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
@@ -152,4 +153,107 @@ func peakRSSMiB() float64 {
 		}
 	}
 	return 0
+}
+
+// BulkReport is a metal.bulk run: the answer time and the time from approval until every node
+// rests.
+type BulkReport struct {
+	Engine   string        `json:"engine"`
+	Nodes    int           `json:"nodes"`
+	Verb     string        `json:"verb"`
+	Required int           `json:"requiredApprovals"`
+	Enroll   Phase         `json:"enroll"`
+	Answer   time.Duration `json:"bulkAnswerNs"`
+	Leaves   int           `json:"leaves"`
+	Approve  time.Duration `json:"approveAnswerNs"`
+	Rest     Phase         `json:"approvalToRest"`
+}
+
+// bulkRests is where each bulk verb leaves a ready node.
+var bulkRests = map[string]string{"retire": "retired", "inspect": "ready", "manage": "manageable"}
+
+// RunBulk seeds n ready nodes, requires `required` approvals on the pool, applies verb to
+// all of them with one metal.bulk, approves it as other approvers, and times the answer and
+// approval → every node rests.
+func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int, timeout time.Duration, progress func(phase string, done, total int)) (BulkReport, error) {
+	rep := BulkReport{Engine: string(h.Store.Engine()), Nodes: n, Verb: verb, Required: required}
+	want, ok := bulkRests[verb]
+	if !ok {
+		return rep, fmt.Errorf("bulk benchmark runs retire, inspect or manage on ready nodes, not %q", verb)
+	}
+	t0 := time.Now()
+	ids, err := h.SeedReady(ctx, "bulk", n)
+	if err != nil {
+		return rep, err
+	}
+	rep.Enroll = Phase{Name: "seed ready nodes", Nodes: n, Total: time.Since(t0), NodesPerSec: float64(n) / time.Since(t0).Seconds()}
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", required); err != nil {
+		return rep, err
+	}
+	t1 := time.Now()
+	res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: verb, Nodes: ids, Reason: "benchmark"})
+	rep.Answer = time.Since(t1)
+	if err != nil {
+		return rep, err
+	}
+	rep.Leaves = res.Batch.Leaves
+	for _, nd := range res.Nodes {
+		if !nd.Accepted {
+			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
+		}
+	}
+	t2 := time.Now()
+	for i := range required {
+		if _, err := h.Metal.Approve(ctx, auth.Principal{Name: fmt.Sprintf("approver-%d", i), Role: auth.Approver}, res.Batch.ID, "benchmark"); err != nil {
+			return rep, err
+		}
+	}
+	rep.Approve = time.Since(t2)
+	h.Engine.Nudge()
+	rep.Rest, err = h.measure(ctx, "approval → "+want, ids, t2, want, timeout, progress)
+	return rep, err
+}
+
+// SeedReady writes n nodes straight into ready (as if enrolled, inspected and commissioned),
+// each with its own BMC address, and registers their machines: the bulk benchmark measures
+// metal.bulk, not enrollment. One node is enrolled through the API for sealed credential
+// references, which the others share.
+func (h *Harness) SeedReady(ctx context.Context, prefix string, n int) ([]string, error) {
+	first, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: prefix + "-creds", Pool: "default",
+		BMC: metal.BMCInput{Address: "https://10.8.0.1", Username: "admin", Password: "sim-password"}})
+	if err != nil {
+		return nil, err
+	}
+	// Maintenance holds its enrollment: it only lends its references.
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbMaintenance, metal.VerbInput{Node: first.ID, MaintenanceOn: true, Reason: "credential donor"}); err != nil {
+		return nil, err
+	}
+	pool, err := h.Store.Pool(ctx, "default")
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, n)
+	const per = 1000
+	for start := 0; start < n; start += per {
+		err := h.Store.Write(ctx, func(tx *store.Tx) error {
+			for i := start; i < min(start+per, n); i++ {
+				mac := fmt.Sprintf("02:5b:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
+				uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+				nd := store.Node{ID: store.NewID(time.Now()), TenantID: pool.TenantID, SiteID: pool.SiteID, PoolID: pool.ID,
+					Name: fmt.Sprintf("%s-%d", prefix, i), State: "ready", Power: "off", HardwareProfile: first.HardwareProfile, Drivers: first.Drivers,
+					BMCDriver: first.BMCDriver, BMCAddress: fmt.Sprintf("https://10.%d.%d.%d", 9+(i>>16)&0xff, (i>>8)&0xff, i&0xff),
+					BMCUsernameRef: first.BMCUsernameRef, BMCPasswordRef: first.BMCPasswordRef, ProductUUID: uuid, MACs: []string{mac}}
+				if err := tx.InsertNode(ctx, &nd); err != nil {
+					return err
+				}
+				ids = append(ids, nd.ID)
+				h.Sim.Add(&Machine{NodeID: nd.ID, UUID: uuid, MACs: []string{mac}})
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("seeding ready nodes: %w", err)
+		}
+	}
+	return ids, nil
 }

@@ -396,3 +396,16 @@ func (t *Tx) HasApproval(ctx context.Context, id, approver string) (bool, error)
 	}
 	return true, nil
 }
+
+// AnyApprovalPolicy reports whether any scope requires approvals (the queue's fast path).
+func (t *Tx) AnyApprovalPolicy(ctx context.Context) (bool, error) {
+	var one int
+	err := t.queryRow(ctx, `SELECT 1 FROM approval_policies WHERE required > 0 LIMIT 1`).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading approvals policies: %w", err)
+	}
+	return true, nil
+}

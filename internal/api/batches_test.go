@@ -1,0 +1,95 @@
+package api
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"bcd/internal/store"
+)
+
+// TestBatchServiceOverHTTP: policy, bulk, self-approval refused with permission_denied, quorum,
+// doctor's pending batches, and error codes, through the JSON API.
+func TestBatchServiceOverHTTP(t *testing.T) {
+	e := newEnv(t)
+	for i, mac := range []string{"52:54:00:00:10:01", "52:54:00:00:10:02"} {
+		if code, body := e.post(t, enrollPath, e.admin, enrollJSON("b"+string(rune('0'+i)), mac)); code != 200 {
+			t.Fatalf("enroll: %d %s", code, body)
+		}
+	}
+	tokenFor := func(name, role string) string {
+		code, body := e.post(t, "/bcd.v1.TokenService/Create", e.admin, `{"name":"`+name+`","role":"`+role+`"}`)
+		if code != 200 {
+			t.Fatalf("token %s: %d %s", name, code, body)
+		}
+		var r struct{ Secret string }
+		json.Unmarshal([]byte(body), &r)
+		return r.Secret
+	}
+	ops, alice := tokenFor("ops", "operator"), tokenFor("alice", "approver")
+	const svc = "/bcd.v1.BatchService/"
+	if code, body := e.post(t, svc+"SetApprovalPolicy", ops, `{"scope":"pool","ref":"default","required":1}`); code != 403 {
+		t.Fatalf("operator set the policy: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"SetApprovalPolicy", e.admin, `{"scope":"rack","ref":"x","required":1}`); code != 400 || !strings.Contains(body, "accepted are installation, site, pool") {
+		t.Fatalf("bad scope: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"SetApprovalPolicy", e.admin, `{"scope":"pool","ref":"default","required":1}`); code != 200 {
+		t.Fatalf("policy: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","nodes":["b0"],"reason":"x"}`); code != 400 || !strings.Contains(body, "accepted are manage, inspect") {
+		t.Fatalf("bulk deploy: %d %s", code, body)
+	}
+	// b0 ready (no engine runs here: the row is set by hand); b1 still enrolling; zz unknown.
+	err := e.st.Write(t.Context(), func(tx *store.Tx) error {
+		n, err := tx.LockNode(t.Context(), "b0", "")
+		if err != nil {
+			return err
+		}
+		n.State, n.TargetState, n.ChainVerb = "ready", "", ""
+		return tx.UpdateNode(t.Context(), &n)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.post(t, svc+"Bulk", e.admin, `{"pool":"default","verb":"retire","nodes":["b0","b1","zz"],"reason":"test"}`)
+	var res struct {
+		Batch struct {
+			BatchID  string `json:"batchId"`
+			Held     bool
+			Required int
+			Size     int
+		}
+		Nodes []struct {
+			Name, Error string
+			Accepted    bool
+		}
+	}
+	json.Unmarshal([]byte(body), &res)
+	if code != 200 || !res.Batch.Held || res.Batch.Required != 1 || res.Batch.Size != 1 || len(res.Nodes) != 3 ||
+		!res.Nodes[0].Accepted || !strings.Contains(res.Nodes[1].Error, "retire applies only in") || res.Nodes[2].Error != "no such node in pool default" {
+		t.Fatalf("bulk: %d %s", code, body)
+	}
+	id := res.Batch.BatchID
+	if code, body := e.post(t, "/bcd.v1.NodeService/Doctor", alice, `{}`); code != 200 || !strings.Contains(body, `"pendingBatches":[{"id":"`+id) {
+		t.Fatalf("doctor: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Approve", e.admin, `{"id":"`+id+`"}`); code != 403 || !strings.Contains(body, "cannot approve it") {
+		t.Fatalf("self-approval: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Approve", ops, `{"id":"`+id+`"}`); code != 403 {
+		t.Fatalf("operator approval: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Approve", alice, `{"id":"nope"}`); code != 404 {
+		t.Fatalf("approve unknown: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Approve", alice, `{"id":"`+id+`","reason":"ok"}`); code != 200 || !strings.Contains(body, `"state":"approved"`) {
+		t.Fatalf("approve: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Reject", alice, `{"id":"`+id+`"}`); code != 200 || !strings.Contains(body, `"state":"rejected"`) {
+		t.Fatalf("reject after approval (allowed until the batch starts): %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Get", alice, `{"id":"`+id+`"}`); code != 200 || !strings.Contains(body, `"kind":"disk.wipe"`) {
+		t.Fatalf("get: %d %s", code, body)
+	}
+}
