@@ -197,6 +197,9 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 		return rep, err
 	}
 	rep.Leaves = res.Batch.Leaves
+	if progress != nil {
+		progress(fmt.Sprintf("metal.bulk answered in %s (%d leaves)", rep.Answer.Round(time.Millisecond), rep.Leaves), n, n)
+	}
 	for _, nd := range res.Nodes {
 		if !nd.Accepted {
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
