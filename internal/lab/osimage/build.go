@@ -133,20 +133,20 @@ type Manifest struct {
 	Size int64 `json:"size"`
 	// SHA256 is the digest of the served file (os.img.zst): what deploy.image verifies while
 	// streaming.
-	SHA256         string `json:"sha256"`
-	FileSize       int64  `json:"fileSize"` // bytes of os.img.zst
-	DiskFile       string `json:"diskFile"` // os.img (uncompressed, for booting it directly)
-	DiskSHA256     string `json:"diskSha256"`
-	KernelRelease  string `json:"kernelRelease"`
-	Cmdline        string `json:"cmdline"`
-	PartitionType  string `json:"partitionType"`
-	Signer         string `json:"signer"`
-	SignerKeyFile  string `json:"signerKeyFile"`   // relative to the manifest
-	SignerPubFile  string `json:"signerPubFile"`   // idem
-	SignerPublic   string `json:"signerPublicKey"` // base64, as bcd signer keygen writes it
-	URL            string `json:"url,omitempty"`
-	Signature      string `json:"signature,omitempty"` // base64 catalog signature, with url
-	PartitionStart int64  `json:"partitionOffset"`     // bytes
+	SHA256          string `json:"sha256"`
+	FileSize        int64  `json:"fileSize"` // bytes of os.img.zst
+	DiskFile        string `json:"diskFile"` // os.img (uncompressed, for booting it directly)
+	DiskSHA256      string `json:"diskSha256"`
+	KernelRelease   string `json:"kernelRelease"`
+	Cmdline         string `json:"cmdline"`
+	PartitionType   string `json:"partitionType"`
+	Signer          string `json:"signer"`
+	SignerKeyFile   string `json:"signerKeyFile"`   // relative to the manifest
+	SignerPubFile   string `json:"signerPubFile"`   // idem
+	SignerPublic    string `json:"signerPublicKey"` // base64, as bcd signer keygen writes it
+	URL             string `json:"url,omitempty"`
+	Signature       string `json:"signature,omitempty"` // base64 catalog signature, with url
+	PartitionOffset int64  `json:"partitionOffset"`     // bytes from the disk's start to the FAT partition
 }
 
 // Build makes the initramfs, the FAT partition and the disk, compresses it, and writes the
@@ -217,10 +217,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (Manifest, error) 
 	}
 	marker, _ := json.Marshal(map[string]string{"name": cfg.Name, "kernelRelease": k.Release,
 		"stateDir": "/" + StateDir})
-	files := []struct {
-		path string
-		data []byte
-	}{
+	files := []fatFile{
 		{KernelPath, k.Vmlinuz},
 		{InitrdPath, initrd.Bytes()},
 		{ConfigPath, []byte(SyslinuxConfig(cfg.Cmdline))},
@@ -269,7 +266,7 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (Manifest, error) 
 		KernelRelease: k.Release, Cmdline: strings.TrimSpace(BaseCmdline + " " + strings.TrimSpace(cfg.Cmdline)),
 		PartitionType: fmt.Sprintf("0x%02X", cfg.PartitionType),
 		Signer:        cfg.Signer, SignerKeyFile: SignerKeyFile, SignerPubFile: SignerPubFile,
-		SignerPublic: base64.StdEncoding.EncodeToString(pub), PartitionStart: PartitionStart * SectorSize,
+		SignerPublic: base64.StdEncoding.EncodeToString(pub), PartitionOffset: PartitionStart * SectorSize,
 	}
 	if cfg.URL != "" {
 		img := m.CatalogImage(cfg.URL)
@@ -303,12 +300,15 @@ func (m Manifest) CatalogImage(url string) catalog.Image {
 		SHA256: m.SHA256, Signer: m.Signer}
 }
 
-// makeFAT formats path as FAT16 (fixed volume id, label, hidden sectors = the partition's
-// start), copies files in with fixed timestamps and installs BIOS syslinux.
-func makeFAT(ctx context.Context, cfg Config, path string, mib int64, work string, files []struct {
+// fatFile is one file to put on the partition (path without a leading slash).
+type fatFile struct {
 	path string
 	data []byte
-}) error {
+}
+
+// makeFAT formats path as FAT16 (fixed volume id, label, hidden sectors = the partition's
+// start), copies files in with fixed timestamps and installs BIOS syslinux.
+func makeFAT(ctx context.Context, cfg Config, path string, mib int64, work string, files []fatFile) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
