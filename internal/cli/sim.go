@@ -112,7 +112,8 @@ func simCmd(g *globals) *cobra.Command {
 					return json.NewEncoder(g.env.Stdout).Encode(rep)
 				}
 				fmt.Fprintf(g.env.Stdout, "%d nodes on %s; %s\n", rep.Nodes, rep.Engine, rep.Enroll)
-				fmt.Fprintf(g.env.Stdout, "metal.bulk %s of %d nodes answered in %s (%d leaves, %d approvals required)\n", rep.Verb, rep.Nodes, rep.Answer.Round(time.Millisecond), rep.Leaves, rep.Required)
+				fmt.Fprintf(g.env.Stdout, "metal.bulk %s of %d nodes answered in %s (process CPU %s; %d leaves, %d approvals required)\n", rep.Verb, rep.Nodes,
+					rep.Answer.Round(time.Millisecond), rep.AnswerCPU.Round(time.Millisecond), rep.Leaves, rep.Required)
 				fmt.Fprintf(g.env.Stdout, "approvals answered in %s; %s\n", rep.Approve.Round(time.Millisecond), rep.Rest)
 				return nil
 			}

@@ -506,32 +506,58 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		ev := make([]store.Event, 0, accepted+1)
 		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason,
 			Data: jsonObject(map[string]any{"batch": b.ID, "kind": "bulk", "verb": v, "pool": pool.Name, "size": accepted, "state": b.State, "required": b.Required, "leaves": b.Leaves})})
-		var wake []string
+		// Nodes read in the same state move alike: one statement per 500 of them, conditioned on
+		// the state the decision was taken on (a node that changed meanwhile is refused).
+		type group struct {
+			m   store.BulkMove
+			idx []int
+		}
+		groups := map[[3]string]*group{}
+		var order [][3]string
 		for i := range rows {
 			if !picked[i].Accepted {
 				continue
 			}
 			n := rows[i]
-			from := n.State
-			applyMove(&n, v, moves[i])
-			if moves[i].Wakes {
-				n.VerbFrom, n.VerbBy, n.BatchID = from, p.Actor(), b.ID
-				wake = append(wake, n.ID)
+			key := [3]string{n.State, n.TargetState, fmt.Sprint(n.Maintenance)}
+			g := groups[key]
+			if g == nil {
+				after := n
+				applyMove(&after, v, moves[i])
+				g = &group{m: store.BulkMove{FromState: n.State, FromTarget: n.TargetState, FromMaintenance: n.Maintenance,
+					State: after.State, TargetState: after.TargetState, ChainVerb: after.ChainVerb, SetChain: after.ChainVerb != n.ChainVerb,
+					VerbFrom: n.State, VerbBy: p.Actor(), BatchID: b.ID, SetVerb: moves[i].Wakes, SetBatch: moves[i].Wakes,
+					WipeMode: in.Wipe, SetWipeMode: v == provision.VerbUndeploy}}
+				groups[key] = g
+				order = append(order, key)
 			}
-			if v == provision.VerbUndeploy {
-				n.WipeMode = in.Wipe
+			g.idx = append(g.idx, i)
+		}
+		var wake []string
+		evData := jsonObject(map[string]any{"batch": b.ID})
+		for _, key := range order {
+			g := groups[key]
+			ids := make([]string, len(g.idx))
+			for j, i := range g.idx {
+				ids[j] = rows[i].ID
 			}
-			if err := tx.UpdateNode(ctx, &n); err != nil {
-				if errors.Is(err, store.ErrStale) {
-					// Changed since it was read: this node's verb is refused, the others go on.
+			moved, err := tx.MoveNodes(ctx, ids, g.m)
+			if err != nil {
+				return err
+			}
+			for _, i := range g.idx {
+				n := rows[i]
+				if !moved[n.ID] {
 					picked[i].Accepted, picked[i].Error = false, "the node changed meanwhile; read it again"
 					continue
 				}
-				return err
+				picked[i].State = g.m.State
+				if g.m.SetBatch {
+					wake = append(wake, n.ID)
+				}
+				ev = append(ev, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node." + string(v),
+					FromState: n.State, ToState: g.m.State, Reason: in.Reason, Data: evData})
 			}
-			picked[i].State = n.State
-			ev = append(ev, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node." + string(v),
-				FromState: from, ToState: n.State, Reason: in.Reason, Data: jsonObject(map[string]any{"batch": b.ID})})
 		}
 		if err := tx.AppendEvents(ctx, ev); err != nil {
 			return err

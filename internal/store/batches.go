@@ -409,3 +409,50 @@ func (t *Tx) AnyApprovalPolicy(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
+
+// BulkMove is one move applied to many nodes that were read in the same state (a bulk verb):
+// From* are what the decision was taken on, the rest what the nodes get.
+type BulkMove struct {
+	FromState, FromTarget                    string
+	FromMaintenance                          bool
+	State, TargetState, ChainVerb            string
+	VerbFrom, VerbBy, BatchID, WipeMode      string
+	SetChain, SetVerb, SetBatch, SetWipeMode bool
+}
+
+// MoveNodes applies m to the nodes of ids still in the state the move was decided on (many per
+// statement; no per-row version: the state, target and maintenance flag are the condition). It
+// returns the ids moved; the others changed meanwhile.
+func (t *Tx) MoveNodes(ctx context.Context, ids []string, m BulkMove) (map[string]bool, error) {
+	moved := make(map[string]bool, len(ids))
+	const per = 500
+	for i := 0; i < len(ids); i += per {
+		chunk := ids[i:min(i+per, len(ids))]
+		q := `UPDATE nodes SET state = ?, target_state = ?,
+			chain_verb = CASE WHEN ? THEN ? ELSE chain_verb END,
+			verb_from = CASE WHEN ? THEN ? ELSE verb_from END,
+			verb_by = CASE WHEN ? THEN ? ELSE verb_by END,
+			batch_id = CASE WHEN ? THEN ? ELSE batch_id END,
+			wipe_mode = CASE WHEN ? THEN ? ELSE wipe_mode END,
+			version = version + 1, updated_at = ?
+			WHERE state = ? AND target_state = ? AND maintenance = ? AND id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `) RETURNING id`
+		args := []any{m.State, m.TargetState, m.SetChain, m.ChainVerb, m.SetVerb, m.VerbFrom, m.SetVerb, m.VerbBy, m.SetBatch, m.BatchID,
+			m.SetWipeMode, m.WipeMode, t.at, m.FromState, m.FromTarget, m.FromMaintenance}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		rows, err := t.query(ctx, q, args...)
+		got, err := collect(rows, err, "moved nodes", func(r interface{ Scan(...any) error }) (string, error) {
+			var s string
+			err := r.Scan(&s)
+			return s, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("moving %d nodes to %s: %w", len(chunk), m.State, err)
+		}
+		for _, id := range got {
+			moved[id] = true
+		}
+	}
+	return moved, nil
+}

@@ -131,6 +131,31 @@ func TestBatches(t *testing.T) {
 		if err != nil || len(list) != 1 {
 			t.Fatalf("batches: %d %v", len(list), err)
 		}
+		// MoveNodes moves only the nodes still in the state the move was decided on.
+		write(func(tx *store.Tx) error {
+			n2, err := tx.LockNode(ctx, nodes[2].ID, "")
+			if err != nil {
+				return err
+			}
+			n2.State = "ready" // changed "meanwhile"
+			if err := tx.UpdateNode(ctx, &n2); err != nil {
+				return err
+			}
+			moved, err := tx.MoveNodes(ctx, []string{nodes[1].ID, nodes[2].ID}, store.BulkMove{FromState: "enrolling", FromTarget: "ready",
+				State: "retiring", TargetState: "retired", ChainVerb: "retire", SetChain: true, VerbFrom: "enrolling", VerbBy: "token:ops", SetVerb: true,
+				BatchID: b.ID, SetBatch: true})
+			if err != nil {
+				return err
+			}
+			if !moved[nodes[1].ID] || moved[nodes[2].ID] {
+				return fmt.Errorf("moved %v", moved)
+			}
+			return nil
+		})
+		n1, _ := st.Node(ctx, nodes[1].ID, "")
+		if n1.State != "retiring" || n1.TargetState != "retired" || n1.BatchID != b.ID || n1.VerbBy != "token:ops" || n1.Version != nodes[1].Version+1 {
+			t.Fatalf("moved node: %+v", n1)
+		}
 		wus, _ := st.WakeUps(ctx, 10)
 		if len(wus) < 2 {
 			t.Fatalf("wake-ups: %v", wus)
