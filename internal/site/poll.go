@@ -1,6 +1,7 @@
 package site
 
 import (
+	"container/heap"
 	"context"
 	"log/slog"
 	"math/rand/v2"
@@ -87,6 +88,7 @@ type pollTarget struct {
 	last    bmc.PowerState
 	failing bool      // the last read failed
 	sent    time.Time // last report
+	seq     uint64    // bumped at each schedule: older queue items of the target are stale
 	busy    bool      // a read runs
 	fromSet bool      // listed by the control plane's poll set (SetTargets), not only watched
 }
@@ -105,14 +107,65 @@ type poller struct {
 
 	mu      sync.Mutex
 	targets map[string]*pollTarget // node → target
+	due     dueQueue               // targets by next read (lazy: stale items are skipped)
 	fails   map[string]int         // BMC key → consecutive failures
 	wake    chan struct{}
 	paused  bool // SetActive(false): no read starts
 }
 
+// dueItem is one scheduled read in the due queue.
+type dueItem struct {
+	at   time.Time
+	node string
+	seq  uint64
+}
+
+// dueQueue is a min-heap of scheduled reads (container/heap): dispatch looks only at what is
+// due, so a completed read costs O(log n), not a pass over the site's nodes.
+type dueQueue []dueItem
+
+func (q dueQueue) Len() int           { return len(q) }
+func (q dueQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q dueQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *dueQueue) Push(x any)        { *q = append(*q, x.(dueItem)) }
+func (q *dueQueue) Pop() any {
+	old := *q
+	it := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return it
+}
+
 func newPoller(cfg PollConfig, probe powerProbe, locks *bmcLocks, r PowerReporter, log *slog.Logger, now func() time.Time) *poller {
 	return &poller{cfg: cfg.withDefaults(), probe: probe, locks: locks, reporter: r, log: log, now: now, rnd: rand.Float64,
 		targets: map[string]*pollTarget{}, fails: map[string]int{}, wake: make(chan struct{}, 1)}
+}
+
+// scheduleLocked sets t's next read and queues it; the caller holds p.mu.
+func (p *poller) scheduleLocked(t *pollTarget, at time.Time) {
+	t.next = at
+	t.seq++
+	heap.Push(&p.due, dueItem{at: at, node: t.nodeID, seq: t.seq})
+}
+
+// addLocked creates node's target, first read after a jittered fraction of the interval.
+func (p *poller) addLocked(nodeID string) *pollTarget {
+	t := &pollTarget{nodeID: nodeID}
+	p.targets[nodeID] = t
+	p.scheduleLocked(t, p.now().Add(time.Duration(p.rnd()*float64(p.cfg.Interval))))
+	return t
+}
+
+// topLocked drops stale items (targets gone, rescheduled or in flight) and returns the earliest
+// live one.
+func (p *poller) topLocked() (dueItem, *pollTarget, bool) {
+	for p.due.Len() > 0 {
+		it := p.due[0]
+		if t, ok := p.targets[it.node]; ok && t.seq == it.seq && !t.busy {
+			return it, t, true
+		}
+		heap.Pop(&p.due)
+	}
+	return dueItem{}, nil, false
 }
 
 // Watch starts (or refreshes) polling of node with the binding and credentials of its latest
@@ -122,8 +175,7 @@ func (p *poller) Watch(nodeID string, ref BMCRef, jwe string) {
 	p.mu.Lock()
 	t, ok := p.targets[nodeID]
 	if !ok {
-		t = &pollTarget{nodeID: nodeID, next: p.now().Add(time.Duration(p.rnd() * float64(p.cfg.Interval)))}
-		p.targets[nodeID] = t
+		t = p.addLocked(nodeID)
 	}
 	t.ref, t.jwe = ref, jwe
 	p.mu.Unlock()
@@ -147,8 +199,7 @@ func (p *poller) SetTargets(ts []SetTarget) {
 		keep[st.NodeID] = true
 		t, ok := p.targets[st.NodeID]
 		if !ok {
-			t = &pollTarget{nodeID: st.NodeID, next: p.now().Add(time.Duration(p.rnd() * float64(p.cfg.Interval)))}
-			p.targets[st.NodeID] = t
+			t = p.addLocked(st.NodeID)
 		}
 		t.ref, t.jwe, t.fromSet = st.Ref, st.JWE, true
 	}
@@ -210,7 +261,8 @@ func (p *poller) Run(ctx context.Context) {
 	}
 }
 
-// dispatch starts the due reads that have a free slot and returns the next due time.
+// dispatch starts the due reads that have a free slot and returns the next due time (zero:
+// nothing scheduled, or every slot taken: a finishing read pokes the loop).
 func (p *poller) dispatch(ctx context.Context, sem chan struct{}, wg *sync.WaitGroup) time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -218,24 +270,27 @@ func (p *poller) dispatch(ctx context.Context, sem chan struct{}, wg *sync.WaitG
 		return time.Time{}
 	}
 	now := p.now()
-	for _, t := range p.targets {
-		if t.busy || t.next.After(now) {
-			continue
+	for {
+		it, t, ok := p.topLocked()
+		if !ok {
+			return time.Time{}
 		}
+		if it.at.After(now) {
+			return it.at
+		}
+		if len(sem) == cap(sem) {
+			return time.Time{}
+		}
+		heap.Pop(&p.due)
 		key := bmcKey(t.ref.Driver, t.ref.Address)
 		release, ok := p.locks.TryLock(key)
 		if !ok {
-			t.next = now.Add(p.cfg.RetryBusy)
+			p.scheduleLocked(t, now.Add(p.cfg.RetryBusy)) // a command (or another node's read) uses the BMC
 			continue
 		}
-		select {
-		case sem <- struct{}{}:
-		default:
-			release()
-			t.next = now.Add(p.cfg.RetryBusy)
-			continue
-		}
+		sem <- struct{}{} // room checked above; only this goroutine adds
 		t.busy = true
+		t.seq++
 		nodeID, ref, jwe := t.nodeID, t.ref, t.jwe
 		wg.Add(1)
 		go func() {
@@ -246,13 +301,6 @@ func (p *poller) dispatch(ctx context.Context, sem chan struct{}, wg *sync.WaitG
 			p.done(ctx, nodeID, key, power, err)
 		}()
 	}
-	var next time.Time
-	for _, t := range p.targets {
-		if !t.busy && (next.IsZero() || t.next.Before(next)) {
-			next = t.next
-		}
-	}
-	return next
 }
 
 // done records a read: the BMC's failure count, the node's next read, and a report when the
@@ -267,9 +315,9 @@ func (p *poller) done(ctx context.Context, nodeID, key string, power bmc.PowerSt
 	fails := p.fails[key]
 	t, ok := p.targets[nodeID]
 	report := false
-	if ok {
+	if ok && t.busy {
 		t.busy = false
-		t.next = p.now().Add(pollDelay(p.cfg.Interval, p.cfg.MaxInterval, fails, p.cfg.Jitter, p.rnd()))
+		p.scheduleLocked(t, p.now().Add(pollDelay(p.cfg.Interval, p.cfg.MaxInterval, fails, p.cfg.Jitter, p.rnd())))
 		switch {
 		case err != nil:
 			t.failing, report = true, true

@@ -261,3 +261,32 @@ func TestPollerNeverStorms(t *testing.T) {
 	}
 	t.Logf("%d nodes: at most %d reads in flight (bound %d)", nodes, maxInFlight, parallel)
 }
+
+// BenchmarkPollerDispatch measures a dispatch with nothing due (what every completed read costs
+// the poller: it pokes the loop), by poll-set size. Before the due queue it was a pass over every
+// node: 2.4 ms at 10,000 nodes, 100 ms at 100,000.
+func BenchmarkPollerDispatch(b *testing.B) {
+	for _, n := range []int{1000, 10000, 100000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			p := newPoller(PollConfig{Interval: time.Hour}, nil, newBMCLocks(), nil, slog.New(slog.DiscardHandler), time.Now)
+			set := make([]SetTarget, n)
+			for i := range set {
+				id := fmt.Sprintf("n%06d", i)
+				set[i] = SetTarget{NodeID: id, Ref: BMCRef{Driver: "ipmi", Address: id}, JWE: id}
+			}
+			p.SetTargets(set)
+			p.mu.Lock()
+			for _, t := range p.targets {
+				p.scheduleLocked(t, time.Now().Add(time.Hour)) // nothing due
+			}
+			p.mu.Unlock()
+			sem := make(chan struct{}, 16)
+			var wg sync.WaitGroup
+			ctx := context.Background()
+			b.ResetTimer()
+			for b.Loop() {
+				p.dispatch(ctx, sem, &wg)
+			}
+		})
+	}
+}
