@@ -204,6 +204,11 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 				}
 				continue
 			}
+			// Before outgoing: its token must not reach the row (and the lease row is locked
+			// before join tokens, as BootLease does).
+			if err := e.recordBootEntry(ctx, tx, a, cmds[i]); err != nil {
+				return err
+			}
 			if err := e.outgoing(ctx, tx, a, &cmds[i]); err != nil {
 				return err
 			}
@@ -346,11 +351,6 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		}
 		if err := tx.UpdateCommand(ctx, &c); err != nil {
 			return err
-		}
-		if to == command.Succeeded {
-			if err := e.recordBootEntry(ctx, tx, a, c); err != nil {
-				return err
-			}
 		}
 		if to.Final() {
 			return tx.Wake(ctx, c.NodeID, "command "+u.State, 0)

@@ -187,8 +187,10 @@ func bootEntryKind(commandKind string) string {
 	return ""
 }
 
-// recordBootEntry keeps the entry a succeeded boot command installed (or removed) at agent a,
-// so that a later lease holder can be given it.
+// recordBootEntry keeps the entry a boot command installs (or removes) as the command is given
+// to agent a (the holder), so that a later holder can be given it. It is written at claim, not
+// at success: a holder that dies between installing an entry and reporting it leaves a machine
+// in PXE that its successor must serve at once, not after the lost command's retry.
 func (e *Engine) recordBootEntry(ctx context.Context, tx *store.Tx, a Agent, c store.Command) error {
 	kind := bootEntryKind(c.Kind)
 	if kind == "" || c.SiteID == "" {

@@ -46,10 +46,12 @@ type siteEnv struct {
 	siteID  string
 	log     *slog.Logger
 	ramdisk site.RamdiskConfig
-	machine *vbmc.FakeMachine
-	bmcURL  string
-	bmcFP   string
-	bmcDown atomic.Bool // the BMC drops every connection
+	// stuckRamdisk names the same artifacts on an origin that never answers.
+	stuckRamdisk site.RamdiskConfig
+	machine      *vbmc.FakeMachine
+	bmcURL       string
+	bmcFP        string
+	bmcDown      atomic.Bool // the BMC drops every connection
 }
 
 func startSiteEnv(t *testing.T, e store.Engine) *siteEnv {
@@ -93,6 +95,18 @@ func startSiteEnv(t *testing.T, e store.Engine) *siteEnv {
 		Kernel: netboot.Artifact{Name: "vmlinuz", URL: origin.URL + "/vmlinuz", SHA256: sum("/vmlinuz")},
 		Initrd: netboot.Artifact{Name: "initrd.img", URL: origin.URL + "/initrd.img", SHA256: sum("/initrd.img")},
 	}
+	// The same artifacts from an origin that never answers: an agent using it installs the
+	// entry and then hangs in boot.prepareRamdisk, fetching.
+	stuck := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-stuck:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() { close(stuck); slow.Close() })
+	env.stuckRamdisk = env.ramdisk
+	env.stuckRamdisk.Kernel.URL, env.stuckRamdisk.Initrd.URL = slow.URL+"/vmlinuz", slow.URL+"/initrd.img"
 
 	// The machine's BMC: Redfish over TLS, fingerprint-pinned; bmcDown makes it unreachable.
 	svc, err := redfishbmc.New(redfishbmc.Config{Layout: redfishbmc.LayoutPlain, Username: bmcUser, Password: bmcPass,
@@ -137,7 +151,7 @@ func (a *agent) base() string { return "http://" + a.HTTPAddr().String() }
 
 // startAgent joins and runs a site agent whose gateway traffic goes to gatewayURL (the server's,
 // or a proxy in front of it).
-func (env *siteEnv) startAgent(name, gatewayURL string, ttl time.Duration, poll site.PollConfig) *agent {
+func (env *siteEnv) startAgent(name, gatewayURL string, ttl time.Duration, poll site.PollConfig, ramdisk site.RamdiskConfig) *agent {
 	t := env.t
 	t.Helper()
 	tok, err := env.srv.CreateSiteJoinToken(env.ctx, env.siteID, time.Hour)
@@ -151,7 +165,7 @@ func (env *siteEnv) startAgent(name, gatewayURL string, ttl time.Duration, poll 
 	log := env.log.With("site_agent", name)
 	a, err := site.New(site.Config{
 		GatewayURL: gatewayURL, Site: env.siteID, JoinToken: tok, DataDir: filepath.Join(t.TempDir(), name), CAPEM: env.srv.CAPEM(),
-		HTTPListener: ln, IPXEDir: t.TempDir(), RetryAfter: time.Second, Ramdisk: env.ramdisk, LeaseTTL: ttl, Poll: poll,
+		HTTPListener: ln, IPXEDir: t.TempDir(), RetryAfter: time.Second, Ramdisk: ramdisk, LeaseTTL: ttl, Poll: poll,
 		RedfishOptions:    redfish.Options{BackoffInitial: 10 * time.Millisecond, MaxAttempts: 2, PollInterval: 20 * time.Millisecond, RequestTimeout: 2 * time.Second, Log: log},
 		HeartbeatInterval: time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Logger: log,
@@ -285,73 +299,105 @@ func (p *cuttable) Cut() {
 // TestBootLeaseFailoverAgainstServer: two site agents of one site against a real control plane
 // (both store engines). The first holds the boot lease and alone receives the node's
 // boot.prepareRamdisk; the machine waits in PXE. The holder dies (its network is cut, then it
-// stops: it cannot hand the lease back). The time until the second agent answers /boot.ipxe for
-// the machine's MAC with the ramdisk script (its entry pushed by the control plane with a fresh
-// token that the control plane accepts) is measured and logged; DESIGN §6 asks for < 30 s (the
-// test's bound), we aim at < 10 s.
+// stops: it cannot hand the lease back) — after the command succeeded, or while it still runs
+// (the entry installed, the ramdisk still being fetched: nothing reported yet). The time until
+// the second agent answers /boot.ipxe for the machine's MAC with the ramdisk script (its entry
+// pushed by the control plane with a fresh token that the control plane accepts) is measured and
+// logged; DESIGN §6 asks for < 30 s (the test's bound), we aim at < 10 s.
 func TestBootLeaseFailoverAgainstServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a lease TTL")
 	}
 	for _, e := range storetest.Engines {
-		t.Run(string(e), func(t *testing.T) {
-			const ttl = 5 * time.Second
-			env := startSiteEnv(t, e)
-			gw := strings.TrimPrefix(env.srv.GatewayURL(), "https://")
-			proxy := newCuttable(t, gw)
-			a := env.startAgent("a", "https://"+proxy.ln.Addr().String(), ttl, site.PollConfig{})
-			waitFor(t, 10*time.Second, "agent a to hold the lease", a.HoldsBootLease)
-			b := env.startAgent("b", env.srv.GatewayURL(), ttl, site.PollConfig{})
+		for _, midCommand := range []bool{false, true} {
+			name := string(e) + "/after-success"
+			if midCommand {
+				name = string(e) + "/mid-command"
+			}
+			t.Run(name, func(t *testing.T) { failover(t, e, midCommand) })
+		}
+	}
+}
 
-			n := env.enroll()
-			var first string
-			waitFor(t, 60*time.Second, "the holder to serve the ramdisk script", func() bool {
-				first = ramdiskToken(getScript(a.base(), testMAC))
-				return first != ""
-			})
-			if code, _ := getScript(b.base(), testMAC); code != http.StatusServiceUnavailable {
-				t.Fatalf("the standby answered %d, want 503", code)
-			}
-			if b.Entries().Has(testMAC) {
-				t.Fatal("the standby has the entry before it holds the lease: the boot command went to it")
-			}
-			cmds, _ := env.st.Commands(env.ctx, n.ID, 100)
-			for _, c := range cmds {
-				if c.Kind == "boot.prepareRamdisk" && c.TargetAgent != a.id {
-					t.Errorf("boot.prepareRamdisk %s went to %q, not the holder %s", c.ID, c.TargetAgent, a.id)
-				}
-			}
+func failover(t *testing.T, e store.Engine, midCommand bool) {
+	const ttl = 5 * time.Second
+	env := startSiteEnv(t, e)
+	gw := strings.TrimPrefix(env.srv.GatewayURL(), "https://")
+	proxy := newCuttable(t, gw)
+	holderRamdisk := env.ramdisk
+	if midCommand {
+		holderRamdisk = env.stuckRamdisk
+	}
+	a := env.startAgent("a", "https://"+proxy.ln.Addr().String(), ttl, site.PollConfig{}, holderRamdisk)
+	waitFor(t, 10*time.Second, "agent a to hold the lease", a.HoldsBootLease)
+	b := env.startAgent("b", env.srv.GatewayURL(), ttl, site.PollConfig{}, env.ramdisk)
 
-			proxy.Cut()
-			killed := time.Now()
-			a.stop()
-			var token string
-			waitFor(t, 30*time.Second, "the standby to serve the ramdisk script", func() bool {
-				token = ramdiskToken(getScript(b.base(), testMAC))
-				return token != ""
-			})
-			took := time.Since(killed)
-			t.Logf("failover (%s): the standby served the ramdisk script %.2f s after the holder died (lease TTL %s, renewal every %s)",
-				e, took.Seconds(), ttl, ttl/3)
-			if took > 30*time.Second { // DESIGN §6; the figure is logged (aim: < 10 s)
-				t.Errorf("failover took %s, want < 30 s", took)
+	n := env.enroll()
+	var first string
+	prepare := func() (store.Command, bool) {
+		cmds, _ := env.st.Commands(env.ctx, n.ID, 100)
+		for _, c := range cmds {
+			if c.Kind == "boot.prepareRamdisk" {
+				return c, true
 			}
-			if token == first {
-				t.Error("the pushed entry carries the old holder's token: it should be freshly minted")
-			}
-			l, err := env.st.Lease(env.ctx, env.siteID)
-			if err != nil || l.Holder != b.id || l.Epoch != 2 {
-				t.Errorf("lease %+v (%v): want holder %s at epoch 2", l, err, b.id)
-			}
-			// The pushed token is a real one-time token of the node: the ramdisk can join with it.
-			_, csr, err := pki.NewKeyAndCSR("ramdisk")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, nodeID, _, err := env.srv.Engine().JoinNode(env.ctx, token, csr, "node"); err != nil || nodeID != n.ID {
-				t.Errorf("joining with the pushed token: node %q, %v", nodeID, err)
-			}
+		}
+		return store.Command{}, false
+	}
+	if midCommand {
+		waitFor(t, 60*time.Second, "the holder to install the entry and run the command", func() bool {
+			c, ok := prepare()
+			return ok && c.State == "running" && a.Entries().Has(testMAC)
 		})
+	} else {
+		waitFor(t, 60*time.Second, "the holder to serve the ramdisk script", func() bool {
+			first = ramdiskToken(getScript(a.base(), testMAC))
+			return first != ""
+		})
+	}
+	if code, _ := getScript(b.base(), testMAC); code != http.StatusServiceUnavailable {
+		t.Fatalf("the standby answered %d, want 503", code)
+	}
+	if b.Entries().Has(testMAC) {
+		t.Fatal("the standby has the entry before it holds the lease: the boot command went to it")
+	}
+	if c, _ := prepare(); c.TargetAgent != a.id {
+		t.Errorf("boot.prepareRamdisk %s went to %q, not the holder %s", c.ID, c.TargetAgent, a.id)
+	}
+
+	proxy.Cut()
+	killed := time.Now()
+	a.stop()
+	// The entry comes with the lease (applied before the agent serves), not with a later retry of
+	// the boot command.
+	waitFor(t, 30*time.Second, "the standby to take the lease", b.HoldsBootLease)
+	if !b.Entries().Has(testMAC) {
+		t.Error("the new holder serves without the machine's entry")
+	}
+	var token string
+	waitFor(t, 30*time.Second, "the standby to serve the ramdisk script", func() bool {
+		token = ramdiskToken(getScript(b.base(), testMAC))
+		return token != ""
+	})
+	took := time.Since(killed)
+	t.Logf("failover (%s): the standby served the ramdisk script %.2f s after the holder died (lease TTL %s, renewal every %s)",
+		t.Name(), took.Seconds(), ttl, ttl/3)
+	if took > 30*time.Second { // DESIGN §6; the figure is logged (aim: < 10 s)
+		t.Errorf("failover took %s, want < 30 s", took)
+	}
+	if token == first {
+		t.Error("the pushed entry carries the old holder's token: it should be freshly minted")
+	}
+	l, err := env.st.Lease(env.ctx, env.siteID)
+	if err != nil || l.Holder != b.id || l.Epoch != 2 {
+		t.Errorf("lease %+v (%v): want holder %s at epoch 2", l, err, b.id)
+	}
+	// The pushed token is a real one-time token of the node: the ramdisk can join with it.
+	_, csr, err := pki.NewKeyAndCSR("ramdisk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, nodeID, _, err := env.srv.Engine().JoinNode(env.ctx, token, csr, "node"); err != nil || nodeID != n.ID {
+		t.Errorf("joining with the pushed token: node %q, %v", nodeID, err)
 	}
 }
 
@@ -364,7 +410,7 @@ func TestPowerPollingAgainstServer(t *testing.T) {
 		t.Run(string(e), func(t *testing.T) {
 			env := startSiteEnv(t, e)
 			poll := site.PollConfig{Interval: 100 * time.Millisecond, MaxInterval: 300 * time.Millisecond, Resync: time.Second}
-			a := env.startAgent("a", env.srv.GatewayURL(), 5*time.Second, poll)
+			a := env.startAgent("a", env.srv.GatewayURL(), 5*time.Second, poll, env.ramdisk)
 			waitFor(t, 10*time.Second, "the agent to hold the lease", a.HoldsBootLease)
 			n := env.enroll()
 			power := func() string {
