@@ -196,6 +196,8 @@ func Approve(b store.Batch, approver string, approvals int, already bool) (strin
 	switch b.State {
 	case store.BatchRejected:
 		return "", &DecisionError{Msg: fmt.Sprintf("batch %s was rejected by %s: request a new one", b.ID, b.DecidedBy)}
+	case store.BatchCancelled:
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s was cancelled: its nodes left it before it was approved", b.ID)}
 	case store.BatchRunning, store.BatchApproved:
 		return "", &DecisionError{Msg: fmt.Sprintf("batch %s is already %s (%d of %d approvals)", b.ID, b.State, approvals, b.Required)}
 	}
@@ -213,8 +215,8 @@ func Withdraw(b store.Batch, had bool, approvalsAfter int) (string, error) {
 	switch b.State {
 	case store.BatchRunning:
 		return "", &DecisionError{Msg: fmt.Sprintf("batch %s already started: an approval can be withdrawn only before; abort its nodes instead", b.ID)}
-	case store.BatchRejected:
-		return "", &DecisionError{Msg: fmt.Sprintf("batch %s was rejected: nothing to withdraw", b.ID)}
+	case store.BatchRejected, store.BatchCancelled:
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s was %s: nothing to withdraw", b.ID, b.State)}
 	}
 	if !had {
 		return "", &DecisionError{Msg: fmt.Sprintf("you have not approved batch %s", b.ID)}
@@ -230,8 +232,8 @@ func Reject(b store.Batch) error {
 	switch b.State {
 	case store.BatchRunning:
 		return &DecisionError{Msg: fmt.Sprintf("batch %s already started: it can no longer be rejected; abort its nodes instead", b.ID)}
-	case store.BatchRejected:
-		return &DecisionError{Msg: fmt.Sprintf("batch %s is already rejected", b.ID)}
+	case store.BatchRejected, store.BatchCancelled:
+		return &DecisionError{Msg: fmt.Sprintf("batch %s is already %s", b.ID, b.State)}
 	}
 	return nil
 }

@@ -172,7 +172,7 @@ func TestApproveWithdrawReject(t *testing.T) {
 	if next, err := Approve(b, "token:b", 1, false); err != nil || next != store.BatchApproved {
 		t.Fatalf("second approval: %s %v", next, err)
 	}
-	for _, st := range []string{store.BatchApproved, store.BatchRunning, store.BatchRejected} {
+	for _, st := range []string{store.BatchApproved, store.BatchRunning, store.BatchRejected, store.BatchCancelled} {
 		bb := b
 		bb.State = st
 		if _, err := Approve(bb, "token:c", 2, false); err == nil {
@@ -193,8 +193,13 @@ func TestApproveWithdrawReject(t *testing.T) {
 	if _, err := Withdraw(rb, true, 1); err == nil {
 		t.Fatal("withdrawing from a running batch was accepted")
 	}
+	cb := b
+	cb.State = store.BatchCancelled
+	if _, err := Withdraw(cb, true, 1); err == nil {
+		t.Fatal("withdrawing from a cancelled batch was accepted")
+	}
 	// Rejection: until the batch starts.
-	for st, ok := range map[string]bool{store.BatchPending: true, store.BatchApproved: true, store.BatchRunning: false, store.BatchRejected: false} {
+	for st, ok := range map[string]bool{store.BatchPending: true, store.BatchApproved: true, store.BatchRunning: false, store.BatchRejected: false, store.BatchCancelled: false} {
 		bb := b
 		bb.State = st
 		if err := Reject(bb); (err == nil) != ok {

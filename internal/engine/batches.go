@@ -207,3 +207,29 @@ func (e *Engine) gate(ctx context.Context, tx *store.Tx, a Agent, c *store.Comma
 	e.log.Warn("destructive command refused", "command", c.ID, "kind", c.Kind, "subject", subject, "why", gerr.Error())
 	return false, tx.Wake(ctx, c.NodeID, "command refused", 0)
 }
+
+// unpark takes the batch off a node that rests. A batch still pending whose last node left it
+// (aborted before approval) is cancelled, so no approver approves work nothing waits for.
+func (r *run) unpark() error {
+	id := r.n.BatchID
+	r.n.BatchID = ""
+	if err := r.tx.UpdateNode(r.ctx, &r.n); err != nil {
+		return err
+	}
+	b, err := r.tx.Batch(r.ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || b.State != store.BatchPending {
+		return err
+	}
+	parked, err := r.tx.CountParked(r.ctx, id)
+	if err != nil || parked > 0 {
+		return err
+	}
+	b.State, b.DecidedBy, b.DecidedAt = store.BatchCancelled, "reconciler", r.tx.At()
+	if err := r.tx.UpdateBatch(r.ctx, &b); err != nil {
+		return err
+	}
+	return r.event("batch.cancelled", r.n.State, r.n.State, "every node left the batch before it was approved", map[string]any{"batch": id})
+}

@@ -85,8 +85,7 @@ func (r *run) step() (again time.Duration, more bool, err error) {
 		return 0, true, r.startWorkflow()
 	case !pn.Busy() && n.BatchID != "":
 		// The node rests: its batch is no longer parked on it.
-		n.BatchID = ""
-		return 0, true, r.tx.UpdateNode(r.ctx, n)
+		return 0, true, r.unpark()
 	}
 	return 0, false, nil
 }

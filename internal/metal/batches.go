@@ -84,8 +84,8 @@ func (s *Service) Batches(ctx context.Context, p auth.Principal, state string, l
 	if err := Require(p, auth.Read); err != nil {
 		return nil, err
 	}
-	if state != "" && !slices.Contains([]string{store.BatchPending, store.BatchApproved, store.BatchRunning, store.BatchRejected}, state) {
-		return nil, invalid("state", "unknown batch state %q: accepted are pending, approved, running, rejected", truncate(state))
+	if state != "" && !slices.Contains([]string{store.BatchPending, store.BatchApproved, store.BatchRunning, store.BatchRejected, store.BatchCancelled}, state) {
+		return nil, invalid("state", "unknown batch state %q: accepted are pending, approved, running, rejected, cancelled", truncate(state))
 	}
 	if limit < 0 || limit > MaxPageSize {
 		return nil, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 100)", limit, MaxPageSize)
@@ -226,7 +226,7 @@ func (s *Service) Withdraw(ctx context.Context, p auth.Principal, id, reason str
 		return store.Batch{}, err
 	}
 	return s.decide(ctx, p, id, func(tx *store.Tx, b *store.Batch) (bool, error) {
-		if b.State == store.BatchRunning || b.State == store.BatchRejected {
+		if b.State == store.BatchRunning || b.State == store.BatchRejected || b.State == store.BatchCancelled {
 			_, err := batch.Withdraw(*b, true, 0)
 			return false, err
 		}

@@ -307,3 +307,35 @@ func TestPluginStepMustDeclareSends(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortBeforeApprovalCancelsTheBatch: a node aborted while its one-node batch waits leaves
+// it; the batch, with no node left, is cancelled and can no longer be approved.
+func TestAbortBeforeApprovalCancelsTheBatch(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbRetire, metal.VerbInput{Node: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	h.Engine.Nudge()
+	heldAtFirstStep(t, st, ids)
+	wfs, _ := st.Workflows(ctx, ids[0], 1)
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbAbort, metal.VerbInput{Node: ids[0]}); err != nil {
+		t.Fatal(err)
+	}
+	h.Engine.Nudge()
+	waitFor(t, "the batch cancelled", func() bool {
+		b, err := st.Batch(ctx, wfs[0].BatchID)
+		return err == nil && b.State == store.BatchCancelled && b.Parked == 0
+	})
+	if _, err := h.Metal.Approve(ctx, alice, wfs[0].BatchID, ""); err == nil {
+		t.Fatal("a cancelled batch was approved")
+	}
+	if list, _ := h.Metal.PendingBatches(ctx, alice, 10); len(list) != 0 {
+		t.Fatalf("doctor still lists %d pending batches", len(list))
+	}
+}

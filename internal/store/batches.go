@@ -75,6 +75,8 @@ const (
 	BatchApproved = "approved" // quorum reached; nothing started yet
 	BatchRunning  = "running"  // a workflow or command under it started
 	BatchRejected = "rejected" // refused by an approver: nothing runs under it
+	// BatchCancelled: every node left the batch (aborted, deleted) before it was approved.
+	BatchCancelled = "cancelled"
 )
 
 // Batch is a set of destructive (subject, kind) leaves approved together.
@@ -455,4 +457,13 @@ func (t *Tx) MoveNodes(ctx context.Context, ids []string, m BulkMove) (map[strin
 		}
 	}
 	return moved, nil
+}
+
+// CountParked counts the nodes a batch is parked on.
+func (t *Tx) CountParked(ctx context.Context, id string) (int, error) {
+	var n int
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM nodes WHERE batch_id = ?`, id).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting nodes of batch %s: %w", id, err)
+	}
+	return n, nil
 }
