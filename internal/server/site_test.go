@@ -471,3 +471,25 @@ func TestPowerPollingAgainstServer(t *testing.T) {
 		})
 	}
 }
+
+// TestCleanStopHandsTheLeaseBack: a site agent stopped cleanly (SIGTERM) releases the boot lease
+// before it disconnects, so the standby takes over at its next renewal, not after the TTL.
+func TestCleanStopHandsTheLeaseBack(t *testing.T) {
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) {
+			const ttl = 15 * time.Second
+			env := startSiteEnv(t, e)
+			a := env.startAgent("a", env.srv.GatewayURL(), ttl, site.PollConfig{}, env.ramdisk)
+			waitFor(t, 10*time.Second, "agent a to hold the lease", a.HoldsBootLease)
+			b := env.startAgent("b", env.srv.GatewayURL(), ttl, site.PollConfig{}, env.ramdisk)
+			a.stop()
+			if l, err := env.st.Lease(env.ctx, env.siteID); err != nil || l.Holder == a.id {
+				t.Fatalf("after a clean stop the lease is %+v (%v): not handed back", l, err)
+			}
+			stopped := time.Now()
+			// Within one renewal period (ttl/3), well before the old lease would have expired.
+			waitFor(t, ttl/2, "the standby to take the lease", b.HoldsBootLease)
+			t.Logf("the standby took the lease %.2f s after the holder stopped (TTL %s, renewal every %s)", time.Since(stopped).Seconds(), ttl, ttl/3)
+		})
+	}
+}

@@ -372,7 +372,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	link, err := agentlink.Dial(ctx, agentlink.Config{
+	// The link outlives ctx by the moment the lease loop takes to hand the boot lease back on a
+	// clean stop (another agent then takes over at once instead of after the TTL); until the
+	// agent has joined, ctx ends it.
+	linkCtx, stopLink := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLink()
+	joined := context.AfterFunc(ctx, stopLink)
+	link, err := agentlink.Dial(linkCtx, agentlink.Config{
 		GatewayURL: a.cfg.GatewayURL, CAPEM: a.cfg.CAPEM, DataDir: a.cfg.DataDir, Kind: agentlink.KindSite,
 		JoinToken: a.cfg.JoinToken, Logger: a.log, AgentVersion: a.cfg.AgentVersion,
 		Capabilities: a.handler.Kinds(), Drivers: driverNames(a.drivers),
@@ -382,6 +388,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		close(a.linkReady)
 		return fmt.Errorf("site agent: joining the control plane: %w", err)
 	}
+	joined()
 	a.linkMu.Lock()
 	a.link = link
 	a.linkMu.Unlock()
@@ -389,6 +396,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	id := link.Identity()
 	if err := checkSiteName(a.cfg.DataDir, a.cfg.Site, id.SiteID); err != nil {
 		cancel()
+		stopLink()
 		_ = link.Wait()
 		return fmt.Errorf("site agent: %w", err)
 	}
@@ -419,7 +427,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 	}
 	g.Go(func() error {
-		leaseLoop(gctx, lease, id.SiteID, id.AgentID, a.cfg.LeaseTTL, a.hold, log)
+		leaseLoop(gctx, lease, id.SiteID, id.AgentID, a.cfg.LeaseTTL, a.hold, log) // releases it at the end
+		stopLink()
 		return nil
 	})
 	g.Go(func() error { a.statusLoop(gctx, link); return nil })
