@@ -139,10 +139,8 @@ func (s *Service) decide(ctx context.Context, p auth.Principal, id string, f fun
 			if err != nil {
 				return err
 			}
-			for _, n := range nodes {
-				if err := tx.Wake(ctx, n, "batch "+b.State, 0); err != nil {
-					return err
-				}
+			if err := tx.WakeMany(ctx, nodes, "batch "+b.State); err != nil {
+				return err
 			}
 		}
 		out = b

@@ -183,13 +183,15 @@ func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 	}
 	ch, stop := s.link.Subscribe(a)
 	defer stop()
-	s.serve(ctx, a, ch, s.siteCommand)
+	s.serve(ctx, a, ch, 200*time.Millisecond, s.siteCommand)
 	s.link.Disconnected(context.WithoutCancel(ctx), a)
 }
 
-// serve claims, acknowledges and runs commands until ctx ends.
-func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update) {
-	tick := time.NewTicker(200 * time.Millisecond)
+// serve claims, acknowledges and runs commands until ctx ends. wake is the engine's
+// notification; every poll a claim is made anyway (a safety net: each claim is a write
+// transaction, so thousands of idle ramdisks poll rarely).
+func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, poll time.Duration, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update) {
+	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		cmds, err := s.link.Claim(ctx, a, 512)
@@ -441,7 +443,7 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 	ch, stop := s.link.Subscribe(a)
 	defer stop()
 	r := &ramdisk{s: s, m: m, key: key, cert: cert, gen: gen}
-	s.serve(ctx, a, ch, r.run)
+	s.serve(ctx, a, ch, 2*time.Second, r.run)
 }
 
 type ramdisk struct {

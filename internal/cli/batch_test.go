@@ -1,0 +1,41 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestBatchCommands drives bcd batch approvals, bcd bulk and bcd batch list/show against a
+// server: flags are checked, refused nodes are printed with their reasons.
+func TestBatchCommands(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token, "BCD_BMC_PASSWORD": "pw"}
+	if code, _, errs := run(t, env, "batch", "approvals", "set", "2", "--pool", "default", "--site", "default"); code == 0 || !strings.Contains(errs, "exactly one of") {
+		t.Fatalf("two scopes: %d %q", code, errs)
+	}
+	if code, out, errs := run(t, env, "batch", "approvals", "set", "2", "--pool", "default"); code != 0 || !strings.Contains(out, "pool:") {
+		t.Fatalf("set: %d %q %q", code, out, errs)
+	}
+	if code, out, _ := run(t, env, "batch", "approvals", "list"); code != 0 || !strings.Contains(out, "2") {
+		t.Fatalf("list policies: %d %q", code, out)
+	}
+	if code, _, errs := run(t, env, "node", "enroll", "n1", "--bmc-address", "https://10.0.0.2", "--bmc-username", "root", "--mac", "52:54:00:00:00:ab"); code != 0 {
+		t.Fatalf("enroll: %q", errs)
+	}
+	code, out, errs := run(t, env, "bulk", "retire", "--pool", "default", "--nodes", "n1,ghost", "--reason", "test")
+	if code != 0 || !strings.Contains(out, "0 of 2 nodes accepted") || !strings.Contains(out, "ghost") || !strings.Contains(out, "retire applies only in") {
+		t.Fatalf("bulk: %d %q %q", code, out, errs)
+	}
+	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--nodes", "n1", "--reason", "x"); code == 0 || !strings.Contains(errs, "cannot be applied in bulk") {
+		t.Fatalf("bulk deploy: %d %q", code, errs)
+	}
+	if code, out, errs := run(t, env, "batch", "list"); code != 0 || !strings.Contains(out, "STATE") {
+		t.Fatalf("batch list: %d %q %q", code, out, errs)
+	}
+	if code, _, errs := run(t, env, "batch", "show", "nope"); code == 0 || !strings.Contains(errs, "not_found") {
+		t.Fatalf("show unknown: %d %q", code, errs)
+	}
+	if code, out, _ := run(t, env, "doctor"); code != 0 || !strings.Contains(out, "batches waiting for approval") {
+		t.Fatalf("doctor: %d %q", code, out)
+	}
+}
