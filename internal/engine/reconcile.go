@@ -319,14 +319,26 @@ func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.Step
 }
 
 // ramdiskUp reports whether the node's ramdisk is connected under the current identity
-// generation and the node is powered on (a power-off since then leaves a dead connection behind
-// until its heartbeats time out: the power axis rules it out).
+// generation, joined after the node's last power action or kexec, and the node is powered on. A
+// machine that was reset or powered off leaves a dead connection behind until its heartbeats
+// time out: the last boot command and the power axis rule those out.
 func (r *run) ramdiskUp() (bool, error) {
 	if r.n.Power != "on" {
 		return false, nil
 	}
 	since, err := r.tx.NodeAgentConnectedSince(r.ctx, r.n.ID, "node", r.n.IdentityGeneration)
-	return since > 0, err
+	if err != nil || since == 0 {
+		return false, err
+	}
+	boot, err := r.tx.LastBootCommandAt(r.ctx, r.n.ID)
+	return FastTrackable(r.n.Power, since, boot), err
+}
+
+// FastTrackable decides whether a node's ramdisk can be used as it is: powered on, and its
+// ramdisk joined (connectedAt, 0 when not connected) after the last command that made the node
+// boot (lastBoot). Pure.
+func FastTrackable(power string, connectedAt, lastBoot int64) bool {
+	return power == "on" && connectedAt > 0 && connectedAt > lastBoot
 }
 
 // stepSkipped moves past a step that has nothing to do, recording why.
