@@ -188,6 +188,16 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 		row("fault", fmt.Sprintf("%s (failed from %s) %s", n.FaultCode, n.FailedFrom, n.FaultMessage))
 	}
 	row("maintenance", yesNo(n.Maintenance)+" "+n.MaintenanceReason)
+	if n.BatchId != "" {
+		row("batch", n.BatchId+" (bcd batch show "+n.BatchId+")")
+	}
+	if len(n.Conditions) > 0 {
+		var cs []string
+		for _, k := range slices.Sorted(maps.Keys(n.Conditions)) {
+			cs = append(cs, k+"="+n.Conditions[k])
+		}
+		row("conditions", strings.Join(cs, ", "))
+	}
 	row("power", n.Power)
 	row("tenant/site/pool", n.Tenant+" / "+n.Site+" / "+n.Pool)
 	row("hardware profile", n.HardwareProfile)
