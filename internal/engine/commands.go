@@ -157,24 +157,24 @@ func InventoryMatches(n store.Node, uuid string, macs []string) error {
 // SameSMBIOSUUID compares two UUIDs allowing the first three fields to be byte-swapped.
 func SameSMBIOSUUID(a, b string) bool {
 	a, b = strings.ToLower(a), strings.ToLower(b)
-	if a == b {
-		return true
+	return a == b || swapUUID(a) == b
+}
+
+// swapUUID byte-swaps the first three fields of a UUID (the SMBIOS mixed-endian order); text
+// that is not a UUID comes back unchanged. Pure.
+func swapUUID(u string) string {
+	f := strings.Split(u, "-")
+	if len(f) != 5 || len(f[0]) != 8 || len(f[1]) != 4 || len(f[2]) != 4 {
+		return u
 	}
-	swap := func(u string) string {
-		f := strings.Split(u, "-")
-		if len(f) != 5 || len(f[0]) != 8 || len(f[1]) != 4 || len(f[2]) != 4 {
-			return u
+	rev := func(h string) string {
+		var out []byte
+		for i := len(h) - 2; i >= 0; i -= 2 {
+			out = append(out, h[i], h[i+1])
 		}
-		rev := func(h string) string {
-			var out []byte
-			for i := len(h) - 2; i >= 0; i -= 2 {
-				out = append(out, h[i], h[i+1])
-			}
-			return string(out)
-		}
-		return rev(f[0]) + "-" + rev(f[1]) + "-" + rev(f[2]) + "-" + f[3] + "-" + f[4]
+		return string(out)
 	}
-	return swap(a) == b
+	return rev(f[0]) + "-" + rev(f[1]) + "-" + rev(f[2]) + "-" + f[3] + "-" + f[4]
 }
 
 func wipeVerified(c store.Command) error {

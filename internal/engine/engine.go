@@ -40,6 +40,9 @@ type Config struct {
 	// Secrets opens secret:// references (BMC credentials), which are then sent to the site
 	// agent only encrypted to its certificate.
 	Secrets SecretOpener
+	// MACWindow is how long after its power cycle a MAC-less node's MAC may first be seen
+	// (await.macCandidate); default MACWindow (10 minutes).
+	MACWindow time.Duration
 }
 
 // SecretOpener opens a sealed secret by reference.
@@ -62,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AgentGrace <= 0 {
 		c.AgentGrace = 15 * time.Second
+	}
+	if c.MACWindow <= 0 {
+		c.MACWindow = MACWindow
 	}
 	return c
 }

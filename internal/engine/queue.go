@@ -383,11 +383,14 @@ type Discovery struct {
 const maxDiscoveriesPerReport = 4096
 
 // RecordDiscovered stores what a site agent reports seeing, validated, and refreshes its liveness.
+// A MAC-less node of the site whose product UUID a sighting names is woken (await.macCandidate).
 func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) error {
 	if len(ds) > maxDiscoveriesPerReport {
 		ds = ds[:maxDiscoveriesPerReport]
 	}
-	return e.st.Write(ctx, func(tx *store.Tx) error {
+	woke := false
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		woke = false
 		if err := tx.AgentSeen(ctx, a.ID, a.ConnID); err != nil {
 			return err
 		}
@@ -414,7 +417,25 @@ func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) 
 			if err := tx.RecordDiscovered(ctx, store.Discovery{SiteID: a.SiteID, MAC: hw.String(), UUID: uuid, Arch: arch, AgentID: a.ID, FirstSeen: first, LastSeen: last}); err != nil {
 				return err
 			}
+			if uuid == "" {
+				continue
+			}
+			ua, ub := UUIDForms(uuid)
+			ids, err := tx.NodesWithoutMACs(ctx, a.SiteID, ua, ub)
+			if err != nil {
+				return err
+			}
+			if len(ids) > 0 {
+				if err := tx.WakeMany(ctx, ids, "discovered"); err != nil {
+					return err
+				}
+				woke = true
+			}
 		}
 		return nil
 	})
+	if woke {
+		e.Nudge()
+	}
+	return err
 }

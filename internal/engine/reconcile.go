@@ -232,6 +232,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 				return 0, true, nil
 			}
 		}
+		if !st.When.Holds(len(r.n.MACs)) {
+			return 0, true, r.skipUnlessHolds(wf)
+		}
 		return 0, true, r.startStep(wf, st, kind)
 	}
 	// A step in progress: its command, its await, its deadline.
@@ -258,6 +261,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			}
 			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error), true)
 		}
+	}
+	if kind.Await == workflow.AwaitMAC {
+		return r.awaitMAC(wf, st)
 	}
 	if kind.Await != workflow.AwaitNone {
 		agentKind := "node"
@@ -370,6 +376,14 @@ func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) e
 	if err := r.event("workflow.step", r.n.State, r.n.State, "", map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "command": commandID, "result": "succeeded"}); err != nil {
 		return err
 	}
+	wf.StepIndex++
+	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
+	return r.tx.UpdateWorkflow(r.ctx, wf)
+}
+
+// skipUnlessHolds passes over a conditional step whose condition does not hold (no event: the
+// steps for MAC-less nodes would otherwise add three to every ensureRamdisk).
+func (r *run) skipUnlessHolds(wf *store.Workflow) error {
 	wf.StepIndex++
 	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
 	return r.tx.UpdateWorkflow(r.ctx, wf)

@@ -408,11 +408,20 @@ const (
 	FaultNoActiveWorkflow Fault = "NO_ACTIVE_WORKFLOW"
 	// FaultBatchRejected: an approver rejected the destructive batch the node's chain waited for.
 	FaultBatchRejected Fault = "BATCH_REJECTED"
+	// MAC binding of a node enrolled with a product UUID and no MAC (DESIGN §6 Discovery):
+	// nothing PXE-booted under its UUID within the window after the power cycle; more than one
+	// MAC came from that UUID; the MAC belongs to another node; the candidate was not confirmed
+	// in time.
+	FaultMACNotDiscovered Fault = "MAC_NOT_DISCOVERED"
+	FaultMACAmbiguous     Fault = "MAC_AMBIGUOUS"
+	FaultMACConflict      Fault = "MAC_CONFLICT"
+	FaultMACUnconfirmed   Fault = "MAC_UNCONFIRMED"
 )
 
 // Faults lists every fault code.
 func Faults() []Fault {
-	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected}
+	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected,
+		FaultMACNotDiscovered, FaultMACAmbiguous, FaultMACConflict, FaultMACUnconfirmed}
 }
 
 // Fail is where a node goes when its workflow failed: failed, failed_from its state, maintenance

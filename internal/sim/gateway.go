@@ -73,6 +73,11 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 	var err error
 	link, err = agentlink.Dial(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, DataDir: dataDir,
 		Kind: agentlink.KindSite, JoinToken: joinToken, Logger: quiet(), AgentVersion: "sim-site"}, h)
+	if err == nil {
+		s.mu.Lock()
+		s.siteStatus = func(ds []agentlink.Discovered) { link.SetStatus(agentlink.Status{Discovered: ds}) }
+		s.mu.Unlock()
+	}
 	return link, err
 }
 

@@ -141,6 +141,19 @@ func (h *Harness) Enroll(ctx context.Context, prefix string, n int) ([]string, e
 	return ids, nil
 }
 
+// EnrollByUUID enrolls a machine as IPMI nodes are: by product UUID, with no MAC (its BMC
+// reports no NIC). The machine PXE-boots with mac, and iPXE reports pxeUUID ("" : uuid).
+func (h *Harness) EnrollByUUID(ctx context.Context, name, pool, uuid, pxeUUID, mac string) (string, error) {
+	node, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: name, Pool: pool, ProductUUID: uuid,
+		BMC: metal.BMCInput{Address: "https://10.9.0.2", Username: "admin", Password: "sim-password"}})
+	if err != nil {
+		return "", err
+	}
+	h.Sim.Add(&Machine{NodeID: node.ID, UUID: uuid, PXEUUID: pxeUUID, MACs: []string{mac}, NoOOBMACs: true})
+	h.Engine.Nudge()
+	return node.ID, nil
+}
+
 // Apply runs a verb on each node.
 func (h *Harness) Apply(ctx context.Context, v provision.Verb, ids []string, in metal.VerbInput) error {
 	for _, id := range ids {

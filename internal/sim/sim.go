@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"bcd/internal/agentlink"
 	"bcd/internal/engine"
 	"bcd/internal/pki"
 	"bcd/internal/store"
@@ -30,6 +31,7 @@ type Link interface {
 	Disconnected(ctx context.Context, a engine.Agent) error
 	JoinNode(ctx context.Context, token string, csrDER []byte, kind string) ([]byte, string, uint64, error)
 	Subscribe(a engine.Agent) (<-chan struct{}, func())
+	RecordDiscovered(ctx context.Context, a engine.Agent, ds []engine.Discovery) error
 }
 
 // Faults injects failures.
@@ -63,6 +65,11 @@ type Machine struct {
 	NodeID string
 	UUID   string
 	MACs   []string
+	// PXEUUID is the UUID iPXE reports when the machine network-boots (SMBIOS byte order may
+	// differ from UUID's); empty: UUID.
+	PXEUUID string
+	// NoOOBMACs: the BMC reports no NIC (IPMI): out-of-band inspection finds no MAC.
+	NoOOBMACs bool
 
 	mu            sync.Mutex
 	power         bool
@@ -92,6 +99,11 @@ type Sim struct {
 	// siteKey and siteCert are the in-process site agent's identity: it signs bmc.rotate results.
 	siteKey  crypto.Signer
 	siteCert []byte
+	// siteAgent reports machines that PXE-boot with no boot entry: in-process, the engine's
+	// RecordDiscovered as the agent; over the gateway, the site link's status.
+	siteAgent  engine.Agent
+	siteStatus func([]agentlink.Discovered)
+	seen       map[string]agentlink.Discovered
 }
 
 // SetSiteIdentity gives the in-process site agent the key and certificate it signs site
@@ -177,6 +189,9 @@ func (s *Sim) Wait() { s.wg.Wait() }
 // RunSiteAgent serves the site's commands as site agent id until ctx ends.
 func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 	a := engine.Agent{ID: id, Kind: "site", SiteID: s.cfg.SiteID}
+	s.mu.Lock()
+	s.siteAgent = a
+	s.mu.Unlock()
 	if err := s.link.Connected(ctx, a, "sim"); err != nil {
 		s.fail(err)
 		return
@@ -251,11 +266,12 @@ func (s *Sim) sleep(ctx context.Context) {
 }
 
 type siteArgs struct {
-	NodeID string `json:"nodeId"`
-	Query  string `json:"query"`
-	Action string `json:"action"`
-	Device string `json:"device"`
-	Token  string `json:"token"`
+	NodeID string   `json:"nodeId"`
+	MACs   []string `json:"macs"`
+	Query  string   `json:"query"`
+	Action string   `json:"action"`
+	Device string   `json:"device"`
+	Token  string   `json:"token"`
 }
 
 func ok(result any) engine.Update {
@@ -289,7 +305,11 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 	switch c.Kind {
 	case "bmc.query":
 		if args.Query == "inventory" {
-			return ok(map[string]any{"systemUuid": m.UUID, "macs": m.MACs, "power": powerWord()})
+			macs := m.MACs
+			if m.NoOOBMACs {
+				macs = []string{}
+			}
+			return ok(map[string]any{"systemUuid": m.UUID, "macs": macs, "power": powerWord()})
 		}
 		return ok(map[string]any{"power": powerWord()})
 	case "bmc.boot":
@@ -309,6 +329,9 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 		}
 		return ok(map[string]any{"power": powerWord()})
 	case "boot.prepareRamdisk":
+		if len(args.MACs) == 0 {
+			return failed("arguments: macs is empty: the node has no known MAC") // as the site agent
+		}
 		m.entry, m.token = true, args.Token
 		return ok(map[string]any{})
 	case "boot.prepareInstance":
@@ -356,6 +379,9 @@ func (s *Sim) powerOn(ctx context.Context, m *Machine) {
 			defer s.wg.Done()
 			s.startRamdisk(rctx, m, token)
 		}()
+	case m.bootDev == "pxe" && !m.entry && len(m.MACs) > 0:
+		// No boot entry: the site agent serves a script that waits, and reports the machine.
+		s.discovered(ctx, m)
 	case m.bootDev == "disk" && m.Disk == "image" && (m.instanceToken != "" || m.osGeneration != 0):
 		token := m.instanceToken
 		s.wg.Add(1)
@@ -363,6 +389,39 @@ func (s *Sim) powerOn(ctx context.Context, m *Machine) {
 			defer s.wg.Done()
 			s.startOS(ctx, m, token)
 		}()
+	}
+}
+
+// discovered reports m's first NIC PXE-booting with no entry, with the UUID iPXE reports, as
+// the site agent does. Called with m.mu held.
+func (s *Sim) discovered(ctx context.Context, m *Machine) {
+	uuid := m.PXEUUID
+	if uuid == "" {
+		uuid = m.UUID
+	}
+	now := time.Now()
+	d := agentlink.Discovered{MAC: m.MACs[0], UUID: uuid, Arch: "x86_64", FirstSeen: now, LastSeen: now}
+	s.mu.Lock()
+	if s.seen == nil {
+		s.seen = map[string]agentlink.Discovered{}
+	}
+	if old, ok := s.seen[d.MAC]; ok {
+		d.FirstSeen = old.FirstSeen
+	}
+	s.seen[d.MAC] = d
+	all := make([]agentlink.Discovered, 0, len(s.seen))
+	for _, v := range s.seen {
+		all = append(all, v)
+	}
+	a, status := s.siteAgent, s.siteStatus
+	s.mu.Unlock()
+	if status != nil {
+		status(all)
+		return
+	}
+	err := s.link.RecordDiscovered(ctx, a, []engine.Discovery{{MAC: d.MAC, UUID: d.UUID, Arch: d.Arch, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen}})
+	if err != nil && ctx.Err() == nil {
+		s.fail(fmt.Errorf("reporting discovered %s: %w", d.MAC, err))
 	}
 }
 

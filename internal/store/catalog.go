@@ -120,21 +120,42 @@ func (s *Store) VerifiedImage(ctx context.Context, name string) (catalog.Image, 
 	return img, nil
 }
 
-// Discovery is a MAC a site agent saw PXE-booting with no boot entry.
+// Discovery is a MAC a site agent saw PXE-booting with no boot entry. Inventory is what a
+// discovery-mode ramdisk on that machine reported (self-asserted JSON, "" when none);
+// Acceptance is the operator's decision on it ("", accepted, rejected) and NodeID the node an
+// acceptance enrolled.
 type Discovery struct {
 	SiteID, MAC, UUID, Arch, AgentID string
 	FirstSeen, LastSeen              int64
+	Inventory, Acceptance, NodeID    string
+	DecidedBy                        string
+}
+
+// Acceptance decisions on a discovered machine.
+const (
+	AcceptancePending  = ""
+	AcceptanceAccepted = "accepted"
+	AcceptanceRejected = "rejected"
+)
+
+const discoveryCols = `site_id, mac, uuid, arch, agent_id, first_seen, last_seen, inventory, acceptance, node_id, decided_by`
+
+func scanDiscovery(r interface{ Scan(...any) error }) (Discovery, error) {
+	var d Discovery
+	err := r.Scan(&d.SiteID, &d.MAC, &d.UUID, &d.Arch, &d.AgentID, &d.FirstSeen, &d.LastSeen, &d.Inventory, &d.Acceptance, &d.NodeID, &d.DecidedBy)
+	return d, err
 }
 
 // RecordDiscovered upserts what a site agent reported seeing (first seen kept, last seen
-// advanced).
+// advanced, an inventory kept until a newer one arrives).
 func (t *Tx) RecordDiscovered(ctx context.Context, d Discovery) error {
-	_, err := t.exec(ctx, `INSERT INTO discovered (site_id, mac, uuid, arch, agent_id, first_seen, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?)
+	_, err := t.exec(ctx, `INSERT INTO discovered (site_id, mac, uuid, arch, agent_id, first_seen, last_seen, inventory) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (site_id, mac) DO UPDATE SET uuid = CASE WHEN excluded.uuid = '' THEN discovered.uuid ELSE excluded.uuid END,
 		arch = excluded.arch, agent_id = excluded.agent_id,
 		first_seen = CASE WHEN excluded.first_seen < discovered.first_seen THEN excluded.first_seen ELSE discovered.first_seen END,
-		last_seen = CASE WHEN excluded.last_seen > discovered.last_seen THEN excluded.last_seen ELSE discovered.last_seen END`,
-		d.SiteID, d.MAC, d.UUID, d.Arch, d.AgentID, d.FirstSeen, d.LastSeen)
+		last_seen = CASE WHEN excluded.last_seen > discovered.last_seen THEN excluded.last_seen ELSE discovered.last_seen END,
+		inventory = CASE WHEN excluded.inventory = '' THEN discovered.inventory ELSE excluded.inventory END`,
+		d.SiteID, d.MAC, d.UUID, d.Arch, d.AgentID, d.FirstSeen, d.LastSeen, d.Inventory)
 	if err != nil {
 		return fmt.Errorf("recording discovered MAC %s: %w", d.MAC, err)
 	}
@@ -143,19 +164,7 @@ func (t *Tx) RecordDiscovered(ctx context.Context, d Discovery) error {
 
 // Discovered lists a site's discoveries whose MAC belongs to no node, most recent first.
 func (s *Store) Discovered(ctx context.Context, siteID string, limit int) ([]Discovery, error) {
-	rows, err := s.queryRows(ctx, `SELECT site_id, mac, uuid, arch, agent_id, first_seen, last_seen FROM discovered
+	rows, err := s.queryRows(ctx, `SELECT `+discoveryCols+` FROM discovered
 		WHERE site_id = ? AND mac NOT IN (SELECT mac FROM node_macs) ORDER BY last_seen DESC LIMIT ?`, siteID, limit)
-	if err != nil {
-		return nil, fmt.Errorf("listing discovered machines: %w", err)
-	}
-	defer rows.Close()
-	var out []Discovery
-	for rows.Next() {
-		var d Discovery
-		if err := rows.Scan(&d.SiteID, &d.MAC, &d.UUID, &d.Arch, &d.AgentID, &d.FirstSeen, &d.LastSeen); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return collect(rows, err, "discovered machines", scanDiscovery)
 }

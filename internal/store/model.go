@@ -500,7 +500,7 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 func (s *Store) Dump(ctx context.Context) (string, error) {
 	var b strings.Builder
 	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens", "workflows", "agents", "node_inventory",
-		"join_tokens", "deploy_profiles", "signers", "images", "discovered"} {
+		"join_tokens", "deploy_profiles", "signers", "images", "discovered", "mac_candidates"} {
 		rows, err := s.queryRows(ctx, `SELECT * FROM `+table)
 		if err != nil {
 			return "", fmt.Errorf("dumping %s: %w", table, err)

@@ -167,6 +167,9 @@ func (t *Tx) DeleteNode(ctx context.Context, n Node) error {
 	if _, err := t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ?`, n.ID); err != nil {
 		return fmt.Errorf("deleting wake-up of node %s: %w", n.ID, err)
 	}
+	if _, err := t.exec(ctx, `DELETE FROM mac_candidates WHERE node_id = ?`, n.ID); err != nil {
+		return fmt.Errorf("deleting MAC candidate of node %s: %w", n.ID, err)
+	}
 	for _, ref := range []string{n.BMCUsernameRef, n.BMCPasswordRef} {
 		if id, ok := strings.CutPrefix(ref, "secret://"); ok {
 			if err := t.DeleteSecret(ctx, id); err != nil {

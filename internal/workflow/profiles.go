@@ -28,17 +28,43 @@ type Step struct {
 	// ramdisk is up (connected under the current identity, power on), saving a reboot. Set by
 	// Resolve only; profiles cannot set it.
 	FastTrack bool `json:"fastTrack,omitempty"`
+	// When makes the step conditional: it runs only when the condition holds when the step
+	// starts, else it is skipped (see Condition). Set by composite steps; empty: always.
+	When Condition `json:"when,omitempty"`
+}
+
+// Condition is when a conditional step runs.
+type Condition string
+
+const (
+	Always Condition = ""
+	// WhenNoMACs: the node has no known MAC (enrolled by product UUID only, as IPMI nodes are):
+	// the steps that power-cycle it into PXE to learn its MAC (DESIGN §6 Discovery).
+	WhenNoMACs Condition = "noMacs"
+)
+
+// Holds reports whether a step with condition c runs for a node with macs known MACs. Pure.
+func (c Condition) Holds(macs int) bool {
+	switch c {
+	case WhenNoMACs:
+		return macs == 0
+	}
+	return true
 }
 
 func (s Step) String() string {
+	use := s.Use
+	if s.When != Always {
+		use += "?" + string(s.When)
+	}
 	if len(s.Args) == 0 {
-		return s.Use
+		return use
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(s.Args)) {
 		parts = append(parts, k+": "+s.Args[k])
 	}
-	return s.Use + "{" + strings.Join(parts, ", ") + "}"
+	return use + "{" + strings.Join(parts, ", ") + "}"
 }
 
 // Profile is a named workflow.
@@ -57,6 +83,9 @@ const (
 	AwaitNone    Await = ""
 	AwaitRamdisk Await = "ramdisk" // the node's ramdisk joined (current identity generation)
 	AwaitRejoin  Await = "rejoin"  // the installed OS rejoined as the node
+	// AwaitMAC: a MAC-less node's MAC was learned from what it PXE-booted with (bound at once
+	// on a trusted provisioning network, else once an operator confirmed the candidate).
+	AwaitMAC Await = "mac"
 )
 
 // StepKind is what a step does.
@@ -91,7 +120,15 @@ var stepKinds = []StepKind{
 	{Use: "boot.prepareInstance", Command: "boot.prepareInstance", Timeout: 5 * time.Minute, Retries: 3},
 	{Use: "boot.cleanUp", Command: "boot.cleanUp", Timeout: 2 * time.Minute, Retries: 3},
 	{Use: "await.ramdisk", Await: AwaitRamdisk, Timeout: 15 * time.Minute},
+	// await.macCandidate's timeout bounds the wait for the operator's confirmation; the window
+	// in which the MAC must be seen after the power cycle is the engine's (10 minutes).
+	{Use: "await.macCandidate", Await: AwaitMAC, Timeout: time.Hour},
 	{Use: "metal.ensureRamdisk", Expand: []Step{
+		// A node with no known MAC gets no boot entry: it is power-cycled into PXE first, and
+		// the MAC it boots with (under its product UUID) is bound before the entry is made.
+		{Use: "management.setBootDevice", Args: map[string]string{"device": "pxe"}, When: WhenNoMACs},
+		{Use: "power.cycle", When: WhenNoMACs},
+		{Use: "await.macCandidate", When: WhenNoMACs},
 		{Use: "boot.prepareRamdisk"},
 		{Use: "management.setBootDevice", Args: map[string]string{"device": "pxe"}},
 		{Use: "power.cycle"},
@@ -190,7 +227,7 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 				out = append(out, sub...)
 				continue
 			}
-			filled := Step{Use: st.Use, On: st.On, Timeout: st.Timeout, Retries: st.Retries, Args: map[string]string{}}
+			filled := Step{Use: st.Use, On: st.On, Timeout: st.Timeout, Retries: st.Retries, When: st.When, Args: map[string]string{}}
 			maps.Copy(filled.Args, k.Args)
 			for key, v := range st.Args {
 				if name, ok := strings.CutPrefix(v, "$"); ok {

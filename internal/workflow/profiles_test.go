@@ -12,13 +12,13 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 	params := map[string]string{"wipe": "full", "image": "debian"}
 	want := map[string]string{
 		"metal-enroll":     "power.getPower inspect.oob",
-		"metal-inspect":    "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh",
-		"metal-commission": "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off",
-		"metal-release":    "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off",
-		"metal-retire":     "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
-		"metal-rescue":     "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
+		"metal-inspect":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh",
+		"metal-commission": "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off",
+		"metal-release":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off",
+		"metal-retire":     "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
+		"metal-rescue":     "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
 		"metal-unrescue":   "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
-		"default":          "boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
+		"default":          "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
 	}
 	for _, p := range Builtin() {
 		r, err := Resolve(p, params)
@@ -43,6 +43,21 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 		}
 		if p.Name == "metal-release" && !slices.Contains(r.CommandKinds, "disk.wipe") {
 			t.Errorf("release kinds %v", r.CommandKinds)
+		}
+	}
+}
+
+func TestConditionHolds(t *testing.T) {
+	for _, tc := range []struct {
+		c    Condition
+		macs int
+		want bool
+	}{
+		{Always, 0, true}, {Always, 2, true},
+		{WhenNoMACs, 0, true}, {WhenNoMACs, 1, false}, {WhenNoMACs, 3, false},
+	} {
+		if got := tc.c.Holds(tc.macs); got != tc.want {
+			t.Errorf("%q.Holds(%d) = %v, want %v", tc.c, tc.macs, got, tc.want)
 		}
 	}
 }
@@ -86,7 +101,7 @@ func TestParseProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := Resolve(p, map[string]string{"image": "ubuntu"})
-	if err != nil || len(r.Steps) != 6 || r.Steps[4].Timeout.Minutes() != 90 || r.Steps[4].Args["image"] != "ubuntu" {
+	if err != nil || len(r.Steps) != 9 || r.Steps[7].Timeout.Minutes() != 90 || r.Steps[7].Args["image"] != "ubuntu" {
 		t.Fatalf("resolved %+v %v", r.Steps, err)
 	}
 	for _, bad := range []struct{ def, want string }{

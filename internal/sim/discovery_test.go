@@ -1,0 +1,140 @@
+package sim
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// swapped writes a UUID in the other SMBIOS byte order (what some firmware hands iPXE).
+func swapped(u string) string {
+	_, b := engine.UUIDForms(u)
+	return b
+}
+
+// TestMACLessNodeLearnsItsMAC: nodes enrolled by product UUID with no MAC (IPMI) are
+// power-cycled into PXE; the MAC they boot with under their UUID (either byte order) becomes a
+// candidate an operator confirms, or is bound at once in a pool that trusts its provisioning
+// network; ambiguity, a MAC of another node and silence fail with their fault codes.
+func TestMACLessNodeLearnsItsMAC(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond, MACWindow: 3 * time.Second}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		if _, err := h.Metal.CreatePool(ctx, h.Admin, "trusted", "default", store.PoolPolicy{HardwareProfile: "redfish", TrustProvisioningNetwork: true}); err != nil {
+			t.Fatal(err)
+		}
+		// A normal node owns the MAC the "conflict" machine will boot with.
+		owners, err := h.Enroll(ctx, "owner", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ownedMAC := h.Sim.Machine(owners[0]).MACs[0]
+		// Another MAC booted under the "ambiguous" UUID within the last day.
+		const ambiguousUUID = "44444444-1111-4222-8333-000000000004"
+		site := engine.Agent{ID: "sim-site-1", Kind: "site", SiteID: h.SiteID}
+		earlier := time.Now().Add(-time.Hour)
+		if err := h.Engine.RecordDiscovered(ctx, site, []engine.Discovery{{MAC: "52:54:00:00:04:99", UUID: ambiguousUUID, FirstSeen: earlier, LastSeen: earlier}}); err != nil {
+			t.Fatal(err)
+		}
+
+		type node struct{ name, pool, uuid, pxeUUID, mac, state, fault string }
+		nodes := []node{
+			{"confirmed", "default", "11111111-1111-4222-8333-000000000001", swapped("11111111-1111-4222-8333-000000000001"), "52:54:00:00:01:01", "ready", ""},
+			{"trusted", "trusted", "22222222-1111-4222-8333-000000000002", "", "52:54:00:00:02:01", "ready", ""},
+			{"conflict", "default", "33333333-1111-4222-8333-000000000003", "", ownedMAC, "failed", "MAC_CONFLICT"},
+			{"ambiguous", "default", ambiguousUUID, "", "52:54:00:00:04:01", "failed", "MAC_AMBIGUOUS"},
+			{"silent", "default", "55555555-1111-4222-8333-000000000005", "66666666-1111-4222-8333-000000000006", "52:54:00:00:05:01", "failed", "MAC_NOT_DISCOVERED"},
+		}
+		ids := map[string]string{}
+		var all []string
+		for _, n := range nodes {
+			id, err := h.EnrollByUUID(ctx, n.name, n.pool, n.uuid, n.pxeUUID, n.mac)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[n.name] = id
+			all = append(all, id)
+		}
+
+		// The untrusted node waits with a pending candidate: no boot entry, no token.
+		var cand store.MACCandidate
+		deadline := time.Now().Add(30 * time.Second)
+		for cand.State != store.CandidatePending {
+			if time.Now().After(deadline) {
+				t.Fatalf("no pending candidate for %s", ids["confirmed"])
+			}
+			cs, err := h.Store.MACCandidates(ctx, h.SiteID, store.CandidatePending)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range cs {
+				if c.NodeID == ids["confirmed"] {
+					cand = c
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if cand.MAC != "52:54:00:00:01:01" {
+			t.Fatalf("candidate %+v", cand)
+		}
+		m := h.Sim.Machine(ids["confirmed"])
+		m.mu.Lock()
+		entry, token := m.entry, m.token
+		m.mu.Unlock()
+		if entry || token != "" {
+			t.Fatalf("an unconfirmed candidate got a boot entry (%v) or a token", entry)
+		}
+		if n, _ := h.Store.Node(ctx, ids["confirmed"], ""); n.State != "inspecting" || len(n.MACs) != 0 {
+			t.Fatalf("before confirmation: %s macs %v", n.State, n.MACs)
+		}
+		for _, bad := range []struct{ node, mac, want string }{
+			{ids["confirmed"], "52:54:00:00:01:02", "not the candidate"},
+			{ids["confirmed"], "not-a-mac", "mac"},
+			{ids["silent"], "52:54:00:00:05:01", "no MAC candidate"},
+		} {
+			if _, err := h.Metal.ConfirmMAC(ctx, h.Admin, bad.node, bad.mac, ""); err == nil || !strings.Contains(err.Error(), bad.want) {
+				t.Errorf("confirm %s %s: %v, want an error saying %q", bad.node, bad.mac, err, bad.want)
+			}
+		}
+		if _, err := h.Metal.ConfirmMAC(ctx, h.Admin, "confirmed", "52:54:00:00:01:01", "checked the rack label"); err != nil {
+			t.Fatal(err)
+		}
+
+		got, err := h.WaitRest(ctx, all, 60*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			g := got[ids[n.name]]
+			if g.State != n.state || g.FaultCode != n.fault {
+				t.Errorf("%s: %s %s (%s), want %s %s", n.name, g.State, g.FaultCode, g.FaultMsg, n.state, n.fault)
+			}
+			if n.state == "ready" && (len(g.MACs) != 1 || g.MACs[0] != n.mac) {
+				t.Errorf("%s: MACs %v, want [%s]", n.name, g.MACs, n.mac)
+			}
+			if n.state == "failed" && len(g.MACs) != 0 {
+				t.Errorf("%s: failed but bound %v", n.name, g.MACs)
+			}
+		}
+		cs, err := h.Store.MACCandidates(ctx, h.SiteID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		states := map[string]string{}
+		for _, c := range cs {
+			states[c.NodeID] = c.State + " " + c.MAC
+		}
+		if states[ids["confirmed"]] != "confirmed 52:54:00:00:01:01" || states[ids["trusted"]] != "bound 52:54:00:00:02:01" || len(states) != 2 {
+			t.Errorf("candidates %v", states)
+		}
+	})
+}

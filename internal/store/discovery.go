@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// MAC candidate states.
+const (
+	CandidatePending   = "pending"   // waits for an operator's metal.confirmMac
+	CandidateConfirmed = "confirmed" // an operator confirmed it: bound to the node
+	CandidateBound     = "bound"     // bound at once (the pool trusts its provisioning network)
+	CandidateExpired   = "expired"   // not confirmed before its step's deadline
+)
+
+// MACCandidate is the MAC a MAC-less node was seen PXE-booting with under its product UUID
+// after its workflow's power cycle.
+type MACCandidate struct {
+	NodeID, WorkflowID, SiteID, MAC, UUID string
+	SeenAt, CreatedAt                     int64
+	State, DecidedBy                      string
+	DecidedAt                             int64
+}
+
+const candidateCols = `node_id, workflow_id, site_id, mac, uuid, seen_at, created_at, state, decided_by, decided_at`
+
+func scanCandidate(r interface{ Scan(...any) error }) (MACCandidate, error) {
+	var c MACCandidate
+	err := r.Scan(&c.NodeID, &c.WorkflowID, &c.SiteID, &c.MAC, &c.UUID, &c.SeenAt, &c.CreatedAt, &c.State, &c.DecidedBy, &c.DecidedAt)
+	return c, err
+}
+
+// PutMACCandidate records (or replaces) the node's candidate.
+func (t *Tx) PutMACCandidate(ctx context.Context, c MACCandidate) error {
+	if c.CreatedAt == 0 {
+		c.CreatedAt = t.at
+	}
+	_, err := t.exec(ctx, `INSERT INTO mac_candidates (`+candidateCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (node_id) DO UPDATE SET workflow_id = excluded.workflow_id, site_id = excluded.site_id, mac = excluded.mac,
+		uuid = excluded.uuid, seen_at = excluded.seen_at, created_at = excluded.created_at, state = excluded.state,
+		decided_by = excluded.decided_by, decided_at = excluded.decided_at`,
+		c.NodeID, c.WorkflowID, c.SiteID, c.MAC, c.UUID, c.SeenAt, c.CreatedAt, c.State, c.DecidedBy, c.DecidedAt)
+	if err != nil {
+		return fmt.Errorf("recording MAC candidate %s of node %s: %w", c.MAC, c.NodeID, err)
+	}
+	return nil
+}
+
+// MACCandidate returns the node's candidate; ok is false when it has none.
+func (t *Tx) MACCandidate(ctx context.Context, nodeID string) (MACCandidate, bool, error) {
+	c, err := scanCandidate(t.queryRow(ctx, `SELECT `+candidateCols+` FROM mac_candidates WHERE node_id = ?`, nodeID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return MACCandidate{}, false, nil
+	}
+	if err != nil {
+		return MACCandidate{}, false, fmt.Errorf("reading MAC candidate of node %s: %w", nodeID, err)
+	}
+	return c, true, nil
+}
+
+// MACCandidates lists the candidates of a site's nodes in state (all states when empty), newest first.
+func (s *Store) MACCandidates(ctx context.Context, siteID, state string) ([]MACCandidate, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+candidateCols+` FROM mac_candidates WHERE site_id = ? AND (? = '' OR state = ?) ORDER BY created_at DESC`, siteID, state, state)
+	return collect(rows, err, "MAC candidates", scanCandidate)
+}
+
+// Sightings lists what site agents saw PXE-booting under either of two UUID spellings (the
+// same UUID in its two SMBIOS byte orders) and last saw at or after since, at every site.
+func (t *Tx) Sightings(ctx context.Context, uuidA, uuidB string, since int64) ([]Discovery, error) {
+	rows, err := t.query(ctx, `SELECT `+discoveryCols+` FROM discovered WHERE uuid IN (?, ?) AND last_seen >= ? ORDER BY first_seen, mac`, uuidA, uuidB, since)
+	return collect(rows, err, "sightings of a UUID", scanDiscovery)
+}
+
+// MACOwner returns the node a MAC belongs to, "" when none.
+func (t *Tx) MACOwner(ctx context.Context, mac string) (string, error) {
+	var id string
+	err := t.queryRow(ctx, `SELECT node_id FROM node_macs WHERE mac = ?`, mac).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking up the owner of MAC %s: %w", mac, err)
+	}
+	return id, nil
+}
+
+// NodesWithoutMACs lists the site's nodes that have no MAC and either of two UUID spellings as
+// product UUID (the nodes a sighting under that UUID may concern).
+func (t *Tx) NodesWithoutMACs(ctx context.Context, siteID, uuidA, uuidB string) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT id FROM nodes WHERE site_id = ? AND product_uuid IN (?, ?) AND product_uuid <> ''
+		AND NOT EXISTS (SELECT 1 FROM node_macs WHERE node_macs.node_id = nodes.id)`, siteID, uuidA, uuidB)
+	return collect(rows, err, "MAC-less nodes of a UUID", func(r interface{ Scan(...any) error }) (string, error) {
+		var id string
+		return id, r.Scan(&id)
+	})
+}
