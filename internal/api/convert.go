@@ -112,9 +112,9 @@ func policyFromProto(p *bcdv1.PoolPolicy) store.PoolPolicy {
 	if p == nil {
 		return store.PoolPolicy{}
 	}
-	return store.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline}
+	return store.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept}
 }
 
 func policyProto(p store.PoolPolicy) *bcdv1.PoolPolicy {
-	return &bcdv1.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline}
+	return &bcdv1.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept}
 }

@@ -190,7 +190,7 @@ func (h *nodes) Discovered(ctx context.Context, req *connect.Request[bcdv1.ListD
 	}
 	out := &bcdv1.ListDiscoveredResponse{}
 	for _, d := range list {
-		out.Machines = append(out.Machines, &bcdv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch, FirstSeen: ts(d.FirstSeen), LastSeen: ts(d.LastSeen), Agent: d.AgentID})
+		out.Machines = append(out.Machines, discoveredProto(d))
 	}
 	return connect.NewResponse(out), nil
 }

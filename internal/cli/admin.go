@@ -108,6 +108,7 @@ func poolCmd(g *globals) *cobra.Command {
 	policyFlags := func(c *cobra.Command, pol *bcdv1.PoolPolicy, labels *[]string) {
 		c.Flags().StringVar(&pol.HardwareProfile, "hardware-profile", "redfish", "hardware profile (driver per concern)")
 		c.Flags().BoolVar(&pol.TrustProvisioningNetwork, "trust-provisioning-network", false, "bind PXE-discovered MACs without operator confirmation")
+		c.Flags().BoolVar(&pol.AutoAccept, "auto-accept", false, "accept machines a discovery-mode ramdisk reports at the pool's site without an operator (acceptance flow)")
 		c.Flags().StringArrayVar(labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
 	}
 	var create bcdv1.CreatePoolRequest

@@ -19,6 +19,7 @@ import (
 
 func nodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Enroll, inspect and drive machines"}
+	cmd.AddCommand(discoveryCmds(g)...)
 	cmd.AddCommand(discoveredCmd(g), enrollCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), deleteCmd(g), powerCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g), rotateCmd(g), bmcCredentialsCmd(g))
 	for _, v := range []struct{ name, short string }{
 		{"manage", "ready → manageable"},

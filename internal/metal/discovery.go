@@ -2,6 +2,7 @@ package metal
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
@@ -87,4 +88,144 @@ func (s *Service) MACCandidates(ctx context.Context, p auth.Principal, siteRef, 
 		return nil, fmt.Errorf("site %q: %w", siteRef, store.ErrNotFound)
 	}
 	return s.st.MACCandidates(ctx, site.ID, state)
+}
+
+// ---------------------------------------------------------------- acceptance flow
+
+// Pending lists the machines a discovery-mode ramdisk reported at a site that wait for a
+// decision (and those auto-accepted but not enrolled yet).
+func (s *Service) Pending(ctx context.Context, p auth.Principal, siteRef string, limit int) ([]store.Discovery, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	site, err := s.visibleSite(ctx, p, siteRef)
+	if err != nil {
+		return nil, err
+	}
+	if limit <= 0 || limit > MaxPageSize {
+		limit = 500
+	}
+	return s.st.Pending(ctx, site.ID, limit)
+}
+
+func (s *Service) visibleSite(ctx context.Context, p auth.Principal, ref string) (store.Site, error) {
+	if ref == "" {
+		return store.Site{}, invalid("site", "is required: the name or id of a site")
+	}
+	site, err := s.st.Site(ctx, ref)
+	if err != nil || !p.CanSeeTenant(site.TenantID) {
+		return store.Site{}, fmt.Errorf("site %q: %w", ref, store.ErrNotFound)
+	}
+	return site, nil
+}
+
+// AcceptInput is metal.accept's input: the machine by the MAC it PXE-booted with at a site,
+// and what enrollment needs (the BMC credentials come from the operator: in-band provisioning
+// over the host's IPMI interface is not built).
+type AcceptInput struct {
+	Site, MAC, Pool, Name string
+	BMC                   BMCInput
+	Labels                map[string]string
+	Reason                string
+}
+
+// AcceptDiscovered enrolls a discovered machine: its boot MAC and the product UUID it reported (its
+// discovery-mode inventory's, else the one iPXE saw) become the node's; the site's and the
+// pool's labels are merged as for every enrollment. The normal chain follows (enroll, inspect:
+// the ramdisk's inventory must match).
+func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in AcceptInput) (store.Node, error) {
+	if err := Require(p, auth.Operate); err != nil {
+		return store.Node{}, err
+	}
+	mac, err := NormalizeMAC("mac", in.MAC)
+	if err != nil {
+		return store.Node{}, err
+	}
+	site, err := s.visibleSite(ctx, p, in.Site)
+	if err != nil {
+		return store.Node{}, err
+	}
+	d, err := s.st.DiscoveryOf(ctx, site.ID, mac)
+	if err != nil {
+		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
+	}
+	if d.NodeID != "" {
+		return store.Node{}, fmt.Errorf("accept %s: it was accepted as node %s already: %w", mac, d.NodeID, store.ErrConflict)
+	}
+	if in.Pool != "" {
+		pool, err := s.st.Pool(ctx, in.Pool)
+		if err == nil && pool.SiteID != site.ID {
+			return store.Node{}, invalid("pool", "%s is not at site %s, where the machine was seen", pool.Name, site.Name)
+		}
+	}
+	uuid := d.UUID
+	if inv := selfAsserted(d.Inventory); inv.SystemUUID != "" {
+		uuid = inv.SystemUUID
+	}
+	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason})
+	if err != nil {
+		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
+	}
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.SetAcceptance(ctx, site.ID, mac, store.AcceptanceAccepted, n.ID, p.Actor()); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node.accepted", ToState: n.State, Reason: in.Reason,
+			Data: jsonObject(map[string]any{"mac": mac, "productUuid": uuid, "site": site.Name})})
+	})
+	if err != nil {
+		return store.Node{}, fmt.Errorf("accept %s: node %s enrolled, but recording the acceptance failed: %w", mac, n.ID, err)
+	}
+	return n, nil
+}
+
+// RejectDiscovered records that a discovered machine is not to be enrolled: it leaves the pending list.
+func (s *Service) RejectDiscovered(ctx context.Context, p auth.Principal, siteRef, mac, reason string) error {
+	if err := Require(p, auth.Operate); err != nil {
+		return err
+	}
+	mac, err := NormalizeMAC("mac", mac)
+	if err != nil {
+		return err
+	}
+	if err := ValidReason(reason); err != nil {
+		return err
+	}
+	site, err := s.visibleSite(ctx, p, siteRef)
+	if err != nil {
+		return err
+	}
+	d, err := s.st.DiscoveryOf(ctx, site.ID, mac)
+	if err != nil {
+		return fmt.Errorf("reject %s: %w", mac, err)
+	}
+	if d.NodeID != "" {
+		return invalid("mac", "%s was accepted as node %s: delete or retire the node instead", mac, d.NodeID)
+	}
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		return tx.SetAcceptance(ctx, site.ID, mac, store.AcceptanceRejected, "", p.Actor())
+	})
+	if err != nil {
+		return fmt.Errorf("reject %s: %w", mac, err)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "discovered machine rejected", slog.String("site", site.Name), slog.String("mac", mac), slog.String("actor", p.Actor()), slog.String("reason", reason))
+	return nil
+}
+
+// selfAssertedInventory is what the acceptance flow reads of a discovery-mode ramdisk's report.
+type selfAssertedInventory struct {
+	SystemUUID string   `json:"systemUuid"`
+	MACs       []string `json:"macs"`
+}
+
+func selfAsserted(s string) selfAssertedInventory {
+	var inv selfAssertedInventory
+	if s != "" && json.Unmarshal([]byte(s), &inv) == nil {
+		if u, err := NormalizeUUID("systemUuid", inv.SystemUUID); err == nil {
+			inv.SystemUUID = u
+		} else {
+			inv.SystemUUID = ""
+		}
+	}
+	return inv
 }

@@ -2,6 +2,7 @@ package site
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -14,18 +15,30 @@ import (
 // maxDiscovered bounds the machines remembered; the least recently seen goes first.
 const maxDiscovered = 4096
 
+// resightEvery is how often a machine still seen is reported again: the control plane learns
+// that a MAC it already knew PXE-booted again (the sighting that follows a power cycle binds a
+// MAC-less node's MAC, DESIGN §6).
+const resightEvery = time.Minute
+
 // discoveries is the netboot.DiscoveryRecorder of the agent: machines that asked for a boot
 // script with no entry, reported in the status until they get one. Safe for concurrent use.
 type discoveries struct {
 	has     func(mac string) bool // the MAC has an entry now
 	changed func()
 
-	mu   sync.Mutex
-	seen map[string]agentlink.Discovered
+	mu       sync.Mutex
+	seen     map[string]agentlink.Discovered
+	reported map[string]time.Time // MAC → the sighting that last made a report due
 }
 
 func newDiscoveries(has func(string) bool, changed func()) *discoveries {
-	return &discoveries{has: has, changed: changed, seen: map[string]agentlink.Discovered{}}
+	return &discoveries{has: has, changed: changed, seen: map[string]agentlink.Discovered{}, reported: map[string]time.Time{}}
+}
+
+// reportDue says whether a sighting makes a new status report due: a new machine, a changed
+// UUID or architecture, or one last reported resightEvery ago. Pure.
+func reportDue(known bool, cur agentlink.Discovered, lastReport time.Time, rec netboot.Discovery) bool {
+	return !known || cur.UUID != rec.UUID || cur.Arch != rec.Arch || rec.Time.Sub(lastReport) >= resightEvery
 }
 
 // RecordDiscovery implements netboot.DiscoveryRecorder.
@@ -33,7 +46,7 @@ func (d *discoveries) RecordDiscovery(_ context.Context, rec netboot.Discovery) 
 	mac := rec.MAC.String()
 	d.mu.Lock()
 	cur, ok := d.seen[mac]
-	isNew := !ok || cur.UUID != rec.UUID || cur.Arch != rec.Arch
+	isNew := reportDue(ok, cur, d.reported[mac], rec)
 	if !ok {
 		cur = agentlink.Discovered{MAC: mac, FirstSeen: rec.Time}
 		if len(d.seen) >= maxDiscovered {
@@ -42,6 +55,9 @@ func (d *discoveries) RecordDiscovery(_ context.Context, rec netboot.Discovery) 
 	}
 	cur.UUID, cur.Arch, cur.LastSeen = rec.UUID, rec.Arch, rec.Time
 	d.seen[mac] = cur
+	if isNew {
+		d.reported[mac] = rec.Time
+	}
 	d.mu.Unlock()
 	if isNew {
 		d.changed()
@@ -58,6 +74,7 @@ func (d *discoveries) evictLocked() {
 		}
 	}
 	delete(d.seen, oldest)
+	delete(d.reported, oldest)
 }
 
 // Snapshot lists the machines seen that still have no entry, by MAC; those that got one are
@@ -69,6 +86,7 @@ func (d *discoveries) Snapshot() []agentlink.Discovered {
 	for m, r := range d.seen {
 		if d.has(m) {
 			delete(d.seen, m)
+			delete(d.reported, m)
 			continue
 		}
 		out = append(out, r)
@@ -86,7 +104,8 @@ type statusKey struct {
 func keyOf(s agentlink.Status) statusKey {
 	var b strings.Builder
 	for _, d := range s.Discovered {
-		b.WriteString(d.MAC + "/" + d.UUID + "/" + d.Arch + ";")
+		// The last sighting is part of the key: a re-sighting made due is sent.
+		fmt.Fprintf(&b, "%s/%s/%s/%d;", d.MAC, d.UUID, d.Arch, d.LastSeen.Unix())
 	}
 	return statusKey{held: s.HoldsBootLease, discovered: b.String()}
 }

@@ -96,3 +96,38 @@ func (t *Tx) NodesWithoutMACs(ctx context.Context, siteID, uuidA, uuidB string) 
 		return id, r.Scan(&id)
 	})
 }
+
+// DiscoveryOf reads what was seen at a site under a MAC.
+func (s *Store) DiscoveryOf(ctx context.Context, siteID, mac string) (Discovery, error) {
+	d, err := scanDiscovery(s.queryRow(ctx, `SELECT `+discoveryCols+` FROM discovered WHERE site_id = ? AND mac = ?`, siteID, mac))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Discovery{}, fmt.Errorf("no machine was seen with MAC %s at this site: %w", mac, ErrNotFound)
+	}
+	if err != nil {
+		return Discovery{}, fmt.Errorf("reading discovered MAC %s: %w", mac, err)
+	}
+	return d, nil
+}
+
+// Pending lists a site's machines that a discovery-mode ramdisk reported and nobody decided on
+// yet (acceptance "" or, with accepted, also those accepted but not enrolled), whose MAC
+// belongs to no node, most recent first.
+func (s *Store) Pending(ctx context.Context, siteID string, limit int) ([]Discovery, error) {
+	rows, err := s.queryRows(ctx, `SELECT `+discoveryCols+` FROM discovered
+		WHERE site_id = ? AND inventory <> '' AND (acceptance = '' OR (acceptance = 'accepted' AND node_id = ''))
+		AND mac NOT IN (SELECT mac FROM node_macs) ORDER BY last_seen DESC LIMIT ?`, siteID, limit)
+	return collect(rows, err, "pending machines", scanDiscovery)
+}
+
+// SetAcceptance records the decision on a discovered machine.
+func (t *Tx) SetAcceptance(ctx context.Context, siteID, mac, acceptance, nodeID, decidedBy string) error {
+	res, err := t.exec(ctx, `UPDATE discovered SET acceptance = ?, node_id = ?, decided_by = ? WHERE site_id = ? AND mac = ?`,
+		acceptance, nodeID, decidedBy, siteID, mac)
+	if err != nil {
+		return fmt.Errorf("recording the decision on MAC %s: %w", mac, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("no machine was seen with MAC %s at this site: %w", mac, ErrNotFound)
+	}
+	return nil
+}

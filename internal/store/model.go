@@ -54,6 +54,9 @@ type PoolPolicy struct {
 	TrustProvisioningNetwork bool              `json:"trustProvisioningNetwork,omitempty"`
 	Labels                   map[string]string `json:"labels,omitempty"`
 	FirmwareBaseline         map[string]string `json:"firmwareBaseline,omitempty"`
+	// AutoAccept: machines a discovery-mode ramdisk reports at the pool's site are accepted
+	// into this pool without an operator (acceptance flow). Off by default.
+	AutoAccept bool `json:"autoAccept,omitempty"`
 }
 
 type Pool struct {

@@ -1685,13 +1685,18 @@ func (x *ListDiscoveredRequest) GetLimit() int32 {
 }
 
 type DiscoveredMachine struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Mac           string                 `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
-	Uuid          string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"` // SMBIOS UUID as iPXE reported it (self-asserted)
-	Arch          string                 `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"`
-	FirstSeen     string                 `protobuf:"bytes,4,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
-	LastSeen      string                 `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	Agent         string                 `protobuf:"bytes,6,opt,name=agent,proto3" json:"agent,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Mac       string                 `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
+	Uuid      string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"` // SMBIOS UUID as iPXE reported it (self-asserted)
+	Arch      string                 `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"`
+	FirstSeen string                 `protobuf:"bytes,4,opt,name=first_seen,json=firstSeen,proto3" json:"first_seen,omitempty"`
+	LastSeen  string                 `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Agent     string                 `protobuf:"bytes,6,opt,name=agent,proto3" json:"agent,omitempty"`
+	// Acceptance flow: what a discovery-mode ramdisk on the machine reported (self-asserted JSON:
+	// systemUuid, macs, disks, …; empty when it never booted one), and the decision.
+	Inventory     string `protobuf:"bytes,7,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	Acceptance    string `protobuf:"bytes,8,opt,name=acceptance,proto3" json:"acceptance,omitempty"` // "" (pending), accepted, rejected
+	Node          string `protobuf:"bytes,9,opt,name=node,proto3" json:"node,omitempty"`             // the node an acceptance enrolled
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1764,6 +1769,27 @@ func (x *DiscoveredMachine) GetLastSeen() string {
 func (x *DiscoveredMachine) GetAgent() string {
 	if x != nil {
 		return x.Agent
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetInventory() string {
+	if x != nil {
+		return x.Inventory
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetAcceptance() string {
+	if x != nil {
+		return x.Acceptance
+	}
+	return ""
+}
+
+func (x *DiscoveredMachine) GetNode() string {
+	if x != nil {
+		return x.Node
 	}
 	return ""
 }
@@ -2484,6 +2510,510 @@ func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersio
 	return nil
 }
 
+type ConfirmMacRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // id or name
+	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfirmMacRequest) Reset() {
+	*x = ConfirmMacRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfirmMacRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfirmMacRequest) ProtoMessage() {}
+
+func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfirmMacRequest.ProtoReflect.Descriptor instead.
+func (*ConfirmMacRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *ConfirmMacRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ConfirmMacRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *ConfirmMacRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type MacCandidate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	Uuid          string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"` // pending, confirmed, bound, expired
+	SeenAt        string                 `protobuf:"bytes,5,opt,name=seen_at,json=seenAt,proto3" json:"seen_at,omitempty"`
+	CreatedAt     string                 `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	DecidedBy     string                 `protobuf:"bytes,7,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	DecidedAt     string                 `protobuf:"bytes,8,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
+	Workflow      string                 `protobuf:"bytes,9,opt,name=workflow,proto3" json:"workflow,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MacCandidate) Reset() {
+	*x = MacCandidate{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MacCandidate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MacCandidate) ProtoMessage() {}
+
+func (x *MacCandidate) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MacCandidate.ProtoReflect.Descriptor instead.
+func (*MacCandidate) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *MacCandidate) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetSeenAt() string {
+	if x != nil {
+		return x.SeenAt
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetCreatedAt() string {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetDecidedAt() string {
+	if x != nil {
+		return x.DecidedAt
+	}
+	return ""
+}
+
+func (x *MacCandidate) GetWorkflow() string {
+	if x != nil {
+		return x.Workflow
+	}
+	return ""
+}
+
+type ListMacCandidatesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Site          string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`   // name or id
+	State         string                 `protobuf:"bytes,2,opt,name=state,proto3" json:"state,omitempty"` // empty: all
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMacCandidatesRequest) Reset() {
+	*x = ListMacCandidatesRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMacCandidatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMacCandidatesRequest) ProtoMessage() {}
+
+func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMacCandidatesRequest.ProtoReflect.Descriptor instead.
+func (*ListMacCandidatesRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListMacCandidatesRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *ListMacCandidatesRequest) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+type ListMacCandidatesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Candidates    []*MacCandidate        `protobuf:"bytes,1,rep,name=candidates,proto3" json:"candidates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListMacCandidatesResponse) Reset() {
+	*x = ListMacCandidatesResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListMacCandidatesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListMacCandidatesResponse) ProtoMessage() {}
+
+func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListMacCandidatesResponse.ProtoReflect.Descriptor instead.
+func (*ListMacCandidatesResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ListMacCandidatesResponse) GetCandidates() []*MacCandidate {
+	if x != nil {
+		return x.Candidates
+	}
+	return nil
+}
+
+type ListPendingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Site          string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`    // name or id
+	Limit         int32                  `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"` // default 500
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingRequest) Reset() {
+	*x = ListPendingRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingRequest) ProtoMessage() {}
+
+func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
+func (*ListPendingRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListPendingRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *ListPendingRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type AcceptRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Site          string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"` // name or id
+	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`   // the MAC the machine PXE-booted with
+	Pool          string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"` // the pool it joins
+	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"` // the node's name
+	Bmc           *BmcCredentials        `protobuf:"bytes,5,opt,name=bmc,proto3" json:"bmc,omitempty"`
+	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptRequest) Reset() {
+	*x = AcceptRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptRequest) ProtoMessage() {}
+
+func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
+func (*AcceptRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *AcceptRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *AcceptRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *AcceptRequest) GetPool() string {
+	if x != nil {
+		return x.Pool
+	}
+	return ""
+}
+
+func (x *AcceptRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AcceptRequest) GetBmc() *BmcCredentials {
+	if x != nil {
+		return x.Bmc
+	}
+	return nil
+}
+
+func (x *AcceptRequest) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *AcceptRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RejectRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Site          string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`
+	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectRequest) Reset() {
+	*x = RejectRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectRequest) ProtoMessage() {}
+
+func (x *RejectRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
+func (*RejectRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *RejectRequest) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *RejectRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RejectResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RejectResponse) Reset() {
+	*x = RejectResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RejectResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RejectResponse) ProtoMessage() {}
+
+func (x *RejectResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
+func (*RejectResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+}
+
 type Batch struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2512,7 +3042,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +3054,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,7 +3067,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Batch) GetId() string {
@@ -2683,7 +3213,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2695,7 +3225,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2708,7 +3238,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BatchLeaf) GetSubject() string {
@@ -2741,7 +3271,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2753,7 +3283,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2766,7 +3296,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *BulkRequest) GetPool() string {
@@ -2824,7 +3354,7 @@ type BulkBatch struct {
 
 func (x *BulkBatch) Reset() {
 	*x = BulkBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +3366,7 @@ func (x *BulkBatch) String() string {
 func (*BulkBatch) ProtoMessage() {}
 
 func (x *BulkBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +3379,7 @@ func (x *BulkBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
 func (*BulkBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *BulkBatch) GetBatchId() string {
@@ -2894,7 +3424,7 @@ type BulkNodeResult struct {
 
 func (x *BulkNodeResult) Reset() {
 	*x = BulkNodeResult{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2906,7 +3436,7 @@ func (x *BulkNodeResult) String() string {
 func (*BulkNodeResult) ProtoMessage() {}
 
 func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2919,7 +3449,7 @@ func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
 func (*BulkNodeResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *BulkNodeResult) GetNode() string {
@@ -2967,7 +3497,7 @@ type BulkResponse struct {
 
 func (x *BulkResponse) Reset() {
 	*x = BulkResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3509,7 @@ func (x *BulkResponse) String() string {
 func (*BulkResponse) ProtoMessage() {}
 
 func (x *BulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3522,7 @@ func (x *BulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
 func (*BulkResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BulkResponse) GetBatch() *BulkBatch {
@@ -3019,7 +3549,7 @@ type ListBatchesRequest struct {
 
 func (x *ListBatchesRequest) Reset() {
 	*x = ListBatchesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3561,7 @@ func (x *ListBatchesRequest) String() string {
 func (*ListBatchesRequest) ProtoMessage() {}
 
 func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3574,7 @@ func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListBatchesRequest) GetState() string {
@@ -3070,7 +3600,7 @@ type ListBatchesResponse struct {
 
 func (x *ListBatchesResponse) Reset() {
 	*x = ListBatchesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3082,7 +3612,7 @@ func (x *ListBatchesResponse) String() string {
 func (*ListBatchesResponse) ProtoMessage() {}
 
 func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3095,7 +3625,7 @@ func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListBatchesResponse) GetBatches() []*Batch {
@@ -3115,7 +3645,7 @@ type GetBatchRequest struct {
 
 func (x *GetBatchRequest) Reset() {
 	*x = GetBatchRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3657,7 @@ func (x *GetBatchRequest) String() string {
 func (*GetBatchRequest) ProtoMessage() {}
 
 func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3670,7 @@ func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetBatchRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GetBatchRequest) GetId() string {
@@ -3167,7 +3697,7 @@ type GetBatchResponse struct {
 
 func (x *GetBatchResponse) Reset() {
 	*x = GetBatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3709,7 @@ func (x *GetBatchResponse) String() string {
 func (*GetBatchResponse) ProtoMessage() {}
 
 func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3722,7 @@ func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetBatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GetBatchResponse) GetBatch() *Batch {
@@ -3219,7 +3749,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3231,7 +3761,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3244,7 +3774,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -3270,7 +3800,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3812,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3825,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -3317,7 +3847,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3859,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3872,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -3384,7 +3914,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3926,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3939,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -3442,7 +3972,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3984,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3997,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -3485,7 +4015,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3497,7 +4027,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3510,7 +4040,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -3522,7 +4052,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3534,7 +4064,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3547,7 +4077,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -3568,7 +4098,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +4110,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +4123,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Tenant) GetId() string {
@@ -3630,7 +4160,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +4172,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +4185,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Site) GetId() string {
@@ -3700,13 +4230,16 @@ type PoolPolicy struct {
 	Labels                   map[string]string      `protobuf:"bytes,3,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Firmware component -> required version (checked by later workflows).
 	FirmwareBaseline map[string]string `protobuf:"bytes,4,rep,name=firmware_baseline,json=firmwareBaseline,proto3" json:"firmware_baseline,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Acceptance flow: machines a discovery-mode ramdisk reports at the pool's site are accepted
+	// into this pool without an operator. Off by default.
+	AutoAccept    bool `protobuf:"varint,5,opt,name=auto_accept,json=autoAccept,proto3" json:"auto_accept,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +4251,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +4264,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -3762,6 +4295,13 @@ func (x *PoolPolicy) GetFirmwareBaseline() map[string]string {
 	return nil
 }
 
+func (x *PoolPolicy) GetAutoAccept() bool {
+	if x != nil {
+		return x.AutoAccept
+	}
+	return false
+}
+
 type Pool struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3776,7 +4316,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +4328,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +4341,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Pool) GetId() string {
@@ -3859,7 +4399,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3871,7 +4411,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3884,7 +4424,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -3917,7 +4457,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3929,7 +4469,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3942,7 +4482,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -3961,7 +4501,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3973,7 +4513,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3986,7 +4526,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -4004,7 +4544,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4016,7 +4556,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4029,7 +4569,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 type ListTenantsResponse struct {
@@ -4041,7 +4581,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4053,7 +4593,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4066,7 +4606,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -4087,7 +4627,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4099,7 +4639,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4112,7 +4652,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -4145,7 +4685,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4157,7 +4697,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4170,7 +4710,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -4189,7 +4729,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +4741,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +4754,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -4233,7 +4773,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4245,7 +4785,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4258,7 +4798,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -4277,7 +4817,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4289,7 +4829,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4302,7 +4842,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -4320,7 +4860,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4332,7 +4872,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4345,7 +4885,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 type CreatePoolRequest struct {
@@ -4359,7 +4899,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4371,7 +4911,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4384,7 +4924,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -4418,7 +4958,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4430,7 +4970,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4443,7 +4983,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -4469,7 +5009,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4481,7 +5021,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4494,7 +5034,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -4514,7 +5054,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4526,7 +5066,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4539,7 +5079,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -4565,7 +5105,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +5117,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +5130,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -4609,7 +5149,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4621,7 +5161,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4634,7 +5174,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -4652,7 +5192,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4664,7 +5204,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4677,7 +5217,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 type PutHardwareProfileRequest struct {
@@ -4689,7 +5229,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +5241,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +5254,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -4733,7 +5273,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4745,7 +5285,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4758,7 +5298,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -4776,7 +5316,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +5328,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +5341,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -4813,7 +5353,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4825,7 +5365,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4838,7 +5378,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -4859,7 +5399,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4871,7 +5411,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4884,7 +5424,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -4915,7 +5455,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4927,7 +5467,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4940,7 +5480,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -4984,7 +5524,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4996,7 +5536,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5009,7 +5549,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -5035,7 +5575,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5587,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5600,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -5079,7 +5619,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5091,7 +5631,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5104,7 +5644,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -5122,7 +5662,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5134,7 +5674,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5147,7 +5687,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 type ListDeployProfilesResponse struct {
@@ -5159,7 +5699,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5171,7 +5711,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5184,7 +5724,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -5208,7 +5748,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5220,7 +5760,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5233,7 +5773,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *Token) GetId() string {
@@ -5289,7 +5829,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5301,7 +5841,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5314,7 +5854,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -5349,7 +5889,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5361,7 +5901,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5374,7 +5914,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -5399,7 +5939,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5411,7 +5951,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5424,7 +5964,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 type ListTokensResponse struct {
@@ -5436,7 +5976,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5448,7 +5988,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5461,7 +6001,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -5480,7 +6020,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5492,7 +6032,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5505,7 +6045,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -5524,7 +6064,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5536,7 +6076,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5549,7 +6089,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -5567,7 +6107,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5579,7 +6119,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5592,7 +6132,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 type WhoAmIResponse struct {
@@ -5604,7 +6144,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5616,7 +6156,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5629,7 +6169,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -5650,7 +6190,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5662,7 +6202,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5675,7 +6215,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *Signer) GetName() string {
@@ -5718,7 +6258,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5730,7 +6270,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5743,7 +6283,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *Image) GetName() string {
@@ -5825,7 +6365,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5837,7 +6377,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5850,7 +6390,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -5868,7 +6408,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5880,7 +6420,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5893,7 +6433,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 type RevokeSignerRequest struct {
@@ -5905,7 +6445,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5917,7 +6457,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5930,7 +6470,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -5948,7 +6488,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5960,7 +6500,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5973,7 +6513,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 type ListSignersRequest struct {
@@ -5984,7 +6524,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5996,7 +6536,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6009,7 +6549,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 type ListSignersResponse struct {
@@ -6021,7 +6561,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6033,7 +6573,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6046,7 +6586,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -6065,7 +6605,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6077,7 +6617,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6090,7 +6630,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -6109,7 +6649,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6121,7 +6661,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6134,7 +6674,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -6152,7 +6692,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6164,7 +6704,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6177,7 +6717,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 type ListImagesResponse struct {
@@ -6189,7 +6729,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6201,7 +6741,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6214,7 +6754,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -6385,7 +6925,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\"A\n" +
 	"\x15ListDiscoveredRequest\x12\x12\n" +
 	"\x04site\x18\x01 \x01(\tR\x04site\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\x9f\x01\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xf1\x01\n" +
 	"\x11DiscoveredMachine\x12\x10\n" +
 	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
@@ -6393,7 +6933,12 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"first_seen\x18\x04 \x01(\tR\tfirstSeen\x12\x1b\n" +
 	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\x12\x14\n" +
-	"\x05agent\x18\x06 \x01(\tR\x05agent\"O\n" +
+	"\x05agent\x18\x06 \x01(\tR\x05agent\x12\x1c\n" +
+	"\tinventory\x18\a \x01(\tR\tinventory\x12\x1e\n" +
+	"\n" +
+	"acceptance\x18\b \x01(\tR\n" +
+	"acceptance\x12\x12\n" +
+	"\x04node\x18\t \x01(\tR\x04node\"O\n" +
 	"\x16ListDiscoveredResponse\x125\n" +
 	"\bmachines\x18\x01 \x03(\v2\x19.bcd.v1.DiscoveredMachineR\bmachines\"\x0f\n" +
 	"\rDoctorRequest\"\xbd\x01\n" +
@@ -6450,7 +6995,50 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"decided_at\x18\x06 \x01(\tR\tdecidedAt\"]\n" +
 	"!ListBmcCredentialVersionsResponse\x128\n" +
-	"\bversions\x18\x01 \x03(\v2\x1c.bcd.v1.BmcCredentialVersionR\bversions\"\xf3\x03\n" +
+	"\bversions\x18\x01 \x03(\v2\x1c.bcd.v1.BmcCredentialVersionR\bversions\"Q\n" +
+	"\x11ConfirmMacRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf0\x01\n" +
+	"\fMacCandidate\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x12\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x17\n" +
+	"\aseen_at\x18\x05 \x01(\tR\x06seenAt\x12\x1d\n" +
+	"\n" +
+	"created_at\x18\x06 \x01(\tR\tcreatedAt\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\a \x01(\tR\tdecidedBy\x12\x1d\n" +
+	"\n" +
+	"decided_at\x18\b \x01(\tR\tdecidedAt\x12\x1a\n" +
+	"\bworkflow\x18\t \x01(\tR\bworkflow\"D\n" +
+	"\x18ListMacCandidatesRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x14\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"Q\n" +
+	"\x19ListMacCandidatesResponse\x124\n" +
+	"\n" +
+	"candidates\x18\x01 \x03(\v2\x14.bcd.v1.MacCandidateR\n" +
+	"candidates\">\n" +
+	"\x12ListPendingRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\x95\x02\n" +
+	"\rAcceptRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x12\n" +
+	"\x04pool\x18\x03 \x01(\tR\x04pool\x12\x12\n" +
+	"\x04name\x18\x04 \x01(\tR\x04name\x12(\n" +
+	"\x03bmc\x18\x05 \x01(\v2\x16.bcd.v1.BmcCredentialsR\x03bmc\x129\n" +
+	"\x06labels\x18\x06 \x03(\v2!.bcd.v1.AcceptRequest.LabelsEntryR\x06labels\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
+	"\rRejectRequest\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x10\n" +
+	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x10\n" +
+	"\x0eRejectResponse\"\xf3\x03\n" +
 	"\x05Batch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -6547,13 +7135,15 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\tR\tcreatedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x84\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x03\n" +
 	"\n" +
 	"PoolPolicy\x12)\n" +
 	"\x10hardware_profile\x18\x01 \x01(\tR\x0fhardwareProfile\x12<\n" +
 	"\x1atrust_provisioning_network\x18\x02 \x01(\bR\x18trustProvisioningNetwork\x126\n" +
 	"\x06labels\x18\x03 \x03(\v2\x1e.bcd.v1.PoolPolicy.LabelsEntryR\x06labels\x12U\n" +
-	"\x11firmware_baseline\x18\x04 \x03(\v2(.bcd.v1.PoolPolicy.FirmwareBaselineEntryR\x10firmwareBaseline\x1a9\n" +
+	"\x11firmware_baseline\x18\x04 \x03(\v2(.bcd.v1.PoolPolicy.FirmwareBaselineEntryR\x10firmwareBaseline\x12\x1f\n" +
+	"\vauto_accept\x18\x05 \x01(\bR\n" +
+	"autoAccept\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
@@ -6704,8 +7294,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\";\n" +
 	"\x12ListImagesResponse\x12%\n" +
-	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xdf\n" +
-	"\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xb5\r\n" +
 	"\vNodeService\x12P\n" +
 	"\n" +
 	"Discovered\x12\x1d.bcd.v1.ListDiscoveredRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x12<\n" +
@@ -6728,7 +7317,13 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x06Delete\x12\x19.bcd.v1.DeleteNodeRequest\x1a\x1a.bcd.v1.DeleteNodeResponse\x12D\n" +
 	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x13RotateBmcCredential\x12\".bcd.v1.RotateBmcCredentialRequest\x1a#.bcd.v1.RotateBmcCredentialResponse\x12q\n" +
-	"\x15BmcCredentialVersions\x12(.bcd.v1.ListBmcCredentialVersionsRequest\x1a).bcd.v1.ListBmcCredentialVersionsResponse\"\x03\x90\x02\x012\xc5\x04\n" +
+	"\x15BmcCredentialVersions\x12(.bcd.v1.ListBmcCredentialVersionsRequest\x1a).bcd.v1.ListBmcCredentialVersionsResponse\"\x03\x90\x02\x01\x12=\n" +
+	"\n" +
+	"ConfirmMac\x12\x19.bcd.v1.ConfirmMacRequest\x1a\x14.bcd.v1.NodeResponse\x12Y\n" +
+	"\rMacCandidates\x12 .bcd.v1.ListMacCandidatesRequest\x1a!.bcd.v1.ListMacCandidatesResponse\"\x03\x90\x02\x01\x12J\n" +
+	"\aPending\x12\x1a.bcd.v1.ListPendingRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x125\n" +
+	"\x06Accept\x12\x15.bcd.v1.AcceptRequest\x1a\x14.bcd.v1.NodeResponse\x127\n" +
+	"\x06Reject\x12\x15.bcd.v1.RejectRequest\x1a\x16.bcd.v1.RejectResponse2\xc5\x04\n" +
 	"\fBatchService\x121\n" +
 	"\x04Bulk\x12\x13.bcd.v1.BulkRequest\x1a\x14.bcd.v1.BulkResponse\x12D\n" +
 	"\x04List\x12\x1a.bcd.v1.ListBatchesRequest\x1a\x1b.bcd.v1.ListBatchesResponse\"\x03\x90\x02\x01\x12=\n" +
@@ -6783,7 +7378,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 113)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 122)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -6818,95 +7413,104 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*ListBmcCredentialVersionsRequest)(nil),  // 30: bcd.v1.ListBmcCredentialVersionsRequest
 	(*BmcCredentialVersion)(nil),              // 31: bcd.v1.BmcCredentialVersion
 	(*ListBmcCredentialVersionsResponse)(nil), // 32: bcd.v1.ListBmcCredentialVersionsResponse
-	(*Batch)(nil),                             // 33: bcd.v1.Batch
-	(*BatchLeaf)(nil),                         // 34: bcd.v1.BatchLeaf
-	(*BulkRequest)(nil),                       // 35: bcd.v1.BulkRequest
-	(*BulkBatch)(nil),                         // 36: bcd.v1.BulkBatch
-	(*BulkNodeResult)(nil),                    // 37: bcd.v1.BulkNodeResult
-	(*BulkResponse)(nil),                      // 38: bcd.v1.BulkResponse
-	(*ListBatchesRequest)(nil),                // 39: bcd.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),               // 40: bcd.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),                   // 41: bcd.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),                  // 42: bcd.v1.GetBatchResponse
-	(*BatchDecisionRequest)(nil),              // 43: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 44: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 45: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 46: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 47: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 48: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 49: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 50: bcd.v1.Tenant
-	(*Site)(nil),                              // 51: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 52: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 53: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 54: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 55: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 56: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 57: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 58: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 59: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 60: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 61: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 62: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 63: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 64: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 65: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 66: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 67: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 68: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 69: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 70: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 71: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 72: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 73: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 74: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 75: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 76: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 77: bcd.v1.CreateSiteJoinTokenResponse
-	(*DeployProfile)(nil),                     // 78: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 79: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 80: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 81: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 82: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                             // 83: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 84: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 85: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 86: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 87: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 88: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 89: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 90: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 91: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 92: bcd.v1.Signer
-	(*Image)(nil),                             // 93: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 94: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 95: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 96: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 97: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 98: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 99: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 100: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 101: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 102: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 103: bcd.v1.ListImagesResponse
-	nil,                                       // 104: bcd.v1.Node.DriversEntry
-	nil,                                       // 105: bcd.v1.Node.LabelsEntry
-	nil,                                       // 106: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 107: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 108: bcd.v1.Site.LabelsEntry
-	nil,                                       // 109: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 110: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 111: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 112: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*ConfirmMacRequest)(nil),                 // 33: bcd.v1.ConfirmMacRequest
+	(*MacCandidate)(nil),                      // 34: bcd.v1.MacCandidate
+	(*ListMacCandidatesRequest)(nil),          // 35: bcd.v1.ListMacCandidatesRequest
+	(*ListMacCandidatesResponse)(nil),         // 36: bcd.v1.ListMacCandidatesResponse
+	(*ListPendingRequest)(nil),                // 37: bcd.v1.ListPendingRequest
+	(*AcceptRequest)(nil),                     // 38: bcd.v1.AcceptRequest
+	(*RejectRequest)(nil),                     // 39: bcd.v1.RejectRequest
+	(*RejectResponse)(nil),                    // 40: bcd.v1.RejectResponse
+	(*Batch)(nil),                             // 41: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 42: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 43: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 44: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 45: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 46: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 47: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 48: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 49: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 50: bcd.v1.GetBatchResponse
+	(*BatchDecisionRequest)(nil),              // 51: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 52: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 53: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 54: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 55: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 56: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 57: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 58: bcd.v1.Tenant
+	(*Site)(nil),                              // 59: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 60: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 61: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 62: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 63: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 64: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 65: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 66: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 67: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 68: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 69: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 70: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 71: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 72: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 73: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 74: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 75: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 76: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 77: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 78: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 79: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 80: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 81: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 82: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 83: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 84: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 85: bcd.v1.CreateSiteJoinTokenResponse
+	(*DeployProfile)(nil),                     // 86: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 87: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 88: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 89: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 90: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                             // 91: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 92: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 93: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 94: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 95: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 96: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 97: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 98: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 99: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 100: bcd.v1.Signer
+	(*Image)(nil),                             // 101: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 102: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 103: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 104: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 105: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 106: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 107: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 108: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 109: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 110: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 111: bcd.v1.ListImagesResponse
+	nil,                                       // 112: bcd.v1.Node.DriversEntry
+	nil,                                       // 113: bcd.v1.Node.LabelsEntry
+	nil,                                       // 114: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 115: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 116: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 117: bcd.v1.Site.LabelsEntry
+	nil,                                       // 118: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 119: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 120: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 121: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	104, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	112, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	105, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	113, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	2,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	106, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	114, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	3,   // 5: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	107, // 6: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	115, // 6: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 7: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,   // 8: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,   // 9: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
@@ -6917,152 +7521,165 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	25,  // 14: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
 	27,  // 15: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
 	31,  // 16: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	36,  // 17: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	37,  // 18: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	33,  // 19: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	33,  // 20: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	34,  // 21: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	33,  // 22: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	45,  // 23: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	45,  // 24: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	108, // 25: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	109, // 26: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	110, // 27: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	52,  // 28: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	111, // 29: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	50,  // 30: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	50,  // 31: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	112, // 32: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	51,  // 33: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	51,  // 34: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	52,  // 35: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	52,  // 36: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	53,  // 37: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	53,  // 38: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	54,  // 39: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	54,  // 40: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	54,  // 41: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	78,  // 42: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	78,  // 43: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	78,  // 44: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	83,  // 45: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	83,  // 46: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	83,  // 47: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	83,  // 48: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	92,  // 49: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	92,  // 50: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	93,  // 51: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	93,  // 52: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	93,  // 53: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	20,  // 54: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	23,  // 55: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	4,   // 56: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	6,   // 57: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	7,   // 58: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	9,   // 59: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 60: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 61: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 62: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	11,  // 63: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	9,   // 64: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 65: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 66: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 67: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 68: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	12,  // 69: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	14,  // 70: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	15,  // 71: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	18,  // 72: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	28,  // 73: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	30,  // 74: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	35,  // 75: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	39,  // 76: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	41,  // 77: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	43,  // 78: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	43,  // 79: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	43,  // 80: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	46,  // 81: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	48,  // 82: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	79,  // 83: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	81,  // 84: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	76,  // 85: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	55,  // 86: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	57,  // 87: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	59,  // 88: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	61,  // 89: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	63,  // 90: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	65,  // 91: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	66,  // 92: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	68,  // 93: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	70,  // 94: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	72,  // 95: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	74,  // 96: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	84,  // 97: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	86,  // 98: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	88,  // 99: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	90,  // 100: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	94,  // 101: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	96,  // 102: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	98,  // 103: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	100, // 104: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	102, // 105: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	22,  // 106: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	26,  // 107: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	5,   // 108: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	5,   // 109: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	8,   // 110: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	5,   // 111: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	5,   // 112: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	5,   // 113: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	5,   // 114: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	5,   // 115: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	5,   // 116: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	5,   // 117: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	5,   // 118: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	5,   // 119: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	5,   // 120: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	13,  // 121: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	5,   // 122: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	16,  // 123: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	19,  // 124: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	29,  // 125: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	32,  // 126: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	38,  // 127: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	40,  // 128: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	42,  // 129: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	44,  // 130: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	44,  // 131: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	44,  // 132: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	47,  // 133: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	49,  // 134: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	80,  // 135: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	82,  // 136: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	77,  // 137: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	56,  // 138: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	58,  // 139: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	60,  // 140: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	62,  // 141: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	64,  // 142: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	67,  // 143: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	67,  // 144: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	69,  // 145: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	71,  // 146: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	73,  // 147: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	75,  // 148: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	85,  // 149: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	87,  // 150: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	89,  // 151: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	91,  // 152: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	95,  // 153: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	97,  // 154: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	99,  // 155: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	101, // 156: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	103, // 157: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	106, // [106:158] is the sub-list for method output_type
-	54,  // [54:106] is the sub-list for method input_type
-	54,  // [54:54] is the sub-list for extension type_name
-	54,  // [54:54] is the sub-list for extension extendee
-	0,   // [0:54] is the sub-list for field type_name
+	34,  // 17: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	3,   // 18: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	116, // 19: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	44,  // 20: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	45,  // 21: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	41,  // 22: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	41,  // 23: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	42,  // 24: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	41,  // 25: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	53,  // 26: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	53,  // 27: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	117, // 28: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	118, // 29: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	119, // 30: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	60,  // 31: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	120, // 32: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	58,  // 33: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	58,  // 34: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	121, // 35: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	59,  // 36: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	59,  // 37: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	60,  // 38: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	60,  // 39: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	61,  // 40: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	61,  // 41: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	62,  // 42: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	62,  // 43: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	62,  // 44: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	86,  // 45: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	86,  // 46: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	86,  // 47: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	91,  // 48: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	91,  // 49: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	91,  // 50: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	91,  // 51: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	100, // 52: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	100, // 53: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	101, // 54: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	101, // 55: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	101, // 56: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	20,  // 57: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	23,  // 58: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	4,   // 59: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	6,   // 60: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	7,   // 61: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	9,   // 62: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 63: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 64: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 65: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	11,  // 66: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	9,   // 67: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 68: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 69: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 70: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	9,   // 71: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	12,  // 72: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	14,  // 73: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	15,  // 74: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	18,  // 75: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	28,  // 76: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	30,  // 77: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	33,  // 78: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	35,  // 79: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	37,  // 80: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	38,  // 81: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	39,  // 82: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	43,  // 83: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	47,  // 84: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	49,  // 85: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	51,  // 86: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	51,  // 87: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	51,  // 88: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	54,  // 89: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	56,  // 90: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	87,  // 91: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	89,  // 92: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	84,  // 93: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	63,  // 94: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	65,  // 95: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	67,  // 96: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	69,  // 97: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	71,  // 98: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	73,  // 99: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	74,  // 100: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	76,  // 101: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	78,  // 102: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	80,  // 103: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	82,  // 104: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	92,  // 105: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	94,  // 106: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	96,  // 107: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	98,  // 108: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	102, // 109: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	104, // 110: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	106, // 111: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	108, // 112: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	110, // 113: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	22,  // 114: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	26,  // 115: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	5,   // 116: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	5,   // 117: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	8,   // 118: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	5,   // 119: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	5,   // 120: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	5,   // 121: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	5,   // 122: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	5,   // 123: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	5,   // 124: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	5,   // 125: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	5,   // 126: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	5,   // 127: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	5,   // 128: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	13,  // 129: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	5,   // 130: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	16,  // 131: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	19,  // 132: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	29,  // 133: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	32,  // 134: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	5,   // 135: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	36,  // 136: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	22,  // 137: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	5,   // 138: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	40,  // 139: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	46,  // 140: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	48,  // 141: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	50,  // 142: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	52,  // 143: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	52,  // 144: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	52,  // 145: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	55,  // 146: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	57,  // 147: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	88,  // 148: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	90,  // 149: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	85,  // 150: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	64,  // 151: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	66,  // 152: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	68,  // 153: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	70,  // 154: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	72,  // 155: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	75,  // 156: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	75,  // 157: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	77,  // 158: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	79,  // 159: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	81,  // 160: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	83,  // 161: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	93,  // 162: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	95,  // 163: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	97,  // 164: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	99,  // 165: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	103, // 166: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	105, // 167: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	107, // 168: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	109, // 169: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	111, // 170: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	114, // [114:171] is the sub-list for method output_type
+	57,  // [57:114] is the sub-list for method input_type
+	57,  // [57:57] is the sub-list for extension type_name
+	57,  // [57:57] is the sub-list for extension extendee
+	0,   // [0:57] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -7076,7 +7693,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   113,
+			NumMessages:   122,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

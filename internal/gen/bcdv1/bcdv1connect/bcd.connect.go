@@ -87,6 +87,17 @@ const (
 	// NodeServiceBmcCredentialVersionsProcedure is the fully-qualified name of the NodeService's
 	// BmcCredentialVersions RPC.
 	NodeServiceBmcCredentialVersionsProcedure = "/bcd.v1.NodeService/BmcCredentialVersions"
+	// NodeServiceConfirmMacProcedure is the fully-qualified name of the NodeService's ConfirmMac RPC.
+	NodeServiceConfirmMacProcedure = "/bcd.v1.NodeService/ConfirmMac"
+	// NodeServiceMacCandidatesProcedure is the fully-qualified name of the NodeService's MacCandidates
+	// RPC.
+	NodeServiceMacCandidatesProcedure = "/bcd.v1.NodeService/MacCandidates"
+	// NodeServicePendingProcedure is the fully-qualified name of the NodeService's Pending RPC.
+	NodeServicePendingProcedure = "/bcd.v1.NodeService/Pending"
+	// NodeServiceAcceptProcedure is the fully-qualified name of the NodeService's Accept RPC.
+	NodeServiceAcceptProcedure = "/bcd.v1.NodeService/Accept"
+	// NodeServiceRejectProcedure is the fully-qualified name of the NodeService's Reject RPC.
+	NodeServiceRejectProcedure = "/bcd.v1.NodeService/Reject"
 	// BatchServiceBulkProcedure is the fully-qualified name of the BatchService's Bulk RPC.
 	BatchServiceBulkProcedure = "/bcd.v1.BatchService/Bulk"
 	// BatchServiceListProcedure is the fully-qualified name of the BatchService's List RPC.
@@ -195,6 +206,16 @@ type NodeServiceClient interface {
 	// site agent's signed result says it applied it and logged in with it.
 	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
 	BmcCredentialVersions(context.Context, *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error)
+	// metal.confirmMac: bind the candidate MAC a node enrolled by product UUID alone was seen
+	// PXE-booting with (after its workflow's power cycle); its workflow goes on.
+	ConfirmMac(context.Context, *connect.Request[bcdv1.ConfirmMacRequest]) (*connect.Response[bcdv1.NodeResponse], error)
+	// MAC candidates at a site (pending, confirmed, bound, expired).
+	MacCandidates(context.Context, *connect.Request[bcdv1.ListMacCandidatesRequest]) (*connect.Response[bcdv1.ListMacCandidatesResponse], error)
+	// Acceptance flow: machines a discovery-mode ramdisk reported at a site, waiting for a
+	// decision; accept enrolls one (with the operator's BMC credentials), reject records the no.
+	Pending(context.Context, *connect.Request[bcdv1.ListPendingRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error)
+	Accept(context.Context, *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error)
+	Reject(context.Context, *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the bcd.v1.NodeService service. By default, it uses
@@ -340,6 +361,38 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		confirmMac: connect.NewClient[bcdv1.ConfirmMacRequest, bcdv1.NodeResponse](
+			httpClient,
+			baseURL+NodeServiceConfirmMacProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ConfirmMac")),
+			connect.WithClientOptions(opts...),
+		),
+		macCandidates: connect.NewClient[bcdv1.ListMacCandidatesRequest, bcdv1.ListMacCandidatesResponse](
+			httpClient,
+			baseURL+NodeServiceMacCandidatesProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("MacCandidates")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		pending: connect.NewClient[bcdv1.ListPendingRequest, bcdv1.ListDiscoveredResponse](
+			httpClient,
+			baseURL+NodeServicePendingProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Pending")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		accept: connect.NewClient[bcdv1.AcceptRequest, bcdv1.NodeResponse](
+			httpClient,
+			baseURL+NodeServiceAcceptProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Accept")),
+			connect.WithClientOptions(opts...),
+		),
+		reject: connect.NewClient[bcdv1.RejectRequest, bcdv1.RejectResponse](
+			httpClient,
+			baseURL+NodeServiceRejectProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Reject")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -366,6 +419,11 @@ type nodeServiceClient struct {
 	events                *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
 	rotateBmcCredential   *connect.Client[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse]
 	bmcCredentialVersions *connect.Client[bcdv1.ListBmcCredentialVersionsRequest, bcdv1.ListBmcCredentialVersionsResponse]
+	confirmMac            *connect.Client[bcdv1.ConfirmMacRequest, bcdv1.NodeResponse]
+	macCandidates         *connect.Client[bcdv1.ListMacCandidatesRequest, bcdv1.ListMacCandidatesResponse]
+	pending               *connect.Client[bcdv1.ListPendingRequest, bcdv1.ListDiscoveredResponse]
+	accept                *connect.Client[bcdv1.AcceptRequest, bcdv1.NodeResponse]
+	reject                *connect.Client[bcdv1.RejectRequest, bcdv1.RejectResponse]
 }
 
 // Discovered calls bcd.v1.NodeService.Discovered.
@@ -473,6 +531,31 @@ func (c *nodeServiceClient) BmcCredentialVersions(ctx context.Context, req *conn
 	return c.bmcCredentialVersions.CallUnary(ctx, req)
 }
 
+// ConfirmMac calls bcd.v1.NodeService.ConfirmMac.
+func (c *nodeServiceClient) ConfirmMac(ctx context.Context, req *connect.Request[bcdv1.ConfirmMacRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return c.confirmMac.CallUnary(ctx, req)
+}
+
+// MacCandidates calls bcd.v1.NodeService.MacCandidates.
+func (c *nodeServiceClient) MacCandidates(ctx context.Context, req *connect.Request[bcdv1.ListMacCandidatesRequest]) (*connect.Response[bcdv1.ListMacCandidatesResponse], error) {
+	return c.macCandidates.CallUnary(ctx, req)
+}
+
+// Pending calls bcd.v1.NodeService.Pending.
+func (c *nodeServiceClient) Pending(ctx context.Context, req *connect.Request[bcdv1.ListPendingRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error) {
+	return c.pending.CallUnary(ctx, req)
+}
+
+// Accept calls bcd.v1.NodeService.Accept.
+func (c *nodeServiceClient) Accept(ctx context.Context, req *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return c.accept.CallUnary(ctx, req)
+}
+
+// Reject calls bcd.v1.NodeService.Reject.
+func (c *nodeServiceClient) Reject(ctx context.Context, req *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error) {
+	return c.reject.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the bcd.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Machines a site's agents saw PXE-booting with no boot entry and whose MAC belongs to no node.
@@ -499,6 +582,16 @@ type NodeServiceHandler interface {
 	// site agent's signed result says it applied it and logged in with it.
 	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
 	BmcCredentialVersions(context.Context, *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error)
+	// metal.confirmMac: bind the candidate MAC a node enrolled by product UUID alone was seen
+	// PXE-booting with (after its workflow's power cycle); its workflow goes on.
+	ConfirmMac(context.Context, *connect.Request[bcdv1.ConfirmMacRequest]) (*connect.Response[bcdv1.NodeResponse], error)
+	// MAC candidates at a site (pending, confirmed, bound, expired).
+	MacCandidates(context.Context, *connect.Request[bcdv1.ListMacCandidatesRequest]) (*connect.Response[bcdv1.ListMacCandidatesResponse], error)
+	// Acceptance flow: machines a discovery-mode ramdisk reported at a site, waiting for a
+	// decision; accept enrolls one (with the operator's BMC credentials), reject records the no.
+	Pending(context.Context, *connect.Request[bcdv1.ListPendingRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error)
+	Accept(context.Context, *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error)
+	Reject(context.Context, *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -640,6 +733,38 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceConfirmMacHandler := connect.NewUnaryHandler(
+		NodeServiceConfirmMacProcedure,
+		svc.ConfirmMac,
+		connect.WithSchema(nodeServiceMethods.ByName("ConfirmMac")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceMacCandidatesHandler := connect.NewUnaryHandler(
+		NodeServiceMacCandidatesProcedure,
+		svc.MacCandidates,
+		connect.WithSchema(nodeServiceMethods.ByName("MacCandidates")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServicePendingHandler := connect.NewUnaryHandler(
+		NodeServicePendingProcedure,
+		svc.Pending,
+		connect.WithSchema(nodeServiceMethods.ByName("Pending")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceAcceptHandler := connect.NewUnaryHandler(
+		NodeServiceAcceptProcedure,
+		svc.Accept,
+		connect.WithSchema(nodeServiceMethods.ByName("Accept")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceRejectHandler := connect.NewUnaryHandler(
+		NodeServiceRejectProcedure,
+		svc.Reject,
+		connect.WithSchema(nodeServiceMethods.ByName("Reject")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bcd.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceDiscoveredProcedure:
@@ -684,6 +809,16 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceRotateBmcCredentialHandler.ServeHTTP(w, r)
 		case NodeServiceBmcCredentialVersionsProcedure:
 			nodeServiceBmcCredentialVersionsHandler.ServeHTTP(w, r)
+		case NodeServiceConfirmMacProcedure:
+			nodeServiceConfirmMacHandler.ServeHTTP(w, r)
+		case NodeServiceMacCandidatesProcedure:
+			nodeServiceMacCandidatesHandler.ServeHTTP(w, r)
+		case NodeServicePendingProcedure:
+			nodeServicePendingHandler.ServeHTTP(w, r)
+		case NodeServiceAcceptProcedure:
+			nodeServiceAcceptHandler.ServeHTTP(w, r)
+		case NodeServiceRejectProcedure:
+			nodeServiceRejectHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -775,6 +910,26 @@ func (UnimplementedNodeServiceHandler) RotateBmcCredential(context.Context, *con
 
 func (UnimplementedNodeServiceHandler) BmcCredentialVersions(context.Context, *connect.Request[bcdv1.ListBmcCredentialVersionsRequest]) (*connect.Response[bcdv1.ListBmcCredentialVersionsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.BmcCredentialVersions is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ConfirmMac(context.Context, *connect.Request[bcdv1.ConfirmMacRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.ConfirmMac is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) MacCandidates(context.Context, *connect.Request[bcdv1.ListMacCandidatesRequest]) (*connect.Response[bcdv1.ListMacCandidatesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.MacCandidates is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Pending(context.Context, *connect.Request[bcdv1.ListPendingRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Pending is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Accept(context.Context, *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Accept is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Reject(context.Context, *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Reject is not implemented"))
 }
 
 // BatchServiceClient is a client for the bcd.v1.BatchService service.

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	bcdv1 "bcd/internal/gen/bcdv1"
+)
+
+// discoveryCmds are the node subcommands of MAC binding and the acceptance flow.
+func discoveryCmds(g *globals) []*cobra.Command {
+	return []*cobra.Command{confirmMacCmd(g), macCandidatesCmd(g), pendingCmd(g), acceptCmd(g), rejectCmd(g)}
+}
+
+func confirmMacCmd(g *globals) *cobra.Command {
+	var in bcdv1.ConfirmMacRequest
+	cmd := &cobra.Command{Use: "confirm-mac NODE MAC", Short: "Bind the candidate MAC a node enrolled by product UUID alone was seen PXE-booting with",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node, in.Mac = args[0], args[1]
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.ConfirmMac(ctx, connect.NewRequest(&in))
+			})
+		}}
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func macCandidatesCmd(g *globals) *cobra.Command {
+	var in bcdv1.ListMacCandidatesRequest
+	cmd := &cobra.Command{Use: "mac-candidates --site SITE", Short: "MAC candidates of nodes enrolled by product UUID alone (pending ones wait for confirm-mac)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.MacCandidates(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, m := range resp.Msg.Candidates {
+				rows = append(rows, []string{m.Node, m.Mac, m.Uuid, m.State, m.SeenAt, dash(m.DecidedBy)})
+			}
+			return g.table(resp.Msg, "NODE\tMAC\tUUID\tSTATE\tSEEN\tDECIDED BY", rows)
+		}}
+	cmd.Flags().StringVar(&in.Site, "site", "default", "site name or id")
+	cmd.Flags().StringVar(&in.State, "state", "", "pending, confirmed, bound or expired (default all)")
+	return cmd
+}
+
+func pendingCmd(g *globals) *cobra.Command {
+	var in bcdv1.ListPendingRequest
+	cmd := &cobra.Command{Use: "pending --site SITE", Short: "Machines a discovery-mode ramdisk reported at a site, waiting for accept or reject", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := c.nodes.Pending(cmd.Context(), connect.NewRequest(&in))
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, m := range resp.Msg.Machines {
+				state := "pending"
+				if m.Acceptance != "" {
+					state = m.Acceptance
+				}
+				rows = append(rows, []string{m.Mac, dash(m.Uuid), state, m.LastSeen, m.Inventory})
+			}
+			return g.table(resp.Msg, "MAC\tUUID\tSTATE\tLAST SEEN\tINVENTORY (SELF-ASSERTED)", rows)
+		}}
+	cmd.Flags().StringVar(&in.Site, "site", "default", "site name or id")
+	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many (default 500)")
+	return cmd
+}
+
+func acceptCmd(g *globals) *cobra.Command {
+	var in bcdv1.AcceptRequest
+	in.Bmc = &bcdv1.BmcCredentials{}
+	var labels []string
+	var passwordFile string
+	cmd := &cobra.Command{
+		Use:   "accept MAC --name NAME --pool POOL --bmc-address ADDR --bmc-username USER --bmc-password-file FILE",
+		Short: "Enroll a discovered machine (by the MAC it PXE-booted with) with the operator's BMC credentials",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Mac = args[0]
+			var err error
+			if in.Labels, err = labelMap(labels); err != nil {
+				return err
+			}
+			switch {
+			case passwordFile != "":
+				if in.Bmc.Password, err = readSecretFile(passwordFile); err != nil {
+					return err
+				}
+			case g.env.Getenv("BCD_BMC_PASSWORD") != "":
+				in.Bmc.Password = g.env.Getenv("BCD_BMC_PASSWORD")
+			default:
+				return fmt.Errorf("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
+			}
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Accept(ctx, connect.NewRequest(&in))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.Site, "site", "default", "site where the machine was seen (name or id)")
+	f.StringVar(&in.Name, "name", "", "the node's name")
+	f.StringVar(&in.Pool, "pool", "default", "pool to join (name or id), at that site")
+	f.StringVar(&in.Bmc.Driver, "bmc-driver", "", "redfish or ipmi (default: the pool's hardware profile)")
+	f.StringVar(&in.Bmc.Address, "bmc-address", "", "https://HOST[:PORT] (redfish) or HOST[:PORT] (ipmi)")
+	f.StringVar(&in.Bmc.Username, "bmc-username", "", "BMC user")
+	f.StringVar(&passwordFile, "bmc-password-file", "", "file holding the BMC password (or env BCD_BMC_PASSWORD)")
+	f.BoolVar(&in.Bmc.InsecureTls, "insecure-tls", false, "do not verify the BMC's TLS certificate")
+	f.StringVar(&in.Bmc.TlsFingerprintSha256, "tls-fingerprint", "", "pin the BMC's TLS certificate by SHA-256")
+	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable; the site's and pool's labels are added)")
+	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+func rejectCmd(g *globals) *cobra.Command {
+	var in bcdv1.RejectRequest
+	cmd := &cobra.Command{Use: "reject MAC", Short: "Decline a discovered machine: it leaves the pending list and is not enrolled", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Mac = args[0]
+			c, err := g.clients()
+			if err != nil {
+				return err
+			}
+			if _, err := c.nodes.Reject(cmd.Context(), connect.NewRequest(&in)); err != nil {
+				return err
+			}
+			fmt.Fprintf(g.env.Stdout, "rejected %s\n", in.Mac)
+			return nil
+		}}
+	cmd.Flags().StringVar(&in.Site, "site", "default", "site where the machine was seen (name or id)")
+	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (logged)")
+	return cmd
+}
