@@ -108,10 +108,12 @@ func (f HandlerFunc) Run(ctx context.Context, cmd Command, report func(Progress)
 	return f(ctx, cmd, report)
 }
 
-// Discovered is a machine a site agent saw PXE-booting with no boot entry.
+// Discovered is a machine a site agent saw PXE-booting with no boot entry; Inventory is what a
+// discovery-mode ramdisk on it reported (compact JSON, "" when none).
 type Discovered struct {
 	MAC, UUID, Arch     string
 	FirstSeen, LastSeen time.Time
+	Inventory           string
 }
 
 // Status is the agent's latest report; SetStatus sends it now and on every new stream.

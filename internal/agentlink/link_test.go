@@ -139,7 +139,7 @@ func TestCommandsFlowAndStatus(t *testing.T) {
 	h := newCounter()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := dial(t, ctx, siteConfig(t, env, t.TempDir()), h)
-	l.SetStatus(agentlink.Status{HoldsBootLease: true, Discovered: []agentlink.Discovered{{MAC: "52:54:00:00:00:01", UUID: "u1", Arch: "x86_64", FirstSeen: time.UnixMilli(1000), LastSeen: time.UnixMilli(2000)}}})
+	l.SetStatus(agentlink.Status{HoldsBootLease: true, Discovered: []agentlink.Discovered{{MAC: "52:54:00:00:00:01", UUID: "u1", Arch: "x86_64", FirstSeen: time.UnixMilli(1000), LastSeen: time.UnixMilli(2000), Inventory: `{"bootMac":"52:54:00:00:00:01"}`}}})
 	waitFinal(t, env.Queue, len(cmds))
 	// More work after the first wave arrives by Notify.
 	more := commands("d", 50)
@@ -159,7 +159,8 @@ func TestCommandsFlowAndStatus(t *testing.T) {
 	}
 	st := env.Queue.Statuses(siteRef)[0]
 	want := gateway.Discovered{MAC: "52:54:00:00:00:01", UUID: "u1", Arch: "x86_64", FirstSeen: time.UnixMilli(1000), LastSeen: time.UnixMilli(2000)}
-	if !st.HoldsBootLease || len(st.Discovered) != 1 || !st.Discovered[0].FirstSeen.Equal(want.FirstSeen) || st.Discovered[0].MAC != want.MAC {
+	if !st.HoldsBootLease || len(st.Discovered) != 1 || !st.Discovered[0].FirstSeen.Equal(want.FirstSeen) || st.Discovered[0].MAC != want.MAC ||
+		st.Discovered[0].Inventory != `{"bootMac":"52:54:00:00:00:01"}` {
 		t.Errorf("status %+v", st)
 	}
 	if hs := env.Queue.Counts().Hellos; len(hs) == 0 || hs[0].AgentVersion != "test" {

@@ -146,7 +146,7 @@ func updateMsg(u Update) *agentv1.CommandUpdate {
 func statusMsg(s Status) *agentv1.StatusReport {
 	m := &agentv1.StatusReport{HoldsBootLease: s.HoldsBootLease, Drivers: s.Drivers, Facts: s.Facts}
 	for _, d := range s.Discovered {
-		dm := &agentv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch}
+		dm := &agentv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch, Inventory: d.Inventory}
 		if !d.FirstSeen.IsZero() {
 			dm.FirstSeenUnixMs = d.FirstSeen.UnixMilli()
 		}

@@ -131,7 +131,7 @@ func (g *Gateway) Status(ctx context.Context, a gateway.AgentRef, s gateway.Stat
 	}
 	ds := make([]Discovery, 0, len(s.Discovered))
 	for _, d := range s.Discovered {
-		ds = append(ds, Discovery{MAC: d.MAC, UUID: d.UUID, Arch: d.Arch, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen})
+		ds = append(ds, Discovery{MAC: d.MAC, UUID: d.UUID, Arch: d.Arch, FirstSeen: d.FirstSeen, LastSeen: d.LastSeen, Inventory: d.Inventory})
 	}
 	return g.e.RecordDiscovered(ctx, ag, ds)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -217,4 +218,16 @@ func (r *run) awaitMAC(wf *store.Workflow, st workflow.Step) (time.Duration, boo
 		return 0, true, r.stepDone(wf, st, "")
 	}
 	return 0, false, fmt.Errorf("await.macCandidate: unknown outcome %d", d.Outcome)
+}
+
+// autoAccept accepts a machine a discovery-mode ramdisk just reported when a pool of its site
+// says autoAccept (off by default): its acceptance is recorded as the pool's. Enrolling it
+// still takes BMC credentials (bcd node accept): in-band provisioning is not built.
+func autoAccept(ctx context.Context, tx *store.Tx, siteID, mac string) error {
+	pool, ok, err := tx.AutoAcceptPool(ctx, siteID)
+	if err != nil || !ok {
+		return err
+	}
+	_, err = tx.AcceptPending(ctx, siteID, mac, "autoAccept:"+pool.Name)
+	return err
 }

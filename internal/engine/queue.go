@@ -377,6 +377,23 @@ func (e *Engine) ReapForTests(ctx context.Context) (int, error) { return 0, e.re
 type Discovery struct {
 	MAC, UUID, Arch     string
 	FirstSeen, LastSeen time.Time
+	// Inventory is what a discovery-mode ramdisk reported (acceptance flow): a JSON object.
+	Inventory string
+}
+
+// maxInventory bounds a discovery-mode ramdisk's reported inventory (as netboot does).
+const maxInventory = 64 << 10
+
+// validInventory keeps a reported inventory only when it is a JSON object of bounded size. Pure.
+func validInventory(s string) string {
+	if s == "" || len(s) > maxInventory {
+		return ""
+	}
+	var obj map[string]json.RawMessage
+	if json.Unmarshal([]byte(s), &obj) != nil {
+		return ""
+	}
+	return s
 }
 
 // maxDiscoveriesPerReport bounds what one status report may record.
@@ -414,8 +431,14 @@ func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) 
 			if d.LastSeen.IsZero() || last > tx.At() || last < first {
 				last = tx.At()
 			}
-			if err := tx.RecordDiscovered(ctx, store.Discovery{SiteID: a.SiteID, MAC: hw.String(), UUID: uuid, Arch: arch, AgentID: a.ID, FirstSeen: first, LastSeen: last}); err != nil {
+			inv := validInventory(d.Inventory)
+			if err := tx.RecordDiscovered(ctx, store.Discovery{SiteID: a.SiteID, MAC: hw.String(), UUID: uuid, Arch: arch, AgentID: a.ID, FirstSeen: first, LastSeen: last, Inventory: inv}); err != nil {
 				return err
+			}
+			if inv != "" {
+				if err := autoAccept(ctx, tx, a.SiteID, hw.String()); err != nil {
+					return err
+				}
 			}
 			if uuid == "" {
 				continue

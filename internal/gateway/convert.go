@@ -49,7 +49,7 @@ func statusOf(m *agentv1.StatusReport) Status {
 	s := Status{HoldsBootLease: m.GetHoldsBootLease(), Drivers: m.GetDrivers(), Facts: m.GetFacts()}
 	for _, d := range m.GetDiscovered() {
 		s.Discovered = append(s.Discovered, Discovered{
-			MAC: d.GetMac(), UUID: d.GetUuid(), Arch: d.GetArch(),
+			MAC: d.GetMac(), UUID: d.GetUuid(), Arch: d.GetArch(), Inventory: d.GetInventory(),
 			FirstSeen: unixMS(d.GetFirstSeenUnixMs()), LastSeen: unixMS(d.GetLastSeenUnixMs()),
 		})
 	}

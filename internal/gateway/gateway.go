@@ -99,10 +99,12 @@ type Hello struct {
 	ResumeAfter  string // last command id the agent journaled; informative
 }
 
-// Discovered is a machine a site agent saw PXE-booting with no boot entry.
+// Discovered is a machine a site agent saw PXE-booting with no boot entry (Inventory: what a
+// discovery-mode ramdisk on it reported, self-asserted).
 type Discovered struct {
 	MAC, UUID, Arch     string
 	FirstSeen, LastSeen time.Time
+	Inventory           string
 }
 
 // Status is an agent's periodic report.

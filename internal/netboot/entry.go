@@ -18,6 +18,10 @@ const (
 	KindInstance Kind = "instance" // kernel + initrd of an installed instance (network boot of an OS)
 	KindLocal    Kind = "local"    // leave iPXE and boot from the local disk
 	KindSanboot  Kind = "sanboot"  // boot a cached ISO over HTTP with iPXE sanboot
+	// KindDiscovery boots the ramdisk in discovery mode: no token, no identity; it reports its
+	// self-asserted inventory to the site (acceptance flow). Never a MAC's entry: the site
+	// agent serves it to machines with none when its discovery boot is on.
+	KindDiscovery Kind = "discovery"
 )
 
 // LocalMethod is how a KindLocal entry hands the machine back to its disk.
@@ -37,6 +41,11 @@ const (
 	// CmdlineCAKey carries the control plane's CA certificate (PEM, base64url without padding)
 	// that a ramdisk trusts before it has joined.
 	CmdlineCAKey = "bcd.ca"
+	// Discovery mode: bcd.mode=discovery, where to report (the site's DiscoveryPath) and the MAC
+	// the machine booted with.
+	CmdlineModeKey    = "bcd.mode"
+	CmdlineReportKey  = "bcd.report"
+	CmdlineBootMACKey = "bcd.bootmac"
 )
 
 // Limits on what an entry may carry.
@@ -82,7 +91,7 @@ type Entry struct {
 // Artifacts lists the artifacts the entry needs in the site cache before it can boot.
 func (e *Entry) Artifacts() []Artifact {
 	switch e.Kind {
-	case KindRamdisk, KindInstance:
+	case KindRamdisk, KindInstance, KindDiscovery:
 		return []Artifact{e.Kernel, e.Initrd}
 	case KindSanboot:
 		return []Artifact{e.ISO}
@@ -94,7 +103,7 @@ func (e *Entry) Artifacts() []Artifact {
 // Messages never contain the token.
 func (e *Entry) Validate() error {
 	switch e.Kind {
-	case KindRamdisk, KindInstance:
+	case KindRamdisk, KindInstance, KindDiscovery:
 		if err := e.Kernel.Validate(); err != nil {
 			return fmt.Errorf("kernel: %w", err)
 		}
@@ -106,6 +115,9 @@ func (e *Entry) Validate() error {
 		}
 		if e.Kind == KindRamdisk && (e.GatewayURL == "" || e.Token == "") {
 			return errors.New("a ramdisk entry needs a gateway URL and a token")
+		}
+		if e.Kind == KindDiscovery && (e.GatewayURL == "" || e.Token != "") {
+			return errors.New("a discovery entry needs a gateway URL and no token")
 		}
 		if e.Local != "" || e.ISO != (Artifact{}) {
 			return fmt.Errorf("a %s entry carries no local method or ISO", e.Kind)
@@ -129,7 +141,7 @@ func (e *Entry) Validate() error {
 		}
 		return nil
 	}
-	return fmt.Errorf("entry kind %q: accepted are ramdisk, instance, local, sanboot", e.Kind)
+	return fmt.Errorf("entry kind %q: accepted are ramdisk, instance, local, sanboot, discovery", e.Kind)
 }
 
 func (e *Entry) hasBootFields() bool {

@@ -17,13 +17,15 @@ type EntryLookup interface {
 	Entry(ctx context.Context, mac net.HardwareAddr) (Entry, bool)
 }
 
-// Discovery is one request for a script by a machine that has no boot entry.
+// Discovery is one request for a script by a machine that has no boot entry, or (Inventory
+// set) the self-asserted inventory a discovery-mode ramdisk reported for the MAC it booted with.
 type Discovery struct {
 	MAC        net.HardwareAddr
 	UUID       string
 	Arch       string
 	RemoteAddr netip.Addr
 	Time       time.Time
+	Inventory  []byte // compact JSON object; nil for a script request
 }
 
 // DiscoveryRecorder records machines that network-boot without an entry.
@@ -51,7 +53,10 @@ type HandlerConfig struct {
 	Artifacts  ArtifactStore
 	Metadata   MetadataLookup // nil: /metadata answers 404
 	BinaryDir  string         // iPXE binaries served under /ipxe/ (e.g. /usr/lib/ipxe); "" disables
-	Now        func() time.Time
+	// DiscoveryBoot, when set (a KindDiscovery entry), is served to machines with no entry
+	// instead of the waiting script (acceptance flow); nil: they wait.
+	DiscoveryBoot *Entry
+	Now           func() time.Time
 	Logger     *slog.Logger
 }
 
@@ -63,6 +68,7 @@ type Handler struct {
 	artifacts ArtifactStore
 	metadata  MetadataLookup
 	binaries  *os.Root
+	discBoot  *Entry
 	now       func() time.Time
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -76,6 +82,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		discovery: cfg.Discovery,
 		artifacts: cfg.Artifacts,
 		metadata:  cfg.Metadata,
+		discBoot:  cfg.DiscoveryBoot,
 		now:       cfg.Now,
 		log:       cfg.Logger,
 	}
@@ -90,6 +97,14 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	}
 	if h.now == nil {
 		h.now = time.Now
+	}
+	if h.discBoot != nil {
+		if h.discBoot.Kind != KindDiscovery {
+			return nil, fmt.Errorf("netboot handler: the discovery boot entry is a %s entry, not %s", h.discBoot.Kind, KindDiscovery)
+		}
+		if err := h.discBoot.Validate(); err != nil {
+			return nil, fmt.Errorf("netboot handler: discovery boot entry: %w", err)
+		}
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -106,6 +121,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	mux.HandleFunc("GET "+ArtifactPath+"{sha}/{name}", h.serveArtifact)
 	mux.HandleFunc("GET "+BinaryPath+"{name}", h.serveBinary)
 	mux.HandleFunc("GET "+MetadataPath, h.serveMetadata)
+	mux.HandleFunc("POST "+DiscoveryPath, h.serveDiscoveryReport)
 	h.mux = mux
 	return h, nil
 }
@@ -140,10 +156,20 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		if err := h.discovery.RecordDiscovery(ctx, d); err != nil {
 			h.log.ErrorContext(ctx, "recording discovery", "mac", req.MAC.String(), "err", err)
 		}
+		if h.discBoot != nil {
+			h.serveEntry(w, r, req, *h.discBoot)
+			return
+		}
 		s, _ := WaitScript(req, h.params, WaitNoEntry) // inputs validated above
 		writeScript(w, s)
 		return
 	}
+	h.serveEntry(w, r, req, entry)
+}
+
+// serveEntry answers the script of entry, or a waiting one while it cannot boot yet.
+func (h *Handler) serveEntry(w http.ResponseWriter, r *http.Request, req Request, entry Entry) {
+	ctx := r.Context()
 	if err := entry.Validate(); err != nil {
 		h.log.ErrorContext(ctx, "boot entry invalid", "mac", req.MAC.String(), "err", err)
 		s, _ := WaitScript(req, h.params, WaitEntryUnbootable)

@@ -12,6 +12,8 @@ const (
 	ArtifactPath = "/artifacts/" // + <sha256>/<name>
 	BinaryPath   = "/ipxe/"      // + iPXE binary name
 	MetadataPath = "/metadata"
+	// DiscoveryPath receives a discovery-mode ramdisk's self-asserted inventory (POST, JSON).
+	DiscoveryPath = "/discovery"
 	// ScriptQuery is the query iPXE expands itself when it fetches the script named by DHCP.
 	ScriptQuery = "mac=${net0/mac}&uuid=${uuid}&arch=${buildarch}"
 )
@@ -64,10 +66,14 @@ func Script(entry *Entry, req Request, p ScriptParams) (string, error) {
 	b.WriteString("#!ipxe\n")
 	fmt.Fprintf(&b, "echo bcd: %s boot of %s\n", entry.Kind, req.MAC)
 	switch entry.Kind {
-	case KindRamdisk, KindInstance:
+	case KindRamdisk, KindInstance, KindDiscovery:
 		cmdline, err := entry.cmdline()
 		if err != nil {
 			return "", err
+		}
+		if entry.Kind == KindDiscovery {
+			// Validated values only: the site's base URL and the request's parsed MAC.
+			cmdline += " " + CmdlineModeKey + "=discovery " + CmdlineReportKey + "=" + p.BaseURL + DiscoveryPath + " " + CmdlineBootMACKey + "=" + req.MAC.String()
 		}
 		fmt.Fprintf(&b, "kernel --name %s %s %s || goto failed\n", entry.Kernel.Name, p.artifactURL(entry.Kernel), cmdline)
 		fmt.Fprintf(&b, "initrd --name %s %s || goto failed\n", entry.Initrd.Name, p.artifactURL(entry.Initrd))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"bcd/internal/engine"
+	"bcd/internal/metal"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
 )
@@ -135,6 +136,114 @@ func TestMACLessNodeLearnsItsMAC(t *testing.T) {
 		}
 		if states[ids["confirmed"]] != "confirmed 52:54:00:00:01:01" || states[ids["trusted"]] != "bound 52:54:00:00:02:01" || len(states) != 2 {
 			t.Errorf("candidates %v", states)
+		}
+	})
+}
+
+// TestAcceptanceFlow: machines a discovery-mode ramdisk reported are pending until an operator
+// accepts one (enrolled with the operator's BMC credentials, its boot MAC and reported UUID,
+// the pool's labels merged; then the whole chain to ready, the ramdisk's inventory matching)
+// or rejects it; autoAccept (off by default) records the acceptance itself.
+func TestAcceptanceFlow(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		if _, err := h.Metal.CreatePool(ctx, h.Admin, "gpu", "default", store.PoolPolicy{HardwareProfile: "redfish", Labels: map[string]string{"class": "gpu"}}); err != nil {
+			t.Fatal(err)
+		}
+		site := engine.Agent{ID: "sim-site-1", Kind: "site", SiteID: h.SiteID}
+		const (
+			mac  = "52:54:00:aa:00:01"
+			uuid = "77777777-1111-4222-8333-000000000007"
+			no   = "52:54:00:aa:00:02"
+			auto = "52:54:00:aa:00:03"
+		)
+		now := time.Now()
+		report := func(m, u string) engine.Discovery {
+			return engine.Discovery{MAC: m, UUID: swapped(u), Arch: "x86_64", FirstSeen: now, LastSeen: now,
+				Inventory: `{"bootMac":"` + m + `","systemUuid":"` + u + `","macs":["` + m + `"],"disks":[{"name":"vda","sizeBytes":8589934592}]}`}
+		}
+		// A plain PXE sighting is discovered but not pending; a report makes it pending.
+		if err := h.Engine.RecordDiscovered(ctx, site, []engine.Discovery{{MAC: "52:54:00:aa:00:09", UUID: uuid, FirstSeen: now, LastSeen: now},
+			report(mac, uuid), report(no, "88888888-1111-4222-8333-000000000008"), {MAC: "52:54:00:aa:00:0a", Inventory: "not json"}}); err != nil {
+			t.Fatal(err)
+		}
+		pendingMACs := func() map[string]string {
+			ps, err := h.Metal.Pending(ctx, h.Admin, "default", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := map[string]string{}
+			for _, p := range ps {
+				out[p.MAC] = p.Acceptance + "/" + p.DecidedBy
+			}
+			return out
+		}
+		if got := pendingMACs(); len(got) != 2 || got[mac] != "/" || got[no] != "/" {
+			t.Fatalf("pending %v", got)
+		}
+		if err := h.Metal.RejectDiscovered(ctx, h.Admin, "default", no, "not ours"); err != nil {
+			t.Fatal(err)
+		}
+		bmc := metal.BMCInput{Address: "https://10.9.0.7", Username: "admin", Password: "sim-password"}
+		if _, err := h.Metal.AcceptDiscovered(ctx, h.Admin, metal.AcceptInput{Site: "default", MAC: "52:54:00:aa:00:77", Pool: "gpu", Name: "x", BMC: bmc}); err == nil {
+			t.Error("a MAC never seen was accepted")
+		}
+		if _, err := h.Metal.AcceptDiscovered(ctx, h.Admin, metal.AcceptInput{Site: "default", MAC: mac, Pool: "gpu", Name: "acc-1"}); err == nil || !strings.Contains(err.Error(), "bmc") {
+			t.Errorf("accepted without BMC credentials: %v", err)
+		}
+		n, err := h.Metal.AcceptDiscovered(ctx, h.Admin, metal.AcceptInput{Site: "default", MAC: mac, Pool: "gpu", Name: "acc-1", BMC: bmc, Labels: map[string]string{"rack": "r9"}, Reason: "new rack"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.ProductUUID != uuid || len(n.MACs) != 1 || n.MACs[0] != mac || n.Labels["class"] != "gpu" || n.Labels["rack"] != "r9" {
+			t.Fatalf("accepted node %+v", n)
+		}
+		h.Sim.Add(&Machine{NodeID: n.ID, UUID: uuid, MACs: []string{mac}})
+		h.Engine.Nudge()
+		got, err := h.WaitRest(ctx, []string{n.ID}, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got[n.ID]; g.State != "ready" {
+			t.Fatalf("accepted node: %s %s %s", g.State, g.FaultCode, g.FaultMsg)
+		}
+		if _, err := h.Metal.AcceptDiscovered(ctx, h.Admin, metal.AcceptInput{Site: "default", MAC: mac, Pool: "gpu", Name: "acc-2", BMC: bmc}); err == nil {
+			t.Error("a machine was accepted twice")
+		}
+		if err := h.Metal.RejectDiscovered(ctx, h.Admin, "default", mac, ""); err == nil {
+			t.Error("an enrolled machine was rejected")
+		}
+		if d, err := h.Store.DiscoveryOf(ctx, h.SiteID, mac); err != nil || d.Acceptance != store.AcceptanceAccepted || d.NodeID != n.ID || d.DecidedBy != h.Admin.Actor() {
+			t.Errorf("decision %+v %v", d, err)
+		}
+		if d, _ := h.Store.DiscoveryOf(ctx, h.SiteID, no); d.Acceptance != store.AcceptanceRejected {
+			t.Errorf("rejected machine %+v", d)
+		}
+		if got := pendingMACs(); len(got) != 0 {
+			t.Fatalf("pending after the decisions: %v", got)
+		}
+
+		// autoAccept: off by default; on, a new report is accepted by the pool, not enrolled.
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "gpu", store.PoolPolicy{HardwareProfile: "redfish", Labels: map[string]string{"class": "gpu"}, AutoAccept: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Engine.RecordDiscovered(ctx, site, []engine.Discovery{report(auto, "99999999-1111-4222-8333-000000000009"), report(no, "88888888-1111-4222-8333-000000000008")}); err != nil {
+			t.Fatal(err)
+		}
+		if got := pendingMACs(); len(got) != 1 || got[auto] != "accepted/autoAccept:gpu" {
+			t.Fatalf("pending with autoAccept: %v", got)
+		}
+		nodes, _, err := h.Metal.List(ctx, h.Admin, metal.ListInput{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nodes) != 1 {
+			t.Errorf("%d nodes: only the one an operator accepted may be enrolled", len(nodes))
 		}
 	})
 }

@@ -122,6 +122,20 @@ type RamdiskConfig struct {
 // configured reports whether a kernel and an initrd are set.
 func (r RamdiskConfig) configured() bool { return r.Kernel.URL != "" && r.Initrd.URL != "" }
 
+// DiscoveryEntry builds the entry machines with no entry boot when the site's discovery boot is
+// on: the ramdisk with no token (the script adds bcd.mode=discovery, where to report and the
+// boot MAC). Pure.
+func DiscoveryEntry(r RamdiskConfig) (netboot.Entry, error) {
+	if !r.configured() {
+		return netboot.Entry{}, errors.New("this site agent has no ramdisk configured (--ramdisk-kernel, --ramdisk-initrd and their sha256)")
+	}
+	e := netboot.Entry{Kind: netboot.KindDiscovery, Kernel: r.Kernel, Initrd: r.Initrd, GatewayURL: r.GatewayURL, ExtraArgs: slices.Clone(r.ExtraArgs)}
+	if err := e.Validate(); err != nil {
+		return netboot.Entry{}, fmt.Errorf("discovery entry: %w", err)
+	}
+	return e, nil
+}
+
 // RamdiskEntry builds a node's ramdisk boot entry. Pure.
 func RamdiskEntry(r RamdiskConfig, token string) (netboot.Entry, error) {
 	if !r.configured() {

@@ -3,6 +3,7 @@ package site
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"sync"
@@ -46,14 +47,20 @@ func (d *discoveries) RecordDiscovery(_ context.Context, rec netboot.Discovery) 
 	mac := rec.MAC.String()
 	d.mu.Lock()
 	cur, ok := d.seen[mac]
-	isNew := reportDue(ok, cur, d.reported[mac], rec)
+	isNew := reportDue(ok, cur, d.reported[mac], rec) && rec.Inventory == nil
 	if !ok {
 		cur = agentlink.Discovered{MAC: mac, FirstSeen: rec.Time}
 		if len(d.seen) >= maxDiscovered {
 			d.evictLocked()
 		}
 	}
-	cur.UUID, cur.Arch, cur.LastSeen = rec.UUID, rec.Arch, rec.Time
+	if rec.Inventory != nil {
+		// A discovery-mode ramdisk's report: the UUID and architecture iPXE saw stay.
+		cur.Inventory, cur.LastSeen = string(rec.Inventory), rec.Time
+		isNew = true
+	} else {
+		cur.UUID, cur.Arch, cur.LastSeen = rec.UUID, rec.Arch, rec.Time
+	}
 	d.seen[mac] = cur
 	if isNew {
 		d.reported[mac] = rec.Time
@@ -105,7 +112,9 @@ func keyOf(s agentlink.Status) statusKey {
 	var b strings.Builder
 	for _, d := range s.Discovered {
 		// The last sighting is part of the key: a re-sighting made due is sent.
-		fmt.Fprintf(&b, "%s/%s/%s/%d;", d.MAC, d.UUID, d.Arch, d.LastSeen.Unix())
+		h := fnv.New64a()
+		h.Write([]byte(d.Inventory))
+		fmt.Fprintf(&b, "%s/%s/%s/%d/%x;", d.MAC, d.UUID, d.Arch, d.LastSeen.Unix(), h.Sum64())
 	}
 	return statusKey{held: s.HoldsBootLease, discovered: b.String()}
 }

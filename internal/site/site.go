@@ -87,6 +87,10 @@ type Config struct {
 	EFIBinary     string // default ipxe.efi
 	RetryAfter    time.Duration
 	Ramdisk       RamdiskConfig
+	// DiscoveryBoot boots machines with no entry into the ramdisk in discovery mode (no token,
+	// no identity; they report their self-asserted inventory and wait: the acceptance flow)
+	// instead of letting them wait in iPXE. Needs Ramdisk.
+	DiscoveryBoot bool
 	LocalBoot     string // default local-boot method: exit (default) or sanboot
 	ArtifactCache *netboot.Cache
 
@@ -454,9 +458,18 @@ func (a *Agent) Run(ctx context.Context) error {
 }
 
 func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger) error {
+	var discBoot *netboot.Entry
+	if a.cfg.DiscoveryBoot {
+		e, err := DiscoveryEntry(a.cfg.Ramdisk)
+		if err != nil {
+			return fmt.Errorf("site agent: discovery boot: %w", err)
+		}
+		discBoot = &e
+		g.Go(func() error { a.prefetch(ctx, log, e.Artifacts()); return nil })
+	}
 	nb, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
 		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
-		Now: a.cfg.Now, Logger: log})
+		DiscoveryBoot: discBoot, Now: a.cfg.Now, Logger: log})
 	if err != nil {
 		return fmt.Errorf("site agent: %w", err)
 	}
@@ -497,6 +510,26 @@ func (a *Agent) gate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// prefetch fills the cache with artifacts no command asks for (the discovery-mode ramdisk),
+// retrying every 30 s until each one verified or ctx ends.
+func (a *Agent) prefetch(ctx context.Context, log *slog.Logger, arts []netboot.Artifact) {
+	for _, art := range arts {
+		for ctx.Err() == nil {
+			err := a.cache.Fetch(ctx, art)
+			if err == nil {
+				break
+			}
+			log.WarnContext(ctx, "discovery boot: fetching the ramdisk failed; retrying in 30 s", "artifact", art.Name, "err", err)
+			t := time.NewTimer(30 * time.Second)
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
 }
 
 func existingDir(d string) string {

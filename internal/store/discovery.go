@@ -131,3 +131,30 @@ func (t *Tx) SetAcceptance(ctx context.Context, siteID, mac, acceptance, nodeID,
 	}
 	return nil
 }
+
+// AutoAcceptPool returns the site's pool (first by name) whose policy says autoAccept.
+func (t *Tx) AutoAcceptPool(ctx context.Context, siteID string) (Pool, bool, error) {
+	rows, err := t.query(ctx, `SELECT `+poolCols+` FROM pools WHERE site_id = ? ORDER BY name`, siteID)
+	pools, err := collect(rows, err, "pools of a site", scanPool)
+	if err != nil {
+		return Pool{}, false, err
+	}
+	for _, p := range pools {
+		if p.Policy.AutoAccept {
+			return p, true, nil
+		}
+	}
+	return Pool{}, false, nil
+}
+
+// AcceptPending marks a discovered machine accepted by actor when nobody decided on it yet;
+// it reports whether it did.
+func (t *Tx) AcceptPending(ctx context.Context, siteID, mac, actor string) (bool, error) {
+	res, err := t.exec(ctx, `UPDATE discovered SET acceptance = 'accepted', decided_by = ? WHERE site_id = ? AND mac = ? AND acceptance = ''
+		AND mac NOT IN (SELECT mac FROM node_macs)`, actor, siteID, mac)
+	if err != nil {
+		return false, fmt.Errorf("accepting MAC %s: %w", mac, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}

@@ -743,8 +743,10 @@ type DiscoveredMachine struct {
 	Arch            string                 `protobuf:"bytes,3,opt,name=arch,proto3" json:"arch,omitempty"`
 	FirstSeenUnixMs int64                  `protobuf:"varint,4,opt,name=first_seen_unix_ms,json=firstSeenUnixMs,proto3" json:"first_seen_unix_ms,omitempty"`
 	LastSeenUnixMs  int64                  `protobuf:"varint,5,opt,name=last_seen_unix_ms,json=lastSeenUnixMs,proto3" json:"last_seen_unix_ms,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Self-asserted inventory a discovery-mode ramdisk reported (compact JSON; empty: none).
+	Inventory     string `protobuf:"bytes,6,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DiscoveredMachine) Reset() {
@@ -810,6 +812,13 @@ func (x *DiscoveredMachine) GetLastSeenUnixMs() int64 {
 		return x.LastSeenUnixMs
 	}
 	return 0
+}
+
+func (x *DiscoveredMachine) GetInventory() string {
+	if x != nil {
+		return x.Inventory
+	}
+	return ""
 }
 
 type StatusReport struct {
@@ -2056,13 +2065,14 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"resultJson\x12\x14\n" +
 	"\x05error\x18\x05 \x01(\tR\x05error\x12\x19\n" +
 	"\bnode_sig\x18\x06 \x01(\fR\anodeSig\x12&\n" +
-	"\x0fsigner_cert_der\x18\a \x01(\fR\rsignerCertDer\"\xa5\x01\n" +
+	"\x0fsigner_cert_der\x18\a \x01(\fR\rsignerCertDer\"\xc3\x01\n" +
 	"\x11DiscoveredMachine\x12\x10\n" +
 	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x12\n" +
 	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\x12\n" +
 	"\x04arch\x18\x03 \x01(\tR\x04arch\x12+\n" +
 	"\x12first_seen_unix_ms\x18\x04 \x01(\x03R\x0ffirstSeenUnixMs\x12)\n" +
-	"\x11last_seen_unix_ms\x18\x05 \x01(\x03R\x0elastSeenUnixMs\"\x8a\x02\n" +
+	"\x11last_seen_unix_ms\x18\x05 \x01(\x03R\x0elastSeenUnixMs\x12\x1c\n" +
+	"\tinventory\x18\x06 \x01(\tR\tinventory\"\x8a\x02\n" +
 	"\fStatusReport\x12(\n" +
 	"\x10holds_boot_lease\x18\x01 \x01(\bR\x0eholdsBootLease\x12?\n" +
 	"\n" +

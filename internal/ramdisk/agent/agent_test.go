@@ -87,6 +87,13 @@ func TestParseCmdline(t *testing.T) {
 		{"odd bcd key not echoed", gw + " bcd.x$(reboot)=1", BootParams{}, "odd characters"},
 		{"ftp", "bcd.gateway=ftp://h/ bcd.mode=discovery", BootParams{}, "http or https"},
 		{"user info", "bcd.gateway=http://u:p@h/ bcd.mode=discovery", BootParams{}, "no user info"},
+		{"discovery with report", gw + " bcd.mode=discovery bcd.report=http://10.0.0.1:8080/discovery bcd.bootmac=52:54:00:AB:CD:EF",
+			BootParams{GatewayURL: "https://gw.example:8443/agent", Mode: ModeDiscovery, CAPEM: caPEM, ReportURL: "http://10.0.0.1:8080/discovery", BootMAC: "52:54:00:ab:cd:ef"}, ""},
+		{"report without boot MAC", gw + " bcd.mode=discovery bcd.report=http://10.0.0.1:8080/discovery", BootParams{}, "go together"},
+		{"boot MAC without report", gw + " bcd.mode=discovery bcd.bootmac=52:54:00:ab:cd:ef", BootParams{}, "go together"},
+		{"report in join mode", gw + " bcd.token=" + tok + " bcd.report=http://10.0.0.1:8080/discovery bcd.bootmac=52:54:00:ab:cd:ef", BootParams{}, "only"},
+		{"bad report URL", gw + " bcd.mode=discovery bcd.report=http://h/;reboot bcd.bootmac=52:54:00:ab:cd:ef", BootParams{}, "forbidden character"},
+		{"bad boot MAC", gw + " bcd.mode=discovery bcd.report=http://10.0.0.1:8080/discovery bcd.bootmac=evil", BootParams{}, "bcd.bootmac"},
 		{"no host", "bcd.gateway=http:/// bcd.mode=discovery", BootParams{}, "needs a host"},
 		{"quote", `bcd.gateway="http://h/" bcd.mode=discovery`, BootParams{}, "forbidden character"},
 		{"script", "bcd.gateway=http://h/;reboot bcd.mode=discovery", BootParams{}, "forbidden character at offset 9"},
@@ -109,7 +116,8 @@ func TestParseCmdline(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.GatewayURL != tc.want.GatewayURL || got.Token != tc.want.Token || got.Mode != tc.want.Mode || !bytes.Equal(got.CAPEM, tc.want.CAPEM) {
+			if got.GatewayURL != tc.want.GatewayURL || got.Token != tc.want.Token || got.Mode != tc.want.Mode || !bytes.Equal(got.CAPEM, tc.want.CAPEM) ||
+				got.ReportURL != tc.want.ReportURL || got.BootMAC != tc.want.BootMAC {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})

@@ -21,7 +21,14 @@ import (
 )
 
 // CmdlineModeKey selects discovery mode (bcd.mode=discovery) when the entry has no token.
-const CmdlineModeKey = "bcd.mode"
+const CmdlineModeKey = netboot.CmdlineModeKey
+
+// Discovery mode: where the site takes the self-asserted inventory (bcd.report, the site's
+// http URL) and the MAC the machine booted with (bcd.bootmac).
+const (
+	CmdlineReportKey  = netboot.CmdlineReportKey
+	CmdlineBootMACKey = netboot.CmdlineBootMACKey
+)
 
 // CmdlineCAKey is netboot.CmdlineCAKey: the CA the ramdisk trusts before it has joined.
 const CmdlineCAKey = netboot.CmdlineCAKey
@@ -49,6 +56,9 @@ type BootParams struct {
 	Token      string // never logged: LogValue and String redact it
 	Mode       Mode
 	CAPEM      []byte // from bcd.ca; nil in discovery mode when not given
+	// Discovery mode only (both or neither): where to report and the boot MAC.
+	ReportURL string
+	BootMAC   string
 }
 
 // LogValue keeps the token out of logs.
@@ -75,7 +85,7 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 	for _, f := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
-		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey, CmdlineCAKey:
+		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey, CmdlineCAKey, CmdlineReportKey, CmdlineBootMACKey:
 		default:
 			if strings.HasPrefix(k, "bcd.") {
 				return BootParams{}, fmt.Errorf("kernel command line: unknown key %q", safeKey(k))
@@ -115,6 +125,23 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 		p.Mode = ModeDiscovery
 	default:
 		return BootParams{}, fmt.Errorf("kernel command line: no %s and not %s=%s", netboot.CmdlineTokenKey, CmdlineModeKey, ModeDiscovery)
+	}
+	rep, hasRep := vals[CmdlineReportKey]
+	mac, hasMAC := vals[CmdlineBootMACKey]
+	switch {
+	case (hasRep || hasMAC) && p.Mode != ModeDiscovery:
+		return BootParams{}, fmt.Errorf("kernel command line: %s and %s are for %s=%s only", CmdlineReportKey, CmdlineBootMACKey, CmdlineModeKey, ModeDiscovery)
+	case hasRep != hasMAC:
+		return BootParams{}, fmt.Errorf("kernel command line: %s and %s go together", CmdlineReportKey, CmdlineBootMACKey)
+	case hasRep:
+		if err := validateURL(rep); err != nil {
+			return BootParams{}, fmt.Errorf("kernel command line: %s: %w", CmdlineReportKey, err)
+		}
+		hw, err := netboot.ParseMAC(mac)
+		if err != nil {
+			return BootParams{}, fmt.Errorf("kernel command line: %s: %w", CmdlineBootMACKey, err)
+		}
+		p.ReportURL, p.BootMAC = rep, hw.String()
 	}
 	if enc, ok := vals[CmdlineCAKey]; ok {
 		ca, err := DecodeCA(enc)

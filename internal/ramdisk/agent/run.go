@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
@@ -22,9 +25,10 @@ const MarkerDiscovery = "bcd-ramdisk: discovery"
 // commands it sends until ctx ends. It returns an error when the command line is bad or the
 // gateway refuses the token or the certificate (retrying cannot help; the console says why).
 //
-// Discovery mode (bcd.mode=discovery, no token) has no identity to join with, and the control
-// plane cannot accept discovered machines yet: the agent prints its self-asserted inventory
-// (product UUID, MACs, disks) on the console and in the log, and waits.
+// Discovery mode (bcd.mode=discovery, no token) has no identity to join with: the agent prints
+// its self-asserted inventory (product UUID, MACs, disks) on the console and in the log, posts
+// it to the site (bcd.report, with the boot MAC; retrying) and waits: an operator accepts the
+// machine (it is enrolled, and its BMC power-cycles it into a ramdisk with a token) or rejects it.
 func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) error {
 	cfg.defaults()
 	s, err := Start(ctx, console, log, cfg)
@@ -45,7 +49,7 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 	}
 
 	if s.Params.Mode == ModeDiscovery {
-		return discover(ctx, console, log, hints, inv, ierr)
+		return discover(ctx, console, log, s.Params, cfg.RetryDelay, hints, inv, ierr)
 	}
 
 	// One key for every join attempt: a join whose answer was lost can be retried with the
@@ -99,18 +103,93 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 }
 
 // discover reports the self-asserted inventory and waits for ctx.
-func discover(ctx context.Context, console io.Writer, log *slog.Logger, h agentlink.NodeHints, inv inventory.Inventory, ierr error) error {
+func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootParams, retry time.Duration, h agentlink.NodeHints, inv inventory.Inventory, ierr error) error {
 	disks := make([]string, 0, len(inv.Disks))
 	for _, d := range inv.Disks {
 		disks = append(disks, fmt.Sprintf("%s:%d", d.Name, d.SizeBytes))
 	}
-	fmt.Fprintf(console, "%s systemUuid=%s macs=%s disks=%s (self-asserted; waiting: the control plane does not accept discovered machines yet)\n",
+	fmt.Fprintf(console, "%s systemUuid=%s macs=%s disks=%s (self-asserted; waiting for an operator to accept or reject this machine)\n",
 		MarkerDiscovery, h.ProductUUID, strings.Join(h.MACs, ","), strings.Join(disks, ","))
 	if ierr != nil {
 		log.WarnContext(ctx, "discovery: inventory incomplete", "err", ierr)
 	} else {
 		log.InfoContext(ctx, "discovery: self-asserted inventory", "inventory", NewInventoryResult(inv))
 	}
+	if p.ReportURL != "" {
+		doc := NewDiscoveryReport(p.BootMAC, h, inv)
+		delay := retry
+		for {
+			err := PostDiscoveryReport(ctx, http.DefaultClient, p.ReportURL, doc)
+			if err == nil {
+				fmt.Fprintf(console, "%s reported to the site as %s\n", MarkerDiscovery, p.BootMAC)
+				break
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			log.WarnContext(ctx, "discovery: reporting to the site failed; retrying", "err", err, "in", delay)
+			if sleep(ctx, delay) != nil {
+				return nil
+			}
+			delay = min(delay*2, 30*time.Second)
+		}
+	}
 	<-ctx.Done()
+	return nil
+}
+
+// DiscoveryReport is what a discovery-mode ramdisk posts to the site (netboot.DiscoveryPath):
+// self-asserted, a summary that fits netboot.MaxDiscoveryReport.
+type DiscoveryReport struct {
+	BootMAC    string             `json:"bootMac"`
+	SystemUUID string             `json:"systemUuid,omitempty"`
+	MACs       []string           `json:"macs"`
+	CPU        inventory.CPU      `json:"cpu"`
+	Memory     inventory.Memory   `json:"memory"`
+	Disks      []DiscoveryDisk    `json:"disks"`
+	DMI        inventory.DMI      `json:"dmi"`
+	BootMode   inventory.BootMode `json:"bootMode,omitempty"`
+}
+
+// DiscoveryDisk is one disk of a DiscoveryReport.
+type DiscoveryDisk struct {
+	Name      string `json:"name"`
+	Model     string `json:"model,omitempty"`
+	Serial    string `json:"serial,omitempty"`
+	SizeBytes uint64 `json:"sizeBytes"`
+}
+
+// NewDiscoveryReport summarises the inventory for the site. Pure.
+func NewDiscoveryReport(bootMAC string, h agentlink.NodeHints, inv inventory.Inventory) DiscoveryReport {
+	r := DiscoveryReport{BootMAC: bootMAC, SystemUUID: h.ProductUUID, MACs: h.MACs, CPU: inv.CPU, Memory: inv.Memory, DMI: inv.DMI, BootMode: inv.BootMode, Disks: []DiscoveryDisk{}}
+	if r.MACs == nil {
+		r.MACs = []string{}
+	}
+	for _, d := range inv.Disks {
+		r.Disks = append(r.Disks, DiscoveryDisk{Name: d.Name, Model: d.Model, Serial: d.Serial, SizeBytes: d.SizeBytes})
+	}
+	return r
+}
+
+// PostDiscoveryReport posts the report to the site's discovery URL.
+func PostDiscoveryReport(ctx context.Context, c *http.Client, url string, r DiscoveryReport) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encoding the discovery report: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
+	if err != nil {
+		return fmt.Errorf("discovery report: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("posting the discovery report: %w", err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the site refused the discovery report: %s: %s", resp.Status, strings.TrimSpace(string(msg)))
+	}
 	return nil
 }

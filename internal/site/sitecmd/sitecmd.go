@@ -37,6 +37,7 @@ type flags struct {
 	leaseTTL, pollInterval, pollMax          time.Duration
 	pollParallel                             int
 	noPowerPolling                           bool
+	discoveryBoot                            bool
 	logLevel                                 string
 }
 
@@ -94,6 +95,7 @@ the artifact cache live in the data dir too.`,
 	fl.DurationVar(&f.pollMax, "power-poll-max-interval", 10*time.Minute, "power polling: ceiling of the back-off of a failing BMC")
 	fl.IntVar(&f.pollParallel, "power-poll-parallel", 16, "power polling: reads in flight across all BMCs (one per BMC at most)")
 	fl.BoolVar(&f.noPowerPolling, "no-power-polling", false, "do not poll power (the lease holder polls every node of the site otherwise)")
+	fl.BoolVar(&f.discoveryBoot, "discovery-boot", false, "boot machines with no entry into the ramdisk in discovery mode (they report their inventory and wait for bcd node accept|reject); needs --ramdisk-*")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
@@ -139,6 +141,12 @@ func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error
 		if _, err := site.RamdiskEntry(cfg.Ramdisk, strings.Repeat("x", 32)); err != nil {
 			return site.Config{}, fmt.Errorf("--ramdisk-*: %w", err)
 		}
+	}
+	if f.discoveryBoot {
+		if f.kernelURL == "" || f.initrdURL == "" {
+			return site.Config{}, errors.New("--discovery-boot needs the ramdisk (--ramdisk-kernel, --ramdisk-initrd and their sha256)")
+		}
+		cfg.DiscoveryBoot = true
 	}
 	routers, err := parseAddrs("--dhcp-router", f.dhcpRouters)
 	if err != nil {

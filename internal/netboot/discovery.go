@@ -1,0 +1,81 @@
+package netboot
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// MaxDiscoveryReport bounds a discovery-mode ramdisk's report.
+const MaxDiscoveryReport = 64 << 10
+
+// DiscoveryReport is what a discovery-mode ramdisk posts to DiscoveryPath: the MAC it booted
+// with (bcd.bootmac) and its self-asserted inventory (systemUuid, macs, disks, …). Nothing in
+// it is proof of anything: it is shown to an operator who decides.
+type DiscoveryReport struct {
+	BootMAC    string   `json:"bootMac"`
+	SystemUUID string   `json:"systemUuid"`
+	MACs       []string `json:"macs"`
+}
+
+// ParseDiscoveryReport validates a report: a JSON object of at most MaxDiscoveryReport bytes
+// with a valid bootMac (and, when given, a valid systemUuid and MACs). It returns the boot
+// MAC, the canonical UUID ("" when absent) and the compacted document. Pure.
+func ParseDiscoveryReport(body []byte) (mac string, uuid string, doc []byte, err error) {
+	if len(body) > MaxDiscoveryReport {
+		return "", "", nil, fmt.Errorf("report of %d bytes: at most %d", len(body), MaxDiscoveryReport)
+	}
+	var rep DiscoveryReport
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return "", "", nil, errors.New("report is not a JSON object with bootMac, systemUuid, macs")
+	}
+	hw, err := ParseMAC(rep.BootMAC)
+	if err != nil {
+		return "", "", nil, fmt.Errorf("bootMac: %w", err)
+	}
+	if rep.SystemUUID != "" {
+		if uuid, err = ParseUUID(rep.SystemUUID); err != nil {
+			return "", "", nil, fmt.Errorf("systemUuid: %w", err)
+		}
+	}
+	if len(rep.MACs) > 64 {
+		return "", "", nil, fmt.Errorf("%d MACs: at most 64", len(rep.MACs))
+	}
+	for i, m := range rep.MACs {
+		if _, err := ParseMAC(m); err != nil {
+			return "", "", nil, fmt.Errorf("macs[%d]: %w", i, err)
+		}
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, body); err != nil {
+		return "", "", nil, errors.New("report is not valid JSON")
+	}
+	return hw.String(), uuid, b.Bytes(), nil
+}
+
+// serveDiscoveryReport records a discovery-mode ramdisk's report.
+func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxDiscoveryReport+1))
+	if err != nil {
+		http.Error(w, "reading the report failed", http.StatusBadRequest)
+		return
+	}
+	mac, _, doc, err := ParseDiscoveryReport(body)
+	if err != nil {
+		h.log.WarnContext(ctx, "discovery report refused", "remote", r.RemoteAddr, "err", err)
+		http.Error(w, "bad discovery report: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	hw, _ := ParseMAC(mac)
+	if err := h.discovery.RecordDiscovery(ctx, Discovery{MAC: hw, RemoteAddr: remoteAddr(r), Time: h.now(), Inventory: doc}); err != nil {
+		h.log.ErrorContext(ctx, "recording discovery report", "mac", mac, "err", err)
+		http.Error(w, "the report could not be recorded", http.StatusServiceUnavailable)
+		return
+	}
+	h.log.InfoContext(ctx, "discovery report recorded (self-asserted)", "mac", mac, "remote", r.RemoteAddr)
+	w.WriteHeader(http.StatusNoContent)
+}
