@@ -57,7 +57,7 @@ type HandlerConfig struct {
 	// instead of the waiting script (acceptance flow); nil: they wait.
 	DiscoveryBoot *Entry
 	Now           func() time.Time
-	Logger     *slog.Logger
+	Logger        *slog.Logger
 }
 
 // Handler serves /boot.ipxe, /artifacts/<sha256>/<name>, /ipxe/<binary> and /metadata.

@@ -80,13 +80,13 @@ type Config struct {
 	IPXEDir    string // default /usr/lib/ipxe; also served over HTTP under /ipxe/
 	// DHCP: mode off (default), proxy or full; Interface is the provisioning interface and
 	// ServerIP our IPv4 on it (default: the interface's first IPv4).
-	DHCPMode      dhcp.Mode
-	Interface     string
-	ServerIP      netip.Addr
-	DHCPPools     []dhcp.Pool
-	EFIBinary     string // default ipxe.efi
-	RetryAfter    time.Duration
-	Ramdisk       RamdiskConfig
+	DHCPMode   dhcp.Mode
+	Interface  string
+	ServerIP   netip.Addr
+	DHCPPools  []dhcp.Pool
+	EFIBinary  string // default ipxe.efi
+	RetryAfter time.Duration
+	Ramdisk    RamdiskConfig
 	// DiscoveryBoot boots machines with no entry into the ramdisk in discovery mode (no token,
 	// no identity; they report their self-asserted inventory and wait: the acceptance flow)
 	// instead of letting them wait in iPXE. Needs Ramdisk.

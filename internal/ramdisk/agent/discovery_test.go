@@ -28,7 +28,9 @@ func (r *recordedDiscoveries) RecordDiscovery(_ context.Context, d netboot.Disco
 
 type noEntries struct{}
 
-func (noEntries) Entry(context.Context, net.HardwareAddr) (netboot.Entry, bool) { return netboot.Entry{}, false }
+func (noEntries) Entry(context.Context, net.HardwareAddr) (netboot.Entry, bool) {
+	return netboot.Entry{}, false
+}
 
 type noArtifacts struct{}
 
