@@ -3,8 +3,12 @@ package cli
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 
@@ -119,11 +123,21 @@ const imageHeader = "NAME\tFORMAT\tSIZE\tSIGNER\tURL\tVERDICT"
 func imageCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "The image catalog: only signed images are deployed"}
 	var in bcdv1.Image
-	var signKey string
+	var signKey, sigB64 string
 	add := &cobra.Command{Use: "add NAME --url URL --sha256 HEX [--sign-key FILE --signer NAME]", Short: "Add (or replace) a catalog image, signing it locally with --sign-key", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Name = args[0]
 			img := catalog.Image{Name: in.Name, URL: in.Url, Size: in.Size, Format: in.Format, Compression: in.Compression, SHA256: in.Sha256, SHA512: in.Sha512, Signer: in.Signer}
+			if sigB64 != "" {
+				if signKey != "" {
+					return fmt.Errorf("give --signature or --sign-key, not both")
+				}
+				sig, err := base64.StdEncoding.DecodeString(strings.TrimSpace(sigB64))
+				if err != nil || len(sig) != ed25519.SignatureSize {
+					return fmt.Errorf("--signature: expected base64 of a %d-byte Ed25519 signature (bcd image sign)", ed25519.SignatureSize)
+				}
+				in.Signature = sig
+			}
 			if signKey != "" {
 				if in.Signer == "" {
 					return fmt.Errorf("--signer NAME is required with --sign-key")
@@ -156,6 +170,7 @@ func imageCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Sha512, "sha512", "", "SHA-512 of the file at the URL (hex)")
 	f.StringVar(&in.Signer, "signer", "", "registered signer whose key signs it")
 	f.StringVar(&signKey, "sign-key", "", "the signer's private key file (bcd signer keygen); used locally")
+	f.StringVar(&sigB64, "signature", "", "a signature made elsewhere with bcd image sign (base64)")
 	list := &cobra.Command{Use: "list", Short: "List catalog images and whether each is deployable", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.images()
@@ -168,6 +183,108 @@ func imageCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, imageHeader, imageRows(resp.Msg.Images...))
 		}}
-	cmd.AddCommand(add, list)
+	cmd.AddCommand(add, list, imageSignCmd(g), imageVerifyCmd(g))
 	return cmd
+}
+
+// imageSignCmd signs an image's catalog fields offline, where the private key lives; the
+// signature goes to whoever runs `bcd image add --signature`.
+func imageSignCmd(g *globals) *cobra.Command {
+	var img catalog.Image
+	var signKey string
+	cmd := &cobra.Command{Use: "sign NAME --url URL --size N --sha256 HEX --signer NAME --sign-key FILE",
+		Short: "Sign an image's catalog fields offline; prints the signature (base64) for image add --signature",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			img.Name = args[0]
+			if img.Signer == "" || signKey == "" {
+				return fmt.Errorf("--signer NAME and --sign-key FILE are required")
+			}
+			key, err := readKey(signKey, ed25519.PrivateKeySize)
+			if err != nil {
+				return err
+			}
+			if err := catalog.Check(img); err != nil {
+				return err
+			}
+			fmt.Fprintln(g.env.Stdout, base64.StdEncoding.EncodeToString(catalog.Sign(img, ed25519.PrivateKey(key))))
+			return nil
+		}}
+	f := cmd.Flags()
+	f.StringVar(&img.URL, "url", "", "http(s) URL the site fetches the image from")
+	f.Int64Var(&img.Size, "size", 0, "bytes the image writes to disk (decompressed)")
+	f.StringVar(&img.Format, "format", "raw", "raw or qcow2")
+	f.StringVar(&img.Compression, "compression", "none", "none, zstd, xz or gzip")
+	f.StringVar(&img.SHA256, "sha256", "", "SHA-256 of the file at the URL (hex)")
+	f.StringVar(&img.SHA512, "sha512", "", "SHA-512 of the file at the URL (hex)")
+	f.StringVar(&img.Signer, "signer", "", "the signer's registered name")
+	f.StringVar(&signKey, "sign-key", "", "the signer's private key file (bcd signer keygen)")
+	return cmd
+}
+
+// imageVerifyCmd checks, on the operator's side, a catalog image's signature against the
+// registered signers (and, with --file, that a local copy has the catalogued digest).
+func imageVerifyCmd(g *globals) *cobra.Command {
+	var file string
+	cmd := &cobra.Command{Use: "verify NAME [--file PATH]", Short: "Verify a catalog image's signature here (and a local file's digest)",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := g.images()
+			if err != nil {
+				return err
+			}
+			imgs, err := c.ListImages(cmd.Context(), connect.NewRequest(&bcdv1.ListImagesRequest{}))
+			if err != nil {
+				return err
+			}
+			signers, err := c.ListSigners(cmd.Context(), connect.NewRequest(&bcdv1.ListSignersRequest{}))
+			if err != nil {
+				return err
+			}
+			var found *bcdv1.Image
+			for _, i := range imgs.Msg.Images {
+				if i.Name == args[0] {
+					found = i
+				}
+			}
+			if found == nil {
+				return fmt.Errorf("image %q is not in the catalog (bcd image list)", args[0])
+			}
+			img := catalog.Image{Name: found.Name, URL: found.Url, Size: found.Size, Format: found.Format, Compression: found.Compression,
+				SHA256: found.Sha256, SHA512: found.Sha512, Signer: found.Signer, Signature: found.Signature}
+			var ss []catalog.Signer
+			for _, s := range signers.Msg.Signers {
+				ss = append(ss, catalog.Signer{Name: s.Name, PublicKey: s.PublicKey, Revoked: s.Revoked})
+			}
+			if err := catalog.Verify(img, ss); err != nil {
+				return fmt.Errorf("image %s does not verify: %w", img.Name, err)
+			}
+			fmt.Fprintf(g.env.Stdout, "image %s: signature by %s verifies\n", img.Name, img.Signer)
+			if file == "" {
+				return nil
+			}
+			return verifyFileDigest(g.env.Stdout, file, img)
+		}}
+	cmd.Flags().StringVar(&file, "file", "", "a local copy of the file at the image's URL: its digest must match the catalog")
+	return cmd
+}
+
+func verifyFileDigest(w io.Writer, path string, img catalog.Image) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	h256, h512 := sha256.New(), sha512.New()
+	if _, err := io.Copy(io.MultiWriter(h256, h512), f); err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if img.SHA256 != "" && hex.EncodeToString(h256.Sum(nil)) != img.SHA256 {
+		return fmt.Errorf("%s: sha256 %s differs from the catalog's %s", path, hex.EncodeToString(h256.Sum(nil)), img.SHA256)
+	}
+	if img.SHA512 != "" && hex.EncodeToString(h512.Sum(nil)) != img.SHA512 {
+		return fmt.Errorf("%s: sha512 differs from the catalog's", path)
+	}
+	fmt.Fprintf(w, "%s: digest matches the catalog\n", path)
+	return nil
 }
