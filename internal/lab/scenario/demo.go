@@ -149,9 +149,9 @@ func (d Demo) Run(ctx context.Context) error {
 	}
 	fmt.Fprintf(d.Out, "\ntimes:\n%s\n  %-36s %6.0f s\n", strings.Join(times, "\n"), "total", time.Since(start).Seconds())
 	fmt.Fprintf(d.Out, `
-Everything keeps running. The API is at %[1]s; your admin token is in %[2]s:
+Everything keeps running. The API is at %[1]s; the admin token (also kept in %[2]s, 0600):
 
-  export BCD_SERVER=%[1]s BCD_TOKEN=$(cat %[2]s)
+  export BCD_SERVER=%[1]s BCD_TOKEN=%[6]s
   %[3]s node list
   %[3]s node get lab-0
   %[3]s node events lab-0
@@ -163,7 +163,7 @@ Everything keeps running. The API is at %[1]s; your admin token is in %[2]s:
 
 Consoles: %[4]s/lab-*/console.log; site agent: %[4]s/site.log; server: %[5]s.
 Stop it all with: make demo-down
-`, api, d.path(demoTokenFile), d.Binary, labDir, d.path("server.log"))
+`, api, d.path(demoTokenFile), d.Binary, labDir, d.path("server.log"), token)
 	return nil
 }
 
