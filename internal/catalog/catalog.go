@@ -35,7 +35,7 @@ type Signer struct {
 
 // Formats and compressions accepted.
 var (
-	formats      = []string{"raw", "qcow2"}
+	formats      = []string{"raw", "qcow2", "iso"}
 	compressions = []string{"none", "zstd", "xz", "gzip"}
 	hex64        = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	hex128       = regexp.MustCompile(`^[0-9a-f]{128}$`)
@@ -51,7 +51,13 @@ func Check(img Image) error {
 		return fmt.Errorf("image %s: size %d is negative", img.Name, img.Size)
 	}
 	if !slices.Contains(formats, img.Format) {
-		return fmt.Errorf("image %s: format %q: accepted are raw, qcow2", img.Name, img.Format)
+		return fmt.Errorf("image %s: format %q: accepted are raw, qcow2, iso", img.Name, img.Format)
+	}
+	if img.Format == "iso" && img.Compression != "none" {
+		return fmt.Errorf("image %s: an iso is booted as it is (virtual media, iPXE sanboot): compression must be none", img.Name)
+	}
+	if img.Format == "iso" && img.SHA256 == "" {
+		return fmt.Errorf("image %s: an iso needs a sha256 (the site serves it only once it matched)", img.Name)
 	}
 	if !slices.Contains(compressions, img.Compression) {
 		return fmt.Errorf("image %s: compression %q: accepted are none, zstd, xz, gzip", img.Name, img.Compression)

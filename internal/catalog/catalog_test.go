@@ -50,12 +50,19 @@ func TestVerify(t *testing.T) {
 	for _, bad := range []func(*Image){
 		func(i *Image) { i.URL = "ftp://x/y" }, func(i *Image) { i.Format = "vmdk" }, func(i *Image) { i.Compression = "bz2" },
 		func(i *Image) { i.SHA256 = "" }, func(i *Image) { i.SHA256 = "ABC" }, func(i *Image) { i.Size = -1 },
+		func(i *Image) { i.Format = "iso" }, // compressed: an ISO is booted as it is
+		func(i *Image) { i.Format, i.Compression, i.SHA256, i.SHA512 = "iso", "none", "", strings.Repeat("c", 128) },
 	} {
 		b := img
 		bad(&b)
 		if err := Check(b); err == nil {
 			t.Errorf("%+v accepted", b)
 		}
+	}
+	iso := img
+	iso.Format, iso.Compression = "iso", "none"
+	if err := Check(iso); err != nil {
+		t.Errorf("an uncompressed ISO with a sha256: %v", err)
 	}
 }
 

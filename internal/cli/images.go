@@ -164,7 +164,7 @@ func imageCmd(g *globals) *cobra.Command {
 	f := add.Flags()
 	f.StringVar(&in.Url, "url", "", "http(s) URL the site fetches the image from")
 	f.Int64Var(&in.Size, "size", 0, "bytes the image writes to disk (decompressed; deploy.image checks it)")
-	f.StringVar(&in.Format, "format", "raw", "raw or qcow2")
+	f.StringVar(&in.Format, "format", "raw", "raw, qcow2 or iso (an iso: --compression none, a sha256; booted by media.insert)")
 	f.StringVar(&in.Compression, "compression", "none", "none, zstd, xz or gzip")
 	f.StringVar(&in.Sha256, "sha256", "", "SHA-256 of the file at the URL (hex)")
 	f.StringVar(&in.Sha512, "sha512", "", "SHA-512 of the file at the URL (hex)")

@@ -36,6 +36,9 @@ var kinds = []Kind{
 	{Name: "bmc.boot", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	{Name: "bmc.power", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true},
+	// bmc.media inserts or ejects an ISO: the BMC's virtual media, else an iPXE sanboot entry
+	// of the ISO pinned in the site cache (hence the boot-lease holder).
+	{Name: "bmc.media", RunsOn: OnSite, Destructive: true, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.prepareRamdisk", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.prepareInstance", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.cleanUp", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},

@@ -42,6 +42,19 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			args["sha512"] = img.SHA512
 		}
 	}
+	if kind.Name == "bmc.media" {
+		args["macs"] = n.MACs
+		if st.Args["action"] == "insert" {
+			img, err := r.tx.VerifiedImage(r.ctx, st.Args["image"])
+			if err != nil {
+				return store.Command{}, fmt.Errorf("refusing to insert media %q: %w", st.Args["image"], err)
+			}
+			if img.Format != "iso" || img.SHA256 == "" {
+				return store.Command{}, fmt.Errorf("refusing to insert media %s: it is a %s image, not an iso with a sha256", img.Name, img.Format)
+			}
+			args["image"], args["url"], args["sha256"] = img.Name, img.URL, img.SHA256
+		}
+	}
 	if kind.RunsOn == command.OnSite {
 		args["nodeId"] = n.ID
 		if strings.HasPrefix(kind.Name, "bmc.") {

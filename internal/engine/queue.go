@@ -249,7 +249,7 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 			return err
 		}
 		extra["token"] = plain
-	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate":
+	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media":
 		if len(a.CertDER) == 0 || e.cfg.Secrets == nil {
 			break // in-process agents (simulation) need no credentials
 		}

@@ -82,6 +82,7 @@ type Machine struct {
 	osGeneration  uint64 // the installed OS keeps its certificate across reboots
 	osLink        func() // gateway mode: stops the installed OS's agent
 	Disk          string // "data", "wiped", "image"
+	Media         string // the URL of the ISO in the machine's virtual CD ("" empty)
 }
 
 // Sim runs a site agent and the machines.
@@ -272,6 +273,9 @@ type siteArgs struct {
 	Action string   `json:"action"`
 	Device string   `json:"device"`
 	Token  string   `json:"token"`
+	Image  string   `json:"image"`
+	URL    string   `json:"url"`
+	SHA256 string   `json:"sha256"`
 }
 
 func ok(result any) engine.Update {
@@ -342,6 +346,19 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 		return ok(map[string]any{})
 	case "bmc.rotate":
 		return s.rotate(c)
+	case "bmc.media":
+		switch args.Action {
+		case "insert":
+			if args.URL == "" || len(args.SHA256) != 64 {
+				return failed("arguments: the iso needs url and sha256")
+			}
+			m.Media = args.URL
+		case "eject":
+			m.Media = ""
+		default:
+			return failed("arguments: action " + args.Action + ": accepted are insert, eject")
+		}
+		return ok(map[string]any{"via": "virtualMedia", "image": args.Image})
 	}
 	return failed("the simulated site agent does not run " + c.Kind)
 }

@@ -24,6 +24,7 @@ const (
 	KindBMCPower       = "bmc.power"
 	KindBMCBoot        = "bmc.boot"
 	KindBMCRotate      = "bmc.rotate"
+	KindBMCMedia       = "bmc.media"
 	KindPrepareRamdisk = "boot.prepareRamdisk"
 	KindPrepareInst    = "boot.prepareInstance"
 	KindCleanUp        = "boot.cleanUp"
@@ -84,6 +85,10 @@ type commandArgs struct {
 	ProductUUID    string   `json:"productUuid"`
 	Token          string   `json:"token"`
 	Local          string   `json:"local"`
+	// bmc.media insert: the catalog ISO.
+	Image  string `json:"image"`
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
 }
 
 // decodeArgs reads a command's arguments; errors never quote them (they carry tokens).
@@ -202,6 +207,7 @@ type handler struct {
 	ramdisk RamdiskConfig
 	local   string
 	key     func(ctx context.Context) (crypto.Signer, error)
+	baseURL string // the boot HTTP base URL (a BMC's virtual media fetches the cached ISO there)
 	changed func() // the entry table changed (status)
 	watch   func(nodeID string, ref BMCRef, jwe string)
 	log     *slog.Logger
@@ -234,6 +240,7 @@ func newHandler(d handlerDeps) *handler {
 		KindBMCPower:       h.bmcPower,
 		KindBMCBoot:        h.bmcBoot,
 		KindBMCRotate:      h.bmcRotate,
+		KindBMCMedia:       h.bmcMedia,
 		KindPrepareRamdisk: h.prepareRamdisk,
 		KindPrepareInst:    h.prepareInstance,
 		KindCleanUp:        h.cleanUp,
@@ -408,6 +415,10 @@ func (h *handler) bmcBoot(ctx context.Context, a commandArgs) (any, error) {
 	dev, opts, err := bootOptions(a)
 	if err != nil {
 		return nil, err
+	}
+	if dev == bmc.BootCD && h.entries.KindOf(a.NodeID) == netboot.KindSanboot {
+		// The ISO is not in virtual media but in an iPXE sanboot entry: boot from the network.
+		dev = bmc.BootPXE
 	}
 	err = h.onBMC(ctx, a, "set boot device "+string(dev), capBoot, func(ctx context.Context, drv any) error {
 		// The driver reads the override back and fails when the BMC did not apply it.

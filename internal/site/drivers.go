@@ -40,6 +40,7 @@ const (
 	capBoot     = "set boot device"
 	capInspect  = "inspect"
 	capRotate   = "rotate credential"
+	capMedia    = "use virtual media"
 )
 
 // supports reports whether drv implements capability c. Pure.
@@ -59,6 +60,9 @@ func supports(drv any, c string) bool {
 		return ok
 	case capRotate:
 		_, ok := drv.(bmc.CredentialRotator)
+		return ok
+	case capMedia:
+		_, ok := drv.(bmc.VirtualMedia)
 		return ok
 	}
 	return false

@@ -96,6 +96,31 @@ func (e *Entries) Entry(_ context.Context, mac net.HardwareAddr) (netboot.Entry,
 	return r.Entry, ok
 }
 
+// KindOf returns the kind of node's entry ("" when it has none).
+func (e *Entries) KindOf(nodeID string) netboot.Kind {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.t.Entries {
+		if r.NodeID == nodeID {
+			return r.Entry.Kind
+		}
+	}
+	return ""
+}
+
+// RemoveKind deletes node's entries of kind (its instance token stays).
+func (e *Entries) RemoveKind(nodeID string, kind netboot.Kind) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := cloneTable(e.t)
+	for m, r := range e.t.Entries {
+		if r.NodeID == nodeID && r.Entry.Kind == kind {
+			delete(e.t.Entries, m)
+		}
+	}
+	return e.commitLocked(old, "removing "+string(kind)+" entries of node "+nodeID)
+}
+
 // Has reports whether mac has an entry.
 func (e *Entries) Has(mac string) bool {
 	e.mu.Lock()

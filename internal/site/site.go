@@ -203,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 		a.closeAll()
 		return nil, fmt.Errorf("starting site agent: %w", err)
 	}
+	h.baseURL = a.baseURL
 	a.tftpC = cfg.TFTPConn
 	if a.tftpC == nil && cfg.TFTPListen != "" {
 		if a.tftpC, err = net.ListenPacket("udp4", cfg.TFTPListen); err != nil {

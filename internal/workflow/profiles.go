@@ -116,6 +116,10 @@ var stepKinds = []StepKind{
 	{Use: "power.off", Command: "bmc.power", Args: map[string]string{"action": "off"}, Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.cycle", Command: "bmc.power", Args: map[string]string{"action": "cycle"}, Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "management.setBootDevice", Command: "bmc.boot", Timeout: 2 * time.Minute, Retries: 3},
+	// media.insert{image: NAME} attaches a catalog ISO (virtual media, else iPXE sanboot from
+	// the site cache; setBootDevice{device: cd} then boots it); media.eject removes it.
+	{Use: "media.insert", Command: "bmc.media", Args: map[string]string{"action": "insert"}, Timeout: 30 * time.Minute, Retries: 1},
+	{Use: "media.eject", Command: "bmc.media", Args: map[string]string{"action": "eject"}, Timeout: 5 * time.Minute, Retries: 2},
 	{Use: "boot.prepareRamdisk", Command: "boot.prepareRamdisk", Timeout: 5 * time.Minute, Retries: 3},
 	{Use: "boot.prepareInstance", Command: "boot.prepareInstance", Timeout: 5 * time.Minute, Retries: 3},
 	{Use: "boot.cleanUp", Command: "boot.cleanUp", Timeout: 2 * time.Minute, Retries: 3},
