@@ -51,7 +51,9 @@ func TestVerify(t *testing.T) {
 		func(i *Image) { i.URL = "ftp://x/y" }, func(i *Image) { i.Format = "vmdk" }, func(i *Image) { i.Compression = "bz2" },
 		func(i *Image) { i.SHA256 = "" }, func(i *Image) { i.SHA256 = "ABC" }, func(i *Image) { i.Size = -1 },
 		func(i *Image) { i.Format = "iso" }, // compressed: an ISO is booted as it is
-		func(i *Image) { i.Format, i.Compression, i.SHA256, i.SHA512 = "iso", "none", "", strings.Repeat("c", 128) },
+		func(i *Image) {
+			i.Format, i.Compression, i.SHA256, i.SHA512 = "iso", "none", "", strings.Repeat("c", 128)
+		},
 	} {
 		b := img
 		bad(&b)
