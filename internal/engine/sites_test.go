@@ -60,12 +60,14 @@ func TestClampTTL(t *testing.T) {
 	}
 }
 
-// The holder-only kinds are exactly the command table's boot-lease kinds, and each leaves an entry.
+// The holder-only kinds are exactly the command table's boot-lease kinds, and each leaves an entry
+// — except bmc.media, routed to the holder for its sanboot fallback, whose entry is not (yet)
+// among those a new holder is given (docs/operations.md, virtual media).
 func TestHolderKinds(t *testing.T) {
 	got := map[string]bool{}
 	for _, k := range holderKinds() {
 		got[k] = true
-		if bootEntryKind(k) == "" {
+		if bootEntryKind(k) == "" && k != "bmc.media" {
 			t.Errorf("%s runs on the holder but leaves no boot entry", k)
 		}
 	}
