@@ -72,6 +72,19 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 		s.Add(&sim.Machine{NodeID: n.ID, UUID: uuid, MACs: []string{mac}})
 		ids = append(ids, n.ID)
 	}
+	// A node enrolled by product UUID alone (IPMI): its MAC is learned from the site agent's
+	// status report (PXE boot under the UUID, here in the other SMBIOS byte order) through the
+	// gateway, and bound at once in a pool that trusts its provisioning network.
+	if _, err := srv.Service().CreatePool(ctx, admin, "trusted", "default", store.PoolPolicy{HardwareProfile: "redfish", TrustProvisioningNetwork: true}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := srv.Service().Enroll(ctx, admin, metal.EnrollInput{Name: "gw-uuid", Pool: "trusted", ProductUUID: "00112233-4455-4677-8899-aabbccddeeff",
+		BMC: metal.BMCInput{Address: "https://10.20.0.9", Username: "root", Password: "gateway-test-password"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Add(&sim.Machine{NodeID: n.ID, UUID: n.ProductUUID, PXEUUID: "33221100-5544-7746-8899-aabbccddeeff", MACs: []string{"02:aa:00:00:00:99"}, NoOOBMACs: true})
+	ids = append(ids, n.ID)
 	wait := func(want string) {
 		t.Helper()
 		deadline := time.Now().Add(60 * time.Second)
@@ -112,6 +125,9 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 		}
 	}
 	wait("ready")
+	if n, _ := st.Node(ctx, n.ID, ""); len(n.MACs) != 1 || n.MACs[0] != "02:aa:00:00:00:99" {
+		t.Fatalf("the MAC-less node's MACs: %v", n.MACs)
+	}
 	for _, id := range ids {
 		if _, _, err := srv.Service().Apply(ctx, admin, provision.VerbDeploy, metal.VerbInput{Node: id, Image: "debian-12"}); err != nil {
 			t.Fatal(err)
