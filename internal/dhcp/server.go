@@ -399,6 +399,13 @@ func (s *Server) bootOptions(required bool) Handler {
 		if choice.VendorClass != "" {
 			resp.UpdateOption(dhcpv4.OptClassIdentifier(choice.VendorClass))
 		}
+		if choice.Method == MethodScript && !required {
+			// Full mode: we are the only DHCP server iPXE needs. Without this, iPXE waits for
+			// ProxyDHCP offers (about 2 s, when the offer lacks option 60 "PXEClient") or, as the
+			// offer echoes it, sends a ProxyDHCP request to port 4011, which full mode does not
+			// serve, and waits about 2 s for that instead.
+			resp.UpdateOption(dhcpv4.OptGeneric(optionIPXEEncap, ipxeNoPXEDHCP))
+		}
 		if choice.Method == MethodTFTP && choice.VendorClass == VendorPXEClient {
 			// PXE discovery control: no boot server discovery, boot the file in this packet.
 			resp.UpdateOption(dhcpv4.OptGeneric(dhcpv4.OptionVendorSpecificInformation, []byte{6, 1, 8, 255}))
@@ -406,6 +413,12 @@ func (s *Server) bootOptions(required bool) Handler {
 		return false
 	}
 }
+
+// iPXE's encapsulated options (option 175): no-pxedhcp (176) = 1 tells iPXE to skip ProxyDHCP.
+var (
+	optionIPXEEncap = dhcpv4.GenericOptionCode(175)
+	ipxeNoPXEDHCP   = []byte{176, 1, 1}
+)
 
 // setBootFile puts name in the BOOTP file field when it fits (128 bytes with the NUL), and in
 // option 67 otherwise.

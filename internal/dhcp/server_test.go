@@ -72,6 +72,7 @@ type expect struct {
 	siaddr string
 	vendor string
 	opt43  bool
+	noPXE  bool // option 175 with iPXE's no-pxedhcp (full mode's answers to iPXE)
 }
 
 var scriptURL = base + "/boot.ipxe?mac=${net0/mac}&uuid=${uuid}&arch=${buildarch}"
@@ -99,7 +100,7 @@ func expectations(haveARM64 bool) map[string]*expect {
 func checkBoot(t *testing.T, resp *dhcpv4.DHCPv4, e *expect) {
 	t.Helper()
 	if e == nil {
-		if resp.BootFileName != "" || resp.ClassIdentifier() != "" || resp.Options.Has(dhcpv4.OptionVendorSpecificInformation) {
+		if resp.BootFileName != "" || resp.ClassIdentifier() != "" || resp.Options.Has(dhcpv4.OptionVendorSpecificInformation) || resp.Options.Has(optionIPXEEncap) {
 			t.Fatalf("non-boot client got boot fields: file %q vendor %q", resp.BootFileName, resp.ClassIdentifier())
 		}
 		return
@@ -112,6 +113,9 @@ func checkBoot(t *testing.T, resp *dhcpv4.DHCPv4, e *expect) {
 	}
 	if resp.ClassIdentifier() != e.vendor {
 		t.Fatalf("option 60 = %q, want %q", resp.ClassIdentifier(), e.vendor)
+	}
+	if got := resp.GetOneOption(optionIPXEEncap); e.noPXE != (got != nil) || (got != nil && !bytes.Equal(got, []byte{176, 1, 1})) {
+		t.Fatalf("option 175 = %v, want no-pxedhcp=%v", got, e.noPXE)
 	}
 	if got := resp.GetOneOption(dhcpv4.OptionVendorSpecificInformation); e.opt43 != (got != nil) || (got != nil && !bytes.Equal(got, []byte{6, 1, 8, 255})) {
 		t.Fatalf("option 43 = %v, want present=%v", got, e.opt43)
@@ -252,6 +256,7 @@ func TestProxyModeEveryFirmware(t *testing.T) {
 
 func TestFullModeEveryFirmware(t *testing.T) {
 	exp := expectations(false)
+	exp["ipxe efi"].noPXE, exp["ipxe bios"].noPXE = true, true
 	for _, c := range allClients() {
 		t.Run(c.name, func(t *testing.T) {
 			store := &memLeases{}
