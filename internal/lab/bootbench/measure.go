@@ -149,7 +149,7 @@ func reversed(s []Server) []Server {
 // it after boot.prepareRamdisk), the site's artifact cache filled with the kernel and initramfs
 // (the agent fetches them when the entry arrives, before the machine boots), and the baseline's
 // web root (the same files and a static script with the same command line).
-func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Logger) (*env, error) {
+func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Logger) (_ *env, err error) {
 	work := filepath.Join(st.Dir, "bootbench")
 	if err := os.RemoveAll(work); err != nil {
 		return nil, err
@@ -184,16 +184,19 @@ func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Log
 	if e.cache, err = netboot.NewCache(netboot.CacheConfig{Dir: filepath.Join(work, "cache"), Logger: log}); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			e.cache.Close()
+		}
+	}()
 	for _, a := range arts {
 		if err := e.cache.Fetch(ctx, a); err != nil {
-			e.cache.Close()
 			return nil, err
 		}
 	}
 
 	ca, err := throwawayCA()
 	if err != nil {
-		e.cache.Close()
 		return nil, err
 	}
 	token := make([]byte, 24)
@@ -202,16 +205,13 @@ func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Log
 	entry, err := site.RamdiskEntry(site.RamdiskConfig{Kernel: arts[0], Initrd: arts[1], GatewayURL: gw,
 		ExtraArgs: []string{"console=ttyS0"}, CAPEM: ca}, hex.EncodeToString(token))
 	if err != nil {
-		e.cache.Close()
 		return nil, err
 	}
 	if e.entries, err = site.OpenEntries("", gw, ca); err != nil {
-		e.cache.Close()
 		return nil, err
 	}
 	for _, vm := range st.VMs {
 		if err := e.entries.Install("bootbench-"+vm.Name, []string{vm.MAC}, entry); err != nil {
-			e.cache.Close()
 			return nil, err
 		}
 	}
@@ -221,17 +221,14 @@ func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Log
 	bcdScript, err := netboot.Script(&entry, netboot.Request{MAC: mac, UUID: st.VMs[0].UUID, Arch: "x86_64"},
 		netboot.ScriptParams{BaseURL: e.base, RetryAfter: site.DefaultRetryAfter})
 	if err != nil {
-		e.cache.Close()
 		return nil, err
 	}
 	cmdline, err := KernelLine(bcdScript)
 	if err != nil {
-		e.cache.Close()
 		return nil, err
 	}
 	e.script = StaticScript(e.base, kernelName, initrdName, cmdline)
 	if err := os.WriteFile(filepath.Join(www, "boot.ipxe"), []byte(e.script), 0o644); err != nil {
-		e.cache.Close()
 		return nil, err
 	}
 	return e, nil
