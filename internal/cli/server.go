@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"bcd/internal/engine"
 	"bcd/internal/server"
 )
 
@@ -42,6 +43,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (default https://GATEWAY-LISTEN)")
 	f.StringSliceVar(&cfg.GatewayHosts, "gateway-host", nil, "extra DNS name or IP in the gateway's certificate (repeatable)")
 	f.StringVar(&cfg.ProfilesFile, "profiles-file", g.envOr("BCD_PROFILES_FILE", ""), "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
+	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
 	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	return cmd
 }
