@@ -1,6 +1,8 @@
 package netboot
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -130,4 +132,32 @@ func TestHandlerDiscoveryReport(t *testing.T) {
 	if rec := get(h, DiscoveryPath, "10.0.0.9:1"); rec.Code != http.StatusMethodNotAllowed {
 		t.Errorf("GET %s: %d", DiscoveryPath, rec.Code)
 	}
+}
+
+// FuzzParseDiscoveryReport: whatever a machine posts, the parser never panics, and what it
+// accepts is a bounded, compact JSON object with a canonical boot MAC and UUID.
+func FuzzParseDiscoveryReport(f *testing.F) {
+	for _, s := range []string{
+		`{"bootMac":"52:54:00:ab:cd:ef","systemUuid":"4C4C4544-0042-3510-8057-B4C04F4B4D32","macs":["52:54:00:ab:cd:ef"]}`,
+		`{"bootMac":"52-54-00-ab-cd-ef"}`, `{"bootMac":""}`, `[]`, `null`, `{"bootMac":"52:54:00:ab:cd:ef","macs":null,"x":{"y":[1,2,{}]}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		mac, uuid, doc, err := ParseDiscoveryReport(body)
+		if err != nil {
+			return
+		}
+		if hw, err := ParseMAC(mac); err != nil || hw.String() != mac {
+			t.Fatalf("accepted boot MAC %q is not canonical", mac)
+		}
+		if uuid != "" {
+			if u, err := ParseUUID(uuid); err != nil || u != uuid {
+				t.Fatalf("accepted UUID %q is not canonical", uuid)
+			}
+		}
+		if len(doc) > MaxDiscoveryReport || !json.Valid(doc) || bytes.ContainsAny(doc, "\n\t") {
+			t.Fatalf("accepted document is not bounded compact JSON: %q", doc)
+		}
+	})
 }
