@@ -94,9 +94,9 @@ func decideMAC(in macInput) macDecision {
 		}
 	}
 	if len(seen) == 0 {
-		if in.Now > windowEnd {
+		if in.Now > windowEnd || in.Now >= in.Deadline {
 			return macDecision{Outcome: macFail, Fault: provision.FaultMACNotDiscovered,
-				Reason: fmt.Sprintf("no machine PXE-booted under product UUID %s within %s of the power cycle (is the node set to boot from the network on a NIC the site agent serves?)", in.UUID, in.Window)}
+				Reason: fmt.Sprintf("no machine PXE-booted under product UUID %s within %s of the power cycle (is the node set to boot from the network on a NIC the site agent serves?)", in.UUID, min(in.Window, time.Duration(in.Deadline-in.CycleAt)*time.Microsecond))}
 		}
 		return macDecision{Outcome: macWait, Until: min(windowEnd+1, in.Deadline)}
 	}

@@ -65,6 +65,8 @@ func TestDecideMAC(t *testing.T) {
 		{"nothing seen yet: wait for the window's end", base(nil), want{out: macWait, until: cycle + us(MACWindow) + 1}},
 		{"nothing seen, window over", base(func(i *macInput) { i.Now = cycle + us(MACWindow) + 1 }), want{out: macFail, fault: provision.FaultMACNotDiscovered, text: "within 10m0s"}},
 		{"nothing seen, deadline before the window's end", base(func(i *macInput) { i.Deadline = cycle + us(5*time.Minute) }), want{out: macWait, until: cycle + us(5*time.Minute)}},
+		{"nothing seen, deadline reached inside the window", base(func(i *macInput) { i.Deadline = cycle + us(5*time.Minute); i.Now = i.Deadline }),
+			want{out: macFail, fault: provision.FaultMACNotDiscovered, text: "within 5m0s"}},
 		{"seen under the same byte order", base(func(i *macInput) { i.Sightings = []store.Discovery{seen(mac1, uuid, time.Minute, time.Minute)} }), want{out: macPropose, mac: mac1, until: deadline}},
 		{"seen under the swapped byte order", base(func(i *macInput) { i.Sightings = []store.Discovery{seen(mac1, swapped, time.Minute, time.Minute)} }), want{out: macPropose, mac: mac1, until: deadline}},
 		{"seen under the swapped order, node enrolled swapped", base(func(i *macInput) {
