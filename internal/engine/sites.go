@@ -101,13 +101,23 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 			return tx.ReleaseLease(ctx, a.SiteID, a.ID)
 		}
 		ttl := clampTTL(req.TTL)
-		l, err := tx.AcquireLease(ctx, a.SiteID, a.ID, ttl)
+		l, d, prev, err := tx.AcquireLease(ctx, a.SiteID, a.ID, ttl)
 		if err != nil {
 			return err
 		}
 		g.Holder, g.Epoch, g.TTL = l.Holder, l.Epoch, ttl
 		if l.Holder != a.ID {
 			return nil
+		}
+		if d == store.LeaseTake {
+			reason := "boot lease taken"
+			if prev != "" {
+				reason = "boot lease taken over from " + prev + " (its lease lapsed)"
+			}
+			if err := tx.AppendEvent(ctx, store.Event{Actor: "site:" + a.ID, Kind: "site.lease", Reason: reason,
+				Data: mustData(map[string]any{"site": a.SiteID, "holder": a.ID, "previous": prev, "epoch": l.Epoch})}); err != nil {
+				return err
+			}
 		}
 		g.Held, g.Revision = true, l.EntriesRev
 		g.Full = req.Epoch != l.Epoch

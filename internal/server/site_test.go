@@ -391,6 +391,19 @@ func failover(t *testing.T, e store.Engine, midCommand bool) {
 	if err != nil || l.Holder != b.id || l.Epoch != 2 {
 		t.Errorf("lease %+v (%v): want holder %s at epoch 2", l, err, b.id)
 	}
+	evs, err := env.st.Events(env.ctx, store.EventFilter{Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeovers := 0
+	for _, ev := range evs {
+		if ev.Kind == "site.lease" && strings.Contains(ev.Data, `"previous":"`+a.id+`"`) && strings.Contains(ev.Data, `"holder":"`+b.id+`"`) {
+			takeovers++
+		}
+	}
+	if takeovers != 1 {
+		t.Errorf("%d site.lease events for the takeover by %s, want 1", takeovers, b.id)
+	}
 	// The pushed token is a real one-time token of the node: the ramdisk can join with it.
 	_, csr, err := pki.NewKeyAndCSR("ramdisk")
 	if err != nil {

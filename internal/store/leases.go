@@ -76,27 +76,30 @@ func (t *Tx) lockLease(ctx context.Context, siteID string) (SiteLease, error) {
 }
 
 // AcquireLease takes or renews site's boot lease for agent until now+ttl, or refuses while
-// another agent's lease runs. It returns the lease as it stands afterwards.
-func (t *Tx) AcquireLease(ctx context.Context, siteID, agent string, ttl time.Duration) (SiteLease, error) {
+// another agent's lease runs. It returns the lease as it stands afterwards, what was decided and
+// the holder before (when the lease changed hands).
+func (t *Tx) AcquireLease(ctx context.Context, siteID, agent string, ttl time.Duration) (SiteLease, LeaseDecision, string, error) {
 	if agent == "" {
-		return SiteLease{}, errors.New("acquiring a boot lease: the agent is required")
+		return SiteLease{}, LeaseRefuse, "", errors.New("acquiring a boot lease: the agent is required")
 	}
 	l, err := t.lockLease(ctx, siteID)
 	if err != nil {
-		return SiteLease{}, err
+		return SiteLease{}, LeaseRefuse, "", err
 	}
-	switch DecideLease(l, agent, t.at) {
+	prev := l.Holder
+	d := DecideLease(l, agent, t.at)
+	switch d {
 	case LeaseRefuse:
-		return l, nil
+		return l, d, prev, nil
 	case LeaseTake:
 		l.Holder, l.Epoch, l.AcquiredAt = agent, l.Epoch+1, t.at
 	}
 	l.ExpiresAt = t.at + ttl.Microseconds()
 	if _, err := t.exec(ctx, `UPDATE leases SET holder = ?, epoch = ?, expires_at = ?, acquired_at = ? WHERE site_id = ?`,
 		l.Holder, int64(l.Epoch), l.ExpiresAt, l.AcquiredAt, siteID); err != nil {
-		return SiteLease{}, fmt.Errorf("writing the boot lease of site %s: %w", siteID, err)
+		return SiteLease{}, LeaseRefuse, "", fmt.Errorf("writing the boot lease of site %s: %w", siteID, err)
 	}
-	return l, nil
+	return l, d, prev, nil
 }
 
 // ReleaseLease hands the lease back when agent holds it (another agent may take it at once).

@@ -46,7 +46,7 @@ func TestBootLease(t *testing.T) {
 			var l store.SiteLease
 			if err := st.Write(ctx, func(tx *store.Tx) error {
 				var err error
-				l, err = tx.AcquireLease(ctx, "s1", agent, 10*time.Second)
+				l, _, _, err = tx.AcquireLease(ctx, "s1", agent, 10*time.Second)
 				return err
 			}); err != nil {
 				t.Fatal(err)
@@ -159,7 +159,7 @@ func TestClaimHolderKinds(t *testing.T) {
 					boot = c.ID
 				}
 			}
-			_, err := tx.AcquireLease(ctx, siteID, "holder", time.Minute)
+			_, _, _, err := tx.AcquireLease(ctx, siteID, "holder", time.Minute)
 			return err
 		}); err != nil {
 			t.Fatal(err)
