@@ -122,7 +122,7 @@ func (ss *session) result() error {
 	case errors.As(cause, &ce):
 		return ce
 	case errors.Is(cause, context.Canceled):
-		return connect.NewError(connect.CodeUnavailable, errors.New("gateway shutting down"))
+		return connect.NewError(connect.CodeUnavailable, errors.New("stream cancelled: the agent's connection went away, or the gateway is shutting down"))
 	default:
 		return connect.NewError(connect.CodeUnavailable, cause)
 	}
