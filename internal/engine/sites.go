@@ -335,8 +335,8 @@ func decidePoll(prev store.PowerPoll, nodePower string, r PowerReading, threshol
 	return o
 }
 
-// validPower are the power values a reading may carry.
-var validPower = map[string]bool{"on": true, "off": true, "unknown": true}
+// validPower reports whether a reading's power value is one the power axis takes. Pure.
+func validPower(p string) bool { return p == "on" || p == "off" || p == "unknown" }
 
 // ReportPower applies the holder's readings: the power axis (with an event when it changes) and
 // the BMC_UNREACHABLE condition (an event when raised and when cleared). Readings about nodes
@@ -354,7 +354,7 @@ func (e *Engine) ReportPower(ctx context.Context, a Agent, epoch uint64, rs []Po
 			return err
 		}
 		for _, r := range rs {
-			if r.Power != "" && !validPower[r.Power] {
+			if r.Power != "" && !validPower(r.Power) {
 				continue
 			}
 			n, err := tx.LockNode(ctx, r.NodeID, "")

@@ -154,6 +154,7 @@ type Agent struct {
 	linkReady chan struct{}
 	linkMu    sync.Mutex
 	link      *agentlink.Link
+	bg        sync.WaitGroup // background fetches of pushed entries' artifacts
 }
 
 // New validates cfg, opens the data dir (boot entries, artifact cache) and binds the HTTP and
@@ -374,6 +375,7 @@ func (a *Agent) closeAll() {
 // agent. It may be called once.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.closeAll()
+	defer a.bg.Wait() // before the cache closes
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

@@ -227,13 +227,13 @@ func (a *Agent) applyPushed(ctx context.Context, full bool, es []agentlink.BootE
 		}
 	}
 	if len(arts) > 0 {
-		go func() {
+		a.bg.Go(func() {
 			for _, art := range arts {
 				if err := a.cache.Fetch(ctx, art); err != nil && ctx.Err() == nil {
 					a.log.Warn("caching an artifact of a pushed boot entry", "artifact", art.Name, "err", err)
 				}
 			}
-		}()
+		})
 	}
 	a.log.Info("boot entries pushed by the control plane applied", "full", full, "entries", len(recs))
 	return nil
