@@ -30,7 +30,8 @@ import (
 //
 //	go test -run '^$' -bench DHCPPerf -benchtime 1x ./internal/dhcp/
 //
-// BCD_DHCP_PERF_RATES (e.g. "500,1000,2000") and BCD_DHCP_PERF_SECONDS tune the ladder.
+// BCD_DHCP_PERF_RATES (e.g. "500,1000,2000") and BCD_DHCP_PERF_SECONDS tune the ladder,
+// BCD_DHCP_PERF_SERVERS (bcd,dnsmasq) and BCD_DHCP_PERF_MODES (DO,DORA) what it runs.
 
 const (
 	perfServerAddr = "10.77.0.1"
@@ -367,6 +368,10 @@ func BenchmarkDHCPPerf(b *testing.B) {
 	if s := os.Getenv("BCD_DHCP_PERF_SERVERS"); s != "" {
 		servers = strings.Split(s, ",")
 	}
+	modes := []string{"DO", "DORA"}
+	if s := os.Getenv("BCD_DHCP_PERF_MODES"); s != "" {
+		modes = strings.Split(s, ",")
+	}
 	rates, secs := perfLadder()
 	e := newPerfEnv(b)
 	b.ResetTimer()
@@ -374,7 +379,7 @@ func BenchmarkDHCPPerf(b *testing.B) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "%-8s %-5s %7s %9s %7s %7s %9s %9s %9s %9s\n", "server", "mode", "offered", "achieved", "DO drop", "RA drop", "DO p50", "DO p99", "RA p50", "RA p99")
 	for _, srv := range servers {
-		for _, mode := range []string{"DO", "DORA"} {
+		for _, mode := range modes {
 			var runs []perfRun
 			for _, rate := range rates {
 				run++
