@@ -50,8 +50,15 @@ func (d Demo) Run(ctx context.Context) error {
 	if pid, ok := readPID(d.path(demoServerPID)); ok && alive(pid) {
 		return fmt.Errorf("a demo already runs from %s (server pid %d): make demo-down first", d.Dir, pid)
 	}
-	if err := os.RemoveAll(d.path("server")); err != nil {
-		return fmt.Errorf("clearing the previous demo's server data: %w", err)
+	if st, err := lab.Status(ctx, d.path("lab")); err == nil && st.Running {
+		return fmt.Errorf("a lab runs in %s (supervisor pid %d): make demo-down first", d.path("lab"), st.SupervisorPID)
+	}
+	// A fresh start: the previous demo's server data and lab (disks, the site agent's identity,
+	// which the new control plane would not know) go.
+	for _, dir := range []string{d.path("server"), d.path("lab")} {
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("clearing the previous demo's %s: %w", dir, err)
+		}
 	}
 	if err := os.MkdirAll(d.path("share"), 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", d.Dir, err)
