@@ -214,8 +214,16 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 		row("deploy", n.DeployProfile+" "+n.DeployImage)
 	}
 	if a := n.Activity; a != nil {
-		row("workflow", fmt.Sprintf("%s (%s), %s step %d/%d %s", a.Workflow, a.WorkflowState, a.Phase, a.Step+1, a.Steps, a.StepName))
-		if a.CommandKind != "" {
+		wf := fmt.Sprintf("%s (%s)", a.Workflow, a.WorkflowState)
+		if a.Step < a.Steps {
+			phase := "step"
+			if a.Phase == "cleanup" {
+				phase = "cleanup step"
+			}
+			wf += fmt.Sprintf(", %s %d/%d %s", phase, a.Step+1, a.Steps, a.StepName)
+		}
+		row("workflow", wf)
+		if a.CommandKind != "" && a.Step < a.Steps {
 			cmd := a.CommandKind + " " + a.CommandState
 			if a.ProgressTotal > 0 {
 				cmd += fmt.Sprintf(" %d%% (%d/%d)", 100*a.ProgressDone/a.ProgressTotal, a.ProgressDone, a.ProgressTotal)

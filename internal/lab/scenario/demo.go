@@ -140,7 +140,7 @@ func (d Demo) Run(ctx context.Context) error {
 		if err := c.Wait(ctx, ids, want, view.Update); err != nil {
 			return fmt.Errorf("%s: %w (consoles: %s/lab-*/console.log)", name, err, labDir)
 		}
-		times = append(times, fmt.Sprintf("  %-36s %6.0f s", name, time.Since(began).Seconds()))
+		times = append(times, fmt.Sprintf("  %-54s %5.0f s", name, time.Since(began).Seconds()))
 		return nil
 	}
 	if err := phase("enroll → inspect → commission (wipe) → ready", "ready"); err != nil {
@@ -154,7 +154,7 @@ func (d Demo) Run(ctx context.Context) error {
 	if err := phase("deploy (stream the signed image, kexec) → deployed", "deployed"); err != nil {
 		return err
 	}
-	fmt.Fprintf(d.Out, "\ntimes:\n%s\n  %-36s %6.0f s\n", strings.Join(times, "\n"), "total", time.Since(start).Seconds())
+	fmt.Fprintf(d.Out, "\ntimes:\n%s\n  %-54s %5.0f s\n", strings.Join(times, "\n"), "total", time.Since(start).Seconds())
 	fmt.Fprintf(d.Out, `
 Everything keeps running. The API is at %[1]s; the admin token (also kept in %[2]s, 0600):
 
