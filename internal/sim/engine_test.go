@@ -292,27 +292,43 @@ func TestRevokedSignerStopsTheImageWrite(t *testing.T) {
 	ctx := context.Background()
 	h, ids := start(t, storetest.Open(t, store.SQLite), 1)
 	rest(t, h, ids)
-	// The deploy verb accepts the signed image; the signer is revoked before the write starts.
+	// The deploy verb accepts the signed image; the signer is revoked before the write starts:
+	// the deploy's first command hangs until the revocation is done.
 	h.Sim.SetFaults(Faults{Hang: map[string]bool{"boot.prepareRamdisk": true}})
 	h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"})
+	var hung store.Command
+	waitFor(t, "the deploy's boot.prepareRamdisk taken and hung", func() bool {
+		wfs, _ := h.Store.Workflows(ctx, ids[0], 1)
+		if len(wfs) == 0 || wfs[0].NodeState != "deploying" {
+			return false
+		}
+		cmds, _ := h.Store.Commands(ctx, ids[0], 500)
+		for _, c := range cmds {
+			if c.Kind == "boot.prepareRamdisk" && c.WorkflowID == wfs[0].ID && c.State == "delivered" {
+				hung = c
+				return true
+			}
+		}
+		return false
+	})
 	signers, _ := h.Store.Signers(ctx)
 	if err := h.Metal.RevokeSigner(ctx, h.Admin, signers[0].Name); err != nil {
 		t.Fatal(err)
 	}
-	// Let the hung step time out quickly by failing it: abort is not wanted here, so release
-	// the hang and let the workflow reach deploy.image.
+	// Release the hang: the hung attempt fails, the step's retry runs normally and the workflow
+	// reaches deploy.image, whose command is refused when it is built.
 	h.Sim.SetFaults(Faults{})
-	cmds, _ := h.Store.Commands(ctx, ids[0], 500)
-	for _, c := range cmds {
-		if c.Kind == "boot.prepareRamdisk" && c.State == "delivered" {
-			h.Engine.Report(ctx, engine.Agent{ID: c.TargetAgent, Kind: "site"}, engine.Update{CommandID: c.ID, State: "succeeded", Result: []byte("{}")})
-		}
+	h.Engine.Report(ctx, engine.Agent{ID: hung.TargetAgent, Kind: "site"}, engine.Update{CommandID: hung.ID, State: "failed", Error: "test: released"})
+	nodes, err := h.WaitRest(ctx, ids, 30*time.Second)
+	if err != nil {
+		dumpStuck(t, h.Store, nodes)
+		t.Fatal(err)
 	}
-	got := rest(t, h, ids)[ids[0]]
+	got := nodes[ids[0]]
 	if got.State != "failed" || !strings.Contains(got.FaultMsg, "revoked") {
 		t.Fatalf("after revocation: %s %s %q", got.State, got.FaultCode, got.FaultMsg)
 	}
-	cmds, _ = h.Store.Commands(ctx, ids[0], 500)
+	cmds, _ := h.Store.Commands(ctx, ids[0], 500)
 	for _, c := range cmds {
 		if c.Kind == "deploy.image" {
 			t.Fatalf("an image write was sent after its signer was revoked: %+v", c)
