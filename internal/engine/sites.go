@@ -401,6 +401,22 @@ func (e *Engine) ReportPower(ctx context.Context, a Agent, epoch uint64, rs []Po
 			default:
 				continue
 			}
+			// The condition shows on the node (API conditions) as well as in its events.
+			if o.setPower != "" {
+				n.Power = o.setPower
+				n.Version++ // SetPolledPower above bumped it
+			}
+			if n.Conditions == nil {
+				n.Conditions = map[string]string{}
+			}
+			if o.raise {
+				n.Conditions[FaultBMCUnreachable] = "True"
+			} else {
+				delete(n.Conditions, FaultBMCUnreachable)
+			}
+			if err := tx.UpdateNode(ctx, &n); err != nil {
+				return err
+			}
 			if err := tx.AppendEvent(ctx, ev); err != nil {
 				return err
 			}

@@ -470,8 +470,14 @@ func TestPowerPollingAgainstServer(t *testing.T) {
 			if err != nil || p.UnreachableSince == 0 || p.Failures < 3 || strings.Contains(p.LastError, bmcPass) {
 				t.Errorf("polling record %+v (%v)", p, err)
 			}
+			if got, err := env.st.Node(env.ctx, n.ID, ""); err != nil || got.Conditions["BMC_UNREACHABLE"] != "True" {
+				t.Errorf("node conditions %v (%v), want BMC_UNREACHABLE=True", got.Conditions, err)
+			}
 			env.bmcDown.Store(false)
 			waitFor(t, 30*time.Second, "BMC_UNREACHABLE cleared", func() bool { return events("node.condition", "BMC_UNREACHABLE cleared") == 1 })
+			if got, err := env.st.Node(env.ctx, n.ID, ""); err != nil || got.Conditions["BMC_UNREACHABLE"] != "" {
+				t.Errorf("node conditions %v (%v) after the BMC answered again, want no BMC_UNREACHABLE", got.Conditions, err)
+			}
 			if events("node.condition", "BMC_UNREACHABLE raised") != 1 {
 				t.Error("BMC_UNREACHABLE raised more than once")
 			}
