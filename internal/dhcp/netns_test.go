@@ -75,15 +75,14 @@ func inNetns(name string, f func() error) error {
 	return <-errc
 }
 
-// TestFullModeUdhcpcInNetns runs the full-mode server inside a network namespace the test
-// creates (a veth pair with private addresses, nothing attached to the host's networks) and gets
-// a lease with busybox udhcpc. Needs root, iproute2 and busybox (Debian busybox-static).
-func TestFullModeUdhcpcInNetns(t *testing.T) {
+// fullModeInNetns starts the full-mode server inside a network namespace the test creates (a
+// veth pair with private addresses, nothing attached to the host's networks) and returns the
+// namespace's name and the server; the client end is cli0. Needs root and iproute2.
+func fullModeInNetns(t *testing.T) (string, *Server) {
+	t.Helper()
 	need(t, os.Geteuid() == 0, "root (network namespaces)")
 	_, ipErr := exec.LookPath("ip")
 	need(t, ipErr == nil, "the ip command (Debian iproute2)")
-	busybox, bbErr := exec.LookPath("busybox")
-	need(t, bbErr == nil, "busybox (Debian busybox-static)")
 
 	ns := fmt.Sprintf("bcd-dhcp-%d", os.Getpid())
 	run(t, "ip", "netns", "add", ns)
@@ -111,7 +110,7 @@ func TestFullModeUdhcpcInNetns(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	srv, err := New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -119,12 +118,28 @@ func TestFullModeUdhcpcInNetns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	}()
+	})
+	return ns, srv
+}
+
+func checkOneLease(t *testing.T, srv *Server) {
+	t.Helper()
+	leases := srv.Leases()
+	if len(leases) != 1 || leases[0].IP != netip.MustParseAddr("192.168.77.100") {
+		t.Fatalf("server leases: %+v", leases)
+	}
+}
+
+// TestFullModeUdhcpcInNetns: busybox udhcpc gets a lease with router, DNS, domain and lease time.
+func TestFullModeUdhcpcInNetns(t *testing.T) {
+	busybox, bbErr := exec.LookPath("busybox")
+	need(t, bbErr == nil, "busybox (Debian busybox-static)")
+	ns, srv := fullModeInNetns(t)
 
 	script := filepath.Join(t.TempDir(), "udhcpc.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho \"event=$1 ip=$ip mask=$mask router=$router dns=$dns domain=$domain lease=$lease\"\n"), 0o755); err != nil {
@@ -144,8 +159,56 @@ func TestFullModeUdhcpcInNetns(t *testing.T) {
 			t.Fatalf("udhcpc output lacks %q:\n%s", want, out)
 		}
 	}
-	leases := srv.Leases()
-	if len(leases) != 1 || leases[0].IP != netip.MustParseAddr("192.168.77.100") {
-		t.Fatalf("server leases: %+v", leases)
+	checkOneLease(t, srv)
+}
+
+// TestFullModeDhclientInNetns: ISC dhclient (Debian isc-dhcp-client) gets the same lease. Its
+// script only records what it was given (the stock dhclient-script would rewrite the host's
+// /etc/resolv.conf).
+func TestFullModeDhclientInNetns(t *testing.T) {
+	dhclient, err := exec.LookPath("dhclient")
+	need(t, err == nil, "dhclient (Debian isc-dhcp-client)")
+	ns, srv := fullModeInNetns(t)
+
+	dir := t.TempDir()
+	record, pidFile := filepath.Join(dir, "record"), filepath.Join(dir, "dhclient.pid")
+	script := filepath.Join(dir, "dhclient.sh")
+	body := "#!/bin/sh\necho \"reason=$reason ip=$new_ip_address mask=$new_subnet_mask router=$new_routers dns=$new_domain_name_servers domain=$new_domain_name lease=$new_dhcp_lease_time\" >> " + record + "\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
 	}
+	logf, err := os.Create(filepath.Join(dir, "dhclient.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer ccancel()
+	// -1: try once; without -d it daemonizes once bound, so stop the daemon we started by its pid.
+	cmd := exec.CommandContext(cctx, "ip", "netns", "exec", ns, dhclient, "-1", "-v", "-sf", script,
+		"-lf", filepath.Join(dir, "leases"), "-pf", pidFile, "cli0")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			var pid int
+			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 1 {
+				_ = unix.Kill(pid, unix.SIGTERM)
+			}
+		}
+	})
+	if err := cmd.Run(); err != nil {
+		log, _ := os.ReadFile(logf.Name())
+		t.Fatalf("dhclient: %v\n%s", err, log)
+	}
+	out, err := os.ReadFile(record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("dhclient:\n%s", out)
+	for _, want := range []string{"reason=BOUND", "ip=192.168.77.100", "mask=255.255.255.0", "router=192.168.77.1", "domain=lab.test", "lease=3600"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("dhclient's script got no %q:\n%s", want, out)
+		}
+	}
+	checkOneLease(t, srv)
 }
