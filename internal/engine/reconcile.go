@@ -233,7 +233,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			}
 		}
 		if !st.When.Holds(len(r.n.MACs)) {
-			return 0, true, r.skipUnlessHolds(wf)
+			// A conditional step whose condition does not hold is passed over without an event
+			// (the steps for MAC-less nodes would otherwise add three to every ensureRamdisk).
+			return 0, true, r.nextStep(wf)
 		}
 		return 0, true, r.startStep(wf, st, kind)
 	}
@@ -352,9 +354,7 @@ func (r *run) stepSkipped(wf *store.Workflow, st workflow.Step, why string) erro
 	if err := r.event("workflow.step", r.n.State, r.n.State, why, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "result": "skipped"}); err != nil {
 		return err
 	}
-	wf.StepIndex++
-	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
-	return r.tx.UpdateWorkflow(r.ctx, wf)
+	return r.nextStep(wf)
 }
 
 func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) error {
@@ -376,14 +376,11 @@ func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) e
 	if err := r.event("workflow.step", r.n.State, r.n.State, "", map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "command": commandID, "result": "succeeded"}); err != nil {
 		return err
 	}
-	wf.StepIndex++
-	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
-	return r.tx.UpdateWorkflow(r.ctx, wf)
+	return r.nextStep(wf)
 }
 
-// skipUnlessHolds passes over a conditional step whose condition does not hold (no event: the
-// steps for MAC-less nodes would otherwise add three to every ensureRamdisk).
-func (r *run) skipUnlessHolds(wf *store.Workflow) error {
+// nextStep moves the workflow to its next step, with nothing of the last one in flight.
+func (r *run) nextStep(wf *store.Workflow) error {
 	wf.StepIndex++
 	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
 	return r.tx.UpdateWorkflow(r.ctx, wf)
@@ -406,9 +403,7 @@ func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.F
 		r.toCleanup(wf)
 		return r.tx.UpdateWorkflow(r.ctx, wf)
 	}
-	wf.StepIndex++
-	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
-	return r.tx.UpdateWorkflow(r.ctx, wf)
+	return r.nextStep(wf)
 }
 
 func (r *run) finish(wf *store.Workflow) error {
