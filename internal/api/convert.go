@@ -81,6 +81,14 @@ func loadNames(ctx context.Context, st *store.Store) (names, error) {
 	return n, nil
 }
 
+// bmcInput is the BMC binding of an enroll or accept request (nil: none given).
+func bmcInput(b *bcdv1.BmcCredentials) metal.BMCInput {
+	if b == nil {
+		return metal.BMCInput{}
+	}
+	return metal.BMCInput{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password, InsecureTLS: b.InsecureTls, FingerprintSHA256: b.TlsFingerprintSha256}
+}
+
 func nodeProto(n store.Node, nm names) *bcdv1.Node {
 	allowed := []string{}
 	for _, v := range provision.Accepted(metal.PNode(n)) {

@@ -28,6 +28,15 @@ func (h *nodes) MacCandidates(ctx context.Context, req *connect.Request[bcdv1.Li
 	return connect.NewResponse(out), nil
 }
 
+// discoveredList answers a listing of discovered machines.
+func discoveredList(list []store.Discovery) *bcdv1.ListDiscoveredResponse {
+	out := &bcdv1.ListDiscoveredResponse{}
+	for _, d := range list {
+		out.Machines = append(out.Machines, discoveredProto(d))
+	}
+	return out
+}
+
 func discoveredProto(d store.Discovery) *bcdv1.DiscoveredMachine {
 	return &bcdv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch, FirstSeen: ts(d.FirstSeen), LastSeen: ts(d.LastSeen), Agent: d.AgentID,
 		Inventory: d.Inventory, Acceptance: d.Acceptance, Node: d.NodeID}
@@ -38,19 +47,12 @@ func (h *nodes) Pending(ctx context.Context, req *connect.Request[bcdv1.ListPend
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &bcdv1.ListDiscoveredResponse{}
-	for _, d := range list {
-		out.Machines = append(out.Machines, discoveredProto(d))
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(discoveredList(list)), nil
 }
 
 func (h *nodes) Accept(ctx context.Context, req *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	m := req.Msg
-	in := metal.AcceptInput{Site: m.Site, MAC: m.Mac, Pool: m.Pool, Name: m.Name, Labels: m.Labels, Reason: m.Reason}
-	if b := m.Bmc; b != nil {
-		in.BMC = metal.BMCInput{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password, InsecureTLS: b.InsecureTls, FingerprintSHA256: b.TlsFingerprintSha256}
-	}
+	in := metal.AcceptInput{Site: m.Site, MAC: m.Mac, Pool: m.Pool, Name: m.Name, Labels: m.Labels, Reason: m.Reason, BMC: bmcInput(m.Bmc)}
 	n, err := h.svc.AcceptDiscovered(ctx, principal(ctx), in)
 	return h.respond(ctx, n, err)
 }

@@ -35,10 +35,7 @@ func (h *nodes) respond(ctx context.Context, n store.Node, err error) (*connect.
 
 func (h *nodes) Enroll(ctx context.Context, req *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	m := req.Msg
-	in := metal.EnrollInput{Name: m.Name, Pool: m.Pool, MACs: m.Macs, ProductUUID: m.ProductUuid, Labels: m.Labels, Reason: m.Reason}
-	if b := m.Bmc; b != nil {
-		in.BMC = metal.BMCInput{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password, InsecureTLS: b.InsecureTls, FingerprintSHA256: b.TlsFingerprintSha256}
-	}
+	in := metal.EnrollInput{Name: m.Name, Pool: m.Pool, MACs: m.Macs, ProductUUID: m.ProductUuid, Labels: m.Labels, Reason: m.Reason, BMC: bmcInput(m.Bmc)}
 	n, err := h.svc.Enroll(ctx, principal(ctx), in)
 	return h.respond(ctx, n, err)
 }
@@ -188,11 +185,7 @@ func (h *nodes) Discovered(ctx context.Context, req *connect.Request[bcdv1.ListD
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &bcdv1.ListDiscoveredResponse{}
-	for _, d := range list {
-		out.Machines = append(out.Machines, discoveredProto(d))
-	}
-	return connect.NewResponse(out), nil
+	return connect.NewResponse(discoveredList(list)), nil
 }
 
 func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorRequest]) (*connect.Response[bcdv1.DoctorResponse], error) {

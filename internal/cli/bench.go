@@ -29,17 +29,11 @@ func benchCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if profile != "" {
-				f, err := os.Create(profile)
-				if err != nil {
-					return fmt.Errorf("creating CPU profile: %w", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("starting CPU profile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(profile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			external, _ := cmd.Flags().GetBool("external")
 			if external {
 				cfg.BaseURL, cfg.Token = g.server, g.apiToken()
@@ -89,4 +83,24 @@ func benchCmd(g *globals) *cobra.Command {
 	api.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of the whole run (server and clients) to this file")
 	cmd.AddCommand(api)
 	return cmd
+}
+
+// startCPUProfile writes a CPU profile to path until stop is called; an empty path profiles
+// nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("creating CPU profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("starting CPU profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

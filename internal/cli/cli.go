@@ -15,10 +15,12 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"bcd/internal/bmc/bmccmd"
+	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/lab/labcmd"
 	"bcd/internal/ramdisk/ramdiskcmd"
@@ -152,6 +154,29 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: accepted are debug, info, warn, error", level)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}
+
+// bmcFlags are the flags that bind a BMC (enroll, accept): driver, address, user, password
+// file, TLS verification.
+func bmcFlags(f *pflag.FlagSet, b *bcdv1.BmcCredentials, passwordFile *string) {
+	f.StringVar(&b.Driver, "bmc-driver", "", "redfish or ipmi (default: the pool's hardware profile)")
+	f.StringVar(&b.Address, "bmc-address", "", "https://HOST[:PORT] (redfish) or HOST[:PORT] (ipmi)")
+	f.StringVar(&b.Username, "bmc-username", "", "BMC user")
+	f.StringVar(passwordFile, "bmc-password-file", "", "file holding the BMC password (or env BCD_BMC_PASSWORD)")
+	f.BoolVar(&b.InsecureTls, "insecure-tls", false, "do not verify the BMC's TLS certificate")
+	f.StringVar(&b.TlsFingerprintSha256, "tls-fingerprint", "", "pin the BMC's TLS certificate by SHA-256")
+}
+
+// bmcPassword is the BMC password from --bmc-password-file, else $BCD_BMC_PASSWORD; never from
+// the command line.
+func (g *globals) bmcPassword(passwordFile string) (string, error) {
+	switch {
+	case passwordFile != "":
+		return readSecretFile(passwordFile)
+	case g.env.Getenv("BCD_BMC_PASSWORD") != "":
+		return g.env.Getenv("BCD_BMC_PASSWORD"), nil
+	}
+	return "", fmt.Errorf("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
 }
 
 // readSecretFile reads a password file (trailing newline dropped).

@@ -76,15 +76,8 @@ func enrollCmd(g *globals) *cobra.Command {
 			if in.Labels, err = labelMap(labels); err != nil {
 				return err
 			}
-			switch {
-			case passwordFile != "":
-				if in.Bmc.Password, err = readSecretFile(passwordFile); err != nil {
-					return err
-				}
-			case g.env.Getenv("BCD_BMC_PASSWORD") != "":
-				in.Bmc.Password = g.env.Getenv("BCD_BMC_PASSWORD")
-			default:
-				return fmt.Errorf("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
+			if in.Bmc.Password, err = g.bmcPassword(passwordFile); err != nil {
+				return err
 			}
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Enroll(ctx, connect.NewRequest(&in))
@@ -93,12 +86,7 @@ func enrollCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&in.Pool, "pool", "default", "pool to join (name or id)")
-	f.StringVar(&in.Bmc.Driver, "bmc-driver", "", "redfish or ipmi (default: the pool's hardware profile)")
-	f.StringVar(&in.Bmc.Address, "bmc-address", "", "https://HOST[:PORT] (redfish) or HOST[:PORT] (ipmi)")
-	f.StringVar(&in.Bmc.Username, "bmc-username", "", "BMC user")
-	f.StringVar(&passwordFile, "bmc-password-file", "", "file holding the BMC password (or env BCD_BMC_PASSWORD)")
-	f.BoolVar(&in.Bmc.InsecureTls, "insecure-tls", false, "do not verify the BMC's TLS certificate")
-	f.StringVar(&in.Bmc.TlsFingerprintSha256, "tls-fingerprint", "", "pin the BMC's TLS certificate by SHA-256")
+	bmcFlags(f, in.Bmc, &passwordFile)
 	f.StringSliceVar(&in.Macs, "mac", nil, "provisioning NIC MAC (repeatable)")
 	f.StringVar(&in.ProductUuid, "product-uuid", "", "SMBIOS product UUID")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,17 +38,11 @@ func simCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if profile != "" {
-				f, err := os.Create(profile)
-				if err != nil {
-					return fmt.Errorf("creating CPU profile: %w", err)
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("starting CPU profile: %w", err)
-				}
-				defer pprof.StopCPUProfile()
+			stop, err := startCPUProfile(profile)
+			if err != nil {
+				return err
 			}
+			defer stop()
 			if storeDSN == "" {
 				dir, err := os.MkdirTemp("", "bcd-sim-")
 				if err != nil {
@@ -117,16 +110,7 @@ func simCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(g.env.Stdout, "approvals answered in %s; %s\n", rep.Approve.Round(time.Millisecond), rep.Rest)
 				return nil
 			}
-			rep, err := h.RunPhases(ctx, nodes, timeout, func(phase string, done, total int) {
-				if asJSON || phase == last && done < total && time.Since(lastAt) < time.Second {
-					return
-				}
-				if phase != last && last != "" {
-					fmt.Fprintln(g.env.Stderr)
-				}
-				last, lastAt = phase, time.Now()
-				fmt.Fprintf(g.env.Stderr, "\r%-20s %6d/%d", phase, done, total)
-			})
+			rep, err := h.RunPhases(ctx, nodes, timeout, show)
 			if !asJSON {
 				fmt.Fprintln(g.env.Stderr)
 			}
