@@ -117,12 +117,12 @@ func upTestLab(t *testing.T, o Options) State {
 		case <-sup.Done():
 			// A clean exit: no error, no data race (the race detector exits 66).
 			if err := sup.Err(); err != nil {
-				t.Errorf("supervisor exited with %v; log:\n%s", err, tail(filepath.Join(o.Dir, SupervisorLog), 60))
+				t.Errorf("supervisor exited with %v; log:\n%s", err, Tail(filepath.Join(o.Dir, SupervisorLog), 60))
 			}
 		case <-time.After(time.Minute):
 			t.Errorf("supervisor %d still running after Down", sup.PID)
 		}
-		t.Logf("lab down in %s; supervisor log:\n%s", time.Since(start).Round(time.Millisecond), tail(filepath.Join(o.Dir, SupervisorLog), 12))
+		t.Logf("lab down in %s; supervisor log:\n%s", time.Since(start).Round(time.Millisecond), Tail(filepath.Join(o.Dir, SupervisorLog), 12))
 		assertNothingLeft(t, st)
 		if err := Down(context.Background(), o.Dir, log); err != nil {
 			t.Errorf("Down of a lab already down: %v", err)
@@ -300,7 +300,7 @@ func TestLabPXE(t *testing.T) {
 	}
 	if err := cmd.Wait(); err != nil || !passed {
 		for _, vm := range st.VMs {
-			t.Logf("%s console (tail):\n%s", vm.Name, tail(vm.Console, 25))
+			t.Logf("%s console (tail):\n%s", vm.Name, Tail(vm.Console, 25))
 		}
 		t.Fatalf("inner test in namespace %s failed: %v (passed=%v)", st.NetNS, err, passed)
 	}

@@ -266,14 +266,14 @@ func TestLabPXEInNamespace(t *testing.T) {
 		at, info, err := dhcpSeen.wait(wctx, vm.MAC)
 		if err != nil {
 			wcancel()
-			t.Fatalf("%s (%s): no DHCPDISCOVER within %s of power-on; console:\n%s", vm.Name, vm.Firmware, vmBootDeadline, tail(vm.Console, 20))
+			t.Fatalf("%s (%s): no DHCPDISCOVER within %s of power-on; console:\n%s", vm.Name, vm.Firmware, vmBootDeadline, Tail(vm.Console, 20))
 		}
 		r.ToDHCPDiscover = at.Sub(powerOn[vm.MAC])
 		t.Logf("%s: first DHCPDISCOVER %s after power-on (%s)", vm.Name, r.ToDHCPDiscover.Round(time.Millisecond), info)
 		at, info, err = bootSeen.wait(wctx, vm.MAC)
 		wcancel()
 		if err != nil {
-			t.Fatalf("%s (%s): no /boot.ipxe request within %s of power-on; console:\n%s", vm.Name, vm.Firmware, vmBootDeadline, tail(vm.Console, 20))
+			t.Fatalf("%s (%s): no /boot.ipxe request within %s of power-on; console:\n%s", vm.Name, vm.Firmware, vmBootDeadline, Tail(vm.Console, 20))
 		}
 		r.ToBootScript = at.Sub(powerOn[vm.MAC])
 		t.Logf("%s: first /boot.ipxe %s after power-on (%s)", vm.Name, r.ToBootScript.Round(time.Millisecond), info)

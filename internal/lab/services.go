@@ -93,11 +93,11 @@ func PlanSite(s Spec, shareDir string, o SiteOptions) (Spec, error) {
 	s.Files = &FileShare{Listen: netip.AddrPortFrom(br, FileSharePort).String(), Dir: shareDir}
 	s.Uplinks = append(s.Uplinks, Uplink{Listen: netip.AddrPortFrom(br, uint16(o.GatewayPort)).String(),
 		Target: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(o.GatewayPort)).String()})
-	kernelSHA, err := fileSHA256(filepath.Join(shareDir, o.Kernel))
+	kernelSHA, err := FileSHA256(filepath.Join(shareDir, o.Kernel))
 	if err != nil {
 		return Spec{}, fmt.Errorf("planning lab site agent: ramdisk kernel: %w", err)
 	}
-	initrdSHA, err := fileSHA256(filepath.Join(shareDir, o.Initrd))
+	initrdSHA, err := FileSHA256(filepath.Join(shareDir, o.Initrd))
 	if err != nil {
 		return Spec{}, fmt.Errorf("planning lab site agent: ramdisk initramfs: %w", err)
 	}
@@ -119,7 +119,8 @@ func PlanSite(s Spec, shareDir string, o SiteOptions) (Spec, error) {
 	return s, nil
 }
 
-func fileSHA256(path string) (string, error) {
+// FileSHA256 is the hex SHA-256 of the file at path.
+func FileSHA256(path string) (string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err

@@ -232,7 +232,7 @@ func startSupervisor(ctx context.Context, s Spec, cfg UpConfig, log *slog.Logger
 	fail := func(why string) (*Supervisor, error) {
 		_ = syscall.Kill(sup.PID, syscall.SIGTERM)
 		waitExit(sup.PID, supervisorStopWait)
-		return nil, fmt.Errorf("lab supervisor %s; its log %s ends with:\n%s", why, logPath, tail(logPath, 20))
+		return nil, fmt.Errorf("lab supervisor %s; its log %s ends with:\n%s", why, logPath, Tail(logPath, 20))
 	}
 	select {
 	case l := <-line:
@@ -248,8 +248,8 @@ func startSupervisor(ctx context.Context, s Spec, cfg UpConfig, log *slog.Logger
 	}
 }
 
-// tail returns the last n lines of the file at path.
-func tail(path string, n int) string {
+// Tail returns the last n lines of the file at path (for error messages).
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "(" + err.Error() + ")"

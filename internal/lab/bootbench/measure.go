@@ -3,19 +3,12 @@ package bootbench
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
 	"net/netip"
@@ -33,6 +26,7 @@ import (
 	"bcd/internal/lab"
 	"bcd/internal/lab/vbmc"
 	"bcd/internal/netboot"
+	"bcd/internal/pki"
 	"bcd/internal/site"
 )
 
@@ -172,7 +166,7 @@ func prepare(ctx context.Context, st lab.State, ramdiskDir string, log *slog.Log
 	share := "http://" + ln.Addr().String() + "/"
 	var arts [2]netboot.Artifact
 	for i, name := range []string{kernelName, initrdName} {
-		sum, err := fileSHA256(filepath.Join(ramdiskDir, name))
+		sum, err := lab.FileSHA256(filepath.Join(ramdiskDir, name))
 		if err != nil {
 			return nil, fmt.Errorf("ramdisk (make ramdisk): %w", err)
 		}
@@ -282,7 +276,7 @@ func (e *env) boot(ctx context.Context, srv Server, vm lab.VMState, run int) (Sa
 	defer cancel()
 	seen, err := Watch(wctx, vm.Console, off, start, Markers, consolePoll)
 	if err != nil {
-		return Sample{}, fmt.Errorf("%s never came online: %w; console ends with:\n%s", vm.Name, err, tailFile(vm.Console, 15))
+		return Sample{}, fmt.Errorf("%s never came online: %w; console ends with:\n%s", vm.Name, err, lab.Tail(vm.Console, 15))
 	}
 	return Sample{Server: srv, Firmware: vm.Firmware, Run: run + 1, VM: vm.Name, Ready: seen.At[PhaseReady],
 		Phases: seen.At, Line: seen.Line}, nil
@@ -399,7 +393,7 @@ func (c *child) exited() bool {
 // stop ends the child (SIGTERM, then SIGKILL) and waits for it.
 func (c *child) stop() error {
 	if c.exited() {
-		return fmt.Errorf("%s exited early (%v); its log %s ends with:\n%s", c.cmd.Path, c.err, c.log, tailFile(c.log, 10))
+		return fmt.Errorf("%s exited early (%v); its log %s ends with:\n%s", c.cmd.Path, c.err, c.log, lab.Tail(c.log, 10))
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -456,19 +450,6 @@ func udpPortBound(port int) (bool, error) {
 	return false, sc.Err()
 }
 
-func fileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hashing %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -486,31 +467,12 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
-// throwawayCA is a self-signed CA certificate (PEM) for the ramdisk's bcd.ca: the ramdisk needs
-// one on its command line to start; nothing here ever verifies against it.
+// throwawayCA is a CA certificate (PEM) for the ramdisk's bcd.ca: the ramdisk needs one on its
+// command line to start; nothing here ever verifies against it.
 func throwawayCA() ([]byte, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := pki.CreateCA("bcd bootbench CA", time.Now())
 	if err != nil {
 		return nil, err
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bcd bootbench CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
-}
-
-func tailFile(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "(" + err.Error() + ")"
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return ca.CertPEM(), nil
 }
