@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -247,14 +249,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func portOf(url string) (int, error) {
-	i := strings.LastIndexByte(url, ':')
-	if i < 0 {
-		return 0, fmt.Errorf("no port in %q", url)
+func portOf(gatewayURL string) (int, error) {
+	u, err := url.Parse(gatewayURL)
+	if err != nil {
+		return 0, err
 	}
-	var p int
-	_, err := fmt.Sscanf(strings.TrimSuffix(url[i+1:], "/"), "%d", &p)
-	return p, err
+	return strconv.Atoi(u.Port())
 }
 
 func get(ctx context.Context, t *testing.T, c *Client, id string) *bcdv1.Node {
