@@ -88,8 +88,11 @@ type VM struct {
 	OVMFVars   string `json:"ovmfVars"`   // UEFI only: this VM's copy of OVMF_VARS
 	QMPSocket  string `json:"qmpSocket"`  // owned by the VM's BMCs: do not connect to it
 	QMPMonitor string `json:"qmpMonitor"` // a second QMP monitor for status and tests (short connections)
-	Console    string `json:"console"`    // serial console log
-	QEMULog    string `json:"qemuLog"`    // QEMU's own stdout/stderr
+	// InbandSocket: the guest's KCS IPMI interface (QEMU ipmi-bmc-extern) is forwarded here to
+	// the VM's IPMI BMC, which listens on it (OpenIPMI VM protocol): in-band BMC provisioning.
+	InbandSocket string `json:"inbandSocket"`
+	Console      string `json:"console"` // serial console log
+	QEMULog      string `json:"qemuLog"` // QEMU's own stdout/stderr
 
 	RedfishAddr string `json:"redfishAddr"` // host:port on the bridge (HTTPS)
 	IPMIAddr    string `json:"ipmiAddr"`    // host:port on the bridge (UDP, RMCP+)

@@ -143,12 +143,12 @@ func Plan(o Options) (Spec, error) {
 			MAC: MAC(i), UUID: VMUUID(i), Serial: fmt.Sprintf("BCDLAB%04d", i), Tap: fmt.Sprintf("bcdtap%d", i),
 			MemoryMiB: o.MemoryMiB, DiskBus: o.DiskBus, DiskSize: o.DiskSize,
 			Dir: dir, Disk: filepath.Join(dir, "disk.raw"),
-			QMPSocket: filepath.Join(dir, "qmp.sock"), QMPMonitor: filepath.Join(dir, "monitor.sock"),
+			QMPSocket: filepath.Join(dir, "qmp.sock"), QMPMonitor: filepath.Join(dir, "monitor.sock"), InbandSocket: filepath.Join(dir, "bmc-inband.sock"),
 			Console: filepath.Join(dir, "console.log"), QEMULog: filepath.Join(dir, "qemu.log"),
 			RedfishAddr: netip.AddrPortFrom(v4.Addr(), uint16(DefaultRedfishPort+i)).String(),
 			IPMIAddr:    netip.AddrPortFrom(v4.Addr(), uint16(DefaultIPMIPort+i)).String(),
 		}
-		if len(vm.QMPMonitor) > maxSocketPath || len(vm.QMPSocket) > maxSocketPath {
+		if len(vm.QMPMonitor) > maxSocketPath || len(vm.QMPSocket) > maxSocketPath || len(vm.InbandSocket) > maxSocketPath {
 			return Spec{}, fmt.Errorf("planning lab: directory %q is too long for QMP socket paths (at most %d bytes)", o.Dir, maxSocketPath)
 		}
 		if vm.Firmware == FirmwareUEFI {

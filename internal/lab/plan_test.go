@@ -39,7 +39,7 @@ func TestPlanAllocation(t *testing.T) {
 				want := VM{Index: 1, Name: "lab-1", Firmware: FirmwareUEFI, MAC: "02:bc:d1:ab:00:01",
 					UUID: "bcd1ab00-0000-4000-8000-000000000001", Serial: "BCDLAB0001", Tap: "bcdtap1",
 					MemoryMiB: 1024, DiskBus: DiskVirtio, DiskSize: 4 << 30, Dir: "/lab/lab-1", Disk: "/lab/lab-1/disk.raw",
-					OVMFVars: "/lab/lab-1/OVMF_VARS.fd", QMPSocket: "/lab/lab-1/qmp.sock", QMPMonitor: "/lab/lab-1/monitor.sock",
+					OVMFVars: "/lab/lab-1/OVMF_VARS.fd", QMPSocket: "/lab/lab-1/qmp.sock", QMPMonitor: "/lab/lab-1/monitor.sock", InbandSocket: "/lab/lab-1/bmc-inband.sock",
 					Console: "/lab/lab-1/console.log", QEMULog: "/lab/lab-1/qemu.log",
 					RedfishAddr: "172.30.0.1:8001", IPMIAddr: "172.30.0.1:6231"}
 				if vm != want {

@@ -43,6 +43,11 @@ func QEMUArgs(s Spec, vm VM) []string {
 		"-serial", "chardev:console",
 		"-qmp", kv("unix:"+vm.QMPSocket, "server=on", "wait=off"),
 		"-qmp", kv("unix:"+vm.QMPMonitor, "server=on", "wait=off"),
+		// The host's IPMI system interface (KCS), forwarded to the VM's IPMI BMC, which
+		// listens on the socket (QEMU reconnects: it may start first, and after a BMC restart).
+		"-chardev", kv("socket", "id=ipmi0", "path="+vm.InbandSocket, "reconnect=1"),
+		"-device", kv("ipmi-bmc-extern", "chardev=ipmi0", "id=bmc0"),
+		"-device", kv("isa-ipmi-kcs", "bmc=bmc0"),
 		"-no-shutdown", "-S",
 		"-boot", "strict=on",
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -329,9 +330,15 @@ func (v *runningVM) serveBMCs(ctx, bg context.Context, wg *sync.WaitGroup, cred 
 	if err := os.WriteFile(certFile, srv.Cert.PEM, 0o644); err != nil {
 		return VMState{}, fmt.Errorf("writing Redfish certificate of %s: %w", vm.Name, err)
 	}
-	ib, err := ipmibmc.New(ipmibmc.Config{Addr: vm.IPMIAddr, Username: cred.Username, Password: cred.Password,
-		GUID: vm.UUID, Logger: log}, m)
+	_ = os.Remove(vm.InbandSocket) // a previous run's
+	inband, err := net.Listen("unix", vm.InbandSocket)
 	if err != nil {
+		return VMState{}, fmt.Errorf("IPMI BMC of %s: in-band socket: %w", vm.Name, err)
+	}
+	ib, err := ipmibmc.New(ipmibmc.Config{Addr: vm.IPMIAddr, Username: cred.Username, Password: cred.Password,
+		GUID: vm.UUID, Logger: log, InbandListener: inband}, m)
+	if err != nil {
+		_ = inband.Close()
 		return VMState{}, fmt.Errorf("IPMI BMC of %s: %w", vm.Name, err)
 	}
 	v.ipmi = ib

@@ -4,6 +4,12 @@
 // and 5, with faithful read-back), Get System GUID / Get Device GUID, and the user commands
 // (Set User Password for credential rotation).
 //
+// With Config.InbandListener it also serves the host's in-band face: QEMU's ipmi-bmc-extern
+// device (the guest's KCS interface) forwarded over a stream socket in OpenIPMI's VM protocol
+// (go-ipmi's vmproto), dispatching into the same BMC state: a user the guest creates in-band
+// with ipmitool or the ramdisk's in-band provisioning logs in over RMCP+ at once. Get LAN
+// Configuration Parameters reports the RMCP+ address (IP and port) to the host.
+//
 // Power actions are queued and run by one worker goroutine, so a Chassis Control answers at
 // once; a Chassis Control repeated within one session inside DedupeWindow (a client
 // retransmission) is answered from cache and not run again (LAB-NOTES gotcha 4).
@@ -24,6 +30,7 @@ import (
 	"github.com/bougou/go-ipmi/pkg/server"
 	"github.com/bougou/go-ipmi/pkg/transport/udp"
 	"github.com/bougou/go-ipmi/pkg/types"
+	"github.com/bougou/go-ipmi/pkg/vmproto"
 	"github.com/google/uuid"
 
 	"bcd/internal/lab/vbmc"
@@ -61,6 +68,9 @@ type Config struct {
 	// ActionTimeout bounds one queued power action; zero means DefaultActionTimeout.
 	ActionTimeout time.Duration
 	Logger        *slog.Logger
+	// InbandListener, when set, serves the in-band (system interface) face on it: QEMU's
+	// ipmi-bmc-extern connects here (chardev socket). Serve closes it.
+	InbandListener net.Listener
 }
 
 // BMC is one running virtual IPMI BMC.
@@ -71,6 +81,7 @@ type BMC struct {
 	conn    *udp.Conn
 	srv     *server.Server
 	gobmc   *gobmc.BMC
+	vm      *vmproto.VMServer // the in-band face; nil without Config.InbandListener
 	sysGUID [16]byte
 	actions chan powerAction
 	boot    bootStore
@@ -155,6 +166,9 @@ func New(cfg Config, m vbmc.Machine) (*BMC, error) {
 	b.conn = conn
 	b.log = log.With("bmc", "ipmi", "addr", conn.LocalAddr().String())
 	b.srv = server.NewServer(b.gobmc, conn, server.WithHandlerRegistry(b.registry()))
+	if cfg.InbandListener != nil {
+		b.vm = vmproto.NewVMServer(b.gobmc, vmproto.WithVMHandlerRegistry(b.registry()))
+	}
 	return b, nil
 }
 
@@ -190,6 +204,13 @@ func (b *BMC) serve(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { b.runActions(ctx) })
+	if b.vm != nil {
+		wg.Go(func() {
+			if err := b.vm.Serve(ctx, b.cfg.InbandListener); err != nil {
+				b.log.Error("in-band (VM protocol) face stopped", "err", err)
+			}
+		})
+	}
 	wg.Go(func() {
 		<-ctx.Done()
 		_ = b.Close()

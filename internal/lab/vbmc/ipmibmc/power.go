@@ -134,7 +134,7 @@ type machineHAL struct{ b *BMC }
 func (h machineHAL) Chassis() hal.ChassisHAL { return chassisHAL(h) }
 func (machineHAL) Sensors() hal.SensorHAL    { return nil }
 func (machineHAL) Storage() hal.StorageHAL   { return nil }
-func (machineHAL) Network() hal.NetworkHAL   { return nil }
+func (h machineHAL) Network() hal.NetworkHAL { return networkHAL(h) }
 func (machineHAL) GPIO() hal.GPIOHAL         { return nil }
 func (machineHAL) I2C() hal.I2CHAL           { return nil }
 func (machineHAL) Console() hal.ConsoleHAL   { return nil }
@@ -197,3 +197,20 @@ func (chassisHAL) SetBootInfoAcknowledge(context.Context, *types.BootOptionParam
 func (chassisHAL) GetBootInfoAcknowledge(context.Context) (*types.BootOptionParam_BootInfoAcknowledge, error) {
 	return &types.BootOptionParam_BootInfoAcknowledge{}, nil
 }
+
+// networkHAL reports the RMCP+ socket's address as the BMC's LAN configuration (in-band
+// software reads where to reach the BMC out of band); it cannot be changed.
+type networkHAL struct{ b *BMC }
+
+func (n networkHAL) GetConfig(context.Context) (*hal.IPConfig, error) {
+	a := n.b.Addr()
+	ip := a.IP.To4()
+	if ip == nil {
+		return nil, hal.ErrNotSupported
+	}
+	cfg := &hal.IPConfig{Port: uint16(a.Port), Mask: [4]byte{255, 255, 255, 0}}
+	copy(cfg.IP[:], ip)
+	return cfg, nil
+}
+
+func (networkHAL) SetConfig(context.Context, *hal.IPConfig) error { return hal.ErrNotSupported }
