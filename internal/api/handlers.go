@@ -53,7 +53,11 @@ func (h *nodes) Get(ctx context.Context, req *connect.Request[bcdv1.GetNodeReque
 	if a.Workflow != "" {
 		resp.Msg.Node.Activity = &bcdv1.Activity{Workflow: a.Workflow, WorkflowState: a.WorkflowState, Step: int32(a.Step), Steps: int32(a.Steps),
 			StepName: a.StepName, Phase: a.Phase, CommandKind: a.CommandKind, CommandState: a.CommandState,
-			ProgressDone: a.ProgressDone, ProgressTotal: a.ProgressTotal, ProgressMessage: a.ProgressMessage, Error: a.Error}
+			ProgressDone: a.ProgressDone, ProgressTotal: a.ProgressTotal, ProgressMessage: a.ProgressMessage, Error: a.Error,
+			RamdiskPoweringOff: a.RamdiskPoweringOff}
+		if a.RamdiskLingeringUntil != 0 {
+			resp.Msg.Node.Activity.RamdiskLingeringUntil = store.Micros(a.RamdiskLingeringUntil).Format(time.RFC3339)
+		}
 	}
 	return resp, nil
 }

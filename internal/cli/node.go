@@ -224,6 +224,12 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 		if a.Error != "" {
 			row("workflow error", a.Error)
 		}
+		switch {
+		case a.RamdiskPoweringOff:
+			row("ramdisk", "fast-track window over: told to power its host off")
+		case a.RamdiskLingeringUntil != "":
+			row("ramdisk", "lingering until "+a.RamdiskLingeringUntil+" (fast track: a workflow started before then needs no boot)")
+		}
 	}
 	row("verbs accepted", dash(strings.Join(n.AllowedVerbs, ", ")))
 	row("version", fmt.Sprint(n.Version))

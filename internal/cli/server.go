@@ -7,6 +7,7 @@ import (
 
 	"bcd/internal/engine"
 	"bcd/internal/server"
+	"bcd/internal/workflow"
 )
 
 func serverCmd(g *globals) *cobra.Command {
@@ -22,6 +23,9 @@ func serverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			cfg.Key = g.env.Getenv("BCD_SEAL_KEY")
+			if fw := cfg.Engine.FastTrackWindow; fw < 0 || fw > workflow.MaxFastTrackWindow {
+				return fmt.Errorf("--fast-track-window %s: use a duration from 0s (off) to %s", fw, workflow.MaxFastTrackWindow)
+			}
 			srv, err := server.New(cmd.Context(), cfg, log)
 			if err != nil {
 				return err
@@ -44,6 +48,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&cfg.GatewayHosts, "gateway-host", nil, "extra DNS name or IP in the gateway's certificate (repeatable)")
 	f.StringVar(&cfg.ProfilesFile, "profiles-file", g.envOr("BCD_PROFILES_FILE", ""), "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
 	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
+	f.DurationVar(&cfg.Engine.FastTrackWindow, "fast-track-window", 0, "how long a ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot, where the node's pool sets no fastTrackWindow (0: off, the BMC powers the node off at once)")
 	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	return cmd
 }

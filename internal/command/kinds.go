@@ -48,6 +48,11 @@ var kinds = []Kind{
 	{Name: "disk.wipe", RunsOn: OnRamdisk, Destructive: true, Attested: true},
 	{Name: "deploy.image", RunsOn: OnRamdisk, Destructive: true},
 	{Name: "boot.kexec", RunsOn: OnRamdisk, Destructive: true, SelfTerminating: true},
+	// ramdisk.powerOff ends a lingering ramdisk's fast-track window: the ramdisk powers its own
+	// host off. Sent only while no workflow holds the node, to an idle ramdisk whose workflow
+	// (with its power.off in scope) completed: nothing of the machine's is lost, hence not
+	// destructive. It reports success just before the host goes down.
+	{Name: "ramdisk.powerOff", RunsOn: OnRamdisk},
 }
 
 // Kinds lists every kind.

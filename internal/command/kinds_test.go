@@ -14,6 +14,7 @@ func TestKindTable(t *testing.T) {
 		"disk.wipe":           "ramdisk destructive attested . .",
 		"deploy.image":        "ramdisk destructive . . .",
 		"boot.kexec":          "ramdisk destructive . . selfterminating",
+		"ramdisk.powerOff":    "ramdisk . . . .",
 	}
 	flag := func(b bool, s string) string {
 		if b {

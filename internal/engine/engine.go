@@ -43,6 +43,9 @@ type Config struct {
 	// MACWindow is how long after its power cycle a MAC-less node's MAC may first be seen
 	// (await.macCandidate); default MACWindow (10 minutes).
 	MACWindow time.Duration
+	// FastTrackWindow is how long a ramdisk lingers after commissioning, release or inspection
+	// where the node's pool sets no fastTrackWindow; 0: off (powered off at once).
+	FastTrackWindow time.Duration
 }
 
 // SecretOpener opens a sealed secret by reference.

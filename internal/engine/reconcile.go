@@ -86,6 +86,9 @@ func (r *run) step() (again time.Duration, more bool, err error) {
 	case !pn.Busy() && n.BatchID != "":
 		// The node rests: its batch is no longer parked on it.
 		return 0, true, r.unpark()
+	case n.LingerUntil != 0 || n.LingerCommand != "":
+		// No workflow holds the node (a busy node in maintenance waits for its workflow).
+		return r.linger(pn.Busy())
 	}
 	return 0, false, nil
 }
@@ -131,6 +134,9 @@ func (r *run) startWorkflow() error {
 	}
 	if err != nil {
 		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot start the workflow of %s: %v", n.State, err))
+	}
+	if err := r.endLinger(res.Profile); err != nil {
+		return err
 	}
 	batchID, err := r.batchFor(res)
 	if err != nil {
@@ -232,7 +238,11 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 				return 0, true, nil
 			}
 		}
-		if !st.When.Holds(len(r.n.MACs)) {
+		facts, err := r.facts(st.When)
+		if err != nil {
+			return 0, false, err
+		}
+		if !st.When.Holds(facts) {
 			// A conditional step whose condition does not hold is passed over without an event
 			// (the steps for MAC-less nodes would otherwise add three to every ensureRamdisk).
 			return 0, true, r.nextStep(wf)
@@ -485,6 +495,8 @@ func (r *run) controlPlane(st workflow.Step) error {
 			return err
 		}
 		return r.event("node.identity.revoked", r.n.State, r.n.State, "", map[string]any{"generation": r.n.IdentityGeneration})
+	case "metal.linger":
+		return r.startLinger()
 	}
 	return fmt.Errorf("step %s has no control-plane implementation", st.Use)
 }

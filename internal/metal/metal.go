@@ -680,6 +680,10 @@ type Activity struct {
 	ProgressDone, ProgressTotal    int64
 	ProgressMessage                string
 	Error                          string
+	// RamdiskLingeringUntil is when a lingering ramdisk (fast track) is told to power its host
+	// off, 0 when none lingers; RamdiskPoweringOff: it was told and has not confirmed yet.
+	RamdiskLingeringUntil int64
+	RamdiskPoweringOff    bool
 }
 
 // Activity returns node's activity; a node that never ran a workflow has none (zero value).
@@ -692,7 +696,8 @@ func (s *Service) Activity(ctx context.Context, p auth.Principal, n store.Node) 
 		return Activity{}, err
 	}
 	wf := wfs[0]
-	a := Activity{Workflow: wf.Profile, WorkflowState: wf.State, Phase: wf.Phase, Step: wf.StepIndex, Error: wf.Error}
+	a := Activity{Workflow: wf.Profile, WorkflowState: wf.State, Phase: wf.Phase, Step: wf.StepIndex, Error: wf.Error,
+		RamdiskLingeringUntil: n.LingerUntil, RamdiskPoweringOff: n.LingerCommand != ""}
 	var steps []workflow.Step
 	src := wf.Steps
 	if wf.Phase == "cleanup" {

@@ -82,6 +82,7 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 }
 
 func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) {
+	boot := ctx // this boot of the ramdisk; a command's context ends with the command
 	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
 		s.counted(cmd.ID)
 		s.sleep(ctx)
@@ -89,6 +90,21 @@ func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) 
 			s.kexec(ctx, m) // the ramdisk ends here: no result is ever reported
 			<-ctx.Done()
 			return nil, ctx.Err()
+		}
+		if cmd.Kind == "ramdisk.powerOff" {
+			// As the real ramdisk: the result reaches the gateway, then the host goes down.
+			s.wg.Add(1)
+			go func() {
+				defer s.wg.Done()
+				t := time.NewTimer(100 * time.Millisecond)
+				defer t.Stop()
+				select {
+				case <-t.C:
+					s.selfPowerOff(m)
+				case <-boot.Done():
+				}
+			}()
+			return json.Marshal(map[string]any{"poweringOff": true})
 		}
 		result, _, err := s.ramdiskWork(m, cmd.Kind)
 		if err != nil {

@@ -105,6 +105,7 @@ type Sim struct {
 	siteAgent  engine.Agent
 	siteStatus func([]agentlink.Discovered)
 	seen       map[string]agentlink.Discovered
+	selfOffs   atomic.Int32
 }
 
 // SetSiteIdentity gives the in-process site agent the key and certificate it signs site
@@ -551,6 +552,16 @@ func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engi
 		r.s.kexec(ctx, r.m)
 		return engine.Update{}
 	}
+	if c.Kind == "ramdisk.powerOff" {
+		// The result first, then the host goes down (as the real ramdisk after its delay).
+		u := ok(map[string]any{"poweringOff": true})
+		u.CommandID = c.ID
+		if err := r.s.link.Report(context.WithoutCancel(ctx), a, u); err != nil && ctx.Err() == nil {
+			r.s.fail(fmt.Errorf("%s reporting %s: %w", a.ID, c.ID, err))
+		}
+		r.s.selfPowerOff(r.m)
+		return engine.Update{}
+	}
 	result, attested, err := r.s.ramdiskWork(r.m, c.Kind)
 	if err != nil {
 		return failed(err.Error())
@@ -585,6 +596,24 @@ func (s *Sim) ramdiskWork(m *Machine, kind string) (any, bool, error) {
 		return map[string]any{"bytes": 1 << 30}, false, nil
 	}
 	return nil, false, fmt.Errorf("the simulated ramdisk does not run %s", kind)
+}
+
+// selfPowerOff is a ramdisk powering its own host off (ramdisk.powerOff): no BMC involved.
+func (s *Sim) selfPowerOff(m *Machine) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s.powerOff(m)
+	s.selfOffs.Add(1)
+}
+
+// SelfPowerOffs counts the ramdisks that powered their host off (ramdisk.powerOff).
+func (s *Sim) SelfPowerOffs() int { return int(s.selfOffs.Load()) }
+
+// Powered reports whether the machine is on.
+func (m *Machine) Powered() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.power
 }
 
 // kexec ends the machine's ramdisk and boots its installed OS.

@@ -57,6 +57,10 @@ type PoolPolicy struct {
 	// AutoAccept: machines a discovery-mode ramdisk reports at the pool's site are accepted
 	// into this pool without an operator (acceptance flow). Off by default.
 	AutoAccept bool `json:"autoAccept,omitempty"`
+	// FastTrackWindow is how long the ramdisk stays up after commissioning, release or
+	// inspection for a workflow to use it without a boot (a Go duration, "10m"); "0s": off
+	// (powered off at once); empty: the server's default.
+	FastTrackWindow string `json:"fastTrackWindow,omitempty"`
 }
 
 type Pool struct {
@@ -97,7 +101,11 @@ type Node struct {
 	// VerbBy is who applied that verb (the requester of the node's one-node batch).
 	VerbBy string
 	// Conditions are named observations about the node ("BmcCredentialRotated": "False").
-	Conditions           map[string]string
+	Conditions map[string]string
+	// LingerUntil is when the node's lingering ramdisk (fast track) is told to power its host
+	// off, 0 when none lingers; LingerCommand is that power-off command once sent.
+	LingerUntil          int64
+	LingerCommand        string
 	IdentityGeneration   uint64
 	Version              uint64
 	CreatedAt, UpdatedAt int64

@@ -41,16 +41,47 @@ const (
 	// WhenNoMACs: the node has no known MAC (enrolled by product UUID only, as IPMI nodes are):
 	// the steps that power-cycle it into PXE to learn its MAC (DESIGN §6 Discovery).
 	WhenNoMACs Condition = "noMacs"
+	// WhenFastTrack: the node's fast-track window is open (not 0): the ramdisk lingers after
+	// the workflow (metal.linger) instead of the BMC powering the node off.
+	WhenFastTrack Condition = "fastTrack"
+	// WhenNoFastTrack: the window is 0: the node is powered off at once (power.off).
+	WhenNoFastTrack Condition = "noFastTrack"
 )
 
-// Holds reports whether a step with condition c runs for a node with macs known MACs. Pure.
-func (c Condition) Holds(macs int) bool {
+// Facts are what conditions are decided on, read as the step starts.
+type Facts struct {
+	MACs            int           // the node's known MACs
+	FastTrackWindow time.Duration // the node's pool's fast-track window (0: off)
+}
+
+// Holds reports whether a step with condition c runs for a node with facts f. Pure.
+func (c Condition) Holds(f Facts) bool {
 	switch c {
 	case WhenNoMACs:
-		return macs == 0
+		return f.MACs == 0
+	case WhenFastTrack:
+		return f.FastTrackWindow > 0
+	case WhenNoFastTrack:
+		return f.FastTrackWindow <= 0
 	}
 	return true
 }
+
+// ParseFastTrackWindow reads a pool policy's fastTrackWindow: a Go duration from 0 (off) to 24h;
+// empty is def (the server's default).
+func ParseFastTrackWindow(s string, def time.Duration) (time.Duration, error) {
+	if s == "" {
+		return def, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 || d > MaxFastTrackWindow {
+		return 0, fmt.Errorf("fast-track window %q: use a duration from 0s (off) to %s, e.g. 10m", s, MaxFastTrackWindow)
+	}
+	return d, nil
+}
+
+// MaxFastTrackWindow bounds the fast-track window: a ramdisk is not a place to keep machines.
+const MaxFastTrackWindow = 24 * time.Hour
 
 func (s Step) String() string {
 	use := s.Use
@@ -145,6 +176,10 @@ var stepKinds = []StepKind{
 	{Use: "boot.kexec", Command: "boot.kexec", Await: AwaitRejoin, Timeout: 20 * time.Minute},
 	{Use: "await.rejoin", Await: AwaitRejoin, Timeout: 20 * time.Minute},
 	{Use: "metal.revokeIdentity", ControlPlane: true, Timeout: time.Minute},
+	// metal.linger leaves the ramdisk up for the node's fast-track window (seed 003 phase 0.9):
+	// the node rests with its ramdisk lingering; a workflow started in the window uses it, else
+	// the reconciler tells it to power its host off when the window passes.
+	{Use: "metal.linger", ControlPlane: true, Timeout: time.Minute},
 	{Use: "plugin.httpViaSite", Command: "site.httpProxy", Relays: true, Timeout: 5 * time.Minute, Retries: 1},
 }
 
@@ -173,15 +208,21 @@ func s(use string, kv ...string) Step {
 	return st
 }
 
+// powerOffOrLinger ends a workflow that leaves the node ready: the BMC powers it off when the
+// node's fast-track window is 0, else its ramdisk lingers for the window.
+var powerOffOrLinger = [2]Step{{Use: "power.off", When: WhenNoFastTrack}, {Use: "metal.linger", When: WhenFastTrack}}
+
 // Builtin returns the built-in profiles. Arguments written as "$name" are filled from the
 // workflow's parameters (the undeploy verb's wipe mode, the deploy verb's image).
 func Builtin() []Profile {
 	return []Profile{
 		{Name: "metal-enroll", Steps: []Step{s("power.getPower"), s("inspect.oob")}},
-		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh")}},
-		{Name: "metal-commission", Steps: []Step{s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), s("power.off")},
+		// Inspection always lingers (a window of 0 ends at once): in the enroll chain the
+		// commissioning that follows uses the ramdisk; alone, the ramdisk powers its host off.
+		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh"), s("metal.linger")}},
+		{Name: "metal-commission", Steps: []Step{s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
-		{Name: "metal-release", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), s("power.off")},
+		{Name: "metal-release", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-retire", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/command"
 )
@@ -12,9 +13,9 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 	params := map[string]string{"wipe": "full", "image": "debian"}
 	want := map[string]string{
 		"metal-enroll":     "power.getPower inspect.oob",
-		"metal-inspect":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh",
-		"metal-commission": "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off",
-		"metal-release":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off",
+		"metal-inspect":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh metal.linger",
+		"metal-commission": "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
+		"metal-release":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off?noFastTrack metal.linger?fastTrack",
 		"metal-retire":     "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
 		"metal-rescue":     "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
 		"metal-unrescue":   "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
@@ -50,14 +51,67 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 func TestConditionHolds(t *testing.T) {
 	for _, tc := range []struct {
 		c    Condition
-		macs int
+		f    Facts
 		want bool
 	}{
-		{Always, 0, true}, {Always, 2, true},
-		{WhenNoMACs, 0, true}, {WhenNoMACs, 1, false}, {WhenNoMACs, 3, false},
+		{Always, Facts{}, true}, {Always, Facts{MACs: 2, FastTrackWindow: time.Minute}, true},
+		{WhenNoMACs, Facts{}, true}, {WhenNoMACs, Facts{MACs: 1}, false}, {WhenNoMACs, Facts{MACs: 3, FastTrackWindow: time.Minute}, false},
+		{WhenFastTrack, Facts{}, false}, {WhenFastTrack, Facts{FastTrackWindow: time.Second}, true}, {WhenFastTrack, Facts{MACs: 0, FastTrackWindow: -time.Second}, false},
+		{WhenNoFastTrack, Facts{}, true}, {WhenNoFastTrack, Facts{FastTrackWindow: time.Second}, false}, {WhenNoFastTrack, Facts{MACs: 1}, true},
 	} {
-		if got := tc.c.Holds(tc.macs); got != tc.want {
-			t.Errorf("%q.Holds(%d) = %v, want %v", tc.c, tc.macs, got, tc.want)
+		if got := tc.c.Holds(tc.f); got != tc.want {
+			t.Errorf("%q.Holds(%+v) = %v, want %v", tc.c, tc.f, got, tc.want)
+		}
+	}
+}
+
+func TestParseFastTrackWindow(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"", 3 * time.Minute, false}, // the default
+		{"0s", 0, false}, {"0", 0, false}, {"10m", 10 * time.Minute, false}, {"24h", 24 * time.Hour, false},
+		{"25h", 0, true}, {"-1m", 0, true}, {"ten minutes", 0, true}, {"10", 0, true},
+	} {
+		got, err := ParseFastTrackWindow(tc.in, 3*time.Minute)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseFastTrackWindow(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+// TestReadyWorkflowsEndPoweredOffOrLingering: every built-in workflow that leaves the node ready
+// ends either in power.off (window 0) or metal.linger (window open), exactly one of them for any
+// window; inspection always lingers.
+func TestReadyWorkflowsEndPoweredOffOrLingering(t *testing.T) {
+	for _, name := range []string{"metal-commission", "metal-release", "metal-inspect"} {
+		p, err := Find(name, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Resolve(p, map[string]string{"wipe": "quick"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range []time.Duration{0, time.Minute} {
+			var ends []string
+			for _, st := range r.Steps {
+				if (st.Use == "power.off" || st.Use == "metal.linger") && st.When.Holds(Facts{MACs: 1, FastTrackWindow: w}) {
+					ends = append(ends, st.Use)
+				}
+			}
+			want := "metal.linger"
+			if w == 0 && name != "metal-inspect" {
+				want = "power.off"
+			}
+			if len(ends) != 1 || ends[0] != want {
+				t.Errorf("%s with window %s ends with %v, want [%s]", name, w, ends, want)
+			}
+			if last := r.Steps[len(r.Steps)-1]; last.Use != "metal.linger" {
+				t.Errorf("%s: last step %s, want metal.linger", name, last)
+			}
 		}
 	}
 }

@@ -408,8 +408,13 @@ type Activity struct {
 	ProgressTotal   int64                  `protobuf:"varint,10,opt,name=progress_total,json=progressTotal,proto3" json:"progress_total,omitempty"`
 	ProgressMessage string                 `protobuf:"bytes,11,opt,name=progress_message,json=progressMessage,proto3" json:"progress_message,omitempty"`
 	Error           string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Set while the node's ramdisk lingers after its workflow (fast track): when it is told to
+	// power its host off unless a workflow takes it first (RFC 3339).
+	RamdiskLingeringUntil string `protobuf:"bytes,13,opt,name=ramdisk_lingering_until,json=ramdiskLingeringUntil,proto3" json:"ramdisk_lingering_until,omitempty"`
+	// The lingering ramdisk was told to power its host off and has not confirmed yet.
+	RamdiskPoweringOff bool `protobuf:"varint,14,opt,name=ramdisk_powering_off,json=ramdiskPoweringOff,proto3" json:"ramdisk_powering_off,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Activity) Reset() {
@@ -524,6 +529,20 @@ func (x *Activity) GetError() string {
 		return x.Error
 	}
 	return ""
+}
+
+func (x *Activity) GetRamdiskLingeringUntil() string {
+	if x != nil {
+		return x.RamdiskLingeringUntil
+	}
+	return ""
+}
+
+func (x *Activity) GetRamdiskPoweringOff() bool {
+	if x != nil {
+		return x.RamdiskPoweringOff
+	}
+	return false
 }
 
 type BmcCredentials struct {
@@ -4232,9 +4251,13 @@ type PoolPolicy struct {
 	FirmwareBaseline map[string]string `protobuf:"bytes,4,rep,name=firmware_baseline,json=firmwareBaseline,proto3" json:"firmware_baseline,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Acceptance flow: machines a discovery-mode ramdisk reports at the pool's site are accepted
 	// into this pool without an operator. Off by default.
-	AutoAccept    bool `protobuf:"varint,5,opt,name=auto_accept,json=autoAccept,proto3" json:"auto_accept,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AutoAccept bool `protobuf:"varint,5,opt,name=auto_accept,json=autoAccept,proto3" json:"auto_accept,omitempty"`
+	// Fast track: how long the ramdisk stays up after commissioning, release or inspection so that
+	// a workflow started meanwhile (a deploy) needs no boot; a Go duration from "0s" (off: powered
+	// off at once) to "24h"; empty: the server's default (bcd server --fast-track-window).
+	FastTrackWindow string `protobuf:"bytes,6,opt,name=fast_track_window,json=fastTrackWindow,proto3" json:"fast_track_window,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *PoolPolicy) Reset() {
@@ -4300,6 +4323,13 @@ func (x *PoolPolicy) GetAutoAccept() bool {
 		return x.AutoAccept
 	}
 	return false
+}
+
+func (x *PoolPolicy) GetFastTrackWindow() string {
+	if x != nil {
+		return x.FastTrackWindow
+	}
+	return ""
 }
 
 type Pool struct {
@@ -6823,7 +6853,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
 	"\x0fConditionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe9\x03\n" +
 	"\bActivity\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12%\n" +
 	"\x0eworkflow_state\x18\x02 \x01(\tR\rworkflowState\x12\x12\n" +
@@ -6837,7 +6867,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x0eprogress_total\x18\n" +
 	" \x01(\x03R\rprogressTotal\x12)\n" +
 	"\x10progress_message\x18\v \x01(\tR\x0fprogressMessage\x12\x14\n" +
-	"\x05error\x18\f \x01(\tR\x05error\"\xd3\x01\n" +
+	"\x05error\x18\f \x01(\tR\x05error\x126\n" +
+	"\x17ramdisk_lingering_until\x18\r \x01(\tR\x15ramdiskLingeringUntil\x120\n" +
+	"\x14ramdisk_powering_off\x18\x0e \x01(\bR\x12ramdiskPoweringOff\"\xd3\x01\n" +
 	"\x0eBmcCredentials\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
@@ -7135,7 +7167,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\tR\tcreatedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa5\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x03\n" +
 	"\n" +
 	"PoolPolicy\x12)\n" +
 	"\x10hardware_profile\x18\x01 \x01(\tR\x0fhardwareProfile\x12<\n" +
@@ -7143,7 +7175,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x06labels\x18\x03 \x03(\v2\x1e.bcd.v1.PoolPolicy.LabelsEntryR\x06labels\x12U\n" +
 	"\x11firmware_baseline\x18\x04 \x03(\v2(.bcd.v1.PoolPolicy.FirmwareBaselineEntryR\x10firmwareBaseline\x12\x1f\n" +
 	"\vauto_accept\x18\x05 \x01(\bR\n" +
-	"autoAccept\x1a9\n" +
+	"autoAccept\x12*\n" +
+	"\x11fast_track_window\x18\x06 \x01(\tR\x0ffastTrackWindow\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +

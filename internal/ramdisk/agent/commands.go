@@ -31,7 +31,13 @@ const (
 	KindDeploy    = "deploy.image"
 	KindKexec     = "boot.kexec"
 	KindDiag      = "diag.dcgm"
+	KindPowerOff  = "ramdisk.powerOff"
 )
+
+// PowerOffer powers the machine off (reboot(LINUX_REBOOT_CMD_POWER_OFF) on the real one).
+type PowerOffer interface {
+	PowerOff(ctx context.Context) error
+}
 
 // ImageTarget is a disk opened for writing an image.
 type ImageTarget interface {
@@ -58,6 +64,10 @@ type Deps struct {
 	// Diag runs dcgmi; Dcgmi is its path ("" → dcgmi on PATH).
 	Diag  diag.Runner
 	Dcgmi string
+	// PowerOff ends a lingering ramdisk (ramdisk.powerOff), PowerOffDelay after the command
+	// returned its result, so that the result reaches the gateway first (default 2s).
+	PowerOff      PowerOffer
+	PowerOffDelay time.Duration
 }
 
 type commandFunc func(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error)
@@ -69,6 +79,9 @@ type Commands struct {
 
 	mu       sync.Mutex
 	deployed inventory.Disk // the disk deploy.image wrote in this boot, for boot.kexec
+	running  int            // commands running now (ramdisk.powerOff refuses while others run)
+	// poweringOff is set once ramdisk.powerOff was accepted: no command starts after it.
+	poweringOff bool
 }
 
 var _ agentlink.Handler = (*Commands)(nil)
@@ -90,6 +103,10 @@ func NewCommands(d Deps) *Commands {
 		KindDeploy:    c.deployImage,
 		KindKexec:     c.bootKexec,
 		KindDiag:      c.diagDCGM,
+		KindPowerOff:  c.powerOff,
+	}
+	if c.d.PowerOffDelay <= 0 {
+		c.d.PowerOffDelay = 2 * time.Second
 	}
 	return c
 }
@@ -117,6 +134,18 @@ func (c *Commands) Run(ctx context.Context, cmd agentlink.Command, report func(a
 			log.ErrorContext(ctx, "command panicked", "panic", p, "stack", string(debug.Stack()))
 			res, err = nil, fmt.Errorf("%s: internal error: %v", cmd.Kind, p)
 		}
+	}()
+	c.mu.Lock()
+	if c.poweringOff {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%s: this ramdisk is powering its host off", cmd.Kind)
+	}
+	c.running++
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		c.running--
+		c.mu.Unlock()
 	}()
 	log.InfoContext(ctx, "command started")
 	res, err = f(ctx, cmd.Args, throttle(report, progressEvery))
@@ -414,6 +443,47 @@ func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.
 		Device  string `json:"device"`
 		Booting bool   `json:"booting"`
 	}{disk.Path, true})
+}
+
+// PowerOffResult is ramdisk.powerOff's result.
+type PowerOffResult struct {
+	PoweringOff bool   `json:"poweringOff"`
+	In          string `json:"in"` // how long after the result the host goes down
+}
+
+// powerOff ends a lingering ramdisk (the fast-track window passed with no workflow): it refuses
+// while another command runs (the control plane sends it only to an idle ramdisk; a workflow
+// that started meanwhile must not lose its ramdisk), else accepts no further command, returns,
+// and powers the host off PowerOffDelay later.
+func (c *Commands) powerOff(ctx context.Context, args []byte, _ func(agentlink.Progress)) ([]byte, error) {
+	if err := decodeArgs(args, &struct{}{}); err != nil {
+		return nil, err
+	}
+	if c.d.PowerOff == nil {
+		return nil, errors.New("this ramdisk cannot power its host off (no power-off configured)")
+	}
+	c.mu.Lock()
+	if c.running > 1 {
+		n := c.running - 1
+		c.mu.Unlock()
+		return nil, fmt.Errorf("refusing to power off: %d other command(s) running", n)
+	}
+	c.poweringOff = true
+	c.mu.Unlock()
+	delay := c.d.PowerOffDelay
+	c.d.Log.InfoContext(ctx, "fast-track window over: powering the host off", "in", delay)
+	go func() {
+		t := time.NewTimer(delay)
+		defer t.Stop()
+		<-t.C
+		if err := c.d.PowerOff.PowerOff(context.WithoutCancel(ctx)); err != nil {
+			c.d.Log.Error("powering the host off", "err", err)
+			c.mu.Lock()
+			c.poweringOff = false // still up: usable again
+			c.mu.Unlock()
+		}
+	}()
+	return json.Marshal(PowerOffResult{PoweringOff: true, In: delay.String()})
 }
 
 // DiagResult is diag.dcgm's result: result is "pass", "fail" or "not applicable" (no NVIDIA

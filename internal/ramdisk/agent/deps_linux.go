@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 
 	"bcd/internal/ramdisk/diag"
@@ -9,6 +10,8 @@ import (
 	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/ramdisk/kexec"
 	"bcd/internal/ramdisk/wipe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Directories the ramdisk's commands use (the initramfs root is writable RAM).
@@ -36,5 +39,18 @@ func LinuxDeps(log *slog.Logger) Deps {
 		Kexec:       kexec.SyscallKexec{},
 		Rebooter:    kexec.SyscallRebooter{},
 		Diag:        diag.ExecRunner{},
+		PowerOff:    SyscallPowerOff{},
 	}
+}
+
+// SyscallPowerOff powers the machine off: sync, then reboot(LINUX_REBOOT_CMD_POWER_OFF).
+type SyscallPowerOff struct{}
+
+// PowerOff implements PowerOffer.
+func (SyscallPowerOff) PowerOff(context.Context) error {
+	unix.Sync()
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF); err != nil {
+		return fmt.Errorf("reboot(POWER_OFF): %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,207 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"bcd/internal/command"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// The fast-track window (seed 003 phase 0.9, docs/architecture.md "Fast-track window"): a
+// workflow that leaves the node resting with its ramdisk up (commissioning and release with a
+// window, inspection always) ends with metal.linger, which records until when the ramdisk
+// lingers. A workflow started before then finds the ramdisk up and skips metal.ensureRamdisk
+// (FastTrackable). When the window passes with no workflow holding the node, the reconciler
+// sends the ramdisk ramdisk.powerOff and the ramdisk powers its own host off: both decisions are
+// taken in the node's reconcile transaction, from its rows, so a workflow that starts at the
+// window's last second either comes first (the linger ends, no power-off is sent) or finds the
+// power-off command: withdrawn if no agent was offered it yet (the ramdisk stays usable), else
+// counted as a boot command, so the workflow boots the node again instead of using a ramdisk
+// that is going down.
+
+// LingerAction is what the reconciler does about a node's lingering ramdisk.
+type LingerAction int
+
+const (
+	// LingerNothing: no ramdisk lingers, or a workflow holds the node (it ends the linger).
+	LingerNothing LingerAction = iota
+	// LingerWait: the window is open, or the power-off command is out: look again later.
+	LingerWait
+	// LingerPowerOff: the window passed with no workflow: tell the ramdisk to power off.
+	LingerPowerOff
+	// LingerForget: the node is off already: nothing is left to power off.
+	LingerForget
+	// LingerPoweredOff: the ramdisk reported the power-off, or left once it had it.
+	LingerPoweredOff
+	// LingerRefused: the ramdisk failed the power-off (it stays up until the next workflow
+	// boots the node, or an operator powers it off).
+	LingerRefused
+)
+
+func (a LingerAction) String() string {
+	return [...]string{"nothing", "wait", "powerOff", "forget", "poweredOff", "refused"}[a]
+}
+
+// LingerFacts are the rows a linger decision reads.
+type LingerFacts struct {
+	Until, Now int64 // the node's linger deadline (0: none) and the transaction's time, µs
+	// Held: a workflow holds the node (an open workflow, or a chain waiting to start one).
+	Held  bool
+	Power string // the node's power axis: on, off, or "" unknown
+	// Command is the power-off command's state, "" before it is sent.
+	Command command.State
+}
+
+// Linger decides what happens to a lingering ramdisk. Pure.
+func Linger(f LingerFacts) LingerAction {
+	switch {
+	case f.Held:
+		return LingerNothing // never powered off while a workflow may use it
+	case f.Command != "":
+		switch f.Command {
+		case command.Succeeded, command.Lost:
+			return LingerPoweredOff
+		case command.Failed:
+			return LingerRefused
+		}
+		return LingerWait
+	case f.Until == 0:
+		return LingerNothing
+	case f.Now < f.Until:
+		return LingerWait
+	case f.Power == "off":
+		return LingerForget
+	}
+	return LingerPowerOff
+}
+
+// fastTrackWindow is the node's window: its pool's policy, else the server's default.
+func (r *run) fastTrackWindow() (time.Duration, error) {
+	def := r.e.cfg.FastTrackWindow
+	if r.n.PoolID == "" {
+		return def, nil
+	}
+	p, err := r.tx.Pool(r.ctx, r.n.PoolID)
+	if err != nil {
+		return 0, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
+	}
+	return workflow.ParseFastTrackWindow(p.Policy.FastTrackWindow, def)
+}
+
+// facts are what a conditional step is decided on.
+func (r *run) facts(c workflow.Condition) (workflow.Facts, error) {
+	f := workflow.Facts{MACs: len(r.n.MACs)}
+	if c == workflow.WhenFastTrack || c == workflow.WhenNoFastTrack {
+		var err error
+		f.FastTrackWindow, err = r.fastTrackWindow()
+		return f, err
+	}
+	return f, nil
+}
+
+// startLinger is metal.linger: the ramdisk lingers for the node's window.
+func (r *run) startLinger() error {
+	w, err := r.fastTrackWindow()
+	if err != nil {
+		return err
+	}
+	n := &r.n
+	n.LingerUntil, n.LingerCommand = r.tx.At()+w.Microseconds(), ""
+	if n.LingerUntil == 0 {
+		n.LingerUntil = 1 // a window of 0 at time 0 (tests): still lingering, ending at once
+	}
+	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+		return err
+	}
+	return r.event("node.ramdisk.linger", n.State, n.State, LingerReason(n.LingerUntil), map[string]any{"until": store.Micros(n.LingerUntil).Format(time.RFC3339), "window": w.String()})
+}
+
+// LingerReason is how a lingering ramdisk is shown (events, the node's activity).
+func LingerReason(until int64) string {
+	return "ramdisk lingering until " + store.Micros(until).Format(time.RFC3339) + " (fast track)"
+}
+
+// linger applies Linger to a resting node whose ramdisk lingers.
+func (r *run) linger(held bool) (time.Duration, bool, error) {
+	n := &r.n
+	f := LingerFacts{Until: n.LingerUntil, Now: r.tx.At(), Held: held, Power: n.Power}
+	var c store.Command
+	if n.LingerCommand != "" {
+		var err error
+		if c, err = r.tx.Command(r.ctx, n.LingerCommand); err != nil {
+			return 0, false, err
+		}
+		f.Command = command.State(c.State)
+	}
+	switch a := Linger(f); a {
+	case LingerNothing:
+		return 0, false, nil
+	case LingerWait:
+		if f.Command == "" {
+			return time.Duration(f.Until-f.Now) * time.Microsecond, false, nil
+		}
+		return 0, false, nil // woken when the command reports, or its agent leaves
+	case LingerPowerOff:
+		c := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "ramdisk.powerOff", Subject: n.ID, Args: "{}",
+			RunsOn: string(command.OnRamdisk), Generation: n.IdentityGeneration}
+		if err := r.tx.InsertCommand(r.ctx, &c); err != nil {
+			return 0, false, err
+		}
+		r.notify(c)
+		n.LingerCommand = c.ID
+		if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+			return 0, false, err
+		}
+		return 0, true, r.event("node.ramdisk.powerOff", n.State, n.State, "fast-track window passed with no workflow: the ramdisk powers its host off",
+			map[string]any{"command": c.ID, "until": store.Micros(f.Until).Format(time.RFC3339)})
+	default:
+		why, data := "", map[string]any{"command": n.LingerCommand}
+		switch a {
+		case LingerForget:
+			why = "fast-track window passed; the node is already off"
+		case LingerPoweredOff:
+			why = "the ramdisk powered its host off"
+			if f.Command == command.Lost {
+				why = "the ramdisk left after taking the power-off: taken as off (the power poll confirms)"
+			}
+			n.Power = "off"
+		case LingerRefused:
+			why = "the ramdisk did not power off: " + c.Error
+		}
+		n.LingerUntil, n.LingerCommand = 0, ""
+		if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+			return 0, false, err
+		}
+		return 0, true, r.event("node.ramdisk.linger.end", n.State, n.State, why, data)
+	}
+}
+
+// endLinger is called as a workflow starts: the workflow takes over the node, and with it a
+// lingering ramdisk (the fast-track decision follows, at metal.ensureRamdisk). A power-off no
+// agent was offered yet is withdrawn; one that was offered stays (the ramdisk may be going
+// down: it counts as a boot command, so the workflow boots the node again).
+func (r *run) endLinger(profile string) error {
+	n := &r.n
+	if n.LingerUntil == 0 && n.LingerCommand == "" {
+		return nil
+	}
+	data := map[string]any{"profile": profile}
+	why := "workflow " + profile + " takes the lingering ramdisk"
+	if n.LingerCommand != "" {
+		data["command"] = n.LingerCommand
+		withdrawn, err := r.tx.WithdrawCommand(r.ctx, n.LingerCommand, "withdrawn: workflow "+profile+" started")
+		if err != nil {
+			return err
+		}
+		if !withdrawn {
+			why = "workflow " + profile + " started after the ramdisk was told to power off"
+		}
+	}
+	n.LingerUntil, n.LingerCommand = 0, ""
+	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+		return err
+	}
+	return r.event("node.ramdisk.linger.end", n.State, n.State, why, data)
+}

@@ -1,0 +1,243 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// setWindow sets the default pool's fast-track window.
+func setWindow(t *testing.T, h *Harness, window string) {
+	t.Helper()
+	if _, err := h.Metal.UpdatePool(context.Background(), h.Admin, "default", store.PoolPolicy{HardwareProfile: "redfish", FastTrackWindow: window}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bootCommands lists the node's commands that make it boot or that boot it from the network:
+// BMC power actions, boot-device changes to PXE, ramdisk boot entries. created after since.
+func bootCommands(t *testing.T, st *store.Store, nodeID string, since int64) []string {
+	t.Helper()
+	cmds, err := st.Commands(context.Background(), nodeID, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, c := range cmds {
+		if c.CreatedAt <= since {
+			continue
+		}
+		var args struct {
+			Action string `json:"action"`
+			Device string `json:"device"`
+		}
+		_ = json.Unmarshal([]byte(c.Args), &args)
+		switch {
+		case c.Kind == "bmc.power", c.Kind == "boot.prepareRamdisk", c.Kind == "bmc.boot" && args.Device == "pxe":
+			out = append(out, c.Kind+" "+args.Action+args.Device)
+		}
+	}
+	return out
+}
+
+func node(t *testing.T, st *store.Store, id string) store.Node {
+	t.Helper()
+	n, err := st.Node(context.Background(), id, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestDeployInsideTheWindowNeedsNoBoot: after commissioning the ramdisk lingers (the BMC does
+// not power the node off); a deploy inside the window runs in it: no power action, no PXE boot
+// device, no boot entry, and it ends by kexec into the installed OS.
+func TestDeployInsideTheWindowNeedsNoBoot(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{}, engineConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		setWindow(t, h, "1h")
+		ids, err := h.Enroll(ctx, "ft", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ids[0]
+		n := rest(t, h, ids)[id]
+		if n.State != "ready" || n.Power != "on" || n.LingerUntil == 0 || n.LingerCommand != "" {
+			t.Fatalf("after enroll: %s power %s lingering until %d (command %q), want ready, on, lingering", n.State, n.Power, n.LingerUntil, n.LingerCommand)
+		}
+		if until := store.Micros(n.LingerUntil); until.Before(time.Now().Add(50*time.Minute)) || until.After(time.Now().Add(61*time.Minute)) {
+			t.Errorf("lingering until %s, want about an hour from now", until)
+		}
+		if !h.Sim.Machine(id).Powered() {
+			t.Fatal("the machine is off after commissioning with a window")
+		}
+		if !hasEvent(t, st, id, "node.ramdisk.linger", `"window":"1h0m0s"`) {
+			t.Error("no node.ramdisk.linger event")
+		}
+		a, err := h.Metal.Activity(ctx, h.Admin, n)
+		if err != nil || a.RamdiskLingeringUntil != n.LingerUntil || a.RamdiskPoweringOff {
+			t.Errorf("activity %+v (%v): want the ramdisk lingering until %d", a, err, n.LingerUntil)
+		}
+		for _, c := range bootCommands(t, st, id, 0) {
+			if c == "bmc.power off" {
+				t.Errorf("commissioning with a window powered the node off through the BMC")
+			}
+		}
+		before := n.UpdatedAt
+		if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"}); err != nil {
+			t.Fatal(err)
+		}
+		n = rest(t, h, ids)[id]
+		if n.State != "deployed" {
+			t.Fatalf("deploy: %s (%s)", n.State, n.FaultMsg)
+		}
+		if got := bootCommands(t, st, id, before); len(got) != 0 {
+			t.Errorf("the deploy inside the window sent %v, want no power or network-boot command", got)
+		}
+		if n.LingerUntil != 0 || n.LingerCommand != "" {
+			t.Errorf("still lingering after the deploy: %d %q", n.LingerUntil, n.LingerCommand)
+		}
+		if !hasEvent(t, st, id, "node.ramdisk.linger.end", `"profile":"default"`) {
+			t.Error("no event for the deploy taking the lingering ramdisk")
+		}
+		cmds, _ := st.Commands(ctx, id, 1000)
+		kexec := false
+		for _, c := range cmds {
+			kexec = kexec || c.Kind == "boot.kexec" && c.CreatedAt > before
+			if c.Kind == "ramdisk.powerOff" {
+				t.Errorf("a power-off was sent to the ramdisk: %s %s", c.ID, c.State)
+			}
+		}
+		if !kexec {
+			t.Error("the deploy did not end by kexec")
+		}
+		if got := h.Sim.SelfPowerOffs(); got != 0 {
+			t.Errorf("%d ramdisks powered off", got)
+		}
+	})
+}
+
+// TestWindowPassesPowersOff: with no workflow in the window the ramdisk powers its own host off
+// (no BMC command), the node stays ready and its power axis says off.
+func TestWindowPassesPowersOff(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{}, engineConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		setWindow(t, h, "300ms")
+		ids, err := h.Enroll(ctx, "ft", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ids[0]
+		rest(t, h, ids)
+		var n store.Node
+		waitFor(t, "the lingering ramdisk to power off", func() bool {
+			n = node(t, st, id)
+			return n.LingerUntil == 0 && n.LingerCommand == "" && n.Power == "off"
+		})
+		if n.State != "ready" || n.TargetState != "" || n.Maintenance {
+			t.Errorf("after the window: %s → %q maintenance %v, want ready", n.State, n.TargetState, n.Maintenance)
+		}
+		if h.Sim.Machine(id).Powered() {
+			t.Error("the machine is still on")
+		}
+		if got := h.Sim.SelfPowerOffs(); got != 1 {
+			t.Errorf("%d ramdisk self power-offs, want 1", got)
+		}
+		for _, c := range bootCommands(t, st, id, 0) {
+			if c == "bmc.power off" {
+				t.Error("the BMC powered the node off (the ramdisk should have)")
+			}
+		}
+		var off store.Command
+		cmds, _ := st.Commands(ctx, id, 1000)
+		for _, c := range cmds {
+			if c.Kind == "ramdisk.powerOff" {
+				off = c
+			}
+		}
+		if off.State != "succeeded" {
+			t.Errorf("ramdisk.powerOff %q, want succeeded", off.State)
+		}
+		if !hasEvent(t, st, id, "node.ramdisk.powerOff", off.ID) || !hasEvent(t, st, id, "node.ramdisk.linger.end", off.ID) {
+			t.Error("the power-off is not in the node's events")
+		}
+		// Off, a deploy boots the ramdisk again.
+		before := n.UpdatedAt
+		if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := rest(t, h, ids)[id]; n.State != "deployed" {
+			t.Fatalf("deploy: %s (%s)", n.State, n.FaultMsg)
+		}
+		if got := bootCommands(t, st, id, before); len(got) == 0 {
+			t.Error("the deploy after the window booted nothing")
+		}
+	})
+}
+
+// TestDeployAfterThePowerOffWasOfferedBoots: a deploy that starts after the ramdisk took its
+// power-off (here: it never finishes it) does not use that ramdisk: it boots the node again.
+func TestDeployAfterThePowerOffWasOfferedBoots(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, err := Start(ctx, st, Config{Faults: Faults{Hang: map[string]bool{"ramdisk.powerOff": true}}}, engineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	setWindow(t, h, "200ms")
+	ids, err := h.Enroll(ctx, "ft", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ids[0]
+	rest(t, h, ids)
+	var n store.Node
+	waitFor(t, "the ramdisk to take its power-off", func() bool {
+		n = node(t, st, id)
+		if n.LingerCommand == "" {
+			return false
+		}
+		c, err := st.Command(ctx, n.LingerCommand)
+		return err == nil && c.State == "delivered"
+	})
+	before := n.UpdatedAt
+	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rest(t, h, ids)[id]; n.State != "deployed" {
+		t.Fatalf("deploy: %s (%s)", n.State, n.FaultMsg)
+	}
+	got := bootCommands(t, st, id, before)
+	cycled := false
+	for _, c := range got {
+		cycled = cycled || c == "bmc.power cycle"
+	}
+	if !cycled {
+		t.Errorf("the deploy sent %v, want a power cycle (the ramdisk was told to power off)", got)
+	}
+	if !hasEvent(t, st, id, "node.ramdisk.linger.end", "default") {
+		t.Error("no event for the deploy ending the linger")
+	}
+}
+
+func engineConfig() engine.Config {
+	return engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}
+}
