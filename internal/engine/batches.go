@@ -78,9 +78,16 @@ func (r *run) held(wf *store.Workflow) (bool, error) {
 	if wf.BatchID == "" || wf.Phase != "steps" {
 		return false, nil
 	}
-	b, err := r.tx.Batch(r.ctx, wf.BatchID)
-	if err != nil {
-		return false, err
+	b, ok := r.batches[wf.BatchID]
+	if !ok {
+		var err error
+		if b, err = r.tx.Batch(r.ctx, wf.BatchID); err != nil {
+			return false, err
+		}
+		if r.batches == nil {
+			r.batches = map[string]store.Batch{}
+		}
+		r.batches[b.ID] = b
 	}
 	switch b.State {
 	case store.BatchPending:
@@ -88,6 +95,8 @@ func (r *run) held(wf *store.Workflow) (bool, error) {
 	case store.BatchRejected:
 		return true, r.rejected(wf, b)
 	case store.BatchApproved:
+		b.State = store.BatchRunning
+		r.batches[b.ID] = b
 		return false, r.tx.StartBatch(r.ctx, b.ID)
 	}
 	return false, nil
@@ -100,7 +109,7 @@ func (r *run) rejected(wf *store.Workflow, b store.Batch) error {
 		why += ": " + b.DecisionReason
 	}
 	wf.State, wf.FaultCode, wf.Error, wf.FinishedAt, wf.OutcomeApplied = wfAborted, string(provision.FaultBatchRejected), why, r.tx.At(), true
-	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+	if err := r.saveWorkflow(wf); err != nil {
 		return err
 	}
 	n := &r.n

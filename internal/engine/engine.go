@@ -94,6 +94,8 @@ type Engine struct {
 	// acceptIngested makes attested results count without signature checks. Only tests set it
 	// (AcceptIngestedAttestationForTests); no configuration reaches it.
 	acceptIngested bool
+	// steps caches decoded workflow steps.
+	steps stepsCache
 }
 
 // New builds an engine over st. ca verifies attested results.

@@ -302,6 +302,9 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 // Ack records that a received and durably recorded the command.
 func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 	return e.st.Write(ctx, func(tx *store.Tx) error {
+		if ok, err := tx.DeliverCommand(ctx, commandID, a.ID); err != nil || ok {
+			return err
+		}
 		c, err := tx.Command(ctx, commandID)
 		if err != nil {
 			return err
@@ -309,11 +312,7 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 		if c.TargetAgent != a.ID {
 			return fmt.Errorf("ack of %s by %s: %w", commandID, a.ID, ErrNotYours)
 		}
-		if c.State != string(command.Queued) {
-			return nil // idempotent
-		}
-		c.State, c.DeliveredAt = string(command.Delivered), tx.At()
-		return tx.UpdateCommand(ctx, &c)
+		return nil // idempotent: acknowledged before
 	})
 }
 

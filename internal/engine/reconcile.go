@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"bcd/internal/command"
@@ -31,6 +32,14 @@ type run struct {
 	ctx     context.Context
 	notices []notice
 	n       store.Node
+	// wf is the node's open workflow as this run last read or changed it (wfLoaded), its row
+	// written back by flushWorkflow (wfDirty): the run alone changes it, so the decisions of
+	// one run read it once and write it once however many steps they take.
+	wf                        store.Workflow
+	wfLoaded, wfOpen, wfDirty bool
+	// cmds are the commands this run read or wrote, by id; batches likewise.
+	cmds    map[string]store.Command
+	batches map[string]store.Batch
 }
 
 const maxActions = 64
@@ -55,32 +64,94 @@ func (r *run) node(nodeID string) (time.Duration, error) {
 			return 0, err
 		}
 		if !more {
-			return again, nil
+			return again, r.flushWorkflow()
 		}
 	}
-	return time.Second, nil // a long chain of immediate decisions: continue shortly
+	return time.Second, r.flushWorkflow() // a long chain of immediate decisions: continue shortly
+}
+
+// openWorkflow returns the node's open workflow: the run's copy while it is open, else read.
+func (r *run) openWorkflow() (*store.Workflow, bool, error) {
+	if r.wfLoaded && (!r.wfOpen || !r.wf.OutcomeApplied) {
+		return &r.wf, r.wfOpen, nil
+	}
+	if err := r.flushWorkflow(); err != nil {
+		return nil, false, err
+	}
+	wf, open, err := r.tx.OpenWorkflow(r.ctx, r.n.ID)
+	if err != nil {
+		return nil, false, err
+	}
+	r.wf, r.wfLoaded, r.wfOpen = wf, true, open
+	return &r.wf, open, nil
+}
+
+// saveWorkflow records that the run changed its workflow (wf is &r.wf); flushWorkflow writes
+// it.
+func (r *run) saveWorkflow(wf *store.Workflow) error {
+	if wf != &r.wf {
+		return fmt.Errorf("workflow %s is not the node's open workflow", wf.ID)
+	}
+	r.wfDirty = true
+	return nil
+}
+
+func (r *run) flushWorkflow() error {
+	if !r.wfDirty {
+		return nil
+	}
+	r.wfDirty = false
+	return r.tx.UpdateWorkflow(r.ctx, &r.wf)
+}
+
+// command reads a command once per run.
+func (r *run) command(id string) (store.Command, error) {
+	if c, ok := r.cmds[id]; ok {
+		return c, nil
+	}
+	c, err := r.tx.Command(r.ctx, id)
+	if err != nil {
+		return c, err
+	}
+	if r.cmds == nil {
+		r.cmds = map[string]store.Command{}
+	}
+	r.cmds[id] = c
+	return c, nil
+}
+
+// updateCommand writes a command and keeps the run's copy.
+func (r *run) updateCommand(c *store.Command) error {
+	if err := r.tx.UpdateCommand(r.ctx, c); err != nil {
+		return err
+	}
+	if r.cmds == nil {
+		r.cmds = map[string]store.Command{}
+	}
+	r.cmds[c.ID] = *c
+	return nil
 }
 
 // step takes one decision. more says whether another decision may follow at once.
 func (r *run) step() (again time.Duration, more bool, err error) {
 	n := &r.n
 	pn := provisionNode(*n)
-	wf, open, err := r.tx.OpenWorkflow(r.ctx, n.ID)
+	wf, open, err := r.openWorkflow()
 	if err != nil {
 		return 0, false, err
 	}
 	switch {
 	case open && (wf.State == wfSucceeded || wf.State == wfFailed || wf.State == wfAborted):
-		return 0, true, r.applyOutcome(&wf)
+		return 0, true, r.applyOutcome(wf)
 	case open && wf.NodeState != n.State && wf.State == wfRunning:
 		// The node left the workflow's state (abort, or a verb after a crash): stop it, run its
 		// cleanup.
-		return 0, true, r.abortWorkflow(&wf, "node moved to "+n.State)
+		return 0, true, r.abortWorkflow(wf, "node moved to "+n.State)
 	case open:
 		if n.Maintenance && wf.State == wfRunning {
 			return 0, false, nil // maintenance holds the workflow until it is turned off
 		}
-		return r.advance(&wf)
+		return r.advance(wf)
 	case pn.Busy() && !n.Maintenance:
 		return 0, true, r.startWorkflow()
 	case !pn.Busy() && n.BatchID != "":
@@ -146,9 +217,13 @@ func (r *run) startWorkflow() error {
 	cleanup, _ := json.Marshal(res.Cleanup)
 	wf := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: res.Profile, Owner: "metal", NodeState: n.State,
 		Steps: string(steps), Cleanup: string(cleanup), CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps", BatchID: batchID}
+	if err := r.flushWorkflow(); err != nil {
+		return err
+	}
 	if err := r.tx.InsertWorkflow(r.ctx, &wf); err != nil {
 		return err
 	}
+	r.wf, r.wfLoaded, r.wfOpen = wf, true, true
 	return r.event("workflow.start", n.State, n.State, "", map[string]any{"workflow": wf.ID, "profile": res.Profile, "steps": len(res.Steps)})
 }
 
@@ -162,7 +237,7 @@ func (r *run) abortWorkflow(wf *store.Workflow, why string) error {
 		return err
 	}
 	r.toCleanup(wf)
-	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+	if err := r.saveWorkflow(wf); err != nil {
 		return err
 	}
 	return r.event("workflow.abort", r.n.State, r.n.State, why, map[string]any{"workflow": wf.ID, "profile": wf.Profile})
@@ -175,7 +250,7 @@ func (r *run) cancelCurrent(wf *store.Workflow, why string) error {
 	if wf.CurrentCommand == "" {
 		return nil
 	}
-	c, err := r.tx.Command(r.ctx, wf.CurrentCommand)
+	c, err := r.command(wf.CurrentCommand)
 	if err != nil {
 		return err
 	}
@@ -184,7 +259,7 @@ func (r *run) cancelCurrent(wf *store.Workflow, why string) error {
 	}
 	c.State, c.Error, c.FinishedAt = string(command.Failed), why, r.tx.At()
 	r.notify(c)
-	return r.tx.UpdateCommand(r.ctx, &c)
+	return r.updateCommand(&c)
 }
 
 func (r *run) toCleanup(wf *store.Workflow) {
@@ -194,18 +269,18 @@ func (r *run) toCleanup(wf *store.Workflow) {
 
 // advance runs the workflow's current step as far as it can go now.
 func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
-	var steps []workflow.Step
 	src := wf.Steps
 	if wf.Phase == "cleanup" {
 		src = wf.Cleanup
 	}
-	if err := json.Unmarshal([]byte(src), &steps); err != nil {
+	steps, err := r.e.steps.decode(src)
+	if err != nil {
 		return 0, false, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
 	}
 	if wf.StepIndex >= len(steps) {
 		if wf.Phase == "steps" {
 			r.toCleanup(wf)
-			return 0, true, r.tx.UpdateWorkflow(r.ctx, wf)
+			return 0, true, r.saveWorkflow(wf)
 		}
 		return 0, true, r.finish(wf)
 	}
@@ -251,7 +326,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 	}
 	// A step in progress: its command, its await, its deadline.
 	if wf.CurrentCommand != "" {
-		c, err := r.tx.Command(r.ctx, wf.CurrentCommand)
+		c, err := r.command(wf.CurrentCommand)
 		if err != nil {
 			return 0, false, err
 		}
@@ -333,7 +408,7 @@ func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.Step
 		}
 		r.notify(c)
 	}
-	return r.tx.UpdateWorkflow(r.ctx, wf)
+	return r.saveWorkflow(wf)
 }
 
 // ramdiskUp reports whether the node's ramdisk is connected under the current identity
@@ -371,14 +446,14 @@ func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) e
 	// A self-terminating command (kexec) never reports: the step is done because what it
 	// awaited happened. Close the command so no later agent of the node is offered it again.
 	if commandID != "" {
-		c, err := r.tx.Command(r.ctx, commandID)
+		c, err := r.command(commandID)
 		if err != nil {
 			return err
 		}
 		if !command.State(c.State).Final() {
 			c.State, c.FinishedAt = string(command.Succeeded), r.tx.At()
 			c.Progress = `{"message":"completed: the awaited agent joined"}`
-			if err := r.tx.UpdateCommand(r.ctx, &c); err != nil {
+			if err := r.updateCommand(&c); err != nil {
 				return err
 			}
 		}
@@ -393,7 +468,7 @@ func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) e
 func (r *run) nextStep(wf *store.Workflow) error {
 	wf.StepIndex++
 	wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
-	return r.tx.UpdateWorkflow(r.ctx, wf)
+	return r.saveWorkflow(wf)
 }
 
 // stepFailed retries the step while its policy allows (retryable failures only), else fails
@@ -404,14 +479,14 @@ func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.F
 	}
 	if retryable && wf.StepAttempt <= st.Retries && fault != provision.FaultWorkflowTimeout {
 		wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, ""
-		return r.tx.UpdateWorkflow(r.ctx, wf)
+		return r.saveWorkflow(wf)
 	}
 	if wf.FaultCode == "" {
 		wf.FaultCode, wf.Error = string(fault), msg
 	}
 	if wf.Phase == "steps" {
 		r.toCleanup(wf)
-		return r.tx.UpdateWorkflow(r.ctx, wf)
+		return r.saveWorkflow(wf)
 	}
 	return r.nextStep(wf)
 }
@@ -426,7 +501,7 @@ func (r *run) finish(wf *store.Workflow) error {
 		wf.State = wfSucceeded
 	}
 	wf.FinishedAt = r.tx.At()
-	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+	if err := r.saveWorkflow(wf); err != nil {
 		return err
 	}
 	return r.event("workflow."+wf.State, r.n.State, r.n.State, wf.Error, map[string]any{"workflow": wf.ID, "profile": wf.Profile, "fault": wf.FaultCode})
@@ -436,7 +511,7 @@ func (r *run) finish(wf *store.Workflow) error {
 // fail → failed. An aborted workflow's node is already failed.
 func (r *run) applyOutcome(wf *store.Workflow) error {
 	wf.OutcomeApplied = true
-	if err := r.tx.UpdateWorkflow(r.ctx, wf); err != nil {
+	if err := r.saveWorkflow(wf); err != nil {
 		return err
 	}
 	n := &r.n
@@ -499,4 +574,33 @@ func (r *run) controlPlane(st workflow.Step) error {
 		return r.startLinger()
 	}
 	return fmt.Errorf("step %s has no control-plane implementation", st.Use)
+}
+
+// stepsCache keeps decoded step lists by their JSON: thousands of workflows of the same profile
+// carry the same few lists, decoded once instead of at every decision. Entries are read-only.
+type stepsCache struct {
+	mu sync.Mutex
+	m  map[string][]workflow.Step
+}
+
+// maxCachedSteps bounds the cache (operator profiles with per-node arguments differ per node).
+const maxCachedSteps = 512
+
+func (c *stepsCache) decode(src string) ([]workflow.Step, error) {
+	c.mu.Lock()
+	steps, ok := c.m[src]
+	c.mu.Unlock()
+	if ok {
+		return steps, nil
+	}
+	if err := json.Unmarshal([]byte(src), &steps); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedSteps {
+		c.m = map[string][]workflow.Step{}
+	}
+	c.m[src] = steps
+	c.mu.Unlock()
+	return steps, nil
 }

@@ -75,7 +75,7 @@ func (r *run) rotation() error {
 	if err != nil || !ok {
 		return err
 	}
-	c, err := r.tx.Command(r.ctx, v.CommandID)
+	c, err := r.command(v.CommandID)
 	if err != nil {
 		return err
 	}

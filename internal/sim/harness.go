@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"bcd/internal/auth"
@@ -123,21 +124,60 @@ func (h *Harness) Stop() {
 	h.Sim.Wait()
 }
 
+// clients is how many API calls the harness makes at once (enrolments, verbs), as several
+// operators' clients or a script's parallel calls would: one call at a time would measure the
+// commit latency of a single caller, not the control plane's throughput.
+const clients = 32
+
+// each calls f(i) for i in [0, n) from up to clients goroutines and returns the first error.
+func each(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(clients, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(ctx, i); err != nil {
+					cancel(err)
+				}
+			}
+		}()
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
 // Enroll enrolls n machines named prefix-i and registers them with the simulation.
 func (h *Harness) Enroll(ctx context.Context, prefix string, n int) ([]string, error) {
-	ids := make([]string, 0, n)
-	for i := range n {
+	ids := make([]string, n)
+	err := each(ctx, n, func(ctx context.Context, i int) error {
 		mac := fmt.Sprintf("02:5a:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
 		uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
 		node, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: fmt.Sprintf("%s-%d", prefix, i), Pool: "default",
 			MACs: []string{mac}, ProductUUID: uuid, BMC: metal.BMCInput{Address: "https://10.9.0.1", Username: "admin", Password: "sim-password"}})
 		if err != nil {
-			return nil, err
+			return err
 		}
 		h.Sim.Add(&Machine{NodeID: node.ID, UUID: uuid, MACs: []string{mac}})
-		ids = append(ids, node.ID)
-	}
+		ids[i] = node.ID
+		return nil
+	})
 	h.Engine.Nudge()
+	if err != nil {
+		return nil, err
+	}
 	return ids, nil
 }
 
@@ -154,16 +194,16 @@ func (h *Harness) EnrollByUUID(ctx context.Context, name, pool, uuid, pxeUUID, m
 	return node.ID, nil
 }
 
-// Apply runs a verb on each node.
+// Apply runs a verb on each node (several calls at once).
 func (h *Harness) Apply(ctx context.Context, v provision.Verb, ids []string, in metal.VerbInput) error {
-	for _, id := range ids {
-		in.Node = id
-		if _, _, err := h.Metal.Apply(ctx, h.Admin, v, in); err != nil {
-			return err
-		}
-	}
+	err := each(ctx, len(ids), func(ctx context.Context, i int) error {
+		in := in
+		in.Node = ids[i]
+		_, _, err := h.Metal.Apply(ctx, h.Admin, v, in)
+		return err
+	})
 	h.Engine.Nudge()
-	return nil
+	return err
 }
 
 // WaitRest waits until every node rests (no target), then returns the states by node.

@@ -262,6 +262,19 @@ func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
 	return nil
 }
 
+// DeliverCommand marks a queued command assigned to agentID delivered (its agent acknowledged
+// it). It reports false when the command is not both (it may be delivered already, or another
+// agent's): the caller reads it to tell which.
+func (t *Tx) DeliverCommand(ctx context.Context, id, agentID string) (bool, error) {
+	res, err := t.exec(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ? WHERE id = ? AND target_agent = ? AND state = 'queued'`,
+		t.at, t.at, id, agentID)
+	if err != nil {
+		return false, fmt.Errorf("recording delivery of command %s: %w", id, err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // ClaimCommands assigns to agent up to limit commands it should run: first those already
 // assigned to it and not acknowledged (a reconnect), then unassigned queued ones it may take
 // (site commands of its site; the ramdisk commands of its node at its generation). Unassigned

@@ -110,7 +110,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
 		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
-		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_txlock=immediate")
+		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
+		// queued commands, the queue); SQLite's default is 2 MiB.
+		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=cache_size(-32768)&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
