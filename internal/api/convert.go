@@ -86,7 +86,7 @@ func bmcInput(b *bcdv1.BmcCredentials) metal.BMCInput {
 	if b == nil {
 		return metal.BMCInput{}
 	}
-	return metal.BMCInput{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password, InsecureTLS: b.InsecureTls, FingerprintSHA256: b.TlsFingerprintSha256}
+	return metal.BMCInput{Driver: b.Driver, Address: b.Address, Username: b.Username, Password: b.Password, InsecureTLS: b.InsecureTls, FingerprintSHA256: b.TlsFingerprintSha256, Inband: b.Inband}
 }
 
 func nodeProto(n store.Node, nm names) *bcdv1.Node {

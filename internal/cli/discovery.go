@@ -85,8 +85,8 @@ func acceptCmd(g *globals) *cobra.Command {
 	var labels []string
 	var passwordFile string
 	cmd := &cobra.Command{
-		Use:   "accept MAC --name NAME --pool POOL --bmc-address ADDR --bmc-username USER --bmc-password-file FILE",
-		Short: "Enroll a discovered machine (by the MAC it PXE-booted with) with the operator's BMC credentials",
+		Use:   "accept MAC --name NAME --pool POOL (--bmc-address ADDR --bmc-username USER --bmc-password-file FILE | --inband)",
+		Short: "Enroll a discovered machine (by the MAC it PXE-booted with) with the operator's BMC credentials, or with one its ramdisk provisions in-band (--inband)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Mac = args[0]
@@ -94,8 +94,12 @@ func acceptCmd(g *globals) *cobra.Command {
 			if in.Labels, err = labelMap(labels); err != nil {
 				return err
 			}
-			if in.Bmc.Password, err = g.bmcPassword(passwordFile); err != nil {
-				return err
+			if !in.Bmc.Inband {
+				if in.Bmc.Password, err = g.bmcPassword(passwordFile); err != nil {
+					return err
+				}
+			} else if passwordFile != "" {
+				return fmt.Errorf("--inband generates the BMC password: drop --bmc-password-file")
 			}
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Accept(ctx, connect.NewRequest(&in))
@@ -107,6 +111,7 @@ func acceptCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Name, "name", "", "the node's name")
 	f.StringVar(&in.Pool, "pool", "default", "pool to join (name or id), at that site")
 	bmcFlags(f, in.Bmc, &passwordFile)
+	f.BoolVar(&in.Bmc.Inband, "inband", false, "provision the BMC credential from the host over its IPMI interface (IPMI machines): the waiting ramdisk joins as the node, creates a BMC user (--bmc-username, default bcd) with a generated password and reports the BMC's address; the site agent then verifies it over the network")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable; the site's and pool's labels are added)")
 	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	return cmd

@@ -44,6 +44,10 @@ var kinds = []Kind{
 	{Name: "boot.cleanUp", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "site.httpProxy", RunsOn: OnSite, Destructive: true},
 	{Name: "inventory.refresh", RunsOn: OnRamdisk},
+	// bmc.provisionInband makes the node's BMC credential from the host, over its IPMI system
+	// interface (the acceptance flow's in-band enrollment); the password arrives encrypted to
+	// the ramdisk's node certificate. Destructive: it changes the BMC's users.
+	{Name: "bmc.provisionInband", RunsOn: OnRamdisk, Destructive: true},
 	{Name: "diag.dcgm", RunsOn: OnRamdisk, Attested: true},
 	{Name: "disk.wipe", RunsOn: OnRamdisk, Destructive: true, Attested: true},
 	{Name: "deploy.image", RunsOn: OnRamdisk, Destructive: true},

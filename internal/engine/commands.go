@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"strings"
 	"time"
 
@@ -54,6 +55,10 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			}
 			args["image"], args["url"], args["sha256"] = img.Name, img.URL, img.SHA256
 		}
+	}
+	if kind.Name == "bmc.provisionInband" {
+		// The credential's references; outgoing encrypts the values to the node's ramdisk.
+		args["bmc"] = n.BMC()
 	}
 	if kind.RunsOn == command.OnSite {
 		args["nodeId"] = n.ID
@@ -145,8 +150,45 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 		return r.tx.PutInventory(r.ctx, r.n.ID, json.RawMessage(c.Result))
 	case c.Kind == "disk.wipe":
 		return wipeVerified(c)
+	case c.Kind == "bmc.provisionInband":
+		addr, res, err := InbandAddress(c.Result)
+		if err != nil {
+			return err
+		}
+		if err := r.tx.SetBMCAddress(r.ctx, r.n.ID, addr); err != nil {
+			return err
+		}
+		r.n.BMCAddress = addr
+		return r.event("node.bmc.inband", r.n.State, r.n.State, "the BMC credential was provisioned in-band",
+			map[string]any{"bmcAddress": addr, "userId": res.UserID, "channel": res.Channel, "reused": res.Reused, "command": c.ID})
 	}
 	return nil
+}
+
+// inbandResult is what a ramdisk reports for bmc.provisionInband (never the password).
+type inbandResult struct {
+	Address  string `json:"address"`
+	Channel  int    `json:"channel"`
+	UserID   int    `json:"userId"`
+	Username string `json:"username"`
+	Reused   bool   `json:"reused"`
+}
+
+// InbandAddress reads a bmc.provisionInband result: the BMC's LAN address the host reported,
+// an IP address with an optional port (a ramdisk is not trusted to name anything else). Pure.
+func InbandAddress(result string) (string, inbandResult, error) {
+	var res inbandResult
+	if err := json.Unmarshal([]byte(result), &res); err != nil {
+		return "", res, fmt.Errorf("bmc.provisionInband result is not JSON: %w", err)
+	}
+	if ap, err := netip.ParseAddrPort(res.Address); err == nil {
+		if !ap.Addr().IsUnspecified() && ap.Port() != 0 && !ap.Addr().IsMulticast() {
+			return ap.String(), res, nil
+		}
+	} else if a, err := netip.ParseAddr(res.Address); err == nil && a.Zone() == "" && !a.IsUnspecified() && !a.IsMulticast() {
+		return a.String(), res, nil
+	}
+	return "", res, fmt.Errorf("bmc.provisionInband reported BMC address %q: accepted is an IP address with an optional port", truncate(res.Address, 64))
 }
 
 // InventoryMatches checks the ramdisk's self-reported identity against the node: the product

@@ -249,7 +249,8 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 			return err
 		}
 		extra["token"] = plain
-	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media":
+	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media", "bmc.provisionInband":
+		// bmc.provisionInband: to the node's ramdisk, which creates that credential on its BMC.
 		if len(a.CertDER) == 0 || e.cfg.Secrets == nil {
 			break // in-process agents (simulation) need no credentials
 		}

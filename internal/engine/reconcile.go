@@ -182,6 +182,9 @@ func (r *run) profileFor() (workflow.Profile, error) {
 		return workflow.Profile{}, fmt.Errorf("node %s is in unknown state %q", n.ID, n.State)
 	}
 	name := info.Profile(provision.State(n.TargetState))
+	if n.State == string(provision.Enrolling) && n.BMCAddress == "" {
+		name = workflow.InbandEnrollProfile // accepted --inband: its ramdisk makes the BMC credential
+	}
 	if n.State == string(provision.Deploying) {
 		name = n.DeployProfile
 		// Operator profiles stored through the API take precedence over configured ones.
@@ -403,8 +406,10 @@ func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.Step
 			return err
 		}
 		wf.CurrentCommand = c.ID
-		if c.Kind == "bmc.power" || c.Kind == "boot.kexec" {
-			wf.BootEpoch = now // what joins from now on belongs to this boot
+		if c.Kind == "bmc.power" || c.Kind == "boot.kexec" || c.Kind == "boot.prepareRamdisk" && wf.Profile == workflow.InbandEnrollProfile {
+			// What joins from now on belongs to this boot (in-band enrollment: the waiting
+			// discovery-mode ramdisk joins with this entry's token, no power cycle).
+			wf.BootEpoch = now
 		}
 		r.notify(c)
 	}

@@ -120,8 +120,8 @@ func (s *Service) visibleSite(ctx context.Context, p auth.Principal, ref string)
 }
 
 // AcceptInput is metal.accept's input: the machine by the MAC it PXE-booted with at a site,
-// and what enrollment needs (the BMC credentials come from the operator: in-band provisioning
-// over the host's IPMI interface is not built).
+// and what enrollment needs: the BMC credentials from the operator, or BMC.Inband (the node's
+// ramdisk provisions a generated credential over the host's IPMI interface).
 type AcceptInput struct {
 	Site, MAC, Pool, Name string
 	BMC                   BMCInput
@@ -162,7 +162,7 @@ func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in Acc
 	if inv := selfAsserted(d.Inventory); inv.SystemUUID != "" {
 		uuid = inv.SystemUUID
 	}
-	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason})
+	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason, accepted: true})
 	if err != nil {
 		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
 	}
@@ -171,7 +171,7 @@ func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in Acc
 			return err
 		}
 		return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node.accepted", ToState: n.State, Reason: in.Reason,
-			Data: jsonObject(map[string]any{"mac": mac, "productUuid": uuid, "site": site.Name})})
+			Data: jsonObject(map[string]any{"mac": mac, "productUuid": uuid, "site": site.Name, "bmcInband": in.BMC.Inband})})
 	})
 	if err != nil {
 		return store.Node{}, fmt.Errorf("accept %s: node %s enrolled, but recording the acceptance failed: %w", mac, n.ID, err)

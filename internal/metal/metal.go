@@ -124,6 +124,9 @@ type EnrollInput struct {
 	ProductUUID string
 	Labels      map[string]string
 	Reason      string
+	// accepted: an acceptance (AcceptDiscovered), the only enrollment that may ask for an
+	// in-band BMC credential (the machine waits in a discovery-mode ramdisk).
+	accepted bool
 }
 
 // BMCInput is a BMC address with inline credentials.
@@ -131,6 +134,39 @@ type BMCInput struct {
 	Driver, Address, Username, Password string
 	InsecureTLS                         bool
 	FingerprintSHA256                   string
+	// Inband: the credential is provisioned from the host over its IPMI system interface
+	// (accept only): the driver is ipmi, the password is generated here and sealed, the
+	// address is what the host reports. Username is optional (InbandUsername).
+	Inband bool
+}
+
+// InbandUsername is the BMC user an in-band enrollment creates unless the operator names one.
+const InbandUsername = "bcd"
+
+// inbandBMC fills an in-band BMC binding: no address yet, a generated password. Only the
+// username may be given.
+func inbandBMC(in BMCInput, accepted bool) (BMCInput, error) {
+	if !accepted {
+		return BMCInput{}, invalid("bmc.inband", "is for accepting a machine that waits in a discovery-mode ramdisk (bcd node accept --inband), not for enroll")
+	}
+	if in.Address != "" || in.Password != "" || in.FingerprintSHA256 != "" || in.InsecureTLS {
+		return BMCInput{}, invalid("bmc", "with inband the host reports the BMC's address and the password is generated: give neither (only an optional username, default %s)", InbandUsername)
+	}
+	if in.Driver != "" && in.Driver != "ipmi" {
+		return BMCInput{}, invalid("bmc.driver", "%q: in-band provisioning is over IPMI (driver ipmi)", in.Driver)
+	}
+	if in.Username == "" {
+		in.Username = InbandUsername
+	}
+	if len(in.Username) > 16 || strings.ContainsFunc(in.Username, func(r rune) bool { return r <= ' ' || r > '~' }) {
+		return BMCInput{}, invalid("bmc.username", "%q: an IPMI user name is 1 to 16 printable ASCII characters without spaces", truncate(in.Username))
+	}
+	pw, err := GeneratePassword()
+	if err != nil {
+		return BMCInput{}, err
+	}
+	in.Driver, in.Password = "ipmi", pw
+	return in, nil
 }
 
 // Enroll creates a node in enrolling and queues its reconciler.
@@ -146,6 +182,15 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 	}
 	if err := ValidReason(in.Reason); err != nil {
 		return store.Node{}, err
+	}
+	if in.BMC.Inband {
+		var err error
+		if in.BMC, err = inbandBMC(in.BMC, in.accepted); err != nil {
+			return store.Node{}, err
+		}
+		if len(in.MACs) == 0 {
+			return store.Node{}, invalid("macs", "an in-band enrollment needs the MAC the machine booted with")
+		}
 	}
 	if err := ValidCredential("bmc.username", in.BMC.Username, 64); err != nil {
 		return store.Node{}, err
@@ -199,9 +244,11 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 		if driver == "" {
 			driver = hp.Drivers["power"]
 		}
-		addr, err := ValidBMCAddress(driver, in.BMC.Address)
-		if err != nil {
-			return err
+		addr := "" // in-band: the host reports it (engine: bmc.provisionInband)
+		if !in.BMC.Inband {
+			if addr, err = ValidBMCAddress(driver, in.BMC.Address); err != nil {
+				return err
+			}
 		}
 		at := store.NewID(s.now())
 		node = store.Node{
@@ -225,7 +272,7 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 		if err := tx.AppendEvent(ctx, store.Event{
 			TenantID: node.TenantID, NodeID: node.ID, Actor: p.Actor(), Kind: "node.enroll",
 			ToState: node.State, Reason: in.Reason,
-			Data: jsonObject(map[string]any{"pool": pool.Name, "bmcDriver": driver, "bmcAddress": addr, "macs": macs, "productUuid": uuid}),
+			Data: jsonObject(map[string]any{"pool": pool.Name, "bmcDriver": driver, "bmcAddress": addr, "bmcInband": in.BMC.Inband, "macs": macs, "productUuid": uuid}),
 		}); err != nil {
 			return err
 		}

@@ -79,3 +79,34 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 	h.log.InfoContext(ctx, "discovery report recorded (self-asserted)", "mac", mac, "remote", r.RemoteAddr)
 	w.WriteHeader(http.StatusNoContent)
 }
+
+// DecisionPath is where a waiting discovery-mode ramdisk asks (?mac=BOOTMAC) whether its
+// machine was accepted (acceptance flow, DESIGN §6). 204: no decision it can act on yet. 200
+// (text/plain): the kernel command line of the ramdisk entry the control plane pushed for the
+// MAC once it was accepted, with its one-time token: the ramdisk joins with it as the node,
+// without a reboot. The same token is in the boot script the machine would get if it rebooted
+// (GET /boot.ipxe?mac=…), so this discloses nothing more to the provisioning network.
+const DecisionPath = DiscoveryPath + "/decision"
+
+// serveDecision answers a discovery-mode ramdisk's decision poll.
+func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
+	hw, err := ParseMAC(r.URL.Query().Get("mac"))
+	if err != nil {
+		http.Error(w, "bad decision request: mac: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	entry, ok := h.entries.Entry(r.Context(), hw)
+	if !ok || entry.Kind != KindRamdisk || entry.Validate() != nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	cmdline, err := entry.cmdline()
+	if err != nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	h.log.InfoContext(r.Context(), "discovery-mode ramdisk told its decision: join", "mac", hw.String(), "remote", r.RemoteAddr)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = w.Write([]byte(cmdline))
+}

@@ -161,3 +161,44 @@ func FuzzParseDiscoveryReport(f *testing.F) {
 		}
 	})
 }
+
+// TestHandlerDecision: a waiting discovery-mode ramdisk learns it was accepted once a ramdisk
+// entry exists for its boot MAC (the command line with the token, as the boot script has it);
+// until then, and for any other entry, 204; nothing is recorded as a discovery.
+func TestHandlerDecision(t *testing.T) {
+	ramdisk := ramdiskEntry()
+	entries := fakeEntries{
+		"52:54:00:12:34:56": ramdisk,
+		"52:54:00:00:00:02": {Kind: KindLocal, Local: LocalExit},
+		"52:54:00:00:00:03": {Kind: KindRamdisk}, // invalid
+	}
+	h, disc := newTestHandler(t, entries, fakeArtifacts{})
+	want, err := ramdisk.cmdline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		query string
+		code  int
+		body  string
+	}{
+		{"mac=52:54:00:12:34:56", 200, want},
+		{"mac=52-54-00-12-34-56", 400, "colon-separated"},
+		{"mac=52:54:00:00:00:02", 204, ""},
+		{"mac=52:54:00:00:00:03", 204, ""},
+		{"mac=52:54:00:99:99:99", 204, ""},
+		{"mac=nope", 400, "mac"},
+		{"", 400, "mac"},
+	} {
+		rec := get(h, DecisionPath+"?"+tc.query, "10.0.0.9:1")
+		if rec.Code != tc.code || !strings.Contains(rec.Body.String(), tc.body) || (tc.code == 200 && rec.Body.String() != tc.body) {
+			t.Errorf("%s: %d %q, want %d %q", tc.query, rec.Code, rec.Body.String(), tc.code, tc.body)
+		}
+	}
+	if !strings.Contains(want, CmdlineTokenKey+"=") {
+		t.Fatalf("the decision carries no token: %q", want)
+	}
+	if len(disc.seen) != 0 {
+		t.Errorf("decision polls were recorded as discoveries: %d", len(disc.seen))
+	}
+}

@@ -122,6 +122,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	mux.HandleFunc("GET "+BinaryPath+"{name}", h.serveBinary)
 	mux.HandleFunc("GET "+MetadataPath, h.serveMetadata)
 	mux.HandleFunc("POST "+DiscoveryPath, h.serveDiscoveryReport)
+	mux.HandleFunc("GET "+DecisionPath, h.serveDecision)
 	h.mux = mux
 	return h, nil
 }

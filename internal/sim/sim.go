@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -70,6 +71,13 @@ type Machine struct {
 	PXEUUID string
 	// NoOOBMACs: the BMC reports no NIC (IPMI): out-of-band inspection finds no MAC.
 	NoOOBMACs bool
+	// Discovering: the machine is on and waits in a discovery-mode ramdisk (acceptance flow):
+	// the first ramdisk entry made for it is its decision, and it joins with that entry's token
+	// without a power cycle.
+	Discovering bool
+	// InbandBMC is the BMC address the host reports over its IPMI system interface
+	// (bmc.provisionInband); empty: the host has no IPMI interface.
+	InbandBMC string
 
 	mu            sync.Mutex
 	power         bool
@@ -140,6 +148,9 @@ func (s *Sim) Add(m *Machine) {
 	defer s.mu.Unlock()
 	if m.Disk == "" {
 		m.Disk = "data"
+	}
+	if m.Discovering {
+		m.power, m.bootDev = true, "pxe"
 	}
 	s.byID[m.NodeID] = m
 }
@@ -338,6 +349,11 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 			return failed("arguments: macs is empty: the node has no known MAC") // as the site agent
 		}
 		m.entry, m.token = true, args.Token
+		if m.Discovering && m.power && m.ramdisk == nil {
+			// The waiting discovery-mode ramdisk learns its decision: it joins as the node.
+			m.Discovering = false
+			s.powerOn(ctx, m)
+		}
 		return ok(map[string]any{})
 	case "boot.prepareInstance":
 		m.instanceToken = args.Token
@@ -594,6 +610,11 @@ func (s *Sim) ramdiskWork(m *Machine, kind string) (any, bool, error) {
 		m.Disk = "image"
 		m.mu.Unlock()
 		return map[string]any{"bytes": 1 << 30}, false, nil
+	case "bmc.provisionInband":
+		if m.InbandBMC == "" {
+			return nil, false, errors.New("opening the host's IPMI interface: no /dev/ipmi0")
+		}
+		return map[string]any{"address": m.InbandBMC, "channel": 1, "userId": 3, "username": "bcd"}, false, nil
 	}
 	return nil, false, fmt.Errorf("the simulated ramdisk does not run %s", kind)
 }

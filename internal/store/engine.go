@@ -492,6 +492,19 @@ func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
 	return err
 }
 
+// SetBMCAddress records the BMC address a node's ramdisk reported after provisioning its
+// credential in-band; only a node without one takes it (an operator's binding is never moved).
+func (t *Tx) SetBMCAddress(ctx context.Context, nodeID, addr string) error {
+	res, err := t.exec(ctx, `UPDATE nodes SET bmc_address = ? WHERE id = ? AND bmc_address = ''`, addr, nodeID)
+	if err != nil {
+		return fmt.Errorf("setting the BMC address of node %s: %w", nodeID, err)
+	}
+	if c, _ := res.RowsAffected(); c == 0 {
+		return fmt.Errorf("setting the BMC address of node %s: it has one already: %w", nodeID, ErrConflict)
+	}
+	return nil
+}
+
 // CommandsOfWorkflow lists a workflow's commands of one kind, oldest first.
 func (t *Tx) CommandsOfWorkflow(ctx context.Context, workflowID, kind string) ([]Command, error) {
 	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE workflow_id = ? AND kind = ? ORDER BY created_at`, workflowID, kind)

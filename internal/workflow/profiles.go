@@ -170,6 +170,9 @@ var stepKinds = []StepKind{
 		{Use: "await.ramdisk"},
 	}},
 	{Use: "inventory.refresh", Command: "inventory.refresh", Timeout: 5 * time.Minute, Retries: 2},
+	// bmc.provisionInband: the ramdisk creates the node's BMC user (the sealed credential the
+	// control plane generated) over the host's IPMI interface and reports the BMC's address.
+	{Use: "bmc.provisionInband", Command: "bmc.provisionInband", Timeout: 5 * time.Minute, Retries: 1},
 	{Use: "diag.dcgm", Command: "diag.dcgm", Timeout: 2 * time.Hour},
 	{Use: "disk.wipe", Command: "disk.wipe", Timeout: 24 * time.Hour},
 	{Use: "deploy.image", Command: "deploy.image", Timeout: 2 * time.Hour},
@@ -212,11 +215,19 @@ func s(use string, kv ...string) Step {
 // node's fast-track window is 0, else its ramdisk lingers for the window.
 var powerOffOrLinger = [2]Step{{Use: "power.off", When: WhenNoFastTrack}, {Use: "metal.linger", When: WhenFastTrack}}
 
+// InbandEnrollProfile enrolls a node whose BMC credential is provisioned in-band (it has no BMC
+// address until its ramdisk reports one).
+const InbandEnrollProfile = "metal-enroll-inband"
+
 // Builtin returns the built-in profiles. Arguments written as "$name" are filled from the
 // workflow's parameters (the undeploy verb's wipe mode, the deploy verb's image).
 func Builtin() []Profile {
 	return []Profile{
 		{Name: "metal-enroll", Steps: []Step{s("power.getPower"), s("inspect.oob")}},
+		// A machine accepted with --inband (no BMC address yet) is waiting in a discovery-mode
+		// ramdisk: it gets a ramdisk entry with a token, joins as the node, provisions its BMC
+		// credential in-band, and the site agent then verifies that credential out of band.
+		{Name: InbandEnrollProfile, Steps: []Step{s("boot.prepareRamdisk"), s("await.ramdisk"), s("bmc.provisionInband"), s("power.getPower"), s("inspect.oob")}},
 		// Inspection always lingers (a window of 0 ends at once): in the enroll chain the
 		// commissioning that follows uses the ramdisk; alone, the ramdisk powers its host off.
 		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh"), s("metal.linger")}},

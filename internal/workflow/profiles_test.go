@@ -12,14 +12,15 @@ import (
 func TestBuiltinProfilesResolve(t *testing.T) {
 	params := map[string]string{"wipe": "full", "image": "debian"}
 	want := map[string]string{
-		"metal-enroll":     "power.getPower inspect.oob",
-		"metal-inspect":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh metal.linger",
-		"metal-commission": "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
-		"metal-release":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off?noFastTrack metal.linger?fastTrack",
-		"metal-retire":     "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
-		"metal-rescue":     "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
-		"metal-unrescue":   "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
-		"default":          "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
+		"metal-enroll":        "power.getPower inspect.oob",
+		"metal-enroll-inband": "boot.prepareRamdisk await.ramdisk bmc.provisionInband power.getPower inspect.oob",
+		"metal-inspect":       "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh metal.linger",
+		"metal-commission":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
+		"metal-release":       "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off?noFastTrack metal.linger?fastTrack",
+		"metal-retire":        "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
+		"metal-rescue":        "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
+		"metal-unrescue":      "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
+		"default":             "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
 	}
 	for _, p := range Builtin() {
 		r, err := Resolve(p, params)

@@ -553,8 +553,12 @@ type BmcCredentials struct {
 	Password             string                 `protobuf:"bytes,4,opt,name=password,proto3" json:"password,omitempty"` // sealed at once, never stored or returned in clear
 	InsecureTls          bool                   `protobuf:"varint,5,opt,name=insecure_tls,json=insecureTls,proto3" json:"insecure_tls,omitempty"`
 	TlsFingerprintSha256 string                 `protobuf:"bytes,6,opt,name=tls_fingerprint_sha256,json=tlsFingerprintSha256,proto3" json:"tls_fingerprint_sha256,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Accept only: provision the credential in-band from the host over its IPMI system interface
+	// (driver ipmi; no address and no password: the host reports the address, the password is
+	// generated and sealed; username optional, default "bcd").
+	Inband        bool `protobuf:"varint,7,opt,name=inband,proto3" json:"inband,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BmcCredentials) Reset() {
@@ -627,6 +631,13 @@ func (x *BmcCredentials) GetTlsFingerprintSha256() string {
 		return x.TlsFingerprintSha256
 	}
 	return ""
+}
+
+func (x *BmcCredentials) GetInband() bool {
+	if x != nil {
+		return x.Inband
+	}
+	return false
 }
 
 type EnrollRequest struct {
@@ -6869,14 +6880,15 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x10progress_message\x18\v \x01(\tR\x0fprogressMessage\x12\x14\n" +
 	"\x05error\x18\f \x01(\tR\x05error\x126\n" +
 	"\x17ramdisk_lingering_until\x18\r \x01(\tR\x15ramdiskLingeringUntil\x120\n" +
-	"\x14ramdisk_powering_off\x18\x0e \x01(\bR\x12ramdiskPoweringOff\"\xd3\x01\n" +
+	"\x14ramdisk_powering_off\x18\x0e \x01(\bR\x12ramdiskPoweringOff\"\xeb\x01\n" +
 	"\x0eBmcCredentials\x12\x16\n" +
 	"\x06driver\x18\x01 \x01(\tR\x06driver\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
 	"\busername\x18\x03 \x01(\tR\busername\x12\x1a\n" +
 	"\bpassword\x18\x04 \x01(\tR\bpassword\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xa6\x02\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\x12\x16\n" +
+	"\x06inband\x18\a \x01(\bR\x06inband\"\xa6\x02\n" +
 	"\rEnrollRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12(\n" +

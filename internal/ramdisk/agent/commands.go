@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,8 +18,10 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/pki"
 	"bcd/internal/ramdisk/diag"
 	"bcd/internal/ramdisk/image"
+	"bcd/internal/ramdisk/inband"
 	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/ramdisk/kexec"
 	"bcd/internal/ramdisk/wipe"
@@ -32,6 +35,7 @@ const (
 	KindKexec     = "boot.kexec"
 	KindDiag      = "diag.dcgm"
 	KindPowerOff  = "ramdisk.powerOff"
+	KindInbandBMC = "bmc.provisionInband"
 )
 
 // PowerOffer powers the machine off (reboot(LINUX_REBOOT_CMD_POWER_OFF) on the real one).
@@ -68,6 +72,9 @@ type Deps struct {
 	// returned its result, so that the result reaches the gateway first (default 2s).
 	PowerOff      PowerOffer
 	PowerOffDelay time.Duration
+	// IPMI opens the host's IPMI system interface for bmc.provisionInband (the kernel's
+	// /dev/ipmi0 in LinuxDeps); nil: the command fails saying there is none.
+	IPMI func(ctx context.Context) (inband.Transport, io.Closer, error)
 }
 
 type commandFunc func(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error)
@@ -82,6 +89,15 @@ type Commands struct {
 	running  int            // commands running now (ramdisk.powerOff refuses while others run)
 	// poweringOff is set once ramdisk.powerOff was accepted: no command starts after it.
 	poweringOff bool
+	key         crypto.Signer // the node key (SetKey): secrets arrive encrypted to its certificate
+}
+
+// SetKey gives the commands the node key the agent joins with: bmc.provisionInband's
+// credential is encrypted to its certificate.
+func (c *Commands) SetKey(k crypto.Signer) {
+	c.mu.Lock()
+	c.key = k
+	c.mu.Unlock()
 }
 
 var _ agentlink.Handler = (*Commands)(nil)
@@ -104,6 +120,7 @@ func NewCommands(d Deps) *Commands {
 		KindKexec:     c.bootKexec,
 		KindDiag:      c.diagDCGM,
 		KindPowerOff:  c.powerOff,
+		KindInbandBMC: c.provisionInband,
 	}
 	if c.d.PowerOffDelay <= 0 {
 		c.d.PowerOffDelay = 2 * time.Second
@@ -534,4 +551,55 @@ func mkdir(dir string) error {
 		return fmt.Errorf("making %s: %w", dir, err)
 	}
 	return nil
+}
+
+// inbandArgs are bmc.provisionInband's arguments: the credential (JSON {username, password})
+// encrypted to this node's certificate, and optionally the LAN channel.
+type inbandArgs struct {
+	Credentials string `json:"credentials"`
+	Channel     int    `json:"channel"`
+}
+
+// provisionInband creates the node's BMC user over the host's IPMI interface and reports the
+// BMC's address and the user slot. The password lives only for the call: it is in no result,
+// log line or error.
+func (c *Commands) provisionInband(ctx context.Context, raw []byte, _ func(agentlink.Progress)) ([]byte, error) {
+	var a inbandArgs
+	if err := json.Unmarshal(raw, &a); err != nil {
+		return nil, fmt.Errorf("arguments: %w", err)
+	}
+	if a.Credentials == "" {
+		return nil, errors.New("arguments: credentials are missing (the control plane sends them encrypted to this node's certificate)")
+	}
+	if a.Channel < 0 || a.Channel > 11 {
+		return nil, fmt.Errorf("arguments: channel %d: accepted are 1 to 11, or 0 to find the LAN channel", a.Channel)
+	}
+	c.mu.Lock()
+	key := c.key
+	c.mu.Unlock()
+	if key == nil {
+		return nil, errors.New("no node key to decrypt the credential with")
+	}
+	plain, err := pki.DecryptAsAgent(key, a.Credentials)
+	if err != nil {
+		return nil, fmt.Errorf("decrypting the BMC credential: %w", err)
+	}
+	var cred struct{ Username, Password string }
+	if err := json.Unmarshal(plain, &cred); err != nil || cred.Username == "" || cred.Password == "" {
+		return nil, errors.New("decrypting the BMC credential: the plaintext is not {username, password}")
+	}
+	if c.d.IPMI == nil {
+		return nil, errors.New("this ramdisk has no IPMI system interface")
+	}
+	t, closer, err := c.d.IPMI(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	res, err := inband.Provision(ctx, t, inband.Request{Username: cred.Username, Password: cred.Password, Channel: byte(a.Channel)})
+	if err != nil {
+		return nil, err
+	}
+	c.d.Log.InfoContext(ctx, "BMC credential provisioned in-band", "address", res.Address, "user", res.Username, "userId", res.UserID, "channel", res.Channel, "reused", res.Reused)
+	return json.Marshal(res)
 }

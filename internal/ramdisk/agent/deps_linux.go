@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"bcd/internal/ramdisk/diag"
 	"bcd/internal/ramdisk/image"
+	"bcd/internal/ramdisk/inband"
 	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/ramdisk/kexec"
 	"bcd/internal/ramdisk/wipe"
@@ -40,6 +42,13 @@ func LinuxDeps(log *slog.Logger) Deps {
 		Rebooter:    kexec.SyscallRebooter{},
 		Diag:        diag.ExecRunner{},
 		PowerOff:    SyscallPowerOff{},
+		IPMI: func(context.Context) (inband.Transport, io.Closer, error) {
+			d, err := inband.OpenDevice()
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d, nil
+		},
 	}
 }
 

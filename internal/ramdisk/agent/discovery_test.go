@@ -1,16 +1,20 @@
 package agent
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"bcd/internal/agentlink"
 	"bcd/internal/netboot"
+	"bcd/internal/pki"
 	"bcd/internal/ramdisk/inventory"
 )
 
@@ -67,5 +71,68 @@ func TestDiscoveryReportReachesTheSite(t *testing.T) {
 	r.BootMAC = "nope"
 	if err := PostDiscoveryReport(context.Background(), srv.Client(), srv.URL+netboot.DiscoveryPath, r); err == nil || !strings.Contains(err.Error(), "bootMac") {
 		t.Fatalf("bad report: %v", err)
+	}
+}
+
+type switchEntries struct {
+	mu sync.Mutex
+	m  map[string]netboot.Entry
+}
+
+func (s *switchEntries) Entry(_ context.Context, mac net.HardwareAddr) (netboot.Entry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.m[mac.String()]
+	return e, ok
+}
+
+// TestDecisionReachesTheRamdisk: a discovery-mode ramdisk asking the site's boot handler learns
+// nothing until a ramdisk entry exists for its boot MAC, then joins with that entry's gateway,
+// token and CA.
+func TestDecisionReachesTheRamdisk(t *testing.T) {
+	ca, err := pki.CreateCA("test CA", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "tok_AbCdEfGhIjKlMnOp0123456789"
+	sha := strings.Repeat("a", 64)
+	ramdisk := netboot.Entry{Kind: netboot.KindRamdisk, Kernel: netboot.Artifact{Name: "vmlinuz", URL: "http://o.example/k", SHA256: sha},
+		Initrd: netboot.Artifact{Name: "initrd.img", URL: "http://o.example/i", SHA256: sha}, GatewayURL: "https://gw.example:8443",
+		Token: token, CA: base64.RawURLEncoding.EncodeToString(ca.CertPEM())}
+	entries := &switchEntries{m: map[string]netboot.Entry{}}
+	rec := &recordedDiscoveries{}
+	h, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: "http://127.0.0.1:1", Entries: entries, Discovery: rec, Artifacts: noArtifacts{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	report := srv.URL + netboot.DiscoveryPath
+	const mac = "52:54:00:ab:cd:ef"
+	ask := func() (BootParams, bool, error) { return AskDecision(t.Context(), srv.Client(), report, mac) }
+	if _, ok, err := ask(); ok || err != nil {
+		t.Fatalf("before any decision: %v %v", ok, err)
+	}
+	entries.mu.Lock()
+	entries.m[mac] = netboot.Entry{Kind: netboot.KindLocal, Local: netboot.LocalExit}
+	entries.mu.Unlock()
+	if _, ok, err := ask(); ok || err != nil {
+		t.Fatalf("with a local entry: %v %v", ok, err)
+	}
+	entries.mu.Lock()
+	entries.m[mac] = ramdisk
+	entries.mu.Unlock()
+	p, ok, err := ask()
+	if err != nil || !ok {
+		t.Fatalf("accepted: %v %v", ok, err)
+	}
+	if p.Mode != ModeJoin || p.Token != token || p.GatewayURL != "https://gw.example:8443" || !bytes.Equal(p.CAPEM, ca.CertPEM()) {
+		t.Fatalf("join parameters %v (CA %d bytes)", p, len(p.CAPEM))
+	}
+	if _, _, err := AskDecision(t.Context(), srv.Client(), srv.URL+"/nothing", mac); err == nil {
+		t.Error("a 404 was taken for a decision")
+	}
+	if len(rec.seen) != 0 {
+		t.Errorf("decision requests were recorded as discoveries: %d", len(rec.seen))
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -27,8 +28,11 @@ const MarkerDiscovery = "bcd-ramdisk: discovery"
 //
 // Discovery mode (bcd.mode=discovery, no token) has no identity to join with: the agent prints
 // its self-asserted inventory (product UUID, MACs, disks) on the console and in the log, posts
-// it to the site (bcd.report, with the boot MAC; retrying) and waits: an operator accepts the
-// machine (it is enrolled, and its BMC power-cycles it into a ramdisk with a token) or rejects it.
+// it to the site (bcd.report, with the boot MAC; retrying) and waits, asking the site every
+// DecisionPoll for its decision: once an operator accepted the machine, the site has a ramdisk
+// entry for its boot MAC, and the agent joins with that entry's command line (its one-time
+// token) as the node, without a reboot. A rejected machine keeps waiting (the site is not told
+// of rejections).
 func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) error {
 	cfg.defaults()
 	s, err := Start(ctx, console, log, cfg)
@@ -49,7 +53,14 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 	}
 
 	if s.Params.Mode == ModeDiscovery {
-		return discover(ctx, console, log, s.Params, cfg.RetryDelay, hints, inv, ierr)
+		p, accepted, err := discover(ctx, console, log, s.Params, cfg, hints, inv, ierr)
+		if err != nil || !accepted {
+			return err
+		}
+		// Accepted: join as the node with the token of its new ramdisk entry, no reboot.
+		fmt.Fprintf(console, "%s accepted: joining the control plane as the node\n", MarkerDiscovery)
+		log.InfoContext(ctx, "discovery: accepted; joining", "params", p)
+		s.Params = p
 	}
 
 	// One key for every join attempt: a join whose answer was lost can be retried with the
@@ -58,6 +69,7 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 	if err != nil {
 		return fmt.Errorf("generating the node key: %w", err)
 	}
+	cmds.SetKey(key)
 	lcfg := agentlink.Config{
 		Key:            key,
 		GatewayURL:     s.Params.GatewayURL,
@@ -102,8 +114,9 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 	return nil
 }
 
-// discover reports the self-asserted inventory and waits for ctx.
-func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootParams, retry time.Duration, h agentlink.NodeHints, inv inventory.Inventory, ierr error) error {
+// discover reports the self-asserted inventory and waits for ctx or the decision to join.
+func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootParams, cfg Config, h agentlink.NodeHints, inv inventory.Inventory, ierr error) (BootParams, bool, error) {
+	retry := cfg.RetryDelay
 	disks := make([]string, 0, len(inv.Disks))
 	for _, d := range inv.Disks {
 		disks = append(disks, fmt.Sprintf("%s:%d", d.Name, d.SizeBytes))
@@ -125,17 +138,62 @@ func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootPa
 				break
 			}
 			if ctx.Err() != nil {
-				return nil
+				return BootParams{}, false, nil
 			}
 			log.WarnContext(ctx, "discovery: reporting to the site failed; retrying", "err", err, "in", delay)
 			if sleep(ctx, delay) != nil {
-				return nil
+				return BootParams{}, false, nil
 			}
 			delay = min(delay*2, 30*time.Second)
 		}
+		for {
+			jp, ok, err := AskDecision(ctx, http.DefaultClient, p.ReportURL, p.BootMAC)
+			if err != nil {
+				log.DebugContext(ctx, "discovery: asking for the decision failed", "err", err)
+			} else if ok {
+				return jp, true, nil
+			}
+			if sleep(ctx, cfg.DecisionPoll) != nil {
+				return BootParams{}, false, nil
+			}
+		}
 	}
 	<-ctx.Done()
-	return nil
+	return BootParams{}, false, nil
+}
+
+// AskDecision asks the site (GET reportURL/decision?mac=bootMAC, netboot.DecisionPath) whether
+// the machine was accepted: true with the join parameters of its ramdisk entry's command line
+// once it was; false while there is no decision to act on. Errors never contain the token.
+func AskDecision(ctx context.Context, c *http.Client, reportURL, bootMAC string) (BootParams, bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, reportURL+"/decision?mac="+url.QueryEscape(bootMAC), nil)
+	if err != nil {
+		return BootParams{}, false, fmt.Errorf("decision request: %w", err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return BootParams{}, false, fmt.Errorf("asking the site for the decision: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCmdline+1))
+	if err != nil {
+		return BootParams{}, false, fmt.Errorf("reading the decision: %w", err)
+	}
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return BootParams{}, false, nil
+	case http.StatusOK:
+	default:
+		return BootParams{}, false, fmt.Errorf("the site answered the decision request with %s", resp.Status)
+	}
+	jp, err := ParseCmdline(string(body))
+	if err != nil {
+		return BootParams{}, false, fmt.Errorf("the decision: %w", err)
+	}
+	if jp.Mode != ModeJoin {
+		return BootParams{}, false, fmt.Errorf("the decision is not a ramdisk entry with a token (mode %s)", jp.Mode)
+	}
+	return jp, true, nil
 }
 
 // DiscoveryReport is what a discovery-mode ramdisk posts to the site (netboot.DiscoveryPath):

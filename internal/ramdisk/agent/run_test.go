@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"bcd/internal/agentlink"
 	"bcd/internal/gateway"
 	"bcd/internal/gateway/gatewaytest"
+	"bcd/internal/netboot"
 	"bcd/internal/pki"
 	"bcd/internal/ramdisk/inventory"
 )
@@ -76,11 +78,12 @@ func startRun(t *testing.T, cmdline string, cmds *Commands) (*syncBuffer, contex
 	console := &syncBuffer{}
 	done := &runDone{ch: make(chan struct{})}
 	cfg := Config{
-		Cmdline:    func() (string, error) { return cmdline, nil },
-		Net:        twoNICs(),
-		DHCP:       &fakeDHCP{fails: map[string]int{}, calls: map[string]int{}},
-		RetryDelay: 5 * time.Millisecond,
-		Commands:   cmds,
+		Cmdline:      func() (string, error) { return cmdline, nil },
+		Net:          twoNICs(),
+		DHCP:         &fakeDHCP{fails: map[string]int{}, calls: map[string]int{}},
+		RetryDelay:   5 * time.Millisecond,
+		DecisionPoll: 10 * time.Millisecond,
+		Commands:     cmds,
 		Link: func(c *agentlink.Config) {
 			c.MinBackoff, c.MaxBackoff = 5*time.Millisecond, 50*time.Millisecond
 		},
@@ -217,5 +220,54 @@ func TestRunDiscoveryReportsAndWaits(t *testing.T) {
 	cancel()
 	if err := done.wait(); err != nil {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// TestRunDiscoveryAcceptedJoins: a discovery-mode agent reports to the site and waits; once the
+// site has a ramdisk entry for its boot MAC (the machine was accepted), it joins the gateway
+// with that entry's token as the node, without a reboot, and runs commands.
+func TestRunDiscoveryAcceptedJoins(t *testing.T) {
+	env := gatewaytest.Start(t, gateway.Config{PollInterval: 50 * time.Millisecond})
+	inv := inventory.Inventory{
+		DMI:  inventory.DMI{ProductUUID: "4c4c4544-0042-3510-8057-b4c04f4b4d32"},
+		NICs: []inventory.NIC{{Name: "eno1", MAC: "52:54:00:aa:00:01"}},
+	}
+	entries := &switchEntries{m: map[string]netboot.Entry{}}
+	rec := &recordedDiscoveries{}
+	h, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: "http://127.0.0.1:1", Entries: entries, Discovery: rec, Artifacts: noArtifacts{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := httptest.NewServer(h)
+	t.Cleanup(site.Close)
+	const mac = "52:54:00:aa:00:01"
+	cmdline := "bcd.gateway=" + env.URL + " bcd.mode=discovery bcd.report=" + site.URL + netboot.DiscoveryPath + " bcd.bootmac=" + mac
+	console, cancel, done := startRun(t, cmdline, NewCommands(testDeps(t, inv)))
+	waitConsole(t, console, MarkerDiscovery+" reported to the site as "+mac, 1)
+	if done.returned() || strings.Contains(console.String(), MarkerJoined) {
+		t.Fatalf("joined before any decision: %v\n%s", done.err, console)
+	}
+	token := env.Identities.NodeToken("n1", time.Hour)
+	sha := strings.Repeat("b", 64)
+	entries.mu.Lock()
+	entries.m[mac] = netboot.Entry{Kind: netboot.KindRamdisk, Kernel: netboot.Artifact{Name: "vmlinuz", URL: "http://o.example/k", SHA256: sha},
+		Initrd: netboot.Artifact{Name: "initrd.img", URL: "http://o.example/i", SHA256: sha}, GatewayURL: env.URL, Token: token, CA: EncodeCA(env.CA.CertPEM())}
+	entries.mu.Unlock()
+	waitConsole(t, console, MarkerJoined+" node=n1", 1)
+	env.Queue.Enqueue(gateway.AgentRef{Kind: pki.KindNode, NodeID: "n1", Generation: 1}, gateway.Command{ID: "inv-1", Kind: KindInventory, NodeID: "n1", Generation: 1})
+	wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer wcancel()
+	if err := env.Queue.WaitFor(wctx, func(c gatewaytest.Counts) bool { return c.Final >= 1 }); err != nil {
+		t.Fatalf("waiting for the inventory: %v", err)
+	}
+	if e, _ := env.Queue.Get("inv-1"); e.State != gatewaytest.Succeeded {
+		t.Fatalf("inventory after joining from discovery: %s %s", e.State, e.Final.Error)
+	}
+	if strings.Contains(console.String(), token) {
+		t.Error("the token is on the console")
+	}
+	cancel()
+	if err := done.wait(); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
 	}
 }

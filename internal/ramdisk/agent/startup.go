@@ -66,6 +66,9 @@ type Config struct {
 	DHCPTimeout  time.Duration // per attempt; default 15 s
 	DHCPAttempts int           // per NIC and round; default 3
 	RetryDelay   time.Duration // between rounds and join attempts (doubling, capped 30 s); default 2 s
+	// DecisionPoll: how often a discovery-mode agent asks the site whether its machine was
+	// accepted; default 5 s.
+	DecisionPoll time.Duration
 
 	// Commands runs what the control plane sends (Run only); nil: LinuxDeps().
 	Commands *Commands
@@ -85,6 +88,9 @@ func (c *Config) defaults() {
 	}
 	if c.RetryDelay <= 0 {
 		c.RetryDelay = 2 * time.Second
+	}
+	if c.DecisionPoll <= 0 {
+		c.DecisionPoll = 5 * time.Second
 	}
 }
 
