@@ -32,10 +32,12 @@ type LeaseRequest struct {
 // BootEntry is a boot entry the control plane gives the lease holder.
 type BootEntry struct {
 	NodeID string
-	Kind   string // ramdisk, instance, removed
+	Kind   string // ramdisk, instance, sanboot, removed
 	MACs   []string
 	Token  string // one-time token; never log it
 	Local  string
+	// The ISO of a sanboot entry (kind sanboot).
+	ISOName, ISOURL, ISOSHA256 string
 }
 
 // LeaseGrant is the gateway's answer.
@@ -87,7 +89,8 @@ func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, err
 	g := LeaseGrant{Held: m.GetHeld(), Holder: m.GetHolderAgentId(), Epoch: m.GetEpoch(), TTL: time.Duration(m.GetTtlMs()) * time.Millisecond,
 		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull()}
 	for _, e := range m.GetEntries() {
-		g.Entries = append(g.Entries, BootEntry{NodeID: e.GetNodeId(), Kind: e.GetKind(), MACs: e.GetMacs(), Token: e.GetToken(), Local: e.GetLocal()})
+		g.Entries = append(g.Entries, BootEntry{NodeID: e.GetNodeId(), Kind: e.GetKind(), MACs: e.GetMacs(), Token: e.GetToken(), Local: e.GetLocal(),
+			ISOName: e.GetIsoName(), ISOURL: e.GetIsoUrl(), ISOSHA256: e.GetIsoSha256()})
 	}
 	return g, nil
 }

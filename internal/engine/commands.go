@@ -150,6 +150,14 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 		return r.tx.PutInventory(r.ctx, r.n.ID, json.RawMessage(c.Result))
 	case c.Kind == "disk.wipe":
 		return wipeVerified(c)
+	case c.Kind == "bmc.media":
+		// A sanboot entry (no virtual media) is the site's boot entry of the node from now on:
+		// kept so that a new boot-lease holder is given it, and caches and verifies the ISO.
+		e, ok, err := MediaEntry(c)
+		if err != nil || !ok {
+			return err
+		}
+		return r.tx.PutBootEntry(r.ctx, &e)
 	case c.Kind == "bmc.provisionInband":
 		addr, res, err := InbandAddress(c.Result)
 		if err != nil {

@@ -26,7 +26,11 @@ func (g *Gateway) BootLease(ctx context.Context, a gateway.AgentRef, req gateway
 	}
 	out := gateway.LeaseGrant{Held: lg.Held, Holder: lg.Holder, Epoch: lg.Epoch, TTL: lg.TTL, Revision: lg.Revision, Full: lg.Full}
 	for _, e := range lg.Entries {
-		out.Entries = append(out.Entries, gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local})
+		be := gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local}
+		if e.ISO != nil {
+			be.ISOName, be.ISOURL, be.ISOSHA256 = e.ISO.Name, e.ISO.URL, e.ISO.SHA256
+		}
+		out.Entries = append(out.Entries, be)
 	}
 	return out, nil
 }

@@ -61,6 +61,7 @@ type PushedEntry struct {
 	NodeID, Kind string
 	MACs         []string
 	Token, Local string
+	ISO          *store.BootISO // sanboot entries
 }
 
 // LeaseGrant answers a LeaseRequest.
@@ -157,7 +158,7 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 // the entry carries (the store keeps only hashes; a token minted for the same command keeps
 // the earlier one valid).
 func (e *Engine) pushEntry(ctx context.Context, tx *store.Tx, r store.BootEntry) (PushedEntry, error) {
-	p := PushedEntry{NodeID: r.NodeID, Kind: r.Kind, MACs: r.MACs, Local: r.Local}
+	p := PushedEntry{NodeID: r.NodeID, Kind: r.Kind, MACs: r.MACs, Local: r.Local, ISO: r.ISO}
 	prefix, kind := pki.DiscoveryTokenPrefix, "node"
 	switch r.Kind {
 	case store.BootEntryRamdisk:
@@ -195,6 +196,56 @@ func bootEntryKind(commandKind string) string {
 		return store.BootEntryRemoved
 	}
 	return ""
+}
+
+// mediaArgs and mediaResult are what recordMediaEntry reads of a bmc.media command.
+type mediaArgs struct {
+	Action string   `json:"action"`
+	Image  string   `json:"image"`
+	URL    string   `json:"url"`
+	SHA256 string   `json:"sha256"`
+	MACs   []string `json:"macs"`
+}
+
+type mediaResult struct {
+	Via string `json:"via"`
+}
+
+// MediaEntry is the boot entry a succeeded bmc.media leaves at the agent that ran it: a
+// sanboot entry of the ISO (insert where the BMC has no virtual media), its removal (eject
+// of such an entry), or none (virtual media: the BMC holds the ISO). Pure.
+func MediaEntry(c store.Command) (store.BootEntry, bool, error) {
+	if c.Kind != "bmc.media" || command.State(c.State) != command.Succeeded {
+		return store.BootEntry{}, false, nil
+	}
+	var res mediaResult
+	if c.Result != "" {
+		if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+			return store.BootEntry{}, false, fmt.Errorf("bmc.media result is not JSON: %w", err)
+		}
+	}
+	if res.Via != "sanboot" {
+		return store.BootEntry{}, false, nil
+	}
+	var a mediaArgs
+	if err := json.Unmarshal([]byte(c.Args), &a); err != nil {
+		return store.BootEntry{}, false, fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
+	}
+	macs := make([]string, 0, len(a.MACs))
+	for _, m := range a.MACs {
+		macs = append(macs, strings.ToLower(m))
+	}
+	e := store.BootEntry{SiteID: c.SiteID, NodeID: c.NodeID, MACs: macs, Generation: c.Generation, CommandID: c.ID, AgentID: c.TargetAgent}
+	switch a.Action {
+	case "insert":
+		// The site cache's name for it (site.mediaArtifact): the image name + ".iso".
+		e.Kind, e.ISO = store.BootEntrySanboot, &store.BootISO{Name: a.Image + ".iso", URL: a.URL, SHA256: strings.ToLower(a.SHA256)}
+	case "eject":
+		e.Kind = store.BootEntryRemoved
+	default:
+		return store.BootEntry{}, false, fmt.Errorf("bmc.media %s: action %q", c.ID, a.Action)
+	}
+	return e, true, nil
 }
 
 // recordBootEntry keeps the entry a boot command installs (or removes) as the command is given

@@ -61,8 +61,8 @@ func TestClampTTL(t *testing.T) {
 }
 
 // The holder-only kinds are exactly the command table's boot-lease kinds, and each leaves an entry
-// — except bmc.media, routed to the holder for its sanboot fallback, whose entry is not (yet)
-// among those a new holder is given (docs/operations.md, virtual media).
+// at claim — except bmc.media, routed to the holder for its sanboot fallback, whose entry is
+// known only from its result (MediaEntry, recorded when the workflow takes the result).
 func TestHolderKinds(t *testing.T) {
 	got := map[string]bool{}
 	for _, k := range holderKinds() {

@@ -41,6 +41,8 @@ type BootEntry struct {
 	NodeID, Kind string
 	MACs         []string
 	Token, Local string
+	// The ISO of a sanboot entry.
+	ISOName, ISOURL, ISOSHA256 string
 }
 
 // LeaseGrant answers a LeaseRequest.
@@ -109,7 +111,8 @@ func (s *Server) BootLease(ctx context.Context, req *connect.Request[agentv1.Boo
 	out := &agentv1.BootLeaseResponse{Held: g.Held, HolderAgentId: g.Holder, Epoch: g.Epoch, TtlMs: g.TTL.Milliseconds(),
 		EntriesRevision: g.Revision, EntriesFull: g.Full}
 	for _, e := range g.Entries {
-		out.Entries = append(out.Entries, &agentv1.BootEntry{NodeId: e.NodeID, Kind: e.Kind, Macs: e.MACs, Token: e.Token, Local: e.Local})
+		out.Entries = append(out.Entries, &agentv1.BootEntry{NodeId: e.NodeID, Kind: e.Kind, Macs: e.MACs, Token: e.Token, Local: e.Local,
+			IsoName: e.ISOName, IsoUrl: e.ISOURL, IsoSha256: e.ISOSHA256})
 	}
 	return connect.NewResponse(out), nil
 }

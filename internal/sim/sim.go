@@ -75,6 +75,9 @@ type Machine struct {
 	// the first ramdisk entry made for it is its decision, and it joins with that entry's token
 	// without a power cycle.
 	Discovering bool
+	// NoVirtualMedia: the BMC has no virtual media: bmc.media falls back to an iPXE sanboot
+	// entry at the site (as the site agent does).
+	NoVirtualMedia bool
 	// InbandBMC is the BMC address the host reports over its IPMI system interface
 	// (bmc.provisionInband); empty: the host has no IPMI interface.
 	InbandBMC string
@@ -374,6 +377,9 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 			m.Media = ""
 		default:
 			return failed("arguments: action " + args.Action + ": accepted are insert, eject")
+		}
+		if m.NoVirtualMedia {
+			return ok(map[string]any{"via": "sanboot", "image": args.Image})
 		}
 		return ok(map[string]any{"via": "virtualMedia", "image": args.Image})
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -152,8 +153,13 @@ func buildSync(es []agentlink.BootEntry, ramdisk RamdiskConfig, localDefault str
 		case "instance":
 			entry, err = LocalEntry(e.Local, localDefault)
 			r.Instance = e.Token
+		case "sanboot":
+			// A pinned ISO (bmc.media without virtual media): applyPushed caches it, and the
+			// boot handler serves the entry only once the cache verified its sha256.
+			entry = netboot.Entry{Kind: netboot.KindSanboot, ISO: netboot.Artifact{Name: e.ISOName, URL: e.ISOURL, SHA256: strings.ToLower(e.ISOSHA256)}}
+			err = entry.Validate()
 		default:
-			err = fmt.Errorf("kind %q: known are ramdisk, instance, removed", e.Kind)
+			err = fmt.Errorf("kind %q: known are ramdisk, instance, sanboot, removed", e.Kind)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("entry of node %s: %w", e.NodeID, err))

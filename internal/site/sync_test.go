@@ -28,13 +28,19 @@ func TestBuildSync(t *testing.T) {
 		{NodeID: "n4", Kind: "ramdisk", MACs: []string{"not a mac"}, Token: "bcdd_four_0123456789abcdef"},
 		{NodeID: "n5", Kind: "pxe", MACs: []string{"52:54:00:00:00:05"}},
 		{Kind: "ramdisk"},
+		{NodeID: "n6", Kind: "sanboot", MACs: []string{"52:54:00:00:00:06"}, ISOName: "rescue.iso", ISOURL: "http://o/rescue.iso", ISOSHA256: strings.Repeat("C", 64)},
+		{NodeID: "n7", Kind: "sanboot", MACs: []string{"52:54:00:00:00:07"}, ISOName: "rescue.iso", ISOURL: "http://o/rescue.iso"},
 	}
 	recs, err := buildSync(es, testRamdisk(), "exit")
-	if err == nil || !strings.Contains(err.Error(), "node n4") || !strings.Contains(err.Error(), "node n5") {
-		t.Errorf("error %v: want n4 (bad MAC) and n5 (unknown kind) named", err)
+	if err == nil || !strings.Contains(err.Error(), "node n4") || !strings.Contains(err.Error(), "node n5") || !strings.Contains(err.Error(), "node n7") {
+		t.Errorf("error %v: want n4 (bad MAC), n5 (unknown kind) and n7 (ISO without sha256) named", err)
 	}
-	if len(recs) != 3 {
-		t.Fatalf("records %+v, want n1 n2 n3", recs)
+	if len(recs) != 4 {
+		t.Fatalf("records %+v, want n1 n2 n3 n6", recs)
+	}
+	if r := recs[3]; r.Entry == nil || r.Entry.Kind != netboot.KindSanboot || r.Entry.ISO.SHA256 != strings.Repeat("c", 64) || r.Entry.ISO.URL != "http://o/rescue.iso" ||
+		len(r.Entry.Artifacts()) != 1 || r.Instance != "" {
+		t.Errorf("sanboot record %+v", r)
 	}
 	if r := recs[0]; r.Entry == nil || r.Entry.Kind != netboot.KindRamdisk || r.Entry.Token != "bcdd_one_0123456789abcdef" || r.Instance != "" {
 		t.Errorf("ramdisk record %+v", r)

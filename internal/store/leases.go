@@ -141,18 +141,29 @@ const (
 	BootEntryRamdisk  = "ramdisk"
 	BootEntryInstance = "instance"
 	BootEntryRemoved  = "removed"
+	// BootEntrySanboot: an ISO pinned at the site booted with iPXE sanboot (bmc.media insert
+	// where the BMC has no virtual media).
+	BootEntrySanboot = "sanboot"
 )
+
+// BootISO is the ISO of a sanboot entry, as the site cache fetches and verifies it.
+type BootISO struct {
+	Name   string `json:"name"`
+	URL    string `json:"url"`
+	SHA256 string `json:"sha256"`
+}
 
 // BootEntry is a node's boot entry as its last succeeded boot.* command left it. It holds no
 // token: a push mints a fresh one.
 type BootEntry struct {
 	SiteID, NodeID string
-	Kind           string // BootEntryRamdisk, BootEntryInstance, BootEntryRemoved
+	Kind           string // BootEntryRamdisk, BootEntryInstance, BootEntrySanboot, BootEntryRemoved
 	MACs           []string
-	Local          string // local-boot method of instance entries
-	Generation     uint64 // the node's identity generation the command was made for
-	CommandID      string // the command that installed it
-	AgentID        string // the agent that ran that command (it has the entry already)
+	Local          string   // local-boot method of instance entries
+	ISO            *BootISO // sanboot entries only
+	Generation     uint64   // the node's identity generation the command was made for
+	CommandID      string   // the command that installed it
+	AgentID        string   // the agent that ran that command (it has the entry already)
 	Revision       uint64
 	UpdatedAt      int64
 }
@@ -161,8 +172,19 @@ type BootEntry struct {
 func (t *Tx) PutBootEntry(ctx context.Context, e *BootEntry) error {
 	switch e.Kind {
 	case BootEntryRamdisk, BootEntryInstance, BootEntryRemoved:
+		if e.ISO != nil {
+			return fmt.Errorf("boot entry of node %s: a %s entry has no ISO", e.NodeID, e.Kind)
+		}
+	case BootEntrySanboot:
+		if e.ISO == nil || e.ISO.URL == "" || e.ISO.SHA256 == "" || e.ISO.Name == "" {
+			return fmt.Errorf("boot entry of node %s: a sanboot entry needs its ISO (name, url, sha256)", e.NodeID)
+		}
 	default:
-		return fmt.Errorf("boot entry of node %s: kind %q: accepted are ramdisk, instance, removed", e.NodeID, e.Kind)
+		return fmt.Errorf("boot entry of node %s: kind %q: accepted are ramdisk, instance, sanboot, removed", e.NodeID, e.Kind)
+	}
+	iso := ""
+	if e.ISO != nil {
+		iso = mustJSON(e.ISO)
 	}
 	l, err := t.lockLease(ctx, e.SiteID)
 	if err != nil {
@@ -176,25 +198,31 @@ func (t *Tx) PutBootEntry(ctx context.Context, e *BootEntry) error {
 	if macs == nil {
 		macs = []string{}
 	}
-	_, err = t.exec(ctx, `INSERT INTO boot_entries (site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (site_id, node_id) DO UPDATE SET kind = excluded.kind, macs = excluded.macs,
+	_, err = t.exec(ctx, `INSERT INTO boot_entries (site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at, iso)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (site_id, node_id) DO UPDATE SET kind = excluded.kind, macs = excluded.macs,
 		local_boot = excluded.local_boot, generation = excluded.generation, command_id = excluded.command_id, agent_id = excluded.agent_id,
-		revision = excluded.revision, updated_at = excluded.updated_at`,
-		e.SiteID, e.NodeID, e.Kind, mustJSON(macs), e.Local, int64(e.Generation), e.CommandID, e.AgentID, int64(e.Revision), t.at)
+		revision = excluded.revision, updated_at = excluded.updated_at, iso = excluded.iso`,
+		e.SiteID, e.NodeID, e.Kind, mustJSON(macs), e.Local, int64(e.Generation), e.CommandID, e.AgentID, int64(e.Revision), t.at, iso)
 	if err != nil {
 		return fmt.Errorf("recording the boot entry of node %s: %w", e.NodeID, err)
 	}
 	return nil
 }
 
-const bootEntryCols = `site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at`
+const bootEntryCols = `site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at, iso`
 
 func scanBootEntry(r interface{ Scan(...any) error }) (BootEntry, error) {
 	var e BootEntry
-	var macs string
+	var macs, iso string
 	var gen, rev int64
-	if err := r.Scan(&e.SiteID, &e.NodeID, &e.Kind, &macs, &e.Local, &gen, &e.CommandID, &e.AgentID, &rev, &e.UpdatedAt); err != nil {
+	if err := r.Scan(&e.SiteID, &e.NodeID, &e.Kind, &macs, &e.Local, &gen, &e.CommandID, &e.AgentID, &rev, &e.UpdatedAt, &iso); err != nil {
 		return BootEntry{}, err
+	}
+	if iso != "" {
+		e.ISO = &BootISO{}
+		if err := json.Unmarshal([]byte(iso), e.ISO); err != nil {
+			return BootEntry{}, fmt.Errorf("boot entry of node %s: iso: %w", e.NodeID, err)
+		}
 	}
 	e.Generation, e.Revision = uint64(gen), uint64(rev)
 	if err := json.Unmarshal([]byte(macs), &e.MACs); err != nil {

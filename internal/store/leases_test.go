@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,24 @@ func TestBootEntries(t *testing.T) {
 		e := store.BootEntry{SiteID: "s1", NodeID: "n3", Kind: "pxe"}
 		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.PutBootEntry(ctx, &e) }); err == nil {
 			t.Error("an unknown entry kind was accepted")
+		}
+		// A pinned ISO's sanboot entry carries its ISO; other kinds carry none.
+		iso := &store.BootISO{Name: "rescue.iso", URL: "http://images.example/rescue.iso", SHA256: strings.Repeat("ab", 32)}
+		r4 := put(store.BootEntry{SiteID: "s1", NodeID: "n4", Kind: store.BootEntrySanboot, MACs: []string{"52:54:00:00:00:04"}, ISO: iso, CommandID: "c4", AgentID: "a"})
+		if d := list(r3); len(d) != 1 || d[0].Revision != r4 || d[0].ISO == nil || *d[0].ISO != *iso {
+			t.Fatalf("sanboot entry: %+v", d)
+		}
+		if all := list(0); len(all) != 2 || all[1].NodeID != "n4" || all[1].ISO == nil || all[0].ISO != nil {
+			t.Fatalf("whole table with a sanboot entry: %+v", all)
+		}
+		for _, bad := range []store.BootEntry{
+			{SiteID: "s1", NodeID: "n5", Kind: store.BootEntrySanboot},
+			{SiteID: "s1", NodeID: "n5", Kind: store.BootEntrySanboot, ISO: &store.BootISO{Name: "x.iso"}},
+			{SiteID: "s1", NodeID: "n5", Kind: store.BootEntryRamdisk, ISO: iso},
+		} {
+			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.PutBootEntry(ctx, &bad) }); err == nil {
+				t.Errorf("accepted %+v", bad)
+			}
 		}
 	})
 }

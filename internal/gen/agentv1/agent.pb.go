@@ -1593,14 +1593,19 @@ func (x *BootLeaseResponse) GetEntries() []*BootEntry {
 type BootEntry struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// ramdisk (boot.prepareRamdisk), instance (boot.prepareInstance: local boot + metadata) or
-	// removed (boot.cleanUp; only in deltas).
+	// ramdisk (boot.prepareRamdisk), instance (boot.prepareInstance: local boot + metadata),
+	// sanboot (bmc.media insert without virtual media: iPXE sanboot of the ISO below, served once
+	// the agent's cache verified it) or removed (boot.cleanUp, media eject; only in deltas).
 	Kind string   `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	Macs []string `protobuf:"bytes,3,rep,name=macs,proto3" json:"macs,omitempty"`
 	// Discovery token (ramdisk) or instance token (instance).
 	Token string `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
 	// Local-boot method of an instance entry (exit, sanboot; "" the site default).
-	Local         string `protobuf:"bytes,5,opt,name=local,proto3" json:"local,omitempty"`
+	Local string `protobuf:"bytes,5,opt,name=local,proto3" json:"local,omitempty"`
+	// The ISO of a sanboot entry: cache name, origin URL, sha256 (hex).
+	IsoName       string `protobuf:"bytes,6,opt,name=iso_name,json=isoName,proto3" json:"iso_name,omitempty"`
+	IsoUrl        string `protobuf:"bytes,7,opt,name=iso_url,json=isoUrl,proto3" json:"iso_url,omitempty"`
+	IsoSha256     string `protobuf:"bytes,8,opt,name=iso_sha256,json=isoSha256,proto3" json:"iso_sha256,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1666,6 +1671,27 @@ func (x *BootEntry) GetToken() string {
 func (x *BootEntry) GetLocal() string {
 	if x != nil {
 		return x.Local
+	}
+	return ""
+}
+
+func (x *BootEntry) GetIsoName() string {
+	if x != nil {
+		return x.IsoName
+	}
+	return ""
+}
+
+func (x *BootEntry) GetIsoUrl() string {
+	if x != nil {
+		return x.IsoUrl
+	}
+	return ""
+}
+
+func (x *BootEntry) GetIsoSha256() string {
+	if x != nil {
+		return x.IsoSha256
 	}
 	return ""
 }
@@ -2137,13 +2163,17 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12)\n" +
 	"\x10entries_revision\x18\x05 \x01(\x04R\x0fentriesRevision\x12!\n" +
 	"\fentries_full\x18\x06 \x01(\bR\ventriesFull\x121\n" +
-	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\"x\n" +
+	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\"\xcb\x01\n" +
 	"\tBootEntry\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04macs\x18\x03 \x03(\tR\x04macs\x12\x14\n" +
 	"\x05token\x18\x04 \x01(\tR\x05token\x12\x14\n" +
-	"\x05local\x18\x05 \x01(\tR\x05local\"&\n" +
+	"\x05local\x18\x05 \x01(\tR\x05local\x12\x19\n" +
+	"\biso_name\x18\x06 \x01(\tR\aisoName\x12\x17\n" +
+	"\aiso_url\x18\a \x01(\tR\x06isoUrl\x12\x1d\n" +
+	"\n" +
+	"iso_sha256\x18\b \x01(\tR\tisoSha256\"&\n" +
 	"\x0ePollSetRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xd2\x01\n" +
 	"\n" +
