@@ -66,6 +66,8 @@ type SiteOptions struct {
 	Kernel, Initrd string
 	// RamdiskArgs are extra kernel arguments of ramdisk entries (console=ttyS0 is always there).
 	RamdiskArgs []string
+	// DiscoveryBoot: machines with no entry boot the ramdisk in discovery mode (acceptance flow).
+	DiscoveryBoot bool
 }
 
 // Well-known ports of the lab's services on the bridge.
@@ -114,6 +116,9 @@ func PlanSite(s Spec, shareDir string, o SiteOptions) (Spec, error) {
 	}
 	for _, a := range o.RamdiskArgs {
 		argv = append(argv, "--ramdisk-arg", a)
+	}
+	if o.DiscoveryBoot {
+		argv = append(argv, "--discovery-boot")
 	}
 	s.Site = &SiteAgent{Argv: argv, JoinTokenFile: o.JoinTokenFile, Log: filepath.Join(s.Dir, "site.log")}
 	return s, nil

@@ -154,6 +154,7 @@ func upCmd() *cobra.Command {
 	f.StringVar(&site.Kernel, "ramdisk-kernel", "vmlinuz", "ramdisk kernel: file name in --share-dir")
 	f.StringVar(&site.Initrd, "ramdisk-initrd", "initramfs.cpio.gz", "ramdisk initramfs: file name in --share-dir")
 	f.StringSliceVar(&site.RamdiskArgs, "ramdisk-arg", nil, "extra kernel argument of ramdisk entries (repeatable)")
+	f.BoolVar(&site.DiscoveryBoot, "discovery-boot", false, "the site agent boots machines with no entry into the ramdisk in discovery mode (acceptance flow: bcd node pending|accept|reject)")
 	return cmd
 }
 
