@@ -35,19 +35,22 @@ func TestLinger(t *testing.T) {
 		f    LingerFacts
 		want LingerAction
 	}{
-		{"nothing lingers", LingerFacts{Now: now, Power: "on"}, LingerNothing},
-		{"window open", LingerFacts{Until: now + 1, Now: now, Power: "on"}, LingerWait},
-		{"window passed: power off", LingerFacts{Until: now, Now: now, Power: "on"}, LingerPowerOff},
-		{"window passed, power unknown: power off", LingerFacts{Until: now - 5, Now: now}, LingerPowerOff},
+		{"nothing lingers", LingerFacts{Now: now, Power: "on", RamdiskUp: true}, LingerNothing},
+		{"window open", LingerFacts{Until: now + 1, Now: now, Power: "on", RamdiskUp: true}, LingerWait},
+		{"window open, ramdisk not (yet) read", LingerFacts{Until: now + 1, Now: now, Power: "on"}, LingerWait},
+		{"window passed: power off", LingerFacts{Until: now, Now: now, Power: "on", RamdiskUp: true}, LingerPowerOff},
+		{"window passed, power unknown, ramdisk up: power off", LingerFacts{Until: now - 5, Now: now, RamdiskUp: true}, LingerPowerOff},
 		{"window passed, node already off", LingerFacts{Until: now - 5, Now: now, Power: "off"}, LingerForget},
-		{"window passed but a workflow holds the node (the deploy at the last second)", LingerFacts{Until: now - 5, Now: now, Held: true, Power: "on"}, LingerNothing},
-		{"window open and a workflow holds the node", LingerFacts{Until: now + 5, Now: now, Held: true, Power: "on"}, LingerNothing},
-		{"power-off queued", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Queued}, LingerWait},
+		{"window passed, ramdisk gone (crashed, or the node was booted since)", LingerFacts{Until: now - 5, Now: now, Power: "on"}, LingerForget},
+		{"window passed but a workflow holds the node (the deploy at the last second)", LingerFacts{Until: now - 5, Now: now, Held: true, Power: "on", RamdiskUp: true}, LingerNothing},
+		{"window open and a workflow holds the node", LingerFacts{Until: now + 5, Now: now, Held: true, Power: "on", RamdiskUp: true}, LingerNothing},
+		{"power-off queued, ramdisk up", LingerFacts{Until: now - 5, Now: now, Power: "on", RamdiskUp: true, Command: command.Queued}, LingerWait},
+		{"power-off queued, ramdisk gone before taking it", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Queued}, LingerAbandon},
 		{"power-off delivered", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Delivered}, LingerWait},
 		{"power-off running", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Running}, LingerWait},
 		{"power-off reported", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Succeeded}, LingerPoweredOff},
 		{"ramdisk gone after taking the power-off", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Lost}, LingerPoweredOff},
-		{"ramdisk refused the power-off", LingerFacts{Until: now - 5, Now: now, Power: "on", Command: command.Failed}, LingerRefused},
+		{"ramdisk refused the power-off", LingerFacts{Until: now - 5, Now: now, Power: "on", RamdiskUp: true, Command: command.Failed}, LingerRefused},
 		{"power-off out but a workflow holds the node", LingerFacts{Until: now - 5, Now: now, Held: true, Command: command.Queued}, LingerNothing},
 	}
 	for _, tc := range tests {
@@ -55,21 +58,29 @@ func TestLinger(t *testing.T) {
 			t.Errorf("%s: Linger(%+v) = %s, want %s", tc.name, tc.f, got, tc.want)
 		}
 	}
-	// Every combination: a power-off is sent only when no workflow holds the node, none was
-	// sent yet, the window passed and the node is not known to be off; a workflow-held node
-	// is never acted on.
+	// Every combination: a power-off is sent only to a ramdisk that is up, when no workflow
+	// holds the node, none was sent yet, the window passed and the node is not known to be off;
+	// a workflow-held node is never acted on; only an unclaimed power-off is abandoned.
 	for _, held := range []bool{false, true} {
-		for _, until := range []int64{0, now - 1, now, now + 1} {
-			for _, power := range []string{"", "on", "off"} {
-				for _, cs := range []command.State{"", command.Queued, command.Delivered, command.Running, command.Succeeded, command.Failed, command.Lost} {
-					f := LingerFacts{Until: until, Now: now, Held: held, Power: power, Command: cs}
-					got := Linger(f)
-					send := !held && cs == "" && until != 0 && now >= until && power != "off"
-					if (got == LingerPowerOff) != send {
-						t.Errorf("Linger(%+v) = %s: power-off sent %v, want %v", f, got, got == LingerPowerOff, send)
-					}
-					if held && got != LingerNothing {
-						t.Errorf("Linger(%+v) = %s for a workflow-held node", f, got)
+		for _, up := range []bool{false, true} {
+			for _, until := range []int64{0, now - 1, now, now + 1} {
+				for _, power := range []string{"", "on", "off"} {
+					for _, cs := range []command.State{"", command.Queued, command.Delivered, command.Running, command.Succeeded, command.Failed, command.Lost} {
+						f := LingerFacts{Until: until, Now: now, Held: held, Power: power, RamdiskUp: up, Command: cs}
+						got := Linger(f)
+						send := !held && up && cs == "" && until != 0 && now >= until && power != "off"
+						if (got == LingerPowerOff) != send {
+							t.Errorf("Linger(%+v) = %s: power-off sent %v, want %v", f, got, got == LingerPowerOff, send)
+						}
+						if held && got != LingerNothing {
+							t.Errorf("Linger(%+v) = %s for a workflow-held node", f, got)
+						}
+						if got == LingerAbandon && (cs != command.Queued || up) {
+							t.Errorf("Linger(%+v) = abandon", f)
+						}
+						if got == LingerWait && cs == "" && now >= until {
+							t.Errorf("Linger(%+v) waits after the window", f)
+						}
 					}
 				}
 			}

@@ -31,8 +31,12 @@ const (
 	LingerWait
 	// LingerPowerOff: the window passed with no workflow: tell the ramdisk to power off.
 	LingerPowerOff
-	// LingerForget: the node is off already: nothing is left to power off.
+	// LingerForget: the node is off already, or its ramdisk is gone (not connected, or the node
+	// was booted since): nothing is left to tell.
 	LingerForget
+	// LingerAbandon: the power-off is still unacknowledged and its ramdisk is gone: withdraw it
+	// (a later boot of the node must never be handed it) and forget the window.
+	LingerAbandon
 	// LingerPoweredOff: the ramdisk reported the power-off, or left once it had it.
 	LingerPoweredOff
 	// LingerRefused: the ramdisk failed the power-off (it stays up until the next workflow
@@ -41,7 +45,7 @@ const (
 )
 
 func (a LingerAction) String() string {
-	return [...]string{"nothing", "wait", "powerOff", "forget", "poweredOff", "refused"}[a]
+	return [...]string{"nothing", "wait", "powerOff", "forget", "abandon", "poweredOff", "refused"}[a]
 }
 
 // LingerFacts are the rows a linger decision reads.
@@ -50,6 +54,10 @@ type LingerFacts struct {
 	// Held: a workflow holds the node (an open workflow, or a chain waiting to start one).
 	Held  bool
 	Power string // the node's power axis: on, off, or "" unknown
+	// RamdiskUp: the ramdisk to tell is there: before the power-off is sent or claimed, the
+	// node's ramdisk is connected and joined after its last boot command (FastTrackable); once
+	// an agent claimed it, that agent is connected. Read only once the window passed.
+	RamdiskUp bool
 	// Command is the power-off command's state, "" before it is sent.
 	Command command.State
 }
@@ -65,13 +73,17 @@ func Linger(f LingerFacts) LingerAction {
 			return LingerPoweredOff
 		case command.Failed:
 			return LingerRefused
+		case command.Queued:
+			if !f.RamdiskUp {
+				return LingerAbandon
+			}
 		}
 		return LingerWait
 	case f.Until == 0:
 		return LingerNothing
 	case f.Now < f.Until:
 		return LingerWait
-	case f.Power == "off":
+	case f.Power == "off", !f.RamdiskUp:
 		return LingerForget
 	}
 	return LingerPowerOff
@@ -135,6 +147,16 @@ func (r *run) linger(held bool) (time.Duration, bool, error) {
 		}
 		f.Command = command.State(c.State)
 	}
+	var err error
+	switch {
+	case f.Command == command.Queued && c.TargetAgent != "":
+		f.RamdiskUp, err = r.tx.AgentConnected(r.ctx, c.TargetAgent)
+	case f.Command == command.Queued, f.Command == "" && f.Until != 0 && f.Now >= f.Until && !held:
+		f.RamdiskUp, err = r.ramdiskUp()
+	}
+	if err != nil {
+		return 0, false, err
+	}
 	switch a := Linger(f); a {
 	case LingerNothing:
 		return 0, false, nil
@@ -142,7 +164,9 @@ func (r *run) linger(held bool) (time.Duration, bool, error) {
 		if f.Command == "" {
 			return time.Duration(f.Until-f.Now) * time.Microsecond, false, nil
 		}
-		return 0, false, nil // woken when the command reports, or its agent leaves
+		// Woken when the command reports or its agent leaves; looked at again meanwhile, since
+		// the departure of a ramdisk that never took the command wakes nothing.
+		return lingerRecheck, false, nil
 	case LingerPowerOff:
 		c := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "ramdisk.powerOff", Subject: n.ID, Args: "{}",
 			RunsOn: string(command.OnRamdisk), Generation: n.IdentityGeneration}
@@ -156,11 +180,22 @@ func (r *run) linger(held bool) (time.Duration, bool, error) {
 		}
 		return 0, true, r.event("node.ramdisk.powerOff", n.State, n.State, "fast-track window passed with no workflow: the ramdisk powers its host off",
 			map[string]any{"command": c.ID, "until": store.Micros(f.Until).Format(time.RFC3339)})
+	case LingerAbandon:
+		closed, _, err := r.tx.WithdrawCommand(r.ctx, n.LingerCommand, "withdrawn: the ramdisk left before acknowledging it")
+		if err != nil || !closed {
+			return lingerRecheck, false, err // acknowledged meanwhile: its outcome decides
+		}
+		fallthrough
 	default:
 		why, data := "", map[string]any{"command": n.LingerCommand}
 		switch a {
 		case LingerForget:
 			why = "fast-track window passed; the node is already off"
+			if f.Power != "off" {
+				why = "fast-track window passed; the ramdisk is gone (not connected, or the node was booted since): not powered off (the power poll shows the node's power)"
+			}
+		case LingerAbandon:
+			why = "the ramdisk left before acknowledging its power-off (withdrawn): not known to be off (the power poll shows the node's power)"
 		case LingerPoweredOff:
 			why = "the ramdisk powered its host off"
 			if f.Command == command.Lost {
@@ -178,10 +213,16 @@ func (r *run) linger(held bool) (time.Duration, bool, error) {
 	}
 }
 
+// lingerRecheck is how often a node whose ramdisk was told to power off is looked at while the
+// command is out.
+const lingerRecheck = 30 * time.Second
+
 // endLinger is called as a workflow starts: the workflow takes over the node, and with it a
 // lingering ramdisk (the fast-track decision follows, at metal.ensureRamdisk). A power-off no
-// agent was offered yet is withdrawn; one that was offered stays (the ramdisk may be going
-// down: it counts as a boot command, so the workflow boots the node again).
+// agent acknowledged is withdrawn so that no later boot of the node is ever offered it (node
+// agents keep their id across boots); if no agent had claimed it, the ramdisk never saw it and
+// stays usable. One an agent claimed counts as a boot command (the ramdisk may be going down),
+// so the workflow boots the node again.
 func (r *run) endLinger(profile string) error {
 	n := &r.n
 	if n.LingerUntil == 0 && n.LingerCommand == "" {
@@ -191,11 +232,11 @@ func (r *run) endLinger(profile string) error {
 	why := "workflow " + profile + " takes the lingering ramdisk"
 	if n.LingerCommand != "" {
 		data["command"] = n.LingerCommand
-		withdrawn, err := r.tx.WithdrawCommand(r.ctx, n.LingerCommand, "withdrawn: workflow "+profile+" started")
+		closed, offered, err := r.tx.WithdrawCommand(r.ctx, n.LingerCommand, "withdrawn: workflow "+profile+" started")
 		if err != nil {
 			return err
 		}
-		if !withdrawn {
+		if !closed || offered {
 			why = "workflow " + profile + " started after the ramdisk was told to power off"
 		}
 	}

@@ -636,6 +636,17 @@ func (s *Sim) selfPowerOff(m *Machine) {
 // SelfPowerOffs counts the ramdisks that powered their host off (ramdisk.powerOff).
 func (s *Sim) SelfPowerOffs() int { return int(s.selfOffs.Load()) }
 
+// CrashRamdisk ends the machine's ramdisk while the machine stays on (a crash, a lost
+// network): its agent disconnects.
+func (m *Machine) CrashRamdisk() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ramdisk != nil {
+		m.ramdisk()
+		m.ramdisk = nil
+	}
+}
+
 // Powered reports whether the machine is on.
 func (m *Machine) Powered() bool {
 	m.mu.Lock()

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -240,4 +241,72 @@ func TestDeployAfterThePowerOffWasOfferedBoots(t *testing.T) {
 
 func engineConfig() engine.Config {
 	return engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}
+}
+
+// TestWindowEndsWithTheRamdiskGone: a ramdisk that is not connected when the window passes is
+// sent nothing (no power-off waits for a later boot of the node); the window ends with an event
+// saying so and the node stays ready.
+func TestWindowEndsWithTheRamdiskGone(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, err := Start(ctx, st, Config{}, engineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	setWindow(t, h, "1h")
+	ids, err := h.Enroll(ctx, "ft", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ids[0]
+	rest(t, h, ids)
+	h.Sim.Machine(id).CrashRamdisk()
+	waitFor(t, "the crashed ramdisk's agent to be gone", func() bool {
+		var since int64
+		err := st.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			since, err = tx.NodeAgentConnectedSince(ctx, id, "node", 1)
+			return err
+		})
+		return err == nil && since == 0
+	})
+	// The window passes now.
+	err = st.Write(ctx, func(tx *store.Tx) error {
+		n, err := tx.LockNode(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		n.LingerUntil = 1
+		if err := tx.UpdateNode(ctx, &n); err != nil {
+			return err
+		}
+		return tx.Wake(ctx, id, "test: the window passed", 0)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Engine.Nudge()
+	waitFor(t, "the window to end", func() bool { return node(t, st, id).LingerUntil == 0 })
+	n := node(t, st, id)
+	if n.State != "ready" || n.LingerCommand != "" {
+		t.Errorf("after the window: %s, power-off command %q", n.State, n.LingerCommand)
+	}
+	evs, err := st.Events(ctx, store.EventFilter{NodeID: id, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := false
+	for _, e := range evs {
+		gone = gone || e.Kind == "node.ramdisk.linger.end" && strings.Contains(e.Reason, "the ramdisk is gone")
+	}
+	if !gone || hasEvent(t, st, id, "node.ramdisk.powerOff", "") {
+		t.Error("want the window to end because the ramdisk is gone, and no power-off")
+	}
+	cmds, _ := st.Commands(ctx, id, 1000)
+	for _, c := range cmds {
+		if c.Kind == "ramdisk.powerOff" {
+			t.Errorf("a power-off was queued for a ramdisk that is gone: %s", c.State)
+		}
+	}
 }

@@ -70,17 +70,51 @@ func TestLingerAndWithdraw(t *testing.T) {
 			unclaimed = a
 		}
 		err = st.Write(ctx, func(tx *store.Tx) error {
-			if ok, err := tx.WithdrawCommand(ctx, claimed.ID, "test"); err != nil || ok {
-				t.Errorf("withdrawing a claimed command: %v %v, want false", ok, err)
+			if closed, offered, err := tx.WithdrawCommand(ctx, unclaimed.ID, "test"); err != nil || !closed || offered {
+				t.Errorf("withdrawing an unclaimed command: closed %v offered %v %v, want closed, not offered", closed, offered, err)
 			}
-			if ok, err := tx.WithdrawCommand(ctx, unclaimed.ID, "test"); err != nil || !ok {
-				t.Errorf("withdrawing an unclaimed command: %v %v, want true", ok, err)
-			}
-			if ok, err := tx.WithdrawCommand(ctx, unclaimed.ID, "test"); err != nil || ok {
-				t.Errorf("withdrawing twice: %v %v, want false", ok, err)
+			if closed, _, err := tx.WithdrawCommand(ctx, unclaimed.ID, "test"); err != nil || closed {
+				t.Errorf("withdrawing twice: closed %v %v", closed, err)
 			}
 			lastBoot, err = tx.LastBootCommandAt(ctx, n.ID)
-			return err
+			if err != nil {
+				return err
+			}
+			if closed, offered, err := tx.WithdrawCommand(ctx, claimed.ID, "test"); err != nil || !closed || !offered {
+				t.Errorf("withdrawing a claimed, unacknowledged command: closed %v offered %v %v, want both", closed, offered, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed, it is offered to no agent again (the gateway's node agents keep their id
+		// across boots).
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			cs, err := tx.ClaimCommands(ctx, "node:"+n.ID, "node", "", n.ID, n.IdentityGeneration, 10)
+			if err != nil || len(cs) != 0 {
+				t.Errorf("claimed %d (%v) after withdrawal, want none", len(cs), err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Acknowledged, it is left alone.
+		c := off()
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			c.State, c.TargetAgent = "delivered", "node:"+n.ID
+			if err := tx.InsertCommand(ctx, &c); err != nil {
+				return err
+			}
+			if closed, _, err := tx.WithdrawCommand(ctx, c.ID, "test"); err != nil || closed {
+				t.Errorf("withdrawing an acknowledged command: closed %v %v", closed, err)
+			}
+			up, err := tx.AgentConnected(ctx, "node:"+n.ID)
+			if err != nil || up {
+				t.Errorf("AgentConnected of an agent never seen: %v %v", up, err)
+			}
+			return nil
 		})
 		if err != nil {
 			t.Fatal(err)

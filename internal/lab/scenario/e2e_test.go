@@ -23,6 +23,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/lab"
 	"bcd/internal/server"
@@ -88,8 +89,10 @@ func TestEndToEnd(t *testing.T) {
 	}
 	defer logf.Close()
 	labOpts := lab.Options{VMs: 2, Firmware: lab.ChoiceMixed, Dir: filepath.Join(tmp, "lab"), NetNS: "bcde2e"}
+	// A fast-track window longer than the test: commissioning leaves the ramdisk up and the
+	// deploy runs in it (no power cycle, no ramdisk boot), which is asserted below.
 	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: filepath.Join(tmp, "server"),
-		GatewayHosts: []string{lab.DefaultBridgeIPv4().Addr().String()}},
+		GatewayHosts: []string{lab.DefaultBridgeIPv4().Addr().String()}, Engine: engine.Config{FastTrackWindow: time.Hour}},
 		slog.New(slog.NewJSONHandler(logf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +198,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 	phase("deploy → deployed", "deployed", 15*time.Minute, ids...)
 	for _, n := range nodes {
+		if err := deployFastTracked(ctx, c, n.NodeID); err != nil {
+			t.Errorf("%s: %v", n.VM.Name, err)
+		}
 		if err := diskHas(n.VM.Disk, manifest.Size, manifest.DiskSHA256); err != nil {
 			t.Errorf("%s after deploy: %v", n.VM.Name, err)
 		}
@@ -341,6 +347,37 @@ func stateChanges(ctx context.Context, t *testing.T, c *Client, id string) []str
 		}
 	}
 	return states
+}
+
+// deployFastTracked checks that the node's deploy ran in the ramdisk commissioning left up:
+// the deploy took the lingering ramdisk, and from the deploying transition to deployed its
+// workflow skipped power.cycle (fast track) and ran none.
+func deployFastTracked(ctx context.Context, c *Client, id string) error {
+	resp, err := c.Nodes.Events(ctx, connect.NewRequest(&bcdv1.ListEventsRequest{Node: id, Limit: 1000}))
+	if err != nil {
+		return err
+	}
+	deploying, taken, skipped := false, false, false
+	for _, e := range resp.Msg.Events {
+		switch {
+		case e.ToState == "deploying" && e.FromState != "deploying":
+			deploying = true
+		case e.ToState == "deployed":
+			deploying = false
+		case !deploying:
+		case e.Kind == "node.ramdisk.linger.end":
+			taken = strings.Contains(e.Reason, "takes the lingering ramdisk")
+		case e.Kind == "workflow.step" && strings.Contains(e.Data, `"use":"power.cycle{`): // not power.cycle?noMacs
+			if !strings.Contains(e.Data, `"result":"skipped"`) {
+				return fmt.Errorf("the deploy power-cycled the node (fast track expected): %s", e.Data)
+			}
+			skipped = true
+		}
+	}
+	if !taken || !skipped {
+		return fmt.Errorf("the deploy was not fast-tracked (took the lingering ramdisk %v, skipped its power cycle %v)", taken, skipped)
+	}
+	return nil
 }
 
 // subsequence reports whether want appears in got in order (other states may come between).
