@@ -109,6 +109,7 @@ func poolCmd(g *globals) *cobra.Command {
 		c.Flags().StringVar(&pol.HardwareProfile, "hardware-profile", "redfish", "hardware profile (driver per concern)")
 		c.Flags().BoolVar(&pol.TrustProvisioningNetwork, "trust-provisioning-network", false, "bind PXE-discovered MACs without operator confirmation")
 		c.Flags().BoolVar(&pol.AutoAccept, "auto-accept", false, "accept machines a discovery-mode ramdisk reports at the pool's site without an operator (acceptance flow)")
+		c.Flags().BoolVar(&pol.AutoAcceptInband, "auto-accept-inband", false, "with --auto-accept: also enroll what is accepted, its BMC credential provisioned in-band over the host's IPMI interface (as node accept --inband)")
 		c.Flags().StringVar(&pol.FastTrackWindow, "fast-track-window", "", "how long the ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot (e.g. 10m; 0s: off; empty: the server's default)")
 		c.Flags().StringArrayVar(labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
 	}

@@ -40,6 +40,9 @@ type Config struct {
 	// Secrets opens secret:// references (BMC credentials), which are then sent to the site
 	// agent only encrypted to its certificate.
 	Secrets SecretOpener
+	// AutoEnroll enrolls a machine a pool's autoAccept just accepted when the pool's policy says
+	// autoAcceptInband (metal.Service.AutoEnrollInband); nil: acceptances are only recorded.
+	AutoEnroll func(ctx context.Context, siteID, mac string, pool store.Pool) error
 	// MACWindow is how long after its power cycle a MAC-less node's MAC may first be seen
 	// (await.macCandidate); default MACWindow (10 minutes).
 	MACWindow time.Duration

@@ -221,13 +221,37 @@ func (r *run) awaitMAC(wf *store.Workflow, st workflow.Step) (time.Duration, boo
 }
 
 // autoAccept accepts a machine a discovery-mode ramdisk just reported when a pool of its site
-// says autoAccept (off by default): its acceptance is recorded as the pool's. Enrolling it
-// still takes BMC credentials (bcd node accept): in-band provisioning is not built.
-func autoAccept(ctx context.Context, tx *store.Tx, siteID, mac string) error {
+// says autoAccept (off by default): its acceptance is recorded as the pool's. It returns the
+// pool when the acceptance is new and the pool also enrolls in-band (autoAcceptInband);
+// otherwise enrolling it takes an operator (bcd node accept).
+func autoAccept(ctx context.Context, tx *store.Tx, siteID, mac string) (store.Pool, bool, error) {
 	pool, ok, err := tx.AutoAcceptPool(ctx, siteID)
 	if err != nil || !ok {
-		return err
+		return store.Pool{}, false, err
 	}
-	_, err = tx.AcceptPending(ctx, siteID, mac, "autoAccept:"+pool.Name)
-	return err
+	accepted, err := tx.AcceptPending(ctx, siteID, mac, "autoAccept:"+pool.Name)
+	if err != nil || !accepted {
+		return store.Pool{}, false, err
+	}
+	return pool, pool.Policy.AutoAcceptInband, nil
+}
+
+// autoEnroll is an acceptance autoAccept recorded that its pool enrolls in-band.
+type autoEnroll struct {
+	siteID, mac string
+	pool        store.Pool
+}
+
+// autoEnrollAll enrolls what a status report's autoAccept accepted for in-band enrollment, after
+// the report's transaction committed. A failure is logged; the machine stays accepted and
+// pending for an operator (bcd node accept).
+func (e *Engine) autoEnrollAll(ctx context.Context, as []autoEnroll) {
+	if e.cfg.AutoEnroll == nil {
+		return
+	}
+	for _, a := range as {
+		if err := e.cfg.AutoEnroll(ctx, a.siteID, a.mac, a.pool); err != nil {
+			e.log.Warn("auto-enrolling a discovered machine in-band failed: it stays accepted for an operator", "site", a.siteID, "mac", a.mac, "pool", a.pool.Name, "err", err)
+		}
+	}
 }

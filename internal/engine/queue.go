@@ -406,8 +406,9 @@ func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) 
 		ds = ds[:maxDiscoveriesPerReport]
 	}
 	woke := false
+	var enroll []autoEnroll
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		woke = false
+		woke, enroll = false, nil
 		if err := tx.AgentSeen(ctx, a.ID, a.ConnID); err != nil {
 			return err
 		}
@@ -436,8 +437,12 @@ func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) 
 				return err
 			}
 			if inv != "" {
-				if err := autoAccept(ctx, tx, a.SiteID, hw.String()); err != nil {
+				pool, in, err := autoAccept(ctx, tx, a.SiteID, hw.String())
+				if err != nil {
 					return err
+				}
+				if in {
+					enroll = append(enroll, autoEnroll{siteID: a.SiteID, mac: hw.String(), pool: pool})
 				}
 			}
 			if uuid == "" {
@@ -459,6 +464,9 @@ func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) 
 	})
 	if woke {
 		e.Nudge()
+	}
+	if err == nil {
+		e.autoEnrollAll(ctx, enroll)
 	}
 	return err
 }

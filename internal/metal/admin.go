@@ -147,6 +147,9 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 	if pol.HardwareProfile == "" {
 		return invalid("policy.hardware_profile", "is required: the name of a hardware profile (built in: redfish, ipmi)")
 	}
+	if pol.AutoAcceptInband && !pol.AutoAccept {
+		return invalid("policy.auto_accept_inband", "needs auto_accept: the pool enrolls only what it accepts")
+	}
 	if _, err := workflow.ParseFastTrackWindow(pol.FastTrackWindow, 0); err != nil {
 		return invalid("policy.fast_track_window", "%s (empty: the server's default)", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"bcd/internal/auth"
 	"bcd/internal/store"
@@ -228,4 +229,26 @@ func selfAsserted(s string) selfAssertedInventory {
 		}
 	}
 	return inv
+}
+
+// AutoInbandName is the name of a node a pool's autoAccept enrolled in-band: auto- and the boot
+// MAC without colons. Pure.
+func AutoInbandName(mac string) string { return "auto-" + strings.ReplaceAll(mac, ":", "") }
+
+// AutoEnrollInband enrolls a machine that its pool's autoAccept just accepted, when the pool's
+// policy also says autoAcceptInband: as bcd node accept --inband by the pool (actor
+// token:autoAccept:POOL), named AutoInbandName. The engine calls it after recording the
+// acceptance (engine.Config.AutoEnroll).
+func (s *Service) AutoEnrollInband(ctx context.Context, siteID, mac string, pool store.Pool) error {
+	if !pool.Policy.AutoAccept || !pool.Policy.AutoAcceptInband {
+		return fmt.Errorf("auto-enrolling %s: pool %s does not auto-accept in-band", mac, pool.Name)
+	}
+	p := auth.Principal{Name: "autoAccept:" + pool.Name, Role: auth.Operator, TenantID: pool.TenantID}
+	n, err := s.AcceptDiscovered(ctx, p, AcceptInput{Site: siteID, MAC: mac, Pool: pool.ID, Name: AutoInbandName(mac), BMC: BMCInput{Inband: true},
+		Reason: "pool " + pool.Name + " auto-accepts with an in-band BMC credential"})
+	if err != nil {
+		return err
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "discovered machine auto-enrolled in-band", slog.String("node", n.ID), slog.String("name", n.Name), slog.String("mac", mac), slog.String("pool", pool.Name))
+	return nil
 }

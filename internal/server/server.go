@@ -157,6 +157,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	svc.SetProfiles(profiles)
 	ecfg := cfg.Engine
 	ecfg.Secrets = svc
+	ecfg.AutoEnroll = svc.AutoEnrollInband
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)

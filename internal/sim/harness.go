@@ -88,6 +88,7 @@ func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config,
 	if err != nil {
 		return nil, err
 	}
+	ecfg.AutoEnroll = svc.AutoEnrollInband
 	eng := engine.New(st, ca, log, ecfg)
 	site, err := st.Site(ctx, "default")
 	if err != nil {

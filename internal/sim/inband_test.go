@@ -18,7 +18,8 @@ import (
 // the credential over the host's IPMI interface (bmc.provisionInband, under the chain's
 // batch), and the node carries the address it reported; the site agent's out-of-band steps
 // then run with it and the chain reaches ready. A host without an IPMI interface fails the
-// step; the operator's inputs that make no sense in-band are refused.
+// step; the operator's inputs that make no sense in-band are refused. A pool with autoAccept and
+// autoAcceptInband accepts and enrolls a reported machine the same way, once.
 func TestAcceptInband(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
@@ -108,6 +109,43 @@ func TestAcceptInband(t *testing.T) {
 		// One boot: the ramdisk that provisioned the credential was the discovery-mode one.
 		if c := h.Sim.Executions(); c["bmc.power"] != 0 {
 			t.Errorf("power actions: %v (the accepted machine needs no power cycle)", c)
+		}
+
+		// autoAccept with an in-band policy: the pool accepts and enrolls what reports.
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "ipmi", store.PoolPolicy{HardwareProfile: "ipmi", AutoAcceptInband: true}); err == nil || !strings.Contains(err.Error(), "auto_accept") {
+			t.Errorf("autoAcceptInband without autoAccept: %v", err)
+		}
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "ipmi", store.PoolPolicy{HardwareProfile: "ipmi", AutoAccept: true, AutoAcceptInband: true}); err != nil {
+			t.Fatal(err)
+		}
+		const (
+			autoMAC  = "52:54:00:bb:00:03"
+			autoUUID = "99999999-1111-4222-8333-00000000000b"
+		)
+		if err := h.Engine.RecordDiscovered(ctx, site, []engine.Discovery{{MAC: autoMAC, UUID: autoUUID, FirstSeen: now, LastSeen: now,
+			Inventory: `{"bootMac":"` + autoMAC + `","systemUuid":"` + autoUUID + `","macs":["` + autoMAC + `"]}`}}); err != nil {
+			t.Fatal(err)
+		}
+		an, err := h.Metal.Get(ctx, h.Admin, metal.AutoInbandName(autoMAC))
+		if err != nil {
+			t.Fatalf("the auto-accepted machine was not enrolled: %v", err)
+		}
+		h.Sim.Add(&Machine{NodeID: an.ID, UUID: autoUUID, MACs: []string{autoMAC}, Discovering: true, InbandBMC: "10.77.0.6"})
+		h.Engine.Nudge()
+		got, err = h.WaitRest(ctx, []string{an.ID}, 30*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := got[an.ID]; g.State != "ready" || g.BMCAddress != "10.77.0.6" || g.ProductUUID != autoUUID {
+			t.Fatalf("auto-enrolled node: %s %s %s, BMC %q", g.State, g.FaultCode, g.FaultMsg, g.BMCAddress)
+		}
+		if d, err := h.Store.DiscoveryOf(ctx, h.SiteID, autoMAC); err != nil || d.Acceptance != store.AcceptanceAccepted || d.NodeID != an.ID || d.DecidedBy != "token:autoAccept:ipmi" {
+			t.Errorf("auto decision %+v %v", d, err)
+		}
+		// A second report of the same machine enrolls nothing again.
+		if err := h.Engine.RecordDiscovered(ctx, site, []engine.Discovery{{MAC: autoMAC, UUID: autoUUID, FirstSeen: now, LastSeen: now,
+			Inventory: `{"bootMac":"` + autoMAC + `"}`}}); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -57,6 +57,9 @@ type PoolPolicy struct {
 	// AutoAccept: machines a discovery-mode ramdisk reports at the pool's site are accepted
 	// into this pool without an operator (acceptance flow). Off by default.
 	AutoAccept bool `json:"autoAccept,omitempty"`
+	// AutoAcceptInband (with AutoAccept): what the pool accepts it also enrolls, with an in-band
+	// BMC credential (accept --inband). Off by default.
+	AutoAcceptInband bool `json:"autoAcceptInband,omitempty"`
 	// FastTrackWindow is how long the ramdisk stays up after commissioning, release or
 	// inspection for a workflow to use it without a boot (a Go duration, "10m"); "0s": off
 	// (powered off at once); empty: the server's default.

@@ -4267,8 +4267,12 @@ type PoolPolicy struct {
 	// a workflow started meanwhile (a deploy) needs no boot; a Go duration from "0s" (off: powered
 	// off at once) to "24h"; empty: the server's default (bcd server --fast-track-window).
 	FastTrackWindow string `protobuf:"bytes,6,opt,name=fast_track_window,json=fastTrackWindow,proto3" json:"fast_track_window,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With auto_accept: the pool also enrolls what it accepts, with a BMC credential its ramdisk
+	// provisions in-band over the host's IPMI interface (as bcd node accept --inband), named
+	// auto-<boot MAC without colons>. Off by default.
+	AutoAcceptInband bool `protobuf:"varint,7,opt,name=auto_accept_inband,json=autoAcceptInband,proto3" json:"auto_accept_inband,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *PoolPolicy) Reset() {
@@ -4341,6 +4345,13 @@ func (x *PoolPolicy) GetFastTrackWindow() string {
 		return x.FastTrackWindow
 	}
 	return ""
+}
+
+func (x *PoolPolicy) GetAutoAcceptInband() bool {
+	if x != nil {
+		return x.AutoAcceptInband
+	}
+	return false
 }
 
 type Pool struct {
@@ -7179,7 +7190,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\tR\tcreatedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd1\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x03\n" +
 	"\n" +
 	"PoolPolicy\x12)\n" +
 	"\x10hardware_profile\x18\x01 \x01(\tR\x0fhardwareProfile\x12<\n" +
@@ -7188,7 +7199,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x11firmware_baseline\x18\x04 \x03(\v2(.bcd.v1.PoolPolicy.FirmwareBaselineEntryR\x10firmwareBaseline\x12\x1f\n" +
 	"\vauto_accept\x18\x05 \x01(\bR\n" +
 	"autoAccept\x12*\n" +
-	"\x11fast_track_window\x18\x06 \x01(\tR\x0ffastTrackWindow\x1a9\n" +
+	"\x11fast_track_window\x18\x06 \x01(\tR\x0ffastTrackWindow\x12,\n" +
+	"\x12auto_accept_inband\x18\a \x01(\bR\x10autoAcceptInband\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
