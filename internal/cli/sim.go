@@ -139,7 +139,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.Float64Var(&cfg.Faults.BMCErrorRate, "bmc-error-rate", 0, "fraction of BMC commands that fail")
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
-	f.IntVar(&workers, "workers", 32, "reconciler workers")
+	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd

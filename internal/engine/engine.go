@@ -58,7 +58,9 @@ type SecretOpener interface {
 
 func (c Config) withDefaults() Config {
 	if c.Workers <= 0 {
-		c.Workers = 32
+		// Many: on SQLite every worker's transaction is committed with the others pending
+		// (one commit for the group), so the workers bound the group.
+		c.Workers = 128
 	}
 	if c.Batch <= 0 {
 		c.Batch = 256

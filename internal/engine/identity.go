@@ -72,6 +72,14 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 	if kind != "node" && kind != "os" {
 		return nil, "", 0, fmt.Errorf("node join kind %q: accepted are node and os", kind)
 	}
+	// Signing the certificate is the join's costly part: it is done before the write
+	// transaction, for the node and generation the token names, and used only when the
+	// transaction finds the same (else it signs again inside).
+	var preCert []byte
+	preNode, preGen, err := e.st.JoinTokenNode(ctx, pki.HashToken(token))
+	if err == nil && preNode != "" {
+		preCert, _ = e.ca.IssueNode(csrDER, preNode, preGen, nodeCertTTL, time.Now())
+	}
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), kind, csrKeyHash(csrDER), joinRetryWindow)
 		if err != nil {
@@ -84,8 +92,9 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 		if n.IdentityGeneration != jt.Generation {
 			return fmt.Errorf("token of generation %d, node is at %d: %w", jt.Generation, n.IdentityGeneration, store.ErrTokenInvalid)
 		}
-		certDER, err = e.ca.IssueNode(csrDER, n.ID, n.IdentityGeneration, nodeCertTTL, time.Now())
-		if err != nil {
+		if preCert != nil && preNode == n.ID && preGen == n.IdentityGeneration {
+			certDER = preCert
+		} else if certDER, err = e.ca.IssueNode(csrDER, n.ID, n.IdentityGeneration, nodeCertTTL, time.Now()); err != nil {
 			return err
 		}
 		nodeID, gen = n.ID, n.IdentityGeneration

@@ -40,6 +40,8 @@ type run struct {
 	// cmds are the commands this run read or wrote, by id; batches likewise.
 	cmds    map[string]store.Command
 	batches map[string]store.Batch
+	// events are appended together when the run ends (flush), in the order taken.
+	events []store.Event
 }
 
 const maxActions = 64
@@ -64,10 +66,20 @@ func (r *run) node(nodeID string) (time.Duration, error) {
 			return 0, err
 		}
 		if !more {
-			return again, r.flushWorkflow()
+			return again, r.flush()
 		}
 	}
-	return time.Second, r.flushWorkflow() // a long chain of immediate decisions: continue shortly
+	return time.Second, r.flush() // a long chain of immediate decisions: continue shortly
+}
+
+// flush writes what the run kept to write once: its workflow row and its events.
+func (r *run) flush() error {
+	if err := r.flushWorkflow(); err != nil {
+		return err
+	}
+	evs := r.events
+	r.events = nil
+	return r.tx.AppendEvents(r.ctx, evs)
 }
 
 // openWorkflow returns the node's open workflow: the run's copy while it is open, else read.
@@ -170,8 +182,9 @@ func provisionNode(n store.Node) provision.Node {
 
 func (r *run) event(kind, from, to, reason string, data map[string]any) error {
 	b, _ := json.Marshal(data)
-	return r.tx.AppendEvent(r.ctx, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
+	r.events = append(r.events, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
 		FromState: from, ToState: to, Reason: reason, Data: string(b)})
+	return nil
 }
 
 // profileFor chooses the workflow of the node's state.

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -42,7 +43,24 @@ type CA struct {
 	cert    *x509.Certificate
 	certPEM []byte
 	key     *ecdsa.PrivateKey
+	// verified keeps certificates Verify accepted (by the SHA-256 of their DER): the parse,
+	// signature and chain checks do not depend on the time, only the validity windows do, and
+	// those are checked again at every call. A node's certificate signs several results.
+	verified *verifiedCache
 }
+
+type verifiedCache struct {
+	mu sync.Mutex
+	m  map[[32]byte]verifiedCert
+}
+
+type verifiedCert struct {
+	cert *x509.Certificate
+	id   Identity
+}
+
+// maxVerified bounds the verified-certificate cache (emptied when full).
+const maxVerified = 4096
 
 // CreateCA makes a new self-signed CA valid from now (minus ClockSkew) for CAValidity.
 func CreateCA(commonName string, now time.Time) (*CA, error) {
@@ -81,7 +99,7 @@ func CreateCA(commonName string, now time.Time) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating CA %q: parsing own certificate: %w", commonName, err)
 	}
-	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key}, nil
+	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key, verified: &verifiedCache{}}, nil
 }
 
 // LoadCA loads a CA from its PEM certificate and PEM private key (PKCS#8 or SEC 1). The key
@@ -110,7 +128,7 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	if !ok || !pub.Equal(&key.PublicKey) {
 		return nil, fmt.Errorf("loading CA %q: %w: private key does not match the certificate", cert.Subject.CommonName, ErrBadInput)
 	}
-	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key}, nil
+	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key, verified: &verifiedCache{}}, nil
 }
 
 // LoadOrCreateCA loads the CA kept in dir as ca.crt and ca.key, or creates it (directory 0700,
@@ -255,6 +273,31 @@ func Fingerprint(der []byte) string {
 // Verify checks that certDER was issued by this CA, is valid at now, and carries a well-formed
 // identity. Errors wrap ErrCertInvalid, ErrUnknownCA, ErrCertExpired or ErrBadIdentity.
 func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {
+	if ca.verified == nil {
+		return ca.verify(certDER, now)
+	}
+	key := sha256.Sum256(certDER)
+	ca.verified.mu.Lock()
+	v, ok := ca.verified.m[key]
+	ca.verified.mu.Unlock()
+	valid := func(c *x509.Certificate) bool { return !now.Before(c.NotBefore) && !now.After(c.NotAfter) }
+	if ok && valid(v.cert) && valid(ca.cert) {
+		return v.cert, v.id, nil
+	}
+	cert, id, err := ca.verify(certDER, now)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	ca.verified.mu.Lock()
+	if ca.verified.m == nil || len(ca.verified.m) >= maxVerified {
+		ca.verified.m = map[[32]byte]verifiedCert{}
+	}
+	ca.verified.m[key] = verifiedCert{cert: cert, id: id}
+	ca.verified.mu.Unlock()
+	return cert, id, nil
+}
+
+func (ca *CA) verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {
 	cert, err := x509.ParseCertificate(certDER)
 	if err != nil {
 		return nil, Identity{}, fmt.Errorf("verifying certificate: %w: %w", ErrCertInvalid, err)

@@ -322,22 +322,52 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	// Assign the unassigned ones, many per statement; another agent may have taken one
+	// meanwhile (only the rows the statement returns are this agent's).
+	var free []string
+	for _, c := range out {
+		if c.TargetAgent == "" {
+			free = append(free, c.ID)
+		}
+	}
+	took := map[string]bool{}
+	const per = 256
+	for i := 0; i < len(free); i += per {
+		chunk := free[i:min(i+per, len(free))]
+		// The list is padded to a power of two with its last id, so that a few statements
+		// (prepared once) serve every size.
+		size := 1
+		for size < len(chunk) {
+			size *= 2
+		}
+		args := []any{agentID, t.at}
+		for j := range size {
+			args = append(args, chunk[min(j, len(chunk)-1)])
+		}
+		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + 1, updated_at = ?
+			WHERE id IN (?`+strings.Repeat(`, ?`, size-1)+`) AND target_agent = '' AND state = 'queued' RETURNING id`, args...)
+		ids, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
+		}
+		for _, id := range ids {
+			took[id] = true
+		}
+	}
 	claimed := out[:0]
 	for _, c := range out {
-		if c.TargetAgent == agentID {
-			claimed = append(claimed, c)
+		switch {
+		case c.TargetAgent == agentID:
+		case took[c.ID]:
+			c.TargetAgent = agentID
+			c.Attempts++
+		default:
 			continue
 		}
-		c.TargetAgent = agentID
-		c.Attempts++
-		res, err := t.exec(ctx, `UPDATE commands SET target_agent = ?, attempts = ?, updated_at = ? WHERE id = ? AND target_agent = '' AND state = 'queued'`,
-			agentID, c.Attempts, t.at, c.ID)
-		if err != nil {
-			return nil, fmt.Errorf("assigning command %s: %w", c.ID, err)
-		}
-		if n, _ := res.RowsAffected(); n == 1 { // another agent may have taken it meanwhile
-			claimed = append(claimed, c)
-		}
+		claimed = append(claimed, c)
 	}
 	return claimed, nil
 }
@@ -539,6 +569,19 @@ func (t *Tx) InsertJoinToken(ctx context.Context, jt JoinToken) error {
 		return fmt.Errorf("storing join token: %w", err)
 	}
 	return nil
+}
+
+// JoinTokenNode reads the node and identity generation a join token names, outside any
+// transaction: a hint only (UseJoinToken decides), so that what is costly to prepare for the join
+// can be prepared before it.
+func (s *Store) JoinTokenNode(ctx context.Context, hash []byte) (string, uint64, error) {
+	var nodeID string
+	var gen int64
+	err := s.queryRow(ctx, `SELECT node_id, generation FROM join_tokens WHERE hash = ?`, hash).Scan(&nodeID, &gen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", 0, ErrTokenInvalid
+	}
+	return nodeID, uint64(gen), err
 }
 
 // ErrTokenInvalid is a join token that is unknown, used, expired or of another kind.

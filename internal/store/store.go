@@ -59,7 +59,7 @@ type writeReq struct {
 }
 
 // maxGroup bounds the writes committed together.
-const maxGroup = 128
+const maxGroup = 256
 
 // Sentinel errors, wrapped with what was being done.
 var (
@@ -387,7 +387,8 @@ func (s *Store) commitGroup(group []*writeReq) {
 			r.done <- err
 		}
 	}
-	tx, err := s.write.BeginTx(context.Background(), nil)
+	ctx := context.Background()
+	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		fail(fmt.Errorf("beginning transaction: %w", err))
 		return
@@ -398,19 +399,19 @@ func (s *Store) commitGroup(group []*writeReq) {
 			errs[i] = err
 			continue
 		}
-		if _, err := tx.Exec("SAVEPOINT w"); err != nil {
+		if _, err := t.exec(ctx, "SAVEPOINT w"); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("opening savepoint: %w", err))
 			return
 		}
 		if errs[i] = r.f(t); errs[i] != nil {
-			if _, err := tx.Exec("ROLLBACK TO SAVEPOINT w"); err != nil {
+			if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
 				tx.Rollback()
 				fail(fmt.Errorf("rolling back savepoint after %v: %w", errs[i], err))
 				return
 			}
 		}
-		if _, err := tx.Exec("RELEASE SAVEPOINT w"); err != nil {
+		if _, err := t.exec(ctx, "RELEASE SAVEPOINT w"); err != nil {
 			tx.Rollback()
 			fail(fmt.Errorf("releasing savepoint: %w", err))
 			return
