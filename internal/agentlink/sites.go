@@ -49,6 +49,8 @@ type LeaseGrant struct {
 	Revision uint64
 	Full     bool // Entries replace the agent's table
 	Entries  []BootEntry
+	// Rejected: MACs of machines an operator rejected (acceptance flow); holder only.
+	Rejected []string
 }
 
 // PollTarget is a node whose power the holder polls; CredentialsJWE is encrypted to the agent.
@@ -87,7 +89,7 @@ func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, err
 	}
 	m := res.Msg
 	g := LeaseGrant{Held: m.GetHeld(), Holder: m.GetHolderAgentId(), Epoch: m.GetEpoch(), TTL: time.Duration(m.GetTtlMs()) * time.Millisecond,
-		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull()}
+		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull(), Rejected: m.GetRejectedMacs()}
 	for _, e := range m.GetEntries() {
 		g.Entries = append(g.Entries, BootEntry{NodeID: e.GetNodeId(), Kind: e.GetKind(), MACs: e.GetMacs(), Token: e.GetToken(), Local: e.GetLocal(),
 			ISOName: e.GetIsoName(), ISOURL: e.GetIsoUrl(), ISOSHA256: e.GetIsoSha256()})

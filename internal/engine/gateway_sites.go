@@ -24,7 +24,7 @@ func (g *Gateway) BootLease(ctx context.Context, a gateway.AgentRef, req gateway
 	if err != nil {
 		return gateway.LeaseGrant{}, err
 	}
-	out := gateway.LeaseGrant{Held: lg.Held, Holder: lg.Holder, Epoch: lg.Epoch, TTL: lg.TTL, Revision: lg.Revision, Full: lg.Full}
+	out := gateway.LeaseGrant{Held: lg.Held, Holder: lg.Holder, Epoch: lg.Epoch, TTL: lg.TTL, Revision: lg.Revision, Full: lg.Full, Rejected: lg.Rejected}
 	for _, e := range lg.Entries {
 		be := gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local}
 		if e.ISO != nil {

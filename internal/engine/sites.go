@@ -73,6 +73,9 @@ type LeaseGrant struct {
 	Revision uint64 // the entries revision the agent has after applying Entries
 	Full     bool   // Entries replace the agent's table
 	Entries  []PushedEntry
+	// Rejected: MACs of machines an operator rejected (acceptance flow), to the holder only:
+	// their waiting discovery-mode ramdisks are told to power their hosts off.
+	Rejected []string
 }
 
 // clampTTL keeps a requested TTL within bounds; 0 takes the site agent's default. Pure.
@@ -121,6 +124,9 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 			}
 		}
 		g.Held, g.Revision = true, l.EntriesRev
+		if g.Rejected, err = tx.RejectedMACs(ctx, a.SiteID); err != nil {
+			return err
+		}
 		g.Full = req.Epoch != l.Epoch
 		if !g.Full && req.KnownRevision >= l.EntriesRev {
 			return nil

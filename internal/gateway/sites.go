@@ -54,6 +54,7 @@ type LeaseGrant struct {
 	Revision uint64
 	Full     bool
 	Entries  []BootEntry
+	Rejected []string // MACs an operator rejected (acceptance flow)
 }
 
 // PollTarget is a node the holder polls.
@@ -109,7 +110,7 @@ func (s *Server) BootLease(ctx context.Context, req *connect.Request[agentv1.Boo
 		return nil, s.siteError(ctx, "boot lease", a, err)
 	}
 	out := &agentv1.BootLeaseResponse{Held: g.Held, HolderAgentId: g.Holder, Epoch: g.Epoch, TtlMs: g.TTL.Milliseconds(),
-		EntriesRevision: g.Revision, EntriesFull: g.Full}
+		EntriesRevision: g.Revision, EntriesFull: g.Full, RejectedMacs: g.Rejected}
 	for _, e := range g.Entries {
 		out.Entries = append(out.Entries, &agentv1.BootEntry{NodeId: e.NodeID, Kind: e.Kind, Macs: e.MACs, Token: e.Token, Local: e.Local,
 			IsoName: e.ISOName, IsoUrl: e.ISOURL, IsoSha256: e.ISOSHA256})

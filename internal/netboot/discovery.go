@@ -85,7 +85,8 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 // (text/plain): the kernel command line of the ramdisk entry the control plane pushed for the
 // MAC once it was accepted, with its one-time token: the ramdisk joins with it as the node,
 // without a reboot. The same token is in the boot script the machine would get if it rebooted
-// (GET /boot.ipxe?mac=…), so this discloses nothing more to the provisioning network.
+// (GET /boot.ipxe?mac=…), so this discloses nothing more to the provisioning network. 410: an
+// operator rejected the machine (the ramdisk powers its host off).
 const DecisionPath = DiscoveryPath + "/decision"
 
 // serveDecision answers a discovery-mode ramdisk's decision poll.
@@ -97,6 +98,11 @@ func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	entry, ok := h.entries.Entry(r.Context(), hw)
+	if !ok && h.rejects != nil && h.rejects.Rejected(r.Context(), hw) {
+		h.log.InfoContext(r.Context(), "discovery-mode ramdisk told its decision: rejected", "mac", hw.String(), "remote", r.RemoteAddr)
+		http.Error(w, "rejected: an operator declined this machine", http.StatusGone)
+		return
+	}
 	if !ok || entry.Kind != KindRamdisk || entry.Validate() != nil {
 		w.WriteHeader(http.StatusNoContent)
 		return

@@ -2,7 +2,9 @@ package netboot
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -173,6 +175,7 @@ func TestHandlerDecision(t *testing.T) {
 		"52:54:00:00:00:03": {Kind: KindRamdisk}, // invalid
 	}
 	h, disc := newTestHandler(t, entries, fakeArtifacts{})
+	h.rejects = fakeRejections{"52:54:00:00:00:07": true, "52:54:00:12:34:56": true}
 	want, err := ramdisk.cmdline()
 	if err != nil {
 		t.Fatal(err)
@@ -187,6 +190,7 @@ func TestHandlerDecision(t *testing.T) {
 		{"mac=52:54:00:00:00:02", 204, ""},
 		{"mac=52:54:00:00:00:03", 204, ""},
 		{"mac=52:54:00:99:99:99", 204, ""},
+		{"mac=52:54:00:00:00:07", 410, "rejected"},
 		{"mac=nope", 400, "mac"},
 		{"", 400, "mac"},
 	} {
@@ -201,4 +205,10 @@ func TestHandlerDecision(t *testing.T) {
 	if len(disc.seen) != 0 {
 		t.Errorf("decision polls were recorded as discoveries: %d", len(disc.seen))
 	}
+}
+
+type fakeRejections map[string]bool
+
+func (f fakeRejections) Rejected(_ context.Context, mac net.HardwareAddr) bool {
+	return f[mac.String()]
 }

@@ -33,6 +33,11 @@ type DiscoveryRecorder interface {
 	RecordDiscovery(ctx context.Context, d Discovery) error
 }
 
+// RejectionLookup answers whether an operator rejected the machine with a MAC (acceptance flow).
+type RejectionLookup interface {
+	Rejected(ctx context.Context, mac net.HardwareAddr) bool
+}
+
 // MetadataLookup answers the metadata document (JSON) of the node that owns addr.
 type MetadataLookup interface {
 	Metadata(ctx context.Context, addr netip.Addr) ([]byte, bool)
@@ -56,8 +61,11 @@ type HandlerConfig struct {
 	// DiscoveryBoot, when set (a KindDiscovery entry), is served to machines with no entry
 	// instead of the waiting script (acceptance flow); nil: they wait.
 	DiscoveryBoot *Entry
-	Now           func() time.Time
-	Logger        *slog.Logger
+	// Rejections: machines an operator rejected are told so by the decision answer (410);
+	// nil: no machine is told it was rejected.
+	Rejections RejectionLookup
+	Now        func() time.Time
+	Logger     *slog.Logger
 }
 
 // Handler serves /boot.ipxe, /artifacts/<sha256>/<name>, /ipxe/<binary> and /metadata.
@@ -69,6 +77,7 @@ type Handler struct {
 	metadata  MetadataLookup
 	binaries  *os.Root
 	discBoot  *Entry
+	rejects   RejectionLookup
 	now       func() time.Time
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -83,6 +92,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		artifacts: cfg.Artifacts,
 		metadata:  cfg.Metadata,
 		discBoot:  cfg.DiscoveryBoot,
+		rejects:   cfg.Rejections,
 		now:       cfg.Now,
 		log:       cfg.Logger,
 	}

@@ -189,6 +189,13 @@ func TestAcceptanceFlow(t *testing.T) {
 		if err := h.Metal.RejectDiscovered(ctx, h.Admin, "default", no, "not ours"); err != nil {
 			t.Fatal(err)
 		}
+		// The boot-lease holder is told of the rejection (its waiting ramdisk powers off).
+		if g, err := h.Engine.BootLease(ctx, engine.Agent{ID: "site-x", Kind: "site", SiteID: h.SiteID}, engine.LeaseRequest{}); err != nil || !g.Held || len(g.Rejected) != 1 || g.Rejected[0] != no {
+			t.Fatalf("lease grant's rejected MACs: %+v %v", g, err)
+		}
+		if _, err := h.Engine.BootLease(ctx, engine.Agent{ID: "site-x", Kind: "site", SiteID: h.SiteID}, engine.LeaseRequest{Release: true}); err != nil {
+			t.Fatal(err)
+		}
 		bmc := metal.BMCInput{Address: "https://10.9.0.7", Username: "admin", Password: "sim-password"}
 		if _, err := h.Metal.AcceptDiscovered(ctx, h.Admin, metal.AcceptInput{Site: "default", MAC: "52:54:00:aa:00:77", Pool: "gpu", Name: "x", BMC: bmc}); err == nil {
 			t.Error("a MAC never seen was accepted")

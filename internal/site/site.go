@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -155,6 +156,27 @@ type Agent struct {
 	linkMu    sync.Mutex
 	link      *agentlink.Link
 	bg        sync.WaitGroup // background fetches of pushed entries' artifacts
+
+	// rejected: MACs an operator rejected, as the control plane last told the holder
+	// (netboot's decision answer to waiting discovery-mode ramdisks).
+	rejected atomic.Pointer[map[string]bool]
+}
+
+// setRejected keeps the rejected MACs the control plane sent with the boot lease.
+func (a *Agent) setRejected(macs []string) {
+	m := make(map[string]bool, len(macs))
+	for _, s := range macs {
+		if hw, err := net.ParseMAC(s); err == nil {
+			m[hw.String()] = true
+		}
+	}
+	a.rejected.Store(&m)
+}
+
+// Rejected implements netboot.RejectionLookup.
+func (a *Agent) Rejected(_ context.Context, mac net.HardwareAddr) bool {
+	m := a.rejected.Load()
+	return m != nil && (*m)[mac.String()]
 }
 
 // New validates cfg, opens the data dir (boot entries, artifact cache) and binds the HTTP and
@@ -422,6 +444,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	lease := a.cfg.Lease
 	if lease == nil {
 		gl := newGatewayLease(link, func(full bool, es []agentlink.BootEntry) error { return a.applyPushed(gctx, full, es) }, log)
+		gl.rejected = a.setRejected
 		lease = gl
 		if a.poller != nil {
 			if a.poller.reporter == nil {
@@ -472,7 +495,7 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 	}
 	nb, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
 		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
-		DiscoveryBoot: discBoot, Now: a.cfg.Now, Logger: log})
+		DiscoveryBoot: discBoot, Rejections: a, Now: a.cfg.Now, Logger: log})
 	if err != nil {
 		return fmt.Errorf("site agent: %w", err)
 	}

@@ -28,7 +28,9 @@ type leaseLink interface {
 type gatewayLease struct {
 	link  leaseLink
 	apply func(full bool, es []agentlink.BootEntry) error
-	log   *slog.Logger
+	// rejected receives the rejected MACs each grant to the holder carries; nil: ignored.
+	rejected func(macs []string)
+	log      *slog.Logger
 
 	mu          sync.Mutex
 	epoch       uint64 // held epoch; 0 none
@@ -73,6 +75,9 @@ func (g *gatewayLease) Acquire(ctx context.Context, site, agent string, ttl time
 			g.setEpoch(0, 0)
 			return false, fmt.Errorf("applying the boot entries of site %s: %w", site, err)
 		}
+	}
+	if g.rejected != nil {
+		g.rejected(grant.Rejected)
 	}
 	g.setEpoch(grant.Epoch, grant.Revision)
 	return true, nil

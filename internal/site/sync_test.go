@@ -163,10 +163,15 @@ func TestGatewayLease(t *testing.T) {
 	if acquire() {
 		t.Fatal("held while b holds it")
 	}
+	var rejected []string
+	g.rejected = func(m []string) { rejected = m }
 	f.grant = agentlink.LeaseGrant{Held: true, Holder: "a", Epoch: 5, Revision: 7, Full: true,
-		Entries: []agentlink.BootEntry{{NodeID: "n1", Kind: "ramdisk"}}}
+		Entries: []agentlink.BootEntry{{NodeID: "n1", Kind: "ramdisk"}}, Rejected: []string{"52:54:00:00:00:09"}}
 	if !acquire() || len(applied) != 1 {
 		t.Fatalf("take: applied %v", applied)
+	}
+	if len(rejected) != 1 || rejected[0] != "52:54:00:00:00:09" {
+		t.Errorf("rejected MACs handed on: %v", rejected)
 	}
 	if ep, _ := g.Epoch(); ep != 5 {
 		t.Errorf("epoch %d, want 5", ep)
@@ -261,5 +266,22 @@ func TestLinkReporter(t *testing.T) {
 	f.mu.Unlock()
 	if len(last) != 1 || last[0].NodeID != "n1" || last[0].Failures != 2 || last[0].Error != "timeout" || last[0].Power != "" {
 		t.Errorf("retried batch %+v", last)
+	}
+}
+
+// The agent answers its netboot handler's rejection lookups from what the last grant said.
+func TestAgentRejected(t *testing.T) {
+	a := &Agent{}
+	mac, _ := net.ParseMAC("52:54:00:00:00:09")
+	if a.Rejected(context.Background(), mac) {
+		t.Fatal("rejected before any grant")
+	}
+	a.setRejected([]string{"52-54-00-00-00-09", "nonsense"})
+	if !a.Rejected(context.Background(), mac) {
+		t.Fatal("a rejected MAC is not rejected")
+	}
+	a.setRejected(nil)
+	if a.Rejected(context.Background(), mac) {
+		t.Fatal("a MAC stays rejected after the control plane stopped listing it")
 	}
 }

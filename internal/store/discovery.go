@@ -158,3 +158,17 @@ func (t *Tx) AcceptPending(ctx context.Context, siteID, mac, actor string) (bool
 	n, _ := res.RowsAffected()
 	return n > 0, nil
 }
+
+// MaxRejectedMACs bounds the rejected MACs a site's boot-lease holder is told of.
+const MaxRejectedMACs = 1000
+
+// RejectedMACs lists the MACs of a site's machines an operator rejected (acceptance flow), most
+// recently seen first, at most MaxRejectedMACs: the boot-lease holder tells their waiting
+// discovery-mode ramdisks, which power their hosts off.
+func (t *Tx) RejectedMACs(ctx context.Context, siteID string) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT mac FROM discovered WHERE site_id = ? AND acceptance = 'rejected' ORDER BY last_seen DESC LIMIT ?`, siteID, MaxRejectedMACs)
+	return collect(rows, err, "rejected MACs", func(r interface{ Scan(...any) error }) (string, error) {
+		var m string
+		return m, r.Scan(&m)
+	})
+}

@@ -1503,8 +1503,11 @@ type BootLeaseResponse struct {
 	// The site's boot-entry revision the entries bring the agent to.
 	EntriesRevision uint64 `protobuf:"varint,5,opt,name=entries_revision,json=entriesRevision,proto3" json:"entries_revision,omitempty"`
 	// entries is the whole table: the agent replaces its own with it.
-	EntriesFull   bool         `protobuf:"varint,6,opt,name=entries_full,json=entriesFull,proto3" json:"entries_full,omitempty"`
-	Entries       []*BootEntry `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
+	EntriesFull bool         `protobuf:"varint,6,opt,name=entries_full,json=entriesFull,proto3" json:"entries_full,omitempty"`
+	Entries     []*BootEntry `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
+	// Holder only: MACs of machines an operator rejected (acceptance flow), at most 1000, most
+	// recently seen first: their waiting discovery-mode ramdisks are told to power off.
+	RejectedMacs  []string `protobuf:"bytes,8,rep,name=rejected_macs,json=rejectedMacs,proto3" json:"rejected_macs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1584,6 +1587,13 @@ func (x *BootLeaseResponse) GetEntriesFull() bool {
 func (x *BootLeaseResponse) GetEntries() []*BootEntry {
 	if x != nil {
 		return x.Entries
+	}
+	return nil
+}
+
+func (x *BootLeaseResponse) GetRejectedMacs() []string {
+	if x != nil {
+		return x.RejectedMacs
 	}
 	return nil
 }
@@ -2155,7 +2165,7 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\arelease\x18\x01 \x01(\bR\arelease\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x124\n" +
-	"\x16known_entries_revision\x18\x04 \x01(\x04R\x14knownEntriesRevision\"\xfd\x01\n" +
+	"\x16known_entries_revision\x18\x04 \x01(\x04R\x14knownEntriesRevision\"\xa2\x02\n" +
 	"\x11BootLeaseResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
 	"\x0fholder_agent_id\x18\x02 \x01(\tR\rholderAgentId\x12\x14\n" +
@@ -2163,7 +2173,8 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\x12)\n" +
 	"\x10entries_revision\x18\x05 \x01(\x04R\x0fentriesRevision\x12!\n" +
 	"\fentries_full\x18\x06 \x01(\bR\ventriesFull\x121\n" +
-	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\"\xcb\x01\n" +
+	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\x12#\n" +
+	"\rrejected_macs\x18\b \x03(\tR\frejectedMacs\"\xcb\x01\n" +
 	"\tBootEntry\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +

@@ -101,7 +101,8 @@ func TestDecisionReachesTheRamdisk(t *testing.T) {
 		Token: token, CA: base64.RawURLEncoding.EncodeToString(ca.CertPEM())}
 	entries := &switchEntries{m: map[string]netboot.Entry{}}
 	rec := &recordedDiscoveries{}
-	h, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: "http://127.0.0.1:1", Entries: entries, Discovery: rec, Artifacts: noArtifacts{}})
+	rejected := rejections{"52:54:00:ab:cd:f0": true}
+	h, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: "http://127.0.0.1:1", Entries: entries, Discovery: rec, Artifacts: noArtifacts{}, Rejections: rejected})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,22 +110,25 @@ func TestDecisionReachesTheRamdisk(t *testing.T) {
 	t.Cleanup(srv.Close)
 	report := srv.URL + netboot.DiscoveryPath
 	const mac = "52:54:00:ab:cd:ef"
-	ask := func() (BootParams, bool, error) { return AskDecision(t.Context(), srv.Client(), report, mac) }
-	if _, ok, err := ask(); ok || err != nil {
-		t.Fatalf("before any decision: %v %v", ok, err)
+	ask := func() (BootParams, Verdict, error) { return AskDecision(t.Context(), srv.Client(), report, mac) }
+	if _, v, err := ask(); v != VerdictPending || err != nil {
+		t.Fatalf("before any decision: %v %v", v, err)
+	}
+	if _, v, err := AskDecision(t.Context(), srv.Client(), report, "52:54:00:ab:cd:f0"); v != VerdictReject || err != nil {
+		t.Fatalf("a rejected machine: %v %v", v, err)
 	}
 	entries.mu.Lock()
 	entries.m[mac] = netboot.Entry{Kind: netboot.KindLocal, Local: netboot.LocalExit}
 	entries.mu.Unlock()
-	if _, ok, err := ask(); ok || err != nil {
-		t.Fatalf("with a local entry: %v %v", ok, err)
+	if _, v, err := ask(); v != VerdictPending || err != nil {
+		t.Fatalf("with a local entry: %v %v", v, err)
 	}
 	entries.mu.Lock()
 	entries.m[mac] = ramdisk
 	entries.mu.Unlock()
-	p, ok, err := ask()
-	if err != nil || !ok {
-		t.Fatalf("accepted: %v %v", ok, err)
+	p, v, err := ask()
+	if err != nil || v != VerdictJoin {
+		t.Fatalf("accepted: %v %v", v, err)
 	}
 	if p.Mode != ModeJoin || p.Token != token || p.GatewayURL != "https://gw.example:8443" || !bytes.Equal(p.CAPEM, ca.CertPEM()) {
 		t.Fatalf("join parameters %v (CA %d bytes)", p, len(p.CAPEM))
@@ -136,3 +140,7 @@ func TestDecisionReachesTheRamdisk(t *testing.T) {
 		t.Errorf("decision requests were recorded as discoveries: %d", len(rec.seen))
 	}
 }
+
+type rejections map[string]bool
+
+func (r rejections) Rejected(_ context.Context, mac net.HardwareAddr) bool { return r[mac.String()] }

@@ -31,8 +31,8 @@ const MarkerDiscovery = "bcd-ramdisk: discovery"
 // it to the site (bcd.report, with the boot MAC; retrying) and waits, asking the site every
 // DecisionPoll for its decision: once an operator accepted the machine, the site has a ramdisk
 // entry for its boot MAC, and the agent joins with that entry's command line (its one-time
-// token) as the node, without a reboot. A rejected machine keeps waiting (the site is not told
-// of rejections).
+// token) as the node, without a reboot; once an operator rejected it, the agent says so on the
+// console and powers its host off.
 func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) error {
 	cfg.defaults()
 	s, err := Start(ctx, console, log, cfg)
@@ -53,7 +53,7 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 	}
 
 	if s.Params.Mode == ModeDiscovery {
-		p, accepted, err := discover(ctx, console, log, s.Params, cfg, hints, inv, ierr)
+		p, accepted, err := discover(ctx, console, log, s.Params, cfg, hints, inv, ierr, cmds.d.PowerOff)
 		if err != nil || !accepted {
 			return err
 		}
@@ -115,7 +115,7 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 }
 
 // discover reports the self-asserted inventory and waits for ctx or the decision to join.
-func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootParams, cfg Config, h agentlink.NodeHints, inv inventory.Inventory, ierr error) (BootParams, bool, error) {
+func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootParams, cfg Config, h agentlink.NodeHints, inv inventory.Inventory, ierr error, off PowerOffer) (BootParams, bool, error) {
 	retry := cfg.RetryDelay
 	disks := make([]string, 0, len(inv.Disks))
 	for _, d := range inv.Disks {
@@ -147,11 +147,23 @@ func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootPa
 			delay = min(delay*2, 30*time.Second)
 		}
 		for {
-			jp, ok, err := AskDecision(ctx, http.DefaultClient, p.ReportURL, p.BootMAC)
-			if err != nil {
+			jp, v, err := AskDecision(ctx, http.DefaultClient, p.ReportURL, p.BootMAC)
+			switch {
+			case err != nil:
 				log.DebugContext(ctx, "discovery: asking for the decision failed", "err", err)
-			} else if ok {
+			case v == VerdictJoin:
 				return jp, true, nil
+			case v == VerdictReject:
+				fmt.Fprintf(console, "%s rejected by an operator: powering off\n", MarkerDiscovery)
+				log.InfoContext(ctx, "discovery: rejected; powering off")
+				if off == nil {
+					log.WarnContext(ctx, "discovery: no way to power off here; waiting")
+				} else if err := off.PowerOff(ctx); err != nil {
+					fmt.Fprintf(console, "bcd-ramdisk: powering off failed: %v\n", err)
+					log.ErrorContext(ctx, "discovery: powering off failed; waiting", "err", err)
+				}
+				<-ctx.Done()
+				return BootParams{}, false, nil
 			}
 			if sleep(ctx, cfg.DecisionPoll) != nil {
 				return BootParams{}, false, nil
@@ -162,38 +174,50 @@ func discover(ctx context.Context, console io.Writer, log *slog.Logger, p BootPa
 	return BootParams{}, false, nil
 }
 
-// AskDecision asks the site (GET reportURL/decision?mac=bootMAC, netboot.DecisionPath) whether
-// the machine was accepted: true with the join parameters of its ramdisk entry's command line
-// once it was; false while there is no decision to act on. Errors never contain the token.
-func AskDecision(ctx context.Context, c *http.Client, reportURL, bootMAC string) (BootParams, bool, error) {
+// Verdict is a discovery-mode machine's decision as the site tells it.
+type Verdict int
+
+const (
+	VerdictPending Verdict = iota // no decision to act on yet
+	VerdictJoin                   // accepted: join with the returned parameters
+	VerdictReject                 // rejected: power off
+)
+
+// AskDecision asks the site (GET reportURL/decision?mac=bootMAC, netboot.DecisionPath) for the
+// machine's decision: VerdictJoin with the join parameters of its ramdisk entry's command line
+// once it was accepted, VerdictReject (410) once it was rejected, else VerdictPending. Errors
+// never contain the token.
+func AskDecision(ctx context.Context, c *http.Client, reportURL, bootMAC string) (BootParams, Verdict, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, reportURL+"/decision?mac="+url.QueryEscape(bootMAC), nil)
 	if err != nil {
-		return BootParams{}, false, fmt.Errorf("decision request: %w", err)
+		return BootParams{}, VerdictPending, fmt.Errorf("decision request: %w", err)
 	}
 	resp, err := c.Do(req)
 	if err != nil {
-		return BootParams{}, false, fmt.Errorf("asking the site for the decision: %w", err)
+		return BootParams{}, VerdictPending, fmt.Errorf("asking the site for the decision: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxCmdline+1))
 	if err != nil {
-		return BootParams{}, false, fmt.Errorf("reading the decision: %w", err)
+		return BootParams{}, VerdictPending, fmt.Errorf("reading the decision: %w", err)
 	}
 	switch resp.StatusCode {
 	case http.StatusNoContent:
-		return BootParams{}, false, nil
+		return BootParams{}, VerdictPending, nil
+	case http.StatusGone:
+		return BootParams{}, VerdictReject, nil
 	case http.StatusOK:
 	default:
-		return BootParams{}, false, fmt.Errorf("the site answered the decision request with %s", resp.Status)
+		return BootParams{}, VerdictPending, fmt.Errorf("the site answered the decision request with %s", resp.Status)
 	}
 	jp, err := ParseCmdline(string(body))
 	if err != nil {
-		return BootParams{}, false, fmt.Errorf("the decision: %w", err)
+		return BootParams{}, VerdictPending, fmt.Errorf("the decision: %w", err)
 	}
 	if jp.Mode != ModeJoin {
-		return BootParams{}, false, fmt.Errorf("the decision is not a ramdisk entry with a token (mode %s)", jp.Mode)
+		return BootParams{}, VerdictPending, fmt.Errorf("the decision is not a ramdisk entry with a token (mode %s)", jp.Mode)
 	}
-	return jp, true, nil
+	return jp, VerdictJoin, nil
 }
 
 // DiscoveryReport is what a discovery-mode ramdisk posts to the site (netboot.DiscoveryPath):

@@ -271,3 +271,34 @@ func TestRunDiscoveryAcceptedJoins(t *testing.T) {
 		t.Fatalf("Run after cancel: %v", err)
 	}
 }
+
+// TestRunDiscoveryRejectedPowersOff: a discovery-mode agent whose machine an operator rejected
+// (the site answers 410) says so on the console and powers its host off.
+func TestRunDiscoveryRejectedPowersOff(t *testing.T) {
+	inv := inventory.Inventory{
+		DMI:  inventory.DMI{ProductUUID: "4c4c4544-0042-3510-8057-b4c04f4b4d32"},
+		NICs: []inventory.NIC{{Name: "eno1", MAC: "52:54:00:aa:00:01"}},
+	}
+	const mac = "52:54:00:aa:00:01"
+	h, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: "http://127.0.0.1:1", Entries: &switchEntries{m: map[string]netboot.Entry{}},
+		Discovery: &recordedDiscoveries{}, Artifacts: noArtifacts{}, Rejections: rejections{mac: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	site := httptest.NewServer(h)
+	t.Cleanup(site.Close)
+	d := testDeps(t, inv)
+	off := &fakePowerOff{called: make(chan struct{}, 1)}
+	d.PowerOff = off
+	cmdline := "bcd.gateway=https://127.0.0.1:1/ bcd.mode=discovery bcd.report=" + site.URL + netboot.DiscoveryPath + " bcd.bootmac=" + mac
+	console, cancel, done := startRun(t, cmdline, NewCommands(d))
+	waitPowerOff(t, off)
+	waitConsole(t, console, MarkerDiscovery+" rejected by an operator: powering off", 1)
+	if strings.Contains(console.String(), MarkerJoined) {
+		t.Fatalf("a rejected machine joined:\n%s", console)
+	}
+	cancel()
+	if err := done.wait(); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+}
