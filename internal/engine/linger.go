@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"bcd/internal/command"
+	"bcd/internal/provision"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -89,17 +90,24 @@ func Linger(f LingerFacts) LingerAction {
 	return LingerPowerOff
 }
 
-// fastTrackWindow is the node's window: its pool's policy, else the server's default.
+// fastTrackWindow is the node's window: its pool's policy, else the server's default. Read once
+// per run.
 func (r *run) fastTrackWindow() (time.Duration, error) {
-	def := r.e.cfg.FastTrackWindow
-	if r.n.PoolID == "" {
-		return def, nil
+	if r.window != nil {
+		return *r.window, nil
 	}
-	p, err := r.tx.Pool(r.ctx, r.n.PoolID)
-	if err != nil {
-		return 0, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
+	w := r.e.cfg.FastTrackWindow
+	if r.n.PoolID != "" {
+		p, err := r.tx.Pool(r.ctx, r.n.PoolID)
+		if err != nil {
+			return 0, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
+		}
+		if w, err = workflow.ParseFastTrackWindow(p.Policy.FastTrackWindow, w); err != nil {
+			return 0, fmt.Errorf("pool of node %s: %w", r.n.ID, err)
+		}
 	}
-	return workflow.ParseFastTrackWindow(p.Policy.FastTrackWindow, def)
+	r.window = &w
+	return w, nil
 }
 
 // facts are what a conditional step is decided on.
@@ -113,8 +121,13 @@ func (r *run) facts(c workflow.Condition) (workflow.Facts, error) {
 	return f, nil
 }
 
-// startLinger is metal.linger: the ramdisk lingers for the node's window.
+// startLinger is metal.linger: the ramdisk lingers for the node's window. Where the chain goes
+// on into another workflow (inspection in the enroll chain) that workflow takes the ramdisk at
+// once: nothing to record.
 func (r *run) startLinger() error {
+	if _, target, err := provision.Complete(provision.State(r.n.State), provision.State(r.n.TargetState), provision.Verb(r.n.ChainVerb)); err == nil && target != "" {
+		return nil
+	}
 	w, err := r.fastTrackWindow()
 	if err != nil {
 		return err

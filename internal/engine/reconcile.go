@@ -42,6 +42,8 @@ type run struct {
 	batches map[string]store.Batch
 	// events are appended together when the run ends (flush), in the order taken.
 	events []store.Event
+	// window is the node's fast-track window once read (fastTrackWindow).
+	window *time.Duration
 }
 
 const maxActions = 64

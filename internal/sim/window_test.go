@@ -310,3 +310,35 @@ func TestWindowEndsWithTheRamdiskGone(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectInsideTheWindow: an inspection started inside the window runs in the lingering
+// ramdisk (no boot) and leaves it lingering again, for a new window.
+func TestInspectInsideTheWindow(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, err := Start(ctx, st, Config{}, engineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	setWindow(t, h, "1h")
+	ids, err := h.Enroll(ctx, "ft", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ids[0]
+	first := rest(t, h, ids)[id]
+	if err := h.Apply(ctx, provision.VerbInspect, ids, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	n := rest(t, h, ids)[id]
+	if n.State != "ready" || n.LingerUntil <= first.LingerUntil || n.Power != "on" {
+		t.Fatalf("after inspect: %s lingering until %d (before %d), power %s", n.State, n.LingerUntil, first.LingerUntil, n.Power)
+	}
+	if got := bootCommands(t, st, id, first.UpdatedAt); len(got) != 0 {
+		t.Errorf("the inspection inside the window sent %v", got)
+	}
+	if !hasEvent(t, st, id, "node.ramdisk.linger.end", `"profile":"metal-inspect"`) {
+		t.Error("no event for the inspection taking the ramdisk")
+	}
+}
