@@ -176,6 +176,10 @@ func TestQEMUArgs(t *testing.T) {
 		"-device ide-cd,drive=cd0-drive,id=cd0,bus=ide.2,bootindex=3",
 		"-chardev file,id=console,path=/lab/lab-%d/console.log,append=on",
 		"-uuid bcd1ab00-0000-4000-8000-00000000000%d",
+		// The host's KCS interface, forwarded to the VM's IPMI BMC (in-band provisioning).
+		"-chardev socket,id=ipmi0,path=/lab/lab-%d/bmc-inband.sock,reconnect=1",
+		"-device ipmi-bmc-extern,chardev=ipmi0,id=bmc0",
+		"-device isa-ipmi-kcs,bmc=bmc0",
 	}
 	tests := []struct {
 		name   string
