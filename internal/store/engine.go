@@ -303,24 +303,32 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 	if t.s.engine == Postgres {
 		lock = " FOR UPDATE SKIP LOCKED" // concurrent claimers take different rows
 	}
-	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND (target_agent = ? OR target_agent = '')
-		ORDER BY CASE WHEN target_agent = '' THEN 1 ELSE 0 END, created_at LIMIT ?` + lock
-	rows, err := t.query(ctx, q, append(args, agentID, limit)...)
-	if err != nil {
-		return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
-	}
+	// First the commands already assigned to the agent (a reconnect), then unassigned ones,
+	// each oldest first: two index range scans (commands_claim ends with created_at) that stop
+	// at the limit, however many commands are queued.
+	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
+		ORDER BY created_at LIMIT ?` + lock
 	var out []Command
-	for rows.Next() {
-		c, err := scanCommand(rows)
+	for _, target := range []string{agentID, ""} {
+		if len(out) >= limit {
+			break
+		}
+		rows, err := t.query(ctx, q, append(append([]any{}, args...), target, limit-len(out))...)
 		if err != nil {
-			rows.Close()
+			return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
+		}
+		for rows.Next() {
+			c, err := scanCommand(rows)
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, c)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return nil, err
 		}
-		out = append(out, c)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
 	}
 	// Assign the unassigned ones, many per statement; another agent may have taken one
 	// meanwhile (only the rows the statement returns are this agent's).

@@ -112,7 +112,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
 		// queued commands, the queue); SQLite's default is 2 MiB.
-		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=cache_size(-32768)&_txlock=immediate")
+		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=cache_size(-16384)&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
@@ -232,6 +232,9 @@ type Tx struct {
 	s  *Store
 	tx *sql.Tx
 	at int64
+	// stmts are the cached statements bound to this transaction (SQLite): a group commit runs
+	// the same few statements many times.
+	stmts map[string]*sql.Stmt
 }
 
 // stmtCache holds prepared statements of one *sql.DB, bounded so that generated queries (label
@@ -278,10 +281,19 @@ func (t *Tx) stmt(ctx context.Context, q string) *sql.Stmt {
 	if t.s.engine != SQLite {
 		return nil // pgx caches prepared statements itself
 	}
-	if st := t.s.writeStmts.get(ctx, t.s.write, q); st != nil {
-		return t.tx.StmtContext(ctx, st)
+	if st, ok := t.stmts[q]; ok {
+		return st
 	}
-	return nil
+	st := t.s.writeStmts.get(ctx, t.s.write, q)
+	if st == nil {
+		return nil
+	}
+	st = t.tx.StmtContext(ctx, st)
+	if t.stmts == nil {
+		t.stmts = map[string]*sql.Stmt{}
+	}
+	t.stmts[q] = st
+	return st
 }
 
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
