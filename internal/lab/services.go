@@ -64,7 +64,8 @@ type SiteOptions struct {
 	JoinTokenFile string // one-time bootstrap token (0600)
 	// Ramdisk kernel and initramfs, as file names inside the file share's directory.
 	Kernel, Initrd string
-	// RamdiskArgs are extra kernel arguments of ramdisk entries (console=ttyS0 is always there).
+	// RamdiskArgs are extra kernel arguments of ramdisk entries (console=ttyS0 and no_timer_check
+	// are always there: see osimage.BaseCmdline for why a TCG VM needs the latter).
 	RamdiskArgs []string
 	// DiscoveryBoot: machines with no entry boot the ramdisk in discovery mode (acceptance flow).
 	DiscoveryBoot bool
@@ -112,7 +113,7 @@ func PlanSite(s Spec, shareDir string, o SiteOptions) (Spec, error) {
 		"--tftp-listen", netip.AddrPortFrom(br, 69).String(),
 		"--ramdisk-kernel", s.Files.URL() + o.Kernel, "--ramdisk-kernel-sha256", kernelSHA,
 		"--ramdisk-initrd", s.Files.URL() + o.Initrd, "--ramdisk-initrd-sha256", initrdSHA,
-		"--ramdisk-gateway", gw, "--ramdisk-arg", "console=ttyS0",
+		"--ramdisk-gateway", gw, "--ramdisk-arg", "console=ttyS0", "--ramdisk-arg", "no_timer_check",
 	}
 	for _, a := range o.RamdiskArgs {
 		argv = append(argv, "--ramdisk-arg", a)

@@ -53,8 +53,11 @@ const (
 )
 
 // BaseCmdline is what every boot of the image passes to the kernel: the serial console (the lab
-// logs it) and OS mode.
-const BaseCmdline = "console=tty0 console=ttyS0,115200 bcd.role=os"
+// logs it), OS mode, and no_timer_check — the image only ever runs in TCG-emulated VMs, where a
+// loaded host delays the vCPU enough that the kernel's IO-APIC timer check fails and it panics
+// ("IO-APIC + timer doesn't work!"; seen after kexec with the host at load 10). Cloud images for
+// VMs pass it for the same reason.
+const BaseCmdline = "console=tty0 console=ttyS0,115200 no_timer_check bcd.role=os"
 
 // SyslinuxConfig is the syslinux.cfg both loaders (and kexec) read: one entry, no prompt, output
 // on the serial port too. extra is appended to the kernel command line.
