@@ -181,7 +181,12 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		e.sentMu.Lock()
 		sent := len(e.sent[a.ID])
 		e.sentMu.Unlock()
-		cmds, err := tx.ClaimCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit+sent, holderKinds()...)
+		isOffered := func(id string) bool {
+			e.sentMu.Lock()
+			defer e.sentMu.Unlock()
+			return e.sent[a.ID][id]
+		}
+		cmds, err := tx.ClaimNewCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, isOffered, sent, holderKinds()...)
 		if err != nil {
 			return err
 		}

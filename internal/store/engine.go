@@ -281,6 +281,14 @@ func (t *Tx) DeliverCommand(ctx context.Context, id, agentID string) (bool, erro
 // commands of holderKinds go only to the site's boot-lease holder while another agent's lease
 // runs (to any agent of the site when nobody holds it).
 func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, holderKinds ...string) ([]Command, error) {
+	return t.ClaimNewCommands(ctx, agentID, kind, siteID, nodeID, generation, limit, nil, 0, holderKinds...)
+}
+
+// ClaimNewCommands is ClaimCommands for an agent that was already offered some of its assigned
+// commands on its connection (offered says which, sent how many): up to limit commands it was
+// not offered are returned, with the offered ones it finds besides (unassigned commands were
+// never offered, so no more of them are read than the limit leaves).
+func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
 	var where string
 	var args []any
 	switch kind {
@@ -309,11 +317,16 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
 		ORDER BY created_at LIMIT ?` + lock
 	var out []Command
+	fresh := 0 // commands returned that were not offered before
 	for _, target := range []string{agentID, ""} {
-		if len(out) >= limit {
+		want := limit - fresh
+		if target != "" {
+			want += sent
+		}
+		if want <= 0 {
 			break
 		}
-		rows, err := t.query(ctx, q, append(append([]any{}, args...), target, limit-len(out))...)
+		rows, err := t.query(ctx, q, append(append([]any{}, args...), target, want)...)
 		if err != nil {
 			return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
 		}
@@ -324,6 +337,9 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 				return nil, err
 			}
 			out = append(out, c)
+			if offered == nil || !offered(c.ID) {
+				fresh++
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
