@@ -368,8 +368,15 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 		for j := range size {
 			args = append(args, chunk[min(j, len(chunk)-1)])
 		}
+		// SQLite would otherwise read the rows through commands_agent_state (every unassigned
+		// queued command) rather than by id: unary + keeps the two columns out of the index
+		// choice.
+		plus := ""
+		if t.s.engine == SQLite {
+			plus = "+"
+		}
 		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + 1, updated_at = ?
-			WHERE id IN (?`+strings.Repeat(`, ?`, size-1)+`) AND target_agent = '' AND state = 'queued' RETURNING id`, args...)
+			WHERE id IN (?`+strings.Repeat(`, ?`, size-1)+`) AND `+plus+`target_agent = '' AND `+plus+`state = 'queued' RETURNING id`, args...)
 		ids, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (string, error) {
 			var id string
 			return id, r.Scan(&id)
