@@ -111,8 +111,13 @@ func (r *run) fastTrackWindow() (time.Duration, error) {
 }
 
 // facts are what a conditional step is decided on.
-func (r *run) facts(c workflow.Condition) (workflow.Facts, error) {
+func (r *run) facts(wf *store.Workflow, c workflow.Condition) (workflow.Facts, error) {
 	f := workflow.Facts{MACs: len(r.n.MACs)}
+	if c == workflow.WhenNotRejoined {
+		since, err := r.tx.NodeAgentConnectedSince(r.ctx, r.n.ID, "os", r.n.IdentityGeneration)
+		f.Rejoined = since > 0 && since >= wf.BootEpoch
+		return f, err
+	}
 	if c == workflow.WhenFastTrack || c == workflow.WhenNoFastTrack {
 		var err error
 		f.FastTrackWindow, err = r.fastTrackWindow()

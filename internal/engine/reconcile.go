@@ -331,7 +331,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 				return 0, true, nil
 			}
 		}
-		facts, err := r.facts(st.When)
+		facts, err := r.facts(wf, st.When)
 		if err != nil {
 			return 0, false, err
 		}
@@ -364,6 +364,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			if kind.Await == workflow.AwaitRejoin && command.State(c.State) == command.Lost {
 				break // kexec never reports: its agent leaves, the OS rejoins
 			}
+			if kind.FallBack {
+				return 0, true, r.fallBack(wf, st, fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error))
+			}
 			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error), true)
 		}
 	}
@@ -390,6 +393,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 	if now >= wf.StepDeadline {
 		if err := r.cancelCurrent(wf, "step timed out"); err != nil {
 			return 0, false, err
+		}
+		if kind.FallBack {
+			return 0, true, r.fallBack(wf, st, fmt.Sprintf("step %s did not finish within %s", st, st.Timeout))
 		}
 		return 0, true, r.stepFailed(wf, st, provision.FaultWorkflowTimeout, fmt.Sprintf("step %s did not finish within %s", st, st.Timeout), true)
 	}
@@ -452,6 +458,15 @@ func (r *run) ramdiskUp() (bool, error) {
 // boot (lastBoot). Pure.
 func FastTrackable(power string, connectedAt, lastBoot int64) bool {
 	return power == "on" && connectedAt > 0 && connectedAt > lastBoot
+}
+
+// fallBack moves past a step that failed or ran out of time to the fallback steps after it
+// (boot.kexec: a BMC power cycle into the disk), recording why.
+func (r *run) fallBack(wf *store.Workflow, st workflow.Step, why string) error {
+	if err := r.event("workflow.step", r.n.State, r.n.State, why+"; falling back", map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "attempt": wf.StepAttempt, "result": "fallback"}); err != nil {
+		return err
+	}
+	return r.nextStep(wf)
 }
 
 // stepSkipped moves past a step that has nothing to do, recording why.

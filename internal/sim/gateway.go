@@ -86,6 +86,9 @@ func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) 
 	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
 		s.counted(cmd.ID)
 		s.sleep(ctx)
+		if cmd.Kind == "boot.kexec" && s.faults().KexecFail {
+			return nil, errors.New("kexec_file_load: operation not permitted")
+		}
 		if cmd.Kind == "boot.kexec" {
 			s.kexec(ctx, m) // the ramdisk ends here: no result is ever reported
 			<-ctx.Done()

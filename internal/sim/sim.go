@@ -43,6 +43,8 @@ type Faults struct {
 	WipeReadbackFail float64 // a wipe reports a disk whose read-back failed
 	// UnsignedWipe makes ramdisks send wipe results without a signature.
 	UnsignedWipe bool
+	// KexecFail makes ramdisks fail boot.kexec (the kernel cannot be loaded) and stay up.
+	KexecFail bool
 	// Rotate makes bmc.rotate go wrong: "fail" (the BMC refuses the password), "unsigned" (the
 	// result carries no signature), "unverified" (verified: false), "forged" (signed with a key
 	// that is not the certificate's).
@@ -568,6 +570,9 @@ func (r *ramdisk) signed(c store.Command, result any) engine.Update {
 
 func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engine.Update {
 	r.s.sleep(ctx)
+	if c.Kind == "boot.kexec" && r.s.faults().KexecFail {
+		return failed("kexec_file_load: operation not permitted")
+	}
 	if c.Kind == "boot.kexec" {
 		// Self-terminating: report running, then the ramdisk is gone and the OS boots.
 		r.s.link.Report(context.WithoutCancel(ctx), a, engine.Update{CommandID: c.ID, State: "running"})

@@ -342,3 +342,50 @@ func TestInspectInsideTheWindow(t *testing.T) {
 		t.Error("no event for the inspection taking the ramdisk")
 	}
 }
+
+// TestKexecFallsBackToABMCReboot: a ramdisk that cannot kexec (or an OS that never rejoins after
+// it) does not fail the deploy: the BMC power-cycles the node into its disk (boot device set by
+// the deploy) and the installed OS is awaited again.
+func TestKexecFallsBackToABMCReboot(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{Faults: Faults{KexecFail: true}}, engineConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		ids, err := h.Enroll(ctx, "kx", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ids[0]
+		if n := rest(t, h, ids)[id]; n.State != "ready" {
+			t.Fatalf("after enroll: %s (%s)", n.State, n.FaultMsg)
+		}
+		before := node(t, st, id).UpdatedAt
+		if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"}); err != nil {
+			t.Fatal(err)
+		}
+		n := rest(t, h, ids)[id]
+		if n.State != "deployed" {
+			t.Fatalf("deploy with a failing kexec: %s (%s), want deployed through the BMC fallback", n.State, n.FaultMsg)
+		}
+		cmds, _ := st.Commands(ctx, id, 1000)
+		var kexecFailed, cycleAfter bool
+		var kexecAt int64
+		for _, c := range cmds {
+			if c.Kind == "boot.kexec" && c.CreatedAt > before {
+				kexecFailed, kexecAt = c.State == "failed", c.CreatedAt
+			}
+		}
+		for _, c := range cmds {
+			cycleAfter = cycleAfter || kexecAt > 0 && c.Kind == "bmc.power" && c.CreatedAt > kexecAt && strings.Contains(c.Args, "cycle")
+		}
+		if !kexecFailed || !cycleAfter {
+			t.Errorf("kexec failed %v, power cycle after it %v: want both", kexecFailed, cycleAfter)
+		}
+		if !hasEvent(t, st, id, "workflow.step", `"result":"fallback"`) {
+			t.Error("no event for the fallback")
+		}
+	})
+}

@@ -46,12 +46,17 @@ const (
 	WhenFastTrack Condition = "fastTrack"
 	// WhenNoFastTrack: the window is 0: the node is powered off at once (power.off).
 	WhenNoFastTrack Condition = "noFastTrack"
+	// WhenNotRejoined: the installed OS has not joined since the workflow's last boot command
+	// (the kexec failed or its kernel never came up): boot.kexec's fallback reboots through the
+	// BMC into the disk.
+	WhenNotRejoined Condition = "notRejoined"
 )
 
 // Facts are what conditions are decided on, read as the step starts.
 type Facts struct {
 	MACs            int           // the node's known MACs
 	FastTrackWindow time.Duration // the node's pool's fast-track window (0: off)
+	Rejoined        bool          // the installed OS joined since the workflow's last boot command
 }
 
 // Holds reports whether a step with condition c runs for a node with facts f. Pure.
@@ -63,6 +68,8 @@ func (c Condition) Holds(f Facts) bool {
 		return f.FastTrackWindow > 0
 	case WhenNoFastTrack:
 		return f.FastTrackWindow <= 0
+	case WhenNotRejoined:
+		return !f.Rejoined
 	}
 	return true
 }
@@ -133,9 +140,12 @@ type StepKind struct {
 	// Relays marks a plugin step that relays commands on behalf of a plugin: its command kind
 	// counts only when the profile declares it in sends (else the step is refused and the
 	// command falls outside the destructive batch).
-	Relays  bool
-	Timeout time.Duration
-	Retries int
+	Relays bool
+	// FallBack: when the step's command fails or its time runs out, the workflow goes on to the
+	// next step (its fallback, conditional on what the step was for) instead of failing.
+	FallBack bool
+	Timeout  time.Duration
+	Retries  int
 	// Expand replaces a composite step by its parts.
 	Expand []Step
 }
@@ -176,7 +186,16 @@ var stepKinds = []StepKind{
 	{Use: "diag.dcgm", Command: "diag.dcgm", Timeout: 2 * time.Hour},
 	{Use: "disk.wipe", Command: "disk.wipe", Timeout: 24 * time.Hour},
 	{Use: "deploy.image", Command: "deploy.image", Timeout: 2 * time.Hour},
-	{Use: "boot.kexec", Command: "boot.kexec", Await: AwaitRejoin, Timeout: 20 * time.Minute},
+	// boot.kexec: the ramdisk kexecs the written disk's kernel and the installed OS rejoins;
+	// when the kexec fails or the OS does not rejoin within 10 minutes (a kernel that cannot
+	// start after kexec on this hardware), the BMC power-cycles the node into its disk (the
+	// boot device is already set) and the OS is awaited again.
+	{Use: "boot.kexec", Expand: []Step{
+		{Use: "boot.kexecOnce"},
+		{Use: "power.cycle", When: WhenNotRejoined},
+		{Use: "await.rejoin", When: WhenNotRejoined},
+	}},
+	{Use: "boot.kexecOnce", Command: "boot.kexec", Await: AwaitRejoin, Timeout: 10 * time.Minute, FallBack: true},
 	{Use: "await.rejoin", Await: AwaitRejoin, Timeout: 20 * time.Minute},
 	{Use: "metal.revokeIdentity", ControlPlane: true, Timeout: time.Minute},
 	// metal.linger leaves the ramdisk up for the node's fast-track window (seed 003 phase 0.9):

@@ -20,7 +20,7 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 		"metal-retire":        "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
 		"metal-rescue":        "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
 		"metal-unrescue":      "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
-		"default":             "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexec",
+		"default":             "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk deploy.image{image: debian} management.setBootDevice{device: disk, persistent: true} boot.prepareInstance boot.kexecOnce power.cycle?notRejoined await.rejoin?notRejoined",
 	}
 	for _, p := range Builtin() {
 		r, err := Resolve(p, params)
@@ -59,6 +59,8 @@ func TestConditionHolds(t *testing.T) {
 		{WhenNoMACs, Facts{}, true}, {WhenNoMACs, Facts{MACs: 1}, false}, {WhenNoMACs, Facts{MACs: 3, FastTrackWindow: time.Minute}, false},
 		{WhenFastTrack, Facts{}, false}, {WhenFastTrack, Facts{FastTrackWindow: time.Second}, true}, {WhenFastTrack, Facts{MACs: 0, FastTrackWindow: -time.Second}, false},
 		{WhenNoFastTrack, Facts{}, true}, {WhenNoFastTrack, Facts{FastTrackWindow: time.Second}, false}, {WhenNoFastTrack, Facts{MACs: 1}, true},
+		{WhenNotRejoined, Facts{}, true}, {WhenNotRejoined, Facts{Rejoined: true}, false}, {WhenNotRejoined, Facts{MACs: 1, FastTrackWindow: time.Second}, true},
+		{WhenNoMACs, Facts{Rejoined: true}, true}, {Always, Facts{Rejoined: true}, true},
 	} {
 		if got := tc.c.Holds(tc.f); got != tc.want {
 			t.Errorf("%q.Holds(%+v) = %v, want %v", tc.c, tc.f, got, tc.want)
@@ -156,7 +158,7 @@ func TestParseProfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := Resolve(p, map[string]string{"image": "ubuntu"})
-	if err != nil || len(r.Steps) != 9 || r.Steps[7].Timeout.Minutes() != 90 || r.Steps[7].Args["image"] != "ubuntu" {
+	if err != nil || len(r.Steps) != 11 || r.Steps[7].Timeout.Minutes() != 90 || r.Steps[7].Args["image"] != "ubuntu" {
 		t.Fatalf("resolved %+v %v", r.Steps, err)
 	}
 	for _, bad := range []struct{ def, want string }{
