@@ -48,6 +48,25 @@ func bootCommands(t *testing.T, st *store.Store, nodeID string, since int64) []s
 	return out
 }
 
+// oneNode starts a simulation on st with cfg, sets the default pool's fast-track window (unless
+// window is empty) and enrolls one node named after prefix.
+func oneNode(t *testing.T, st *store.Store, cfg Config, window, prefix string) (*Harness, string) {
+	t.Helper()
+	h, err := Start(context.Background(), st, cfg, engineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	if window != "" {
+		setWindow(t, h, window)
+	}
+	ids, err := h.Enroll(context.Background(), prefix, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ids[0]
+}
+
 func node(t *testing.T, st *store.Store, id string) store.Node {
 	t.Helper()
 	n, err := st.Node(context.Background(), id, "")
@@ -63,17 +82,8 @@ func node(t *testing.T, st *store.Store, id string) store.Node {
 func TestDeployInsideTheWindowNeedsNoBoot(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		h, err := Start(ctx, st, Config{}, engineConfig(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(h.Stop)
-		setWindow(t, h, "1h")
-		ids, err := h.Enroll(ctx, "ft", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := ids[0]
+		h, id := oneNode(t, st, Config{}, "1h", "ft")
+		ids := []string{id}
 		n := rest(t, h, ids)[id]
 		if n.State != "ready" || n.Power != "on" || n.LingerUntil == 0 || n.LingerCommand != "" {
 			t.Fatalf("after enroll: %s power %s lingering until %d (command %q), want ready, on, lingering", n.State, n.Power, n.LingerUntil, n.LingerCommand)
@@ -135,17 +145,8 @@ func TestDeployInsideTheWindowNeedsNoBoot(t *testing.T) {
 func TestWindowPassesPowersOff(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		h, err := Start(ctx, st, Config{}, engineConfig(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(h.Stop)
-		setWindow(t, h, "300ms")
-		ids, err := h.Enroll(ctx, "ft", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := ids[0]
+		h, id := oneNode(t, st, Config{}, "300ms", "ft")
+		ids := []string{id}
 		rest(t, h, ids)
 		var n store.Node
 		waitFor(t, "the lingering ramdisk to power off", func() bool {
@@ -198,17 +199,8 @@ func TestWindowPassesPowersOff(t *testing.T) {
 func TestDeployAfterThePowerOffWasOfferedBoots(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	h, err := Start(ctx, st, Config{Faults: Faults{Hang: map[string]bool{"ramdisk.powerOff": true}}}, engineConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
-	setWindow(t, h, "200ms")
-	ids, err := h.Enroll(ctx, "ft", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := ids[0]
+	h, id := oneNode(t, st, Config{Faults: Faults{Hang: map[string]bool{"ramdisk.powerOff": true}}}, "200ms", "ft")
+	ids := []string{id}
 	rest(t, h, ids)
 	var n store.Node
 	waitFor(t, "the ramdisk to take its power-off", func() bool {
@@ -249,17 +241,8 @@ func engineConfig() engine.Config {
 func TestWindowEndsWithTheRamdiskGone(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	h, err := Start(ctx, st, Config{}, engineConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
-	setWindow(t, h, "1h")
-	ids, err := h.Enroll(ctx, "ft", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := ids[0]
+	h, id := oneNode(t, st, Config{}, "1h", "ft")
+	ids := []string{id}
 	rest(t, h, ids)
 	h.Sim.Machine(id).CrashRamdisk()
 	waitFor(t, "the crashed ramdisk's agent to be gone", func() bool {
@@ -272,7 +255,7 @@ func TestWindowEndsWithTheRamdiskGone(t *testing.T) {
 		return err == nil && since == 0
 	})
 	// The window passes now.
-	err = st.Write(ctx, func(tx *store.Tx) error {
+	err := st.Write(ctx, func(tx *store.Tx) error {
 		n, err := tx.LockNode(ctx, id, "")
 		if err != nil {
 			return err
@@ -316,17 +299,8 @@ func TestWindowEndsWithTheRamdiskGone(t *testing.T) {
 func TestInspectInsideTheWindow(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	h, err := Start(ctx, st, Config{}, engineConfig(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
-	setWindow(t, h, "1h")
-	ids, err := h.Enroll(ctx, "ft", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := ids[0]
+	h, id := oneNode(t, st, Config{}, "1h", "ft")
+	ids := []string{id}
 	first := rest(t, h, ids)[id]
 	if err := h.Apply(ctx, provision.VerbInspect, ids, metal.VerbInput{}); err != nil {
 		t.Fatal(err)
@@ -349,16 +323,8 @@ func TestInspectInsideTheWindow(t *testing.T) {
 func TestKexecFallsBackToABMCReboot(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		h, err := Start(ctx, st, Config{Faults: Faults{KexecFail: true}}, engineConfig(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(h.Stop)
-		ids, err := h.Enroll(ctx, "kx", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		id := ids[0]
+		h, id := oneNode(t, st, Config{Faults: Faults{KexecFail: true}}, "", "kx")
+		ids := []string{id}
 		if n := rest(t, h, ids)[id]; n.State != "ready" {
 			t.Fatalf("after enroll: %s (%s)", n.State, n.FaultMsg)
 		}
