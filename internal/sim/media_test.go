@@ -23,20 +23,7 @@ func TestMediaInsertStep(t *testing.T) {
 		ctx := context.Background()
 		h, ids := start(t, st, 2)
 		rest(t, h, ids)
-		pub, key, _ := ed25519.GenerateKey(nil)
-		if err := h.Metal.AddSigner(ctx, h.Admin, "iso-signer", pub); err != nil {
-			t.Fatal(err)
-		}
-		img := catalog.Image{Name: "rescue-iso", URL: "http://images.sim/rescue.iso", Size: 1 << 20, Format: "iso", Compression: "none",
-			SHA256: strings.Repeat("ab", 32), Signer: "iso-signer"}
-		img.Signature = catalog.Sign(img, key)
-		if err := h.Metal.AddImage(ctx, h.Admin, img); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Metal.PutDeployProfile(ctx, h.Admin, "boot-iso",
-			`{"steps":[{"use":"media.insert","args":{"image":"$image"}},{"use":"management.setBootDevice","args":{"device":"cd"}},{"use":"power.cycle"}]}`); err != nil {
-			t.Fatal(err)
-		}
+		img := addBootISO(t, h, "ab")
 		if err := h.Apply(ctx, provision.VerbDeploy, ids[:1], metal.VerbInput{Profile: "boot-iso", Image: "rescue-iso"}); err != nil {
 			t.Fatal(err)
 		}
@@ -82,4 +69,26 @@ func media(m *Machine) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.Media
+}
+
+// addBootISO registers a signed catalog ISO "rescue-iso" (sha256: hexByte repeated) and the deploy
+// profile "boot-iso" that inserts it, boots from the CD and power-cycles the node.
+func addBootISO(t *testing.T, h *Harness, hexByte string) catalog.Image {
+	t.Helper()
+	ctx := context.Background()
+	pub, key, _ := ed25519.GenerateKey(nil)
+	if err := h.Metal.AddSigner(ctx, h.Admin, "iso-signer", pub); err != nil {
+		t.Fatal(err)
+	}
+	img := catalog.Image{Name: "rescue-iso", URL: "http://images.sim/rescue.iso", Size: 1 << 20, Format: "iso", Compression: "none",
+		SHA256: strings.Repeat(hexByte, 32), Signer: "iso-signer"}
+	img.Signature = catalog.Sign(img, key)
+	if err := h.Metal.AddImage(ctx, h.Admin, img); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Metal.PutDeployProfile(ctx, h.Admin, "boot-iso",
+		`{"steps":[{"use":"media.insert","args":{"image":"$image"}},{"use":"management.setBootDevice","args":{"device":"cd"}},{"use":"power.cycle"}]}`); err != nil {
+		t.Fatal(err)
+	}
+	return img
 }

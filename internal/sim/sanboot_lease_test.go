@@ -2,11 +2,8 @@ package sim
 
 import (
 	"context"
-	"crypto/ed25519"
-	"strings"
 	"testing"
 
-	"bcd/internal/catalog"
 	"bcd/internal/engine"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
@@ -27,20 +24,7 @@ func TestSanbootEntryFollowsTheLease(t *testing.T) {
 		m.mu.Lock()
 		m.NoVirtualMedia = true
 		m.mu.Unlock()
-		pub, key, _ := ed25519.GenerateKey(nil)
-		if err := h.Metal.AddSigner(ctx, h.Admin, "iso-signer", pub); err != nil {
-			t.Fatal(err)
-		}
-		img := catalog.Image{Name: "rescue-iso", URL: "http://images.sim/rescue.iso", Size: 1 << 20, Format: "iso", Compression: "none",
-			SHA256: strings.Repeat("cd", 32), Signer: "iso-signer"}
-		img.Signature = catalog.Sign(img, key)
-		if err := h.Metal.AddImage(ctx, h.Admin, img); err != nil {
-			t.Fatal(err)
-		}
-		if err := h.Metal.PutDeployProfile(ctx, h.Admin, "boot-iso",
-			`{"steps":[{"use":"media.insert","args":{"image":"$image"}},{"use":"management.setBootDevice","args":{"device":"cd"}},{"use":"power.cycle"}]}`); err != nil {
-			t.Fatal(err)
-		}
+		img := addBootISO(t, h, "cd")
 		if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Profile: "boot-iso", Image: "rescue-iso"}); err != nil {
 			t.Fatal(err)
 		}
