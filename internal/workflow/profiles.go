@@ -290,6 +290,13 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 				return nil, fmt.Errorf("profile %s: %w", p.Name, err)
 			}
 			if len(k.Expand) > 0 {
+				if st.Timeout != 0 || st.Retries != 0 {
+					var parts []string
+					for _, e := range k.Expand {
+						parts = append(parts, e.Use)
+					}
+					return nil, fmt.Errorf("profile %s: step %s is made of %s: it takes no timeout or retries of its own (its parts have theirs)", p.Name, st.Use, strings.Join(parts, ", "))
+				}
 				sub, err := expand(k.Expand, depth+1)
 				if err != nil {
 					return nil, err

@@ -168,6 +168,8 @@ func TestParseProfile(t *testing.T) {
 		{`{"steps":[{"use":"power.off","retries":99}]}`, "accepted are 0-10"},
 		{`{"steps":[{"use":"power.off"}],"colour":"red"}`, "unknown field"},
 		{`{"steps":[{"use":"power.off"}],"sends":["bmc.explode"]}`, "unknown command kind"},
+		{`{"steps":[{"use":"boot.kexec","timeout":"30m"}]}`, "is made of boot.kexecOnce, power.cycle, await.rejoin"},
+		{`{"steps":[{"use":"metal.ensureRamdisk","retries":2}]}`, "takes no timeout or retries"},
 	} {
 		if _, err := ParseProfile("x", []byte(bad.def)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want %q", bad.def, err, bad.want)
