@@ -364,10 +364,11 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			if kind.Await == workflow.AwaitRejoin && command.State(c.State) == command.Lost {
 				break // kexec never reports: its agent leaves, the OS rejoins
 			}
+			msg := fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error)
 			if kind.FallBack {
-				return 0, true, r.fallBack(wf, st, fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error))
+				return 0, true, r.fallBack(wf, st, msg)
 			}
-			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error), true)
+			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, true)
 		}
 	}
 	if kind.Await == workflow.AwaitMAC {
@@ -394,10 +395,11 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 		if err := r.cancelCurrent(wf, "step timed out"); err != nil {
 			return 0, false, err
 		}
+		msg := fmt.Sprintf("step %s did not finish within %s", st, st.Timeout)
 		if kind.FallBack {
-			return 0, true, r.fallBack(wf, st, fmt.Sprintf("step %s did not finish within %s", st, st.Timeout))
+			return 0, true, r.fallBack(wf, st, msg)
 		}
-		return 0, true, r.stepFailed(wf, st, provision.FaultWorkflowTimeout, fmt.Sprintf("step %s did not finish within %s", st, st.Timeout), true)
+		return 0, true, r.stepFailed(wf, st, provision.FaultWorkflowTimeout, msg, true)
 	}
 	return time.Duration(wf.StepDeadline-now) * time.Microsecond, false, nil
 }
