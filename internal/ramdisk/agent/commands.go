@@ -556,8 +556,8 @@ func mkdir(dir string) error {
 // inbandArgs are bmc.provisionInband's arguments: the credential (JSON {username, password})
 // encrypted to this node's certificate, and optionally the LAN channel.
 type inbandArgs struct {
-	Credentials string `json:"credentials"`
-	Channel     int    `json:"channel"`
+	Credentials string  `json:"credentials"`
+	Channel     flexInt `json:"channel"`
 }
 
 // provisionInband creates the node's BMC user over the host's IPMI interface and reports the
@@ -565,8 +565,8 @@ type inbandArgs struct {
 // log line or error.
 func (c *Commands) provisionInband(ctx context.Context, raw []byte, _ func(agentlink.Progress)) ([]byte, error) {
 	var a inbandArgs
-	if err := json.Unmarshal(raw, &a); err != nil {
-		return nil, fmt.Errorf("arguments: %w", err)
+	if err := decodeArgs(raw, &a); err != nil {
+		return nil, err
 	}
 	if a.Credentials == "" {
 		return nil, errors.New("arguments: credentials are missing (the control plane sends them encrypted to this node's certificate)")

@@ -84,6 +84,7 @@ func TestProvisionInband(t *testing.T) {
 		{name: "provisions", key: true, args: args(jwe)},
 		{name: "no credentials", key: true, args: `{}`, wantErr: "credentials are missing"},
 		{name: "bad channel", key: true, args: `{"credentials":"x","channel":12}`, wantErr: "channel 12"},
+		{name: "bad channel as a step argument", key: true, args: `{"credentials":"x","channel":"12"}`, wantErr: "channel 12"},
 		{name: "no key", args: args(jwe), wantErr: "no node key"},
 		{name: "another node's key", key: true, wrong: true, args: args(jwe), wantErr: "decrypting the BMC credential"},
 		{name: "not a JWE", key: true, args: args("garbage"), wantErr: "decrypting the BMC credential"},
