@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -176,17 +177,27 @@ var ErrNotYours = errors.New("command is not assigned to this agent")
 // reach only the agent (a boot entry's one-time discovery token) are minted here, stored as
 // hashes, and never written to the command row.
 func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command, error) {
-	var out []store.Command
-	err := e.st.Write(ctx, func(tx *store.Tx) error {
+	e.sentMu.Lock()
+	sent := len(e.sent[a.ID])
+	e.sentMu.Unlock()
+	isOffered := func(id string) bool {
 		e.sentMu.Lock()
-		sent := len(e.sent[a.ID])
-		e.sentMu.Unlock()
-		isOffered := func(id string) bool {
-			e.sentMu.Lock()
-			defer e.sentMu.Unlock()
-			return e.sent[a.ID][id]
-		}
-		cmds, err := tx.ClaimNewCommands(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, isOffered, sent, holderKinds()...)
+		defer e.sentMu.Unlock()
+		return e.sent[a.ID][id]
+	}
+	// The candidates are read outside the single writer (most claims find nothing new); the
+	// writer only takes those still free or still this agent's.
+	cands, err := e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, isOffered, sent, holderKinds()...)
+	if err != nil {
+		return nil, err
+	}
+	cands = slices.DeleteFunc(cands, func(c store.Command) bool { return isOffered(c.ID) })
+	if len(cands) == 0 {
+		return nil, nil
+	}
+	var out []store.Command
+	err = e.st.Write(ctx, func(tx *store.Tx) error {
+		cmds, err := tx.AssignCommands(ctx, a.ID, cands, holderKinds()...)
 		if err != nil {
 			return err
 		}
@@ -325,8 +336,23 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 // Report records a command's progress or outcome and wakes its node. Reports are idempotent and
 // never move a command backwards; a report on a command already finished (cancelled by an abort,
 // timed out) is kept out of the row and ignored.
+//
+// On SQLite an outcome is taken by the node's reconciliation in the same transaction (the
+// single writer runs one transaction at a time, so nothing else reconciles the node meanwhile):
+// the next step's command is queued with the report's commit. Should that reconciliation
+// fail, its writes alone are undone and the node is woken for the reconciler instead, as on
+// PostgreSQL, where the report would otherwise take the node's row lock after the command's,
+// the reverse of the reconciler's order.
 func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
+	final := command.State(u.State).Final()
+	if final && len(u.NodeSig) > 0 {
+		e.preverify(ctx, u)
+	}
+	inline := final && e.st.Engine() == store.SQLite
+	var notify []notice
+	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		notify, woken = nil, false
 		c, err := tx.Command(ctx, u.CommandID)
 		if err != nil {
 			return err
@@ -357,16 +383,64 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		if err := tx.UpdateCommand(ctx, &c); err != nil {
 			return err
 		}
-		if to.Final() {
-			return tx.Wake(ctx, c.NodeID, "command "+u.State, 0)
+		if !to.Final() {
+			return nil
 		}
-		return nil
+		if inline && c.NodeID != "" {
+			n, err := e.reconcileIn(ctx, tx, c)
+			if err == nil {
+				notify = n
+				return nil
+			}
+			e.log.Warn("reconciling a node on its command's outcome; left to the reconciler", "node", c.NodeID, "command", c.ID, "error", err)
+		}
+		woken = true
+		return tx.Wake(ctx, c.NodeID, "command "+u.State, 0)
 	})
-	if err == nil && command.State(u.State).Final() {
+	if err == nil && final {
 		e.forget(a.ID, u.CommandID)
-		e.Nudge()
+		for _, n := range notify {
+			e.subs.signal(n)
+		}
+		if woken {
+			e.Nudge()
+		}
 	}
 	return err
+}
+
+// reconcileIn reconciles c's node inside tx, where c's outcome was just written, in a
+// savepoint of its own, and returns the notices for agents. The node is due again at the
+// nearest deadline its workflow waits for, and at no other time: on SQLite this reconciliation
+// saw every write committed before it, so it owes no earlier wake-up.
+func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, c store.Command) ([]notice, error) {
+	var notify []notice
+	err := tx.Savepoint(ctx, func() error {
+		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{c.ID: c}}
+		again, err := r.node(c.NodeID)
+		if err != nil {
+			return err
+		}
+		notify = r.notices
+		return tx.SetWakeUp(ctx, c.NodeID, "deadline", again)
+	})
+	return notify, err
+}
+
+// preverify checks an attested result's signature before its report enters the writer: the
+// engine checks it again from the stored row when it takes the result, and then finds it
+// verified (pki remembers verified signatures). A failure here changes nothing: the engine's
+// check decides.
+func (e *Engine) preverify(ctx context.Context, u Update) {
+	if e.ca == nil || e.acceptIngested || len(u.SignerCertDER) == 0 {
+		return
+	}
+	c, err := e.st.Command(ctx, u.CommandID)
+	if err != nil {
+		return
+	}
+	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}
+	_ = pki.VerifyStatement(e.ca, u.SignerCertDER, st, u.NodeSig, c.Generation, time.Now())
 }
 
 func progressJSON(u Update) string {

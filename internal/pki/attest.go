@@ -144,7 +144,7 @@ func verifySigned(ca *CA, certDER []byte, st Statement, sig []byte, now time.Tim
 		return nil, Identity{}, fmt.Errorf("%w: signer key is not ECDSA P-256", ErrBadSignature)
 	}
 	digest := sha256.Sum256(SigningInput(st))
-	if !ecdsa.VerifyASN1(pub, digest[:], sig) {
+	if !ca.verifySignature(certDER, pub, digest[:], sig) {
 		return nil, Identity{}, fmt.Errorf("%w (signer %s)", ErrBadSignature, id)
 	}
 	return cert, id, nil

@@ -52,6 +52,9 @@ type CA struct {
 type verifiedCache struct {
 	mu sync.Mutex
 	m  map[[32]byte]verifiedCert
+	// sigs are signatures that verified, by the SHA-256 of (certificate, digest, signature):
+	// a result is checked when its report arrives and again when the engine takes it.
+	sigs map[[32]byte]bool
 }
 
 type verifiedCert struct {
@@ -295,6 +298,37 @@ func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity
 	ca.verified.m[key] = verifiedCert{cert: cert, id: id}
 	ca.verified.mu.Unlock()
 	return cert, id, nil
+}
+
+// verifySignature reports whether sig is the signature of digest by pub, the key of certDER's
+// certificate; a signature once verified is remembered (by all three inputs).
+func (ca *CA) verifySignature(certDER []byte, pub *ecdsa.PublicKey, digest, sig []byte) bool {
+	if ca.verified == nil {
+		return ecdsa.VerifyASN1(pub, digest, sig)
+	}
+	h := sha256.New()
+	cd := sha256.Sum256(certDER)
+	h.Write(cd[:])
+	h.Write(digest)
+	h.Write(sig)
+	var key [32]byte
+	h.Sum(key[:0])
+	ca.verified.mu.Lock()
+	ok := ca.verified.sigs[key]
+	ca.verified.mu.Unlock()
+	if ok {
+		return true
+	}
+	if !ecdsa.VerifyASN1(pub, digest, sig) {
+		return false
+	}
+	ca.verified.mu.Lock()
+	if ca.verified.sigs == nil || len(ca.verified.sigs) >= maxVerified {
+		ca.verified.sigs = map[[32]byte]bool{}
+	}
+	ca.verified.sigs[key] = true
+	ca.verified.mu.Unlock()
+	return true
 }
 
 func (ca *CA) verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {

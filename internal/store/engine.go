@@ -75,6 +75,25 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 	return nil
 }
 
+// SetWakeUp replaces the node's wake-up by one due after again, or removes it with again == 0:
+// for a reconciliation that ran outside a lease and saw every write before it (SQLite's single
+// writer), so no wake-up older than it is still owed. A row leased by a worker is left to it
+// (FinishWakeUp ends it after the worker's own reconciliation).
+func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration) error {
+	var err error
+	if again <= 0 {
+		_, err = t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`, nodeID)
+	} else {
+		_, err = t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
+			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at
+			WHERE reconcile_queue.leased_by = ''`, nodeID, t.at+again.Microseconds(), reason, t.at)
+	}
+	if err != nil {
+		return fmt.Errorf("setting the wake-up of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
 // WakeAt queues the node's reconciler at a given time (a deadline), keeping an earlier one.
 func (t *Tx) WakeAt(ctx context.Context, nodeID, reason string, at int64) error {
 	return t.Wake(ctx, nodeID, reason, time.Duration(at-t.at)*time.Microsecond)
@@ -289,6 +308,23 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 // not offered are returned, with the offered ones it finds besides (unassigned commands were
 // never offered, so no more of them are read than the limit leaves).
 func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
+	cands, err := t.s.claimCandidates(ctx, t.query, t.at, agentID, kind, siteID, nodeID, generation, limit, offered, sent, holderKinds)
+	if err != nil {
+		return nil, err
+	}
+	return t.AssignCommands(ctx, agentID, cands, holderKinds...)
+}
+
+// CommandCandidates reads, outside any write transaction, the commands ClaimNewCommands would
+// consider for the agent: a snapshot that may be a moment old, so AssignCommands takes them in
+// the writer only where they are still the agent's to take. An agent that finds none never
+// enters the writer.
+func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
+	return s.claimCandidates(ctx, s.queryRows, s.nowMicros(), agentID, kind, siteID, nodeID, generation, limit, offered, sent, holderKinds)
+}
+
+func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Context, q string, args ...any) (*sql.Rows, error), at int64,
+	agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds []string) ([]Command, error) {
 	var where string
 	var args []any
 	switch kind {
@@ -300,22 +336,18 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 			for _, k := range holderKinds {
 				args = append(args, k)
 			}
-			args = append(args, agentID, t.at)
+			args = append(args, agentID, at)
 		}
 	case "node":
 		where, args = `runs_on = 'ramdisk' AND node_id = ? AND generation = ?`, []any{nodeID, int64(generation)}
 	default:
 		return nil, fmt.Errorf("agent kind %q cannot run commands", kind)
 	}
-	lock := ""
-	if t.s.engine == Postgres {
-		lock = " FOR UPDATE SKIP LOCKED" // concurrent claimers take different rows
-	}
 	// First the commands already assigned to the agent (a reconnect), then unassigned ones,
 	// each oldest first: two index range scans (commands_claim ends with created_at) that stop
 	// at the limit, however many commands are queued.
 	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
-		ORDER BY created_at LIMIT ?` + lock
+		ORDER BY created_at LIMIT ?`
 	var out []Command
 	fresh := 0 // commands returned that were not offered before
 	for _, target := range []string{agentID, ""} {
@@ -326,7 +358,7 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 		if want <= 0 {
 			break
 		}
-		rows, err := t.query(ctx, q, append(append([]any{}, args...), target, want)...)
+		rows, err := query(ctx, q, append(append([]any{}, args...), target, want)...)
 		if err != nil {
 			return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
 		}
@@ -346,18 +378,36 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 			return nil, err
 		}
 	}
-	// Assign the unassigned ones, many per statement; another agent may have taken one
-	// meanwhile (only the rows the statement returns are this agent's).
-	var free []string
-	for _, c := range out {
-		if c.TargetAgent == "" {
-			free = append(free, c.ID)
-		}
+	return out, nil
+}
+
+// AssignCommands takes for agentID those of cands that are still queued and either assigned to
+// it already or free (free commands of holderKinds only while no other agent holds the site's
+// boot lease), many per statement, and returns them as taken (a free one counts an attempt).
+// Candidates that meanwhile went to another agent, were withdrawn or finished are left out:
+// only what the statement returns is the agent's.
+func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command, holderKinds ...string) ([]Command, error) {
+	type taken struct{ attempts int }
+	took := map[string]taken{}
+	// SQLite would otherwise read the rows through an index on the two columns (every queued
+	// command) rather than by id: unary + keeps them out of the index choice.
+	plus := ""
+	if t.s.engine == SQLite {
+		plus = "+"
 	}
-	took := map[string]bool{}
+	holder := ""
+	var holderArgs []any
+	if len(holderKinds) > 0 {
+		holder = ` AND (kind NOT IN (?` + strings.Repeat(`, ?`, len(holderKinds)-1) + `)
+			OR NOT EXISTS (SELECT 1 FROM leases WHERE leases.site_id = commands.site_id AND holder <> '' AND holder <> ? AND expires_at > ?))`
+		for _, k := range holderKinds {
+			holderArgs = append(holderArgs, k)
+		}
+		holderArgs = append(holderArgs, agentID, t.at)
+	}
 	const per = 256
-	for i := 0; i < len(free); i += per {
-		chunk := free[i:min(i+per, len(free))]
+	for i := 0; i < len(cands); i += per {
+		chunk := cands[i:min(i+per, len(cands))]
 		// The list is padded to a power of two with its last id, so that a few statements
 		// (prepared once) serve every size.
 		size := 1
@@ -366,39 +416,39 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 		}
 		args := []any{agentID, t.at}
 		for j := range size {
-			args = append(args, chunk[min(j, len(chunk)-1)])
+			args = append(args, chunk[min(j, len(chunk)-1)].ID)
 		}
-		// SQLite would otherwise read the rows through commands_agent_state (every unassigned
-		// queued command) rather than by id: unary + keeps the two columns out of the index
-		// choice.
-		plus := ""
-		if t.s.engine == SQLite {
-			plus = "+"
-		}
-		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + 1, updated_at = ?
-			WHERE id IN (?`+strings.Repeat(`, ?`, size-1)+`) AND `+plus+`target_agent = '' AND `+plus+`state = 'queued' RETURNING id`, args...)
-		ids, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (string, error) {
-			var id string
-			return id, r.Scan(&id)
-		})
+		args = append(args, agentID)
+		args = append(args, holderArgs...)
+		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
+			WHERE id IN (?`+strings.Repeat(`, ?`, size-1)+`) AND `+plus+`state = 'queued'
+			AND (`+plus+`target_agent = ? OR `+plus+`target_agent = ''`+holder+`) RETURNING id, attempts`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
 		}
-		for _, id := range ids {
-			took[id] = true
+		for rows.Next() {
+			var id string
+			var tk taken
+			if err := rows.Scan(&id, &tk.attempts); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
+			}
+			took[id] = tk
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
 		}
 	}
-	claimed := out[:0]
-	for _, c := range out {
-		switch {
-		case c.TargetAgent == agentID:
-		case took[c.ID]:
-			c.TargetAgent = agentID
-			c.Attempts++
-		default:
+	claimed := make([]Command, 0, len(took))
+	for _, c := range cands {
+		tk, ok := took[c.ID]
+		if !ok {
 			continue
 		}
+		c.TargetAgent, c.Attempts, c.State, c.UpdatedAt = agentID, tk.attempts, "queued", t.at
 		claimed = append(claimed, c)
+		delete(took, c.ID) // a candidate listed twice is returned once
 	}
 	return claimed, nil
 }

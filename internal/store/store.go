@@ -11,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
@@ -44,12 +46,17 @@ type Store struct {
 	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
 	// per database (database/sql prepares them once per connection).
 	writeStmts, readStmts stmtCache
-	now                   func() time.Time
+	// now is the clock (tests replace it while the store runs).
+	now atomic.Pointer[func() time.Time]
 	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
 	// commitLoop), each in its own savepoint.
 	writes chan *writeReq
 	stop   chan struct{}
 	loop   sync.WaitGroup
+	// ckpt is SQLite's checkpointer connection: the writer never checkpoints (that copied the
+	// WAL into the database inside a commit, on the one writer); checkpointLoop does, beside it.
+	ckpt      *sql.DB
+	committed chan struct{}
 }
 
 type writeReq struct {
@@ -103,7 +110,8 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{engine: engine, now: time.Now}
+	s := &Store{engine: engine}
+	s.SetClock(time.Now)
 	switch engine {
 	case SQLite:
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
@@ -112,7 +120,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
 		// queued commands, the queue); SQLite's default is 2 MiB.
-		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=cache_size(-16384)&_txlock=immediate")
+		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
@@ -135,9 +143,18 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		r.SetMaxOpenConns(8)
 		r.SetMaxIdleConns(8)
 		s.read = r
-		s.writes, s.stop = make(chan *writeReq), make(chan struct{})
-		s.loop.Add(1)
+		c, err := sql.Open("sqlite", "file:"+target+"?"+pragmas)
+		if err != nil {
+			r.Close()
+			w.Close()
+			return nil, fmt.Errorf("opening sqlite store %s for checkpoints: %w", target, err)
+		}
+		c.SetMaxOpenConns(1)
+		s.ckpt = c
+		s.writes, s.stop, s.committed = make(chan *writeReq), make(chan struct{}), make(chan struct{}, 1)
+		s.loop.Add(2)
 		go s.commitLoop()
+		go s.checkpointLoop()
 	case Postgres:
 		db, err := sql.Open("pgx", target)
 		if err != nil {
@@ -190,6 +207,9 @@ func (s *Store) Close() error {
 	s.writeStmts.close()
 	s.readStmts.close()
 	var errs []error
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.Close())
+	}
 	if s.read != s.write {
 		errs = append(errs, s.read.Close())
 	}
@@ -198,10 +218,10 @@ func (s *Store) Close() error {
 }
 
 // SetClock replaces the clock (tests).
-func (s *Store) SetClock(now func() time.Time) { s.now = now }
+func (s *Store) SetClock(now func() time.Time) { s.now.Store(&now) }
 
 // Now is the store's clock in Unix microseconds.
-func (s *Store) nowMicros() int64 { return s.now().UnixMicro() }
+func (s *Store) nowMicros() int64 { return (*s.now.Load())().UnixMicro() }
 
 // bind rewrites ? placeholders to $n for PostgreSQL (queries never hold a literal '?').
 func (s *Store) bind(q string) string {
@@ -320,6 +340,27 @@ func (t *Tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	return t.tx.QueryRowContext(ctx, q, args...)
 }
 
+// Savepoint runs f inside a savepoint of the transaction: an error from f undoes f's writes
+// alone, and is returned.
+func (t *Tx) Savepoint(ctx context.Context, f func() error) error {
+	if _, err := t.exec(ctx, "SAVEPOINT nested"); err != nil {
+		return fmt.Errorf("opening savepoint: %w", err)
+	}
+	if ferr := f(); ferr != nil {
+		if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT nested"); err != nil {
+			return fmt.Errorf("rolling back savepoint after %v: %w", ferr, err)
+		}
+		if _, err := t.exec(ctx, "RELEASE SAVEPOINT nested"); err != nil {
+			return fmt.Errorf("releasing savepoint after %v: %w", ferr, err)
+		}
+		return ferr
+	}
+	if _, err := t.exec(ctx, "RELEASE SAVEPOINT nested"); err != nil {
+		return fmt.Errorf("releasing savepoint: %w", err)
+	}
+	return nil
+}
+
 // forUpdate is the row-lock suffix: PostgreSQL locks the row, SQLite's writer is already alone.
 func (t *Tx) forUpdate() string {
 	if t.s.engine == Postgres {
@@ -435,6 +476,41 @@ func (s *Store) commitGroup(group []*writeReq) {
 	}
 	for i, r := range group {
 		r.done <- errs[i]
+	}
+	select {
+	case s.committed <- struct{}{}:
+	default:
+	}
+}
+
+// checkpointInterval is the least time between two checkpoints while writes go on: each copies
+// what the WAL gained since the last one into the database file.
+const checkpointInterval = 100 * time.Millisecond
+
+// checkpointLoop copies the WAL into the database file after commits, on its own connection,
+// while the writer goes on (SQLite's passive checkpoint takes no lock the writer needs). Readers
+// on old snapshots only hold back the part of the WAL they still read; the WAL is restarted
+// once wholly copied.
+func (s *Store) checkpointLoop() {
+	defer s.loop.Done()
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.committed:
+		case <-s.stop:
+			return
+		}
+		if _, err := s.ckpt.Exec("PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+			// Not fatal: the WAL grows until the next one succeeds; the store reports it.
+			slog.Default().Warn("checkpointing the store's write-ahead log", "error", err)
+		}
+		t.Reset(checkpointInterval)
+		select {
+		case <-t.C:
+		case <-s.stop:
+			return
+		}
 	}
 }
 
