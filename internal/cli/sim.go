@@ -26,7 +26,7 @@ func simCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var workers int
 	var overGateway bool
-	var profile string
+	var profile, tracePath string
 	var bulk string
 	var approvals int
 	cmd := &cobra.Command{
@@ -43,6 +43,11 @@ func simCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer stop()
+			stopTrace, err := startTrace(tracePath)
+			if err != nil {
+				return err
+			}
+			defer stopTrace()
 			if storeDSN == "" {
 				dir, err := os.MkdirTemp("", "bcd-sim-")
 				if err != nil {
@@ -141,6 +146,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	f.StringVar(&tracePath, "trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd
 }

@@ -101,6 +101,8 @@ type Engine struct {
 	acceptIngested bool
 	// steps caches decoded workflow steps.
 	steps stepsCache
+	// running holds batches read as running.
+	running batchSet
 }
 
 // New builds an engine over st. ca verifies attested results.

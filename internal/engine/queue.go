@@ -102,17 +102,27 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
 	e.sent[a.ID] = map[string]bool{}
 	e.sentMu.Unlock()
+	var notify []notice
+	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		notify, woken = nil, false
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
 			ConnID: a.ConnID, Version: version}); err != nil {
 			return err
 		}
-		if a.NodeID != "" {
-			return tx.Wake(ctx, a.NodeID, a.Kind+" agent connected", 0)
+		if a.NodeID == "" {
+			return nil
 		}
-		return nil
+		var err error
+		notify, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, a.Kind+" agent connected")
+		return err
 	})
-	e.Nudge()
+	for _, n := range notify {
+		e.subs.signal(n)
+	}
+	if woken {
+		e.Nudge()
+	}
 	return err
 }
 
@@ -345,57 +355,73 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 // the reverse of the reconciler's order.
 func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	final := command.State(u.State).Final()
-	if final && len(u.NodeSig) > 0 {
-		e.preverify(ctx, u)
+	// An outcome's command is read before the writer (and its attestation checked there): the
+	// writer then updates the row only if it is still as read, else reads it itself.
+	var pre *store.Command
+	if final {
+		if c, err := e.st.Command(ctx, u.CommandID); err == nil {
+			pre = &c
+			if len(u.NodeSig) > 0 {
+				e.preverify(c, u)
+			}
+		}
 	}
-	inline := final && e.st.Engine() == store.SQLite
 	var notify []notice
 	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		notify, woken = nil, false
-		c, err := tx.Command(ctx, u.CommandID)
-		if err != nil {
-			return err
-		}
-		if c.TargetAgent != a.ID {
-			return fmt.Errorf("report on %s by %s: %w", u.CommandID, a.ID, ErrNotYours)
-		}
-		to := command.State(u.State)
-		if u.State == string(c.State) || !command.CanMove(command.State(c.State), to) {
-			if to == command.Running && c.State == string(command.Running) && u.ProgressTotal > 0 {
-				c.Progress = progressJSON(u)
-				return tx.UpdateCommand(ctx, &c)
+		var c store.Command
+		read := pre == nil
+		if read {
+			var err error
+			if c, err = tx.Command(ctx, u.CommandID); err != nil {
+				return err
 			}
+		} else {
+			c = *pre
+		}
+		for {
+			next, write, err := reported(c, a, u, tx.At())
+			if !read && (err != nil || !write) {
+				// Decided on the row as read before: confirm on the row itself.
+				if c, err = tx.Command(ctx, u.CommandID); err != nil {
+					return err
+				}
+				read = true
+				continue
+			}
+			if err != nil || !write {
+				return err
+			}
+			if read {
+				if err := tx.UpdateCommand(ctx, &next); err != nil {
+					return err
+				}
+			} else {
+				ok, err := tx.UpdateCommandIf(ctx, &next, c)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					if c, err = tx.Command(ctx, u.CommandID); err != nil {
+						return err
+					}
+					read = true
+					continue
+				}
+			}
+			c = next
+			break
+		}
+		if !command.State(c.State).Final() || c.State != u.State {
 			return nil
 		}
-		if c.DeliveredAt == 0 {
-			c.DeliveredAt = tx.At()
-		}
-		c.State = u.State
-		if u.ProgressTotal > 0 || u.ProgressMessage != "" {
-			c.Progress = progressJSON(u)
-		}
-		if to.Final() {
-			c.FinishedAt = tx.At()
-			c.Result, c.Error = string(u.Result), u.Error
-			c.ResultSig, c.SignerCert = u.NodeSig, u.SignerCertDER
-		}
-		if err := tx.UpdateCommand(ctx, &c); err != nil {
-			return err
-		}
-		if !to.Final() {
+		if c.NodeID == "" {
 			return nil
 		}
-		if inline && c.NodeID != "" {
-			n, err := e.reconcileIn(ctx, tx, c)
-			if err == nil {
-				notify = n
-				return nil
-			}
-			e.log.Warn("reconciling a node on its command's outcome; left to the reconciler", "node", c.NodeID, "command", c.ID, "error", err)
-		}
-		woken = true
-		return tx.Wake(ctx, c.NodeID, "command "+u.State, 0)
+		var err error
+		notify, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, "command "+u.State, c)
+		return err
 	})
 	if err == nil && final {
 		e.forget(a.ID, u.CommandID)
@@ -409,34 +435,76 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	return err
 }
 
+// reported applies agent a's report u to command c at time at: the command to write, and
+// whether to write it (reports never move a command backwards; one on a finished command is
+// ignored). A report on another agent's command is refused.
+func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool, error) {
+	if c.TargetAgent != a.ID {
+		return c, false, fmt.Errorf("report on %s by %s: %w", u.CommandID, a.ID, ErrNotYours)
+	}
+	to := command.State(u.State)
+	if u.State == c.State || !command.CanMove(command.State(c.State), to) {
+		if to == command.Running && c.State == string(command.Running) && u.ProgressTotal > 0 {
+			c.Progress = progressJSON(u)
+			return c, true, nil
+		}
+		return c, false, nil
+	}
+	if c.DeliveredAt == 0 {
+		c.DeliveredAt = at
+	}
+	c.State = u.State
+	if u.ProgressTotal > 0 || u.ProgressMessage != "" {
+		c.Progress = progressJSON(u)
+	}
+	if to.Final() {
+		c.FinishedAt = at
+		c.Result, c.Error = string(u.Result), u.Error
+		c.ResultSig, c.SignerCert = u.NodeSig, u.SignerCertDER
+	}
+	return c, true, nil
+}
+
 // reconcileIn reconciles c's node inside tx, where c's outcome was just written, in a
 // savepoint of its own, and returns the notices for agents. The node is due again at the
 // nearest deadline its workflow waits for, and at no other time: on SQLite this reconciliation
 // saw every write committed before it, so it owes no earlier wake-up.
-func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, c store.Command) ([]notice, error) {
+func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) ([]notice, error) {
 	var notify []notice
 	err := tx.Savepoint(ctx, func() error {
-		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{c.ID: c}}
-		again, err := r.node(c.NodeID)
+		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}}
+		for _, c := range known {
+			r.cmds[c.ID] = c
+		}
+		again, err := r.node(nodeID)
 		if err != nil {
 			return err
 		}
 		notify = r.notices
-		return tx.SetWakeUp(ctx, c.NodeID, "deadline", again)
+		return tx.SetWakeUp(ctx, nodeID, "deadline", again)
 	})
 	return notify, err
+}
+
+// wakeOrReconcile reconciles nodeID in tx on SQLite (see Report), or wakes it for the
+// reconciler: the notices for agents, and whether the reconciler was woken.
+func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID, reason string, known ...store.Command) ([]notice, bool, error) {
+	if e.st.Engine() == store.SQLite {
+		n, err := e.reconcileIn(ctx, tx, nodeID, known...)
+		if err == nil {
+			return n, false, nil
+		}
+		e.log.Warn("reconciling a node in the transaction that changed it; left to the reconciler", "node", nodeID, "reason", reason, "error", err)
+	}
+	return nil, true, tx.Wake(ctx, nodeID, reason, 0)
 }
 
 // preverify checks an attested result's signature before its report enters the writer: the
 // engine checks it again from the stored row when it takes the result, and then finds it
 // verified (pki remembers verified signatures). A failure here changes nothing: the engine's
 // check decides.
-func (e *Engine) preverify(ctx context.Context, u Update) {
+func (e *Engine) preverify(c store.Command, u Update) {
 	if e.ca == nil || e.acceptIngested || len(u.SignerCertDER) == 0 {
-		return
-	}
-	c, err := e.st.Command(ctx, u.CommandID)
-	if err != nil {
 		return
 	}
 	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}

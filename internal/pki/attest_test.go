@@ -163,11 +163,15 @@ func TestVerifyStatement(t *testing.T) {
 		{"empty kind", f.node.cert, with(func(s *Statement) { s.Kind = "" }), goodSig, 5, t0(), ErrBadStatement},
 		{"bad node id", f.node.cert, with(func(s *Statement) { s.NodeID = "n1/../n2" }), goodSig, 5, t0(), ErrBadStatement},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			err := VerifyStatement(f.ca, tt.cert, tt.st, tt.sig, tt.current, tt.at)
-			wantErr(t, err, tt.want)
-		})
+	// Twice: the CA remembers verified certificates and signatures, and a remembered success
+	// must never carry over to altered input, a later generation or an expired certificate.
+	for pass := range 2 {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/pass%d", tt.name, pass+1), func(t *testing.T) {
+				err := VerifyStatement(f.ca, tt.cert, tt.st, tt.sig, tt.current, tt.at)
+				wantErr(t, err, tt.want)
+			})
+		}
 	}
 	wantErr(t, VerifyStatement(nil, f.node.cert, base, goodSig, 5, t0()), ErrBadInput)
 }

@@ -25,11 +25,22 @@ type Phase struct {
 	P50         time.Duration `json:"p50Ns"`
 	P99         time.Duration `json:"p99Ns"`
 	Failed      int           `json:"failed"`
+	// CPU is the process's CPU time during the phase (the simulated agents' included);
+	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL).
+	CPU        time.Duration `json:"cpuNs"`
+	WriterBusy time.Duration `json:"writerBusyNs"`
 }
 
 func (p Phase) String() string {
-	return fmt.Sprintf("%-22s %6d nodes in %8s = %7.0f nodes/s  p50 %8s  p99 %8s  failed %d",
+	s := fmt.Sprintf("%-22s %6d nodes in %8s = %7.0f nodes/s  p50 %8s  p99 %8s  failed %d",
 		p.Name, p.Nodes, p.Total.Round(time.Millisecond), p.NodesPerSec, p.P50.Round(time.Millisecond), p.P99.Round(time.Millisecond), p.Failed)
+	if p.Nodes > 0 && p.CPU > 0 {
+		s += fmt.Sprintf("  cpu %.1f ms/node", float64(p.CPU)/float64(time.Millisecond)/float64(p.Nodes))
+	}
+	if p.Total > 0 && p.WriterBusy > 0 {
+		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
+	}
+	return s
 }
 
 // Report is a whole run.
@@ -47,18 +58,18 @@ type Report struct {
 // undeploy → ready, timing each phase from the verbs to the last node resting.
 func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, progress func(phase string, done, total int)) (Report, error) {
 	rep := Report{Engine: string(h.Store.Engine()), Nodes: n}
-	t0 := time.Now()
+	t0 := h.mark()
 	ids, err := h.Enroll(ctx, "sim", n)
 	if err != nil {
 		return rep, err
 	}
-	rep.EnrollTotal = time.Since(t0)
+	rep.EnrollTotal = time.Since(t0.at)
 	phase, err := h.measure(ctx, "enroll → ready", ids, t0, "ready", timeout, progress)
 	rep.Phases = append(rep.Phases, phase)
 	if err != nil {
 		return rep, err
 	}
-	t1 := time.Now()
+	t1 := h.mark()
 	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "sim-image"}); err != nil {
 		return rep, err
 	}
@@ -67,7 +78,7 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err != nil {
 		return rep, err
 	}
-	t2 := time.Now()
+	t2 := h.mark()
 	if err := h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{Wipe: "quick"}); err != nil {
 		return rep, err
 	}
@@ -86,8 +97,9 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 
 // measure waits until every node rests and computes the phase's figures from the nodes'
 // update times.
-func (h *Harness) measure(ctx context.Context, name string, ids []string, start time.Time, want string, timeout time.Duration, progress func(string, int, int)) (Phase, error) {
+func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark, want string, timeout time.Duration, progress func(string, int, int)) (Phase, error) {
 	p := Phase{Name: name, Nodes: len(ids)}
+	start := m.at
 	deadline := time.Now().Add(timeout)
 	for {
 		counts, err := h.Store.CountByState(ctx)
@@ -115,6 +127,8 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, start 
 		time.Sleep(200 * time.Millisecond)
 	}
 	p.Total = time.Since(start)
+	p.CPU = cpuTime() - m.cpu
+	p.WriterBusy = h.Store.WriterStats().Busy - m.busy
 	p.NodesPerSec = float64(len(ids)) / p.Total.Seconds()
 	var lat []time.Duration
 	after := ""
@@ -139,6 +153,16 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, start 
 		p.P50, p.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}
 	return p, nil
+}
+
+// mark is the start of a phase: the time, the process's CPU time and the writer's busy time.
+type mark struct {
+	at        time.Time
+	cpu, busy time.Duration
+}
+
+func (h *Harness) mark() mark {
+	return mark{at: time.Now(), cpu: cpuTime(), busy: h.Store.WriterStats().Busy}
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).
@@ -212,13 +236,13 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
 		}
 	}
-	t2 := time.Now()
+	t2 := h.mark()
 	for i := range required {
 		if _, err := h.Metal.Approve(ctx, auth.Principal{Name: fmt.Sprintf("approver-%d", i), Role: auth.Approver}, res.Batch.ID, "benchmark"); err != nil {
 			return rep, err
 		}
 	}
-	rep.Approve = time.Since(t2)
+	rep.Approve = time.Since(t2.at)
 	h.Engine.Nudge()
 	rep.Rest, err = h.measure(ctx, "approval → "+want, ids, t2, want, timeout, progress)
 	return rep, err

@@ -281,6 +281,27 @@ func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
 	return nil
 }
 
+// UpdateCommandIf writes c as UpdateCommand does, provided the row is still as was read
+// outside the writer (was): same state, agent and times. It reports false, writing nothing, when
+// the row changed since.
+func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool, error) {
+	updated := t.at
+	res, err := t.exec(ctx, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?
+		AND state = ? AND target_agent = ? AND updated_at = ? AND delivered_at = ? AND finished_at = ?`,
+		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, updated, c.ID,
+		was.State, was.TargetAgent, was.UpdatedAt, was.DeliveredAt, was.FinishedAt)
+	if err != nil {
+		return false, fmt.Errorf("updating command %s: %w", c.ID, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n != 1 {
+		return false, err
+	}
+	c.UpdatedAt = updated
+	return true, nil
+}
+
 // DeliverCommand marks a queued command assigned to agentID delivered (its agent acknowledged
 // it). It reports false when the command is not both (it may be delivered already, or another
 // agent's): the caller reads it to tell which.

@@ -57,6 +57,20 @@ type Store struct {
 	// WAL into the database inside a commit, on the one writer); checkpointLoop does, beside it.
 	ckpt      *sql.DB
 	committed chan struct{}
+	// busy, groups and writes count the writer's work (WriterStats).
+	busy, groups, written atomic.Int64
+}
+
+// WriterStats is what SQLite's single writer did since the store opened.
+type WriterStats struct {
+	Groups, Writes int64
+	// Busy is the time it spent running and committing groups (the rest it waited for work).
+	Busy time.Duration
+}
+
+// WriterStats reports the single writer's work (zero on PostgreSQL).
+func (s *Store) WriterStats() WriterStats {
+	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load())}
 }
 
 type writeReq struct {
@@ -316,7 +330,20 @@ func (t *Tx) stmt(ctx context.Context, q string) *sql.Stmt {
 	return st
 }
 
+// stmtCtx is the context a statement runs under. On SQLite, where the writer's transaction
+// holds a whole group of callers' writes, a statement is never interrupted by its caller's
+// context (an interrupted statement can roll back the group's transaction); the writer checks
+// each caller's context before running its function. The driver also watches a cancellable
+// context with a goroutine per statement.
+func (t *Tx) stmtCtx(ctx context.Context) context.Context {
+	if t.s.engine == SQLite {
+		return context.Background()
+	}
+	return ctx
+}
+
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
@@ -325,6 +352,7 @@ func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error
 }
 
 func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
@@ -333,6 +361,7 @@ func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error
 }
 
 func (t *Tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
@@ -429,7 +458,11 @@ func (s *Store) commitLoop() {
 				break drain
 			}
 		}
+		t0 := time.Now()
 		s.commitGroup(group)
+		s.busy.Add(int64(time.Since(t0)))
+		s.groups.Add(1)
+		s.written.Add(int64(len(group)))
 	}
 }
 
@@ -485,7 +518,7 @@ func (s *Store) commitGroup(group []*writeReq) {
 
 // checkpointInterval is the least time between two checkpoints while writes go on: each copies
 // what the WAL gained since the last one into the database file.
-const checkpointInterval = 100 * time.Millisecond
+const checkpointInterval = 500 * time.Millisecond
 
 // checkpointLoop copies the WAL into the database file after commits, on its own connection,
 // while the writer goes on (SQLite's passive checkpoint takes no lock the writer needs). Readers

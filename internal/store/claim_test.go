@@ -1,0 +1,242 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// Candidates read outside the writer are taken only where they are still the agent's to take:
+// one another agent took meanwhile, one withdrawn (failed) meanwhile, and one whose boot-lease
+// kind went to a holder meanwhile are left out; the agent's own reconnect candidates come back
+// without a new attempt.
+func TestAssignCandidates(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		siteID := nodes[0].SiteID
+		ids := map[string]string{}
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for _, name := range []string{"free", "taken", "withdrawn", "mine", "boot"} {
+				kind := "bmc.query"
+				if name == "boot" {
+					kind = "boot.prepareRamdisk"
+				}
+				c := store.Command{NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, SiteID: siteID, Kind: kind, Args: "{}", RunsOn: "site"}
+				if name == "mine" {
+					c.TargetAgent = "a"
+				}
+				if err := tx.InsertCommand(ctx, &c); err != nil {
+					return err
+				}
+				ids[name] = c.ID
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		holder := []string{"boot.prepareRamdisk"}
+		cands, err := st.CommandCandidates(ctx, "a", "site", siteID, "", 0, 10, nil, 0, holder...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cands) != 5 {
+			t.Fatalf("candidates: %d, want 5", len(cands))
+		}
+		// Meanwhile: agent b takes one, the reconciler withdraws one, b becomes the boot-lease holder.
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			c, err := tx.Command(ctx, ids["withdrawn"])
+			if err != nil {
+				return err
+			}
+			c.State = "failed"
+			if err := tx.UpdateCommand(ctx, &c); err != nil {
+				return err
+			}
+			b, err := tx.Command(ctx, ids["taken"])
+			if err != nil {
+				return err
+			}
+			if got, err := tx.AssignCommands(ctx, "b", []store.Command{b}); err != nil || len(got) != 1 {
+				t.Errorf("b took %d: %v", len(got), err)
+			}
+			_, _, _, err = tx.AcquireLease(ctx, siteID, "b", time.Minute)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var got []store.Command
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			got, err = tx.AssignCommands(ctx, "a", append(cands, cands[0]), holder...)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		byID := map[string]store.Command{}
+		for _, c := range got {
+			byID[c.ID] = c
+		}
+		if len(got) != 2 || byID[ids["free"]].ID == "" || byID[ids["mine"]].ID == "" {
+			t.Fatalf("a took %d commands %v, want free and mine", len(got), byID)
+		}
+		if c := byID[ids["free"]]; c.TargetAgent != "a" || c.Attempts != 1 || c.State != "queued" {
+			t.Errorf("free: agent %q attempts %d state %s", c.TargetAgent, c.Attempts, c.State)
+		}
+		if c := byID[ids["mine"]]; c.Attempts != 0 {
+			t.Errorf("mine (already a's): attempts %d, want 0", c.Attempts)
+		}
+		for _, name := range []string{"free", "mine"} {
+			c, err := st.Command(ctx, ids[name])
+			if err != nil || c.TargetAgent != "a" {
+				t.Errorf("%s stored on %q: %v", name, c.TargetAgent, err)
+			}
+		}
+		if c, _ := st.Command(ctx, ids["taken"]); c.TargetAgent != "b" {
+			t.Errorf("taken moved to %q", c.TargetAgent)
+		}
+		if c, _ := st.Command(ctx, ids["boot"]); c.TargetAgent != "" {
+			t.Errorf("boot entry command went to %q while b holds the lease", c.TargetAgent)
+		}
+	})
+}
+
+// UpdateCommandIf writes only over the row as it was read.
+func TestUpdateCommandIf(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		var id string
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			c := store.Command{NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, SiteID: nodes[0].SiteID, Kind: "bmc.query", Args: "{}", RunsOn: "site", TargetAgent: "a"}
+			err := tx.InsertCommand(ctx, &c)
+			id = c.ID
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		was, err := st.Command(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Someone else moves it on first.
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			_, err := tx.DeliverCommand(ctx, id, "a")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			from store.Command
+			want bool
+		}{
+			{"stale read", was, false},
+			{"fresh read", store.Command{}, true},
+		} {
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				from := tc.from
+				if from.ID == "" {
+					var err error
+					if from, err = tx.Command(ctx, id); err != nil {
+						return err
+					}
+				}
+				next := from
+				next.State, next.Result = "succeeded", `{"power":"on"}`
+				ok, err := tx.UpdateCommandIf(ctx, &next, from)
+				if ok != tc.want {
+					t.Errorf("%s: wrote %v, want %v", tc.name, ok, tc.want)
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c, _ := st.Command(ctx, id); c.State != "succeeded" {
+			t.Errorf("state %s", c.State)
+		}
+	})
+}
+
+// SetWakeUp replaces an unleased wake-up (or removes it with 0) and leaves a leased one to its
+// holder.
+func TestSetWakeUp(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		a, b := nodes[0].ID, nodes[1].ID
+		write := func(f func(tx *store.Tx) error) {
+			t.Helper()
+			if err := st.Write(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		due := func() map[string]int64 {
+			t.Helper()
+			ws, err := st.WakeUps(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := map[string]int64{}
+			for _, w := range ws {
+				m[w.NodeID] = w.DueAt
+			}
+			return m
+		}
+		write(func(tx *store.Tx) error { return tx.Wake(ctx, a, "test", 0) })
+		write(func(tx *store.Tx) error { return tx.Wake(ctx, b, "test", 0) })
+		// b is leased by a worker.
+		leases, err := st.ClaimWakeUps(ctx, "worker", time.Minute, 100)
+		if err != nil || len(leases) != 2 {
+			t.Fatalf("leased %d: %v", len(leases), err)
+		}
+		var lb store.Lease
+		for _, l := range leases {
+			if l.NodeID == b {
+				lb = l
+			}
+		}
+		write(func(tx *store.Tx) error {
+			for _, l := range leases {
+				if l.NodeID == a {
+					return tx.FinishWakeUp(ctx, l, "worker", time.Hour) // released, due in an hour
+				}
+			}
+			return nil
+		})
+		before := due()
+		var at int64
+		write(func(tx *store.Tx) error {
+			at = tx.At()
+			if err := tx.SetWakeUp(ctx, a, "deadline", time.Minute); err != nil {
+				return err
+			}
+			return tx.SetWakeUp(ctx, b, "deadline", time.Minute)
+		})
+		after := due()
+		if after[a] != at+time.Minute.Microseconds() {
+			t.Errorf("a due at %d, want %d (was %d)", after[a], at+time.Minute.Microseconds(), before[a])
+		}
+		if after[b] != before[b] {
+			t.Errorf("leased b moved from %d to %d", before[b], after[b])
+		}
+		write(func(tx *store.Tx) error {
+			if err := tx.SetWakeUp(ctx, a, "", 0); err != nil {
+				return err
+			}
+			return tx.SetWakeUp(ctx, b, "", 0)
+		})
+		after = due()
+		if _, ok := after[a]; ok {
+			t.Errorf("a still has a wake-up")
+		}
+		if _, ok := after[b]; !ok {
+			t.Errorf("leased b's wake-up was removed")
+		}
+		write(func(tx *store.Tx) error { return tx.FinishWakeUp(ctx, lb, "worker", 0) })
+	})
+}
