@@ -308,6 +308,7 @@ func TestRestartKeepsAtMostOnce(t *testing.T) {
 	if e, _ := env.Queue.Get("crash-1"); e.State != gatewaytest.Failed || !strings.Contains(e.Final.Error, "interrupted") {
 		t.Errorf("crash-1: %s %q", e.State, e.Final.Error)
 	}
+	reoffered := 0
 	for _, c := range blocks {
 		want := 0
 		if c.ID == started[0] {
@@ -320,10 +321,16 @@ func TestRestartKeepsAtMostOnce(t *testing.T) {
 		if e.State != gatewaytest.Failed {
 			t.Errorf("%s: %s", c.ID, e.State)
 		}
-		if want == 0 && e.Claims < 2 {
-			t.Errorf("%s was not offered again after the restart", c.ID)
+		if want == 0 && e.Claims >= 2 {
+			reoffered++
 		}
 		t.Logf("%s: ran %d, claimed %d times, %s: %s", c.ID, want, e.Claims, e.State, e.Final.Error)
+	}
+	// The new agent reports what the first one recorded as soon as it connects; a command the
+	// server offers again before that report arrives meets the journal's dedupe. Which of the
+	// two comes first is a race, so at least one of them must have been offered again.
+	if reoffered == 0 {
+		t.Error("no recorded, never-started command was offered again after the restart: the journal's dedupe path was not exercised")
 	}
 }
 

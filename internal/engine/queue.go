@@ -472,9 +472,15 @@ func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool
 func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) ([]notice, error) {
 	var notify []notice
 	err := tx.Savepoint(ctx, func() error {
-		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}}
+		// A rotation's outcome is taken once its bmc.rotate command finishes, which only a
+		// report (this path, with that command known) or an agent's departure (the reconciler,
+		// which always looks) makes happen: other runs here need not look for one.
+		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}, rotationSettled: true}
 		for _, c := range known {
 			r.cmds[c.ID] = c
+			if c.Kind == "bmc.rotate" {
+				r.rotationSettled = false
+			}
 		}
 		again, err := r.node(nodeID)
 		if err != nil {

@@ -44,6 +44,9 @@ type run struct {
 	events []store.Event
 	// window is the node's fast-track window once read (fastTrackWindow).
 	window *time.Duration
+	// rotationSettled: the run knows no BMC credential rotation can have finished since the
+	// node's last reconciliation (see reconcileIn), so it does not look for one.
+	rotationSettled bool
 }
 
 const maxActions = 64
@@ -59,8 +62,10 @@ func (r *run) node(nodeID string) (time.Duration, error) {
 		return 0, err
 	}
 	r.n = n
-	if err := r.rotation(); err != nil {
-		return 0, err
+	if !r.rotationSettled {
+		if err := r.rotation(); err != nil {
+			return 0, err
+		}
 	}
 	for range maxActions {
 		again, more, err := r.step()
