@@ -27,14 +27,16 @@ func simCmd(g *globals) *cobra.Command {
 	var workers int
 	var overGateway bool
 	var profile, tracePath string
-	var bulk string
+	var bulk, site string
 	var approvals int
 	cmd := &cobra.Command{
-		Use:   "sim [--nodes 10000] [--store DSN] [--json]",
+		Use:   "sim [--nodes 10000] [--store DSN | --server URL] [--json]",
 		Short: "Simulate a site of N machines against a real control plane and measure each lifecycle phase",
 		Long: "Runs the store, node service and engine in this process with a simulated site agent, BMCs and " +
 			"ramdisks that use the same calls as the agent gateway, then takes every node through " +
-			"enroll → ready, deploy → deployed and undeploy → ready (attested wipe).",
+			"enroll → ready, deploy → deployed and undeploy → ready (attested wipe). With --server (and --token, an admin " +
+			"token) the simulated site agent and ramdisks join that running server through its agent gateway instead, " +
+			"the enrolments and verbs go through its API, and the server's resident memory is read from its /metrics.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -48,7 +50,7 @@ func simCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer stopTrace()
-			if storeDSN == "" {
+			if storeDSN == "" && !cmd.Flag("server").Changed {
 				dir, err := os.MkdirTemp("", "bcd-sim-")
 				if err != nil {
 					return err
@@ -58,7 +60,24 @@ func simCmd(g *globals) *cobra.Command {
 			}
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			var h *sim.Harness
-			if overGateway {
+			remote := cmd.Flag("server").Changed
+			switch {
+			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0):
+				return fmt.Errorf("--server runs the lifecycle against that server: --bulk, --store, --gateway and --workers are for a server this command runs")
+			case remote:
+				dir, err := os.MkdirTemp("", "bcd-sim-remote-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				var ctl *apiControl
+				if h, ctl, err = startRemoteSim(ctx, g, cfg, site, "sim-image", dir); err != nil {
+					return fmt.Errorf("preparing %s for the simulation: %w", g.server, err)
+				}
+				if !asJSON {
+					fmt.Fprintf(g.env.Stderr, "run %s: nodes named %s-sim-N, labelled %s=%s\n", ctl.Run(), ctl.Run(), simRunLabel, ctl.Run())
+				}
+			case overGateway:
 				dir, err := os.MkdirTemp("", "bcd-sim-gw-")
 				if err != nil {
 					return err
@@ -76,7 +95,7 @@ func simCmd(g *globals) *cobra.Command {
 				if h, err = sim.StartOnServer(ctx, srv, cfg, dir); err != nil {
 					return err
 				}
-			} else {
+			default:
 				st, err := store.Open(ctx, storeDSN)
 				if err != nil {
 					return err
@@ -129,7 +148,11 @@ func simCmd(g *globals) *cobra.Command {
 			for _, p := range rep.Phases {
 				fmt.Fprintln(g.env.Stdout, p)
 			}
-			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d; peak RSS %.0f MiB\n", rep.Commands, rep.RanTwice, rep.PeakRSSMiB)
+			of := ""
+			if rep.RSSOf != "" {
+				of = " (" + rep.RSSOf + ")"
+			}
+			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d; peak RSS %.0f MiB%s\n", rep.Commands, rep.RanTwice, rep.PeakRSSMiB, of)
 			return nil
 		},
 	}
@@ -147,6 +170,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.StringVar(&tracePath, "trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
+	f.StringVar(&site, "site", "default", "with --server: the site whose pool \"default\" the simulated machines are enrolled in")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd
 }

@@ -29,13 +29,20 @@ type Phase struct {
 	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL).
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
+	// CPUOf is "agents" when the server runs elsewhere (--server): CPU is the simulated
+	// agents' alone.
+	CPUOf string `json:"cpuOf,omitempty"`
 }
 
 func (p Phase) String() string {
 	s := fmt.Sprintf("%-22s %6d nodes in %8s = %7.0f nodes/s  p50 %8s  p99 %8s  failed %d",
 		p.Name, p.Nodes, p.Total.Round(time.Millisecond), p.NodesPerSec, p.P50.Round(time.Millisecond), p.P99.Round(time.Millisecond), p.Failed)
 	if p.Nodes > 0 && p.CPU > 0 {
-		s += fmt.Sprintf("  cpu %.1f ms/node", float64(p.CPU)/float64(time.Millisecond)/float64(p.Nodes))
+		of := ""
+		if p.CPUOf != "" {
+			of = p.CPUOf + "' "
+		}
+		s += fmt.Sprintf("  %scpu %.1f ms/node", of, float64(p.CPU)/float64(time.Millisecond)/float64(p.Nodes))
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
@@ -45,10 +52,13 @@ func (p Phase) String() string {
 
 // Report is a whole run.
 type Report struct {
-	Engine      string        `json:"engine"`
-	Nodes       int           `json:"nodes"`
-	Phases      []Phase       `json:"phases"`
-	PeakRSSMiB  float64       `json:"peakRssMiB"`
+	Engine     string  `json:"engine"`
+	Nodes      int     `json:"nodes"`
+	Phases     []Phase `json:"phases"`
+	PeakRSSMiB float64 `json:"peakRssMiB"`
+	// RSSOf says whose peak RSS it is: "" this process (server and simulated agents); "server,
+	// sampled" a server elsewhere, read from its /metrics while phases ran.
+	RSSOf       string        `json:"rssOf,omitempty"`
 	Commands    int           `json:"commands"`
 	RanTwice    int           `json:"commandsRunTwice"`
 	EnrollTotal time.Duration `json:"enrollApiNs"`
@@ -57,7 +67,7 @@ type Report struct {
 // RunPhases enrolls n nodes and takes them through enroll → ready, deploy → deployed and
 // undeploy → ready, timing each phase from the verbs to the last node resting.
 func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, progress func(phase string, done, total int)) (Report, error) {
-	rep := Report{Engine: string(h.Store.Engine()), Nodes: n}
+	rep := Report{Engine: h.control().Engine(), Nodes: n}
 	t0 := h.mark()
 	ids, err := h.Enroll(ctx, "sim", n)
 	if err != nil {
@@ -92,6 +102,9 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 		}
 	}
 	rep.PeakRSSMiB = peakRSSMiB()
+	if _, remote := h.control().ServerRSSMiB(ctx); remote {
+		rep.PeakRSSMiB, rep.RSSOf = h.serverPeak, "server, sampled"
+	}
 	return rep, err
 }
 
@@ -102,9 +115,12 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	start := m.at
 	deadline := time.Now().Add(timeout)
 	for {
-		counts, err := h.Store.CountByState(ctx)
+		counts, err := h.control().CountByState(ctx)
 		if err != nil {
 			return p, err
+		}
+		if rss, ok := h.control().ServerRSSMiB(ctx); ok && rss > h.serverPeak {
+			h.serverPeak = rss
 		}
 		rested := counts[want] + counts["failed"]
 		if progress != nil {
@@ -128,25 +144,21 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	}
 	p.Total = time.Since(start)
 	p.CPU = cpuTime() - m.cpu
-	p.WriterBusy = h.Store.WriterStats().Busy - m.busy
+	p.WriterBusy = h.control().WriterBusy() - m.busy
+	if _, remote := h.control().ServerRSSMiB(ctx); remote {
+		p.CPUOf = "agents"
+	}
 	p.NodesPerSec = float64(len(ids)) / p.Total.Seconds()
 	var lat []time.Duration
-	after := ""
-	for {
-		nodes, err := h.Store.Nodes(ctx, store.NodeFilter{AfterID: after, Limit: 5000})
-		if err != nil {
-			return p, err
+	nodes, err := h.control().NodeTimes(ctx, ids)
+	if err != nil {
+		return p, err
+	}
+	for _, n := range nodes {
+		if n.State == "failed" {
+			p.Failed++
 		}
-		for _, n := range nodes {
-			if n.State == "failed" {
-				p.Failed++
-			}
-			lat = append(lat, store.Micros(n.UpdatedAt).Sub(start))
-		}
-		if len(nodes) < 5000 {
-			break
-		}
-		after = nodes[len(nodes)-1].ID
+		lat = append(lat, n.UpdatedAt.Sub(start))
 	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
@@ -162,7 +174,7 @@ type mark struct {
 }
 
 func (h *Harness) mark() mark {
-	return mark{at: time.Now(), cpu: cpuTime(), busy: h.Store.WriterStats().Busy}
+	return mark{at: time.Now(), cpu: cpuTime(), busy: h.control().WriterBusy()}
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).

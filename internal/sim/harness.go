@@ -27,6 +27,13 @@ type Harness struct {
 	Sim    *Sim
 	Admin  auth.Principal
 	SiteID string
+	// ctl drives a server elsewhere (StartRemote); nil: this harness's own service and store.
+	ctl Control
+	// serverPeak is the highest server RSS sampled (StartRemote).
+	serverPeak float64
+	// salt is the second byte of the MACs Enroll makes (0: 0x5a); runs against one server
+	// differ in it.
+	salt   byte
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -164,18 +171,25 @@ feed:
 func (h *Harness) Enroll(ctx context.Context, prefix string, n int) ([]string, error) {
 	ids := make([]string, n)
 	err := each(ctx, n, func(ctx context.Context, i int) error {
-		mac := fmt.Sprintf("02:5a:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
-		uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		node, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: fmt.Sprintf("%s-%d", prefix, i), Pool: "default",
+		salt := h.salt
+		if salt == 0 {
+			salt = 0x5a
+		}
+		mac := fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", salt, (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
+		uuid := fmt.Sprintf("%08x-00%02x-4000-8000-%012x", i, salt, i)
+		if salt == 0x5a {
+			uuid = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
+		}
+		id, err := h.control().Enroll(ctx, metal.EnrollInput{Name: fmt.Sprintf("%s-%d", prefix, i), Pool: "default",
 			MACs: []string{mac}, ProductUUID: uuid, BMC: metal.BMCInput{Address: "https://10.9.0.1", Username: "admin", Password: "sim-password"}})
 		if err != nil {
-			return err
+			return fmt.Errorf("enrolling %s-%d: %w", prefix, i, err)
 		}
-		h.Sim.Add(&Machine{NodeID: node.ID, UUID: uuid, MACs: []string{mac}})
-		ids[i] = node.ID
+		h.Sim.Add(&Machine{NodeID: id, UUID: uuid, MACs: []string{mac}})
+		ids[i] = id
 		return nil
 	})
-	h.Engine.Nudge()
+	h.control().Nudge()
 	if err != nil {
 		return nil, err
 	}
@@ -200,10 +214,9 @@ func (h *Harness) Apply(ctx context.Context, v provision.Verb, ids []string, in 
 	err := each(ctx, len(ids), func(ctx context.Context, i int) error {
 		in := in
 		in.Node = ids[i]
-		_, _, err := h.Metal.Apply(ctx, h.Admin, v, in)
-		return err
+		return h.control().Apply(ctx, v, in)
 	})
-	h.Engine.Nudge()
+	h.control().Nudge()
 	return err
 }
 

@@ -1,0 +1,261 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"bcd/internal/catalog"
+	"bcd/internal/gen/bcdv1"
+	"bcd/internal/gen/bcdv1/bcdv1connect"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/sim"
+)
+
+// simRunLabel marks the nodes of one remote simulation run (so that its measurements read only
+// its own nodes, and its names and MACs never meet an earlier run's).
+const simRunLabel = "bcd-sim-run"
+
+// apiControl is sim.Control over a running server's public API (bcd sim --server).
+type apiControl struct {
+	cl     *clients
+	images bcdv1connect.ImageServiceClient
+	hc     *http.Client
+	base   string
+	run    string
+	salt   byte
+	// baseline are the server's nodes by state before the run (other nodes of the server,
+	// assumed still while it runs).
+	baseline map[string]int
+
+	mu      sync.Mutex
+	scraped time.Time
+	states  map[string]int
+	rssMiB  float64
+}
+
+func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
+	cl, err := g.clients()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, 3)
+	rand.Read(b)
+	c := &apiControl{cl: cl, hc: httpClient(), base: strings.TrimSuffix(g.server, "/"), run: "r" + hex.EncodeToString(b), salt: b[0]}
+	if c.salt == 0 || c.salt == 0x5a {
+		c.salt = 1
+	}
+	c.images = bcdv1connect.NewImageServiceClient(c.hc, c.base, connect.WithInterceptors(bearer(g.apiToken())))
+	states, _, err := c.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.baseline = states
+	return c, nil
+}
+
+// Run names this run (its label value and the prefix of its node names).
+func (c *apiControl) Run() string { return c.run }
+
+func (c *apiControl) Engine() string { return "the server at " + c.base }
+
+func (c *apiControl) Enroll(ctx context.Context, in metal.EnrollInput) (string, error) {
+	resp, err := c.cl.nodes.Enroll(ctx, connect.NewRequest(&bcdv1.EnrollRequest{
+		Name: c.run + "-" + in.Name, Pool: in.Pool, Macs: in.MACs, ProductUuid: in.ProductUUID,
+		Bmc:    &bcdv1.BmcCredentials{Address: in.BMC.Address, Username: in.BMC.Username, Password: in.BMC.Password},
+		Labels: map[string]string{simRunLabel: c.run}, Reason: "bcd sim"}))
+	if err != nil {
+		return "", err
+	}
+	return resp.Msg.Node.GetId(), nil
+}
+
+func (c *apiControl) Apply(ctx context.Context, v provision.Verb, in metal.VerbInput) error {
+	var err error
+	switch v {
+	case provision.VerbDeploy:
+		_, err = c.cl.nodes.Deploy(ctx, connect.NewRequest(&bcdv1.DeployRequest{Node: in.Node, Image: in.Image, Profile: in.Profile, Reason: "bcd sim"}))
+	case provision.VerbUndeploy:
+		_, err = c.cl.nodes.Undeploy(ctx, connect.NewRequest(&bcdv1.UndeployRequest{Node: in.Node, Wipe: in.Wipe, Reason: "bcd sim"}))
+	default:
+		return fmt.Errorf("a remote simulation applies deploy and undeploy, not %s", v)
+	}
+	return err
+}
+
+// CountByState counts the server's nodes by state, less those it had before the run.
+func (c *apiControl) CountByState(ctx context.Context) (map[string]int, error) {
+	states, _, err := c.scrape(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for s, n := range states {
+		out[s] = n - c.baseline[s]
+	}
+	return out, nil
+}
+
+func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTime, error) {
+	var out []sim.NodeTime
+	token := ""
+	for {
+		resp, err := c.cl.nodes.List(ctx, connect.NewRequest(&bcdv1.ListNodesRequest{Labels: []string{simRunLabel + "=" + c.run}, PageSize: 10000, PageToken: token}))
+		if err != nil {
+			return nil, fmt.Errorf("listing the run's nodes: %w", err)
+		}
+		for _, n := range resp.Msg.Nodes {
+			at, err := time.Parse(time.RFC3339Nano, n.UpdatedAt)
+			if err != nil {
+				return nil, fmt.Errorf("node %s: update time %q: %w", n.Id, n.UpdatedAt, err)
+			}
+			out = append(out, sim.NodeTime{ID: n.Id, State: n.State, UpdatedAt: at})
+		}
+		if token = resp.Msg.NextPageToken; token == "" {
+			return out, nil
+		}
+	}
+}
+
+func (c *apiControl) Nudge()                    {}
+func (c *apiControl) WriterBusy() time.Duration { return 0 }
+
+func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
+	_, rss, err := c.scrape(ctx)
+	return rss, err == nil
+}
+
+// scrape reads the server's node counts by state (bcd_nodes) and resident memory
+// (process_resident_memory_bytes) from its /metrics, at most every 100 ms.
+func (c *apiControl) scrape(ctx context.Context) (map[string]int, float64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.scraped) < 100*time.Millisecond {
+		return c.states, c.rssMiB, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the server's metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, 0, fmt.Errorf("reading the server's metrics: %s", resp.Status)
+	}
+	states, rss, err := parseMetrics(bufio.NewScanner(resp.Body))
+	if err != nil {
+		return nil, 0, err
+	}
+	c.scraped, c.states, c.rssMiB = time.Now(), states, rss
+	return states, rss, nil
+}
+
+// parseMetrics reads bcd_nodes{state="…"} and process_resident_memory_bytes from a Prometheus
+// text exposition.
+func parseMetrics(sc *bufio.Scanner) (map[string]int, float64, error) {
+	states := map[string]int{}
+	rss := 0.0
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, `bcd_nodes{state="`):
+			rest := strings.TrimPrefix(line, `bcd_nodes{state="`)
+			state, value, ok := strings.Cut(rest, `"} `)
+			if !ok {
+				return nil, 0, fmt.Errorf("server metrics: cannot read %q", line)
+			}
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("server metrics: %q: %w", line, err)
+			}
+			states[state] = int(v)
+		case strings.HasPrefix(line, "process_resident_memory_bytes "):
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, "process_resident_memory_bytes "), 64)
+			if err != nil {
+				return nil, 0, fmt.Errorf("server metrics: %q: %w", line, err)
+			}
+			rss = v / (1 << 20)
+		}
+	}
+	return states, rss, sc.Err()
+}
+
+// startRemoteSim prepares a running server for a simulation (the image it deploys, a site agent
+// join token) and starts simulated agents against it.
+func startRemoteSim(ctx context.Context, g *globals, cfg sim.Config, site, image, dataDir string) (*sim.Harness, *apiControl, error) {
+	c, err := newAPIControl(ctx, g)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.ensureImage(ctx, image); err != nil {
+		return nil, nil, err
+	}
+	sites, err := c.cl.inventory.ListSites(ctx, connect.NewRequest(&bcdv1.ListSitesRequest{}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("listing sites: %w", err)
+	}
+	siteID := ""
+	for _, s := range sites.Msg.Sites {
+		if s.Name == site || s.Id == site {
+			siteID = s.Id
+		}
+	}
+	if siteID == "" {
+		return nil, nil, fmt.Errorf("the server has no site %q (its pool \"default\" must belong to it)", site)
+	}
+	tok, err := c.cl.inventory.CreateSiteJoinToken(ctx, connect.NewRequest(&bcdv1.CreateSiteJoinTokenRequest{Site: site, TtlSeconds: 3600}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("minting a site agent join token: %w", err)
+	}
+	salt := c.salt
+	h, err := sim.StartRemote(ctx, sim.Remote{Control: c, SiteID: siteID, JoinToken: tok.Msg.Token, GatewayURL: tok.Msg.GatewayUrl,
+		CAPEM: []byte(tok.Msg.CaPem), Salt: salt}, cfg, dataDir)
+	return h, c, err
+}
+
+// ensureImage adds the simulated image to the server's catalog unless it holds it, signed by a
+// signer made for the run.
+func (c *apiControl) ensureImage(ctx context.Context, name string) error {
+	list, err := c.images.ListImages(ctx, connect.NewRequest(&bcdv1.ListImagesRequest{}))
+	if err != nil {
+		return fmt.Errorf("listing images: %w", err)
+	}
+	for _, img := range list.Msg.Images {
+		if img.Name == name {
+			return nil
+		}
+	}
+	pub, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		return err
+	}
+	signer := "sim-" + c.run
+	if _, err := c.images.AddSigner(ctx, connect.NewRequest(&bcdv1.AddSignerRequest{Signer: &bcdv1.Signer{Name: signer, PublicKey: pub}})); err != nil {
+		return fmt.Errorf("adding signer %s: %w", signer, err)
+	}
+	sum := sha256.Sum256([]byte(name))
+	img := catalog.Image{Name: name, URL: "http://images.sim/" + name + ".raw.zst", Size: 1 << 30, Format: "raw", Compression: "zstd",
+		SHA256: hex.EncodeToString(sum[:]), Signer: signer}
+	img.Signature = catalog.Sign(img, key)
+	_, err = c.images.AddImage(ctx, connect.NewRequest(&bcdv1.AddImageRequest{Image: &bcdv1.Image{Name: img.Name, Url: img.URL, Size: img.Size,
+		Format: img.Format, Compression: img.Compression, Sha256: img.SHA256, Signer: img.Signer, Signature: img.Signature}}))
+	if err != nil {
+		return fmt.Errorf("adding image %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"bufio"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// bcd sim --server drives a running server: its simulated agents join through the server's
+// agent gateway, enrolments and verbs go through its API, and a second run on the same server
+// measures its own nodes only (the first run's stay deployed-then-ready beside it).
+func TestSimAgainstARunningServer(t *testing.T) {
+	url, token := startServer(t)
+	for run := range 2 {
+		code, out, errs := run2(t, url, token, "sim", "--server", url, "--token", token, "--nodes", "6", "--json", "--timeout", "2m")
+		if code != 0 {
+			t.Fatalf("run %d: %d %s", run+1, code, errs)
+		}
+		var rep struct {
+			Nodes  int
+			Phases []struct {
+				Name        string
+				Nodes       int
+				NodesPerSec float64
+				Failed      int
+				CPUOf       string `json:"cpuOf"`
+			}
+			PeakRSSMiB float64 `json:"peakRssMiB"`
+			RSSOf      string  `json:"rssOf"`
+			Commands   int
+			RanTwice   int `json:"commandsRunTwice"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
+			t.Fatalf("run %d: %v in %q", run+1, err, out)
+		}
+		if len(rep.Phases) != 3 || rep.RanTwice != 0 || rep.Commands == 0 || rep.RSSOf != "server, sampled" || rep.PeakRSSMiB <= 0 {
+			t.Fatalf("run %d: %+v", run+1, rep)
+		}
+		for _, p := range rep.Phases {
+			if p.Nodes != 6 || p.Failed != 0 || p.NodesPerSec <= 0 || p.CPUOf != "agents" {
+				t.Errorf("run %d, %s: %+v", run+1, p.Name, p)
+			}
+		}
+	}
+	// Both runs' nodes are on the server, each run's under its own label and names.
+	code, out, errs := run(t, map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}, "node", "list", "-o", "json")
+	var list struct {
+		Nodes []struct{ Name, State string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil {
+		t.Fatalf("list: %d %s", code, errs)
+	}
+	runs := map[string]int{}
+	for _, n := range list.Nodes {
+		if n.State != "ready" {
+			t.Errorf("%s is %s", n.Name, n.State)
+		}
+		runs[strings.SplitN(n.Name, "-", 2)[0]]++
+	}
+	if len(list.Nodes) != 12 || len(runs) != 2 {
+		t.Fatalf("%d nodes over runs %v, want 6 in each of 2", len(list.Nodes), runs)
+	}
+	if code, _, errs := run2(t, url, token, "sim", "--server", url, "--bulk", "retire"); code == 0 || !strings.Contains(errs, "--bulk") {
+		t.Errorf("--server with --bulk: %d %q", code, errs)
+	}
+}
+
+func run2(t *testing.T, url, token string, args ...string) (int, string, string) {
+	t.Helper()
+	return run(t, map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}, args...)
+}
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP bcd_nodes Nodes per provision state.
+# TYPE bcd_nodes gauge
+bcd_nodes{state="deployed"} 7
+bcd_nodes{state="ready"} 3
+process_resident_memory_bytes 1.048576e+08
+go_goroutines 12
+`
+	states, rss, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
+	if err != nil || states["deployed"] != 7 || states["ready"] != 3 || len(states) != 2 || rss != 100 {
+		t.Fatalf("%v %v %v", states, rss, err)
+	}
+	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`} {
+		if _, _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

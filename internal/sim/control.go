@@ -1,0 +1,139 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+)
+
+// Control is how a harness drives the control plane and reads what it did: in this process
+// (the node service and store, inProcess) or through the public API of a running server
+// (bcd sim --server; internal/cli implements it over ConnectRPC).
+type Control interface {
+	// Engine names the store engine ("sqlite", "postgres"; "" when the server does not say).
+	Engine() string
+	Enroll(ctx context.Context, in metal.EnrollInput) (nodeID string, err error)
+	Apply(ctx context.Context, v provision.Verb, in metal.VerbInput) error
+	// CountByState counts every node by state.
+	CountByState(ctx context.Context) (map[string]int, error)
+	// NodeTimes lists the states and last updates of the nodes with these ids.
+	NodeTimes(ctx context.Context, ids []string) ([]NodeTime, error)
+	// Nudge tells an in-process engine that work is due (a no-op over the API).
+	Nudge()
+	// WriterBusy is how long SQLite's single writer has worked so far (0 when unknown).
+	WriterBusy() time.Duration
+	// ServerRSSMiB is the server's resident memory now, when the server is not this process
+	// (false: measure this process instead).
+	ServerRSSMiB(ctx context.Context) (float64, bool)
+}
+
+// NodeTime is a node's state and last update.
+type NodeTime struct {
+	ID, State string
+	UpdatedAt time.Time
+}
+
+// inProcess is Control over the harness's own node service and store.
+type inProcess struct{ h *Harness }
+
+func (c inProcess) Engine() string { return string(c.h.Store.Engine()) }
+
+func (c inProcess) Enroll(ctx context.Context, in metal.EnrollInput) (string, error) {
+	n, err := c.h.Metal.Enroll(ctx, c.h.Admin, in)
+	return n.ID, err
+}
+
+func (c inProcess) Apply(ctx context.Context, v provision.Verb, in metal.VerbInput) error {
+	_, _, err := c.h.Metal.Apply(ctx, c.h.Admin, v, in)
+	return err
+}
+
+func (c inProcess) CountByState(ctx context.Context) (map[string]int, error) {
+	return c.h.Store.CountByState(ctx)
+}
+
+func (c inProcess) NodeTimes(ctx context.Context, ids []string) ([]NodeTime, error) {
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	var out []NodeTime
+	after := ""
+	for {
+		nodes, err := c.h.Store.Nodes(ctx, store.NodeFilter{AfterID: after, Limit: 5000})
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if want[n.ID] {
+				out = append(out, NodeTime{ID: n.ID, State: n.State, UpdatedAt: store.Micros(n.UpdatedAt)})
+			}
+		}
+		if len(nodes) < 5000 {
+			return out, nil
+		}
+		after = nodes[len(nodes)-1].ID
+	}
+}
+
+func (c inProcess) Nudge() {
+	if c.h.Engine != nil {
+		c.h.Engine.Nudge()
+	}
+}
+
+func (c inProcess) WriterBusy() time.Duration { return c.h.Store.WriterStats().Busy }
+
+func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
+
+// Remote is a running server as StartRemote needs it: its API (ctl) and what a site agent
+// joins it with.
+type Remote struct {
+	Control Control
+	// SiteID is the site the simulated machines belong to; JoinToken a site agent bootstrap
+	// token for it; GatewayURL and CAPEM where and whom the agents dial.
+	SiteID, JoinToken, GatewayURL string
+	CAPEM                         []byte
+	// Salt makes this run's MACs and product UUIDs differ from other runs' on the same server
+	// (any byte but 0 and 0x5a, the in-process harness's).
+	Salt byte
+}
+
+// StartRemote builds a harness whose simulated site agent and ramdisks join a server that runs
+// elsewhere, through its agent gateway (mTLS, join tokens, agentlink), and whose enrolments,
+// verbs and measurements go through the server's public API (r.Control). The server's pool
+// "default" must belong to r.SiteID and its catalog must hold the image the run deploys.
+func StartRemote(ctx context.Context, r Remote, cfg Config, dataDir string) (*Harness, error) {
+	if r.Control == nil || r.JoinToken == "" || r.GatewayURL == "" || len(r.CAPEM) == 0 {
+		return nil, fmt.Errorf("a remote simulation needs the server's API, a site join token, its gateway URL and its CA")
+	}
+	cfg.SiteID = r.SiteID
+	cfg.Gateway = &GatewayTarget{URL: r.GatewayURL, CAPEM: r.CAPEM, DataDir: filepath.Join(dataDir, "os")}
+	h := &Harness{Sim: New(cfg, nil), SiteID: r.SiteID, ctl: r.Control, salt: r.Salt, done: make(chan struct{})}
+	rctx, cancel := context.WithCancel(ctx)
+	h.cancel = cancel
+	link, err := h.Sim.RunSiteAgentOverGateway(rctx, r.JoinToken, filepath.Join(dataDir, "site-agent"))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() {
+		defer close(h.done)
+		<-rctx.Done()
+		link.Wait()
+	}()
+	return h, nil
+}
+
+// control is the harness's Control: the one it was started with, else its own service.
+func (h *Harness) control() Control {
+	if h.ctl != nil {
+		return h.ctl
+	}
+	return inProcess{h}
+}
