@@ -199,7 +199,7 @@ type Config struct {
 
 	BatchSize    int           // commands per frame; default 256
 	Window       int           // commands in flight (sent, unacknowledged) per stream; default 4096
-	Lanes        int           // concurrent ack/update lanes per stream; default 8
+	Lanes        int           // concurrent ack/update lanes per site agent stream (a node's has one); default 8
 	PollInterval time.Duration // claim without a Notify signal this often; default 2s
 	// IdleTimeout ends a stream from which nothing was received for that long; default 45s
 	// (agents heartbeat every 10s by default).

@@ -20,6 +20,10 @@ import (
 // helloTimeout bounds the wait for a stream's first message.
 const helloTimeout = 30 * time.Second
 
+// nodeLaneDepth is the queue of a node agent's one lane: acks, progress and results of its few
+// commands, and its status reports.
+const nodeLaneDepth = 16
+
 // maxFrameArgs bounds the argument bytes packed into one command frame.
 const maxFrameArgs = 4 << 20
 
@@ -31,6 +35,13 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// A site agent runs thousands of commands at once; a node's ramdisk or OS one or two. Its
+	// stream gets one lane with a short queue (a lane is a goroutine and a 256-deep channel:
+	// eight of them were most of a connected node's memory on the server).
+	lanes, depth := s.cfg.Lanes, 256
+	if a.Kind != pki.KindSiteAgent {
+		lanes, depth = 1, nodeLaneDepth
+	}
 	ss := &session{
 		s: s, a: a, stream: stream, ctx: ctx, cancel: cancel,
 		log:       s.cfg.Logger.With(slog.String("agent", a.String())),
@@ -38,13 +49,13 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 		hello:     make(chan *agentv1.Hello, 1),
 		freed:     make(chan struct{}, 1),
 		sent:      make(map[string]string),
-		lanes:     make([]chan laneItem, s.cfg.Lanes),
+		lanes:     make([]chan laneItem, lanes),
 		seed:      maphash.MakeSeed(),
 		cancelled: make(map[string]bool),
 	}
 	ss.lastSeen.Store(time.Now().UnixNano())
 	for i := range ss.lanes {
-		ss.lanes[i] = make(chan laneItem, 256)
+		ss.lanes[i] = make(chan laneItem, depth)
 	}
 	// The receiver may outlive this handler by the moment it takes the server to close the
 	// request body; once ctx ends it touches nothing but its own stack.
