@@ -88,39 +88,29 @@ func benchCmd(g *globals) *cobra.Command {
 
 // startCPUProfile writes a CPU profile to path until stop is called; an empty path profiles
 // nothing.
-// startTrace writes a runtime execution trace (go tool trace) to path until stop; "" does nothing.
-func startTrace(path string) (stop func(), err error) {
-	if path == "" {
-		return func() {}, nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("creating execution trace: %w", err)
-	}
-	if err := trace.Start(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("starting execution trace: %w", err)
-	}
-	return func() {
-		trace.Stop()
-		f.Close()
-	}, nil
+func startCPUProfile(path string) (stop func(), err error) {
+	return startRecording(path, "CPU profile", pprof.StartCPUProfile, pprof.StopCPUProfile)
 }
 
-func startCPUProfile(path string) (stop func(), err error) {
+// startTrace writes a runtime execution trace (go tool trace) to path until stop; "" does nothing.
+func startTrace(path string) (stop func(), err error) {
+	return startRecording(path, "execution trace", trace.Start, trace.Stop)
+}
+
+func startRecording(path, what string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}
 	f, err := os.Create(path)
 	if err != nil {
-		return nil, fmt.Errorf("creating CPU profile: %w", err)
+		return nil, fmt.Errorf("creating %s: %w", what, err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
+	if err := start(f); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("starting CPU profile: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", what, err)
 	}
 	return func() {
-		pprof.StopCPUProfile()
+		end()
 		f.Close()
 	}, nil
 }

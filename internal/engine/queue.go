@@ -465,8 +465,9 @@ func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool
 	return c, true, nil
 }
 
-// reconcileIn reconciles c's node inside tx, where c's outcome was just written, in a
-// savepoint of its own, and returns the notices for agents. The node is due again at the
+// reconcileIn reconciles nodeID inside tx, which just wrote why (a command's outcome, passed as
+// known, or a node agent's arrival), in a savepoint of its own, and returns the notices for
+// agents. The node is due again at the
 // nearest deadline its workflow waits for, and at no other time: on SQLite this reconciliation
 // saw every write committed before it, so it owes no earlier wake-up.
 func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) ([]notice, error) {

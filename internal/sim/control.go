@@ -115,19 +115,28 @@ func StartRemote(ctx context.Context, r Remote, cfg Config, dataDir string) (*Ha
 	cfg.SiteID = r.SiteID
 	cfg.Gateway = &GatewayTarget{URL: r.GatewayURL, CAPEM: r.CAPEM, DataDir: filepath.Join(dataDir, "os")}
 	h := &Harness{Sim: New(cfg, nil), SiteID: r.SiteID, ctl: r.Control, salt: r.Salt, done: make(chan struct{})}
+	if err := h.joinSiteAgent(ctx, r.JoinToken, dataDir); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// joinSiteAgent runs the simulated site agent over the gateway, joined with token, until the
+// harness stops.
+func (h *Harness) joinSiteAgent(ctx context.Context, token, dataDir string) error {
 	rctx, cancel := context.WithCancel(ctx)
 	h.cancel = cancel
-	link, err := h.Sim.RunSiteAgentOverGateway(rctx, r.JoinToken, filepath.Join(dataDir, "site-agent"))
+	link, err := h.Sim.RunSiteAgentOverGateway(rctx, token, filepath.Join(dataDir, "site-agent"))
 	if err != nil {
 		cancel()
-		return nil, err
+		return err
 	}
 	go func() {
 		defer close(h.done)
 		<-rctx.Done()
 		link.Wait()
 	}()
-	return h, nil
+	return nil
 }
 
 // control is the harness's Control: the one it was started with, else its own service.

@@ -57,18 +57,9 @@ func StartOnServer(ctx context.Context, srv ServerSide, cfg Config, dataDir stri
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithCancel(ctx)
-	h.cancel = cancel
-	link, err := h.Sim.RunSiteAgentOverGateway(rctx, tok, filepath.Join(dataDir, "site-agent"))
-	if err != nil {
-		cancel()
+	if err := h.joinSiteAgent(ctx, tok, dataDir); err != nil {
 		return nil, err
 	}
-	go func() {
-		defer close(h.done)
-		<-rctx.Done()
-		link.Wait()
-	}()
 	return h, nil
 }
 

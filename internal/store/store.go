@@ -57,7 +57,7 @@ type Store struct {
 	// WAL into the database inside a commit, on the one writer); checkpointLoop does, beside it.
 	ckpt      *sql.DB
 	committed chan struct{}
-	// busy, groups and writes count the writer's work (WriterStats).
+	// busy, groups and written count the writer's work (WriterStats).
 	busy, groups, written atomic.Int64
 }
 
