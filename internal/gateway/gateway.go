@@ -15,7 +15,8 @@
 // BatchSize commands into one frame; at most Window commands are in flight (sent, not yet
 // acknowledged) at once, so a slow agent is never flooded. The receiver spreads acks and
 // updates over Lanes goroutines keyed by command id: one command's messages stay in order while
-// different commands reach the store concurrently (group commit). An update is answered with an
+// different commands reach the store concurrently (group commit). A node's stream (ramdisk,
+// installed OS: a command or two at a time) has one lane. An update is answered with an
 // UpdateAck only once the queue accepted it; the agent re-sends unanswered final updates on its
 // next stream, so a dropped connection loses nothing.
 package gateway
