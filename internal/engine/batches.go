@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"bcd/internal/batch"
 	"bcd/internal/command"
@@ -76,7 +75,10 @@ func wipeOr(mode string) string {
 // holds it; rejected ends it (the node returns where its verb came from, or fails
 // BATCH_REJECTED); approved starts the batch.
 func (r *run) held(wf *store.Workflow) (bool, error) {
-	if wf.BatchID == "" || wf.Phase != "steps" || r.e.running.has(wf.BatchID) {
+	if wf.BatchID == "" || wf.Phase != "steps" {
+		return false, nil
+	}
+	if _, running := r.e.running.Get(wf.BatchID); running {
 		return false, nil
 	}
 	b, ok := r.batches[wf.BatchID]
@@ -93,7 +95,7 @@ func (r *run) held(wf *store.Workflow) (bool, error) {
 	switch b.State {
 	case store.BatchRunning:
 		// Running is a batch's last state: no later read can find it otherwise.
-		r.e.running.add(b.ID)
+		r.e.running.Put(b.ID, true)
 	case store.BatchPending:
 		return true, nil
 	case store.BatchRejected:
@@ -245,28 +247,4 @@ func (r *run) unpark() error {
 		return err
 	}
 	return r.event("batch.cancelled", r.n.State, r.n.State, "every node left the batch before it was approved", map[string]any{"batch": id})
-}
-
-// batchSet remembers batches read as running (a state no batch leaves), so that the steps of
-// a workflow under one do not each read it again. Bounded: emptied when full.
-type batchSet struct {
-	mu sync.Mutex
-	m  map[string]bool
-}
-
-const maxRunningBatches = 16384
-
-func (s *batchSet) has(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[id]
-}
-
-func (s *batchSet) add(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil || len(s.m) >= maxRunningBatches {
-		s.m = map[string]bool{}
-	}
-	s.m[id] = true
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"bcd/internal/cache"
 	"bcd/internal/pki"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
@@ -99,18 +100,28 @@ type Engine struct {
 	// acceptIngested makes attested results count without signature checks. Only tests set it
 	// (AcceptIngestedAttestationForTests); no configuration reaches it.
 	acceptIngested bool
-	// steps caches decoded workflow steps.
-	steps stepsCache
-	// running holds batches read as running.
-	running batchSet
+	// steps keeps decoded step lists by their JSON: thousands of workflows of the same profile
+	// carry the same few lists, decoded once instead of at every decision. Entries are read-only.
+	steps *cache.Bounded[string, []workflow.Step]
+	// running holds batches read as running, a state no batch leaves, so that the steps of a
+	// workflow under one do not each read it again.
+	running *cache.Bounded[string, bool]
 }
+
+// maxCachedSteps bounds the decoded step lists kept (operator profiles with per-node
+// arguments differ per node); maxRunningBatches the running batches remembered.
+const (
+	maxCachedSteps    = 512
+	maxRunningBatches = 16384
+)
 
 // New builds an engine over st. ca verifies attested results.
 func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return &Engine{cfg: cfg.withDefaults(), st: st, ca: ca, log: log, owner: "engine-" + hex.EncodeToString(b),
-		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]map[string]bool{}, osConns: map[string]bool{}}
+		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]map[string]bool{}, osConns: map[string]bool{},
+		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches)}
 }
 
 // Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).

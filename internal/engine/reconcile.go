@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"bcd/internal/command"
@@ -296,7 +295,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 	if wf.Phase == "cleanup" {
 		src = wf.Cleanup
 	}
-	steps, err := r.e.steps.decode(src)
+	steps, err := r.e.decodeSteps(src)
 	if err != nil {
 		return 0, false, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
 	}
@@ -618,31 +617,15 @@ func (r *run) controlPlane(st workflow.Step) error {
 	return fmt.Errorf("step %s has no control-plane implementation", st.Use)
 }
 
-// stepsCache keeps decoded step lists by their JSON: thousands of workflows of the same profile
-// carry the same few lists, decoded once instead of at every decision. Entries are read-only.
-type stepsCache struct {
-	mu sync.Mutex
-	m  map[string][]workflow.Step
-}
-
-// maxCachedSteps bounds the cache (operator profiles with per-node arguments differ per node).
-const maxCachedSteps = 512
-
-func (c *stepsCache) decode(src string) ([]workflow.Step, error) {
-	c.mu.Lock()
-	steps, ok := c.m[src]
-	c.mu.Unlock()
-	if ok {
+// decodeSteps decodes a workflow's step list, once per distinct JSON (e.steps).
+func (e *Engine) decodeSteps(src string) ([]workflow.Step, error) {
+	if steps, ok := e.steps.Get(src); ok {
 		return steps, nil
 	}
+	var steps []workflow.Step
 	if err := json.Unmarshal([]byte(src), &steps); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	if c.m == nil || len(c.m) >= maxCachedSteps {
-		c.m = map[string][]workflow.Step{}
-	}
-	c.m[src] = steps
-	c.mu.Unlock()
+	e.steps.Put(src, steps)
 	return steps, nil
 }

@@ -61,20 +61,3 @@ func TestReportedExhaustive(t *testing.T) {
 		}
 	}
 }
-
-func TestBatchSetBounded(t *testing.T) {
-	var s batchSet
-	if s.has("b1") {
-		t.Fatal("empty set has b1")
-	}
-	for i := range maxRunningBatches {
-		s.add(fmt.Sprint("b", i))
-	}
-	if !s.has("b0") || len(s.m) != maxRunningBatches {
-		t.Fatalf("full set: %d entries", len(s.m))
-	}
-	s.add("one more")
-	if len(s.m) != 1 || !s.has("one more") || s.has("b0") {
-		t.Fatalf("a full set is emptied before it grows: %d entries", len(s.m))
-	}
-}

@@ -19,8 +19,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
+
+	"bcd/internal/cache"
 )
 
 const (
@@ -43,18 +44,13 @@ type CA struct {
 	cert    *x509.Certificate
 	certPEM []byte
 	key     *ecdsa.PrivateKey
-	// verified keeps certificates Verify accepted (by the SHA-256 of their DER): the parse,
+	// certs keeps certificates Verify accepted (by the SHA-256 of their DER): the parse,
 	// signature and chain checks do not depend on the time, only the validity windows do, and
 	// those are checked again at every call. A node's certificate signs several results.
-	verified *verifiedCache
-}
-
-type verifiedCache struct {
-	mu sync.Mutex
-	m  map[[32]byte]verifiedCert
-	// sigs are signatures that verified, by the SHA-256 of (certificate, digest, signature):
+	certs *cache.Bounded[[32]byte, verifiedCert]
+	// sigs keeps signatures that verified, by the SHA-256 of (certificate, digest, signature):
 	// a result is checked when its report arrives and again when the engine takes it.
-	sigs map[[32]byte]bool
+	sigs *cache.Bounded[[32]byte, bool]
 }
 
 type verifiedCert struct {
@@ -62,8 +58,13 @@ type verifiedCert struct {
 	id   Identity
 }
 
-// maxVerified bounds the verified-certificate cache (emptied when full).
+// maxVerified bounds the verified certificates and signatures kept (each emptied when full).
 const maxVerified = 4096
+
+func caOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *CA {
+	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key,
+		certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.New[[32]byte, bool](maxVerified)}
+}
 
 // CreateCA makes a new self-signed CA valid from now (minus ClockSkew) for CAValidity.
 func CreateCA(commonName string, now time.Time) (*CA, error) {
@@ -102,7 +103,7 @@ func CreateCA(commonName string, now time.Time) (*CA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating CA %q: parsing own certificate: %w", commonName, err)
 	}
-	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key, verified: &verifiedCache{}}, nil
+	return caOf(cert, der, key), nil
 }
 
 // LoadCA loads a CA from its PEM certificate and PEM private key (PKCS#8 or SEC 1). The key
@@ -131,7 +132,7 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	if !ok || !pub.Equal(&key.PublicKey) {
 		return nil, fmt.Errorf("loading CA %q: %w: private key does not match the certificate", cert.Subject.CommonName, ErrBadInput)
 	}
-	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key, verified: &verifiedCache{}}, nil
+	return caOf(cert, der, key), nil
 }
 
 // LoadOrCreateCA loads the CA kept in dir as ca.crt and ca.key, or creates it (directory 0700,
@@ -276,13 +277,8 @@ func Fingerprint(der []byte) string {
 // Verify checks that certDER was issued by this CA, is valid at now, and carries a well-formed
 // identity. Errors wrap ErrCertInvalid, ErrUnknownCA, ErrCertExpired or ErrBadIdentity.
 func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {
-	if ca.verified == nil {
-		return ca.verify(certDER, now)
-	}
 	key := sha256.Sum256(certDER)
-	ca.verified.mu.Lock()
-	v, ok := ca.verified.m[key]
-	ca.verified.mu.Unlock()
+	v, ok := ca.certs.Get(key)
 	valid := func(c *x509.Certificate) bool { return !now.Before(c.NotBefore) && !now.After(c.NotAfter) }
 	if ok && valid(v.cert) && valid(ca.cert) {
 		return v.cert, v.id, nil
@@ -291,21 +287,13 @@ func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity
 	if err != nil {
 		return nil, Identity{}, err
 	}
-	ca.verified.mu.Lock()
-	if ca.verified.m == nil || len(ca.verified.m) >= maxVerified {
-		ca.verified.m = map[[32]byte]verifiedCert{}
-	}
-	ca.verified.m[key] = verifiedCert{cert: cert, id: id}
-	ca.verified.mu.Unlock()
+	ca.certs.Put(key, verifiedCert{cert: cert, id: id})
 	return cert, id, nil
 }
 
 // verifySignature reports whether sig is the signature of digest by pub, the key of certDER's
 // certificate; a signature once verified is remembered (by all three inputs).
 func (ca *CA) verifySignature(certDER []byte, pub *ecdsa.PublicKey, digest, sig []byte) bool {
-	if ca.verified == nil {
-		return ecdsa.VerifyASN1(pub, digest, sig)
-	}
 	h := sha256.New()
 	cd := sha256.Sum256(certDER)
 	h.Write(cd[:])
@@ -313,21 +301,13 @@ func (ca *CA) verifySignature(certDER []byte, pub *ecdsa.PublicKey, digest, sig 
 	h.Write(sig)
 	var key [32]byte
 	h.Sum(key[:0])
-	ca.verified.mu.Lock()
-	ok := ca.verified.sigs[key]
-	ca.verified.mu.Unlock()
-	if ok {
+	if _, ok := ca.sigs.Get(key); ok {
 		return true
 	}
 	if !ecdsa.VerifyASN1(pub, digest, sig) {
 		return false
 	}
-	ca.verified.mu.Lock()
-	if ca.verified.sigs == nil || len(ca.verified.sigs) >= maxVerified {
-		ca.verified.sigs = map[[32]byte]bool{}
-	}
-	ca.verified.sigs[key] = true
-	ca.verified.mu.Unlock()
+	ca.sigs.Put(key, true)
 	return true
 }
 

@@ -1,0 +1,45 @@
+package cache
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+)
+
+func TestBoundedEmptiesWhenFull(t *testing.T) {
+	b := New[string, int](3)
+	if _, ok := b.Get("a"); ok {
+		t.Fatal("empty cache has a")
+	}
+	for i, k := range []string{"a", "b", "c"} {
+		b.Put(k, i)
+	}
+	b.Put("b", 9) // replacing a kept key never empties
+	if v, ok := b.Get("b"); !ok || v != 9 || b.Len() != 3 {
+		t.Fatalf("b = %d %v, len %d", v, ok, b.Len())
+	}
+	b.Put("d", 4)
+	if _, ok := b.Get("a"); ok || b.Len() != 1 {
+		t.Fatalf("a full cache is emptied before it grows: len %d", b.Len())
+	}
+	if v, ok := b.Get("d"); !ok || v != 4 {
+		t.Fatalf("d = %d %v", v, ok)
+	}
+}
+
+func TestBoundedConcurrentUse(t *testing.T) {
+	b := New[int, string](64)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 1000 {
+				b.Put(g*1000+i, fmt.Sprint(i))
+				b.Get(i)
+			}
+		})
+	}
+	wg.Wait()
+	if n := b.Len(); n < 1 || n > 64 {
+		t.Fatalf("len %d outside 1..64", n)
+	}
+}
