@@ -75,13 +75,14 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 	// Signing the certificate is the join's costly part: it is done before the write
 	// transaction, for the node and generation the token names, and used only when the
 	// transaction finds the same (else it signs again inside).
+	hash := pki.HashToken(token)
 	var preCert []byte
-	preNode, preGen, err := e.st.JoinTokenNode(ctx, pki.HashToken(token))
+	preNode, preGen, err := e.st.JoinTokenNode(ctx, hash)
 	if err == nil && preNode != "" {
 		preCert, _ = e.ca.IssueNode(csrDER, preNode, preGen, nodeCertTTL, time.Now())
 	}
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
-		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), kind, csrKeyHash(csrDER), joinRetryWindow)
+		jt, err := tx.UseJoinToken(ctx, hash, kind, csrKeyHash(csrDER), joinRetryWindow)
 		if err != nil {
 			return err
 		}

@@ -351,13 +351,9 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 	switch kind {
 	case "site":
 		where, args = `runs_on = 'site' AND site_id = ?`, []any{siteID}
-		if len(holderKinds) > 0 {
-			where += ` AND (target_agent <> '' OR kind NOT IN (?` + strings.Repeat(`, ?`, len(holderKinds)-1) + `)
-				OR NOT EXISTS (SELECT 1 FROM leases WHERE leases.site_id = commands.site_id AND holder <> '' AND holder <> ? AND expires_at > ?))`
-			for _, k := range holderKinds {
-				args = append(args, k)
-			}
-			args = append(args, agentID, at)
+		if cond, cargs := holderCondition(agentID, at, holderKinds); cond != "" {
+			where += ` AND (target_agent <> '' OR ` + cond + `)`
+			args = append(args, cargs...)
 		}
 	case "node":
 		where, args = `runs_on = 'ramdisk' AND node_id = ? AND generation = ?`, []any{nodeID, int64(generation)}
@@ -402,29 +398,38 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 	return out, nil
 }
 
+// holderCondition is the SQL condition (with its arguments) under which a free command may go to
+// agentID at time at: it is not of holderKinds, or no other agent holds the site's boot lease.
+// "" when there are no holderKinds.
+func holderCondition(agentID string, at int64, holderKinds []string) (string, []any) {
+	if len(holderKinds) == 0 {
+		return "", nil
+	}
+	args := make([]any, 0, len(holderKinds)+2)
+	for _, k := range holderKinds {
+		args = append(args, k)
+	}
+	return `kind NOT IN (?` + strings.Repeat(`, ?`, len(holderKinds)-1) + `)
+		OR NOT EXISTS (SELECT 1 FROM leases WHERE leases.site_id = commands.site_id AND holder <> '' AND holder <> ? AND expires_at > ?)`,
+		append(args, agentID, at)
+}
+
 // AssignCommands takes for agentID those of cands that are still queued and either assigned to
 // it already or free (free commands of holderKinds only while no other agent holds the site's
 // boot lease), many per statement, and returns them as taken (a free one counts an attempt).
 // Candidates that meanwhile went to another agent, were withdrawn or finished are left out:
 // only what the statement returns is the agent's.
 func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command, holderKinds ...string) ([]Command, error) {
-	type taken struct{ attempts int }
-	took := map[string]taken{}
+	took := map[string]int{} // attempts, by id
 	// SQLite would otherwise read the rows through an index on the two columns (every queued
 	// command) rather than by id: unary + keeps them out of the index choice.
 	plus := ""
 	if t.s.engine == SQLite {
 		plus = "+"
 	}
-	holder := ""
-	var holderArgs []any
-	if len(holderKinds) > 0 {
-		holder = ` AND (kind NOT IN (?` + strings.Repeat(`, ?`, len(holderKinds)-1) + `)
-			OR NOT EXISTS (SELECT 1 FROM leases WHERE leases.site_id = commands.site_id AND holder <> '' AND holder <> ? AND expires_at > ?))`
-		for _, k := range holderKinds {
-			holderArgs = append(holderArgs, k)
-		}
-		holderArgs = append(holderArgs, agentID, t.at)
+	holder, holderArgs := holderCondition(agentID, t.at, holderKinds)
+	if holder != "" {
+		holder = ` AND (` + holder + `)`
 	}
 	const per = 256
 	for i := 0; i < len(cands); i += per {
@@ -449,12 +454,12 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		}
 		for rows.Next() {
 			var id string
-			var tk taken
-			if err := rows.Scan(&id, &tk.attempts); err != nil {
+			var attempts int
+			if err := rows.Scan(&id, &attempts); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
 			}
-			took[id] = tk
+			took[id] = attempts
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -463,11 +468,11 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 	}
 	claimed := make([]Command, 0, len(took))
 	for _, c := range cands {
-		tk, ok := took[c.ID]
+		attempts, ok := took[c.ID]
 		if !ok {
 			continue
 		}
-		c.TargetAgent, c.Attempts, c.State, c.UpdatedAt = agentID, tk.attempts, "queued", t.at
+		c.TargetAgent, c.Attempts, c.State, c.UpdatedAt = agentID, attempts, "queued", t.at
 		claimed = append(claimed, c)
 		delete(took, c.ID) // a candidate listed twice is returned once
 	}

@@ -372,22 +372,28 @@ func (t *Tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 // Savepoint runs f inside a savepoint of the transaction: an error from f undoes f's writes
 // alone, and is returned.
 func (t *Tx) Savepoint(ctx context.Context, f func() error) error {
-	if _, err := t.exec(ctx, "SAVEPOINT nested"); err != nil {
-		return fmt.Errorf("opening savepoint: %w", err)
+	ferr, err := t.savepoint(ctx, "nested", f)
+	if err != nil {
+		return err
 	}
-	if ferr := f(); ferr != nil {
-		if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT nested"); err != nil {
-			return fmt.Errorf("rolling back savepoint after %v: %w", ferr, err)
+	return ferr
+}
+
+// savepoint runs f inside savepoint name, rolled back to when f fails: f's error, and apart
+// from it the error of the savepoint itself (the transaction is then unusable).
+func (t *Tx) savepoint(ctx context.Context, name string, f func() error) (ferr, err error) {
+	if _, err := t.exec(ctx, "SAVEPOINT "+name); err != nil {
+		return nil, fmt.Errorf("opening savepoint: %w", err)
+	}
+	if ferr = f(); ferr != nil {
+		if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+			return ferr, fmt.Errorf("rolling back savepoint after %v: %w", ferr, err)
 		}
-		if _, err := t.exec(ctx, "RELEASE SAVEPOINT nested"); err != nil {
-			return fmt.Errorf("releasing savepoint after %v: %w", ferr, err)
-		}
-		return ferr
 	}
-	if _, err := t.exec(ctx, "RELEASE SAVEPOINT nested"); err != nil {
-		return fmt.Errorf("releasing savepoint: %w", err)
+	if _, err := t.exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return ferr, fmt.Errorf("releasing savepoint: %w", err)
 	}
-	return nil
+	return ferr, nil
 }
 
 // forUpdate is the row-lock suffix: PostgreSQL locks the row, SQLite's writer is already alone.
@@ -485,21 +491,10 @@ func (s *Store) commitGroup(group []*writeReq) {
 			errs[i] = err
 			continue
 		}
-		if _, err := t.exec(ctx, "SAVEPOINT w"); err != nil {
+		var err error
+		if errs[i], err = t.savepoint(ctx, "w", func() error { return r.f(t) }); err != nil {
 			tx.Rollback()
-			fail(fmt.Errorf("opening savepoint: %w", err))
-			return
-		}
-		if errs[i] = r.f(t); errs[i] != nil {
-			if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT w"); err != nil {
-				tx.Rollback()
-				fail(fmt.Errorf("rolling back savepoint after %v: %w", errs[i], err))
-				return
-			}
-		}
-		if _, err := t.exec(ctx, "RELEASE SAVEPOINT w"); err != nil {
-			tx.Rollback()
-			fail(fmt.Errorf("releasing savepoint: %w", err))
+			fail(err)
 			return
 		}
 	}
@@ -535,7 +530,7 @@ func (s *Store) checkpointLoop() {
 			return
 		}
 		if _, err := s.ckpt.Exec("PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
-			// Not fatal: the WAL grows until the next one succeeds; the store reports it.
+			// Not fatal: the WAL grows until the next one succeeds.
 			slog.Default().Warn("checkpointing the store's write-ahead log", "error", err)
 		}
 		t.Reset(checkpointInterval)
