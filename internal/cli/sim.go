@@ -50,7 +50,8 @@ func simCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer stopTrace()
-			if storeDSN == "" && !cmd.Flag("server").Changed {
+			remote := cmd.Flag("server").Changed
+			if storeDSN == "" && !remote {
 				dir, err := os.MkdirTemp("", "bcd-sim-")
 				if err != nil {
 					return err
@@ -60,7 +61,6 @@ func simCmd(g *globals) *cobra.Command {
 			}
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			var h *sim.Harness
-			remote := cmd.Flag("server").Changed
 			switch {
 			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0):
 				return fmt.Errorf("--server runs the lifecycle against that server: --bulk, --store, --gateway and --workers are for a server this command runs")

@@ -102,7 +102,7 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 		}
 	}
 	rep.PeakRSSMiB = peakRSSMiB()
-	if _, remote := h.control().ServerRSSMiB(ctx); remote {
+	if h.remote() {
 		rep.PeakRSSMiB, rep.RSSOf = h.serverPeak, "server, sampled"
 	}
 	return rep, err
@@ -145,7 +145,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	p.Total = time.Since(start)
 	p.CPU = cpuTime() - m.cpu
 	p.WriterBusy = h.control().WriterBusy() - m.busy
-	if _, remote := h.control().ServerRSSMiB(ctx); remote {
+	if h.remote() {
 		p.CPUOf = "agents"
 	}
 	p.NodesPerSec = float64(len(ids)) / p.Total.Seconds()

@@ -139,6 +139,9 @@ func (h *Harness) joinSiteAgent(ctx context.Context, token, dataDir string) erro
 	return nil
 }
 
+// remote reports whether the harness drives a server elsewhere (StartRemote).
+func (h *Harness) remote() bool { return h.ctl != nil }
+
 // control is the harness's Control: the one it was started with, else its own service.
 func (h *Harness) control() Control {
 	if h.ctl != nil {

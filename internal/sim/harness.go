@@ -31,8 +31,8 @@ type Harness struct {
 	ctl Control
 	// serverPeak is the highest server RSS sampled (StartRemote).
 	serverPeak float64
-	// salt is the second byte of the MACs Enroll makes (0: 0x5a); runs against one server
-	// differ in it.
+	// salt is the second byte of the MACs Enroll makes and a part of their product UUIDs
+	// (0: 0x5a); runs against one server differ in it.
 	salt   byte
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -168,9 +168,6 @@ func (h *Harness) Enroll(ctx context.Context, prefix string, n int) ([]string, e
 		}
 		mac := fmt.Sprintf("02:%02x:%02x:%02x:%02x:%02x", salt, (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
 		uuid := fmt.Sprintf("%08x-00%02x-4000-8000-%012x", i, salt, i)
-		if salt == 0x5a {
-			uuid = fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)
-		}
 		id, err := h.control().Enroll(ctx, metal.EnrollInput{Name: fmt.Sprintf("%s-%d", prefix, i), Pool: "default",
 			MACs: []string{mac}, ProductUUID: uuid, BMC: metal.BMCInput{Address: "https://10.9.0.1", Username: "admin", Password: "sim-password"}})
 		if err != nil {
