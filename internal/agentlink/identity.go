@@ -182,6 +182,39 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 
 // joinKey is the key a join certifies: Config.Key when given (so a join retried after its
 // answer was lost presents the same key, which the control plane accepts again), else a new one.
+// pendingJoinKey returns the key an agent that has no identity yet joins with: the one in dir
+// (KeyFile) when an earlier attempt wrote it, else a new one, written there first.
+func pendingJoinKey(dir string) (crypto.Signer, error) {
+	p := filepath.Join(dir, KeyFile)
+	if b, err := os.ReadFile(p); err == nil {
+		key, err := pki.ParseKeyPEM(b)
+		if err != nil {
+			return nil, fmt.Errorf("loading the key of an earlier join attempt: %w", err)
+		}
+		return key, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("loading the key of an earlier join attempt: %w", err)
+	}
+	key, _, err := pki.NewKeyAndCSR("bcd agent")
+	if err != nil {
+		return nil, fmt.Errorf("making the join key: %w", err)
+	}
+	keyPEM, err := pki.EncodeKeyPEM(key)
+	if err != nil {
+		return nil, fmt.Errorf("making the join key: %w", err)
+	}
+	if err := writeFileSync(p+".tmp", keyPEM); err != nil {
+		return nil, fmt.Errorf("storing the join key: %w", err)
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		return nil, fmt.Errorf("storing the join key: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("storing the join key: %w", err)
+	}
+	return key, nil
+}
+
 func joinKey(cfg *Config) (crypto.Signer, []byte, error) {
 	cn := "bcd " + cfg.Kind.String() + " agent"
 	if cfg.Key == nil {

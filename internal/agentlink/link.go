@@ -67,6 +67,14 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		return nil, err
 	}
 	if !ok {
+		if cfg.Key == nil && cfg.DataDir != "" {
+			// The key is on disk before the join: when the control plane records the join but
+			// its answer is lost (it crashed, the link dropped), the next attempt joins with
+			// the same key, which the control plane accepts again for its retry window.
+			if cfg.Key, err = pendingJoinKey(cfg.DataDir); err != nil {
+				return nil, err
+			}
+		}
 		if id, err = join(ctx, &cfg); err != nil {
 			return nil, err
 		}
