@@ -91,10 +91,11 @@ type Engine struct {
 	nudge chan struct{}
 	subs  *subscribers
 	// sent holds, per connected agent, the commands offered on its current connection: a
-	// command is offered at most once between two Connected calls (a reconnect offers the
-	// assigned but unacknowledged ones again).
+	// command is offered at most once per connection (a reconnect offers the assigned but
+	// unacknowledged ones again). It is keyed by agent and remembers the connection, so that
+	// a claim or a departure of a replaced connection cannot touch its successor's set.
 	sentMu sync.Mutex
-	sent   map[string]map[string]bool
+	sent   map[string]*offered
 	// osConns marks gateway connections whose node agent is the installed OS.
 	osConns map[string]bool
 	// acceptIngested makes attested results count without signature checks. Only tests set it
@@ -120,7 +121,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return &Engine{cfg: cfg.withDefaults(), st: st, ca: ca, log: log, owner: "engine-" + hex.EncodeToString(b),
-		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]map[string]bool{}, osConns: map[string]bool{},
+		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{},
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches)}
 }
 

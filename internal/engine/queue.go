@@ -100,7 +100,7 @@ func (e *Engine) Subscribe(a Agent) (<-chan struct{}, func()) {
 // waiting for it).
 func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
-	e.sent[a.ID] = map[string]bool{}
+	e.sent[a.ID] = &offered{conn: a.ConnID, ids: map[string]bool{}}
 	e.sentMu.Unlock()
 	var notify []notice
 	woken := false
@@ -130,7 +130,9 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 // grace period (a reconnect inside it resumes them): see reapAgents.
 func (e *Engine) Disconnected(ctx context.Context, a Agent) error {
 	e.sentMu.Lock()
-	delete(e.sent, a.ID)
+	if o := e.sent[a.ID]; o != nil && o.conn == a.ConnID {
+		delete(e.sent, a.ID) // not a successor's
+	}
 	e.sentMu.Unlock()
 	return e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentGone(ctx, a.ID, a.ConnID) })
 }
@@ -188,12 +190,12 @@ var ErrNotYours = errors.New("command is not assigned to this agent")
 // hashes, and never written to the command row.
 func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command, error) {
 	e.sentMu.Lock()
-	sent := len(e.sent[a.ID])
+	sent := len(e.sent[a.ID].on(a.ConnID))
 	e.sentMu.Unlock()
 	isOffered := func(id string) bool {
 		e.sentMu.Lock()
 		defer e.sentMu.Unlock()
-		return e.sent[a.ID][id]
+		return e.sent[a.ID].on(a.ConnID)[id]
 	}
 	// The candidates are read outside the single writer (most claims find nothing new); the
 	// writer only takes those still free or still this agent's.
@@ -214,10 +216,17 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		out = out[:0]
 		e.sentMu.Lock()
 		defer e.sentMu.Unlock()
-		offered := e.sent[a.ID]
+		o := e.sent[a.ID]
+		if o == nil {
+			// An agent whose connection was not announced (in-process callers).
+			o = &offered{conn: a.ConnID, ids: map[string]bool{}}
+			e.sent[a.ID] = o
+		}
+		// A connection replaced while this claim waited for the writer records nothing: what
+		// it returns goes to a dead stream, and the successor must be offered it.
+		offered := o.on(a.ConnID)
 		if offered == nil {
 			offered = map[string]bool{}
-			e.sent[a.ID] = offered
 		}
 		gc := &gateCache{batches: map[string]*store.Batch{}, approvals: map[string]int{}, required: map[string]int{}}
 		for i := range cmds {
@@ -251,8 +260,24 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 // forget drops finished commands from an agent's offered set.
 func (e *Engine) forget(agentID, commandID string) {
 	e.sentMu.Lock()
-	delete(e.sent[agentID], commandID)
+	if o := e.sent[agentID]; o != nil {
+		delete(o.ids, commandID)
+	}
 	e.sentMu.Unlock()
+}
+
+// offered is the set of commands offered on one connection of an agent.
+type offered struct {
+	conn string
+	ids  map[string]bool
+}
+
+// on returns the set if it is connection conn's, else nil (read-only: a nil map reads empty).
+func (o *offered) on(conn string) map[string]bool {
+	if o == nil || o.conn != conn {
+		return nil
+	}
+	return o.ids
 }
 
 // outgoing adds to a claimed command what must reach only the agent and is never written to

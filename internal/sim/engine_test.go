@@ -250,6 +250,47 @@ func TestSiteAgentFailover(t *testing.T) {
 	}
 }
 
+// An agent whose stream breaks reconnects on a new connection; the old connection's last claim
+// and its departure may reach the engine after the new connection arrived. Neither may touch
+// what the new connection was offered.
+func TestReconnectOffersWhatTheOldConnectionTook(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Stop()
+	eng := engine.New(st, nil, nil2(), engine.Config{})
+	old := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
+	cur := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
+	eng.Connected(ctx, old, "t")
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: "off"}); err != nil {
+		t.Fatal(err)
+	}
+	eng.Connected(ctx, cur, "t")
+	// The old connection's claim, late: it assigns the command, but its answer goes to a dead
+	// stream.
+	if got, err := eng.Claim(ctx, old, 10); err != nil || len(got) != 1 {
+		t.Fatalf("late claim of the old connection: %d %v", len(got), err)
+	}
+	got, err := eng.Claim(ctx, cur, 10)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("the new connection was offered %d commands (%v), want the one the old connection took", len(got), err)
+	}
+	// The old connection's departure, late: the new one's offers stand.
+	if err := eng.Disconnected(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := eng.Claim(ctx, cur, 10); len(again) != 0 {
+		t.Fatalf("a command was offered twice on one connection after the old one left: %d", len(again))
+	}
+	// A new connection is offered it again (its ack may have been lost with the stream).
+	next := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c3"}
+	eng.Connected(ctx, next, "t")
+	if again, _ := eng.Claim(ctx, next, 10); len(again) != 1 {
+		t.Fatalf("a reconnect was offered %d commands, want the unacknowledged one again", len(again))
+	}
+}
+
 func TestSweepRepairsStrandedNodes(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
