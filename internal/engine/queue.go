@@ -503,7 +503,7 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, k
 		// which always looks) makes happen: other runs here need not look for one.
 		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}, rotationSettled: true}
 		for _, c := range known {
-			r.cmds[c.ID] = c
+			r.keep(c)
 			if c.Kind == "bmc.rotate" {
 				r.rotationSettled = false
 			}

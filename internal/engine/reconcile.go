@@ -131,11 +131,16 @@ func (r *run) command(id string) (store.Command, error) {
 	if err != nil {
 		return c, err
 	}
+	r.keep(c)
+	return c, nil
+}
+
+// keep remembers a command as the run read or wrote it.
+func (r *run) keep(c store.Command) {
 	if r.cmds == nil {
 		r.cmds = map[string]store.Command{}
 	}
-	r.cmds[id] = c
-	return c, nil
+	r.cmds[c.ID] = c
 }
 
 // updateCommand writes a command and keeps the run's copy.
@@ -143,10 +148,7 @@ func (r *run) updateCommand(c *store.Command) error {
 	if err := r.tx.UpdateCommand(r.ctx, c); err != nil {
 		return err
 	}
-	if r.cmds == nil {
-		r.cmds = map[string]store.Command{}
-	}
-	r.cmds[c.ID] = *c
+	r.keep(*c)
 	return nil
 }
 
@@ -432,6 +434,7 @@ func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.Step
 		if err := r.tx.InsertCommand(r.ctx, &c); err != nil {
 			return err
 		}
+		r.keep(c) // the next decision looks at it: no need to read back what was just written
 		wf.CurrentCommand = c.ID
 		if c.Kind == "bmc.power" || c.Kind == "boot.kexec" || c.Kind == "boot.prepareRamdisk" && wf.Profile == workflow.InbandEnrollProfile {
 			// What joins from now on belongs to this boot (in-band enrollment: the waiting

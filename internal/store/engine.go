@@ -346,25 +346,10 @@ func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, no
 
 func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Context, q string, args ...any) (*sql.Rows, error), at int64,
 	agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds []string) ([]Command, error) {
-	var where string
-	var args []any
-	switch kind {
-	case "site":
-		where, args = `runs_on = 'site' AND site_id = ?`, []any{siteID}
-		if cond, cargs := holderCondition(agentID, at, holderKinds); cond != "" {
-			where += ` AND (target_agent <> '' OR ` + cond + `)`
-			args = append(args, cargs...)
-		}
-	case "node":
-		where, args = `runs_on = 'ramdisk' AND node_id = ? AND generation = ?`, []any{nodeID, int64(generation)}
-	default:
-		return nil, fmt.Errorf("agent kind %q cannot run commands", kind)
+	q, args, err := claimQuery(agentID, kind, siteID, nodeID, generation, at, holderKinds)
+	if err != nil {
+		return nil, err
 	}
-	// First the commands already assigned to the agent (a reconnect), then unassigned ones,
-	// each oldest first: two index range scans (commands_claim ends with created_at) that stop
-	// at the limit, however many commands are queued.
-	q := `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
-		ORDER BY created_at LIMIT ?`
 	var out []Command
 	fresh := 0 // commands returned that were not offered before
 	for _, target := range []string{agentID, ""} {
@@ -396,6 +381,30 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 		}
 	}
 	return out, nil
+}
+
+// claimQuery is the query of an agent's claim candidates, with its arguments but the last two:
+// the target agent ("" for unassigned commands) and the limit.
+func claimQuery(agentID, kind, siteID, nodeID string, generation uint64, at int64, holderKinds []string) (string, []any, error) {
+	var where string
+	var args []any
+	switch kind {
+	case "site":
+		where, args = `runs_on = 'site' AND site_id = ?`, []any{siteID}
+		if cond, cargs := holderCondition(agentID, at, holderKinds); cond != "" {
+			where += ` AND (target_agent <> '' OR ` + cond + `)`
+			args = append(args, cargs...)
+		}
+	case "node":
+		where, args = `runs_on = 'ramdisk' AND node_id = ? AND generation = ?`, []any{nodeID, int64(generation)}
+	default:
+		return "", nil, fmt.Errorf("agent kind %q cannot run commands", kind)
+	}
+	// First the commands already assigned to the agent (a reconnect), then unassigned ones,
+	// each oldest first: two range scans of commands_claim_site or commands_claim_ramdisk
+	// (both end with created_at) that stop at the limit, however many commands are queued.
+	return `SELECT ` + commandCols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
+		ORDER BY created_at LIMIT ?`, args, nil
 }
 
 // holderCondition is the SQL condition (with its arguments) under which a free command may go to
@@ -544,11 +553,14 @@ func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, g
 	return at, err
 }
 
+// agentActiveQuery reads an agent's unfinished commands (commands_agent_active).
+const agentActiveQuery = `SELECT ` + commandCols + ` FROM commands WHERE target_agent = ? AND target_agent <> '' AND state IN ('queued', 'delivered', 'running')`
+
 // ReleaseAgentCommands applies an agent's departure to its unfinished commands: unacknowledged
 // reroutable ones are released for another agent; acknowledged ones are lost. Returns the nodes
 // whose reconciler must look again.
 func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func(c Command) (next string, release bool)) ([]string, error) {
-	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE target_agent = ? AND state IN ('queued', 'delivered', 'running')`, agentID)
+	rows, err := t.query(ctx, agentActiveQuery, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
 	}

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The queries on the hot path of claims and departures must find their rows through the
+// partial indexes made for them, not by scanning the commands table (which holds every command
+// ever run).
+func TestCommandQueriesUseTheirIndexes(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	site, siteArgs, err := claimQuery("agent", "site", "site", "", 0, 1, []string{"bmc.media"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ramdisk, ramdiskArgs, err := claimQuery("node:n", "node", "", "n", 1, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, index, query string
+		args               []any
+	}{
+		{"site claim", "commands_claim_site", site, append(siteArgs, "agent", 8)},
+		{"ramdisk claim", "commands_claim_ramdisk", ramdisk, append(ramdiskArgs, "node:n", 8)},
+		{"agent departure", "commands_agent_active", agentActiveQuery, []any{"agent"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			rows, err := s.read.QueryContext(ctx, "EXPLAIN QUERY PLAN "+c.query, c.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+					t.Fatal(err)
+				}
+				plan = append(plan, detail)
+			}
+			got := strings.Join(plan, "; ")
+			if !strings.Contains(got, "USING INDEX "+c.index) || strings.Contains(got, "TEMP B-TREE") {
+				t.Errorf("plan %q, want a search of %s in order", got, c.index)
+			}
+		})
+	}
+}
