@@ -372,12 +372,12 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 // never move a command backwards; a report on a command already finished (cancelled by an abort,
 // timed out) is kept out of the row and ignored.
 //
-// On SQLite an outcome is taken by the node's reconciliation in the same transaction (the
-// single writer runs one transaction at a time, so nothing else reconciles the node meanwhile):
-// the next step's command is queued with the report's commit. Should that reconciliation
-// fail, its writes alone are undone and the node is woken for the reconciler instead, as on
-// PostgreSQL, where the report would otherwise take the node's row lock after the command's,
-// the reverse of the reconciler's order.
+// An outcome is taken by the node's reconciliation in the same transaction: the next step's
+// command is queued with the report's commit. Nothing else reconciles the node meanwhile: on
+// SQLite the single writer runs one transaction at a time; on PostgreSQL the report locks the
+// node's row first, before the command's (the reconciler's order), and a worker's
+// reconciliation of the node holds that lock too. Should the reconciliation fail, its writes
+// alone are undone and the node is woken for the reconciler instead.
 func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	final := command.State(u.State).Final()
 	// An outcome's command is read before the writer (and its attestation checked there): the
@@ -393,8 +393,16 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	}
 	var notify []notice
 	woken := false
+	lockNode := e.st.Engine() != store.SQLite && pre != nil && pre.NodeID != ""
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		notify, woken = nil, false
+		if lockNode {
+			// The node before the command, as the reconciler locks them (a command's node
+			// never changes, so the row read before names it).
+			if _, err := tx.LockNode(ctx, pre.NodeID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+		}
 		var c store.Command
 		read := pre == nil
 		if read {
@@ -492,12 +500,21 @@ func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool
 
 // reconcileIn reconciles nodeID inside tx, which just wrote why (a command's outcome, passed as
 // known, or a node agent's arrival), in a savepoint of its own, and returns the notices for
-// agents. The node is due again at the
-// nearest deadline its workflow waits for, and at no other time: on SQLite this reconciliation
-// saw every write committed before it, so it owes no earlier wake-up.
+// agents. The node is due again at the nearest deadline its workflow waits for, and at no
+// other time, unless it was woken by a write this reconciliation may not have seen.
 func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) ([]notice, error) {
 	var notify []notice
 	err := tx.Savepoint(ctx, func() error {
+		// On SQLite this run sees every write committed before it (one writer), so it owes no
+		// earlier wake-up. On PostgreSQL a writer that does not lock the node may wake it
+		// meanwhile: the wake sequence read first tells SetWakeUp to leave such a wake-up be.
+		seq := int64(-1)
+		if e.st.Engine() != store.SQLite {
+			var err error
+			if seq, err = tx.WakeUpSeq(ctx, nodeID); err != nil {
+				return err
+			}
+		}
 		// A rotation's outcome is taken once its bmc.rotate command finishes, which only a
 		// report (this path, with that command known) or an agent's departure (the reconciler,
 		// which always looks) makes happen: other runs here need not look for one.
@@ -513,21 +530,19 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, k
 			return err
 		}
 		notify = r.notices
-		return tx.SetWakeUp(ctx, nodeID, "deadline", again)
+		return tx.SetWakeUp(ctx, nodeID, "deadline", again, seq)
 	})
 	return notify, err
 }
 
-// wakeOrReconcile reconciles nodeID in tx on SQLite (see Report), or wakes it for the
+// wakeOrReconcile reconciles nodeID in tx (see Report), or, should that fail, wakes it for the
 // reconciler: the notices for agents, and whether the reconciler was woken.
 func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID, reason string, known ...store.Command) ([]notice, bool, error) {
-	if e.st.Engine() == store.SQLite {
-		n, err := e.reconcileIn(ctx, tx, nodeID, known...)
-		if err == nil {
-			return n, false, nil
-		}
-		e.log.Warn("reconciling a node in the transaction that changed it; left to the reconciler", "node", nodeID, "reason", reason, "error", err)
+	n, err := e.reconcileIn(ctx, tx, nodeID, known...)
+	if err == nil {
+		return n, false, nil
 	}
+	e.log.Warn("reconciling a node in the transaction that changed it; left to the reconciler", "node", nodeID, "reason", reason, "error", err)
 	return nil, true, tx.Wake(ctx, nodeID, reason, 0)
 }
 

@@ -212,10 +212,10 @@ func TestSetWakeUp(t *testing.T) {
 		var at int64
 		write(func(tx *store.Tx) error {
 			at = tx.At()
-			if err := tx.SetWakeUp(ctx, a, "deadline", time.Minute); err != nil {
+			if err := tx.SetWakeUp(ctx, a, "deadline", time.Minute, -1); err != nil {
 				return err
 			}
-			return tx.SetWakeUp(ctx, b, "deadline", time.Minute)
+			return tx.SetWakeUp(ctx, b, "deadline", time.Minute, -1)
 		})
 		after := due()
 		if after[a] != at+time.Minute.Microseconds() {
@@ -225,10 +225,10 @@ func TestSetWakeUp(t *testing.T) {
 			t.Errorf("leased b moved from %d to %d", before[b], after[b])
 		}
 		write(func(tx *store.Tx) error {
-			if err := tx.SetWakeUp(ctx, a, "", 0); err != nil {
+			if err := tx.SetWakeUp(ctx, a, "", 0, -1); err != nil {
 				return err
 			}
-			return tx.SetWakeUp(ctx, b, "", 0)
+			return tx.SetWakeUp(ctx, b, "", 0, -1)
 		})
 		after = due()
 		if _, ok := after[a]; ok {
@@ -238,5 +238,45 @@ func TestSetWakeUp(t *testing.T) {
 			t.Errorf("leased b's wake-up was removed")
 		}
 		write(func(tx *store.Tx) error { return tx.FinishWakeUp(ctx, lb, "worker", 0) })
+
+		// Guarded by the wake sequence read before a reconciliation: a wake-up that came
+		// meanwhile stands; none came, the row is set or removed.
+		seqOf := func(id string) (seq int64) {
+			t.Helper()
+			write(func(tx *store.Tx) (err error) { seq, err = tx.WakeUpSeq(ctx, id); return err })
+			return seq
+		}
+		if s := seqOf(a); s != 0 {
+			t.Fatalf("a has no wake-up, read seq %d, want 0", s)
+		}
+		write(func(tx *store.Tx) error { return tx.SetWakeUp(ctx, a, "", 0, 0) }) // nothing to remove
+		write(func(tx *store.Tx) error { return tx.Wake(ctx, a, "meanwhile", 0) })
+		woken := due()[a]
+		write(func(tx *store.Tx) error { return tx.SetWakeUp(ctx, a, "deadline", time.Hour, 0) })
+		if got := due()[a]; got != woken {
+			t.Errorf("a wake-up that came after a read of no row moved from %d to %d", woken, got)
+		}
+		s := seqOf(a)
+		write(func(tx *store.Tx) error { return tx.Wake(ctx, a, "meanwhile", 0) })
+		write(func(tx *store.Tx) error { return tx.SetWakeUp(ctx, a, "", 0, s) })
+		if _, ok := due()[a]; !ok {
+			t.Errorf("a wake-up that came after the read was removed")
+		}
+		write(func(tx *store.Tx) error { return tx.SetWakeUp(ctx, a, "deadline", time.Hour, s) })
+		if got := due()[a]; got != woken {
+			t.Errorf("a wake-up that came after the read moved from %d to %d", woken, got)
+		}
+		s = seqOf(a)
+		write(func(tx *store.Tx) error {
+			at = tx.At()
+			return tx.SetWakeUp(ctx, a, "deadline", time.Hour, s)
+		})
+		if got := due()[a]; got != at+time.Hour.Microseconds() {
+			t.Errorf("a, not woken since the read, due at %d, want %d", got, at+time.Hour.Microseconds())
+		}
+		write(func(tx *store.Tx) error { return tx.SetWakeUp(ctx, a, "", 0, s) })
+		if _, ok := due()[a]; ok {
+			t.Errorf("a, not woken since the read, still has a wake-up")
+		}
 	})
 }

@@ -75,23 +75,48 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 	return nil
 }
 
-// SetWakeUp replaces the node's wake-up by one due after again, or removes it with again == 0:
-// for a reconciliation that ran outside a lease and saw every write before it (SQLite's single
-// writer), so no wake-up older than it is still owed. A row leased by a worker is left to it
+// SetWakeUp replaces the node's wake-up by one due after again, or removes it with again == 0,
+// for a reconciliation that ran outside a lease. A row leased by a worker is left to it
 // (FinishWakeUp ends it after the worker's own reconciliation).
-func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration) error {
+//
+// seq is the row's wake sequence as read before the reconciliation read anything (WakeUpSeq; 0:
+// there was no row), and a row woken since is left as it is: the wake-up is owed to a write the
+// reconciliation may not have seen. With seq < 0 the row is replaced whatever it holds: for
+// SQLite's single writer, under which the reconciliation saw every write before it.
+func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration, seq int64) error {
+	guard, args := "", []any(nil)
+	if seq >= 0 {
+		guard, args = " AND seq = ?", []any{seq}
+	}
 	var err error
-	if again <= 0 {
-		_, err = t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`, nodeID)
-	} else {
+	switch {
+	case again <= 0 && seq == 0:
+		return nil // no row to remove; one that appeared since is owed
+	case again <= 0:
+		_, err = t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+guard, append([]any{nodeID}, args...)...)
+	default:
 		_, err = t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at
-			WHERE reconcile_queue.leased_by = ''`, nodeID, t.at+again.Microseconds(), reason, t.at)
+			WHERE reconcile_queue.leased_by = ''`+strings.ReplaceAll(guard, "seq", "reconcile_queue.seq"),
+			append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...)...)
 	}
 	if err != nil {
 		return fmt.Errorf("setting the wake-up of node %s: %w", nodeID, err)
 	}
 	return nil
+}
+
+// WakeUpSeq reads the node's wake sequence (0: no wake-up row), for SetWakeUp.
+func (t *Tx) WakeUpSeq(ctx context.Context, nodeID string) (int64, error) {
+	var seq int64
+	err := t.queryRow(ctx, `SELECT seq FROM reconcile_queue WHERE node_id = ?`, nodeID).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the wake-up of node %s: %w", nodeID, err)
+	}
+	return seq, nil
 }
 
 // WakeAt queues the node's reconciler at a given time (a deadline), keeping an earlier one.
