@@ -23,6 +23,7 @@ import (
 	"bcd/internal/server"
 	"bcd/internal/sim"
 	"bcd/internal/store"
+	"bcd/internal/store/storetest"
 )
 
 // TestServerProcess is the child of TestCrashSafety: a bcd server on fixed ports that runs
@@ -32,7 +33,8 @@ func TestServerProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("child process of TestCrashSafety only")
 	}
-	srv, err := server.New(context.Background(), server.Config{Listen: os.Getenv("BCD_CRASH_API"), GatewayListen: os.Getenv("BCD_CRASH_GATEWAY"), DataDir: dir},
+	srv, err := server.New(context.Background(), server.Config{Listen: os.Getenv("BCD_CRASH_API"), GatewayListen: os.Getenv("BCD_CRASH_GATEWAY"), DataDir: dir,
+		StoreDSN: os.Getenv("BCD_CRASH_STORE")},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -56,20 +58,26 @@ func freePort(t *testing.T) string {
 }
 
 // TestCrashSafety SIGKILLs the server process in the middle of workflows on many nodes, twice,
-// and restarts it on the same store. The simulated agents live in this process and survive,
-// as real ones would. Every node must end where the table says, no command may run twice, and
-// no state change may be missing from the event log.
+// and restarts it on the same store, on each engine. The simulated agents live in this process
+// and survive, as real ones would. Every node must end where the table says, no command may run
+// twice, and no state change may be missing from the event log.
 func TestCrashSafety(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
 	}
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) { crashSafety(t, storetest.DSN(t, e)) })
+	}
+}
+
+func crashSafety(t *testing.T, dsn string) {
 	dir := t.TempDir()
 	apiAddr, gwAddr := freePort(t), freePort(t)
 	var child *exec.Cmd
 	startServer := func() {
 		t.Helper()
 		child = exec.Command(os.Args[0], "-test.run=^TestServerProcess$", "-test.count=1")
-		child.Env = append(os.Environ(), "BCD_CRASH_CHILD_DIR="+dir, "BCD_CRASH_API="+apiAddr, "BCD_CRASH_GATEWAY="+gwAddr)
+		child.Env = append(os.Environ(), "BCD_CRASH_CHILD_DIR="+dir, "BCD_CRASH_API="+apiAddr, "BCD_CRASH_GATEWAY="+gwAddr, "BCD_CRASH_STORE="+dsn)
 		child.Stdout, child.Stderr = io.Discard, io.Discard
 		if err := child.Start(); err != nil {
 			t.Fatal(err)
@@ -156,7 +164,7 @@ func TestCrashSafety(t *testing.T) {
 				return ns
 			}
 			if time.Now().After(deadline) {
-				st, _ := store.Open(ctx, "sqlite:"+filepath.Join(dir, "bcd.db"))
+				st, _ := store.Open(ctx, dsn)
 				for _, nd := range ns {
 					if nd.TargetState == "" || nd.State == "failed" {
 						continue
@@ -219,7 +227,7 @@ func TestCrashSafety(t *testing.T) {
 		t.Errorf("final states %v", counts)
 	}
 	// No event lost: every node's state changes form an unbroken chain.
-	st, err := store.Open(ctx, "sqlite:"+filepath.Join(dir, "bcd.db"))
+	st, err := store.Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
