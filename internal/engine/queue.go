@@ -207,6 +207,16 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	if len(cands) == 0 {
 		return nil, nil
 	}
+	creds := map[string]map[string]any{}
+	for _, c := range cands {
+		cr, err := e.commandCredentials(ctx, a, c)
+		if err != nil {
+			return nil, err
+		}
+		if cr != nil {
+			creds[c.ID] = cr
+		}
+	}
 	var out []store.Command
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		cmds, err := tx.AssignCommands(ctx, a.ID, cands, holderKinds()...)
@@ -244,7 +254,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			if err := e.recordBootEntry(ctx, tx, a, cmds[i]); err != nil {
 				return err
 			}
-			if err := e.outgoing(ctx, tx, a, &cmds[i]); err != nil {
+			if err := e.outgoing(ctx, tx, a, &cmds[i], creds[cmds[i].ID]); err != nil {
 				return err
 			}
 			out = append(out, cmds[i])
@@ -281,10 +291,13 @@ func (o *offered) on(conn string) map[string]bool {
 }
 
 // outgoing adds to a claimed command what must reach only the agent and is never written to
-// the row: a boot entry's one-time token (stored as a hash), and BMC credentials encrypted to the
-// claiming agent's certificate (JWE).
-func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.Command) error {
-	extra := map[string]any{}
+// the row: a boot entry's one-time token (stored as a hash), and creds, the command's BMC
+// credentials encrypted to the claiming agent (commandCredentials, prepared before the writer).
+func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.Command, creds map[string]any) error {
+	extra := maps.Clone(creds)
+	if extra == nil {
+		extra = map[string]any{}
+	}
 	switch c.Kind {
 	case "boot.prepareRamdisk", "boot.prepareInstance":
 		prefix, kind := pki.DiscoveryTokenPrefix, "node"
@@ -300,43 +313,6 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 			return err
 		}
 		extra["token"] = plain
-	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media", "bmc.provisionInband":
-		// bmc.provisionInband: to the node's ramdisk, which creates that credential on its BMC.
-		if len(a.CertDER) == 0 || e.cfg.Secrets == nil {
-			break // in-process agents (simulation) need no credentials
-		}
-		var args struct {
-			BMC            store.BMCRef `json:"bmc"`
-			NewPasswordRef string       `json:"newPasswordRef"`
-		}
-		if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
-			return fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
-		}
-		user, err := e.cfg.Secrets.OpenSecret(ctx, args.BMC.UsernameRef)
-		if err != nil {
-			return fmt.Errorf("opening BMC username of command %s: %w", c.ID, err)
-		}
-		pass, err := e.cfg.Secrets.OpenSecret(ctx, args.BMC.PasswordRef)
-		if err != nil {
-			return fmt.Errorf("opening BMC password of command %s: %w", c.ID, err)
-		}
-		plain, _ := json.Marshal(map[string]string{"username": string(user), "password": string(pass)})
-		jwe, err := pki.EncryptToAgent(a.CertDER, plain)
-		if err != nil {
-			return fmt.Errorf("encrypting BMC credentials to agent %s: %w", a.ID, err)
-		}
-		extra["credentials"] = jwe
-		if c.Kind == "bmc.rotate" {
-			// The new password, for this agent only: the row carries its reference alone.
-			next, err := e.cfg.Secrets.OpenSecret(ctx, args.NewPasswordRef)
-			if err != nil {
-				return fmt.Errorf("opening the new BMC password of command %s: %w", c.ID, err)
-			}
-			plain, _ := json.Marshal(map[string]string{"username": string(user), "password": string(next)})
-			if extra["newCredentials"], err = pki.EncryptToAgent(a.CertDER, plain); err != nil {
-				return fmt.Errorf("encrypting the new BMC credential to agent %s: %w", a.ID, err)
-			}
-		}
 	}
 	if len(extra) == 0 {
 		return nil
@@ -349,6 +325,42 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 	b, _ := json.Marshal(args)
 	c.Args = string(b) // outgoing only: the row keeps the arguments without them
 	return nil
+}
+
+// commandCredentials returns the BMC credentials command c carries to agent a, encrypted to a's
+// certificate (JWE), or nil for a command that needs none. It needs no write, so claims run it
+// before the single writer: opening a sealed secret reads the store, and inside the writer that
+// read waited for a read connection behind every agent's claim.
+func (e *Engine) commandCredentials(ctx context.Context, a Agent, c store.Command) (map[string]any, error) {
+	switch c.Kind {
+	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media", "bmc.provisionInband":
+		// bmc.provisionInband: to the node's ramdisk, which creates that credential on its BMC.
+	default:
+		return nil, nil
+	}
+	if len(a.CertDER) == 0 || e.cfg.Secrets == nil {
+		return nil, nil // in-process agents (simulation) need no credentials
+	}
+	var args struct {
+		BMC            store.BMCRef `json:"bmc"`
+		NewPasswordRef string       `json:"newPasswordRef"`
+	}
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+		return nil, fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
+	}
+	jwe, err := e.credentialsFor(ctx, a, args.BMC)
+	if err != nil {
+		return nil, fmt.Errorf("command %s: %w", c.ID, err)
+	}
+	out := map[string]any{"credentials": jwe}
+	if c.Kind == "bmc.rotate" {
+		// The new password, for this agent only: the row carries its reference alone.
+		next := store.BMCRef{UsernameRef: args.BMC.UsernameRef, PasswordRef: args.NewPasswordRef}
+		if out["newCredentials"], err = e.credentialsFor(ctx, a, next); err != nil {
+			return nil, fmt.Errorf("command %s, the new credential: %w", c.ID, err)
+		}
+	}
+	return out, nil
 }
 
 // Ack records that a received and durably recorded the command.
