@@ -84,20 +84,20 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 // reconciliation may not have seen. With seq < 0 the row is replaced whatever it holds: for
 // SQLite's single writer, under which the reconciliation saw every write before it.
 func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration, seq int64) error {
-	guard, args := "", []any(nil)
+	delGuard, setGuard, args := "", "", []any(nil)
 	if seq >= 0 {
-		guard, args = " AND seq = ?", []any{seq}
+		delGuard, setGuard, args = " AND seq = ?", " AND reconcile_queue.seq = ?", []any{seq}
 	}
 	var err error
 	switch {
 	case again <= 0 && seq == 0:
 		return nil // no row to remove; one that appeared since is owed
 	case again <= 0:
-		_, err = t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+guard, append([]any{nodeID}, args...)...)
+		_, err = t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
 	default:
 		_, err = t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at
-			WHERE reconcile_queue.leased_by = ''`+strings.ReplaceAll(guard, "seq", "reconcile_queue.seq"),
+			WHERE reconcile_queue.leased_by = ''`+setGuard,
 			append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...)...)
 	}
 	if err != nil {
