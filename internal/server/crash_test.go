@@ -180,6 +180,15 @@ func crashSafety(t *testing.T, dsn string) {
 				}
 				wk, _ := st.WakeUps(ctx, 100)
 				t.Logf("wake-ups %+v", wk)
+			drain:
+				for {
+					select {
+					case err := <-s.Errors():
+						t.Logf("simulated agent: %v", err)
+					default:
+						break drain
+					}
+				}
 				t.Fatalf("%s: %d nodes still busy", phase, busy)
 			}
 			time.Sleep(100 * time.Millisecond)
