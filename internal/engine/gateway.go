@@ -93,8 +93,16 @@ func rejected(err error) error {
 	return err
 }
 
-func (g *Gateway) Ack(ctx context.Context, a gateway.AgentRef, id string) error {
-	return rejected(g.e.Ack(ctx, g.agent(ctx, a), id))
+// AckAll records a frame's acknowledgements in one write.
+func (g *Gateway) AckAll(ctx context.Context, a gateway.AgentRef, ids []string) (map[string]error, error) {
+	refused, err := g.e.AckAll(ctx, g.agent(ctx, a), ids)
+	if err != nil {
+		return nil, err
+	}
+	for id, err := range refused {
+		refused[id] = rejected(err)
+	}
+	return refused, nil
 }
 
 func (g *Gateway) Update(ctx context.Context, a gateway.AgentRef, u gateway.Update) error {

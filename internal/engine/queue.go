@@ -365,19 +365,41 @@ func (e *Engine) commandCredentials(ctx context.Context, a Agent, c store.Comman
 
 // Ack records that a received and durably recorded the command.
 func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
-	return e.st.Write(ctx, func(tx *store.Tx) error {
-		if ok, err := tx.DeliverCommand(ctx, commandID, a.ID); err != nil || ok {
-			return err
-		}
-		c, err := tx.Command(ctx, commandID)
+	refused, err := e.AckAll(ctx, a, []string{commandID})
+	if err != nil {
+		return err
+	}
+	return refused[commandID]
+}
+
+// AckAll records that a received and durably recorded the commands ids, in one write. It
+// returns, by id, the acknowledgements refused (a command unknown or not a's: ErrNotFound,
+// ErrNotYours); one acknowledged before is accepted again.
+func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]error, error) {
+	var refused map[string]error
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		refused = map[string]error{}
+		done, err := tx.DeliverCommands(ctx, ids, a.ID)
 		if err != nil {
 			return err
 		}
-		if c.TargetAgent != a.ID {
-			return fmt.Errorf("ack of %s by %s: %w", commandID, a.ID, ErrNotYours)
+		for _, id := range ids {
+			if done[id] {
+				continue
+			}
+			c, err := tx.Command(ctx, id)
+			switch {
+			case errors.Is(err, store.ErrNotFound):
+				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, err)
+			case err != nil:
+				return err
+			case c.TargetAgent != a.ID:
+				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, ErrNotYours)
+			}
 		}
-		return nil // idempotent: acknowledged before
+		return nil
 	})
+	return refused, err
 }
 
 // Report records a command's progress or outcome and wakes its node. Reports are idempotent and

@@ -131,8 +131,10 @@ type Queue interface {
 	// commands in flight on a live stream are not offered again; Connected (a new stream) makes
 	// the agent's assigned-but-unacknowledged commands due again.
 	Claim(ctx context.Context, a AgentRef, limit int) ([]Command, error)
-	// Ack: queued/sent → delivered; idempotent.
-	Ack(ctx context.Context, a AgentRef, commandID string) error
+	// AckAll: queued/sent → delivered, for the acknowledgements of one frame together (one
+	// write, not one per command); idempotent. It returns the refused ones by id (ErrRejected:
+	// unknown, or not this agent's); an error fails them all.
+	AckAll(ctx context.Context, a AgentRef, commandIDs []string) (map[string]error, error)
 	// Update: running / succeeded / failed (+result, signature); idempotent per (command, state).
 	// A final update may arrive without a running one, and (after a lost ack) before the ack.
 	Update(ctx context.Context, a AgentRef, u Update) error

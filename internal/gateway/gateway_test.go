@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -284,4 +285,54 @@ func TestHelloFirst(t *testing.T) {
 	}
 	_ = s.CloseRequest()
 	_ = s.CloseResponse()
+}
+
+// The acknowledgements of one frame are recorded together: one AckAll per lane, not one per
+// command; an unknown command among them is refused alone.
+func TestAcksOfAFrameAreRecordedTogether(t *testing.T) {
+	env := start(t)
+	site := gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: "s1", AgentID: "a1"}
+	const n = 40
+	for i := range n {
+		env.Queue.Enqueue(site, gateway.Command{ID: fmt.Sprintf("c%02d", i), Kind: "bmc.power"})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s := rawClient(t, env, certFor(t, env, func(der []byte) ([]byte, error) {
+		return env.CA.IssueSiteAgent(der, "s1", "a1", time.Hour, time.Now())
+	})).Connect(ctx)
+	defer func() { _ = s.CloseResponse() }()
+	if err := s.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{}}}); err != nil {
+		t.Fatal(err)
+	}
+	var acks []*agentv1.CommandAck
+	for len(acks) < n {
+		m, err := s.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmds := m.GetBatch().GetCommands()
+		if c := m.GetCommand(); c != nil {
+			cmds = append(cmds, c)
+		}
+		for _, c := range cmds {
+			acks = append(acks, &agentv1.CommandAck{CommandId: c.GetId()})
+		}
+	}
+	acks = append(acks, &agentv1.CommandAck{CommandId: "never-sent"})
+	if err := s.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Batch{Batch: &agentv1.AgentBatch{Acks: acks}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Queue.WaitFor(ctx, func(c gatewaytest.Counts) bool { return c.Acks == n }); err != nil {
+		t.Fatalf("acknowledgements recorded: %v", err)
+	}
+	_ = s.CloseRequest()
+	if calls := env.Queue.Counts().AckCalls; calls > 8 {
+		t.Errorf("%d acknowledgements of one frame took %d AckAll calls, want at most one per lane (8)", n+1, calls)
+	}
+	for i := range n {
+		if e, _ := env.Queue.Get(fmt.Sprintf("c%02d", i)); e.State != gatewaytest.Delivered || e.Acks != 1 {
+			t.Errorf("c%02d: %s, %d acks", i, e.State, e.Acks)
+		}
+	}
 }

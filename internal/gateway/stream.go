@@ -115,7 +115,7 @@ type session struct {
 }
 
 type laneItem struct {
-	ack    string
+	acks   []string // of one frame, all of this lane
 	update *Update
 	status *Status
 }
@@ -172,12 +172,19 @@ func (ss *session) receive() {
 func (ss *session) route(m *agentv1.AgentMessage) bool {
 	switch x := m.GetMsg().(type) {
 	case *agentv1.AgentMessage_Ack:
-		return ss.toLane(x.Ack.GetCommandId(), laneItem{ack: x.Ack.GetCommandId()})
+		return ss.toLane(x.Ack.GetCommandId(), laneItem{acks: []string{x.Ack.GetCommandId()}})
 	case *agentv1.AgentMessage_Update:
 		return ss.routeUpdate(x.Update)
 	case *agentv1.AgentMessage_Batch:
+		// A frame's acks go to each lane together (one write per lane), before the frame's
+		// updates, which the lanes take in order after them.
+		byLane := make([][]string, len(ss.lanes))
 		for _, a := range x.Batch.GetAcks() {
-			if !ss.toLane(a.GetCommandId(), laneItem{ack: a.GetCommandId()}) {
+			i := ss.laneOf(a.GetCommandId())
+			byLane[i] = append(byLane[i], a.GetCommandId())
+		}
+		for i, ids := range byLane {
+			if len(ids) > 0 && !ss.toLaneAt(i, laneItem{acks: ids}) {
 				return false
 			}
 		}
@@ -241,11 +248,17 @@ func updateAck(u Update, errText string) *agentv1.ServerMessage {
 		UpdateAck: &agentv1.UpdateAck{CommandId: u.CommandID, State: st, Error: errText}}}
 }
 
-func (ss *session) toLane(key string, it laneItem) bool {
-	i := 0
-	if len(ss.lanes) > 1 {
-		i = int(maphash.String(ss.seed, key) % uint64(len(ss.lanes)))
+// laneOf is the lane of everything about key (a command id): its ack and updates, in order.
+func (ss *session) laneOf(key string) int {
+	if len(ss.lanes) == 1 {
+		return 0
 	}
+	return int(maphash.String(ss.seed, key) % uint64(len(ss.lanes)))
+}
+
+func (ss *session) toLane(key string, it laneItem) bool { return ss.toLaneAt(ss.laneOf(key), it) }
+
+func (ss *session) toLaneAt(i int, it laneItem) bool {
 	select {
 	case ss.lanes[i] <- it:
 		return true
@@ -274,16 +287,18 @@ func (ss *session) lane(ch <-chan laneItem) {
 			return
 		}
 		switch {
-		case it.ack != "":
-			err := q.Ack(ss.ctx, ss.a, it.ack)
-			if err != nil && !errors.Is(err, ErrRejected) {
-				ss.cancel(fmt.Errorf("recording ack of command %s: %w", it.ack, err))
+		case len(it.acks) > 0:
+			refused, err := q.AckAll(ss.ctx, ss.a, it.acks)
+			if err != nil {
+				ss.cancel(fmt.Errorf("recording acks of %d commands (%s…): %w", len(it.acks), it.acks[0], err))
 				return
 			}
-			if err != nil {
-				ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "ack rejected", slog.String("command", it.ack), slog.Any("error", err))
+			for _, id := range it.acks {
+				if err := refused[id]; err != nil {
+					ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "ack rejected", slog.String("command", id), slog.Any("error", err))
+				}
+				ss.settle(id)
 			}
-			ss.settle(it.ack)
 		case it.update != nil:
 			u := *it.update
 			err := q.Update(ss.ctx, ss.a, u)

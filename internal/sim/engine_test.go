@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -247,6 +248,54 @@ func TestSiteAgentFailover(t *testing.T) {
 	moved, err := eng.Claim(ctx, b, 10)
 	if err != nil || len(moved) != 1 || moved[0].ID != got[1].ID {
 		t.Fatalf("B claims %d commands (%v), want the unacknowledged one", len(moved), err)
+	}
+}
+
+// An agent's acknowledgements of one frame are recorded in one write: its own commands are
+// delivered (again, idempotently), and only an unknown command or another agent's is refused.
+func TestAckAllRefusesOnlyWhatIsNotTheAgents(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Stop()
+	eng := engine.New(st, nil, nil2(), engine.Config{})
+	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
+	b := engine.Agent{ID: "agent-b", Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
+	eng.Connected(ctx, a, "t")
+	eng.Connected(ctx, b, "t")
+	for _, action := range []string{"off", "on"} {
+		if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: action}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := eng.Claim(ctx, a, 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim by A: %d %v", len(got), err)
+	}
+	frame := []string{got[0].ID, got[1].ID, "no-such-command"}
+	for range 2 { // the second time: acknowledged before, accepted again
+		refused, err := eng.AckAll(ctx, a, frame)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refused) != 1 || !errors.Is(refused["no-such-command"], store.ErrNotFound) {
+			t.Fatalf("refused %v, want the unknown command alone", refused)
+		}
+	}
+	for _, c := range got {
+		if c, _ := st.Command(ctx, c.ID); c.State != "delivered" || c.TargetAgent != a.ID {
+			t.Errorf("%s: %s on %s, want delivered on A", c.ID, c.State, c.TargetAgent)
+		}
+	}
+	refused, err := eng.AckAll(ctx, b, frame[:2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got {
+		if !errors.Is(refused[c.ID], engine.ErrNotYours) {
+			t.Errorf("B's ack of A's %s: %v, want ErrNotYours", c.ID, refused[c.ID])
+		}
 	}
 }
 

@@ -124,7 +124,7 @@ func TestUpdateCommandIf(t *testing.T) {
 		}
 		// Someone else moves it on first.
 		if err := st.Write(ctx, func(tx *store.Tx) error {
-			_, err := tx.DeliverCommand(ctx, id, "a")
+			_, err := tx.DeliverCommands(ctx, []string{id}, "a")
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -277,6 +277,64 @@ func TestSetWakeUp(t *testing.T) {
 		write(func(tx *store.Tx) error { return tx.SetWakeUp(ctx, a, "", 0, s) })
 		if _, ok := due()[a]; ok {
 			t.Errorf("a, not woken since the read, still has a wake-up")
+		}
+	})
+}
+
+// DeliverCommands marks delivered exactly the queued commands assigned to the acknowledging
+// agent, across statements (more ids than one IN list holds), and returns them.
+func TestDeliverCommands(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		var mine, others []string
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			mine, others = nil, nil
+			for i := range 300 + 2 {
+				c := store.Command{NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, SiteID: nodes[0].SiteID, Kind: "bmc.query", RunsOn: "site", TargetAgent: "a"}
+				switch i {
+				case 300:
+					c.TargetAgent = "b" // another agent's
+				case 301:
+					c.State = "delivered" // acknowledged before
+				}
+				if err := tx.InsertCommand(ctx, &c); err != nil {
+					return err
+				}
+				if i < 300 {
+					mine = append(mine, c.ID)
+				} else {
+					others = append(others, c.ID)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ids := append(append(append([]string{}, mine...), others...), "no-such-command")
+		var done map[string]bool
+		if err := st.Write(ctx, func(tx *store.Tx) (err error) {
+			done, err = tx.DeliverCommands(ctx, ids, "a")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if len(done) != len(mine) {
+			t.Errorf("%d commands marked delivered, want %d", len(done), len(mine))
+		}
+		for _, id := range mine {
+			c, err := st.Command(ctx, id)
+			if err != nil || !done[id] || c.State != "delivered" || c.DeliveredAt == 0 {
+				t.Fatalf("command %s: marked %v, state %s, delivered at %d (%v)", id, done[id], c.State, c.DeliveredAt, err)
+			}
+		}
+		for _, id := range others {
+			if done[id] {
+				t.Errorf("command %s (not a queued command of a) was marked delivered", id)
+			}
+		}
+		if c, _ := st.Command(ctx, others[0]); c.State != "queued" {
+			t.Errorf("another agent's command is %s, want queued", c.State)
 		}
 	})
 }

@@ -327,17 +327,55 @@ func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool
 	return true, nil
 }
 
-// DeliverCommand marks a queued command assigned to agentID delivered (its agent acknowledged
-// it). It reports false when the command is not both (it may be delivered already, or another
-// agent's): the caller reads it to tell which.
-func (t *Tx) DeliverCommand(ctx context.Context, id, agentID string) (bool, error) {
-	res, err := t.exec(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ? WHERE id = ? AND target_agent = ? AND state = 'queued'`,
-		t.at, t.at, id, agentID)
-	if err != nil {
-		return false, fmt.Errorf("recording delivery of command %s: %w", id, err)
+// DeliverCommands marks the queued commands of ids assigned to agentID delivered (their agent
+// acknowledged them) and returns those it marked. An id left out is not both (delivered
+// already, another agent's, or unknown): the caller reads it to tell which.
+func (t *Tx) DeliverCommands(ctx context.Context, ids []string, agentID string) (map[string]bool, error) {
+	// As in AssignCommands: SQLite reads the rows by id, not through an index on the agent.
+	plus := ""
+	if t.s.engine == SQLite {
+		plus = "+"
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	done := map[string]bool{}
+	for i := 0; i < len(ids); i += idsPerStatement {
+		list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
+		rows, err := t.query(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
+			WHERE id IN `+list+` AND `+plus+`target_agent = ? AND `+plus+`state = 'queued' RETURNING id`,
+			append(append([]any{t.at, t.at}, args...), agentID)...)
+		if err != nil {
+			return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("recording delivery of commands to %s: %w", agentID, err)
+			}
+			done[id] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("recording delivery of commands to %s: %w", agentID, err)
+		}
+	}
+	return done, nil
+}
+
+// idsPerStatement bounds the ids of one IN list.
+const idsPerStatement = 256
+
+// inList is an IN list of ids with its arguments, padded to a power of two with the last id so
+// that a few statements (prepared once) serve every size. ids must not be empty.
+func inList(ids []string) (string, []any) {
+	size := 1
+	for size < len(ids) {
+		size *= 2
+	}
+	args := make([]any, size)
+	for j := range size {
+		args[j] = ids[min(j, len(ids)-1)]
+	}
+	return "(?" + strings.Repeat(", ?", size-1) + ")", args
 }
 
 // ClaimCommands assigns to agent up to limit commands it should run: first those already
@@ -465,23 +503,17 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 	if holder != "" {
 		holder = ` AND (` + holder + `)`
 	}
-	const per = 256
-	for i := 0; i < len(cands); i += per {
-		chunk := cands[i:min(i+per, len(cands))]
-		// The list is padded to a power of two with its last id, so that a few statements
-		// (prepared once) serve every size.
-		size := 1
-		for size < len(chunk) {
-			size *= 2
+	for i := 0; i < len(cands); i += idsPerStatement {
+		chunk := cands[i:min(i+idsPerStatement, len(cands))]
+		ids := make([]string, len(chunk))
+		for j, c := range chunk {
+			ids[j] = c.ID
 		}
-		args := []any{agentID, t.at}
-		for j := range size {
-			args = append(args, chunk[min(j, len(chunk)-1)].ID)
-		}
-		args = append(args, agentID)
+		list, listArgs := inList(ids)
+		args := append(append([]any{agentID, t.at}, listArgs...), agentID)
 		args = append(args, holderArgs...)
 		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
-			WHERE id IN (?`+strings.Repeat(`, ?`, size-1)+`) AND `+plus+`state = 'queued'
+			WHERE id IN `+list+` AND `+plus+`state = 'queued'
 			AND (`+plus+`target_agent = ? OR `+plus+`target_agent = ''`+holder+`) RETURNING id, attempts`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)

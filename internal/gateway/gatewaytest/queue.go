@@ -38,7 +38,7 @@ type Entry struct {
 // Queue is an in-memory gateway.Queue and gateway.Canceller. Commands are addressed to one
 // agent (AgentKey). It is safe for concurrent use.
 type Queue struct {
-	// LoseAck, when set before use, makes Ack drop the acks it returns true for, as if they were
+	// LoseAck, when set before use, makes AckAll drop the acks it returns true for, as if they were
 	// lost in flight: the command stays assigned and is offered again after a reconnect.
 	LoseAck func(commandID string) bool
 
@@ -53,6 +53,7 @@ type Queue struct {
 	hellos    []gateway.Hello
 	statuses  map[string][]gateway.Status
 	finals    int
+	ackCalls  int             // AckAll calls (frames' acks, per lane)
 	cancelled map[string]bool // ids cancelled and not yet final
 	changed   chan struct{}   // closed and replaced on every change
 }
@@ -142,23 +143,28 @@ func (q *Queue) Claim(_ context.Context, a gateway.AgentRef, limit int) ([]gatew
 	return out, nil
 }
 
-// Ack implements gateway.Queue.
-func (q *Queue) Ack(_ context.Context, a gateway.AgentRef, id string) error {
+// AckAll implements gateway.Queue.
+func (q *Queue) AckAll(_ context.Context, a gateway.AgentRef, ids []string) (map[string]error, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	e, err := q.ownedLocked(a, id)
-	if err != nil {
-		return err
-	}
-	if q.LoseAck != nil && q.LoseAck(id) {
-		return nil
-	}
-	e.Acks++
-	if e.State == Assigned {
-		e.State = Delivered
+	q.ackCalls++
+	refused := map[string]error{}
+	for _, id := range ids {
+		e, err := q.ownedLocked(a, id)
+		if err != nil {
+			refused[id] = err
+			continue
+		}
+		if q.LoseAck != nil && q.LoseAck(id) {
+			continue
+		}
+		e.Acks++
+		if e.State == Assigned {
+			e.State = Delivered
+		}
 	}
 	q.changedLocked()
-	return nil
+	return refused, nil
 }
 
 func (q *Queue) ownedLocked(a gateway.AgentRef, id string) (*Entry, error) {
@@ -289,6 +295,8 @@ func (q *Queue) Get(id string) (Entry, bool) {
 // Counts is a snapshot of the queue's counters.
 type Counts struct {
 	Final     int            // commands succeeded or failed
+	Acks      int            // acknowledgements recorded
+	AckCalls  int            // AckAll calls (one per frame and lane)
 	Connected map[string]int // Connected calls per agent key
 	Open      map[string]int // streams open per agent key
 	Statuses  map[string]int // status reports per agent key
@@ -303,7 +311,10 @@ func (q *Queue) Counts() Counts {
 }
 
 func (q *Queue) countsLocked() Counts {
-	c := Counts{Final: q.finals, Connected: map[string]int{}, Open: map[string]int{}, Statuses: map[string]int{}, Hellos: slices.Clone(q.hellos)}
+	c := Counts{Final: q.finals, AckCalls: q.ackCalls, Connected: map[string]int{}, Open: map[string]int{}, Statuses: map[string]int{}, Hellos: slices.Clone(q.hellos)}
+	for _, e := range q.cmds {
+		c.Acks += e.Acks
+	}
 	for k, v := range q.connected {
 		c.Connected[k] = v
 	}
