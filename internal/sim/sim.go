@@ -26,7 +26,7 @@ import (
 // Link is what the simulated agents need from the control plane: the gateway's calls.
 type Link interface {
 	Claim(ctx context.Context, a engine.Agent, limit int) ([]store.Command, error)
-	Ack(ctx context.Context, a engine.Agent, commandID string) error
+	AckAll(ctx context.Context, a engine.Agent, commandIDs []string) (map[string]error, error)
 	Report(ctx context.Context, a engine.Agent, u engine.Update) error
 	Connected(ctx context.Context, a engine.Agent, version string) error
 	Disconnected(ctx context.Context, a engine.Agent) error
@@ -231,21 +231,32 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 		if err != nil && ctx.Err() == nil {
 			s.fail(fmt.Errorf("%s claiming: %w", a.ID, err))
 		}
+		// Acknowledge (the agent recorded them), then run: as agentlink journals the commands
+		// of one frame together and acknowledges them in one frame.
+		var refused map[string]error
+		if len(cmds) > 0 {
+			ids := make([]string, len(cmds))
+			for i, c := range cmds {
+				ids[i] = c.ID
+			}
+			if refused, err = s.link.AckAll(ctx, a, ids); err != nil {
+				if ctx.Err() == nil {
+					s.fail(fmt.Errorf("%s acknowledging %d commands: %w", a.ID, len(ids), err))
+				}
+				cmds = nil
+			}
+		}
 		var wg sync.WaitGroup
 		for _, c := range cmds {
+			if err := refused[c.ID]; err != nil {
+				s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
+				continue
+			}
 			wg.Add(1)
 			s.wg.Add(1)
 			go func() {
 				defer wg.Done()
 				defer s.wg.Done()
-				// Acknowledge (the agent recorded it), then run: acknowledgements of many
-				// commands go in parallel and are committed together.
-				if err := s.link.Ack(ctx, a, c.ID); err != nil {
-					if ctx.Err() == nil {
-						s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
-					}
-					return
-				}
 				s.counted(c.ID)
 				if s.faults().Hang[c.Kind] {
 					return
