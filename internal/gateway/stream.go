@@ -24,6 +24,9 @@ const helloTimeout = 30 * time.Second
 // commands, and its status reports.
 const nodeLaneDepth = 16
 
+// maxAcksPerWrite bounds the acknowledgements recorded in one AckAll.
+const maxAcksPerWrite = 256
+
 // maxFrameArgs bounds the argument bytes packed into one command frame.
 const maxFrameArgs = 4 << 20
 
@@ -176,16 +179,21 @@ func (ss *session) route(m *agentv1.AgentMessage) bool {
 	case *agentv1.AgentMessage_Update:
 		return ss.routeUpdate(x.Update)
 	case *agentv1.AgentMessage_Batch:
-		// A frame's acks go to each lane together (one write per lane), before the frame's
-		// updates, which the lanes take in order after them.
+		// A frame's acks go to each lane together (one write per lane, of at most maxAcksPerWrite
+		// so that no frame holds the writer long), before the frame's updates, which the lanes
+		// take in order after them.
 		byLane := make([][]string, len(ss.lanes))
 		for _, a := range x.Batch.GetAcks() {
 			i := ss.laneOf(a.GetCommandId())
 			byLane[i] = append(byLane[i], a.GetCommandId())
 		}
 		for i, ids := range byLane {
-			if len(ids) > 0 && !ss.toLaneAt(i, laneItem{acks: ids}) {
-				return false
+			for len(ids) > 0 {
+				n := min(len(ids), maxAcksPerWrite)
+				if !ss.toLaneAt(i, laneItem{acks: ids[:n]}) {
+					return false
+				}
+				ids = ids[n:]
 			}
 		}
 		for _, u := range x.Batch.GetUpdates() {
