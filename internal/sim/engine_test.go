@@ -202,23 +202,38 @@ func TestEngineRefusesUndeclaredCommandKinds(t *testing.T) {
 	}
 }
 
-func TestSiteAgentFailover(t *testing.T) {
+// byHand settles one node, stops the harness's engine and agents, and returns an engine the
+// test drives by hand with two site agents, A and B, connected.
+func byHand(t *testing.T, cfg engine.Config) (*store.Store, *Harness, string, *engine.Engine, engine.Agent, engine.Agent) {
+	t.Helper()
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
 	h, ids := start(t, st, 1)
 	rest(t, h, ids)
 	h.Stop() // drive the queue by hand from here
-	eng := engine.New(st, nil, nil2(), engine.Config{AgentGrace: time.Millisecond})
+	eng := engine.New(st, nil, nil2(), cfg)
 	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
 	b := engine.Agent{ID: "agent-b", Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
 	eng.Connected(ctx, a, "t")
 	eng.Connected(ctx, b, "t")
-	// Two power commands: agent A takes both, acknowledges the first only, then goes away.
-	for _, action := range []string{"off", "on"} {
-		if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: action}); err != nil {
+	return st, h, ids[0], eng, a, b
+}
+
+// power queues a power command on node for each action.
+func power(t *testing.T, h *Harness, node string, actions ...string) {
+	t.Helper()
+	for _, action := range actions {
+		if _, _, err := h.Metal.Apply(context.Background(), h.Admin, provision.VerbPower, metal.VerbInput{Node: node, PowerAction: action}); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+func TestSiteAgentFailover(t *testing.T) {
+	ctx := context.Background()
+	st, h, node, eng, a, b := byHand(t, engine.Config{AgentGrace: time.Millisecond})
+	// Two power commands: agent A takes both, acknowledges the first only, then goes away.
+	power(t, h, node, "off", "on")
 	got, err := eng.Claim(ctx, a, 10)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claim by A: %d %v", len(got), err)
@@ -255,20 +270,8 @@ func TestSiteAgentFailover(t *testing.T) {
 // delivered (again, idempotently), and only an unknown command or another agent's is refused.
 func TestAckAllRefusesOnlyWhatIsNotTheAgents(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.Open(t, store.SQLite)
-	h, ids := start(t, st, 1)
-	rest(t, h, ids)
-	h.Stop()
-	eng := engine.New(st, nil, nil2(), engine.Config{})
-	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
-	b := engine.Agent{ID: "agent-b", Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
-	eng.Connected(ctx, a, "t")
-	eng.Connected(ctx, b, "t")
-	for _, action := range []string{"off", "on"} {
-		if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: action}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	st, h, node, eng, a, b := byHand(t, engine.Config{})
+	power(t, h, node, "off", "on")
 	got, err := eng.Claim(ctx, a, 10)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("claim by A: %d %v", len(got), err)
@@ -304,17 +307,9 @@ func TestAckAllRefusesOnlyWhatIsNotTheAgents(t *testing.T) {
 // what the new connection was offered.
 func TestReconnectOffersWhatTheOldConnectionTook(t *testing.T) {
 	ctx := context.Background()
-	st := storetest.Open(t, store.SQLite)
-	h, ids := start(t, st, 1)
-	rest(t, h, ids)
-	h.Stop()
-	eng := engine.New(st, nil, nil2(), engine.Config{})
-	old := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
-	cur := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
-	eng.Connected(ctx, old, "t")
-	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: "off"}); err != nil {
-		t.Fatal(err)
-	}
+	_, h, node, eng, old, _ := byHand(t, engine.Config{}) // old: agent A's first connection
+	cur := engine.Agent{ID: old.ID, Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
+	power(t, h, node, "off")
 	eng.Connected(ctx, cur, "t")
 	// The old connection's claim, late: it assigns the command, but its answer goes to a dead
 	// stream.
