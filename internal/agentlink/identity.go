@@ -92,19 +92,7 @@ func (i *identity) store(dir string) error {
 	if err != nil {
 		return fmt.Errorf("storing agent identity: %w", err)
 	}
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{{KeyFile, keyPEM}, {CAFile, i.caPEM}, {CertFile, pki.EncodeCertPEM(i.certDER)}} {
-		p := filepath.Join(dir, f.name)
-		if err := writeFileSync(p+".tmp", f.data); err != nil {
-			return fmt.Errorf("storing agent identity: %w", err)
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
-			return fmt.Errorf("storing agent identity: %w", err)
-		}
-	}
-	if err := syncDir(dir); err != nil {
+	if err := replaceFiles(dir, namedFile{KeyFile, keyPEM}, namedFile{CAFile, i.caPEM}, namedFile{CertFile, pki.EncodeCertPEM(i.certDER)}); err != nil {
 		return fmt.Errorf("storing agent identity: %w", err)
 	}
 	return nil
@@ -180,8 +168,6 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 	return i, nil
 }
 
-// joinKey is the key a join certifies: Config.Key when given (so a join retried after its
-// answer was lost presents the same key, which the control plane accepts again), else a new one.
 // pendingJoinKey returns the key an agent that has no identity yet joins with: the one in dir
 // (KeyFile) when an earlier attempt wrote it, else a new one, written there first.
 func pendingJoinKey(dir string) (crypto.Signer, error) {
@@ -203,18 +189,14 @@ func pendingJoinKey(dir string) (crypto.Signer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("making the join key: %w", err)
 	}
-	if err := writeFileSync(p+".tmp", keyPEM); err != nil {
-		return nil, fmt.Errorf("storing the join key: %w", err)
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
-		return nil, fmt.Errorf("storing the join key: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
+	if err := replaceFiles(dir, namedFile{KeyFile, keyPEM}); err != nil {
 		return nil, fmt.Errorf("storing the join key: %w", err)
 	}
 	return key, nil
 }
 
+// joinKey is the key a join certifies: Config.Key when given (so a join retried after its
+// answer was lost presents the same key, which the control plane accepts again), else a new one.
 func joinKey(cfg *Config) (crypto.Signer, []byte, error) {
 	cn := "bcd " + cfg.Kind.String() + " agent"
 	if cfg.Key == nil {

@@ -390,14 +390,7 @@ func (j *journal) compactLocked() error {
 		}
 	}
 	// Pending bytes are written after the compacted image; replaying them again is harmless.
-	tmp := j.path + ".tmp"
-	if err := writeFileSync(tmp, buf); err != nil {
-		return fmt.Errorf("compacting journal: %w", err)
-	}
-	if err := os.Rename(tmp, j.path); err != nil {
-		return fmt.Errorf("compacting journal: %w", err)
-	}
-	if err := syncDir(filepath.Dir(j.path)); err != nil {
+	if err := replaceFiles(filepath.Dir(j.path), namedFile{filepath.Base(j.path), buf}); err != nil {
 		return fmt.Errorf("compacting journal: %w", err)
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
@@ -434,6 +427,27 @@ func (j *journal) close() error {
 		return fmt.Errorf("closing journal: %w", err)
 	}
 	return nil
+}
+
+// namedFile is a file's name in its directory and its content.
+type namedFile struct {
+	name string
+	data []byte
+}
+
+// replaceFiles replaces each file in dir atomically (written and synced beside it, mode 0600,
+// then renamed over it), in order, then syncs dir so that the renames last.
+func replaceFiles(dir string, files ...namedFile) error {
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := writeFileSync(p+".tmp", f.data); err != nil {
+			return err
+		}
+		if err := os.Rename(p+".tmp", p); err != nil {
+			return err
+		}
+	}
+	return syncDir(dir)
 }
 
 func writeFileSync(path string, data []byte) error {
