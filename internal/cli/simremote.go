@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -16,7 +15,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"bcd/internal/catalog"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/metal"
@@ -248,10 +246,7 @@ func (c *apiControl) ensureImage(ctx context.Context, name string) error {
 	if _, err := c.images.AddSigner(ctx, connect.NewRequest(&bcdv1.AddSignerRequest{Signer: &bcdv1.Signer{Name: signer, PublicKey: pub}})); err != nil {
 		return fmt.Errorf("adding signer %s: %w", signer, err)
 	}
-	sum := sha256.Sum256([]byte(name))
-	img := catalog.Image{Name: name, URL: "http://images.sim/" + name + ".raw.zst", Size: 1 << 30, Format: "raw", Compression: "zstd",
-		SHA256: hex.EncodeToString(sum[:]), Signer: signer}
-	img.Signature = catalog.Sign(img, key)
+	img := sim.Image(name, signer, key)
 	_, err = c.images.AddImage(ctx, connect.NewRequest(&bcdv1.AddImageRequest{Image: &bcdv1.Image{Name: img.Name, Url: img.URL, Size: img.Size,
 		Format: img.Format, Compression: img.Compression, Sha256: img.SHA256, Signer: img.Signer, Signature: img.Signature}}))
 	if err != nil {

@@ -25,13 +25,19 @@ func SeedImages(ctx context.Context, svc *metal.Service, admin auth.Principal, n
 		return err
 	}
 	for _, name := range names {
-		sum := sha256.Sum256([]byte(name))
-		img := catalog.Image{Name: name, URL: "http://images.sim/" + name + ".raw.zst", Size: 1 << 30, Format: "raw", Compression: "zstd",
-			SHA256: hex.EncodeToString(sum[:]), Signer: signer}
-		img.Signature = catalog.Sign(img, key)
-		if err := svc.AddImage(ctx, admin, img); err != nil {
+		if err := svc.AddImage(ctx, admin, Image(name, signer, key)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// Image is the simulated image name (the simulated ramdisks never fetch it), signed by signer
+// with key.
+func Image(name, signer string, key ed25519.PrivateKey) catalog.Image {
+	sum := sha256.Sum256([]byte(name))
+	img := catalog.Image{Name: name, URL: "http://images.sim/" + name + ".raw.zst", Size: 1 << 30, Format: "raw", Compression: "zstd",
+		SHA256: hex.EncodeToString(sum[:]), Signer: signer}
+	img.Signature = catalog.Sign(img, key)
+	return img
 }
