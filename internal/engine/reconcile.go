@@ -354,27 +354,37 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
-		switch command.State(c.State) {
-		case command.Succeeded:
-			if kind.Await == workflow.AwaitNone {
-				if err := r.takeResult(wf, st, c); err != nil {
-					fault := provision.FaultStepFailed
-					if c.Kind == "disk.wipe" {
-						fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
+		if c.Kind == workflow.LostCheckCommand && kind.Command != workflow.LostCheckCommand {
+			// The query settling the step's lost command: decide once it answered.
+			if command.State(c.State).Final() {
+				return 0, true, r.settleLost(wf, st, kind, c)
+			}
+		} else {
+			switch command.State(c.State) {
+			case command.Succeeded:
+				if kind.Await == workflow.AwaitNone {
+					if err := r.takeResult(wf, st, c); err != nil {
+						fault := provision.FaultStepFailed
+						if c.Kind == "disk.wipe" {
+							fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
+						}
+						return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 					}
-					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
+					return 0, true, r.stepDone(wf, st, c.ID)
 				}
-				return 0, true, r.stepDone(wf, st, c.ID)
+			case command.Failed, command.Lost:
+				if kind.Await == workflow.AwaitRejoin && command.State(c.State) == command.Lost {
+					break // kexec never reports: its agent leaves, the OS rejoins
+				}
+				msg := fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error)
+				if kind.FallBack {
+					return 0, true, r.fallBack(wf, st, msg)
+				}
+				if check, ok := workflow.LostCheckFor(kind, st); ok && command.State(c.State) == command.Lost && slices.Contains(wf.CommandKinds, workflow.LostCheckCommand) {
+					return 0, true, r.checkLost(wf, st, c, check)
+				}
+				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, true)
 			}
-		case command.Failed, command.Lost:
-			if kind.Await == workflow.AwaitRejoin && command.State(c.State) == command.Lost {
-				break // kexec never reports: its agent leaves, the OS rejoins
-			}
-			msg := fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error)
-			if kind.FallBack {
-				return 0, true, r.fallBack(wf, st, msg)
-			}
-			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, true)
 		}
 	}
 	if kind.Await == workflow.AwaitMAC {
@@ -476,6 +486,67 @@ func (r *run) fallBack(wf *store.Workflow, st workflow.Step, why string) error {
 		return err
 	}
 	return r.nextStep(wf)
+}
+
+// checkLost sends the query that settles a lost command (workflow.LostCheck) as the step's
+// current command, within the step's deadline: the lost command itself is never sent again.
+func (r *run) checkLost(wf *store.Workflow, st workflow.Step, lost store.Command, check workflow.LostCheck) error {
+	why := fmt.Sprintf("%s lost: its agent went away after acknowledging it; querying %s before deciding", lost.Kind, check.Query)
+	q, err := r.buildCommand(wf, workflow.Step{Use: st.Use, Args: map[string]string{"query": check.Query}}, workflow.LostCheckCommand)
+	if err != nil {
+		return r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s lost, and its check cannot be sent: %v", lost.Kind, err), true)
+	}
+	if err := r.tx.InsertCommand(r.ctx, &q); err != nil {
+		return err
+	}
+	r.keep(q)
+	r.notify(q)
+	wf.CurrentCommand = q.ID
+	if err := r.event("workflow.step", r.n.State, r.n.State, why, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "attempt": wf.StepAttempt, "command": lost.ID, "query": q.ID, "result": "lost"}); err != nil {
+		return err
+	}
+	return r.saveWorkflow(wf)
+}
+
+// settleLost decides a step whose command was lost by the answer of its check (q, final): the
+// effect is there, the step is done; otherwise, or when the query failed, the step is retried
+// by its policy or fails.
+func (r *run) settleLost(wf *store.Workflow, st workflow.Step, kind workflow.StepKind, q store.Command) error {
+	check, _ := workflow.LostCheckFor(kind, st)
+	if command.State(q.State) != command.Succeeded {
+		return r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s was lost and the %s query to settle it %s: %s", kind.Command, check.Query, q.State, q.Error), true)
+	}
+	got, err := lostAnswer(q.Result, check.Query)
+	if err != nil {
+		return r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s was lost and the %s query to settle it answered %v", kind.Command, check.Query, err), true)
+	}
+	if check.Query == "power" {
+		r.n.Power = got
+		if err := r.tx.SetPower(r.ctx, r.n.ID, got); err != nil {
+			return err
+		}
+	}
+	if got != check.Want {
+		return r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s was lost and did not take effect: %s is %s, not %s", kind.Command, check.Query, got, check.Want), true)
+	}
+	if err := r.event("workflow.step", r.n.State, r.n.State, fmt.Sprintf("%s was lost but took effect: %s is %s", kind.Command, check.Query, got),
+		map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "command": q.ID, "result": "succeeded"}); err != nil {
+		return err
+	}
+	return r.nextStep(wf)
+}
+
+// lostAnswer reads field from a query's result: a JSON object whose field is a non-empty string.
+func lostAnswer(result, field string) (string, error) {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(result), &m); err != nil {
+		return "", fmt.Errorf("a result that is not a JSON object: %w", err)
+	}
+	v, _ := m[field].(string)
+	if v == "" {
+		return "", fmt.Errorf("a result without %q", field)
+	}
+	return v, nil
 }
 
 // stepSkipped moves past a step that has nothing to do, recording why.

@@ -49,7 +49,65 @@ type Faults struct {
 	// result carries no signature), "unverified" (verified: false), "forged" (signed with a key
 	// that is not the certificate's).
 	Rotate string
+	// SiteAgentDeath is the chance, for each command the in-process site agent acknowledged,
+	// that the agent dies holding it: half of the time before running it, half after (the BMC
+	// did it), never reporting it. What the agent had not started dies with it. A standby
+	// agent of the site (the next id) connects at once: the engine moves to it what the dead
+	// agent never acknowledged, and makes what it acknowledged lost once its grace period
+	// passed — never sent again.
+	SiteAgentDeath float64
+	// DieBefore and DieAfter make the in-process site agent die before or after running each
+	// command they name: "kind:action" (bmc.power:off) or a kind.
+	DieBefore, DieAfter map[string]bool
 }
+
+// death is when a site agent dies holding a command.
+type death int
+
+const (
+	lives death = iota
+	diesBefore
+	diesAfter
+)
+
+// deathOf decides whether the site agent dies holding c (Faults.SiteAgentDeath, DieBefore,
+// DieAfter).
+func (s *Sim) deathOf(c store.Command) death {
+	f := s.faults()
+	if len(f.DieBefore)+len(f.DieAfter) > 0 {
+		key := c.Kind
+		var args siteArgs
+		if json.Unmarshal([]byte(c.Args), &args) == nil && args.Action != "" {
+			key += ":" + args.Action
+		}
+		switch {
+		case f.DieBefore[key] || f.DieBefore[c.Kind]:
+			return diesBefore
+		case f.DieAfter[key] || f.DieAfter[c.Kind]:
+			return diesAfter
+		}
+	}
+	if !s.chance(f.SiteAgentDeath) {
+		return lives
+	}
+	if s.chance(0.5) {
+		return diesBefore
+	}
+	return diesAfter
+}
+
+// died ends a site agent's life, counted once: several commands may kill it together.
+func (s *Sim) died(life context.Context, die context.CancelFunc) {
+	s.deathMu.Lock()
+	defer s.deathMu.Unlock()
+	if life.Err() == nil {
+		s.deaths.Add(1)
+	}
+	die()
+}
+
+// SiteAgentDeaths counts the in-process site agents that died (Faults.SiteAgentDeath).
+func (s *Sim) SiteAgentDeaths() int { return int(s.deaths.Load()) }
 
 // Config of a simulation.
 type Config struct {
@@ -119,6 +177,8 @@ type Sim struct {
 	siteStatus func([]agentlink.Discovered)
 	seen       map[string]agentlink.Discovered
 	selfOffs   atomic.Int32
+	deathMu    sync.Mutex
+	deaths     atomic.Int32
 }
 
 // SetSiteIdentity gives the in-process site agent the key and certificate it signs site
@@ -204,26 +264,39 @@ func (s *Sim) Errors() <-chan error { return s.errs }
 // Wait waits for every goroutine the simulation started after ctx ended.
 func (s *Sim) Wait() { s.wg.Wait() }
 
-// RunSiteAgent serves the site's commands as site agent id until ctx ends.
+// RunSiteAgent serves the site's commands as site agent id until ctx ends. When the agent dies
+// (Faults.SiteAgentDeath) a standby takes over as id.1, id.2, …
 func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
-	a := engine.Agent{ID: id, Kind: "site", SiteID: s.cfg.SiteID}
-	s.mu.Lock()
-	s.siteAgent = a
-	s.mu.Unlock()
-	if err := s.link.Connected(ctx, a, "sim"); err != nil {
-		s.fail(err)
-		return
+	for n := 0; ctx.Err() == nil; n++ {
+		a := engine.Agent{ID: id, Kind: "site", SiteID: s.cfg.SiteID}
+		if n > 0 {
+			a.ID = fmt.Sprintf("%s.%d", id, n)
+		}
+		s.mu.Lock()
+		s.siteAgent = a
+		s.mu.Unlock()
+		if err := s.link.Connected(ctx, a, "sim"); err != nil {
+			s.fail(err)
+			return
+		}
+		life, die := context.WithCancel(ctx)
+		ch, stop := s.link.Subscribe(a)
+		// Machines a command powers on outlive the agent that sent it: they run under ctx.
+		s.serve(life, a, ch, 200*time.Millisecond, func(_ context.Context, a engine.Agent, c store.Command) engine.Update {
+			return s.siteCommand(ctx, a, c)
+		}, die)
+		stop()
+		die()
+		// Its connection drops (a dead agent says nothing more).
+		s.link.Disconnected(context.WithoutCancel(ctx), a)
 	}
-	ch, stop := s.link.Subscribe(a)
-	defer stop()
-	s.serve(ctx, a, ch, 200*time.Millisecond, s.siteCommand)
-	s.link.Disconnected(context.WithoutCancel(ctx), a)
 }
 
 // serve claims, acknowledges and runs commands until ctx ends. wake is the engine's
 // notification; every poll a claim is made anyway (a safety net: each claim is a write
-// transaction, so thousands of idle ramdisks poll rarely).
-func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, poll time.Duration, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update) {
+// transaction, so thousands of idle ramdisks poll rarely). die, for a site agent, ends ctx when
+// the agent dies holding a command (Faults.SiteAgentDeath); nil: the agent does not die.
+func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, poll time.Duration, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update, die context.CancelFunc) {
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
@@ -257,14 +330,27 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 			go func() {
 				defer wg.Done()
 				defer s.wg.Done()
+				d := lives
+				if die != nil {
+					d = s.deathOf(c)
+				}
+				if d == diesBefore {
+					s.died(ctx, die)
+				}
+				if ctx.Err() != nil {
+					return // the agent is dead (or stopped): what it had not started never runs
+				}
 				s.counted(c.ID)
 				if s.faults().Hang[c.Kind] {
 					return
 				}
 				u := run(ctx, a, c)
 				u.CommandID = c.ID
-				if u.State == "" {
-					return // self-terminating: reported elsewhere
+				if d == diesAfter {
+					s.died(ctx, die)
+				}
+				if u.State == "" || die != nil && ctx.Err() != nil {
+					return // self-terminating (reported elsewhere), or its agent died holding it
 				}
 				if err := s.link.Report(context.WithoutCancel(ctx), a, u); err != nil && ctx.Err() == nil {
 					s.fail(fmt.Errorf("%s reporting %s: %w", a.ID, c.ID, err))
@@ -555,7 +641,7 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 	ch, stop := s.link.Subscribe(a)
 	defer stop()
 	r := &ramdisk{s: s, m: m, key: key, cert: cert, gen: gen}
-	s.serve(ctx, a, ch, 2*time.Second, r.run)
+	s.serve(ctx, a, ch, 2*time.Second, r.run, nil)
 }
 
 type ramdisk struct {

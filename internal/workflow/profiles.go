@@ -205,6 +205,41 @@ var stepKinds = []StepKind{
 	{Use: "plugin.httpViaSite", Command: "site.httpProxy", Relays: true, Timeout: 5 * time.Minute, Retries: 1},
 }
 
+// LostCheck is how a step finds out whether its command took effect when the command was lost
+// (the agent that acknowledged it went away without a result, so it is never sent again):
+// the step sends LostCheckCommand{query: Query}; a result whose field Query equals Want
+// completes the step, any other answer retries the step by its policy (DESIGN §5: query power,
+// then retry or fail).
+type LostCheck struct {
+	Query string // the bmc.query asked ("power")
+	Want  string // the answer that shows the lost command's effect
+}
+
+// LostCheckCommand is the command kind of a LostCheck's query.
+const LostCheckCommand = "bmc.query"
+
+// lostChecks are the steps a query can settle after a lost command: a command kind with the
+// argument value whose effect a query shows. A power cycle leaves the power as it was, so
+// nothing tells whether it ran: it is retried. Everything else is idempotent to retry.
+var lostChecks = []struct {
+	Command, Arg, Value string
+	Check               LostCheck
+}{
+	{Command: "bmc.power", Arg: "action", Value: "off", Check: LostCheck{Query: "power", Want: "off"}},
+	{Command: "bmc.power", Arg: "action", Value: "on", Check: LostCheck{Query: "power", Want: "on"}},
+}
+
+// LostCheckFor returns the check of a resolved step of kind k whose command was lost; false
+// when no query can tell (the step is retried or fails by its policy). Pure.
+func LostCheckFor(k StepKind, st Step) (LostCheck, bool) {
+	for _, c := range lostChecks {
+		if k.Command == c.Command && st.Args[c.Arg] == c.Value {
+			return c.Check, true
+		}
+	}
+	return LostCheck{}, false
+}
+
 // LookupStep returns the kind of a step.
 func LookupStep(use string) (StepKind, error) {
 	for _, k := range stepKinds {
@@ -329,6 +364,9 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 			}
 			if k.Command != "" && !k.Relays {
 				kinds[k.Command] = true
+			}
+			if _, ok := LostCheckFor(k, filled); ok {
+				kinds[LostCheckCommand] = true // the query that settles the step's lost command
 			}
 			out = append(out, filled)
 		}

@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -143,7 +144,8 @@ func TestResolveRefusals(t *testing.T) {
 		t.Error("unknown declared send accepted")
 	}
 	r, err := Resolve(Profile{Name: "plugin", Steps: []Step{{Use: "power.off"}}, Sends: []string{"site.httpProxy"}}, nil)
-	if err != nil || !slices.Equal(r.CommandKinds, []string{"bmc.power", "site.httpProxy"}) {
+	// bmc.query: the power query that settles a lost power.off.
+	if err != nil || !slices.Equal(r.CommandKinds, []string{"bmc.power", "bmc.query", "site.httpProxy"}) {
 		t.Errorf("declared sends: %v %v", r.CommandKinds, err)
 	}
 	if _, err := Find("nope", nil); err == nil {
@@ -173,6 +175,43 @@ func TestParseProfile(t *testing.T) {
 	} {
 		if _, err := ParseProfile("x", []byte(bad.def)); err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want %q", bad.def, err, bad.want)
+		}
+	}
+}
+
+// Every step kind, with every power action: a query settles only a lost power on or off, and the
+// query's kind is among what the profile may send.
+func TestLostCheckFor(t *testing.T) {
+	for _, k := range stepKinds {
+		for _, action := range []string{"", "on", "off", "cycle", "reset"} {
+			st := Step{Use: k.Use, Args: map[string]string{}}
+			maps.Copy(st.Args, k.Args)
+			if action != "" && k.Args["action"] == "" {
+				st.Args["action"] = action
+			}
+			got, ok := LostCheckFor(k, st)
+			a := st.Args["action"]
+			wantOK := k.Command == "bmc.power" && (a == "on" || a == "off")
+			if ok != wantOK || ok && (got.Query != "power" || got.Want != a) {
+				t.Errorf("%s{action: %s}: check %+v %v, want one only for a power on or off (power = %s)", k.Use, a, got, ok, a)
+			}
+		}
+	}
+	for _, c := range []struct {
+		steps []Step
+		query bool
+	}{
+		{[]Step{{Use: "power.off"}}, true},
+		{[]Step{{Use: "power.setPower", Args: map[string]string{"action": "on"}}}, true},
+		{[]Step{{Use: "power.cycle"}}, false},
+		{[]Step{{Use: "disk.wipe", Args: map[string]string{"mode": "quick"}}}, false},
+	} {
+		r, err := Resolve(Profile{Name: "x", Steps: c.steps}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(r.CommandKinds, "bmc.query"); got != c.query {
+			t.Errorf("%v: may send bmc.query: %v, want %v", c.steps, got, c.query)
 		}
 	}
 }
