@@ -25,6 +25,7 @@ func simCmd(g *globals) *cobra.Command {
 	var cfg sim.Config
 	var timeout time.Duration
 	var workers int
+	var grace time.Duration
 	var overGateway bool
 	var profile, tracePath string
 	var bulk, site string
@@ -62,8 +63,14 @@ func simCmd(g *globals) *cobra.Command {
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			var h *sim.Harness
 			switch {
-			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0):
-				return fmt.Errorf("--server runs the lifecycle against that server: --bulk, --store, --gateway and --workers are for a server this command runs")
+			case cfg.Faults.SiteAgentDeath < 0 || cfg.Faults.SiteAgentDeath > 1:
+				return fmt.Errorf("--site-agent-death-rate %g: accepted is a fraction from 0 to 1", cfg.Faults.SiteAgentDeath)
+			case cfg.Faults.SiteAgentDeath > 0 && (remote || overGateway):
+				return fmt.Errorf("--site-agent-death-rate kills the in-process site agent: it does not combine with --server or --gateway (there agentlink restarts with its journal)")
+			case grace < 0:
+				return fmt.Errorf("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
+			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0):
+				return fmt.Errorf("--server runs the lifecycle against that server: --bulk, --store, --gateway, --workers and --agent-grace are for a server this command runs")
 			case remote:
 				dir, err := os.MkdirTemp("", "bcd-sim-remote-")
 				if err != nil {
@@ -84,7 +91,7 @@ func simCmd(g *globals) *cobra.Command {
 				}
 				defer os.RemoveAll(dir)
 				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir, StoreDSN: storeDSN,
-					Engine: engine.Config{Workers: workers}}, quiet)
+					Engine: engine.Config{Workers: workers, AgentGrace: grace}}, quiet)
 				if err != nil {
 					return err
 				}
@@ -101,7 +108,7 @@ func simCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer st.Close()
-				if h, err = sim.Start(ctx, st, cfg, engine.Config{Workers: workers}, quiet); err != nil {
+				if h, err = sim.Start(ctx, st, cfg, engine.Config{Workers: workers, AgentGrace: grace}, quiet); err != nil {
 					return err
 				}
 			}
@@ -152,7 +159,7 @@ func simCmd(g *globals) *cobra.Command {
 			if rep.RSSOf != "" {
 				of = " (" + rep.RSSOf + ")"
 			}
-			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d; peak RSS %.0f MiB%s\n", rep.Commands, rep.RanTwice, rep.PeakRSSMiB, of)
+			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d, lost: %d; site agent deaths: %d; peak RSS %.0f MiB%s\n", rep.Commands, rep.RanTwice, rep.Lost, rep.SiteAgentDeaths, rep.PeakRSSMiB, of)
 			return nil
 		},
 	}
@@ -166,8 +173,10 @@ func simCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.BootDelay, "boot-delay", 0, "simulated power-on → ramdisk joined")
 	f.Float64Var(&cfg.Faults.BMCErrorRate, "bmc-error-rate", 0, "fraction of BMC commands that fail")
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
+	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose in-process site agent dies holding them (before or after running them, never reporting); a standby agent takes over and the engine's grace period decides what was lost")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
+	f.DurationVar(&grace, "agent-grace", 0, "how long a departed agent may take to reconnect before what it never acknowledged moves to another agent and what it acknowledged is lost (0: the engine's default, 15s)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.StringVar(&tracePath, "trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
 	f.StringVar(&site, "site", "default", "with --server: the site whose pool \"default\" the simulated machines are enrolled in")

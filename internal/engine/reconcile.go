@@ -592,7 +592,12 @@ func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.F
 	if err := r.event("workflow.step", r.n.State, r.n.State, msg, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "attempt": wf.StepAttempt, "result": "failed"}); err != nil {
 		return err
 	}
-	if retryable && wf.StepAttempt <= st.Retries && fault != provision.FaultWorkflowTimeout {
+	if retryable && st.RetryFrom != "" && fault != provision.FaultWorkflowTimeout {
+		again, err := r.retryFrom(wf, st)
+		if err != nil || again {
+			return err
+		}
+	} else if retryable && wf.StepAttempt <= st.Retries && fault != provision.FaultWorkflowTimeout {
 		wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, ""
 		return r.saveWorkflow(wf)
 	}
@@ -604,6 +609,50 @@ func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.F
 		return r.saveWorkflow(wf)
 	}
 	return r.nextStep(wf)
+}
+
+// retryFrom retries a step with workflow.Step.RetryFrom from the last earlier step of that use,
+// while the step has sent no more commands than its retries allow; false when they are spent
+// (the step fails).
+func (r *run) retryFrom(wf *store.Workflow, st workflow.Step) (bool, error) {
+	kind, err := workflow.LookupStep(st.Use)
+	if err != nil {
+		return false, err
+	}
+	sent, err := r.tx.CommandsOfWorkflow(r.ctx, wf.ID, kind.Command)
+	if err != nil {
+		return false, err
+	}
+	tries := 0
+	for _, c := range sent {
+		if c.StepIndex == wf.StepIndex {
+			tries++
+		}
+	}
+	if tries > st.Retries {
+		return false, nil
+	}
+	src := wf.Steps
+	if wf.Phase == "cleanup" {
+		src = wf.Cleanup
+	}
+	steps, err := r.e.decodeSteps(src)
+	if err != nil {
+		return false, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
+	}
+	for i := wf.StepIndex - 1; i >= 0; i-- {
+		if steps[i].Use != st.RetryFrom {
+			continue
+		}
+		if err := r.event("workflow.step", r.n.State, r.n.State, fmt.Sprintf("retrying %s from %s (attempt %d of %d)", st, steps[i], tries+1, st.Retries+1),
+			map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "retryFrom": i, "result": "retry"}); err != nil {
+			return false, err
+		}
+		wf.StepIndex = i
+		wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
+		return true, r.saveWorkflow(wf)
+	}
+	return false, fmt.Errorf("step %s of workflow %s retries from %s, which does not come before it", st, wf.ID, st.RetryFrom)
 }
 
 func (r *run) finish(wf *store.Workflow) error {

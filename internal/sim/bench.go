@@ -62,19 +62,26 @@ type Report struct {
 	Commands    int           `json:"commands"`
 	RanTwice    int           `json:"commandsRunTwice"`
 	EnrollTotal time.Duration `json:"enrollApiNs"`
+	// SiteAgentDeaths and Lost: site agents that died holding commands (Faults.SiteAgentDeath)
+	// and the commands that became lost (acknowledged by an agent that went away).
+	SiteAgentDeaths int `json:"siteAgentDeaths"`
+	Lost            int `json:"commandsLost"`
 }
 
 // RunPhases enrolls n nodes and takes them through enroll → ready, deploy → deployed and
-// undeploy → ready, timing each phase from the verbs to the last node resting.
-func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, progress func(phase string, done, total int)) (Report, error) {
-	rep := Report{Engine: h.control().Engine(), Nodes: n}
+// undeploy → ready, timing each phase from the verbs to the last node resting. A node that
+// failed (injected faults) rests in maintenance and leaves the run: the next phase takes the
+// nodes the last one brought to its state.
+func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, progress func(phase string, done, total int)) (rep Report, err error) {
+	rep = Report{Engine: h.control().Engine(), Nodes: n}
+	defer func() { h.finish(ctx, &rep) }()
 	t0 := h.mark()
 	ids, err := h.Enroll(ctx, "sim", n)
 	if err != nil {
 		return rep, err
 	}
 	rep.EnrollTotal = time.Since(t0.at)
-	phase, err := h.measure(ctx, "enroll → ready", ids, t0, "ready", timeout, progress)
+	phase, ids, err := h.measure(ctx, "enroll → ready", ids, t0, "ready", timeout, progress)
 	rep.Phases = append(rep.Phases, phase)
 	if err != nil {
 		return rep, err
@@ -83,7 +90,7 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "sim-image"}); err != nil {
 		return rep, err
 	}
-	phase, err = h.measure(ctx, "deploy → deployed", ids, t1, "deployed", timeout, progress)
+	phase, ids, err = h.measure(ctx, "deploy → deployed", ids, t1, "deployed", timeout, progress)
 	rep.Phases = append(rep.Phases, phase)
 	if err != nil {
 		return rep, err
@@ -92,8 +99,14 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err := h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{Wipe: "quick"}); err != nil {
 		return rep, err
 	}
-	phase, err = h.measure(ctx, "undeploy → ready", ids, t2, "ready", timeout, progress)
+	phase, _, err = h.measure(ctx, "undeploy → ready", ids, t2, "ready", timeout, progress)
 	rep.Phases = append(rep.Phases, phase)
+	return rep, err
+}
+
+// finish adds what the whole run did to rep: commands run (and run twice), site agent deaths,
+// lost commands, the peak RSS.
+func (h *Harness) finish(ctx context.Context, rep *Report) {
 	execs := h.Sim.Executions()
 	rep.Commands = len(execs)
 	for _, c := range execs {
@@ -101,28 +114,39 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 			rep.RanTwice++
 		}
 	}
+	rep.SiteAgentDeaths = h.Sim.SiteAgentDeaths()
+	if !h.remote() {
+		if byState, err := h.Store.CountCommandsByState(ctx); err == nil {
+			rep.Lost = byState["lost"]
+		}
+	}
 	rep.PeakRSSMiB = peakRSSMiB()
 	if h.remote() {
 		rep.PeakRSSMiB, rep.RSSOf = h.serverPeak, "server, sampled"
 	}
-	return rep, err
 }
 
-// measure waits until every node rests and computes the phase's figures from the nodes'
-// update times.
-func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark, want string, timeout time.Duration, progress func(string, int, int)) (Phase, error) {
+// measure waits until every node of ids rests (in want, or failed) and computes the phase's
+// figures from the nodes' update times. It returns the nodes that reached want.
+func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark, want string, timeout time.Duration, progress func(string, int, int)) (Phase, []string, error) {
 	p := Phase{Name: name, Nodes: len(ids)}
 	start := m.at
 	deadline := time.Now().Add(timeout)
+	// Nodes outside this phase may already be in want or failed (failed in an earlier phase,
+	// or another run's on a shared server): the phase counts what changed.
+	base, err := h.control().CountByState(ctx)
+	if err != nil {
+		return p, nil, err
+	}
 	for {
 		counts, err := h.control().CountByState(ctx)
 		if err != nil {
-			return p, err
+			return p, nil, err
 		}
 		if rss, ok := h.control().ServerRSSMiB(ctx); ok && rss > h.serverPeak {
 			h.serverPeak = rss
 		}
-		rested := counts[want] + counts["failed"]
+		rested := counts[want] - base[want] + counts["failed"] - base["failed"]
 		if progress != nil {
 			progress(name, rested, len(ids))
 		}
@@ -131,11 +155,11 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 		}
 		select {
 		case err := <-h.Sim.Errors():
-			return p, fmt.Errorf("%s: simulated agent: %w", name, err)
+			return p, nil, fmt.Errorf("%s: simulated agent: %w", name, err)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return p, fmt.Errorf("%s: %d of %d nodes rested after %s (%v)", name, rested, len(ids), timeout, counts)
+			return p, nil, fmt.Errorf("%s: %d of %d nodes rested after %s (%v)", name, rested, len(ids), timeout, counts)
 		}
 		// Counting the nodes by state reads every node: often enough for the phase's total
 		// (the per-node figures come from the nodes' own update times), rarely enough not to
@@ -152,11 +176,15 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	var lat []time.Duration
 	nodes, err := h.control().NodeTimes(ctx, ids)
 	if err != nil {
-		return p, err
+		return p, nil, err
 	}
+	var reached []string
 	for _, n := range nodes {
-		if n.State == "failed" {
+		switch n.State {
+		case "failed":
 			p.Failed++
+		case want:
+			reached = append(reached, n.ID)
 		}
 		lat = append(lat, n.UpdatedAt.Sub(start))
 	}
@@ -164,7 +192,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	if len(lat) > 0 {
 		p.P50, p.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	}
-	return p, nil
+	return p, reached, nil
 }
 
 // mark is the start of a phase: the time, the process's CPU time and the writer's busy time.
@@ -256,7 +284,7 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 	}
 	rep.Approve = time.Since(t2.at)
 	h.Engine.Nudge()
-	rep.Rest, err = h.measure(ctx, "approval → "+want, ids, t2, want, timeout, progress)
+	rep.Rest, _, err = h.measure(ctx, "approval → "+want, ids, t2, want, timeout, progress)
 	return rep, err
 }
 

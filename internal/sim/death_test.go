@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
@@ -61,7 +62,7 @@ func hasReason(rs []string, s string) bool {
 // so the step is done without a second power action and the node is ready.
 func TestLostPowerOffThatTookEffect(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		h, id := oneNode(t, st, Config{Faults: Faults{DieAfter: map[string]bool{"bmc.power:off": true}}}, "0s", "lost-done")
+		h, id := oneNode(t, st, Config{Faults: Faults{DieAfter: map[string]int{"bmc.power:off": 1}}}, "0s", "lost-done")
 		n := rest(t, h, []string{id})[id]
 		if n.State != "ready" || n.Maintenance || n.Power != "off" {
 			t.Fatalf("node %s, maintenance %v, power %s (fault %s: %s), want ready and off", n.State, n.Maintenance, n.Power, n.FaultCode, n.FaultMsg)
@@ -95,7 +96,7 @@ func TestLostPowerOffThatTookEffect(t *testing.T) {
 // same way and the node fails with the step, in maintenance. No lost command ever ran.
 func TestLostPowerOffThatDidNot(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		h, id := oneNode(t, st, Config{Faults: Faults{DieBefore: map[string]bool{"bmc.power:off": true}}}, "0s", "lost-retry")
+		h, id := oneNode(t, st, Config{Faults: Faults{DieBefore: map[string]int{"bmc.power:off": 2}}}, "0s", "lost-retry")
 		n := rest(t, h, []string{id})[id]
 		if n.FaultCode != "STEP_FAILED" || !n.Maintenance || !strings.Contains(n.FaultMsg, "bmc.power was lost and did not take effect: power is on, not off") {
 			t.Fatalf("node %s, fault %s (%s), maintenance %v: want failed by the step, in maintenance", n.State, n.FaultCode, n.FaultMsg, n.Maintenance)
@@ -120,4 +121,109 @@ func TestLostPowerOffThatDidNot(t *testing.T) {
 			t.Error("the machine is off: no power off ran")
 		}
 	})
+}
+
+// TestLifecycleUnderFaults takes nodes through the benchmark's three phases while the site
+// agent dies holding commands, BMCs fail and wipes do not read back: every node ends ready or
+// failed in maintenance with its fault, a failed node leaves the run, no command runs twice,
+// and what the dead agents acknowledged is lost.
+func TestLifecycleUnderFaults(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, err := Start(ctx, st, Config{Seed: 7, Faults: Faults{SiteAgentDeath: 0.02, BMCErrorRate: 0.02, WipeReadbackFail: 0.05}}, engineConfig(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	const n = 30
+	rep, err := h.RunPhases(ctx, n, time.Minute, nil)
+	if err != nil {
+		logUnrested(t, st)
+		t.Fatal(err)
+	}
+	if len(rep.Phases) != 3 {
+		t.Fatalf("%d phases, want 3", len(rep.Phases))
+	}
+	for i, p := range rep.Phases[1:] {
+		if prev := rep.Phases[i]; p.Nodes != prev.Nodes-prev.Failed {
+			t.Errorf("%s took %d nodes, want the %d that %s did not fail", p.Name, p.Nodes, prev.Nodes-prev.Failed, prev.Name)
+		}
+	}
+	if rep.RanTwice != 0 || rep.SiteAgentDeaths == 0 || rep.Lost == 0 {
+		t.Errorf("run twice %d, site agent deaths %d, lost %d: want none run twice, and deaths that lost commands", rep.RanTwice, rep.SiteAgentDeaths, rep.Lost)
+	}
+	nodes, err := st.Nodes(ctx, store.NodeFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, nd := range nodes {
+		switch {
+		case nd.State == "ready" && !nd.Maintenance && nd.TargetState == "":
+		case nd.State == "failed" && nd.Maintenance && nd.FaultCode != "" && nd.FaultMsg != "":
+			failed++
+		default:
+			t.Errorf("node %s: %s → %q, maintenance %v, fault %q: want ready, or failed in maintenance with its fault", nd.Name, nd.State, nd.TargetState, nd.Maintenance, nd.FaultCode)
+		}
+	}
+	if sum := rep.Phases[0].Failed + rep.Phases[1].Failed + rep.Phases[2].Failed; len(nodes) != n || failed != sum {
+		t.Errorf("%d nodes, %d failed; the phases counted %d failed", len(nodes), failed, sum)
+	}
+}
+
+// logUnrested logs the commands and open workflow of every node that is not at rest.
+func logUnrested(t *testing.T, st *store.Store) {
+	ctx := context.Background()
+	nodes, err := st.Nodes(ctx, store.NodeFilter{Limit: 10000})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, n := range nodes {
+		if n.TargetState == "" {
+			continue
+		}
+		t.Logf("node %s: %s → %s", n.Name, n.State, n.TargetState)
+		if wfs, err := st.Workflows(ctx, n.ID, 1); err == nil && len(wfs) > 0 {
+			w := wfs[0]
+			t.Logf("  workflow %s %s: %s step %d attempt %d, command %s, deadline in %s", w.Profile, w.ID, w.State, w.StepIndex, w.StepAttempt, w.CurrentCommand, time.Until(store.Micros(w.StepDeadline)).Round(time.Second))
+		}
+		cmds, _ := st.Commands(ctx, n.ID, 1000)
+		for _, c := range cmds {
+			t.Logf("  %s %s %s on %q (attempts %d) %s", c.ID, c.Kind, c.State, c.TargetAgent, c.Attempts, c.Error)
+		}
+	}
+}
+
+// The site agent power-cycles the node into its ramdisk, then dies before it reports: the
+// ramdisk boots and uses its boot entry's one-time token while the cycle is lost. Retried
+// alone, the next cycle would boot a ramdisk with no token to join with; it is retried from
+// boot.prepareRamdisk, whose new entry the next boot joins with, and the node is ready.
+func TestLostPowerCycleIsRetriedWithANewBootEntry(t *testing.T) {
+	h, id := oneNode(t, storetest.Open(t, store.SQLite), Config{Faults: Faults{DieAfter: map[string]int{"bmc.power:cycle": 1}}}, "0s", "lost-cycle")
+	st := h.Store
+	n := rest(t, h, []string{id})[id]
+	if n.State != "ready" || n.Maintenance {
+		t.Fatalf("node %s, maintenance %v (fault %s: %s), want ready", n.State, n.Maintenance, n.FaultCode, n.FaultMsg)
+	}
+	cycles, _ := powerCommands(t, st, id, "cycle")
+	if len(cycles) != 2 || cycles[0].State != "lost" || h.Sim.Executions()[cycles[0].ID] != 1 || cycles[1].State != "succeeded" {
+		t.Fatalf("power cycles %+v: want the lost one (run once), then one that succeeded", cycles)
+	}
+	cmds, err := st.Commands(context.Background(), id, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prepared := 0
+	for _, c := range cmds {
+		if c.Kind == "boot.prepareRamdisk" && c.WorkflowID == cycles[0].WorkflowID {
+			prepared++
+		}
+	}
+	if prepared != 2 {
+		t.Errorf("%d ramdisk boot entries in the lost cycle's workflow, want 2 (one per cycle)", prepared)
+	}
+	if rs := reasons(t, st, id); !hasReason(rs, "retrying power.cycle{action: cycle} from boot.prepareRamdisk (attempt 2 of 2)") {
+		t.Errorf("step events %q: want the retry from boot.prepareRamdisk", rs)
+	}
 }

@@ -56,9 +56,10 @@ type Faults struct {
 	// agent never acknowledged, and makes what it acknowledged lost once its grace period
 	// passed — never sent again.
 	SiteAgentDeath float64
-	// DieBefore and DieAfter make the in-process site agent die before or after running each
-	// command they name: "kind:action" (bmc.power:off) or a kind.
-	DieBefore, DieAfter map[string]bool
+	// DieBefore and DieAfter make the in-process site agent die before or after running the
+	// commands they name ("kind:action", e.g. bmc.power:off, or a kind), as many times as the
+	// count says.
+	DieBefore, DieAfter map[string]int
 }
 
 // death is when a site agent dies holding a command.
@@ -73,20 +74,28 @@ const (
 // deathOf decides whether the site agent dies holding c (Faults.SiteAgentDeath, DieBefore,
 // DieAfter).
 func (s *Sim) deathOf(c store.Command) death {
-	f := s.faults()
+	s.fmu.Lock()
+	f := s.cfg.Faults
 	if len(f.DieBefore)+len(f.DieAfter) > 0 {
 		key := c.Kind
 		var args siteArgs
 		if json.Unmarshal([]byte(c.Args), &args) == nil && args.Action != "" {
 			key += ":" + args.Action
 		}
-		switch {
-		case f.DieBefore[key] || f.DieBefore[c.Kind]:
-			return diesBefore
-		case f.DieAfter[key] || f.DieAfter[c.Kind]:
-			return diesAfter
+		for _, d := range []struct {
+			m    map[string]int
+			when death
+		}{{f.DieBefore, diesBefore}, {f.DieAfter, diesAfter}} {
+			for _, k := range []string{key, c.Kind} {
+				if d.m[k] > 0 {
+					d.m[k]--
+					s.fmu.Unlock()
+					return d.when
+				}
+			}
 		}
 	}
+	s.fmu.Unlock()
 	if !s.chance(f.SiteAgentDeath) {
 		return lives
 	}

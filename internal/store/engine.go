@@ -288,6 +288,11 @@ func (s *Store) Command(ctx context.Context, id string) (Command, error) {
 	return c, err
 }
 
+// CountCommandsByState counts every command by its state.
+func (s *Store) CountCommandsByState(ctx context.Context) (map[string]int, error) {
+	return s.countBy(ctx, `SELECT state, COUNT(*) FROM commands GROUP BY state`, "commands per state")
+}
+
 // Commands lists commands of a node (or all when nodeID is empty), oldest first.
 func (s *Store) Commands(ctx context.Context, nodeID string, limit int) ([]Command, error) {
 	rows, err := s.queryRows(ctx, `SELECT `+commandCols+` FROM commands WHERE ? = '' OR node_id = ? ORDER BY created_at, id LIMIT ?`, nodeID, nodeID, limit)

@@ -236,19 +236,24 @@ func (s *Store) Nodes(ctx context.Context, f NodeFilter) ([]Node, error) {
 
 // CountByState counts nodes per state (metrics, doctor).
 func (s *Store) CountByState(ctx context.Context) (map[string]int, error) {
-	rows, err := s.queryRows(ctx, `SELECT state, COUNT(*) FROM nodes GROUP BY state`)
+	return s.countBy(ctx, `SELECT state, COUNT(*) FROM nodes GROUP BY state`, "nodes per state")
+}
+
+// countBy runs q, which selects (key, count) rows, into a map; what names them in errors.
+func (s *Store) countBy(ctx context.Context, q, what string) (map[string]int, error) {
+	rows, err := s.queryRows(ctx, q)
 	if err != nil {
-		return nil, fmt.Errorf("counting nodes per state: %w", err)
+		return nil, fmt.Errorf("counting %s: %w", what, err)
 	}
 	defer rows.Close()
 	out := map[string]int{}
 	for rows.Next() {
-		var st string
+		var k string
 		var n int
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, fmt.Errorf("reading node count: %w", err)
+		if err := rows.Scan(&k, &n); err != nil {
+			return nil, fmt.Errorf("reading the count of %s: %w", what, err)
 		}
-		out[st] = n
+		out[k] = n
 	}
 	return out, rows.Err()
 }

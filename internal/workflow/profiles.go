@@ -31,6 +31,12 @@ type Step struct {
 	// When makes the step conditional: it runs only when the condition holds when the step
 	// starts, else it is skipped (see Condition). Set by composite steps; empty: always.
 	When Condition `json:"when,omitempty"`
+	// RetryFrom makes a retry of the step start again at the last earlier step of that use,
+	// within the step's retries (counted by the commands it sent). A power cycle into a
+	// ramdisk is retried from boot.prepareRamdisk: the boot entry's one-time token may have
+	// been used by a boot that happened (a lost cycle), and the next boot needs a new one. Set
+	// by composite steps only.
+	RetryFrom string `json:"retryFrom,omitempty"`
 }
 
 // Condition is when a conditional step runs.
@@ -176,7 +182,7 @@ var stepKinds = []StepKind{
 		{Use: "await.macCandidate", When: WhenNoMACs},
 		{Use: "boot.prepareRamdisk"},
 		{Use: "management.setBootDevice", Args: map[string]string{"device": "pxe"}},
-		{Use: "power.cycle"},
+		{Use: "power.cycle", RetryFrom: "boot.prepareRamdisk"},
 		{Use: "await.ramdisk"},
 	}},
 	{Use: "inventory.refresh", Command: "inventory.refresh", Timeout: 5 * time.Minute, Retries: 2},
@@ -344,7 +350,7 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 				out = append(out, sub...)
 				continue
 			}
-			filled := Step{Use: st.Use, On: st.On, Timeout: st.Timeout, Retries: st.Retries, When: st.When, Args: map[string]string{}}
+			filled := Step{Use: st.Use, On: st.On, Timeout: st.Timeout, Retries: st.Retries, When: st.When, RetryFrom: st.RetryFrom, Args: map[string]string{}}
 			maps.Copy(filled.Args, k.Args)
 			for key, v := range st.Args {
 				if name, ok := strings.CutPrefix(v, "$"); ok {

@@ -215,3 +215,29 @@ func TestLostCheckFor(t *testing.T) {
 		}
 	}
 }
+
+// A step that retries from an earlier step finds one of that use before it, in every built-in
+// profile.
+func TestRetryFromComesBefore(t *testing.T) {
+	found := 0
+	for _, p := range Builtin() {
+		r, err := Resolve(p, map[string]string{"wipe": "quick", "image": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, steps := range [][]Step{r.Steps, r.Cleanup} {
+			for i, st := range steps {
+				if st.RetryFrom == "" {
+					continue
+				}
+				found++
+				if !slices.ContainsFunc(steps[:i], func(s Step) bool { return s.Use == st.RetryFrom }) {
+					t.Errorf("%s: step %d %s retries from %s, which does not come before it", p.Name, i, st, st.RetryFrom)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Error("no built-in step retries from an earlier one")
+	}
+}
