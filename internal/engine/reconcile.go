@@ -293,13 +293,9 @@ func (r *run) toCleanup(wf *store.Workflow) {
 
 // advance runs the workflow's current step as far as it can go now.
 func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
-	src := wf.Steps
-	if wf.Phase == "cleanup" {
-		src = wf.Cleanup
-	}
-	steps, err := r.e.decodeSteps(src)
+	steps, err := r.e.stepsOf(wf)
 	if err != nil {
-		return 0, false, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
+		return 0, false, err
 	}
 	if wf.StepIndex >= len(steps) {
 		if wf.Phase == "steps" {
@@ -632,13 +628,9 @@ func (r *run) retryFrom(wf *store.Workflow, st workflow.Step) (bool, error) {
 	if tries > st.Retries {
 		return false, nil
 	}
-	src := wf.Steps
-	if wf.Phase == "cleanup" {
-		src = wf.Cleanup
-	}
-	steps, err := r.e.decodeSteps(src)
+	steps, err := r.e.stepsOf(wf)
 	if err != nil {
-		return false, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
+		return false, err
 	}
 	for i := wf.StepIndex - 1; i >= 0; i-- {
 		if steps[i].Use != st.RetryFrom {
@@ -738,6 +730,19 @@ func (r *run) controlPlane(st workflow.Step) error {
 		return r.startLinger()
 	}
 	return fmt.Errorf("step %s has no control-plane implementation", st.Use)
+}
+
+// stepsOf returns the steps of the workflow's current phase (its steps, or its cleanup).
+func (e *Engine) stepsOf(wf *store.Workflow) ([]workflow.Step, error) {
+	src := wf.Steps
+	if wf.Phase == "cleanup" {
+		src = wf.Cleanup
+	}
+	steps, err := e.decodeSteps(src)
+	if err != nil {
+		return nil, fmt.Errorf("decoding steps of workflow %s: %w", wf.ID, err)
+	}
+	return steps, nil
 }
 
 // decodeSteps decodes a workflow's step list, once per distinct JSON (e.steps).
