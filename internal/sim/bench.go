@@ -75,7 +75,10 @@ type Report struct {
 func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, progress func(phase string, done, total int)) (rep Report, err error) {
 	rep = Report{Engine: h.control().Engine(), Nodes: n}
 	defer func() { h.finish(ctx, &rep) }()
-	t0 := h.mark()
+	t0, err := h.mark(ctx)
+	if err != nil {
+		return rep, err
+	}
 	ids, err := h.Enroll(ctx, "sim", n)
 	if err != nil {
 		return rep, err
@@ -86,7 +89,10 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err != nil {
 		return rep, err
 	}
-	t1 := h.mark()
+	t1, err := h.mark(ctx)
+	if err != nil {
+		return rep, err
+	}
 	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "sim-image"}); err != nil {
 		return rep, err
 	}
@@ -95,7 +101,10 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err != nil {
 		return rep, err
 	}
-	t2 := h.mark()
+	t2, err := h.mark(ctx)
+	if err != nil {
+		return rep, err
+	}
 	if err := h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{Wipe: "quick"}); err != nil {
 		return rep, err
 	}
@@ -133,11 +142,9 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	start := m.at
 	deadline := time.Now().Add(timeout)
 	// Nodes outside this phase may already be in want or failed (failed in an earlier phase,
-	// or another run's on a shared server): the phase counts what changed.
-	base, err := h.control().CountByState(ctx)
-	if err != nil {
-		return p, nil, err
-	}
+	// or another run's on a shared server): the phase counts what changed since its mark,
+	// taken before its verbs or enrolments.
+	base := m.counts
 	for {
 		counts, err := h.control().CountByState(ctx)
 		if err != nil {
@@ -195,14 +202,17 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	return p, reached, nil
 }
 
-// mark is the start of a phase: the time, the process's CPU time and the writer's busy time.
+// mark is the start of a phase: the time, the process's CPU time, the writer's busy time and
+// the nodes per state.
 type mark struct {
 	at        time.Time
 	cpu, busy time.Duration
+	counts    map[string]int
 }
 
-func (h *Harness) mark() mark {
-	return mark{at: time.Now(), cpu: cpuTime(), busy: h.control().WriterBusy()}
+func (h *Harness) mark(ctx context.Context) (mark, error) {
+	counts, err := h.control().CountByState(ctx)
+	return mark{at: time.Now(), cpu: cpuTime(), busy: h.control().WriterBusy(), counts: counts}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).
@@ -276,7 +286,10 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
 		}
 	}
-	t2 := h.mark()
+	t2, err := h.mark(ctx)
+	if err != nil {
+		return rep, err
+	}
 	for i := range required {
 		if _, err := h.Metal.Approve(ctx, auth.Principal{Name: fmt.Sprintf("approver-%d", i), Role: auth.Approver}, res.Batch.ID, "benchmark"); err != nil {
 			return rep, err

@@ -1,0 +1,72 @@
+package sim
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+)
+
+// countingControl is a Control whose node counts are a script: the first call answers before,
+// every later one after; the phase's nodes are in states.
+type countingControl struct {
+	mu            sync.Mutex
+	calls         int
+	before, after map[string]int
+	states        map[string]string
+}
+
+func (c *countingControl) Engine() string { return "fake" }
+func (c *countingControl) Enroll(context.Context, metal.EnrollInput) (string, error) {
+	return "", nil
+}
+func (c *countingControl) Apply(context.Context, provision.Verb, metal.VerbInput) error { return nil }
+func (c *countingControl) CountByState(context.Context) (map[string]int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls++
+	if c.calls == 1 {
+		return c.before, nil
+	}
+	return c.after, nil
+}
+func (c *countingControl) NodeTimes(_ context.Context, ids []string) ([]NodeTime, error) {
+	var out []NodeTime
+	for _, id := range ids {
+		out = append(out, NodeTime{ID: id, State: c.states[id], UpdatedAt: time.Now()})
+	}
+	return out, nil
+}
+func (c *countingControl) Nudge()                    {}
+func (c *countingControl) WriterBusy() time.Duration { return 0 }
+func (c *countingControl) ServerRSSMiB(context.Context) (float64, bool) {
+	return 0, false
+}
+
+// A phase counts the nodes that reached its state or failed since its mark, taken before its
+// verbs: nodes that failed in an earlier phase do not end it early, and one of its own that
+// failed before the first count does not keep it waiting.
+func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
+	ctl := &countingControl{
+		before: map[string]int{"failed": 5, "deployed": 7},
+		after:  map[string]int{"failed": 6, "deployed": 9},
+		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed"},
+	}
+	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
+	ctx := context.Background()
+	m, err := h.mark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, reached, err := h.measure(ctx, "deploy → deployed", []string{"a", "b", "c"}, m, "deployed", 5*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
+		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
+	}
+}
