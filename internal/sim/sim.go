@@ -115,7 +115,8 @@ func (s *Sim) died(life context.Context, die context.CancelFunc) {
 	die()
 }
 
-// SiteAgentDeaths counts the in-process site agents that died (Faults.SiteAgentDeath).
+// SiteAgentDeaths counts the in-process site agents that died (Faults.SiteAgentDeath,
+// DieBefore, DieAfter).
 func (s *Sim) SiteAgentDeaths() int { return int(s.deaths.Load()) }
 
 // Config of a simulation.
@@ -274,7 +275,7 @@ func (s *Sim) Errors() <-chan error { return s.errs }
 func (s *Sim) Wait() { s.wg.Wait() }
 
 // RunSiteAgent serves the site's commands as site agent id until ctx ends. When the agent dies
-// (Faults.SiteAgentDeath) a standby takes over as id.1, id.2, …
+// (Faults.SiteAgentDeath, DieBefore, DieAfter) a standby takes over as id.1, id.2, …
 func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 	for n := 0; ctx.Err() == nil; n++ {
 		a := engine.Agent{ID: id, Kind: "site", SiteID: s.cfg.SiteID}
@@ -347,7 +348,7 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 					s.died(ctx, die)
 				}
 				if ctx.Err() != nil {
-					return // the agent is dead (or stopped): what it had not started never runs
+					return // the agent is dead, or its machine went down: what it had not started never runs
 				}
 				s.counted(c.ID)
 				if s.faults().Hang[c.Kind] {
