@@ -63,10 +63,10 @@ func simCmd(g *globals) *cobra.Command {
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			var h *sim.Harness
 			switch {
-			case cfg.Faults.SiteAgentDeath < 0 || cfg.Faults.SiteAgentDeath > 1:
-				return fmt.Errorf("--site-agent-death-rate %g: accepted is a fraction from 0 to 1", cfg.Faults.SiteAgentDeath)
-			case cfg.Faults.SiteAgentDeath > 0 && (remote || overGateway):
-				return fmt.Errorf("--site-agent-death-rate kills the in-process site agent: it does not combine with --server or --gateway (there agentlink restarts with its journal)")
+			case cfg.Faults.SiteAgentDeath < 0 || cfg.Faults.SiteAgentDeath > 1 || cfg.Faults.RamdiskDeath < 0 || cfg.Faults.RamdiskDeath > 1:
+				return fmt.Errorf("--site-agent-death-rate %g, --ramdisk-death-rate %g: accepted are fractions from 0 to 1", cfg.Faults.SiteAgentDeath, cfg.Faults.RamdiskDeath)
+			case cfg.Faults.SiteAgentDeath+cfg.Faults.RamdiskDeath > 0 && (remote || overGateway):
+				return fmt.Errorf("--site-agent-death-rate and --ramdisk-death-rate kill in-process agents: they do not combine with --server or --gateway (there agentlink restarts with its journal)")
 			case grace < 0:
 				return fmt.Errorf("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
 			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0):
@@ -159,7 +159,7 @@ func simCmd(g *globals) *cobra.Command {
 			if rep.RSSOf != "" {
 				of = " (" + rep.RSSOf + ")"
 			}
-			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d, lost: %d; site agent deaths: %d; peak RSS %.0f MiB%s\n", rep.Commands, rep.RanTwice, rep.Lost, rep.SiteAgentDeaths, rep.PeakRSSMiB, of)
+			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d, lost: %d; deaths: %d site agents, %d ramdisks; peak RSS %.0f MiB%s\n", rep.Commands, rep.RanTwice, rep.Lost, rep.SiteAgentDeaths, rep.RamdiskDeaths, rep.PeakRSSMiB, of)
 			return nil
 		},
 	}
@@ -173,6 +173,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.BootDelay, "boot-delay", 0, "simulated power-on → ramdisk joined")
 	f.Float64Var(&cfg.Faults.BMCErrorRate, "bmc-error-rate", 0, "fraction of BMC commands that fail")
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
+	f.Float64Var(&cfg.Faults.RamdiskDeath, "ramdisk-death-rate", 0, "fraction of commands whose in-process ramdisk crashes holding them (the machine stays on, hung); the engine fails the step once the grace period has passed")
 	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose in-process site agent dies holding them (before or after running them, never reporting); a standby agent takes over and the engine's grace period decides what was lost")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")

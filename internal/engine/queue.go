@@ -165,6 +165,15 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 				return err
 			}
 			nodes = append(nodes, ns...)
+			// A departed ramdisk leaves behind what was queued for it and never taken: its step
+			// ends without waiting for its deadline (run.advance).
+			waiting, err := tx.NodeWaitingForRamdisk(ctx, id)
+			if err != nil {
+				return err
+			}
+			if waiting != "" {
+				nodes = append(nodes, waiting)
+			}
 			if err := tx.MarkAgentReaped(ctx, id); err != nil {
 				return err
 			}

@@ -379,7 +379,39 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 				if check, ok := workflow.LostCheckFor(kind, st); ok && command.State(c.State) == command.Lost && slices.Contains(wf.CommandKinds, workflow.LostCheckCommand) {
 					return 0, true, r.checkLost(wf, st, c, check)
 				}
-				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, true)
+				retry := true
+				if command.State(c.State) == command.Lost && c.RunsOn == string(command.OnRamdisk) {
+					// Its ramdisk went away holding it: a retry waits for a ramdisk only if one
+					// came back.
+					gone, err := r.ramdiskGone(c, now)
+					if err != nil {
+						return 0, false, err
+					}
+					retry = !gone
+				}
+				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, retry)
+			case command.Queued:
+				if c.RunsOn != string(command.OnRamdisk) {
+					break
+				}
+				// Waiting for the node's ramdisk longer than an agent may take to come back:
+				// gone (crashed, or its host hung) means it never comes; the step ends then, not
+				// at its deadline (up to a day for a wipe). Until then, look again at that time.
+				if grace := r.e.cfg.AgentGrace.Microseconds(); now-wf.StepStartedAt < grace {
+					return time.Duration(min(wf.StepDeadline, wf.StepStartedAt+grace)-now) * time.Microsecond, false, nil
+				}
+				gone, err := r.ramdiskGone(c, now)
+				if err != nil || !gone {
+					break
+				}
+				msg := fmt.Sprintf("the node's ramdisk went away before it took %s (gone longer than %s)", c.Kind, r.e.cfg.AgentGrace)
+				if err := r.cancelCurrent(wf, msg); err != nil {
+					return 0, false, err
+				}
+				if kind.FallBack {
+					return 0, true, r.fallBack(wf, st, msg)
+				}
+				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, false)
 			}
 		}
 	}
@@ -466,6 +498,12 @@ func (r *run) ramdiskUp() (bool, error) {
 	}
 	boot, err := r.tx.LastBootCommandAt(r.ctx, r.n.ID)
 	return FastTrackable(r.n.Power, since, boot), err
+}
+
+// ramdiskGone reports whether the node's ramdisk of c's generation is gone: none connected, and
+// none seen within the agents' grace period before now.
+func (r *run) ramdiskGone(c store.Command, now int64) (bool, error) {
+	return r.tx.NodeAgentGone(r.ctx, r.n.ID, "node", c.Generation, now-r.e.cfg.AgentGrace.Microseconds())
 }
 
 // FastTrackable decides whether a node's ramdisk can be used as it is: powered on, and its

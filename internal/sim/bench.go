@@ -62,9 +62,11 @@ type Report struct {
 	Commands    int           `json:"commands"`
 	RanTwice    int           `json:"commandsRunTwice"`
 	EnrollTotal time.Duration `json:"enrollApiNs"`
-	// SiteAgentDeaths and Lost: site agents that died holding commands (Faults.SiteAgentDeath)
-	// and the commands that became lost (acknowledged by an agent that went away).
+	// SiteAgentDeaths, RamdiskDeaths and Lost: site agents and ramdisks that died holding
+	// commands (Faults.SiteAgentDeath, RamdiskDeath) and the commands that became lost
+	// (acknowledged by an agent that went away).
 	SiteAgentDeaths int `json:"siteAgentDeaths"`
+	RamdiskDeaths   int `json:"ramdiskDeaths"`
 	Lost            int `json:"commandsLost"`
 }
 
@@ -113,8 +115,8 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	return rep, err
 }
 
-// finish adds what the whole run did to rep: commands run (and run twice), site agent deaths,
-// lost commands, the peak RSS.
+// finish adds what the whole run did to rep: commands run (and run twice), agent deaths, lost
+// commands, the peak RSS.
 func (h *Harness) finish(ctx context.Context, rep *Report) {
 	execs := h.Sim.Executions()
 	rep.Commands = len(execs)
@@ -123,7 +125,7 @@ func (h *Harness) finish(ctx context.Context, rep *Report) {
 			rep.RanTwice++
 		}
 	}
-	rep.SiteAgentDeaths = h.Sim.SiteAgentDeaths()
+	rep.SiteAgentDeaths, rep.RamdiskDeaths = h.Sim.SiteAgentDeaths(), h.Sim.RamdiskDeaths()
 	if !h.remote() {
 		if byState, err := h.Store.CountCommandsByState(ctx); err == nil {
 			rep.Lost = byState["lost"]

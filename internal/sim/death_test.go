@@ -124,13 +124,13 @@ func TestLostPowerOffThatDidNot(t *testing.T) {
 }
 
 // TestLifecycleUnderFaults takes nodes through the benchmark's three phases while the site
-// agent dies holding commands, BMCs fail and wipes do not read back: every node ends ready or
+// agent and ramdisks die holding commands, BMCs fail and wipes do not read back: every node ends ready or
 // failed in maintenance with its fault, a failed node leaves the run, no command runs twice,
 // and what the dead agents acknowledged is lost.
 func TestLifecycleUnderFaults(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	h, err := Start(ctx, st, Config{Seed: 7, Faults: Faults{SiteAgentDeath: 0.02, BMCErrorRate: 0.02, WipeReadbackFail: 0.05}}, engineConfig(), nil)
+	h, err := Start(ctx, st, Config{Seed: 7, Faults: Faults{SiteAgentDeath: 0.02, RamdiskDeath: 0.01, BMCErrorRate: 0.02, WipeReadbackFail: 0.05}}, engineConfig(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,30 +200,78 @@ func logUnrested(t *testing.T, st *store.Store) {
 // alone, the next cycle would boot a ramdisk with no token to join with; it is retried from
 // boot.prepareRamdisk, whose new entry the next boot joins with, and the node is ready.
 func TestLostPowerCycleIsRetriedWithANewBootEntry(t *testing.T) {
-	h, id := oneNode(t, storetest.Open(t, store.SQLite), Config{Faults: Faults{DieAfter: map[string]int{"bmc.power:cycle": 1}}}, "0s", "lost-cycle")
-	st := h.Store
-	n := rest(t, h, []string{id})[id]
-	if n.State != "ready" || n.Maintenance {
-		t.Fatalf("node %s, maintenance %v (fault %s: %s), want ready", n.State, n.Maintenance, n.FaultCode, n.FaultMsg)
-	}
-	cycles, _ := powerCommands(t, st, id, "cycle")
-	if len(cycles) != 2 || cycles[0].State != "lost" || h.Sim.Executions()[cycles[0].ID] != 1 || cycles[1].State != "succeeded" {
-		t.Fatalf("power cycles %+v: want the lost one (run once), then one that succeeded", cycles)
-	}
-	cmds, err := st.Commands(context.Background(), id, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prepared := 0
-	for _, c := range cmds {
-		if c.Kind == "boot.prepareRamdisk" && c.WorkflowID == cycles[0].WorkflowID {
-			prepared++
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		h, id := oneNode(t, st, Config{Faults: Faults{DieAfter: map[string]int{"bmc.power:cycle": 1}}}, "0s", "lost-cycle")
+		n := rest(t, h, []string{id})[id]
+		if n.State != "ready" || n.Maintenance {
+			t.Fatalf("node %s, maintenance %v (fault %s: %s), want ready", n.State, n.Maintenance, n.FaultCode, n.FaultMsg)
 		}
+		cycles, _ := powerCommands(t, st, id, "cycle")
+		if len(cycles) != 2 || cycles[0].State != "lost" || h.Sim.Executions()[cycles[0].ID] != 1 || cycles[1].State != "succeeded" {
+			t.Fatalf("power cycles %+v: want the lost one (run once), then one that succeeded", cycles)
+		}
+		cmds, err := st.Commands(context.Background(), id, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prepared := 0
+		for _, c := range cmds {
+			if c.Kind == "boot.prepareRamdisk" && c.WorkflowID == cycles[0].WorkflowID {
+				prepared++
+			}
+		}
+		if prepared != 2 {
+			t.Errorf("%d ramdisk boot entries in the lost cycle's workflow, want 2 (one per cycle)", prepared)
+		}
+		if rs := reasons(t, st, id); !hasReason(rs, "retrying power.cycle{action: cycle} from boot.prepareRamdisk (attempt 2 of 2)") {
+			t.Errorf("step events %q: want the retry from boot.prepareRamdisk", rs)
+		}
+	})
+}
+
+// The node's ramdisk crashes (the machine stays on, hung) holding its inventory refresh, which
+// its step would retry twice: acknowledged, the command is lost once the grace period passed;
+// not yet acknowledged, it waits for a ramdisk that is gone. Either way, with no ramdisk left to
+// run it, the node fails then, not at the step's deadline, and the command never ran.
+func TestRamdiskDeathFailsTheStepAtOnce(t *testing.T) {
+	// faults are made for each run: a run uses up its deaths.
+	cases := []struct {
+		name   string
+		faults func() Faults
+		fault  string
+		state  string
+	}{
+		{"acknowledged", func() Faults { return Faults{DieBefore: map[string]int{"inventory.refresh": 1}} }, "inventory.refresh lost", "lost"},
+		{"not acknowledged", func() Faults { return Faults{DieOnClaim: map[string]int{"inventory.refresh": 1}} }, "the node's ramdisk went away before it took inventory.refresh", "failed"},
 	}
-	if prepared != 2 {
-		t.Errorf("%d ramdisk boot entries in the lost cycle's workflow, want 2 (one per cycle)", prepared)
-	}
-	if rs := reasons(t, st, id); !hasReason(rs, "retrying power.cycle{action: cycle} from boot.prepareRamdisk (attempt 2 of 2)") {
-		t.Errorf("step events %q: want the retry from boot.prepareRamdisk", rs)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			storetest.Each(t, func(t *testing.T, st *store.Store) {
+				h, id := oneNode(t, st, Config{Faults: c.faults()}, "0s", "ramdisk-dies")
+				n := rest(t, h, []string{id})[id]
+				if n.FaultCode != "STEP_FAILED" || !n.Maintenance || !strings.Contains(n.FaultMsg, c.fault) {
+					t.Fatalf("node %s, fault %s (%s), maintenance %v: want failed (%s), in maintenance", n.State, n.FaultCode, n.FaultMsg, n.Maintenance, c.fault)
+				}
+				if d := h.Sim.RamdiskDeaths(); d != 1 {
+					t.Errorf("%d ramdisk deaths, want 1", d)
+				}
+				cmds, err := st.Commands(context.Background(), id, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var refreshes []string
+				for _, cmd := range cmds {
+					if cmd.Kind == "inventory.refresh" {
+						refreshes = append(refreshes, cmd.State)
+						if h.Sim.Executions()[cmd.ID] != 0 {
+							t.Errorf("inventory.refresh %s ran", cmd.ID)
+						}
+					}
+				}
+				if len(refreshes) != 1 || refreshes[0] != c.state {
+					t.Errorf("inventory refreshes %v, want one, %s (no retry without a ramdisk)", refreshes, c.state)
+				}
+			})
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,34 +50,62 @@ type Faults struct {
 	// result carries no signature), "unverified" (verified: false), "forged" (signed with a key
 	// that is not the certificate's).
 	Rotate string
-	// SiteAgentDeath is the chance, for each command the in-process site agent acknowledged,
-	// that the agent dies holding it: half of the time before running it, half after (the BMC
-	// did it), never reporting it. What the agent had not started dies with it. A standby
-	// agent of the site (the next id) connects at once: the engine moves to it what the dead
-	// agent never acknowledged, and makes what it acknowledged lost once its grace period
-	// passed — never sent again.
+	// SiteAgentDeath is the chance, for each command the in-process site agent receives, that
+	// the agent dies holding it: a third of the time as it receives it (before acknowledging
+	// it), a third before running it, a third after (the BMC did it); it never reports it.
+	// What the agent had not started dies with it. A standby agent of the site (the next id)
+	// connects at once: the engine moves to it what the dead agent never acknowledged, and
+	// makes what it acknowledged lost once its grace period passed — never sent again.
 	SiteAgentDeath float64
-	// DieBefore and DieAfter make the in-process site agent die before or after running the
-	// commands they name ("kind:action", e.g. bmc.power:off, or a kind), as many times as the
-	// count says.
-	DieBefore, DieAfter map[string]int
+	// RamdiskDeath is the chance, for each command a node's in-process ramdisk receives, that
+	// the ramdisk crashes holding it (as SiteAgentDeath, at one of three points): the
+	// machine stays on with nothing running, and only a new boot brings a ramdisk back. A kexec
+	// or a power-off, which end the ramdisk anyway, are spared.
+	RamdiskDeath float64
+	// DieOnClaim, DieBefore and DieAfter make the in-process agent that runs the commands they
+	// name (the site agent, or a node's ramdisk) die as it receives them (before acknowledging
+	// them), before running them or after, as many times as the count says: "kind:action"
+	// (bmc.power:off) or a kind (disk.wipe).
+	DieOnClaim, DieBefore, DieAfter map[string]int
+}
+
+// mortality is how an in-process agent dies holding a command: fate decides, die ends its
+// life, deaths counts the lives ended.
+type mortality struct {
+	fate   func(store.Command) death
+	die    context.CancelFunc
+	deaths *atomic.Int32
+	dead   atomic.Bool // this life ended: nothing it held is reported
 }
 
 // death is when a site agent dies holding a command.
 type death int
 
 const (
-	lives death = iota
-	diesBefore
-	diesAfter
+	lives       death = iota
+	diesOnClaim       // as it receives the command, before acknowledging it
+	diesBefore        // acknowledged, before running it
+	diesAfter         // after running it, before reporting
 )
 
-// deathOf decides whether the site agent dies holding c (Faults.SiteAgentDeath, DieBefore,
-// DieAfter).
-func (s *Sim) deathOf(c store.Command) death {
+// siteDeath decides whether the site agent dies holding c.
+func (s *Sim) siteDeath(c store.Command) death {
+	return s.deathOf(c, s.faults().SiteAgentDeath)
+}
+
+// ramdiskDeath decides whether a ramdisk dies holding c.
+func (s *Sim) ramdiskDeath(c store.Command) death {
+	if c.Kind == "boot.kexec" || c.Kind == "ramdisk.powerOff" {
+		return lives
+	}
+	return s.deathOf(c, s.faults().RamdiskDeath)
+}
+
+// deathOf decides whether an agent dies holding c: DieBefore, DieAfter, else at rate.
+func (s *Sim) deathOf(c store.Command, rate float64) death {
 	s.fmu.Lock()
 	f := s.cfg.Faults
-	if len(f.DieBefore)+len(f.DieAfter) > 0 {
+	if len(f.DieOnClaim)+len(f.DieBefore)+len(f.DieAfter) > 0 {
 		key := c.Kind
 		var args siteArgs
 		if json.Unmarshal([]byte(c.Args), &args) == nil && args.Action != "" {
@@ -85,7 +114,7 @@ func (s *Sim) deathOf(c store.Command) death {
 		for _, d := range []struct {
 			m    map[string]int
 			when death
-		}{{f.DieBefore, diesBefore}, {f.DieAfter, diesAfter}} {
+		}{{f.DieOnClaim, diesOnClaim}, {f.DieBefore, diesBefore}, {f.DieAfter, diesAfter}} {
 			for _, k := range []string{key, c.Kind} {
 				if d.m[k] > 0 {
 					d.m[k]--
@@ -96,28 +125,32 @@ func (s *Sim) deathOf(c store.Command) death {
 		}
 	}
 	s.fmu.Unlock()
-	if !s.chance(f.SiteAgentDeath) {
+	if !s.chance(rate) {
 		return lives
 	}
-	if s.chance(0.5) {
-		return diesBefore
-	}
-	return diesAfter
+	s.rngMu.Lock()
+	defer s.rngMu.Unlock()
+	return diesOnClaim + death(s.rng.IntN(3))
 }
 
-// died ends a site agent's life, counted once: several commands may kill it together.
-func (s *Sim) died(life context.Context, die context.CancelFunc) {
+// died ends an agent's life, counted once: several commands may kill it together.
+func (s *Sim) died(life context.Context, m *mortality) {
 	s.deathMu.Lock()
 	defer s.deathMu.Unlock()
 	if life.Err() == nil {
-		s.deaths.Add(1)
+		m.deaths.Add(1)
 	}
-	die()
+	m.dead.Store(true)
+	m.die()
 }
 
 // SiteAgentDeaths counts the in-process site agents that died (Faults.SiteAgentDeath,
 // DieBefore, DieAfter).
 func (s *Sim) SiteAgentDeaths() int { return int(s.deaths.Load()) }
+
+// RamdiskDeaths counts the in-process ramdisks that died (Faults.RamdiskDeath, DieBefore,
+// DieAfter).
+func (s *Sim) RamdiskDeaths() int { return int(s.ramdiskDeaths.Load()) }
 
 // Config of a simulation.
 type Config struct {
@@ -188,7 +221,8 @@ type Sim struct {
 	seen       map[string]agentlink.Discovered
 	selfOffs   atomic.Int32
 	deathMu    sync.Mutex
-	deaths     atomic.Int32
+	// deaths and ramdiskDeaths count the site agents and ramdisks that died (mortality).
+	deaths, ramdiskDeaths atomic.Int32
 }
 
 // SetSiteIdentity gives the in-process site agent the key and certificate it signs site
@@ -294,7 +328,7 @@ func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 		// Machines a command powers on outlive the agent that sent it: they run under ctx.
 		s.serve(life, a, ch, 200*time.Millisecond, func(_ context.Context, a engine.Agent, c store.Command) engine.Update {
 			return s.siteCommand(ctx, a, c)
-		}, die)
+		}, &mortality{fate: s.siteDeath, die: die, deaths: &s.deaths})
 		stop()
 		die()
 		// Its connection drops (a dead agent says nothing more).
@@ -304,15 +338,23 @@ func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 
 // serve claims, acknowledges and runs commands until ctx ends. wake is the engine's
 // notification; every poll a claim is made anyway (a safety net: each claim is a write
-// transaction, so thousands of idle ramdisks poll rarely). die, for a site agent, ends ctx when
-// the agent dies holding a command (Faults.SiteAgentDeath); nil: the agent does not die.
-func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, poll time.Duration, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update, die context.CancelFunc) {
+// transaction, so thousands of idle ramdisks poll rarely). mort ends ctx when the agent dies
+// holding a command.
+func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, poll time.Duration, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update, mort *mortality) {
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		cmds, err := s.link.Claim(ctx, a, 512)
 		if err != nil && ctx.Err() == nil {
 			s.fail(fmt.Errorf("%s claiming: %w", a.ID, err))
+		}
+		fates := make([]death, len(cmds))
+		for i, c := range cmds {
+			fates[i] = mort.fate(c)
+		}
+		if slices.Contains(fates, diesOnClaim) {
+			s.died(ctx, mort) // the frame arrived; nothing of it was recorded or acknowledged
+			return
 		}
 		// Acknowledge (the agent recorded them), then run: as agentlink journals the commands
 		// of one frame together and acknowledges them in one frame.
@@ -330,7 +372,7 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 			}
 		}
 		var wg sync.WaitGroup
-		for _, c := range cmds {
+		for i, c := range cmds {
 			if err := refused[c.ID]; err != nil {
 				s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
 				continue
@@ -340,12 +382,9 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 			go func() {
 				defer wg.Done()
 				defer s.wg.Done()
-				d := lives
-				if die != nil {
-					d = s.deathOf(c)
-				}
+				d := fates[i]
 				if d == diesBefore {
-					s.died(ctx, die)
+					s.died(ctx, mort)
 				}
 				if ctx.Err() != nil {
 					return // the agent is dead, or its machine went down: what it had not started never runs
@@ -357,9 +396,9 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 				u := run(ctx, a, c)
 				u.CommandID = c.ID
 				if d == diesAfter {
-					s.died(ctx, die)
+					s.died(ctx, mort)
 				}
-				if u.State == "" || die != nil && ctx.Err() != nil {
+				if u.State == "" || mort.dead.Load() {
 					return // self-terminating (reported elsewhere), or its agent died holding it
 				}
 				if err := s.link.Report(context.WithoutCancel(ctx), a, u); err != nil && ctx.Err() == nil {
@@ -651,7 +690,7 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 	ch, stop := s.link.Subscribe(a)
 	defer stop()
 	r := &ramdisk{s: s, m: m, key: key, cert: cert, gen: gen}
-	s.serve(ctx, a, ch, 2*time.Second, r.run, nil)
+	s.serve(ctx, a, ch, 2*time.Second, r.run, &mortality{fate: s.ramdiskDeath, die: m.CrashRamdisk, deaths: &s.ramdiskDeaths})
 }
 
 type ramdisk struct {

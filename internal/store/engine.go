@@ -615,6 +615,33 @@ func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, g
 	return at, err
 }
 
+// NodeAgentGone reports whether the node has no agent of kind at generation connected, nor one
+// seen at or after since (a reaped agent counts as unseen).
+func (t *Tx) NodeAgentGone(ctx context.Context, nodeID, kind string, generation uint64, since int64) (bool, error) {
+	var n int
+	err := t.queryRow(ctx, `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR last_seen >= ?)`,
+		nodeID, kind, int64(generation), true, since).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("reading the %s agents of %s: %w", kind, nodeID, err)
+	}
+	return n == 0, nil
+}
+
+// NodeWaitingForRamdisk returns the node of a departed ramdisk agent when a command of the
+// node's ramdisk (of the agent's generation) is still queued, else "".
+func (t *Tx) NodeWaitingForRamdisk(ctx context.Context, agentID string) (string, error) {
+	var node string
+	err := t.queryRow(ctx, `SELECT a.node_id FROM agents a WHERE a.id = ? AND a.kind = 'node' AND EXISTS (
+		SELECT 1 FROM commands c WHERE c.node_id = a.node_id AND c.generation = a.generation AND c.state = 'queued' AND c.runs_on = 'ramdisk')`, agentID).Scan(&node)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking for commands waiting for ramdisk agent %s: %w", agentID, err)
+	}
+	return node, nil
+}
+
 // agentActiveQuery reads an agent's unfinished commands (commands_agent_active).
 const agentActiveQuery = `SELECT ` + commandCols + ` FROM commands WHERE target_agent = ? AND target_agent <> '' AND state IN ('queued', 'delivered', 'running')`
 
