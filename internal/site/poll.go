@@ -295,9 +295,11 @@ func (p *poller) dispatch(ctx context.Context, sem chan struct{}, wg *sync.WaitG
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
 			power, err := p.probe(ctx, ref, jwe)
 			release()
+			// The slot is free before done pokes the loop: freed after, the loop could wake,
+			// find every slot taken, and wait for a poke that never comes.
+			<-sem
 			p.done(ctx, nodeID, key, power, err)
 		}()
 	}
