@@ -401,7 +401,10 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 					return time.Duration(min(wf.StepDeadline, wf.StepStartedAt+grace)-now) * time.Microsecond, false, nil
 				}
 				gone, err := r.ramdiskGone(c, now)
-				if err != nil || !gone {
+				if err != nil {
+					return 0, false, err
+				}
+				if !gone {
 					break
 				}
 				msg := fmt.Sprintf("the node's ramdisk went away before it took %s (gone longer than %s)", c.Kind, r.e.cfg.AgentGrace)

@@ -627,12 +627,16 @@ func (t *Tx) NodeAgentGone(ctx context.Context, nodeID, kind string, generation 
 	return n == 0, nil
 }
 
+// nodeWaitingForRamdiskQuery finds a ramdisk agent's node that has a command queued for its
+// ramdisk (commands_claim_ramdisk).
+const nodeWaitingForRamdiskQuery = `SELECT a.node_id FROM agents a WHERE a.id = ? AND a.kind = 'node' AND EXISTS (
+	SELECT 1 FROM commands c WHERE c.node_id = a.node_id AND c.generation = a.generation AND c.state = 'queued' AND c.runs_on = 'ramdisk')`
+
 // NodeWaitingForRamdisk returns the node of a departed ramdisk agent when a command of the
 // node's ramdisk (of the agent's generation) is still queued, else "".
 func (t *Tx) NodeWaitingForRamdisk(ctx context.Context, agentID string) (string, error) {
 	var node string
-	err := t.queryRow(ctx, `SELECT a.node_id FROM agents a WHERE a.id = ? AND a.kind = 'node' AND EXISTS (
-		SELECT 1 FROM commands c WHERE c.node_id = a.node_id AND c.generation = a.generation AND c.state = 'queued' AND c.runs_on = 'ramdisk')`, agentID).Scan(&node)
+	err := t.queryRow(ctx, nodeWaitingForRamdiskQuery, agentID).Scan(&node)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}
