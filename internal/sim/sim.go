@@ -101,7 +101,8 @@ func (s *Sim) ramdiskDeath(c store.Command) death {
 	return s.deathOf(c, s.faults().RamdiskDeath)
 }
 
-// deathOf decides whether an agent dies holding c: DieBefore, DieAfter, else at rate.
+// deathOf decides whether an agent dies holding c: DieOnClaim, DieBefore, DieAfter, else at
+// rate (each of the three points alike).
 func (s *Sim) deathOf(c store.Command, rate float64) death {
 	s.fmu.Lock()
 	f := s.cfg.Faults
@@ -145,11 +146,11 @@ func (s *Sim) died(life context.Context, m *mortality) {
 }
 
 // SiteAgentDeaths counts the in-process site agents that died (Faults.SiteAgentDeath,
-// DieBefore, DieAfter).
+// DieOnClaim, DieBefore, DieAfter).
 func (s *Sim) SiteAgentDeaths() int { return int(s.deaths.Load()) }
 
-// RamdiskDeaths counts the in-process ramdisks that died (Faults.RamdiskDeath, DieBefore,
-// DieAfter).
+// RamdiskDeaths counts the in-process ramdisks that died (Faults.RamdiskDeath, DieOnClaim,
+// DieBefore, DieAfter).
 func (s *Sim) RamdiskDeaths() int { return int(s.ramdiskDeaths.Load()) }
 
 // Config of a simulation.
@@ -309,7 +310,7 @@ func (s *Sim) Errors() <-chan error { return s.errs }
 func (s *Sim) Wait() { s.wg.Wait() }
 
 // RunSiteAgent serves the site's commands as site agent id until ctx ends. When the agent dies
-// (Faults.SiteAgentDeath, DieBefore, DieAfter) a standby takes over as id.1, id.2, …
+// (Faults.SiteAgentDeath, DieOnClaim, DieBefore, DieAfter) a standby takes over as id.1, id.2, …
 func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 	for n := 0; ctx.Err() == nil; n++ {
 		a := engine.Agent{ID: id, Kind: "site", SiteID: s.cfg.SiteID}
