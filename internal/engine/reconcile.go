@@ -350,72 +350,68 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 		if err != nil {
 			return 0, false, err
 		}
-		if c.Kind == workflow.LostCheckCommand && kind.Command != workflow.LostCheckCommand {
+		state := command.State(c.State)
+		switch {
+		case c.Kind == workflow.LostCheckCommand && kind.Command != workflow.LostCheckCommand:
 			// The query settling the step's lost command: decide once it answered.
-			if command.State(c.State).Final() {
+			if state.Final() {
 				return 0, true, r.settleLost(wf, st, kind, c)
 			}
-		} else {
-			switch command.State(c.State) {
-			case command.Succeeded:
-				if kind.Await == workflow.AwaitNone {
-					if err := r.takeResult(wf, st, c); err != nil {
-						fault := provision.FaultStepFailed
-						if c.Kind == "disk.wipe" {
-							fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
-						}
-						return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
+		case state == command.Succeeded:
+			if kind.Await == workflow.AwaitNone {
+				if err := r.takeResult(wf, st, c); err != nil {
+					fault := provision.FaultStepFailed
+					if c.Kind == "disk.wipe" {
+						fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
 					}
-					return 0, true, r.stepDone(wf, st, c.ID)
+					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 				}
-			case command.Failed, command.Lost:
-				if kind.Await == workflow.AwaitRejoin && command.State(c.State) == command.Lost {
-					break // kexec never reports: its agent leaves, the OS rejoins
-				}
-				msg := fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error)
-				if kind.FallBack {
-					return 0, true, r.fallBack(wf, st, msg)
-				}
-				if check, ok := workflow.LostCheckFor(kind, st); ok && command.State(c.State) == command.Lost && slices.Contains(wf.CommandKinds, workflow.LostCheckCommand) {
-					return 0, true, r.checkLost(wf, st, c, check)
-				}
-				retry := true
-				if command.State(c.State) == command.Lost && c.RunsOn == string(command.OnRamdisk) {
-					// Its ramdisk went away holding it: a retry waits for a ramdisk only if one
-					// came back.
-					gone, err := r.ramdiskGone(c, now)
-					if err != nil {
-						return 0, false, err
-					}
-					retry = !gone
-				}
-				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, retry)
-			case command.Queued:
-				if c.RunsOn != string(command.OnRamdisk) {
-					break
-				}
-				// Waiting for the node's ramdisk longer than an agent may take to come back:
-				// gone (crashed, or its host hung) means it never comes; the step ends then, not
-				// at its deadline (up to a day for a wipe). Until then, look again at that time.
-				if grace := r.e.cfg.AgentGrace.Microseconds(); now-wf.StepStartedAt < grace {
-					return time.Duration(min(wf.StepDeadline, wf.StepStartedAt+grace)-now) * time.Microsecond, false, nil
-				}
+				return 0, true, r.stepDone(wf, st, c.ID)
+			}
+		case state == command.Failed, state == command.Lost:
+			if kind.Await == workflow.AwaitRejoin && state == command.Lost {
+				break // kexec never reports: its agent leaves, the OS rejoins
+			}
+			msg := fmt.Sprintf("%s %s: %s", c.Kind, c.State, c.Error)
+			if kind.FallBack {
+				return 0, true, r.fallBack(wf, st, msg)
+			}
+			if check, ok := workflow.LostCheckFor(kind, st); ok && state == command.Lost && slices.Contains(wf.CommandKinds, workflow.LostCheckCommand) {
+				return 0, true, r.checkLost(wf, st, c, check)
+			}
+			retry := true
+			if state == command.Lost && c.RunsOn == string(command.OnRamdisk) {
+				// Its ramdisk went away holding it: a retry waits for a ramdisk only if one
+				// came back.
 				gone, err := r.ramdiskGone(c, now)
 				if err != nil {
 					return 0, false, err
 				}
-				if !gone {
-					break
-				}
-				msg := fmt.Sprintf("the node's ramdisk went away before it took %s (gone longer than %s)", c.Kind, r.e.cfg.AgentGrace)
-				if err := r.cancelCurrent(wf, msg); err != nil {
-					return 0, false, err
-				}
-				if kind.FallBack {
-					return 0, true, r.fallBack(wf, st, msg)
-				}
-				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, false)
+				retry = !gone
 			}
+			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, retry)
+		case state == command.Queued && c.RunsOn == string(command.OnRamdisk):
+			// Waiting for the node's ramdisk longer than an agent may take to come back: gone
+			// (crashed, or its host hung) means it never comes; the step ends then, not at its
+			// deadline (up to a day for a wipe). Until then, look again at that time.
+			if grace := r.e.cfg.AgentGrace.Microseconds(); now-wf.StepStartedAt < grace {
+				return time.Duration(min(wf.StepDeadline, wf.StepStartedAt+grace)-now) * time.Microsecond, false, nil
+			}
+			gone, err := r.ramdiskGone(c, now)
+			if err != nil {
+				return 0, false, err
+			}
+			if !gone {
+				break
+			}
+			msg := fmt.Sprintf("the node's ramdisk went away before it took %s (gone longer than %s)", c.Kind, r.e.cfg.AgentGrace)
+			if err := r.cancelCurrent(wf, msg); err != nil {
+				return 0, false, err
+			}
+			if kind.FallBack {
+				return 0, true, r.fallBack(wf, st, msg)
+			}
+			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, false)
 		}
 	}
 	if kind.Await == workflow.AwaitMAC {
