@@ -347,23 +347,24 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, agentID string) 
 		rows, err := t.query(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
 			WHERE id IN `+list+` AND `+plus+`target_agent = ? AND `+plus+`state = 'queued' RETURNING id`,
 			append(append([]any{t.at, t.at}, args...), agentID)...)
+		delivered, err := collect(rows, err, "delivered commands", func(r interface{ Scan(...any) error }) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
 		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("recording delivery of commands to %s: %w", agentID, err)
-			}
+		for _, id := range delivered {
 			done[id] = true
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("recording delivery of commands to %s: %w", agentID, err)
 		}
 	}
 	return done, nil
+}
+
+// idAttempts is a command assigned by AssignCommands and its attempts.
+type idAttempts struct {
+	id       string
+	attempts int
 }
 
 // idsPerStatement bounds the ids of one IN list.
@@ -520,21 +521,15 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
 			WHERE id IN `+list+` AND `+plus+`state = 'queued'
 			AND (`+plus+`target_agent = ? OR `+plus+`target_agent = ''`+holder+`) RETURNING id, attempts`, args...)
+		assigned, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (idAttempts, error) {
+			var a idAttempts
+			return a, r.Scan(&a.id, &a.attempts)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
 		}
-		for rows.Next() {
-			var id string
-			var attempts int
-			if err := rows.Scan(&id, &attempts); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
-			}
-			took[id] = attempts
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
+		for _, a := range assigned {
+			took[a.id] = a.attempts
 		}
 	}
 	claimed := make([]Command, 0, len(took))
