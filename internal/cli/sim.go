@@ -174,7 +174,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.Float64Var(&cfg.Faults.BMCErrorRate, "bmc-error-rate", 0, "fraction of BMC commands that fail")
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
 	f.Float64Var(&cfg.Faults.RamdiskDeath, "ramdisk-death-rate", 0, "fraction of commands whose in-process ramdisk crashes holding them (the machine stays on, hung); the engine fails the step once the grace period has passed")
-	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose in-process site agent dies holding them (before or after running them, never reporting); a standby agent takes over and the engine's grace period decides what was lost")
+	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose in-process site agent dies holding them (as it receives them, before running them or after; never reporting); a standby agent takes over and the engine's grace period decides what was lost")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
 	f.DurationVar(&grace, "agent-grace", 0, "how long a departed agent may take to reconnect before what it never acknowledged moves to another agent and what it acknowledged is lost (0: the engine's default, 15s)")
