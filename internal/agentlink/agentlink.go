@@ -8,8 +8,12 @@
 // A command is acknowledged only after its id is recorded in the journal (DataDir/journal,
 // fsync'd; group commit, so a batch of commands costs one fsync). A command whose id is in
 // the journal is never run again: when the server offers it again (its ack was lost) the agent
-// acknowledges it again and re-sends its recorded final update. A command that was recorded
-// but had no final update when the agent stopped is reported failed at the next start, not run.
+// acknowledges it again and re-sends its recorded final update. A command runs only once the
+// server answered its ack (AckResult): an ack lost in flight (the stream broke, the agent
+// died) leaves the command unacknowledged on the server, which may give it to another agent of
+// the site — so it must not have run here. Acks the server has not answered are sent again on
+// every new stream. A command that was recorded but had no final update when the agent stopped
+// is reported failed at the next start, not run.
 // Final updates are recorded before they are sent and re-sent on every new stream until the
 // server answers them (UpdateAck), so a broken stream loses nothing.
 //
@@ -159,6 +163,9 @@ type Config struct {
 	JournalRetain int
 	// MaxMessageBytes bounds one received frame; default 16 MiB.
 	MaxMessageBytes int
+	// Received, when set, is called with each frame's commands before the link journals or
+	// acknowledges them. Nil in a real agent: bcd sim kills agents from it (Link.Crash).
+	Received func(*Link, []Command)
 }
 
 func (c *Config) setDefaults() error {
@@ -204,6 +211,8 @@ const (
 	// ErrRefused: the gateway refused the agent's credentials (token at join, certificate at
 	// connect: unknown, revoked generation…). The link stops: retrying cannot help.
 	ErrRefused Error = "refused by the gateway"
+	// ErrCrashed: the link was killed (Link.Crash).
+	ErrCrashed Error = "agent crashed"
 	// errJournalCorrupt: damage before the journal's last record.
 	errJournalCorrupt Error = "journal corrupt"
 )

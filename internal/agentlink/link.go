@@ -39,10 +39,14 @@ type Link struct {
 	cmds   sync.WaitGroup // running commands
 	sem    chan struct{}
 
-	out      outbox
-	mu       sync.Mutex
-	running  map[string]*run // commands running in this process
+	out     outbox
+	mu      sync.Mutex
+	running map[string]*run // commands running in this process
+	// awaiting holds the commands journaled and acknowledged whose AckResult has not arrived:
+	// they run once the server says it recorded the ack, never before (see receive).
+	awaiting map[string]Command
 	sessions atomic.Int64
+	crashed  atomic.Bool
 }
 
 type run struct {
@@ -102,7 +106,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		log:     cfg.Logger.With(slog.String("agent", id.id.String())),
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
-		running: map[string]*run{},
+		running: map[string]*run{}, awaiting: map[string]Command{},
 	}
 	l.out.init()
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
@@ -185,6 +189,11 @@ func (l *Link) loop() {
 	}
 	l.cancel(nil)
 	l.cmds.Wait()
+	if l.crashed.Load() {
+		l.err = ErrCrashed
+	} else {
+		l.notStarted()
+	}
 	if l.err == nil {
 		l.err = l.j.failed()
 	}
@@ -266,9 +275,15 @@ func classify(err error) error {
 	}
 }
 
-// resume queues what a new stream must carry: unconfirmed final updates, the state of running
-// commands and the latest status.
+// resume queues what a new stream must carry: the acks the server has not answered (it may
+// have recorded them and no longer offer the commands), unconfirmed final updates, the state of
+// running commands and the latest status.
 func (l *Link) resume() {
+	l.mu.Lock()
+	for id := range l.awaiting {
+		l.out.ack(id)
+	}
+	l.mu.Unlock()
 	for _, u := range l.j.unconfirmed() {
 		l.out.update(u)
 	}
@@ -290,13 +305,20 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 		b.UpdateAcks = []*agentv1.UpdateAck{x.UpdateAck}
 	case *agentv1.ServerMessage_Cancel:
 		b.Cancels = []*agentv1.Cancel{x.Cancel}
+	case *agentv1.ServerMessage_AckResult:
+		b.AckResults = []*agentv1.AckResult{x.AckResult}
 	case *agentv1.ServerMessage_Batch:
-		b.Commands, b.UpdateAcks, b.Cancels = x.Batch.GetCommands(), x.Batch.GetUpdateAcks(), x.Batch.GetCancels()
+		b.Commands, b.UpdateAcks, b.Cancels, b.AckResults = x.Batch.GetCommands(), x.Batch.GetUpdateAcks(), x.Batch.GetCancels(), x.Batch.GetAckResults()
 	case *agentv1.ServerMessage_HeartbeatAck:
 		return nil
 	}
 	if len(b.Commands) > 0 {
 		if err := l.receive(b.Commands); err != nil {
+			return err
+		}
+	}
+	for _, r := range b.AckResults {
+		if err := l.acknowledged(r.GetCommandId(), r.GetError()); err != nil {
 			return err
 		}
 	}
@@ -316,8 +338,9 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 	return nil
 }
 
-// receive journals new commands, acknowledges them and starts them; commands already in the
-// journal are acknowledged again with their recorded final update, never run again.
+// receive journals new commands and acknowledges them; each starts when the server answers its
+// ack (acknowledged). Commands already in the journal are acknowledged again with their recorded
+// final update, never run again.
 func (l *Link) receive(ms []*agentv1.Command) error {
 	cmds := make([]Command, 0, len(ms))
 	for _, m := range ms {
@@ -330,6 +353,12 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 		}
 		cmds = append(cmds, c)
 	}
+	if l.cfg.Received != nil {
+		l.cfg.Received(l, cmds)
+		if l.crashed.Load() {
+			return ErrCrashed
+		}
+	}
 	fresh, known, err := l.j.receive(cmds)
 	if err != nil {
 		return err
@@ -340,11 +369,61 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 			l.out.update(*e.final)
 		}
 	}
+	l.mu.Lock()
+	for _, c := range fresh {
+		l.awaiting[c.ID] = c
+	}
+	l.mu.Unlock()
 	for _, c := range fresh {
 		l.out.ack(c.ID)
-		l.start(c)
 	}
 	return nil
+}
+
+// acknowledged acts on the server's answer to an ack: a command recorded as this agent's
+// starts; one refused never runs, and its journal entry is closed without a report (the server
+// would refuse that too).
+func (l *Link) acknowledged(id, refusal string) error {
+	l.mu.Lock()
+	c, ok := l.awaiting[id]
+	delete(l.awaiting, id)
+	l.mu.Unlock()
+	switch {
+	case !ok:
+		return nil // answered before (a re-sent ack), or running
+	case refusal == "":
+		l.start(c)
+		return nil
+	}
+	l.log.LogAttrs(l.ctx, slog.LevelWarn, "the control plane refused a command's acknowledgement; not running it", slog.String("command", id), slog.String("kind", c.Kind), slog.String("error", refusal))
+	if err := l.j.finish(Update{CommandID: id, State: StateFailed, Error: "not run: the control plane refused its acknowledgement: " + refusal}); err != nil {
+		return err
+	}
+	l.j.confirm(id)
+	return nil
+}
+
+// notStarted closes, as the link stops, the journal entries of commands whose ack the server
+// never answered: they did not run, and their failure is reported on the next stream.
+func (l *Link) notStarted() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id := range l.awaiting {
+		if err := l.j.finish(Update{CommandID: id, State: StateFailed, Error: "not started: the agent stopped before the control plane answered its acknowledgement"}); err != nil {
+			l.log.LogAttrs(l.ctx, slog.LevelError, "recording a command not started", slog.String("command", id), slog.Any("error", err))
+			return
+		}
+		delete(l.awaiting, id)
+	}
+}
+
+// Crash ends the link as a killed process ends: the stream is cut, and nothing more is sent or
+// journaled. Results of commands still running are dropped; what the journal holds stays (a
+// link dialed again with the same DataDir reports those commands as interrupted). Wait returns
+// ErrCrashed. bcd sim uses it to kill agents.
+func (l *Link) Crash() {
+	l.crashed.Store(true)
+	l.cancel(ErrCrashed)
 }
 
 // start runs a journaled command in its own goroutine.
@@ -363,6 +442,9 @@ func (l *Link) start(c Command) {
 		l.mu.Lock()
 		delete(l.running, c.ID)
 		l.mu.Unlock()
+		if l.crashed.Load() {
+			return // a dead process records and reports nothing
+		}
 		if err := l.j.finish(u); err != nil {
 			l.log.LogAttrs(l.ctx, slog.LevelError, "recording a command's result", slog.String("command", c.ID), slog.Any("error", err))
 			l.cancel(err)

@@ -440,3 +440,68 @@ func TestReconnectTime(t *testing.T) {
 		t.Errorf("reconnect took %v", worst)
 	}
 }
+
+// A command runs only once the gateway answered its ack: one whose ack the control plane
+// refuses (it went to another agent) never runs, and one whose ack is still in flight when the
+// agent dies never runs either — the control plane may give it to another agent.
+func TestNoRunBeforeTheAckIsRecorded(t *testing.T) {
+	env := start(t)
+	held := make(chan struct{})    // closed when hold-1's ack reached the queue
+	release := make(chan struct{}) // closed to let it through
+	env.Queue.OnAck = func(id string) error {
+		switch {
+		case strings.HasPrefix(id, "refused"):
+			return errors.New("assigned to another agent")
+		case id == "hold-1":
+			close(held)
+			<-release
+		}
+		return nil
+	}
+	h := newCounter()
+	dir := t.TempDir()
+	cfg := siteConfig(t, env, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l := dial(t, ctx, cfg, h)
+
+	refused, ok := commands("refused", 3), commands("ok", 3)
+	env.Queue.Enqueue(siteRef, append(refused, ok...)...)
+	waitFinal(t, env.Queue, len(ok))
+	checkOnce(t, env.Queue, h, ok)
+	for _, c := range refused {
+		if n := h.count(c.ID); n != 0 {
+			t.Errorf("%s ran %d times though its ack was refused", c.ID, n)
+		}
+		if e, _ := env.Queue.Get(c.ID); len(e.Updates) != 0 || e.Acks != 0 {
+			t.Errorf("%s: %d updates, %d acks recorded", c.ID, len(e.Updates), e.Acks)
+		}
+	}
+
+	// The agent dies while hold-1's ack is on its way: it never ran, before or after.
+	env.Queue.Enqueue(siteRef, gateway.Command{ID: "hold-1", Kind: "bmc.power", NodeID: "n1", Args: []byte(`{"action":"cycle"}`)})
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("hold-1's ack never reached the queue")
+	}
+	if n := h.count("hold-1"); n != 0 {
+		t.Fatalf("hold-1 ran %d times before its ack was recorded", n)
+	}
+	l.Crash()
+	if err := l.Wait(); !errors.Is(err, agentlink.ErrCrashed) {
+		t.Fatalf("Wait after Crash: %v", err)
+	}
+	close(release)
+	if n := h.count("hold-1"); n != 0 {
+		t.Fatalf("hold-1 ran %d times", n)
+	}
+	// Restarted on its journal, the agent reports hold-1 as interrupted and runs it not.
+	cfg.JoinToken = ""
+	l2 := dial(t, ctx, cfg, h)
+	waitFinal(t, env.Queue, len(ok)+1)
+	stop(t, cancel, l2)
+	if e, _ := env.Queue.Get("hold-1"); e.State != gatewaytest.Failed || h.count("hold-1") != 0 {
+		t.Errorf("hold-1: %s %q, ran %d times", e.State, e.Final.Error, h.count("hold-1"))
+	}
+}

@@ -65,8 +65,6 @@ func simCmd(g *globals) *cobra.Command {
 			switch {
 			case cfg.Faults.SiteAgentDeath < 0 || cfg.Faults.SiteAgentDeath > 1 || cfg.Faults.RamdiskDeath < 0 || cfg.Faults.RamdiskDeath > 1:
 				return fmt.Errorf("--site-agent-death-rate %g, --ramdisk-death-rate %g: accepted are fractions from 0 to 1", cfg.Faults.SiteAgentDeath, cfg.Faults.RamdiskDeath)
-			case cfg.Faults.SiteAgentDeath+cfg.Faults.RamdiskDeath > 0 && (remote || overGateway):
-				return fmt.Errorf("--site-agent-death-rate and --ramdisk-death-rate kill in-process agents: they do not combine with --server or --gateway (there agentlink restarts with its journal)")
 			case grace < 0:
 				return fmt.Errorf("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
 			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0):
@@ -173,8 +171,8 @@ func simCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.BootDelay, "boot-delay", 0, "simulated power-on → ramdisk joined")
 	f.Float64Var(&cfg.Faults.BMCErrorRate, "bmc-error-rate", 0, "fraction of BMC commands that fail")
 	f.Float64Var(&cfg.Faults.WipeReadbackFail, "wipe-readback-fail-rate", 0, "fraction of wipes whose read-back fails")
-	f.Float64Var(&cfg.Faults.RamdiskDeath, "ramdisk-death-rate", 0, "fraction of commands whose in-process ramdisk crashes holding them (the machine stays on, hung); the engine fails the step once the grace period has passed")
-	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose in-process site agent dies holding them (as it receives them, before running them or after; never reporting); a standby agent takes over and the engine's grace period decides what was lost")
+	f.Float64Var(&cfg.Faults.RamdiskDeath, "ramdisk-death-rate", 0, "fraction of commands whose ramdisk crashes holding them (the machine stays on, hung); the engine fails the step once the grace period has passed")
+	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose site agent dies holding them (as it receives them, before running them or after; never reporting). In process a standby agent takes over and the engine's grace period decides what was lost; with --gateway or --server the agent is killed and restarts from its journal, reporting what it held as interrupted")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
 	f.DurationVar(&grace, "agent-grace", 0, "how long a departed agent may take to reconnect before what it never acknowledged moves to another agent and what it acknowledged is lost (0: the engine's default, 15s)")

@@ -301,11 +301,20 @@ func (ss *session) lane(ch <-chan laneItem) {
 				ss.cancel(fmt.Errorf("recording acks of %d commands (%s…): %w", len(it.acks), it.acks[0], err))
 				return
 			}
+			// The agent runs a command only on this answer: an ack it never hears about may
+			// not have been recorded, and such a command can go to another agent.
+			results := make([]*agentv1.AckResult, 0, len(it.acks))
 			for _, id := range it.acks {
+				r := &agentv1.AckResult{CommandId: id}
 				if err := refused[id]; err != nil {
 					ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "ack rejected", slog.String("command", id), slog.Any("error", err))
+					r.Error = err.Error()
 				}
+				results = append(results, r)
 				ss.settle(id)
+			}
+			if !ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Batch{Batch: &agentv1.ServerBatch{AckResults: results}}}) {
+				return
 			}
 		case it.update != nil:
 			u := *it.update
@@ -502,13 +511,17 @@ func (ss *session) sendCancels() error {
 	return ss.write(&agentv1.ServerBatch{Cancels: out})
 }
 
-// sendControl sends m and whatever other control messages are waiting; update acks go in
-// one frame.
+// sendControl sends m and whatever other control messages are waiting; update acks and ack
+// results go in one frame.
 func (ss *session) sendControl(m *agentv1.ServerMessage) error {
-	var acks []*agentv1.UpdateAck
+	var b agentv1.ServerBatch
 	take := func(m *agentv1.ServerMessage) error {
 		if ua := m.GetUpdateAck(); ua != nil {
-			acks = append(acks, ua)
+			b.UpdateAcks = append(b.UpdateAcks, ua)
+			return nil
+		}
+		if rs := m.GetBatch().GetAckResults(); len(rs) > 0 {
+			b.AckResults = append(b.AckResults, rs...)
 			return nil
 		}
 		if err := ss.stream.Send(m); err != nil {
@@ -519,7 +532,7 @@ func (ss *session) sendControl(m *agentv1.ServerMessage) error {
 	if err := take(m); err != nil {
 		return err
 	}
-	for more := true; more && len(acks) < ss.s.cfg.BatchSize; {
+	for more := true; more && len(b.UpdateAcks)+len(b.AckResults) < ss.s.cfg.BatchSize; {
 		select {
 		case m := <-ss.ctl:
 			if err := take(m); err != nil {
@@ -529,20 +542,22 @@ func (ss *session) sendControl(m *agentv1.ServerMessage) error {
 			more = false
 		}
 	}
-	if len(acks) == 0 {
+	if len(b.UpdateAcks)+len(b.AckResults) == 0 {
 		return nil
 	}
-	return ss.write(&agentv1.ServerBatch{UpdateAcks: acks})
+	return ss.write(&b)
 }
 
 // write sends a batch, as its single item when it has only one.
 func (ss *session) write(b *agentv1.ServerBatch) error {
 	var m *agentv1.ServerMessage
 	switch {
-	case len(b.Commands) == 1 && len(b.UpdateAcks) == 0 && len(b.Cancels) == 0:
+	case len(b.Commands) == 1 && len(b.UpdateAcks)+len(b.Cancels)+len(b.AckResults) == 0:
 		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Command{Command: b.Commands[0]}}
-	case len(b.Commands) == 0 && len(b.UpdateAcks) == 1 && len(b.Cancels) == 0:
+	case len(b.UpdateAcks) == 1 && len(b.Commands)+len(b.Cancels)+len(b.AckResults) == 0:
 		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_UpdateAck{UpdateAck: b.UpdateAcks[0]}}
+	case len(b.AckResults) == 1 && len(b.Commands)+len(b.Cancels)+len(b.UpdateAcks) == 0:
+		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_AckResult{AckResult: b.AckResults[0]}}
 	default:
 		m = &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Batch{Batch: b}}
 	}

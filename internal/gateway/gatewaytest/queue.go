@@ -41,6 +41,10 @@ type Queue struct {
 	// LoseAck, when set before use, makes AckAll drop the acks it returns true for, as if they were
 	// lost in flight: the command stays assigned and is offered again after a reconnect.
 	LoseAck func(commandID string) bool
+	// OnAck, when set before use, is called with every acknowledged id before AckAll takes the
+	// queue's lock (it may block): an error refuses the ack, as the control plane refuses one
+	// for a command it gave to another agent.
+	OnAck func(commandID string) error
 
 	mu        sync.Mutex
 	cmds      map[string]*Entry
@@ -145,11 +149,21 @@ func (q *Queue) Claim(_ context.Context, a gateway.AgentRef, limit int) ([]gatew
 
 // AckAll implements gateway.Queue.
 func (q *Queue) AckAll(_ context.Context, a gateway.AgentRef, ids []string) (map[string]error, error) {
+	refused := map[string]error{}
+	if q.OnAck != nil {
+		for _, id := range ids {
+			if err := q.OnAck(id); err != nil {
+				refused[id] = fmt.Errorf("command %s: %w: %w", id, err, gateway.ErrRejected)
+			}
+		}
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.ackCalls++
-	refused := map[string]error{}
 	for _, id := range ids {
+		if refused[id] != nil {
+			continue
+		}
 		e, err := q.ownedLocked(a, id)
 		if err != nil {
 			refused[id] = err

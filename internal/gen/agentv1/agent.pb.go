@@ -11,6 +11,10 @@
 // Delivery rules (the gateway and internal/agentlink implement them):
 //   - A command is acknowledged (CommandAck) only after the agent recorded its id durably; an
 //     agent never runs the same command id twice, across reconnects and restarts.
+//   - An agent runs a command only once the server answered its CommandAck with an AckResult
+//     that carries no error: the server gives a command whose ack it never recorded to another
+//     agent of the site when its agent goes away, so a command run on an ack still in flight
+//     could run twice. An agent re-sends the acks still unanswered on every new stream.
 //   - A final CommandUpdate (succeeded, failed) is re-sent on every new stream until the server
 //     answers it with an UpdateAck: the server acknowledges only what the queue accepted.
 //   - result_json, node_sig and signer_cert_der are relayed unchanged: the gateway cannot forge
@@ -995,6 +999,7 @@ type ServerMessage struct {
 	//	*ServerMessage_HeartbeatAck
 	//	*ServerMessage_UpdateAck
 	//	*ServerMessage_Batch
+	//	*ServerMessage_AckResult
 	Msg           isServerMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1082,6 +1087,15 @@ func (x *ServerMessage) GetBatch() *ServerBatch {
 	return nil
 }
 
+func (x *ServerMessage) GetAckResult() *AckResult {
+	if x != nil {
+		if x, ok := x.Msg.(*ServerMessage_AckResult); ok {
+			return x.AckResult
+		}
+	}
+	return nil
+}
+
 type isServerMessage_Msg interface {
 	isServerMessage_Msg()
 }
@@ -1106,6 +1120,10 @@ type ServerMessage_Batch struct {
 	Batch *ServerBatch `protobuf:"bytes,5,opt,name=batch,proto3,oneof"`
 }
 
+type ServerMessage_AckResult struct {
+	AckResult *AckResult `protobuf:"bytes,6,opt,name=ack_result,json=ackResult,proto3,oneof"`
+}
+
 func (*ServerMessage_Command) isServerMessage_Msg() {}
 
 func (*ServerMessage_Cancel) isServerMessage_Msg() {}
@@ -1115,6 +1133,8 @@ func (*ServerMessage_HeartbeatAck) isServerMessage_Msg() {}
 func (*ServerMessage_UpdateAck) isServerMessage_Msg() {}
 
 func (*ServerMessage_Batch) isServerMessage_Msg() {}
+
+func (*ServerMessage_AckResult) isServerMessage_Msg() {}
 
 type Command struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -1359,18 +1379,74 @@ func (x *UpdateAck) GetError() string {
 	return ""
 }
 
+// The queue recorded the agent's CommandAck (error empty): the command is the agent's, and it
+// may run it. With error set the ack was refused for good (the command is unknown, finished, or
+// another agent's): the agent must not run it.
+type AckResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CommandId     string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckResult) Reset() {
+	*x = AckResult{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckResult) ProtoMessage() {}
+
+func (x *AckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckResult.ProtoReflect.Descriptor instead.
+func (*AckResult) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *AckResult) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *AckResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type ServerBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Commands      []*Command             `protobuf:"bytes,1,rep,name=commands,proto3" json:"commands,omitempty"`
 	UpdateAcks    []*UpdateAck           `protobuf:"bytes,2,rep,name=update_acks,json=updateAcks,proto3" json:"update_acks,omitempty"`
 	Cancels       []*Cancel              `protobuf:"bytes,3,rep,name=cancels,proto3" json:"cancels,omitempty"`
+	AckResults    []*AckResult           `protobuf:"bytes,4,rep,name=ack_results,json=ackResults,proto3" json:"ack_results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ServerBatch) Reset() {
 	*x = ServerBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1458,7 @@ func (x *ServerBatch) String() string {
 func (*ServerBatch) ProtoMessage() {}
 
 func (x *ServerBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1471,7 @@ func (x *ServerBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerBatch.ProtoReflect.Descriptor instead.
 func (*ServerBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ServerBatch) GetCommands() []*Command {
@@ -1419,6 +1495,13 @@ func (x *ServerBatch) GetCancels() []*Cancel {
 	return nil
 }
 
+func (x *ServerBatch) GetAckResults() []*AckResult {
+	if x != nil {
+		return x.AckResults
+	}
+	return nil
+}
+
 type BootLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Hand the lease back (clean shutdown): another agent may take it at once.
@@ -1436,7 +1519,7 @@ type BootLeaseRequest struct {
 
 func (x *BootLeaseRequest) Reset() {
 	*x = BootLeaseRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1531,7 @@ func (x *BootLeaseRequest) String() string {
 func (*BootLeaseRequest) ProtoMessage() {}
 
 func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1544,7 @@ func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BootLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BootLeaseRequest) GetRelease() bool {
@@ -1514,7 +1597,7 @@ type BootLeaseResponse struct {
 
 func (x *BootLeaseResponse) Reset() {
 	*x = BootLeaseResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1609,7 @@ func (x *BootLeaseResponse) String() string {
 func (*BootLeaseResponse) ProtoMessage() {}
 
 func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1622,7 @@ func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BootLeaseResponse) GetHeld() bool {
@@ -1622,7 +1705,7 @@ type BootEntry struct {
 
 func (x *BootEntry) Reset() {
 	*x = BootEntry{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1717,7 @@ func (x *BootEntry) String() string {
 func (*BootEntry) ProtoMessage() {}
 
 func (x *BootEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1730,7 @@ func (x *BootEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
 func (*BootEntry) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BootEntry) GetNodeId() string {
@@ -1715,7 +1798,7 @@ type PollSetRequest struct {
 
 func (x *PollSetRequest) Reset() {
 	*x = PollSetRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1810,7 @@ func (x *PollSetRequest) String() string {
 func (*PollSetRequest) ProtoMessage() {}
 
 func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1823,7 @@ func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
 func (*PollSetRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *PollSetRequest) GetEpoch() uint64 {
@@ -1765,7 +1848,7 @@ type PollTarget struct {
 
 func (x *PollTarget) Reset() {
 	*x = PollTarget{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1860,7 @@ func (x *PollTarget) String() string {
 func (*PollTarget) ProtoMessage() {}
 
 func (x *PollTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1873,7 @@ func (x *PollTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
 func (*PollTarget) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PollTarget) GetNodeId() string {
@@ -1846,7 +1929,7 @@ type PollSetResponse struct {
 
 func (x *PollSetResponse) Reset() {
 	*x = PollSetResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1941,7 @@ func (x *PollSetResponse) String() string {
 func (*PollSetResponse) ProtoMessage() {}
 
 func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1954,7 @@ func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
 func (*PollSetResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PollSetResponse) GetTargets() []*PollTarget {
@@ -1904,7 +1987,7 @@ type PowerReading struct {
 
 func (x *PowerReading) Reset() {
 	*x = PowerReading{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +1999,7 @@ func (x *PowerReading) String() string {
 func (*PowerReading) ProtoMessage() {}
 
 func (x *PowerReading) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2012,7 @@ func (x *PowerReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
 func (*PowerReading) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PowerReading) GetNodeId() string {
@@ -1977,7 +2060,7 @@ type ReportPowerRequest struct {
 
 func (x *ReportPowerRequest) Reset() {
 	*x = ReportPowerRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2072,7 @@ func (x *ReportPowerRequest) String() string {
 func (*ReportPowerRequest) ProtoMessage() {}
 
 func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2085,7 @@ func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
 func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReportPowerRequest) GetEpoch() uint64 {
@@ -2027,7 +2110,7 @@ type ReportPowerResponse struct {
 
 func (x *ReportPowerResponse) Reset() {
 	*x = ReportPowerResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2039,7 +2122,7 @@ func (x *ReportPowerResponse) String() string {
 func (*ReportPowerResponse) ProtoMessage() {}
 
 func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2052,7 +2135,7 @@ func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
 func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2126,14 +2209,16 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"AgentBatch\x12,\n" +
 	"\x04acks\x18\x01 \x03(\v2\x18.bcd.agent.v1.CommandAckR\x04acks\x125\n" +
-	"\aupdates\x18\x02 \x03(\v2\x1b.bcd.agent.v1.CommandUpdateR\aupdates\"\xa9\x02\n" +
+	"\aupdates\x18\x02 \x03(\v2\x1b.bcd.agent.v1.CommandUpdateR\aupdates\"\xe3\x02\n" +
 	"\rServerMessage\x121\n" +
 	"\acommand\x18\x01 \x01(\v2\x15.bcd.agent.v1.CommandH\x00R\acommand\x12.\n" +
 	"\x06cancel\x18\x02 \x01(\v2\x14.bcd.agent.v1.CancelH\x00R\x06cancel\x12A\n" +
 	"\rheartbeat_ack\x18\x03 \x01(\v2\x1a.bcd.agent.v1.HeartbeatAckH\x00R\fheartbeatAck\x128\n" +
 	"\n" +
 	"update_ack\x18\x04 \x01(\v2\x17.bcd.agent.v1.UpdateAckH\x00R\tupdateAck\x121\n" +
-	"\x05batch\x18\x05 \x01(\v2\x19.bcd.agent.v1.ServerBatchH\x00R\x05batchB\x05\n" +
+	"\x05batch\x18\x05 \x01(\v2\x19.bcd.agent.v1.ServerBatchH\x00R\x05batch\x128\n" +
+	"\n" +
+	"ack_result\x18\x06 \x01(\v2\x17.bcd.agent.v1.AckResultH\x00R\tackResultB\x05\n" +
 	"\x03msg\"\xc5\x01\n" +
 	"\aCommand\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -2155,12 +2240,18 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x120\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1a.bcd.agent.v1.CommandStateR\x05state\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error\"\xaa\x01\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"@\n" +
+	"\tAckResult\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\"\xe4\x01\n" +
 	"\vServerBatch\x121\n" +
 	"\bcommands\x18\x01 \x03(\v2\x15.bcd.agent.v1.CommandR\bcommands\x128\n" +
 	"\vupdate_acks\x18\x02 \x03(\v2\x17.bcd.agent.v1.UpdateAckR\n" +
 	"updateAcks\x12.\n" +
-	"\acancels\x18\x03 \x03(\v2\x14.bcd.agent.v1.CancelR\acancels\"\x8f\x01\n" +
+	"\acancels\x18\x03 \x03(\v2\x14.bcd.agent.v1.CancelR\acancels\x128\n" +
+	"\vack_results\x18\x04 \x03(\v2\x17.bcd.agent.v1.AckResultR\n" +
+	"ackResults\"\x8f\x01\n" +
 	"\x10BootLeaseRequest\x12\x18\n" +
 	"\arelease\x18\x01 \x01(\bR\arelease\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
@@ -2238,7 +2329,7 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
 	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
@@ -2259,17 +2350,18 @@ var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(*Cancel)(nil),              // 16: bcd.agent.v1.Cancel
 	(*HeartbeatAck)(nil),        // 17: bcd.agent.v1.HeartbeatAck
 	(*UpdateAck)(nil),           // 18: bcd.agent.v1.UpdateAck
-	(*ServerBatch)(nil),         // 19: bcd.agent.v1.ServerBatch
-	(*BootLeaseRequest)(nil),    // 20: bcd.agent.v1.BootLeaseRequest
-	(*BootLeaseResponse)(nil),   // 21: bcd.agent.v1.BootLeaseResponse
-	(*BootEntry)(nil),           // 22: bcd.agent.v1.BootEntry
-	(*PollSetRequest)(nil),      // 23: bcd.agent.v1.PollSetRequest
-	(*PollTarget)(nil),          // 24: bcd.agent.v1.PollTarget
-	(*PollSetResponse)(nil),     // 25: bcd.agent.v1.PollSetResponse
-	(*PowerReading)(nil),        // 26: bcd.agent.v1.PowerReading
-	(*ReportPowerRequest)(nil),  // 27: bcd.agent.v1.ReportPowerRequest
-	(*ReportPowerResponse)(nil), // 28: bcd.agent.v1.ReportPowerResponse
-	nil,                         // 29: bcd.agent.v1.StatusReport.FactsEntry
+	(*AckResult)(nil),           // 19: bcd.agent.v1.AckResult
+	(*ServerBatch)(nil),         // 20: bcd.agent.v1.ServerBatch
+	(*BootLeaseRequest)(nil),    // 21: bcd.agent.v1.BootLeaseRequest
+	(*BootLeaseResponse)(nil),   // 22: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 23: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 24: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 25: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 26: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 27: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 28: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 29: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 30: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
@@ -2283,36 +2375,38 @@ var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 8: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
 	8,  // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
 	10, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	29, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	30, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
 	7,  // 12: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
 	9,  // 13: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
 	15, // 14: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
 	16, // 15: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
 	17, // 16: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
 	18, // 17: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
-	19, // 18: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
-	1,  // 19: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
-	15, // 20: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
-	18, // 21: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
-	16, // 22: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
-	22, // 23: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
-	24, // 24: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
-	26, // 25: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
-	3,  // 26: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 27: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	20, // 28: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
-	23, // 29: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
-	27, // 30: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
-	4,  // 31: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	14, // 32: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	21, // 33: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
-	25, // 34: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
-	28, // 35: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
-	31, // [31:36] is the sub-list for method output_type
-	26, // [26:31] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	20, // 18: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
+	19, // 19: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
+	1,  // 20: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
+	15, // 21: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
+	18, // 22: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
+	16, // 23: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
+	19, // 24: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
+	23, // 25: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	25, // 26: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	27, // 27: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	3,  // 28: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
+	5,  // 29: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	21, // 30: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	24, // 31: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	28, // 32: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	4,  // 33: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	14, // 34: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	22, // 35: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	26, // 36: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	29, // 37: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	33, // [33:38] is the sub-list for method output_type
+	28, // [28:33] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_bcd_agent_v1_agent_proto_init() }
@@ -2334,6 +2428,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 		(*ServerMessage_HeartbeatAck)(nil),
 		(*ServerMessage_UpdateAck)(nil),
 		(*ServerMessage_Batch)(nil),
+		(*ServerMessage_AckResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2341,7 +2436,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,6 +9,10 @@
 // Delivery rules (the gateway and internal/agentlink implement them):
 //   - A command is acknowledged (CommandAck) only after the agent recorded its id durably; an
 //     agent never runs the same command id twice, across reconnects and restarts.
+//   - An agent runs a command only once the server answered its CommandAck with an AckResult
+//     that carries no error: the server gives a command whose ack it never recorded to another
+//     agent of the site when its agent goes away, so a command run on an ack still in flight
+//     could run twice. An agent re-sends the acks still unanswered on every new stream.
 //   - A final CommandUpdate (succeeded, failed) is re-sent on every new stream until the server
 //     answers it with an UpdateAck: the server acknowledges only what the queue accepted.
 //   - result_json, node_sig and signer_cert_der are relayed unchanged: the gateway cannot forge

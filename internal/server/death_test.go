@@ -1,0 +1,106 @@
+package server_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/server"
+	"bcd/internal/sim"
+	"bcd/internal/store"
+)
+
+// TestAgentDeathOverTheGateway takes nodes through their life with the simulated agents on the
+// wire (agentlink over mTLS) while they die holding commands: the site agent at each of the
+// three points (as a frame arrives, after its ack was recorded and before running, after
+// running), restarting from its journal; ramdisks crashing with their machine left on. Every
+// node ends ready, or failed in maintenance with its fault; no command runs twice.
+func TestAgentDeathOverTheGateway(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server and 12 simulated machines over the gateway")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir,
+		Engine: engine.Config{AgentGrace: time.Second}},
+		slog.New(slog.NewTextHandler(logSink(t), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	}()
+	faults := sim.Faults{
+		// The site agent dies as the first power-on frame arrives, after acknowledging the
+		// first two power-offs, and after running the first two queries; a ramdisk crashes
+		// after acknowledging a wipe.
+		DieOnClaim: map[string]int{"bmc.power:on": 1},
+		DieBefore:  map[string]int{"bmc.power:off": 2, "disk.wipe": 1},
+		DieAfter:   map[string]int{"bmc.query": 2},
+	}
+	h, err := sim.StartOnServer(ctx, srv, sim.Config{Seed: 3, Faults: faults}, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	const n = 12
+	rep, err := h.RunPhases(ctx, n, 2*time.Minute, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.RanTwice != 0 {
+		t.Errorf("%d commands ran twice", rep.RanTwice)
+	}
+	// Five site agent deaths were asked for; two commands that kill it may arrive in one frame
+	// and end the same life.
+	if rep.SiteAgentDeaths < 3 || rep.SiteAgentDeaths > 5 || rep.RamdiskDeaths != 1 {
+		t.Errorf("%d site agent and %d ramdisk deaths, want 3 to 5 and 1", rep.SiteAgentDeaths, rep.RamdiskDeaths)
+	}
+	st := srv.Service().Store()
+	nodes, err := st.Nodes(ctx, store.NodeFilter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := 0
+	for _, nd := range nodes {
+		switch {
+		case nd.State == "ready" && !nd.Maintenance && nd.TargetState == "":
+		case nd.State == "failed" && nd.Maintenance && nd.FaultCode != "" && nd.FaultMsg != "":
+			failed++
+			t.Logf("node %s failed: %s: %s", nd.Name, nd.FaultCode, nd.FaultMsg)
+		default:
+			t.Errorf("node %s: %s → %q, maintenance %v, fault %q: want ready, or failed in maintenance with its fault", nd.Name, nd.State, nd.TargetState, nd.Maintenance, nd.FaultCode)
+		}
+	}
+	if sum := rep.Phases[0].Failed + rep.Phases[1].Failed + rep.Phases[2].Failed; failed != sum {
+		t.Errorf("%d failed; the phases counted %d", failed, sum)
+	}
+	// The restarted site agent reported what it held as interrupted: never run again.
+	cmds, err := st.Commands(ctx, "", 100_000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := h.Sim.Executions()
+	interrupted := 0
+	for _, c := range cmds {
+		if c.State == "failed" && strings.Contains(c.Error, "interrupted") {
+			interrupted++
+			if runs := runs[c.ID]; runs > 1 {
+				t.Errorf("interrupted %s ran %d times", c.ID, runs)
+			}
+		}
+	}
+	if interrupted == 0 {
+		t.Error("no command was reported interrupted by the restarted site agent")
+	}
+	t.Logf("%d interrupted commands, %d lost; phases failed %d/%d/%d", interrupted, rep.Lost, rep.Phases[0].Failed, rep.Phases[1].Failed, rep.Phases[2].Failed)
+}
