@@ -81,6 +81,9 @@ const (
 	StateRunning   = "running"
 	StateSucceeded = "succeeded"
 	StateFailed    = "failed"
+	// StateInterrupted: the agent stopped while the command was in progress (it may have run);
+	// reported by the next start, never run again.
+	StateInterrupted = "interrupted"
 )
 
 // Update is what agentlink sends about a command.
@@ -94,7 +97,9 @@ type Update struct {
 	SignerCertDER []byte
 }
 
-func (u Update) final() bool { return u.State == StateSucceeded || u.State == StateFailed }
+func (u Update) final() bool {
+	return u.State == StateSucceeded || u.State == StateFailed || u.State == StateInterrupted
+}
 
 // Handler runs commands. Run is called at most once per command id, concurrently for
 // different commands; ctx ends at the command's deadline, on Cancel, or when the agent stops.

@@ -148,7 +148,7 @@ func (l *Link) Wait() error {
 // they may have run, so they are not run again.
 func (l *Link) failInterrupted() error {
 	for _, c := range l.j.unfinished() {
-		u := Update{CommandID: c.ID, State: StateFailed, Error: "interrupted: the agent stopped while the command was in progress; not run again (at most once)"}
+		u := Update{CommandID: c.ID, State: StateInterrupted, Error: "interrupted: the agent stopped while the command was in progress; not run again (at most once)"}
 		if err := l.j.finish(u); err != nil {
 			return err
 		}

@@ -305,7 +305,7 @@ func TestRestartKeepsAtMostOnce(t *testing.T) {
 	if n := h.count("crash-1"); n != 0 {
 		t.Errorf("crash-1 ran %d times", n)
 	}
-	if e, _ := env.Queue.Get("crash-1"); e.State != gatewaytest.Failed || !strings.Contains(e.Final.Error, "interrupted") {
+	if e, _ := env.Queue.Get("crash-1"); e.State != gatewaytest.Lost || !strings.Contains(e.Final.Error, "interrupted") {
 		t.Errorf("crash-1: %s %q", e.State, e.Final.Error)
 	}
 	reoffered := 0
@@ -501,7 +501,7 @@ func TestNoRunBeforeTheAckIsRecorded(t *testing.T) {
 	l2 := dial(t, ctx, cfg, h)
 	waitFinal(t, env.Queue, len(ok)+1)
 	stop(t, cancel, l2)
-	if e, _ := env.Queue.Get("hold-1"); e.State != gatewaytest.Failed || h.count("hold-1") != 0 {
+	if e, _ := env.Queue.Get("hold-1"); e.State != gatewaytest.Lost || h.count("hold-1") != 0 {
 		t.Errorf("hold-1: %s %q, ran %d times", e.State, e.Final.Error, h.count("hold-1"))
 	}
 }

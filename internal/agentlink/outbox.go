@@ -127,6 +127,8 @@ func stateMsg(s string) agentv1.CommandState {
 		return agentv1.CommandState_COMMAND_STATE_SUCCEEDED
 	case StateFailed:
 		return agentv1.CommandState_COMMAND_STATE_FAILED
+	case StateInterrupted:
+		return agentv1.CommandState_COMMAND_STATE_INTERRUPTED
 	default:
 		return agentv1.CommandState_COMMAND_STATE_UNSPECIFIED
 	}

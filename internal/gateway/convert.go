@@ -15,6 +15,8 @@ func stateOf(s agentv1.CommandState) string {
 		return StateSucceeded
 	case agentv1.CommandState_COMMAND_STATE_FAILED:
 		return StateFailed
+	case agentv1.CommandState_COMMAND_STATE_INTERRUPTED:
+		return StateLost
 	default:
 		return ""
 	}

@@ -73,13 +73,16 @@ const (
 	StateRunning   = "running"
 	StateSucceeded = "succeeded"
 	StateFailed    = "failed"
+	// StateLost: the agent reported the command interrupted (it stopped while the command was
+	// in progress): it may have taken effect and is never run again.
+	StateLost = "lost"
 )
 
 // Update is what an agent reports about a command. Result, NodeSig and SignerCertDER are the
 // agent's bytes, unchanged.
 type Update struct {
 	CommandID       string
-	State           string // StateRunning, StateSucceeded, StateFailed
+	State           string // StateRunning, StateSucceeded, StateFailed, StateLost
 	ProgressDone    int64
 	ProgressTotal   int64
 	ProgressMessage string
@@ -90,7 +93,9 @@ type Update struct {
 }
 
 // Final reports whether the update ends the command.
-func (u Update) Final() bool { return u.State == StateSucceeded || u.State == StateFailed }
+func (u Update) Final() bool {
+	return u.State == StateSucceeded || u.State == StateFailed || u.State == StateLost
+}
 
 // Hello is the first message of a stream.
 type Hello struct {

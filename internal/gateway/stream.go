@@ -249,8 +249,11 @@ func (ss *session) refuseUpdate(u Update) string {
 
 func updateAck(u Update, errText string) *agentv1.ServerMessage {
 	st := agentv1.CommandState_COMMAND_STATE_FAILED
-	if u.State == StateSucceeded {
+	switch u.State {
+	case StateSucceeded:
 		st = agentv1.CommandState_COMMAND_STATE_SUCCEEDED
+	case StateLost:
+		st = agentv1.CommandState_COMMAND_STATE_INTERRUPTED
 	}
 	return &agentv1.ServerMessage{Msg: &agentv1.ServerMessage_UpdateAck{
 		UpdateAck: &agentv1.UpdateAck{CommandId: u.CommandID, State: st, Error: errText}}}

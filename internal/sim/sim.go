@@ -246,6 +246,20 @@ func (s *Sim) SetFaults(f Faults) {
 	s.cfg.Faults = f
 }
 
+// DeathsPending counts the deaths Faults.DieOnClaim, DieBefore and DieAfter asked for that have
+// not happened yet.
+func (s *Sim) DeathsPending() int {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	n := 0
+	for _, m := range []map[string]int{s.cfg.Faults.DieOnClaim, s.cfg.Faults.DieBefore, s.cfg.Faults.DieAfter} {
+		for _, c := range m {
+			n += c
+		}
+	}
+	return n
+}
+
 func (s *Sim) faults() Faults {
 	s.fmu.Lock()
 	defer s.fmu.Unlock()

@@ -20,6 +20,7 @@ const (
 	Running   = gateway.StateRunning
 	Succeeded = gateway.StateSucceeded
 	Failed    = gateway.StateFailed
+	Lost      = gateway.StateLost // reported interrupted
 )
 
 // Entry is the fake queue's record of one command.
@@ -201,7 +202,7 @@ func (q *Queue) Update(_ context.Context, a gateway.AgentRef, u gateway.Update) 
 		return err
 	}
 	switch e.State {
-	case Succeeded, Failed:
+	case Succeeded, Failed, Lost:
 		if u.State == e.State {
 			return nil // idempotent
 		}

@@ -98,6 +98,10 @@ const (
 	CommandState_COMMAND_STATE_RUNNING     CommandState = 1
 	CommandState_COMMAND_STATE_SUCCEEDED   CommandState = 2
 	CommandState_COMMAND_STATE_FAILED      CommandState = 3
+	// Final: the agent stopped (it crashed, or was restarted) while the command was in progress.
+	// It may have taken effect, in part or whole, and it is never run again. The control plane
+	// records the command lost, and its step decides (query, retry or fail).
+	CommandState_COMMAND_STATE_INTERRUPTED CommandState = 4
 )
 
 // Enum value maps for CommandState.
@@ -107,12 +111,14 @@ var (
 		1: "COMMAND_STATE_RUNNING",
 		2: "COMMAND_STATE_SUCCEEDED",
 		3: "COMMAND_STATE_FAILED",
+		4: "COMMAND_STATE_INTERRUPTED",
 	}
 	CommandState_value = map[string]int32{
 		"COMMAND_STATE_UNSPECIFIED": 0,
 		"COMMAND_STATE_RUNNING":     1,
 		"COMMAND_STATE_SUCCEEDED":   2,
 		"COMMAND_STATE_FAILED":      3,
+		"COMMAND_STATE_INTERRUPTED": 4,
 	}
 )
 
@@ -2303,12 +2309,13 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\tAgentKind\x12\x1a\n" +
 	"\x16AGENT_KIND_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fAGENT_KIND_SITE\x10\x01\x12\x13\n" +
-	"\x0fAGENT_KIND_NODE\x10\x02*\x7f\n" +
+	"\x0fAGENT_KIND_NODE\x10\x02*\x9e\x01\n" +
 	"\fCommandState\x12\x1d\n" +
 	"\x19COMMAND_STATE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15COMMAND_STATE_RUNNING\x10\x01\x12\x1b\n" +
 	"\x17COMMAND_STATE_SUCCEEDED\x10\x02\x12\x18\n" +
-	"\x14COMMAND_STATE_FAILED\x10\x032\x81\x03\n" +
+	"\x14COMMAND_STATE_FAILED\x10\x03\x12\x1d\n" +
+	"\x19COMMAND_STATE_INTERRUPTED\x10\x042\x81\x03\n" +
 	"\x0eGatewayService\x12=\n" +
 	"\x04Join\x12\x19.bcd.agent.v1.JoinRequest\x1a\x1a.bcd.agent.v1.JoinResponse\x12F\n" +
 	"\aConnect\x12\x1a.bcd.agent.v1.AgentMessage\x1a\x1b.bcd.agent.v1.ServerMessage(\x010\x01\x12L\n" +
