@@ -32,6 +32,7 @@ const JournalFile = "journal"
 // Record operations.
 const (
 	opReceived  = "recv"    // the command arrived (and will be acknowledged)
+	opStarted   = "start"   // it is about to run (after the server answered its ack)
 	opFinal     = "final"   // its final update, as sent
 	opConfirmed = "confirm" // the server accepted the final update
 )
@@ -43,6 +44,10 @@ type record struct {
 	NodeID     string `json:"node,omitempty"`
 	Generation uint64 `json:"gen,omitempty"`
 	Attest     bool   `json:"attest,omitempty"`
+	// Starts marks a command whose start is journaled (opStarted): without one it never ran.
+	// Journals written before start records existed lack it: their unfinished commands may
+	// have run.
+	Starts     bool   `json:"starts,omitempty"`
 	Args       []byte `json:"args,omitempty"`
 	DeadlineMS int64  `json:"deadline,omitempty"`
 	State      string `json:"state,omitempty"`
@@ -94,7 +99,7 @@ func decodeJournal(data []byte) (recs []record, good int, err error) {
 			return nil, 0, fmt.Errorf("%w: record at offset %d: %v", errJournalCorrupt, off, err)
 		}
 		switch r.Op {
-		case opReceived, opFinal, opConfirmed:
+		case opReceived, opStarted, opFinal, opConfirmed:
 		default:
 			return nil, 0, fmt.Errorf("%w: record at offset %d: unknown op %q", errJournalCorrupt, off, r.Op)
 		}
@@ -109,10 +114,16 @@ func decodeJournal(data []byte) (recs []record, good int, err error) {
 
 // jentry is what the journal knows of one command.
 type jentry struct {
-	cmd       Command
-	final     *Update
-	confirmed bool
+	cmd Command
+	// starts: the command's start is journaled before it runs; started: it was.
+	starts, started bool
+	final           *Update
+	confirmed       bool
 }
+
+// ran reports whether the command may have run: its start was journaled, or the journal that
+// recorded it did not journal starts.
+func (e *jentry) ran() bool { return e.started || !e.starts }
 
 // journal is the at-most-once record. Appends from concurrent callers share one write and one
 // fsync (group commit). With no file it lives in RAM only (the ramdisk).
@@ -195,7 +206,10 @@ func (j *journal) apply(r record) {
 		if r.DeadlineMS != 0 {
 			e.cmd.Deadline = time.UnixMilli(r.DeadlineMS)
 		}
+		e.starts = r.Starts
 		j.lastID = r.ID
+	case opStarted:
+		e.started = true
 	case opFinal:
 		e.final = &Update{CommandID: r.ID, State: r.State, Result: r.Result, Error: r.Error, NodeSig: r.Sig, SignerCertDER: r.Cert}
 	case opConfirmed:
@@ -207,7 +221,7 @@ func (j *journal) apply(r record) {
 }
 
 func receivedRecord(c Command) record {
-	r := record{Op: opReceived, ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Attest: c.Attest, Args: c.Args}
+	r := record{Op: opReceived, ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Attest: c.Attest, Args: c.Args, Starts: true}
 	if !c.Deadline.IsZero() {
 		r.DeadlineMS = c.Deadline.UnixMilli()
 	}
@@ -239,6 +253,16 @@ func (j *journal) receive(cmds []Command) (fresh []Command, known []jentry, err 
 	err = j.writeLocked(buf, true)
 	j.mu.Unlock()
 	return fresh, known, err
+}
+
+// start records durably that a command is about to run. Once it returns, a crash leaves the
+// command interrupted (it may have run); before, the command is known never to have run.
+func (j *journal) start(id string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	r := record{Op: opStarted, ID: id}
+	j.apply(r)
+	return j.writeLocked(appendRecord(nil, r), true)
 }
 
 // finish records a command's final update durably.
@@ -277,17 +301,21 @@ func (j *journal) unconfirmed() []Update {
 	return out
 }
 
-// unfinished returns the commands recorded without a final update.
-func (j *journal) unfinished() []Command {
+// unfinished returns the commands recorded without a final update: those that may have run
+// (started, or recorded by a journal that did not record starts) and those that never ran.
+func (j *journal) unfinished() (ran, never []Command) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	var out []Command
 	for _, e := range j.entries {
-		if e.final == nil {
-			out = append(out, e.cmd)
+		switch {
+		case e.final != nil:
+		case e.ran():
+			ran = append(ran, e.cmd)
+		default:
+			never = append(never, e.cmd)
 		}
 	}
-	return out
+	return ran, never
 }
 
 // failed is the journal's sticky write error.
@@ -370,7 +398,12 @@ func (j *journal) compactLocked() error {
 	n := 0
 	add := func(r record) { buf = appendRecord(buf, r); n++ }
 	write := func(e *jentry, keepResult bool) {
-		add(receivedRecord(e.cmd))
+		r := receivedRecord(e.cmd)
+		r.Starts = e.starts
+		add(r)
+		if e.started && e.final == nil {
+			add(record{Op: opStarted, ID: e.cmd.ID})
+		}
 		if e.final != nil {
 			r := finalRecord(*e.final)
 			if !keepResult {

@@ -56,8 +56,8 @@ func TestJournalReplayTornAndCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := j.unfinished(); len(got) != 0 {
-		t.Errorf("unfinished %v", got)
+	if ran, never := j.unfinished(); len(ran)+len(never) != 0 {
+		t.Errorf("unfinished %v %v", ran, never)
 	}
 	if _, err := j.finish(Update{CommandID: "c", State: StateFailed}), j.close(); err != nil {
 		t.Fatal(err)
@@ -89,7 +89,13 @@ func TestJournalCompactionKeepsWhatMatters(t *testing.T) {
 			t.Fatal(fresh, known, err)
 		}
 		if i%500 == 499 {
-			continue // left unfinished
+			continue // left unfinished, never started
+		}
+		if i%500 == 498 {
+			if err := j.start(id); err != nil {
+				t.Fatal(err)
+			}
+			continue // left unfinished, started
 		}
 		if err := j.finish(Update{CommandID: id, State: StateSucceeded, Result: []byte(`{"big":"` + id + `"}`)}); err != nil {
 			t.Fatal(err)
@@ -110,8 +116,8 @@ func TestJournalCompactionKeepsWhatMatters(t *testing.T) {
 	if got := len(j2.unconfirmed()); got != before {
 		t.Errorf("unconfirmed after reopen %d, want %d", got, before)
 	}
-	if got := len(j2.unfinished()); got != 3 {
-		t.Errorf("unfinished %d, want 3", got)
+	if ran, never := j2.unfinished(); len(ran) != 3 || len(never) != 3 {
+		t.Errorf("unfinished: %d ran, %d never; want 3 and 3", len(ran), len(never))
 	}
 	if len(j2.confirmed) != 100 {
 		t.Errorf("retained %d confirmed ids, want 100", len(j2.confirmed))
@@ -152,4 +158,47 @@ func FuzzDecodeJournal(f *testing.F) {
 			j.apply(r)
 		}
 	})
+}
+
+// The journal tells, after a restart, the unfinished commands that may have run from those
+// that never started; a journal written before starts were recorded claims nothing.
+func TestJournalKnowsWhatRan(t *testing.T) {
+	old := receivedRecord(Command{ID: "old", Kind: "bmc.power"})
+	old.Starts = false // as written before start records existed
+	for _, tc := range []struct {
+		name    string
+		records []record
+		ran     bool
+	}{
+		{"received", []record{receivedRecord(Command{ID: "c"})}, false},
+		{"started", []record{receivedRecord(Command{ID: "c"}), {Op: opStarted, ID: "c"}}, true},
+		{"an old journal's record", []record{old}, true},
+		{"finished", []record{receivedRecord(Command{ID: "c"}), {Op: opStarted, ID: "c"}, finalRecord(Update{CommandID: "c", State: StateSucceeded})}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var data []byte
+			for _, r := range tc.records {
+				data = appendRecord(data, r)
+			}
+			if err := os.WriteFile(filepath.Join(dir, JournalFile), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			j, err := openJournal(dir, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.close()
+			ran, never := j.unfinished()
+			finished := tc.records[len(tc.records)-1].Op == opFinal
+			switch {
+			case finished && len(ran)+len(never) != 0:
+				t.Errorf("a finished command is unfinished: ran %v, never %v", ran, never)
+			case !finished && tc.ran && (len(ran) != 1 || len(never) != 0):
+				t.Errorf("ran %v, never %v: want it among those that may have run", ran, never)
+			case !finished && !tc.ran && (len(ran) != 0 || len(never) != 1):
+				t.Errorf("ran %v, never %v: want it among those that never ran", ran, never)
+			}
+		})
+	}
 }

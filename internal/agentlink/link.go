@@ -110,7 +110,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 	}
 	l.out.init()
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
-	if err := l.failInterrupted(); err != nil {
+	if err := l.recoverJournal(); err != nil {
 		_ = j.close()
 		return nil, err
 	}
@@ -144,15 +144,26 @@ func (l *Link) Wait() error {
 	return l.err
 }
 
-// failInterrupted reports the commands recorded but unfinished by a previous run as failed:
-// they may have run, so they are not run again.
-func (l *Link) failInterrupted() error {
-	for _, c := range l.j.unfinished() {
+// recoverJournal takes over the commands a previous run recorded and did not finish. Those that
+// may have run are reported interrupted, never run again. Those that never started are
+// acknowledged again on the first stream and run if the server answers that they are still
+// this agent's (it refuses a command it gave to another agent or declared lost meanwhile).
+func (l *Link) recoverJournal() error {
+	ran, never := l.j.unfinished()
+	for _, c := range ran {
 		u := Update{CommandID: c.ID, State: StateInterrupted, Error: "interrupted: the agent stopped while the command was in progress; not run again (at most once)"}
 		if err := l.j.finish(u); err != nil {
 			return err
 		}
 		l.log.LogAttrs(l.ctx, slog.LevelWarn, "command interrupted by a restart", slog.String("command", c.ID), slog.String("kind", c.Kind))
+	}
+	l.mu.Lock()
+	for _, c := range never {
+		l.awaiting[c.ID] = c
+	}
+	l.mu.Unlock()
+	if len(never) > 0 {
+		l.log.LogAttrs(l.ctx, slog.LevelInfo, "commands received before a restart and never started: asking the control plane whether they are still ours", slog.Int("commands", len(never)))
 	}
 	return nil
 }
@@ -464,6 +475,9 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) Update {
 	// may pick the slot, and a command must not start once the link is stopping.
 	if ctx.Err() != nil {
 		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: " + context.Cause(ctx).Error()}
+	}
+	if err := l.j.start(c.ID); err != nil {
+		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: recording its start: " + err.Error()}
 	}
 	l.out.update(Update{CommandID: c.ID, State: StateRunning})
 	report := func(p Progress) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -443,24 +444,33 @@ func TestReconnectTime(t *testing.T) {
 
 // A command runs only once the gateway answered its ack: one whose ack the control plane
 // refuses (it went to another agent) never runs, and one whose ack is still in flight when the
-// agent dies never runs either — the control plane may give it to another agent.
+// agent dies does not run then. Restarted on its journal, the agent asks again about the
+// commands it never started: it runs the one still its own, once, and not the one the control
+// plane refuses (declared lost meanwhile).
 func TestNoRunBeforeTheAckIsRecorded(t *testing.T) {
 	env := start(t)
-	held := make(chan struct{})    // closed when hold-1's ack reached the queue
-	release := make(chan struct{}) // closed to let it through
+	var heldN atomic.Int32
+	held := make(chan struct{})    // closed when both hold-* acks reached the queue
+	release := make(chan struct{}) // closed to let them through
+	var restarted atomic.Bool
 	env.Queue.OnAck = func(id string) error {
 		switch {
 		case strings.HasPrefix(id, "refused"):
 			return errors.New("assigned to another agent")
-		case id == "hold-1":
-			close(held)
+		case strings.HasPrefix(id, "hold-") && !restarted.Load():
+			if heldN.Add(1) == 2 {
+				close(held)
+			}
 			<-release
+		case id == "hold-2":
+			return errors.New("declared lost")
 		}
 		return nil
 	}
 	h := newCounter()
 	dir := t.TempDir()
 	cfg := siteConfig(t, env, dir)
+	cfg.JoinToken = env.Identities.SiteToken(siteRef.SiteID, siteRef.AgentID, time.Hour)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l := dial(t, ctx, cfg, h)
@@ -478,30 +488,42 @@ func TestNoRunBeforeTheAckIsRecorded(t *testing.T) {
 		}
 	}
 
-	// The agent dies while hold-1's ack is on its way: it never ran, before or after.
-	env.Queue.Enqueue(siteRef, gateway.Command{ID: "hold-1", Kind: "bmc.power", NodeID: "n1", Args: []byte(`{"action":"cycle"}`)})
+	// The agent dies while the hold-* acks are on their way: they do not run.
+	holds := []gateway.Command{{ID: "hold-1", Kind: "bmc.power", NodeID: "n1", Args: []byte(`{"action":"cycle"}`)}, {ID: "hold-2", Kind: "bmc.power", NodeID: "n2", Args: []byte(`{"action":"cycle"}`)}}
+	env.Queue.Enqueue(siteRef, holds...)
 	select {
 	case <-held:
 	case <-time.After(30 * time.Second):
-		t.Fatal("hold-1's ack never reached the queue")
+		t.Fatal("the hold-* acks never reached the queue")
 	}
-	if n := h.count("hold-1"); n != 0 {
-		t.Fatalf("hold-1 ran %d times before its ack was recorded", n)
+	for _, c := range holds {
+		if n := h.count(c.ID); n != 0 {
+			t.Fatalf("%s ran %d times before its ack was recorded", c.ID, n)
+		}
 	}
 	l.Crash()
 	if err := l.Wait(); !errors.Is(err, agentlink.ErrCrashed) {
 		t.Fatalf("Wait after Crash: %v", err)
 	}
+	restarted.Store(true)
 	close(release)
-	if n := h.count("hold-1"); n != 0 {
-		t.Fatalf("hold-1 ran %d times", n)
+	for _, c := range holds {
+		if n := h.count(c.ID); n != 0 {
+			t.Fatalf("%s ran %d times after the crash", c.ID, n)
+		}
 	}
-	// Restarted on its journal, the agent reports hold-1 as interrupted and runs it not.
 	cfg.JoinToken = ""
 	l2 := dial(t, ctx, cfg, h)
-	waitFinal(t, env.Queue, len(ok)+1)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if e, _ := env.Queue.Get("hold-1"); e.State == gatewaytest.Succeeded {
+			break
+		}
+	}
 	stop(t, cancel, l2)
-	if e, _ := env.Queue.Get("hold-1"); e.State != gatewaytest.Lost || h.count("hold-1") != 0 {
-		t.Errorf("hold-1: %s %q, ran %d times", e.State, e.Final.Error, h.count("hold-1"))
+	if e, _ := env.Queue.Get("hold-1"); e.State != gatewaytest.Succeeded || h.count("hold-1") != 1 {
+		t.Errorf("hold-1: %s %q, ran %d times; want it run once after the restart", e.State, e.Final.Error, h.count("hold-1"))
+	}
+	if e, _ := env.Queue.Get("hold-2"); len(e.Updates) != 0 || h.count("hold-2") != 0 {
+		t.Errorf("hold-2: %d updates, ran %d times; want it never run and not reported", len(e.Updates), h.count("hold-2"))
 	}
 }

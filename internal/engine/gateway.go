@@ -87,7 +87,7 @@ func (g *Gateway) Claim(ctx context.Context, a gateway.AgentRef, limit int) ([]g
 }
 
 func rejected(err error) error {
-	if errors.Is(err, ErrNotYours) || errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ErrNotYours) || errors.Is(err, ErrFinished) || errors.Is(err, store.ErrNotFound) {
 		return fmt.Errorf("%w: %v", gateway.ErrRejected, err)
 	}
 	return err

@@ -194,6 +194,10 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 // ErrNotYours is a report about a command assigned to another agent.
 var ErrNotYours = errors.New("command is not assigned to this agent")
 
+// ErrFinished is an acknowledgement of a command that has ended (cancelled, or declared lost
+// while its agent was away): the agent must not run it.
+var ErrFinished = errors.New("command has already ended")
+
 // Claim returns up to limit commands for a to run, assigning them to it. Tokens that must
 // reach only the agent (a boot entry's one-time discovery token) are minted here, stored as
 // hashes, and never written to the command row.
@@ -382,8 +386,9 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 }
 
 // AckAll records that a received and durably recorded the commands ids, in one write. It
-// returns, by id, the acknowledgements refused (a command unknown or not a's: ErrNotFound,
-// ErrNotYours); one acknowledged before is accepted again.
+// returns, by id, the acknowledgements refused (a command unknown, not a's or ended:
+// ErrNotFound, ErrNotYours, ErrFinished) — the agent runs only those accepted; one
+// acknowledged before and not ended is accepted again (an agent back from a restart).
 func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]error, error) {
 	var refused map[string]error
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
@@ -404,6 +409,8 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 				return err
 			case c.TargetAgent != a.ID:
 				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, ErrNotYours)
+			case command.State(c.State).Final():
+				refused[id] = fmt.Errorf("ack of %s by %s: %w (%s)", id, a.ID, ErrFinished, c.State)
 			}
 		}
 		return nil

@@ -260,6 +260,14 @@ func TestSiteAgentFailover(t *testing.T) {
 	if unacked.State != "queued" || unacked.TargetAgent != "" {
 		t.Fatalf("unacknowledged command: %s on %q (want queued for another agent)", unacked.State, unacked.TargetAgent)
 	}
+	// A, back from a restart, acknowledges again the command it held: the command ended (lost)
+	// meanwhile, and A must not run it; nor the one released to the site.
+	if err := eng.Ack(ctx, a, got[0].ID); !errors.Is(err, engine.ErrFinished) {
+		t.Fatalf("A's ack of its lost command: %v, want ErrFinished", err)
+	}
+	if err := eng.Ack(ctx, a, got[1].ID); !errors.Is(err, engine.ErrNotYours) {
+		t.Fatalf("A's ack of the command released while it was away: %v, want ErrNotYours", err)
+	}
 	moved, err := eng.Claim(ctx, b, 10)
 	if err != nil || len(moved) != 1 || moved[0].ID != got[1].ID {
 		t.Fatalf("B claims %d commands (%v), want the unacknowledged one", len(moved), err)

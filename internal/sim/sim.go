@@ -389,7 +389,9 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 		var wg sync.WaitGroup
 		for i, c := range cmds {
 			if err := refused[c.ID]; err != nil {
-				s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
+				if !errors.Is(err, engine.ErrFinished) { // cancelled since the claim: not run
+					s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
+				}
 				continue
 			}
 			wg.Add(1)
