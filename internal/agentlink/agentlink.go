@@ -12,8 +12,10 @@
 // server answered its ack (AckResult): an ack lost in flight (the stream broke, the agent
 // died) leaves the command unacknowledged on the server, which may give it to another agent of
 // the site — so it must not have run here. Acks the server has not answered are sent again on
-// every new stream. A command that was recorded but had no final update when the agent stopped
-// is reported failed at the next start, not run.
+// every new stream. A command's start is journaled (fsync'd) before it runs: at the next start
+// after a crash, a command that had started and not finished is reported interrupted (it may
+// have run), never run again; one that had not started is acknowledged again and runs if the
+// server still answers that it is the agent's (not given to another agent, not declared lost).
 // Final updates are recorded before they are sent and re-sent on every new stream until the
 // server answers them (UpdateAck), so a broken stream loses nothing.
 //
