@@ -23,7 +23,10 @@ type Kind struct {
 	Destructive bool
 	// Attested results are signed by the node key; the store verifies them.
 	Attested bool
-	// Reroutable: a command no agent acknowledged moves to another agent of the site.
+	// Reroutable: a command no agent acknowledged moves to another agent of the site when its
+	// agent goes away. Every site kind is: an agent runs a command only once the control plane
+	// recorded its acknowledgement (agentlink), so one never acknowledged never ran. A ramdisk's
+	// command has no other agent to go to.
 	Reroutable bool
 	// BootLeaseHolder: sent to the site agent holding the boot lease first.
 	BootLeaseHolder bool
@@ -35,14 +38,14 @@ var kinds = []Kind{
 	{Name: "bmc.query", RunsOn: OnSite, Reroutable: true},
 	{Name: "bmc.boot", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	{Name: "bmc.power", RunsOn: OnSite, Destructive: true, Reroutable: true},
-	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true},
+	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	// bmc.media inserts or ejects an ISO: the BMC's virtual media, else an iPXE sanboot entry
 	// of the ISO pinned in the site cache (hence the boot-lease holder).
 	{Name: "bmc.media", RunsOn: OnSite, Destructive: true, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.prepareRamdisk", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.prepareInstance", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.cleanUp", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
-	{Name: "site.httpProxy", RunsOn: OnSite, Destructive: true},
+	{Name: "site.httpProxy", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	{Name: "inventory.refresh", RunsOn: OnRamdisk},
 	// bmc.provisionInband makes the node's BMC credential from the host, over its IPMI system
 	// interface (the acceptance flow's in-band enrollment); the password arrives encrypted to

@@ -7,7 +7,8 @@ func TestKindTable(t *testing.T) {
 		"bmc.query":           "site .... reroutable .",
 		"bmc.boot":            "site destructive . reroutable .",
 		"bmc.power":           "site destructive . reroutable .",
-		"bmc.rotate":          "site destructive . . .",
+		"bmc.rotate":          "site destructive . reroutable .",
+		"site.httpProxy":      "site destructive . reroutable .",
 		"boot.prepareRamdisk": "site . . reroutable .",
 		"boot.cleanUp":        "site . . reroutable .",
 		"diag.dcgm":           "ramdisk . attested . .",
@@ -37,6 +38,12 @@ func TestKindTable(t *testing.T) {
 	}
 	if _, err := Lookup("bmc.format"); err == nil {
 		t.Error("unknown kind accepted")
+	}
+	// What an agent never acknowledged never ran: every site kind may move to another agent.
+	for _, k := range Kinds() {
+		if k.Reroutable != (k.RunsOn == OnSite) {
+			t.Errorf("%s runs on %s, reroutable %v", k.Name, k.RunsOn, k.Reroutable)
+		}
 	}
 }
 

@@ -143,8 +143,8 @@ func (e *Engine) Seen(ctx context.Context, a Agent) error {
 }
 
 // reapAgents applies the departure of agents gone longer than the grace period: commands they
-// never acknowledged are released to another agent of the site (reroutable kinds); commands they
-// acknowledged are lost: never sent twice.
+// never acknowledged are released to another agent of the site (every site kind: such a command
+// never ran); commands they acknowledged are lost: never sent twice.
 func (e *Engine) reapAgents(ctx context.Context) error {
 	var nodes []string
 	err := e.st.Write(ctx, func(tx *store.Tx) error {

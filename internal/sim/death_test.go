@@ -275,3 +275,34 @@ func TestRamdiskDeathFailsTheStepAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// The site agent dies as a BMC credential rotation's bmc.rotate arrives, before acknowledging
+// it: the command never ran, so once the grace period has passed it moves to the standby, which
+// rotates the password once, instead of the rotation waiting for its deadline.
+func TestUnacknowledgedRotationMovesToTheStandby(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, id := oneNode(t, st, Config{}, "0s", "rotate-moves")
+		rest(t, h, []string{id})
+		h.Sim.SetFaults(Faults{DieOnClaim: map[string]int{"bmc.rotate": 1}})
+		res, err := h.Metal.RotateBmcCredential(ctx, h.Admin, id, "after a leak")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vs []store.CredentialVersion
+		waitFor(t, "the rotation's outcome", func() bool {
+			vs, _ = st.CredentialVersions(ctx, id)
+			return len(vs) == 2 && vs[0].State != store.CredPending
+		})
+		cmd, err := st.Command(ctx, res.CommandID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vs[0].State != store.CredCurrent || cmd.State != "succeeded" || cmd.TargetAgent != "sim-site-1.1" {
+			t.Fatalf("rotation %s (%s), command %s on %s: want current, run by the standby", vs[0].State, vs[0].Error, cmd.State, cmd.TargetAgent)
+		}
+		if d, runs := h.Sim.SiteAgentDeaths(), h.Sim.Executions()[cmd.ID]; d != 1 || runs != 1 {
+			t.Errorf("%d site agent deaths, bmc.rotate ran %d times; want 1 and 1", d, runs)
+		}
+	})
+}
