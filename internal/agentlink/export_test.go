@@ -6,8 +6,9 @@ import (
 	"testing"
 )
 
-// AppendReceived adds a "received" record to dir's journal, as an agent that crashed right
-// after acknowledging a command would have left it.
+// AppendReceived adds a "received" record to dir's journal without start tracking, as an agent
+// that crashed while running a command would have left it before starts were journaled: the
+// command may have run.
 func AppendReceived(t *testing.T, dir, id string) {
 	t.Helper()
 	f, err := os.OpenFile(filepath.Join(dir, JournalFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)

@@ -35,6 +35,7 @@ const (
 	opStarted   = "start"   // it is about to run (after the server answered its ack)
 	opFinal     = "final"   // its final update, as sent
 	opConfirmed = "confirm" // the server accepted the final update
+	opForgotten = "forget"  // never started, and the server refused it: as if never received
 )
 
 type record struct {
@@ -99,7 +100,7 @@ func decodeJournal(data []byte) (recs []record, good int, err error) {
 			return nil, 0, fmt.Errorf("%w: record at offset %d: %v", errJournalCorrupt, off, err)
 		}
 		switch r.Op {
-		case opReceived, opStarted, opFinal, opConfirmed:
+		case opReceived, opStarted, opFinal, opConfirmed, opForgotten:
 		default:
 			return nil, 0, fmt.Errorf("%w: record at offset %d: unknown op %q", errJournalCorrupt, off, r.Op)
 		}
@@ -210,6 +211,8 @@ func (j *journal) apply(r record) {
 		j.lastID = r.ID
 	case opStarted:
 		e.started = true
+	case opForgotten:
+		delete(j.entries, r.ID)
 	case opFinal:
 		e.final = &Update{CommandID: r.ID, State: r.State, Result: r.Result, Error: r.Error, NodeSig: r.Sig, SignerCertDER: r.Cert}
 	case opConfirmed:
@@ -263,6 +266,20 @@ func (j *journal) start(id string) error {
 	r := record{Op: opStarted, ID: id}
 	j.apply(r)
 	return j.writeLocked(appendRecord(nil, r), true)
+}
+
+// forget drops a command that never started and that the server refused: offered again later
+// (its own again), it is a new command to this agent. Not waited for: if it is lost, the
+// command is asked about again at the next start.
+func (j *journal) forget(id string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e, ok := j.entries[id]; !ok || e.ran() || e.final != nil {
+		return
+	}
+	r := record{Op: opForgotten, ID: id}
+	j.apply(r)
+	_ = j.writeLocked(appendRecord(nil, r), false)
 }
 
 // finish records a command's final update durably.

@@ -202,8 +202,6 @@ func (l *Link) loop() {
 	l.cmds.Wait()
 	if l.crashed.Load() {
 		l.err = ErrCrashed
-	} else {
-		l.notStarted()
 	}
 	if l.err == nil {
 		l.err = l.j.failed()
@@ -329,9 +327,7 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 		}
 	}
 	for _, r := range b.AckResults {
-		if err := l.acknowledged(r.GetCommandId(), r.GetError()); err != nil {
-			return err
-		}
+		l.acknowledged(r.GetCommandId(), r.GetError())
 	}
 	for _, a := range b.UpdateAcks {
 		if a.GetError() != "" {
@@ -392,40 +388,22 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 }
 
 // acknowledged acts on the server's answer to an ack: a command recorded as this agent's
-// starts; one refused never runs, and its journal entry is closed without a report (the server
-// would refuse that too).
-func (l *Link) acknowledged(id, refusal string) error {
+// starts; one refused never runs and is forgotten, without a report (the server would refuse
+// that too): should the server offer it again, it is this agent's then.
+func (l *Link) acknowledged(id, refusal string) {
 	l.mu.Lock()
 	c, ok := l.awaiting[id]
 	delete(l.awaiting, id)
 	l.mu.Unlock()
 	switch {
 	case !ok:
-		return nil // answered before (a re-sent ack), or running
+		return // answered before (a re-sent ack), or running
 	case refusal == "":
 		l.start(c)
-		return nil
+		return
 	}
 	l.log.LogAttrs(l.ctx, slog.LevelWarn, "the control plane refused a command's acknowledgement; not running it", slog.String("command", id), slog.String("kind", c.Kind), slog.String("error", refusal))
-	if err := l.j.finish(Update{CommandID: id, State: StateFailed, Error: "not run: the control plane refused its acknowledgement: " + refusal}); err != nil {
-		return err
-	}
-	l.j.confirm(id)
-	return nil
-}
-
-// notStarted closes, as the link stops, the journal entries of commands whose ack the server
-// never answered: they did not run, and their failure is reported on the next stream.
-func (l *Link) notStarted() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for id := range l.awaiting {
-		if err := l.j.finish(Update{CommandID: id, State: StateFailed, Error: "not started: the agent stopped before the control plane answered its acknowledgement"}); err != nil {
-			l.log.LogAttrs(l.ctx, slog.LevelError, "recording a command not started", slog.String("command", id), slog.Any("error", err))
-			return
-		}
-		delete(l.awaiting, id)
-	}
+	l.j.forget(id)
 }
 
 // Crash ends the link as a killed process ends: the stream is cut, and nothing more is sent or
@@ -449,12 +427,12 @@ func (l *Link) start(c Command) {
 	l.mu.Unlock()
 	l.cmds.Go(func() {
 		defer cancel()
-		u := l.execute(ctx, c, r)
+		u, ended := l.execute(ctx, c, r)
 		l.mu.Lock()
 		delete(l.running, c.ID)
 		l.mu.Unlock()
-		if l.crashed.Load() {
-			return // a dead process records and reports nothing
+		if l.crashed.Load() || !ended {
+			return // a dead process records and reports nothing; a stopping one runs it at its next start
 		}
 		if err := l.j.finish(u); err != nil {
 			l.log.LogAttrs(l.ctx, slog.LevelError, "recording a command's result", slog.String("command", c.ID), slog.Any("error", err))
@@ -465,7 +443,9 @@ func (l *Link) start(c Command) {
 	})
 }
 
-func (l *Link) execute(ctx context.Context, c Command, r *run) Update {
+// execute runs c once it has a slot. ended is false when the link stopped before c started:
+// c stays in the journal, never started, for the next start to ask about.
+func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended bool) {
 	select {
 	case l.sem <- struct{}{}:
 		defer func() { <-l.sem }()
@@ -473,11 +453,14 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) Update {
 	}
 	// Checked again after taking the slot: when a slot frees as the link shuts down, select
 	// may pick the slot, and a command must not start once the link is stopping.
-	if ctx.Err() != nil {
-		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: " + context.Cause(ctx).Error()}
+	if l.ctx.Err() != nil {
+		return Update{}, false
+	}
+	if ctx.Err() != nil { // cancelled by the server, or past its deadline
+		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: " + context.Cause(ctx).Error()}, true
 	}
 	if err := l.j.start(c.ID); err != nil {
-		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: recording its start: " + err.Error()}
+		return Update{CommandID: c.ID, State: StateFailed, Error: "not started: recording its start: " + err.Error()}, true
 	}
 	l.out.update(Update{CommandID: c.ID, State: StateRunning})
 	report := func(p Progress) {
@@ -497,11 +480,11 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) Update {
 			ResultSHA256: pki.ResultDigest(result),
 		})
 		if serr != nil {
-			return Update{CommandID: c.ID, State: StateFailed, Result: result, Error: fmt.Sprintf("signing the result: %v", serr)}
+			return Update{CommandID: c.ID, State: StateFailed, Result: result, Error: fmt.Sprintf("signing the result: %v", serr)}, true
 		}
 		u.NodeSig, u.SignerCertDER = sig, slices.Clone(l.id.certDER)
 	}
-	return u
+	return u, true
 }
 
 // send is the stream's only writer: hello is sent; then acks, updates, status and heartbeats.
