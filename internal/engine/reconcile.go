@@ -379,17 +379,18 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			if check, ok := workflow.LostCheckFor(kind, st); ok && state == command.Lost && slices.Contains(wf.CommandKinds, workflow.LostCheckCommand) {
 				return 0, true, r.checkLost(wf, st, c, check)
 			}
-			retry := true
 			if state == command.Lost && c.RunsOn == string(command.OnRamdisk) {
-				// Its ramdisk went away holding it: a retry waits for a ramdisk only if one
-				// came back.
+				// Its ramdisk went away holding it: a retry as it is waits for a ramdisk only
+				// if one came back.
 				gone, err := r.ramdiskGone(c, now)
 				if err != nil {
 					return 0, false, err
 				}
-				retry = !gone
+				if gone {
+					return 0, true, r.ramdiskLost(wf, st, msg)
+				}
 			}
-			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, retry)
+			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, true)
 		case state == command.Queued && c.RunsOn == string(command.OnRamdisk):
 			// Waiting for the node's ramdisk longer than an agent may take to come back: gone
 			// (crashed, or its host hung) means it never comes; the step ends then, not at its
@@ -411,7 +412,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			if kind.FallBack {
 				return 0, true, r.fallBack(wf, st, msg)
 			}
-			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, false)
+			return 0, true, r.ramdiskLost(wf, st, msg)
 		}
 	}
 	if kind.Await == workflow.AwaitMAC {
@@ -622,11 +623,42 @@ func (r *run) nextStep(wf *store.Workflow) error {
 // stepFailed retries the step while its policy allows (retryable failures only), else fails
 // the workflow (steps) or records the failure and goes on (cleanup).
 func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.Fault, msg string, retryable bool) error {
+	return r.stepFailedFrom(wf, st, fault, msg, retryable, st.RetryFrom)
+}
+
+// rebootFrom is where a ramdisk step whose ramdisk went away starts again: the first step of
+// metal.ensureRamdisk that a ramdisk boot needs (a new boot entry, a new one-time token).
+const rebootFrom = "boot.prepareRamdisk"
+
+// ramdiskLost ends a step whose command's ramdisk went away (crashed, or its host hung): no
+// ramdisk takes a retry as it is, so a step with retries left starts again from the workflow's
+// boot.prepareRamdisk (a new boot entry, the power cycle, a new ramdisk), its tries counted by
+// the commands it sent. A step without retries, or in a workflow that boots no ramdisk of its
+// own, fails.
+func (r *run) ramdiskLost(wf *store.Workflow, st workflow.Step, msg string) error {
+	from := ""
+	if st.Retries > 0 {
+		steps, err := r.e.stepsOf(wf)
+		if err != nil {
+			return err
+		}
+		for i := wf.StepIndex - 1; i >= 0 && from == ""; i-- {
+			if steps[i].Use == rebootFrom {
+				from = rebootFrom
+			}
+		}
+	}
+	return r.stepFailedFrom(wf, st, provision.FaultStepFailed, msg, from != "", from)
+}
+
+// stepFailedFrom is stepFailed with the step's retry starting again at the last earlier step
+// of use from ("": the step itself).
+func (r *run) stepFailedFrom(wf *store.Workflow, st workflow.Step, fault provision.Fault, msg string, retryable bool, from string) error {
 	if err := r.event("workflow.step", r.n.State, r.n.State, msg, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "attempt": wf.StepAttempt, "result": "failed"}); err != nil {
 		return err
 	}
-	if retryable && st.RetryFrom != "" && fault != provision.FaultWorkflowTimeout {
-		again, err := r.retryFrom(wf, st)
+	if retryable && from != "" && fault != provision.FaultWorkflowTimeout {
+		again, err := r.retryFrom(wf, st, from)
 		if err != nil || again {
 			return err
 		}
@@ -644,10 +676,10 @@ func (r *run) stepFailed(wf *store.Workflow, st workflow.Step, fault provision.F
 	return r.nextStep(wf)
 }
 
-// retryFrom retries a step with workflow.Step.RetryFrom from the last earlier step of that use,
-// while the step has sent no more commands than its retries allow; false when they are spent
-// (the step fails).
-func (r *run) retryFrom(wf *store.Workflow, st workflow.Step) (bool, error) {
+// retryFrom retries a step from the last earlier step of use from (workflow.Step.RetryFrom, or
+// rebootFrom), while the step has sent no more commands than its retries allow; false when they
+// are spent (the step fails).
+func (r *run) retryFrom(wf *store.Workflow, st workflow.Step, from string) (bool, error) {
 	kind, err := workflow.LookupStep(st.Use)
 	if err != nil {
 		return false, err
@@ -670,7 +702,7 @@ func (r *run) retryFrom(wf *store.Workflow, st workflow.Step) (bool, error) {
 		return false, err
 	}
 	for i := wf.StepIndex - 1; i >= 0; i-- {
-		if steps[i].Use != st.RetryFrom {
+		if steps[i].Use != from {
 			continue
 		}
 		if err := r.event("workflow.step", r.n.State, r.n.State, fmt.Sprintf("retrying %s from %s (attempt %d of %d)", st, steps[i], tries+1, st.Retries+1),
@@ -681,7 +713,7 @@ func (r *run) retryFrom(wf *store.Workflow, st workflow.Step) (bool, error) {
 		wf.StepAttempt, wf.StepStartedAt, wf.StepDeadline, wf.CurrentCommand = 0, 0, 0, ""
 		return true, r.saveWorkflow(wf)
 	}
-	return false, fmt.Errorf("step %s of workflow %s retries from %s, which does not come before it", st, wf.ID, st.RetryFrom)
+	return false, fmt.Errorf("step %s of workflow %s retries from %s, which does not come before it", st, wf.ID, from)
 }
 
 func (r *run) finish(wf *store.Workflow) error {

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,27 +230,39 @@ func TestLostPowerCycleIsRetriedWithANewBootEntry(t *testing.T) {
 	})
 }
 
-// The node's ramdisk crashes (the machine stays on, hung) holding its inventory refresh, which
-// its step would retry twice: acknowledged, the command is lost once the grace period passed;
-// not yet acknowledged, it waits for a ramdisk that is gone. Either way, with no ramdisk left to
-// run it, the node fails then, not at the step's deadline, and the command never ran.
-func TestRamdiskDeathFailsTheStepAtOnce(t *testing.T) {
+// A node's ramdisk crashes holding a command (after acknowledging it, or as the command
+// arrives) and its machine stays on, hung. No ramdisk takes a retry as it is: a step with
+// retries left (inventory.refresh) starts again from the workflow's boot.prepareRamdisk — a new
+// boot entry, a power cycle, a new ramdisk — and the node ends ready; a step without retries
+// (disk.wipe) fails once the grace period has passed, not at its deadline. No command the dead
+// ramdisk held ever ran.
+func TestRamdiskDeath(t *testing.T) {
 	// faults are made for each run: a run uses up its deaths.
 	cases := []struct {
 		name   string
 		faults func() Faults
-		fault  string
-		state  string
+		kind   string
+		states []string // of the kind's commands, oldest first
+		fault  string   // "": the node ends ready
 	}{
-		{"acknowledged", func() Faults { return Faults{DieBefore: map[string]int{"inventory.refresh": 1}} }, "inventory.refresh lost", "lost"},
-		{"not acknowledged", func() Faults { return Faults{DieOnClaim: map[string]int{"inventory.refresh": 1}} }, "the node's ramdisk went away before it took inventory.refresh", "failed"},
+		{"acknowledged, retried on a new ramdisk", func() Faults { return Faults{DieBefore: map[string]int{"inventory.refresh": 1}} },
+			"inventory.refresh", []string{"lost", "succeeded"}, ""},
+		{"not acknowledged, retried on a new ramdisk", func() Faults { return Faults{DieOnClaim: map[string]int{"inventory.refresh": 1}} },
+			"inventory.refresh", []string{"failed", "succeeded"}, ""},
+		{"acknowledged, no retry", func() Faults { return Faults{DieBefore: map[string]int{"disk.wipe": 1}} },
+			"disk.wipe", []string{"lost"}, "disk.wipe lost"},
+		{"not acknowledged, no retry", func() Faults { return Faults{DieOnClaim: map[string]int{"disk.wipe": 1}} },
+			"disk.wipe", []string{"failed"}, "the node's ramdisk went away before it took disk.wipe"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			storetest.Each(t, func(t *testing.T, st *store.Store) {
 				h, id := oneNode(t, st, Config{Faults: c.faults()}, "0s", "ramdisk-dies")
 				n := rest(t, h, []string{id})[id]
-				if n.FaultCode != "STEP_FAILED" || !n.Maintenance || !strings.Contains(n.FaultMsg, c.fault) {
+				switch {
+				case c.fault == "" && (n.State != "ready" || n.Maintenance):
+					t.Fatalf("node %s, fault %s (%s), maintenance %v: want ready", n.State, n.FaultCode, n.FaultMsg, n.Maintenance)
+				case c.fault != "" && (n.FaultCode != "STEP_FAILED" || !n.Maintenance || !strings.Contains(n.FaultMsg, c.fault)):
 					t.Fatalf("node %s, fault %s (%s), maintenance %v: want failed (%s), in maintenance", n.State, n.FaultCode, n.FaultMsg, n.Maintenance, c.fault)
 				}
 				if d := h.Sim.RamdiskDeaths(); d != 1 {
@@ -259,17 +272,21 @@ func TestRamdiskDeathFailsTheStepAtOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				var refreshes []string
+				var states []string
 				for _, cmd := range cmds {
-					if cmd.Kind == "inventory.refresh" {
-						refreshes = append(refreshes, cmd.State)
-						if h.Sim.Executions()[cmd.ID] != 0 {
-							t.Errorf("inventory.refresh %s ran", cmd.ID)
-						}
+					if cmd.Kind != c.kind {
+						continue
+					}
+					states = append(states, cmd.State)
+					if runs, want := h.Sim.Executions()[cmd.ID], map[bool]int{true: 1}[cmd.State == "succeeded"]; runs != want {
+						t.Errorf("%s %s (%s) ran %d times, want %d", c.kind, cmd.ID, cmd.State, runs, want)
 					}
 				}
-				if len(refreshes) != 1 || refreshes[0] != c.state {
-					t.Errorf("inventory refreshes %v, want one, %s (no retry without a ramdisk)", refreshes, c.state)
+				if !slices.Equal(states, c.states) {
+					t.Errorf("%s commands %v, want %v", c.kind, states, c.states)
+				}
+				if c.fault == "" && !hasReason(reasons(t, st, id), "retrying inventory.refresh from boot.prepareRamdisk") {
+					t.Errorf("step events %q: want the retry from boot.prepareRamdisk", reasons(t, st, id))
 				}
 			})
 		})
