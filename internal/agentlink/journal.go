@@ -258,6 +258,19 @@ func (j *journal) receive(cmds []Command) (fresh []Command, known []jentry, err 
 	return fresh, known, err
 }
 
+// known returns copies of the entries of the commands in cmds the journal holds.
+func (j *journal) known(cmds []Command) []jentry {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	var out []jentry
+	for _, c := range cmds {
+		if e, ok := j.entries[c.ID]; ok {
+			out = append(out, *e)
+		}
+	}
+	return out
+}
+
 // start records durably that a command is about to run. Once it returns, a crash leaves the
 // command interrupted (it may have run); before, the command is known never to have run.
 func (j *journal) start(id string) error {

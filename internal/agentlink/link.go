@@ -45,8 +45,12 @@ type Link struct {
 	// awaiting holds the commands journaled and acknowledged whose AckResult has not arrived:
 	// they run once the server says it recorded the ack, never before (see receive).
 	awaiting map[string]Command
+	// changed is closed and replaced whenever running or awaiting shrink or a final update is
+	// confirmed (Drain waits on it).
+	changed  chan struct{}
 	sessions atomic.Int64
 	crashed  atomic.Bool
+	draining atomic.Bool
 }
 
 type run struct {
@@ -106,7 +110,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		log:     cfg.Logger.With(slog.String("agent", id.id.String())),
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
-		running: map[string]*run{}, awaiting: map[string]Command{},
+		running: map[string]*run{}, awaiting: map[string]Command{}, changed: make(chan struct{}),
 	}
 	l.out.init()
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
@@ -335,6 +339,11 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 		}
 		l.j.confirm(a.GetCommandId())
 	}
+	if len(b.UpdateAcks) > 0 {
+		l.mu.Lock()
+		l.pokeLocked()
+		l.mu.Unlock()
+	}
 	for _, c := range b.Cancels {
 		l.mu.Lock()
 		if r, ok := l.running[c.GetCommandId()]; ok {
@@ -366,6 +375,16 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 			return ErrCrashed
 		}
 	}
+	if l.draining.Load() {
+		// New commands are left alone: unacknowledged, they go to another agent.
+		for _, e := range l.j.known(cmds) {
+			l.out.ack(e.cmd.ID)
+			if e.final != nil {
+				l.out.update(*e.final)
+			}
+		}
+		return nil
+	}
 	fresh, known, err := l.j.receive(cmds)
 	if err != nil {
 		return err
@@ -394,6 +413,9 @@ func (l *Link) acknowledged(id, refusal string) {
 	l.mu.Lock()
 	c, ok := l.awaiting[id]
 	delete(l.awaiting, id)
+	if ok {
+		l.pokeLocked()
+	}
 	l.mu.Unlock()
 	switch {
 	case !ok:
@@ -404,6 +426,38 @@ func (l *Link) acknowledged(id, refusal string) {
 	}
 	l.log.LogAttrs(l.ctx, slog.LevelWarn, "the control plane refused a command's acknowledgement; not running it", slog.String("command", id), slog.String("kind", c.Kind), slog.String("error", refusal))
 	l.j.forget(id)
+}
+
+// pokeLocked wakes Drain. Called with l.mu held.
+func (l *Link) pokeLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// Drain stops taking commands and waits, until ctx ends, for those the link holds — running, or
+// acknowledged and waiting for the control plane's answer — to finish and for the gateway to
+// confirm their results. Commands the gateway offers meanwhile are neither journaled nor
+// acknowledged: the control plane gives them to another agent of the site once this one has
+// gone (or back to it after its restart). The link stays up: end the context it was dialed with
+// to stop it. Drain returns ctx's error when ctx ended first.
+func (l *Link) Drain(ctx context.Context) error {
+	l.draining.Store(true)
+	for {
+		l.mu.Lock()
+		held := len(l.running) + len(l.awaiting)
+		changed := l.changed
+		l.mu.Unlock()
+		if held == 0 && len(l.j.unconfirmed()) == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("draining the agent link (%d commands held): %w", held, ctx.Err())
+		case <-l.done:
+			return fmt.Errorf("draining the agent link: it stopped with %d commands held", held)
+		}
+	}
 }
 
 // Crash ends the link as a killed process ends: the stream is cut, and nothing more is sent or
@@ -430,6 +484,7 @@ func (l *Link) start(c Command) {
 		u, ended := l.execute(ctx, c, r)
 		l.mu.Lock()
 		delete(l.running, c.ID)
+		l.pokeLocked()
 		l.mu.Unlock()
 		if l.crashed.Load() || !ended {
 			return // a dead process records and reports nothing; a stopping one runs it at its next start

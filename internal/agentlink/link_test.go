@@ -524,3 +524,67 @@ func TestNoRunBeforeTheAckIsRecorded(t *testing.T) {
 		t.Errorf("hold-2: %d updates, ran %d times; want it never run and not reported", len(e.Updates), h.count("hold-2"))
 	}
 }
+
+// Drain lets a running command finish and its result reach the gateway, and leaves the
+// commands offered meanwhile unacknowledged (for another agent), never run; a command that
+// does not finish in time makes Drain return its context's error.
+func TestDrain(t *testing.T) {
+	env := start(t)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	runs := map[string]int{}
+	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
+		mu.Lock()
+		runs[cmd.ID]++
+		mu.Unlock()
+		if strings.HasPrefix(cmd.ID, "slow") {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		return result(cmd.ID), nil
+	})
+	ran := func(id string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return runs[id]
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := dial(t, ctx, siteConfig(t, env, t.TempDir()), h)
+	env.Queue.Enqueue(siteRef, gateway.Command{ID: "slow-1", Kind: "bmc.power", NodeID: "n1"})
+	for deadline := time.Now().Add(30 * time.Second); ran("slow-1") == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond) // poll: the handler has no signal
+	}
+	// Out of time while slow-1 runs.
+	short, cancelShort := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	if err := l.Drain(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain with slow-1 running: %v, want its deadline", err)
+	}
+	cancelShort()
+	drained := make(chan error, 1)
+	go func() { drained <- l.Drain(context.Background()) }()
+	env.Queue.Enqueue(siteRef, gateway.Command{ID: "late-1", Kind: "bmc.power", NodeID: "n2"})
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if e, _ := env.Queue.Get("late-1"); e.Claims > 0 {
+			break // offered to the draining agent
+		}
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned with slow-1 running: %v", err)
+	default:
+	}
+	close(release)
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if e, _ := env.Queue.Get("slow-1"); e.State != gatewaytest.Succeeded || ran("slow-1") != 1 {
+		t.Errorf("slow-1: %s, ran %d times; want its result at the gateway when Drain returns", e.State, ran("slow-1"))
+	}
+	stop(t, cancel, l)
+	if e, _ := env.Queue.Get("late-1"); e.Acks != 0 || e.State != gatewaytest.Assigned || ran("late-1") != 0 {
+		t.Errorf("late-1: %d acks, %s, ran %d times; want it left unacknowledged for another agent", e.Acks, e.State, ran("late-1"))
+	}
+}

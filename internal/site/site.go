@@ -44,6 +44,9 @@ import (
 // Defaults.
 const (
 	DefaultLeaseTTL   = 10 * time.Second
+	// DefaultDrainTimeout bounds how long a stopping agent lets the commands it holds finish
+	// (a slow BMC's power cycle takes tens of seconds; systemd's stop timeout is 90 s).
+	DefaultDrainTimeout = 60 * time.Second
 	DefaultIPXEDir    = "/usr/lib/ipxe"
 	DefaultRetryAfter = 5 * time.Second
 	// dhcpRestartDelay is the wait before DHCP is started again after it failed while held.
@@ -100,6 +103,11 @@ type Config struct {
 	// always the holder, when the control plane keeps none.
 	Lease    Lease
 	LeaseTTL time.Duration
+	// DrainTimeout bounds, on a clean stop, the wait for the commands the agent holds to finish
+	// and their results to reach the control plane (agentlink.Link.Drain); new commands go to
+	// another agent meanwhile. What is still running then is cancelled. 0: DefaultDrainTimeout;
+	// negative: no drain.
+	DrainTimeout time.Duration
 
 	// Drivers replaces the BMC driver registry (tests); nil builds redfish and ipmi with
 	// RedfishOptions, IPMIOptions and one Pacer (IPMIPacer) shared by every IPMI call.
@@ -274,6 +282,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = DefaultDrainTimeout
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("configuring site agent: lease TTL %s is too short", c.LeaseTTL)
@@ -458,6 +469,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	g.Go(func() error {
 		leaseLoop(gctx, lease, id.SiteID, id.AgentID, a.cfg.LeaseTTL, a.hold, log) // releases it at the end
+		a.drain(ctx, link, log)
 		stopLink()
 		return nil
 	})
@@ -481,6 +493,22 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { a.superviseDHCP(gctx, log); return nil })
 	}
 	return g.Wait()
+}
+
+// drain lets the commands the link holds finish, on a clean stop (ctx ended), for at most
+// DrainTimeout.
+func (a *Agent) drain(ctx context.Context, link *agentlink.Link, log *slog.Logger) {
+	if ctx.Err() == nil || a.cfg.DrainTimeout < 0 {
+		return // not a stop: the link failed
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.DrainTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := link.Drain(dctx); err != nil {
+		log.Warn("stopping with commands still running: they are cancelled", "error", err, "after", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	log.Info("drained: every command held finished and was reported", "after", time.Since(start).Round(time.Millisecond))
 }
 
 func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger) error {

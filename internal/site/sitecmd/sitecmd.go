@@ -35,6 +35,7 @@ type flags struct {
 	initrdSHA, ramdiskGateway                string
 	ramdiskArgs                              []string
 	leaseTTL, pollInterval, pollMax          time.Duration
+	drainTimeout                             time.Duration
 	pollParallel                             int
 	noPowerPolling                           bool
 	discoveryBoot                            bool
@@ -91,6 +92,7 @@ the artifact cache live in the data dir too.`,
 	fl.StringVar(&f.ramdiskGateway, "ramdisk-gateway", "", "gateway URL as booted machines reach it (default --server)")
 	fl.StringSliceVar(&f.ramdiskArgs, "ramdisk-arg", nil, "extra kernel argument of ramdisk entries; repeatable")
 	fl.DurationVar(&f.leaseTTL, "lease-ttl", site.DefaultLeaseTTL, "boot lease TTL: a dead holder is replaced within TTL + TTL/3")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", site.DefaultDrainTimeout, "on stop (SIGTERM): how long the commands held may take to finish and be reported (new ones go to another agent); then what still runs is cancelled. 0: no drain")
 	fl.DurationVar(&f.pollInterval, "power-poll-interval", time.Minute, "power polling: interval between two reads of a node whose BMC answers")
 	fl.DurationVar(&f.pollMax, "power-poll-max-interval", 10*time.Minute, "power polling: ceiling of the back-off of a failing BMC")
 	fl.IntVar(&f.pollParallel, "power-poll-parallel", 16, "power polling: reads in flight across all BMCs (one per BMC at most)")
@@ -113,10 +115,16 @@ func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error
 	cfg := site.Config{GatewayURL: f.server, Site: f.site, JoinToken: f.joinToken, DataDir: f.dataDir,
 		HTTPListen: f.httpListen, HTTPBaseURL: f.httpURL, TFTPListen: f.tftpListen, IPXEDir: f.ipxeDir,
 		DHCPMode: dhcp.Mode(f.dhcpMode), Interface: f.iface, EFIBinary: f.efiBinary, LocalBoot: f.localBoot,
-		LeaseTTL: f.leaseTTL, AgentVersion: "bcd", NoPowerPolling: f.noPowerPolling,
+		LeaseTTL: f.leaseTTL, DrainTimeout: f.drainTimeout, AgentVersion: "bcd", NoPowerPolling: f.noPowerPolling,
 		Poll: site.PollConfig{Interval: f.pollInterval, MaxInterval: f.pollMax, Parallel: f.pollParallel}}
 	if f.server == "" || f.site == "" {
 		return site.Config{}, errors.New("--server and --site are required")
+	}
+	switch {
+	case f.drainTimeout < 0:
+		return site.Config{}, fmt.Errorf("--drain-timeout %s: accepted is a duration of 0 (no drain) or more", f.drainTimeout)
+	case f.drainTimeout == 0:
+		cfg.DrainTimeout = -1 // no drain
 	}
 	if f.caFile != "" {
 		b, err := readFile(f.caFile)
