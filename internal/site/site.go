@@ -43,12 +43,12 @@ import (
 
 // Defaults.
 const (
-	DefaultLeaseTTL   = 10 * time.Second
+	DefaultLeaseTTL = 10 * time.Second
 	// DefaultDrainTimeout bounds how long a stopping agent lets the commands it holds finish
 	// (a slow BMC's power cycle takes tens of seconds; systemd's stop timeout is 90 s).
 	DefaultDrainTimeout = 60 * time.Second
-	DefaultIPXEDir    = "/usr/lib/ipxe"
-	DefaultRetryAfter = 5 * time.Second
+	DefaultIPXEDir      = "/usr/lib/ipxe"
+	DefaultRetryAfter   = 5 * time.Second
 	// dhcpRestartDelay is the wait before DHCP is started again after it failed while held.
 	dhcpRestartDelay = 5 * time.Second
 	// reportInterval spaces power reports to the control plane (readings are batched).
