@@ -355,3 +355,19 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// Settled checks where a run left its nodes: each ready (out of maintenance, nothing pending),
+// or failed in maintenance with its fault code and message. It returns how many failed and a
+// description of every node in neither state. Pure.
+func Settled(nodes []store.Node) (failed int, unsettled []string) {
+	for _, n := range nodes {
+		switch {
+		case n.State == "ready" && !n.Maintenance && n.TargetState == "":
+		case n.State == "failed" && n.Maintenance && n.FaultCode != "" && n.FaultMsg != "":
+			failed++
+		default:
+			unsettled = append(unsettled, fmt.Sprintf("node %s: %s → %q, maintenance %v, fault %q", n.Name, n.State, n.TargetState, n.Maintenance, n.FaultCode))
+		}
+	}
+	return failed, unsettled
+}

@@ -157,15 +157,9 @@ func TestLifecycleUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := 0
-	for _, nd := range nodes {
-		switch {
-		case nd.State == "ready" && !nd.Maintenance && nd.TargetState == "":
-		case nd.State == "failed" && nd.Maintenance && nd.FaultCode != "" && nd.FaultMsg != "":
-			failed++
-		default:
-			t.Errorf("node %s: %s → %q, maintenance %v, fault %q: want ready, or failed in maintenance with its fault", nd.Name, nd.State, nd.TargetState, nd.Maintenance, nd.FaultCode)
-		}
+	failed, unsettled := Settled(nodes)
+	for _, u := range unsettled {
+		t.Errorf("%s: want ready, or failed in maintenance with its fault", u)
 	}
 	if sum := rep.Phases[0].Failed + rep.Phases[1].Failed + rep.Phases[2].Failed; len(nodes) != n || failed != sum {
 		t.Errorf("%d nodes, %d failed; the phases counted %d failed", len(nodes), failed, sum)

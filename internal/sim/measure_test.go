@@ -9,6 +9,7 @@ import (
 
 	"bcd/internal/metal"
 	"bcd/internal/provision"
+	"bcd/internal/store"
 )
 
 // countingControl is a Control whose node counts are a script: the first call answers before,
@@ -68,5 +69,29 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	}
 	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
 		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
+	}
+}
+
+func TestSettled(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		node    store.Node
+		failed  int
+		settled bool
+	}{
+		{"ready", store.Node{State: "ready"}, 0, true},
+		{"ready in maintenance", store.Node{State: "ready", Maintenance: true}, 0, false},
+		{"ready with a verb pending", store.Node{State: "ready", TargetState: "deployed"}, 0, false},
+		{"failed with its fault", store.Node{State: "failed", Maintenance: true, FaultCode: "STEP_FAILED", FaultMsg: "disk.wipe lost"}, 1, true},
+		{"failed without maintenance", store.Node{State: "failed", FaultCode: "STEP_FAILED", FaultMsg: "x"}, 0, false},
+		{"failed without a message", store.Node{State: "failed", Maintenance: true, FaultCode: "STEP_FAILED"}, 0, false},
+		{"still deploying", store.Node{State: "deploying"}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			failed, unsettled := Settled([]store.Node{tc.node})
+			if failed != tc.failed || (len(unsettled) == 0) != tc.settled {
+				t.Errorf("failed %d, unsettled %q; want %d failed, settled %v", failed, unsettled, tc.failed, tc.settled)
+			}
+		})
 	}
 }
