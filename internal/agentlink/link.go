@@ -45,7 +45,7 @@ type Link struct {
 	// awaiting holds the commands journaled and acknowledged whose AckResult has not arrived:
 	// they run once the server says it recorded the ack, never before (see receive).
 	awaiting map[string]Command
-	// changed is closed and replaced whenever running or awaiting shrink or a final update is
+	// changed is closed and replaced whenever a command stops running or a final update is
 	// confirmed (Drain waits on it).
 	changed  chan struct{}
 	sessions atomic.Int64
@@ -412,10 +412,11 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 func (l *Link) acknowledged(id, refusal string) {
 	l.mu.Lock()
 	c, ok := l.awaiting[id]
-	delete(l.awaiting, id)
-	if ok {
-		l.pokeLocked()
+	if ok && refusal == "" && l.draining.Load() {
+		l.mu.Unlock()
+		return // a draining link starts nothing: the next start asks about it again
 	}
+	delete(l.awaiting, id)
 	l.mu.Unlock()
 	switch {
 	case !ok:
@@ -434,17 +435,17 @@ func (l *Link) pokeLocked() {
 	l.changed = make(chan struct{})
 }
 
-// Drain stops taking commands and waits, until ctx ends, for those the link holds — running, or
-// acknowledged and waiting for the control plane's answer — to finish and for the gateway to
-// confirm their results. Commands the gateway offers meanwhile are neither journaled nor
-// acknowledged: the control plane gives them to another agent of the site once this one has
-// gone (or back to it after its restart). The link stays up: end the context it was dialed with
-// to stop it. Drain returns ctx's error when ctx ended first.
+// Drain stops taking commands and waits, until ctx ends, for the commands running to finish and
+// for the gateway to confirm their results. It starts nothing more: commands the gateway offers
+// meanwhile are neither journaled nor acknowledged (the control plane gives them to another
+// agent of the site once this one has gone), and those acknowledged but not yet answered stay
+// in the journal, never started, for the next start to ask about. The link stays up: end the
+// context it was dialed with to stop it. Drain returns ctx's error when ctx ended first.
 func (l *Link) Drain(ctx context.Context) error {
 	l.draining.Store(true)
 	for {
 		l.mu.Lock()
-		held := len(l.running) + len(l.awaiting)
+		held := len(l.running)
 		changed := l.changed
 		l.mu.Unlock()
 		if held == 0 && len(l.j.unconfirmed()) == 0 {
@@ -498,8 +499,8 @@ func (l *Link) start(c Command) {
 	})
 }
 
-// execute runs c once it has a slot. ended is false when the link stopped before c started:
-// c stays in the journal, never started, for the next start to ask about.
+// execute runs c once it has a slot. ended is false when the link stopped, or began draining,
+// before c started: c stays in the journal, never started, for the next start to ask about.
 func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended bool) {
 	select {
 	case l.sem <- struct{}{}:
@@ -508,7 +509,7 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended 
 	}
 	// Checked again after taking the slot: when a slot frees as the link shuts down, select
 	// may pick the slot, and a command must not start once the link is stopping.
-	if l.ctx.Err() != nil {
+	if l.ctx.Err() != nil || l.draining.Load() {
 		return Update{}, false
 	}
 	if ctx.Err() != nil { // cancelled by the server, or past its deadline

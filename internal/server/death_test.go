@@ -1,8 +1,6 @@
 package server_test
 
 import (
-	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -22,23 +20,8 @@ func TestAgentDeathOverTheGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a server and 12 simulated machines over the gateway")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	dir := t.TempDir()
-	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir,
-		Engine: engine.Config{AgentGrace: time.Second}},
-		slog.New(slog.NewTextHandler(logSink(t), &slog.HandlerOptions{Level: slog.LevelDebug})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	}()
+	srv, ctx := serve(t, server.Config{DataDir: dir, Engine: engine.Config{AgentGrace: time.Second}}, testLog(t))
 	faults := sim.Faults{
 		// The site agent dies as the first power cycle arrives, after acknowledging the
 		// first two power-offs, and after running the first two queries; a ramdisk crashes

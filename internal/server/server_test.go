@@ -23,23 +23,38 @@ import (
 // protocol: a site agent that joined with a bootstrap token and decrypts BMC credentials sent
 // to it as JWE, ramdisks that join with their boot entry's one-time token and whose attested
 // results agentlink signs, and the installed OS rejoining with its instance token.
-func TestLifecycleOverTheGateway(t *testing.T) {
+// serve starts a server on loopback with cfg (its addresses and data dir filled in) and runs
+// it until the test ends, when it must stop cleanly. ctx ends with the test.
+func serve(t *testing.T, cfg server.Config, log *slog.Logger) (*server.Server, context.Context) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dir := t.TempDir()
-	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir},
-		slog.New(slog.NewTextHandler(logSink(t), &slog.HandlerOptions{Level: slog.LevelDebug})))
+	cfg.Listen, cfg.GatewayListen = "127.0.0.1:0", "127.0.0.1:0"
+	if cfg.DataDir == "" {
+		cfg.DataDir = t.TempDir()
+	}
+	srv, err := server.New(ctx, cfg, log)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ctx) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if err := <-served; err != nil {
 			t.Errorf("server: %v", err)
 		}
-	}()
+	})
+	return srv, ctx
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(logSink(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func TestLifecycleOverTheGateway(t *testing.T) {
+	dir := t.TempDir()
+	srv, ctx := serve(t, server.Config{DataDir: dir}, testLog(t))
 	st := srv.Service().Store()
 	site, err := st.Site(ctx, "default")
 	if err != nil {

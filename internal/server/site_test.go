@@ -56,22 +56,8 @@ type siteEnv struct {
 
 func startSiteEnv(t *testing.T, e store.Engine) *siteEnv {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	log := slog.New(slog.NewTextHandler(logSink(t), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: t.TempDir(),
-		StoreDSN: storetest.DSN(t, e), Engine: engine.Config{UnreachableAfter: 3}}, log)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
+	log := testLog(t)
+	srv, ctx := serve(t, server.Config{StoreDSN: storetest.DSN(t, e), Engine: engine.Config{UnreachableAfter: 3}}, log)
 	env := &siteEnv{t: t, ctx: ctx, srv: srv, st: srv.Service().Store(), log: log, machine: vbmc.NewFakeMachine()}
 	s, err := env.st.Site(ctx, "default")
 	if err != nil {
@@ -166,6 +152,9 @@ func (env *siteEnv) startAgent(name, gatewayURL string, ttl time.Duration, poll 
 	a, err := site.New(site.Config{
 		GatewayURL: gatewayURL, Site: env.siteID, JoinToken: tok, DataDir: filepath.Join(t.TempDir(), name), CAPEM: env.srv.CAPEM(),
 		HTTPListener: ln, IPXEDir: t.TempDir(), RetryAfter: time.Second, Ramdisk: ramdisk, LeaseTTL: ttl, Poll: poll,
+		// stop models a dead agent here (its network cut first) or checks the lease hand-back;
+		// the drain of a clean stop is internal/site's TestStopDrainsHeldCommands.
+		DrainTimeout:      -1,
 		RedfishOptions:    redfish.Options{BackoffInitial: 10 * time.Millisecond, MaxAttempts: 2, PollInterval: 20 * time.Millisecond, RequestTimeout: 2 * time.Second, Log: log},
 		HeartbeatInterval: time.Second, MinBackoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		Logger: log,
