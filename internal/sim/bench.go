@@ -188,7 +188,14 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 		return p, nil, err
 	}
 	var reached []string
+	of := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		of[id] = true
+	}
 	for _, n := range nodes {
+		if !of[n.ID] {
+			continue // not this phase's: it failed in an earlier one
+		}
 		switch n.State {
 		case "failed":
 			p.Failed++

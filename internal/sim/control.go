@@ -21,7 +21,8 @@ type Control interface {
 	Apply(ctx context.Context, v provision.Verb, in metal.VerbInput) error
 	// CountByState counts every node by state.
 	CountByState(ctx context.Context) (map[string]int, error)
-	// NodeTimes lists the states and last updates of the nodes with these ids.
+	// NodeTimes lists the states and last updates of the nodes with these ids; it may list other
+	// nodes too (over the API: every node of the run), which callers skip.
 	NodeTimes(ctx context.Context, ids []string) ([]NodeTime, error)
 	// Nudge tells an in-process engine that work is due (a no-op over the API).
 	Nudge()

@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,11 +36,14 @@ func (c *countingControl) CountByState(context.Context) (map[string]int, error) 
 	}
 	return c.after, nil
 }
-func (c *countingControl) NodeTimes(_ context.Context, ids []string) ([]NodeTime, error) {
+
+// NodeTimes lists every node it knows, as the API does (every node of the run).
+func (c *countingControl) NodeTimes(context.Context, []string) ([]NodeTime, error) {
 	var out []NodeTime
-	for _, id := range ids {
-		out = append(out, NodeTime{ID: id, State: c.states[id], UpdatedAt: time.Now()})
+	for id, st := range c.states {
+		out = append(out, NodeTime{ID: id, State: st, UpdatedAt: time.Now()})
 	}
+	slices.SortFunc(out, func(a, b NodeTime) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 func (c *countingControl) Nudge()                    {}
@@ -49,13 +53,13 @@ func (c *countingControl) ServerRSSMiB(context.Context) (float64, bool) {
 }
 
 // A phase counts the nodes that reached its state or failed since its mark, taken before its
-// verbs: nodes that failed in an earlier phase do not end it early, and one of its own that
-// failed before the first count does not keep it waiting.
+// verbs: nodes that failed in an earlier phase neither end it early nor count among its
+// failures, and one of its own that failed before the first count does not keep it waiting.
 func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	ctl := &countingControl{
 		before: map[string]int{"failed": 5, "deployed": 7},
 		after:  map[string]int{"failed": 6, "deployed": 9},
-		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed"},
+		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed", "z": "failed"}, // z: failed in an earlier phase
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
