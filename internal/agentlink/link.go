@@ -445,26 +445,28 @@ func (l *Link) Drain(ctx context.Context) error {
 	l.draining.Store(true)
 	for {
 		l.mu.Lock()
-		held := len(l.running)
+		running := len(l.running)
 		changed := l.changed
 		l.mu.Unlock()
-		if held == 0 && len(l.j.unconfirmed()) == 0 {
+		unconfirmed := len(l.j.unconfirmed())
+		if running == 0 && unconfirmed == 0 {
 			return nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return fmt.Errorf("draining the agent link (%d commands held): %w", held, ctx.Err())
+			return fmt.Errorf("draining the agent link (%d commands running, %d results unconfirmed): %w", running, unconfirmed, ctx.Err())
 		case <-l.done:
-			return fmt.Errorf("draining the agent link: it stopped with %d commands held", held)
+			return fmt.Errorf("draining the agent link: it stopped with %d commands running, %d results unconfirmed", running, unconfirmed)
 		}
 	}
 }
 
 // Crash ends the link as a killed process ends: the stream is cut, and nothing more is sent or
 // journaled. Results of commands still running are dropped; what the journal holds stays (a
-// link dialed again with the same DataDir reports those commands as interrupted). Wait returns
-// ErrCrashed. bcd sim uses it to kill agents.
+// link dialed again with the same DataDir reports the commands that had started as
+// interrupted, and asks about the others). Wait returns ErrCrashed. bcd sim uses it to kill
+// agents.
 func (l *Link) Crash() {
 	l.crashed.Store(true)
 	l.cancel(ErrCrashed)
