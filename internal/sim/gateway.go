@@ -87,7 +87,8 @@ func (g *gatewayLife) crash() {
 // gateway stream. BMC commands must carry credentials encrypted to it, which it decrypts and
 // checks. When it dies (Faults.SiteAgentDeath, DieOnClaim, DieBefore, DieAfter) it is killed
 // (agentlink.Link.Crash) and restarts at once from dataDir, as `bcd site` under its service
-// manager does: it reports what it had journaled and not finished as interrupted, never run.
+// manager does: it reports the commands it had started and not finished as interrupted, never
+// run again, and asks about those it had not started.
 func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir string) (*GatewayAgent, error) {
 	// The agent's key is made here, so that every life decrypts with it (a restart loads the
 	// same key from dataDir).
@@ -99,7 +100,7 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 	machines := ctx
 	cfg := agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, DataDir: dataDir,
 		Kind: agentlink.KindSite, JoinToken: joinToken, Key: key, Logger: quiet(), AgentVersion: "sim-site"}
-	dial := func() (*agentlink.Link, context.Context, error) {
+	dial := func() (*agentlink.Link, error) {
 		life, die := context.WithCancel(ctx)
 		g := &gatewayLife{}
 		g.mort = &mortality{fate: s.siteDeath, deaths: &s.deaths, die: func() { g.crash(); die() }}
@@ -122,15 +123,15 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 		link, err := agentlink.Dial(life, cfg, h)
 		if err != nil {
 			die()
-			return nil, nil, err
+			return nil, err
 		}
 		g.link.Store(link)
 		s.mu.Lock()
 		s.siteStatus = func(ds []agentlink.Discovered) { link.SetStatus(agentlink.Status{Discovered: ds}) }
 		s.mu.Unlock()
-		return link, life, nil
+		return link, nil
 	}
-	link, _, err := dial()
+	link, err := dial()
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +145,7 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 				ga.err = err
 				return
 			}
-			if link, _, err = dial(); err != nil {
+			if link, err = dial(); err != nil {
 				if ctx.Err() == nil {
 					ga.err = fmt.Errorf("restarting the site agent after its death: %w", err)
 					s.fail(ga.err)
