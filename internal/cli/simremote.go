@@ -40,8 +40,14 @@ type apiControl struct {
 
 	mu      sync.Mutex
 	scraped time.Time
-	states  map[string]int
-	rssMiB  float64
+	last    serverMetrics
+}
+
+// serverMetrics is what the simulation reads from the server's /metrics.
+type serverMetrics struct {
+	states map[string]int // bcd_nodes
+	rssMiB float64        // process_resident_memory_bytes
+	lost   int            // bcd_commands_lost_total
 }
 
 func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
@@ -56,10 +62,11 @@ func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
 		c.salt = 1
 	}
 	c.images = bcdv1connect.NewImageServiceClient(c.hc, c.base, connect.WithInterceptors(bearer(g.apiToken())))
-	states, _, err := c.scrape(ctx)
+	m, err := c.scrape(ctx)
 	if err != nil {
 		return nil, err
 	}
+	states := m.states
 	c.baseline = states
 	return c, nil
 }
@@ -95,10 +102,11 @@ func (c *apiControl) Apply(ctx context.Context, v provision.Verb, in metal.VerbI
 
 // CountByState counts the server's nodes by state, less those it had before the run.
 func (c *apiControl) CountByState(ctx context.Context) (map[string]int, error) {
-	states, _, err := c.scrape(ctx)
+	m, err := c.scrape(ctx)
 	if err != nil {
 		return nil, err
 	}
+	states := m.states
 	out := map[string]int{}
 	for s, n := range states {
 		out[s] = n - c.baseline[s]
@@ -131,66 +139,82 @@ func (c *apiControl) Nudge()                    {}
 func (c *apiControl) WriterBusy() time.Duration { return 0 }
 
 func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
-	_, rss, err := c.scrape(ctx)
-	return rss, err == nil
+	m, err := c.scrape(ctx)
+	return m.rssMiB, err == nil
 }
 
-// scrape reads the server's node counts by state (bcd_nodes) and resident memory
-// (process_resident_memory_bytes) from its /metrics, at most every 100 ms.
-func (c *apiControl) scrape(ctx context.Context) (map[string]int, float64, error) {
+// CommandsLost is the server's count of lost commands since it started.
+func (c *apiControl) CommandsLost(ctx context.Context) (int, bool) {
+	m, err := c.scrape(ctx)
+	return m.lost, err == nil
+}
+
+// scrape reads the server's /metrics (serverMetrics), at most every 100 ms.
+func (c *apiControl) scrape(ctx context.Context) (serverMetrics, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.scraped) < 100*time.Millisecond {
-		return c.states, c.rssMiB, nil
+		return c.last, nil
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
-		return nil, 0, err
+		return serverMetrics{}, err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading the server's metrics: %w", err)
+		return serverMetrics{}, fmt.Errorf("reading the server's metrics: %w", err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, 0, fmt.Errorf("reading the server's metrics: %s", resp.Status)
+		return serverMetrics{}, fmt.Errorf("reading the server's metrics: %s", resp.Status)
 	}
-	states, rss, err := parseMetrics(bufio.NewScanner(resp.Body))
+	m, err := parseMetrics(bufio.NewScanner(resp.Body))
 	if err != nil {
-		return nil, 0, err
+		return serverMetrics{}, err
 	}
-	c.scraped, c.states, c.rssMiB = time.Now(), states, rss
-	return states, rss, nil
+	c.scraped, c.last = time.Now(), m
+	return m, nil
 }
 
-// parseMetrics reads bcd_nodes{state="…"} and process_resident_memory_bytes from a Prometheus
-// text exposition.
-func parseMetrics(sc *bufio.Scanner) (map[string]int, float64, error) {
-	states := map[string]int{}
-	rss := 0.0
+// parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes and
+// bcd_commands_lost_total from a Prometheus text exposition.
+func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
+	m := serverMetrics{states: map[string]int{}}
+	value := func(line, v string) (float64, error) {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("server metrics: %q: %w", line, err)
+		}
+		return f, nil
+	}
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, `bcd_nodes{state="`):
-			rest := strings.TrimPrefix(line, `bcd_nodes{state="`)
-			state, value, ok := strings.Cut(rest, `"} `)
+			state, v, ok := strings.Cut(strings.TrimPrefix(line, `bcd_nodes{state="`), `"} `)
 			if !ok {
-				return nil, 0, fmt.Errorf("server metrics: cannot read %q", line)
+				return serverMetrics{}, fmt.Errorf("server metrics: cannot read %q", line)
 			}
-			v, err := strconv.ParseFloat(value, 64)
+			f, err := value(line, v)
 			if err != nil {
-				return nil, 0, fmt.Errorf("server metrics: %q: %w", line, err)
+				return serverMetrics{}, err
 			}
-			states[state] = int(v)
+			m.states[state] = int(f)
 		case strings.HasPrefix(line, "process_resident_memory_bytes "):
-			v, err := strconv.ParseFloat(strings.TrimPrefix(line, "process_resident_memory_bytes "), 64)
+			f, err := value(line, strings.TrimPrefix(line, "process_resident_memory_bytes "))
 			if err != nil {
-				return nil, 0, fmt.Errorf("server metrics: %q: %w", line, err)
+				return serverMetrics{}, err
 			}
-			rss = v / (1 << 20)
+			m.rssMiB = f / (1 << 20)
+		case strings.HasPrefix(line, "bcd_commands_lost_total "):
+			f, err := value(line, strings.TrimPrefix(line, "bcd_commands_lost_total "))
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			m.lost = int(f)
 		}
 	}
-	return states, rss, sc.Err()
+	return m, sc.Err()
 }
 
 // startRemoteSim prepares a running server for a simulation (the image it deploys, a site agent

@@ -77,14 +77,16 @@ func TestParseMetrics(t *testing.T) {
 bcd_nodes{state="deployed"} 7
 bcd_nodes{state="ready"} 3
 process_resident_memory_bytes 1.048576e+08
+# TYPE bcd_commands_lost_total counter
+bcd_commands_lost_total 42
 go_goroutines 12
 `
-	states, rss, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
-	if err != nil || states["deployed"] != 7 || states["ready"] != 3 || len(states) != 2 || rss != 100 {
-		t.Fatalf("%v %v %v", states, rss, err)
+	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
+	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 {
+		t.Fatalf("%+v %v", m, err)
 	}
-	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`} {
-		if _, _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
+	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`} {
+		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
 			t.Errorf("accepted %q", bad)
 		}
 	}

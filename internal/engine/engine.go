@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"bcd/internal/cache"
@@ -107,7 +108,14 @@ type Engine struct {
 	// running holds batches read as running, a state no batch leaves, so that the steps of a
 	// workflow under one do not each read it again.
 	running *cache.Bounded[string, bool]
+	// lost counts the commands that became lost since the engine started (CommandsLost).
+	lost atomic.Int64
 }
+
+// CommandsLost counts the commands this engine recorded as lost since it started: acknowledged
+// by an agent that went away, or reported interrupted by an agent's restart. Each is never
+// sent again, and its step decides (DESIGN §5).
+func (e *Engine) CommandsLost() int64 { return e.lost.Load() }
 
 // maxCachedSteps bounds the decoded step lists kept (operator profiles with per-node
 // arguments differ per node); maxRunningBatches the running batches remembered.

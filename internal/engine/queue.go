@@ -147,18 +147,22 @@ func (e *Engine) Seen(ctx context.Context, a Agent) error {
 // never ran); commands they acknowledged are lost: never sent twice.
 func (e *Engine) reapAgents(ctx context.Context) error {
 	var nodes []string
+	lost := 0
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		nodes, lost = nil, 0
 		gone, err := tx.AgentsGoneSince(ctx, tx.At()-e.cfg.AgentGrace.Microseconds())
 		if err != nil {
 			return err
 		}
 		for _, id := range gone {
 			ns, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
-				k, err := command.Lookup(c.Kind)
-				if err != nil {
-					return string(command.Lost), false
+				next, release := command.Lost, false
+				if k, err := command.Lookup(c.Kind); err == nil {
+					next, release = command.AgentGone(command.State(c.State), k)
 				}
-				next, release := command.AgentGone(command.State(c.State), k)
+				if next == command.Lost {
+					lost++
+				}
 				return string(next), release
 			})
 			if err != nil {
@@ -185,6 +189,9 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err == nil {
+		e.lost.Add(int64(lost))
+	}
 	if len(nodes) > 0 {
 		e.Nudge()
 	}
@@ -442,10 +449,10 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		}
 	}
 	var notify []notice
-	woken := false
+	woken, lost := false, false
 	lockNode := e.st.Engine() != store.SQLite && pre != nil && pre.NodeID != ""
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		notify, woken = nil, false
+		notify, woken, lost = nil, false, false
 		if lockNode {
 			// The node before the command, as the reconciler locks them (a command's node
 			// never changes, so the row read before names it).
@@ -494,6 +501,7 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 				}
 			}
 			c = next
+			lost = c.State == string(command.Lost)
 			break
 		}
 		if !command.State(c.State).Final() || c.State != u.State {
@@ -506,6 +514,9 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		notify, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, "command "+u.State, c)
 		return err
 	})
+	if err == nil && lost {
+		e.lost.Add(1)
+	}
 	if err == nil && final {
 		e.forget(a.ID, u.CommandID)
 		for _, n := range notify {

@@ -184,7 +184,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/", api.Handler(svc, joiner, log))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_commands_lost_total",
+			Help: "Commands recorded as lost since the server started: acknowledged by an agent that went away, or reported interrupted by an agent's restart. A rising rate means agents are dying."},
+			func() float64 { return float64(eng.CommandsLost()) }))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{

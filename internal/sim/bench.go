@@ -76,7 +76,8 @@ type Report struct {
 // nodes the last one brought to its state.
 func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, progress func(phase string, done, total int)) (rep Report, err error) {
 	rep = Report{Engine: h.control().Engine(), Nodes: n}
-	defer func() { h.finish(ctx, &rep) }()
+	lost0, _ := h.control().CommandsLost(ctx)
+	defer func() { h.finish(ctx, &rep, lost0) }()
 	t0, err := h.mark(ctx)
 	if err != nil {
 		return rep, err
@@ -116,8 +117,8 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 }
 
 // finish adds what the whole run did to rep: commands run (and run twice), agent deaths, lost
-// commands, the peak RSS.
-func (h *Harness) finish(ctx context.Context, rep *Report) {
+// commands (the server's count less lost0, its count when the run began), the peak RSS.
+func (h *Harness) finish(ctx context.Context, rep *Report, lost0 int) {
 	execs := h.Sim.Executions()
 	rep.Commands = len(execs)
 	for _, c := range execs {
@@ -126,10 +127,8 @@ func (h *Harness) finish(ctx context.Context, rep *Report) {
 		}
 	}
 	rep.SiteAgentDeaths, rep.RamdiskDeaths = h.Sim.SiteAgentDeaths(), h.Sim.RamdiskDeaths()
-	if !h.remote() {
-		if byState, err := h.Store.CountCommandsByState(ctx); err == nil {
-			rep.Lost = byState["lost"]
-		}
+	if lost, ok := h.control().CommandsLost(ctx); ok {
+		rep.Lost = lost - lost0
 	}
 	rep.PeakRSSMiB = peakRSSMiB()
 	if h.remote() {

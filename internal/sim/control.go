@@ -31,6 +31,9 @@ type Control interface {
 	// ServerRSSMiB is the server's resident memory now, when the server is not this process
 	// (false: measure this process instead).
 	ServerRSSMiB(ctx context.Context) (float64, bool)
+	// CommandsLost is how many commands the server recorded lost since it started (false:
+	// not known).
+	CommandsLost(ctx context.Context) (int, bool)
 }
 
 // NodeTime is a node's state and last update.
@@ -91,6 +94,10 @@ func (c inProcess) Nudge() {
 func (c inProcess) WriterBusy() time.Duration { return c.h.Store.WriterStats().Busy }
 
 func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
+
+func (c inProcess) CommandsLost(context.Context) (int, bool) {
+	return int(c.h.Engine.CommandsLost()), true
+}
 
 // Remote is a running server as StartRemote needs it: its API (ctl) and what a site agent
 // joins it with.

@@ -153,6 +153,10 @@ func TestLifecycleUnderFaults(t *testing.T) {
 	if rep.RanTwice != 0 || rep.SiteAgentDeaths == 0 || rep.Lost == 0 {
 		t.Errorf("run twice %d, site agent deaths %d, lost %d: want none run twice, and deaths that lost commands", rep.RanTwice, rep.SiteAgentDeaths, rep.Lost)
 	}
+	// The engine's count (bcd_commands_lost_total) is the store's.
+	if byState, err := st.CountCommandsByState(ctx); err != nil || byState["lost"] != rep.Lost {
+		t.Errorf("the store holds %d lost commands (%v), the engine counted %d", byState["lost"], err, rep.Lost)
+	}
 	nodes, err := st.Nodes(ctx, store.NodeFilter{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)

@@ -51,6 +51,7 @@ func (c *countingControl) WriterBusy() time.Duration { return 0 }
 func (c *countingControl) ServerRSSMiB(context.Context) (float64, bool) {
 	return 0, false
 }
+func (c *countingControl) CommandsLost(context.Context) (int, bool) { return 0, false }
 
 // A phase counts the nodes that reached its state or failed since its mark, taken before its
 // verbs: nodes that failed in an earlier phase neither end it early nor count among its
