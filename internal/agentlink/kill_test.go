@@ -87,6 +87,13 @@ func TestKilledAgentRunsNothingTwice(t *testing.T) {
 	for env.Queue.Counts().Final < n && time.Now().Before(deadline) {
 		before := env.Queue.Counts().Final
 		child := run()
+		if kills == 0 {
+			// The first life joins with the one-time token: not killed before it has (the
+			// fake gateway, unlike the control plane, has no retry window for a lost answer).
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_ = env.Queue.WaitFor(ctx, func(c gatewaytest.Counts) bool { return c.Connected[gatewaytest.AgentKey(siteRef)] > 0 })
+			cancel()
+		}
 		// Let it run a while: long enough to join and work, short enough to die mid-flight.
 		ctx, cancel := context.WithTimeout(context.Background(), life+time.Duration(rand.IntN(200))*time.Millisecond)
 		_ = env.Queue.WaitFor(ctx, func(c gatewaytest.Counts) bool { return c.Final >= n })

@@ -529,7 +529,11 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended 
 	}
 	result, err := l.h.Run(ctx, c, report)
 	u := Update{CommandID: c.ID, State: StateSucceeded, Result: result}
-	if err != nil {
+	switch {
+	case err != nil && l.ctx.Err() != nil:
+		// Cut short by the agent's stop: it may have taken effect in part.
+		u.State, u.Error = StateInterrupted, "interrupted: the agent stopped while the command was in progress ("+err.Error()+"); not run again (at most once)"
+	case err != nil:
 		u.State, u.Error = StateFailed, err.Error()
 	}
 	if c.Attest {
