@@ -9,6 +9,7 @@ import (
 	"bcd/internal/server"
 	"bcd/internal/sim"
 	"bcd/internal/store"
+	"bcd/internal/store/storetest"
 )
 
 // TestAgentDeathOverTheGateway takes nodes through their life with the simulated agents on the
@@ -20,8 +21,14 @@ func TestAgentDeathOverTheGateway(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a server and 12 simulated machines over the gateway")
 	}
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) { agentDeathOverTheGateway(t, storetest.DSN(t, e)) })
+	}
+}
+
+func agentDeathOverTheGateway(t *testing.T, dsn string) {
 	dir := t.TempDir()
-	srv, ctx := serve(t, server.Config{DataDir: dir, Engine: engine.Config{AgentGrace: time.Second}}, testLog(t))
+	srv, ctx := serve(t, server.Config{DataDir: dir, StoreDSN: dsn, Engine: engine.Config{AgentGrace: time.Second}}, testLog(t))
 	faults := sim.Faults{
 		// The site agent dies as the first power cycle arrives, after acknowledging the
 		// first two power-offs, and after running the first two queries; a ramdisk crashes
