@@ -103,10 +103,10 @@ type Config struct {
 	// always the holder, when the control plane keeps none.
 	Lease    Lease
 	LeaseTTL time.Duration
-	// DrainTimeout bounds, on a clean stop, the wait for the commands the agent holds to finish
-	// and their results to reach the control plane (agentlink.Link.Drain); new commands go to
-	// another agent meanwhile. What is still running then is cancelled. 0: DefaultDrainTimeout;
-	// negative: no drain.
+	// DrainTimeout bounds, on a clean stop, the wait for the commands running to finish and
+	// their results to reach the control plane (agentlink.Link.Drain); new commands go to
+	// another agent meanwhile, and none held is started. What is still running then is
+	// cancelled (reported interrupted). 0: DefaultDrainTimeout; negative: no drain.
 	DrainTimeout time.Duration
 
 	// Drivers replaces the BMC driver registry (tests); nil builds redfish and ipmi with
@@ -495,7 +495,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// drain lets the commands the link holds finish, on a clean stop (ctx ended), for at most
+// drain lets the commands running finish and report, on a clean stop (ctx ended), for at most
 // DrainTimeout.
 func (a *Agent) drain(ctx context.Context, link *agentlink.Link, log *slog.Logger) {
 	if ctx.Err() == nil || a.cfg.DrainTimeout < 0 {
@@ -505,10 +505,10 @@ func (a *Agent) drain(ctx context.Context, link *agentlink.Link, log *slog.Logge
 	defer cancel()
 	start := time.Now()
 	if err := link.Drain(dctx); err != nil {
-		log.Warn("stopping with commands still running: they are cancelled", "error", err, "after", time.Since(start).Round(time.Millisecond))
+		log.Warn("stopping with commands still running: they are cancelled and reported interrupted", "error", err, "after", time.Since(start).Round(time.Millisecond))
 		return
 	}
-	log.Info("drained: every command held finished and was reported", "after", time.Since(start).Round(time.Millisecond))
+	log.Info("drained: every running command finished and was reported", "after", time.Since(start).Round(time.Millisecond))
 }
 
 func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logger) error {
