@@ -75,6 +75,25 @@ func (g *gatewayLife) fateOf(id string) death {
 	return f
 }
 
+// handler runs commands with run for as long as life lasts: the agent dies before or after a
+// command as the fate chosen for it on arrival says, and once dead it runs nothing more.
+func (s *Sim) handler(life context.Context, g *gatewayLife, run func(ctx context.Context, cmd agentlink.Command) ([]byte, error)) agentlink.Handler {
+	return agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
+		d := g.fateOf(cmd.ID)
+		if d == diesBefore {
+			s.died(life, g.mort)
+		}
+		if life.Err() != nil {
+			return nil, context.Cause(life) // dead: nothing more runs
+		}
+		result, err := run(ctx, cmd)
+		if d == diesAfter {
+			s.died(life, g.mort)
+		}
+		return result, err
+	})
+}
+
 // crash kills the life's link (agentlink.Link.Crash): nothing more is sent or journaled.
 func (g *gatewayLife) crash() {
 	if l := g.link.Load(); l != nil {
@@ -105,20 +124,9 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 		g := &gatewayLife{}
 		g.mort = &mortality{fate: s.siteDeath, deaths: &s.deaths, die: func() { g.crash(); die() }}
 		cfg.Received = s.received(life, g)
-		h := agentlink.HandlerFunc(func(cctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
-			d := g.fateOf(cmd.ID)
-			if d == diesBefore {
-				s.died(life, g.mort)
-			}
-			if life.Err() != nil {
-				return nil, context.Cause(life) // dead: nothing more runs
-			}
+		h := s.handler(life, g, func(_ context.Context, cmd agentlink.Command) ([]byte, error) {
 			s.counted(cmd.ID)
-			result, err := s.siteOverGateway(machines, key, cmd)
-			if d == diesAfter {
-				s.died(life, g.mort)
-			}
-			return result, err
+			return s.siteOverGateway(machines, key, cmd)
 		})
 		link, err := agentlink.Dial(life, cfg, h)
 		if err != nil {
@@ -202,19 +210,8 @@ func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) 
 	boot := ctx // this boot of the ramdisk; a command's context ends with the command
 	g := &gatewayLife{}
 	g.mort = &mortality{fate: s.ramdiskDeath, deaths: &s.ramdiskDeaths, die: func() { g.crash(); m.CrashRamdisk() }}
-	h := agentlink.HandlerFunc(func(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
-		d := g.fateOf(cmd.ID)
-		if d == diesBefore {
-			s.died(boot, g.mort)
-		}
-		if boot.Err() != nil {
-			return nil, context.Cause(boot)
-		}
-		result, err := s.ramdiskCommand(ctx, boot, m, cmd)
-		if d == diesAfter {
-			s.died(boot, g.mort)
-		}
-		return result, err
+	h := s.handler(boot, g, func(ctx context.Context, cmd agentlink.Command) ([]byte, error) {
+		return s.ramdiskCommand(ctx, boot, m, cmd)
 	})
 	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
 		DiscoveryToken: token, Hints: agentlink.NodeHints{ProductUUID: m.UUID, MACs: m.MACs}, Logger: quiet(), AgentVersion: "sim-ramdisk",
