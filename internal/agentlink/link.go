@@ -375,19 +375,15 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 			return ErrCrashed
 		}
 	}
+	var fresh []Command
+	var known []jentry
 	if l.draining.Load() {
-		// New commands are left alone: unacknowledged, they go to another agent.
-		for _, e := range l.j.known(cmds) {
-			l.out.ack(e.cmd.ID)
-			if e.final != nil {
-				l.out.update(*e.final)
-			}
+		known = l.j.known(cmds) // new commands are left alone: unacknowledged, they go to another agent
+	} else {
+		var err error
+		if fresh, known, err = l.j.receive(cmds); err != nil {
+			return err
 		}
-		return nil
-	}
-	fresh, known, err := l.j.receive(cmds)
-	if err != nil {
-		return err
 	}
 	for _, e := range known {
 		l.out.ack(e.cmd.ID)
