@@ -75,43 +75,62 @@ func BuiltinHardwareProfiles() []store.HardwareProfile {
 // hardware profiles, and an admin token when none was ever created. It returns that token's
 // secret (to be shown once) or "".
 func (s *Service) Bootstrap(ctx context.Context) (adminToken string, err error) {
-	tenants, err := s.st.Tenants(ctx)
+	plain, hash, err := auth.NewToken()
 	if err != nil {
 		return "", err
 	}
-	if len(tenants) == 0 {
-		err := s.st.Write(ctx, func(tx *store.Tx) error {
-			for _, hp := range BuiltinHardwareProfiles() {
-				if err := tx.PutHardwareProfile(ctx, hp); err != nil {
-					return err
-				}
-			}
-			tn, err := tx.InsertTenant(ctx, "default")
-			if err != nil {
-				return err
-			}
-			site, err := tx.InsertSite(ctx, tn.ID, "default", nil)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.InsertPool(ctx, store.Pool{TenantID: tn.ID, SiteID: site.ID, Name: "default", Policy: store.PoolPolicy{HardwareProfile: "redfish"}}); err != nil {
-				return err
-			}
-			return tx.AppendEvent(ctx, store.Event{TenantID: tn.ID, Actor: "system", Kind: "installation.created", Reason: "first start"})
-		})
+	// One transaction under the installation lock: servers starting at once on an empty store
+	// create one default tenant and mint one admin token between them.
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		adminToken = ""
+		if err := tx.LockInstallation(ctx); err != nil {
+			return err
+		}
+		tenants, err := tx.CountTenants(ctx)
 		if err != nil {
-			return "", fmt.Errorf("creating the default tenant, site and pool: %w", err)
+			return err
+		}
+		if tenants == 0 {
+			if err := bootstrapDefaults(ctx, tx); err != nil {
+				return fmt.Errorf("creating the default tenant, site and pool: %w", err)
+			}
+		}
+		tokens, err := tx.CountTokens(ctx)
+		if err != nil || tokens > 0 {
+			return err
+		}
+		if _, err := tx.InsertToken(ctx, store.Token{Name: "admin", Hash: hash, Role: string(auth.Admin), CreatedBy: "system"}); err != nil {
+			return err
+		}
+		adminToken = plain
+		return tx.AppendEvent(ctx, store.Event{Actor: "system", Kind: "token.create", Data: jsonObject(map[string]any{"name": "admin", "role": auth.Admin})})
+	})
+	if err != nil {
+		return "", fmt.Errorf("bootstrapping the installation: %w", err)
+	}
+	return adminToken, nil
+}
+
+// bootstrapDefaults creates what a new installation starts with: the built-in hardware
+// profiles and the tenant, site and pool "default".
+func bootstrapDefaults(ctx context.Context, tx *store.Tx) error {
+	for _, hp := range BuiltinHardwareProfiles() {
+		if err := tx.PutHardwareProfile(ctx, hp); err != nil {
+			return err
 		}
 	}
-	n, err := s.st.CountTokens(ctx)
+	tn, err := tx.InsertTenant(ctx, "default")
 	if err != nil {
-		return "", fmt.Errorf("counting tokens: %w", err)
+		return err
 	}
-	if n > 0 {
-		return "", nil
+	site, err := tx.InsertSite(ctx, tn.ID, "default", nil)
+	if err != nil {
+		return err
 	}
-	secret, _, err := s.CreateToken(ctx, auth.Principal{Name: "system", Role: auth.Admin}, "admin", auth.Admin, "")
-	return secret, err
+	if _, err := tx.InsertPool(ctx, store.Pool{TenantID: tn.ID, SiteID: site.ID, Name: "default", Policy: store.PoolPolicy{HardwareProfile: "redfish"}}); err != nil {
+		return err
+	}
+	return tx.AppendEvent(ctx, store.Event{TenantID: tn.ID, Actor: "system", Kind: "installation.created", Reason: "first start"})
 }
 
 // ---------------------------------------------------------------- enroll

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 
 	"bcd/internal/auth"
@@ -527,4 +528,62 @@ func TestDeployNeedsASignedCatalogImage(t *testing.T) {
 			t.Errorf("refused deploys moved the node to %s", n.State)
 		}
 	})
+}
+
+// TestServersBootstrapOnce: servers starting at once on one empty PostgreSQL store create one
+// default tenant and mint one admin token between them.
+func TestServersBootstrapOnce(t *testing.T) {
+	ctx := context.Background()
+	dsn := storetest.DSN(t, store.Postgres)
+	sealer, err := secrets.NewSealer(bytes.Repeat([]byte{1}, secrets.KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4
+	svcs := make([]*Service, n)
+	for i := range n {
+		st, err := store.Open(ctx, dsn) // migrations are serialized by their own lock
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		svcs[i] = New(st, sealer, slog.New(slog.DiscardHandler))
+	}
+	tokens := make([]string, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			tokens[i], errs[i] = svcs[i].Bootstrap(ctx)
+		})
+	}
+	close(start)
+	wg.Wait()
+	minted := 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("server %d: %v", i, errs[i])
+		}
+		if tokens[i] != "" {
+			minted++
+		}
+	}
+	st, err := store.Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	tenants, err := st.Tenants(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	toks, err := st.Tokens(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if minted != 1 || len(toks) != 1 || len(tenants) != 1 {
+		t.Fatalf("%d servers showed an admin token, %d tokens and %d tenants stored; want 1 each", minted, len(toks), len(tenants))
+	}
 }

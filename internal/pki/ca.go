@@ -33,7 +33,7 @@ const (
 	// a little behind accepts it at once.
 	ClockSkew = 5 * time.Minute
 
-	// CACertFile and CAKeyFile are the file names LoadOrCreateCA uses.
+	// CACertFile and CAKeyFile are the file names LoadCADir reads.
 	CACertFile = "ca.crt"
 	CAKeyFile  = "ca.key"
 )
@@ -135,65 +135,46 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	return caOf(cert, der, key), nil
 }
 
-// LoadOrCreateCA loads the CA kept in dir as ca.crt and ca.key, or creates it (directory 0700,
-// key 0600, certificate 0644) when neither file exists. It refuses a directory holding only one
-// of the two files, and a key file readable by group or others.
-func LoadOrCreateCA(dir string) (*CA, error) {
+// LoadCADir loads the CA kept in dir as ca.crt and ca.key (how a server kept its CA before the
+// CA moved into the store); found is false when neither file exists. It refuses a directory
+// holding only one of the two files, and a key file readable by group or others.
+func LoadCADir(dir string) (ca *CA, found bool, err error) {
 	certPath, keyPath := filepath.Join(dir, CACertFile), filepath.Join(dir, CAKeyFile)
 	certOK, err := exists(certPath)
 	if err != nil {
-		return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+		return nil, false, fmt.Errorf("loading CA from %s: %w", dir, err)
 	}
 	keyOK, err := exists(keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
+		return nil, false, fmt.Errorf("loading CA from %s: %w", dir, err)
 	}
 	switch {
-	case certOK && keyOK:
-		st, err := os.Stat(keyPath)
-		if err != nil {
-			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
-		}
-		if st.Mode().Perm()&0o077 != 0 {
-			return nil, fmt.Errorf("loading CA from %s: %w: %s has mode %04o, want 0600 (chmod 600 %s)", dir, ErrBadInput, keyPath, st.Mode().Perm(), keyPath)
-		}
-		certPEM, err := os.ReadFile(certPath)
-		if err != nil {
-			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
-		}
-		keyPEM, err := os.ReadFile(keyPath)
-		if err != nil {
-			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
-		}
-		ca, err := LoadCA(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("loading CA from %s: %w", dir, err)
-		}
-		return ca, nil
-	case certOK || keyOK:
-		return nil, fmt.Errorf("loading CA from %s: %w: found only one of %s and %s; restore the other or remove both to create a new CA",
+	case !certOK && !keyOK:
+		return nil, false, nil
+	case certOK != keyOK:
+		return nil, false, fmt.Errorf("loading CA from %s: %w: found only one of %s and %s; restore the other or remove both",
 			dir, ErrBadInput, CACertFile, CAKeyFile)
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating CA in %s: %w", dir, err)
-	}
-	ca, err := CreateCA("bcd CA", time.Now())
+	st, err := os.Stat(keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("creating CA in %s: %w", dir, err)
+		return nil, false, fmt.Errorf("loading CA from %s: %w", dir, err)
 	}
-	keyPEM, err := ca.KeyPEM()
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, false, fmt.Errorf("loading CA from %s: %w: %s has mode %04o, want 0600 (chmod 600 %s)", dir, ErrBadInput, keyPath, st.Mode().Perm(), keyPath)
+	}
+	certPEM, err := os.ReadFile(certPath)
 	if err != nil {
-		return nil, fmt.Errorf("creating CA in %s: %w", dir, err)
+		return nil, false, fmt.Errorf("loading CA from %s: %w", dir, err)
 	}
-	// Key first: a crash in between leaves a key without certificate, which the next start
-	// reports instead of silently replacing.
-	if err := writeNew(keyPath, keyPEM, 0o600); err != nil {
-		return nil, fmt.Errorf("creating CA in %s: writing key: %w", dir, err)
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, false, fmt.Errorf("loading CA from %s: %w", dir, err)
 	}
-	if err := writeNew(certPath, ca.CertPEM(), 0o644); err != nil {
-		return nil, fmt.Errorf("creating CA in %s: writing certificate: %w", dir, err)
+	ca, err = LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, false, fmt.Errorf("loading CA from %s: %w", dir, err)
 	}
-	return ca, nil
+	return ca, true, nil
 }
 
 func exists(path string) (bool, error) {
@@ -206,33 +187,6 @@ func exists(path string) (bool, error) {
 	default:
 		return false, err
 	}
-}
-
-// writeNew writes data to a temporary file with mode perm, syncs it and links it to path,
-// failing if path exists (two processes racing to create the CA cannot overwrite each other).
-func writeNew(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Link(tmp, path)
 }
 
 // CertPEM returns the CA certificate, PEM encoded.

@@ -113,43 +113,42 @@ func TestLoadCARefuses(t *testing.T) {
 	}
 }
 
-func TestLoadOrCreateCA(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "pki", "ca")
-	ca, err := LoadOrCreateCA(dir)
+func TestLoadCADir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ca")
+	if _, found, err := LoadCADir(dir); err != nil || found {
+		t.Fatalf("no directory: found %v, %v", found, err)
+	}
+	ca, err := CreateCA("test CA", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, CAKeyFile): 0o600, filepath.Join(dir, CACertFile): 0o644} {
-		st, err := os.Stat(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Mode().Perm() != want {
-			t.Errorf("%s mode %04o, want %04o", name, st.Mode().Perm(), want)
-		}
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 2 {
-		t.Fatalf("directory holds %d entries (temporary files left?)", len(entries))
-	}
-	again, err := LoadOrCreateCA(dir)
-	if err != nil {
+	keyPEM, _ := ca.KeyPEM()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CAKeyFile), keyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, CACertFile), ca.CertPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again, found, err := LoadCADir(dir)
+	if err != nil || !found {
+		t.Fatalf("found %v, %v", found, err)
 	}
 	if again.Fingerprint() != ca.Fingerprint() {
-		t.Fatal("reload gave a different CA")
+		t.Fatal("loaded a different CA")
 	}
-	keyA, _ := ca.KeyPEM()
 	keyB, _ := again.KeyPEM()
-	if !bytes.Equal(keyA, keyB) {
-		t.Fatal("reload gave a different key")
+	if !bytes.Equal(keyPEM, keyB) {
+		t.Fatal("loaded a different key")
 	}
 
 	t.Run("key readable by others", func(t *testing.T) {
 		if err := os.Chmod(filepath.Join(dir, CAKeyFile), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := LoadOrCreateCA(dir)
+		_, _, err := LoadCADir(dir)
 		wantErr(t, err, ErrBadInput)
 		if err := os.Chmod(filepath.Join(dir, CAKeyFile), 0o600); err != nil {
 			t.Fatal(err)
@@ -159,7 +158,7 @@ func TestLoadOrCreateCA(t *testing.T) {
 		if err := os.Remove(filepath.Join(dir, CACertFile)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := LoadOrCreateCA(dir)
+		_, _, err := LoadCADir(dir)
 		wantErr(t, err, ErrBadInput)
 		if _, err := os.Stat(filepath.Join(dir, CAKeyFile)); err != nil {
 			t.Fatalf("the lone key was touched: %v", err)
@@ -170,14 +169,14 @@ func TestLoadOrCreateCA(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(d, CACertFile), ca.CertPEM(), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := LoadOrCreateCA(d)
+		_, _, err := LoadCADir(d)
 		wantErr(t, err, ErrBadInput)
 	})
 	t.Run("corrupt key", func(t *testing.T) {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, CACertFile), ca.CertPEM(), 0o644)
 		os.WriteFile(filepath.Join(d, CAKeyFile), []byte("junk"), 0o600)
-		_, err := LoadOrCreateCA(d)
+		_, _, err := LoadCADir(d)
 		wantErr(t, err, ErrBadInput)
 	})
 }

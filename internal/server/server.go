@@ -144,10 +144,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
-	ca, err := pki.LoadOrCreateCA(filepath.Join(cfg.DataDir, "ca"))
+	ca, err := installationCA(ctx, st, sealer, filepath.Join(cfg.DataDir, "ca"), log)
 	if err != nil {
 		st.Close()
-		return nil, fmt.Errorf("loading the agent CA: %w", err)
+		return nil, err
 	}
 	profiles, err := loadProfiles(cfg.ProfilesFile)
 	if err != nil {

@@ -431,10 +431,34 @@ func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
 }
 
 // CountTokens counts tokens ever created (first start detection).
-func (s *Store) CountTokens(ctx context.Context) (int, error) {
+func (t *Tx) CountTokens(ctx context.Context) (int, error) {
 	var n int
-	err := s.queryRow(ctx, `SELECT COUNT(*) FROM api_tokens`).Scan(&n)
-	return n, err
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM api_tokens`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting tokens: %w", err)
+	}
+	return n, nil
+}
+
+// CountTenants counts the tenants (first start detection).
+func (t *Tx) CountTenants(ctx context.Context) (int, error) {
+	var n int
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM tenants`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting tenants: %w", err)
+	}
+	return n, nil
+}
+
+// LockInstallation holds the installation-wide lock until the transaction ends: servers that
+// start at once on one PostgreSQL database take their first-start decisions one after the
+// other. SQLite's single writer already runs one transaction at a time.
+func (t *Tx) LockInstallation(ctx context.Context) error {
+	if t.s.engine != Postgres {
+		return nil
+	}
+	if _, err := t.exec(ctx, `SELECT pg_advisory_xact_lock(?)`, t.s.installLock); err != nil {
+		return fmt.Errorf("taking the installation lock: %w", err)
+	}
+	return nil
 }
 
 // ---------------------------------------------------------------- events and wake-ups

@@ -10,6 +10,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 	"net/url"
@@ -23,6 +24,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
@@ -59,6 +61,16 @@ type Store struct {
 	committed chan struct{}
 	// busy, groups and written count the writer's work (WriterStats).
 	busy, groups, written atomic.Int64
+	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
+	// servers sharing a store migrate it and take first-start decisions one at a time.
+	migrateLock, installLock int64
+}
+
+// lockKey is an advisory lock key for name.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
 }
 
 // WriterStats is what SQLite's single writer did since the store opened.
@@ -181,6 +193,12 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 			db.Close()
 			return nil, fmt.Errorf("connecting to postgres store %s: %w", redactDSN(target), err)
 		}
+		var schema string
+		if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("reading the store's schema: %w", err)
+		}
+		s.migrateLock, s.installLock = lockKey("bcd migrations "+schema), lockKey("bcd installation "+schema)
 		if err := s.migrate(ctx); err != nil {
 			db.Close()
 			return nil, err
@@ -199,7 +217,17 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("opening embedded migrations: %w", err)
 	}
-	p, err := goose.NewProvider(dialect, s.write, sub)
+	var opts []goose.ProviderOption
+	if s.engine == Postgres {
+		// Servers starting at once on one database migrate it one at a time (an advisory
+		// lock, polled every second for up to five minutes).
+		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(s.migrateLock), lock.WithLockTimeout(1, 300))
+		if err != nil {
+			return fmt.Errorf("preparing the migration lock: %w", err)
+		}
+		opts = append(opts, goose.WithSessionLocker(locker))
+	}
+	p, err := goose.NewProvider(dialect, s.write, sub, opts...)
 	if err != nil {
 		return fmt.Errorf("preparing migrations: %w", err)
 	}
