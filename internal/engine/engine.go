@@ -110,12 +110,19 @@ type Engine struct {
 	running *cache.Bounded[string, bool]
 	// lost counts the commands that became lost since the engine started (CommandsLost).
 	lost atomic.Int64
+	// reconciled counts the node reconciliations this engine ran (Reconciliations).
+	reconciled atomic.Int64
 }
 
 // CommandsLost counts the commands this engine recorded as lost since it started: acknowledged
 // by an agent that went away, or reported interrupted by an agent's restart. Each is never
 // sent again, and its step decides (DESIGN §5).
 func (e *Engine) CommandsLost() int64 { return e.lost.Load() }
+
+// Reconciliations counts the node reconciliations this engine ran since it started: by its
+// workers, and inside the transactions of reports and agent arrivals. Servers sharing a store
+// split the work between them; one whose count stands still does none.
+func (e *Engine) Reconciliations() int64 { return e.reconciled.Load() }
 
 // maxCachedSteps bounds the decoded step lists kept (operator profiles with per-node
 // arguments differ per node); maxRunningBatches the running batches remembered.
@@ -227,6 +234,7 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 		ferr := e.st.Write(ctx, func(tx *store.Tx) error { return tx.FinishWakeUp(ctx, l, e.owner, 5*time.Second) })
 		return errors.Join(fmt.Errorf("reconciling %s: %w", l.NodeID, err), ferr)
 	}
+	e.reconciled.Add(1)
 	for _, n := range notify {
 		e.subs.signal(n)
 	}

@@ -593,6 +593,9 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, k
 		notify = r.notices
 		return tx.SetWakeUp(ctx, nodeID, "deadline", again, seq)
 	})
+	if err == nil {
+		e.reconciled.Add(1)
+	}
 	return notify, err
 }
 

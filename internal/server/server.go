@@ -187,7 +187,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_commands_lost_total",
 			Help: "Commands recorded as lost since the server started: acknowledged by an agent that went away, or reported interrupted by an agent's restart. A rising rate means agents are dying."},
-			func() float64 { return float64(eng.CommandsLost()) }))
+			func() float64 { return float64(eng.CommandsLost()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_reconciliations_total",
+			Help: "Node reconciliations this server ran since it started. Servers sharing a store split them; one whose rate stays at zero does no work."},
+			func() float64 { return float64(eng.Reconciliations()) }))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{

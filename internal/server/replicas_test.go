@@ -1,0 +1,225 @@
+package server_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// front is a TCP load balancer on loopback, as operators put in front of several servers: each
+// connection goes to the next backend in turn that accepts it, so a dead backend is passed
+// over. Connections already made to a backend end with it.
+type front struct {
+	ln       net.Listener
+	backends []string
+	mu       sync.Mutex
+	next     int
+	wg       sync.WaitGroup
+	conns    map[net.Conn]bool
+	// open counts the connections open to each backend.
+	open map[string]int
+}
+
+func newFront(t *testing.T, backends ...string) *front {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &front{ln: ln, backends: backends, conns: map[net.Conn]bool{}, open: map[string]int{}}
+	f.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.wg.Go(func() { f.serve(c) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		for c := range f.conns {
+			c.Close()
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *front) addr() string { return f.ln.Addr().String() }
+
+// connections counts the connections open to backend.
+func (f *front) connections(backend string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.open[backend]
+}
+
+// track records c as open, for the cleanup to close.
+func (f *front) track(c net.Conn) {
+	f.mu.Lock()
+	f.conns[c] = true
+	f.mu.Unlock()
+}
+
+func (f *front) untrack(c net.Conn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	c.Close()
+}
+
+func (f *front) serve(c net.Conn) {
+	f.track(c)
+	defer f.untrack(c)
+	f.mu.Lock()
+	first := f.next
+	f.next++
+	f.mu.Unlock()
+	var b net.Conn
+	var to string
+	for i := range f.backends {
+		to = f.backends[(first+i)%len(f.backends)]
+		var err error
+		if b, err = net.DialTimeout("tcp", to, time.Second); err == nil {
+			break
+		}
+	}
+	if b == nil {
+		return
+	}
+	f.track(b)
+	defer f.untrack(b)
+	f.mu.Lock()
+	f.open[to]++
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		f.open[to]--
+		f.mu.Unlock()
+	}()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(b, c); done <- struct{}{} }()
+	go func() { io.Copy(c, b); done <- struct{}{} }()
+	<-done // either side ended: end both
+}
+
+// reconciliations reads a server's bcd_reconciliations_total.
+func reconciliations(t *testing.T, api string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + api + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "bcd_reconciliations_total "); ok {
+			n, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(n)
+		}
+	}
+	t.Fatal("no bcd_reconciliations_total in /metrics")
+	return 0
+}
+
+// TestReplicas runs two servers on one PostgreSQL store, started at once, each on its own data
+// dir and sharing only the store and the sealing key, behind a load balancer for the API and
+// one for the gateway. The site agent and the machines' agents land on either. Both servers
+// reconcile nodes. Then one is SIGKILLed in the middle of the workflows: its agents reconnect
+// through the balancer to the other, which takes its nodes over once their leases expire.
+// Every node must end where the table says, no command may run twice, no state change may be
+// missing from the event log, and no step may have had two commands out at once.
+func TestReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dsn := storetest.DSN(t, store.Postgres)
+	key := make([]byte, 32)
+	rand.Read(key)
+	// The balancers' ports are known before the servers start: the gateway's goes into the
+	// join tokens and the servers' certificates.
+	apiA, apiB, gwA, gwB := freePort(t), freePort(t), freePort(t), freePort(t)
+	apiFront, gwFront := newFront(t, apiA, apiB), newFront(t, gwA, gwB)
+	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + gwFront.addr(), "BCD_CRASH_LEASE=2s"}
+	a, b := newServerProc(t, dsn, apiA, gwA, env...), newServerProc(t, dsn, apiB, gwB, env...)
+	var wg sync.WaitGroup
+	wg.Go(a.start)
+	wg.Go(b.start)
+	wg.Wait()
+	token := a.adminToken() + b.adminToken()
+	if a.adminToken() != "" && b.adminToken() != "" {
+		t.Fatal("both servers minted an admin token")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 16
+	f := newFleet(t, ctx, "http://"+apiFront.addr(), token, dsn, t.TempDir(), n)
+
+	f.waitExecs(3 * n)
+	ra, rb := reconciliations(t, a.api), reconciliations(t, b.api)
+	t.Logf("before the kill: server A reconciled %d times, B %d", ra, rb)
+	if ra == 0 || rb == 0 {
+		t.Errorf("one server did all the work: A %d, B %d reconciliations", ra, rb)
+	}
+	busy := 0
+	for _, nd := range f.list() {
+		if nd.TargetState != "" {
+			busy++
+		}
+	}
+	// The server with more agents on it dies: they must find the other.
+	victim, onVictim, onOther := a, gwFront.connections(gwA), gwFront.connections(gwB)
+	if onOther > onVictim {
+		victim, onVictim, onOther = b, onOther, onVictim
+	}
+	t.Logf("at the kill: %d of %d nodes busy, %d agent connections on the server killed and %d on the other", busy, n, onVictim, onOther)
+	if onVictim == 0 || busy == 0 {
+		t.Errorf("the kill tests nothing: %d busy nodes, %d agents on the killed server", busy, onVictim)
+	}
+	killed := time.Now()
+	victim.kill()
+	ready := f.waitRest("enroll")
+	t.Logf("enroll → ready finished %s after the kill", time.Since(killed).Round(time.Millisecond))
+	f.deployAll()
+	final := f.waitRest("deploy")
+	counts := f.check(final, "deployed")
+	t.Logf("after enroll with a server killed: %d nodes; after deploy on the other alone: %v", len(ready), counts)
+}
+
+func TestOverlappingCommands(t *testing.T) {
+	c := func(id string, wf string, step int, created, finished int64) store.Command {
+		return store.Command{ID: id, Kind: "bmc.power", WorkflowID: wf, StepIndex: step, CreatedAt: created, FinishedAt: finished, State: "succeeded"}
+	}
+	for _, tc := range []struct {
+		name string
+		cmds []store.Command
+		want int
+	}{
+		{"one per step", []store.Command{c("a", "w", 0, 1, 2), c("b", "w", 1, 3, 4)}, 0},
+		{"a retry after the first ended", []store.Command{c("a", "w", 0, 1, 2), c("b", "w", 0, 2, 5)}, 0},
+		{"two out at once", []store.Command{c("a", "w", 0, 1, 5), c("b", "w", 0, 3, 6)}, 1},
+		{"the first never ended", []store.Command{c("a", "w", 0, 1, 0), c("b", "w", 0, 3, 6)}, 1},
+		{"same step of two workflows", []store.Command{c("a", "w", 0, 1, 0), c("b", "v", 0, 3, 6)}, 0},
+		{"not a workflow's", []store.Command{c("a", "", 0, 1, 0), c("b", "", 0, 3, 6)}, 0},
+	} {
+		if got := overlappingCommands(tc.cmds); len(got) != tc.want {
+			t.Errorf("%s: %d overlaps %v, want %d", tc.name, len(got), got, tc.want)
+		}
+	}
+}
