@@ -112,6 +112,9 @@ type Engine struct {
 	lost atomic.Int64
 	// reconciled counts the node reconciliations this engine ran (Reconciliations).
 	reconciled atomic.Int64
+	// outbox holds the notices the other servers sharing a PostgreSQL store are to hear
+	// (tellOthers).
+	outbox chan notice
 }
 
 // CommandsLost counts the commands this engine recorded as lost since it started: acknowledged
@@ -136,7 +139,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return &Engine{cfg: cfg.withDefaults(), st: st, ca: ca, log: log, owner: "engine-" + hex.EncodeToString(b),
-		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{},
+		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches)}
 }
 
@@ -164,6 +167,14 @@ func (e *Engine) Run(ctx context.Context) error {
 		}()
 	}
 	defer func() { close(work); wg.Wait() }()
+	if e.st.Engine() == store.Postgres {
+		// Other servers may share the store: tell them, and hear from them, which agents
+		// have new work.
+		peers, stop := context.WithCancel(ctx)
+		defer stop()
+		wg.Go(func() { e.tellOthers(peers) })
+		wg.Go(func() { e.hearOthers(peers) })
+	}
 	reap := time.NewTicker(e.cfg.AgentGrace / 3)
 	defer reap.Stop()
 	sweep := time.NewTicker(30 * time.Second)
@@ -235,9 +246,7 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 		return errors.Join(fmt.Errorf("reconciling %s: %w", l.NodeID, err), ferr)
 	}
 	e.reconciled.Add(1)
-	for _, n := range notify {
-		e.subs.signal(n)
-	}
+	e.publish(notify)
 	return nil
 }
 

@@ -72,8 +72,84 @@ func (s *subscribers) signal(k notice) {
 	}
 }
 
+// agentsChannel is the PostgreSQL channel on which servers sharing a store tell each other which
+// agents may have new work, so that a command one server queues reaches an agent connected to
+// another at once, not at that gateway's next poll.
+const agentsChannel = "bcd_agent_work"
+
+// publish signals this server's agent streams of notices, and queues them for the other servers
+// sharing a PostgreSQL store.
+func (e *Engine) publish(notices []notice) {
+	for _, n := range notices {
+		e.subs.signal(n)
+	}
+	if e.st.Engine() != store.Postgres {
+		return
+	}
+	for _, n := range notices {
+		select {
+		case e.outbox <- n:
+		default: // full: the other servers' gateways find the work at their next poll
+		}
+	}
+}
+
+// maxNoticesPerNotify bounds the notices tellOthers sends in one statement.
+const maxNoticesPerNotify = 512
+
+// tellOthers sends the notices publish queued to the other servers, all those waiting in one
+// statement, each once, until ctx ends.
+func (e *Engine) tellOthers(ctx context.Context) {
+	for {
+		var n notice
+		select {
+		case <-ctx.Done():
+			return
+		case n = <-e.outbox:
+		}
+		seen := map[notice]bool{n: true}
+		payloads := []string{e.owner + " " + string(n)}
+	more:
+		for len(payloads) < maxNoticesPerNotify {
+			select {
+			case n = <-e.outbox:
+				if !seen[n] {
+					seen[n] = true
+					payloads = append(payloads, e.owner+" "+string(n))
+				}
+			default:
+				break more
+			}
+		}
+		if err := e.st.Notify(ctx, agentsChannel, payloads...); err != nil && ctx.Err() == nil {
+			e.log.Warn("telling the other servers which agents have new work; their gateways poll meanwhile", "error", err)
+		}
+	}
+}
+
+// hearOthers signals this server's agent streams of the notices the other servers send, until
+// ctx ends, listening again a second after its connection fails.
+func (e *Engine) hearOthers(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := e.st.Listen(ctx, agentsChannel, func(p string) {
+			if owner, n, ok := strings.Cut(p, " "); ok && owner != e.owner {
+				e.subs.signal(notice(n))
+			}
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		e.log.Warn("listening for the other servers' notices; this server's gateway polls meanwhile", "error", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
 // Subscribe returns a channel signalled when new work may exist for a, and a function ending
-// the subscription. Several replicas: the gateway also polls.
+// the subscription. Work queued by another server sharing the store is signalled through
+// hearOthers; the gateway also polls.
 func (e *Engine) Subscribe(a Agent) (<-chan struct{}, func()) {
 	k := notice("site:" + a.SiteID)
 	if a.Kind != "site" {
@@ -117,9 +193,7 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 		notify, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, a.Kind+" agent connected")
 		return err
 	})
-	for _, n := range notify {
-		e.subs.signal(n)
-	}
+	e.publish(notify)
 	if woken {
 		e.Nudge()
 	}
@@ -519,9 +593,7 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	}
 	if err == nil && final {
 		e.forget(a.ID, u.CommandID)
-		for _, n := range notify {
-			e.subs.signal(n)
-		}
+		e.publish(notify)
 		if woken {
 			e.Nudge()
 		}

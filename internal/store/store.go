@@ -64,6 +64,9 @@ type Store struct {
 	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
 	// servers sharing a store migrate it and take first-start decisions one at a time.
 	migrateLock, installLock int64
+	// dsn is PostgreSQL's connection string, for connections of their own (Listen). It may
+	// hold a password: never logged.
+	dsn string
 }
 
 // lockKey is an advisory lock key for name.
@@ -182,6 +185,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		go s.commitLoop()
 		go s.checkpointLoop()
 	case Postgres:
+		s.dsn = target
 		db, err := sql.Open("pgx", target)
 		if err != nil {
 			return nil, fmt.Errorf("opening postgres store %s: %w", redactDSN(target), err)
