@@ -34,6 +34,10 @@ type Config struct {
 	// AgentGrace is how long a disconnected agent may take to reconnect before its commands
 	// are released (never acknowledged) or lost (acknowledged).
 	AgentGrace time.Duration
+	// PeerTimeout is how long a server may go without recording that it is alive before the
+	// other servers sharing its store (or its own successor, after a restart) end its agents'
+	// connections; it records so every PeerTimeout/6. Default 30s.
+	PeerTimeout time.Duration
 	// Profiles are operator-defined deploy profiles, beside the built-in ones.
 	Profiles []workflow.Profile
 	// UnreachableAfter is how many consecutive failed power reads raise BMC_UNREACHABLE on a
@@ -76,6 +80,9 @@ func (c Config) withDefaults() Config {
 	if c.AgentGrace <= 0 {
 		c.AgentGrace = 15 * time.Second
 	}
+	if c.PeerTimeout <= 0 {
+		c.PeerTimeout = 30 * time.Second
+	}
 	if c.MACWindow <= 0 {
 		c.MACWindow = MACWindow
 	}
@@ -115,6 +122,10 @@ type Engine struct {
 	// outbox holds the notices the other servers sharing a PostgreSQL store are to hear
 	// (tellOthers).
 	outbox chan notice
+	// aliveSince is the first heartbeat of this server's current run of recorded heartbeats (0:
+	// none, or the last failed), lastBeat the last one recorded (Heartbeat); store microseconds.
+	beatMu               sync.Mutex
+	aliveSince, lastBeat int64
 }
 
 // CommandsLost counts the commands this engine recorded as lost since it started: acknowledged
@@ -175,6 +186,11 @@ func (e *Engine) Run(ctx context.Context) error {
 		wg.Go(func() { e.tellOthers(peers) })
 		wg.Go(func() { e.hearOthers(peers) })
 	}
+	if err := e.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+		e.log.Error("recording that this server is alive", "error", err)
+	}
+	beat := time.NewTicker(e.cfg.PeerTimeout / 6)
+	defer beat.Stop()
 	reap := time.NewTicker(e.cfg.AgentGrace / 3)
 	defer reap.Stop()
 	sweep := time.NewTicker(30 * time.Second)
@@ -201,6 +217,10 @@ func (e *Engine) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-e.nudge:
+		case <-beat.C:
+			if err := e.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+				e.log.Error("recording that this server is alive", "error", err)
+			}
 		case <-reap.C:
 			if err := e.reapAgents(ctx); err != nil && ctx.Err() == nil {
 				e.log.Error("releasing commands of departed agents", "error", err)

@@ -183,7 +183,7 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		notify, woken = nil, false
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
-			ConnID: a.ConnID, Version: version}); err != nil {
+			ConnID: a.ConnID, Version: version, ServerID: e.owner}); err != nil {
 			return err
 		}
 		if a.NodeID == "" {
@@ -216,14 +216,75 @@ func (e *Engine) Seen(ctx context.Context, a Agent) error {
 	return e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentSeen(ctx, a.ID, a.ConnID) })
 }
 
-// reapAgents applies the departure of agents gone longer than the grace period: commands they
-// never acknowledged are released to another agent of the site (every site kind: such a command
-// never ran); commands they acknowledged are lost: never sent twice.
+// Heartbeat records that this server is alive (Run does so every PeerTimeout/6). The first
+// heartbeat after one failed or came late records again this server's live agent connections
+// that other servers ended meanwhile, taking its silence for death.
+func (e *Engine) Heartbeat(ctx context.Context) error {
+	e.sentMu.Lock()
+	live := make(map[string]string, len(e.sent))
+	for id, o := range e.sent {
+		live[id] = o.conn
+	}
+	e.sentMu.Unlock()
+	e.beatMu.Lock()
+	since, last := e.aliveSince, e.lastBeat
+	e.beatMu.Unlock()
+	var at int64
+	fresh := false
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		at = tx.At()
+		fresh = since == 0 || at-last > e.cfg.PeerTimeout.Microseconds()/2
+		if err := tx.ServerAlive(ctx, e.owner); err != nil {
+			return err
+		}
+		if !fresh || last == 0 {
+			return nil
+		}
+		for id, conn := range live {
+			if err := tx.ReassertConnection(ctx, id, conn, e.owner, last); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	e.beatMu.Lock()
+	defer e.beatMu.Unlock()
+	if err != nil {
+		e.aliveSince = 0
+		return err
+	}
+	if fresh {
+		e.aliveSince = at
+	}
+	e.lastBeat = at
+	return nil
+}
+
+// judgesPeers says whether this server, at store time now, has been recording that it is alive
+// for at least PeerTimeout without a gap: only then may it take another server's silence for
+// death (after the store itself was out, every server is silent for a while).
+func (e *Engine) judgesPeers(now int64) bool {
+	e.beatMu.Lock()
+	defer e.beatMu.Unlock()
+	timeout := e.cfg.PeerTimeout.Microseconds()
+	return e.aliveSince != 0 && now-e.aliveSince >= timeout && now-e.lastBeat <= timeout/2
+}
+
+// reapAgents ends the connections of servers that stopped showing they are alive, then applies
+// the departure of agents gone longer than the grace period: commands they never acknowledged
+// are released to another agent of the site (every site kind: such a command never ran);
+// commands they acknowledged are lost: never sent twice.
 func (e *Engine) reapAgents(ctx context.Context) error {
 	var nodes []string
-	lost := 0
+	lost, ended := 0, 0
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		nodes, lost = nil, 0
+		nodes, lost, ended = nil, 0, 0
+		if now := tx.At(); e.judgesPeers(now) {
+			var err error
+			if ended, err = tx.EndDeadServersConnections(ctx, e.owner, now-e.cfg.PeerTimeout.Microseconds()); err != nil {
+				return err
+			}
+		}
 		gone, err := tx.AgentsGoneSince(ctx, tx.At()-e.cfg.AgentGrace.Microseconds())
 		if err != nil {
 			return err
@@ -265,6 +326,9 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 	})
 	if err == nil {
 		e.lost.Add(int64(lost))
+		if ended > 0 {
+			e.log.Warn("ended the agent connections of servers silent longer than the peer timeout", "connections", ended, "peer_timeout", e.cfg.PeerTimeout)
+		}
 	}
 	if len(nodes) > 0 {
 		e.Nudge()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -271,6 +272,118 @@ func TestSiteAgentFailover(t *testing.T) {
 	moved, err := eng.Claim(ctx, b, 10)
 	if err != nil || len(moved) != 1 || moved[0].ID != got[1].ID {
 		t.Fatalf("B claims %d commands (%v), want the unacknowledged one", len(moved), err)
+	}
+}
+
+// TestAgentsOfADeadServer: a server that stops recording that it is alive (killed, or cut off
+// from the store) takes its agents' connections with it. Another server sharing the store ends
+// them once the server has been silent for the peer timeout — but only after it has itself been
+// alive that long without a gap — and the agents' commands are then released or lost as for any
+// departed agent. An agent that reconnected to the live server meanwhile is not touched, and a
+// server that comes back records its live connections again.
+func TestAgentsOfADeadServer(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{AgentGrace: 500 * time.Millisecond, PeerTimeout: time.Second}
+	st, h, node, live, _, _ := byHand(t, cfg)
+	var mu sync.Mutex
+	now := time.Now()
+	st.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	advance := func(d time.Duration) {
+		mu.Lock()
+		now = now.Add(d)
+		mu.Unlock()
+	}
+	beat := func(es ...*engine.Engine) {
+		t.Helper()
+		for _, e := range es {
+			if err := e.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	dead := engine.New(st, nil, nil2(), cfg)
+	c := engine.Agent{ID: "agent-c", Kind: "site", SiteID: h.SiteID, ConnID: "c3"}
+	d := engine.Agent{ID: "agent-d", Kind: "site", SiteID: h.SiteID, ConnID: "c4"}
+	beat(live, dead)
+	for _, a := range []engine.Agent{c, d} {
+		if err := dead.Connected(ctx, a, "t"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	power(t, h, node, "off", "on")
+	got, err := dead.Claim(ctx, c, 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("claim by C: %d %v", len(got), err)
+	}
+	if err := dead.Ack(ctx, c, got[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	connected := func(id string) bool {
+		t.Helper()
+		as, err := st.SiteAgents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.ID == id {
+				return a.Connected
+			}
+		}
+		t.Fatalf("no agent %s", id)
+		return false
+	}
+	reap := func(e *engine.Engine) {
+		t.Helper()
+		if _, err := e.ReapForTests(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The server goes silent. D reconnects to the live server; C does not come back.
+	if err := live.Connected(ctx, engine.Agent{ID: d.ID, Kind: "site", SiteID: h.SiteID, ConnID: "c5"}, "t"); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // 600 ms: not silent for the peer timeout yet
+		advance(200 * time.Millisecond)
+		beat(live)
+	}
+	reap(live)
+	if !connected(c.ID) {
+		t.Fatal("a connection was ended before its server had been silent for the peer timeout")
+	}
+	// A server that has just come up (or back, after the store was out) judges nobody.
+	for range 5 {
+		advance(200 * time.Millisecond)
+		beat(live)
+	}
+	fresh := engine.New(st, nil, nil2(), cfg)
+	beat(fresh)
+	reap(fresh)
+	if !connected(c.ID) {
+		t.Fatal("a server alive for less than the peer timeout ended another's connections")
+	}
+	// The live server, alive without a gap for longer than the peer timeout, ends them: C's
+	// acknowledged command is lost, the other released to the site.
+	reap(live)
+	if connected(c.ID) {
+		t.Fatal("the dead server's agent is still connected")
+	}
+	if !connected(d.ID) {
+		t.Fatal("the agent that reconnected to the live server lost its connection")
+	}
+	acked, _ := st.Command(ctx, got[0].ID)
+	unacked, _ := st.Command(ctx, got[1].ID)
+	if acked.State != "lost" || unacked.State != "queued" || unacked.TargetAgent != "" {
+		t.Fatalf("the dead server's agent's commands: acknowledged %s, unacknowledged %s on %q (want lost; queued for another agent)",
+			acked.State, unacked.State, unacked.TargetAgent)
+	}
+	// The silent server was only cut off: back, it records C's connection again (its
+	// commands' fate stands).
+	beat(dead)
+	if !connected(c.ID) {
+		t.Fatal("the server back from silence did not record its live connection again")
+	}
+	if acked, _ := st.Command(ctx, got[0].ID); acked.State != "lost" {
+		t.Fatalf("the lost command is %s again", acked.State)
 	}
 }
 

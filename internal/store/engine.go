@@ -557,14 +557,16 @@ type Agent struct {
 	Connected             bool
 	ConnectedAt, LastSeen int64
 	Version               string
+	// ServerID is the server the connection is to (its engine's id).
+	ServerID string
 }
 
 func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
-	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
-		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id,
+	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
+		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id, server_id = excluded.server_id,
 		version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END`,
-		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID)
+		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID, a.ServerID)
 	if err != nil {
 		return fmt.Errorf("recording agent %s: %w", a.ID, err)
 	}
@@ -838,6 +840,49 @@ func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error
 		out = append(out, id)
 	}
 	return out, rows.Err()
+}
+
+// ServerAlive records that server id is alive now (its heartbeat).
+func (t *Tx) ServerAlive(ctx context.Context, id string) error {
+	_, err := t.exec(ctx, `INSERT INTO servers (id, started_at, last_seen) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`, id, t.at, t.at)
+	if err != nil {
+		return fmt.Errorf("recording that server %s is alive: %w", id, err)
+	}
+	return nil
+}
+
+// EndDeadServersConnections ends the agent connections held by servers other than self that
+// have not been alive since before: each counts as departed when its server was last alive, so
+// that the agents' grace period runs from then. A dead server's row is removed once it holds no
+// connection. It returns how many connections it ended.
+func (t *Tx) EndDeadServersConnections(ctx context.Context, self string, before int64) (int, error) {
+	res, err := t.exec(ctx, `UPDATE agents SET connected = ?, last_seen = (SELECT s.last_seen FROM servers s WHERE s.id = agents.server_id)
+		WHERE connected = ? AND server_id <> '' AND server_id <> ? AND server_id IN (SELECT id FROM servers WHERE last_seen < ?)`,
+		false, true, self, before)
+	if err != nil {
+		return 0, fmt.Errorf("ending the connections of dead servers: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	if _, err := t.exec(ctx, `DELETE FROM servers WHERE last_seen < ? AND id <> ? AND id NOT IN (SELECT server_id FROM agents WHERE connected = ?)`,
+		before, self, true); err != nil {
+		return 0, fmt.Errorf("forgetting dead servers: %w", err)
+	}
+	return int(n), nil
+}
+
+// ReassertConnection records again as connected an agent connection of server that another
+// server ended (EndDeadServersConnections) while server could not show it was alive (it was cut
+// off from the store): the connection counted as departed at server's last heartbeat,
+// lastAlive, or before. A connection that departed after it (the agent left) stays ended. The
+// decisions taken meanwhile on the agent's commands stand.
+func (t *Tx) ReassertConnection(ctx context.Context, id, connID, server string, lastAlive int64) error {
+	_, err := t.exec(ctx, `UPDATE agents SET connected = ?, last_seen = ? WHERE id = ? AND conn_id = ? AND server_id = ? AND connected = ? AND last_seen <= ?`,
+		true, t.at, id, connID, server, false, lastAlive)
+	if err != nil {
+		return fmt.Errorf("recording again the connection of agent %s: %w", id, err)
+	}
+	return nil
 }
 
 // MarkAgentReaped records that a departed agent's commands were dealt with.
