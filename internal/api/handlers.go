@@ -224,7 +224,14 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		return nil, toConnect(err)
 	}
 	for _, a := range agents {
-		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen)})
+		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen), Server: a.ServerID})
+	}
+	servers, err := st.Servers(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, sv := range servers {
+		out.Servers = append(out.Servers, &bcdv1.DoctorServer{Id: sv.ID, StartedAt: ts(sv.StartedAt), LastSeen: ts(sv.LastSeen), Agents: int32(sv.Agents)})
 	}
 	if out.PendingBatches, err = pendingBatches(ctx, h.svc, time.Now()); err != nil {
 		return nil, toConnect(err)

@@ -380,9 +380,14 @@ func doctorCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "  %s\t%s\tsince %s\n", f.Name, f.State, f.Since)
 			}
 			tw.Flush()
+			fmt.Fprintf(out, "servers: %d\n", len(resp.Msg.Servers))
+			for _, s := range resp.Msg.Servers {
+				fmt.Fprintf(tw, "  %s\tstarted %s\tlast alive %s\t%d agents\n", s.Id, s.StartedAt, s.LastSeen, s.Agents)
+			}
+			tw.Flush()
 			fmt.Fprintf(out, "site agents: %d\n", len(resp.Msg.SiteAgents))
 			for _, a := range resp.Msg.SiteAgents {
-				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen)
+				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server))
 			}
 			tw.Flush()
 			fmt.Fprintf(out, "batches waiting for approval: %d\n", len(resp.Msg.PendingBatches))

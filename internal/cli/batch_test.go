@@ -35,7 +35,7 @@ func TestBatchCommands(t *testing.T) {
 	if code, _, errs := run(t, env, "batch", "show", "nope"); code == 0 || !strings.Contains(errs, "not_found") {
 		t.Fatalf("show unknown: %d %q", code, errs)
 	}
-	if code, out, _ := run(t, env, "doctor"); code != 0 || !strings.Contains(out, "batches waiting for approval") {
+	if code, out, _ := run(t, env, "doctor"); code != 0 || !strings.Contains(out, "batches waiting for approval") || !strings.Contains(out, "servers: 1") {
 		t.Fatalf("doctor: %d %q", code, out)
 	}
 }

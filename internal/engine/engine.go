@@ -23,6 +23,9 @@ import (
 
 // Config tunes the engine.
 type Config struct {
+	// Name names this server among those sharing the store (its id is Name and a random
+	// suffix, new at every start: leases, agent connections, heartbeats); default "engine".
+	Name string
 	// Workers reconcile nodes concurrently (each node by one worker at a time).
 	Workers int
 	// Batch is how many wake-ups one claim takes.
@@ -63,6 +66,9 @@ type SecretOpener interface {
 }
 
 func (c Config) withDefaults() Config {
+	if c.Name == "" {
+		c.Name = "engine"
+	}
 	if c.Workers <= 0 {
 		// Many: on SQLite every worker's transaction is committed with the others pending
 		// (one commit for the group), so the workers bound the group.
@@ -128,6 +134,9 @@ type Engine struct {
 	aliveSince, lastBeat int64
 }
 
+// ID is this server's id among those sharing the store (new at every start).
+func (e *Engine) ID() string { return e.owner }
+
 // CommandsLost counts the commands this engine recorded as lost since it started: acknowledged
 // by an agent that went away, or reported interrupted by an agent's restart. Each is never
 // sent again, and its step decides (DESIGN §5).
@@ -149,7 +158,8 @@ const (
 func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	b := make([]byte, 6)
 	rand.Read(b)
-	return &Engine{cfg: cfg.withDefaults(), st: st, ca: ca, log: log, owner: "engine-" + hex.EncodeToString(b),
+	cfg = cfg.withDefaults()
+	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: cfg.Name + "-" + hex.EncodeToString(b),
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches)}
 }

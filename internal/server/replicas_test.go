@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"bcd/internal/gen/bcdv1"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
 )
@@ -177,6 +180,19 @@ func TestReplicas(t *testing.T) {
 	t.Logf("server A reconciled %d times, B %d", ra, rb)
 	if ra == 0 || rb == 0 {
 		t.Errorf("one server did all the work: A %d, B %d reconciliations", ra, rb)
+	}
+
+	// Doctor, asked through the balancer, lists both servers and puts the site agent on one.
+	doc, err := f.nodes.Doctor(ctx, connect.NewRequest(&bcdv1.DoctorRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	servers := map[string]bool{}
+	for _, sv := range doc.Msg.Servers {
+		servers[sv.Id] = true
+	}
+	if len(servers) != 2 || len(doc.Msg.SiteAgents) != 1 || !servers[doc.Msg.SiteAgents[0].Server] {
+		t.Errorf("doctor lists servers %v and site agents %v", doc.Msg.Servers, doc.Msg.SiteAgents)
 	}
 
 	f.deployAll()

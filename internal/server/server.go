@@ -156,6 +156,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	svc.SetProfiles(profiles)
 	ecfg := cfg.Engine
+	if ecfg.Name == "" {
+		ecfg.Name, _ = os.Hostname() // "" falls back to the engine's default
+	}
 	ecfg.Secrets = svc
 	ecfg.AutoEnroll = svc.AutoEnrollInband
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)

@@ -908,8 +908,27 @@ func (s *Store) FailedInMaintenance(ctx context.Context, tenantID string, limit 
 }
 
 // SiteAgents lists site agents.
+// Server is a server that shares the store, as its heartbeats recorded it.
+type Server struct {
+	ID                  string
+	StartedAt, LastSeen int64
+	// Agents counts the agent connections it holds.
+	Agents int
+}
+
+// Servers lists the servers sharing the store (a dead one until its connections are ended),
+// most recently alive first.
+func (s *Store) Servers(ctx context.Context) ([]Server, error) {
+	rows, err := s.queryRows(ctx, `SELECT s.id, s.started_at, s.last_seen,
+		(SELECT COUNT(*) FROM agents a WHERE a.server_id = s.id AND a.connected = ?) FROM servers s ORDER BY s.last_seen DESC, s.id`, true)
+	return collect(rows, err, "servers", func(r interface{ Scan(...any) error }) (Server, error) {
+		var sv Server
+		return sv, r.Scan(&sv.ID, &sv.StartedAt, &sv.LastSeen, &sv.Agents)
+	})
+}
+
 func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
-	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
+	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing site agents: %w", err)
 	}
@@ -918,7 +937,7 @@ func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	for rows.Next() {
 		var a Agent
 		var gen int64
-		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID); err != nil {
+		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID, &a.ServerID); err != nil {
 			return nil, err
 		}
 		a.Generation = uint64(gen)
