@@ -46,12 +46,15 @@ type Update struct {
 // notice is a key agents subscribe to: "site:<id>" or "node:<id>".
 type notice string
 
-func (r *run) notify(c store.Command) {
+func (r *run) notify(c store.Command) { r.notices = append(r.notices, noticeFor(c)) }
+
+// noticeFor is the notice that wakes the agents that may take c: its node's ramdisk, or its
+// site's agents.
+func noticeFor(c store.Command) notice {
 	if c.RunsOn == string(command.OnRamdisk) {
-		r.notices = append(r.notices, notice("node:"+c.NodeID))
-	} else {
-		r.notices = append(r.notices, notice("site:"+c.SiteID))
+		return notice("node:" + c.NodeID)
 	}
+	return notice("site:" + c.SiteID)
 }
 
 type subscribers struct {
@@ -276,9 +279,10 @@ func (e *Engine) judgesPeers(now int64) bool {
 // commands they acknowledged are lost: never sent twice.
 func (e *Engine) reapAgents(ctx context.Context) error {
 	var nodes []string
+	var released []notice
 	lost, ended := 0, 0
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		nodes, lost, ended = nil, 0, 0
+		nodes, released, lost, ended = nil, nil, 0, 0
 		if now := tx.At(); e.judgesPeers(now) {
 			var err error
 			if ended, err = tx.EndDeadServersConnections(ctx, e.owner, now-e.cfg.PeerTimeout.Microseconds()); err != nil {
@@ -297,6 +301,9 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 				}
 				if next == command.Lost {
 					lost++
+				}
+				if release {
+					released = append(released, noticeFor(c))
 				}
 				return string(next), release
 			})
@@ -326,6 +333,7 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 	})
 	if err == nil {
 		e.lost.Add(int64(lost))
+		e.publish(released) // the site's other agents take them now, not at their next poll
 		if ended > 0 {
 			e.log.Warn("ended the agent connections of servers silent longer than the peer timeout", "connections", ended, "peer_timeout", e.cfg.PeerTimeout)
 		}

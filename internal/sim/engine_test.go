@@ -249,9 +249,16 @@ func TestSiteAgentFailover(t *testing.T) {
 		t.Fatal("B acknowledged A's command")
 	}
 	eng.Disconnected(ctx, a)
+	onB, endB := eng.Subscribe(b)
+	defer endB()
 	time.Sleep(5 * time.Millisecond) // past the (1 ms) grace; the reaper runs on demand below
 	if _, err := eng.ReapForTests(ctx); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case <-onB: // the released command wakes the site's other agents at once
+	default:
+		t.Fatal("the release of A's command did not wake the site's other agent")
 	}
 	acked, _ := st.Command(ctx, got[0].ID)
 	unacked, _ := st.Command(ctx, got[1].ID)
