@@ -172,8 +172,9 @@ func (e *Engine) Nudge() {
 	}
 }
 
-// Run reconciles until ctx ends.
+// Run reconciles until ctx ends, then hands over what this server held (leave).
 func (e *Engine) Run(ctx context.Context) error {
+	defer e.leave(ctx)
 	work := make(chan store.Lease)
 	var wg sync.WaitGroup
 	for range e.cfg.Workers {
@@ -241,6 +242,16 @@ func (e *Engine) Run(ctx context.Context) error {
 			}
 		case <-time.After(e.cfg.Poll):
 		}
+	}
+}
+
+// leave hands over, on a clean stop, what this server holds: its agents' connections end now,
+// and the nodes it leased are due at once for the other servers sharing the store.
+func (e *Engine) leave(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.ServerLeaving(ctx, e.owner) }); err != nil {
+		e.log.Warn("handing over at stop; the other servers take over when this one's leases and heartbeat expire", "error", err)
 	}
 }
 

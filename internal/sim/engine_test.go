@@ -586,3 +586,65 @@ func TestDiscoveredMachines(t *testing.T) {
 		}
 	})
 }
+
+// TestCleanStopHandsOver: a server that stops cleanly hands the nodes it leased to the other
+// servers at once (not when the leases expire) and ends the agent connections it held, and
+// leaves the list of servers.
+func TestCleanStopHandsOver(t *testing.T) {
+	ctx := context.Background()
+	st, h, node, _, _, _ := byHand(t, engine.Config{})
+	stopping := engine.New(st, nil, nil2(), engine.Config{})
+	c := engine.Agent{ID: "agent-c", Kind: "site", SiteID: h.SiteID, ConnID: "c3"}
+	if err := stopping.Connected(ctx, c, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// A wake-up the stopping server holds for an hour (a node it was reconciling).
+	if err := st.Write(ctx, func(tx *store.Tx) error { return tx.Wake(ctx, node, "test", 0) }); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := st.ClaimWakeUps(ctx, stopping.ID(), time.Hour, 10); err != nil || len(ls) != 1 {
+		t.Fatalf("lease: %v %v", ls, err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- stopping.Run(runCtx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for listed := false; !listed; {
+		servers, err := st.Servers(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range servers {
+			listed = listed || s.ID == stopping.ID()
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the server never recorded that it was alive")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := st.ClaimWakeUps(ctx, "another-server", time.Minute, 10); err != nil || len(ls) != 1 || ls[0].NodeID != node {
+		t.Fatalf("another server claims %v (%v), want the node the stopped server held", ls, err)
+	}
+	as, err := st.SiteAgents(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range as {
+		if a.ID == c.ID && a.Connected {
+			t.Fatal("the stopped server's agent connection is still recorded")
+		}
+	}
+	servers, err := st.Servers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range servers {
+		if s.ID == stopping.ID() {
+			t.Fatal("the stopped server is still listed")
+		}
+	}
+}

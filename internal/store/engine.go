@@ -871,6 +871,22 @@ func (t *Tx) EndDeadServersConnections(ctx context.Context, self string, before 
 	return int(n), nil
 }
 
+// ServerLeaving records that server id stops cleanly: the agent connections it still holds end
+// now (their agents' grace runs from now), the wake-ups it leased are due again at once for the
+// other servers, instead of when their leases expire, and its row goes.
+func (t *Tx) ServerLeaving(ctx context.Context, id string) error {
+	if _, err := t.exec(ctx, `UPDATE agents SET connected = ?, last_seen = ? WHERE server_id = ? AND connected = ?`, false, t.at, id, true); err != nil {
+		return fmt.Errorf("ending the agent connections of server %s: %w", id, err)
+	}
+	if _, err := t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0 WHERE leased_by = ?`, id); err != nil {
+		return fmt.Errorf("handing back the wake-ups leased by server %s: %w", id, err)
+	}
+	if _, err := t.exec(ctx, `DELETE FROM servers WHERE id = ?`, id); err != nil {
+		return fmt.Errorf("removing server %s: %w", id, err)
+	}
+	return nil
+}
+
 // ReassertConnection records again as connected an agent connection of server that another
 // server ended (EndDeadServersConnections) while server could not show it was alive (it was cut
 // off from the store): the connection counted as departed at server's last heartbeat,
