@@ -64,6 +64,9 @@ type Store struct {
 	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
 	// servers sharing a store migrate it and take first-start decisions one at a time.
 	migrateLock, installLock int64
+	// channelTag ends the names of the store's NOTIFY channels: they are per database, the
+	// store is one schema.
+	channelTag string
 	// dsn is PostgreSQL's connection string, for connections of their own (Listen). It may
 	// hold a password: never logged.
 	dsn string
@@ -203,6 +206,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 			return nil, fmt.Errorf("reading the store's schema: %w", err)
 		}
 		s.migrateLock, s.installLock = lockKey("bcd migrations "+schema), lockKey("bcd installation "+schema)
+		s.channelTag = fmt.Sprintf("%016x", uint64(lockKey("bcd channels "+schema)))
 		if err := s.migrate(ctx); err != nil {
 			db.Close()
 			return nil, err
