@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,7 +25,7 @@ func simCmd(g *globals) *cobra.Command {
 	var asJSON bool
 	var cfg sim.Config
 	var timeout time.Duration
-	var workers int
+	var workers, replicas int
 	var grace time.Duration
 	var overGateway bool
 	var profile, tracePath string
@@ -67,6 +68,10 @@ func simCmd(g *globals) *cobra.Command {
 				return fmt.Errorf("--site-agent-death-rate %g, --ramdisk-death-rate %g: accepted are fractions from 0 to 1", cfg.Faults.SiteAgentDeath, cfg.Faults.RamdiskDeath)
 			case grace < 0:
 				return fmt.Errorf("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
+			case replicas < 1 || replicas > 16:
+				return fmt.Errorf("--replicas %d: accepted are 1 to 16 servers", replicas)
+			case replicas > 1 && (remote || overGateway || !strings.HasPrefix(storeDSN, "postgres")):
+				return fmt.Errorf("--replicas %d: several servers share a PostgreSQL store, in this process: give --store postgres://… (not --server or --gateway)", replicas)
 			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0):
 				return fmt.Errorf("--server runs the lifecycle against that server: --bulk, --store, --gateway, --workers and --agent-grace are for a server this command runs")
 			case remote:
@@ -101,12 +106,16 @@ func simCmd(g *globals) *cobra.Command {
 					return err
 				}
 			default:
-				st, err := store.Open(ctx, storeDSN)
-				if err != nil {
-					return err
+				var stores []*store.Store
+				for range replicas {
+					st, err := store.Open(ctx, storeDSN)
+					if err != nil {
+						return err
+					}
+					defer st.Close()
+					stores = append(stores, st)
 				}
-				defer st.Close()
-				if h, err = sim.Start(ctx, st, cfg, engine.Config{Workers: workers, AgentGrace: grace}, quiet); err != nil {
+				if h, err = sim.StartReplicas(ctx, stores, cfg, engine.Config{Workers: workers, AgentGrace: grace}, quiet); err != nil {
 					return err
 				}
 			}
@@ -175,6 +184,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose site agent dies holding them (as it receives them, before running them or after; never reporting). In process a standby agent takes over and the engine's grace period decides what was lost; with --gateway or --server the agent is killed and restarts from its journal, reporting what it had started as interrupted")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
+	f.IntVar(&replicas, "replicas", 1, "servers sharing the store, in this process (PostgreSQL only): the site agent on the first, each machine's agents spread over them")
 	f.DurationVar(&grace, "agent-grace", 0, "how long a departed agent may take to reconnect before what it never acknowledged moves to another agent and what it acknowledged is lost (0: the engine's default, 15s)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	f.StringVar(&tracePath, "trace", "", "write a runtime execution trace of the run to this file (go tool trace)")

@@ -304,7 +304,7 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 		}
 	}
 	rep.Approve = time.Since(t2.at)
-	h.Engine.Nudge()
+	h.control().Nudge()
 	rep.Rest, _, err = h.measure(ctx, "approval → "+want, ids, t2, want, timeout, progress)
 	return rep, err
 }

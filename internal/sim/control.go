@@ -86,9 +86,10 @@ func (c inProcess) NodeTimes(ctx context.Context, ids []string) ([]NodeTime, err
 }
 
 func (c inProcess) Nudge() {
-	if c.h.Engine != nil {
-		c.h.Engine.Nudge()
+	if c.h.engines == nil && c.h.Engine != nil {
+		c.h.Engine.Nudge() // a harness on a server (StartOnServer)
 	}
+	c.h.nudge()
 }
 
 func (c inProcess) WriterBusy() time.Duration { return c.h.Store.WriterStats().Busy }
@@ -96,7 +97,14 @@ func (c inProcess) WriterBusy() time.Duration { return c.h.Store.WriterStats().B
 func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
 
 func (c inProcess) CommandsLost(context.Context) (int, bool) {
-	return int(c.h.Engine.CommandsLost()), true
+	if c.h.engines == nil {
+		return int(c.h.Engine.CommandsLost()), true
+	}
+	n := int64(0)
+	for _, e := range c.h.engines {
+		n += e.CommandsLost()
+	}
+	return int(n), true
 }
 
 // Remote is a running server as StartRemote needs it: its API (ctl) and what a site agent

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -27,6 +28,9 @@ type Harness struct {
 	Sim    *Sim
 	Admin  auth.Principal
 	SiteID string
+	// engines are the servers sharing the store (Engine is the first); nil for a harness on a
+	// server elsewhere.
+	engines spread
 	// ctl drives a server elsewhere (StartRemote); nil: this harness's own service and store.
 	ctl Control
 	// serverPeak is the highest server RSS sampled (StartRemote).
@@ -74,6 +78,17 @@ type ServerSide interface {
 
 // Start builds and starts a harness over st.
 func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config, log *slog.Logger) (*Harness, error) {
+	return StartReplicas(ctx, []*store.Store{st}, cfg, ecfg, log)
+}
+
+// StartReplicas builds and starts a harness with one engine per store, as that many servers
+// sharing one PostgreSQL database (each store a connection pool of its own to it). The agents
+// are spread over them as a balancer would (spread); the node service is the first's.
+func StartReplicas(ctx context.Context, stores []*store.Store, cfg Config, ecfg engine.Config, log *slog.Logger) (*Harness, error) {
+	if len(stores) > 1 && stores[0].Engine() != store.Postgres {
+		return nil, fmt.Errorf("%d servers on one %s store: several servers share a PostgreSQL store only", len(stores), stores[0].Engine())
+	}
+	st := stores[0]
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -87,13 +102,20 @@ func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config,
 		return nil, err
 	}
 	ecfg.AutoEnroll = svc.AutoEnrollInband
-	eng := engine.New(st, ca, log, ecfg)
+	engines := make(spread, len(stores))
+	for i, st := range stores {
+		engines[i] = engine.New(st, ca, log, ecfg)
+	}
+	var link Link = engines[0]
+	if len(engines) > 1 {
+		link = engines
+	}
 	site, err := st.Site(ctx, "default")
 	if err != nil {
 		return nil, err
 	}
 	cfg.SiteID = site.ID
-	h := &Harness{Store: st, Metal: svc, Engine: eng, Sim: New(cfg, eng), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	h := &Harness{Store: st, Metal: svc, Engine: engines[0], engines: engines, Sim: New(cfg, link), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
 	key, csr, err := pki.NewKeyAndCSR("sim-site-1")
 	if err != nil {
 		return nil, err
@@ -111,9 +133,64 @@ func Start(ctx context.Context, st *store.Store, cfg Config, ecfg engine.Config,
 	go func() {
 		defer close(h.done)
 		go h.Sim.RunSiteAgent(rctx, "sim-site-1")
-		eng.Run(rctx)
+		var wg sync.WaitGroup
+		for _, e := range engines {
+			wg.Go(func() { e.Run(rctx) })
+		}
+		wg.Wait()
 	}()
 	return h, nil
+}
+
+// nudge asks every engine of the harness to look for due work now.
+func (h *Harness) nudge() {
+	for _, e := range h.engines {
+		e.Nudge()
+	}
+}
+
+// spread is a Link over several servers sharing one store, as a balancer in front of them
+// spreads agents: a site agent on the first, each node's agents on one chosen by the node.
+type spread []*engine.Engine
+
+func (s spread) of(a engine.Agent) *engine.Engine {
+	if a.NodeID == "" {
+		return s[0]
+	}
+	h := fnv.New32a()
+	h.Write([]byte(a.NodeID))
+	return s[h.Sum32()%uint32(len(s))]
+}
+
+func (s spread) Claim(ctx context.Context, a engine.Agent, limit int) ([]store.Command, error) {
+	return s.of(a).Claim(ctx, a, limit)
+}
+
+func (s spread) AckAll(ctx context.Context, a engine.Agent, ids []string) (map[string]error, error) {
+	return s.of(a).AckAll(ctx, a, ids)
+}
+
+func (s spread) Report(ctx context.Context, a engine.Agent, u engine.Update) error {
+	return s.of(a).Report(ctx, a, u)
+}
+
+func (s spread) Connected(ctx context.Context, a engine.Agent, version string) error {
+	return s.of(a).Connected(ctx, a, version)
+}
+
+func (s spread) Disconnected(ctx context.Context, a engine.Agent) error {
+	return s.of(a).Disconnected(ctx, a)
+}
+
+// JoinNode goes to the first server: the joining agent is not known yet (its token names it).
+func (s spread) JoinNode(ctx context.Context, token string, csrDER []byte, kind string) ([]byte, string, uint64, error) {
+	return s[0].JoinNode(ctx, token, csrDER, kind)
+}
+
+func (s spread) Subscribe(a engine.Agent) (<-chan struct{}, func()) { return s.of(a).Subscribe(a) }
+
+func (s spread) RecordDiscovered(ctx context.Context, a engine.Agent, ds []engine.Discovery) error {
+	return s.of(a).RecordDiscovered(ctx, a, ds)
 }
 
 // Stop ends the engine and the simulated agents.
@@ -193,7 +270,7 @@ func (h *Harness) EnrollByUUID(ctx context.Context, name, pool, uuid, pxeUUID, m
 		return "", err
 	}
 	h.Sim.Add(&Machine{NodeID: node.ID, UUID: uuid, PXEUUID: pxeUUID, MACs: []string{mac}, NoOOBMACs: true})
-	h.Engine.Nudge()
+	h.nudge()
 	return node.ID, nil
 }
 

@@ -116,3 +116,68 @@ func dumpStuck(t *testing.T, st *store.Store, nodes map[string]store.Node) {
 }
 
 func nil2() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestLifecycleOnThreeServers: three engines on one PostgreSQL store, with the machines' agents
+// spread over them, take 24 machines through their life with faults injected (BMC errors, a
+// wipe that does not read back, and agent deaths): every machine ends where it should or
+// failed with its fault, each server did part of the work, and no command ran twice.
+func TestLifecycleOnThreeServers(t *testing.T) {
+	ctx := context.Background()
+	dsn := storetest.DSN(t, store.Postgres)
+	var stores []*store.Store
+	for range 3 {
+		st, err := store.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		stores = append(stores, st)
+	}
+	cfg := Config{Faults: Faults{BMCErrorRate: 0.02, WipeReadbackFail: 0.02, RamdiskDeath: 0.01, SiteAgentDeath: 0.005}}
+	h, err := StartReplicas(ctx, stores, cfg, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	const n = 24
+	ids, err := h.Enroll(ctx, "r", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := func(phase, want string) (arrived []string) {
+		t.Helper()
+		got, err := h.WaitRest(ctx, ids, 90*time.Second)
+		if err != nil {
+			dumpStuck(t, stores[0], got)
+			t.Fatalf("%s: %v %v", phase, err, states(got))
+		}
+		for id, nd := range got {
+			switch {
+			case nd.State == want:
+				arrived = append(arrived, id)
+			case nd.State != "failed" || nd.FaultCode == "" || !nd.Maintenance:
+				t.Errorf("%s: %s is %s (fault %q)", phase, nd.Name, nd.State, nd.FaultCode)
+			}
+		}
+		t.Logf("%s: %v", phase, states(got))
+		return arrived
+	}
+	ids = settled("enroll", "ready")
+	if len(ids) < n/2 {
+		t.Fatalf("only %d of %d machines got ready", len(ids), n)
+	}
+	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "debian-12"}); err != nil {
+		t.Fatal(err)
+	}
+	settled("deploy", "deployed")
+	for id, c := range h.Sim.Executions() {
+		if c != 1 {
+			t.Errorf("command %s ran %d times", id, c)
+		}
+	}
+	for i, e := range h.engines {
+		if e.Reconciliations() == 0 {
+			t.Errorf("server %d reconciled nothing", i)
+		}
+	}
+}
