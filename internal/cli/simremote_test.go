@@ -91,3 +91,23 @@ go_goroutines 12
 		}
 	}
 }
+
+// TestSimRefusesBadReplicas: --replicas takes 1 to 16 servers, and more than one only on a
+// PostgreSQL store in this process; each refusal says what is accepted.
+func TestSimRefusesBadReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--replicas", "0"}, "accepted are 1 to 16"},
+		{[]string{"--replicas", "17"}, "accepted are 1 to 16"},
+		{[]string{"--replicas", "2"}, "give --store postgres://"},
+		{[]string{"--replicas", "2", "--store", "sqlite:/nonexistent/x.db"}, "give --store postgres://"},
+		{[]string{"--replicas", "2", "--gateway", "--store", "postgres://127.0.0.1:1/x"}, "not --server or --gateway"},
+	} {
+		code, _, errs := run(t, nil, append([]string{"sim", "--nodes", "1"}, tc.args...)...)
+		if code == 0 || !strings.Contains(errs, tc.want) {
+			t.Errorf("sim %v: %d %q, want an error saying %q", tc.args, code, errs, tc.want)
+		}
+	}
+}
