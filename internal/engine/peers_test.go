@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"database/sql"
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
@@ -37,20 +40,36 @@ func TestServersHearEachOthersWork(t *testing.T) {
 	defer endA()
 	// The listener starts with Run: publish until b hears (what is published before it
 	// listens is not kept), within a deadline.
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	heard := false
-	for !heard {
-		a.publish([]notice{"site:s1"})
-		select {
-		case <-onB:
-			heard = true
-		case <-tick.C:
-		case <-deadline:
-			t.Fatal("server B never heard of the work server A queued")
+	hear := func(why string) {
+		t.Helper()
+		deadline := time.After(10 * time.Second)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			a.publish([]notice{"site:s1"})
+			select {
+			case <-onB:
+				return
+			case <-tick.C:
+			case <-deadline:
+				t.Fatalf("server B never heard of the work server A queued (%s)", why)
+			}
 		}
 	}
+	hear("listening from the start")
+	// The listening connections die (a PostgreSQL restart, a proxy's idle cut): each server
+	// listens again.
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var killed int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE query = $1`,
+		"LISTEN "+pgx.Identifier{b.st.ChannelName(agentsChannel)}.Sanitize()).Scan(&killed); err != nil || killed != 2 {
+		t.Fatalf("terminated %d listening connections (%v), want both servers'", killed, err)
+	}
+	hear("listening again after the connection died")
 	// Another site's notice does not wake this site's stream (once those published before B
 	// heard one have come in).
 	time.Sleep(200 * time.Millisecond)

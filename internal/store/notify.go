@@ -7,9 +7,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// channel is the PostgreSQL name of the store's channel name: channels belong to the database,
-// and several stores (schemas) may share one.
-func (s *Store) channel(name string) string { return name + "_" + s.channelTag }
+// ChannelName is the PostgreSQL name of the store's channel name: channels belong to the
+// database, and several stores (schemas) may share one.
+func (s *Store) ChannelName(name string) string { return name + "_" + s.channelTag }
 
 // Notify publishes payloads on channel to every server listening to it on this store
 // (PostgreSQL's NOTIFY, in one statement). On SQLite, whose store has one server, it does
@@ -18,7 +18,7 @@ func (s *Store) Notify(ctx context.Context, channel string, payloads ...string) 
 	if s.engine != Postgres || len(payloads) == 0 {
 		return nil
 	}
-	if _, err := s.write.ExecContext(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.channel(channel), payloads); err != nil {
+	if _, err := s.write.ExecContext(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, s.ChannelName(channel), payloads); err != nil {
 		return fmt.Errorf("notifying %d payloads on %s: %w", len(payloads), channel, err)
 	}
 	return nil
@@ -37,7 +37,7 @@ func (s *Store) Listen(ctx context.Context, channel string, f func(payload strin
 		return fmt.Errorf("connecting to listen on %s: %w", channel, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel(channel)}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.ChannelName(channel)}.Sanitize()); err != nil {
 		return fmt.Errorf("listening on %s: %w", channel, err)
 	}
 	for {
