@@ -74,6 +74,7 @@ type serverProc struct {
 	dir, api, gw string
 	env          []string
 	cmd          *exec.Cmd
+	exited       chan struct{} // closed when cmd has exited
 }
 
 func newServerProc(t *testing.T, dsn, api, gw string, env ...string) *serverProc {
@@ -83,24 +84,39 @@ func newServerProc(t *testing.T, dsn, api, gw string, env ...string) *serverProc
 	return p
 }
 
-// start starts the server process and returns once its API answers.
-func (p *serverProc) start() {
-	p.t.Helper()
+// start starts the server process and returns once its API answers, or why it did not (with
+// the process's output).
+func (p *serverProc) start() error {
 	p.cmd = exec.Command(os.Args[0], "-test.run=^TestServerProcess$", "-test.count=1")
 	p.cmd.Env = append(os.Environ(), p.env...)
-	p.cmd.Stdout, p.cmd.Stderr = io.Discard, io.Discard
-	if err := p.cmd.Start(); err != nil {
-		p.t.Fatal(err)
+	out, err := os.Create(filepath.Join(p.dir, "server.out"))
+	if err != nil {
+		return err
 	}
+	defer out.Close()
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if err := p.cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	p.exited = exited
+	go func() { p.cmd.Wait(); close(exited) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := http.Get("http://" + p.api + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			return
+			return nil
+		}
+		select {
+		case <-exited:
+			b, _ := os.ReadFile(out.Name())
+			return fmt.Errorf("server exited before it answered; its output: %s", b)
+		default:
 		}
 		if time.Now().After(deadline) {
-			p.t.Fatalf("server did not start: %v", err)
+			b, _ := os.ReadFile(out.Name())
+			return fmt.Errorf("server did not start: %v; its output: %s", err, b)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -112,7 +128,7 @@ func (p *serverProc) kill() {
 		return
 	}
 	p.cmd.Process.Signal(syscall.SIGKILL)
-	p.cmd.Wait()
+	<-p.exited
 	p.cmd = nil
 }
 
@@ -354,21 +370,26 @@ func TestCrashSafety(t *testing.T) {
 
 func crashSafety(t *testing.T, dsn string) {
 	p := newServerProc(t, dsn, freePort(t), freePort(t))
-	p.start()
+	restart := func() {
+		t.Helper()
+		p.kill()
+		if err := p.start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 16
 	f := newFleet(t, ctx, "http://"+p.api, p.adminToken(), dsn, p.dir, n)
 	// Kill the server while the nodes are between enrolling and ready.
 	f.waitExecs(3 * n)
-	p.kill()
-	p.start()
+	restart()
 	ready := f.waitRest("enroll")
 	f.deployAll()
 	before := len(f.s.Executions())
 	f.waitExecs(before + 3*n)
-	p.kill()
-	p.start()
+	restart()
 	final := f.waitRest("deploy")
 	counts := f.check(final, "deployed")
 	t.Logf("after enroll: %d nodes; after deploy with two crashes: %v", len(ready), counts)

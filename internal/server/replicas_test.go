@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -147,7 +148,8 @@ func reconciliations(t *testing.T, api string) int {
 // reconcile nodes. Then one is SIGKILLed in the middle of the workflows: its agents reconnect
 // through the balancer to the other, which takes its nodes over once their leases expire.
 // Every node must end where the table says, no command may run twice, no state change may be
-// missing from the event log, and no step may have had two commands out at once.
+// missing from the event log, and no step may have had two commands out at once. The killed
+// server then comes back and the nodes are undeployed through both.
 func TestReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
@@ -162,9 +164,13 @@ func TestReplicas(t *testing.T) {
 	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + gwFront.addr(), "BCD_CRASH_LEASE=2s"}
 	a, b := newServerProc(t, dsn, apiA, gwA, env...), newServerProc(t, dsn, apiB, gwB, env...)
 	var wg sync.WaitGroup
-	wg.Go(a.start)
-	wg.Go(b.start)
+	var errA, errB error
+	wg.Go(func() { errA = a.start() })
+	wg.Go(func() { errB = b.start() })
 	wg.Wait()
+	if err := errors.Join(errA, errB); err != nil {
+		t.Fatal(err)
+	}
 	token := a.adminToken() + b.adminToken()
 	if a.adminToken() != "" && b.adminToken() != "" {
 		t.Fatal("both servers minted an admin token")
@@ -218,6 +224,26 @@ func TestReplicas(t *testing.T) {
 	t.Logf("deploy → deployed finished %s after the kill", time.Since(killed).Round(time.Millisecond))
 	counts := f.check(final, "deployed")
 	t.Logf("after deploy with a server killed: %v", counts)
+
+	// The killed server comes back on its data dir and joins the other: the deployed nodes are
+	// undeployed (attested wipes) through both.
+	if err := victim.start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, nd := range final {
+		if nd.State != "deployed" {
+			continue
+		}
+		if _, err := f.nodes.Undeploy(ctx, connect.NewRequest(&bcdv1.UndeployRequest{Node: nd.Id})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	final = f.waitRest("undeploy")
+	counts = f.check(final, "ready")
+	t.Logf("after undeploy on both again: %v; the restarted server reconciled %d times", counts, reconciliations(t, victim.api))
+	if reconciliations(t, victim.api) == 0 {
+		t.Error("the restarted server did no work")
+	}
 }
 
 func TestOverlappingCommands(t *testing.T) {
