@@ -35,16 +35,20 @@ func TestServerProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("child process of TestCrashSafety and TestReplicas only")
 	}
-	var lease time.Duration
-	if v := os.Getenv("BCD_CRASH_LEASE"); v != "" {
-		var err error
-		if lease, err = time.ParseDuration(v); err != nil {
+	duration := func(name string) time.Duration {
+		v := os.Getenv(name)
+		if v == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
 			t.Fatal(err)
 		}
+		return d
 	}
 	srv, err := server.New(context.Background(), server.Config{Listen: os.Getenv("BCD_CRASH_API"), GatewayListen: os.Getenv("BCD_CRASH_GATEWAY"), DataDir: dir,
 		StoreDSN: os.Getenv("BCD_CRASH_STORE"), Key: os.Getenv("BCD_CRASH_KEY"), GatewayURL: os.Getenv("BCD_CRASH_GATEWAY_URL"),
-		Engine: engine.Config{Lease: lease}},
+		Engine: engine.Config{Lease: duration("BCD_CRASH_LEASE"), PeerTimeout: duration("BCD_CRASH_PEER_TIMEOUT")}},
 		slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

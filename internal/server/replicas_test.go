@@ -161,7 +161,7 @@ func TestReplicas(t *testing.T) {
 	// join tokens and the servers' certificates.
 	apiA, apiB, gwA, gwB := freePort(t), freePort(t), freePort(t), freePort(t)
 	apiFront, gwFront := newFront(t, apiA, apiB), newFront(t, gwA, gwB)
-	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + gwFront.addr(), "BCD_CRASH_LEASE=2s"}
+	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + gwFront.addr(), "BCD_CRASH_LEASE=2s", "BCD_CRASH_PEER_TIMEOUT=5s"}
 	a, b := newServerProc(t, dsn, apiA, gwA, env...), newServerProc(t, dsn, apiB, gwB, env...)
 	var wg sync.WaitGroup
 	var errA, errB error
@@ -224,6 +224,22 @@ func TestReplicas(t *testing.T) {
 	t.Logf("deploy → deployed finished %s after the kill", time.Since(killed).Round(time.Millisecond))
 	counts := f.check(final, "deployed")
 	t.Logf("after deploy with a server killed: %v", counts)
+	// The survivor takes the dead server's silence for death once the peer timeout (5 s here)
+	// has passed: it ends the connections still recorded on it and forgets it.
+	for {
+		doc, err := f.nodes.Doctor(ctx, connect.NewRequest(&bcdv1.DoctorRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Msg.Servers) == 1 {
+			t.Logf("the dead server left doctor's list %s after the kill", time.Since(killed).Round(time.Millisecond))
+			break
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatalf("30 s after the kill doctor still lists %v", doc.Msg.Servers)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 
 	// The killed server comes back on its data dir and joins the other: the deployed nodes are
 	// undeployed (attested wipes) through both.
