@@ -27,13 +27,18 @@ type caStore interface {
 // version kept in dir, or a new one; of two servers starting at once on an empty store, the
 // first to store its CA wins and both use it.
 func installationCA(ctx context.Context, st caStore, sealer *secrets.Sealer, dir string, log *slog.Logger) (*pki.CA, error) {
-	local, found, err := pki.LoadCADir(dir)
-	if err != nil {
-		return nil, err
-	}
 	stored, ok, err := st.InstallationCA(ctx)
 	if err != nil {
 		return nil, err
+	}
+	local, found, err := pki.LoadCADir(dir)
+	switch {
+	case err != nil && !ok:
+		// About to store a CA: one left broken in the data dir may be what agents trust.
+		return nil, err
+	case err != nil:
+		log.Warn("the data dir holds a CA that does not load; the installation's is used", "dir", dir, "error", err)
+		found = false
 	}
 	if !ok {
 		from := "new"

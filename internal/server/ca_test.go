@@ -107,6 +107,20 @@ func TestInstallationCA(t *testing.T) {
 				if got.Fingerprint() != old.Fingerprint() || !strings.Contains(logs.String(), "not the installation's") {
 					t.Fatalf("stray data dir CA: got %s, log %q", got.Fingerprint(), logs.String())
 				}
+				// A broken one (its key lost) is reported, and does not keep the server from
+				// starting with the installation's.
+				if err := os.Remove(filepath.Join(otherDir, pki.CAKeyFile)); err != nil {
+					t.Fatal(err)
+				}
+				logs.Reset()
+				got, err = installationCA(ctx, st, sealer, otherDir, slog.New(slog.NewTextHandler(&logs, nil)))
+				if err != nil || got.Fingerprint() != old.Fingerprint() || !strings.Contains(logs.String(), "does not load") {
+					t.Fatalf("broken data dir CA: %v, log %q", err, logs.String())
+				}
+				// On a store without a CA, a broken data dir CA stops the first start.
+				if _, err := installationCA(ctx, storetest.Open(t, e), sealer, otherDir, quiet); err == nil {
+					t.Fatal("a first start stored a new CA beside a broken one in the data dir")
+				}
 			})
 			t.Run("another sealing key", func(t *testing.T) {
 				st := storetest.Open(t, e)
