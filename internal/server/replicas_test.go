@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,21 @@ type front struct {
 	conns    map[net.Conn]bool
 	// open counts the connections open to each backend.
 	open map[string]int
+	// down: every connection is refused (setDown).
+	down bool
+}
+
+// setDown cuts every connection through the front and refuses new ones (down), or accepts
+// them again.
+func (f *front) setDown(down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = down
+	if down {
+		for c := range f.conns {
+			c.Close()
+		}
+	}
 }
 
 func newFront(t *testing.T, backends ...string) *front {
@@ -71,10 +87,14 @@ func (f *front) connections(backend string) int {
 	return f.open[backend]
 }
 
-// track records c as open, for the cleanup to close.
+// track records c as open, for the cleanup (or a cut) to close; a front that is down closes
+// it at once.
 func (f *front) track(c net.Conn) {
 	f.mu.Lock()
 	f.conns[c] = true
+	if f.down {
+		c.Close()
+	}
 	f.mu.Unlock()
 }
 
@@ -89,9 +109,12 @@ func (f *front) serve(c net.Conn) {
 	f.track(c)
 	defer f.untrack(c)
 	f.mu.Lock()
-	first := f.next
+	first, down := f.next, f.down
 	f.next++
 	f.mu.Unlock()
+	if down {
+		return
+	}
 	var b net.Conn
 	var to string
 	for i := range f.backends {
@@ -123,6 +146,12 @@ func (f *front) serve(c net.Conn) {
 // reconciliations reads a server's bcd_reconciliations_total.
 func reconciliations(t *testing.T, api string) int {
 	t.Helper()
+	return counter(t, api, "bcd_reconciliations_total")
+}
+
+// counter reads a counter of a server's /metrics.
+func counter(t *testing.T, api, name string) int {
+	t.Helper()
 	resp, err := http.Get("http://" + api + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +159,7 @@ func reconciliations(t *testing.T, api string) int {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "bcd_reconciliations_total "); ok {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			n, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -138,8 +167,44 @@ func reconciliations(t *testing.T, api string) int {
 			return int(n)
 		}
 	}
-	t.Fatal("no bcd_reconciliations_total in /metrics")
+	t.Fatalf("no %s in /metrics", name)
 	return 0
+}
+
+// pair is two servers started at once on one PostgreSQL store, sharing only the store and the
+// sealing key, behind a balancer for their APIs and one for their gateways (join tokens name
+// the latter), with a 2 s lease and a 5 s peer timeout.
+type pair struct {
+	a, b              *serverProc
+	apiFront, gwFront *front
+	token             string
+}
+
+// startPair starts the pair; serverDSN is how the servers reach the store (dsn, or a balancer
+// in front of it).
+func startPair(t *testing.T, dsn, serverDSN string) pair {
+	t.Helper()
+	key := make([]byte, 32)
+	rand.Read(key)
+	// The balancers' ports are known before the servers start: the gateway's goes into the
+	// join tokens and the servers' certificates.
+	apiA, apiB, gwA, gwB := freePort(t), freePort(t), freePort(t), freePort(t)
+	c := pair{apiFront: newFront(t, apiA, apiB), gwFront: newFront(t, gwA, gwB)}
+	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + c.gwFront.addr(), "BCD_CRASH_LEASE=2s", "BCD_CRASH_PEER_TIMEOUT=5s"}
+	c.a, c.b = newServerProc(t, serverDSN, apiA, gwA, env...), newServerProc(t, serverDSN, apiB, gwB, env...)
+	var wg sync.WaitGroup
+	var errA, errB error
+	wg.Go(func() { errA = c.a.start() })
+	wg.Go(func() { errB = c.b.start() })
+	wg.Wait()
+	if err := errors.Join(errA, errB); err != nil {
+		t.Fatal(err)
+	}
+	c.token = c.a.adminToken() + c.b.adminToken()
+	if c.a.adminToken() != "" && c.b.adminToken() != "" {
+		t.Fatal("both servers minted an admin token")
+	}
+	return c
 }
 
 // TestReplicas runs two servers on one PostgreSQL store, started at once, each on its own data
@@ -155,31 +220,13 @@ func TestReplicas(t *testing.T) {
 		t.Skip("starts server processes")
 	}
 	dsn := storetest.DSN(t, store.Postgres)
-	key := make([]byte, 32)
-	rand.Read(key)
-	// The balancers' ports are known before the servers start: the gateway's goes into the
-	// join tokens and the servers' certificates.
-	apiA, apiB, gwA, gwB := freePort(t), freePort(t), freePort(t), freePort(t)
-	apiFront, gwFront := newFront(t, apiA, apiB), newFront(t, gwA, gwB)
-	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + gwFront.addr(), "BCD_CRASH_LEASE=2s", "BCD_CRASH_PEER_TIMEOUT=5s"}
-	a, b := newServerProc(t, dsn, apiA, gwA, env...), newServerProc(t, dsn, apiB, gwB, env...)
-	var wg sync.WaitGroup
-	var errA, errB error
-	wg.Go(func() { errA = a.start() })
-	wg.Go(func() { errB = b.start() })
-	wg.Wait()
-	if err := errors.Join(errA, errB); err != nil {
-		t.Fatal(err)
-	}
-	token := a.adminToken() + b.adminToken()
-	if a.adminToken() != "" && b.adminToken() != "" {
-		t.Fatal("both servers minted an admin token")
-	}
+	c := startPair(t, dsn, dsn)
+	a, b, gwFront, gwA, gwB := c.a, c.b, c.gwFront, c.a.gw, c.b.gw
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	const n = 16
 	enrolled := time.Now()
-	f := newFleet(t, ctx, "http://"+apiFront.addr(), token, dsn, t.TempDir(), n)
+	f := newFleet(t, ctx, "http://"+c.apiFront.addr(), c.token, dsn, t.TempDir(), n)
 	f.waitRest("enroll")
 	t.Logf("enroll → ready on both servers: %s", time.Since(enrolled).Round(time.Millisecond))
 	ra, rb := reconciliations(t, a.api), reconciliations(t, b.api)
@@ -281,5 +328,54 @@ func TestOverlappingCommands(t *testing.T) {
 		if got := overlappingCommands(tc.cmds); len(got) != tc.want {
 			t.Errorf("%s: %d overlaps %v, want %d", tc.name, len(got), got, tc.want)
 		}
+	}
+}
+
+// TestStoreOutage: the PostgreSQL store of two servers goes away for longer than their peer
+// timeout in the middle of a deploy (a database failover), then comes back. Neither server
+// takes the other's silence meanwhile for death, and the deploy completes: every node where the
+// table says, no command run twice, no state change missing from the event log, no step with
+// two commands out at once, both servers still listed and working.
+func TestStoreOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts server processes")
+	}
+	dsn := storetest.DSN(t, store.Postgres)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := newFront(t, u.Host)
+	u.Host = db.addr()
+	c := startPair(t, dsn, u.String())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const n = 16
+	f := newFleet(t, ctx, "http://"+c.apiFront.addr(), c.token, dsn, t.TempDir(), n)
+	f.waitRest("enroll")
+	f.deployAll()
+	f.waitExecs(len(f.s.Executions()) + 2*n)
+	cut := time.Now()
+	db.setDown(true)
+	time.Sleep(8 * time.Second) // the outage: longer than the 5 s peer timeout
+	db.setDown(false)
+	t.Logf("store cut for %s", time.Since(cut).Round(time.Millisecond))
+	final := f.waitRest("deploy")
+	t.Logf("deploy → deployed finished %s after the store came back", time.Since(cut.Add(8*time.Second)).Round(time.Millisecond))
+	counts := f.check(final, "deployed")
+	t.Logf("after deploy with the store out for 8 s: %v", counts)
+	doc, err := f.nodes.Doctor(ctx, connect.NewRequest(&bcdv1.DoctorRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Msg.Servers) != 2 {
+		t.Errorf("after the outage doctor lists %d servers: %v", len(doc.Msg.Servers), doc.Msg.Servers)
+	}
+	for _, sv := range doc.Msg.Servers {
+		t.Logf("server %s: %d agents, last alive %s", sv.Id, sv.Agents, sv.LastSeen)
+	}
+	// Nothing was taken for dead: no agent's command was lost.
+	if lost := counter(t, c.a.api, "bcd_commands_lost_total") + counter(t, c.b.api, "bcd_commands_lost_total"); lost != 0 {
+		t.Errorf("%d commands lost over the outage", lost)
 	}
 }
