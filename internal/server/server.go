@@ -277,7 +277,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- gateway.ServeTLS(ctx, s.gwLn, s.ca, s.gwCert, s.gwKey, s.gw, s.log)
 		}()
 	}
-	s.log.Info("bcd server listening", "api", s.URL(), "gateway", s.gwURL, "store", string(s.st.Engine()))
+	s.log.Info("bcd server listening", "api", s.URL(), "gateway", s.gwURL, "store", string(s.st.Engine()), "server", s.eng.ID(), "ca", s.ca.Fingerprint())
 	var err error
 	select {
 	case err = <-errc:
