@@ -154,7 +154,14 @@ func (h *nodes) Delete(ctx context.Context, req *connect.Request[bcdv1.DeleteNod
 }
 
 func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error) {
-	evs, err := h.svc.Events(ctx, principal(ctx), req.Msg.Node, req.Msg.AfterId, int(req.Msg.Limit))
+	var evs []store.Event
+	var cursor string
+	var err error
+	if req.Msg.Follow {
+		evs, cursor, err = h.svc.FollowEvents(ctx, principal(ctx), req.Msg.Node, req.Msg.AfterCursor, int(req.Msg.Limit))
+	} else {
+		evs, err = h.svc.Events(ctx, principal(ctx), req.Msg.Node, req.Msg.AfterId, int(req.Msg.Limit))
+	}
 	if err != nil {
 		return nil, toConnect(err)
 	}
@@ -162,7 +169,7 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	out := &bcdv1.ListEventsResponse{Events: make([]*bcdv1.Event, len(evs))}
+	out := &bcdv1.ListEventsResponse{Events: make([]*bcdv1.Event, len(evs)), Cursor: cursor}
 	for i, e := range evs {
 		out.Events[i] = eventProto(e, nm)
 	}

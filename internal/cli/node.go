@@ -269,6 +269,9 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 			if g.output != "json" {
 				fmt.Fprintln(tw, "ID\tAT\tNODE\tKIND\tFROM\tTO\tACTOR\tREASON\tDATA")
 			}
+			// Following reads in commit order from a cursor: by id, an event whose transaction
+			// committed after one with a higher id would be passed over.
+			in.Follow = follow
 			for {
 				resp, err := c.nodes.Events(cmd.Context(), connect.NewRequest(&in))
 				if err != nil {
@@ -296,6 +299,7 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 				if n := len(resp.Msg.Events); n > 0 {
 					in.AfterId = resp.Msg.Events[n-1].Id
 				}
+				in.AfterCursor = resp.Msg.Cursor
 				if !follow {
 					return nil
 				}

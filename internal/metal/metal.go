@@ -671,29 +671,54 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 
 // Events lists events, of one node or of every node visible to p.
 func (s *Service) Events(ctx context.Context, p auth.Principal, nodeRef string, afterID uint64, limit int) ([]store.Event, error) {
-	if err := Require(p, auth.Read); err != nil {
+	f, err := s.eventFilter(ctx, p, nodeRef, limit)
+	if err != nil {
 		return nil, err
+	}
+	f.AfterID = afterID
+	return s.st.Events(ctx, f)
+}
+
+// FollowEvents returns the events committed after those cursor covers ("": from the start),
+// in commit order, and the cursor that covers them (store.EventsSince): a follower never
+// passes over an event that commits late.
+func (s *Service) FollowEvents(ctx context.Context, p auth.Principal, nodeRef, cursor string, limit int) ([]store.Event, string, error) {
+	f, err := s.eventFilter(ctx, p, nodeRef, limit)
+	if err != nil {
+		return nil, "", err
+	}
+	evs, next, err := s.st.EventsSince(ctx, f, cursor)
+	if errors.Is(err, store.ErrBadCursor) {
+		return nil, "", invalid("after_cursor", "%q is not a cursor this server gave: pass the cursor of an earlier answer, or none to start from the first event", cursor)
+	}
+	return evs, next, err
+}
+
+// eventFilter checks an events request and selects its events: the caller's tenant, the node.
+func (s *Service) eventFilter(ctx context.Context, p auth.Principal, nodeRef string, limit int) (store.EventFilter, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return store.EventFilter{}, err
 	}
 	if limit == 0 {
 		limit = 500
 	}
 	if limit < 0 || limit > MaxPageSize {
-		return nil, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 500)", limit, MaxPageSize)
+		return store.EventFilter{}, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 500)", limit, MaxPageSize)
 	}
-	f := store.EventFilter{TenantID: p.TenantID, AfterID: afterID, Limit: limit}
+	f := store.EventFilter{TenantID: p.TenantID, Limit: limit}
 	if nodeRef != "" {
 		n, err := s.st.Node(ctx, nodeRef, p.TenantID)
 		if err != nil {
 			// A deleted node keeps its events: accept a raw id.
 			if !errors.Is(err, store.ErrNotFound) || !uuidRe.MatchString(nodeRef) {
-				return nil, err
+				return store.EventFilter{}, err
 			}
 			f.NodeID = nodeRef
 		} else {
 			f.NodeID = n.ID
 		}
 	}
-	return s.st.Events(ctx, f)
+	return f, nil
 }
 
 // OpenSecret opens a sealed secret by its secret:// reference (for the engine, which sends BMC

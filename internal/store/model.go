@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -533,6 +534,62 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	}
 	return out, rows.Err()
 }
+
+// EventsSince returns the events committed after those cursor covers ("": from the start), in
+// commit order, and the cursor that covers them. On PostgreSQL ids are taken before commit, so a
+// transaction may commit a lower id after a higher one: a follower reading by id would pass over
+// it. Here events are read by (transaction, id) up to the oldest transaction still running,
+// whose events are left for a later call. SQLite's one writer commits in id order: the cursor is
+// the last id.
+func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) ([]Event, string, error) {
+	if s.engine != Postgres {
+		after := uint64(0)
+		if cursor != "" {
+			var err error
+			if after, err = strconv.ParseUint(cursor, 10, 64); err != nil {
+				return nil, "", fmt.Errorf("event cursor %q: %w: pass the cursor of an earlier answer, or none", cursor, ErrBadCursor)
+			}
+		}
+		f.AfterID = after
+		evs, err := s.Events(ctx, f)
+		if len(evs) > 0 {
+			cursor = strconv.FormatUint(evs[len(evs)-1].ID, 10)
+		}
+		return evs, cursor, err
+	}
+	xid, id := "0", int64(0)
+	if cursor != "" {
+		x, i, ok := strings.Cut(cursor, ":")
+		n, err := strconv.ParseInt(i, 10, 64)
+		if _, xerr := strconv.ParseUint(x, 10, 64); !ok || err != nil || xerr != nil {
+			return nil, "", fmt.Errorf("event cursor %q: %w: pass the cursor of an earlier answer, or none", cursor, ErrBadCursor)
+		}
+		xid, id = x, n
+	}
+	rows, err := s.queryRows(ctx, `SELECT id, at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data, xid::text FROM events
+		WHERE (xid, id) > (?::xid8, ?) AND xid < pg_snapshot_xmin(pg_current_snapshot())
+		AND (? = '' OR node_id = ?) AND (? = '' OR tenant_id = ?) ORDER BY xid, id LIMIT ?`,
+		xid, id, f.NodeID, f.NodeID, f.TenantID, f.TenantID, f.Limit)
+	if err != nil {
+		return nil, "", fmt.Errorf("listing events since %q: %w", cursor, err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var eid int64
+		if err := rows.Scan(&eid, &e.At, &e.TenantID, &e.NodeID, &e.Actor, &e.Kind, &e.FromState, &e.ToState, &e.Reason, &e.Data, &xid); err != nil {
+			return nil, "", fmt.Errorf("reading event: %w", err)
+		}
+		e.ID = uint64(eid)
+		out = append(out, e)
+		cursor = xid + ":" + strconv.FormatInt(eid, 10)
+	}
+	return out, cursor, rows.Err()
+}
+
+// ErrBadCursor is an event cursor that no answer gave.
+var ErrBadCursor = errors.New("not an event cursor")
 
 // Dump returns every row of every table as text (tests grep it for secrets).
 func (s *Store) Dump(ctx context.Context) (string, error) {

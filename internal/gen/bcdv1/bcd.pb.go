@@ -1559,10 +1559,16 @@ func (x *Event) GetData() string {
 }
 
 type ListEventsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`                       // optional: id or name
-	AfterId       uint64                 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"` // events with id > after_id
-	Limit         int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`                    // default 500, max 10000
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Node    string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`                       // optional: id or name
+	AfterId uint64                 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"` // events with id > after_id
+	Limit   int32                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`                    // default 500, max 10000
+	// Following: the events committed after those an earlier answer's cursor covers (from the
+	// start when empty), in commit order, never skipping one that commits late (on PostgreSQL a
+	// transaction may commit a lower id after a higher one: after_id would pass over it). Events
+	// of transactions still running are left for a later call. after_id is then ignored.
+	Follow        bool   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	AfterCursor   string `protobuf:"bytes,5,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1618,9 +1624,25 @@ func (x *ListEventsRequest) GetLimit() int32 {
 	return 0
 }
 
+func (x *ListEventsRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *ListEventsRequest) GetAfterCursor() string {
+	if x != nil {
+		return x.AfterCursor
+	}
+	return ""
+}
+
 type ListEventsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Events        []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*Event               `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// With follow: pass it as after_cursor to get what was committed since.
+	Cursor        string `protobuf:"bytes,2,opt,name=cursor,proto3" json:"cursor,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1660,6 +1682,13 @@ func (x *ListEventsResponse) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *ListEventsResponse) GetCursor() string {
+	if x != nil {
+		return x.Cursor
+	}
+	return ""
 }
 
 type ListDiscoveredRequest struct {
@@ -7060,13 +7089,16 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bto_state\x18\b \x01(\tR\atoState\x12\x16\n" +
 	"\x06reason\x18\t \x01(\tR\x06reason\x12\x12\n" +
 	"\x04data\x18\n" +
-	" \x01(\tR\x04data\"X\n" +
+	" \x01(\tR\x04data\"\x93\x01\n" +
 	"\x11ListEventsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x19\n" +
 	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\x05R\x05limit\";\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
+	"\x06follow\x18\x04 \x01(\bR\x06follow\x12!\n" +
+	"\fafter_cursor\x18\x05 \x01(\tR\vafterCursor\"S\n" +
 	"\x12ListEventsResponse\x12%\n" +
-	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\"A\n" +
+	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\x12\x16\n" +
+	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"A\n" +
 	"\x15ListDiscoveredRequest\x12\x12\n" +
 	"\x04site\x18\x01 \x01(\tR\x04site\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xf1\x01\n" +
