@@ -41,6 +41,9 @@ type Config struct {
 	// other servers sharing its store (or its own successor, after a restart) end its agents'
 	// connections; it records so every PeerTimeout/6. Default 30s.
 	PeerTimeout time.Duration
+	// Observer is told how long each finished command and workflow took, once the change is
+	// committed (bcd server exports it as Prometheus histograms); nil: nobody.
+	Observer Observer
 	// Profiles are operator-defined deploy profiles, beside the built-in ones.
 	Profiles []workflow.Profile
 	// UnreachableAfter is how many consecutive failed power reads raise BMC_UNREACHABLE on a
@@ -58,6 +61,14 @@ type Config struct {
 	// FastTrackWindow is how long a ramdisk lingers after commissioning, release or inspection
 	// where the node's pool sets no fastTrackWindow; 0: off (powered off at once).
 	FastTrackWindow time.Duration
+}
+
+// Observer is told what finished and how long it took: a command from queued to its final
+// state (succeeded, failed, lost), a workflow from its start to its end (succeeded, failed,
+// aborted).
+type Observer interface {
+	CommandFinished(kind, state string, took time.Duration)
+	WorkflowFinished(profile, state string, took time.Duration)
 }
 
 // SecretOpener opens a sealed secret by reference.
@@ -272,14 +283,14 @@ func (e *Engine) RunOnce(ctx context.Context) (int, error) {
 // lease (due again at the nearest deadline, if something waits). An error rolls the node's
 // changes back and retries it a little later.
 func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
-	var notify []notice
+	var fx effects
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		r := &run{e: e, tx: tx, ctx: ctx}
 		again, err := r.node(l.NodeID)
 		if err != nil {
 			return err
 		}
-		notify = r.notices
+		fx = r.effects()
 		return tx.FinishWakeUp(ctx, l, e.owner, again)
 	})
 	if err != nil {
@@ -287,7 +298,7 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 		return errors.Join(fmt.Errorf("reconciling %s: %w", l.NodeID, err), ferr)
 	}
 	e.reconciled.Add(1)
-	e.publish(notify)
+	e.after(fx)
 	return nil
 }
 

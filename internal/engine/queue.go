@@ -75,6 +75,29 @@ func (s *subscribers) signal(k notice) {
 	}
 }
 
+// effects is what a transaction leaves to do once it has committed: wake the streams of agents
+// that have new work, and tell the Observer what finished.
+type effects struct {
+	notices  []notice
+	ended    []store.Command  // commands that reached a final state
+	finished []store.Workflow // workflows that ended
+}
+
+// after carries out fx, once its transaction has committed.
+func (e *Engine) after(fx effects) {
+	e.publish(fx.notices)
+	o := e.cfg.Observer
+	if o == nil {
+		return
+	}
+	for _, c := range fx.ended {
+		o.CommandFinished(c.Kind, c.State, time.Duration(c.FinishedAt-c.CreatedAt)*time.Microsecond)
+	}
+	for _, wf := range fx.finished {
+		o.WorkflowFinished(wf.Profile, wf.State, time.Duration(wf.FinishedAt-wf.CreatedAt)*time.Microsecond)
+	}
+}
+
 // agentsChannel is the PostgreSQL channel on which servers sharing a store tell each other which
 // agents may have new work, so that a command one server queues reaches an agent connected to
 // another at once, not at that gateway's next poll.
@@ -181,10 +204,10 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
 	e.sent[a.ID] = &offered{conn: a.ConnID, ids: map[string]bool{}}
 	e.sentMu.Unlock()
-	var notify []notice
+	var fx effects
 	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		notify, woken = nil, false
+		fx, woken = effects{}, false
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
 			ConnID: a.ConnID, Version: version, ServerID: e.owner}); err != nil {
 			return err
@@ -193,10 +216,12 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 			return nil
 		}
 		var err error
-		notify, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, a.Kind+" agent connected")
+		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, a.Kind+" agent connected")
 		return err
 	})
-	e.publish(notify)
+	if err == nil {
+		e.after(fx)
+	}
 	if woken {
 		e.Nudge()
 	}
@@ -280,9 +305,10 @@ func (e *Engine) judgesPeers(now int64) bool {
 func (e *Engine) reapAgents(ctx context.Context) error {
 	var nodes []string
 	var released []notice
+	var lostCmds []store.Command
 	lost, ended := 0, 0
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		nodes, released, lost, ended = nil, nil, 0, 0
+		nodes, released, lostCmds, lost, ended = nil, nil, nil, 0, 0
 		if now := tx.At(); e.judgesPeers(now) {
 			var err error
 			if ended, err = tx.EndDeadServersConnections(ctx, e.owner, now-e.cfg.PeerTimeout.Microseconds()); err != nil {
@@ -301,6 +327,8 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 				}
 				if next == command.Lost {
 					lost++
+					c.State, c.FinishedAt = string(next), tx.At()
+					lostCmds = append(lostCmds, c)
 				}
 				if release {
 					released = append(released, noticeFor(c))
@@ -333,7 +361,7 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 	})
 	if err == nil {
 		e.lost.Add(int64(lost))
-		e.publish(released) // the site's other agents take them now, not at their next poll
+		e.after(effects{notices: released, ended: lostCmds}) // the site's other agents take them now, not at their next poll
 		if ended > 0 {
 			e.log.Warn("ended the agent connections of servers silent longer than the peer timeout", "connections", ended, "peer_timeout", e.cfg.PeerTimeout)
 		}
@@ -594,11 +622,12 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			}
 		}
 	}
-	var notify []notice
+	var fx effects
+	var ended store.Command // the command, if this report ended it
 	woken, lost := false, false
 	lockNode := e.st.Engine() != store.SQLite && pre != nil && pre.NodeID != ""
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		notify, woken, lost = nil, false, false
+		fx, ended, woken, lost = effects{}, store.Command{}, false, false
 		if lockNode {
 			// The node before the command, as the reconciler locks them (a command's node
 			// never changes, so the row read before names it).
@@ -648,6 +677,9 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			}
 			c = next
 			lost = c.State == string(command.Lost)
+			if command.State(c.State).Final() {
+				ended = c
+			}
 			break
 		}
 		if !command.State(c.State).Final() || c.State != u.State {
@@ -657,15 +689,18 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			return nil
 		}
 		var err error
-		notify, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, "command "+u.State, c)
+		fx, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, "command "+u.State, c)
 		return err
 	})
 	if err == nil && lost {
 		e.lost.Add(1)
 	}
+	if err == nil && ended.ID != "" {
+		fx.ended = append(fx.ended, ended)
+	}
 	if err == nil && final {
 		e.forget(a.ID, u.CommandID)
-		e.publish(notify)
+		e.after(fx)
 		if woken {
 			e.Nudge()
 		}
@@ -707,8 +742,8 @@ func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool
 // known, or a node agent's arrival), in a savepoint of its own, and returns the notices for
 // agents. The node is due again at the nearest deadline its workflow waits for, and at no
 // other time, unless it was woken by a write this reconciliation may not have seen.
-func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) ([]notice, error) {
-	var notify []notice
+func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) (effects, error) {
+	var fx effects
 	err := tx.Savepoint(ctx, func() error {
 		// On SQLite this run sees every write committed before it (one writer), so it owes no
 		// earlier wake-up. On PostgreSQL a writer that does not lock the node may wake it
@@ -734,24 +769,24 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, k
 		if err != nil {
 			return err
 		}
-		notify = r.notices
+		fx = r.effects()
 		return tx.SetWakeUp(ctx, nodeID, "deadline", again, seq)
 	})
 	if err == nil {
 		e.reconciled.Add(1)
 	}
-	return notify, err
+	return fx, err
 }
 
 // wakeOrReconcile reconciles nodeID in tx (see Report), or, should that fail, wakes it for the
-// reconciler: the notices for agents, and whether the reconciler was woken.
-func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID, reason string, known ...store.Command) ([]notice, bool, error) {
-	n, err := e.reconcileIn(ctx, tx, nodeID, known...)
+// reconciler: what is left to do once tx commits, and whether the reconciler was woken.
+func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID, reason string, known ...store.Command) (effects, bool, error) {
+	fx, err := e.reconcileIn(ctx, tx, nodeID, known...)
 	if err == nil {
-		return n, false, nil
+		return fx, false, nil
 	}
 	e.log.Warn("reconciling a node in the transaction that changed it; left to the reconciler", "node", nodeID, "reason", reason, "error", err)
-	return nil, true, tx.Wake(ctx, nodeID, reason, 0)
+	return effects{}, true, tx.Wake(ctx, nodeID, reason, 0)
 }
 
 // preverify checks an attested result's signature before its report enters the writer: the

@@ -30,7 +30,9 @@ type run struct {
 	tx      *store.Tx
 	ctx     context.Context
 	notices []notice
-	n       store.Node
+	// finished are the workflows this run ended (for the Observer, once committed).
+	finished []store.Workflow
+	n        store.Node
 	// wf is the node's open workflow as this run last read or changed it (wfLoaded), its row
 	// written back by flushWorkflow (wfDirty): the run alone changes it, so the decisions of
 	// one run read it once and write it once however many steps they take.
@@ -77,6 +79,9 @@ func (r *run) node(nodeID string) (time.Duration, error) {
 	}
 	return time.Second, r.flush() // a long chain of immediate decisions: continue shortly
 }
+
+// effects is what the run leaves to do once its transaction has committed.
+func (r *run) effects() effects { return effects{notices: r.notices, finished: r.finished} }
 
 // flush writes what the run kept to write once: its workflow row and its events.
 func (r *run) flush() error {
@@ -729,6 +734,7 @@ func (r *run) finish(wf *store.Workflow) error {
 	if err := r.saveWorkflow(wf); err != nil {
 		return err
 	}
+	r.finished = append(r.finished, *wf)
 	return r.event("workflow."+wf.State, r.n.State, r.n.State, wf.Error, map[string]any{"workflow": wf.ID, "profile": wf.Profile, "fault": wf.FaultCode})
 }
 

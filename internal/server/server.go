@@ -159,6 +159,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if ecfg.Name == "" {
 		ecfg.Name, _ = os.Hostname() // "" falls back to the engine's default
 	}
+	durations := newDurations()
+	ecfg.Observer = durations
 	ecfg.Secrets = svc
 	ecfg.AutoEnroll = svc.AutoEnrollInband
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
@@ -193,7 +195,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			func() float64 { return float64(eng.CommandsLost()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_reconciliations_total",
 			Help: "Node reconciliations this server ran since it started. Servers sharing a store split them; one whose rate stays at zero does no work."},
-			func() float64 { return float64(eng.Reconciliations()) }))
+			func() float64 { return float64(eng.Reconciliations()) }),
+		durations.commands, durations.workflows)
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{
@@ -300,6 +303,30 @@ func (s *Server) Serve(ctx context.Context) error {
 		}
 	}
 	return errors.Join(err, s.st.Close())
+}
+
+// durations exports how long commands and workflows took (engine.Observer), as histograms.
+type durations struct {
+	commands, workflows *prometheus.HistogramVec
+}
+
+func newDurations() *durations {
+	// From a quick BMC query (tens of ms) to a full wipe or an image write (hours).
+	buckets := prometheus.ExponentialBuckets(0.01, 4, 12)
+	return &durations{
+		commands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_command_duration_seconds",
+			Help: "Commands from queued to their final state, by kind and state (succeeded, failed, lost).", Buckets: buckets}, []string{"kind", "state"}),
+		workflows: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_workflow_duration_seconds",
+			Help: "Workflows from start to end, by profile and state (succeeded, failed, aborted).", Buckets: buckets}, []string{"profile", "state"}),
+	}
+}
+
+func (d *durations) CommandFinished(kind, state string, took time.Duration) {
+	d.commands.WithLabelValues(kind, state).Observe(took.Seconds())
+}
+
+func (d *durations) WorkflowFinished(profile, state string, took time.Duration) {
+	d.workflows.WithLabelValues(profile, state).Observe(took.Seconds())
 }
 
 // nodeCollector exports nodes per state at scrape time.

@@ -160,6 +160,16 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 			t.Errorf("command %s ran %d times", id, n)
 		}
 	}
+	// /metrics tells how long the commands and workflows took: every node's two wipes and its
+	// release, each counted once.
+	for series, want := range map[string]int{
+		`bcd_command_duration_seconds_count{kind="disk.wipe",state="succeeded"}`:         2 * len(ids),
+		`bcd_workflow_duration_seconds_count{profile="metal-release",state="succeeded"}`: len(ids),
+	} {
+		if got := counter(t, srv.Addr(), series); got != want {
+			t.Errorf("%s = %d, want %d", series, got, want)
+		}
+	}
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0
