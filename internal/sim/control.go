@@ -85,21 +85,13 @@ func (c inProcess) NodeTimes(ctx context.Context, ids []string) ([]NodeTime, err
 	}
 }
 
-func (c inProcess) Nudge() {
-	if c.h.engines == nil && c.h.Engine != nil {
-		c.h.Engine.Nudge() // a harness on a server (StartOnServer)
-	}
-	c.h.nudge()
-}
+func (c inProcess) Nudge() { c.h.nudge() }
 
 func (c inProcess) WriterBusy() time.Duration { return c.h.Store.WriterStats().Busy }
 
 func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
 
 func (c inProcess) CommandsLost(context.Context) (int, bool) {
-	if c.h.engines == nil {
-		return int(c.h.Engine.CommandsLost()), true
-	}
 	n := int64(0)
 	for _, e := range c.h.engines {
 		n += e.CommandsLost()

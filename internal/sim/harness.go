@@ -29,7 +29,7 @@ type Harness struct {
 	Admin  auth.Principal
 	SiteID string
 	// engines are the servers sharing the store (Engine is the first); nil for a harness on a
-	// server elsewhere.
+	// server elsewhere (StartRemote).
 	engines spread
 	// ctl drives a server elsewhere (StartRemote); nil: this harness's own service and store.
 	ctl Control
@@ -53,7 +53,7 @@ func StartOnServer(ctx context.Context, srv ServerSide, cfg Config, dataDir stri
 	}
 	cfg.SiteID = site.ID
 	cfg.Gateway = &GatewayTarget{URL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: filepath.Join(dataDir, "os")}
-	h := &Harness{Store: st, Metal: srv.Service(), Engine: srv.Engine(), Sim: New(cfg, srv.Engine()), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	h := &Harness{Store: st, Metal: srv.Service(), Engine: srv.Engine(), engines: spread{srv.Engine()}, Sim: New(cfg, srv.Engine()), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
 	if err := SeedImages(ctx, srv.Service(), h.Admin, "img", "debian-12", "sim-image"); err != nil {
 		return nil, err
 	}
