@@ -29,15 +29,15 @@ const (
 	CAFile   = "ca.pem"
 )
 
-// identity is the agent's key, certificate and trusted CA.
+// identity is the agent's key, certificate and trusted CA. It is never changed once parsed:
+// a renewal makes a new one.
 type identity struct {
 	key     crypto.Signer
 	certDER []byte
 	caPEM   []byte
 	id      pki.Identity
+	tls     tls.Certificate // key and certificate, with the parsed leaf
 }
-
-func (i *identity) tlsCert() (tls.Certificate, error) { return pki.TLSCertificate(i.certDER, i.key) }
 
 // loadIdentity reads a stored identity; ok is false when none is stored.
 func loadIdentity(dir string) (_ *identity, ok bool, err error) {
@@ -75,13 +75,17 @@ func loadIdentity(dir string) (_ *identity, ok bool, err error) {
 }
 
 func (i *identity) parse() error {
-	c, err := i.tlsCert()
+	c, err := pki.TLSCertificate(i.certDER, i.key)
 	if err != nil {
 		return err
 	}
 	i.id, err = pki.ParseIdentity(c.Leaf)
+	i.tls = c
 	return err
 }
+
+// expired reports whether the certificate is past its NotAfter at now.
+func (i *identity) expired(now time.Time) bool { return now.After(i.tls.Leaf.NotAfter) }
 
 // store writes the identity to dir, key first; each file replaced atomically, mode 0600.
 func (i *identity) store(dir string) error {
@@ -98,13 +102,20 @@ func (i *identity) store(dir string) error {
 	return nil
 }
 
-// transport is an HTTP/2-only client transport trusting caPEM, presenting cert if it has one.
-func transport(cfg *Config, caPEM []byte, cert tls.Certificate) (*http.Transport, error) {
+// transport is an HTTP/2-only client transport trusting caPEM, presenting the certificate
+// cert returns at each handshake (nil: none, to join).
+func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate) (*http.Transport, error) {
 	u, err := url.Parse(cfg.GatewayURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("gateway URL %q: must be https://host[:port]", cfg.GatewayURL)
 	}
-	tc := pki.ClientTLSConfig(caPEM, cert)
+	tc := pki.ClientTLSConfig(caPEM, tls.Certificate{})
+	if cert != nil {
+		tc.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			c := cert()
+			return &c, nil
+		}
+	}
 	tc.ServerName = cfg.ServerName
 	if tc.ServerName == "" {
 		tc.ServerName = u.Hostname()
@@ -144,7 +155,7 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 		return nil, fmt.Errorf("joining: %w", err)
 	}
 	req.CsrDer = csr
-	tr, err := transport(cfg, cfg.CAPEM, tls.Certificate{})
+	tr, err := transport(cfg, cfg.CAPEM, nil)
 	if err != nil {
 		return nil, fmt.Errorf("joining: %w", err)
 	}

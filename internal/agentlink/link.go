@@ -3,6 +3,7 @@ package agentlink
 import (
 	"context"
 	"crypto"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -26,7 +27,8 @@ import (
 type Link struct {
 	cfg Config
 	h   Handler
-	id  *identity
+	// id is the current identity: a renewal replaces it (renew.go).
+	id  atomic.Pointer[identity]
 	j   *journal
 	tr  *http.Transport
 	cl  agentv1connect.GatewayServiceClient
@@ -37,6 +39,7 @@ type Link struct {
 	done   chan struct{}
 	err    error
 	cmds   sync.WaitGroup // running commands
+	bg     sync.WaitGroup // the renewal loop
 	sem    chan struct{}
 
 	out     outbox
@@ -94,42 +97,47 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
-	cert, err := id.tlsCert()
-	if err != nil {
-		_ = j.close()
-		return nil, fmt.Errorf("dialing gateway: %w", err)
-	}
-	tr, err := transport(&cfg, id.caPEM, cert)
-	if err != nil {
-		_ = j.close()
-		return nil, fmt.Errorf("dialing gateway: %w", err)
-	}
 	l := &Link{
-		cfg: cfg, h: h, id: id, j: j, tr: tr,
-		cl:      agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, cfg.GatewayURL, connect.WithReadMaxBytes(cfg.MaxMessageBytes)),
+		cfg: cfg, h: h, j: j,
 		log:     cfg.Logger.With(slog.String("agent", id.id.String())),
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
 		running: map[string]*run{}, awaiting: map[string]Command{}, changed: make(chan struct{}),
 	}
+	l.id.Store(id)
+	// Every handshake presents the current certificate: after a renewal, new connections
+	// carry the renewed one.
+	tr, err := transport(&cfg, id.caPEM, func() tls.Certificate { return l.id.Load().tls })
+	if err != nil {
+		_ = j.close()
+		return nil, fmt.Errorf("dialing gateway: %w", err)
+	}
+	l.tr = tr
+	l.cl = agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, cfg.GatewayURL, connect.WithReadMaxBytes(cfg.MaxMessageBytes))
 	l.out.init()
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	if err := l.recoverJournal(); err != nil {
 		_ = j.close()
 		return nil, err
 	}
+	if id.expired(time.Now()) {
+		l.log.LogAttrs(ctx, slog.LevelError, "the agent's certificate has expired: the gateway will refuse it, and the agent must join again with a new token",
+			slog.Time("not_after", id.tls.Leaf.NotAfter))
+	}
+	l.bg.Add(1)
+	go l.renewLoop()
 	go l.loop()
 	return l, nil
 }
 
 // Identity is the agent's certified identity.
-func (l *Link) Identity() pki.Identity { return l.id.id }
+func (l *Link) Identity() pki.Identity { return l.id.Load().id }
 
 // Key is the agent's private key (for pki.DecryptAsAgent).
-func (l *Link) Key() crypto.Signer { return l.id.key }
+func (l *Link) Key() crypto.Signer { return l.id.Load().key }
 
-// CertDER is the agent's certificate.
-func (l *Link) CertDER() []byte { return slices.Clone(l.id.certDER) }
+// CertDER is the agent's certificate (the renewed one after a renewal).
+func (l *Link) CertDER() []byte { return slices.Clone(l.id.Load().certDER) }
 
 // DataDir is where the link keeps its files ("" in RAM).
 func (l *Link) DataDir() string { return l.cfg.DataDir }
@@ -204,6 +212,7 @@ func (l *Link) loop() {
 	}
 	l.cancel(nil)
 	l.cmds.Wait()
+	l.bg.Wait()
 	if l.crashed.Load() {
 		l.err = ErrCrashed
 	}
@@ -533,14 +542,15 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended 
 		u.State, u.Error = StateFailed, err.Error()
 	}
 	if c.Attest {
-		sig, serr := pki.SignStatement(l.id.key, pki.Statement{
+		id := l.id.Load()
+		sig, serr := pki.SignStatement(id.key, pki.Statement{
 			CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation,
 			ResultSHA256: pki.ResultDigest(result),
 		})
 		if serr != nil {
 			return Update{CommandID: c.ID, State: StateFailed, Result: result, Error: fmt.Sprintf("signing the result: %v", serr)}, true
 		}
-		u.NodeSig, u.SignerCertDER = sig, slices.Clone(l.id.certDER)
+		u.NodeSig, u.SignerCertDER = sig, slices.Clone(id.certDER)
 	}
 	return u, true
 }

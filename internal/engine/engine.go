@@ -61,6 +61,11 @@ type Config struct {
 	// FastTrackWindow is how long a ramdisk lingers after commissioning, release or inspection
 	// where the node's pool sets no fastTrackWindow; 0: off (powered off at once).
 	FastTrackWindow time.Duration
+	// SiteCertTTL, NodeCertTTL and OSCertTTL are the lifetimes of the certificates issued to
+	// site agents, ramdisks and installed OSes at join; defaults 90, 7 and 90 days. A connected
+	// agent renews its certificate once two thirds of it have passed (Renew), so these bound
+	// how long an agent may stay away, not how long it may serve.
+	SiteCertTTL, NodeCertTTL, OSCertTTL time.Duration
 }
 
 // Observer is told what finished and how long it took: a command from queued to its final
@@ -103,6 +108,14 @@ func (c Config) withDefaults() Config {
 	if c.MACWindow <= 0 {
 		c.MACWindow = MACWindow
 	}
+	defd := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	defd(&c.SiteCertTTL, 90*24*time.Hour)
+	defd(&c.NodeCertTTL, 7*24*time.Hour)
+	defd(&c.OSCertTTL, 90*24*time.Hour)
 	return c
 }
 

@@ -168,6 +168,11 @@ func (g *Gateway) JoinNode(ctx context.Context, token string, csrDER []byte, hin
 	return cert, err
 }
 
+// Renew implements gateway.Identities (RenewCertificate; the identity is the certificate's).
+func (g *Gateway) Renew(ctx context.Context, _ pki.Identity, certDER []byte) ([]byte, error) {
+	return g.e.RenewCertificate(ctx, certDER)
+}
+
 func (g *Gateway) CurrentGeneration(ctx context.Context, nodeID string) (uint64, error) {
 	gen, err := g.e.CurrentGeneration(ctx, nodeID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -27,12 +27,6 @@ func csrKeyHash(csrDER []byte) []byte {
 	return h[:]
 }
 
-// Certificate lifetimes.
-const (
-	siteCertTTL = 90 * 24 * time.Hour
-	nodeCertTTL = 7 * 24 * time.Hour
-)
-
 // CreateSiteJoinToken mints a one-time, expiring bootstrap token for a site agent of siteID.
 func (e *Engine) CreateSiteJoinToken(ctx context.Context, siteID string, ttl time.Duration) (string, error) {
 	plain, hash, err := pki.NewToken(pki.JoinTokenPrefix)
@@ -56,7 +50,7 @@ func (e *Engine) JoinSite(ctx context.Context, token string, csrDER []byte) (cer
 			return err
 		}
 		agentID := store.NewID(time.Now())
-		certDER, err = e.ca.IssueSiteAgent(csrDER, jt.SiteID, agentID, siteCertTTL, time.Now())
+		certDER, err = e.ca.IssueSiteAgent(csrDER, jt.SiteID, agentID, e.cfg.SiteCertTTL, time.Now())
 		if err != nil {
 			return err
 		}
@@ -76,10 +70,14 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 	// transaction, for the node and generation the token names, and used only when the
 	// transaction finds the same (else it signs again inside).
 	hash := pki.HashToken(token)
+	ttl := e.cfg.NodeCertTTL
+	if kind == "os" {
+		ttl = e.cfg.OSCertTTL
+	}
 	var preCert []byte
 	preNode, preGen, err := e.st.JoinTokenNode(ctx, hash)
 	if err == nil && preNode != "" {
-		preCert, _ = e.ca.IssueNode(csrDER, preNode, preGen, nodeCertTTL, time.Now())
+		preCert, _ = e.ca.IssueNode(csrDER, preNode, preGen, ttl, time.Now())
 	}
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		jt, err := tx.UseJoinToken(ctx, hash, kind, csrKeyHash(csrDER), joinRetryWindow)
@@ -95,7 +93,7 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 		}
 		if preCert != nil && preNode == n.ID && preGen == n.IdentityGeneration {
 			certDER = preCert
-		} else if certDER, err = e.ca.IssueNode(csrDER, n.ID, n.IdentityGeneration, nodeCertTTL, time.Now()); err != nil {
+		} else if certDER, err = e.ca.IssueNode(csrDER, n.ID, n.IdentityGeneration, ttl, time.Now()); err != nil {
 			return err
 		}
 		nodeID, gen = n.ID, n.IdentityGeneration
@@ -112,4 +110,59 @@ func (e *Engine) CurrentGeneration(ctx context.Context, nodeID string) (uint64, 
 		return 0, fmt.Errorf("node %s: %w", nodeID, err)
 	}
 	return n.IdentityGeneration, err
+}
+
+// renewTTL is the lifetime of a renewed certificate: that of the one it replaces (lifetime),
+// at most the longest the engine issues to that kind of agent. Pure.
+func renewTTL(cfg Config, kind pki.Kind, lifetime time.Duration) time.Duration {
+	limit := cfg.SiteCertTTL
+	if kind != pki.KindSiteAgent {
+		limit = max(cfg.NodeCertTTL, cfg.OSCertTTL)
+	}
+	if lifetime <= 0 || lifetime > limit {
+		return limit
+	}
+	return lifetime
+}
+
+// RenewCertificate certifies again the identity and key of certDER, an agent's valid
+// certificate (the gateway's Renew), for as long again as it was made to live. A node's
+// certificate is renewed only for the node's current identity generation. The renewal is an
+// event (agent.cert.renew) with the new certificate's expiry.
+func (e *Engine) RenewCertificate(ctx context.Context, certDER []byte) ([]byte, error) {
+	cert, id, err := e.ca.Verify(certDER, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("renewing an agent certificate: %w", err)
+	}
+	ttl := renewTTL(e.cfg, id.Kind, pki.Lifetime(cert.NotBefore, cert.NotAfter))
+	var der []byte
+	err = e.st.Write(ctx, func(tx *store.Tx) error {
+		ev := store.Event{Actor: "gateway", Kind: "agent.cert.renew"}
+		if id.Kind != pki.KindSiteAgent {
+			n, err := tx.LockNode(ctx, id.NodeID, "")
+			if errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("node %s: %w", id.NodeID, pki.ErrIdentityRevoked)
+			}
+			if err != nil {
+				return err
+			}
+			if n.IdentityGeneration != id.Generation {
+				return fmt.Errorf("generation %d, node is at %d: %w", id.Generation, n.IdentityGeneration, pki.ErrIdentityRevoked)
+			}
+			ev.TenantID, ev.NodeID, ev.FromState, ev.ToState = n.TenantID, n.ID, n.State, n.State
+		}
+		if der, err = e.ca.Renew(certDER, ttl, time.Now()); err != nil {
+			return err
+		}
+		renewed, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("reading the renewed certificate: %w", err)
+		}
+		ev.Data = fmt.Sprintf(`{"agent":%q,"notAfter":%q}`, id.URI(), renewed.NotAfter.UTC().Format(time.RFC3339))
+		return tx.AppendEvent(ctx, ev)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("renewing %s's certificate: %w", id, err)
+	}
+	return der, nil
 }

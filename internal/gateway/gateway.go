@@ -166,6 +166,10 @@ type Identities interface {
 	JoinNode(ctx context.Context, token string, csrDER []byte, hints NodeHints) (certDER []byte, err error)
 	// CurrentGeneration is the node's identity generation now.
 	CurrentGeneration(ctx context.Context, nodeID string) (uint64, error)
+	// Renew certifies again the identity and key of certDER, the caller's verified client
+	// certificate (id is its identity, admitted as for Connect). A node identity of an older
+	// generation is refused with pki.ErrIdentityRevoked (wrapped).
+	Renew(ctx context.Context, id pki.Identity, certDER []byte) (newCertDER []byte, err error)
 }
 
 // Error is the type of this package's sentinel errors.

@@ -99,11 +99,31 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequ
 	return connect.NewResponse(&agentv1.JoinResponse{CertDer: der, CaPem: s.cfg.CA.CertPEM()}), nil
 }
 
+// Renew certifies the caller's identity and key again, for an agent whose certificate is due
+// for renewal (see the proto). The caller's identity is admitted as for Connect.
+func (s *Server) Renew(ctx context.Context, _ *connect.Request[agentv1.RenewRequest]) (*connect.Response[agentv1.RenewResponse], error) {
+	if _, err := s.admit(ctx); err != nil {
+		return nil, err
+	}
+	st, _ := ctx.Value(tlsStateKey{}).(*tls.ConnectionState)
+	id, _ := pki.IdentityFromTLS(st) // admit found it
+	der, err := s.cfg.Identities.Renew(ctx, id, st.PeerCertificates[0].Raw)
+	switch {
+	case err == nil:
+	case errors.Is(err, pki.ErrIdentityRevoked), errors.Is(err, ErrNotFound), errors.Is(err, pki.ErrBadIdentity):
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: %w", id, err))
+	default:
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelError, "renewing an agent certificate", slog.String("agent", id.String()), slog.Any("error", err))
+		return nil, connect.NewError(connect.CodeUnavailable, errors.New("cannot renew the certificate now"))
+	}
+	return connect.NewResponse(&agentv1.RenewResponse{CertDer: der, CaPem: s.cfg.CA.CertPEM()}), nil
+}
+
 // admit decides whether a verified identity may hold a Connect stream.
 func (s *Server) admit(ctx context.Context) (AgentRef, error) {
 	id, ok := peerIdentity(ctx)
 	if !ok {
-		return AgentRef{}, connect.NewError(connect.CodeUnauthenticated, errors.New("connect requires a client certificate issued at join"))
+		return AgentRef{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a client certificate issued at join is required"))
 	}
 	switch id.Kind {
 	case pki.KindSiteAgent:
@@ -126,16 +146,14 @@ func (s *Server) admit(ctx context.Context) (AgentRef, error) {
 }
 
 // ServeTLS serves h (normally the gateway's Handler) over HTTP/2 with TLS 1.3 on ln until ctx
-// ends. Client certificates are verified against ca when presented (pki.ServerTLSConfig).
-// Handlers' contexts end with ctx, so long-lived streams close at shutdown.
-func ServeTLS(ctx context.Context, ln net.Listener, ca *pki.CA, certPEM, keyPEM []byte, h http.Handler, log *slog.Logger) error {
+// ends, with cert's current certificate (renewed while it serves). Client certificates are
+// verified against the CA when presented (pki.ServerTLSConfig). Handlers' contexts end with
+// ctx, so long-lived streams close at shutdown.
+func ServeTLS(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http.Handler, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	cfg, err := pki.ServerTLSConfig(ca, certPEM, keyPEM)
-	if err != nil {
-		return fmt.Errorf("serving agent gateway: %w", err)
-	}
+	cfg := cert.TLSConfig()
 	var protos http.Protocols
 	protos.SetHTTP2(true)
 	srv := &http.Server{
@@ -167,7 +185,7 @@ func ServeTLS(ctx context.Context, ln net.Listener, ca *pki.CA, certPEM, keyPEM 
 			_ = srv.Close()
 		}
 	}()
-	err = srv.ServeTLS(ln, "", "")
+	err := srv.ServeTLS(ln, "", "")
 	close(done)
 	<-stopped
 	if errors.Is(err, http.ErrServerClosed) {

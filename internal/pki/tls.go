@@ -21,12 +21,18 @@ func ServerTLSConfig(ca *CA, certPEM, keyPEM []byte) (*tls.Config, error) {
 		// tls errors name the failure, not the key bytes.
 		return nil, fmt.Errorf("building server TLS config: loading key pair: %w", err)
 	}
+	cfg := serverTLS(ca)
+	cfg.Certificates = []tls.Certificate{pair}
+	return cfg, nil
+}
+
+// serverTLS is ServerTLSConfig without its certificate.
+func serverTLS(ca *CA) *tls.Config {
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{pair},
-		ClientAuth:   tls.VerifyClientCertIfGiven,
-		ClientCAs:    ca.Pool(),
-	}, nil
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.VerifyClientCertIfGiven,
+		ClientCAs:  ca.Pool(),
+	}
 }
 
 // ClientTLSConfig is an agent's TLS 1.3 configuration: it trusts only the CA in caPEM and

@@ -112,8 +112,7 @@ type Server struct {
 	first  string
 	gwLn   net.Listener
 	gwURL  string
-	gwCert []byte
-	gwKey  []byte
+	gwCert *pki.ServerCert
 	gw     http.Handler
 }
 
@@ -219,6 +218,10 @@ func (s *Server) FirstAdminToken() string { return s.first }
 // Service is the node service (in-process callers: sim, tests).
 func (s *Server) Service() *metal.Service { return s.svc }
 
+// gatewayCertTTL is the life of the gateway's server certificate; it is renewed after two
+// thirds of it (pki.ServerCert).
+const gatewayCertTTL = 90 * 24 * time.Hour
+
 // listenGateway binds the agent gateway with a server certificate from the CA.
 func (s *Server) listenGateway() error {
 	ln, err := net.Listen("tcp", s.cfg.GatewayListen)
@@ -232,7 +235,7 @@ func (s *Server) listenGateway() error {
 			hosts = append(hosts, u.Hostname())
 		}
 	}
-	certPEM, keyPEM, err := s.ca.IssueServer(hosts, 90*24*time.Hour, time.Now())
+	cert, err := pki.NewServerCert(s.ca, hosts, gatewayCertTTL, nil)
 	if err != nil {
 		ln.Close()
 		return fmt.Errorf("issuing the gateway's certificate: %w", err)
@@ -243,7 +246,7 @@ func (s *Server) listenGateway() error {
 		return err
 	}
 	_, h := gw.Handler()
-	s.gwLn, s.gwCert, s.gwKey, s.gw = ln, certPEM, keyPEM, s.eng.Gateway().Wrap(h)
+	s.gwLn, s.gwCert, s.gw = ln, cert, s.eng.Gateway().Wrap(h)
 	s.gwURL = s.cfg.GatewayURL
 	if s.gwURL == "" {
 		s.gwURL = "https://" + ln.Addr().String()
@@ -277,7 +280,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.gwLn != nil {
 		running++
 		go func() {
-			errc <- gateway.ServeTLS(ctx, s.gwLn, s.ca, s.gwCert, s.gwKey, s.gw, s.log)
+			errc <- gateway.ServeTLS(ctx, s.gwLn, s.gwCert, s.gw, s.log)
 		}()
 	}
 	s.log.Info("bcd server listening", "api", s.URL(), "gateway", s.gwURL, "store", string(s.st.Engine()), "server", s.eng.ID(), "ca", s.ca.Fingerprint())

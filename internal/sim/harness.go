@@ -28,6 +28,8 @@ type Harness struct {
 	Sim    *Sim
 	Admin  auth.Principal
 	SiteID string
+	// CA is the engines' CA (Start only).
+	CA *pki.CA
 	// engines are the servers sharing the store (Engine is the first); nil for a harness on a
 	// server elsewhere (StartRemote).
 	engines spread
@@ -115,7 +117,7 @@ func StartReplicas(ctx context.Context, stores []*store.Store, cfg Config, ecfg 
 		return nil, err
 	}
 	cfg.SiteID = site.ID
-	h := &Harness{Store: st, Metal: svc, Engine: engines[0], engines: engines, Sim: New(cfg, link), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
+	h := &Harness{Store: st, Metal: svc, Engine: engines[0], engines: engines, Sim: New(cfg, link), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, CA: ca, done: make(chan struct{})}
 	key, csr, err := pki.NewKeyAndCSR("sim-site-1")
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package gatewaytest
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"sync"
 	"time"
@@ -28,13 +29,35 @@ type Identities struct {
 	tokens map[string]*token // string(pki.HashToken(plain)) → token
 	gens   map[string]uint64
 	hints  map[string]gateway.NodeHints
+	ttl    time.Duration
+	renews int
 }
 
 var _ gateway.Identities = (*Identities)(nil)
 
 // NewIdentities makes an empty registry issuing with ca.
 func NewIdentities(ca *pki.CA) *Identities {
-	return &Identities{ca: ca, tokens: map[string]*token{}, gens: map[string]uint64{}, hints: map[string]gateway.NodeHints{}}
+	return &Identities{ca: ca, tokens: map[string]*token{}, gens: map[string]uint64{}, hints: map[string]gateway.NodeHints{}, ttl: CertTTL}
+}
+
+// SetCertTTL sets the lifetime of the certificates issued from now on at join (default CertTTL).
+func (f *Identities) SetCertTTL(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ttl = d
+}
+
+func (f *Identities) certTTL() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ttl
+}
+
+// Renewals counts the certificates renewed so far.
+func (f *Identities) Renewals() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.renews
 }
 
 // SiteToken makes a bootstrap token for agent agentID of site siteID, valid for ttl (a
@@ -114,7 +137,7 @@ func (f *Identities) JoinSite(_ context.Context, plain string, csrDER []byte) ([
 	if err != nil {
 		return nil, err
 	}
-	return f.ca.IssueSiteAgent(csrDER, t.siteID, t.agentID, CertTTL, time.Now())
+	return f.ca.IssueSiteAgent(csrDER, t.siteID, t.agentID, f.certTTL(), time.Now())
 }
 
 // JoinNode implements gateway.Identities.
@@ -127,7 +150,7 @@ func (f *Identities) JoinNode(_ context.Context, plain string, csrDER []byte, hi
 	gen := f.gens[t.nodeID]
 	f.hints[t.nodeID] = hints
 	f.mu.Unlock()
-	return f.ca.IssueNode(csrDER, t.nodeID, gen, CertTTL, time.Now())
+	return f.ca.IssueNode(csrDER, t.nodeID, gen, f.certTTL(), time.Now())
 }
 
 // CurrentGeneration implements gateway.Identities.
@@ -139,4 +162,20 @@ func (f *Identities) CurrentGeneration(_ context.Context, nodeID string) (uint64
 		return 0, fmt.Errorf("node %s: %w", nodeID, gateway.ErrNotFound)
 	}
 	return g, nil
+}
+
+// Renew implements gateway.Identities: the same lifetime again, from now.
+func (f *Identities) Renew(_ context.Context, id pki.Identity, certDER []byte) ([]byte, error) {
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return nil, fmt.Errorf("renewing %s: %w", id, err)
+	}
+	f.mu.Lock()
+	if id.Kind != pki.KindSiteAgent && f.gens[id.NodeID] != id.Generation {
+		f.mu.Unlock()
+		return nil, fmt.Errorf("renewing %s: %w", id, pki.ErrIdentityRevoked)
+	}
+	f.renews++
+	f.mu.Unlock()
+	return f.ca.Renew(certDER, pki.Lifetime(cert.NotBefore, cert.NotAfter), time.Now())
 }

@@ -36,7 +36,7 @@ func StartFor(tb testing.TB, cfg gateway.Config, hosts ...string) *Env {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	certPEM, keyPEM, err := ca.IssueServer(append([]string{"127.0.0.1"}, hosts...), CertTTL, time.Now())
+	cert, err := pki.NewServerCert(ca, append([]string{"127.0.0.1"}, hosts...), CertTTL, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func StartFor(tb testing.TB, cfg gateway.Config, hosts ...string) *Env {
 	mux.Handle(srv.Handler())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- gateway.ServeTLS(ctx, e.ln, ca, certPEM, keyPEM, mux, cfg.Logger) }()
+	go func() { done <- gateway.ServeTLS(ctx, e.ln, cert, mux, cfg.Logger) }()
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {

@@ -327,6 +327,96 @@ func (x *JoinResponse) GetCaPem() []byte {
 	return nil
 }
 
+// The caller's TLS client certificate names the identity and key to certify again.
+type RenewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewRequest) Reset() {
+	*x = RenewRequest{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewRequest) ProtoMessage() {}
+
+func (x *RenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
+func (*RenewRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+}
+
+type RenewResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	CertDer []byte                 `protobuf:"bytes,1,opt,name=cert_der,json=certDer,proto3" json:"cert_der,omitempty"`
+	// The CA certificate the agent trusts from now on.
+	CaPem         []byte `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenewResponse) Reset() {
+	*x = RenewResponse{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenewResponse) ProtoMessage() {}
+
+func (x *RenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
+func (*RenewResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RenewResponse) GetCertDer() []byte {
+	if x != nil {
+		return x.CertDer
+	}
+	return nil
+}
+
+func (x *RenewResponse) GetCaPem() []byte {
+	if x != nil {
+		return x.CaPem
+	}
+	return nil
+}
+
 type AgentMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Msg:
@@ -344,7 +434,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +446,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +459,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -489,7 +579,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -501,7 +591,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -514,7 +604,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Hello) GetAgentVersion() string {
@@ -555,7 +645,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +657,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +670,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CommandAck) GetCommandId() string {
@@ -601,7 +691,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +703,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +716,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Progress) GetDone() int64 {
@@ -669,7 +759,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +771,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +784,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -761,7 +851,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +863,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +876,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -844,7 +934,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -856,7 +946,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -869,7 +959,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatusReport) GetHoldsBootLease() bool {
@@ -909,7 +999,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -921,7 +1011,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -934,7 +1024,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Heartbeat) GetSentUnixMs() int64 {
@@ -954,7 +1044,7 @@ type AgentBatch struct {
 
 func (x *AgentBatch) Reset() {
 	*x = AgentBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -966,7 +1056,7 @@ func (x *AgentBatch) String() string {
 func (*AgentBatch) ProtoMessage() {}
 
 func (x *AgentBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -979,7 +1069,7 @@ func (x *AgentBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentBatch.ProtoReflect.Descriptor instead.
 func (*AgentBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AgentBatch) GetAcks() []*CommandAck {
@@ -1013,7 +1103,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1115,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1128,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -1159,7 +1249,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1261,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1274,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Command) GetId() string {
@@ -1245,7 +1335,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1347,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1360,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1289,7 +1379,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1391,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1404,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatAck) GetSentUnixMs() int64 {
@@ -1336,7 +1426,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1438,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1451,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1398,7 +1488,7 @@ type AckResult struct {
 
 func (x *AckResult) Reset() {
 	*x = AckResult{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1500,7 @@ func (x *AckResult) String() string {
 func (*AckResult) ProtoMessage() {}
 
 func (x *AckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1513,7 @@ func (x *AckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResult.ProtoReflect.Descriptor instead.
 func (*AckResult) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AckResult) GetCommandId() string {
@@ -1452,7 +1542,7 @@ type ServerBatch struct {
 
 func (x *ServerBatch) Reset() {
 	*x = ServerBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1554,7 @@ func (x *ServerBatch) String() string {
 func (*ServerBatch) ProtoMessage() {}
 
 func (x *ServerBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1567,7 @@ func (x *ServerBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerBatch.ProtoReflect.Descriptor instead.
 func (*ServerBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ServerBatch) GetCommands() []*Command {
@@ -1525,7 +1615,7 @@ type BootLeaseRequest struct {
 
 func (x *BootLeaseRequest) Reset() {
 	*x = BootLeaseRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1627,7 @@ func (x *BootLeaseRequest) String() string {
 func (*BootLeaseRequest) ProtoMessage() {}
 
 func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1640,7 @@ func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BootLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BootLeaseRequest) GetRelease() bool {
@@ -1603,7 +1693,7 @@ type BootLeaseResponse struct {
 
 func (x *BootLeaseResponse) Reset() {
 	*x = BootLeaseResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1705,7 @@ func (x *BootLeaseResponse) String() string {
 func (*BootLeaseResponse) ProtoMessage() {}
 
 func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1718,7 @@ func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BootLeaseResponse) GetHeld() bool {
@@ -1711,7 +1801,7 @@ type BootEntry struct {
 
 func (x *BootEntry) Reset() {
 	*x = BootEntry{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1813,7 @@ func (x *BootEntry) String() string {
 func (*BootEntry) ProtoMessage() {}
 
 func (x *BootEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1826,7 @@ func (x *BootEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
 func (*BootEntry) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BootEntry) GetNodeId() string {
@@ -1804,7 +1894,7 @@ type PollSetRequest struct {
 
 func (x *PollSetRequest) Reset() {
 	*x = PollSetRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1906,7 @@ func (x *PollSetRequest) String() string {
 func (*PollSetRequest) ProtoMessage() {}
 
 func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1919,7 @@ func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
 func (*PollSetRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PollSetRequest) GetEpoch() uint64 {
@@ -1854,7 +1944,7 @@ type PollTarget struct {
 
 func (x *PollTarget) Reset() {
 	*x = PollTarget{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +1956,7 @@ func (x *PollTarget) String() string {
 func (*PollTarget) ProtoMessage() {}
 
 func (x *PollTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +1969,7 @@ func (x *PollTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
 func (*PollTarget) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PollTarget) GetNodeId() string {
@@ -1935,7 +2025,7 @@ type PollSetResponse struct {
 
 func (x *PollSetResponse) Reset() {
 	*x = PollSetResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2037,7 @@ func (x *PollSetResponse) String() string {
 func (*PollSetResponse) ProtoMessage() {}
 
 func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2050,7 @@ func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
 func (*PollSetResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PollSetResponse) GetTargets() []*PollTarget {
@@ -1993,7 +2083,7 @@ type PowerReading struct {
 
 func (x *PowerReading) Reset() {
 	*x = PowerReading{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2095,7 @@ func (x *PowerReading) String() string {
 func (*PowerReading) ProtoMessage() {}
 
 func (x *PowerReading) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2108,7 @@ func (x *PowerReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
 func (*PowerReading) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PowerReading) GetNodeId() string {
@@ -2066,7 +2156,7 @@ type ReportPowerRequest struct {
 
 func (x *ReportPowerRequest) Reset() {
 	*x = ReportPowerRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2168,7 @@ func (x *ReportPowerRequest) String() string {
 func (*ReportPowerRequest) ProtoMessage() {}
 
 func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2181,7 @@ func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
 func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReportPowerRequest) GetEpoch() uint64 {
@@ -2116,7 +2206,7 @@ type ReportPowerResponse struct {
 
 func (x *ReportPowerResponse) Reset() {
 	*x = ReportPowerResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2218,7 @@ func (x *ReportPowerResponse) String() string {
 func (*ReportPowerResponse) ProtoMessage() {}
 
 func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2231,7 @@ func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
 func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2158,6 +2248,10 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\acsr_der\x18\x03 \x01(\fR\x06csrDer\x12-\n" +
 	"\x05hints\x18\x04 \x01(\v2\x17.bcd.agent.v1.NodeHintsR\x05hints\"@\n" +
 	"\fJoinResponse\x12\x19\n" +
+	"\bcert_der\x18\x01 \x01(\fR\acertDer\x12\x15\n" +
+	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\x0e\n" +
+	"\fRenewRequest\"A\n" +
+	"\rRenewResponse\x12\x19\n" +
 	"\bcert_der\x18\x01 \x01(\fR\acertDer\x12\x15\n" +
 	"\x06ca_pem\x18\x02 \x01(\fR\x05caPem\"\xc8\x02\n" +
 	"\fAgentMessage\x12+\n" +
@@ -2315,9 +2409,10 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x15COMMAND_STATE_RUNNING\x10\x01\x12\x1b\n" +
 	"\x17COMMAND_STATE_SUCCEEDED\x10\x02\x12\x18\n" +
 	"\x14COMMAND_STATE_FAILED\x10\x03\x12\x1d\n" +
-	"\x19COMMAND_STATE_INTERRUPTED\x10\x042\x81\x03\n" +
+	"\x19COMMAND_STATE_INTERRUPTED\x10\x042\xc3\x03\n" +
 	"\x0eGatewayService\x12=\n" +
-	"\x04Join\x12\x19.bcd.agent.v1.JoinRequest\x1a\x1a.bcd.agent.v1.JoinResponse\x12F\n" +
+	"\x04Join\x12\x19.bcd.agent.v1.JoinRequest\x1a\x1a.bcd.agent.v1.JoinResponse\x12@\n" +
+	"\x05Renew\x12\x1a.bcd.agent.v1.RenewRequest\x1a\x1b.bcd.agent.v1.RenewResponse\x12F\n" +
 	"\aConnect\x12\x1a.bcd.agent.v1.AgentMessage\x1a\x1b.bcd.agent.v1.ServerMessage(\x010\x01\x12L\n" +
 	"\tBootLease\x12\x1e.bcd.agent.v1.BootLeaseRequest\x1a\x1f.bcd.agent.v1.BootLeaseResponse\x12F\n" +
 	"\aPollSet\x12\x1c.bcd.agent.v1.PollSetRequest\x1a\x1d.bcd.agent.v1.PollSetResponse\x12R\n" +
@@ -2336,81 +2431,85 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
 	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
 	(*NodeHints)(nil),           // 2: bcd.agent.v1.NodeHints
 	(*JoinRequest)(nil),         // 3: bcd.agent.v1.JoinRequest
 	(*JoinResponse)(nil),        // 4: bcd.agent.v1.JoinResponse
-	(*AgentMessage)(nil),        // 5: bcd.agent.v1.AgentMessage
-	(*Hello)(nil),               // 6: bcd.agent.v1.Hello
-	(*CommandAck)(nil),          // 7: bcd.agent.v1.CommandAck
-	(*Progress)(nil),            // 8: bcd.agent.v1.Progress
-	(*CommandUpdate)(nil),       // 9: bcd.agent.v1.CommandUpdate
-	(*DiscoveredMachine)(nil),   // 10: bcd.agent.v1.DiscoveredMachine
-	(*StatusReport)(nil),        // 11: bcd.agent.v1.StatusReport
-	(*Heartbeat)(nil),           // 12: bcd.agent.v1.Heartbeat
-	(*AgentBatch)(nil),          // 13: bcd.agent.v1.AgentBatch
-	(*ServerMessage)(nil),       // 14: bcd.agent.v1.ServerMessage
-	(*Command)(nil),             // 15: bcd.agent.v1.Command
-	(*Cancel)(nil),              // 16: bcd.agent.v1.Cancel
-	(*HeartbeatAck)(nil),        // 17: bcd.agent.v1.HeartbeatAck
-	(*UpdateAck)(nil),           // 18: bcd.agent.v1.UpdateAck
-	(*AckResult)(nil),           // 19: bcd.agent.v1.AckResult
-	(*ServerBatch)(nil),         // 20: bcd.agent.v1.ServerBatch
-	(*BootLeaseRequest)(nil),    // 21: bcd.agent.v1.BootLeaseRequest
-	(*BootLeaseResponse)(nil),   // 22: bcd.agent.v1.BootLeaseResponse
-	(*BootEntry)(nil),           // 23: bcd.agent.v1.BootEntry
-	(*PollSetRequest)(nil),      // 24: bcd.agent.v1.PollSetRequest
-	(*PollTarget)(nil),          // 25: bcd.agent.v1.PollTarget
-	(*PollSetResponse)(nil),     // 26: bcd.agent.v1.PollSetResponse
-	(*PowerReading)(nil),        // 27: bcd.agent.v1.PowerReading
-	(*ReportPowerRequest)(nil),  // 28: bcd.agent.v1.ReportPowerRequest
-	(*ReportPowerResponse)(nil), // 29: bcd.agent.v1.ReportPowerResponse
-	nil,                         // 30: bcd.agent.v1.StatusReport.FactsEntry
+	(*RenewRequest)(nil),        // 5: bcd.agent.v1.RenewRequest
+	(*RenewResponse)(nil),       // 6: bcd.agent.v1.RenewResponse
+	(*AgentMessage)(nil),        // 7: bcd.agent.v1.AgentMessage
+	(*Hello)(nil),               // 8: bcd.agent.v1.Hello
+	(*CommandAck)(nil),          // 9: bcd.agent.v1.CommandAck
+	(*Progress)(nil),            // 10: bcd.agent.v1.Progress
+	(*CommandUpdate)(nil),       // 11: bcd.agent.v1.CommandUpdate
+	(*DiscoveredMachine)(nil),   // 12: bcd.agent.v1.DiscoveredMachine
+	(*StatusReport)(nil),        // 13: bcd.agent.v1.StatusReport
+	(*Heartbeat)(nil),           // 14: bcd.agent.v1.Heartbeat
+	(*AgentBatch)(nil),          // 15: bcd.agent.v1.AgentBatch
+	(*ServerMessage)(nil),       // 16: bcd.agent.v1.ServerMessage
+	(*Command)(nil),             // 17: bcd.agent.v1.Command
+	(*Cancel)(nil),              // 18: bcd.agent.v1.Cancel
+	(*HeartbeatAck)(nil),        // 19: bcd.agent.v1.HeartbeatAck
+	(*UpdateAck)(nil),           // 20: bcd.agent.v1.UpdateAck
+	(*AckResult)(nil),           // 21: bcd.agent.v1.AckResult
+	(*ServerBatch)(nil),         // 22: bcd.agent.v1.ServerBatch
+	(*BootLeaseRequest)(nil),    // 23: bcd.agent.v1.BootLeaseRequest
+	(*BootLeaseResponse)(nil),   // 24: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 25: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 26: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 27: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 28: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 29: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 30: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 31: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 32: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
 	2,  // 1: bcd.agent.v1.JoinRequest.hints:type_name -> bcd.agent.v1.NodeHints
-	6,  // 2: bcd.agent.v1.AgentMessage.hello:type_name -> bcd.agent.v1.Hello
-	7,  // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
-	9,  // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
-	11, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
-	12, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
-	13, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
+	8,  // 2: bcd.agent.v1.AgentMessage.hello:type_name -> bcd.agent.v1.Hello
+	9,  // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
+	11, // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
+	13, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
+	14, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
+	15, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
 	1,  // 8: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
-	8,  // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
-	10, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	30, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
-	7,  // 12: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
-	9,  // 13: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
-	15, // 14: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
-	16, // 15: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
-	17, // 16: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
-	18, // 17: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
-	20, // 18: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
-	19, // 19: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
+	10, // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
+	12, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
+	32, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	9,  // 12: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
+	11, // 13: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
+	17, // 14: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
+	18, // 15: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
+	19, // 16: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
+	20, // 17: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
+	22, // 18: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
+	21, // 19: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
 	1,  // 20: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
-	15, // 21: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
-	18, // 22: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
-	16, // 23: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
-	19, // 24: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
-	23, // 25: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
-	25, // 26: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
-	27, // 27: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	17, // 21: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
+	20, // 22: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
+	18, // 23: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
+	21, // 24: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
+	25, // 25: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	27, // 26: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	29, // 27: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
 	3,  // 28: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 29: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	21, // 30: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
-	24, // 31: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
-	28, // 32: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
-	4,  // 33: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	14, // 34: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	22, // 35: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
-	26, // 36: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
-	29, // 37: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
-	33, // [33:38] is the sub-list for method output_type
-	28, // [28:33] is the sub-list for method input_type
+	5,  // 29: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
+	7,  // 30: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	23, // 31: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	26, // 32: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	30, // 33: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	4,  // 34: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	6,  // 35: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
+	16, // 36: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	24, // 37: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	28, // 38: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	31, // 39: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	34, // [34:40] is the sub-list for method output_type
+	28, // [28:34] is the sub-list for method input_type
 	28, // [28:28] is the sub-list for extension type_name
 	28, // [28:28] is the sub-list for extension extendee
 	0,  // [0:28] is the sub-list for field type_name
@@ -2421,7 +2520,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 	if File_bcd_agent_v1_agent_proto != nil {
 		return
 	}
-	file_bcd_agent_v1_agent_proto_msgTypes[3].OneofWrappers = []any{
+	file_bcd_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Ack)(nil),
 		(*AgentMessage_Update)(nil),
@@ -2429,7 +2528,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Batch)(nil),
 	}
-	file_bcd_agent_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
+	file_bcd_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
 		(*ServerMessage_Command)(nil),
 		(*ServerMessage_Cancel)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -2443,7 +2542,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

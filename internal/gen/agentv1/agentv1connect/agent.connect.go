@@ -52,6 +52,8 @@ const (
 const (
 	// GatewayServiceJoinProcedure is the fully-qualified name of the GatewayService's Join RPC.
 	GatewayServiceJoinProcedure = "/bcd.agent.v1.GatewayService/Join"
+	// GatewayServiceRenewProcedure is the fully-qualified name of the GatewayService's Renew RPC.
+	GatewayServiceRenewProcedure = "/bcd.agent.v1.GatewayService/Renew"
 	// GatewayServiceConnectProcedure is the fully-qualified name of the GatewayService's Connect RPC.
 	GatewayServiceConnectProcedure = "/bcd.agent.v1.GatewayService/Connect"
 	// GatewayServiceBootLeaseProcedure is the fully-qualified name of the GatewayService's BootLease
@@ -69,6 +71,14 @@ type GatewayServiceClient interface {
 	// Join exchanges a one-time token and a CSR for a certificate. Unknown, used and expired
 	// tokens are refused alike (UNAUTHENTICATED).
 	Join(context.Context, *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error)
+	// Renew exchanges the caller's certificate (mTLS), while it is still valid, for a new one
+	// naming the same identity and key, with the same lifetime from now (bounded by the control
+	// plane's lifetime for that kind of agent). Agents renew once two thirds of the lifetime have
+	// passed, so a connected agent never outlives its certificate. Refused like Connect to a
+	// revoked node identity (PERMISSION_DENIED) and without a client certificate
+	// (UNAUTHENTICATED); an expired certificate never gets this far (the TLS handshake fails) and
+	// its agent must join again.
+	Renew(context.Context, *connect.Request[agentv1.RenewRequest]) (*connect.Response[agentv1.RenewResponse], error)
 	// Connect is the agent's long-lived stream: commands down, acks, updates and status up.
 	Connect(context.Context) *connect.BidiStreamForClient[agentv1.AgentMessage, agentv1.ServerMessage]
 	// BootLease acquires, renews or releases the site's boot lease for the calling site agent
@@ -103,6 +113,12 @@ func NewGatewayServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(gatewayServiceMethods.ByName("Join")),
 			connect.WithClientOptions(opts...),
 		),
+		renew: connect.NewClient[agentv1.RenewRequest, agentv1.RenewResponse](
+			httpClient,
+			baseURL+GatewayServiceRenewProcedure,
+			connect.WithSchema(gatewayServiceMethods.ByName("Renew")),
+			connect.WithClientOptions(opts...),
+		),
 		connect: connect.NewClient[agentv1.AgentMessage, agentv1.ServerMessage](
 			httpClient,
 			baseURL+GatewayServiceConnectProcedure,
@@ -133,6 +149,7 @@ func NewGatewayServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 // gatewayServiceClient implements GatewayServiceClient.
 type gatewayServiceClient struct {
 	join        *connect.Client[agentv1.JoinRequest, agentv1.JoinResponse]
+	renew       *connect.Client[agentv1.RenewRequest, agentv1.RenewResponse]
 	connect     *connect.Client[agentv1.AgentMessage, agentv1.ServerMessage]
 	bootLease   *connect.Client[agentv1.BootLeaseRequest, agentv1.BootLeaseResponse]
 	pollSet     *connect.Client[agentv1.PollSetRequest, agentv1.PollSetResponse]
@@ -142,6 +159,11 @@ type gatewayServiceClient struct {
 // Join calls bcd.agent.v1.GatewayService.Join.
 func (c *gatewayServiceClient) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error) {
 	return c.join.CallUnary(ctx, req)
+}
+
+// Renew calls bcd.agent.v1.GatewayService.Renew.
+func (c *gatewayServiceClient) Renew(ctx context.Context, req *connect.Request[agentv1.RenewRequest]) (*connect.Response[agentv1.RenewResponse], error) {
+	return c.renew.CallUnary(ctx, req)
 }
 
 // Connect calls bcd.agent.v1.GatewayService.Connect.
@@ -169,6 +191,14 @@ type GatewayServiceHandler interface {
 	// Join exchanges a one-time token and a CSR for a certificate. Unknown, used and expired
 	// tokens are refused alike (UNAUTHENTICATED).
 	Join(context.Context, *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error)
+	// Renew exchanges the caller's certificate (mTLS), while it is still valid, for a new one
+	// naming the same identity and key, with the same lifetime from now (bounded by the control
+	// plane's lifetime for that kind of agent). Agents renew once two thirds of the lifetime have
+	// passed, so a connected agent never outlives its certificate. Refused like Connect to a
+	// revoked node identity (PERMISSION_DENIED) and without a client certificate
+	// (UNAUTHENTICATED); an expired certificate never gets this far (the TLS handshake fails) and
+	// its agent must join again.
+	Renew(context.Context, *connect.Request[agentv1.RenewRequest]) (*connect.Response[agentv1.RenewResponse], error)
 	// Connect is the agent's long-lived stream: commands down, acks, updates and status up.
 	Connect(context.Context, *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]) error
 	// BootLease acquires, renews or releases the site's boot lease for the calling site agent
@@ -199,6 +229,12 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 		connect.WithSchema(gatewayServiceMethods.ByName("Join")),
 		connect.WithHandlerOptions(opts...),
 	)
+	gatewayServiceRenewHandler := connect.NewUnaryHandler(
+		GatewayServiceRenewProcedure,
+		svc.Renew,
+		connect.WithSchema(gatewayServiceMethods.ByName("Renew")),
+		connect.WithHandlerOptions(opts...),
+	)
 	gatewayServiceConnectHandler := connect.NewBidiStreamHandler(
 		GatewayServiceConnectProcedure,
 		svc.Connect,
@@ -227,6 +263,8 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 		switch r.URL.Path {
 		case GatewayServiceJoinProcedure:
 			gatewayServiceJoinHandler.ServeHTTP(w, r)
+		case GatewayServiceRenewProcedure:
+			gatewayServiceRenewHandler.ServeHTTP(w, r)
 		case GatewayServiceConnectProcedure:
 			gatewayServiceConnectHandler.ServeHTTP(w, r)
 		case GatewayServiceBootLeaseProcedure:
@@ -246,6 +284,10 @@ type UnimplementedGatewayServiceHandler struct{}
 
 func (UnimplementedGatewayServiceHandler) Join(context.Context, *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.Join is not implemented"))
+}
+
+func (UnimplementedGatewayServiceHandler) Renew(context.Context, *connect.Request[agentv1.RenewRequest]) (*connect.Response[agentv1.RenewResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.Renew is not implemented"))
 }
 
 func (UnimplementedGatewayServiceHandler) Connect(context.Context, *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]) error {

@@ -1,0 +1,117 @@
+package sim
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/metal"
+	"bcd/internal/pki"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// TestRenewCertificate: the engine certifies an agent's identity and key again for as long as
+// the certificate was made to live (at most the lifetime it issues to that kind of agent),
+// records it, and refuses a node identity that was revoked (retire bumps the generation) or
+// whose node does not exist.
+func TestRenewCertificate(t *testing.T) {
+	ctx := context.Background()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		h, ids := start(t, st, 1)
+		n := rest(t, h, ids)[ids[0]]
+		issue := func(id pki.Identity, ttl time.Duration) ([]byte, *ecdsa.PublicKey) {
+			key, csr, err := pki.NewKeyAndCSR("agent")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var der []byte
+			if id.Kind == pki.KindSiteAgent {
+				der, err = h.CA.IssueSiteAgent(csr, id.SiteID, id.AgentID, ttl, time.Now())
+			} else {
+				der, err = h.CA.IssueNode(csr, id.NodeID, id.Generation, ttl, time.Now())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return der, key.Public().(*ecdsa.PublicKey)
+		}
+		const day = 24 * time.Hour
+		node := pki.NodeIdentity(n.ID, n.IdentityGeneration)
+		for _, tc := range []struct {
+			name     string
+			id       pki.Identity
+			lifetime time.Duration
+			want     time.Duration // the renewed certificate's lifetime
+		}{
+			{"ramdisk", node, 7 * day, 7 * day},
+			{"short-lived", node, 2 * time.Hour, 2 * time.Hour},
+			{"node, longer than any node certificate", node, 365 * day, 90 * day},
+			{"site agent", pki.SiteAgentIdentity(h.SiteID, "a1"), 90 * day, 90 * day},
+			{"site agent, longer than a site certificate", pki.SiteAgentIdentity(h.SiteID, "a1"), 365 * day, 90 * day},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				der, pub := issue(tc.id, tc.lifetime)
+				got, err := h.Engine.RenewCertificate(ctx, der)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, id, err := h.CA.Verify(got, time.Now())
+				if err != nil || id != tc.id || !pub.Equal(c.PublicKey) {
+					t.Fatalf("renewed %s (%v), want %s with the same key", id, err, tc.id)
+				}
+				if life := pki.Lifetime(c.NotBefore, c.NotAfter); life != tc.want {
+					t.Fatalf("renewed for %s, want %s", life, tc.want)
+				}
+			})
+		}
+		evs, err := st.Events(ctx, store.EventFilter{Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodeRenewals, siteRenewals int
+		for _, ev := range evs {
+			switch {
+			case ev.Kind != "agent.cert.renew":
+			case ev.NodeID == n.ID && strings.Contains(ev.Data, node.URI()):
+				nodeRenewals++
+			case ev.NodeID == "" && strings.Contains(ev.Data, "site-agent"):
+				siteRenewals++
+			}
+		}
+		if nodeRenewals != 3 || siteRenewals != 2 {
+			t.Fatalf("agent.cert.renew events: %d of the node, %d of the site agent; want 3 and 2", nodeRenewals, siteRenewals)
+		}
+
+		// Retiring the node revokes its identity: its certificates are no longer renewed.
+		der, _ := issue(node, 7*day)
+		if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbRetire, metal.VerbInput{Node: ids[0]}); err != nil {
+			t.Fatal(err)
+		}
+		h.Engine.Nudge()
+		if got := rest(t, h, ids)[ids[0]]; got.State != "retired" || got.IdentityGeneration == n.IdentityGeneration {
+			t.Fatalf("after retire: %s at generation %d", got.State, got.IdentityGeneration)
+		}
+		if got, err := h.Engine.RenewCertificate(ctx, der); !errors.Is(err, pki.ErrIdentityRevoked) || got != nil {
+			t.Fatalf("renewing a revoked identity: %v", err)
+		}
+		der, _ = issue(pki.NodeIdentity("no-such-node", 1), 7*day)
+		if _, err := h.Engine.RenewCertificate(ctx, der); !errors.Is(err, pki.ErrIdentityRevoked) {
+			t.Fatalf("renewing an unknown node's certificate: %v", err)
+		}
+		// A certificate of another CA is refused before anything is written.
+		other, err := pki.CreateCA("other", time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, csr, _ := pki.NewKeyAndCSR("x")
+		foreign, _ := other.IssueSiteAgent(csr, h.SiteID, "a1", day, time.Now())
+		if _, err := h.Engine.RenewCertificate(ctx, foreign); !errors.Is(err, pki.ErrUnknownCA) {
+			t.Fatalf("renewing another CA's certificate: %v", err)
+		}
+	})
+}
