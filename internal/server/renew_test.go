@@ -1,0 +1,94 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/agentlink"
+	"bcd/internal/engine"
+	"bcd/internal/server"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+var errNoCommands = errors.New("this test runs no commands")
+
+// TestAgentCertificatesRenewed: against a real server whose site agent certificates live 3 s,
+// a site agent renews its certificate through the gateway (an agent.cert.renew event), and once
+// the certificate it joined with has expired, the agent restarted from its data dir is served
+// with the renewed one.
+func TestAgentCertificatesRenewed(t *testing.T) {
+	srv, ctx := serve(t, server.Config{StoreDSN: storetest.DSN(t, store.SQLite), Engine: engine.Config{SiteCertTTL: 3 * time.Second}}, testLog(t))
+	st := srv.Service().Store()
+	site, err := st.Site(ctx, "default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := srv.CreateSiteJoinToken(ctx, site.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := agentlink.Config{
+		GatewayURL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: t.TempDir(), Kind: agentlink.KindSite, JoinToken: tok,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, Logger: testLog(t),
+	}
+	none := agentlink.HandlerFunc(func(context.Context, agentlink.Command, func(agentlink.Progress)) ([]byte, error) {
+		return nil, errNoCommands
+	})
+	lctx, cancel := context.WithCancel(ctx)
+	l, err := agentlink.Dial(lctx, cfg, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := x509.ParseCertificate(l.CertDER())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for bytes.Equal(l.CertDER(), first.Raw) {
+		if time.Now().After(deadline) {
+			t.Fatal("the site agent's certificate was not renewed within 15 s (it lives 3 s)")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	evs, err := st.Events(ctx, store.EventFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewals := 0
+	for _, ev := range evs {
+		if ev.Kind == "agent.cert.renew" && strings.Contains(ev.Data, l.Identity().URI()) {
+			renewals++
+		}
+	}
+	if renewals == 0 {
+		t.Fatal("no agent.cert.renew event for the site agent")
+	}
+
+	<-time.After(time.Until(first.NotAfter.Add(time.Second)))
+	cancel()
+	if err := l.Wait(); err != nil {
+		t.Fatalf("link: %v", err)
+	}
+	lctx, cancel = context.WithCancel(ctx)
+	defer cancel()
+	l, err = agentlink.Dial(lctx, cfg, none)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(l.CertDER(), first.Raw) {
+		t.Fatal("the restarted agent read the first certificate from its data dir")
+	}
+	if _, err := l.BootLease(ctx, agentlink.LeaseRequest{TTL: 5 * time.Second}); err != nil {
+		t.Fatalf("a call of the restarted agent, past the first certificate's end: %v", err)
+	}
+	cancel()
+	if err := l.Wait(); err != nil {
+		t.Fatalf("link: %v", err)
+	}
+}
