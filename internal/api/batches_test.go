@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/store"
 )
@@ -91,5 +92,25 @@ func TestBatchServiceOverHTTP(t *testing.T) {
 	}
 	if code, body := e.post(t, svc+"Get", alice, `{"id":"`+id+`"}`); code != 200 || !strings.Contains(body, `"kind":"disk.wipe"`) {
 		t.Fatalf("get: %d %s", code, body)
+	}
+}
+
+func TestRenewalOverdue(t *testing.T) {
+	const hour = int64(time.Hour / time.Microsecond)
+	now := 100 * hour
+	for _, tc := range []struct {
+		name    string
+		renewAt int64
+		want    bool
+	}{
+		{"not known", 0, false},
+		{"not due yet", now + hour, false},
+		{"due, within the grace", now - hour/2, false},
+		{"due for exactly the grace", now - hour, false},
+		{"overdue", now - hour - 1, true},
+	} {
+		if got := renewalOverdue(store.Agent{CertRenewAt: tc.renewAt, CertNotAfter: now + 10*hour}, now); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -230,8 +230,10 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	now := time.Now().UnixMicro()
 	for _, a := range agents {
-		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen), Server: a.ServerID})
+		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen), Server: a.ServerID,
+			CertExpires: ts(a.CertNotAfter), RenewalOverdue: renewalOverdue(a, now)})
 	}
 	servers, err := st.Servers(ctx)
 	if err != nil {
@@ -244,6 +246,16 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// renewalGrace is how long past its renewal time an agent's certificate may go unrenewed before
+// doctor flags it: renewals are retried every 30 s at most, so an hour is many failures.
+const renewalGrace = time.Hour
+
+// renewalOverdue: the agent's certificate passed its renewal time more than renewalGrace ago
+// (now in microseconds). Pure.
+func renewalOverdue(a store.Agent, now int64) bool {
+	return a.CertRenewAt > 0 && now > a.CertRenewAt+renewalGrace.Microseconds()
 }
 
 // ---------------------------------------------------------------- inventory

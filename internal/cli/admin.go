@@ -387,7 +387,11 @@ func doctorCmd(g *globals) *cobra.Command {
 			tw.Flush()
 			fmt.Fprintf(out, "site agents: %d\n", len(resp.Msg.SiteAgents))
 			for _, a := range resp.Msg.SiteAgents {
-				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server))
+				cert := "certificate until " + dash(a.CertExpires)
+				if a.RenewalOverdue {
+					cert += " RENEWAL OVERDUE"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\t%s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server), cert)
 			}
 			tw.Flush()
 			fmt.Fprintf(out, "batches waiting for approval: %d\n", len(resp.Msg.PendingBatches))

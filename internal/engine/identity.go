@@ -159,10 +159,29 @@ func (e *Engine) RenewCertificate(ctx context.Context, certDER []byte) ([]byte, 
 			return fmt.Errorf("reading the renewed certificate: %w", err)
 		}
 		ev.Data = fmt.Sprintf(`{"agent":%q,"notAfter":%q}`, id.URI(), renewed.NotAfter.UTC().Format(time.RFC3339))
+		if id.Kind == pki.KindSiteAgent {
+			renewAt := pki.RenewAt(renewed.NotBefore, renewed.NotAfter)
+			if err := tx.AgentCertificate(ctx, id.AgentID, renewAt.UnixMicro(), renewed.NotAfter.UnixMicro()); err != nil {
+				return err
+			}
+		}
 		return tx.AppendEvent(ctx, ev)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("renewing %s's certificate: %w", id, err)
 	}
 	return der, nil
+}
+
+// certTimes are when a certificate is due for renewal and when it expires (microseconds; 0 and
+// 0 without one).
+func certTimes(certDER []byte) (renewAt, notAfter int64) {
+	if len(certDER) == 0 {
+		return 0, 0
+	}
+	c, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return 0, 0
+	}
+	return pki.RenewAt(c.NotBefore, c.NotAfter).UnixMicro(), c.NotAfter.UnixMicro()
 }

@@ -204,12 +204,13 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
 	e.sent[a.ID] = &offered{conn: a.ConnID, ids: map[string]bool{}}
 	e.sentMu.Unlock()
+	renewAt, notAfter := certTimes(a.CertDER)
 	var fx effects
 	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		fx, woken = effects{}, false
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
-			ConnID: a.ConnID, Version: version, ServerID: e.owner}); err != nil {
+			ConnID: a.ConnID, Version: version, ServerID: e.owner, CertRenewAt: renewAt, CertNotAfter: notAfter}); err != nil {
 			return err
 		}
 		if a.NodeID == "" {

@@ -5,12 +5,17 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"bcd/internal/agentlink"
 	"bcd/internal/engine"
+	bcdv1 "bcd/internal/gen/bcdv1"
+	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/server"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
@@ -23,7 +28,13 @@ var errNoCommands = errors.New("this test runs no commands")
 // the certificate it joined with has expired, the agent restarted from its data dir is served
 // with the renewed one.
 func TestAgentCertificatesRenewed(t *testing.T) {
-	srv, ctx := serve(t, server.Config{StoreDSN: storetest.DSN(t, store.SQLite), Engine: engine.Config{SiteCertTTL: 3 * time.Second}}, testLog(t))
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) { agentCertificatesRenewed(t, e) })
+	}
+}
+
+func agentCertificatesRenewed(t *testing.T, e store.Engine) {
+	srv, ctx := serve(t, server.Config{StoreDSN: storetest.DSN(t, e), Engine: engine.Config{SiteCertTTL: 3 * time.Second}}, testLog(t))
 	st := srv.Service().Store()
 	site, err := st.Site(ctx, "default")
 	if err != nil {
@@ -68,6 +79,25 @@ func TestAgentCertificatesRenewed(t *testing.T) {
 	}
 	if renewals == 0 {
 		t.Fatal("no agent.cert.renew event for the site agent")
+	}
+	// Doctor shows the site agent's certificate: the renewed one (or a later renewal).
+	auth := connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
+			r.Header().Set("Authorization", "Bearer "+srv.FirstAdminToken())
+			return next(ctx, r)
+		}
+	}))
+	doc, err := bcdv1connect.NewNodeServiceClient(http.DefaultClient, srv.URL(), auth).Doctor(ctx, connect.NewRequest(&bcdv1.DoctorRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Msg.SiteAgents) != 1 {
+		t.Fatalf("doctor lists %d site agents", len(doc.Msg.SiteAgents))
+	}
+	a := doc.Msg.SiteAgents[0]
+	expires, err := time.Parse(time.RFC3339Nano, a.CertExpires)
+	if err != nil || !expires.After(first.NotAfter) || a.RenewalOverdue {
+		t.Fatalf("doctor: certificate until %q (%v), overdue %v; the first expired %s", a.CertExpires, err, a.RenewalOverdue, first.NotAfter)
 	}
 
 	<-time.After(time.Until(first.NotAfter.Add(time.Second)))

@@ -559,16 +559,29 @@ type Agent struct {
 	Version               string
 	// ServerID is the server the connection is to (its engine's id).
 	ServerID string
+	// CertRenewAt and CertNotAfter: when the agent's certificate is due for renewal and when
+	// it expires (microseconds; 0: not known).
+	CertRenewAt, CertNotAfter int64
 }
 
 func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
-	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
+	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id, cert_renew_at, cert_not_after)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
 		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id, server_id = excluded.server_id,
-		version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END`,
-		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID, a.ServerID)
+		version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END,
+		cert_renew_at = excluded.cert_renew_at, cert_not_after = excluded.cert_not_after`,
+		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID, a.ServerID, a.CertRenewAt, a.CertNotAfter)
 	if err != nil {
 		return fmt.Errorf("recording agent %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// AgentCertificate records an agent's renewed certificate: when it is due for renewal and when
+// it expires (microseconds).
+func (t *Tx) AgentCertificate(ctx context.Context, id string, renewAt, notAfter int64) error {
+	if _, err := t.exec(ctx, `UPDATE agents SET cert_renew_at = ?, cert_not_after = ? WHERE id = ?`, renewAt, notAfter, id); err != nil {
+		return fmt.Errorf("recording agent %s's certificate: %w", id, err)
 	}
 	return nil
 }
@@ -944,7 +957,7 @@ func (s *Store) Servers(ctx context.Context) ([]Server, error) {
 }
 
 func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
-	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
+	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id, cert_renew_at, cert_not_after FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing site agents: %w", err)
 	}
@@ -953,7 +966,7 @@ func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	for rows.Next() {
 		var a Agent
 		var gen int64
-		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID, &a.ServerID); err != nil {
+		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID, &a.ServerID, &a.CertRenewAt, &a.CertNotAfter); err != nil {
 			return nil, err
 		}
 		a.Generation = uint64(gen)

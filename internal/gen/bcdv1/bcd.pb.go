@@ -2033,9 +2033,15 @@ type DoctorAgent struct {
 	Connected bool                   `protobuf:"varint,4,opt,name=connected,proto3" json:"connected,omitempty"`
 	LastSeen  string                 `protobuf:"bytes,5,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
 	// The server the agent's connection is to ("" before servers were recorded).
-	Server        string `protobuf:"bytes,6,opt,name=server,proto3" json:"server,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Server string `protobuf:"bytes,6,opt,name=server,proto3" json:"server,omitempty"`
+	// When the agent's certificate expires ("" when not known). Agents renew theirs once two
+	// thirds of its lifetime have passed; renewal_overdue says that time passed over an hour ago
+	// without a renewal (the agent cannot reach the gateway, or the gateway refuses it): the agent
+	// stops working when the certificate expires.
+	CertExpires    string `protobuf:"bytes,7,opt,name=cert_expires,json=certExpires,proto3" json:"cert_expires,omitempty"`
+	RenewalOverdue bool   `protobuf:"varint,8,opt,name=renewal_overdue,json=renewalOverdue,proto3" json:"renewal_overdue,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DoctorAgent) Reset() {
@@ -2108,6 +2114,20 @@ func (x *DoctorAgent) GetServer() string {
 		return x.Server
 	}
 	return ""
+}
+
+func (x *DoctorAgent) GetCertExpires() string {
+	if x != nil {
+		return x.CertExpires
+	}
+	return ""
+}
+
+func (x *DoctorAgent) GetRenewalOverdue() bool {
+	if x != nil {
+		return x.RenewalOverdue
+	}
+	return false
 }
 
 // A server sharing the store: when it started and last recorded that it was alive (every 5 s by
@@ -7127,14 +7147,16 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"fault_code\x18\x05 \x01(\tR\tfaultCode\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
-	"\x05since\x18\a \x01(\tR\x05since\"\x98\x01\n" +
+	"\x05since\x18\a \x01(\tR\x05since\"\xe4\x01\n" +
 	"\vDoctorAgent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04site\x18\x03 \x01(\tR\x04site\x12\x1c\n" +
 	"\tconnected\x18\x04 \x01(\bR\tconnected\x12\x1b\n" +
 	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\x12\x16\n" +
-	"\x06server\x18\x06 \x01(\tR\x06server\"r\n" +
+	"\x06server\x18\x06 \x01(\tR\x06server\x12!\n" +
+	"\fcert_expires\x18\a \x01(\tR\vcertExpires\x12'\n" +
+	"\x0frenewal_overdue\x18\b \x01(\bR\x0erenewalOverdue\"r\n" +
 	"\fDoctorServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
