@@ -66,6 +66,10 @@ type Config struct {
 	// agent renews its certificate once two thirds of it have passed (Renew), so these bound
 	// how long an agent may stay away, not how long it may serve.
 	SiteCertTTL, NodeCertTTL, OSCertTTL time.Duration
+	// QueueTimeout is how long a step's command may wait for an agent to take it (a backlog at
+	// the site, its agents restarting or gone) before the step fails; the step's own timeout
+	// runs from when an agent takes the command. Default DefaultQueueTimeout (30 minutes).
+	QueueTimeout time.Duration
 }
 
 // Observer is told what finished and how long it took: a command from queued to its final
@@ -116,6 +120,7 @@ func (c Config) withDefaults() Config {
 	defd(&c.SiteCertTTL, 90*24*time.Hour)
 	defd(&c.NodeCertTTL, 7*24*time.Hour)
 	defd(&c.OSCertTTL, 90*24*time.Hour)
+	defd(&c.QueueTimeout, DefaultQueueTimeout)
 	return c
 }
 

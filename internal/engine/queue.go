@@ -452,6 +452,9 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			if err := e.outgoing(ctx, tx, a, &cmds[i], creds[cmds[i].ID]); err != nil {
 				return err
 			}
+			// The agent gets the command's whole time from now: its wait in the queue is not
+			// the command's (the step's clock, stepDue, agrees).
+			cmds[i].Deadline = takenDeadline(cmds[i].CreatedAt, cmds[i].Deadline, tx.At())
 			out = append(out, cmds[i])
 		}
 		for _, c := range out {

@@ -350,11 +350,13 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 		return 0, true, r.startStep(wf, st, kind)
 	}
 	// A step in progress: its command, its await, its deadline.
+	clock := stepClock{Now: now, StartedAt: wf.StepStartedAt, Deadline: wf.StepDeadline, Timeout: st.Timeout, QueueTimeout: r.e.cfg.QueueTimeout}
 	if wf.CurrentCommand != "" {
 		c, err := r.command(wf.CurrentCommand)
 		if err != nil {
 			return 0, false, err
 		}
+		clock.Command, clock.Taken, clock.TakenAt = true, c.State != string(command.Queued), c.DeliveredAt
 		state := command.State(c.State)
 		switch {
 		case c.Kind == workflow.LostCheckCommand && kind.Command != workflow.LostCheckCommand:
@@ -440,17 +442,18 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			return 0, true, r.stepDone(wf, st, wf.CurrentCommand)
 		}
 	}
-	if now >= wf.StepDeadline {
-		if err := r.cancelCurrent(wf, "step timed out"); err != nil {
-			return 0, false, err
-		}
-		msg := fmt.Sprintf("step %s did not finish within %s", st, st.Timeout)
-		if kind.FallBack {
-			return 0, true, r.fallBack(wf, st, msg)
-		}
-		return 0, true, r.stepFailed(wf, st, provision.FaultWorkflowTimeout, msg, true)
+	v := stepDue(clock)
+	if !v.Expired {
+		return time.Duration(v.Next-now) * time.Microsecond, false, nil
 	}
-	return time.Duration(wf.StepDeadline-now) * time.Microsecond, false, nil
+	if err := r.cancelCurrent(wf, "step timed out"); err != nil {
+		return 0, false, err
+	}
+	msg := fmt.Sprintf("step %s %s", st, v.Reason)
+	if kind.FallBack {
+		return 0, true, r.fallBack(wf, st, msg)
+	}
+	return 0, true, r.stepFailed(wf, st, provision.FaultWorkflowTimeout, msg, true)
 }
 
 func (r *run) startStep(wf *store.Workflow, st workflow.Step, kind workflow.StepKind) error {

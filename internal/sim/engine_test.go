@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +157,65 @@ func TestStepTimeoutRaisesWorkflowTimeout(t *testing.T) {
 	got := rest(t, h, ids)[ids[0]]
 	if got.State != "failed" || got.FaultCode != "WORKFLOW_TIMEOUT" || got.FailedFrom != "inspecting" {
 		t.Fatalf("after the deadline: %s %s from %s (%s)", got.State, got.FaultCode, got.FailedFrom, got.FaultMsg)
+	}
+}
+
+// TestQueueWaitIsNotTheStepsTime: a step's command that waits in the queue longer than the
+// step's timeout (a backlog at a busy site; here the site agent takes nothing) does not fail the
+// step: its time runs from when an agent takes it. One no agent takes within the queue timeout
+// (30 minutes) fails it, saying so.
+func TestQueueWaitIsNotTheStepsTime(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	var offset atomic.Int64
+	st.SetClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	queued := func() store.Command {
+		t.Helper()
+		var got store.Command
+		waitFor(t, "the inspection's first command queued", func() bool {
+			wfs, _ := st.Workflows(ctx, ids[0], 1)
+			if len(wfs) == 0 || wfs[0].State != "running" || wfs[0].CurrentCommand == "" {
+				return false
+			}
+			c, err := st.Command(ctx, wfs[0].CurrentCommand)
+			got = c
+			return err == nil && c.State == "queued"
+		})
+		return got
+	}
+
+	h.Sim.SetFaults(Faults{SitePaused: true})
+	h.Apply(ctx, provision.VerbInspect, ids, metal.VerbInput{})
+	c := queued()
+	// Ten minutes on, twice the step's timeout (boot.prepareRamdisk: 5 minutes): the engine
+	// looks at the step and gives it another timeout, as nobody took the command.
+	offset.Store(int64(10 * time.Minute))
+	h.Engine.Nudge()
+	waitFor(t, "the step looked at again, ten minutes on", func() bool {
+		ws, _ := st.WakeUps(ctx, 10)
+		return len(ws) == 1 && ws[0].DueAt > time.Now().Add(12*time.Minute).UnixMicro()
+	})
+	if n, _ := st.Node(ctx, ids[0], ""); n.State != "inspecting" {
+		t.Fatalf("after ten minutes in the queue: %s %s %s", n.State, n.FaultCode, n.FaultMsg)
+	}
+	h.Sim.SetFaults(Faults{})
+	if got := rest(t, h, ids)[ids[0]]; got.State != "ready" {
+		t.Fatalf("once the site agent took the command: %s %s %s", got.State, got.FaultCode, got.FaultMsg)
+	}
+	if got, _ := st.Command(ctx, c.ID); got.State != "succeeded" {
+		t.Fatalf("the command that waited: %s %s", got.State, got.Error)
+	}
+
+	h.Sim.SetFaults(Faults{SitePaused: true})
+	h.Apply(ctx, provision.VerbInspect, ids, metal.VerbInput{})
+	queued()
+	offset.Add(int64(31 * time.Minute))
+	h.Engine.Nudge()
+	got := rest(t, h, ids)[ids[0]]
+	if got.State != "failed" || got.FaultCode != "WORKFLOW_TIMEOUT" || !strings.Contains(got.FaultMsg, "no agent took its command within 30m0s") {
+		t.Fatalf("after 31 minutes in the queue: %s %s %q", got.State, got.FaultCode, got.FaultMsg)
 	}
 }
 

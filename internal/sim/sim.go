@@ -67,6 +67,9 @@ type Faults struct {
 	// them), before running them or after, as many times as the count says: "kind:action"
 	// (bmc.power:off) or a kind (disk.wipe).
 	DieOnClaim, DieBefore, DieAfter map[string]int
+	// SitePaused makes the site agent take no command while it is set, its connection up: a
+	// backlog at a busy site, as far as the commands waiting are concerned.
+	SitePaused bool
 }
 
 // mortality is how an in-process agent dies holding a command: fate decides, die ends its
@@ -359,6 +362,13 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
+		if a.Kind == "site" && s.faults().SitePaused {
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+			continue
+		}
 		cmds, err := s.link.Claim(ctx, a, 512)
 		if err != nil && ctx.Err() == nil {
 			s.fail(fmt.Errorf("%s claiming: %w", a.ID, err))
