@@ -240,7 +240,8 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		return nil, toConnect(err)
 	}
 	for _, sv := range servers {
-		out.Servers = append(out.Servers, &bcdv1.DoctorServer{Id: sv.ID, StartedAt: ts(sv.StartedAt), LastSeen: ts(sv.LastSeen), Agents: int32(sv.Agents)})
+		out.Servers = append(out.Servers, &bcdv1.DoctorServer{Id: sv.ID, StartedAt: ts(sv.StartedAt), LastSeen: ts(sv.LastSeen), Agents: int32(sv.Agents),
+			ClockOffset: sv.ClockOffset.Round(time.Millisecond).String()})
 	}
 	if out.PendingBatches, err = pendingBatches(ctx, h.svc, time.Now()); err != nil {
 		return nil, toConnect(err)

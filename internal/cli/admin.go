@@ -382,7 +382,7 @@ func doctorCmd(g *globals) *cobra.Command {
 			tw.Flush()
 			fmt.Fprintf(out, "servers: %d\n", len(resp.Msg.Servers))
 			for _, s := range resp.Msg.Servers {
-				fmt.Fprintf(tw, "  %s\tstarted %s\tlast alive %s\t%d agents\n", s.Id, s.StartedAt, s.LastSeen, s.Agents)
+				fmt.Fprintf(tw, "  %s\tstarted %s\tlast alive %s\t%d agents\tclock offset %s\n", s.Id, s.StartedAt, s.LastSeen, s.Agents, dash(s.ClockOffset))
 			}
 			tw.Flush()
 			fmt.Fprintf(out, "site agents: %d\n", len(resp.Msg.SiteAgents))

@@ -161,6 +161,8 @@ type Engine struct {
 	// none, or the last failed), lastBeat the last one recorded (Heartbeat); store microseconds.
 	beatMu               sync.Mutex
 	aliveSince, lastBeat int64
+	// clockWarned is the clock offset last reported as off (0: none reported).
+	clockWarned time.Duration
 }
 
 // ID is this server's id among those sharing the store (new at every start).

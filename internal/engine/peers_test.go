@@ -94,3 +94,62 @@ func TestServersHearEachOthersWork(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// TestSkewedServerJudgesNobodyDead: two servers on one PostgreSQL store, one whose clock is 45 s
+// ahead, with a peer timeout of 1 s. Both keep the database's time (Heartbeat syncs the store's
+// clock), so neither sees the other's heartbeats as old: the agent connected to the other
+// server stays connected, and the skewed server's offset is recorded for doctor.
+func TestSkewedServerJudgesNobodyDead(t *testing.T) {
+	dsn := storetest.DSN(t, store.Postgres)
+	ctx := context.Background()
+	cfg := Config{PeerTimeout: time.Second, AgentGrace: 100 * time.Millisecond}
+	open := func(skew time.Duration) (*Engine, *store.Store) {
+		st, err := store.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		st.SetLocalClock(func() time.Time { return time.Now().Add(skew) })
+		return New(st, nil, slog.New(slog.DiscardHandler), cfg), st
+	}
+	ahead, _ := open(45 * time.Second)
+	b, st := open(0)
+	x := Agent{ID: "agent-x", Kind: "site", SiteID: "s1", ConnID: "x1"}
+	if err := b.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Connected(ctx, x, "t"); err != nil {
+		t.Fatal(err)
+	}
+	// Both beat for longer than the peer timeout: the skewed one now judges its peers.
+	for end := time.Now().Add(1500 * time.Millisecond); time.Now().Before(end); {
+		for _, e := range []*Engine{ahead, b} {
+			if err := e.Heartbeat(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, e := range []*Engine{ahead, b} {
+		if err := e.reapAgents(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agents, err := st.SiteAgents(ctx)
+	if err != nil || len(agents) != 1 || !agents[0].Connected {
+		t.Fatalf("agent connected to the other server: %+v (%v); want still connected", agents, err)
+	}
+	servers, err := st.Servers(ctx)
+	if err != nil || len(servers) != 2 {
+		t.Fatalf("servers: %+v (%v)", servers, err)
+	}
+	for _, sv := range servers {
+		want := time.Duration(0)
+		if sv.ID == ahead.ID() {
+			want = -45 * time.Second
+		}
+		if (sv.ClockOffset - want).Abs() > time.Second {
+			t.Errorf("server %s: clock offset %s, want about %s", sv.ID, sv.ClockOffset, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net"
 	"slices"
@@ -255,6 +256,7 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		live[id] = o.conn
 	}
 	e.sentMu.Unlock()
+	offset := e.syncClock(ctx)
 	e.beatMu.Lock()
 	since, last := e.aliveSince, e.lastBeat
 	e.beatMu.Unlock()
@@ -263,7 +265,7 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		at = tx.At()
 		fresh = since == 0 || at-last > e.cfg.PeerTimeout.Microseconds()/2
-		if err := tx.ServerAlive(ctx, e.owner); err != nil {
+		if err := tx.ServerAlive(ctx, e.owner, offset); err != nil {
 			return err
 		}
 		if !fresh || last == 0 {
@@ -292,6 +294,30 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 // judgesPeers says whether this server, at store time now, has been recording that it is alive
 // for at least PeerTimeout without a gap: only then may it take another server's silence for
 // death (after the store itself was out, every server is silent for a while).
+// clockWarnAt is how far off the database's clock this server's may be before it says so.
+const clockWarnAt = time.Second
+
+// syncClock keeps the store's clock the database's (Store.SyncClock) and says when this server's
+// clock is off by clockWarnAt or more, or no longer is. It returns the offset in use.
+func (e *Engine) syncClock(ctx context.Context) time.Duration {
+	off, err := e.st.SyncClock(ctx)
+	if err != nil {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "reading the database's clock", slog.Any("error", err))
+	}
+	e.beatMu.Lock()
+	defer e.beatMu.Unlock()
+	switch {
+	case off.Abs() >= clockWarnAt && (e.clockWarned == 0 || (off-e.clockWarned).Abs() >= clockWarnAt):
+		e.clockWarned = off
+		e.log.LogAttrs(ctx, slog.LevelWarn, "this server's clock is off the database's: the server keeps the database's time (check its NTP)",
+			slog.Duration("offset", off))
+	case off.Abs() < clockWarnAt && e.clockWarned != 0:
+		e.clockWarned = 0
+		e.log.LogAttrs(ctx, slog.LevelInfo, "this server's clock agrees with the database's again", slog.Duration("offset", off))
+	}
+	return off
+}
+
 func (e *Engine) judgesPeers(now int64) bool {
 	e.beatMu.Lock()
 	defer e.beatMu.Unlock()

@@ -856,9 +856,9 @@ func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error
 }
 
 // ServerAlive records that server id is alive now (its heartbeat).
-func (t *Tx) ServerAlive(ctx context.Context, id string) error {
-	_, err := t.exec(ctx, `INSERT INTO servers (id, started_at, last_seen) VALUES (?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`, id, t.at, t.at)
+func (t *Tx) ServerAlive(ctx context.Context, id string, clockOffset time.Duration) error {
+	_, err := t.exec(ctx, `INSERT INTO servers (id, started_at, last_seen, clock_offset) VALUES (?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, clock_offset = excluded.clock_offset`, id, t.at, t.at, clockOffset.Microseconds())
 	if err != nil {
 		return fmt.Errorf("recording that server %s is alive: %w", id, err)
 	}
@@ -943,16 +943,22 @@ type Server struct {
 	StartedAt, LastSeen int64
 	// Agents counts the agent connections it holds.
 	Agents int
+	// ClockOffset is how far its local clock was from the database's at its last heartbeat
+	// (the database's less its own; the server keeps the database's time).
+	ClockOffset time.Duration
 }
 
 // Servers lists the servers sharing the store (a dead one until its connections are ended),
 // most recently alive first.
 func (s *Store) Servers(ctx context.Context) ([]Server, error) {
-	rows, err := s.queryRows(ctx, `SELECT s.id, s.started_at, s.last_seen,
+	rows, err := s.queryRows(ctx, `SELECT s.id, s.started_at, s.last_seen, s.clock_offset,
 		(SELECT COUNT(*) FROM agents a WHERE a.server_id = s.id AND a.connected = ?) FROM servers s ORDER BY s.last_seen DESC, s.id`, true)
 	return collect(rows, err, "servers", func(r interface{ Scan(...any) error }) (Server, error) {
 		var sv Server
-		return sv, r.Scan(&sv.ID, &sv.StartedAt, &sv.LastSeen, &sv.Agents)
+		var off int64
+		err := r.Scan(&sv.ID, &sv.StartedAt, &sv.LastSeen, &off, &sv.Agents)
+		sv.ClockOffset = time.Duration(off) * time.Microsecond
+		return sv, err
 	})
 }
 

@@ -37,12 +37,12 @@ func TestDeadServersConnections(t *testing.T) {
 			})
 		}
 		at(1_000)
-		write(func(tx *store.Tx) error { return tx.ServerAlive(ctx, "dead") })
+		write(func(tx *store.Tx) error { return tx.ServerAlive(ctx, "dead", 0) })
 		connect("a-dead", "dead")
 		connect("a-left", "dead")
 		connect("a-unknown", "")
 		at(5_000)
-		write(func(tx *store.Tx) error { return tx.ServerAlive(ctx, "live") })
+		write(func(tx *store.Tx) error { return tx.ServerAlive(ctx, "live", 0) })
 		connect("a-live", "live")
 		connect("a-self", "self")
 		write(func(tx *store.Tx) error { return tx.AgentGone(ctx, "a-left", "a-left-c") })
@@ -94,6 +94,44 @@ func TestDeadServersConnections(t *testing.T) {
 			if want := a.ID != "a-left"; a.Connected != want {
 				t.Errorf("%s connected %v, want %v", a.ID, a.Connected, want)
 			}
+		}
+	})
+}
+
+// TestSyncClock: on PostgreSQL the store's time is the database's — a local clock an hour off
+// is corrected by SyncClock, and a clock a test sets by hand is left alone; on SQLite (one
+// process, the store's only clock) the local clock is the store's.
+func TestSyncClock(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		at := func() time.Time {
+			t.Helper()
+			var us int64
+			if err := st.Write(ctx, func(tx *store.Tx) error { us = tx.At(); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			return time.UnixMicro(us)
+		}
+		near := func(got, want time.Time) bool { return got.Sub(want).Abs() < 2*time.Second }
+		st.SetLocalClock(func() time.Time { return time.Now().Add(time.Hour) })
+		if got := at(); !near(got, time.Now().Add(time.Hour)) {
+			t.Fatalf("before syncing, the store's time is %s, want the local clock's", got)
+		}
+		off, err := st.SyncClock(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Engine() == store.SQLite {
+			if off != 0 || !near(at(), time.Now().Add(time.Hour)) {
+				t.Fatalf("SQLite: offset %s, time %s; want the local clock's", off, at())
+			}
+		} else if !near(time.Now().Add(-off), time.Now().Add(time.Hour)) || !near(at(), time.Now()) {
+			t.Fatalf("PostgreSQL: offset %s, time %s; want the database's (now)", off, at())
+		}
+		fixed := time.UnixMicro(1_000_000_000)
+		st.SetClock(func() time.Time { return fixed })
+		if off, err := st.SyncClock(ctx); err != nil || off != 0 || !at().Equal(fixed) {
+			t.Fatalf("a clock set by hand: offset %s (%v), time %s; want it as set", off, err, at())
 		}
 	})
 }

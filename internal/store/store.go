@@ -48,8 +48,12 @@ type Store struct {
 	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
 	// per database (database/sql prepares them once per connection).
 	writeStmts, readStmts stmtCache
-	// now is the clock (tests replace it while the store runs).
-	now atomic.Pointer[func() time.Time]
+	// now is the local clock (tests replace it while the store runs). On PostgreSQL the
+	// store's time is the database's: offset, measured by SyncClock, is added to the local
+	// clock, unless a test set the clock by hand (manual).
+	now    atomic.Pointer[func() time.Time]
+	offset atomic.Int64
+	manual atomic.Bool
 	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
 	// commitLoop), each in its own savepoint.
 	writes chan *writeReq
@@ -143,7 +147,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{engine: engine}
-	s.SetClock(time.Now)
+	s.SetLocalClock(time.Now)
 	switch engine {
 	case SQLite:
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
@@ -267,11 +271,54 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// SetClock replaces the clock (tests).
-func (s *Store) SetClock(now func() time.Time) { s.now.Store(&now) }
+// SetClock replaces the store's clock by one a test moves by hand: it is used as it is, and
+// SyncClock no longer corrects it.
+func (s *Store) SetClock(now func() time.Time) {
+	s.manual.Store(true)
+	s.offset.Store(0)
+	s.now.Store(&now)
+}
 
-// Now is the store's clock in Unix microseconds.
-func (s *Store) nowMicros() int64 { return (*s.now.Load())().UnixMicro() }
+// SetLocalClock replaces the local clock that SyncClock corrects (a test of a machine whose
+// clock is off).
+func (s *Store) SetLocalClock(now func() time.Time) {
+	s.manual.Store(false)
+	s.now.Store(&now)
+}
+
+// nowMicros is the store's clock in Unix microseconds.
+func (s *Store) nowMicros() int64 { return (*s.now.Load())().UnixMicro() + s.offset.Load() }
+
+// maxClockRoundTrip bounds the round trip of a clock reading SyncClock trusts: the reading is
+// taken as of the middle of it.
+const maxClockRoundTrip = time.Second
+
+// SyncClock makes the store's clock the database's (PostgreSQL): it reads the database's clock
+// and keeps how far the local clock is from it, which every transaction's time (Tx.At) then
+// adds. Servers sharing a store judge each other's heartbeats, leases and agents' departures by
+// these times, so one whose clock is off (NTP down) must not see the others as dead, nor be
+// seen so. It returns the offset in use (the database's time less the local clock). On SQLite,
+// whose one process is the store's only clock, and with a clock set by hand, it does nothing.
+func (s *Store) SyncClock(ctx context.Context) (time.Duration, error) {
+	if s.engine != Postgres || s.manual.Load() {
+		return time.Duration(s.offset.Load()) * time.Microsecond, nil
+	}
+	local := *s.now.Load()
+	var db int64
+	t0 := local()
+	err := s.read.QueryRowContext(ctx, `SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint`).Scan(&db)
+	t1 := local()
+	current := time.Duration(s.offset.Load()) * time.Microsecond
+	if err != nil {
+		return current, fmt.Errorf("reading the database's clock: %w", err)
+	}
+	if rtt := t1.Sub(t0); rtt > maxClockRoundTrip {
+		return current, fmt.Errorf("reading the database's clock took %s (at most %s is trusted): offset kept at %s", rtt, maxClockRoundTrip, current)
+	}
+	off := db - (t0.UnixMicro()+t1.UnixMicro())/2
+	s.offset.Store(off)
+	return time.Duration(off) * time.Microsecond, nil
+}
 
 // bind rewrites ? placeholders to $n for PostgreSQL (queries never hold a literal '?').
 func (s *Store) bind(q string) string {

@@ -2134,11 +2134,15 @@ func (x *DoctorAgent) GetRenewalOverdue() bool {
 // default; one silent for the peer timeout, 30 s, counts as dead and its agents' connections
 // end), and the agent connections it holds.
 type DoctorServer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	StartedAt     string                 `protobuf:"bytes,2,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	LastSeen      string                 `protobuf:"bytes,3,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	Agents        int32                  `protobuf:"varint,4,opt,name=agents,proto3" json:"agents,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	StartedAt string                 `protobuf:"bytes,2,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	LastSeen  string                 `protobuf:"bytes,3,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	Agents    int32                  `protobuf:"varint,4,opt,name=agents,proto3" json:"agents,omitempty"`
+	// How far the server's own clock was from the database's at its last heartbeat (a Go
+	// duration, "-45.2s": the database's time less the server's). Servers keep the database's
+	// time, so an offset breaks nothing; a large one says the host's NTP is not working.
+	ClockOffset   string `protobuf:"bytes,5,opt,name=clock_offset,json=clockOffset,proto3" json:"clock_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2199,6 +2203,13 @@ func (x *DoctorServer) GetAgents() int32 {
 		return x.Agents
 	}
 	return 0
+}
+
+func (x *DoctorServer) GetClockOffset() string {
+	if x != nil {
+		return x.ClockOffset
+	}
+	return ""
 }
 
 type DoctorResponse struct {
@@ -7156,13 +7167,14 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\x12\x16\n" +
 	"\x06server\x18\x06 \x01(\tR\x06server\x12!\n" +
 	"\fcert_expires\x18\a \x01(\tR\vcertExpires\x12'\n" +
-	"\x0frenewal_overdue\x18\b \x01(\bR\x0erenewalOverdue\"r\n" +
+	"\x0frenewal_overdue\x18\b \x01(\bR\x0erenewalOverdue\"\x95\x01\n" +
 	"\fDoctorServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
 	"started_at\x18\x02 \x01(\tR\tstartedAt\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\tR\blastSeen\x12\x16\n" +
-	"\x06agents\x18\x04 \x01(\x05R\x06agents\"\x96\x02\n" +
+	"\x06agents\x18\x04 \x01(\x05R\x06agents\x12!\n" +
+	"\fclock_offset\x18\x05 \x01(\tR\vclockOffset\"\x96\x02\n" +
 	"\x0eDoctorResponse\x12-\n" +
 	"\x06failed\x18\x01 \x03(\v2\x15.bcd.v1.DoctorFindingR\x06failed\x121\n" +
 	"\bstranded\x18\x02 \x03(\v2\x15.bcd.v1.DoctorFindingR\bstranded\x124\n" +
