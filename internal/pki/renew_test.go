@@ -2,7 +2,10 @@ package pki
 
 import (
 	"crypto/ecdsa"
+	"crypto/tls"
 	"crypto/x509"
+	"math/big"
+	"sync"
 	"testing"
 	"time"
 )
@@ -144,5 +147,51 @@ func TestServerCertRenews(t *testing.T) {
 	}
 	if _, err := NewServerCert(nil, nil, ttl, nil); err == nil {
 		t.Fatal("a server certificate without a CA")
+	}
+}
+
+// A server serving ServerCert.TLSConfig presents the renewed certificate at the first handshake
+// after its renewal time, and clients (trusting the CA, requiring the server identity) accept it.
+func TestServerCertHandshakes(t *testing.T) {
+	ca, err := CreateCA("tls CA", time.Now().Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	now := time.Now()
+	sc, err := NewServerCert(ca, []string{"127.0.0.1"}, 30*time.Second, func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	presented := func() *big.Int {
+		t.Helper()
+		addr, res := serveOnce(t, sc.TLSConfig())
+		cfg := ClientTLSConfig(ca.CertPEM(), tls.Certificate{})
+		cfg.ServerName = "127.0.0.1"
+		var serial *big.Int
+		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
+			c, err := x509.ParseCertificate(raw[0])
+			if err == nil {
+				serial = c.SerialNumber
+			}
+			return err
+		}
+		if err := dial(addr, cfg); err != nil {
+			t.Fatalf("handshake: %v", err)
+		}
+		if r := <-res; r.err != nil {
+			t.Fatalf("server side: %v", r.err)
+		}
+		return serial
+	}
+	first := presented()
+	if again := presented(); again.Cmp(first) != 0 {
+		t.Fatal("renewed before its time")
+	}
+	mu.Lock()
+	now = now.Add(25 * time.Second) // past two thirds of 30 s
+	mu.Unlock()
+	if renewed := presented(); renewed.Cmp(first) == 0 {
+		t.Fatal("the handshake after the renewal time got the first certificate")
 	}
 }
