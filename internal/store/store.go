@@ -293,9 +293,15 @@ func (s *Store) nowMicros() int64 { return (*s.now.Load())().UnixMicro() + s.off
 // taken as of the middle of it.
 const maxClockRoundTrip = time.Second
 
-// SyncClock makes the store's clock the database's (PostgreSQL): it reads the database's clock
-// and keeps how far the local clock is from it, which every transaction's time (Tx.At) then
-// adds. Servers sharing a store judge each other's heartbeats, leases and agents' departures by
+// TrustedClockOffset is how far from the database's a local clock may be and still be used as it
+// is. NTP keeps hosts within milliseconds of each other, and a reading is only as good as half
+// its round trip: correcting a good clock by a reading would put servers' times further apart
+// (a ramdisk's arrival recorded by one server before the step another started), not closer.
+const TrustedClockOffset = time.Second
+
+// SyncClock makes the store's clock the database's (PostgreSQL) when the local clock is off by
+// TrustedClockOffset or more: it reads the database's clock and keeps how far the local clock is
+// from it, which every transaction's time (Tx.At) then adds. Servers sharing a store judge each other's heartbeats, leases and agents' departures by
 // these times, so one whose clock is off (NTP down) must not see the others as dead, nor be
 // seen so. It returns the offset in use (the database's time less the local clock). On SQLite,
 // whose one process is the store's only clock, and with a clock set by hand, it does nothing.
@@ -316,6 +322,9 @@ func (s *Store) SyncClock(ctx context.Context) (time.Duration, error) {
 		return current, fmt.Errorf("reading the database's clock took %s (at most %s is trusted): offset kept at %s", rtt, maxClockRoundTrip, current)
 	}
 	off := db - (t0.UnixMicro()+t1.UnixMicro())/2
+	if time.Duration(off).Abs()*time.Microsecond < TrustedClockOffset {
+		off = 0
+	}
 	s.offset.Store(off)
 	return time.Duration(off) * time.Microsecond, nil
 }
