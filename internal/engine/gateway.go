@@ -47,7 +47,11 @@ func (g *Gateway) Wrap(h http.Handler) http.Handler {
 // ramdisk): its arrival completes await-rejoin steps.
 const RoleOS = "role:os"
 
+// agentOf is the engine's view of a gateway agent. A node-tenant certificate is the installed
+// OS's, whatever its hello says: only the node's own certificate can be its ramdisk (which runs
+// and attests the node's commands).
 func agentOf(ctx context.Context, a gateway.AgentRef, os bool) Agent {
+	os = os || a.Kind == pki.KindNodeTenant
 	c, _ := ctx.Value(connKey{}).(conn)
 	switch a.Kind {
 	case pki.KindSiteAgent:

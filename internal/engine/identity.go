@@ -61,23 +61,32 @@ func (e *Engine) JoinSite(ctx context.Context, token string, csrDER []byte) (cer
 
 // JoinNode consumes a node's one-time token (discovery token of its boot entry: kind "node";
 // instance token of the installed OS: kind "os") and certifies the key for the node's current
-// identity generation. A token minted for an older generation is refused.
+// identity generation. A token minted for an older generation is refused. The ramdisk gets the
+// node's platform identity (a node certificate: it attests wipes); the installed OS, which its
+// lessee controls, gets a node-tenant certificate, which never attests and never counts as the
+// node's ramdisk.
 func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind string) (certDER []byte, nodeID string, gen uint64, err error) {
 	if kind != "node" && kind != "os" {
 		return nil, "", 0, fmt.Errorf("node join kind %q: accepted are node and os", kind)
 	}
-	// Signing the certificate is the join's costly part: it is done before the write
-	// transaction, for the node and generation the token names, and used only when the
-	// transaction finds the same (else it signs again inside).
-	hash := pki.HashToken(token)
 	ttl := e.cfg.NodeCertTTL
 	if kind == "os" {
 		ttl = e.cfg.OSCertTTL
 	}
+	issue := func(nodeID, tenantID string, gen uint64) ([]byte, error) {
+		if kind == "os" {
+			return e.ca.IssueNodeTenant(csrDER, nodeID, tenantID, gen, ttl, time.Now())
+		}
+		return e.ca.IssueNode(csrDER, nodeID, gen, ttl, time.Now())
+	}
+	// Signing the certificate is the join's costly part: it is done before the write
+	// transaction, for the node, tenant and generation the token names, and used only when the
+	// transaction finds the same (else it signs again inside).
+	hash := pki.HashToken(token)
 	var preCert []byte
-	preNode, preGen, err := e.st.JoinTokenNode(ctx, hash)
+	preNode, preTenant, preGen, err := e.st.JoinTokenNode(ctx, hash)
 	if err == nil && preNode != "" {
-		preCert, _ = e.ca.IssueNode(csrDER, preNode, preGen, ttl, time.Now())
+		preCert, _ = issue(preNode, preTenant, preGen)
 	}
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		jt, err := tx.UseJoinToken(ctx, hash, kind, csrKeyHash(csrDER), joinRetryWindow)
@@ -91,9 +100,9 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 		if n.IdentityGeneration != jt.Generation {
 			return fmt.Errorf("token of generation %d, node is at %d: %w", jt.Generation, n.IdentityGeneration, store.ErrTokenInvalid)
 		}
-		if preCert != nil && preNode == n.ID && preGen == n.IdentityGeneration {
+		if preCert != nil && preNode == n.ID && preTenant == n.TenantID && preGen == n.IdentityGeneration {
 			certDER = preCert
-		} else if certDER, err = e.ca.IssueNode(csrDER, n.ID, n.IdentityGeneration, ttl, time.Now()); err != nil {
+		} else if certDER, err = issue(n.ID, n.TenantID, n.IdentityGeneration); err != nil {
 			return err
 		}
 		nodeID, gen = n.ID, n.IdentityGeneration

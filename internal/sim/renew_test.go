@@ -115,3 +115,56 @@ func TestRenewCertificate(t *testing.T) {
 		}
 	})
 }
+
+// TestJoinIdentities: a ramdisk (discovery token) gets the node's platform identity, which
+// attests; the installed OS (instance token), which its lessee controls, gets a node-tenant
+// certificate naming the node's tenant, which never attests — and keeps it when renewed.
+func TestJoinIdentities(t *testing.T) {
+	ctx := context.Background()
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		h, ids := start(t, st, 1)
+		n := rest(t, h, ids)[ids[0]]
+		for _, tc := range []struct {
+			kind, prefix string
+			want         pki.Identity
+		}{
+			{"node", pki.DiscoveryTokenPrefix, pki.NodeIdentity(n.ID, n.IdentityGeneration)},
+			{"os", pki.InstanceTokenPrefix, pki.NodeTenantIdentity(n.ID, n.TenantID, n.IdentityGeneration)},
+		} {
+			t.Run(tc.kind, func(t *testing.T) {
+				plain, hash, err := pki.NewToken(tc.prefix)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := st.Write(ctx, func(tx *store.Tx) error {
+					return tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: tc.kind, SiteID: h.SiteID, NodeID: n.ID, CommandID: "test-" + tc.kind,
+						Generation: n.IdentityGeneration, ExpiresAt: tx.At() + time.Hour.Microseconds()})
+				}); err != nil {
+					t.Fatal(err)
+				}
+				_, csr, err := pki.NewKeyAndCSR("agent")
+				if err != nil {
+					t.Fatal(err)
+				}
+				der, nodeID, _, err := h.Engine.JoinNode(ctx, plain, csr, tc.kind)
+				if err != nil || nodeID != n.ID {
+					t.Fatalf("join: node %q, %v", nodeID, err)
+				}
+				_, id, err := h.CA.Verify(der, time.Now())
+				if err != nil || id != tc.want {
+					t.Fatalf("joined as %s (%v), want %s", id, err, tc.want)
+				}
+				if id.CanAttest() != (tc.kind == "node") {
+					t.Fatalf("%s certificate: can attest %v", tc.kind, id.CanAttest())
+				}
+				renewed, err := h.Engine.RenewCertificate(ctx, der)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, id, err := h.CA.Verify(renewed, time.Now()); err != nil || id != tc.want {
+					t.Fatalf("renewed as %s (%v), want %s", id, err, tc.want)
+				}
+			})
+		}
+	})
+}

@@ -793,17 +793,17 @@ func (t *Tx) InsertJoinToken(ctx context.Context, jt JoinToken) error {
 	return nil
 }
 
-// JoinTokenNode reads the node and identity generation a join token names, outside any
+// JoinTokenNode reads the node (and its tenant) and identity generation a join token names, outside any
 // transaction: a hint only (UseJoinToken decides), so that what is costly to prepare for the join
 // can be prepared before it.
-func (s *Store) JoinTokenNode(ctx context.Context, hash []byte) (string, uint64, error) {
-	var nodeID string
-	var gen int64
-	err := s.queryRow(ctx, `SELECT node_id, generation FROM join_tokens WHERE hash = ?`, hash).Scan(&nodeID, &gen)
+func (s *Store) JoinTokenNode(ctx context.Context, hash []byte) (nodeID, tenantID string, gen uint64, err error) {
+	var g int64
+	err = s.queryRow(ctx, `SELECT j.node_id, COALESCE(n.tenant_id, ''), j.generation FROM join_tokens j LEFT JOIN nodes n ON n.id = j.node_id
+		WHERE j.hash = ?`, hash).Scan(&nodeID, &tenantID, &g)
 	if errors.Is(err, sql.ErrNoRows) {
-		return "", 0, ErrTokenInvalid
+		return "", "", 0, ErrTokenInvalid
 	}
-	return nodeID, uint64(gen), err
+	return nodeID, tenantID, uint64(g), err
 }
 
 // ErrTokenInvalid is a join token that is unknown, used, expired or of another kind.
