@@ -301,10 +301,11 @@ const TrustedClockOffset = time.Second
 
 // SyncClock makes the store's clock the database's (PostgreSQL) when the local clock is off by
 // TrustedClockOffset or more: it reads the database's clock and keeps how far the local clock is
-// from it, which every transaction's time (Tx.At) then adds. Servers sharing a store judge each other's heartbeats, leases and agents' departures by
-// these times, so one whose clock is off (NTP down) must not see the others as dead, nor be
-// seen so. It returns the offset in use (the database's time less the local clock). On SQLite,
-// whose one process is the store's only clock, and with a clock set by hand, it does nothing.
+// from it, which every transaction's time (Tx.At) then adds. Servers sharing a store judge each
+// other's heartbeats, leases and agents' departures by these times, so one whose clock is off
+// (NTP down) must not see the others as dead, nor be seen so. It returns the offset in use (the
+// database's time less the local clock). On SQLite, whose one process is the store's only
+// clock, and with a clock set by hand, it does nothing.
 func (s *Store) SyncClock(ctx context.Context) (time.Duration, error) {
 	if s.engine != Postgres || s.manual.Load() {
 		return time.Duration(s.offset.Load()) * time.Microsecond, nil
