@@ -168,3 +168,57 @@ func TestJoinIdentities(t *testing.T) {
 		}
 	})
 }
+
+// TestReleaseRevokesTheLeasesIdentities: a release begins by revoking the node's identity, so a
+// node certificate from the lease (the deploy ramdisk's key, which the kexec leaves in the
+// lessee's memory) can neither be renewed nor sign the release's wipe, which is made for the new
+// generation.
+func TestReleaseRevokesTheLeasesIdentities(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"})
+	leased := rest(t, h, ids)[ids[0]]
+	if leased.State != "deployed" {
+		t.Fatalf("deploy: %s %s", leased.State, leased.FaultMsg)
+	}
+	key, csr, err := pki.NewKeyAndCSR("deploy ramdisk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := h.CA.IssueNode(csr, leased.ID, leased.IdentityGeneration, 7*24*time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{})
+	released := rest(t, h, ids)[ids[0]]
+	if released.State != "ready" || released.IdentityGeneration <= leased.IdentityGeneration {
+		t.Fatalf("after the release: %s at generation %d (deployed at %d)", released.State, released.IdentityGeneration, leased.IdentityGeneration)
+	}
+	if _, err := h.Engine.RenewCertificate(ctx, kept); !errors.Is(err, pki.ErrIdentityRevoked) {
+		t.Fatalf("renewing the lease's node certificate: %v", err)
+	}
+	cmds, err := st.Commands(ctx, ids[0], 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wipe store.Command
+	for _, c := range cmds {
+		if c.Kind == "disk.wipe" && c.State == "succeeded" {
+			wipe = c // the last one: the release's
+		}
+	}
+	if wipe.Generation != released.IdentityGeneration {
+		t.Fatalf("the release's wipe was made for generation %d, the node is at %d", wipe.Generation, released.IdentityGeneration)
+	}
+	// The kept key signs the wipe's statement: it does not verify for the node now.
+	st0 := pki.Statement{CommandID: wipe.ID, NodeID: wipe.NodeID, Kind: wipe.Kind, Generation: leased.IdentityGeneration, ResultSHA256: pki.ResultDigest([]byte(wipe.Result))}
+	sig, err := pki.SignStatement(key, st0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pki.VerifyStatement(h.CA, kept, st0, sig, released.IdentityGeneration, time.Now()); !errors.Is(err, pki.ErrIdentityRevoked) {
+		t.Fatalf("a wipe signed with the lease's key: %v", err)
+	}
+}

@@ -293,9 +293,12 @@ func Builtin() []Profile {
 		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh"), s("metal.linger")}},
 		{Name: "metal-commission", Steps: []Step{s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
-		{Name: "metal-release", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), powerOffOrLinger[0], powerOffOrLinger[1]},
+		// Release and retire begin by revoking the node's identity: nothing certified while a
+		// lessee had the machine (the installed OS's certificate; the deploy ramdisk's key, which
+		// a kexec leaves in the lessee's memory) can speak for the node, nor sign its wipe.
+		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
-		{Name: "metal-retire", Steps: []Step{s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
+		{Name: "metal-retire", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-rescue", Steps: []Step{s("metal.ensureRamdisk")}},
 		{Name: "metal-unrescue", Steps: []Step{s("management.setBootDevice", "device", "disk", "persistent", "true"), s("boot.prepareInstance"), s("power.cycle"), s("await.rejoin")},
