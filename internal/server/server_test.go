@@ -192,7 +192,13 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 			wipe = c
 		}
 	}
-	if err := srv.Engine().NodeSignedResult(wipe, 1); err != nil {
+	// The release revoked the identity of the lease first: its wipe was made, and signed, for
+	// the generation after the commissioning's.
+	if wipe.Generation != 2 {
+		t.Errorf("the release's wipe was made for generation %d, want 2 (the release begins by revoking 1)", wipe.Generation)
+	}
+	gen := wipe.Generation
+	if err := srv.Engine().NodeSignedResult(wipe, gen); err != nil {
 		t.Fatalf("honest wipe result: %v", err)
 	}
 	altered := wipe
@@ -204,11 +210,11 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	forged.ResultSig = append([]byte(nil), wipe.ResultSig...)
 	forged.ResultSig[len(forged.ResultSig)-1] ^= 1
 	for name, c := range map[string]store.Command{"altered result": altered, "forged signature": forged} {
-		if err := srv.Engine().NodeSignedResult(c, 1); err == nil {
+		if err := srv.Engine().NodeSignedResult(c, gen); err == nil {
 			t.Errorf("%s accepted", name)
 		}
 	}
-	if err := srv.Engine().NodeSignedResult(wipe, 2); err == nil {
+	if err := srv.Engine().NodeSignedResult(wipe, gen+1); err == nil {
 		t.Error("a result signed under a revoked identity generation accepted")
 	}
 
