@@ -66,3 +66,23 @@ func TestTakenDeadline(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // part of the error; "" for none
+	}{
+		{"defaults", Config{}, ""},
+		{"short-lived certificates (tests)", Config{SiteCertTTL: 3 * time.Second, NodeCertTTL: time.Minute, OSCertTTL: time.Hour}, ""},
+		{"two years", Config{OSCertTTL: 2 * 365 * 24 * time.Hour}, ""},
+		{"over two years", Config{SiteCertTTL: 3 * 365 * 24 * time.Hour}, "site agent certificate lifetime 26280h0m0s: accepted is up to 17520h0m0s"},
+		{"negative", Config{NodeCertTTL: -time.Hour}, "ramdisk certificate lifetime -1h0m0s"},
+		{"negative queue timeout", Config{QueueTimeout: -time.Minute}, "queue timeout -1m0s: accepted is a positive duration"},
+	} {
+		err := tc.cfg.Check()
+		if (tc.want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}

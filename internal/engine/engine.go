@@ -85,6 +85,23 @@ type SecretOpener interface {
 	OpenSecret(ctx context.Context, ref string) ([]byte, error)
 }
 
+// Check refuses settings the engine cannot work with, saying what is accepted. Zero values
+// take the defaults and pass.
+func (c Config) Check() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"site agent certificate lifetime", c.SiteCertTTL}, {"ramdisk certificate lifetime", c.NodeCertTTL}, {"installed OS certificate lifetime", c.OSCertTTL}} {
+		if d.v < 0 || d.v > pki.MaxLeafTTL {
+			return fmt.Errorf("%s %s: accepted is up to %s (0: the default)", d.name, d.v, pki.MaxLeafTTL)
+		}
+	}
+	if c.QueueTimeout < 0 {
+		return fmt.Errorf("queue timeout %s: accepted is a positive duration (0: the default, %s)", c.QueueTimeout, DefaultQueueTimeout)
+	}
+	return nil
+}
+
 func (c Config) withDefaults() Config {
 	if c.Name == "" {
 		c.Name = "engine"

@@ -119,6 +119,9 @@ type Server struct {
 // New opens the store and binds the listener.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	cfg = cfg.WithDefaults()
+	if err := cfg.Engine.Check(); err != nil {
+		return nil, fmt.Errorf("configuring the engine: %w", err)
+	}
 	var key []byte
 	var err error
 	if cfg.Key != "" {
