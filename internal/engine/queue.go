@@ -291,9 +291,6 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// judgesPeers says whether this server, at store time now, has been recording that it is alive
-// for at least PeerTimeout without a gap: only then may it take another server's silence for
-// death (after the store itself was out, every server is silent for a while).
 // clockWarnAt is how far off the database's clock this server's may be before it says so.
 const clockWarnAt = time.Second
 
@@ -318,6 +315,9 @@ func (e *Engine) syncClock(ctx context.Context) time.Duration {
 	return off
 }
 
+// judgesPeers says whether this server, at store time now, has been recording that it is alive
+// for at least PeerTimeout without a gap: only then may it take another server's silence for
+// death (after the store itself was out, every server is silent for a while).
 func (e *Engine) judgesPeers(now int64) bool {
 	e.beatMu.Lock()
 	defer e.beatMu.Unlock()
