@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -51,9 +50,9 @@ func serverCmd(g *globals) *cobra.Command {
 	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
 	f.DurationVar(&cfg.Engine.FastTrackWindow, "fast-track-window", 0, "how long a ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot, where the node's pool sets no fastTrackWindow (0: off, the BMC powers the node off at once)")
 	f.DurationVar(&cfg.Engine.QueueTimeout, "queue-timeout", engine.DefaultQueueTimeout, "how long a step's command may wait for an agent to take it before the step fails (its own timeout runs from when an agent takes it)")
-	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", 90*24*time.Hour, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
-	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", 7*24*time.Hour, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
-	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", 90*24*time.Hour, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
+	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", engine.DefaultSiteCertTTL, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
+	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
+	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
 	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	return cmd
 }

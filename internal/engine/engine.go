@@ -72,6 +72,13 @@ type Config struct {
 	QueueTimeout time.Duration
 }
 
+// Default certificate lifetimes (Config.SiteCertTTL, NodeCertTTL, OSCertTTL).
+const (
+	DefaultSiteCertTTL = 90 * 24 * time.Hour
+	DefaultNodeCertTTL = 7 * 24 * time.Hour
+	DefaultOSCertTTL   = 90 * 24 * time.Hour
+)
+
 // Observer is told what finished and how long it took: a command from queued to its final
 // state (succeeded, failed, lost), a workflow from its start to its end (succeeded, failed,
 // aborted).
@@ -134,9 +141,9 @@ func (c Config) withDefaults() Config {
 			*v = d
 		}
 	}
-	defd(&c.SiteCertTTL, 90*24*time.Hour)
-	defd(&c.NodeCertTTL, 7*24*time.Hour)
-	defd(&c.OSCertTTL, 90*24*time.Hour)
+	defd(&c.SiteCertTTL, DefaultSiteCertTTL)
+	defd(&c.NodeCertTTL, DefaultNodeCertTTL)
+	defd(&c.OSCertTTL, DefaultOSCertTTL)
 	defd(&c.QueueTimeout, DefaultQueueTimeout)
 	return c
 }
