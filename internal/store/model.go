@@ -514,8 +514,20 @@ type EventFilter struct {
 	Limit    int
 }
 
+// eventCols are the columns scanEvent reads.
+const eventCols = `id, at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data`
+
+// scanEvent reads a row of eventCols, and into extra the columns selected after them.
+func scanEvent(r interface{ Scan(...any) error }, extra ...any) (Event, error) {
+	var e Event
+	var id int64
+	err := r.Scan(append([]any{&id, &e.At, &e.TenantID, &e.NodeID, &e.Actor, &e.Kind, &e.FromState, &e.ToState, &e.Reason, &e.Data}, extra...)...)
+	e.ID = uint64(id)
+	return e, err
+}
+
 func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
-	rows, err := s.queryRows(ctx, `SELECT id, at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data FROM events
+	rows, err := s.queryRows(ctx, `SELECT `+eventCols+` FROM events
 		WHERE id > ? AND (? = '' OR node_id = ?) AND (? = '' OR tenant_id = ?) ORDER BY id LIMIT ?`,
 		int64(f.AfterID), f.NodeID, f.NodeID, f.TenantID, f.TenantID, f.Limit)
 	if err != nil {
@@ -524,12 +536,10 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	defer rows.Close()
 	var out []Event
 	for rows.Next() {
-		var e Event
-		var id int64
-		if err := rows.Scan(&id, &e.At, &e.TenantID, &e.NodeID, &e.Actor, &e.Kind, &e.FromState, &e.ToState, &e.Reason, &e.Data); err != nil {
+		e, err := scanEvent(rows)
+		if err != nil {
 			return nil, fmt.Errorf("reading event: %w", err)
 		}
-		e.ID = uint64(id)
 		out = append(out, e)
 	}
 	return out, rows.Err()
@@ -566,7 +576,7 @@ func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) (
 		}
 		xid, id = x, n
 	}
-	rows, err := s.queryRows(ctx, `SELECT id, at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data, xid::text FROM events
+	rows, err := s.queryRows(ctx, `SELECT `+eventCols+`, xid::text FROM events
 		WHERE (xid, id) > (?::xid8, ?) AND xid < pg_snapshot_xmin(pg_current_snapshot())
 		AND (? = '' OR node_id = ?) AND (? = '' OR tenant_id = ?) ORDER BY xid, id LIMIT ?`,
 		xid, id, f.NodeID, f.NodeID, f.TenantID, f.TenantID, f.Limit)
@@ -576,14 +586,12 @@ func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) (
 	defer rows.Close()
 	var out []Event
 	for rows.Next() {
-		var e Event
-		var eid int64
-		if err := rows.Scan(&eid, &e.At, &e.TenantID, &e.NodeID, &e.Actor, &e.Kind, &e.FromState, &e.ToState, &e.Reason, &e.Data, &xid); err != nil {
+		e, err := scanEvent(rows, &xid)
+		if err != nil {
 			return nil, "", fmt.Errorf("reading event: %w", err)
 		}
-		e.ID = uint64(eid)
 		out = append(out, e)
-		cursor = xid + ":" + strconv.FormatInt(eid, 10)
+		cursor = xid + ":" + strconv.FormatUint(e.ID, 10)
 	}
 	return out, cursor, rows.Err()
 }
