@@ -169,8 +169,8 @@ func (e *Engine) RenewCertificate(ctx context.Context, certDER []byte) ([]byte, 
 		}
 		ev.Data = fmt.Sprintf(`{"agent":%q,"notAfter":%q}`, id.URI(), renewed.NotAfter.UTC().Format(time.RFC3339))
 		if id.Kind == pki.KindSiteAgent {
-			renewAt := pki.RenewAt(renewed.NotBefore, renewed.NotAfter)
-			if err := tx.AgentCertificate(ctx, id.AgentID, renewAt.UnixMicro(), renewed.NotAfter.UnixMicro()); err != nil {
+			renewAt, notAfter := certTimes(renewed)
+			if err := tx.AgentCertificate(ctx, id.AgentID, renewAt, notAfter); err != nil {
 				return err
 			}
 		}
@@ -182,9 +182,14 @@ func (e *Engine) RenewCertificate(ctx context.Context, certDER []byte) ([]byte, 
 	return der, nil
 }
 
-// certTimes are when a certificate is due for renewal and when it expires (microseconds; 0 and
-// 0 without one).
-func certTimes(certDER []byte) (renewAt, notAfter int64) {
+// certTimes are when certificate c is due for renewal and when it expires (microseconds).
+func certTimes(c *x509.Certificate) (renewAt, notAfter int64) {
+	return pki.RenewAt(c.NotBefore, c.NotAfter).UnixMicro(), c.NotAfter.UnixMicro()
+}
+
+// certTimesOf is certTimes of a DER certificate: 0 and 0 for none (agents in process have
+// none) or for one that does not parse.
+func certTimesOf(certDER []byte) (renewAt, notAfter int64) {
 	if len(certDER) == 0 {
 		return 0, 0
 	}
@@ -192,5 +197,5 @@ func certTimes(certDER []byte) (renewAt, notAfter int64) {
 	if err != nil {
 		return 0, 0
 	}
-	return pki.RenewAt(c.NotBefore, c.NotAfter).UnixMicro(), c.NotAfter.UnixMicro()
+	return certTimes(c)
 }

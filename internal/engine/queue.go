@@ -205,7 +205,7 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
 	e.sent[a.ID] = &offered{conn: a.ConnID, ids: map[string]bool{}}
 	e.sentMu.Unlock()
-	renewAt, notAfter := certTimes(a.CertDER)
+	renewAt, notAfter := certTimesOf(a.CertDER)
 	var fx effects
 	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {

@@ -60,13 +60,7 @@ func agentCertificatesRenewed(t *testing.T, e store.Engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for bytes.Equal(l.CertDER(), first.Raw) {
-		if time.Now().After(deadline) {
-			t.Fatal("the site agent's certificate was not renewed within 15 s (it lives 3 s)")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 15*time.Second, "the site agent's certificate renewed (it lives 3 s)", func() bool { return !bytes.Equal(l.CertDER(), first.Raw) })
 	evs, err := st.Events(ctx, store.EventFilter{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
