@@ -57,3 +57,30 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		})
 	}
 }
+
+// The writer's commits reach the disk before they return (synchronous FULL in WAL mode): an
+// agent runs a command only once its acknowledgement is committed, so a commit that a power
+// loss could take back would let a second agent run it. NORMAL, which the readers use, keeps
+// the last commits only until the next power loss.
+func TestWriterCommitsAreDurable(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var journal string
+	var synchronous int
+	err = s.Write(ctx, func(tx *Tx) error {
+		if err := tx.queryRow(ctx, "PRAGMA journal_mode").Scan(&journal); err != nil {
+			return err
+		}
+		return tx.queryRow(ctx, "PRAGMA synchronous").Scan(&synchronous)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if journal != "wal" || synchronous != 2 {
+		t.Fatalf("writer: journal_mode %q, synchronous %d; want wal and 2 (FULL)", journal, synchronous)
+	}
+}

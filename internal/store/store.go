@@ -153,10 +153,13 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
-		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
+		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
-		// queued commands, the queue); SQLite's default is 2 MiB.
-		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
+		// queued commands, the queue); SQLite's default is 2 MiB. Its commits are synchronous
+		// (FULL): the WAL is flushed to disk before a commit returns, so what a caller was told
+		// is stored (an acknowledgement an agent then acts on, a one-time token spent, a wipe's
+		// proof) survives a power loss, not only a crash of the process.
+		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(FULL)&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
@@ -171,7 +174,7 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 			w.Close()
 			return nil, err
 		}
-		r, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=query_only(1)")
+		r, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(NORMAL)&_pragma=query_only(1)")
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("opening sqlite store %s for reading: %w", target, err)
@@ -179,7 +182,9 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		r.SetMaxOpenConns(8)
 		r.SetMaxIdleConns(8)
 		s.read = r
-		c, err := sql.Open("sqlite", "file:"+target+"?"+pragmas)
+		// Checkpoints flush the database file whatever the setting; NORMAL skips only the
+		// WAL's flush, which this connection never writes.
+		c, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(NORMAL)")
 		if err != nil {
 			r.Close()
 			w.Close()
