@@ -63,8 +63,15 @@ type Store struct {
 	// WAL into the database inside a commit, on the one writer); checkpointLoop does, beside it.
 	ckpt      *sql.DB
 	committed chan struct{}
-	// busy, groups and written count the writer's work (WriterStats).
-	busy, groups, written atomic.Int64
+	// ckptMu is held by whoever checkpoints (checkpointLoop, restartWAL): SQLite runs one
+	// checkpoint at a time and would answer the other "busy".
+	ckptMu sync.Mutex
+	// wal is the WAL file's path and walLimit the size it is held to (see restartWAL).
+	wal      string
+	walLimit int64
+	// busy, groups and written count the writer's work (WriterStats), walRestarts the WAL's
+	// restarts.
+	busy, groups, written, walRestarts atomic.Int64
 	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
 	// servers sharing a store migrate it and take first-start decisions one at a time.
 	migrateLock, installLock int64
@@ -86,14 +93,25 @@ func lockKey(name string) int64 {
 // WriterStats is what SQLite's single writer did since the store opened.
 type WriterStats struct {
 	Groups, Writes int64
-	// Busy is the time it spent running and committing groups (the rest it waited for work).
+	// Busy is the time it spent running and committing groups and restarting the WAL (the
+	// rest it waited for work).
 	Busy time.Duration
+	// WALRestarts counts the times the writer checkpointed the whole WAL and began it again
+	// from its start (the WAL had reached its limit while writes went on).
+	WALRestarts int64
 }
 
 // WriterStats reports the single writer's work (zero on PostgreSQL).
 func (s *Store) WriterStats() WriterStats {
-	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load())}
+	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()),
+		WALRestarts: s.walRestarts.Load()}
 }
+
+// busyTimeout is how long an SQLite connection waits for a lock another one holds.
+const busyTimeout = 10 * time.Second
+
+// DefaultWALLimit is the size the SQLite store's write-ahead log is held to while writes go on.
+const DefaultWALLimit = 64 << 20
 
 type writeReq struct {
 	ctx  context.Context
@@ -142,6 +160,10 @@ func redactDSN(dsn string) string {
 
 // Open connects to the store named by dsn and applies the embedded migrations.
 func Open(ctx context.Context, dsn string) (*Store, error) {
+	return open(ctx, dsn, DefaultWALLimit)
+}
+
+func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 	engine, target, err := ParseDSN(dsn)
 	if err != nil {
 		return nil, err
@@ -153,13 +175,17 @@ func Open(ctx context.Context, dsn string) (*Store, error) {
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
-		pragmas := "_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)"
+		pragmas := fmt.Sprintf("_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)", busyTimeout.Milliseconds())
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
 		// queued commands, the queue); SQLite's default is 2 MiB. Its commits are synchronous
 		// (FULL): the WAL is flushed to disk before a commit returns, so what a caller was told
 		// is stored (an acknowledgement an agent then acts on, a one-time token spent, a wipe's
 		// proof) survives a power loss, not only a crash of the process.
-		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(FULL)&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)&_txlock=immediate")
+		// journal_size_limit: the first commit after the WAL restarts cuts the file back to
+		// the limit (it would otherwise keep its largest size for ever).
+		s.wal, s.walLimit = target+"-wal", walLimit
+		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(FULL)&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)"+
+			fmt.Sprintf("&_pragma=journal_size_limit(%d)", walLimit)+"&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
@@ -545,6 +571,7 @@ func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
 // each in a savepoint of one transaction, commits once, then answers every caller.
 func (s *Store) commitLoop() {
 	defer s.loop.Done()
+	var walRetry time.Time // after a restart that readers held off, when to try again
 	for {
 		var group []*writeReq
 		select {
@@ -563,6 +590,9 @@ func (s *Store) commitLoop() {
 			}
 		}
 		t0 := time.Now()
+		if s.walOverLimit() && !t0.Before(walRetry) && !s.restartWAL() {
+			walRetry = t0.Add(walRetryAfter)
+		}
 		s.commitGroup(group)
 		s.busy.Add(int64(time.Since(t0)))
 		s.groups.Add(1)
@@ -609,14 +639,66 @@ func (s *Store) commitGroup(group []*writeReq) {
 	}
 }
 
+// walOverLimit reports whether the WAL file has grown past walLimit. After a restart the next
+// commit cuts the file back to the limit (journal_size_limit), so a larger file holds frames
+// written since the restart beyond the limit.
+func (s *Store) walOverLimit() bool {
+	fi, err := os.Stat(s.wal)
+	return err == nil && fi.Size() > s.walLimit
+}
+
+// walRetryAfter is how long the writer lets the WAL grow after readers held off its restart.
+const walRetryAfter = 250 * time.Millisecond
+
+// walReaderWait is how long a restart of the WAL waits for readers still reading it; the
+// writer waits with it, so it is short (a read is a few milliseconds; a long one, such as a
+// large listing, makes the restart wait for the next try).
+const walReaderWait = 100 * time.Millisecond
+
+// restartWAL checkpoints the whole WAL and makes the next commit begin it again from its start,
+// on the writer's connection between two groups, so no write adds to it meanwhile. Most of the
+// WAL is already in the database file (checkpointLoop copied it): what is left to copy is what
+// came since its last pass. It reports false if readers held the WAL past walReaderWait.
+func (s *Store) restartWAL() bool {
+	s.ckptMu.Lock()
+	defer s.ckptMu.Unlock()
+	ctx := context.Background()
+	conn, err := s.write.Conn(ctx)
+	if err != nil {
+		slog.Default().Warn("restarting the store's write-ahead log", "error", err)
+		return false
+	}
+	defer conn.Close()
+	var stuck, frames, copied int64
+	if _, err = conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", walReaderWait.Milliseconds())); err == nil {
+		err = conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(&stuck, &frames, &copied)
+		if _, reset := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds())); err == nil {
+			err = reset
+		}
+	}
+	switch {
+	case err != nil:
+		slog.Default().Warn("restarting the store's write-ahead log", "error", err)
+		return false
+	case stuck != 0:
+		slog.Default().Warn("restarting the store's write-ahead log: readers (or another checkpoint) held it; it grows until the next try",
+			"frames", frames, "copied", copied, "retry_in", walRetryAfter)
+		return false
+	}
+	s.walRestarts.Add(1)
+	return true
+}
+
 // checkpointInterval is the least time between two checkpoints while writes go on: each copies
 // what the WAL gained since the last one into the database file.
 const checkpointInterval = 500 * time.Millisecond
 
 // checkpointLoop copies the WAL into the database file after commits, on its own connection,
 // while the writer goes on (SQLite's passive checkpoint takes no lock the writer needs). Readers
-// on old snapshots only hold back the part of the WAL they still read; the WAL is restarted
-// once wholly copied.
+// on old snapshots only hold back the part of the WAL they still read. A passive checkpoint
+// never catches up with a writer that does not pause, and SQLite begins the WAL again only
+// once it is wholly copied: under steady writes the WAL would grow for ever (3 GB beside a
+// 600 MB database in a 10 000-node `bcd sim`). Once it holds walLimit, the writer restarts it.
 func (s *Store) checkpointLoop() {
 	defer s.loop.Done()
 	t := time.NewTimer(0)
@@ -627,7 +709,10 @@ func (s *Store) checkpointLoop() {
 		case <-s.stop:
 			return
 		}
-		if _, err := s.ckpt.Exec("PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		s.ckptMu.Lock()
+		_, err := s.ckpt.Exec("PRAGMA wal_checkpoint(PASSIVE)")
+		s.ckptMu.Unlock()
+		if err != nil {
 			// Not fatal: the WAL grows until the next one succeeds.
 			slog.Default().Warn("checkpointing the store's write-ahead log", "error", err)
 		}
