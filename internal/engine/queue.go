@@ -249,6 +249,12 @@ func (e *Engine) Seen(ctx context.Context, a Agent) error {
 // Heartbeat records that this server is alive (Run does so every PeerTimeout/6). The first
 // heartbeat after one failed or came late records again this server's live agent connections
 // that other servers ended meanwhile, taking its silence for death.
+//
+// A heartbeat that finds the control plane silent for longer than PeerTimeout (no server was
+// alive, or none could write: an upgrade, a crash, the store out) gives that time back to the
+// steps in progress: agents went on working meanwhile and report once they reconnect, and a
+// step whose deadline passed while nobody could hear them would otherwise fail, or send its
+// command again (a power cycle twice). A forward step of the clock is taken the same way.
 func (e *Engine) Heartbeat(ctx context.Context) error {
 	e.sentMu.Lock()
 	live := make(map[string]string, len(e.sent))
@@ -261,12 +267,28 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	since, last := e.aliveSince, e.lastBeat
 	e.beatMu.Unlock()
 	var at int64
+	var outage time.Duration
+	var extended int
 	fresh := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		at = tx.At()
+		at, outage, extended = tx.At(), 0, 0
 		fresh = since == 0 || at-last > e.cfg.PeerTimeout.Microseconds()/2
 		if err := tx.ServerAlive(ctx, e.owner, offset); err != nil {
 			return err
+		}
+		var err error
+		if outage, err = tx.ControlPlaneAlive(ctx, e.cfg.PeerTimeout); err != nil {
+			return err
+		}
+		if outage > 0 {
+			if extended, err = tx.ExtendStepDeadlines(ctx, outage); err != nil {
+				return err
+			}
+			data, _ := json.Marshal(map[string]any{"seconds": int64(outage.Seconds()), "workflows": extended, "server": e.owner})
+			if err := tx.AppendEvent(ctx, store.Event{Actor: "system", Kind: "control_plane.outage", Data: string(data),
+				Reason: fmt.Sprintf("no server was alive for %s: the steps in progress get that time back", outage.Round(time.Second))}); err != nil {
+				return err
+			}
 		}
 		if !fresh || last == 0 {
 			return nil
@@ -278,6 +300,10 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err == nil && outage > 0 {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "the control plane was down: the steps in progress get that time back",
+			slog.Duration("outage", outage.Round(time.Second)), slog.Int("workflows", extended))
+	}
 	e.beatMu.Lock()
 	defer e.beatMu.Unlock()
 	if err != nil {

@@ -276,6 +276,11 @@ func (s *Server) Engine() *engine.Engine { return s.eng }
 func (s *Server) Serve(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A heartbeat before agents can connect: after an outage of the control plane it gives the
+	// steps in progress their time back before an agent's arrival or report reconciles a node.
+	if err := s.eng.Heartbeat(ctx); err != nil {
+		s.log.Error("recording that this server is alive", "error", err)
+	}
 	errc := make(chan error, 3)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	go func() { errc <- s.eng.Run(ctx) }()

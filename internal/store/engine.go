@@ -865,6 +865,47 @@ func (t *Tx) ServerAlive(ctx context.Context, id string, clockOffset time.Durati
 	return nil
 }
 
+// ControlPlaneAlive records, in a server's heartbeat, that the control plane is alive at the
+// transaction's time, and returns how long it was not: the time since any server last recorded
+// so, when that is longer than gap (no server was alive, or none could write to the store),
+// else 0. A clock that went back returns 0.
+func (t *Tx) ControlPlaneAlive(ctx context.Context, gap time.Duration) (time.Duration, error) {
+	var last int64
+	if err := t.queryRow(ctx, `SELECT last_alive FROM control_plane WHERE id = 1`+t.forUpdate()).Scan(&last); err != nil {
+		return 0, fmt.Errorf("reading when the control plane was last alive: %w", err)
+	}
+	if _, err := t.exec(ctx, `UPDATE control_plane SET last_alive = ? WHERE id = 1`, t.at); err != nil {
+		return 0, fmt.Errorf("recording that the control plane is alive: %w", err)
+	}
+	if last == 0 || t.at-last <= gap.Microseconds() {
+		return 0, nil
+	}
+	return time.Duration(t.at-last) * time.Microsecond, nil
+}
+
+// ExtendStepDeadlines gives the steps in progress of every open workflow d more time, the
+// length of an outage of the control plane: the step's start and deadline move by d, and so do
+// the deadlines of commands not yet finished. The deadline of a step whose command an agent
+// took is the command's (the whole time from when it was taken), moved by d. It returns how
+// many workflows it changed.
+func (t *Tx) ExtendStepDeadlines(ctx context.Context, d time.Duration) (int, error) {
+	us := d.Microseconds()
+	if _, err := t.exec(ctx, `UPDATE commands SET deadline = deadline + ?
+		WHERE deadline > 0 AND state IN ('queued', 'delivered', 'running')
+		AND id IN (SELECT current_command FROM workflows WHERE NOT outcome_applied AND current_command <> '')`, us); err != nil {
+		return 0, fmt.Errorf("extending the deadlines of commands in progress: %w", err)
+	}
+	res, err := t.exec(ctx, `UPDATE workflows SET step_started_at = step_started_at + ?,
+		step_deadline = COALESCE((SELECT CASE WHEN c.deadline > workflows.step_deadline + ? THEN c.deadline ELSE workflows.step_deadline + ? END
+			FROM commands c WHERE c.id = workflows.current_command AND c.state IN ('delivered', 'running')), step_deadline + ?)
+		WHERE NOT outcome_applied AND step_started_at > 0`, us, us, us, us)
+	if err != nil {
+		return 0, fmt.Errorf("extending the deadlines of steps in progress: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // EndDeadServersConnections ends the agent connections held by servers other than self that
 // have not been alive since before: each counts as departed when its server was last alive, so
 // that the agents' grace period runs from then. A dead server's row is removed once it holds no

@@ -1,0 +1,116 @@
+package sim
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+)
+
+// TestOutageIsNotTheStepsTime: the control plane stops (an upgrade) while a site agent holds a
+// step's command, and comes back after longer than the step's timeout. The agent did the work
+// meanwhile and reports it once it reconnects. The time no server was alive does not count
+// against the step: the new server neither fails the step nor sends the command again (a power
+// cycle done twice).
+func TestOutageIsNotTheStepsTime(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond, PeerTimeout: 600 * time.Millisecond}
+	st, h, node, _, _, _ := byHand(t, cfg)
+	var offset atomic.Int64
+	st.SetClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
+
+	run := func(e *engine.Engine) func() {
+		runCtx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- e.Run(runCtx) }()
+		return func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	first := engine.New(st, nil, nil2(), cfg)
+	stopFirst := run(first)
+	if err := first.Connected(ctx, a, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	first.Nudge()
+	var taken []store.Command
+	waitFor(t, "the inspection's first command taken by the site agent", func() bool {
+		got, err := first.Claim(ctx, a, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, got...)
+		return len(taken) > 0
+	})
+	c := taken[0]
+	if err := first.Ack(ctx, a, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	stopFirst()
+	was := openWorkflow(t, st, node)
+	if was.CurrentCommand != c.ID {
+		t.Fatalf("the step waits on %q, not on the command taken (%s)", was.CurrentCommand, c.ID)
+	}
+
+	// Ten minutes without a server: twice the step's timeout (boot.prepareRamdisk, 5 minutes).
+	offset.Store(int64(10 * time.Minute))
+	second := engine.New(st, nil, nil2(), cfg)
+	before := second.Reconciliations()
+	stopSecond := run(second)
+	defer stopSecond()
+	waitFor(t, "the new server to look at the node", func() bool { second.Nudge(); return second.Reconciliations() > before })
+	wf := openWorkflow(t, st, node)
+	if wf.State != "running" || wf.CurrentCommand != c.ID || wf.StepIndex != was.StepIndex || wf.StepAttempt != was.StepAttempt {
+		cmds, _ := st.Commands(ctx, node, 10)
+		for _, c := range cmds {
+			t.Logf("command %s %s %s %s", c.ID, c.Kind, c.State, c.Error)
+		}
+		t.Fatalf("after the outage the workflow is %s at step %d, on command %q, attempt %d (%s); before it: step %d, command %s (%s), attempt %d: the outage counted as the step's time",
+			wf.State, wf.StepIndex, wf.CurrentCommand, wf.StepAttempt, wf.Error, was.StepIndex, c.ID, c.Kind, was.StepAttempt)
+	}
+	if got, _ := st.Command(ctx, c.ID); got.State != "delivered" {
+		t.Fatalf("the command the agent holds is %s", got.State)
+	}
+	if got := wf.StepDeadline - was.StepDeadline; got < (10 * time.Minute).Microseconds() {
+		t.Fatalf("the step's deadline moved by %s, less than the outage", time.Duration(got)*time.Microsecond)
+	}
+	// The agent reconnects and reports the work it did meanwhile: the step goes on.
+	a.ConnID = "c2"
+	if err := second.Connected(ctx, a, "t"); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Report(ctx, a, engine.Update{CommandID: c.ID, State: "succeeded", Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next step", func() bool {
+		wf := openWorkflow(t, st, node)
+		return wf.CurrentCommand != c.ID
+	})
+	if n, _ := st.Node(ctx, node, ""); n.State != "inspecting" || n.FaultCode != "" {
+		t.Fatalf("node %s %s %s", n.State, n.FaultCode, n.FaultMsg)
+	}
+
+	// An outage is only a time no server was alive: a step's deadline passing while a server
+	// runs still fails it (TestStepTimeoutRaisesWorkflowTimeout, with retries here).
+}
+
+func openWorkflow(t *testing.T, st *store.Store, node string) store.Workflow {
+	t.Helper()
+	wfs, err := st.Workflows(context.Background(), node, 1)
+	if err != nil || len(wfs) == 0 {
+		t.Fatalf("workflows of %s: %v %v", node, wfs, err)
+	}
+	return wfs[0]
+}

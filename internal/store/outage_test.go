@@ -1,0 +1,131 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// An outage of the control plane is the time between two heartbeats of any server longer than
+// the gap; it moves the deadlines of the steps in progress (and of their unfinished commands)
+// by its length, and leaves finished workflows and finished commands alone. A step whose
+// command an agent took keeps the command's deadline (its whole time from when it was taken),
+// moved by the outage.
+func TestOutageExtendsStepDeadlines(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		var mu = make(chan struct{}, 1)
+		now := time.Now()
+		st.SetClock(func() time.Time { mu <- struct{}{}; defer func() { <-mu }(); return now })
+		advance := func(d time.Duration) { mu <- struct{}{}; now = now.Add(d); <-mu }
+		alive := func() time.Duration {
+			t.Helper()
+			var out time.Duration
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				out, err = tx.ControlPlaneAlive(ctx, 30*time.Second)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		if got := alive(); got != 0 {
+			t.Fatalf("the first heartbeat ever reports an outage of %s", got)
+		}
+		advance(20 * time.Second)
+		if got := alive(); got != 0 {
+			t.Fatalf("20 s between heartbeats (gap 30 s) reported as an outage of %s", got)
+		}
+		advance(-time.Minute) // the clock went back
+		if got := alive(); got != 0 {
+			t.Fatalf("a clock that went back reported an outage of %s", got)
+		}
+
+		// Three workflows: one whose command an agent took late in the step, one whose command
+		// is queued, and one finished.
+		start := now.UnixMicro()
+		step := (5 * time.Minute).Microseconds()
+		type row struct {
+			wf  store.Workflow
+			cmd store.Command
+		}
+		rows := map[string]*row{}
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for i, name := range []string{"taken", "queued", "finished"} {
+				n := nodes[i]
+				c := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "bmc.power", Args: "{}", RunsOn: "site", Deadline: start + step}
+				if name == "taken" {
+					// Taken four minutes into the step: the agent has five minutes from then.
+					c.Deadline = start + (9 * time.Minute).Microseconds()
+				}
+				if err := tx.InsertCommand(ctx, &c); err != nil {
+					return err
+				}
+				wf := store.Workflow{ID: store.NewID(now), NodeID: n.ID, TenantID: n.TenantID, Profile: "p", Owner: "metal", NodeState: "inspecting",
+					Steps: "[]", Cleanup: "[]", State: "running", Phase: "steps", StepStartedAt: start, StepDeadline: start + step, CurrentCommand: c.ID}
+				switch name {
+				case "taken":
+					c.State, c.TargetAgent, c.DeliveredAt = "delivered", "a", start+(4*time.Minute).Microseconds()
+				case "finished":
+					c.State = "succeeded"
+					wf.State, wf.OutcomeApplied = "succeeded", true
+				}
+				if err := tx.UpdateCommand(ctx, &c); err != nil {
+					return err
+				}
+				if err := tx.InsertWorkflow(ctx, &wf); err != nil {
+					return err
+				}
+				rows[name] = &row{wf: wf, cmd: c}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+
+		advance(10 * time.Minute)
+		outage := alive()
+		if outage < 10*time.Minute || outage > 11*time.Minute {
+			t.Fatalf("outage %s, want about 10 minutes", outage)
+		}
+		var extended int
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			extended, err = tx.ExtendStepDeadlines(ctx, outage)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if extended != 2 {
+			t.Fatalf("%d workflows extended, want the 2 open ones", extended)
+		}
+		d := outage.Microseconds()
+		cases := []struct {
+			name                        string
+			started, deadline, cmdAfter int64
+		}{
+			{"taken", start + d, start + (9 * time.Minute).Microseconds() + d, start + (9 * time.Minute).Microseconds() + d},
+			{"queued", start + d, start + step + d, start + step + d},
+			{"finished", start, start + step, start + step},
+		}
+		for _, c := range cases {
+			wfs, err := st.Workflows(ctx, rows[c.name].wf.NodeID, 1)
+			if err != nil || len(wfs) != 1 {
+				t.Fatalf("%s: %v %v", c.name, wfs, err)
+			}
+			cmd, err := st.Command(ctx, rows[c.name].cmd.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if wfs[0].StepStartedAt != c.started || wfs[0].StepDeadline != c.deadline || cmd.Deadline != c.cmdAfter {
+				t.Errorf("%s: step started %d, deadline %d, command deadline %d; want %d, %d, %d",
+					c.name, wfs[0].StepStartedAt-start, wfs[0].StepDeadline-start, cmd.Deadline-start, c.started-start, c.deadline-start, c.cmdAfter-start)
+			}
+		}
+	})
+}
