@@ -35,8 +35,15 @@ type SiteJoiner interface {
 	CAPEM() []byte
 }
 
+// ResultVerifier checks stored node-attested results (the engine) and gives the agent CA they
+// chain to.
+type ResultVerifier interface {
+	VerifyRecorded(c store.Command) error
+	CAPEM() []byte
+}
+
 // Handler mounts every service on one mux. joiner may be nil (no agent gateway).
-func Handler(svc *metal.Service, joiner SiteJoiner, log *slog.Logger) http.Handler {
+func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, log *slog.Logger) http.Handler {
 	authn := &authenticator{svc: svc, ttl: 5 * time.Second, cache: map[string]cachedPrincipal{}}
 	opts := []connect.HandlerOption{
 		connect.WithCodec(strictJSON{}),
@@ -50,7 +57,7 @@ func Handler(svc *metal.Service, joiner SiteJoiner, log *slog.Logger) http.Handl
 		connect.WithInterceptors(authn.interceptor(), logErrors(log)),
 	}
 	mux := http.NewServeMux()
-	n := &nodes{svc: svc, names: &nameCache{st: svc.Store(), maxAge: 10 * time.Second}}
+	n := &nodes{svc: svc, verifier: verifier, names: &nameCache{st: svc.Store(), maxAge: 10 * time.Second}}
 	mux.Handle(bcdv1connect.NewNodeServiceHandler(n, opts...))
 	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc, joiner: joiner}, opts...))
 	mux.Handle(bcdv1connect.NewTokenServiceHandler(&tokens{svc: svc}, opts...))

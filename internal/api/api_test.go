@@ -42,7 +42,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(svc, nil, log))
+	srv := httptest.NewServer(Handler(svc, nil, nil, log))
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, admin: tok, logs: logs, st: st}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,13 +14,15 @@ import (
 	"bcd/internal/auth"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/metal"
+	"bcd/internal/pki"
 	"bcd/internal/provision"
 	"bcd/internal/store"
 )
 
 type nodes struct {
-	svc   *metal.Service
-	names *nameCache
+	svc      *metal.Service
+	verifier ResultVerifier // nil: attestations are listed unverified
+	names    *nameCache
 }
 
 func (h *nodes) respond(ctx context.Context, n store.Node, err error) (*connect.Response[bcdv1.NodeResponse], error) {
@@ -172,6 +175,37 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 	out := &bcdv1.ListEventsResponse{Events: make([]*bcdv1.Event, len(evs)), Cursor: cursor}
 	for i, e := range evs {
 		out.Events[i] = eventProto(e, nm)
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (h *nodes) Attestations(ctx context.Context, req *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {
+	cmds, err := h.svc.Attestations(ctx, principal(ctx), req.Msg.Node, req.Msg.Kind, int(req.Msg.Limit))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &bcdv1.ListAttestationsResponse{Attestations: make([]*bcdv1.Attestation, len(cmds))}
+	if h.verifier != nil {
+		out.CaPem = string(h.verifier.CAPEM())
+	}
+	for i, c := range cmds {
+		a := &bcdv1.Attestation{CommandId: c.ID, Kind: c.Kind, WorkflowId: c.WorkflowID, FinishedAt: store.Micros(c.FinishedAt).Format(time.RFC3339Nano),
+			Generation: c.Generation, Result: c.Result, Signature: c.ResultSig,
+			SigningInput: pki.SigningInput(pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest([]byte(c.Result))})}
+		if len(c.SignerCert) > 0 {
+			a.SignerCertPem = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.SignerCert}))
+		}
+		switch {
+		case h.verifier == nil:
+			a.VerifyError = "this server has no agent CA to check it against"
+		default:
+			if err := h.verifier.VerifyRecorded(c); err != nil {
+				a.VerifyError = err.Error()
+			} else {
+				a.Verified = true
+			}
+		}
+		out.Attestations[i] = a
 	}
 	return connect.NewResponse(out), nil
 }

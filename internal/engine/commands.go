@@ -267,6 +267,25 @@ func (e *Engine) verifyAttested(c store.Command, currentGeneration uint64) error
 	if e.acceptIngested {
 		return nil
 	}
+	return e.checkSigned(c, currentGeneration)
+}
+
+// VerifyRecorded checks a stored node-attested result as an auditor does, at any later time:
+// the signature over the input rebuilt from the row, the signer's certificate as it was when
+// the result arrived, and that it names the node at the identity generation the command was
+// sent for (not the node's generation now: a later release has revoked it). Tests' acceptance
+// of unsigned results (AcceptIngestedAttestationForTests) does not reach it.
+func (e *Engine) VerifyRecorded(c store.Command) error { return e.checkSigned(c, c.Generation) }
+
+// CAPEM is the agent CA's certificate, which node certificates chain to.
+func (e *Engine) CAPEM() []byte {
+	if e.ca == nil {
+		return nil
+	}
+	return e.ca.CertPEM()
+}
+
+func (e *Engine) checkSigned(c store.Command, currentGeneration uint64) error {
 	if len(c.ResultSig) == 0 || len(c.SignerCert) == 0 {
 		return fmt.Errorf("%s result of command %s is not signed by the node", c.Kind, c.ID)
 	}

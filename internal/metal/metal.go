@@ -694,6 +694,49 @@ func (s *Service) FollowEvents(ctx context.Context, p auth.Principal, nodeRef, c
 	return evs, next, err
 }
 
+// attestedKinds are the command kinds whose results the node signs (Attestations lists them).
+var attestedKinds = []string{"disk.wipe", "diag.dcgm"}
+
+// Attestations lists the node's node-signed results (succeeded wipes and diagnostics), newest
+// first; kind narrows them to one of attestedKinds. A deleted node's are found by its raw id.
+func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, kind string, limit int) ([]store.Command, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	if nodeRef == "" {
+		return nil, invalid("node", "is required: a node id or name")
+	}
+	kinds := attestedKinds
+	if kind != "" {
+		if !slices.Contains(attestedKinds, kind) {
+			return nil, invalid("kind", "%q is not an attested kind: accepted are %s (or none for both)", kind, strings.Join(attestedKinds, ", "))
+		}
+		kinds = []string{kind}
+	}
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 0 || limit > 1000 {
+		return nil, invalid("limit", "%d is out of range: accepted are 1-1000 (0 for the default of 50)", limit)
+	}
+	f, err := s.eventFilter(ctx, p, nodeRef, 1)
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := s.st.AttestedResults(ctx, f.NodeID, kinds, limit)
+	if err != nil {
+		return nil, err
+	}
+	// A caller of one tenant sees its own nodes' only (a raw id of another's finds none).
+	out := cmds[:0]
+	for _, c := range cmds {
+		if p.TenantID == "" || c.TenantID == p.TenantID {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
 // eventFilter checks an events request and selects its events: the caller's tenant, the node.
 func (s *Service) eventFilter(ctx context.Context, p auth.Principal, nodeRef string, limit int) (store.EventFilter, error) {
 	if err := Require(p, auth.Read); err != nil {

@@ -422,7 +422,8 @@ func TestRolesAndTenants(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		f := newFixture(t, st)
-		if _, err := f.svc.Enroll(ctx, f.admin, enrollInput("shared-name")); err != nil {
+		home, err := f.svc.Enroll(ctx, f.admin, enrollInput("shared-name"))
+		if err != nil {
 			t.Fatal(err)
 		}
 		tn, err := f.svc.CreateTenant(ctx, f.admin, "acme")
@@ -470,6 +471,35 @@ func TestRolesAndTenants(t *testing.T) {
 		var fe *ForbiddenError
 		if _, _, err := f.svc.Apply(ctx, viewer, provision.VerbAbort, VerbInput{Node: n.ID}); !errors.As(err, &fe) {
 			t.Fatalf("viewer verb: %v", err)
+		}
+		// Attested results: the default tenant's node has a signed wipe; the admin sees it, a
+		// viewer of acme sees its own node's (none) and not the other's, even by raw id.
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			c := store.Command{NodeID: home.ID, TenantID: home.TenantID, SiteID: home.SiteID, Kind: "disk.wipe", Args: "{}", RunsOn: "ramdisk", Attested: true}
+			if err := tx.InsertCommand(ctx, &c); err != nil {
+				return err
+			}
+			c.State, c.Result = "succeeded", `{"disks":[]}`
+			return tx.UpdateCommand(ctx, &c)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := f.svc.Attestations(ctx, f.admin, home.ID, "disk.wipe", 0); err != nil || len(got) != 1 {
+			t.Fatalf("admin: %d attestations, %v", len(got), err)
+		}
+		if got, err := f.svc.Attestations(ctx, viewer, n.ID, "", 0); err != nil || len(got) != 0 {
+			t.Fatalf("acme viewer, own node: %d attestations, %v", len(got), err)
+		}
+		if got, err := f.svc.Attestations(ctx, viewer, home.ID, "", 0); !errors.Is(err, store.ErrNotFound) && (err != nil || len(got) != 0) {
+			t.Fatalf("acme viewer, the other tenant's node by id: %d attestations, %v", len(got), err)
+		}
+		for _, c := range []struct {
+			kind  string
+			limit int
+		}{{"bmc.power", 0}, {"", 1001}, {"", -1}} {
+			if _, err := f.svc.Attestations(ctx, f.admin, home.ID, c.kind, c.limit); err == nil {
+				t.Errorf("attestations of kind %q, limit %d accepted", c.kind, c.limit)
+			}
 		}
 		if _, err := f.svc.CreateTenant(ctx, op, "evil"); !errors.As(err, &fe) {
 			t.Fatalf("operator creates tenant: %v", err)

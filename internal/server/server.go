@@ -189,7 +189,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		joiner = s
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", api.Handler(svc, joiner, log))
+	mux.Handle("/", api.Handler(svc, joiner, eng, log))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_commands_lost_total",

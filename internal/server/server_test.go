@@ -217,6 +217,7 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	if err := srv.Engine().NodeSignedResult(wipe, gen+1); err == nil {
 		t.Error("a result signed under a revoked identity generation accepted")
 	}
+	checkAttestations(t, ctx, srv, ids[0], 2)
 
 	// BMC password rotation: the new password reaches the site agent only as a JWE to its key;
 	// agentlink signs the result; the engine verifies it as a site statement before the new

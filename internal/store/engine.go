@@ -299,6 +299,15 @@ func (s *Store) Commands(ctx context.Context, nodeID string, limit int) ([]Comma
 	return collect(rows, err, "commands", scanCommand)
 }
 
+// AttestedResults lists the node's succeeded commands of the given attested kinds, newest first.
+func (s *Store) AttestedResults(ctx context.Context, nodeID string, kinds []string, limit int) ([]Command, error) {
+	in, args := inList(kinds)
+	args = append([]any{nodeID}, append(args, true, "succeeded", limit)...)
+	rows, err := s.queryRows(ctx, `SELECT `+commandCols+` FROM commands WHERE node_id = ? AND kind IN `+in+` AND attested = ? AND state = ?
+		ORDER BY created_at DESC, id DESC LIMIT ?`, args...)
+	return collect(rows, err, "attested results", scanCommand)
+}
+
 // UpdateCommand writes a command's state and outcome.
 func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
 	c.UpdatedAt = t.at

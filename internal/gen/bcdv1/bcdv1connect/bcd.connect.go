@@ -81,6 +81,9 @@ const (
 	NodeServiceDeleteProcedure = "/bcd.v1.NodeService/Delete"
 	// NodeServiceEventsProcedure is the fully-qualified name of the NodeService's Events RPC.
 	NodeServiceEventsProcedure = "/bcd.v1.NodeService/Events"
+	// NodeServiceAttestationsProcedure is the fully-qualified name of the NodeService's Attestations
+	// RPC.
+	NodeServiceAttestationsProcedure = "/bcd.v1.NodeService/Attestations"
 	// NodeServiceRotateBmcCredentialProcedure is the fully-qualified name of the NodeService's
 	// RotateBmcCredential RPC.
 	NodeServiceRotateBmcCredentialProcedure = "/bcd.v1.NodeService/RotateBmcCredential"
@@ -202,6 +205,10 @@ type NodeServiceClient interface {
 	Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error)
 	Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error)
+	// The node's attested results (wipes, diagnostics), newest first, each with what an auditor
+	// needs to check it without bcd: the bytes the node signed, the signature, the node's
+	// certificate, and the agent CA.
+	Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error)
 	// Two-phase BMC password rotation: a generated password, sealed, becomes current only when a
 	// site agent's signed result says it applied it and logged in with it.
 	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
@@ -348,6 +355,13 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		attestations: connect.NewClient[bcdv1.ListAttestationsRequest, bcdv1.ListAttestationsResponse](
+			httpClient,
+			baseURL+NodeServiceAttestationsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Attestations")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		rotateBmcCredential: connect.NewClient[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse](
 			httpClient,
 			baseURL+NodeServiceRotateBmcCredentialProcedure,
@@ -417,6 +431,7 @@ type nodeServiceClient struct {
 	maintenance           *connect.Client[bcdv1.MaintenanceRequest, bcdv1.NodeResponse]
 	delete                *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
 	events                *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
+	attestations          *connect.Client[bcdv1.ListAttestationsRequest, bcdv1.ListAttestationsResponse]
 	rotateBmcCredential   *connect.Client[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse]
 	bmcCredentialVersions *connect.Client[bcdv1.ListBmcCredentialVersionsRequest, bcdv1.ListBmcCredentialVersionsResponse]
 	confirmMac            *connect.Client[bcdv1.ConfirmMacRequest, bcdv1.NodeResponse]
@@ -521,6 +536,11 @@ func (c *nodeServiceClient) Events(ctx context.Context, req *connect.Request[bcd
 	return c.events.CallUnary(ctx, req)
 }
 
+// Attestations calls bcd.v1.NodeService.Attestations.
+func (c *nodeServiceClient) Attestations(ctx context.Context, req *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {
+	return c.attestations.CallUnary(ctx, req)
+}
+
 // RotateBmcCredential calls bcd.v1.NodeService.RotateBmcCredential.
 func (c *nodeServiceClient) RotateBmcCredential(ctx context.Context, req *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error) {
 	return c.rotateBmcCredential.CallUnary(ctx, req)
@@ -578,6 +598,10 @@ type NodeServiceHandler interface {
 	Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error)
 	Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error)
+	// The node's attested results (wipes, diagnostics), newest first, each with what an auditor
+	// needs to check it without bcd: the bytes the node signed, the signature, the node's
+	// certificate, and the agent CA.
+	Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error)
 	// Two-phase BMC password rotation: a generated password, sealed, becomes current only when a
 	// site agent's signed result says it applied it and logged in with it.
 	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
@@ -720,6 +744,13 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceAttestationsHandler := connect.NewUnaryHandler(
+		NodeServiceAttestationsProcedure,
+		svc.Attestations,
+		connect.WithSchema(nodeServiceMethods.ByName("Attestations")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceRotateBmcCredentialHandler := connect.NewUnaryHandler(
 		NodeServiceRotateBmcCredentialProcedure,
 		svc.RotateBmcCredential,
@@ -805,6 +836,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceDeleteHandler.ServeHTTP(w, r)
 		case NodeServiceEventsProcedure:
 			nodeServiceEventsHandler.ServeHTTP(w, r)
+		case NodeServiceAttestationsProcedure:
+			nodeServiceAttestationsHandler.ServeHTTP(w, r)
 		case NodeServiceRotateBmcCredentialProcedure:
 			nodeServiceRotateBmcCredentialHandler.ServeHTTP(w, r)
 		case NodeServiceBmcCredentialVersionsProcedure:
@@ -902,6 +935,10 @@ func (UnimplementedNodeServiceHandler) Delete(context.Context, *connect.Request[
 
 func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Events is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Attestations is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error) {
