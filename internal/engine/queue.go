@@ -253,8 +253,8 @@ func (e *Engine) Seen(ctx context.Context, a Agent) error {
 // A heartbeat that finds the control plane silent for longer than PeerTimeout (no server was
 // alive, or none could write: an upgrade, a crash, the store out) gives that time back to the
 // steps in progress: agents went on working meanwhile and report once they reconnect, and a
-// step whose deadline passed while nobody could hear them would otherwise fail, or send its
-// command again (a power cycle twice).
+// step whose deadline passed while nobody could hear them would otherwise fail its workflow
+// (WORKFLOW_TIMEOUT, which is not retried), leaving the node failed in maintenance.
 func (e *Engine) Heartbeat(ctx context.Context) error {
 	e.sentMu.Lock()
 	live := make(map[string]string, len(e.sent))

@@ -15,8 +15,8 @@ import (
 // TestOutageIsNotTheStepsTime: the control plane stops (an upgrade) while a site agent holds a
 // step's command, and comes back after longer than the step's timeout. The agent did the work
 // meanwhile and reports it once it reconnects. The time no server was alive does not count
-// against the step: the new server neither fails the step nor sends the command again (a power
-// cycle done twice).
+// against the step: the new server does not fail it (before, the workflow failed with
+// WORKFLOW_TIMEOUT and the node waited in maintenance), nor sends its command again.
 func TestOutageIsNotTheStepsTime(t *testing.T) {
 	ctx := context.Background()
 	cfg := engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond, PeerTimeout: 600 * time.Millisecond}
