@@ -114,6 +114,9 @@ type Server struct {
 	gwURL  string
 	gwCert *pki.ServerCert
 	gw     http.Handler
+	// lock is the SQLite store's one-server lock (nil on PostgreSQL), released after the
+	// store closes.
+	lock io.Closer
 }
 
 // New opens the store and binds the listener.
@@ -136,6 +139,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	lock, err := store.LockSQLite(cfg.StoreDSN)
+	if err != nil {
+		return nil, err
+	}
+	started := false
+	defer func() {
+		if !started && lock != nil {
+			lock.Close()
+		}
+	}()
 	st, err := store.Open(ctx, cfg.StoreDSN)
 	if err != nil {
 		return nil, err
@@ -168,7 +181,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)
-	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, first: first}
+	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, first: first, lock: lock}
 	if cfg.GatewayListen != "off" {
 		if err := s.listenGateway(); err != nil {
 			st.Close()
@@ -206,6 +219,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes:    64 << 10,
 	}
+	started = true
 	return s, nil
 }
 
@@ -313,7 +327,11 @@ func (s *Server) Serve(ctx context.Context) error {
 			err = errors.Join(err, e)
 		}
 	}
-	return errors.Join(err, s.st.Close())
+	err = errors.Join(err, s.st.Close())
+	if s.lock != nil {
+		err = errors.Join(err, s.lock.Close())
+	}
+	return err
 }
 
 // durations exports how long commands and workflows took (engine.Observer), as histograms.

@@ -258,3 +258,34 @@ func logSink(t *testing.T) io.Writer {
 	}
 	return io.Discard
 }
+
+// A second server on a running server's SQLite store is refused at start, naming the first;
+// once the first stops, a server starts on it again.
+func TestOneServerPerSQLiteStore(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := server.Config{DataDir: dir, Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0"}
+	first, err := server.New(ctx, cfg, testLog(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- first.Serve(ctx) }()
+	if _, err := server.New(ctx, cfg, testLog(t)); err == nil || !strings.Contains(err.Error(), "in use by another bcd server") {
+		t.Fatalf("a second server on the same SQLite store: %v", err)
+	}
+	cancel()
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	again, err := server.New(context.Background(), cfg, testLog(t))
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	cancel2()
+	if err := again.Serve(ctx2); err != nil {
+		t.Fatal(err)
+	}
+}
