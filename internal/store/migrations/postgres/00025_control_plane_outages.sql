@@ -7,7 +7,9 @@ CREATE TABLE control_plane (
   id INTEGER PRIMARY KEY,
   last_alive BIGINT NOT NULL DEFAULT 0
 );
-INSERT INTO control_plane (id, last_alive) VALUES (1, 0);
+-- From the servers' last heartbeats, if one is recorded (a server that crashed, or was running
+-- when the upgrade began): an upgrade that took long is then an outage too.
+INSERT INTO control_plane (id, last_alive) SELECT 1, COALESCE(MAX(last_seen), 0) FROM servers;
 -- The open workflows, which an outage's extension of deadlines reads without scanning every
 -- workflow ever run.
 CREATE INDEX workflows_open ON workflows (id) WHERE NOT outcome_applied;
