@@ -250,8 +250,9 @@ func (e *Engine) Seen(ctx context.Context, a Agent) error {
 // heartbeat after one failed or came late records again this server's live agent connections
 // that other servers ended meanwhile, taking its silence for death.
 //
-// A heartbeat that finds the control plane silent for longer than PeerTimeout (no server was
-// alive, or none could write: an upgrade, a crash, the store out) gives that time back to the
+// The first heartbeat of this server's run (or its first after one failed) that finds the
+// control plane silent for longer than PeerTimeout (no server was alive, or none could write:
+// an upgrade, a crash, the store out) gives that time back to the
 // steps in progress: agents went on working meanwhile and report once they reconnect, and a
 // step whose deadline passed while nobody could hear them would otherwise fail its workflow
 // (WORKFLOW_TIMEOUT, which is not retried), leaving the node failed in maintenance.
