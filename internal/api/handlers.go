@@ -195,15 +195,12 @@ func (h *nodes) Attestations(ctx context.Context, req *connect.Request[bcdv1.Lis
 		if len(c.SignerCert) > 0 {
 			a.SignerCertPem = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.SignerCert}))
 		}
-		switch {
-		case h.verifier == nil:
+		if h.verifier == nil {
 			a.VerifyError = "this server has no agent CA to check it against"
-		default:
-			if err := h.verifier.VerifyRecorded(c); err != nil {
-				a.VerifyError = err.Error()
-			} else {
-				a.Verified = true
-			}
+		} else if err := h.verifier.VerifyRecorded(c); err != nil {
+			a.VerifyError = err.Error()
+		} else {
+			a.Verified = true
 		}
 		out.Attestations[i] = a
 	}

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
 )
 
@@ -78,13 +79,7 @@ func resultSummary(a *bcdv1.Attestation) string {
 	if a.Kind != "disk.wipe" {
 		return fmt.Sprintf("%d bytes", len(a.Result))
 	}
-	var r struct {
-		Disks []struct {
-			Device   string `json:"device"`
-			Method   string `json:"method"`
-			Verified bool   `json:"verified"`
-		} `json:"disks"`
-	}
+	var r engine.WipeResult
 	if err := json.Unmarshal([]byte(a.Result), &r); err != nil {
 		return "not JSON"
 	}
