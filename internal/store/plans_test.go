@@ -2,9 +2,13 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The queries on the hot path of claims and departures must find their rows through the
@@ -82,5 +86,45 @@ func TestWriterCommitsAreDurable(t *testing.T) {
 	}
 	if journal != "wal" || synchronous != 2 {
 		t.Fatalf("writer: journal_mode %q, synchronous %d; want wal and 2 (FULL)", journal, synchronous)
+	}
+}
+
+// A PostgreSQL store whose database has synchronous_commit off (here set by the DSN) commits
+// durably all the same: its sessions set it on.
+func TestPostgresCommitsAreDurable(t *testing.T) {
+	base := os.Getenv("BCD_TEST_POSTGRES_DSN")
+	if base == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BCD_TEST_POSTGRES_DSN is not set under CI")
+		}
+		t.Skip("BCD_TEST_POSTGRES_DSN not set: PostgreSQL skipped outside CI")
+	}
+	ctx := context.Background()
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	schema := fmt.Sprintf("t_sync_%d", time.Now().UnixNano())
+	if _, err := admin.ExecContext(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.ExecContext(ctx, "DROP SCHEMA "+schema+" CASCADE")
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	for _, setting := range []string{"off", "local"} {
+		s, err := Open(ctx, base+sep+"search_path="+schema+"&synchronous_commit="+setting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		err = s.Write(ctx, func(tx *Tx) error { return tx.queryRow(ctx, "SHOW synchronous_commit").Scan(&got) })
+		s.Close()
+		want := map[string]string{"off": "on", "local": "local"}[setting]
+		if err != nil || got != want {
+			t.Errorf("database setting %s: the store's sessions run with %q (%v), want %q", setting, got, err, want)
+		}
 	}
 }

@@ -147,6 +147,50 @@ func ParseDSN(dsn string) (Engine, string, error) {
 	return "", "", fmt.Errorf("unrecognised store DSN %q: accepted are sqlite:PATH and postgres://USER@HOST/DB", redactDSN(dsn))
 }
 
+// openPostgres opens the pool. Its commits must be durable: an agent runs a command once its
+// acknowledgement is committed, and a commit a crash of the database took back would let a second
+// agent run it. A database (or role, or DSN) whose synchronous_commit is off gets the pool's
+// sessions set to on, and a warning; any other setting (on, local, remote_write, remote_apply)
+// is kept.
+func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
+	open := func(dsn string) (*sql.DB, string, error) {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return nil, "", fmt.Errorf("opening postgres store %s: %w", redactDSN(dsn), err)
+		}
+		db.SetMaxOpenConns(32)
+		db.SetMaxIdleConns(32)
+		var sync string
+		if err := db.QueryRowContext(ctx, "SHOW synchronous_commit").Scan(&sync); err != nil {
+			db.Close()
+			return nil, "", fmt.Errorf("connecting to postgres store %s: %w", redactDSN(dsn), err)
+		}
+		return db, sync, nil
+	}
+	db, sync, err := open(dsn)
+	if err != nil || sync != "off" {
+		return db, err
+	}
+	db.Close()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parsing the postgres store's DSN %s: %w", redactDSN(dsn), err)
+	}
+	q := u.Query()
+	q.Set("synchronous_commit", "on") // pgx sends unknown parameters as the session's settings
+	u.RawQuery = q.Encode()
+	if db, sync, err = open(u.String()); err != nil {
+		return nil, err
+	}
+	if sync != "on" {
+		db.Close()
+		return nil, fmt.Errorf("postgres store %s: synchronous_commit is %q after setting it on for bcd's sessions: commits would not be durable", redactDSN(dsn), sync)
+	}
+	slog.Default().Warn("the database's synchronous_commit is off: bcd's sessions set it on (an acknowledged command must survive a crash of the database)",
+		"store", redactDSN(dsn))
+	return db, nil
+}
+
 func redactDSN(dsn string) string {
 	u, err := url.Parse(dsn)
 	if err != nil || u.User == nil {
@@ -224,17 +268,11 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		go s.checkpointLoop()
 	case Postgres:
 		s.dsn = target
-		db, err := sql.Open("pgx", target)
+		db, err := openPostgres(ctx, target)
 		if err != nil {
-			return nil, fmt.Errorf("opening postgres store %s: %w", redactDSN(target), err)
+			return nil, err
 		}
-		db.SetMaxOpenConns(32)
-		db.SetMaxIdleConns(32)
 		s.write, s.read = db, db
-		if err := db.PingContext(ctx); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("connecting to postgres store %s: %w", redactDSN(target), err)
-		}
 		var schema string
 		if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 			db.Close()
