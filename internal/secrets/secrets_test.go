@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -65,6 +66,29 @@ func TestKeyFile(t *testing.T) {
 	}
 	if _, err := ParseKey("not base64!"); err == nil {
 		t.Error("bad key accepted")
+	}
+}
+
+// Servers starting at once on one data dir get one key: the first file linked in place wins,
+// the others read it; no temporary file is left behind.
+func TestKeyFileCreatedOnce(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "seal.key")
+	keys := make([][]byte, 8)
+	errs := make([]error, len(keys))
+	var wg sync.WaitGroup
+	for i := range keys {
+		wg.Go(func() { keys[i], errs[i] = LoadOrCreateKey(path) })
+	}
+	wg.Wait()
+	for i := range keys {
+		if errs[i] != nil || !bytes.Equal(keys[i], keys[0]) {
+			t.Fatalf("creator %d: %x %v (first: %x)", i, keys[i], errs[i], keys[0])
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Errorf("%d files in the directory, want the key alone", len(entries))
 	}
 }
 
