@@ -609,7 +609,10 @@ func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
 // each in a savepoint of one transaction, commits once, then answers every caller.
 func (s *Store) commitLoop() {
 	defer s.loop.Done()
-	var walRetry time.Time // after a restart that readers held off, when to try again
+	// After a restart of the WAL that failed (readers held it, or an error), when to try again:
+	// walRetryAfter, doubled at each failure in a row up to walRetryMax.
+	var walRetry time.Time
+	var walBackoff time.Duration
 	for {
 		var group []*writeReq
 		select {
@@ -628,8 +631,13 @@ func (s *Store) commitLoop() {
 			}
 		}
 		t0 := time.Now()
-		if s.walOverLimit() && !t0.Before(walRetry) && !s.restartWAL() {
-			walRetry = t0.Add(walRetryAfter)
+		if s.walOverLimit() && !t0.Before(walRetry) {
+			if s.restartWAL() {
+				walBackoff = 0
+			} else {
+				walBackoff = min(max(2*walBackoff, walRetryAfter), walRetryMax)
+				walRetry = t0.Add(walBackoff)
+			}
 		}
 		s.commitGroup(group)
 		s.busy.Add(int64(time.Since(t0)))
@@ -685,8 +693,13 @@ func (s *Store) walOverLimit() bool {
 	return err == nil && fi.Size() > s.walLimit
 }
 
-// walRetryAfter is how long the writer lets the WAL grow after readers held off its restart.
-const walRetryAfter = 250 * time.Millisecond
+// walRetryAfter is how long the writer lets the WAL grow after readers held off its restart;
+// walRetryMax bounds the wait after failures in a row (a restart that cannot succeed, a full
+// disk, is tried, and logged, at most that often).
+const (
+	walRetryAfter = 250 * time.Millisecond
+	walRetryMax   = 30 * time.Second
+)
 
 // walReaderWait is how long a restart of the WAL waits for readers still reading it; the
 // writer waits with it, so it is short (a read is a few milliseconds; a long one, such as a
@@ -720,7 +733,7 @@ func (s *Store) restartWAL() bool {
 		return false
 	case stuck != 0:
 		slog.Default().Warn("restarting the store's write-ahead log: readers (or another checkpoint) held it; it grows until the next try",
-			"frames", frames, "copied", copied, "retry_in", walRetryAfter)
+			"frames", frames, "copied", copied)
 		return false
 	}
 	s.walRestarts.Add(1)
