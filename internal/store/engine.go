@@ -893,12 +893,17 @@ func (t *Tx) ControlPlaneAlive(ctx context.Context, gap time.Duration) (time.Dur
 }
 
 // ExtendStepDeadlines gives the steps in progress of every open workflow d more time, the
-// length of an outage of the control plane: the step's start and deadline move by d, and so do
-// the deadlines of commands not yet finished. The deadline of a step whose command an agent
-// took is the command's (the whole time from when it was taken), moved by d. It returns how
-// many workflows it changed.
+// length of an outage of the control plane that ends now: the step's start and deadline move by
+// d, and so do the deadlines of commands not yet finished. The deadline of a step whose command
+// an agent took is the command's (the whole time from when it was taken), moved by d. Boot
+// entries' join tokens still unused and valid when the outage began move by d too (a ramdisk
+// that booted meanwhile joins with one). It returns how many workflows it changed.
 func (t *Tx) ExtendStepDeadlines(ctx context.Context, d time.Duration) (int, error) {
 	us := d.Microseconds()
+	if _, err := t.exec(ctx, `UPDATE join_tokens SET expires_at = expires_at + ? WHERE node_id <> '' AND used_at = 0 AND expires_at > ?`,
+		us, t.at-us); err != nil {
+		return 0, fmt.Errorf("extending the boot entries' join tokens: %w", err)
+	}
 	if _, err := t.exec(ctx, `UPDATE commands SET deadline = deadline + ?
 		WHERE deadline > 0 AND state IN ('queued', 'delivered', 'running')
 		AND id IN (SELECT current_command FROM workflows WHERE NOT outcome_applied AND current_command <> '')`, us); err != nil {

@@ -88,6 +88,24 @@ func TestOutageExtendsStepDeadlines(t *testing.T) {
 			t.Fatal(err)
 		}
 
+		// Boot entries' join tokens: one still valid when the outage begins, one already
+		// expired, one used; and a site's bootstrap token, whose life the operator chose.
+		tokens := map[string]store.JoinToken{
+			"valid":   {Hash: []byte("valid"), Kind: "node", NodeID: nodes[0].ID, SiteID: nodes[0].SiteID, CommandID: "c1", ExpiresAt: start + step},
+			"expired": {Hash: []byte("expired"), Kind: "node", NodeID: nodes[1].ID, SiteID: nodes[1].SiteID, CommandID: "c2", ExpiresAt: start - 1},
+			"site":    {Hash: []byte("site"), Kind: "site", SiteID: nodes[0].SiteID, ExpiresAt: start + step},
+		}
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for _, jt := range tokens {
+				if err := tx.InsertJoinToken(ctx, jt); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+
 		advance(10 * time.Minute)
 		outage := alive()
 		if outage < 10*time.Minute || outage > 11*time.Minute {
@@ -112,6 +130,19 @@ func TestOutageExtendsStepDeadlines(t *testing.T) {
 			{"taken", start + d, start + (9 * time.Minute).Microseconds() + d, start + (9 * time.Minute).Microseconds() + d},
 			{"queued", start + d, start + step + d, start + step + d},
 			{"finished", start, start + step, start + step},
+		}
+		for name, want := range map[string]int64{"valid": start + step + d, "expired": start - 1, "site": start + step} {
+			var got int64
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				got, err = tx.JoinTokenExpiryForTests(ctx, tokens[name].Hash)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got != want {
+				t.Errorf("token %s expires at %d, want %d", name, got-start, want-start)
+			}
 		}
 		for _, c := range cases {
 			wfs, err := st.Workflows(ctx, rows[c.name].wf.NodeID, 1)

@@ -1,0 +1,10 @@
+package store
+
+import "context"
+
+// JoinTokenExpiryForTests reads a join token's expiry by its hash.
+func (t *Tx) JoinTokenExpiryForTests(ctx context.Context, hash []byte) (int64, error) {
+	var at int64
+	err := t.queryRow(ctx, `SELECT expires_at FROM join_tokens WHERE hash = ?`, hash).Scan(&at)
+	return at, err
+}
