@@ -346,13 +346,24 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 	return nil
 }
 
+// joinTokenKeep is how long a join token is kept once used or expired (Sweep deletes it then).
+const joinTokenKeep = 7 * 24 * time.Hour
+
 // Sweep wakes nodes a workflow chain controls that nothing would move (no open workflow, no
-// wake-up row): a node never stays in a workflow-driven state without a workflow.
+// wake-up row): a node never stays in a workflow-driven state without a workflow. It also
+// deletes superseded BMC secrets and join tokens spent or expired over joinTokenKeep ago.
 func (e *Engine) Sweep(ctx context.Context) (int, error) {
 	if err := e.st.Write(ctx, func(tx *store.Tx) error {
 		n, err := PurgeSupersededSecrets(ctx, tx, 1000)
 		if n > 0 {
 			e.log.Info("deleted superseded BMC secrets", "count", n)
+		}
+		if err != nil {
+			return err
+		}
+		n, err = tx.PurgeJoinTokens(ctx, tx.At()-joinTokenKeep.Microseconds(), 1000)
+		if n > 0 {
+			e.log.Debug("deleted spent join tokens", "count", n, "older_than", joinTokenKeep)
 		}
 		return err
 	}); err != nil {

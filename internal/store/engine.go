@@ -874,6 +874,19 @@ func (t *Tx) ServerAlive(ctx context.Context, id string, clockOffset time.Durati
 	return nil
 }
 
+// PurgeJoinTokens deletes up to limit join tokens used, or expired unused, before before: one
+// is minted for every ramdisk boot and site join, and once spent or expired it only takes room.
+// It returns how many it deleted.
+func (t *Tx) PurgeJoinTokens(ctx context.Context, before int64, limit int) (int, error) {
+	res, err := t.exec(ctx, `DELETE FROM join_tokens WHERE hash IN (SELECT hash FROM join_tokens
+		WHERE (used_at > 0 AND used_at < ?) OR (used_at = 0 AND expires_at < ?) LIMIT ?)`, before, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting spent join tokens: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // ControlPlaneAlive records, in a server's heartbeat, that the control plane is alive at the
 // transaction's time, and returns how long it was not: the time since any server last recorded
 // so, when that is longer than gap (no server was alive, or none could write to the store),

@@ -160,3 +160,62 @@ func TestOutageExtendsStepDeadlines(t *testing.T) {
 		}
 	})
 }
+
+// Spent join tokens go once they are older than the cut: used or expired before it; a token
+// still valid, or used after it, stays.
+func TestPurgeJoinTokens(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		now := time.Now()
+		st.SetClock(func() time.Time { return now })
+		at := now.UnixMicro()
+		hour := time.Hour.Microseconds()
+		tokens := []struct {
+			name         string
+			used, expiry int64
+			kept         bool
+		}{
+			{"used long ago", at - 10*hour, at - 9*hour, false},
+			{"expired long ago", 0, at - 10*hour, false},
+			{"used lately", at - hour, at + hour, true},
+			{"valid", 0, at + hour, true},
+		}
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for i, tk := range tokens {
+				jt := store.JoinToken{Hash: []byte(tk.name), Kind: "node", NodeID: nodes[i%len(nodes)].ID, SiteID: nodes[0].SiteID, CommandID: tk.name, ExpiresAt: tk.expiry}
+				if err := tx.InsertJoinToken(ctx, jt); err != nil {
+					return err
+				}
+				if tk.used > 0 {
+					if err := tx.SetJoinTokenUsedForTests(ctx, jt.Hash, tk.used); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var purged int
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			purged, err = tx.PurgeJoinTokens(ctx, at-5*hour, 100)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if purged != 2 {
+			t.Errorf("%d tokens purged, want 2", purged)
+		}
+		for _, tk := range tokens {
+			err := st.Write(ctx, func(tx *store.Tx) error {
+				_, err := tx.JoinTokenExpiryForTests(ctx, []byte(tk.name))
+				return err
+			})
+			if kept := err == nil; kept != tk.kept {
+				t.Errorf("%s: kept %v, want %v (%v)", tk.name, kept, tk.kept, err)
+			}
+		}
+	})
+}
