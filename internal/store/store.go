@@ -59,8 +59,9 @@ type Store struct {
 	writes chan *writeReq
 	stop   chan struct{}
 	loop   sync.WaitGroup
-	// ckpt is SQLite's checkpointer connection: the writer never checkpoints (that copied the
-	// WAL into the database inside a commit, on the one writer); checkpointLoop does, beside it.
+	// ckpt is SQLite's checkpointer connection: the writer does not checkpoint as it commits
+	// (that copied the WAL into the database inside a commit, on the one writer); checkpointLoop
+	// does, beside it. The writer only restarts the WAL once it passes walLimit (restartWAL).
 	ckpt      *sql.DB
 	committed chan struct{}
 	// ckptMu is held by whoever checkpoints (checkpointLoop, restartWAL): SQLite runs one
