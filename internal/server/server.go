@@ -212,6 +212,18 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 			Help: "Node reconciliations this server ran since it started. Servers sharing a store split them; one whose rate stays at zero does no work."},
 			func() float64 { return float64(eng.Reconciliations()) }),
 		durations.commands, durations.workflows)
+	if st.Engine() == store.SQLite {
+		reg.MustRegister(
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writer_busy_seconds_total",
+				Help: "Time SQLite's single writer spent running and committing groups of writes. Its rate is the writer's load: near 1, the store is at its capacity and writes wait in its queue."},
+				func() float64 { return st.WriterStats().Busy.Seconds() }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writes_total",
+				Help: "Writes (transactions) SQLite's single writer committed."},
+				func() float64 { return float64(st.WriterStats().Writes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_wal_restarts_total",
+				Help: "Times the writer restarted SQLite's write-ahead log once it passed its limit (64 MiB) while writes went on."},
+				func() float64 { return float64(st.WriterStats().WALRestarts) }))
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	s.http = &http.Server{

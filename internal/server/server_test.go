@@ -170,6 +170,12 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 			t.Errorf("%s = %d, want %d", series, got, want)
 		}
 	}
+	// The SQLite writer's work shows in /metrics.
+	if got := counter(t, srv.Addr(), "bcd_store_writes_total"); got == 0 {
+		t.Error("bcd_store_writes_total is 0 after a lifecycle")
+	}
+	counter(t, srv.Addr(), "bcd_store_writer_busy_seconds_total")
+	counter(t, srv.Addr(), "bcd_store_wal_restarts_total")
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0
