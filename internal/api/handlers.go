@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 
 	"bcd/internal/auth"
+	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/metal"
 	"bcd/internal/pki"
@@ -191,7 +192,7 @@ func (h *nodes) Attestations(ctx context.Context, req *connect.Request[bcdv1.Lis
 	for i, c := range cmds {
 		a := &bcdv1.Attestation{CommandId: c.ID, Kind: c.Kind, WorkflowId: c.WorkflowID, FinishedAt: store.Micros(c.FinishedAt).Format(time.RFC3339Nano),
 			Generation: c.Generation, Result: c.Result, Signature: c.ResultSig,
-			SigningInput: pki.SigningInput(pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest([]byte(c.Result))})}
+			SigningInput: pki.SigningInput(engine.RecordedStatement(c))}
 		if len(c.SignerCert) > 0 {
 			a.SignerCertPem = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.SignerCert}))
 		}

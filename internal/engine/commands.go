@@ -285,6 +285,21 @@ func (e *Engine) CAPEM() []byte {
 	return e.ca.CertPEM()
 }
 
+// RecordedStatement rebuilds, from a stored command row, the statement its signer signed
+// (pki.SigningInput of it is what the signature covers).
+func RecordedStatement(c store.Command) pki.Statement {
+	return pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest([]byte(c.Result))}
+}
+
+// receivedAt is when a stored result arrived (now, for one not finished yet): the time its
+// signer's certificate must have been valid at.
+func receivedAt(c store.Command) time.Time {
+	if c.FinishedAt == 0 {
+		return time.Now()
+	}
+	return time.UnixMicro(c.FinishedAt)
+}
+
 func (e *Engine) checkSigned(c store.Command, currentGeneration uint64) error {
 	if len(c.ResultSig) == 0 || len(c.SignerCert) == 0 {
 		return fmt.Errorf("%s result of command %s is not signed by the node", c.Kind, c.ID)
@@ -292,11 +307,7 @@ func (e *Engine) checkSigned(c store.Command, currentGeneration uint64) error {
 	if e.ca == nil {
 		return fmt.Errorf("no CA configured to verify attested results")
 	}
-	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest([]byte(c.Result))}
-	at := time.UnixMicro(c.FinishedAt)
-	if c.FinishedAt == 0 {
-		at = time.Now()
-	}
+	st, at := RecordedStatement(c), receivedAt(c)
 	if err := pki.VerifyStatement(e.ca, c.SignerCert, st, c.ResultSig, currentGeneration, at); err != nil {
 		return fmt.Errorf("%s result of command %s does not verify: %w", c.Kind, c.ID, err)
 	}

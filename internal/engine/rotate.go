@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"bcd/internal/command"
 	"bcd/internal/pki"
@@ -58,12 +57,7 @@ func (e *Engine) verifySiteSigned(c store.Command) error {
 	if e.ca == nil {
 		return errors.New("no CA configured to verify site-signed results")
 	}
-	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest([]byte(c.Result))}
-	at := time.UnixMicro(c.FinishedAt)
-	if c.FinishedAt == 0 {
-		at = time.Now()
-	}
-	return pki.VerifySiteStatement(e.ca, c.SignerCert, st, c.ResultSig, c.SiteID, at)
+	return pki.VerifySiteStatement(e.ca, c.SignerCert, RecordedStatement(c), c.ResultSig, c.SiteID, receivedAt(c))
 }
 
 // rotation applies the outcome of the node's pending BMC credential rotation once its command

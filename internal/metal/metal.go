@@ -694,8 +694,17 @@ func (s *Service) FollowEvents(ctx context.Context, p auth.Principal, nodeRef, c
 	return evs, next, err
 }
 
-// attestedKinds are the command kinds whose results the node signs (Attestations lists them).
-var attestedKinds = []string{"disk.wipe", "diag.dcgm"}
+// attestedKinds are the command kinds whose results the node signs (Attestations lists them),
+// from the command kind table.
+func attestedKinds() []string {
+	var out []string
+	for _, k := range command.Kinds() {
+		if k.Attested {
+			out = append(out, k.Name)
+		}
+	}
+	return out
+}
 
 // Attestations lists the node's node-signed results (succeeded wipes and diagnostics), newest
 // first; kind narrows them to one of attestedKinds. A deleted node's are found by its raw id.
@@ -706,10 +715,10 @@ func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, k
 	if nodeRef == "" {
 		return nil, invalid("node", "is required: a node id or name")
 	}
-	kinds := attestedKinds
+	kinds := attestedKinds()
 	if kind != "" {
-		if !slices.Contains(attestedKinds, kind) {
-			return nil, invalid("kind", "%q is not an attested kind: accepted are %s (or none for both)", kind, strings.Join(attestedKinds, ", "))
+		if !slices.Contains(kinds, kind) {
+			return nil, invalid("kind", "%q is not an attested kind: accepted are %s (or none for both)", kind, strings.Join(kinds, ", "))
 		}
 		kinds = []string{kind}
 	}

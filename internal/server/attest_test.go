@@ -114,7 +114,7 @@ func checkAttestations(t *testing.T, ctx context.Context, srv *server.Server, no
 		t.Errorf("attested generations %v, want the commissioning's (1) and the release's (2)", gens)
 	}
 	if _, err := nodes.Attestations(ctx, connect.NewRequest(&bcdv1.ListAttestationsRequest{Node: node, Kind: "bmc.power"})); connect.CodeOf(err) != connect.CodeInvalidArgument ||
-		!strings.Contains(err.Error(), "accepted are disk.wipe, diag.dcgm") {
+		!strings.Contains(err.Error(), "accepted are diag.dcgm, disk.wipe") {
 		t.Errorf("an unattested kind: %v", err)
 	}
 }
