@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,12 @@ type Config struct {
 	Reservations []Reservation
 	Leases       LeaseStore
 
+	// Observe, when set, learns which address each client MAC holds (see Binding): in full
+	// mode every lease granted or given back, and the leases loaded at start; in proxy mode
+	// every address a client was seen requesting from the site's own DHCP server. It runs on
+	// the packet's goroutine and must not block.
+	Observe func(Binding)
+
 	Counters *Counters // nil: the server keeps its own (see Server.Counters)
 	Logger   *slog.Logger
 	Now      func() time.Time
@@ -77,6 +84,18 @@ type Config struct {
 	ClientPort    int            // 68
 	RelayPort     int            // 67
 	BroadcastAddr netip.Addr     // 255.255.255.255
+}
+
+// Binding is an address a client MAC holds, as this service saw it: a lease it granted (full
+// mode, Expires set) or an address the client asked the site's own DHCP server for (proxy mode,
+// Expires zero: that server alone knows). Released: the client gave the address back or
+// declined it. The site agent serves a MAC's boot script, and a node's metadata, only to the
+// address bound to it.
+type Binding struct {
+	MAC      net.HardwareAddr
+	IP       netip.Addr
+	Expires  time.Time
+	Released bool
 }
 
 // Server is a running DHCP service.
@@ -133,8 +152,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	switch cfg.Mode {
 	case ModeProxy:
 		s.chains = map[Listener][]Handler{
-			ListenerDHCP: append(mac, s.proxyMessage(ListenerDHCP), s.proxyOptions, s.bootOptions(true)),
-			ListenerPXE:  append(mac, s.proxyMessage(ListenerPXE), s.proxyOptions, s.bootOptions(true)),
+			ListenerDHCP: append(mac, s.observeRequest, s.proxyMessage(ListenerDHCP), s.proxyOptions, s.bootOptions(true)),
+			ListenerPXE:  append(mac, s.observeRequest, s.proxyMessage(ListenerPXE), s.proxyOptions, s.bootOptions(true)),
 		}
 	case ModeFull:
 		if len(cfg.Pools) == 0 || cfg.Leases == nil {
@@ -150,6 +169,14 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("dhcp: %w", err)
 		}
 		s.alloc = alloc
+		if cfg.Observe != nil {
+			now := s.now()
+			for _, l := range alloc.snapshot() {
+				if mac, err := net.ParseMAC(l.MAC); err == nil && l.Expires.After(now) {
+					cfg.Observe(Binding{MAC: mac, IP: l.IP, Expires: l.Expires})
+				}
+			}
+		}
 		s.chains = map[Listener][]Handler{
 			ListenerDHCP: append(mac, s.forUs, s.assignAddress, s.networkOptions, s.bootOptions(false)),
 		}
@@ -326,6 +353,36 @@ func (s *Server) onlyBootRequests(_ context.Context, req, resp *dhcpv4.DHCPv4) b
 	return false
 }
 
+// observeRequest (proxy mode) passes on the address a client requests, whichever server it
+// asks and whatever it boots: a REQUEST's option 50 (selecting, init-reboot) or its ciaddr
+// (renewing, and the PXE request to port 4011), an INFORM's ciaddr. It never stops the chain.
+func (s *Server) observeRequest(_ context.Context, req, _ *dhcpv4.DHCPv4) bool {
+	if s.cfg.Observe == nil {
+		return false
+	}
+	var ip net.IP
+	switch req.MessageType() {
+	case dhcpv4.MessageTypeRequest:
+		if ip = req.RequestedIPAddress(); ip == nil || ip.IsUnspecified() {
+			ip = req.ClientIPAddr
+		}
+	case dhcpv4.MessageTypeInform:
+		ip = req.ClientIPAddr
+	default:
+		return false
+	}
+	if a, ok := netip.AddrFromSlice(ip.To4()); ok && usableClientAddr(a) {
+		s.cfg.Observe(Binding{MAC: slices.Clone(req.ClientHWAddr), IP: a})
+	}
+	return false
+}
+
+// usableClientAddr: a unicast IPv4 a client can hold (not 0.0.0.0, broadcast, multicast or
+// loopback).
+func usableClientAddr(a netip.Addr) bool {
+	return a.Is4() && !a.IsUnspecified() && !a.IsMulticast() && !a.IsLoopback() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
+}
+
 func isNetbootVendor(req *dhcpv4.DHCPv4) bool { return vendorKind(req.ClassIdentifier()) != "" }
 
 // proxyMessage picks the reply type in proxy mode: PXE/HTTP clients only; DISCOVER on 67 →
@@ -491,17 +548,25 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		}
 		resp.YourIPAddr = ip.AsSlice()
 		setType(resp, dhcpv4.MessageTypeAck)
+		if s.cfg.Observe != nil {
+			s.cfg.Observe(Binding{MAC: slices.Clone(req.ClientHWAddr), IP: ip, Expires: now.Add(leaseTime(pool))})
+		}
 	case dhcpv4.MessageTypeRelease, dhcpv4.MessageTypeDecline:
 		var err error
+		var ip netip.Addr
+		var ok bool
 		if req.MessageType() == dhcpv4.MessageTypeRelease {
-			if ip, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok {
+			if ip, ok = netip.AddrFromSlice(req.ClientIPAddr.To4()); ok {
 				err = s.alloc.release(ctx, mac, ip)
 			}
-		} else if ip, ok := netip.AddrFromSlice(req.RequestedIPAddress().To4()); ok {
+		} else if ip, ok = netip.AddrFromSlice(req.RequestedIPAddress().To4()); ok {
 			err = s.alloc.decline(ctx, mac, ip, now)
 		}
 		if err != nil {
 			s.log.ErrorContext(ctx, "persisting DHCP lease change", "mac", mac, "err", err)
+		}
+		if ok && s.cfg.Observe != nil {
+			s.cfg.Observe(Binding{MAC: slices.Clone(req.ClientHWAddr), IP: ip, Released: true})
 		}
 		clearType(resp)
 		return true
@@ -528,13 +593,17 @@ func (s *Server) networkOptions(_ context.Context, req, resp *dhcpv4.DHCPv4) boo
 		resp.UpdateOption(dhcpv4.OptDomainName(pool.Domain))
 	}
 	if req.MessageType() != dhcpv4.MessageTypeInform {
-		lt := pool.LeaseTime
-		if lt == 0 {
-			lt = time.Hour
-		}
-		resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(lt))
+		resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(leaseTime(pool)))
 	}
 	return false
+}
+
+// leaseTime is the pool's lease time; one hour when it sets none.
+func leaseTime(p *Pool) time.Duration {
+	if p.LeaseTime == 0 {
+		return time.Hour
+	}
+	return p.LeaseTime
 }
 
 func ips(as []netip.Addr) []net.IP {

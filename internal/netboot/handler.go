@@ -33,6 +33,12 @@ type DiscoveryRecorder interface {
 	RecordDiscovery(ctx context.Context, d Discovery) error
 }
 
+// BindingLookup answers whether addr is the address the site's DHCP saw mac take (the
+// address its boot script and metadata may go to).
+type BindingLookup interface {
+	BootsFrom(mac net.HardwareAddr, addr netip.Addr) bool
+}
+
 // RejectionLookup answers whether an operator rejected the machine with a MAC (acceptance flow).
 type RejectionLookup interface {
 	Rejected(ctx context.Context, mac net.HardwareAddr) bool
@@ -64,8 +70,12 @@ type HandlerConfig struct {
 	// Rejections: machines an operator rejected are told so by the decision answer (410);
 	// nil: no machine is told it was rejected.
 	Rejections RejectionLookup
-	Now        func() time.Time
-	Logger     *slog.Logger
+	// Bindings, when set, withholds a MAC's boot script (which carries its one-time token)
+	// from every address but the one the site's DHCP saw that MAC take: the requester gets a
+	// script that asks DHCP again and retries. nil: the script goes to whoever asks by MAC.
+	Bindings BindingLookup
+	Now      func() time.Time
+	Logger   *slog.Logger
 }
 
 // Handler serves /boot.ipxe, /artifacts/<sha256>/<name>, /ipxe/<binary> and /metadata.
@@ -78,6 +88,7 @@ type Handler struct {
 	binaries  *os.Root
 	discBoot  *Entry
 	rejects   RejectionLookup
+	bindings  BindingLookup
 	now       func() time.Time
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -93,6 +104,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		metadata:  cfg.Metadata,
 		discBoot:  cfg.DiscoveryBoot,
 		rejects:   cfg.Rejections,
+		bindings:  cfg.Bindings,
 		now:       cfg.Now,
 		log:       cfg.Logger,
 	}
@@ -174,6 +186,15 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		s, _ := WaitScript(req, h.params, WaitNoEntry) // inputs validated above
 		writeScript(w, s)
 		return
+	}
+	if h.bindings != nil {
+		if remote := remoteAddr(r); !h.bindings.BootsFrom(req.MAC, remote) {
+			h.log.WarnContext(ctx, "boot script withheld: the request did not come from the address the site's DHCP saw this MAC take",
+				"mac", req.MAC.String(), "remote", remote.String())
+			s, _ := WaitScript(req, h.params, WaitAddress)
+			writeScript(w, s)
+			return
+		}
 	}
 	h.serveEntry(w, r, req, entry)
 }

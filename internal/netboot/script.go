@@ -113,6 +113,10 @@ const (
 	WaitNoEntry         WaitReason = "no boot entry for this machine"
 	WaitArtifacts       WaitReason = "boot files are not in the site cache yet"
 	WaitEntryUnbootable WaitReason = "the boot entry is invalid"
+	// WaitAddress: the request did not come from the address the site's DHCP saw this MAC
+	// take. The script asks DHCP again before it retries, so a machine whose binding the site
+	// lost (an agent restarted in proxy mode, a new boot-lease holder) gets it back.
+	WaitAddress WaitReason = "this request's address is not the one the site's DHCP saw this machine take"
 )
 
 func waitScript(req Request, p ScriptParams, reason string) string {
@@ -121,6 +125,9 @@ func waitScript(req Request, p ScriptParams, reason string) string {
 	b.WriteString("#!ipxe\n")
 	fmt.Fprintf(&b, "echo bcd: %s (%s), retrying in %d s\n", reason, req.MAC, secs)
 	fmt.Fprintf(&b, "sleep %d\n", secs)
+	if reason == string(WaitAddress) {
+		b.WriteString("dhcp netX ||\n") // netX: the interface iPXE booted from
+	}
 	fmt.Fprintf(&b, "chain --replace --autofree %s\n", p.selfURL(req))
 	return b.String()
 }

@@ -12,14 +12,17 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"time"
 
+	"bcd/internal/dhcp"
 	"bcd/internal/netboot"
 )
 
 // EntriesFile is the boot-entry table's file in the data dir.
 const EntriesFile = "boot-entries.json"
 
-// maxLearnedAddrs bounds the address → MAC table the metadata endpoint uses.
+// maxLearnedAddrs bounds the address ↔ MAC table the metadata endpoint and the boot binding
+// use.
 const maxLearnedAddrs = 65536
 
 // bootRecord is one MAC's entry and the node it belongs to.
@@ -49,17 +52,19 @@ type Entries struct {
 	gateway string // what /metadata names as the gateway
 	ca      string // what /metadata names as the CA to trust (PEM)
 
+	now func() time.Time
+
 	mu    sync.Mutex
 	t     tableFile
-	addrs map[netip.Addr]string // learned: address → MAC
-	gen   uint64                // bumped on every change (status reports)
+	addrs *addrBook // which address each MAC holds: learned from DHCP, or from script requests
+	gen   uint64    // bumped on every change (status reports)
 }
 
 // OpenEntries loads the table from dir (created if needed); dir "" keeps it in memory.
 // gatewayURL and caPEM are the gateway as machines reach it and the CA that certifies it, which
 // /metadata tells an installed OS.
 func OpenEntries(dir, gatewayURL string, caPEM []byte) (*Entries, error) {
-	e := &Entries{gateway: gatewayURL, ca: string(caPEM), addrs: map[netip.Addr]string{},
+	e := &Entries{gateway: gatewayURL, ca: string(caPEM), addrs: newAddrBook(maxLearnedAddrs), now: time.Now,
 		t: tableFile{Entries: map[string]bootRecord{}, Instances: map[string]instanceRecord{}}}
 	if dir == "" {
 		return e, nil
@@ -173,20 +178,37 @@ func (e *Entries) Remove(nodeID string, macs []string) error {
 	return e.commitLocked(old, "removing boot entries of node "+nodeID)
 }
 
-// Learn records that mac booted from addr (the metadata endpoint answers by address).
+// Learn records that mac booted from addr (boot binding none: the metadata endpoint answers by
+// the address a MAC's script was fetched from).
 func (e *Entries) Learn(addr netip.Addr, mac string) {
 	if !addr.IsValid() {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, ok := e.addrs[addr]; !ok && len(e.addrs) >= maxLearnedAddrs {
-		for a := range e.addrs { // drop an arbitrary one: a bound, not a cache policy
-			delete(e.addrs, a)
-			break
-		}
+	e.addrs.bind(mac, addr, time.Time{})
+}
+
+// Observe records an address the site's DHCP saw a MAC take or give back (boot binding lease;
+// dhcp.Config.Observe).
+func (e *Entries) Observe(b dhcp.Binding) {
+	if !b.IP.IsValid() || len(b.MAC) == 0 {
+		return
 	}
-	e.addrs[addr] = mac
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if b.Released {
+		e.addrs.unbind(b.MAC.String(), b.IP)
+		return
+	}
+	e.addrs.bind(b.MAC.String(), b.IP, b.Expires)
+}
+
+// BootsFrom implements netboot.BindingLookup: addr is the address mac holds.
+func (e *Entries) BootsFrom(mac net.HardwareAddr, addr netip.Addr) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.addrs.holds(mac.String(), addr, e.now())
 }
 
 // metadataDoc is what /metadata answers a deployed node: enough for its installed OS to join
@@ -203,7 +225,7 @@ type metadataDoc struct {
 func (e *Entries) Metadata(_ context.Context, addr netip.Addr) ([]byte, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	mac, ok := e.addrs[addr.Unmap()]
+	mac, ok := e.addrs.macAt(addr, e.now())
 	if !ok {
 		return nil, false
 	}

@@ -84,13 +84,16 @@ type Config struct {
 	IPXEDir    string // default /usr/lib/ipxe; also served over HTTP under /ipxe/
 	// DHCP: mode off (default), proxy or full; Interface is the provisioning interface and
 	// ServerIP our IPv4 on it (default: the interface's first IPv4).
-	DHCPMode   dhcp.Mode
-	Interface  string
-	ServerIP   netip.Addr
-	DHCPPools  []dhcp.Pool
-	EFIBinary  string // default ipxe.efi
-	RetryAfter time.Duration
-	Ramdisk    RamdiskConfig
+	DHCPMode  dhcp.Mode
+	Interface string
+	ServerIP  netip.Addr
+	DHCPPools []dhcp.Pool
+	EFIBinary string // default ipxe.efi
+	// BootBinding: to which address boot scripts and metadata go (see BootBinding); default
+	// lease when DHCPMode is proxy or full, none when it is off.
+	BootBinding BootBinding
+	RetryAfter  time.Duration
+	Ramdisk     RamdiskConfig
 	// DiscoveryBoot boots machines with no entry into the ramdisk in discovery mode (no token,
 	// no identity; they report their self-asserted inventory and wait: the acceptance flow)
 	// instead of letting them wait in iPXE. Needs Ramdisk.
@@ -199,6 +202,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.entries, err = OpenEntries(cfg.DataDir, cfg.Ramdisk.GatewayURL, cfg.Ramdisk.CAPEM); err != nil {
 		return nil, fmt.Errorf("starting site agent: %w", err)
 	}
+	a.entries.now = cfg.Now
 	a.cache = cfg.ArtifactCache
 	if a.cache == nil {
 		if a.cache, err = netboot.NewCache(netboot.CacheConfig{Dir: filepath.Join(cfg.DataDir, "cache"), Logger: cfg.Logger}); err != nil {
@@ -277,6 +281,11 @@ func (c *Config) setDefaults() error {
 	if c.EFIBinary == "" {
 		c.EFIBinary = dhcp.BinaryEFI
 	}
+	b, err := checkBootBinding(c.BootBinding, c.DHCPMode != dhcp.ModeOff)
+	if err != nil {
+		return fmt.Errorf("configuring site agent: %w", err)
+	}
+	c.BootBinding = b
 	if c.RetryAfter == 0 {
 		c.RetryAfter = DefaultRetryAfter
 	}
@@ -521,9 +530,15 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 		discBoot = &e
 		g.Go(func() error { a.prefetch(ctx, log, e.Artifacts()); return nil })
 	}
-	nb, err := netboot.NewHandler(netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
+	hc := netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
 		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
-		DiscoveryBoot: discBoot, Rejections: a, Now: a.cfg.Now, Logger: log})
+		DiscoveryBoot: discBoot, Rejections: a, Now: a.cfg.Now, Logger: log}
+	if a.cfg.BootBinding == BindLease {
+		hc.Bindings = a.entries
+	} else {
+		log.Warn("boot binding none: boot scripts, with their one-time tokens, go to any host that asks by MAC, and /metadata to the address a MAC's script was fetched from; keep other hosts off the provisioning network")
+	}
+	nb, err := netboot.NewHandler(hc)
 	if err != nil {
 		return fmt.Errorf("site agent: %w", err)
 	}
@@ -545,8 +560,9 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 	return nil
 }
 
-// gate answers boot-script requests only while the agent holds the boot lease, and learns which
-// address each MAC with an entry boots from (for /metadata).
+// gate answers boot-script requests only while the agent holds the boot lease and, with boot
+// binding none, learns which address each MAC with an entry boots from (for /metadata; with
+// binding lease the DHCP service tells).
 func (a *Agent) gate(next http.Handler) http.Handler {
 	retry := strconv.Itoa(int(a.cfg.LeaseTTL / time.Second))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -556,7 +572,7 @@ func (a *Agent) gate(next http.Handler) http.Handler {
 				http.Error(w, "this site agent does not hold the boot lease", http.StatusServiceUnavailable)
 				return
 			}
-			if req, err := netboot.ParseQuery(r.URL.RawQuery); err == nil && a.entries.Has(req.MAC.String()) {
+			if req, err := netboot.ParseQuery(r.URL.RawQuery); err == nil && a.cfg.BootBinding == BindNone && a.entries.Has(req.MAC.String()) {
 				if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 					a.entries.Learn(ap.Addr().Unmap(), req.MAC.String())
 				}
@@ -618,7 +634,7 @@ func (a *Agent) superviseDHCP(ctx context.Context, log *slog.Logger) {
 	whileHeld(ctx, a.hold, func(ctx context.Context) error {
 		srv, err := dhcp.New(ctx, dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
 			HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
-			Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Logger: log})
+			Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Observe: a.entries.Observe, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ const JoinTokenEnv = "BCD_SITE_JOIN_TOKEN"
 // flags are the command's flags, as parsed.
 type flags struct {
 	server, site, joinToken, dataDir, caFile string
-	dhcpMode, iface, serverIP                string
+	dhcpMode, iface, serverIP, bootBinding   string
 	httpListen, httpURL, tftpListen, ipxeDir string
 	efiBinary, localBoot                     string
 	dhcpPools, dhcpRouters, dhcpDNS          []string
@@ -74,6 +74,7 @@ the artifact cache live in the data dir too.`,
 	fl.StringVar(&f.dataDir, "data-dir", "/var/lib/bcd/site", "key, certificate, journal, boot entries, DHCP leases and artifact cache")
 	fl.StringVar(&f.caFile, "ca-file", "", "PEM of the control plane's CA (first start only)")
 	fl.StringVar(&f.dhcpMode, "dhcp", "off", "DHCP mode: off, proxy or full")
+	fl.StringVar(&f.bootBinding, "boot-binding", "", `to which address boot scripts (they carry one-time tokens) and /metadata go: "lease", only the one the agent's DHCP saw the MAC take (default with --dhcp proxy or full), or "none", any (default with --dhcp off)`)
 	fl.StringVar(&f.iface, "interface", "", "provisioning network interface (DHCP)")
 	fl.StringVar(&f.serverIP, "server-ip", "", "this agent's IPv4 on the provisioning network (default: the interface's)")
 	fl.StringVar(&f.httpListen, "http-listen", ":8080", "boot HTTP listen address")
@@ -114,7 +115,7 @@ func logger(w io.Writer, level string) *slog.Logger {
 func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error) {
 	cfg := site.Config{GatewayURL: f.server, Site: f.site, JoinToken: f.joinToken, DataDir: f.dataDir,
 		HTTPListen: f.httpListen, HTTPBaseURL: f.httpURL, TFTPListen: f.tftpListen, IPXEDir: f.ipxeDir,
-		DHCPMode: dhcp.Mode(f.dhcpMode), Interface: f.iface, EFIBinary: f.efiBinary, LocalBoot: f.localBoot,
+		DHCPMode: dhcp.Mode(f.dhcpMode), BootBinding: site.BootBinding(f.bootBinding), Interface: f.iface, EFIBinary: f.efiBinary, LocalBoot: f.localBoot,
 		LeaseTTL: f.leaseTTL, DrainTimeout: f.drainTimeout, AgentVersion: "bcd", NoPowerPolling: f.noPowerPolling,
 		Poll: site.PollConfig{Interval: f.pollInterval, MaxInterval: f.pollMax, Parallel: f.pollParallel}}
 	if f.server == "" || f.site == "" {

@@ -1,0 +1,176 @@
+package dhcp
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+)
+
+// observed records the bindings a server passes on.
+type observed struct {
+	mu sync.Mutex
+	bs []Binding
+}
+
+func (o *observed) add(b Binding) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.bs = append(o.bs, b)
+}
+
+func (o *observed) take() []Binding {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	bs := o.bs
+	o.bs = nil
+	return bs
+}
+
+func sameBindings(got, want []Binding) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		g, w := got[i], want[i]
+		if g.MAC.String() != w.MAC.String() || g.IP != w.IP || !g.Expires.Equal(w.Expires) || g.Released != w.Released {
+			return false
+		}
+	}
+	return true
+}
+
+// TestProxyModeObservesRequestedAddresses: in proxy mode the server learns, from every
+// REQUEST and INFORM it sees (whichever server they name, netboot client or not), the address
+// the client takes; a DISCOVER, or a request naming no usable address, teaches nothing.
+func TestProxyModeObservesRequestedAddresses(t *testing.T) {
+	ctx := context.Background()
+	var o observed
+	s, err := New(ctx, Config{Mode: ModeProxy, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base,
+		Boot: Policy{EFIBinary: BinaryEFI}, Observe: o.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	siteDHCP := net.IPv4(10, 0, 0, 2) // the site's own DHCP server
+	ip := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	cases := []struct {
+		name string
+		l    Listener
+		pkt  *dhcpv4.DHCPv4
+		want []Binding
+	}{
+		{"iPXE selecting its offer from the site's server", ListenerDHCP,
+			request(t, macA, append(ipxeEFI.mods(), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 77))),
+				dhcpv4.WithOption(dhcpv4.OptServerIdentifier(siteDHCP)))...),
+			[]Binding{{MAC: macA, IP: ip("10.0.0.77")}}},
+		{"an installed OS (no PXE vendor class) rebooting", ListenerDHCP,
+			request(t, macB, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 78)))),
+			[]Binding{{MAC: macB, IP: ip("10.0.0.78")}}},
+		{"the PXE request to port 4011 carries ciaddr", ListenerPXE,
+			request(t, macA, append(efiPXE.mods(), dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 79)))...),
+			[]Binding{{MAC: macA, IP: ip("10.0.0.79")}}},
+		{"an INFORM carries ciaddr", ListenerPXE,
+			mustNew(t, dhcpv4.WithHwAddr(macB), dhcpv4.WithMessageType(dhcpv4.MessageTypeInform), dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 80))),
+			[]Binding{{MAC: macB, IP: ip("10.0.0.80")}}},
+		{"a DISCOVER names no address", ListenerDHCP, discover(t, macA, ipxeEFI.mods()...), nil},
+		{"a REQUEST with neither option 50 nor ciaddr", ListenerDHCP, request(t, macA, ipxeEFI.mods()...), nil},
+		{"a broadcast address is not a client's", ListenerDHCP,
+			request(t, macA, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(255, 255, 255, 255)))), nil},
+		{"nor is a multicast one", ListenerDHCP,
+			request(t, macA, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(224, 0, 0, 1)))), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s.Handle(ctx, tc.l, tc.pkt)
+			if got := o.take(); !sameBindings(got, tc.want) {
+				t.Fatalf("observed %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func mustNew(t *testing.T, mods ...dhcpv4.Modifier) *dhcpv4.DHCPv4 {
+	t.Helper()
+	d, err := dhcpv4.New(mods...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestFullModeObservesLeases: in full mode a binding is a lease granted (with its expiry) or
+// given back, and a restarted server passes on the unexpired leases it loaded. Offers, NAKs and
+// REQUESTs for another server bind nothing.
+func TestFullModeObservesLeases(t *testing.T) {
+	ctx := context.Background()
+	clk := &clock{t0}
+	store := NewFileLeaseStore(filepath.Join(t.TempDir(), "leases.json"))
+	var o observed
+	cfg := Config{Mode: ModeFull, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI},
+		Pools: pools(), Leases: store, Now: clk.now, Observe: o.add}
+	s, err := New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.take(); len(got) != 0 {
+		t.Fatalf("a server with no leases observed %+v", got)
+	}
+	offer := s.Handle(ctx, ListenerDHCP, discover(t, macA))
+	if got := o.take(); offer == nil || len(got) != 0 {
+		t.Fatalf("an offer bound %+v", got)
+	}
+	ours := dhcpv4.WithOption(dhcpv4.OptServerIdentifier(serverIP.AsSlice()))
+	s.Handle(ctx, ListenerDHCP, request(t, macA, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)), ours))
+	expires := t0.Add(2 * time.Hour) // the pool's lease time
+	want := []Binding{{MAC: macA, IP: netip.MustParseAddr("10.0.0.100"), Expires: expires}}
+	if got := o.take(); !sameBindings(got, want) {
+		t.Fatalf("ACK observed %+v, want %+v", got, want)
+	}
+	// NAKed (another's address) and another server's REQUEST: nothing.
+	s.Handle(ctx, ListenerDHCP, request(t, macB, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 100))), ours))
+	s.Handle(ctx, ListenerDHCP, request(t, macB, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 101))),
+		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(net.IPv4(10, 0, 0, 2)))))
+	if got := o.take(); len(got) != 0 {
+		t.Fatalf("a NAK or another server's REQUEST bound %+v", got)
+	}
+	// A second client, then a restart an hour later: both leases come back, unexpired.
+	offer = s.Handle(ctx, ListenerDHCP, discover(t, macB))
+	s.Handle(ctx, ListenerDHCP, request(t, macB, dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(offer.YourIPAddr)), ours))
+	o.take()
+	clk.t = t0.Add(time.Hour)
+	if _, err := New(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	got := o.take()
+	if len(got) != 2 {
+		t.Fatalf("restart observed %+v, want both leases", got)
+	}
+	for _, b := range got {
+		if b.Released || !b.Expires.After(clk.t) || (b.MAC.String() == macA.String()) != (b.IP == netip.MustParseAddr("10.0.0.100")) {
+			t.Fatalf("restart observed %+v", b)
+		}
+	}
+	// A restart after both expired passes on nothing.
+	clk.t = t0.Add(5 * time.Hour)
+	if _, err := New(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := o.take(); len(got) != 0 {
+		t.Fatalf("expired leases observed at restart: %+v", got)
+	}
+	// RELEASE and DECLINE unbind.
+	clk.t = t0.Add(time.Hour)
+	rel := mustNew(t, dhcpv4.WithHwAddr(macA), dhcpv4.WithMessageType(dhcpv4.MessageTypeRelease), dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 100)))
+	dec := mustNew(t, dhcpv4.WithHwAddr(macB), dhcpv4.WithMessageType(dhcpv4.MessageTypeDecline), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 101))))
+	s.Handle(ctx, ListenerDHCP, rel)
+	s.Handle(ctx, ListenerDHCP, dec)
+	want = []Binding{{MAC: macA, IP: netip.MustParseAddr("10.0.0.100"), Released: true}, {MAC: macB, IP: netip.MustParseAddr("10.0.0.101"), Released: true}}
+	if got := o.take(); !sameBindings(got, want) {
+		t.Fatalf("release/decline observed %+v, want %+v", got, want)
+	}
+}

@@ -1,0 +1,150 @@
+package site
+
+import (
+	"context"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/dhcp"
+)
+
+func TestCheckBootBinding(t *testing.T) {
+	tests := []struct {
+		in     BootBinding
+		dhcpOn bool
+		want   BootBinding
+		err    string
+	}{
+		{"", true, BindLease, ""},
+		{"", false, BindNone, ""},
+		{BindLease, true, BindLease, ""},
+		{BindNone, true, BindNone, ""},
+		{BindNone, false, BindNone, ""},
+		{BindLease, false, "", "needs the agent's DHCP"},
+		{"mac", true, "", "accepted are lease and none"},
+	}
+	for _, tc := range tests {
+		got, err := checkBootBinding(tc.in, tc.dhcpOn)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q dhcp %t: error %v, want %q", tc.in, tc.dhcpOn, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q dhcp %t: %q %v, want %q", tc.in, tc.dhcpOn, got, err, tc.want)
+		}
+	}
+}
+
+// TestAddrBook: one address per MAC and one MAC per address; a newer binding replaces both
+// sides of an older one, a release only its own, expiry ends a binding, and the book is bounded.
+func TestAddrBook(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	a := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	type op struct {
+		unbind  bool
+		mac     string
+		addr    string
+		expires time.Time
+	}
+	type check struct {
+		mac, addr string
+		at        time.Time
+		holds     bool
+	}
+	tests := []struct {
+		name   string
+		ops    []op
+		checks []check
+	}{
+		{"bound until replaced", []op{{mac: "m1", addr: "10.0.0.1"}},
+			[]check{{"m1", "10.0.0.1", t0.Add(1000 * time.Hour), true}, {"m1", "10.0.0.2", t0, false}, {"m2", "10.0.0.1", t0, false}}},
+		{"IPv4-mapped is the same address", []op{{mac: "m1", addr: "::ffff:10.0.0.1"}},
+			[]check{{"m1", "10.0.0.1", t0, true}, {"m1", "::ffff:10.0.0.1", t0, true}}},
+		{"a lease ends at its expiry", []op{{mac: "m1", addr: "10.0.0.1", expires: t0.Add(time.Hour)}},
+			[]check{{"m1", "10.0.0.1", t0.Add(59 * time.Minute), true}, {"m1", "10.0.0.1", t0.Add(time.Hour), false}}},
+		{"a MAC that moves leaves its old address", []op{{mac: "m1", addr: "10.0.0.1"}, {mac: "m1", addr: "10.0.0.2"}},
+			[]check{{"m1", "10.0.0.1", t0, false}, {"m1", "10.0.0.2", t0, true}}},
+		{"an address taken by another MAC", []op{{mac: "m1", addr: "10.0.0.1"}, {mac: "m2", addr: "10.0.0.1"}},
+			[]check{{"m1", "10.0.0.1", t0, false}, {"m2", "10.0.0.1", t0, true}}},
+		{"a release unbinds", []op{{mac: "m1", addr: "10.0.0.1"}, {unbind: true, mac: "m1", addr: "10.0.0.1"}},
+			[]check{{"m1", "10.0.0.1", t0, false}}},
+		{"a stale release leaves the newer binding", []op{{mac: "m1", addr: "10.0.0.1"}, {mac: "m2", addr: "10.0.0.1"}, {unbind: true, mac: "m1", addr: "10.0.0.1"}},
+			[]check{{"m2", "10.0.0.1", t0, true}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newAddrBook(8)
+			for _, o := range tc.ops {
+				if o.unbind {
+					b.unbind(o.mac, a(o.addr))
+				} else {
+					b.bind(o.mac, a(o.addr), o.expires)
+				}
+			}
+			for _, c := range tc.checks {
+				if got := b.holds(c.mac, a(c.addr), c.at); got != c.holds {
+					t.Errorf("%s holds %s at %s: %t, want %t", c.mac, c.addr, c.at.Format(time.TimeOnly), got, c.holds)
+				}
+			}
+			if len(b.byAddr) != len(b.byMAC) {
+				t.Errorf("the two sides disagree: %v %v", b.byAddr, b.byMAC)
+			}
+		})
+	}
+	t.Run("bounded", func(t *testing.T) {
+		b := newAddrBook(4)
+		for i := range 10 {
+			b.bind(string(rune('a'+i)), netip.AddrFrom4([4]byte{10, 0, 0, byte(i)}), time.Time{})
+		}
+		if len(b.byAddr) != 4 || len(b.byMAC) != 4 || !b.holds("j", a("10.0.0.9"), t0) {
+			t.Fatalf("%d / %d bindings, latest kept %t", len(b.byAddr), len(b.byMAC), b.holds("j", a("10.0.0.9"), t0))
+		}
+	})
+}
+
+// TestEntriesBindings: what the DHCP service observes decides where a MAC's script goes
+// (BootsFrom) and which node's metadata an address gets.
+func TestEntriesBindings(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	e, err := OpenEntries("", "https://gw:8443", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.now = func() time.Time { return now }
+	mac, _ := net.ParseMAC("52:54:00:aa:00:01")
+	if err := e.SetInstance("n1", []string{mac.String()}, "bcdi_instance-token-0123"); err != nil {
+		t.Fatal(err)
+	}
+	ip, other := netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("10.0.0.8")
+	if e.BootsFrom(mac, ip) {
+		t.Fatal("bound before the DHCP saw anything")
+	}
+	e.Observe(dhcp.Binding{MAC: mac, IP: ip, Expires: now.Add(time.Hour)})
+	if !e.BootsFrom(mac, ip) || e.BootsFrom(mac, other) {
+		t.Fatal("BootsFrom after the lease")
+	}
+	if doc, ok := e.Metadata(ctx, ip); !ok || !strings.Contains(string(doc), `"nodeId":"n1"`) {
+		t.Fatalf("metadata for the leased address: %s %t", doc, ok)
+	}
+	if _, ok := e.Metadata(ctx, other); ok {
+		t.Fatal("metadata for another address")
+	}
+	now = now.Add(2 * time.Hour)
+	if e.BootsFrom(mac, ip) {
+		t.Fatal("bound after the lease expired")
+	}
+	if _, ok := e.Metadata(ctx, ip); ok {
+		t.Fatal("metadata after the lease expired")
+	}
+	e.Observe(dhcp.Binding{MAC: mac, IP: ip}) // proxy mode: until replaced
+	e.Observe(dhcp.Binding{MAC: mac, IP: ip, Released: true})
+	if e.BootsFrom(mac, ip) {
+		t.Fatal("bound after the release")
+	}
+}
