@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"bcd/internal/gateway"
 	agentv1 "bcd/internal/gen/agentv1"
 )
 
@@ -27,6 +28,9 @@ type LeaseRequest struct {
 	TTL           time.Duration
 	Epoch         uint64 // the epoch the agent holds; 0: none
 	KnownRevision uint64 // the boot-entry revision the agent applied
+	// DHCPLeases: the holder's full-mode leases granted or ended since its last answered
+	// renewal (at most gateway.MaxDHCPLeases).
+	DHCPLeases []gateway.DHCPLease
 }
 
 // BootEntry is a boot entry the control plane gives the lease holder.
@@ -51,6 +55,8 @@ type LeaseGrant struct {
 	Entries  []BootEntry
 	// Rejected: MACs of machines an operator rejected (acceptance flow); holder only.
 	Rejected []string
+	// DHCPLeases: with Full, the site's DHCP leases that still run (previous holders').
+	DHCPLeases []gateway.DHCPLease
 }
 
 // PollTarget is a node whose power the holder polls; CredentialsJWE is encrypted to the agent.
@@ -83,13 +89,17 @@ func siteCallError(what string, err error) error {
 // BootLease calls the gateway's BootLease.
 func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, error) {
 	res, err := l.cl.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{Release: req.Release, TtlMs: req.TTL.Milliseconds(),
-		Epoch: req.Epoch, KnownEntriesRevision: req.KnownRevision}))
+		Epoch: req.Epoch, KnownEntriesRevision: req.KnownRevision, DhcpLeases: gateway.DHCPLeasesToProto(req.DHCPLeases)}))
 	if err != nil {
 		return LeaseGrant{}, siteCallError("boot lease", err)
 	}
 	m := res.Msg
+	leases, err := gateway.DHCPLeasesFromProto(m.GetDhcpLeases())
+	if err != nil {
+		return LeaseGrant{}, fmt.Errorf("boot lease: the gateway's answer: %w", err)
+	}
 	g := LeaseGrant{Held: m.GetHeld(), Holder: m.GetHolderAgentId(), Epoch: m.GetEpoch(), TTL: time.Duration(m.GetTtlMs()) * time.Millisecond,
-		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull(), Rejected: m.GetRejectedMacs()}
+		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull(), Rejected: m.GetRejectedMacs(), DHCPLeases: leases}
 	for _, e := range m.GetEntries() {
 		g.Entries = append(g.Entries, BootEntry{NodeID: e.GetNodeId(), Kind: e.GetKind(), MACs: e.GetMacs(), Token: e.GetToken(), Local: e.GetLocal(),
 			ISOName: e.GetIsoName(), ISOURL: e.GetIsoUrl(), ISOSHA256: e.GetIsoSha256()})

@@ -56,7 +56,7 @@ func TestOfferMatchesFullScan(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			now := t0
-			a, err := newAllocator(ctx, []Pool{pool}, res, &memLeases{}, now)
+			a, err := newAllocator(ctx, []Pool{pool}, res, &memLeases{}, nil, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func (g *gatedLeases) SaveLeases(ctx context.Context, l []Lease) error {
 func TestSyncGroupsSaves(t *testing.T) {
 	ctx := context.Background()
 	store := &gatedLeases{started: make(chan struct{}, 64), gate: make(chan struct{}, 64), fails: 1}
-	a, err := newAllocator(ctx, pools(), nil, store, t0)
+	a, err := newAllocator(ctx, pools(), nil, store, nil, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

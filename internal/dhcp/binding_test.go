@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -172,5 +173,58 @@ func TestFullModeObservesLeases(t *testing.T) {
 	want = []Binding{{MAC: macA, IP: netip.MustParseAddr("10.0.0.100"), Released: true}, {MAC: macB, IP: netip.MustParseAddr("10.0.0.101"), Released: true}}
 	if got := o.take(); !sameBindings(got, want) {
 		t.Fatalf("release/decline observed %+v, want %+v", got, want)
+	}
+}
+
+// TestKnownLeasesMerge: leases another agent of the site granted (Config.Known) are merged with
+// the lease file at start, the longer-running lease winning per MAC and per address; they are
+// saved, passed on as bindings, and never offered to another client.
+func TestKnownLeasesMerge(t *testing.T) {
+	ctx := context.Background()
+	mac := func(b byte) net.HardwareAddr { return net.HardwareAddr{0x52, 0x54, 0, 0, 1, b} }
+	ip := netip.MustParseAddr
+	l := func(m byte, addr string, d time.Duration) Lease {
+		return Lease{MAC: mac(m).String(), IP: ip(addr), Expires: t0.Add(d)}
+	}
+	store := &memLeases{leases: []Lease{l(0xa, "10.0.0.100", time.Hour), l(0xb, "10.0.0.101", time.Hour)}}
+	known := []Lease{
+		l(0xc, "10.0.0.100", 2*time.Hour),    // runs longer than A's lease of the same address: wins
+		l(0xb, "10.0.0.102", 30*time.Minute), // B's own lease runs longer: kept
+		l(0xd, "10.9.1.10", time.Hour),       // new
+		l(0xe, "10.9.1.11", -time.Minute),    // ended
+		l(0xf, "192.168.0.5", time.Hour),     // in no pool
+	}
+	var o observed
+	s, err := New(ctx, Config{Mode: ModeFull, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI},
+		Pools: pools(), Leases: store, Known: known, Now: (&clock{t0}).now, Observe: o.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Lease{l(0xc, "10.0.0.100", 2*time.Hour), l(0xb, "10.0.0.101", time.Hour), l(0xd, "10.9.1.10", time.Hour)}
+	if got := s.Leases(); !slices.Equal(got, want) {
+		t.Fatalf("merged leases %+v\nwant %+v", got, want)
+	}
+	store.mu.Lock()
+	saved := slices.Clone(store.leases)
+	store.mu.Unlock()
+	if !slices.Equal(saved, want) {
+		t.Fatalf("saved %+v, want the merged leases", saved)
+	}
+	if got := o.take(); len(got) != 3 {
+		t.Fatalf("bindings at start %+v, want the 3 merged leases", got)
+	}
+	// A new client gets neither C's nor D's address.
+	if offer := s.Handle(ctx, ListenerDHCP, discover(t, mac(0x1))); offer == nil || offer.YourIPAddr.String() != "10.0.0.102" {
+		t.Fatalf("offer %v, want 10.0.0.102", offer)
+	}
+	relayed := discover(t, mac(0x2), dhcpv4.WithGatewayIP(net.IPv4(10, 9, 0, 1)))
+	if offer := s.Handle(ctx, ListenerDHCP, relayed); offer == nil || offer.YourIPAddr.String() != "10.9.1.11" {
+		t.Fatalf("relayed offer %v, want 10.9.1.11", offer)
+	}
+	// Nothing known: nothing saved at start.
+	quiet := &memLeases{leases: []Lease{l(0xa, "10.0.0.100", time.Hour)}}
+	if _, err := New(ctx, Config{Mode: ModeFull, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI},
+		Pools: pools(), Leases: quiet, Now: (&clock{t0}).now}); err != nil || quiet.saves != 0 {
+		t.Fatalf("a start with nothing known saved %d times (%v)", quiet.saves, err)
 	}
 }

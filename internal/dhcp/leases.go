@@ -161,7 +161,9 @@ type allocator struct {
 	saved  uint64 // under saveMu
 }
 
-func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store LeaseStore, now time.Time) (*allocator, error) {
+// newAllocator loads the leases of store and merges known (leases granted by another agent of
+// the site) into them.
+func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store LeaseStore, known []Lease, now time.Time) (*allocator, error) {
 	a := &allocator{
 		pools:    pools,
 		reserved: map[string]netip.Addr{},
@@ -189,7 +191,23 @@ func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store Le
 	if err != nil {
 		return nil, err
 	}
+	// Ours first, then those known from elsewhere (another agent of the site); where a MAC or an
+	// address has two leases, the one that runs longer wins.
+	type candidate struct {
+		Lease
+		known bool
+	}
+	all := make([]candidate, 0, len(loaded)+len(known))
 	for _, l := range loaded {
+		all = append(all, candidate{Lease: l})
+	}
+	for _, l := range known {
+		all = append(all, candidate{Lease: l, known: true})
+	}
+	slices.SortStableFunc(all, func(x, y candidate) int { return y.Expires.Compare(x.Expires) })
+	merged := false
+	for _, c := range all {
+		l := c.Lease
 		if !l.Expires.After(now) || a.poolFor(l.IP) == nil {
 			continue // expired, or the pool it came from is gone
 		}
@@ -199,8 +217,18 @@ func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store Le
 		if _, taken := a.byIP[l.IP]; taken {
 			continue
 		}
+		if _, has := a.leases[l.MAC]; has {
+			continue
+		}
 		a.leases[l.MAC] = l
 		a.byIP[l.IP] = l.MAC
+		merged = merged || c.known
+	}
+	if merged {
+		a.gen++
+		if err := a.sync(ctx); err != nil {
+			return nil, fmt.Errorf("keeping the leases known from the site: %w", err)
+		}
 	}
 	return a, nil
 }

@@ -66,6 +66,10 @@ type Config struct {
 	Pools        []Pool
 	Reservations []Reservation
 	Leases       LeaseStore
+	// Known: leases another agent of the site granted (the control plane passes them to a new
+	// boot-lease holder). Merged with Leases' at start; where a MAC or an address has two, the
+	// one that runs longer wins.
+	Known []Lease
 
 	// Observe, when set, learns which address each client MAC holds (see Binding): in full
 	// mode every lease granted or given back, and the leases loaded at start; in proxy mode
@@ -164,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("dhcp: %w", err)
 			}
 		}
-		alloc, err := newAllocator(ctx, cfg.Pools, cfg.Reservations, cfg.Leases, s.now())
+		alloc, err := newAllocator(ctx, cfg.Pools, cfg.Reservations, cfg.Leases, cfg.Known, s.now())
 		if err != nil {
 			return nil, fmt.Errorf("dhcp: %w", err)
 		}

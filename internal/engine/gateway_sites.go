@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"time"
 
 	"bcd/internal/gateway"
+	"bcd/internal/store"
 )
 
 var _ gateway.Sites = (*Gateway)(nil)
@@ -20,11 +22,24 @@ func notHolder(err error) error {
 
 // BootLease implements gateway.Sites.
 func (g *Gateway) BootLease(ctx context.Context, a gateway.AgentRef, req gateway.LeaseRequest) (gateway.LeaseGrant, error) {
-	lg, err := g.e.BootLease(ctx, g.agent(ctx, a), LeaseRequest{Release: req.Release, TTL: req.TTL, Epoch: req.Epoch, KnownRevision: req.KnownRevision})
+	in := LeaseRequest{Release: req.Release, TTL: req.TTL, Epoch: req.Epoch, KnownRevision: req.KnownRevision}
+	for _, l := range req.DHCPLeases {
+		var exp int64
+		if !l.Expires.IsZero() {
+			exp = l.Expires.UnixMicro()
+		}
+		in.DHCPLeases = append(in.DHCPLeases, store.DHCPLease{MAC: l.MAC, IP: l.IP.String(), Expires: exp})
+	}
+	lg, err := g.e.BootLease(ctx, g.agent(ctx, a), in)
 	if err != nil {
 		return gateway.LeaseGrant{}, err
 	}
 	out := gateway.LeaseGrant{Held: lg.Held, Holder: lg.Holder, Epoch: lg.Epoch, TTL: lg.TTL, Revision: lg.Revision, Full: lg.Full, Rejected: lg.Rejected}
+	for _, l := range lg.DHCPLeases {
+		if ip, err := netip.ParseAddr(l.IP); err == nil {
+			out.DHCPLeases = append(out.DHCPLeases, gateway.DHCPLease{MAC: l.MAC, IP: ip, Expires: time.UnixMicro(l.Expires).UTC()})
+		}
+	}
 	for _, e := range lg.Entries {
 		be := gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local}
 		if e.ISO != nil {

@@ -54,6 +54,9 @@ type LeaseRequest struct {
 	// Epoch the agent holds (0: none); KnownRevision of the site's entries it applied.
 	Epoch         uint64
 	KnownRevision uint64
+	// DHCPLeases: the holder's full-mode DHCP leases granted or ended (Expires 0) since its
+	// last answered renewal; kept only when the agent holds the lease at Epoch.
+	DHCPLeases []store.DHCPLease
 }
 
 // PushedEntry is a boot entry sent to the lease holder, with a freshly minted token.
@@ -76,6 +79,9 @@ type LeaseGrant struct {
 	// Rejected: MACs of machines an operator rejected (acceptance flow), to the holder only:
 	// their waiting discovery-mode ramdisks are told to power their hosts off.
 	Rejected []string
+	// DHCPLeases: with Full, the site's DHCP leases still running, which the new holder's DHCP
+	// must not hand out again.
+	DHCPLeases []store.DHCPLease
 }
 
 // clampTTL keeps a requested TTL within bounds; 0 takes the site agent's default. Pure.
@@ -128,6 +134,15 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 			return err
 		}
 		g.Full = req.Epoch != l.Epoch
+		if !g.Full {
+			// Only a holder that held all along reports: leases from before it lost the lease
+			// may have been given again since by another holder.
+			if err := tx.PutDHCPLeases(ctx, a.SiteID, req.DHCPLeases); err != nil {
+				return err
+			}
+		} else if g.DHCPLeases, err = tx.DHCPLeases(ctx, a.SiteID); err != nil {
+			return err
+		}
 		if !g.Full && req.KnownRevision >= l.EntriesRev {
 			return nil
 		}

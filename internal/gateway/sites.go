@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"time"
 
 	"connectrpc.com/connect"
@@ -34,7 +36,20 @@ type LeaseRequest struct {
 	TTL           time.Duration
 	Epoch         uint64
 	KnownRevision uint64
+	// DHCPLeases: the holder's full-mode DHCP leases granted or ended (Expires zero) since its
+	// last answered renewal. Validated: MAC and IPv4 address well formed, at most MaxDHCPLeases.
+	DHCPLeases []DHCPLease
 }
+
+// DHCPLease is an address a site agent's DHCP leased to a MAC until Expires (zero: ended).
+type DHCPLease struct {
+	MAC     string // lower case, colon-separated
+	IP      netip.Addr
+	Expires time.Time
+}
+
+// MaxDHCPLeases bounds the leases one BootLease request or answer carries.
+const MaxDHCPLeases = 4096
 
 // BootEntry is a boot entry pushed to the lease holder.
 type BootEntry struct {
@@ -55,6 +70,8 @@ type LeaseGrant struct {
 	Full     bool
 	Entries  []BootEntry
 	Rejected []string // MACs an operator rejected (acceptance flow)
+	// DHCPLeases: with Full, the site's DHCP leases that still run.
+	DHCPLeases []DHCPLease
 }
 
 // PollTarget is a node the holder polls.
@@ -104,18 +121,61 @@ func (s *Server) BootLease(ctx context.Context, req *connect.Request[agentv1.Boo
 		return nil, err
 	}
 	m := req.Msg
+	leases, err := DHCPLeasesFromProto(m.GetDhcpLeases())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInvalidArgument, err)
+	}
 	g, err := s.cfg.Sites.BootLease(ctx, a, LeaseRequest{Release: m.GetRelease(), TTL: time.Duration(m.GetTtlMs()) * time.Millisecond,
-		Epoch: m.GetEpoch(), KnownRevision: m.GetKnownEntriesRevision()})
+		Epoch: m.GetEpoch(), KnownRevision: m.GetKnownEntriesRevision(), DHCPLeases: leases})
 	if err != nil {
 		return nil, s.siteError(ctx, "boot lease", a, err)
 	}
 	out := &agentv1.BootLeaseResponse{Held: g.Held, HolderAgentId: g.Holder, Epoch: g.Epoch, TtlMs: g.TTL.Milliseconds(),
-		EntriesRevision: g.Revision, EntriesFull: g.Full, RejectedMacs: g.Rejected}
+		EntriesRevision: g.Revision, EntriesFull: g.Full, RejectedMacs: g.Rejected, DhcpLeases: DHCPLeasesToProto(g.DHCPLeases)}
 	for _, e := range g.Entries {
 		out.Entries = append(out.Entries, &agentv1.BootEntry{NodeId: e.NodeID, Kind: e.Kind, Macs: e.MACs, Token: e.Token, Local: e.Local,
 			IsoName: e.ISOName, IsoUrl: e.ISOURL, IsoSha256: e.ISOSHA256})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// DHCPLeasesFromProto validates leases from the wire: at most MaxDHCPLeases, each with a
+// 6-octet MAC (returned in lower case) and an IPv4 address; a zero or negative expiry is an
+// ended lease.
+func DHCPLeasesFromProto(in []*agentv1.DHCPLease) ([]DHCPLease, error) {
+	if len(in) > MaxDHCPLeases {
+		return nil, fmt.Errorf("%d DHCP leases in one request: at most %d are accepted", len(in), MaxDHCPLeases)
+	}
+	out := make([]DHCPLease, 0, len(in))
+	for i, l := range in {
+		mac, err := net.ParseMAC(l.GetMac())
+		if err != nil || len(mac) != 6 {
+			return nil, fmt.Errorf("DHCP lease %d: MAC %q: accepted is a 6-octet MAC such as 52:54:00:12:34:56", i, l.GetMac())
+		}
+		ip, err := netip.ParseAddr(l.GetIp())
+		if err != nil || !ip.Is4() {
+			return nil, fmt.Errorf("DHCP lease %d: address %q: accepted is an IPv4 address", i, l.GetIp())
+		}
+		var exp time.Time
+		if ms := l.GetExpiresUnixMs(); ms > 0 {
+			exp = time.UnixMilli(ms).UTC()
+		}
+		out = append(out, DHCPLease{MAC: mac.String(), IP: ip, Expires: exp})
+	}
+	return out, nil
+}
+
+// DHCPLeasesToProto is the wire form of leases.
+func DHCPLeasesToProto(ls []DHCPLease) []*agentv1.DHCPLease {
+	out := make([]*agentv1.DHCPLease, 0, len(ls))
+	for _, l := range ls {
+		var ms int64
+		if !l.Expires.IsZero() {
+			ms = l.Expires.UnixMilli()
+		}
+		out = append(out, &agentv1.DHCPLease{Mac: l.MAC, Ip: l.IP.String(), ExpiresUnixMs: ms})
+	}
+	return out
 }
 
 // PollSet implements bcd.agent.v1.GatewayService.

@@ -6,6 +6,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +51,8 @@ func (f *fakeSites) BootLease(_ context.Context, a gateway.AgentRef, req gateway
 		return gateway.LeaseGrant{Holder: "a1", Epoch: 2}, nil
 	}
 	return gateway.LeaseGrant{Held: true, Holder: "a1", Epoch: 2, TTL: req.TTL, Revision: 9, Full: true,
-		Entries: []gateway.BootEntry{{NodeID: "n1", Kind: "ramdisk", MACs: []string{"52:54:00:00:00:01"}, Token: "bcdd_token"}}}, nil
+		Entries:    []gateway.BootEntry{{NodeID: "n1", Kind: "ramdisk", MACs: []string{"52:54:00:00:00:01"}, Token: "bcdd_token"}},
+		DHCPLeases: []gateway.DHCPLease{{MAC: "52:54:00:00:00:09", IP: netip.MustParseAddr("10.0.0.9"), Expires: time.UnixMilli(5000).UTC()}}}, nil
 }
 
 func (f *fakeSites) PollSet(_ context.Context, a gateway.AgentRef, epoch uint64) ([]gateway.PollTarget, time.Duration, error) {
@@ -96,16 +99,36 @@ func TestSiteCalls(t *testing.T) {
 	node := rawClient(t, env, certFor(t, env, func(der []byte) ([]byte, error) { return env.CA.IssueNode(der, "n1", 1, time.Hour, time.Now()) }))
 	anon := rawClient(t, env, tls.Certificate{})
 
-	res, err := holder.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{TtlMs: 5000, Epoch: 1, KnownEntriesRevision: 3}))
+	res, err := holder.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{TtlMs: 5000, Epoch: 1, KnownEntriesRevision: 3,
+		DhcpLeases: []*agentv1.DHCPLease{{Mac: "52:54:00:AA:00:01", Ip: "10.0.0.7", ExpiresUnixMs: 7000}, {Mac: "52:54:00:aa:00:02", Ip: "10.0.0.8"}}}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if m := res.Msg; !m.GetHeld() || m.GetEpoch() != 2 || m.GetTtlMs() != 5000 || !m.GetEntriesFull() || m.GetEntriesRevision() != 9 ||
-		len(m.GetEntries()) != 1 || m.GetEntries()[0].GetToken() != "bcdd_token" {
+		len(m.GetEntries()) != 1 || m.GetEntries()[0].GetToken() != "bcdd_token" ||
+		len(m.GetDhcpLeases()) != 1 || m.GetDhcpLeases()[0].GetIp() != "10.0.0.9" || m.GetDhcpLeases()[0].GetExpiresUnixMs() != 5000 {
 		t.Errorf("holder's lease answer %v", m)
 	}
-	if req, _, _ := sites.snapshot(); req != (gateway.LeaseRequest{TTL: 5 * time.Second, Epoch: 1, KnownRevision: 3}) {
-		t.Errorf("request reached Sites as %+v", sites.req)
+	wantLeases := []gateway.DHCPLease{{MAC: "52:54:00:aa:00:01", IP: netip.MustParseAddr("10.0.0.7"), Expires: time.UnixMilli(7000).UTC()},
+		{MAC: "52:54:00:aa:00:02", IP: netip.MustParseAddr("10.0.0.8")}}
+	if req, _, _ := sites.snapshot(); req.TTL != 5*time.Second || req.Epoch != 1 || req.KnownRevision != 3 || req.Release || !slices.Equal(req.DHCPLeases, wantLeases) {
+		t.Errorf("request reached Sites as %+v", req)
+	}
+	// Malformed leases are refused before they reach Sites, saying what is accepted.
+	_, _, before := sites.snapshot()
+	for _, bad := range [][]*agentv1.DHCPLease{
+		{{Mac: "52:54:00:aa:00", Ip: "10.0.0.7"}},
+		{{Mac: "52:54:00:aa:00:01", Ip: "fd00::7"}},
+		{{Mac: "52:54:00:aa:00:01", Ip: "10.0.0.256"}},
+		make([]*agentv1.DHCPLease, gateway.MaxDHCPLeases+1),
+	} {
+		_, err := holder.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{TtlMs: 5000, Epoch: 2, DhcpLeases: bad}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "accepted") {
+			t.Errorf("malformed leases: %v, want invalid_argument naming what is accepted", err)
+		}
+	}
+	if _, _, after := sites.snapshot(); len(after) != len(before) {
+		t.Error("malformed leases reached Sites")
 	}
 	if res, err := other.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{TtlMs: 5000})); err != nil || res.Msg.GetHeld() || len(res.Msg.GetEntries()) != 0 {
 		t.Errorf("standby's lease answer %v, %v", res, err)
@@ -128,7 +151,7 @@ func TestSiteCalls(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeUnavailable || errors.Is(err, gateway.ErrNotHolder) || strings.Contains(fmt.Sprint(err), "store down") {
 		t.Errorf("a store error reached the agent as %v", err)
 	}
-	_, _, before := sites.snapshot()
+	_, _, before = sites.snapshot()
 	n := len(before)
 	for name, c := range map[string]func() error{
 		"node lease": func() error {

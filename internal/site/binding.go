@@ -3,7 +3,13 @@ package site
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
+	"sync"
 	"time"
+
+	"bcd/internal/dhcp"
+	"bcd/internal/gateway"
 )
 
 // BootBinding says to which address the site agent serves a MAC's boot script (it carries the
@@ -94,4 +100,61 @@ func (b *addrBook) macAt(addr netip.Addr, now time.Time) (string, bool) {
 func (b *addrBook) holds(mac string, addr netip.Addr, now time.Time) bool {
 	m, ok := b.macAt(addr, now)
 	return ok && m == mac
+}
+
+// dhcpReports collects the leases the holder's DHCP (full mode) granted or ended until a renewal
+// of the boot lease at the epoch held carries them to the control plane, which gives them to the
+// site's next holder (gatewayLease). The latest change per MAC is kept. Safe for concurrent use.
+type dhcpReports struct {
+	mu      sync.Mutex
+	pending map[string]gateway.DHCPLease
+}
+
+func newDHCPReports() *dhcpReports {
+	return &dhcpReports{pending: map[string]gateway.DHCPLease{}}
+}
+
+// observe records a lease granted (Expires set) or ended (Released); proxy mode's bindings,
+// which are no leases of ours, are ignored.
+func (r *dhcpReports) observe(b dhcp.Binding) {
+	if len(b.MAC) != 6 || !b.IP.Is4() || (b.Expires.IsZero() && !b.Released) {
+		return
+	}
+	l := gateway.DHCPLease{MAC: b.MAC.String(), IP: b.IP, Expires: b.Expires}
+	if b.Released {
+		l.Expires = time.Time{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending[l.MAC] = l
+}
+
+// take returns at most max pending changes (by MAC), still pending until sent confirms them.
+func (r *dhcpReports) take(max int) []gateway.DHCPLease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]gateway.DHCPLease, 0, min(len(r.pending), max))
+	for _, l := range r.pending {
+		out = append(out, l)
+	}
+	slices.SortFunc(out, func(x, y gateway.DHCPLease) int { return strings.Compare(x.MAC, y.MAC) })
+	return out[:min(len(out), max)]
+}
+
+// sent drops the changes the control plane kept, unless a newer one replaced them meanwhile.
+func (r *dhcpReports) sent(ls []gateway.DHCPLease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, l := range ls {
+		if p, ok := r.pending[l.MAC]; ok && p.IP == l.IP && p.Expires.Equal(l.Expires) {
+			delete(r.pending, l.MAC)
+		}
+	}
+}
+
+// len is the number of changes not yet reported.
+func (r *dhcpReports) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.pending)
 }

@@ -2,13 +2,18 @@ package site
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"bcd/internal/agentlink"
 	"bcd/internal/dhcp"
+	"bcd/internal/gateway"
 )
 
 func TestCheckBootBinding(t *testing.T) {
@@ -146,5 +151,74 @@ func TestEntriesBindings(t *testing.T) {
 	e.Observe(dhcp.Binding{MAC: mac, IP: ip, Released: true})
 	if e.BootsFrom(mac, ip) {
 		t.Fatal("bound after the release")
+	}
+}
+
+// TestGatewayLeaseCarriesDHCPLeases: the holder's DHCP lease changes go with its renewals and
+// stay pending until a renewal at the epoch held is answered (a standby, or a grant that hands
+// the table over, keeps them for later); a newer change of a MAC made meanwhile stays pending.
+// Taking the lease hands the site's known leases to the agent before it serves.
+func TestGatewayLeaseCarriesDHCPLeases(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeLink{}
+	g := newGatewayLease(f, func(bool, []agentlink.BootEntry) error { return nil }, slog.New(slog.DiscardHandler))
+	g.reports = newDHCPReports()
+	var known [][]gateway.DHCPLease
+	g.known = func(ls []gateway.DHCPLease) { known = append(known, ls) }
+	mac := func(b byte) net.HardwareAddr { return net.HardwareAddr{0x52, 0x54, 0, 0, 0, b} }
+	exp := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	last := func() agentlink.LeaseRequest { f.mu.Lock(); defer f.mu.Unlock(); return f.reqs[len(f.reqs)-1] }
+
+	// Proxy-mode bindings are no leases of ours; full-mode grants and releases are.
+	g.reports.observe(dhcp.Binding{MAC: mac(1), IP: netip.MustParseAddr("10.0.0.1")})
+	g.reports.observe(dhcp.Binding{MAC: mac(2), IP: netip.MustParseAddr("10.0.0.2"), Expires: exp})
+	g.reports.observe(dhcp.Binding{MAC: mac(3), IP: netip.MustParseAddr("10.0.0.3"), Released: true})
+	if n := g.reports.len(); n != 2 {
+		t.Fatalf("%d pending, want 2", n)
+	}
+	// Not holding (epoch 0): nothing is sent. Taking the lease: the known leases are handed on,
+	// the changes stay pending (the grant was no renewal at the epoch held).
+	site := []gateway.DHCPLease{{MAC: mac(9).String(), IP: netip.MustParseAddr("10.0.0.9"), Expires: exp}}
+	f.grant = agentlink.LeaseGrant{Held: true, Holder: "a", Epoch: 5, Full: true, DHCPLeases: site}
+	if held, err := g.Acquire(ctx, "s", "a", 5*time.Second); !held || err != nil {
+		t.Fatal(held, err)
+	}
+	if r := last(); len(r.DHCPLeases) != 0 {
+		t.Fatalf("sent %+v without holding", r.DHCPLeases)
+	}
+	if len(known) != 1 || len(known[0]) != 1 || known[0][0] != site[0] || g.reports.len() != 2 {
+		t.Fatalf("known %+v, %d pending", known, g.reports.len())
+	}
+	// The renewal at epoch 5 carries both (sorted by MAC); answered, they are done.
+	f.grant = agentlink.LeaseGrant{Held: true, Holder: "a", Epoch: 5}
+	if held, _ := g.Acquire(ctx, "s", "a", 5*time.Second); !held {
+		t.Fatal("renewal not held")
+	}
+	want := []gateway.DHCPLease{{MAC: mac(2).String(), IP: netip.MustParseAddr("10.0.0.2"), Expires: exp}, {MAC: mac(3).String(), IP: netip.MustParseAddr("10.0.0.3")}}
+	if r := last(); r.Epoch != 5 || !slices.Equal(r.DHCPLeases, want) {
+		t.Fatalf("renewal sent %+v at epoch %d, want %+v", r.DHCPLeases, r.Epoch, want)
+	}
+	if n := g.reports.len(); n != 0 || len(known) != 1 {
+		t.Fatalf("%d pending after the answer; known handed %d times", n, len(known))
+	}
+	// A failed renewal keeps them; a change that came while a renewal was out stays.
+	g.reports.observe(dhcp.Binding{MAC: mac(4), IP: netip.MustParseAddr("10.0.0.4"), Expires: exp})
+	f.err = errors.New("gateway down")
+	if _, err := g.Acquire(ctx, "s", "a", 5*time.Second); err == nil {
+		t.Fatal("no error")
+	}
+	f.err = nil
+	sent := g.reports.take(gateway.MaxDHCPLeases)
+	g.reports.observe(dhcp.Binding{MAC: mac(4), IP: netip.MustParseAddr("10.0.0.4"), Expires: exp.Add(time.Hour)})
+	g.reports.sent(sent)
+	if n := g.reports.len(); n != 1 {
+		t.Fatalf("%d pending, want the renewed lease of %s", n, mac(4))
+	}
+	// take is bounded.
+	for i := range 10 {
+		g.reports.observe(dhcp.Binding{MAC: net.HardwareAddr{0x52, 0x54, 0, 0, 1, byte(i)}, IP: netip.AddrFrom4([4]byte{10, 0, 1, byte(i)}), Expires: exp})
+	}
+	if n := len(g.reports.take(4)); n != 4 {
+		t.Fatalf("take(4) gave %d", n)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"bcd/internal/bmc/ipmi"
 	"bcd/internal/bmc/redfish"
 	"bcd/internal/dhcp"
+	"bcd/internal/gateway"
 	"bcd/internal/netboot"
 	"bcd/internal/tftp"
 )
@@ -171,6 +172,28 @@ type Agent struct {
 	// rejected: MACs an operator rejected, as the control plane last told the holder
 	// (netboot's decision answer to waiting discovery-mode ramdisks).
 	rejected atomic.Pointer[map[string]bool]
+	// Full DHCP across the site's agents: the lease changes this agent's DHCP made, for the
+	// control plane, and the leases it gave this agent when it took the boot lease.
+	dhcpReports *dhcpReports
+	dhcpKnown   atomic.Pointer[[]dhcp.Lease]
+}
+
+// setKnownLeases keeps the site's DHCP leases the control plane gave this agent with the boot
+// lease; its DHCP, started once it serves, merges them with its own.
+func (a *Agent) setKnownLeases(ls []gateway.DHCPLease) {
+	out := make([]dhcp.Lease, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, dhcp.Lease{MAC: l.MAC, IP: l.IP, Expires: l.Expires})
+	}
+	a.dhcpKnown.Store(&out)
+}
+
+// observeDHCP is the DHCP service's Observe: the boot binding, and the lease changes to report.
+func (a *Agent) observeDHCP(b dhcp.Binding) {
+	a.entries.Observe(b)
+	if a.dhcpReports != nil {
+		a.dhcpReports.observe(b)
+	}
 }
 
 // setRejected keeps the rejected MACs the control plane sent with the boot lease.
@@ -203,6 +226,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("starting site agent: %w", err)
 	}
 	a.entries.now = cfg.Now
+	if cfg.DHCPMode == dhcp.ModeFull {
+		a.dhcpReports = newDHCPReports()
+	}
 	a.cache = cfg.ArtifactCache
 	if a.cache == nil {
 		if a.cache, err = netboot.NewCache(netboot.CacheConfig{Dir: filepath.Join(cfg.DataDir, "cache"), Logger: cfg.Logger}); err != nil {
@@ -465,6 +491,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if lease == nil {
 		gl := newGatewayLease(link, func(full bool, es []agentlink.BootEntry) error { return a.applyPushed(gctx, full, es) }, log)
 		gl.rejected = a.setRejected
+		if a.dhcpReports != nil {
+			gl.reports, gl.known = a.dhcpReports, a.setKnownLeases
+		}
 		lease = gl
 		if a.poller != nil {
 			if a.poller.reporter == nil {
@@ -632,9 +661,13 @@ func (a *Agent) serveTFTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 // superviseDHCP runs the DHCP service while the agent holds the boot lease.
 func (a *Agent) superviseDHCP(ctx context.Context, log *slog.Logger) {
 	whileHeld(ctx, a.hold, func(ctx context.Context) error {
+		var known []dhcp.Lease
+		if k := a.dhcpKnown.Load(); k != nil {
+			known = *k
+		}
 		srv, err := dhcp.New(ctx, dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
 			HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
-			Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Observe: a.entries.Observe, Logger: log})
+			Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Known: known, Observe: a.observeDHCP, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/gateway"
 	"bcd/internal/netboot"
 )
 
@@ -30,7 +31,12 @@ type gatewayLease struct {
 	apply func(full bool, es []agentlink.BootEntry) error
 	// rejected receives the rejected MACs each grant to the holder carries; nil: ignored.
 	rejected func(macs []string)
-	log      *slog.Logger
+	// reports: the holder's DHCP lease changes, sent with each renewal; nil: none.
+	reports *dhcpReports
+	// known receives, when the agent takes the lease, the site's DHCP leases the control plane
+	// kept from earlier holders (before it serves: its DHCP starts with them); nil: ignored.
+	known func(ls []gateway.DHCPLease)
+	log   *slog.Logger
 
 	mu          sync.Mutex
 	epoch       uint64 // held epoch; 0 none
@@ -52,6 +58,9 @@ func (g *gatewayLease) Acquire(ctx context.Context, site, agent string, ttl time
 	}
 	req := agentlink.LeaseRequest{TTL: ttl, Epoch: g.epoch, KnownRevision: g.rev}
 	g.mu.Unlock()
+	if g.reports != nil && req.Epoch != 0 {
+		req.DHCPLeases = g.reports.take(gateway.MaxDHCPLeases)
+	}
 	grant, err := g.link.BootLease(ctx, req)
 	if errors.Is(err, agentlink.ErrUnsupported) {
 		g.log.Warn("the control plane keeps no boot lease: this agent serves as the only one of its site", "site", site)
@@ -78,6 +87,12 @@ func (g *gatewayLease) Acquire(ctx context.Context, site, agent string, ttl time
 	}
 	if g.rejected != nil {
 		g.rejected(grant.Rejected)
+	}
+	switch {
+	case grant.Full && g.known != nil:
+		g.known(grant.DHCPLeases)
+	case !grant.Full && g.reports != nil:
+		g.reports.sent(req.DHCPLeases) // kept: the agent held at the epoch it named
 	}
 	g.setEpoch(grant.Epoch, grant.Revision)
 	return true, nil

@@ -314,3 +314,51 @@ func (s *Store) PowerPoll(ctx context.Context, nodeID string) (PowerPoll, error)
 	}
 	return p, nil
 }
+
+// ---------------------------------------------------------------- DHCP leases
+
+// DHCPLease is an address a site agent's DHCP (full mode) leased to a MAC until Expires
+// (microseconds; 0: the lease ended).
+type DHCPLease struct {
+	MAC     string // lower case, colon-separated
+	IP      string // IPv4, dotted
+	Expires int64
+}
+
+// PutDHCPLeases records what the site's boot-lease holder reported: a running lease replaces
+// the MAC's earlier one and any other MAC's lease of the same address; an ended one (Expires at
+// or before the transaction's time) removes the MAC's lease of that address. Leases that ran
+// out are deleted on the way.
+func (t *Tx) PutDHCPLeases(ctx context.Context, siteID string, ls []DHCPLease) error {
+	if len(ls) == 0 {
+		return nil
+	}
+	if _, err := t.exec(ctx, `DELETE FROM site_dhcp_leases WHERE site_id = ? AND expires_at <= ?`, siteID, t.at); err != nil {
+		return fmt.Errorf("deleting the ended DHCP leases of site %s: %w", siteID, err)
+	}
+	for _, l := range ls {
+		if l.Expires <= t.at {
+			if _, err := t.exec(ctx, `DELETE FROM site_dhcp_leases WHERE site_id = ? AND mac = ? AND ip = ?`, siteID, l.MAC, l.IP); err != nil {
+				return fmt.Errorf("ending the DHCP lease of %s at site %s: %w", l.MAC, siteID, err)
+			}
+			continue
+		}
+		if _, err := t.exec(ctx, `DELETE FROM site_dhcp_leases WHERE site_id = ? AND ip = ? AND mac <> ?`, siteID, l.IP, l.MAC); err != nil {
+			return fmt.Errorf("recording the DHCP lease of %s at site %s: %w", l.MAC, siteID, err)
+		}
+		if _, err := t.exec(ctx, `INSERT INTO site_dhcp_leases (site_id, mac, ip, expires_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT (site_id, mac) DO UPDATE SET ip = excluded.ip, expires_at = excluded.expires_at`, siteID, l.MAC, l.IP, l.Expires); err != nil {
+			return fmt.Errorf("recording the DHCP lease of %s at site %s: %w", l.MAC, siteID, err)
+		}
+	}
+	return nil
+}
+
+// DHCPLeases lists the site's DHCP leases still running at the transaction's time, by address.
+func (t *Tx) DHCPLeases(ctx context.Context, siteID string) ([]DHCPLease, error) {
+	rows, err := t.query(ctx, `SELECT mac, ip, expires_at FROM site_dhcp_leases WHERE site_id = ? AND expires_at > ? ORDER BY ip`, siteID, t.at)
+	return collect(rows, err, "DHCP leases", func(r interface{ Scan(...any) error }) (DHCPLease, error) {
+		var l DHCPLease
+		return l, r.Scan(&l.MAC, &l.IP, &l.Expires)
+	})
+}

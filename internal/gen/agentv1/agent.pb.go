@@ -1609,8 +1609,11 @@ type BootLeaseRequest struct {
 	Epoch uint64 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	// The revision of the site's boot entries the agent has applied.
 	KnownEntriesRevision uint64 `protobuf:"varint,4,opt,name=known_entries_revision,json=knownEntriesRevision,proto3" json:"known_entries_revision,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Holder at epoch only (full DHCP): the leases its DHCP granted or ended since its last
+	// renewal the server answered, so that a new holder does not hand out an address in use.
+	DhcpLeases    []*DHCPLease `protobuf:"bytes,5,rep,name=dhcp_leases,json=dhcpLeases,proto3" json:"dhcp_leases,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BootLeaseRequest) Reset() {
@@ -1671,6 +1674,75 @@ func (x *BootLeaseRequest) GetKnownEntriesRevision() uint64 {
 	return 0
 }
 
+func (x *BootLeaseRequest) GetDhcpLeases() []*DHCPLease {
+	if x != nil {
+		return x.DhcpLeases
+	}
+	return nil
+}
+
+// An address a site agent's DHCP (full mode) leased to a MAC.
+type DHCPLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Mac   string                 `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
+	Ip    string                 `protobuf:"bytes,2,opt,name=ip,proto3" json:"ip,omitempty"`
+	// When the lease ends; 0 (or past): ended (released, declined).
+	ExpiresUnixMs int64 `protobuf:"varint,3,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DHCPLease) Reset() {
+	*x = DHCPLease{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DHCPLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DHCPLease) ProtoMessage() {}
+
+func (x *DHCPLease) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DHCPLease.ProtoReflect.Descriptor instead.
+func (*DHCPLease) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DHCPLease) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *DHCPLease) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *DHCPLease) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
 type BootLeaseResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Held  bool                   `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
@@ -1686,14 +1758,17 @@ type BootLeaseResponse struct {
 	Entries     []*BootEntry `protobuf:"bytes,7,rep,name=entries,proto3" json:"entries,omitempty"`
 	// Holder only: MACs of machines an operator rejected (acceptance flow), at most 1000, most
 	// recently seen first: their waiting discovery-mode ramdisks are told to power off.
-	RejectedMacs  []string `protobuf:"bytes,8,rep,name=rejected_macs,json=rejectedMacs,proto3" json:"rejected_macs,omitempty"`
+	RejectedMacs []string `protobuf:"bytes,8,rep,name=rejected_macs,json=rejectedMacs,proto3" json:"rejected_macs,omitempty"`
+	// With entries_full (a new holder): the site's DHCP leases that still run, as the previous
+	// holders reported them; the agent's DHCP starts with them.
+	DhcpLeases    []*DHCPLease `protobuf:"bytes,9,rep,name=dhcp_leases,json=dhcpLeases,proto3" json:"dhcp_leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BootLeaseResponse) Reset() {
 	*x = BootLeaseResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1780,7 @@ func (x *BootLeaseResponse) String() string {
 func (*BootLeaseResponse) ProtoMessage() {}
 
 func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1793,7 @@ func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BootLeaseResponse) GetHeld() bool {
@@ -1777,6 +1852,13 @@ func (x *BootLeaseResponse) GetRejectedMacs() []string {
 	return nil
 }
 
+func (x *BootLeaseResponse) GetDhcpLeases() []*DHCPLease {
+	if x != nil {
+		return x.DhcpLeases
+	}
+	return nil
+}
+
 // A node's boot entry as the control plane keeps it (boot_entries): what the boot command that
 // installed it carried, with a fresh one-time token (the control plane stores only hashes).
 type BootEntry struct {
@@ -1801,7 +1883,7 @@ type BootEntry struct {
 
 func (x *BootEntry) Reset() {
 	*x = BootEntry{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1895,7 @@ func (x *BootEntry) String() string {
 func (*BootEntry) ProtoMessage() {}
 
 func (x *BootEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1908,7 @@ func (x *BootEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
 func (*BootEntry) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BootEntry) GetNodeId() string {
@@ -1894,7 +1976,7 @@ type PollSetRequest struct {
 
 func (x *PollSetRequest) Reset() {
 	*x = PollSetRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1988,7 @@ func (x *PollSetRequest) String() string {
 func (*PollSetRequest) ProtoMessage() {}
 
 func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +2001,7 @@ func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
 func (*PollSetRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PollSetRequest) GetEpoch() uint64 {
@@ -1944,7 +2026,7 @@ type PollTarget struct {
 
 func (x *PollTarget) Reset() {
 	*x = PollTarget{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2038,7 @@ func (x *PollTarget) String() string {
 func (*PollTarget) ProtoMessage() {}
 
 func (x *PollTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2051,7 @@ func (x *PollTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
 func (*PollTarget) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PollTarget) GetNodeId() string {
@@ -2025,7 +2107,7 @@ type PollSetResponse struct {
 
 func (x *PollSetResponse) Reset() {
 	*x = PollSetResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2119,7 @@ func (x *PollSetResponse) String() string {
 func (*PollSetResponse) ProtoMessage() {}
 
 func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2132,7 @@ func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
 func (*PollSetResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PollSetResponse) GetTargets() []*PollTarget {
@@ -2083,7 +2165,7 @@ type PowerReading struct {
 
 func (x *PowerReading) Reset() {
 	*x = PowerReading{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2177,7 @@ func (x *PowerReading) String() string {
 func (*PowerReading) ProtoMessage() {}
 
 func (x *PowerReading) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2190,7 @@ func (x *PowerReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
 func (*PowerReading) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PowerReading) GetNodeId() string {
@@ -2156,7 +2238,7 @@ type ReportPowerRequest struct {
 
 func (x *ReportPowerRequest) Reset() {
 	*x = ReportPowerRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2168,7 +2250,7 @@ func (x *ReportPowerRequest) String() string {
 func (*ReportPowerRequest) ProtoMessage() {}
 
 func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2181,7 +2263,7 @@ func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
 func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReportPowerRequest) GetEpoch() uint64 {
@@ -2206,7 +2288,7 @@ type ReportPowerResponse struct {
 
 func (x *ReportPowerResponse) Reset() {
 	*x = ReportPowerResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2218,7 +2300,7 @@ func (x *ReportPowerResponse) String() string {
 func (*ReportPowerResponse) ProtoMessage() {}
 
 func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2231,7 +2313,7 @@ func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
 func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2351,12 +2433,18 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"updateAcks\x12.\n" +
 	"\acancels\x18\x03 \x03(\v2\x14.bcd.agent.v1.CancelR\acancels\x128\n" +
 	"\vack_results\x18\x04 \x03(\v2\x17.bcd.agent.v1.AckResultR\n" +
-	"ackResults\"\x8f\x01\n" +
+	"ackResults\"\xc9\x01\n" +
 	"\x10BootLeaseRequest\x12\x18\n" +
 	"\arelease\x18\x01 \x01(\bR\arelease\x12\x15\n" +
 	"\x06ttl_ms\x18\x02 \x01(\x03R\x05ttlMs\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x124\n" +
-	"\x16known_entries_revision\x18\x04 \x01(\x04R\x14knownEntriesRevision\"\xa2\x02\n" +
+	"\x16known_entries_revision\x18\x04 \x01(\x04R\x14knownEntriesRevision\x128\n" +
+	"\vdhcp_leases\x18\x05 \x03(\v2\x17.bcd.agent.v1.DHCPLeaseR\n" +
+	"dhcpLeases\"U\n" +
+	"\tDHCPLease\x12\x10\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x0e\n" +
+	"\x02ip\x18\x02 \x01(\tR\x02ip\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x03 \x01(\x03R\rexpiresUnixMs\"\xdc\x02\n" +
 	"\x11BootLeaseResponse\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12&\n" +
 	"\x0fholder_agent_id\x18\x02 \x01(\tR\rholderAgentId\x12\x14\n" +
@@ -2365,7 +2453,9 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x10entries_revision\x18\x05 \x01(\x04R\x0fentriesRevision\x12!\n" +
 	"\fentries_full\x18\x06 \x01(\bR\ventriesFull\x121\n" +
 	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\x12#\n" +
-	"\rrejected_macs\x18\b \x03(\tR\frejectedMacs\"\xcb\x01\n" +
+	"\rrejected_macs\x18\b \x03(\tR\frejectedMacs\x128\n" +
+	"\vdhcp_leases\x18\t \x03(\v2\x17.bcd.agent.v1.DHCPLeaseR\n" +
+	"dhcpLeases\"\xcb\x01\n" +
 	"\tBootEntry\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2431,7 +2521,7 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
 	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
@@ -2457,15 +2547,16 @@ var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(*AckResult)(nil),           // 21: bcd.agent.v1.AckResult
 	(*ServerBatch)(nil),         // 22: bcd.agent.v1.ServerBatch
 	(*BootLeaseRequest)(nil),    // 23: bcd.agent.v1.BootLeaseRequest
-	(*BootLeaseResponse)(nil),   // 24: bcd.agent.v1.BootLeaseResponse
-	(*BootEntry)(nil),           // 25: bcd.agent.v1.BootEntry
-	(*PollSetRequest)(nil),      // 26: bcd.agent.v1.PollSetRequest
-	(*PollTarget)(nil),          // 27: bcd.agent.v1.PollTarget
-	(*PollSetResponse)(nil),     // 28: bcd.agent.v1.PollSetResponse
-	(*PowerReading)(nil),        // 29: bcd.agent.v1.PowerReading
-	(*ReportPowerRequest)(nil),  // 30: bcd.agent.v1.ReportPowerRequest
-	(*ReportPowerResponse)(nil), // 31: bcd.agent.v1.ReportPowerResponse
-	nil,                         // 32: bcd.agent.v1.StatusReport.FactsEntry
+	(*DHCPLease)(nil),           // 24: bcd.agent.v1.DHCPLease
+	(*BootLeaseResponse)(nil),   // 25: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 26: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 27: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 28: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 29: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 30: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 31: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 32: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 33: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
@@ -2479,7 +2570,7 @@ var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	1,  // 8: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
 	10, // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
 	12, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	32, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	33, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
 	9,  // 12: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
 	11, // 13: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
 	17, // 14: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
@@ -2493,26 +2584,28 @@ var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	20, // 22: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
 	18, // 23: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
 	21, // 24: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
-	25, // 25: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
-	27, // 26: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
-	29, // 27: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
-	3,  // 28: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 29: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
-	7,  // 30: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	23, // 31: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
-	26, // 32: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
-	30, // 33: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
-	4,  // 34: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	6,  // 35: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
-	16, // 36: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	24, // 37: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
-	28, // 38: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
-	31, // 39: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
-	34, // [34:40] is the sub-list for method output_type
-	28, // [28:34] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	24, // 25: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	26, // 26: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	24, // 27: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	28, // 28: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	30, // 29: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	3,  // 30: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
+	5,  // 31: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
+	7,  // 32: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	23, // 33: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	27, // 34: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	31, // 35: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	4,  // 36: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	6,  // 37: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
+	16, // 38: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	25, // 39: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	29, // 40: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	32, // 41: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	36, // [36:42] is the sub-list for method output_type
+	30, // [30:36] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_bcd_agent_v1_agent_proto_init() }
@@ -2542,7 +2635,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,67 @@
+package sim
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// TestDHCPLeasesFollowTheLease: the full-mode DHCP leases a site's boot-lease holder reports
+// with its renewals are given to the next holder when it takes the lease, so that its DHCP does
+// not hand out an address in use. Only a holder that held all along is listened to; ended and
+// expired leases are not passed on, and an address given to another MAC replaces the old lease.
+func TestDHCPLeasesFollowTheLease(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, _ := start(t, st, 1)
+		lease := func(agent string, req engine.LeaseRequest) engine.LeaseGrant {
+			t.Helper()
+			g, err := h.Engine.BootLease(ctx, engine.Agent{ID: agent, Kind: "site", SiteID: h.SiteID}, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return g
+		}
+		hour := time.Now().Add(time.Hour).UnixMicro()
+		l := func(mac, ip string, exp int64) store.DHCPLease {
+			return store.DHCPLease{MAC: mac, IP: ip, Expires: exp}
+		}
+
+		a := lease("site-a", engine.LeaseRequest{})
+		if !a.Held || !a.Full || len(a.DHCPLeases) != 0 {
+			t.Fatalf("site-a's first grant: %+v", a)
+		}
+		// Reported at the first grant's epoch: kept.
+		lease("site-a", engine.LeaseRequest{Epoch: a.Epoch, KnownRevision: a.Revision, DHCPLeases: []store.DHCPLease{
+			l("52:54:00:00:00:01", "10.0.0.10", hour), l("52:54:00:00:00:02", "10.0.0.11", hour), l("52:54:00:00:00:04", "10.0.0.13", hour)}})
+		// m2 gave its address back, m3 took it; m4's lease is reported already over.
+		lease("site-a", engine.LeaseRequest{Epoch: a.Epoch, KnownRevision: a.Revision, DHCPLeases: []store.DHCPLease{
+			l("52:54:00:00:00:02", "10.0.0.11", 0), l("52:54:00:00:00:03", "10.0.0.11", hour),
+			l("52:54:00:00:00:04", "10.0.0.13", time.Now().Add(-time.Second).UnixMicro())}})
+		// A standby's report, and one naming no epoch, are not listened to.
+		if g := lease("site-b", engine.LeaseRequest{Epoch: a.Epoch, DHCPLeases: []store.DHCPLease{l("52:54:00:00:00:09", "10.0.0.10", hour)}}); g.Held {
+			t.Fatalf("site-b took a held lease: %+v", g)
+		}
+		lease("site-a", engine.LeaseRequest{Release: true})
+		b := lease("site-b", engine.LeaseRequest{})
+		want := []store.DHCPLease{l("52:54:00:00:00:01", "10.0.0.10", hour), l("52:54:00:00:00:03", "10.0.0.11", hour)}
+		if !b.Held || !b.Full || !slices.Equal(b.DHCPLeases, want) {
+			t.Fatalf("site-b took the lease with %+v\nwant %+v", b.DHCPLeases, want)
+		}
+		// Only a grant that hands over the table carries the leases.
+		if g := lease("site-b", engine.LeaseRequest{Epoch: b.Epoch, KnownRevision: b.Revision}); g.Full || len(g.DHCPLeases) != 0 {
+			t.Fatalf("site-b's renewal: %+v", g)
+		}
+		// site-a, no longer the holder, reports what it granted before: not kept.
+		lease("site-a", engine.LeaseRequest{Epoch: a.Epoch, DHCPLeases: []store.DHCPLease{l("52:54:00:00:00:05", "10.0.0.20", hour)}})
+		lease("site-b", engine.LeaseRequest{Release: true})
+		if c := lease("site-c", engine.LeaseRequest{}); !c.Held || !slices.Equal(c.DHCPLeases, want) {
+			t.Fatalf("site-c took the lease with %+v\nwant %+v", c.DHCPLeases, want)
+		}
+	})
+}
