@@ -14,6 +14,8 @@ import (
 	"bcd/internal/agentlink"
 	"bcd/internal/dhcp"
 	"bcd/internal/gateway"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
 )
 
 func TestCheckBootBinding(t *testing.T) {
@@ -220,5 +222,62 @@ func TestGatewayLeaseCarriesDHCPLeases(t *testing.T) {
 	}
 	if n := len(g.reports.take(4)); n != 4 {
 		t.Fatalf("take(4) gave %d", n)
+	}
+}
+
+// TestAgentDHCPWiring: the agent's DHCP, as it starts (dhcpConfig), holds the site's leases the
+// control plane gave it with the boot lease, and what it grants binds the MAC's boot script to
+// the address and goes into the lease reports.
+func TestAgentDHCPWiring(t *testing.T) {
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := dhcp.Pool{Subnet: netip.MustParsePrefix("10.0.0.0/24"), Start: netip.MustParseAddr("10.0.0.100"), End: netip.MustParseAddr("10.0.0.101")}
+	a, err := New(Config{GatewayURL: "https://gw:8443", Site: "s", DataDir: t.TempDir(), HTTPListener: ln,
+		DHCPMode: dhcp.ModeFull, ServerIP: netip.MustParseAddr("10.0.0.1"), DHCPPools: []dhcp.Pool{pool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.closeAll()
+	if a.cfg.BootBinding != BindLease || a.dhcpReports == nil {
+		t.Fatalf("full DHCP: binding %q, reports %v", a.cfg.BootBinding, a.dhcpReports)
+	}
+	elsewhere := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x09}
+	a.setKnownLeases([]gateway.DHCPLease{{MAC: elsewhere.String(), IP: netip.MustParseAddr("10.0.0.100"), Expires: time.Now().Add(time.Hour)}})
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cfg := a.dhcpConfig(slog.New(slog.DiscardHandler))
+	cfg.Interface, cfg.Conn, cfg.BroadcastAddr = "", conn, netip.MustParseAddr("127.0.0.1")
+	srv, err := dhcp.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls := srv.Leases(); len(ls) != 1 || ls[0].MAC != elsewhere.String() {
+		t.Fatalf("leases at start %+v, want the one known from the site", ls)
+	}
+	if !a.entries.BootsFrom(elsewhere, netip.MustParseAddr("10.0.0.100")) {
+		t.Fatal("the known lease does not bind its MAC's boot script")
+	}
+	// A new machine gets the other address, bound and reported.
+	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 0x01}
+	d, _ := dhcpv4.NewDiscovery(mac)
+	offer := srv.Handle(ctx, dhcp.ListenerDHCP, d)
+	if offer == nil || offer.YourIPAddr.String() != "10.0.0.101" {
+		t.Fatalf("offer %v, want 10.0.0.101", offer)
+	}
+	req, _ := dhcpv4.NewRequestFromOffer(offer)
+	if ack := srv.Handle(ctx, dhcp.ListenerDHCP, req); ack == nil || ack.MessageType() != dhcpv4.MessageTypeAck {
+		t.Fatalf("request: %v", ack)
+	}
+	if !a.entries.BootsFrom(mac, netip.MustParseAddr("10.0.0.101")) {
+		t.Fatal("the granted lease does not bind its MAC's boot script")
+	}
+	if r := a.dhcpReports.take(10); len(r) != 2 || r[0].MAC != mac.String() || r[1].MAC != elsewhere.String() {
+		t.Fatalf("reported %+v, want the new lease and the known one", r)
 	}
 }

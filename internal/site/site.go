@@ -661,19 +661,26 @@ func (a *Agent) serveTFTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 // superviseDHCP runs the DHCP service while the agent holds the boot lease.
 func (a *Agent) superviseDHCP(ctx context.Context, log *slog.Logger) {
 	whileHeld(ctx, a.hold, func(ctx context.Context) error {
-		var known []dhcp.Lease
-		if k := a.dhcpKnown.Load(); k != nil {
-			known = *k
-		}
-		srv, err := dhcp.New(ctx, dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
-			HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
-			Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Known: known, Observe: a.observeDHCP, Logger: log})
+		srv, err := dhcp.New(ctx, a.dhcpConfig(log))
 		if err != nil {
 			return err
 		}
 		log.Info("DHCP serving", "mode", string(a.cfg.DHCPMode), "interface", a.cfg.Interface)
 		return srv.Serve(ctx)
 	}, dhcpRestartDelay, log)
+}
+
+// dhcpConfig is the DHCP service's configuration as it starts: with the site's leases the
+// control plane gave this agent when it took the boot lease, observed by the boot binding and
+// the lease reports.
+func (a *Agent) dhcpConfig(log *slog.Logger) dhcp.Config {
+	var known []dhcp.Lease
+	if k := a.dhcpKnown.Load(); k != nil {
+		known = *k
+	}
+	return dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
+		HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
+		Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Known: known, Observe: a.observeDHCP, Logger: log}
 }
 
 // whileHeld runs run while hold says the lease is held: started on acquisition, cancelled
