@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"bcd/internal/durable"
 )
 
 // The journal is the agent's memory of command ids: a command is acknowledged only once its
@@ -498,42 +500,12 @@ type namedFile struct {
 	data []byte
 }
 
-// replaceFiles replaces each file in dir atomically (written and synced beside it, mode 0600,
-// then renamed over it), in order, then syncs dir so that the renames last.
+// replaceFiles replaces each file in dir atomically and durably (mode 0600), in order.
 func replaceFiles(dir string, files ...namedFile) error {
 	for _, f := range files {
-		p := filepath.Join(dir, f.name)
-		if err := writeFileSync(p+".tmp", f.data); err != nil {
-			return err
-		}
-		if err := os.Rename(p+".tmp", p); err != nil {
+		if err := durable.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
 			return err
 		}
 	}
-	return syncDir(dir)
-}
-
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nil
 }

@@ -8,10 +8,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"time"
+
+	"bcd/internal/durable"
 )
 
 // Lease binds an address to a client MAC until Expires.
@@ -59,35 +60,14 @@ func (f *FileLeaseStore) LoadLeases(ctx context.Context) ([]Lease, error) {
 	return lf.Leases, nil
 }
 
-// SaveLeases writes a temporary file beside the lease file, syncs it and renames it over.
+// SaveLeases replaces the lease file atomically and durably.
 func (f *FileLeaseStore) SaveLeases(ctx context.Context, leases []Lease) error {
 	b, err := json.Marshal(leaseFile{Version: 1, Leases: leases}) // compact: it is rewritten on every save
 	if err != nil {
 		return fmt.Errorf("saving leases: %w", err)
 	}
-	dir := filepath.Dir(f.path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(f.path)+".tmp*")
-	if err != nil {
+	if err := durable.WriteFile(f.path, b, 0o600); err != nil {
 		return fmt.Errorf("saving leases: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("saving leases: writing: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("saving leases: syncing: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("saving leases: closing: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), f.path); err != nil {
-		return fmt.Errorf("saving leases: renaming: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
 	}
 	return nil
 }

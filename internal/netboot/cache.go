@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+
+	"bcd/internal/durable"
 )
 
 // CacheConfig configures an artifact cache.
@@ -172,9 +174,8 @@ func (c *Cache) download(ctx context.Context, a Artifact) error {
 		return fmt.Errorf("fetching artifact %s: moving into the cache: %w", a.Name, err)
 	}
 	keep = true
-	if d, err := os.Open(filepath.Join(c.dir, "sha256")); err == nil {
-		d.Sync()
-		d.Close()
+	if err := durable.SyncDir(filepath.Join(c.dir, "sha256")); err != nil {
+		c.log.WarnContext(ctx, "artifact cached but not yet durable: a power loss may lose it (it is fetched again then)", "name", a.Name, "err", err)
 	}
 	c.log.InfoContext(ctx, "artifact cached", "name", a.Name, "sha256", a.SHA256, "bytes", n, "from", where, "took", time.Since(start))
 	return nil

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"bcd/internal/durable"
 )
 
 // KeySize is the size of the sealing key (AES-256).
@@ -94,9 +96,12 @@ func LoadOrCreateKey(path string) ([]byte, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("creating directory of sealing key %s: %w", path, err)
 		}
-		created, cerr := createKeyFile(path, key)
+		// Whole and durable, or not at all, and never replacing another process's key: a power
+		// loss right after the first start must not leave an empty key file, or none, beside a
+		// database that already holds secrets sealed with the key.
+		created, cerr := durable.CreateFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
 		if cerr != nil {
-			return nil, cerr
+			return nil, fmt.Errorf("creating sealing key: %w", cerr)
 		}
 		if created {
 			return key, nil
@@ -115,41 +120,6 @@ func LoadOrCreateKey(path string) ([]byte, error) {
 		return nil, fmt.Errorf("sealing key %s has mode %v: it must not be readable by group or others (chmod 600)", path, st.Mode().Perm())
 	}
 	return ParseKey(string(b))
-}
-
-// createKeyFile writes key to path whole and durably, or not at all: a temporary file in the
-// same directory, flushed to disk, then linked to path (which fails if path exists: another
-// process's key is never replaced) and the directory flushed. A power loss right after the
-// first start must not leave an empty key file, or none, beside a database that already holds
-// secrets sealed with the key. created is false if path already existed.
-func createKeyFile(path string, key []byte) (created bool, err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".seal.key-*")
-	if err != nil {
-		return false, fmt.Errorf("creating sealing key %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	_, werr := tmp.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
-	serr := tmp.Sync()
-	cerr := tmp.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return false, fmt.Errorf("writing sealing key %s: %w", path, err)
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil
-		}
-		return false, fmt.Errorf("creating sealing key %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return false, fmt.Errorf("flushing the directory of sealing key %s: %w", path, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return false, fmt.Errorf("flushing the directory of sealing key %s: %w", path, err)
-	}
-	return true, nil
 }
 
 // ParseKey decodes a base64 key as given in a file, flag or environment variable.

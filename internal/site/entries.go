@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"bcd/internal/dhcp"
+	"bcd/internal/durable"
 	"bcd/internal/netboot"
 )
 
@@ -271,7 +272,7 @@ func (e *Entries) saveLocked() error {
 	if err != nil {
 		return fmt.Errorf("encoding the table: %w", err)
 	}
-	return writeFileAtomic(e.path, b)
+	return durable.WriteFile(e.path, b, 0o600)
 }
 
 func cloneTable(t tableFile) tableFile {
@@ -283,38 +284,4 @@ func cloneTable(t tableFile) tableFile {
 		c.Instances[k] = v
 	}
 	return c
-}
-
-// writeFileAtomic writes a temporary file beside path, syncs it, renames it over path and syncs
-// the directory: a crash leaves the old or the new file, never a torn one.
-func writeFileAtomic(path string, b []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, filepath.Base(path)+".*.tmp")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name()) // after the rename: no such file
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("syncing %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("replacing %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
 }
