@@ -264,15 +264,24 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	}
 	e.sentMu.Unlock()
 	offset := e.syncClock(ctx)
+	// On SQLite the store's time runs on the monotonic clock between heartbeats: a step of the
+	// wall clock reaches it only here (store.Reanchor, below), after the steps in progress were
+	// given a forward step's time in the same write that records the heartbeat.
+	var step time.Duration
+	if e.st.Engine() == store.SQLite {
+		if step = e.st.WallStep(); step < MinClockStep {
+			step = 0
+		}
+	}
 	e.beatMu.Lock()
 	since, last := e.aliveSince, e.lastBeat
 	e.beatMu.Unlock()
 	var at int64
 	var outage time.Duration
-	var extended int
+	var extended, stepped int
 	fresh := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		at, outage, extended = tx.At(), 0, 0
+		at, outage, extended, stepped = tx.At(), 0, 0, 0
 		fresh = since == 0 || at-last > e.cfg.PeerTimeout.Microseconds()/2
 		if err := tx.ServerAlive(ctx, e.owner, offset); err != nil {
 			return err
@@ -280,6 +289,16 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		silence, err := tx.ControlPlaneAlive(ctx, e.cfg.PeerTimeout)
 		if err != nil {
 			return err
+		}
+		if step > 0 {
+			if stepped, err = tx.ExtendStepDeadlines(ctx, step); err != nil {
+				return err
+			}
+			data, _ := json.Marshal(map[string]any{"seconds": int64(step.Seconds()), "workflows": stepped, "server": e.owner})
+			if err := tx.AppendEvent(ctx, store.Event{Actor: "system", Kind: "control_plane.clock_step", Data: string(data),
+				Reason: fmt.Sprintf("the clock stepped %s forward: the steps in progress get that time back", step.Round(time.Second))}); err != nil {
+				return err
+			}
 		}
 		// Only a server that was not recording itself (just started, or cut off from the store)
 		// takes a silence for an outage: a live server's heartbeat that comes late is this
@@ -309,6 +328,13 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "the control plane was down: the steps in progress get that time back",
 			slog.Duration("outage", outage.Round(time.Second)), slog.Int("workflows", extended))
 	}
+	if err == nil && e.st.Engine() == store.SQLite {
+		e.st.Reanchor()
+	}
+	if err == nil && step > 0 {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "the clock stepped forward: the steps in progress get that time back (keep NTP slewing)",
+			slog.Duration("step", step.Round(time.Second)), slog.Int("workflows", stepped))
+	}
 	e.beatMu.Lock()
 	defer e.beatMu.Unlock()
 	if err != nil {
@@ -327,6 +353,10 @@ const clockWarnAt = time.Second
 
 // syncClock keeps the store's clock the database's (Store.SyncClock) and says when this server's
 // clock is off by clockWarnAt or more, or no longer is. It returns the offset in use.
+// MinClockStep is the smallest step forward of the wall clock that the steps in progress are
+// given back (SQLite): a smaller one, or a step back, only moves the store's time with it.
+const MinClockStep = 5 * time.Second
+
 func (e *Engine) syncClock(ctx context.Context) time.Duration {
 	off, err := e.st.SyncClock(ctx)
 	if err != nil {

@@ -114,3 +114,80 @@ func openWorkflow(t *testing.T, st *store.Store, node string) store.Workflow {
 	}
 	return wfs[0]
 }
+
+// TestClockStepIsNotTheStepsTime: the wall clock of a running server (SQLite) stepping forward
+// (NTP stepping it, the host resumed from a suspend) does not time out the steps in progress:
+// the store's time follows it only at the next heartbeat, which gives the steps that time back
+// in the same write. Without that, the reconciler would find the step's deadline passed.
+func TestClockStepIsNotTheStepsTime(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond, PeerTimeout: 600 * time.Millisecond}
+	st, h, node, e, a, _ := byHand(t, cfg)
+	var offset atomic.Int64
+	st.SetWall(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	e.Nudge()
+	var taken []store.Command
+	waitFor(t, "the inspection's first command taken by the site agent", func() bool {
+		got, err := e.Claim(ctx, a, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, got...)
+		return len(taken) > 0
+	})
+	c := taken[0]
+	if err := e.Ack(ctx, a, c.ID); err != nil {
+		t.Fatal(err)
+	}
+	was := openWorkflow(t, st, node)
+
+	// Ten minutes forward: twice the step's timeout (boot.prepareRamdisk, 5 minutes).
+	offset.Store(int64(10 * time.Minute))
+	waitFor(t, "the step's deadline to move by the step", func() bool {
+		e.Nudge()
+		return openWorkflow(t, st, node).StepDeadline-was.StepDeadline >= (10*time.Minute - time.Second).Microseconds()
+	})
+	if step := st.WallStep(); step.Abs() > time.Second {
+		t.Fatalf("the store's time is %s off the stepped wall clock after the heartbeat", step)
+	}
+	// The reconciler looks at the node at the new time: the step still waits on its command.
+	before := e.Reconciliations()
+	if err := st.Write(ctx, func(tx *store.Tx) error { return tx.Wake(ctx, node, "test", 0) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a reconciliation at the new time", func() bool { e.Nudge(); return e.Reconciliations() > before })
+	wf := openWorkflow(t, st, node)
+	if wf.State != "running" || wf.CurrentCommand != c.ID || wf.StepIndex != was.StepIndex || wf.StepAttempt != was.StepAttempt {
+		t.Fatalf("after the clock step the workflow is %s at step %d, on command %q, attempt %d (%s): the step counted as the step's time",
+			wf.State, wf.StepIndex, wf.CurrentCommand, wf.StepAttempt, wf.Error)
+	}
+	evs, err := st.Events(ctx, store.EventFilter{Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	for _, ev := range evs {
+		if ev.Kind == "control_plane.clock_step" {
+			steps++
+		}
+	}
+	if steps != 1 {
+		t.Fatalf("%d clock-step events, want one", steps)
+	}
+	if err := e.Report(ctx, a, engine.Update{CommandID: c.ID, State: "succeeded", Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next step", func() bool { return openWorkflow(t, st, node).CurrentCommand != c.ID })
+}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,4 +219,47 @@ func TestPurgeJoinTokens(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestWallStepWaitsForReanchor: the store's local clock runs on the monotonic clock from the
+// wall time it was anchored at, so a step of the wall clock shows as WallStep and reaches the
+// store's time only with Reanchor; a clock set by a test reports no step.
+func TestWallStepWaitsForReanchor(t *testing.T) {
+	st := storetest.Open(t, store.SQLite)
+	var offset atomic.Int64
+	st.SetWall(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
+	at := func() time.Time {
+		var us int64
+		if err := st.Write(context.Background(), func(tx *store.Tx) error { us = tx.At(); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		return time.UnixMicro(us)
+	}
+	near := func(a, b time.Time) bool { return a.Sub(b).Abs() < time.Second }
+	if s := st.WallStep(); s.Abs() > time.Millisecond {
+		t.Fatalf("step %s right after anchoring", s)
+	}
+	offset.Store(int64(time.Hour))
+	if s := st.WallStep(); (s - time.Hour).Abs() > time.Millisecond {
+		t.Fatalf("step %s, want an hour", s)
+	}
+	if got := at(); !near(got, time.Now()) {
+		t.Fatalf("the store's time followed the step before Reanchor: %s", got)
+	}
+	st.Reanchor()
+	if got := at(); !near(got, time.Now().Add(time.Hour)) || st.WallStep().Abs() > time.Millisecond {
+		t.Fatalf("after Reanchor: %s, step %s", got, st.WallStep())
+	}
+	offset.Store(0) // back: the same, the other way
+	if s := st.WallStep(); (s + time.Hour).Abs() > time.Millisecond {
+		t.Fatalf("step %s, want minus an hour", s)
+	}
+	st.SetClock(func() time.Time { return time.Now().Add(5 * time.Hour) })
+	if s := st.WallStep(); s != 0 {
+		t.Fatalf("a test's clock reports a step of %s", s)
+	}
+	st.Reanchor() // no effect on a test's clock
+	if got := at(); !near(got, time.Now().Add(5*time.Hour)) {
+		t.Fatalf("a test's clock was moved: %s", got)
+	}
 }

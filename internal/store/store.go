@@ -54,6 +54,10 @@ type Store struct {
 	now    atomic.Pointer[func() time.Time]
 	offset atomic.Int64
 	manual atomic.Bool
+	// clock is the local clock unless a test replaced it (anchored false): the wall time at
+	// its last anchoring plus the monotonic time since (see WallStep, Reanchor).
+	clock    anchoredClock
+	anchored atomic.Bool
 	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
 	// commitLoop), each in its own savepoint.
 	writes chan *writeReq
@@ -214,7 +218,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{engine: engine}
-	s.SetLocalClock(time.Now)
+	s.SetWall(time.Now)
 	switch engine {
 	case SQLite:
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
@@ -344,6 +348,7 @@ func (s *Store) Close() error {
 // SetClock replaces the store's clock by one a test moves by hand: it is used as it is, and
 // SyncClock no longer corrects it.
 func (s *Store) SetClock(now func() time.Time) {
+	s.anchored.Store(false)
 	s.manual.Store(true)
 	s.offset.Store(0)
 	s.now.Store(&now)
@@ -352,9 +357,66 @@ func (s *Store) SetClock(now func() time.Time) {
 // SetLocalClock replaces the local clock that SyncClock corrects (a test of a machine whose
 // clock is off).
 func (s *Store) SetLocalClock(now func() time.Time) {
+	s.anchored.Store(false)
 	s.manual.Store(false)
 	s.now.Store(&now)
 }
+
+// SetWall makes the store's local clock follow the wall clock wall (tests step it), anchored
+// to it now.
+func (s *Store) SetWall(wall func() time.Time) {
+	s.clock.follow(wall)
+	now := s.clock.now
+	s.manual.Store(false)
+	s.now.Store(&now)
+	s.anchored.Store(true)
+}
+
+// WallStep is how far the wall clock moved beyond the store's local clock since it was last
+// anchored (Reanchor): a step of it (NTP stepping the clock, a suspended host resumed; negative
+// when back). 0 when a test set the clock.
+func (s *Store) WallStep() time.Duration {
+	if !s.anchored.Load() {
+		return 0
+	}
+	return s.clock.drift()
+}
+
+// Reanchor moves the store's local clock to the wall clock (the engine does, at each heartbeat
+// on SQLite, once the steps in progress were given a forward step's time).
+func (s *Store) Reanchor() {
+	if s.anchored.Load() {
+		s.clock.reanchor()
+	}
+}
+
+// anchoredClock is a local clock that a step of the wall clock does not move: the wall time it
+// was anchored at plus the monotonic time since.
+type anchoredClock struct {
+	wall atomic.Pointer[func() time.Time]
+	at   atomic.Pointer[clockAnchor]
+}
+
+type clockAnchor struct{ wall, mono time.Time }
+
+// follow anchors the clock to wall, which it follows from then on.
+func (c *anchoredClock) follow(wall func() time.Time) {
+	c.wall.Store(&wall)
+	c.reanchor()
+}
+
+func (c *anchoredClock) now() time.Time {
+	a := c.at.Load()
+	return a.wall.Add(time.Since(a.mono))
+}
+
+func (c *anchoredClock) reanchor() {
+	mono := time.Now()
+	c.at.Store(&clockAnchor{wall: (*c.wall.Load())().Round(0), mono: mono})
+}
+
+// drift is how far the wall clock is from this one.
+func (c *anchoredClock) drift() time.Duration { return (*c.wall.Load())().Round(0).Sub(c.now()) }
 
 // nowMicros is the store's clock in Unix microseconds.
 func (s *Store) nowMicros() int64 { return (*s.now.Load())().UnixMicro() + s.offset.Load() }
