@@ -228,3 +228,39 @@ func TestKnownLeasesMerge(t *testing.T) {
 		t.Fatalf("a start with nothing known saved %d times (%v)", quiet.saves, err)
 	}
 }
+
+// TestObserveModeAnswersNothing: observe mode learns what proxy mode learns and never answers,
+// whatever it sees; it needs an observer.
+func TestObserveModeAnswersNothing(t *testing.T) {
+	ctx := context.Background()
+	if _, err := New(ctx, Config{Mode: ModeObserve, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI}}); err == nil {
+		t.Fatal("observe mode without an observer accepted")
+	}
+	var o observed
+	s, err := New(ctx, Config{Mode: ModeObserve, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base,
+		Boot: Policy{EFIBinary: BinaryEFI}, Observe: o.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkts := []*dhcpv4.DHCPv4{
+		discover(t, macA, ipxeEFI.mods()...),
+		discover(t, macA, efiPXE.mods()...),
+		request(t, macA, append(ipxeEFI.mods(), dhcpv4.WithOption(dhcpv4.OptRequestedIPAddress(net.IPv4(10, 0, 0, 77))),
+			dhcpv4.WithOption(dhcpv4.OptServerIdentifier(serverIP.AsSlice())))...), // even one naming us
+		mustNew(t, dhcpv4.WithHwAddr(macB), dhcpv4.WithMessageType(dhcpv4.MessageTypeInform), dhcpv4.WithClientIP(net.IPv4(10, 0, 0, 80))),
+	}
+	for _, p := range pkts {
+		for _, l := range []Listener{ListenerDHCP, ListenerPXE} {
+			if r := s.Handle(ctx, l, p); r != nil {
+				t.Fatalf("observe mode answered %s with %s", p.MessageType(), r.MessageType())
+			}
+		}
+	}
+	want := []Binding{{MAC: macA, IP: netip.MustParseAddr("10.0.0.77")}, {MAC: macB, IP: netip.MustParseAddr("10.0.0.80")}}
+	if got := o.take(); !sameBindings(got, want) {
+		t.Fatalf("observed %+v, want %+v", got, want)
+	}
+	if c := s.Counters(); c.Offers.Load()+c.Acks.Load()+c.Naks.Load() != 0 {
+		t.Fatal("observe mode counted replies")
+	}
+}

@@ -95,8 +95,10 @@ func TestProxyBesideDnsmasqInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
+	bound := make(chan Binding, 16)
 	srv, err := New(context.Background(), Config{Mode: ModeProxy, Interface: "br0", ServerIP: netip.MustParseAddr("192.168.78.3"),
-		HTTPBaseURL: "http://192.168.78.3:8080", Boot: Policy{EFIBinary: BinaryEFI}, Conn: dhcpConn, PXEConn: pxeConn})
+		HTTPBaseURL: "http://192.168.78.3:8080", Boot: Policy{EFIBinary: BinaryEFI}, Conn: dhcpConn, PXEConn: pxeConn,
+		Observe: func(b Binding) { bound <- b }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,5 +158,37 @@ func TestProxyBesideDnsmasqInNetns(t *testing.T) {
 	}
 	if got := string(fromProxy.GetOneOption(dhcpv4.OptionClassIdentifier)); got != "PXEClient" {
 		t.Errorf("proxy offer's vendor class %q, want PXEClient", got)
+	}
+
+	// The client takes dnsmasq's offer: the proxy sees the broadcast REQUEST and learns the
+	// binding; dnsmasq acknowledges.
+	req, err := dhcpv4.NewRequestFromOffer(fromDnsmasq, dhcpv4.WithBroadcast(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.WriteTo(req.ToBytes(), &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}); err != nil {
+		t.Fatalf("sending REQUEST: %v", err)
+	}
+	select {
+	case b := <-bound:
+		if b.MAC.String() != mac.String() || b.IP.String() != fromDnsmasq.YourIPAddr.String() || !b.Expires.IsZero() {
+			t.Errorf("the proxy learned %+v, want %s at %s", b, mac, fromDnsmasq.YourIPAddr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the proxy did not learn the address the client requested from dnsmasq")
+	}
+	var ack *dhcpv4.DHCPv4
+	_ = client.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for ack == nil {
+		n, _, err := client.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		if m, err := dhcpv4.FromBytes(buf[:n]); err == nil && m.TransactionID == req.TransactionID && m.MessageType() == dhcpv4.MessageTypeAck {
+			ack = m
+		}
+	}
+	if ack == nil || !ack.YourIPAddr.Equal(fromDnsmasq.YourIPAddr) {
+		t.Errorf("dnsmasq's answer to the REQUEST: %v", ack)
 	}
 }

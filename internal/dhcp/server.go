@@ -32,6 +32,10 @@ const (
 	ModeOff   Mode = "off"   // the site's DHCP server points next-server at us; nothing runs
 	ModeProxy Mode = "proxy" // answer PXE/HTTP-boot clients only, never hand out addresses
 	ModeFull  Mode = "full"  // hand out addresses from pools, plus boot options to netboot clients
+	// ModeObserve answers nothing: beside a site DHCP server that does the network boot, it
+	// learns from the requests it sees (its segment, or relayed to it) which address each
+	// client takes (Config.Observe), for the boot binding.
+	ModeObserve Mode = "observe"
 )
 
 // Listener says which socket a packet arrived on.
@@ -137,8 +141,12 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	case ModeOff:
 		return s, nil
 	case ModeProxy, ModeFull:
+	case ModeObserve:
+		if cfg.Observe == nil {
+			return nil, errors.New("dhcp: observe mode needs an observer (Config.Observe)")
+		}
 	default:
-		return nil, fmt.Errorf("dhcp: mode %q: accepted are off, proxy, full", cfg.Mode)
+		return nil, fmt.Errorf("dhcp: mode %q: accepted are off, proxy, full, observe", cfg.Mode)
 	}
 	if !cfg.ServerIP.Is4() {
 		return nil, errors.New("dhcp: server IP must be an IPv4 address")
@@ -154,6 +162,8 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	mac := []Handler{s.onlyBootRequests}
 	switch cfg.Mode {
+	case ModeObserve:
+		s.chains = map[Listener][]Handler{ListenerDHCP: append(mac, s.observeRequest)}
 	case ModeProxy:
 		s.chains = map[Listener][]Handler{
 			ListenerDHCP: append(mac, s.observeRequest, s.proxyMessage(ListenerDHCP), s.proxyOptions, s.bootOptions(true)),
@@ -357,7 +367,7 @@ func (s *Server) onlyBootRequests(_ context.Context, req, resp *dhcpv4.DHCPv4) b
 	return false
 }
 
-// observeRequest (proxy mode) passes on the address a client requests, whichever server it
+// observeRequest (proxy and observe modes) passes on the address a client requests, whichever server it
 // asks and whatever it boots: a REQUEST's option 50 (selecting, init-reboot) or its ciaddr
 // (renewing, and the PXE request to port 4011), an INFORM's ciaddr. It never stops the chain.
 func (s *Server) observeRequest(_ context.Context, req, _ *dhcpv4.DHCPv4) bool {

@@ -17,7 +17,8 @@ import (
 type BootBinding string
 
 const (
-	// BindLease: only to the address the site's DHCP (proxy or full) saw that MAC take.
+	// BindLease: only to the address the agent's DHCP (proxy, full or observe) saw that MAC
+	// take.
 	BindLease BootBinding = "lease"
 	// BindNone: to whoever asks by MAC; /metadata answers the address a MAC's script was last
 	// fetched from. For a site whose DHCP the agent does not see (DHCP off).
@@ -33,7 +34,7 @@ func checkBootBinding(b BootBinding, dhcpOn bool) (BootBinding, error) {
 	case b == "":
 		return BindNone, nil
 	case b == BindLease && !dhcpOn:
-		return "", fmt.Errorf("boot binding %q needs the agent's DHCP (proxy or full): with DHCP off it never sees which address a machine takes; use %q", b, BindNone)
+		return "", fmt.Errorf("boot binding %q needs the agent's DHCP (proxy, full, or observe beside the site's DHCP server): with DHCP off it never sees which address a machine takes; use %q", b, BindNone)
 	case b == BindLease, b == BindNone:
 		return b, nil
 	}

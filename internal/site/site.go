@@ -83,7 +83,8 @@ type Config struct {
 	TFTPListen string
 	TFTPConn   net.PacketConn
 	IPXEDir    string // default /usr/lib/ipxe; also served over HTTP under /ipxe/
-	// DHCP: mode off (default), proxy or full; Interface is the provisioning interface and
+	// DHCP: mode off (default), proxy, full or observe (answers nothing: learns the addresses
+	// clients take, for the boot binding); Interface is the provisioning interface and
 	// ServerIP our IPv4 on it (default: the interface's first IPv4).
 	DHCPMode  dhcp.Mode
 	Interface string
@@ -300,9 +301,9 @@ func (c *Config) setDefaults() error {
 		c.DHCPMode = dhcp.ModeOff
 	}
 	switch c.DHCPMode {
-	case dhcp.ModeOff, dhcp.ModeProxy, dhcp.ModeFull:
+	case dhcp.ModeOff, dhcp.ModeProxy, dhcp.ModeFull, dhcp.ModeObserve:
 	default:
-		return fmt.Errorf("configuring site agent: DHCP mode %q: accepted are off, proxy, full", c.DHCPMode)
+		return fmt.Errorf("configuring site agent: DHCP mode %q: accepted are off, proxy, full, observe", c.DHCPMode)
 	}
 	if c.EFIBinary == "" {
 		c.EFIBinary = dhcp.BinaryEFI
