@@ -14,6 +14,7 @@ import (
 	"bcd/internal/agentlink"
 	"bcd/internal/dhcp"
 	"bcd/internal/gateway"
+	"bcd/internal/netboot"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
@@ -154,7 +155,30 @@ func TestEntriesBindings(t *testing.T) {
 	if e.BootsFrom(mac, ip) {
 		t.Fatal("bound after the release")
 	}
+
+	// A machine that took its address on its second NIC while its script request names the
+	// first (iPXE's net0): the address is its own. Another node's MAC at that address is not.
+	nic1, _ := net.ParseMAC("52:54:00:bb:00:01")
+	nic2, _ := net.ParseMAC("52:54:00:bb:00:02")
+	stranger, _ := net.ParseMAC("52:54:00:cc:00:01")
+	ram := netboot.Entry{Kind: netboot.KindLocal, Local: netboot.LocalExit}
+	if err := e.Install("n2", []string{nic1.String(), nic2.String()}, ram); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Install("n3", []string{stranger.String()}, ram); err != nil {
+		t.Fatal(err)
+	}
+	e.Observe(dhcp.Binding{MAC: nic2, IP: other4(ip)})
+	if !e.BootsFrom(nic1, other4(ip)) {
+		t.Fatal("a node's script withheld from the address its other NIC holds")
+	}
+	if e.BootsFrom(stranger, other4(ip)) {
+		t.Fatal("another node's script served to an address this node holds")
+	}
 }
+
+// other4 is an address beside ip.
+func other4(ip netip.Addr) netip.Addr { return ip.Next().Next() }
 
 // TestGatewayLeaseCarriesDHCPLeases: the holder's DHCP lease changes go with its renewals and
 // stay pending until a renewal at the epoch held is answered (a standby, or a grant that hands

@@ -205,11 +205,22 @@ func (e *Entries) Observe(b dhcp.Binding) {
 	e.addrs.bind(b.MAC.String(), b.IP, b.Expires)
 }
 
-// BootsFrom implements netboot.BindingLookup: addr is the address mac holds.
+// BootsFrom implements netboot.BindingLookup: addr is the address mac holds, or one another MAC
+// of the same node holds (a machine that booted from another NIC than the one its script
+// request names: iPXE names net0).
 func (e *Entries) BootsFrom(mac net.HardwareAddr, addr netip.Addr) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.addrs.holds(mac.String(), addr, e.now())
+	held, ok := e.addrs.macAt(addr, e.now())
+	if !ok {
+		return false
+	}
+	if held == mac.String() {
+		return true
+	}
+	a, okA := e.t.Entries[mac.String()]
+	b, okB := e.t.Entries[held]
+	return okA && okB && a.NodeID != "" && a.NodeID == b.NodeID
 }
 
 // metadataDoc is what /metadata answers a deployed node: enough for its installed OS to join
