@@ -362,9 +362,13 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 			return err
 		}
 		n, err = tx.PurgeJoinTokens(ctx, tx.At()-joinTokenKeep.Microseconds(), 1000)
+		if err != nil {
+			return err
+		}
 		if n > 0 {
 			e.log.Debug("deleted spent join tokens", "count", n, "older_than", joinTokenKeep)
 		}
+		_, err = tx.PurgeDHCPLeases(ctx, tx.At(), 1000)
 		return err
 	}); err != nil {
 		return 0, err

@@ -362,3 +362,15 @@ func (t *Tx) DHCPLeases(ctx context.Context, siteID string) ([]DHCPLease, error)
 		return l, r.Scan(&l.MAC, &l.IP, &l.Expires)
 	})
 }
+
+// PurgeDHCPLeases deletes up to limit DHCP leases that ended before before, of any site (one
+// that stopped reporting, or was removed, keeps none for ever).
+func (t *Tx) PurgeDHCPLeases(ctx context.Context, before int64, limit int) (int, error) {
+	res, err := t.exec(ctx, `DELETE FROM site_dhcp_leases WHERE (site_id, mac) IN (SELECT site_id, mac FROM site_dhcp_leases
+		WHERE expires_at < ? LIMIT ?)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting ended DHCP leases: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -202,6 +203,61 @@ func TestClaimHolderKinds(t *testing.T) {
 		}
 		if got := claim("holder"); !got[boot] || len(got) != 1 {
 			t.Fatalf("holder claimed %v: want the boot command %s", got, boot)
+		}
+	})
+}
+
+// TestDHCPLeases: what a holder reports replaces, per MAC and per address, what was kept; ended
+// and expired leases are not listed, and the purge deletes those that ran out, of any site.
+func TestDHCPLeases(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		now := time.Now()
+		var mu sync.Mutex
+		st.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
+		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+		us := func(d time.Duration) int64 { mu.Lock(); defer mu.Unlock(); return now.Add(d).UnixMicro() }
+		put := func(site string, ls ...store.DHCPLease) {
+			t.Helper()
+			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.PutDHCPLeases(ctx, site, ls) }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		list := func(site string) []store.DHCPLease {
+			t.Helper()
+			var out []store.DHCPLease
+			if err := st.Write(ctx, func(tx *store.Tx) error { var err error; out, err = tx.DHCPLeases(ctx, site); return err }); err != nil {
+				t.Fatal(err)
+			}
+			return out
+		}
+		l := func(mac, ip string, exp int64) store.DHCPLease {
+			return store.DHCPLease{MAC: mac, IP: ip, Expires: exp}
+		}
+		hour, minute := us(time.Hour), us(time.Minute)
+		put("s1", l("m1", "10.0.0.1", hour), l("m2", "10.0.0.2", hour), l("m3", "10.0.0.3", minute))
+		put("s2", l("m9", "10.0.0.1", hour))                            // another site, the same address
+		put("s1", l("m1", "10.0.0.4", hour), l("m4", "10.0.0.2", hour)) // m1 moved; m4 took m2's address
+		want := []store.DHCPLease{l("m4", "10.0.0.2", hour), l("m3", "10.0.0.3", minute), l("m1", "10.0.0.4", hour)}
+		if got := list("s1"); !slices.Equal(got, want) {
+			t.Fatalf("s1 %+v\nwant %+v", got, want)
+		}
+		put("s1", l("m3", "10.0.0.3", 0)) // ended
+		if got := list("s1"); len(got) != 2 {
+			t.Fatalf("after m3 ended: %+v", got)
+		}
+		put("s1", l("m5", "10.0.0.5", minute))
+		advance(2 * time.Minute) // m5's lease ran out
+		if got := list("s1"); len(got) != 2 || slices.ContainsFunc(got, func(x store.DHCPLease) bool { return x.MAC == "m5" }) {
+			t.Fatalf("an expired lease listed: %+v", got)
+		}
+		var n int
+		if err := st.Write(ctx, func(tx *store.Tx) error { var err error; n, err = tx.PurgeDHCPLeases(ctx, tx.At(), 10); return err }); err != nil || n != 1 {
+			t.Fatalf("purged %d (%v), want m5's", n, err)
+		}
+		advance(2 * time.Hour)
+		if err := st.Write(ctx, func(tx *store.Tx) error { var err error; n, err = tx.PurgeDHCPLeases(ctx, tx.At(), 10); return err }); err != nil || n != 3 {
+			t.Fatalf("purged %d (%v), want the 3 leases of both sites that ran out", n, err)
 		}
 	})
 }
