@@ -267,10 +267,10 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	// On SQLite the store's time runs on the monotonic clock between heartbeats: a step of the
 	// wall clock reaches it only here (store.Reanchor, below), after the steps in progress were
 	// given a forward step's time in the same write that records the heartbeat.
-	var step time.Duration
+	var drift, step time.Duration
 	if e.st.Engine() == store.SQLite {
-		if step = e.st.WallStep(); step < MinClockStep {
-			step = 0
+		if drift = e.st.WallStep(); drift >= MinClockStep {
+			step = drift
 		}
 	}
 	e.beatMu.Lock()
@@ -328,7 +328,7 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "the control plane was down: the steps in progress get that time back",
 			slog.Duration("outage", outage.Round(time.Second)), slog.Int("workflows", extended))
 	}
-	if err == nil && e.st.Engine() == store.SQLite {
+	if err == nil && drift.Abs() >= reanchorAt {
 		e.st.Reanchor()
 	}
 	if err == nil && step > 0 {
@@ -351,12 +351,17 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 // clockWarnAt is how far off the database's clock this server's may be before it says so.
 const clockWarnAt = time.Second
 
-// syncClock keeps the store's clock the database's (Store.SyncClock) and says when this server's
-// clock is off by clockWarnAt or more, or no longer is. It returns the offset in use.
 // MinClockStep is the smallest step forward of the wall clock that the steps in progress are
 // given back (SQLite): a smaller one, or a step back, only moves the store's time with it.
 const MinClockStep = 5 * time.Second
 
+// reanchorAt is the smallest difference between the wall clock and the store's that the
+// heartbeat makes the store follow (SQLite): the two run at the same rate (NTP slews both), so
+// below it there is nothing to follow, and the store's time never goes back by a hair.
+const reanchorAt = 100 * time.Millisecond
+
+// syncClock keeps the store's clock the database's (Store.SyncClock) and says when this server's
+// clock is off by clockWarnAt or more, or no longer is. It returns the offset in use.
 func (e *Engine) syncClock(ctx context.Context) time.Duration {
 	off, err := e.st.SyncClock(ctx)
 	if err != nil {

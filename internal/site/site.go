@@ -92,7 +92,7 @@ type Config struct {
 	DHCPPools []dhcp.Pool
 	EFIBinary string // default ipxe.efi
 	// BootBinding: to which address boot scripts and metadata go (see BootBinding); default
-	// lease when DHCPMode is proxy or full, none when it is off.
+	// lease when DHCPMode is proxy, full or observe, none when it is off.
 	BootBinding BootBinding
 	RetryAfter  time.Duration
 	Ramdisk     RamdiskConfig
