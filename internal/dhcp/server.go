@@ -1,5 +1,6 @@
 // Package dhcp is the site agent's DHCP service for network boot: proxy-DHCP (ports 67 and
-// 4011, beside the site's own DHCP server), full DHCP (leases from configured pools) or off.
+// 4011, beside the site's own DHCP server), full DHCP (leases from configured pools), observe
+// (answers nothing; learns which address each client takes) or off.
 // A packet goes through a chain of small handlers wired by New; the boot-file decision is the
 // pure function BootFile.
 package dhcp
@@ -76,9 +77,9 @@ type Config struct {
 	Known []Lease
 
 	// Observe, when set, learns which address each client MAC holds (see Binding): in full
-	// mode every lease granted or given back, and the leases loaded at start; in proxy mode
-	// every address a client was seen requesting from the site's own DHCP server. It runs on
-	// the packet's goroutine and must not block.
+	// mode every lease granted or given back, and the leases loaded at start; in proxy and
+	// observe modes every address a client was seen requesting from the site's own DHCP server.
+	// It runs on the packet's goroutine and must not block.
 	Observe func(Binding)
 
 	Counters *Counters // nil: the server keeps its own (see Server.Counters)
@@ -95,8 +96,8 @@ type Config struct {
 }
 
 // Binding is an address a client MAC holds, as this service saw it: a lease it granted (full
-// mode, Expires set) or an address the client asked the site's own DHCP server for (proxy mode,
-// Expires zero: that server alone knows). Released: the client gave the address back or
+// mode, Expires set) or an address the client asked the site's own DHCP server for (proxy and
+// observe modes, Expires zero: that server alone knows). Released: the client gave the address back or
 // declined it. The site agent serves a MAC's boot script, and a node's metadata, only to the
 // address bound to it.
 type Binding struct {
@@ -367,9 +368,10 @@ func (s *Server) onlyBootRequests(_ context.Context, req, resp *dhcpv4.DHCPv4) b
 	return false
 }
 
-// observeRequest (proxy and observe modes) passes on the address a client requests, whichever server it
-// asks and whatever it boots: a REQUEST's option 50 (selecting, init-reboot) or its ciaddr
-// (renewing, and the PXE request to port 4011), an INFORM's ciaddr. It never stops the chain.
+// observeRequest (proxy and observe modes) passes on the address a client requests, whichever
+// server it asks and whatever it boots: a REQUEST's option 50 (selecting, init-reboot) or its
+// ciaddr (renewing, and the PXE request to port 4011), an INFORM's ciaddr. It never stops the
+// chain.
 func (s *Server) observeRequest(_ context.Context, req, _ *dhcpv4.DHCPv4) bool {
 	if s.cfg.Observe == nil {
 		return false
