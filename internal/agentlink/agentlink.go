@@ -34,6 +34,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"bcd/internal/gateway"
 )
 
 // Kind says which identity an agent joins as.
@@ -133,6 +135,9 @@ type Status struct {
 	Discovered     []Discovered
 	Drivers        []string
 	Facts          map[string]string
+	// Withheld: boot scripts the boot binding withheld (site agents), at most
+	// gateway.MaxWithheldBoots.
+	Withheld []gateway.WithheldBoot
 }
 
 // Config configures a link. Zero durations and sizes take the defaults.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,7 +141,9 @@ func TestCommandsFlowAndStatus(t *testing.T) {
 	h := newCounter()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := dial(t, ctx, siteConfig(t, env, t.TempDir()), h)
-	l.SetStatus(agentlink.Status{HoldsBootLease: true, Discovered: []agentlink.Discovered{{MAC: "52:54:00:00:00:01", UUID: "u1", Arch: "x86_64", FirstSeen: time.UnixMilli(1000), LastSeen: time.UnixMilli(2000), Inventory: `{"bootMac":"52:54:00:00:00:01"}`}}})
+	withheld := gateway.WithheldBoot{MAC: "52:54:00:00:00:07", Remote: netip.MustParseAddr("10.0.0.66"), Count: 3, First: time.UnixMilli(3000), Last: time.UnixMilli(4000)}
+	l.SetStatus(agentlink.Status{HoldsBootLease: true, Discovered: []agentlink.Discovered{{MAC: "52:54:00:00:00:01", UUID: "u1", Arch: "x86_64", FirstSeen: time.UnixMilli(1000), LastSeen: time.UnixMilli(2000), Inventory: `{"bootMac":"52:54:00:00:00:01"}`}},
+		Withheld: []gateway.WithheldBoot{withheld, {MAC: "not-a-mac", Remote: netip.MustParseAddr("10.0.0.67")}}})
 	waitFinal(t, env.Queue, len(cmds))
 	// More work after the first wave arrives by Notify.
 	more := commands("d", 50)
@@ -163,6 +166,11 @@ func TestCommandsFlowAndStatus(t *testing.T) {
 	if !st.HoldsBootLease || len(st.Discovered) != 1 || !st.Discovered[0].FirstSeen.Equal(want.FirstSeen) || st.Discovered[0].MAC != want.MAC ||
 		st.Discovered[0].Inventory != `{"bootMac":"52:54:00:00:00:01"}` {
 		t.Errorf("status %+v", st)
+	}
+	// The withheld boot scripts cross the wire; a malformed pair is left out at the gateway.
+	if len(st.Withheld) != 1 || st.Withheld[0].MAC != withheld.MAC || st.Withheld[0].Remote != withheld.Remote || st.Withheld[0].Count != 3 ||
+		!st.Withheld[0].First.Equal(withheld.First) || !st.Withheld[0].Last.Equal(withheld.Last) {
+		t.Errorf("withheld boot scripts %+v", st.Withheld)
 	}
 	if hs := env.Queue.Counts().Hellos; len(hs) == 0 || hs[0].AgentVersion != "test" {
 		t.Errorf("hellos %+v", hs)

@@ -3,6 +3,7 @@ package agentlink
 import (
 	"sync"
 
+	"bcd/internal/gateway"
 	agentv1 "bcd/internal/gen/agentv1"
 )
 
@@ -157,5 +158,6 @@ func statusMsg(s Status) *agentv1.StatusReport {
 		}
 		m.Discovered = append(m.Discovered, dm)
 	}
+	m.WithheldBoots = gateway.WithheldBootsToProto(s.Withheld)
 	return m
 }

@@ -187,6 +187,8 @@ type Engine struct {
 	aliveSince, lastBeat int64
 	// clockWarned is the clock offset last reported as off (0: none reported).
 	clockWarned time.Duration
+	// withheldSeen: the withheld boot-script episodes already recorded (RecordWithheld).
+	withheldSeen *cache.Bounded[string, bool]
 }
 
 // ID is this server's id among those sharing the store (new at every start).
@@ -216,7 +218,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	cfg = cfg.withDefaults()
 	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: cfg.Name + "-" + hex.EncodeToString(b),
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{}, outbox: make(chan notice, 4096),
-		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches)}
+		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
+		withheldSeen: cache.New[string, bool](maxWithheldSeen)}
 }
 
 // Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).

@@ -138,6 +138,11 @@ func (g *Gateway) Disconnected(ctx context.Context, a gateway.AgentRef) error {
 
 func (g *Gateway) Status(ctx context.Context, a gateway.AgentRef, s gateway.Status) error {
 	ag := g.agent(ctx, a)
+	if ag.Kind == "site" && len(s.Withheld) > 0 {
+		if err := g.e.RecordWithheld(ctx, ag, s.Withheld); err != nil {
+			return err
+		}
+	}
 	if ag.Kind != "site" || len(s.Discovered) == 0 {
 		return g.e.Seen(ctx, ag)
 	}

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"net"
+	"net/netip"
 	"time"
 
 	agentv1 "bcd/internal/gen/agentv1"
@@ -55,7 +57,29 @@ func statusOf(m *agentv1.StatusReport) Status {
 			FirstSeen: unixMS(d.GetFirstSeenUnixMs()), LastSeen: unixMS(d.GetLastSeenUnixMs()),
 		})
 	}
+	for _, w := range m.GetWithheldBoots() {
+		if len(s.Withheld) == MaxWithheldBoots {
+			break
+		}
+		mac, err := net.ParseMAC(w.GetMac())
+		remote, rerr := netip.ParseAddr(w.GetRemote())
+		if err != nil || len(mac) != 6 || rerr != nil {
+			continue // an agent's malformed pair is left out, not the report
+		}
+		s.Withheld = append(s.Withheld, WithheldBoot{MAC: mac.String(), Remote: remote.Unmap(), Count: int(w.GetCount()),
+			First: unixMS(w.GetFirstUnixMs()), Last: unixMS(w.GetLastUnixMs())})
+	}
 	return s
+}
+
+// WithheldBootsToProto is the wire form of withheld boot-script pairs.
+func WithheldBootsToProto(ws []WithheldBoot) []*agentv1.WithheldBoot {
+	out := make([]*agentv1.WithheldBoot, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, &agentv1.WithheldBoot{Mac: w.MAC, Remote: w.Remote.String(), Count: uint32(w.Count),
+			FirstUnixMs: w.First.UnixMilli(), LastUnixMs: w.Last.UnixMilli()})
+	}
+	return out
 }
 
 func hintsOf(m *agentv1.NodeHints) NodeHints {

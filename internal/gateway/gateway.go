@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"bcd/internal/pki"
@@ -119,7 +120,22 @@ type Status struct {
 	Discovered     []Discovered
 	Drivers        []string
 	Facts          map[string]string
+	// Withheld: boot scripts the agent's boot binding withheld, per MAC and requesting address,
+	// while seen in the last 10 minutes (at most MaxWithheldBoots).
+	Withheld []WithheldBoot
 }
+
+// WithheldBoot is the requests for a MAC's boot script from an address its site's DHCP did not
+// see that MAC take: Count of them, from First to Last.
+type WithheldBoot struct {
+	MAC         string // lower case, colon-separated
+	Remote      netip.Addr
+	Count       int
+	First, Last time.Time
+}
+
+// MaxWithheldBoots bounds the withheld pairs one status report carries.
+const MaxWithheldBoots = 256
 
 // NodeHints is what a ramdisk reports about itself at Join.
 type NodeHints struct {

@@ -3,10 +3,18 @@ package netboot
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
+
+// withheldLog records the withheld requests it is told of.
+type withheldLog struct{ got []string }
+
+func (w *withheldLog) RecordWithheld(mac net.HardwareAddr, remote netip.Addr, _ time.Time) {
+	w.got = append(w.got, mac.String()+" "+remote.String())
+}
 
 // fakeBindings: MAC → the address the site's DHCP saw it take.
 type fakeBindings map[string]netip.Addr
@@ -22,7 +30,8 @@ func (f fakeBindings) BootsFrom(mac net.HardwareAddr, addr netip.Addr) bool {
 func TestScriptGoesOnlyToTheBoundAddress(t *testing.T) {
 	entries := fakeEntries{"52:54:00:12:34:56": ramdiskEntry(), "52:54:00:00:00:02": ramdiskEntry()}
 	disc := &fakeDiscovery{}
-	h, err := NewHandler(HandlerConfig{BaseURL: "http://10.0.0.1:8080", Entries: entries, Discovery: disc,
+	withheld := &withheldLog{}
+	h, err := NewHandler(HandlerConfig{BaseURL: "http://10.0.0.1:8080", Entries: entries, Discovery: disc, Withheld: withheld,
 		Artifacts: fakeArtifacts{shaK: true, shaI: true}, Now: func() time.Time { return fixedNow },
 		Bindings: fakeBindings{"52:54:00:12:34:56": netip.MustParseAddr("10.0.0.77")}})
 	if err != nil {
@@ -56,6 +65,11 @@ func TestScriptGoesOnlyToTheBoundAddress(t *testing.T) {
 				t.Fatalf("withheld script boots or names the token:\n%s", body)
 			}
 		})
+	}
+	// Each withheld request is recorded with its address (IPv4-mapped ones unmapped); served
+	// ones are not.
+	if want := []string{"52:54:00:12:34:56 10.0.0.99", "52:54:00:00:00:02 10.0.0.77"}; !slices.Equal(withheld.got, want) {
+		t.Fatalf("withheld %v, want %v", withheld.got, want)
 	}
 	// A machine with no entry is unaffected: it is recorded and waits, wherever it asks from.
 	if body := get(h, "/boot.ipxe?mac=52:54:00:99:99:99&arch=x86_64", "10.0.0.99:1").Body.String(); !strings.Contains(body, string(WaitNoEntry)) || len(disc.seen) != 1 {

@@ -39,6 +39,11 @@ type BindingLookup interface {
 	BootsFrom(mac net.HardwareAddr, addr netip.Addr) bool
 }
 
+// WithheldRecorder is told of every boot script the binding withheld.
+type WithheldRecorder interface {
+	RecordWithheld(mac net.HardwareAddr, remote netip.Addr, at time.Time)
+}
+
 // RejectionLookup answers whether an operator rejected the machine with a MAC (acceptance flow).
 type RejectionLookup interface {
 	Rejected(ctx context.Context, mac net.HardwareAddr) bool
@@ -74,6 +79,8 @@ type HandlerConfig struct {
 	// from every address but the one the site's DHCP saw that MAC take: the requester gets a
 	// script that asks DHCP again and retries. nil: the script goes to whoever asks by MAC.
 	Bindings BindingLookup
+	// Withheld, when set, is told of each script Bindings withheld.
+	Withheld WithheldRecorder
 	Now      func() time.Time
 	Logger   *slog.Logger
 }
@@ -89,6 +96,7 @@ type Handler struct {
 	discBoot  *Entry
 	rejects   RejectionLookup
 	bindings  BindingLookup
+	withheld  WithheldRecorder
 	now       func() time.Time
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -105,6 +113,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		discBoot:  cfg.DiscoveryBoot,
 		rejects:   cfg.Rejections,
 		bindings:  cfg.Bindings,
+		withheld:  cfg.Withheld,
 		now:       cfg.Now,
 		log:       cfg.Logger,
 	}
@@ -191,6 +200,9 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		if remote := remoteAddr(r); !h.bindings.BootsFrom(req.MAC, remote) {
 			h.log.WarnContext(ctx, "boot script withheld: the request did not come from the address the site's DHCP saw this MAC take",
 				"mac", req.MAC.String(), "remote", remote.String())
+			if h.withheld != nil {
+				h.withheld.RecordWithheld(req.MAC, remote, h.now())
+			}
 			s, _ := WaitScript(req, h.params, WaitAddress)
 			writeScript(w, s)
 			return

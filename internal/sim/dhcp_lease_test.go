@@ -2,11 +2,16 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"bcd/internal/engine"
+	"bcd/internal/gateway"
+	"bcd/internal/pki"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
 )
@@ -62,6 +67,69 @@ func TestDHCPLeasesFollowTheLease(t *testing.T) {
 		lease("site-b", engine.LeaseRequest{Release: true})
 		if c := lease("site-c", engine.LeaseRequest{}); !c.Held || !slices.Equal(c.DHCPLeases, want) {
 			t.Fatalf("site-c took the lease with %+v\nwant %+v", c.DHCPLeases, want)
+		}
+	})
+}
+
+// TestWithheldBootsBecomeEvents: a site agent's report of boot scripts its binding withheld
+// becomes one site.boot_withheld event per MAC, address and episode, naming the MAC's node;
+// the same episode reported again, as every status repeats it, records nothing more.
+func TestWithheldBootsBecomeEvents(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, ids := start(t, st, 1)
+		m := h.Sim.Machine(ids[0])
+		agent := gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: h.SiteID, AgentID: "site-a"}
+		gw := h.Engine.Gateway()
+		t0 := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+		ours := gateway.WithheldBoot{MAC: m.MACs[0], Remote: netip.MustParseAddr("10.0.0.66"), Count: 2, First: t0, Last: t0.Add(10 * time.Second)}
+		stranger := gateway.WithheldBoot{MAC: "52:54:00:ee:ee:ee", Remote: netip.MustParseAddr("10.0.0.67"), Count: 1, First: t0, Last: t0}
+		report := func(ws ...gateway.WithheldBoot) {
+			t.Helper()
+			if err := gw.Status(ctx, agent, gateway.Status{HoldsBootLease: true, Withheld: ws}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		withheldEvents := func() []store.Event {
+			t.Helper()
+			evs, err := st.Events(ctx, store.EventFilter{Limit: 100000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out []store.Event
+			for _, e := range evs {
+				if e.Kind == "site.boot_withheld" {
+					out = append(out, e)
+				}
+			}
+			return out
+		}
+		report(ours, stranger)
+		ours.Count, ours.Last = 5, t0.Add(30*time.Second)
+		report(ours, stranger) // the same episodes, again
+		evs := withheldEvents()
+		if len(evs) != 2 {
+			t.Fatalf("%d events, want one per episode: %+v", len(evs), evs)
+		}
+		byMAC := map[string]store.Event{}
+		for _, e := range evs {
+			var d map[string]any
+			if err := json.Unmarshal([]byte(e.Data), &d); err != nil {
+				t.Fatal(err)
+			}
+			byMAC[d["mac"].(string)] = e
+			if d["remote"] == "" || d["site"] != h.SiteID || d["agent"] != "site-a" || e.Actor != "site:site-a" || e.TenantID != "" {
+				t.Errorf("event %+v", e)
+			}
+		}
+		if byMAC[m.MACs[0]].NodeID != ids[0] || byMAC["52:54:00:ee:ee:ee"].NodeID != "" || !strings.Contains(byMAC[m.MACs[0]].Reason, "10.0.0.66") {
+			t.Fatalf("events by MAC %+v", byMAC)
+		}
+		// A new episode of the same pair is a new event.
+		ours.First, ours.Count = t0.Add(time.Hour), 1
+		report(ours)
+		if n := len(withheldEvents()); n != 3 {
+			t.Fatalf("%d events after a new episode, want 3", n)
 		}
 	})
 }

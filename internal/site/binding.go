@@ -2,6 +2,7 @@ package site
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -158,4 +159,89 @@ func (r *dhcpReports) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.pending)
+}
+
+// withheldKeep is how long after its last request a withheld (MAC, address) pair stays in the
+// status reports; maxWithheld bounds the pairs kept (the least recently seen goes first).
+const (
+	withheldKeep = 10 * time.Minute
+	maxWithheld  = 256
+)
+
+// withheldBoots remembers the boot scripts withheld by the boot binding, per MAC and requesting
+// address, for the status reports (the control plane records a site.boot_withheld event per
+// pair and episode). Safe for concurrent use.
+type withheldBoots struct {
+	changed func() // a new pair: a status report is due
+
+	mu    sync.Mutex
+	pairs map[withheldKey]gateway.WithheldBoot
+}
+
+type withheldKey struct {
+	mac    string
+	remote netip.Addr
+}
+
+func newWithheldBoots(changed func()) *withheldBoots {
+	return &withheldBoots{changed: changed, pairs: map[withheldKey]gateway.WithheldBoot{}}
+}
+
+// RecordWithheld implements netboot.WithheldRecorder.
+func (w *withheldBoots) RecordWithheld(mac net.HardwareAddr, remote netip.Addr, at time.Time) {
+	k := withheldKey{mac: mac.String(), remote: remote.Unmap()}
+	w.mu.Lock()
+	w.expireLocked(at)
+	p, ok := w.pairs[k]
+	if !ok {
+		if len(w.pairs) >= maxWithheld {
+			w.evictLocked()
+		}
+		p = gateway.WithheldBoot{MAC: k.mac, Remote: k.remote, First: at}
+	}
+	p.Count++
+	p.Last = at
+	w.pairs[k] = p
+	w.mu.Unlock()
+	if !ok {
+		w.changed()
+	}
+}
+
+// Snapshot is the pairs seen within withheldKeep of now, by MAC and address.
+func (w *withheldBoots) Snapshot(now time.Time) []gateway.WithheldBoot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.expireLocked(now)
+	out := make([]gateway.WithheldBoot, 0, len(w.pairs))
+	for _, p := range w.pairs {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(x, y gateway.WithheldBoot) int {
+		if c := strings.Compare(x.MAC, y.MAC); c != 0 {
+			return c
+		}
+		return x.Remote.Compare(y.Remote)
+	})
+	return out
+}
+
+func (w *withheldBoots) expireLocked(now time.Time) {
+	for k, p := range w.pairs {
+		if now.Sub(p.Last) >= withheldKeep {
+			delete(w.pairs, k)
+		}
+	}
+}
+
+func (w *withheldBoots) evictLocked() {
+	var oldest withheldKey
+	var at time.Time
+	first := true
+	for k, p := range w.pairs {
+		if first || p.Last.Before(at) {
+			oldest, at, first = k, p.Last, false
+		}
+	}
+	delete(w.pairs, oldest)
 }

@@ -305,3 +305,37 @@ func TestAgentDHCPWiring(t *testing.T) {
 		t.Fatalf("reported %+v, want the new lease and the known one", r)
 	}
 }
+
+// TestWithheldBoots: one pair per MAC and requesting address, counted; a new pair makes a status
+// report due, a repeat does not; pairs unseen for withheldKeep leave; the least recently seen
+// goes first past maxWithheld.
+func TestWithheldBoots(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	pokes := 0
+	w := newWithheldBoots(func() { pokes++ })
+	mac, _ := net.ParseMAC("52:54:00:aa:00:01")
+	a, b := netip.MustParseAddr("10.0.0.66"), netip.MustParseAddr("::ffff:10.0.0.67")
+	w.RecordWithheld(mac, a, t0)
+	w.RecordWithheld(mac, a, t0.Add(10*time.Second))
+	w.RecordWithheld(mac, b, t0.Add(20*time.Second))
+	got := w.Snapshot(t0.Add(30 * time.Second))
+	if pokes != 2 || len(got) != 2 || got[0].Count != 2 || !got[0].First.Equal(t0) || !got[0].Last.Equal(t0.Add(10*time.Second)) ||
+		got[1].Remote != netip.MustParseAddr("10.0.0.67") || got[1].Count != 1 {
+		t.Fatalf("%d pokes, %+v", pokes, got)
+	}
+	if got := w.Snapshot(t0.Add(10*time.Second + withheldKeep)); len(got) != 1 || got[0].Remote != netip.MustParseAddr("10.0.0.67") {
+		t.Fatalf("after the first pair's keep: %+v", got)
+	}
+	// A pair back after it left is a new episode.
+	w.RecordWithheld(mac, a, t0.Add(time.Hour))
+	if got := w.Snapshot(t0.Add(time.Hour)); len(got) != 1 || !got[0].First.Equal(t0.Add(time.Hour)) || got[0].Count != 1 || pokes != 3 {
+		t.Fatalf("new episode: %d pokes, %+v", pokes, got)
+	}
+	for i := range maxWithheld + 10 {
+		w.RecordWithheld(mac, netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)}), t0.Add(time.Hour+time.Duration(i+1)*time.Millisecond))
+	}
+	got = w.Snapshot(t0.Add(time.Hour + time.Second))
+	if len(got) != maxWithheld || slices.ContainsFunc(got, func(p gateway.WithheldBoot) bool { return p.Remote == a || p.Remote == netip.MustParseAddr("10.1.0.0") }) {
+		t.Fatalf("%d pairs past the bound; the least recently seen kept", len(got))
+	}
+}

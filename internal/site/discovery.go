@@ -106,6 +106,7 @@ func (d *discoveries) Snapshot() []agentlink.Discovered {
 type statusKey struct {
 	held       bool
 	discovered string
+	withheld   string
 }
 
 func keyOf(s agentlink.Status) statusKey {
@@ -116,5 +117,11 @@ func keyOf(s agentlink.Status) statusKey {
 		h.Write([]byte(d.Inventory))
 		fmt.Fprintf(&b, "%s/%s/%s/%d/%x;", d.MAC, d.UUID, d.Arch, d.LastSeen.Unix(), h.Sum64())
 	}
-	return statusKey{held: s.HoldsBootLease, discovered: b.String()}
+	var w strings.Builder
+	for _, p := range s.Withheld {
+		// A new episode is sent; its count growing alone is not (a machine retrying every few
+		// seconds would send a report each time).
+		fmt.Fprintf(&w, "%s/%s/%d;", p.MAC, p.Remote, p.First.UnixMilli())
+	}
+	return statusKey{held: s.HoldsBootLease, discovered: b.String(), withheld: w.String()}
 }

@@ -177,6 +177,8 @@ type Agent struct {
 	// control plane, and the leases it gave this agent when it took the boot lease.
 	dhcpReports *dhcpReports
 	dhcpKnown   atomic.Pointer[[]dhcp.Lease]
+	// withheld: boot scripts the boot binding withheld, for the status reports.
+	withheld *withheldBoots
 }
 
 // setKnownLeases keeps the site's DHCP leases the control plane gave this agent with the boot
@@ -241,6 +243,7 @@ func New(cfg Config) (*Agent, error) {
 		a.drivers = builtinDrivers(cfg.RedfishOptions, cfg.IPMIOptions, ipmi.NewPacer(cfg.IPMIPacer))
 	}
 	a.disc = newDiscoveries(a.entries.Has, a.poke)
+	a.withheld = newWithheldBoots(a.poke)
 	locks := newBMCLocks()
 	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, cache: a.cache,
 		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger}
@@ -564,7 +567,7 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
 		DiscoveryBoot: discBoot, Rejections: a, Now: a.cfg.Now, Logger: log}
 	if a.cfg.BootBinding == BindLease {
-		hc.Bindings = a.entries
+		hc.Bindings, hc.Withheld = a.entries, a.withheld
 	} else {
 		log.Warn("boot binding none: boot scripts, with their one-time tokens, go to any host that asks by MAC, and /metadata to the address a MAC's script was fetched from; keep other hosts off the provisioning network")
 	}
@@ -754,14 +757,16 @@ func whileHeld(ctx context.Context, hold *holdState, run func(ctx context.Contex
 	}
 }
 
-// statusLoop reports the lease and the discovered machines whenever they change.
+// statusLoop reports the lease, the discovered machines and the withheld boot scripts whenever
+// they change.
 func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 	drivers := driverNames(a.drivers)
 	facts := map[string]string{"bootUrl": a.baseURL, "dhcp": string(a.cfg.DHCPMode)}
 	var last statusKey
 	first := true
 	for {
-		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: a.disc.Snapshot(), Drivers: drivers, Facts: facts}
+		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: a.disc.Snapshot(), Drivers: drivers, Facts: facts,
+			Withheld: a.withheld.Snapshot(a.cfg.Now())}
 		if k := keyOf(st); first || k != last {
 			link.SetStatus(st)
 			last, first = k, false

@@ -927,7 +927,11 @@ type StatusReport struct {
 	Discovered     []*DiscoveredMachine   `protobuf:"bytes,2,rep,name=discovered,proto3" json:"discovered,omitempty"`
 	Drivers        []string               `protobuf:"bytes,3,rep,name=drivers,proto3" json:"drivers,omitempty"`
 	// Free-form facts (cache size, DHCP mode…), for display.
-	Facts         map[string]string `protobuf:"bytes,4,rep,name=facts,proto3" json:"facts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Facts map[string]string `protobuf:"bytes,4,rep,name=facts,proto3" json:"facts,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Boot scripts withheld (boot binding): requests for a MAC's script from an address the
+	// agent's DHCP did not see that MAC take, per MAC and address, while seen in the last 10
+	// minutes; at most 256.
+	WithheldBoots []*WithheldBoot `protobuf:"bytes,5,rep,name=withheld_boots,json=withheldBoots,proto3" json:"withheld_boots,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -990,6 +994,90 @@ func (x *StatusReport) GetFacts() map[string]string {
 	return nil
 }
 
+func (x *StatusReport) GetWithheldBoots() []*WithheldBoot {
+	if x != nil {
+		return x.WithheldBoots
+	}
+	return nil
+}
+
+// Requests for a MAC's boot script from an address not bound to it.
+type WithheldBoot struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mac           string                 `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
+	Remote        string                 `protobuf:"bytes,2,opt,name=remote,proto3" json:"remote,omitempty"`
+	Count         uint32                 `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"`
+	FirstUnixMs   int64                  `protobuf:"varint,4,opt,name=first_unix_ms,json=firstUnixMs,proto3" json:"first_unix_ms,omitempty"`
+	LastUnixMs    int64                  `protobuf:"varint,5,opt,name=last_unix_ms,json=lastUnixMs,proto3" json:"last_unix_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WithheldBoot) Reset() {
+	*x = WithheldBoot{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WithheldBoot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WithheldBoot) ProtoMessage() {}
+
+func (x *WithheldBoot) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WithheldBoot.ProtoReflect.Descriptor instead.
+func (*WithheldBoot) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WithheldBoot) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *WithheldBoot) GetRemote() string {
+	if x != nil {
+		return x.Remote
+	}
+	return ""
+}
+
+func (x *WithheldBoot) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *WithheldBoot) GetFirstUnixMs() int64 {
+	if x != nil {
+		return x.FirstUnixMs
+	}
+	return 0
+}
+
+func (x *WithheldBoot) GetLastUnixMs() int64 {
+	if x != nil {
+		return x.LastUnixMs
+	}
+	return 0
+}
+
 type Heartbeat struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SentUnixMs    int64                  `protobuf:"varint,1,opt,name=sent_unix_ms,json=sentUnixMs,proto3" json:"sent_unix_ms,omitempty"`
@@ -999,7 +1087,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1099,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1112,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Heartbeat) GetSentUnixMs() int64 {
@@ -1044,7 +1132,7 @@ type AgentBatch struct {
 
 func (x *AgentBatch) Reset() {
 	*x = AgentBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1144,7 @@ func (x *AgentBatch) String() string {
 func (*AgentBatch) ProtoMessage() {}
 
 func (x *AgentBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1157,7 @@ func (x *AgentBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentBatch.ProtoReflect.Descriptor instead.
 func (*AgentBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AgentBatch) GetAcks() []*CommandAck {
@@ -1103,7 +1191,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1203,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1216,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -1249,7 +1337,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1349,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1362,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Command) GetId() string {
@@ -1335,7 +1423,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1347,7 +1435,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1360,7 +1448,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1379,7 +1467,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1479,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1492,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatAck) GetSentUnixMs() int64 {
@@ -1426,7 +1514,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1526,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1539,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1488,7 +1576,7 @@ type AckResult struct {
 
 func (x *AckResult) Reset() {
 	*x = AckResult{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1588,7 @@ func (x *AckResult) String() string {
 func (*AckResult) ProtoMessage() {}
 
 func (x *AckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1601,7 @@ func (x *AckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResult.ProtoReflect.Descriptor instead.
 func (*AckResult) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AckResult) GetCommandId() string {
@@ -1542,7 +1630,7 @@ type ServerBatch struct {
 
 func (x *ServerBatch) Reset() {
 	*x = ServerBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1554,7 +1642,7 @@ func (x *ServerBatch) String() string {
 func (*ServerBatch) ProtoMessage() {}
 
 func (x *ServerBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1567,7 +1655,7 @@ func (x *ServerBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerBatch.ProtoReflect.Descriptor instead.
 func (*ServerBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ServerBatch) GetCommands() []*Command {
@@ -1618,7 +1706,7 @@ type BootLeaseRequest struct {
 
 func (x *BootLeaseRequest) Reset() {
 	*x = BootLeaseRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1630,7 +1718,7 @@ func (x *BootLeaseRequest) String() string {
 func (*BootLeaseRequest) ProtoMessage() {}
 
 func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1643,7 +1731,7 @@ func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BootLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BootLeaseRequest) GetRelease() bool {
@@ -1694,7 +1782,7 @@ type DHCPLease struct {
 
 func (x *DHCPLease) Reset() {
 	*x = DHCPLease{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1706,7 +1794,7 @@ func (x *DHCPLease) String() string {
 func (*DHCPLease) ProtoMessage() {}
 
 func (x *DHCPLease) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1719,7 +1807,7 @@ func (x *DHCPLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DHCPLease.ProtoReflect.Descriptor instead.
 func (*DHCPLease) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DHCPLease) GetMac() string {
@@ -1768,7 +1856,7 @@ type BootLeaseResponse struct {
 
 func (x *BootLeaseResponse) Reset() {
 	*x = BootLeaseResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1868,7 @@ func (x *BootLeaseResponse) String() string {
 func (*BootLeaseResponse) ProtoMessage() {}
 
 func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1881,7 @@ func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BootLeaseResponse) GetHeld() bool {
@@ -1883,7 +1971,7 @@ type BootEntry struct {
 
 func (x *BootEntry) Reset() {
 	*x = BootEntry{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +1983,7 @@ func (x *BootEntry) String() string {
 func (*BootEntry) ProtoMessage() {}
 
 func (x *BootEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +1996,7 @@ func (x *BootEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
 func (*BootEntry) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BootEntry) GetNodeId() string {
@@ -1976,7 +2064,7 @@ type PollSetRequest struct {
 
 func (x *PollSetRequest) Reset() {
 	*x = PollSetRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1988,7 +2076,7 @@ func (x *PollSetRequest) String() string {
 func (*PollSetRequest) ProtoMessage() {}
 
 func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2001,7 +2089,7 @@ func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
 func (*PollSetRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *PollSetRequest) GetEpoch() uint64 {
@@ -2026,7 +2114,7 @@ type PollTarget struct {
 
 func (x *PollTarget) Reset() {
 	*x = PollTarget{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2126,7 @@ func (x *PollTarget) String() string {
 func (*PollTarget) ProtoMessage() {}
 
 func (x *PollTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2139,7 @@ func (x *PollTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
 func (*PollTarget) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PollTarget) GetNodeId() string {
@@ -2107,7 +2195,7 @@ type PollSetResponse struct {
 
 func (x *PollSetResponse) Reset() {
 	*x = PollSetResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2119,7 +2207,7 @@ func (x *PollSetResponse) String() string {
 func (*PollSetResponse) ProtoMessage() {}
 
 func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2132,7 +2220,7 @@ func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
 func (*PollSetResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PollSetResponse) GetTargets() []*PollTarget {
@@ -2165,7 +2253,7 @@ type PowerReading struct {
 
 func (x *PowerReading) Reset() {
 	*x = PowerReading{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2265,7 @@ func (x *PowerReading) String() string {
 func (*PowerReading) ProtoMessage() {}
 
 func (x *PowerReading) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2278,7 @@ func (x *PowerReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
 func (*PowerReading) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PowerReading) GetNodeId() string {
@@ -2238,7 +2326,7 @@ type ReportPowerRequest struct {
 
 func (x *ReportPowerRequest) Reset() {
 	*x = ReportPowerRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2338,7 @@ func (x *ReportPowerRequest) String() string {
 func (*ReportPowerRequest) ProtoMessage() {}
 
 func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2351,7 @@ func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
 func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReportPowerRequest) GetEpoch() uint64 {
@@ -2288,7 +2376,7 @@ type ReportPowerResponse struct {
 
 func (x *ReportPowerResponse) Reset() {
 	*x = ReportPowerResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2388,7 @@ func (x *ReportPowerResponse) String() string {
 func (*ReportPowerResponse) ProtoMessage() {}
 
 func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2401,7 @@ func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
 func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2373,18 +2461,26 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x04arch\x18\x03 \x01(\tR\x04arch\x12+\n" +
 	"\x12first_seen_unix_ms\x18\x04 \x01(\x03R\x0ffirstSeenUnixMs\x12)\n" +
 	"\x11last_seen_unix_ms\x18\x05 \x01(\x03R\x0elastSeenUnixMs\x12\x1c\n" +
-	"\tinventory\x18\x06 \x01(\tR\tinventory\"\x8a\x02\n" +
+	"\tinventory\x18\x06 \x01(\tR\tinventory\"\xcd\x02\n" +
 	"\fStatusReport\x12(\n" +
 	"\x10holds_boot_lease\x18\x01 \x01(\bR\x0eholdsBootLease\x12?\n" +
 	"\n" +
 	"discovered\x18\x02 \x03(\v2\x1f.bcd.agent.v1.DiscoveredMachineR\n" +
 	"discovered\x12\x18\n" +
 	"\adrivers\x18\x03 \x03(\tR\adrivers\x12;\n" +
-	"\x05facts\x18\x04 \x03(\v2%.bcd.agent.v1.StatusReport.FactsEntryR\x05facts\x1a8\n" +
+	"\x05facts\x18\x04 \x03(\v2%.bcd.agent.v1.StatusReport.FactsEntryR\x05facts\x12A\n" +
+	"\x0ewithheld_boots\x18\x05 \x03(\v2\x1a.bcd.agent.v1.WithheldBootR\rwithheldBoots\x1a8\n" +
 	"\n" +
 	"FactsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"-\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x94\x01\n" +
+	"\fWithheldBoot\x12\x10\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x16\n" +
+	"\x06remote\x18\x02 \x01(\tR\x06remote\x12\x14\n" +
+	"\x05count\x18\x03 \x01(\rR\x05count\x12\"\n" +
+	"\rfirst_unix_ms\x18\x04 \x01(\x03R\vfirstUnixMs\x12 \n" +
+	"\flast_unix_ms\x18\x05 \x01(\x03R\n" +
+	"lastUnixMs\"-\n" +
 	"\tHeartbeat\x12 \n" +
 	"\fsent_unix_ms\x18\x01 \x01(\x03R\n" +
 	"sentUnixMs\"q\n" +
@@ -2521,7 +2617,7 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
 	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
@@ -2537,26 +2633,27 @@ var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(*CommandUpdate)(nil),       // 11: bcd.agent.v1.CommandUpdate
 	(*DiscoveredMachine)(nil),   // 12: bcd.agent.v1.DiscoveredMachine
 	(*StatusReport)(nil),        // 13: bcd.agent.v1.StatusReport
-	(*Heartbeat)(nil),           // 14: bcd.agent.v1.Heartbeat
-	(*AgentBatch)(nil),          // 15: bcd.agent.v1.AgentBatch
-	(*ServerMessage)(nil),       // 16: bcd.agent.v1.ServerMessage
-	(*Command)(nil),             // 17: bcd.agent.v1.Command
-	(*Cancel)(nil),              // 18: bcd.agent.v1.Cancel
-	(*HeartbeatAck)(nil),        // 19: bcd.agent.v1.HeartbeatAck
-	(*UpdateAck)(nil),           // 20: bcd.agent.v1.UpdateAck
-	(*AckResult)(nil),           // 21: bcd.agent.v1.AckResult
-	(*ServerBatch)(nil),         // 22: bcd.agent.v1.ServerBatch
-	(*BootLeaseRequest)(nil),    // 23: bcd.agent.v1.BootLeaseRequest
-	(*DHCPLease)(nil),           // 24: bcd.agent.v1.DHCPLease
-	(*BootLeaseResponse)(nil),   // 25: bcd.agent.v1.BootLeaseResponse
-	(*BootEntry)(nil),           // 26: bcd.agent.v1.BootEntry
-	(*PollSetRequest)(nil),      // 27: bcd.agent.v1.PollSetRequest
-	(*PollTarget)(nil),          // 28: bcd.agent.v1.PollTarget
-	(*PollSetResponse)(nil),     // 29: bcd.agent.v1.PollSetResponse
-	(*PowerReading)(nil),        // 30: bcd.agent.v1.PowerReading
-	(*ReportPowerRequest)(nil),  // 31: bcd.agent.v1.ReportPowerRequest
-	(*ReportPowerResponse)(nil), // 32: bcd.agent.v1.ReportPowerResponse
-	nil,                         // 33: bcd.agent.v1.StatusReport.FactsEntry
+	(*WithheldBoot)(nil),        // 14: bcd.agent.v1.WithheldBoot
+	(*Heartbeat)(nil),           // 15: bcd.agent.v1.Heartbeat
+	(*AgentBatch)(nil),          // 16: bcd.agent.v1.AgentBatch
+	(*ServerMessage)(nil),       // 17: bcd.agent.v1.ServerMessage
+	(*Command)(nil),             // 18: bcd.agent.v1.Command
+	(*Cancel)(nil),              // 19: bcd.agent.v1.Cancel
+	(*HeartbeatAck)(nil),        // 20: bcd.agent.v1.HeartbeatAck
+	(*UpdateAck)(nil),           // 21: bcd.agent.v1.UpdateAck
+	(*AckResult)(nil),           // 22: bcd.agent.v1.AckResult
+	(*ServerBatch)(nil),         // 23: bcd.agent.v1.ServerBatch
+	(*BootLeaseRequest)(nil),    // 24: bcd.agent.v1.BootLeaseRequest
+	(*DHCPLease)(nil),           // 25: bcd.agent.v1.DHCPLease
+	(*BootLeaseResponse)(nil),   // 26: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 27: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 28: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 29: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 30: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 31: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 32: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 33: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 34: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
@@ -2565,47 +2662,48 @@ var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	9,  // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
 	11, // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
 	13, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
-	14, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
-	15, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
+	15, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
+	16, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
 	1,  // 8: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
 	10, // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
 	12, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	33, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
-	9,  // 12: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
-	11, // 13: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
-	17, // 14: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
-	18, // 15: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
-	19, // 16: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
-	20, // 17: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
-	22, // 18: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
-	21, // 19: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
-	1,  // 20: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
-	17, // 21: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
-	20, // 22: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
-	18, // 23: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
-	21, // 24: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
-	24, // 25: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
-	26, // 26: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
-	24, // 27: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
-	28, // 28: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
-	30, // 29: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
-	3,  // 30: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 31: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
-	7,  // 32: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	23, // 33: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
-	27, // 34: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
-	31, // 35: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
-	4,  // 36: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	6,  // 37: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
-	16, // 38: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	25, // 39: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
-	29, // 40: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
-	32, // 41: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
-	36, // [36:42] is the sub-list for method output_type
-	30, // [30:36] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	34, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	14, // 12: bcd.agent.v1.StatusReport.withheld_boots:type_name -> bcd.agent.v1.WithheldBoot
+	9,  // 13: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
+	11, // 14: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
+	18, // 15: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
+	19, // 16: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
+	20, // 17: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
+	21, // 18: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
+	23, // 19: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
+	22, // 20: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
+	1,  // 21: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
+	18, // 22: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
+	21, // 23: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
+	19, // 24: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
+	22, // 25: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
+	25, // 26: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	27, // 27: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	25, // 28: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	29, // 29: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	31, // 30: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	3,  // 31: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
+	5,  // 32: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
+	7,  // 33: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	24, // 34: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	28, // 35: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	32, // 36: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	4,  // 37: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	6,  // 38: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
+	17, // 39: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	26, // 40: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	30, // 41: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	33, // 42: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	37, // [37:43] is the sub-list for method output_type
+	31, // [31:37] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_bcd_agent_v1_agent_proto_init() }
@@ -2621,7 +2719,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Batch)(nil),
 	}
-	file_bcd_agent_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
+	file_bcd_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
 		(*ServerMessage_Command)(nil),
 		(*ServerMessage_Cancel)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -2635,7 +2733,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
