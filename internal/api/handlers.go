@@ -54,6 +54,14 @@ func (h *nodes) Get(ctx context.Context, req *connect.Request[bcdv1.GetNodeReque
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	addrs, err := h.svc.Addresses(ctx, principal(ctx), n)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, l := range addrs {
+		resp.Msg.Node.Addresses = append(resp.Msg.Node.Addresses, &bcdv1.NodeAddress{Mac: l.MAC, Ip: l.IP,
+			ExpiresAt: store.Micros(l.Expires).Format(time.RFC3339)})
+	}
 	if a.Workflow != "" {
 		resp.Msg.Node.Activity = &bcdv1.Activity{Workflow: a.Workflow, WorkflowState: a.WorkflowState, Step: int32(a.Step), Steps: int32(a.Steps),
 			StepName: a.StepName, Phase: a.Phase, CommandKind: a.CommandKind, CommandState: a.CommandState,

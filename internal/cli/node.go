@@ -192,6 +192,11 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 	row("hardware profile", n.HardwareProfile)
 	row("bmc", fmt.Sprintf("%s %s (credentials %s, %s)", n.Bmc.GetDriver(), n.Bmc.GetAddress(), n.Bmc.GetUsernameRef(), n.Bmc.GetPasswordRef()))
 	row("macs", dash(strings.Join(n.Macs, ", ")))
+	var addrs []string
+	for _, a := range n.Addresses {
+		addrs = append(addrs, fmt.Sprintf("%s (%s, leased until %s)", a.Ip, a.Mac, a.ExpiresAt))
+	}
+	row("addresses", dash(strings.Join(addrs, ", ")))
 	row("product uuid", dash(n.ProductUuid))
 	var ls []string
 	for _, k := range slices.Sorted(maps.Keys(n.Labels)) {

@@ -829,6 +829,15 @@ type Activity struct {
 	RamdiskPoweringOff    bool
 }
 
+// Addresses returns the DHCP leases (full mode) of node's MACs still running at its site, as
+// the site's boot-lease holder last reported them.
+func (s *Service) Addresses(ctx context.Context, p auth.Principal, n store.Node) ([]store.DHCPLease, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	return s.st.NodeAddresses(ctx, n.ID)
+}
+
 // Activity returns node's activity; a node that never ran a workflow has none (zero value).
 func (s *Service) Activity(ctx context.Context, p auth.Principal, n store.Node) (Activity, error) {
 	if err := Require(p, auth.Read); err != nil {

@@ -374,3 +374,14 @@ func (t *Tx) PurgeDHCPLeases(ctx context.Context, before int64, limit int) (int,
 	n, _ := res.RowsAffected()
 	return int(n), nil
 }
+
+// NodeAddresses lists the DHCP leases still running of a node's MACs at its site, by address.
+func (s *Store) NodeAddresses(ctx context.Context, nodeID string) ([]DHCPLease, error) {
+	rows, err := s.queryRows(ctx, `SELECT l.mac, l.ip, l.expires_at FROM site_dhcp_leases l
+		JOIN node_macs m ON m.mac = l.mac JOIN nodes n ON n.id = m.node_id AND n.site_id = l.site_id
+		WHERE m.node_id = ? AND l.expires_at > ? ORDER BY l.ip`, nodeID, s.nowMicros())
+	return collect(rows, err, "addresses of node "+nodeID, func(r interface{ Scan(...any) error }) (DHCPLease, error) {
+		var l DHCPLease
+		return l, r.Scan(&l.MAC, &l.IP, &l.Expires)
+	})
+}

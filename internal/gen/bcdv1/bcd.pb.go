@@ -149,7 +149,10 @@ type Node struct {
 	// Get only (List leaves it empty).
 	Activity *Activity `protobuf:"bytes,29,opt,name=activity,proto3" json:"activity,omitempty"`
 	// Named observations, e.g. BmcCredentialRotated: "False" after a failed rotation.
-	Conditions    map[string]string `protobuf:"bytes,30,rep,name=conditions,proto3" json:"conditions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Conditions map[string]string `protobuf:"bytes,30,rep,name=conditions,proto3" json:"conditions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The addresses the site agent's DHCP (full mode) leased to the node's MACs, as the site's
+	// boot-lease holder last reported them; only leases still running. Set by Get only.
+	Addresses     []*NodeAddress `protobuf:"bytes,31,rep,name=addresses,proto3" json:"addresses,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -394,6 +397,73 @@ func (x *Node) GetConditions() map[string]string {
 	return nil
 }
 
+func (x *Node) GetAddresses() []*NodeAddress {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+type NodeAddress struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Mac           string                 `protobuf:"bytes,1,opt,name=mac,proto3" json:"mac,omitempty"`
+	Ip            string                 `protobuf:"bytes,2,opt,name=ip,proto3" json:"ip,omitempty"`
+	ExpiresAt     string                 `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"` // RFC 3339
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeAddress) Reset() {
+	*x = NodeAddress{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeAddress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeAddress) ProtoMessage() {}
+
+func (x *NodeAddress) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeAddress.ProtoReflect.Descriptor instead.
+func (*NodeAddress) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *NodeAddress) GetMac() string {
+	if x != nil {
+		return x.Mac
+	}
+	return ""
+}
+
+func (x *NodeAddress) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *NodeAddress) GetExpiresAt() string {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return ""
+}
+
 type Activity struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Workflow        string                 `protobuf:"bytes,1,opt,name=workflow,proto3" json:"workflow,omitempty"`                                // profile name
@@ -419,7 +489,7 @@ type Activity struct {
 
 func (x *Activity) Reset() {
 	*x = Activity{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +501,7 @@ func (x *Activity) String() string {
 func (*Activity) ProtoMessage() {}
 
 func (x *Activity) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[2]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +514,7 @@ func (x *Activity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activity.ProtoReflect.Descriptor instead.
 func (*Activity) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{2}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Activity) GetWorkflow() string {
@@ -563,7 +633,7 @@ type BmcCredentials struct {
 
 func (x *BmcCredentials) Reset() {
 	*x = BmcCredentials{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +645,7 @@ func (x *BmcCredentials) String() string {
 func (*BmcCredentials) ProtoMessage() {}
 
 func (x *BmcCredentials) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[3]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +658,7 @@ func (x *BmcCredentials) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCredentials.ProtoReflect.Descriptor instead.
 func (*BmcCredentials) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{3}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *BmcCredentials) GetDriver() string {
@@ -655,7 +725,7 @@ type EnrollRequest struct {
 
 func (x *EnrollRequest) Reset() {
 	*x = EnrollRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -667,7 +737,7 @@ func (x *EnrollRequest) String() string {
 func (*EnrollRequest) ProtoMessage() {}
 
 func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[4]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -680,7 +750,7 @@ func (x *EnrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnrollRequest.ProtoReflect.Descriptor instead.
 func (*EnrollRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{4}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnrollRequest) GetName() string {
@@ -741,7 +811,7 @@ type NodeResponse struct {
 
 func (x *NodeResponse) Reset() {
 	*x = NodeResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +823,7 @@ func (x *NodeResponse) String() string {
 func (*NodeResponse) ProtoMessage() {}
 
 func (x *NodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[5]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +836,7 @@ func (x *NodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeResponse.ProtoReflect.Descriptor instead.
 func (*NodeResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{5}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeResponse) GetNode() *Node {
@@ -785,7 +855,7 @@ type GetNodeRequest struct {
 
 func (x *GetNodeRequest) Reset() {
 	*x = GetNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -797,7 +867,7 @@ func (x *GetNodeRequest) String() string {
 func (*GetNodeRequest) ProtoMessage() {}
 
 func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[6]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -810,7 +880,7 @@ func (x *GetNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodeRequest.ProtoReflect.Descriptor instead.
 func (*GetNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{6}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetNodeRequest) GetNode() string {
@@ -838,7 +908,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +920,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[7]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +933,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{7}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListNodesRequest) GetState() string {
@@ -932,7 +1002,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1014,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1027,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{8}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -988,7 +1058,7 @@ type NodeVerbRequest struct {
 
 func (x *NodeVerbRequest) Reset() {
 	*x = NodeVerbRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1070,7 @@ func (x *NodeVerbRequest) String() string {
 func (*NodeVerbRequest) ProtoMessage() {}
 
 func (x *NodeVerbRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1083,7 @@ func (x *NodeVerbRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeVerbRequest.ProtoReflect.Descriptor instead.
 func (*NodeVerbRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{9}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *NodeVerbRequest) GetNode() string {
@@ -1050,7 +1120,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1132,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1145,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{10}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeployRequest) GetNode() string {
@@ -1125,7 +1195,7 @@ type UndeployRequest struct {
 
 func (x *UndeployRequest) Reset() {
 	*x = UndeployRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1137,7 +1207,7 @@ func (x *UndeployRequest) String() string {
 func (*UndeployRequest) ProtoMessage() {}
 
 func (x *UndeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1150,7 +1220,7 @@ func (x *UndeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndeployRequest.ProtoReflect.Descriptor instead.
 func (*UndeployRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{11}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UndeployRequest) GetNode() string {
@@ -1192,7 +1262,7 @@ type PowerRequest struct {
 
 func (x *PowerRequest) Reset() {
 	*x = PowerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1274,7 @@ func (x *PowerRequest) String() string {
 func (*PowerRequest) ProtoMessage() {}
 
 func (x *PowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1287,7 @@ func (x *PowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerRequest.ProtoReflect.Descriptor instead.
 func (*PowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{12}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PowerRequest) GetNode() string {
@@ -1251,7 +1321,7 @@ type PowerResponse struct {
 
 func (x *PowerResponse) Reset() {
 	*x = PowerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1333,7 @@ func (x *PowerResponse) String() string {
 func (*PowerResponse) ProtoMessage() {}
 
 func (x *PowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1346,7 @@ func (x *PowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerResponse.ProtoReflect.Descriptor instead.
 func (*PowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{13}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PowerResponse) GetNode() *Node {
@@ -1304,7 +1374,7 @@ type MaintenanceRequest struct {
 
 func (x *MaintenanceRequest) Reset() {
 	*x = MaintenanceRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1316,7 +1386,7 @@ func (x *MaintenanceRequest) String() string {
 func (*MaintenanceRequest) ProtoMessage() {}
 
 func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1329,7 +1399,7 @@ func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*MaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{14}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MaintenanceRequest) GetNode() string {
@@ -1363,7 +1433,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1375,7 +1445,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1388,7 +1458,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteNodeRequest) GetNode() string {
@@ -1413,7 +1483,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1495,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1508,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
 }
 
 type Event struct {
@@ -1460,7 +1530,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1542,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1555,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Event) GetId() uint64 {
@@ -1569,7 +1639,7 @@ type ListAttestationsRequest struct {
 
 func (x *ListAttestationsRequest) Reset() {
 	*x = ListAttestationsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1581,7 +1651,7 @@ func (x *ListAttestationsRequest) String() string {
 func (*ListAttestationsRequest) ProtoMessage() {}
 
 func (x *ListAttestationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1594,7 +1664,7 @@ func (x *ListAttestationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttestationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAttestationsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListAttestationsRequest) GetNode() string {
@@ -1644,7 +1714,7 @@ type Attestation struct {
 
 func (x *Attestation) Reset() {
 	*x = Attestation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1726,7 @@ func (x *Attestation) String() string {
 func (*Attestation) ProtoMessage() {}
 
 func (x *Attestation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1739,7 @@ func (x *Attestation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attestation.ProtoReflect.Descriptor instead.
 func (*Attestation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Attestation) GetCommandId() string {
@@ -1759,7 +1829,7 @@ type ListAttestationsResponse struct {
 
 func (x *ListAttestationsResponse) Reset() {
 	*x = ListAttestationsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1771,7 +1841,7 @@ func (x *ListAttestationsResponse) String() string {
 func (*ListAttestationsResponse) ProtoMessage() {}
 
 func (x *ListAttestationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1784,7 +1854,7 @@ func (x *ListAttestationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttestationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAttestationsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListAttestationsResponse) GetAttestations() []*Attestation {
@@ -1818,7 +1888,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1900,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1913,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -1892,7 +1962,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1904,7 +1974,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1917,7 +1987,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -1944,7 +2014,7 @@ type ListDiscoveredRequest struct {
 
 func (x *ListDiscoveredRequest) Reset() {
 	*x = ListDiscoveredRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2026,7 @@ func (x *ListDiscoveredRequest) String() string {
 func (*ListDiscoveredRequest) ProtoMessage() {}
 
 func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2039,7 @@ func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListDiscoveredRequest) GetSite() string {
@@ -2005,7 +2075,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2017,7 +2087,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2030,7 +2100,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -2105,7 +2175,7 @@ type ListDiscoveredResponse struct {
 
 func (x *ListDiscoveredResponse) Reset() {
 	*x = ListDiscoveredResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2187,7 @@ func (x *ListDiscoveredResponse) String() string {
 func (*ListDiscoveredResponse) ProtoMessage() {}
 
 func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2200,7 @@ func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListDiscoveredResponse) GetMachines() []*DiscoveredMachine {
@@ -2148,7 +2218,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2160,7 +2230,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2173,7 +2243,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
 }
 
 type DoctorFinding struct {
@@ -2191,7 +2261,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2203,7 +2273,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2216,7 +2286,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DoctorFinding) GetNode() string {
@@ -2289,7 +2359,7 @@ type DoctorAgent struct {
 
 func (x *DoctorAgent) Reset() {
 	*x = DoctorAgent{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2301,7 +2371,7 @@ func (x *DoctorAgent) String() string {
 func (*DoctorAgent) ProtoMessage() {}
 
 func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2314,7 +2384,7 @@ func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorAgent.ProtoReflect.Descriptor instead.
 func (*DoctorAgent) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DoctorAgent) GetId() string {
@@ -2392,7 +2462,7 @@ type DoctorServer struct {
 
 func (x *DoctorServer) Reset() {
 	*x = DoctorServer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2474,7 @@ func (x *DoctorServer) String() string {
 func (*DoctorServer) ProtoMessage() {}
 
 func (x *DoctorServer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2487,7 @@ func (x *DoctorServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorServer.ProtoReflect.Descriptor instead.
 func (*DoctorServer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DoctorServer) GetId() string {
@@ -2473,7 +2543,7 @@ type DoctorResponse struct {
 
 func (x *DoctorResponse) Reset() {
 	*x = DoctorResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2555,7 @@ func (x *DoctorResponse) String() string {
 func (*DoctorResponse) ProtoMessage() {}
 
 func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2568,7 @@ func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorResponse.ProtoReflect.Descriptor instead.
 func (*DoctorResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DoctorResponse) GetFailed() []*DoctorFinding {
@@ -2554,7 +2624,7 @@ type DoctorBatch struct {
 
 func (x *DoctorBatch) Reset() {
 	*x = DoctorBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2566,7 +2636,7 @@ func (x *DoctorBatch) String() string {
 func (*DoctorBatch) ProtoMessage() {}
 
 func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2579,7 +2649,7 @@ func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorBatch.ProtoReflect.Descriptor instead.
 func (*DoctorBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DoctorBatch) GetId() string {
@@ -2655,7 +2725,7 @@ type RotateBmcCredentialRequest struct {
 
 func (x *RotateBmcCredentialRequest) Reset() {
 	*x = RotateBmcCredentialRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2737,7 @@ func (x *RotateBmcCredentialRequest) String() string {
 func (*RotateBmcCredentialRequest) ProtoMessage() {}
 
 func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2750,7 @@ func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RotateBmcCredentialRequest) GetNode() string {
@@ -2711,7 +2781,7 @@ type RotateBmcCredentialResponse struct {
 
 func (x *RotateBmcCredentialResponse) Reset() {
 	*x = RotateBmcCredentialResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2723,7 +2793,7 @@ func (x *RotateBmcCredentialResponse) String() string {
 func (*RotateBmcCredentialResponse) ProtoMessage() {}
 
 func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2736,7 +2806,7 @@ func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RotateBmcCredentialResponse) GetCommandId() string {
@@ -2769,7 +2839,7 @@ type ListBmcCredentialVersionsRequest struct {
 
 func (x *ListBmcCredentialVersionsRequest) Reset() {
 	*x = ListBmcCredentialVersionsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2781,7 +2851,7 @@ func (x *ListBmcCredentialVersionsRequest) String() string {
 func (*ListBmcCredentialVersionsRequest) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2794,7 +2864,7 @@ func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBmcCredentialVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListBmcCredentialVersionsRequest) GetNode() string {
@@ -2818,7 +2888,7 @@ type BmcCredentialVersion struct {
 
 func (x *BmcCredentialVersion) Reset() {
 	*x = BmcCredentialVersion{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2830,7 +2900,7 @@ func (x *BmcCredentialVersion) String() string {
 func (*BmcCredentialVersion) ProtoMessage() {}
 
 func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2843,7 +2913,7 @@ func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCredentialVersion.ProtoReflect.Descriptor instead.
 func (*BmcCredentialVersion) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BmcCredentialVersion) GetVersion() uint64 {
@@ -2897,7 +2967,7 @@ type ListBmcCredentialVersionsResponse struct {
 
 func (x *ListBmcCredentialVersionsResponse) Reset() {
 	*x = ListBmcCredentialVersionsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2909,7 +2979,7 @@ func (x *ListBmcCredentialVersionsResponse) String() string {
 func (*ListBmcCredentialVersionsResponse) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2922,7 +2992,7 @@ func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListBmcCredentialVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersion {
@@ -2943,7 +3013,7 @@ type ConfirmMacRequest struct {
 
 func (x *ConfirmMacRequest) Reset() {
 	*x = ConfirmMacRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3025,7 @@ func (x *ConfirmMacRequest) String() string {
 func (*ConfirmMacRequest) ProtoMessage() {}
 
 func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3038,7 @@ func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmMacRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmMacRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ConfirmMacRequest) GetNode() string {
@@ -3009,7 +3079,7 @@ type MacCandidate struct {
 
 func (x *MacCandidate) Reset() {
 	*x = MacCandidate{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3091,7 @@ func (x *MacCandidate) String() string {
 func (*MacCandidate) ProtoMessage() {}
 
 func (x *MacCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3104,7 @@ func (x *MacCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacCandidate.ProtoReflect.Descriptor instead.
 func (*MacCandidate) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MacCandidate) GetNode() string {
@@ -3110,7 +3180,7 @@ type ListMacCandidatesRequest struct {
 
 func (x *ListMacCandidatesRequest) Reset() {
 	*x = ListMacCandidatesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3192,7 @@ func (x *ListMacCandidatesRequest) String() string {
 func (*ListMacCandidatesRequest) ProtoMessage() {}
 
 func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3205,7 @@ func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesRequest.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListMacCandidatesRequest) GetSite() string {
@@ -3161,7 +3231,7 @@ type ListMacCandidatesResponse struct {
 
 func (x *ListMacCandidatesResponse) Reset() {
 	*x = ListMacCandidatesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3243,7 @@ func (x *ListMacCandidatesResponse) String() string {
 func (*ListMacCandidatesResponse) ProtoMessage() {}
 
 func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3256,7 @@ func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesResponse.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListMacCandidatesResponse) GetCandidates() []*MacCandidate {
@@ -3206,7 +3276,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3218,7 +3288,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3231,7 +3301,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListPendingRequest) GetSite() string {
@@ -3263,7 +3333,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3345,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3358,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *AcceptRequest) GetSite() string {
@@ -3351,7 +3421,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3363,7 +3433,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3376,7 +3446,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RejectRequest) GetSite() string {
@@ -3408,7 +3478,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3490,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3503,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 type Batch struct {
@@ -3464,7 +3534,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3476,7 +3546,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3489,7 +3559,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Batch) GetId() string {
@@ -3635,7 +3705,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3717,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3730,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BatchLeaf) GetSubject() string {
@@ -3693,7 +3763,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3775,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3788,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *BulkRequest) GetPool() string {
@@ -3776,7 +3846,7 @@ type BulkBatch struct {
 
 func (x *BulkBatch) Reset() {
 	*x = BulkBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3788,7 +3858,7 @@ func (x *BulkBatch) String() string {
 func (*BulkBatch) ProtoMessage() {}
 
 func (x *BulkBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3801,7 +3871,7 @@ func (x *BulkBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
 func (*BulkBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BulkBatch) GetBatchId() string {
@@ -3846,7 +3916,7 @@ type BulkNodeResult struct {
 
 func (x *BulkNodeResult) Reset() {
 	*x = BulkNodeResult{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3858,7 +3928,7 @@ func (x *BulkNodeResult) String() string {
 func (*BulkNodeResult) ProtoMessage() {}
 
 func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3871,7 +3941,7 @@ func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
 func (*BulkNodeResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BulkNodeResult) GetNode() string {
@@ -3919,7 +3989,7 @@ type BulkResponse struct {
 
 func (x *BulkResponse) Reset() {
 	*x = BulkResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4001,7 @@ func (x *BulkResponse) String() string {
 func (*BulkResponse) ProtoMessage() {}
 
 func (x *BulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4014,7 @@ func (x *BulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
 func (*BulkResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BulkResponse) GetBatch() *BulkBatch {
@@ -3971,7 +4041,7 @@ type ListBatchesRequest struct {
 
 func (x *ListBatchesRequest) Reset() {
 	*x = ListBatchesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3983,7 +4053,7 @@ func (x *ListBatchesRequest) String() string {
 func (*ListBatchesRequest) ProtoMessage() {}
 
 func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3996,7 +4066,7 @@ func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListBatchesRequest) GetState() string {
@@ -4022,7 +4092,7 @@ type ListBatchesResponse struct {
 
 func (x *ListBatchesResponse) Reset() {
 	*x = ListBatchesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4034,7 +4104,7 @@ func (x *ListBatchesResponse) String() string {
 func (*ListBatchesResponse) ProtoMessage() {}
 
 func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4047,7 +4117,7 @@ func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListBatchesResponse) GetBatches() []*Batch {
@@ -4067,7 +4137,7 @@ type GetBatchRequest struct {
 
 func (x *GetBatchRequest) Reset() {
 	*x = GetBatchRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4079,7 +4149,7 @@ func (x *GetBatchRequest) String() string {
 func (*GetBatchRequest) ProtoMessage() {}
 
 func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4092,7 +4162,7 @@ func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetBatchRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetBatchRequest) GetId() string {
@@ -4119,7 +4189,7 @@ type GetBatchResponse struct {
 
 func (x *GetBatchResponse) Reset() {
 	*x = GetBatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4131,7 +4201,7 @@ func (x *GetBatchResponse) String() string {
 func (*GetBatchResponse) ProtoMessage() {}
 
 func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4144,7 +4214,7 @@ func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetBatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetBatchResponse) GetBatch() *Batch {
@@ -4171,7 +4241,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4253,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4266,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -4222,7 +4292,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4234,7 +4304,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4247,7 +4317,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -4269,7 +4339,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4281,7 +4351,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4294,7 +4364,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -4336,7 +4406,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4348,7 +4418,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4361,7 +4431,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -4394,7 +4464,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4406,7 +4476,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4419,7 +4489,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -4437,7 +4507,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4449,7 +4519,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4462,7 +4532,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -4474,7 +4544,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4486,7 +4556,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4499,7 +4569,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -4520,7 +4590,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4532,7 +4602,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4545,7 +4615,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Tenant) GetId() string {
@@ -4582,7 +4652,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4594,7 +4664,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4607,7 +4677,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *Site) GetId() string {
@@ -4669,7 +4739,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4751,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4764,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -4760,7 +4830,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4772,7 +4842,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4785,7 +4855,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Pool) GetId() string {
@@ -4843,7 +4913,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4855,7 +4925,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4868,7 +4938,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -4901,7 +4971,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4913,7 +4983,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4926,7 +4996,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -4945,7 +5015,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4957,7 +5027,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4970,7 +5040,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -4988,7 +5058,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5000,7 +5070,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5013,7 +5083,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 type ListTenantsResponse struct {
@@ -5025,7 +5095,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5037,7 +5107,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5050,7 +5120,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -5071,7 +5141,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5083,7 +5153,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5096,7 +5166,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -5129,7 +5199,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5141,7 +5211,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5154,7 +5224,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -5173,7 +5243,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5185,7 +5255,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5198,7 +5268,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -5217,7 +5287,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5229,7 +5299,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5242,7 +5312,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -5261,7 +5331,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5273,7 +5343,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5286,7 +5356,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -5304,7 +5374,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5316,7 +5386,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5329,7 +5399,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 type CreatePoolRequest struct {
@@ -5343,7 +5413,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5355,7 +5425,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5368,7 +5438,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -5402,7 +5472,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5414,7 +5484,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5427,7 +5497,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -5453,7 +5523,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5465,7 +5535,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5478,7 +5548,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -5498,7 +5568,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5510,7 +5580,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5523,7 +5593,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -5549,7 +5619,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5561,7 +5631,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5574,7 +5644,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -5593,7 +5663,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5605,7 +5675,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5618,7 +5688,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -5636,7 +5706,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5648,7 +5718,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5661,7 +5731,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 type PutHardwareProfileRequest struct {
@@ -5673,7 +5743,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5685,7 +5755,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5698,7 +5768,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -5717,7 +5787,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5729,7 +5799,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5742,7 +5812,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -5760,7 +5830,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5772,7 +5842,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5785,7 +5855,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -5797,7 +5867,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5809,7 +5879,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5822,7 +5892,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -5843,7 +5913,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5855,7 +5925,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5868,7 +5938,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -5899,7 +5969,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5911,7 +5981,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5924,7 +5994,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -5968,7 +6038,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5980,7 +6050,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5993,7 +6063,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -6019,7 +6089,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6031,7 +6101,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6044,7 +6114,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -6063,7 +6133,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6075,7 +6145,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6088,7 +6158,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -6106,7 +6176,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6118,7 +6188,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6131,7 +6201,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 type ListDeployProfilesResponse struct {
@@ -6143,7 +6213,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6155,7 +6225,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6168,7 +6238,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -6192,7 +6262,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6204,7 +6274,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6217,7 +6287,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *Token) GetId() string {
@@ -6273,7 +6343,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6285,7 +6355,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6298,7 +6368,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -6333,7 +6403,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6345,7 +6415,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6358,7 +6428,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -6383,7 +6453,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6395,7 +6465,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6408,7 +6478,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 type ListTokensResponse struct {
@@ -6420,7 +6490,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6432,7 +6502,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6445,7 +6515,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -6464,7 +6534,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6476,7 +6546,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6489,7 +6559,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -6508,7 +6578,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6520,7 +6590,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6533,7 +6603,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -6551,7 +6621,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6563,7 +6633,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6576,7 +6646,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 type WhoAmIResponse struct {
@@ -6588,7 +6658,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6600,7 +6670,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6613,7 +6683,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -6634,7 +6704,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6646,7 +6716,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6659,7 +6729,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *Signer) GetName() string {
@@ -6702,7 +6772,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6714,7 +6784,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6727,7 +6797,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *Image) GetName() string {
@@ -6809,7 +6879,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6821,7 +6891,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6834,7 +6904,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -6852,7 +6922,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6864,7 +6934,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6877,7 +6947,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 type RevokeSignerRequest struct {
@@ -6889,7 +6959,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6901,7 +6971,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6914,7 +6984,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -6932,7 +7002,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6944,7 +7014,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6957,7 +7027,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 type ListSignersRequest struct {
@@ -6968,7 +7038,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6980,7 +7050,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6993,7 +7063,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 type ListSignersResponse struct {
@@ -7005,7 +7075,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7017,7 +7087,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7030,7 +7100,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -7049,7 +7119,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7061,7 +7131,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7074,7 +7144,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -7093,7 +7163,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7105,7 +7175,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7118,7 +7188,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -7136,7 +7206,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7148,7 +7218,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7161,7 +7231,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 type ListImagesResponse struct {
@@ -7173,7 +7243,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7185,7 +7255,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7198,7 +7268,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -7220,7 +7290,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fusername_ref\x18\x03 \x01(\tR\vusernameRef\x12!\n" +
 	"\fpassword_ref\x18\x04 \x01(\tR\vpasswordRef\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xb0\t\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xe3\t\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -7258,7 +7328,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bactivity\x18\x1d \x01(\v2\x10.bcd.v1.ActivityR\bactivity\x12<\n" +
 	"\n" +
 	"conditions\x18\x1e \x03(\v2\x1c.bcd.v1.Node.ConditionsEntryR\n" +
-	"conditions\x1a:\n" +
+	"conditions\x121\n" +
+	"\taddresses\x18\x1f \x03(\v2\x13.bcd.v1.NodeAddressR\taddresses\x1a:\n" +
 	"\fDriversEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -7267,7 +7338,12 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a=\n" +
 	"\x0fConditionsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe9\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"N\n" +
+	"\vNodeAddress\x12\x10\n" +
+	"\x03mac\x18\x01 \x01(\tR\x03mac\x12\x0e\n" +
+	"\x02ip\x18\x02 \x01(\tR\x02ip\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\x03 \x01(\tR\texpiresAt\"\xe9\x03\n" +
 	"\bActivity\x12\x1a\n" +
 	"\bworkflow\x18\x01 \x01(\tR\bworkflow\x12%\n" +
 	"\x0eworkflow_state\x18\x02 \x01(\tR\rworkflowState\x12\x12\n" +
@@ -7867,316 +7943,318 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 126)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
-	(*Activity)(nil),                          // 2: bcd.v1.Activity
-	(*BmcCredentials)(nil),                    // 3: bcd.v1.BmcCredentials
-	(*EnrollRequest)(nil),                     // 4: bcd.v1.EnrollRequest
-	(*NodeResponse)(nil),                      // 5: bcd.v1.NodeResponse
-	(*GetNodeRequest)(nil),                    // 6: bcd.v1.GetNodeRequest
-	(*ListNodesRequest)(nil),                  // 7: bcd.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),                 // 8: bcd.v1.ListNodesResponse
-	(*NodeVerbRequest)(nil),                   // 9: bcd.v1.NodeVerbRequest
-	(*DeployRequest)(nil),                     // 10: bcd.v1.DeployRequest
-	(*UndeployRequest)(nil),                   // 11: bcd.v1.UndeployRequest
-	(*PowerRequest)(nil),                      // 12: bcd.v1.PowerRequest
-	(*PowerResponse)(nil),                     // 13: bcd.v1.PowerResponse
-	(*MaintenanceRequest)(nil),                // 14: bcd.v1.MaintenanceRequest
-	(*DeleteNodeRequest)(nil),                 // 15: bcd.v1.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),                // 16: bcd.v1.DeleteNodeResponse
-	(*Event)(nil),                             // 17: bcd.v1.Event
-	(*ListAttestationsRequest)(nil),           // 18: bcd.v1.ListAttestationsRequest
-	(*Attestation)(nil),                       // 19: bcd.v1.Attestation
-	(*ListAttestationsResponse)(nil),          // 20: bcd.v1.ListAttestationsResponse
-	(*ListEventsRequest)(nil),                 // 21: bcd.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),                // 22: bcd.v1.ListEventsResponse
-	(*ListDiscoveredRequest)(nil),             // 23: bcd.v1.ListDiscoveredRequest
-	(*DiscoveredMachine)(nil),                 // 24: bcd.v1.DiscoveredMachine
-	(*ListDiscoveredResponse)(nil),            // 25: bcd.v1.ListDiscoveredResponse
-	(*DoctorRequest)(nil),                     // 26: bcd.v1.DoctorRequest
-	(*DoctorFinding)(nil),                     // 27: bcd.v1.DoctorFinding
-	(*DoctorAgent)(nil),                       // 28: bcd.v1.DoctorAgent
-	(*DoctorServer)(nil),                      // 29: bcd.v1.DoctorServer
-	(*DoctorResponse)(nil),                    // 30: bcd.v1.DoctorResponse
-	(*DoctorBatch)(nil),                       // 31: bcd.v1.DoctorBatch
-	(*RotateBmcCredentialRequest)(nil),        // 32: bcd.v1.RotateBmcCredentialRequest
-	(*RotateBmcCredentialResponse)(nil),       // 33: bcd.v1.RotateBmcCredentialResponse
-	(*ListBmcCredentialVersionsRequest)(nil),  // 34: bcd.v1.ListBmcCredentialVersionsRequest
-	(*BmcCredentialVersion)(nil),              // 35: bcd.v1.BmcCredentialVersion
-	(*ListBmcCredentialVersionsResponse)(nil), // 36: bcd.v1.ListBmcCredentialVersionsResponse
-	(*ConfirmMacRequest)(nil),                 // 37: bcd.v1.ConfirmMacRequest
-	(*MacCandidate)(nil),                      // 38: bcd.v1.MacCandidate
-	(*ListMacCandidatesRequest)(nil),          // 39: bcd.v1.ListMacCandidatesRequest
-	(*ListMacCandidatesResponse)(nil),         // 40: bcd.v1.ListMacCandidatesResponse
-	(*ListPendingRequest)(nil),                // 41: bcd.v1.ListPendingRequest
-	(*AcceptRequest)(nil),                     // 42: bcd.v1.AcceptRequest
-	(*RejectRequest)(nil),                     // 43: bcd.v1.RejectRequest
-	(*RejectResponse)(nil),                    // 44: bcd.v1.RejectResponse
-	(*Batch)(nil),                             // 45: bcd.v1.Batch
-	(*BatchLeaf)(nil),                         // 46: bcd.v1.BatchLeaf
-	(*BulkRequest)(nil),                       // 47: bcd.v1.BulkRequest
-	(*BulkBatch)(nil),                         // 48: bcd.v1.BulkBatch
-	(*BulkNodeResult)(nil),                    // 49: bcd.v1.BulkNodeResult
-	(*BulkResponse)(nil),                      // 50: bcd.v1.BulkResponse
-	(*ListBatchesRequest)(nil),                // 51: bcd.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),               // 52: bcd.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),                   // 53: bcd.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),                  // 54: bcd.v1.GetBatchResponse
-	(*BatchDecisionRequest)(nil),              // 55: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 56: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 57: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 58: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 59: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 60: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 61: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 62: bcd.v1.Tenant
-	(*Site)(nil),                              // 63: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 64: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 65: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 66: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 67: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 68: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 69: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 70: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 71: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 72: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 73: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 74: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 75: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 76: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 77: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 78: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 79: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 80: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 81: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 82: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 83: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 84: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 85: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 86: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 87: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 88: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 89: bcd.v1.CreateSiteJoinTokenResponse
-	(*DeployProfile)(nil),                     // 90: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 91: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 92: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 93: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 94: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                             // 95: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 96: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 97: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 98: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 99: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 100: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 101: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 102: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 103: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 104: bcd.v1.Signer
-	(*Image)(nil),                             // 105: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 106: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 107: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 108: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 109: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 110: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 111: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 112: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 113: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 114: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 115: bcd.v1.ListImagesResponse
-	nil,                                       // 116: bcd.v1.Node.DriversEntry
-	nil,                                       // 117: bcd.v1.Node.LabelsEntry
-	nil,                                       // 118: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 119: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 120: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 121: bcd.v1.Site.LabelsEntry
-	nil,                                       // 122: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 123: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 124: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 125: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*NodeAddress)(nil),                       // 2: bcd.v1.NodeAddress
+	(*Activity)(nil),                          // 3: bcd.v1.Activity
+	(*BmcCredentials)(nil),                    // 4: bcd.v1.BmcCredentials
+	(*EnrollRequest)(nil),                     // 5: bcd.v1.EnrollRequest
+	(*NodeResponse)(nil),                      // 6: bcd.v1.NodeResponse
+	(*GetNodeRequest)(nil),                    // 7: bcd.v1.GetNodeRequest
+	(*ListNodesRequest)(nil),                  // 8: bcd.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),                 // 9: bcd.v1.ListNodesResponse
+	(*NodeVerbRequest)(nil),                   // 10: bcd.v1.NodeVerbRequest
+	(*DeployRequest)(nil),                     // 11: bcd.v1.DeployRequest
+	(*UndeployRequest)(nil),                   // 12: bcd.v1.UndeployRequest
+	(*PowerRequest)(nil),                      // 13: bcd.v1.PowerRequest
+	(*PowerResponse)(nil),                     // 14: bcd.v1.PowerResponse
+	(*MaintenanceRequest)(nil),                // 15: bcd.v1.MaintenanceRequest
+	(*DeleteNodeRequest)(nil),                 // 16: bcd.v1.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 17: bcd.v1.DeleteNodeResponse
+	(*Event)(nil),                             // 18: bcd.v1.Event
+	(*ListAttestationsRequest)(nil),           // 19: bcd.v1.ListAttestationsRequest
+	(*Attestation)(nil),                       // 20: bcd.v1.Attestation
+	(*ListAttestationsResponse)(nil),          // 21: bcd.v1.ListAttestationsResponse
+	(*ListEventsRequest)(nil),                 // 22: bcd.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),                // 23: bcd.v1.ListEventsResponse
+	(*ListDiscoveredRequest)(nil),             // 24: bcd.v1.ListDiscoveredRequest
+	(*DiscoveredMachine)(nil),                 // 25: bcd.v1.DiscoveredMachine
+	(*ListDiscoveredResponse)(nil),            // 26: bcd.v1.ListDiscoveredResponse
+	(*DoctorRequest)(nil),                     // 27: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                     // 28: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                       // 29: bcd.v1.DoctorAgent
+	(*DoctorServer)(nil),                      // 30: bcd.v1.DoctorServer
+	(*DoctorResponse)(nil),                    // 31: bcd.v1.DoctorResponse
+	(*DoctorBatch)(nil),                       // 32: bcd.v1.DoctorBatch
+	(*RotateBmcCredentialRequest)(nil),        // 33: bcd.v1.RotateBmcCredentialRequest
+	(*RotateBmcCredentialResponse)(nil),       // 34: bcd.v1.RotateBmcCredentialResponse
+	(*ListBmcCredentialVersionsRequest)(nil),  // 35: bcd.v1.ListBmcCredentialVersionsRequest
+	(*BmcCredentialVersion)(nil),              // 36: bcd.v1.BmcCredentialVersion
+	(*ListBmcCredentialVersionsResponse)(nil), // 37: bcd.v1.ListBmcCredentialVersionsResponse
+	(*ConfirmMacRequest)(nil),                 // 38: bcd.v1.ConfirmMacRequest
+	(*MacCandidate)(nil),                      // 39: bcd.v1.MacCandidate
+	(*ListMacCandidatesRequest)(nil),          // 40: bcd.v1.ListMacCandidatesRequest
+	(*ListMacCandidatesResponse)(nil),         // 41: bcd.v1.ListMacCandidatesResponse
+	(*ListPendingRequest)(nil),                // 42: bcd.v1.ListPendingRequest
+	(*AcceptRequest)(nil),                     // 43: bcd.v1.AcceptRequest
+	(*RejectRequest)(nil),                     // 44: bcd.v1.RejectRequest
+	(*RejectResponse)(nil),                    // 45: bcd.v1.RejectResponse
+	(*Batch)(nil),                             // 46: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 47: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 48: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 49: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 50: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 51: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 52: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 53: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 54: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 55: bcd.v1.GetBatchResponse
+	(*BatchDecisionRequest)(nil),              // 56: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 57: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 58: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 59: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 60: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 61: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 62: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 63: bcd.v1.Tenant
+	(*Site)(nil),                              // 64: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 65: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 66: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 67: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 68: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 69: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 70: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 71: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 72: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 73: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 74: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 75: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 76: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 77: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 78: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 79: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 80: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 81: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 82: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 83: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 84: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 85: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 86: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 87: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 88: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 89: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 90: bcd.v1.CreateSiteJoinTokenResponse
+	(*DeployProfile)(nil),                     // 91: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 92: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 93: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 94: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 95: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                             // 96: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 97: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 98: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 99: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 100: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 101: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 102: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 103: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 104: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 105: bcd.v1.Signer
+	(*Image)(nil),                             // 106: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 107: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 108: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 109: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 110: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 111: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 112: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 113: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 114: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 115: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 116: bcd.v1.ListImagesResponse
+	nil,                                       // 117: bcd.v1.Node.DriversEntry
+	nil,                                       // 118: bcd.v1.Node.LabelsEntry
+	nil,                                       // 119: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 120: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 121: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 122: bcd.v1.Site.LabelsEntry
+	nil,                                       // 123: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 124: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 125: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 126: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	116, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	117, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	117, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
-	2,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	118, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
-	3,   // 5: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	119, // 6: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
-	1,   // 7: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
-	1,   // 8: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
-	1,   // 9: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
-	19,  // 10: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
-	17,  // 11: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	24,  // 12: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
-	27,  // 13: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	27,  // 14: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	28,  // 15: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	31,  // 16: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
-	29,  // 17: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
-	35,  // 18: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	38,  // 19: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
-	3,   // 20: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	120, // 21: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
-	48,  // 22: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	49,  // 23: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	45,  // 24: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	45,  // 25: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	46,  // 26: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	45,  // 27: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	57,  // 28: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	57,  // 29: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	121, // 30: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	122, // 31: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	123, // 32: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	64,  // 33: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	124, // 34: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	62,  // 35: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	62,  // 36: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	125, // 37: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	63,  // 38: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	63,  // 39: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	64,  // 40: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	64,  // 41: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	65,  // 42: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	65,  // 43: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	66,  // 44: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	66,  // 45: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	66,  // 46: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	90,  // 47: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	90,  // 48: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	90,  // 49: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	95,  // 50: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	95,  // 51: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	95,  // 52: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	95,  // 53: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	104, // 54: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	104, // 55: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	105, // 56: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	105, // 57: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	105, // 58: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	23,  // 59: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	26,  // 60: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	4,   // 61: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	6,   // 62: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	7,   // 63: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	9,   // 64: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 65: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 66: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 67: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	11,  // 68: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	9,   // 69: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 70: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 71: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 72: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	9,   // 73: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	12,  // 74: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	14,  // 75: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	15,  // 76: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	21,  // 77: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	18,  // 78: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	32,  // 79: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	34,  // 80: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	37,  // 81: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	39,  // 82: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	41,  // 83: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	42,  // 84: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	43,  // 85: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	47,  // 86: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	51,  // 87: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	53,  // 88: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	55,  // 89: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	55,  // 90: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	55,  // 91: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	58,  // 92: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	60,  // 93: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	91,  // 94: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	93,  // 95: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	88,  // 96: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	67,  // 97: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	69,  // 98: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	71,  // 99: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	73,  // 100: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	75,  // 101: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	77,  // 102: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	78,  // 103: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	80,  // 104: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	82,  // 105: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	84,  // 106: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	86,  // 107: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	96,  // 108: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	98,  // 109: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	100, // 110: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	102, // 111: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	106, // 112: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	108, // 113: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	110, // 114: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	112, // 115: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	114, // 116: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	25,  // 117: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	30,  // 118: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	5,   // 119: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	5,   // 120: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	8,   // 121: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	5,   // 122: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	5,   // 123: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	5,   // 124: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	5,   // 125: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	5,   // 126: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	5,   // 127: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	5,   // 128: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	5,   // 129: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	5,   // 130: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	5,   // 131: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	13,  // 132: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	5,   // 133: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	16,  // 134: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	22,  // 135: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	20,  // 136: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	33,  // 137: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	36,  // 138: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	5,   // 139: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	40,  // 140: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	25,  // 141: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	5,   // 142: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	44,  // 143: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	50,  // 144: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	52,  // 145: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	54,  // 146: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	56,  // 147: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	56,  // 148: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	56,  // 149: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	59,  // 150: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	61,  // 151: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	92,  // 152: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	94,  // 153: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	89,  // 154: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	68,  // 155: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	70,  // 156: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	72,  // 157: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	74,  // 158: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	76,  // 159: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	79,  // 160: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	79,  // 161: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	81,  // 162: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	83,  // 163: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	85,  // 164: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	87,  // 165: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	97,  // 166: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	99,  // 167: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	101, // 168: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	103, // 169: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	107, // 170: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	109, // 171: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	111, // 172: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	113, // 173: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	115, // 174: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	117, // [117:175] is the sub-list for method output_type
-	59,  // [59:117] is the sub-list for method input_type
-	59,  // [59:59] is the sub-list for extension type_name
-	59,  // [59:59] is the sub-list for extension extendee
-	0,   // [0:59] is the sub-list for field type_name
+	118, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
+	119, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
+	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	120, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
+	1,   // 9: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
+	1,   // 10: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
+	20,  // 11: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
+	18,  // 12: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
+	25,  // 13: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	28,  // 14: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	28,  // 15: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	29,  // 16: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	32,  // 17: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
+	30,  // 18: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
+	36,  // 19: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
+	39,  // 20: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	4,   // 21: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	121, // 22: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	49,  // 23: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	50,  // 24: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	46,  // 25: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	46,  // 26: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	47,  // 27: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	46,  // 28: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	58,  // 29: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	58,  // 30: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	122, // 31: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	123, // 32: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	124, // 33: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	65,  // 34: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	125, // 35: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	63,  // 36: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	63,  // 37: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	126, // 38: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	64,  // 39: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	64,  // 40: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	65,  // 41: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	65,  // 42: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	66,  // 43: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	66,  // 44: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	67,  // 45: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	67,  // 46: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	67,  // 47: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	91,  // 48: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	91,  // 49: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	91,  // 50: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	96,  // 51: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	96,  // 52: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	96,  // 53: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	96,  // 54: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	105, // 55: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	105, // 56: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	106, // 57: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	106, // 58: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	106, // 59: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	24,  // 60: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	27,  // 61: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 62: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 63: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	8,   // 64: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	10,  // 65: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 66: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 67: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	11,  // 68: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	12,  // 69: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	10,  // 70: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 71: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 72: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 73: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 74: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 75: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	15,  // 76: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	16,  // 77: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	22,  // 78: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	19,  // 79: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	33,  // 80: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	35,  // 81: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	38,  // 82: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	40,  // 83: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	42,  // 84: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	43,  // 85: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	44,  // 86: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	48,  // 87: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	52,  // 88: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	54,  // 89: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	56,  // 90: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	56,  // 91: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	56,  // 92: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	59,  // 93: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	61,  // 94: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	92,  // 95: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	94,  // 96: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	89,  // 97: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	68,  // 98: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	70,  // 99: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	72,  // 100: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	74,  // 101: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	76,  // 102: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	78,  // 103: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	79,  // 104: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	81,  // 105: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	83,  // 106: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	85,  // 107: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	87,  // 108: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	97,  // 109: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	99,  // 110: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	101, // 111: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	103, // 112: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	107, // 113: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	109, // 114: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	111, // 115: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	113, // 116: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	115, // 117: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	26,  // 118: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	31,  // 119: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 120: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 121: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 122: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 123: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 124: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 125: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 126: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 127: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 128: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 129: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 130: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 131: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 132: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 133: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 134: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	17,  // 135: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	23,  // 136: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	21,  // 137: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	34,  // 138: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	37,  // 139: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 140: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	41,  // 141: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	26,  // 142: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 143: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	45,  // 144: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	51,  // 145: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	53,  // 146: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	55,  // 147: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	57,  // 148: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	57,  // 149: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	57,  // 150: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	60,  // 151: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	62,  // 152: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	93,  // 153: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	95,  // 154: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	90,  // 155: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	69,  // 156: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	71,  // 157: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	73,  // 158: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	75,  // 159: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	77,  // 160: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	80,  // 161: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	80,  // 162: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	82,  // 163: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	84,  // 164: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	86,  // 165: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	88,  // 166: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	98,  // 167: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	100, // 168: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	102, // 169: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	104, // 170: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	108, // 171: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	110, // 172: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	112, // 173: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	114, // 174: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	116, // 175: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	118, // [118:176] is the sub-list for method output_type
+	60,  // [60:118] is the sub-list for method input_type
+	60,  // [60:60] is the sub-list for extension type_name
+	60,  // [60:60] is the sub-list for extension extendee
+	0,   // [0:60] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -8190,7 +8268,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   126,
+			NumMessages:   127,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/server"
+	"bcd/internal/store"
+)
+
+// TestNodeGetShowsItsAddresses: the DHCP leases the site's boot-lease holder reported for a
+// node's MACs reach `bcd node get` (table and JSON) through the API; another node's lease, an
+// expired one and one at another site do not.
+func TestNodeGetShowsItsAddresses(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server: %v", err)
+		}
+	})
+	env := map[string]string{"BCD_SERVER": srv.URL(), "BCD_TOKEN": srv.FirstAdminToken(), "BCD_BMC_PASSWORD": "pw"}
+	if code, _, errs := run(t, env, "node", "enroll", "n1", "--bmc-address", "https://10.0.0.2", "--bmc-username", "root", "--mac", "52:54:00:00:00:aa", "--mac", "52:54:00:00:00:ab"); code != 0 {
+		t.Fatalf("enroll: %s", errs)
+	}
+	if code, out, errs := run(t, env, "node", "get", "n1"); code != 0 || !strings.Contains(out, "addresses") {
+		t.Fatalf("get before any lease: %d %q %q", code, out, errs)
+	}
+	st := srv.Service().Store()
+	n, err := st.Node(ctx, "n1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Add(time.Hour).UnixMicro()
+	if err := st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.PutDHCPLeases(ctx, n.SiteID, []store.DHCPLease{
+			{MAC: "52:54:00:00:00:aa", IP: "10.0.0.30", Expires: hour},
+			{MAC: "52:54:00:00:00:ab", IP: "10.0.0.31", Expires: time.Now().Add(-time.Minute).UnixMicro()}, // over
+			{MAC: "52:54:00:00:00:ff", IP: "10.0.0.32", Expires: hour},                                      // another machine
+		}); err != nil {
+			return err
+		}
+		return tx.PutDHCPLeases(ctx, "another-site", []store.DHCPLease{{MAC: "52:54:00:00:00:ab", IP: "10.9.0.31", Expires: hour}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, env, "node", "get", "n1")
+	if code != 0 || !strings.Contains(out, "10.0.0.30 (52:54:00:00:00:aa, leased until ") || strings.Contains(out, "10.0.0.31") ||
+		strings.Contains(out, "10.0.0.32") || strings.Contains(out, "10.9.0.31") {
+		t.Fatalf("get: %d %q %q", code, out, errs)
+	}
+	code, out, errs = run(t, env, "-o", "json", "node", "get", "n1")
+	var resp struct {
+		Node struct {
+			Addresses []struct{ Mac, Ip, ExpiresAt string } `json:"addresses"`
+		} `json:"node"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &resp) != nil || len(resp.Node.Addresses) != 1 || resp.Node.Addresses[0].Ip != "10.0.0.30" {
+		t.Fatalf("get -o json: %d %q %q", code, out, errs)
+	}
+	if _, err := time.Parse(time.RFC3339, resp.Node.Addresses[0].ExpiresAt); err != nil {
+		t.Fatalf("expiresAt %q: %v", resp.Node.Addresses[0].ExpiresAt, err)
+	}
+}
