@@ -47,7 +47,7 @@ func TestNodeGetShowsItsAddresses(t *testing.T) {
 		if err := tx.PutDHCPLeases(ctx, n.SiteID, []store.DHCPLease{
 			{MAC: "52:54:00:00:00:aa", IP: "10.0.0.30", Expires: hour},
 			{MAC: "52:54:00:00:00:ab", IP: "10.0.0.31", Expires: time.Now().Add(-time.Minute).UnixMicro()}, // over
-			{MAC: "52:54:00:00:00:ff", IP: "10.0.0.32", Expires: hour},                                      // another machine
+			{MAC: "52:54:00:00:00:ff", IP: "10.0.0.32", Expires: hour},                                     // another machine
 		}); err != nil {
 			return err
 		}
