@@ -205,6 +205,21 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("%s after deploy: %v", n.VM.Name, err)
 		}
 		waitConsole(ctx, t, n.VM.Console, "bcd os: joined")
+		// The site agent's DHCP leased the VM its address; its renewals of the boot lease told
+		// the control plane, which shows it on the node.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got := get(ctx, t, c, n.NodeID)
+			if len(got.Addresses) > 0 && strings.EqualFold(got.Addresses[0].Mac, n.VM.MAC) {
+				t.Logf("%s: address %s (until %s)", n.VM.Name, got.Addresses[0].Ip, got.Addresses[0].ExpiresAt)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("%s: addresses %v, want the lease of %s", n.VM.Name, got.Addresses, n.VM.MAC)
+				break
+			}
+			time.Sleep(time.Second)
+		}
 	}
 
 	if err := c.Verb(ctx, "rescue", ids[0], ""); err != nil {
