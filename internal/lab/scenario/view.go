@@ -45,8 +45,9 @@ func (v *View) Update(nodes []*bcdv1.Node) {
 	}
 }
 
-// Line is one node's progress: name, state (→ target), the workflow's step and command, and a
-// bar of width characters (none when 0). Pure.
+// Line is one node's progress: name, state (→ target), the workflow's step and command (or,
+// resting, the address its site's DHCP leased it), and a bar of width characters (none when
+// 0). Pure.
 func Line(n *bcdv1.Node, width int) string {
 	state := n.State
 	if n.TargetState != "" {
@@ -73,6 +74,9 @@ func Line(n *bcdv1.Node, width int) string {
 		}
 	} else if n.TargetState == "" {
 		frac = 1
+		if len(n.Addresses) > 0 {
+			step = n.Addresses[0].Ip // resting: where to reach it
+		}
 	}
 	line := fmt.Sprintf("%-8s %-32s", n.Name, state)
 	if width > 0 {
