@@ -3,13 +3,10 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"bcd/internal/server"
 	"bcd/internal/store"
 )
 
@@ -17,19 +14,8 @@ import (
 // node's MACs reach `bcd node get` (table and JSON) through the API; another node's lease, an
 // expired one and one at another site do not.
 func TestNodeGetShowsItsAddresses(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("server: %v", err)
-		}
-	})
+	ctx := context.Background()
+	srv := newServer(t)
 	env := map[string]string{"BCD_SERVER": srv.URL(), "BCD_TOKEN": srv.FirstAdminToken(), "BCD_BMC_PASSWORD": "pw"}
 	if code, _, errs := run(t, env, "node", "enroll", "n1", "--bmc-address", "https://10.0.0.2", "--bmc-username", "root", "--mac", "52:54:00:00:00:aa", "--mac", "52:54:00:00:00:ab"); code != 0 {
 		t.Fatalf("enroll: %s", errs)

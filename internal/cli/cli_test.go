@@ -18,6 +18,13 @@ import (
 
 func startServer(t *testing.T) (url, token string) {
 	t.Helper()
+	srv := newServer(t)
+	return srv.URL(), srv.FirstAdminToken()
+}
+
+// newServer runs a server on loopback with a fresh data dir until the test ends.
+func newServer(t *testing.T) *server.Server {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -31,7 +38,7 @@ func startServer(t *testing.T) (url, token string) {
 			t.Errorf("server: %v", err)
 		}
 	})
-	return srv.URL(), srv.FirstAdminToken()
+	return srv
 }
 
 func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {

@@ -291,12 +291,7 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 			return err
 		}
 		if step > 0 {
-			if stepped, err = tx.ExtendStepDeadlines(ctx, step); err != nil {
-				return err
-			}
-			data, _ := json.Marshal(map[string]any{"seconds": int64(step.Seconds()), "workflows": stepped, "server": e.owner})
-			if err := tx.AppendEvent(ctx, store.Event{Actor: "system", Kind: "control_plane.clock_step", Data: string(data),
-				Reason: fmt.Sprintf("the clock stepped %s forward: the steps in progress get that time back", step.Round(time.Second))}); err != nil {
+			if stepped, err = e.giveBack(ctx, tx, step, "control_plane.clock_step", "the clock stepped %s forward"); err != nil {
 				return err
 			}
 		}
@@ -305,12 +300,7 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		// server being slow, or a test moving the clock to run a step out of time.
 		if since == 0 && silence > 0 {
 			outage = silence
-			if extended, err = tx.ExtendStepDeadlines(ctx, outage); err != nil {
-				return err
-			}
-			data, _ := json.Marshal(map[string]any{"seconds": int64(outage.Seconds()), "workflows": extended, "server": e.owner})
-			if err := tx.AppendEvent(ctx, store.Event{Actor: "system", Kind: "control_plane.outage", Data: string(data),
-				Reason: fmt.Sprintf("no server was alive for %s: the steps in progress get that time back", outage.Round(time.Second))}); err != nil {
+			if extended, err = e.giveBack(ctx, tx, outage, "control_plane.outage", "no server was alive for %s"); err != nil {
 				return err
 			}
 		}
@@ -350,6 +340,18 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 
 // clockWarnAt is how far off the database's clock this server's may be before it says so.
 const clockWarnAt = time.Second
+
+// giveBack moves the deadlines of the steps in progress by d (Tx.ExtendStepDeadlines) and
+// records an event of kind whose reason is why (a format of d) and how many workflows moved.
+func (e *Engine) giveBack(ctx context.Context, tx *store.Tx, d time.Duration, kind, why string) (int, error) {
+	n, err := tx.ExtendStepDeadlines(ctx, d)
+	if err != nil {
+		return 0, err
+	}
+	data, _ := json.Marshal(map[string]any{"seconds": int64(d.Seconds()), "workflows": n, "server": e.owner})
+	return n, tx.AppendEvent(ctx, store.Event{Actor: "system", Kind: kind, Data: string(data),
+		Reason: fmt.Sprintf(why, d.Round(time.Second)) + ": the steps in progress get that time back"})
+}
 
 // MinClockStep is the smallest step forward of the wall clock that the steps in progress are
 // given back (SQLite): a smaller one, or a step back, only moves the store's time with it.

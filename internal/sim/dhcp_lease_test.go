@@ -16,22 +16,24 @@ import (
 	"bcd/internal/store/storetest"
 )
 
+// bootLease asks for the harness site's boot lease as agent.
+func bootLease(t *testing.T, h *Harness, agent string, req engine.LeaseRequest) engine.LeaseGrant {
+	t.Helper()
+	g, err := h.Engine.BootLease(context.Background(), engine.Agent{ID: agent, Kind: "site", SiteID: h.SiteID}, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // TestDHCPLeasesFollowTheLease: the full-mode DHCP leases a site's boot-lease holder reports
 // with its renewals are given to the next holder when it takes the lease, so that its DHCP does
 // not hand out an address in use. Only a holder that held all along is listened to; ended and
 // expired leases are not passed on, and an address given to another MAC replaces the old lease.
 func TestDHCPLeasesFollowTheLease(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
-		ctx := context.Background()
 		h, _ := start(t, st, 1)
-		lease := func(agent string, req engine.LeaseRequest) engine.LeaseGrant {
-			t.Helper()
-			g, err := h.Engine.BootLease(ctx, engine.Agent{ID: agent, Kind: "site", SiteID: h.SiteID}, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		}
+		lease := func(agent string, req engine.LeaseRequest) engine.LeaseGrant { return bootLease(t, h, agent, req) }
 		hour := time.Now().Add(time.Hour).UnixMicro()
 		l := func(mac, ip string, exp int64) store.DHCPLease {
 			return store.DHCPLease{MAC: mac, IP: ip, Expires: exp}

@@ -25,39 +25,12 @@ func TestOutageIsNotTheStepsTime(t *testing.T) {
 	st.SetClock(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
 	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
 
-	run := func(e *engine.Engine) func() {
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- e.Run(runCtx) }()
-		return func() {
-			stop()
-			if err := <-done; err != nil {
-				t.Error(err)
-			}
-		}
-	}
 	first := engine.New(st, nil, nil2(), cfg)
-	stopFirst := run(first)
+	stopFirst := runEngine(t, first)
 	if err := first.Connected(ctx, a, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
-		t.Fatal(err)
-	}
-	first.Nudge()
-	var taken []store.Command
-	waitFor(t, "the inspection's first command taken by the site agent", func() bool {
-		got, err := first.Claim(ctx, a, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		taken = append(taken, got...)
-		return len(taken) > 0
-	})
-	c := taken[0]
-	if err := first.Ack(ctx, a, c.ID); err != nil {
-		t.Fatal(err)
-	}
+	c := inspectionTaken(t, h, first, a, node)
 	stopFirst()
 	was := openWorkflow(t, st, node)
 	if was.CurrentCommand != c.ID {
@@ -68,7 +41,7 @@ func TestOutageIsNotTheStepsTime(t *testing.T) {
 	offset.Store(int64(10 * time.Minute))
 	second := engine.New(st, nil, nil2(), cfg)
 	before := second.Reconciliations()
-	stopSecond := run(second)
+	stopSecond := runEngine(t, second)
 	defer stopSecond()
 	waitFor(t, "the new server to look at the node", func() bool { second.Nudge(); return second.Reconciliations() > before })
 	wf := openWorkflow(t, st, node)
@@ -106,6 +79,43 @@ func TestOutageIsNotTheStepsTime(t *testing.T) {
 	// runs still fails it (TestStepTimeoutRaisesWorkflowTimeout, with retries here).
 }
 
+// runEngine runs e until the returned stop is called.
+func runEngine(t *testing.T, e *engine.Engine) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// inspectionTaken starts node's inspection and returns its first command, taken and
+// acknowledged by the site agent a.
+func inspectionTaken(t *testing.T, h *Harness, e *engine.Engine, a engine.Agent, node string) store.Command {
+	t.Helper()
+	ctx := context.Background()
+	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	e.Nudge()
+	var taken []store.Command
+	waitFor(t, "the inspection's first command taken by the site agent", func() bool {
+		got, err := e.Claim(ctx, a, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		taken = append(taken, got...)
+		return len(taken) > 0
+	})
+	if err := e.Ack(ctx, a, taken[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	return taken[0]
+}
+
 func openWorkflow(t *testing.T, st *store.Store, node string) store.Workflow {
 	t.Helper()
 	wfs, err := st.Workflows(context.Background(), node, 1)
@@ -125,32 +135,8 @@ func TestClockStepIsNotTheStepsTime(t *testing.T) {
 	st, h, node, e, a, _ := byHand(t, cfg)
 	var offset atomic.Int64
 	st.SetWall(func() time.Time { return time.Now().Add(time.Duration(offset.Load())) })
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
-	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
-		t.Fatal(err)
-	}
-	e.Nudge()
-	var taken []store.Command
-	waitFor(t, "the inspection's first command taken by the site agent", func() bool {
-		got, err := e.Claim(ctx, a, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		taken = append(taken, got...)
-		return len(taken) > 0
-	})
-	c := taken[0]
-	if err := e.Ack(ctx, a, c.ID); err != nil {
-		t.Fatal(err)
-	}
+	defer runEngine(t, e)()
+	c := inspectionTaken(t, h, e, a, node)
 	was := openWorkflow(t, st, node)
 
 	// Ten minutes forward: twice the step's timeout (boot.prepareRamdisk, 5 minutes).

@@ -33,14 +33,7 @@ func TestSanbootEntryFollowsTheLease(t *testing.T) {
 				t.Fatalf("%s: %s %s %s", id, n.State, n.FaultCode, n.FaultMsg)
 			}
 		}
-		lease := func(agent string, req engine.LeaseRequest) engine.LeaseGrant {
-			t.Helper()
-			g, err := h.Engine.BootLease(ctx, engine.Agent{ID: agent, Kind: "site", SiteID: h.SiteID}, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return g
-		}
+		lease := func(agent string, req engine.LeaseRequest) engine.LeaseGrant { return bootLease(t, h, agent, req) }
 		entryOf := func(g engine.LeaseGrant, node string) (engine.PushedEntry, bool) {
 			for _, e := range g.Entries {
 				if e.NodeID == node {

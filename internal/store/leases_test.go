@@ -36,13 +36,19 @@ func TestDecideLease(t *testing.T) {
 	}
 }
 
+// handClock sets st's clock to one the test moves by hand: now reads it, advance moves it.
+func handClock(st *store.Store) (now func() time.Time, advance func(time.Duration)) {
+	var mu sync.Mutex
+	at := time.Now()
+	now = func() time.Time { mu.Lock(); defer mu.Unlock(); return at }
+	st.SetClock(now)
+	return now, func(d time.Duration) { mu.Lock(); at = at.Add(d); mu.Unlock() }
+}
+
 func TestBootLease(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		now := time.Now()
-		var mu sync.Mutex
-		st.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
-		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+		now, advance := handClock(st)
 		acquire := func(agent string) store.SiteLease {
 			t.Helper()
 			var l store.SiteLease
@@ -55,7 +61,7 @@ func TestBootLease(t *testing.T) {
 			}
 			return l
 		}
-		at := func() int64 { mu.Lock(); defer mu.Unlock(); return now.UnixMicro() }
+		at := func() int64 { return now().UnixMicro() }
 
 		if l := acquire("a"); !l.HeldBy("a", at()) || l.Epoch != 1 {
 			t.Fatalf("first acquire: %+v", l)
@@ -212,11 +218,8 @@ func TestClaimHolderKinds(t *testing.T) {
 func TestDHCPLeases(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		now := time.Now()
-		var mu sync.Mutex
-		st.SetClock(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })
-		advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
-		us := func(d time.Duration) int64 { mu.Lock(); defer mu.Unlock(); return now.Add(d).UnixMicro() }
+		now, advance := handClock(st)
+		us := func(d time.Duration) int64 { return now().Add(d).UnixMicro() }
 		put := func(site string, ls ...store.DHCPLease) {
 			t.Helper()
 			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.PutDHCPLeases(ctx, site, ls) }); err != nil {
