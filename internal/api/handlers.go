@@ -271,9 +271,18 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		return nil, toConnect(err)
 	}
 	now := time.Now().UnixMicro()
+	leases := map[string]store.SiteLease{}
 	for _, a := range agents {
+		l, ok := leases[a.SiteID]
+		if !ok {
+			if l, err = st.Lease(ctx, a.SiteID); err != nil {
+				return nil, toConnect(err)
+			}
+			leases[a.SiteID] = l
+		}
 		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen), Server: a.ServerID,
-			CertExpires: ts(a.CertNotAfter), RenewalOverdue: renewalOverdue(a, now)})
+			CertExpires: ts(a.CertNotAfter), RenewalOverdue: renewalOverdue(a, now), Dhcp: a.DHCPMode, BootBinding: a.BootBinding,
+			HoldsBootLease: l.HeldBy(a.ID, now)})
 	}
 	servers, err := st.Servers(ctx)
 	if err != nil {

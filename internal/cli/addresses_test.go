@@ -59,3 +59,56 @@ func TestNodeGetShowsItsAddresses(t *testing.T) {
 		t.Fatalf("expiresAt %q: %v", resp.Node.Addresses[0].ExpiresAt, err)
 	}
 }
+
+// TestDoctorShowsBootServices: bcd doctor names each site agent's DHCP mode and boot binding
+// and which one holds the boot lease, and warns of a connected agent that serves boot scripts
+// to whoever asks (binding none).
+func TestDoctorShowsBootServices(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	env := map[string]string{"BCD_SERVER": srv.URL(), "BCD_TOKEN": srv.FirstAdminToken()}
+	st := srv.Service().Store()
+	sites, err := st.Sites(ctx, "")
+	if err != nil || len(sites) == 0 {
+		t.Fatalf("sites %v %v", sites, err)
+	}
+	site := sites[0].ID
+	if err := st.Write(ctx, func(tx *store.Tx) error {
+		for _, a := range []store.Agent{{ID: "agent-a", Kind: "site", SiteID: site, Connected: true, ConnID: "c1"}, {ID: "agent-b", Kind: "site", SiteID: site, Connected: true, ConnID: "c2"}} {
+			if err := tx.UpsertAgent(ctx, a); err != nil {
+				return err
+			}
+		}
+		if err := tx.SetAgentBootServices(ctx, "agent-a", "full", "lease"); err != nil {
+			return err
+		}
+		if err := tx.SetAgentBootServices(ctx, "agent-b", "off", "none"); err != nil {
+			return err
+		}
+		_, _, _, err := tx.AcquireLease(ctx, site, "agent-a", time.Minute)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, env, "doctor")
+	if code != 0 {
+		t.Fatalf("doctor: %d %q", code, errs)
+	}
+	lineOf := func(agent string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(strings.TrimSpace(l), agent+" ") {
+				return l
+			}
+		}
+		return ""
+	}
+	if a := lineOf("agent-a"); !strings.Contains(a, "dhcp full, binding lease, holds the boot lease") {
+		t.Errorf("agent-a: %q\n%s", a, out)
+	}
+	if b := lineOf("agent-b"); !strings.Contains(b, "dhcp off, binding none") || strings.Contains(b, "holds") {
+		t.Errorf("agent-b: %q\n%s", b, out)
+	}
+	if !strings.Contains(out, "warning: agent-b") || strings.Contains(out, "warning: agent-a") {
+		t.Errorf("warnings:\n%s", out)
+	}
+}

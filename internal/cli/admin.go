@@ -391,9 +391,18 @@ func doctorCmd(g *globals) *cobra.Command {
 				if a.RenewalOverdue {
 					cert += " RENEWAL OVERDUE"
 				}
-				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\t%s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server), cert)
+				boot := "dhcp " + dash(a.Dhcp) + ", binding " + dash(a.BootBinding)
+				if a.HoldsBootLease {
+					boot += ", holds the boot lease"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\t%s\t%s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server), cert, boot)
 			}
 			tw.Flush()
+			for _, a := range resp.Msg.SiteAgents {
+				if a.Connected && a.BootBinding == "none" {
+					fmt.Fprintf(out, "  warning: %s (site %s) serves boot scripts, which carry one-time tokens, to any host that asks by MAC (boot binding none): run it with --dhcp proxy, full or observe\n", a.Id, a.Site)
+				}
+			}
 			fmt.Fprintf(out, "batches waiting for approval: %d\n", len(resp.Msg.PendingBatches))
 			for _, b := range resp.Msg.PendingBatches {
 				fmt.Fprintf(tw, "  %s\t%s %s\t%d nodes\t%d/%d approvals\tby %s\twaiting %s\n", b.Id, b.Kind, b.Verb, b.Size, b.Approvals, b.Required, b.RequestedBy, b.Waiting)

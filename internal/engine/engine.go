@@ -189,6 +189,8 @@ type Engine struct {
 	clockWarned time.Duration
 	// withheldSeen: the withheld boot-script episodes already recorded (RecordWithheld).
 	withheldSeen *cache.Bounded[string, bool]
+	// bootServices: what this server last wrote of each site agent's boot services.
+	bootServices *cache.Bounded[string, string]
 }
 
 // ID is this server's id among those sharing the store (new at every start).
@@ -219,7 +221,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: cfg.Name + "-" + hex.EncodeToString(b),
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
-		withheldSeen: cache.New[string, bool](maxWithheldSeen)}
+		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxWithheldSeen)}
 }
 
 // Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).

@@ -143,6 +143,11 @@ func (g *Gateway) Status(ctx context.Context, a gateway.AgentRef, s gateway.Stat
 			return err
 		}
 	}
+	if mode, ok := s.Facts["dhcp"]; ag.Kind == "site" && ok {
+		if err := g.e.RecordBootServices(ctx, ag, mode, s.Facts["bootBinding"]); err != nil {
+			return err
+		}
+	}
 	if ag.Kind != "site" || len(s.Discovered) == 0 {
 		return g.e.Seen(ctx, ag)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"bcd/internal/gateway"
@@ -52,4 +53,29 @@ func (e *Engine) RecordWithheld(ctx context.Context, a Agent, ws []gateway.Withh
 		e.withheldSeen.Put(k, true)
 	}
 	return nil
+}
+
+// RecordBootServices keeps what site agent a reports of its boot services (its DHCP mode and
+// boot binding, for bcd doctor), written only when it differs from what this server last
+// wrote for the agent.
+func (e *Engine) RecordBootServices(ctx context.Context, a Agent, dhcpMode, binding string) error {
+	dhcpMode, binding = known(dhcpMode, "off", "proxy", "full", "observe"), known(binding, "lease", "none")
+	v := dhcpMode + "|" + binding
+	if last, ok := e.bootServices.Get(a.ID); ok && last == v {
+		return nil
+	}
+	if err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.SetAgentBootServices(ctx, a.ID, dhcpMode, binding) }); err != nil {
+		return err
+	}
+	e.bootServices.Put(a.ID, v)
+	return nil
+}
+
+// known is v when it is one of the accepted values, "" when empty, else "unknown" (what an agent
+// reports is kept only in the words this server knows).
+func known(v string, accepted ...string) string {
+	if v == "" || slices.Contains(accepted, v) {
+		return v
+	}
+	return "unknown"
 }

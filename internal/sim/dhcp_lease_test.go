@@ -135,3 +135,42 @@ func TestWithheldBootsBecomeEvents(t *testing.T) {
 		}
 	})
 }
+
+// TestBootServicesRecorded: a site agent's status facts give its row the DHCP mode and boot
+// binding bcd doctor shows; a value the server does not know is kept as "unknown".
+func TestBootServicesRecorded(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, _ := start(t, st, 0)
+		if err := h.Engine.Connected(ctx, engine.Agent{ID: "site-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}, "t"); err != nil {
+			t.Fatal(err)
+		}
+		ref := gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: h.SiteID, AgentID: "site-a"}
+		row := func() store.Agent {
+			t.Helper()
+			as, err := st.SiteAgents(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range as {
+				if a.ID == "site-a" {
+					return a
+				}
+			}
+			t.Fatalf("no row for site-a in %+v", as)
+			return store.Agent{}
+		}
+		for _, tc := range []struct{ dhcp, binding, wantDHCP, wantBinding string }{
+			{"proxy", "lease", "proxy", "lease"},
+			{"off", "none", "off", "none"},
+			{"<script>", "maybe", "unknown", "unknown"},
+		} {
+			if err := h.Engine.Gateway().Status(ctx, ref, gateway.Status{Facts: map[string]string{"dhcp": tc.dhcp, "bootBinding": tc.binding}}); err != nil {
+				t.Fatal(err)
+			}
+			if a := row(); a.DHCPMode != tc.wantDHCP || a.BootBinding != tc.wantBinding {
+				t.Errorf("reported %q/%q: stored %q/%q, want %q/%q", tc.dhcp, tc.binding, a.DHCPMode, a.BootBinding, tc.wantDHCP, tc.wantBinding)
+			}
+		}
+	})
+}

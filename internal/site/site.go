@@ -761,7 +761,7 @@ func whileHeld(ctx context.Context, hold *holdState, run func(ctx context.Contex
 // they change.
 func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 	drivers := driverNames(a.drivers)
-	facts := map[string]string{"bootUrl": a.baseURL, "dhcp": string(a.cfg.DHCPMode)}
+	facts := map[string]string{"bootUrl": a.baseURL, "dhcp": string(a.cfg.DHCPMode), "bootBinding": string(a.cfg.BootBinding)}
 	var last statusKey
 	first := true
 	for {

@@ -571,6 +571,18 @@ type Agent struct {
 	// CertRenewAt and CertNotAfter: when the agent's certificate is due for renewal and when
 	// it expires (microseconds; 0: not known).
 	CertRenewAt, CertNotAfter int64
+	// DHCPMode and BootBinding: what a site agent last reported of its boot services ("" before
+	// it did; SiteAgents reads them).
+	DHCPMode, BootBinding string
+}
+
+// SetAgentBootServices records what site agent id reports of its boot services: its DHCP mode
+// and boot binding.
+func (t *Tx) SetAgentBootServices(ctx context.Context, id, dhcpMode, binding string) error {
+	if _, err := t.exec(ctx, `UPDATE agents SET dhcp_mode = ?, boot_binding = ? WHERE id = ?`, dhcpMode, binding, id); err != nil {
+		return fmt.Errorf("recording the boot services of agent %s: %w", id, err)
+	}
+	return nil
 }
 
 func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
@@ -1031,7 +1043,8 @@ func (s *Store) Servers(ctx context.Context) ([]Server, error) {
 }
 
 func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
-	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id, cert_renew_at, cert_not_after FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
+	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id,
+		cert_renew_at, cert_not_after, dhcp_mode, boot_binding FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing site agents: %w", err)
 	}
@@ -1040,7 +1053,8 @@ func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	for rows.Next() {
 		var a Agent
 		var gen int64
-		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID, &a.ServerID, &a.CertRenewAt, &a.CertNotAfter); err != nil {
+		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID, &a.ServerID,
+			&a.CertRenewAt, &a.CertNotAfter, &a.DHCPMode, &a.BootBinding); err != nil {
 			return nil, err
 		}
 		a.Generation = uint64(gen)

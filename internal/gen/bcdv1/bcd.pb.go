@@ -2353,6 +2353,13 @@ type DoctorAgent struct {
 	// stops working when the certificate expires.
 	CertExpires    string `protobuf:"bytes,7,opt,name=cert_expires,json=certExpires,proto3" json:"cert_expires,omitempty"`
 	RenewalOverdue bool   `protobuf:"varint,8,opt,name=renewal_overdue,json=renewalOverdue,proto3" json:"renewal_overdue,omitempty"`
+	// What the agent last reported of its boot services: its DHCP mode (off, proxy, full,
+	// observe) and boot binding (lease: boot scripts and metadata only to the address its DHCP
+	// saw the MAC take; none: to whoever asks by MAC); "" before it reported them.
+	Dhcp        string `protobuf:"bytes,9,opt,name=dhcp,proto3" json:"dhcp,omitempty"`
+	BootBinding string `protobuf:"bytes,10,opt,name=boot_binding,json=bootBinding,proto3" json:"boot_binding,omitempty"`
+	// The agent holds its site's boot lease now: it is the one serving DHCP and boot scripts.
+	HoldsBootLease bool `protobuf:"varint,11,opt,name=holds_boot_lease,json=holdsBootLease,proto3" json:"holds_boot_lease,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -2439,6 +2446,27 @@ func (x *DoctorAgent) GetCertExpires() string {
 func (x *DoctorAgent) GetRenewalOverdue() bool {
 	if x != nil {
 		return x.RenewalOverdue
+	}
+	return false
+}
+
+func (x *DoctorAgent) GetDhcp() string {
+	if x != nil {
+		return x.Dhcp
+	}
+	return ""
+}
+
+func (x *DoctorAgent) GetBootBinding() string {
+	if x != nil {
+		return x.BootBinding
+	}
+	return ""
+}
+
+func (x *DoctorAgent) GetHoldsBootLease() bool {
+	if x != nil {
+		return x.HoldsBootLease
 	}
 	return false
 }
@@ -7502,7 +7530,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"fault_code\x18\x05 \x01(\tR\tfaultCode\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x14\n" +
-	"\x05since\x18\a \x01(\tR\x05since\"\xe4\x01\n" +
+	"\x05since\x18\a \x01(\tR\x05since\"\xc5\x02\n" +
 	"\vDoctorAgent\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -7511,7 +7539,11 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\tlast_seen\x18\x05 \x01(\tR\blastSeen\x12\x16\n" +
 	"\x06server\x18\x06 \x01(\tR\x06server\x12!\n" +
 	"\fcert_expires\x18\a \x01(\tR\vcertExpires\x12'\n" +
-	"\x0frenewal_overdue\x18\b \x01(\bR\x0erenewalOverdue\"\x95\x01\n" +
+	"\x0frenewal_overdue\x18\b \x01(\bR\x0erenewalOverdue\x12\x12\n" +
+	"\x04dhcp\x18\t \x01(\tR\x04dhcp\x12!\n" +
+	"\fboot_binding\x18\n" +
+	" \x01(\tR\vbootBinding\x12(\n" +
+	"\x10holds_boot_lease\x18\v \x01(\bR\x0eholdsBootLease\"\x95\x01\n" +
 	"\fDoctorServer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
