@@ -4,13 +4,15 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
 )
 
-// FuzzHandle feeds raw packet bytes through parsing and both modes' chains: nothing may panic,
-// and every reply must be a BOOTREPLY of a known type that echoes the request's transaction.
+// FuzzHandle feeds raw packet bytes through parsing and every mode's chain: nothing may panic,
+// every reply must be a BOOTREPLY of a known type that echoes the request's transaction, observe
+// mode never answers, and every binding learned is one a client can hold.
 func FuzzHandle(f *testing.F) {
 	mac := net.HardwareAddr{0x52, 0x54, 0, 0, 0, 1}
 	seed := func(mods ...dhcpv4.Modifier) {
@@ -31,7 +33,18 @@ func FuzzHandle(f *testing.F) {
 	f.Add([]byte("not a dhcp packet"))
 
 	ctx := context.Background()
-	proxy, err := New(ctx, Config{Mode: ModeProxy, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI, HaveARM64: true}})
+	// Every binding learned from a packet names a 6-byte MAC and a usable unicast IPv4 address.
+	var bad atomic.Pointer[Binding]
+	check := func(b Binding) {
+		if len(b.MAC) != 6 || !usableClientAddr(b.IP) {
+			bad.Store(&b)
+		}
+	}
+	proxy, err := New(ctx, Config{Mode: ModeProxy, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI, HaveARM64: true}, Observe: check})
+	if err != nil {
+		f.Fatal(err)
+	}
+	observe, err := New(ctx, Config{Mode: ModeObserve, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI}, Observe: check})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -47,10 +60,16 @@ func FuzzHandle(f *testing.F) {
 		for _, run := range []struct {
 			s *Server
 			l Listener
-		}{{proxy, ListenerDHCP}, {proxy, ListenerPXE}, {full, ListenerDHCP}} {
+		}{{proxy, ListenerDHCP}, {proxy, ListenerPXE}, {full, ListenerDHCP}, {observe, ListenerDHCP}} {
 			resp := run.s.Handle(ctx, run.l, req)
+			if b := bad.Load(); b != nil {
+				t.Fatalf("learned a binding no client can hold: %+v", *b)
+			}
 			if resp == nil {
 				continue
+			}
+			if run.s == observe {
+				t.Fatalf("observe mode answered: %s", resp.Summary())
 			}
 			if resp.OpCode != dhcpv4.OpcodeBootReply || resp.TransactionID != req.TransactionID {
 				t.Fatalf("bad reply header: %s", resp.Summary())
