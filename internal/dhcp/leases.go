@@ -347,11 +347,7 @@ func (a *allocator) grant(p *Pool, mac string, ip netip.Addr, now time.Time) boo
 	if !a.free(ip, mac, now) {
 		return false
 	}
-	lt := p.LeaseTime
-	if lt == 0 {
-		lt = time.Hour
-	}
-	a.bind(mac, ip, now.Add(lt))
+	a.bind(mac, ip, now.Add(leaseTime(p)))
 	a.gen++
 	return true
 }

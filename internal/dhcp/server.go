@@ -97,9 +97,9 @@ type Config struct {
 
 // Binding is an address a client MAC holds, as this service saw it: a lease it granted (full
 // mode, Expires set) or an address the client asked the site's own DHCP server for (proxy and
-// observe modes, Expires zero: that server alone knows). Released: the client gave the address back or
-// declined it. The site agent serves a MAC's boot script, and a node's metadata, only to the
-// address bound to it.
+// observe modes, Expires zero: that server alone knows). Released: the client gave the address
+// back or declined it. The site agent serves a MAC's boot script, and a node's metadata, only
+// to the address bound to it.
 type Binding struct {
 	MAC      net.HardwareAddr
 	IP       netip.Addr

@@ -917,9 +917,9 @@ func (t *Tx) ControlPlaneAlive(ctx context.Context, gap time.Duration) (time.Dur
 	return time.Duration(t.at-last) * time.Microsecond, nil
 }
 
-// ExtendStepDeadlines gives the steps in progress of every open workflow d more time, the
-// length of an outage of the control plane that ends now: the step's start and deadline move by
-// d, and so do the deadlines of commands not yet finished. The deadline of a step whose command
+// ExtendStepDeadlines gives the steps in progress of every open workflow d more time: the
+// length of an outage of the control plane that ends now, or of a step forward of the clock.
+// The step's start and deadline move by d, and so do the deadlines of commands not yet finished. The deadline of a step whose command
 // an agent took is the command's (the whole time from when it was taken), moved by d. Boot
 // entries' join tokens still unused and valid when the outage began move by d too (a ramdisk
 // that booted meanwhile joins with one). It returns how many workflows it changed.

@@ -1,5 +1,8 @@
 package engine
 
+// What site agents report of their boot services: the scripts their boot binding withheld,
+// and their DHCP mode and binding.
+
 import (
 	"context"
 	"encoding/json"
@@ -11,8 +14,12 @@ import (
 	"bcd/internal/store"
 )
 
-// maxWithheldSeen bounds the withheld episodes a server remembers having recorded.
-const maxWithheldSeen = 65536
+// maxWithheldSeen bounds the withheld episodes a server remembers having recorded;
+// maxBootServices the site agents whose boot services it remembers having written.
+const (
+	maxWithheldSeen = 65536
+	maxBootServices = 4096
+)
 
 // RecordWithheld records a site.boot_withheld event for each episode of boot-script requests a
 // site agent's boot binding withheld (a MAC's script asked for from an address its DHCP did
