@@ -93,7 +93,7 @@ func newRoot(env Env) *cobra.Command {
 	events := nodeEventsCmd(g)
 	events.Use = "events [NODE]"
 	root.AddCommand(events)
-	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g),
+	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), storeCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g),
 		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
 	return root
 }

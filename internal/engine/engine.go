@@ -66,11 +66,18 @@ type Config struct {
 	// agent renews its certificate once two thirds of it have passed (Renew), so these bound
 	// how long an agent may stay away, not how long it may serve.
 	SiteCertTTL, NodeCertTTL, OSCertTTL time.Duration
+	// Watermarks is told the store's watermark after each heartbeat and at a clean stop, once
+	// committed (bcd server keeps the last in its data dir, to tell a store restored from a
+	// backup at its next start); nil: nobody.
+	Watermarks func(store.Watermark)
 	// QueueTimeout is how long a step's command may wait for an agent to take it (a backlog at
 	// the site, its agents restarting or gone) before the step fails; the step's own timeout
 	// runs from when an agent takes the command. Default DefaultQueueTimeout (30 minutes).
 	QueueTimeout time.Duration
 }
+
+// DefaultPeerTimeout is Config.PeerTimeout's default.
+const DefaultPeerTimeout = 30 * time.Second
 
 // Default certificate lifetimes (Config.SiteCertTTL, NodeCertTTL, OSCertTTL).
 const (
@@ -131,7 +138,7 @@ func (c Config) withDefaults() Config {
 		c.AgentGrace = 15 * time.Second
 	}
 	if c.PeerTimeout <= 0 {
-		c.PeerTimeout = 30 * time.Second
+		c.PeerTimeout = DefaultPeerTimeout
 	}
 	if c.MACWindow <= 0 {
 		c.MACWindow = MACWindow
@@ -310,9 +317,20 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) leave(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.ServerLeaving(ctx, e.owner) }); err != nil {
+	var mark store.Watermark
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.ServerLeaving(ctx, e.owner); err != nil {
+			return err
+		}
+		var err error
+		mark, err = tx.Beat(ctx)
+		return err
+	})
+	if err != nil {
 		e.log.Warn("handing over at stop; the other servers take over when this one's leases and heartbeat expire", "error", err)
+		return
 	}
+	e.watermark(mark)
 }
 
 // RunOnce claims and reconciles every due node once (tests, tools). It returns how many.

@@ -279,11 +279,16 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	var at int64
 	var outage time.Duration
 	var extended, stepped int
+	var mark store.Watermark
 	fresh := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		at, outage, extended, stepped = tx.At(), 0, 0, 0
 		fresh = since == 0 || at-last > e.cfg.PeerTimeout.Microseconds()/2
 		if err := tx.ServerAlive(ctx, e.owner, offset); err != nil {
+			return err
+		}
+		var err error
+		if mark, err = tx.Beat(ctx); err != nil {
 			return err
 		}
 		silence, err := tx.ControlPlaneAlive(ctx, e.cfg.PeerTimeout)
@@ -314,6 +319,9 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		}
 		return nil
 	})
+	if err == nil {
+		e.watermark(mark)
+	}
 	if err == nil && outage > 0 {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "the control plane was down: the steps in progress get that time back",
 			slog.Duration("outage", outage.Round(time.Second)), slog.Int("workflows", extended))

@@ -533,7 +533,11 @@ func (r *run) fallBack(wf *store.Workflow, st workflow.Step, why string) error {
 // checkLost sends the query that settles a lost command (workflow.LostCheck) as the step's
 // current command, within the step's deadline: the lost command itself is never sent again.
 func (r *run) checkLost(wf *store.Workflow, st workflow.Step, lost store.Command, check workflow.LostCheck) error {
-	why := fmt.Sprintf("%s lost: its agent went away after acknowledging it; querying %s before deciding", lost.Kind, check.Query)
+	how := "its agent went away after acknowledging it"
+	if lost.Error == store.RestoreFenceError {
+		how = "the store was restored from a backup, and an agent may have run it since"
+	}
+	why := fmt.Sprintf("%s lost: %s; querying %s before deciding", lost.Kind, how, check.Query)
 	q, err := r.buildCommand(wf, workflow.Step{Use: st.Use, Args: map[string]string{"query": check.Query}}, workflow.LostCheckCommand)
 	if err != nil {
 		return r.stepFailed(wf, st, provision.FaultStepFailed, fmt.Sprintf("%s lost, and its check cannot be sent: %v", lost.Kind, err), true)

@@ -153,6 +153,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	marks := &watermarkKeeper{path: filepath.Join(cfg.DataDir, watermarkName), log: log}
+	if err := checkWatermark(ctx, st, marks.path, log); err != nil {
+		st.Close()
+		return nil, err
+	}
 	svc := metal.New(st, sealer, log)
 	first, err := svc.Bootstrap(ctx)
 	if err != nil {
@@ -178,6 +183,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.Observer = durations
 	ecfg.Secrets = svc
 	ecfg.AutoEnroll = svc.AutoEnrollInband
+	ecfg.Watermarks = marks.save
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)

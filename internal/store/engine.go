@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -917,6 +918,144 @@ func (t *Tx) ControlPlaneAlive(ctx context.Context, gap time.Duration) (time.Dur
 	return time.Duration(t.at-last) * time.Microsecond, nil
 }
 
+// Watermark is how far a store has come, as a server saw it: the store's id, how many restores
+// were fenced in it (Tx.FenceRestore) and how many beats its servers recorded since it was
+// created. A store restored from a backup is behind the watermark a server took before the
+// restore (Watermark.Behind).
+type Watermark struct {
+	StoreID string `json:"storeId"`
+	Fences  int64  `json:"fences"`
+	Beats   int64  `json:"beats"`
+}
+
+// Behind says whether a store whose watermark is w went back from seen, a watermark taken from
+// it earlier: the same store, with fewer beats since the same fence, or an earlier fence. A
+// watermark of another store, or from before a fence that w has, is not ahead of w.
+func (w Watermark) Behind(seen Watermark) bool {
+	if w.StoreID != seen.StoreID || w.StoreID == "" {
+		return false
+	}
+	return w.Fences < seen.Fences || (w.Fences == seen.Fences && w.Beats < seen.Beats)
+}
+
+// Beat counts a beat (a heartbeat, a server's clean stop) and returns the watermark it makes.
+func (t *Tx) Beat(ctx context.Context) (Watermark, error) {
+	if _, err := t.exec(ctx, `UPDATE control_plane SET beats = beats + 1 WHERE id = 1`); err != nil {
+		return Watermark{}, fmt.Errorf("counting a beat of the control plane: %w", err)
+	}
+	return t.watermark(ctx)
+}
+
+// watermark reads the watermark in the transaction.
+func (t *Tx) watermark(ctx context.Context) (Watermark, error) {
+	var w Watermark
+	if err := t.queryRow(ctx, `SELECT store_id, fences, beats FROM control_plane WHERE id = 1`).Scan(&w.StoreID, &w.Fences, &w.Beats); err != nil {
+		return Watermark{}, fmt.Errorf("reading the store's watermark: %w", err)
+	}
+	return w, nil
+}
+
+// Watermark reads the store's watermark as it stands.
+func (s *Store) Watermark(ctx context.Context) (Watermark, error) {
+	var w Watermark
+	if err := s.queryRow(ctx, `SELECT store_id, fences, beats FROM control_plane WHERE id = 1`).Scan(&w.StoreID, &w.Fences, &w.Beats); err != nil {
+		return Watermark{}, fmt.Errorf("reading the store's watermark: %w", err)
+	}
+	return w, nil
+}
+
+// ServersAliveSince lists the servers that recorded they were alive at since or later, by id.
+func (t *Tx) ServersAliveSince(ctx context.Context, since int64) ([]string, error) {
+	rows, err := t.query(ctx, `SELECT id FROM servers WHERE last_seen >= ? ORDER BY id`, since)
+	if err != nil {
+		return nil, fmt.Errorf("listing the servers alive: %w", err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("listing the servers alive: %w", err)
+		}
+		out = append(out, id)
+	}
+	return out, rows.Err()
+}
+
+// Fenced is what a restore's fence did (Tx.FenceRestore).
+type Fenced struct {
+	// Commands queued that no agent had acknowledged in the restored store, now lost.
+	Commands int
+	// Tokens are the one-time join tokens still unused in the restored store, now void.
+	Tokens int
+	// Nodes whose reconciler was woken for their lost commands.
+	Nodes []string
+	// Watermark is the store's after the fence.
+	Watermark Watermark
+}
+
+// RestoreFenceError is the error of the commands a restore's fence records lost.
+const RestoreFenceError = "the store was restored from a backup: an agent may have taken this command after the backup, so it is never sent"
+
+// FenceRestore makes a store restored from a backup safe to run: what agents did after the
+// backup is not in it, and they did not forget it.
+//
+//   - Every command still queued (unacknowledged in the restored store) is lost: an agent may
+//     have acknowledged and run it after the backup, and it is never sent to another. Its step
+//     decides, as for any lost command (a query, a retry, or a failure). Acknowledged commands
+//     stay as they are: their agent reports them, or its departure loses them.
+//   - Every one-time join token still unused is void: it may have been used after the backup
+//     (a ramdisk's join, a site agent's bootstrap). Their steps mint new ones.
+//   - The fence count goes up, so that servers' watermarks from before it no longer count.
+//
+// The nodes of the lost commands are woken.
+func (t *Tx) FenceRestore(ctx context.Context) (Fenced, error) {
+	var f Fenced
+	rows, err := t.query(ctx, `UPDATE commands SET state = 'lost', finished_at = ?, error = ?
+		WHERE state = 'queued' RETURNING node_id`, t.at, RestoreFenceError)
+	if err != nil {
+		return Fenced{}, fmt.Errorf("recording the queued commands lost: %w", err)
+	}
+	nodes := map[string]bool{}
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			rows.Close()
+			return Fenced{}, fmt.Errorf("reading the lost commands' nodes: %w", err)
+		}
+		f.Commands++
+		if n != "" && !nodes[n] {
+			nodes[n] = true
+			f.Nodes = append(f.Nodes, n)
+		}
+	}
+	if err := rows.Close(); err != nil {
+		return Fenced{}, fmt.Errorf("recording the queued commands lost: %w", err)
+	}
+	if err := rows.Err(); err != nil {
+		return Fenced{}, fmt.Errorf("recording the queued commands lost: %w", err)
+	}
+	slices.Sort(f.Nodes)
+	for _, n := range f.Nodes {
+		if err := t.Wake(ctx, n, "restore fenced", 0); err != nil {
+			return Fenced{}, err
+		}
+	}
+	res, err := t.exec(ctx, `UPDATE join_tokens SET expires_at = ? WHERE used_at = 0 AND expires_at > ?`, t.at, t.at)
+	if err != nil {
+		return Fenced{}, fmt.Errorf("voiding the unused join tokens: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	f.Tokens = int(n)
+	if _, err := t.exec(ctx, `UPDATE control_plane SET fences = fences + 1 WHERE id = 1`); err != nil {
+		return Fenced{}, fmt.Errorf("counting the fence: %w", err)
+	}
+	if f.Watermark, err = t.watermark(ctx); err != nil {
+		return Fenced{}, err
+	}
+	return f, nil
+}
+
 // ExtendStepDeadlines gives the steps in progress of every open workflow d more time: the
 // length of an outage of the control plane that ends now, or of a step forward of the clock.
 // The step's start and deadline move by d, and so do the deadlines of commands not yet finished. The deadline of a step whose command
@@ -1016,7 +1155,6 @@ func (s *Store) FailedInMaintenance(ctx context.Context, tenantID string, limit 
 	return collect(rows, err, "failed nodes", scanNode)
 }
 
-// SiteAgents lists site agents.
 // Server is a server that shares the store, as its heartbeats recorded it.
 type Server struct {
 	ID                  string
@@ -1042,6 +1180,7 @@ func (s *Store) Servers(ctx context.Context) ([]Server, error) {
 	})
 }
 
+// SiteAgents lists site agents.
 func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id,
 		cert_renew_at, cert_not_after, dhcp_mode, boot_binding FROM agents WHERE kind = 'site' ORDER BY site_id, id`)

@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"bcd/internal/server"
+)
+
+// storeCmd is `bcd store`: what is done to the store itself, with no server running on it.
+func storeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "store", Short: "The control plane's store, with every server stopped"}
+	var cfg server.Config
+	var reason string
+	after := &cobra.Command{
+		Use:   "after-restore [--data-dir DIR] [--store DSN] [--reason WHY]",
+		Short: "Fence a store restored from a backup before starting servers on it: queued commands lost (never sent twice), unused join tokens void",
+		Long: `A restored store forgets what happened after the backup; the agents did not. A command
+still queued in it may have been taken and run by an agent after the backup, and would be sent
+again to another agent. after-restore records every queued command lost (its step decides: a
+query, a retry or a failure), voids every unused one-time join token, and lets the servers start
+on the store (each refuses a store behind what it last recorded in it).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := server.FenceRestore(cmd.Context(), cfg, reason)
+			if err != nil {
+				return err
+			}
+			out := g.env.Stdout
+			fmt.Fprintf(out, "store fenced (fence %d):\n", f.Watermark.Fences)
+			fmt.Fprintf(out, "  %d queued commands recorded lost (never sent), on %d nodes: their steps decide when the servers start\n", f.Commands, len(f.Nodes))
+			fmt.Fprintf(out, "  %d unused one-time join tokens void (a site agent that joined after the backup needs a new `bcd site join-token`)\n", f.Tokens)
+			fmt.Fprintln(out, "start the servers, then check `bcd doctor` and `bcd events`")
+			return nil
+		},
+	}
+	f := after.Flags()
+	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "the server's data directory (env BCD_DATA_DIR)")
+	f.StringVar(&cfg.StoreDSN, "store", g.envOr("BCD_STORE", ""), "store DSN: sqlite:PATH or postgres://… (env BCD_STORE; default sqlite:DATA-DIR/bcd.db)")
+	f.StringVar(&reason, "reason", "", "why (recorded in the control_plane.restore_fenced event)")
+	cmd.AddCommand(after)
+	return cmd
+}

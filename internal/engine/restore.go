@@ -1,0 +1,63 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"bcd/internal/store"
+)
+
+// ErrServersAlive: a restore's fence was refused because a server is still running on the store.
+var ErrServersAlive = errors.New("servers are alive on the store")
+
+// FenceRestore makes a store restored from a backup safe to serve from (bcd store
+// after-restore), before any server starts on it: the agents did not forget what they did after
+// the backup. Commands still queued are lost (never sent to another agent; their steps decide),
+// unused one-time join tokens are void, and the fence is counted so that the servers' watermarks
+// from before it no longer stop them (store.Tx.FenceRestore). It records a
+// control_plane.restore_fenced event naming reason.
+//
+// It refuses while a server recorded that it is alive within peerTimeout (the servers' own
+// PeerTimeout; 0: no check, for a caller that knows no server runs, such as the holder of a
+// SQLite store's lock): a running server would go on handing out commands the fence is about
+// to lose.
+func FenceRestore(ctx context.Context, st *store.Store, peerTimeout time.Duration, reason string) (store.Fenced, error) {
+	var f store.Fenced
+	err := st.Write(ctx, func(tx *store.Tx) error {
+		var alive []string
+		var err error
+		if peerTimeout > 0 {
+			if alive, err = tx.ServersAliveSince(ctx, tx.At()-peerTimeout.Microseconds()); err != nil {
+				return err
+			}
+		}
+		if len(alive) > 0 {
+			return fmt.Errorf("server %s recorded that it was alive within the last %s: stop every server on the store first (a server that was killed counts as alive until %s after its last heartbeat): %w",
+				strings.Join(alive, ", "), peerTimeout, peerTimeout, ErrServersAlive)
+		}
+		if f, err = tx.FenceRestore(ctx); err != nil {
+			return err
+		}
+		if reason == "" {
+			reason = "the store was restored from a backup"
+		}
+		data, _ := json.Marshal(map[string]any{"commandsLost": f.Commands, "tokensVoid": f.Tokens, "nodes": len(f.Nodes), "fences": f.Watermark.Fences})
+		return tx.AppendEvent(ctx, store.Event{Actor: "operator", Kind: "control_plane.restore_fenced", Data: string(data),
+			Reason: reason + ": queued commands lost (never sent), unused join tokens void"})
+	})
+	if err != nil {
+		return store.Fenced{}, fmt.Errorf("fencing the restored store: %w", err)
+	}
+	return f, nil
+}
+
+// watermark tells Config.Watermarks the store's watermark.
+func (e *Engine) watermark(w store.Watermark) {
+	if e.cfg.Watermarks != nil {
+		e.cfg.Watermarks(w)
+	}
+}

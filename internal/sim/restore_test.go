@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+)
+
+// A store restored from a backup in which an inspection's first command was still queued,
+// while in fact agent A took and ran it after the backup: the fence records it lost, so no
+// agent is ever given it (A's acknowledgement is refused, B's claims never hold it); the step
+// decides, retrying with a new command that B runs, and the inspection goes on. The step's
+// event says why the command was lost. A fence is refused while a server is alive on the store.
+func TestRestoreFenceLosesQueuedCommands(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{AgentGrace: time.Minute, PeerTimeout: time.Minute}
+	st, h, node, eng, a, b := byHand(t, cfg)
+	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	var fenced store.Command
+	waitFor(t, "the inspection's first command queued", func() bool {
+		if _, err := eng.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wf := openWorkflow(t, st, node)
+		if wf.CurrentCommand == "" {
+			return false
+		}
+		c, err := st.Command(ctx, wf.CurrentCommand)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fenced = c
+		return c.State == "queued"
+	})
+	was := openWorkflow(t, st, node)
+	if err := eng.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.FenceRestore(ctx, st, cfg.PeerTimeout, ""); !errors.Is(err, engine.ErrServersAlive) {
+		t.Fatalf("a fence beside a live server: %v", err)
+	}
+	f, err := engine.FenceRestore(ctx, st, 0, "restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Commands != 1 || len(f.Nodes) != 1 || f.Nodes[0] != node {
+		t.Fatalf("fenced %+v, want the one command of %s", f, node)
+	}
+	// A, which took it after the backup, reconnects and acknowledges it again: refused.
+	if err := eng.Ack(ctx, a, fenced.ID); err == nil {
+		t.Fatal("A's acknowledgement of the fenced command was accepted")
+	}
+	var retry store.Command
+	waitFor(t, "the step's retry taken by B", func() bool {
+		if _, err := eng.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		got, err := eng.Claim(ctx, b, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range got {
+			if c.ID == fenced.ID {
+				t.Fatalf("agent B was given the fenced command %s", c.ID)
+			}
+			if c.Kind != fenced.Kind {
+				t.Fatalf("agent B was given %s, want the retry of %s", c.Kind, fenced.Kind)
+			}
+			retry = c
+		}
+		return retry.ID != ""
+	})
+	if err := eng.Ack(ctx, b, retry.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Report(ctx, b, engine.Update{CommandID: retry.ID, State: "succeeded", Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the inspection's next step", func() bool {
+		if _, err := eng.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return openWorkflow(t, st, node).StepIndex > was.StepIndex
+	})
+	if c, _ := st.Command(ctx, fenced.ID); c.State != "lost" || c.Error != store.RestoreFenceError {
+		t.Fatalf("the fenced command: %s (%s)", c.State, c.Error)
+	}
+	if n, _ := st.Node(ctx, node, ""); n.State != "inspecting" || n.FaultCode != "" {
+		t.Fatalf("node %s %s %s", n.State, n.FaultCode, n.FaultMsg)
+	}
+	if rs := reasons(t, st, node); !hasReason(rs, fenced.Kind+" lost: "+store.RestoreFenceError) {
+		t.Errorf("step events %q: want the loss by the fence", strings.Join(rs, " | "))
+	}
+}
