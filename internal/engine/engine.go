@@ -198,6 +198,9 @@ type Engine struct {
 	withheldSeen *cache.Bounded[string, bool]
 	// bootServices: what this server last wrote of each site agent's boot services.
 	bootServices *cache.Bounded[string, string]
+	// unknownSeen: the commands unknown to the store that agents named, already recorded
+	// (noteUnknown).
+	unknownSeen *cache.Bounded[string, bool]
 }
 
 // ID is this server's id among those sharing the store (new at every start).
@@ -228,7 +231,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: cfg.Name + "-" + hex.EncodeToString(b),
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
-		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices)}
+		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
+		unknownSeen: cache.New[string, bool](maxUnknownSeen)}
 }
 
 // Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).

@@ -678,8 +678,9 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 // acknowledged before and not ended is accepted again (an agent back from a restart).
 func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]error, error) {
 	var refused map[string]error
+	var unknown []string
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		refused = map[string]error{}
+		refused, unknown = map[string]error{}, nil
 		done, err := tx.DeliverCommands(ctx, ids, a.ID)
 		if err != nil {
 			return err
@@ -692,6 +693,7 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 			switch {
 			case errors.Is(err, store.ErrNotFound):
 				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, err)
+				unknown = append(unknown, id)
 			case err != nil:
 				return err
 			case c.TargetAgent != a.ID:
@@ -702,6 +704,9 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 		}
 		return nil
 	})
+	if err == nil && len(unknown) > 0 {
+		e.noteUnknown(ctx, a, "acknowledged", unknown)
+	}
 	return refused, err
 }
 
@@ -798,6 +803,9 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		fx, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, "command "+u.State, c)
 		return err
 	})
+	if errors.Is(err, store.ErrNotFound) && pre == nil {
+		e.noteUnknown(ctx, a, "reported", []string{u.CommandID})
+	}
 	if err == nil && lost {
 		e.lost.Add(1)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -59,5 +60,40 @@ func FenceRestore(ctx context.Context, st *store.Store, peerTimeout time.Duratio
 func (e *Engine) watermark(w store.Watermark) {
 	if e.cfg.Watermarks != nil {
 		e.cfg.Watermarks(w)
+	}
+}
+
+// maxUnknownSeen bounds the unknown commands a server remembers having recorded.
+const maxUnknownSeen = 4096
+
+// noteUnknown records that agent a named, as what it did with them, commands the store does not
+// know. Commands are never deleted, and an agent learns of a command only from the store: the
+// store forgot them, which is what a restore from a backup taken before a's work does. A
+// control_plane.unknown_command event and a warning say so, once per agent and command; the
+// store is not changed (the fence is the operator's: bcd store after-restore).
+func (e *Engine) noteUnknown(ctx context.Context, a Agent, what string, ids []string) {
+	var fresh []string
+	for _, id := range ids {
+		if _, seen := e.unknownSeen.Get(a.ID + "|" + id); !seen && len(fresh) < 64 {
+			fresh = append(fresh, id)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	e.log.LogAttrs(ctx, slog.LevelWarn, "an agent named commands the store does not know: the store was restored from a backup taken before they were sent (run bcd store after-restore if it was not)",
+		slog.String("agent", a.ID), slog.String("what", what), slog.Any("commands", fresh))
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		data, _ := json.Marshal(map[string]any{"agent": a.ID, "kind": a.Kind, "site": a.SiteID, "node": a.NodeID, "commands": fresh, "what": what})
+		return tx.AppendEvent(ctx, store.Event{NodeID: a.NodeID, Actor: "gateway", Kind: "control_plane.unknown_command", Data: string(data),
+			Reason: fmt.Sprintf("agent %s %s %d command(s) the store does not know: the store was restored from a backup taken before they were sent; "+
+				"without bcd store after-restore, commands queued in the backup may be sent to a second agent", a.ID, what, len(fresh))})
+	})
+	if err != nil {
+		e.log.Warn("recording commands unknown to the store", "agent", a.ID, "error", err)
+		return
+	}
+	for _, id := range fresh {
+		e.unknownSeen.Put(a.ID+"|"+id, true)
 	}
 }

@@ -18,6 +18,7 @@ import (
 // agent is ever given it (A's acknowledgement is refused, B's claims never hold it); the step
 // decides, retrying with a new command that B runs, and the inspection goes on. The step's
 // event says why the command was lost. A fence is refused while a server is alive on the store.
+// Commands the agents name that the store never had are recorded as evidence of the restore.
 func TestRestoreFenceLosesQueuedCommands(t *testing.T) {
 	ctx := context.Background()
 	cfg := engine.Config{AgentGrace: time.Minute, PeerTimeout: time.Minute}
@@ -58,6 +59,30 @@ func TestRestoreFenceLosesQueuedCommands(t *testing.T) {
 	// A, which took it after the backup, reconnects and acknowledges it again: refused.
 	if err := eng.Ack(ctx, a, fenced.ID); err == nil {
 		t.Fatal("A's acknowledgement of the fenced command was accepted")
+	}
+	// A also reports a command it received after the backup, which the store never had: the
+	// report is refused, and recorded once as evidence of the restore, however often it comes.
+	for range 2 {
+		if err := eng.Report(ctx, a, engine.Update{CommandID: "cmd-after-the-backup", State: "succeeded", Result: []byte(`{}`)}); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("a report on a command unknown to the store: %v", err)
+		}
+	}
+	if refused, err := eng.AckAll(ctx, a, []string{"cmd-after-the-backup", "another-after-the-backup"}); err != nil || len(refused) != 2 {
+		t.Fatalf("acknowledgements of commands unknown to the store: %v %v", refused, err)
+	}
+	evs, err := st.Events(ctx, store.EventFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unknown []string
+	for _, e := range evs {
+		if e.Kind == "control_plane.unknown_command" {
+			unknown = append(unknown, e.Data)
+		}
+	}
+	if len(unknown) != 2 || !strings.Contains(unknown[0], `"commands":["cmd-after-the-backup"]`) || !strings.Contains(unknown[0], `"what":"reported"`) ||
+		!strings.Contains(unknown[1], `"commands":["another-after-the-backup"]`) || !strings.Contains(unknown[1], `"what":"acknowledged"`) {
+		t.Errorf("unknown command events %q: want one for the report, one for the new acknowledgement", unknown)
 	}
 	var retry store.Command
 	waitFor(t, "the step's retry taken by B", func() bool {
