@@ -153,7 +153,8 @@ type Config struct {
 	// RAM (the ramdisk: a reboot is a new identity anyway).
 	DataDir string
 	Kind    Kind
-	// JoinToken (site) or DiscoveryToken (node): used once, when DataDir has no certificate.
+	// JoinToken (site) or DiscoveryToken (node): used once, when DataDir has no certificate,
+	// or has one that expired (the agent joins again, keeping DataDir).
 	JoinToken      string
 	DiscoveryToken string
 	// Key, when set, is the key to join with (an ECDSA P-256 key the agent keeps across join

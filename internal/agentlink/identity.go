@@ -134,6 +134,14 @@ func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate) (*http.Tr
 	}, nil
 }
 
+// token is the join token configured for the agent's kind ("" none).
+func (cfg *Config) token() string {
+	if cfg.Kind == KindNode {
+		return cfg.DiscoveryToken
+	}
+	return cfg.JoinToken
+}
+
 // join exchanges the configured token and a new key's CSR for a certificate.
 func join(ctx context.Context, cfg *Config) (*identity, error) {
 	if len(cfg.CAPEM) == 0 {

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,17 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 	if err != nil {
 		return nil, err
 	}
+	var expired *identity
+	if ok && id.expired(time.Now()) && cfg.token() != "" {
+		// Stopped for longer than its certificate lives, and given a new token: join again,
+		// keeping the data dir (journal, caches, leases) and, for a retried join, the key.
+		cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "the agent's certificate has expired: joining again with the token given",
+			slog.String("agent", id.id.String()), slog.Time("not_after", id.tls.Leaf.NotAfter))
+		if err := os.Rename(filepath.Join(cfg.DataDir, CertFile), filepath.Join(cfg.DataDir, CertFile+".expired")); err != nil {
+			return nil, fmt.Errorf("setting the expired certificate aside: %w", err)
+		}
+		expired, ok = id, false
+	}
 	if !ok {
 		if cfg.Key == nil && cfg.DataDir != "" {
 			// The key is on disk before the join: when the control plane records the join but
@@ -87,6 +99,14 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 			}
 		}
 		if id, err = join(ctx, &cfg); err != nil {
+			if expired != nil {
+				// Put it back: the clock may be wrong, not the certificate.
+				if rerr := os.Rename(filepath.Join(cfg.DataDir, CertFile+".expired"), filepath.Join(cfg.DataDir, CertFile)); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("restoring the expired certificate: %w", rerr))
+				}
+				return nil, fmt.Errorf("the agent's certificate expired on %s, and joining again failed (mint a new token: bcd site join-token): %w",
+					expired.tls.Leaf.NotAfter.UTC().Format(time.RFC3339), err)
+			}
 			return nil, err
 		}
 		if err := id.store(cfg.DataDir); err != nil {

@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/x509"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -88,4 +90,52 @@ func TestCertificateRenewal(t *testing.T) {
 		t.Fatalf("%d renewals in %s of %s certificates, want the renewed one renewed too", n, time.Since(first.NotBefore.Add(pki.ClockSkew)), ttl)
 	}
 	stop(t, cancel, l)
+}
+
+// An agent stopped for longer than its certificate lives joins again when given a new token,
+// keeping its data dir (its journal: what it ran before is not run again). With a token the
+// gateway refuses (the first one, used), it fails at once, saying its certificate expired, and
+// keeps the certificate.
+func TestExpiredAgentJoinsAgain(t *testing.T) {
+	env := start(t)
+	env.Identities.SetCertTTL(2 * time.Second)
+	dir := t.TempDir()
+	h := newCounter()
+	cfg := siteConfig(t, env, dir)
+	ctx, cancel := context.WithCancel(context.Background())
+	l := dial(t, ctx, cfg, h)
+	before := commands("before", 2)
+	env.Queue.Enqueue(siteRef, before...)
+	waitFinal(t, env.Queue, 2)
+	stop(t, cancel, l)
+	certPath := filepath.Join(dir, agentlink.CertFile)
+	stored, err := os.ReadFile(certPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := pki.DecodeCertPEM(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := certOf(t, der)
+	<-time.After(time.Until(old.NotAfter.Add(100 * time.Millisecond)))
+
+	_, err = agentlink.Dial(context.Background(), cfg, h)
+	if !errors.Is(err, agentlink.ErrRefused) || !strings.Contains(err.Error(), "certificate expired on") {
+		t.Fatalf("an expired agent with a used token: %v", err)
+	}
+	if kept, err := os.ReadFile(certPath); err != nil || !bytes.Equal(kept, stored) {
+		t.Fatalf("the expired certificate was not kept after the refused join (%v)", err)
+	}
+
+	ctx, cancel = context.WithCancel(context.Background())
+	l = dial(t, ctx, siteConfig(t, env, dir), h)
+	renewed := certOf(t, l.CertDER())
+	if !renewed.NotAfter.After(time.Now()) || bytes.Equal(renewed.Raw, old.Raw) {
+		t.Fatalf("after joining again: certificate until %s", renewed.NotAfter)
+	}
+	env.Queue.Enqueue(siteRef, commands("after", 2)...)
+	waitFinal(t, env.Queue, 4)
+	stop(t, cancel, l)
+	checkOnce(t, env.Queue, h, append(before, commands("after", 2)...))
 }

@@ -50,7 +50,8 @@ func Command() *cobra.Command {
 		Short: "Run a site agent: DHCP/TFTP/HTTP network boot and BMC drivers, dialling out to the control plane",
 		Long: `Runs the site agent of one site. The first start joins with a one-time bootstrap token (` +
 			"`bcd site join-token SITE`" + `; also read from $` + JoinTokenEnv + `) and keeps the agent's key and
-certificate in the data dir; later starts reconnect with them. Boot entries, DHCP leases and
+certificate in the data dir; later starts reconnect with them (an agent whose certificate expired
+while it was stopped joins again with a new token, keeping the data dir). Boot entries, DHCP leases and
 the artifact cache live in the data dir too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -70,7 +71,7 @@ the artifact cache live in the data dir too.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.server, "server", "", "agent gateway URL of the control plane (https://host:port)")
 	fl.StringVar(&f.site, "site", "", "site this agent serves")
-	fl.StringVar(&f.joinToken, "join-token", "", "one-time bootstrap token (first start only; or $"+JoinTokenEnv+")")
+	fl.StringVar(&f.joinToken, "join-token", "", "one-time bootstrap token: at the first start, or to join again after the certificate expired (or $"+JoinTokenEnv+")")
 	fl.StringVar(&f.dataDir, "data-dir", "/var/lib/bcd/site", "key, certificate, journal, boot entries, DHCP leases and artifact cache")
 	fl.StringVar(&f.caFile, "ca-file", "", "PEM of the control plane's CA (first start only)")
 	fl.StringVar(&f.dhcpMode, "dhcp", "off", "DHCP mode: off, proxy, full, or observe (answer nothing; learn which address each machine takes, for --boot-binding lease, beside a site DHCP server that does the network boot)")
