@@ -194,6 +194,10 @@ type Engine struct {
 	aliveSince, lastBeat int64
 	// clockWarned is the clock offset last reported as off (0: none reported).
 	clockWarned time.Duration
+	// dbOffset is the database clock's offset this server last measured and set (PostgreSQL),
+	// if dbMeasured: a jump of it between heartbeats is a step of the database's clock.
+	dbOffset   time.Duration
+	dbMeasured bool
 	// withheldSeen: the withheld boot-script episodes already recorded (RecordWithheld).
 	withheldSeen *cache.Bounded[string, bool]
 	// bootServices: what this server last wrote of each site agent's boot services.

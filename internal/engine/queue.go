@@ -263,11 +263,14 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		live[id] = o.conn
 	}
 	e.sentMu.Unlock()
-	offset := e.syncClock(ctx)
+	offset, measured := e.measureClock(ctx)
 	// On SQLite the store's time runs on the monotonic clock between heartbeats: a step of the
 	// wall clock reaches it only here (store.Reanchor, below), after the steps in progress were
-	// given a forward step's time in the same write that records the heartbeat.
-	var drift, step time.Duration
+	// given a forward step's time in the same write that records the heartbeat. On PostgreSQL
+	// the database's clock rules: a step of it shows as a jump of its offset from this server's
+	// monotonic clock, which the store's time takes only once the steps were given it
+	// (store.SetClockOffset, below), and only one server gives it (Tx.ClaimClockStep).
+	var drift, step, dbStep time.Duration
 	if e.st.Engine() == store.SQLite {
 		if drift = e.st.WallStep(); drift >= MinClockStep {
 			step = drift
@@ -275,7 +278,16 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	}
 	e.beatMu.Lock()
 	since, last := e.aliveSince, e.lastBeat
+	if measured && e.dbMeasured && last != 0 && offset-e.dbOffset >= MinClockStep {
+		dbStep = offset - e.dbOffset
+	}
 	e.beatMu.Unlock()
+	if measured {
+		e.warnClock(ctx, offset, dbStep > 0)
+	}
+	if measured && dbStep == 0 {
+		e.setClockOffset(offset)
+	}
 	var at int64
 	var outage time.Duration
 	var extended, stepped int
@@ -298,6 +310,17 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		if step > 0 {
 			if stepped, err = e.giveBack(ctx, tx, step, "control_plane.clock_step", "the clock stepped %s forward"); err != nil {
 				return err
+			}
+		}
+		if dbStep > 0 {
+			claimed, err := tx.ClaimClockStep(ctx, last, dbStep)
+			if err != nil {
+				return err
+			}
+			if claimed {
+				if stepped, err = e.giveBack(ctx, tx, dbStep, "control_plane.clock_step", "the database's clock stepped %s forward"); err != nil {
+					return err
+				}
 			}
 		}
 		// Only a server that was not recording itself (just started, or cut off from the store)
@@ -329,9 +352,16 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	if err == nil && drift.Abs() >= reanchorAt {
 		e.st.Reanchor()
 	}
+	if err == nil && dbStep > 0 {
+		e.setClockOffset(offset)
+	}
 	if err == nil && step > 0 {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "the clock stepped forward: the steps in progress get that time back (keep NTP slewing)",
 			slog.Duration("step", step.Round(time.Second)), slog.Int("workflows", stepped))
+	}
+	if err == nil && dbStep > 0 {
+		e.log.LogAttrs(ctx, slog.LevelWarn, "the database's clock stepped forward: the steps in progress get that time back (keep NTP slewing on the database's host)",
+			slog.Duration("step", dbStep.Round(time.Second)), slog.Int("workflows", stepped))
 	}
 	e.beatMu.Lock()
 	defer e.beatMu.Unlock()
@@ -370,16 +400,25 @@ const MinClockStep = 5 * time.Second
 // below it there is nothing to follow, and the store's time never goes back by a hair.
 const reanchorAt = 100 * time.Millisecond
 
-// syncClock keeps the store's clock the database's (Store.SyncClock) and says when this server's
-// clock is off by clockWarnAt or more, or no longer is. It returns the offset in use.
-func (e *Engine) syncClock(ctx context.Context) time.Duration {
-	off, err := e.st.SyncClock(ctx)
+// measureClock reads how far the database's clock is from this server's (Store.MeasureClock):
+// the offset measured, or the one in use when measured is false (SQLite, an error).
+func (e *Engine) measureClock(ctx context.Context) (off time.Duration, measured bool) {
+	off, measured, err := e.st.MeasureClock(ctx)
 	if err != nil {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "reading the database's clock", slog.Any("error", err))
 	}
+	return off, measured
+}
+
+// warnClock says when this server's clock is off the database's by clockWarnAt or more (off,
+// measured), or no longer is; an offset that moved by a step of the database's clock is said
+// by the step's own warning.
+func (e *Engine) warnClock(ctx context.Context, off time.Duration, dbStepped bool) {
 	e.beatMu.Lock()
 	defer e.beatMu.Unlock()
 	switch {
+	case dbStepped:
+		e.clockWarned = off
 	case off.Abs() >= clockWarnAt && (e.clockWarned == 0 || (off-e.clockWarned).Abs() >= clockWarnAt):
 		e.clockWarned = off
 		e.log.LogAttrs(ctx, slog.LevelWarn, "this server's clock is off the database's: the server keeps the database's time (check its NTP)",
@@ -388,7 +427,14 @@ func (e *Engine) syncClock(ctx context.Context) time.Duration {
 		e.clockWarned = 0
 		e.log.LogAttrs(ctx, slog.LevelInfo, "this server's clock agrees with the database's again", slog.Duration("offset", off))
 	}
-	return off
+}
+
+// setClockOffset makes off, measured by measureClock, the store's and this server's last.
+func (e *Engine) setClockOffset(off time.Duration) {
+	e.st.SetClockOffset(off)
+	e.beatMu.Lock()
+	e.dbOffset, e.dbMeasured = off, true
+	e.beatMu.Unlock()
 }
 
 // judgesPeers says whether this server, at store time now, has been recording that it is alive

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
+	"bcd/internal/store/storetest"
 )
 
 // TestOutageIsNotTheStepsTime: the control plane stops (an upgrade) while a site agent holds a
@@ -167,6 +169,92 @@ func TestClockStepIsNotTheStepsTime(t *testing.T) {
 	for _, ev := range evs {
 		if ev.Kind == "control_plane.clock_step" {
 			steps++
+		}
+	}
+	if steps != 1 {
+		t.Fatalf("%d clock-step events, want one", steps)
+	}
+	if err := e.Report(ctx, a, engine.Update{CommandID: c.ID, State: "succeeded", Result: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the next step", func() bool { return openWorkflow(t, st, node).CurrentCommand != c.ID })
+}
+
+// TestDatabaseClockStepIsNotTheStepsTime: the database's clock stepping forward (PostgreSQL,
+// whose clock the servers keep) does not time out the steps in progress: each server sees the
+// step as a jump of the database's offset from its own clock at its next heartbeat, the first
+// gives the steps that time back before its store takes the new time, and the others, seeing
+// the same step, do not give it again. (The servers' local clocks stepping back by the same
+// amount is what a server sees of it.)
+func TestDatabaseClockStepIsNotTheStepsTime(t *testing.T) {
+	ctx := context.Background()
+	dsn := storetest.DSN(t, store.Postgres)
+	var back atomic.Int64
+	local := func() time.Time { return time.Now().Add(-time.Duration(back.Load())) }
+	open := func() *store.Store {
+		st, err := store.Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		st.SetLocalClock(local)
+		return st
+	}
+	st, other := open(), open()
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	h.Stop()
+	node := ids[0]
+	cfg := engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond, PeerTimeout: 600 * time.Millisecond}
+	e := engine.New(st, nil, nil2(), cfg)
+	second := engine.New(other, nil, nil2(), cfg)
+	if err := second.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer runEngine(t, e)()
+	a := engine.Agent{ID: "agent-a", Kind: "site", SiteID: h.SiteID, ConnID: "c1"}
+	if err := e.Connected(ctx, a, "t"); err != nil {
+		t.Fatal(err)
+	}
+	c := inspectionTaken(t, h, e, a, node)
+	was := openWorkflow(t, st, node)
+
+	// Ten minutes forward: twice the step's timeout (boot.prepareRamdisk, 5 minutes).
+	back.Store(int64(10 * time.Minute))
+	waitFor(t, "the step's deadline to move by the step", func() bool {
+		e.Nudge()
+		return openWorkflow(t, st, node).StepDeadline-was.StepDeadline >= (10*time.Minute - time.Second).Microseconds()
+	})
+	if err := second.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Reconciliations()
+	if err := st.Write(ctx, func(tx *store.Tx) error { return tx.Wake(ctx, node, "test", 0) }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a reconciliation at the new time", func() bool { e.Nudge(); return e.Reconciliations() > before })
+	wf := openWorkflow(t, st, node)
+	if wf.State != "running" || wf.CurrentCommand != c.ID || wf.StepIndex != was.StepIndex || wf.StepAttempt != was.StepAttempt {
+		t.Fatalf("after the database's clock step the workflow is %s at step %d, on command %q, attempt %d (%s): the step counted as the step's time",
+			wf.State, wf.StepIndex, wf.CurrentCommand, wf.StepAttempt, wf.Error)
+	}
+	if moved := time.Duration(wf.StepDeadline-was.StepDeadline) * time.Microsecond; moved > 11*time.Minute {
+		t.Fatalf("the step's deadline moved by %s: the step was given back more than once", moved)
+	}
+	evs, err := st.Events(ctx, store.EventFilter{Limit: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := 0
+	for _, ev := range evs {
+		if ev.Kind == "control_plane.clock_step" {
+			steps++
+			if !strings.Contains(ev.Reason, "the database's clock stepped") {
+				t.Errorf("clock step event: %q", ev.Reason)
+			}
 		}
 	}
 	if steps != 1 {

@@ -918,6 +918,21 @@ func (t *Tx) ControlPlaneAlive(ctx context.Context, gap time.Duration) (time.Dur
 	return time.Duration(t.at-last) * time.Microsecond, nil
 }
 
+// ClaimClockStep records that a step forward of the database's clock by step, seen by a
+// server whose previous heartbeat was at since (store time, before the step) and whose time is
+// still the transaction's (before the step), is being given back to the steps in progress; false
+// when another server already did so since (every server sees the same step at its next
+// heartbeat, and the steps get its time back once). The step is recorded at the transaction's
+// time after the step, which every heartbeat before the step precedes.
+func (t *Tx) ClaimClockStep(ctx context.Context, since int64, step time.Duration) (bool, error) {
+	res, err := t.exec(ctx, `UPDATE control_plane SET clock_step_at = ? WHERE id = 1 AND clock_step_at <= ?`, t.at+step.Microseconds(), since)
+	if err != nil {
+		return false, fmt.Errorf("recording a step of the database's clock: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return n == 1, nil
+}
+
 // Watermark is how far a store has come, as a server saw it: the store's id, how many restores
 // were fenced in it (Tx.FenceRestore) and how many beats its servers recorded since it was
 // created. A store restored from a backup is behind the watermark a server took before the

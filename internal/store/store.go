@@ -439,28 +439,44 @@ const TrustedClockOffset = time.Second
 // database's time less the local clock). On SQLite, whose one process is the store's only
 // clock, and with a clock set by hand, it does nothing.
 func (s *Store) SyncClock(ctx context.Context) (time.Duration, error) {
+	off, measured, err := s.MeasureClock(ctx)
+	if err != nil || !measured {
+		return off, err
+	}
+	s.SetClockOffset(off)
+	return off, nil
+}
+
+// MeasureClock reads the offset SyncClock would set (PostgreSQL: the database's clock less the
+// local one, 0 under TrustedClockOffset), without setting it; measured is false where there is
+// nothing to measure (SQLite, a clock set by hand), and the offset is then the one in use. On an
+// error the offset in use is returned with it.
+func (s *Store) MeasureClock(ctx context.Context) (off time.Duration, measured bool, err error) {
+	current := time.Duration(s.offset.Load()) * time.Microsecond
 	if s.engine != Postgres || s.manual.Load() {
-		return time.Duration(s.offset.Load()) * time.Microsecond, nil
+		return current, false, nil
 	}
 	local := *s.now.Load()
 	var db int64
 	t0 := local()
-	err := s.read.QueryRowContext(ctx, `SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint`).Scan(&db)
+	err = s.read.QueryRowContext(ctx, `SELECT (EXTRACT(EPOCH FROM clock_timestamp()) * 1000000)::bigint`).Scan(&db)
 	t1 := local()
-	current := time.Duration(s.offset.Load()) * time.Microsecond
 	if err != nil {
-		return current, fmt.Errorf("reading the database's clock: %w", err)
+		return current, false, fmt.Errorf("reading the database's clock: %w", err)
 	}
 	if rtt := t1.Sub(t0); rtt > maxClockRoundTrip {
-		return current, fmt.Errorf("reading the database's clock took %s (at most %s is trusted): offset kept at %s", rtt, maxClockRoundTrip, current)
+		return current, false, fmt.Errorf("reading the database's clock took %s (at most %s is trusted): offset kept at %s", rtt, maxClockRoundTrip, current)
 	}
-	off := db - (t0.UnixMicro()+t1.UnixMicro())/2
-	if time.Duration(off).Abs()*time.Microsecond < TrustedClockOffset {
-		off = 0
+	us := db - (t0.UnixMicro()+t1.UnixMicro())/2
+	if time.Duration(us).Abs()*time.Microsecond < TrustedClockOffset {
+		us = 0
 	}
-	s.offset.Store(off)
-	return time.Duration(off) * time.Microsecond, nil
+	return time.Duration(us) * time.Microsecond, true, nil
 }
+
+// SetClockOffset sets the offset every transaction's time adds to the local clock (one
+// MeasureClock read).
+func (s *Store) SetClockOffset(off time.Duration) { s.offset.Store(off.Microseconds()) }
 
 // bind rewrites ? placeholders to $n for PostgreSQL (queries never hold a literal '?').
 func (s *Store) bind(q string) string {
