@@ -68,7 +68,7 @@ func TestOfferMatchesFullScan(t *testing.T) {
 					a.mu.Lock()
 					want, wantOK := oracleOffer(a, p, mac, now)
 					a.mu.Unlock()
-					got, ok := a.offer(p, mac, now)
+					got, _, ok := a.offer(p, mac, now)
 					if got != want || ok != wantOK {
 						t.Fatalf("step %d: offer to %s = %s %v, full scan says %s %v", step, mac, got, ok, want, wantOK)
 					}

@@ -249,20 +249,21 @@ func (a *allocator) bind(mac string, ip netip.Addr, until time.Time) {
 }
 
 // offer picks an address for mac in pool p: its reservation, its current lease, or the first
-// free address of the range (never used before preferred over reclaimed ones).
-func (a *allocator) offer(p *Pool, mac string, now time.Time) (netip.Addr, bool) {
+// free address of the range (never used before preferred over reclaimed ones). fresh says the
+// address is new to mac (neither its reservation nor its lease).
+func (a *allocator) offer(p *Pool, mac string, now time.Time) (ip netip.Addr, fresh, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if ip, ok := a.reserved[mac]; ok {
 		if !p.Subnet.Contains(ip) {
-			return netip.Addr{}, false
+			return netip.Addr{}, false, false
 		}
 		a.hold(mac, ip, now)
-		return ip, true
+		return ip, false, true
 	}
 	if l, ok := a.leases[mac]; ok && p.inRange(l.IP) && a.free(l.IP, mac, now) {
 		a.hold(mac, l.IP, now)
-		return l.IP, true
+		return l.IP, false, true
 	}
 	// Never used before: from the pool's fresh mark on. The mark moves past addresses that are
 	// leased or reserved for another MAC, not past a declined one (free again one day).
@@ -289,17 +290,17 @@ func (a *allocator) offer(p *Pool, mac string, now time.Time) (netip.Addr, bool)
 		}
 		a.fresh[p] = mark
 		a.hold(mac, ip, now)
-		return ip, true
+		return ip, true, true
 	}
 	a.fresh[p] = mark
 	// Reclaimed: nothing unused is free, so the first free address is an expired lease.
 	for ip := p.Start; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
 		if a.free(ip, mac, now) {
 			a.hold(mac, ip, now)
-			return ip, true
+			return ip, true, true
 		}
 	}
-	return netip.Addr{}, false
+	return netip.Addr{}, false, false
 }
 
 // unuse forgets who had ip and lowers its pool's fresh mark to it.

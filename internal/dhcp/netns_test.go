@@ -212,3 +212,71 @@ func TestFullModeDhclientInNetns(t *testing.T) {
 	}
 	checkOneLease(t, srv)
 }
+
+// TestICMPProberInNetns: the prober, with its socket in the server's namespace, finds an
+// address a host on the link holds (it answers the echo) and not a free one (no answer within
+// the timeout), with probes in flight at once. Two namespaces the test creates, joined by a
+// veth pair with private addresses. Needs root and iproute2.
+func TestICMPProberInNetns(t *testing.T) {
+	need(t, os.Geteuid() == 0, "root (network namespaces)")
+	_, ipErr := exec.LookPath("ip")
+	need(t, ipErr == nil, "the ip command (Debian iproute2)")
+	srv, host := fmt.Sprintf("bcd-probe-s-%d", os.Getpid()), fmt.Sprintf("bcd-probe-h-%d", os.Getpid())
+	for _, ns := range []string{srv, host} {
+		run(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	run(t, "ip", "-n", srv, "link", "add", "srv0", "type", "veth", "peer", "name", "cli0", "netns", host)
+	run(t, "ip", "-n", srv, "addr", "add", "192.168.78.1/24", "dev", "srv0")
+	run(t, "ip", "-n", host, "addr", "add", "192.168.78.100/24", "dev", "cli0")
+	for _, l := range [][2]string{{srv, "lo"}, {srv, "srv0"}, {host, "lo"}, {host, "cli0"}} {
+		run(t, "ip", "-n", l[0], "link", "set", l[1], "up")
+	}
+	var p *ICMPProber
+	if err := inNetns(srv, func() error {
+		var err error
+		p, err = NewICMPProber(300 * time.Millisecond)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	used, free := netip.MustParseAddr("192.168.78.100"), netip.MustParseAddr("192.168.78.101")
+	// The first echo may wait for ARP: allow it a few tries.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, err := p.InUse(ctx, used)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, held by the other namespace, never answered", used)
+		}
+	}
+	type res struct {
+		ip  netip.Addr
+		ok  bool
+		err error
+	}
+	out := make(chan res, 8)
+	for i := range 8 {
+		ip := used
+		if i%2 == 1 {
+			ip = free
+		}
+		go func() {
+			ok, err := p.InUse(ctx, ip)
+			out <- res{ip, ok, err}
+		}()
+	}
+	for range 8 {
+		r := <-out
+		if r.err != nil || r.ok != (r.ip == used) {
+			t.Errorf("probe of %s: in use %v (%v), want %v", r.ip, r.ok, r.err, r.ip == used)
+		}
+	}
+}

@@ -75,6 +75,14 @@ type Config struct {
 	// boot-lease holder). Merged with Leases' at start; where a MAC or an address has two, the
 	// one that runs longer wins.
 	Known []Lease
+	// Probe, when set, is asked whether something on the network answers at an address before
+	// it is offered to a client it is new to (not the client's lease or reservation), for
+	// ProbeFor after the service starts (0: the longest lease time of the pools). Another
+	// server of the site may have granted leases in its last moments that this one was never
+	// told of (the boot lease changed hands); their clients come back to this one only when they
+	// renew. An address that answers is not offered, and is held back for a lease time.
+	Probe    Prober
+	ProbeFor time.Duration
 
 	// Observe, when set, learns which address each client MAC holds (see Binding): in full
 	// mode every lease granted or given back, and the leases loaded at start; in proxy and
@@ -115,6 +123,10 @@ type Server struct {
 	now      func() time.Time
 	alloc    *allocator
 	chains   map[Listener][]Handler
+	// probeUntil ends the time new addresses are probed (Config.Probe); probeFailed is set once
+	// a probe could not be made (said once in the log).
+	probeUntil  time.Time
+	probeFailed atomic.Bool
 }
 
 // New validates cfg, loads the leases (full mode) and wires the handler chains.
@@ -184,6 +196,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("dhcp: %w", err)
 		}
 		s.alloc = alloc
+		if cfg.Probe != nil {
+			d := cfg.ProbeFor
+			for _, p := range cfg.Pools {
+				if lt := leaseTime(&p); cfg.ProbeFor == 0 && lt > d {
+					d = lt
+				}
+			}
+			s.probeUntil = s.now().Add(d)
+		}
 		if cfg.Observe != nil {
 			now := s.now()
 			for _, l := range alloc.snapshot() {
@@ -533,11 +554,21 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 	resp.UpdateOption(dhcpv4.OptServerIdentifier(s.cfg.ServerIP.AsSlice()))
 	switch req.MessageType() {
 	case dhcpv4.MessageTypeDiscover:
-		ip, ok := s.alloc.offer(pool, mac, now)
-		if !ok {
-			s.log.WarnContext(ctx, "DHCP pool exhausted", "pool", pool.Subnet.String(), "mac", mac)
-			clearType(resp)
-			return true
+		var ip netip.Addr
+		for attempt := 0; ; attempt++ {
+			var fresh, ok bool
+			ip, fresh, ok = s.alloc.offer(pool, mac, now)
+			if !ok {
+				s.log.WarnContext(ctx, "DHCP pool exhausted", "pool", pool.Subnet.String(), "mac", mac)
+				clearType(resp)
+				return true
+			}
+			if !fresh || attempt == maxProbes || !s.inUse(ctx, ip, now) {
+				break
+			}
+			s.alloc.drop(mac, ip, now.Add(leaseTime(pool)))
+			s.log.WarnContext(ctx, "DHCP address answers on the network: not offered, held back for a lease time (a lease another server granted?)",
+				"ip", ip.String(), "mac", mac)
 		}
 		resp.YourIPAddr = ip.AsSlice()
 		setType(resp, dhcpv4.MessageTypeOffer)
@@ -593,6 +624,25 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		return true
 	}
 	return false
+}
+
+// maxProbes bounds the addresses one DISCOVER probes before it offers the next without asking.
+const maxProbes = 4
+
+// inUse asks Config.Probe, while probing lasts, whether ip answers on the network. A probe that
+// cannot be made counts as no answer (said once in the log).
+func (s *Server) inUse(ctx context.Context, ip netip.Addr, now time.Time) bool {
+	if s.cfg.Probe == nil || !now.Before(s.probeUntil) {
+		return false
+	}
+	used, err := s.cfg.Probe.InUse(ctx, ip)
+	if err != nil {
+		if s.probeFailed.CompareAndSwap(false, true) {
+			s.log.WarnContext(ctx, "DHCP address probe failed: offering without it", "ip", ip.String(), "err", err)
+		}
+		return false
+	}
+	return used
 }
 
 // networkOptions adds the pool's mask, router, DNS, domain and lease time.

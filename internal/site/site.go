@@ -90,6 +90,11 @@ type Config struct {
 	Interface string
 	ServerIP  netip.Addr
 	DHCPPools []dhcp.Pool
+	// DHCPProbe (full mode) is asked whether an address answers on the network before it is
+	// offered to a client it is new to, for a lease time after the agent's DHCP starts
+	// (dhcp.Config.Probe): the agent that held the boot lease before may have granted leases
+	// it never reported. nil: no probing. bcd site run opens an ICMP prober.
+	DHCPProbe dhcp.Prober
 	EFIBinary string // default ipxe.efi
 	// BootBinding: to which address boot scripts and metadata go (see BootBinding); default
 	// lease when DHCPMode is proxy, full or observe, none when it is off.
@@ -684,7 +689,8 @@ func (a *Agent) dhcpConfig(log *slog.Logger) dhcp.Config {
 	}
 	return dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
 		HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
-		Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Known: known, Observe: a.observeDHCP, Logger: log}
+		Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Known: known, Observe: a.observeDHCP, Logger: log,
+		Probe: a.cfg.DHCPProbe}
 }
 
 // whileHeld runs run while hold says the lease is held: started on acquisition, cancelled

@@ -63,6 +63,17 @@ the artifact cache live in the data dir too.`,
 				return err
 			}
 			cfg.Logger = logger(cmd.ErrOrStderr(), f.logLevel)
+			if cfg.DHCPMode == dhcp.ModeFull {
+				// Before it offers an address new to a client, the DHCP probes it: the agent that
+				// held the boot lease before may have granted it without reporting it.
+				p, err := dhcp.NewICMPProber(0)
+				if err != nil {
+					cfg.Logger.Warn("DHCP offers unprobed: an address the site's previous boot-lease holder granted in its last seconds may be offered again", "error", err)
+				} else {
+					defer p.Close()
+					cfg.DHCPProbe = p
+				}
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return cfg.Run(ctx)
