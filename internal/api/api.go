@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"sync"
 	"time"
 
@@ -88,9 +89,19 @@ func (strictJSON) Unmarshal(b []byte, m any) error {
 		return nil
 	}
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(b, msg); err != nil {
-		return fmt.Errorf("invalid JSON request: %v", err)
+		return fmt.Errorf("invalid JSON request: %s", withoutValues(err.Error()))
 	}
 	return nil
+}
+
+// jsonValueRe matches what the JSON decoder quotes of the request after the place and field it
+// names: a value of the wrong type, an unexpected token.
+var jsonValueRe = regexp.MustCompile(`(invalid value for [a-z0-9]+ field [A-Za-z0-9_]+|unexpected token|invalid value): .*$|(unexpected token|invalid value) .*$`)
+
+// withoutValues drops the request values a JSON decoding error quotes (a credential sent as a
+// number must not come back in the error), keeping the position and the field's name.
+func withoutValues(msg string) string {
+	return jsonValueRe.ReplaceAllString(msg, "$1$2")
 }
 
 // ---------------------------------------------------------------- authentication

@@ -270,9 +270,22 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 	if err != nil {
 		return nil, toConnect(err)
 	}
+	// A tenant's token sees its own sites' agents only, and no servers: the control plane is
+	// the installation's.
+	sites, err := st.Sites(ctx, p.TenantID)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	visible := make(map[string]bool, len(sites))
+	for _, s := range sites {
+		visible[s.ID] = true
+	}
 	now := time.Now().UnixMicro()
 	leases := map[string]store.SiteLease{}
 	for _, a := range agents {
+		if !visible[a.SiteID] {
+			continue
+		}
 		l, ok := leases[a.SiteID]
 		if !ok {
 			if l, err = st.Lease(ctx, a.SiteID); err != nil {
@@ -284,9 +297,11 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 			CertExpires: ts(a.CertNotAfter), RenewalOverdue: renewalOverdue(a, now), Dhcp: a.DHCPMode, BootBinding: a.BootBinding,
 			HoldsBootLease: l.HeldBy(a.ID, now)})
 	}
-	servers, err := st.Servers(ctx)
-	if err != nil {
-		return nil, toConnect(err)
+	var servers []store.Server
+	if p.TenantID == "" {
+		if servers, err = st.Servers(ctx); err != nil {
+			return nil, toConnect(err)
+		}
 	}
 	for _, sv := range servers {
 		out.Servers = append(out.Servers, &bcdv1.DoctorServer{Id: sv.ID, StartedAt: ts(sv.StartedAt), LastSeen: ts(sv.LastSeen), Agents: int32(sv.Agents),

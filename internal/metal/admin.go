@@ -231,8 +231,8 @@ func (s *Service) Pools(ctx context.Context, p auth.Principal, tenant, site stri
 	sid := ""
 	if site != "" {
 		st, err := s.st.Site(ctx, site)
-		if err != nil {
-			return nil, err
+		if err != nil || !p.CanSeeTenant(st.TenantID) {
+			return nil, fmt.Errorf("site %q: %w", truncate(site), store.ErrNotFound)
 		}
 		sid = st.ID
 	}
@@ -265,12 +265,22 @@ var concernDrivers = map[string][]string{
 	"virtual-media": {"redfish"},
 }
 
-func (s *Service) PutHardwareProfile(ctx context.Context, p auth.Principal, hp store.HardwareProfile) (store.HardwareProfile, error) {
+// installationWide refuses a change to what every tenant shares (hardware profiles, deploy
+// profiles, the image catalog and its signers) to any but an admin token without a tenant: a
+// tenant's admin would otherwise decide what other tenants' machines run.
+func installationWide(p auth.Principal, what string) error {
 	if err := Require(p, auth.Administer); err != nil {
-		return store.HardwareProfile{}, err
+		return err
 	}
 	if p.TenantID != "" {
-		return store.HardwareProfile{}, &ForbiddenError{Msg: "hardware profiles are installation-wide: only an admin token without a tenant defines them"}
+		return &ForbiddenError{Msg: what + " are installation-wide: only an admin token without a tenant changes them"}
+	}
+	return nil
+}
+
+func (s *Service) PutHardwareProfile(ctx context.Context, p auth.Principal, hp store.HardwareProfile) (store.HardwareProfile, error) {
+	if err := installationWide(p, "hardware profiles"); err != nil {
+		return store.HardwareProfile{}, err
 	}
 	if err := ValidName("name", hp.Name); err != nil {
 		return store.HardwareProfile{}, err
@@ -399,7 +409,7 @@ func (s *Service) Authenticate(ctx context.Context, plain string) (auth.Principa
 
 // PutDeployProfile stores an operator-defined deploy profile after checking it resolves.
 func (s *Service) PutDeployProfile(ctx context.Context, p auth.Principal, name, definition string) error {
-	if err := Require(p, auth.Administer); err != nil {
+	if err := installationWide(p, "deploy profiles"); err != nil {
 		return err
 	}
 	if err := ValidName("name", name); err != nil {
@@ -431,7 +441,7 @@ func (s *Service) DeployProfiles(ctx context.Context, p auth.Principal) (map[str
 
 // AddSigner registers an Ed25519 public key that may sign catalog images.
 func (s *Service) AddSigner(ctx context.Context, p auth.Principal, name string, pub []byte) error {
-	if err := Require(p, auth.Administer); err != nil {
+	if err := installationWide(p, "image signers"); err != nil {
 		return err
 	}
 	if err := ValidName("name", name); err != nil {
@@ -450,7 +460,7 @@ func (s *Service) AddSigner(ctx context.Context, p auth.Principal, name string, 
 
 // RevokeSigner revokes a signer: its images can no longer be deployed.
 func (s *Service) RevokeSigner(ctx context.Context, p auth.Principal, name string) error {
-	if err := Require(p, auth.Administer); err != nil {
+	if err := installationWide(p, "image signers"); err != nil {
 		return err
 	}
 	return s.st.Write(ctx, func(tx *store.Tx) error {
@@ -464,7 +474,7 @@ func (s *Service) RevokeSigner(ctx context.Context, p auth.Principal, name strin
 // AddImage adds (or replaces) a catalog image. It may be unsigned in the catalog; deploy refuses
 // it until a registered signer's signature covers it.
 func (s *Service) AddImage(ctx context.Context, p auth.Principal, img catalog.Image) error {
-	if err := Require(p, auth.Administer); err != nil {
+	if err := installationWide(p, "catalog images"); err != nil {
 		return err
 	}
 	if err := ValidName("name", img.Name); err != nil {

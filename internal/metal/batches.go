@@ -68,12 +68,38 @@ func (s *Service) SetApprovalPolicy(ctx context.Context, p auth.Principal, scope
 	return store.ApprovalPolicy{Scope: key, Required: n, UpdatedBy: p.Actor()}, nil
 }
 
-// ApprovalPolicies lists the approvals policies.
+// ApprovalPolicies lists the approvals policies p may see: every one for a token without a
+// tenant; the installation's and those of its own sites and pools for a tenant's.
 func (s *Service) ApprovalPolicies(ctx context.Context, p auth.Principal) ([]store.ApprovalPolicy, error) {
 	if err := Require(p, auth.Read); err != nil {
 		return nil, err
 	}
-	return s.st.ApprovalPolicies(ctx)
+	all, err := s.st.ApprovalPolicies(ctx)
+	if err != nil || p.TenantID == "" {
+		return all, err
+	}
+	sites, err := s.st.Sites(ctx, p.TenantID)
+	if err != nil {
+		return nil, err
+	}
+	pools, err := s.st.Pools(ctx, p.TenantID, "")
+	if err != nil {
+		return nil, err
+	}
+	own := map[string]bool{store.ApprovalScope("installation", ""): true}
+	for _, st := range sites {
+		own[store.ApprovalScope("site", st.ID)] = true
+	}
+	for _, pl := range pools {
+		own[store.ApprovalScope("pool", pl.ID)] = true
+	}
+	var out []store.ApprovalPolicy
+	for _, pol := range all {
+		if own[pol.Scope] {
+			out = append(out, pol)
+		}
+	}
+	return out, nil
 }
 
 // ---------------------------------------------------------------- batches
@@ -386,13 +412,9 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 	} else if in.Wipe != "" {
 		return BulkResult{}, invalid("wipe", "applies to undeploy only")
 	}
-	var labels [][2]string
-	for _, sel := range in.Selectors {
-		kv, err := ParseSelector(sel)
-		if err != nil {
-			return BulkResult{}, err
-		}
-		labels = append(labels, kv)
+	labels, err := ParseSelectors("selectors", in.Selectors)
+	if err != nil {
+		return BulkResult{}, err
 	}
 	pool, err := s.st.Pool(ctx, in.Pool)
 	if err != nil || !p.CanSeeTenant(pool.TenantID) {

@@ -155,7 +155,7 @@ func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in Acc
 	}
 	if in.Pool != "" {
 		pool, err := s.st.Pool(ctx, in.Pool)
-		if err == nil && pool.SiteID != site.ID {
+		if err == nil && p.CanSeeTenant(pool.TenantID) && pool.SiteID != site.ID {
 			return store.Node{}, invalid("pool", "%s is not at site %s, where the machine was seen", pool.Name, site.Name)
 		}
 	}

@@ -622,14 +622,14 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 	}
 	if in.Pool != "" {
 		pool, err := s.st.Pool(ctx, in.Pool)
-		if err != nil {
+		if err != nil || !p.CanSeeTenant(pool.TenantID) {
 			return nil, "", invalid("pool", "no pool named %q", truncate(in.Pool))
 		}
 		f.PoolID = pool.ID
 	}
 	if in.Site != "" {
 		site, err := s.st.Site(ctx, in.Site)
-		if err != nil {
+		if err != nil || !p.CanSeeTenant(site.TenantID) {
 			return nil, "", invalid("site", "no site named %q", truncate(in.Site))
 		}
 		f.SiteID = site.ID
@@ -642,13 +642,11 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 	default:
 		return nil, "", invalid("maintenance", "%q: accepted are true, false or empty", truncate(in.Maintenance))
 	}
-	for _, sel := range in.Labels {
-		kv, err := ParseSelector(sel)
-		if err != nil {
-			return nil, "", err
-		}
-		f.Labels = append(f.Labels, kv)
+	labels, err := ParseSelectors("labels", in.Labels)
+	if err != nil {
+		return nil, "", err
 	}
+	f.Labels = append(f.Labels, labels...)
 	if in.PageToken != "" {
 		after, err := decodePageToken(in.PageToken)
 		if err != nil {

@@ -86,6 +86,26 @@ func ValidLabels(field string, labels map[string]string) error {
 	return nil
 }
 
+// MaxSelectors bounds the label selectors of one list or bulk: a node has at most 64 labels,
+// so more selectors can only repeat one.
+const MaxSelectors = 64
+
+// ParseSelectors parses every key=value of field, at most MaxSelectors.
+func ParseSelectors(field string, in []string) ([][2]string, error) {
+	if len(in) > MaxSelectors {
+		return nil, invalid(field, "%d selectors: at most %d are accepted", len(in), MaxSelectors)
+	}
+	out := make([][2]string, 0, len(in))
+	for _, sel := range in {
+		kv, err := ParseSelector(sel)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, kv)
+	}
+	return out, nil
+}
+
 // ParseSelector parses key=value.
 func ParseSelector(s string) ([2]string, error) {
 	k, v, ok := strings.Cut(s, "=")

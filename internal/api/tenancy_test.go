@@ -1,0 +1,174 @@
+package api
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"bcd/internal/catalog"
+	"bcd/internal/store"
+)
+
+// tokenIn creates a token (by the installation admin) of role in tenant.
+func (e *env) tokenIn(t *testing.T, name, role, tenant string) string {
+	t.Helper()
+	code, body := e.post(t, "/bcd.v1.TokenService/Create", e.admin, `{"name":"`+name+`","role":"`+role+`","tenant":"`+tenant+`"}`)
+	if code != 200 {
+		t.Fatalf("token %s: %d %s", name, code, body)
+	}
+	var r struct{ Secret string }
+	if err := json.Unmarshal([]byte(body), &r); err != nil {
+		t.Fatal(err)
+	}
+	return r.Secret
+}
+
+func imageJSON(img catalog.Image) string {
+	b, _ := json.Marshal(map[string]any{"image": map[string]any{"name": img.Name, "url": img.URL, "size": img.Size, "format": img.Format,
+		"compression": img.Compression, "sha256": img.SHA256, "signer": img.Signer, "signature": base64.StdEncoding.EncodeToString(img.Signature)}})
+	return string(b)
+}
+
+// What every tenant shares (the image catalog, its signers, deploy profiles, hardware profiles)
+// is changed only by an admin token without a tenant: a tenant's admin is refused each, and the
+// catalog is as the installation admin left it.
+func TestTenantAdminCannotChangeWhatTenantsShare(t *testing.T) {
+	e := newEnv(t)
+	if code, body := e.post(t, "/bcd.v1.InventoryService/CreateTenant", e.admin, `{"name":"acme"}`); code != 200 {
+		t.Fatalf("tenant: %d %s", code, body)
+	}
+	acme := e.tokenIn(t, "acme-admin", "admin", "acme")
+	corpPub, corpKey, _ := ed25519.GenerateKey(nil)
+	signer := func(name string, pub ed25519.PublicKey) string {
+		return `{"signer":{"name":"` + name + `","publicKey":"` + base64.StdEncoding.EncodeToString(pub) + `"}}`
+	}
+	if code, body := e.post(t, "/bcd.v1.ImageService/AddSigner", e.admin, signer("corp", corpPub)); code != 200 {
+		t.Fatalf("add signer: %d %s", code, body)
+	}
+	good := catalog.Image{Name: "debian-12", URL: "http://mirror.corp/debian-12.raw", Size: 10, Format: "raw", Compression: "none", SHA256: strings.Repeat("a", 64), Signer: "corp"}
+	good.Signature = catalog.Sign(good, corpKey)
+	if code, body := e.post(t, "/bcd.v1.ImageService/AddImage", e.admin, imageJSON(good)); code != 200 {
+		t.Fatalf("add image: %d %s", code, body)
+	}
+	evilPub, evilKey, _ := ed25519.GenerateKey(nil)
+	evil := catalog.Image{Name: "debian-12", URL: "http://elsewhere.test/implant.raw", Size: 10, Format: "raw", Compression: "none", SHA256: strings.Repeat("b", 64), Signer: "corp"}
+	evil.Signature = catalog.Sign(evil, evilKey)
+	for _, tc := range []struct{ path, body string }{
+		{"/bcd.v1.ImageService/AddSigner", signer("acme-key", evilPub)},
+		{"/bcd.v1.ImageService/AddImage", imageJSON(evil)},
+		{"/bcd.v1.ImageService/RevokeSigner", `{"name":"corp"}`},
+		{"/bcd.v1.InventoryService/PutDeployProfile", `{"profile":{"name":"default","definition":"{\"steps\":[{\"use\":\"metal.ensureRamdisk\"}]}"}}`},
+		{"/bcd.v1.InventoryService/PutHardwareProfile", `{"profile":{"name":"x","drivers":{"power":"ipmi"}}}`},
+	} {
+		code, body := e.post(t, tc.path, acme, tc.body)
+		if code != 403 || !strings.Contains(body, "installation-wide") {
+			t.Errorf("%s by a tenant's admin: %d %s, want 403 naming what is installation-wide", tc.path, code, body)
+		}
+	}
+	img, err := e.st.VerifiedImage(context.Background(), "debian-12")
+	if err != nil || img.URL != good.URL || img.Signer != "corp" {
+		t.Fatalf("debian-12 after the tenant admin's attempts: %s by %s (%v)", img.URL, img.Signer, err)
+	}
+	profiles, err := e.st.Profiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := profiles["default"]; ok {
+		t.Fatalf("the default deploy profile was replaced: %v", profiles)
+	}
+}
+
+// A tenant's viewer sees, in doctor and the approvals policies, only its own sites' agents
+// and policies (and the installation's policy), and no servers; a filter naming another
+// tenant's site or pool answers as for a name that does not exist.
+func TestTenantSeesOnlyItsOwnSitesAgentsAndPolicies(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for _, b := range []struct{ path, body string }{
+		{"/bcd.v1.InventoryService/CreateTenant", `{"name":"acme"}`},
+		{"/bcd.v1.InventoryService/CreateSite", `{"name":"other-dc","tenant":"default"}`},
+		{"/bcd.v1.InventoryService/CreateSite", `{"name":"acme-dc","tenant":"acme"}`},
+		{"/bcd.v1.InventoryService/CreatePool", `{"name":"other-pool","site":"other-dc","policy":{"hardwareProfile":"redfish"}}`},
+		{"/bcd.v1.BatchService/SetApprovalPolicy", `{"scope":"site","ref":"other-dc","required":2}`},
+		{"/bcd.v1.BatchService/SetApprovalPolicy", `{"scope":"site","ref":"acme-dc","required":1}`},
+		{"/bcd.v1.BatchService/SetApprovalPolicy", `{"scope":"installation","required":1}`},
+	} {
+		if code, body := e.post(t, b.path, e.admin, b.body); code != 200 {
+			t.Fatalf("%s %s: %d %s", b.path, b.body, code, body)
+		}
+	}
+	other, err := e.st.Site(ctx, "other-dc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := e.st.Site(ctx, "acme-dc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.ServerAlive(ctx, "server-1", 0); err != nil {
+			return err
+		}
+		if err := tx.UpsertAgent(ctx, store.Agent{ID: "other-agent", Kind: "site", SiteID: other.ID, Version: "v1"}); err != nil {
+			return err
+		}
+		return tx.UpsertAgent(ctx, store.Agent{ID: "acme-agent", Kind: "site", SiteID: own.ID, Version: "v1"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	viewer := e.tokenIn(t, "acme-viewer", "viewer", "acme")
+
+	_, body := e.post(t, "/bcd.v1.NodeService/Doctor", viewer, `{}`)
+	if strings.Contains(body, "other-agent") || !strings.Contains(body, "acme-agent") || strings.Contains(body, "server-1") {
+		t.Errorf("tenant doctor: %s: want acme's agent only, no servers", body)
+	}
+	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); !strings.Contains(body, "other-agent") || !strings.Contains(body, "server-1") {
+		t.Errorf("installation doctor: %s: want every agent and the servers", body)
+	}
+	_, body = e.post(t, "/bcd.v1.BatchService/ListApprovalPolicies", viewer, `{}`)
+	if strings.Contains(body, other.ID) || !strings.Contains(body, own.ID) || !strings.Contains(body, `"installation"`) {
+		t.Errorf("tenant policies: %s: want the installation's and acme-dc's only", body)
+	}
+	for _, tc := range []struct{ path, theirs, none string }{
+		{"/bcd.v1.NodeService/List", `{"site":"other-dc"}`, `{"site":"no-such-dc"}`},
+		{"/bcd.v1.NodeService/List", `{"pool":"other-pool"}`, `{"pool":"no-such-pool"}`},
+		{"/bcd.v1.InventoryService/ListPools", `{"site":"other-dc"}`, `{"site":"no-such-dc"}`},
+	} {
+		c1, b1 := e.post(t, tc.path, viewer, tc.theirs)
+		c2, b2 := e.post(t, tc.path, viewer, tc.none)
+		if c1 != c2 || c1 == 200 || strings.ReplaceAll(b1, "other", "no-such") != b2 {
+			t.Errorf("%s: another tenant's %s → %d %s; a missing one %s → %d %s: want the same answer", tc.path, tc.theirs, c1, b1, tc.none, c2, b2)
+		}
+	}
+}
+
+// More label selectors than a node has labels are refused with invalid_argument (before, ~1000
+// nested the store's query past SQLite's depth: an internal error); a value of the wrong type
+// in a request is not quoted back in the error.
+func TestSelectorsBoundedAndValuesNotEchoed(t *testing.T) {
+	e := newEnv(t)
+	sels := make([]string, 65)
+	for i := range sels {
+		sels[i] = fmt.Sprintf(`"k%d=v"`, i)
+	}
+	for _, tc := range []struct{ path, body string }{
+		{"/bcd.v1.NodeService/List", `{"labels":[` + strings.Join(sels, ",") + `]}`},
+		{"/bcd.v1.BatchService/Bulk", `{"verb":"inspect","pool":"default","reason":"r","selectors":[` + strings.Join(sels, ",") + `]}`},
+	} {
+		code, body := e.post(t, tc.path, e.admin, tc.body)
+		if code != 400 || !strings.Contains(body, "65 selectors: at most 64") {
+			t.Errorf("%s with 65 selectors: %d %s", tc.path, code, body)
+		}
+	}
+	if code, body := e.post(t, "/bcd.v1.NodeService/List", e.admin, `{"labels":[`+strings.Join(sels[:64], ",")+`]}`); code != 200 {
+		t.Errorf("64 selectors: %d %s", code, body)
+	}
+	code, body := e.post(t, "/bcd.v1.NodeService/Enroll", e.admin, `{"name":"n","pool":"default","bmc":{"address":"https://10.0.0.9","username":"root","password":98765432123}}`)
+	if code != 400 || strings.Contains(body, "98765432123") || !strings.Contains(body, "password") {
+		t.Errorf("a numeric password: %d %s: want 400 naming the field, not its value", code, body)
+	}
+}
