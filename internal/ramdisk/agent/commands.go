@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"encoding/json"
@@ -273,15 +274,28 @@ type DiskWipe struct {
 }
 
 // WipeResult is disk.wipe's result. It has no maps, so its JSON encoding is deterministic:
-// those bytes are what the node signs.
+// those bytes are what the node signs. Skipped names every block device the wipe left alone and
+// why (read-only removable media, optical drives, RAM and loop devices, ...), so that the signed
+// result says what was not erased as well as what was.
 type WipeResult struct {
-	Mode  wipe.Mode  `json:"mode"`
-	Disks []DiskWipe `json:"disks"`
+	Mode    wipe.Mode     `json:"mode"`
+	Disks   []DiskWipe    `json:"disks"`
+	Skipped []SkippedDisk `json:"skipped"`
 }
 
-// NewWipeResult pairs wipe results with the inventory disks they came from (in order).
-func NewWipeResult(mode wipe.Mode, disks []inventory.Disk, results []wipe.Result) WipeResult {
-	out := WipeResult{Mode: mode, Disks: make([]DiskWipe, len(results))}
+// SkippedDisk is a block device disk.wipe did not erase.
+type SkippedDisk struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
+}
+
+// NewWipeResult pairs wipe results with the inventory disks they came from (in order) and
+// lists the devices that were skipped.
+func NewWipeResult(mode wipe.Mode, disks []inventory.Disk, results []wipe.Result, skipped []SkippedDisk) WipeResult {
+	out := WipeResult{Mode: mode, Disks: make([]DiskWipe, len(results)), Skipped: slices.Clone(skipped)}
+	if out.Skipped == nil {
+		out.Skipped = []SkippedDisk{}
+	}
 	for i, r := range results {
 		if r.Attempts == nil {
 			r.Attempts = []wipe.Attempt{}
@@ -299,16 +313,54 @@ func NewWipeResult(mode wipe.Mode, disks []inventory.Disk, results []wipe.Result
 	return out
 }
 
-// WipeTargets are the disks disk.wipe erases: every non-removable disk of the inventory.
-// Read-only ones stay in: opening them fails, and so does the wipe (fail closed).
-func WipeTargets(inv inventory.Inventory) []inventory.Disk {
-	var ds []inventory.Disk
+// WipeTargets are the disks disk.wipe erases: every disk of the inventory, removable ones (SD
+// cards, USB sticks: an OS can be written to them) included. A read-only removable device (a
+// CD-ROM, a BMC's virtual media, a write-protected card) cannot be written, by the wipe or by
+// anyone: it is skipped, and named in the result with the reason, as is every block device the
+// inventory did not report as a disk. A read-only fixed disk stays in: opening it fails, and
+// so does the wipe (fail closed).
+func WipeTargets(inv inventory.Inventory) (targets []inventory.Disk, skipped []SkippedDisk) {
 	for _, d := range inv.Disks {
-		if !d.Removable {
-			ds = append(ds, d)
+		if d.Removable && d.ReadOnly {
+			skipped = append(skipped, SkippedDisk{Name: d.Name,
+				Reason: "read-only removable device (CD-ROM, virtual media or write-protected card): it cannot be written"})
+			continue
+		}
+		targets = append(targets, d)
+	}
+	for _, s := range inv.Skipped {
+		if s.Kind == "disk" {
+			skipped = append(skipped, SkippedDisk{Name: s.Name, Reason: "not a disk the wipe writes (inventory: " + s.Reason + ")"})
 		}
 	}
-	return ds
+	return targets, skipped
+}
+
+// pciStorageSubclasses names the subclasses of PCI class 01 (mass storage controller).
+var pciStorageSubclasses = map[string]string{
+	"00": "SCSI storage controller", "01": "IDE controller", "02": "floppy controller",
+	"03": "IPI bus controller", "04": "RAID controller", "05": "ATA controller",
+	"06": "SATA controller", "07": "SAS controller", "08": "NVMe controller",
+	"09": "UFS controller", "80": "mass storage controller",
+}
+
+// CheckStorageControllers fails when a mass-storage PCI controller (class 01xxxx) has no driver
+// bound: the ramdisk lacks its driver, so the disks behind it are not in the inventory and a
+// wipe of the disks it does see would prove nothing about them.
+func CheckStorageControllers(pci []inventory.PCIDevice) error {
+	var errs []error
+	for _, d := range pci {
+		if !strings.HasPrefix(d.Class, "01") || d.Driver != "" {
+			continue
+		}
+		what := "mass storage controller"
+		if len(d.Class) >= 4 {
+			what = cmp.Or(pciStorageSubclasses[d.Class[2:4]], what)
+		}
+		errs = append(errs, fmt.Errorf("%s %s (PCI %s:%s, class %s) has no driver bound: the disks behind it cannot be seen, so they cannot be wiped by this ramdisk (its driver must be added to the ramdisk's modules)",
+			what, d.Address, d.Vendor, d.Device, d.Class))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Commands) diskWipe(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error) {
@@ -326,9 +378,15 @@ func (c *Commands) diskWipe(ctx context.Context, args []byte, report func(agentl
 	if err != nil {
 		return nil, err
 	}
-	disks := WipeTargets(inv)
+	if err := CheckStorageControllers(inv.PCI); err != nil {
+		return nil, fmt.Errorf("refusing to wipe: %w", err)
+	}
+	disks, skipped := WipeTargets(inv)
+	for _, s := range skipped {
+		c.d.Log.InfoContext(ctx, "not wiped", "device", s.Name, "reason", s.Reason)
+	}
 	if len(disks) == 0 {
-		return nil, errors.New("no non-removable disk in the inventory: nothing can be proven erased")
+		return nil, errors.New("no writable disk in the inventory: nothing can be proven erased")
 	}
 	req := c.d.WipeRequest
 	req.Mode = mode
@@ -336,7 +394,7 @@ func (c *Commands) diskWipe(ctx context.Context, args []byte, report func(agentl
 		report(agentlink.Progress{Done: done, Total: total, Message: "wiping " + device})
 	}
 	results, werr := wipe.WipeAll(ctx, c.d.Log, disks, c.d.Wipe, req, progress)
-	res := NewWipeResult(mode, disks, results)
+	res := NewWipeResult(mode, disks, results, skipped)
 	b, err := json.Marshal(res)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the wipe result: %w", errors.Join(err, werr))

@@ -12,12 +12,15 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/engine"
 	"bcd/internal/ramdisk/diag"
 	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/ramdisk/kexec"
@@ -140,6 +143,7 @@ type wipeDisk struct {
 	Verified     bool   `json:"verified"`
 	Serial       string `json:"serial"`
 	Error        string `json:"error"`
+	Flushed      bool   `json:"flushed"`
 	Verification struct {
 		AllZero bool `json:"allZero"`
 	} `json:"verification"`
@@ -149,28 +153,45 @@ func TestDiskWipe(t *testing.T) {
 	tests := []struct {
 		name         string
 		args         string
-		drop, fail   []int // indexes of the two fixed disks
+		drop, fail   []int // indexes of the disks wiped: sda, nvme0n1, and the removable sdb
 		noDisks      bool
+		undriven     bool // a SAS HBA without a driver
 		wantErr      string
-		wantVerified []bool // per fixed disk; nil: no result
+		wantVerified []bool // per wiped disk; nil: no result
 	}{
-		{name: "quick", args: `{"mode":"quick"}`, wantVerified: []bool{true, true}},
-		{name: "full", args: `{"mode":"full"}`, wantVerified: []bool{true, true}},
-		{name: "secure falls back to zeros on a file", args: `{"mode":"secure"}`, wantVerified: []bool{true, true}},
-		{name: "writes dropped", args: `{"mode":"quick"}`, drop: []int{1}, wantErr: "verification failed", wantVerified: []bool{true, false}},
-		{name: "disk busy", args: `{"mode":"full"}`, fail: []int{0}, wantErr: "device busy", wantVerified: []bool{false, true}},
+		{name: "quick", args: `{"mode":"quick"}`, wantVerified: []bool{true, true, true}},
+		{name: "full", args: `{"mode":"full"}`, wantVerified: []bool{true, true, true}},
+		{name: "secure falls back to zeros on a file", args: `{"mode":"secure"}`, wantVerified: []bool{true, true, true}},
+		{name: "writes dropped", args: `{"mode":"quick"}`, drop: []int{1}, wantErr: "verification failed", wantVerified: []bool{true, false, true}},
+		{name: "disk busy", args: `{"mode":"full"}`, fail: []int{0}, wantErr: "device busy", wantVerified: []bool{false, true, true}},
+		{name: "removable disk busy", args: `{"mode":"quick"}`, fail: []int{2}, wantErr: "device busy", wantVerified: []bool{true, true, false}},
 		{name: "bad mode", args: `{"mode":"gentle"}`, wantErr: "wipe mode"},
 		{name: "no mode", args: `{}`, wantErr: "wipe mode"},
 		{name: "not JSON", args: `{"mode":`, wantErr: "reading the arguments"},
-		{name: "no disk", args: `{"mode":"quick"}`, noDisks: true, wantErr: "no non-removable disk"},
+		{name: "only read-only media", args: `{"mode":"quick"}`, noDisks: true, wantErr: "no writable disk"},
+		{name: "storage controller without a driver", args: `{"mode":"full"}`, undriven: true,
+			wantErr: "SAS controller 0000:5e:00.0 (PCI 1000:0097, class 010700) has no driver bound: the disks behind it cannot be seen, so they cannot be wiped by this ramdisk"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			disks := []inventory.Disk{fileDisk(t, "sda", 4*mib), fileDisk(t, "nvme0n1", 3*mib)}
-			usb := inventory.Disk{Name: "sdb", Path: filepath.Join(t.TempDir(), "absent"), Removable: true}
-			inv := inventory.Inventory{Disks: append(append([]inventory.Disk{}, disks...), usb)}
+			usb := fileDisk(t, "sdb", 2*mib)
+			usb.Removable = true
+			disks := []inventory.Disk{fileDisk(t, "sda", 4*mib), fileDisk(t, "nvme0n1", 3*mib), usb}
+			// Virtual media with an ISO in it: removable, read-only, left alone and named.
+			media := inventory.Disk{Name: "sdc", Path: filepath.Join(t.TempDir(), "absent"), Removable: true, ReadOnly: true, SizeBytes: 600 << 20}
+			inv := inventory.Inventory{
+				Disks:   append(append([]inventory.Disk{}, disks...), media),
+				Skipped: []inventory.Skipped{{Kind: "disk", Name: "sr0", Reason: "optical drive"}, {Kind: "nic", Name: "lo", Reason: "loopback"}},
+				PCI: []inventory.PCIDevice{
+					{Address: "0000:00:1f.2", Vendor: "8086", Device: "2922", Class: "010601", Driver: "ahci"},
+					{Address: "0000:00:14.0", Vendor: "8086", Device: "a36d", Class: "0c0330", Driver: ""}, // not storage
+				},
+			}
 			if tc.noDisks {
-				inv.Disks = []inventory.Disk{usb}
+				inv.Disks = []inventory.Disk{media}
+			}
+			if tc.undriven {
+				inv.PCI = append(inv.PCI, inventory.PCIDevice{Address: "0000:5e:00.0", Vendor: "1000", Device: "0097", Class: "010700"})
 			}
 			d := testDeps(t, inv)
 			o := openers{drop: map[string]bool{}, fail: map[string]bool{}}
@@ -189,17 +210,30 @@ func TestDiskWipe(t *testing.T) {
 				if res != nil {
 					t.Fatalf("result without a wipe: %s", res)
 				}
+				for _, dk := range disks {
+					if b, _ := os.ReadFile(dk.Path); bytes.Count(b, []byte{0}) != 0 {
+						t.Errorf("%s written to by a refused wipe", dk.Name)
+					}
+				}
 				return
 			}
 			var got struct {
-				Mode  string     `json:"mode"`
-				Disks []wipeDisk `json:"disks"`
+				Mode    string        `json:"mode"`
+				Disks   []wipeDisk    `json:"disks"`
+				Skipped []SkippedDisk `json:"skipped"`
 			}
 			if err := json.Unmarshal(res, &got); err != nil {
 				t.Fatalf("%v: %s", err, res)
 			}
 			if len(got.Disks) != len(tc.wantVerified) {
-				t.Fatalf("%d disks in the result, want %d (the removable one is never wiped): %s", len(got.Disks), len(tc.wantVerified), res)
+				t.Fatalf("%d disks in the result, want %d (removable writable disks are wiped): %s", len(got.Disks), len(tc.wantVerified), res)
+			}
+			wantSkipped := []SkippedDisk{
+				{Name: "sdc", Reason: "read-only removable device (CD-ROM, virtual media or write-protected card): it cannot be written"},
+				{Name: "sr0", Reason: "not a disk the wipe writes (inventory: optical drive)"},
+			}
+			if !reflect.DeepEqual(got.Skipped, wantSkipped) {
+				t.Errorf("skipped = %+v, want %+v", got.Skipped, wantSkipped)
 			}
 			for i, gd := range got.Disks {
 				if gd.Device != disks[i].Path || gd.Name != disks[i].Name || gd.Serial != disks[i].Serial {
@@ -208,8 +242,8 @@ func TestDiskWipe(t *testing.T) {
 				if gd.Verified != tc.wantVerified[i] || gd.Verified != gd.Verification.AllZero {
 					t.Errorf("disk %d verified=%t allZero=%t, want %t (%s)", i, gd.Verified, gd.Verification.AllZero, tc.wantVerified[i], gd.Error)
 				}
-				if gd.Verified && gd.Method == "" {
-					t.Errorf("disk %d: no method", i)
+				if gd.Verified && (gd.Method == "" || !gd.Flushed) {
+					t.Errorf("disk %d: method %q flushed %t", i, gd.Method, gd.Flushed)
 				}
 				if gd.Verified && tc.args == `{"mode":"full"}` {
 					b, err := os.ReadFile(disks[i].Path)
@@ -223,6 +257,19 @@ func TestDiskWipe(t *testing.T) {
 			}
 			if err == nil && prog.n() == 0 {
 				t.Error("no progress reported")
+			}
+			// The control plane's reading of the result: releasing completes only when every
+			// wiped disk read back; the skipped list is extra and must not get in its way.
+			var cp engine.WipeResult
+			if err := json.Unmarshal(res, &cp); err != nil {
+				t.Fatalf("the control plane cannot read the result: %v", err)
+			}
+			allVerified := len(cp.Disks) == len(disks)
+			for i, d := range cp.Disks {
+				allVerified = allVerified && d.Verified && d.Device == disks[i].Path
+			}
+			if allVerified != (err == nil) {
+				t.Errorf("control plane sees every disk verified = %t, the wipe's error = %v", allVerified, err)
 			}
 		})
 	}
@@ -431,20 +478,89 @@ func TestWipeResultEncoding(t *testing.T) {
 	disks := []inventory.Disk{{Name: "sda", Path: "/dev/sda"}}
 	results := []wipe.Result{{Device: "sda", Serial: "S1", Mode: wipe.ModeQuick, Method: wipe.MethodQuickZero,
 		Verification: wipe.Verification{AllZero: true, Passed: true, FirstNonZero: -1}}}
-	a, err := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results))
+	a, err := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results))
+	b, _ := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results, nil))
 	if !bytes.Equal(a, b) {
 		t.Fatal("two encodings differ")
 	}
 	want := `{"mode":"quick","disks":[{"device":"/dev/sda","name":"sda","verified":true,"serial":"S1","wwn":"","sizeBytes":0,"mode":"quick",`
-	if !strings.HasPrefix(string(a), want) || strings.Contains(string(a), "null") || !strings.Contains(string(a), `"method":"write-zeros-signatures"`) {
+	if !strings.HasPrefix(string(a), want) || strings.Contains(string(a), "null") || !strings.Contains(string(a), `"method":"write-zeros-signatures"`) ||
+		!strings.HasSuffix(string(a), `"skipped":[]}`) {
 		t.Fatalf("encoding %s", a)
 	}
+	c, _ := json.Marshal(NewWipeResult(wipe.ModeQuick, disks, results, []SkippedDisk{{Name: "sr0", Reason: "optical drive"}}))
+	if !strings.HasSuffix(string(c), `,"skipped":[{"name":"sr0","reason":"optical drive"}]}`) {
+		t.Fatalf("skipped devices: %s", c)
+	}
 	results[0].Verification.Passed = false
-	if r := NewWipeResult(wipe.ModeQuick, disks, results); r.Disks[0].Verified {
+	if r := NewWipeResult(wipe.ModeQuick, disks, results, nil); r.Disks[0].Verified {
 		t.Fatal("verified without a passed read-back")
+	}
+}
+
+// A mass-storage controller without a driver hides its disks: the wipe refuses, naming it. The
+// lab's q35 VMs (ICH9 AHCI, virtio-blk or NVMe, virtio NIC and RNG; host bridge, LPC and SMBus
+// without drivers) and the inventory's fixtures pass.
+func TestCheckStorageControllers(t *testing.T) {
+	q35 := []inventory.PCIDevice{
+		{Address: "0000:00:00.0", Vendor: "8086", Device: "29c0", Class: "060000"},
+		{Address: "0000:00:01.0", Vendor: "1af4", Device: "1000", Class: "020000", Driver: "virtio-pci"},
+		{Address: "0000:00:02.0", Vendor: "1af4", Device: "1001", Class: "010000", Driver: "virtio-pci"},
+		{Address: "0000:00:03.0", Vendor: "1b36", Device: "0010", Class: "010802", Driver: "nvme"},
+		{Address: "0000:00:04.0", Vendor: "1af4", Device: "1005", Class: "00ff00", Driver: "virtio-pci"},
+		{Address: "0000:00:1f.0", Vendor: "8086", Device: "2918", Class: "060100"},
+		{Address: "0000:00:1f.2", Vendor: "8086", Device: "2922", Class: "010601", Driver: "ahci"},
+		{Address: "0000:00:1f.3", Vendor: "8086", Device: "2930", Class: "0c0500"},
+	}
+	fixture := func(name string) []inventory.PCIDevice {
+		base := filepath.Join("..", "inventory", "testdata", name)
+		inv, err := inventory.Collect(t.Context(), inventory.Roots{Sys: filepath.Join(base, "sys"), Proc: filepath.Join(base, "proc"), Dev: filepath.Join(base, "dev")}, inventory.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return inv.PCI
+	}
+	tests := []struct {
+		name string
+		pci  []inventory.PCIDevice
+		want []string // substrings of the error; nil: no error
+	}{
+		{"lab q35", q35, nil},
+		{"vm fixture", fixture("vm"), nil},
+		{"server fixture", fixture("server"), nil},
+		{"no PCI bus", nil, nil},
+		{"SAS HBA without driver", append(slices.Clone(q35), inventory.PCIDevice{Address: "0000:5e:00.0", Vendor: "1000", Device: "0097", Class: "010700"}),
+			[]string{"SAS controller 0000:5e:00.0 (PCI 1000:0097, class 010700) has no driver bound", "cannot be wiped by this ramdisk"}},
+		{"RAID and VMD without drivers", []inventory.PCIDevice{
+			{Address: "0000:18:00.0", Vendor: "1000", Device: "10e2", Class: "010400"},
+			{Address: "0000:64:00.5", Vendor: "8086", Device: "28c0", Class: "010400"},
+			{Address: "0000:00:1f.2", Vendor: "8086", Device: "a352", Class: "010601", Driver: "ahci"},
+		}, []string{"RAID controller 0000:18:00.0 (PCI 1000:10e2", "RAID controller 0000:64:00.5 (PCI 8086:28c0"}},
+		{"IDE without driver", []inventory.PCIDevice{{Address: "0000:00:01.1", Vendor: "8086", Device: "7010", Class: "010180"}},
+			[]string{"IDE controller 0000:00:01.1"}},
+		{"odd subclass", []inventory.PCIDevice{{Address: "0000:00:05.0", Vendor: "abcd", Device: "0001", Class: "01ee00"}},
+			[]string{"mass storage controller 0000:00:05.0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckStorageControllers(tt.pci)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("err = %v, want %q in it", err, w)
+				}
+			}
+		})
 	}
 }

@@ -14,16 +14,26 @@ import (
 
 // DefaultModules are the modules the ramdisk loads (their dependencies come along): virtio
 // devices of QEMU and clouds (virtio_rng too: without RDRAND or a hardware RNG the kernel's
-// random pool may take minutes to fill, and key generation waits for it), the common disk
-// controllers, the NICs of most servers, IPMI, and the FAT filesystem with the code pages
+// random pool may take minutes to fill, and key generation waits for it), the disk controllers
+// of most servers (a wipe must see every disk: disk.wipe refuses while a mass-storage controller
+// has no driver), the NICs of most servers, IPMI, and the FAT filesystem with the code pages
 // Debian's kernel mounts it with by default (codepage 437, iocharset ascii; utf8) so that
 // kexec can read a boot partition (the NLS modules are loaded by name at mount time, which
 // needs no modprobe when they are already loaded).
+// Disk controllers: AHCI and legacy-mode (ata_piix) SATA, NVMe and NVMe behind Intel VMD,
+// Broadcom/LSI SAS HBAs and tri-mode controllers (mpt3sas, mpi3mr), MegaRAID (megaraid_sas),
+// Microchip/Adaptec SmartRAID and HBA (smartpqi, aacraid), HPE Smart Array (hpsa), USB disks
+// and SD/eMMC (xhci/ehci with usb-storage and uas; mmc_block with sdhci). Every one is a module
+// of Debian 12's kernel; a driver whose hardware is absent loads and stays idle, and one that
+// fails to load is logged and skipped.
 // scsi_mod, libata, fat and friends are pulled in through depends=.
 func DefaultModules() []string {
 	return []string{
 		"virtio_pci", "virtio_net", "virtio_blk", "virtio_scsi", "virtio_rng",
-		"sd_mod", "ahci", "nvme",
+		"sd_mod", "ahci", "ata_piix", "nvme", "vmd",
+		"mpt3sas", "mpi3mr", "megaraid_sas", "smartpqi", "aacraid", "hpsa",
+		"xhci_pci", "ehci_pci", "usb_storage", "uas",
+		"mmc_block", "sdhci_pci", "sdhci_acpi",
 		"e1000", "e1000e", "igb", "ixgbe", "i40e",
 		"ipmi_si", "ipmi_devintf",
 		"vfat", "nls_cp437", "nls_ascii", "nls_utf8",

@@ -6,17 +6,21 @@
 // goroutine, so download+hash, decompression and disk writes overlap.
 //
 // The disk is never left bootable by a bad image: the target's first MiB (MBR/GPT and boot code)
-// is zeroed before anything else is written, the image's own first MiB is held back in memory and
-// written only after the digest matched. On a mismatch, a short or failed stream, or a size
-// mismatch the first MiB is zeroed again and Write fails.
+// is zeroed and synced before anything else is written, the image's own first MiB is held back
+// in memory and written only after the digest matched. On a mismatch, a short or failed stream,
+// or a size mismatch the first MiB is zeroed again and Write fails.
 //
 // qcow2 needs random access (its tables point anywhere in the file). The artifact is downloaded
 // (and decompressed) into a file in Options.TempDir — the ramdisk's tmpfs — hashing as it
-// arrives; only after the digest matched is it converted to the target with go-qcow2reader.
+// arrives, at most the image's size (never more than the target's) and room for qcow2 tables;
+// only after the digest matched is it converted to the target with go-qcow2reader.
 // HTTP Range reads were rejected: they would convert bytes that have not been verified yet.
+//
+// Fetch fails a source that sends nothing for Options.IdleTimeout (2 minutes by default).
 package image
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/sha512"
@@ -80,7 +84,17 @@ type Options struct {
 	TempDir   string       // qcow2 staging; default os.TempDir()
 	ChunkSize int          // write size; default 8 MiB (a multiple of 1 MiB)
 	Buffers   int          // write buffers in flight; default 3
+	// IdleTimeout (Fetch only) fails the download when the source sends nothing for this long
+	// while it is being waited for (response headers, or the next bytes of the body); default
+	// DefaultIdleTimeout. Time spent writing to the disk does not count.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is how long Fetch waits for a source that sends nothing.
+const DefaultIdleTimeout = 2 * time.Minute
+
+// ErrSourceStalled is returned when the image source sent nothing for the idle timeout.
+const ErrSourceStalled = Error("image source stalled")
 
 // Result describes a completed write.
 type Result struct {
@@ -146,26 +160,81 @@ func (s Spec) normalize() (Spec, string, hash.Hash, []byte, error) {
 	return s, alg, h, sum, nil
 }
 
-// Fetch downloads spec.URL and writes it to target (see Write).
+// Fetch downloads spec.URL and writes it to target (see Write). A source that sends nothing for
+// Options.IdleTimeout fails with ErrSourceStalled instead of holding the command until its
+// deadline.
 func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts Options, progress Progress) (Result, error) {
 	client := opts.Client
 	if client == nil {
 		client = http.DefaultClient
 	}
+	idle := cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := newWatchdog(idle, func() {
+		cancel(fmt.Errorf("%w: %s sent nothing for %s", ErrSourceStalled, spec.URL, idle))
+	})
+	defer w.stop()
+	stalled := func(err error) error {
+		if cause := context.Cause(ctx); errors.Is(cause, ErrSourceStalled) {
+			return cause
+		}
+		return err
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.URL, nil)
 	if err != nil {
 		return Result{}, fmt.Errorf("building the request for %s: %w", spec.URL, err)
 	}
+	w.arm()
 	resp, err := client.Do(req)
+	w.disarm()
 	if err != nil {
-		return Result{}, fmt.Errorf("fetching %s: %w", spec.URL, err)
+		return Result{}, fmt.Errorf("fetching %s: %w", spec.URL, stalled(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return Result{}, fmt.Errorf("fetching %s: HTTP %s", spec.URL, resp.Status)
 	}
-	log.InfoContext(ctx, "image download started", "url", spec.URL, "contentLength", resp.ContentLength)
-	return Write(ctx, log, resp.Body, spec, target, opts, progress)
+	log.InfoContext(ctx, "image download started", "url", spec.URL, "contentLength", resp.ContentLength, "idleTimeout", idle)
+	res, err := Write(ctx, log, &idleReader{r: resp.Body, w: w}, spec, target, opts, progress)
+	if err != nil {
+		if cause := stalled(nil); cause != nil && !errors.Is(err, ErrSourceStalled) {
+			return res, fmt.Errorf("%w: %w", cause, err)
+		}
+		return res, err
+	}
+	return res, nil
+}
+
+// watchdog calls fire when it stays armed for longer than its timeout.
+type watchdog struct {
+	timeout time.Duration
+	t       *time.Timer
+}
+
+func newWatchdog(timeout time.Duration, fire func()) *watchdog {
+	t := time.AfterFunc(timeout, fire)
+	t.Stop()
+	return &watchdog{timeout: timeout, t: t}
+}
+
+func (w *watchdog) arm()    { w.t.Reset(w.timeout) }
+func (w *watchdog) disarm() { w.t.Stop() }
+func (w *watchdog) stop()   { w.t.Stop() }
+
+// idleReader arms the watchdog for the time each Read of the source blocks: only waiting for
+// the source counts, not the time the caller spends between reads (writing to the disk,
+// converting a staged qcow2).
+type idleReader struct {
+	r io.Reader
+	w *watchdog
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	i.w.arm()
+	n, err := i.r.Read(p)
+	i.w.disarm()
+	return n, err
 }
 
 // Write decompresses src onto target, checking the digest of src while streaming.
@@ -193,6 +262,11 @@ func Write(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec, targ
 	// Unbootable first: the old partition table and boot code go before any image byte lands.
 	if _, err := target.WriteAt(zeros, 0); err != nil {
 		return Result{}, fmt.Errorf("zeroing the target's first MiB: %w", err)
+	}
+	// Durable before the unverified body lands: a power loss during the write must not leave
+	// the old boot code in front of a half-written image.
+	if err := syncTarget(target); err != nil {
+		return Result{}, fmt.Errorf("after zeroing the target's first MiB: %w", err)
 	}
 	res := Result{Algorithm: alg}
 	w := &writer{ctx: ctx, target: target, total: spec.Size, start: start, progress: progress}

@@ -27,10 +27,15 @@ func writeQCOW2(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec,
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(f, ctxReader{ctx, r})
+	// Bounded: the artifact is not verified yet, and the staging directory is RAM.
+	base, limit := qcow2StagingLimit(spec.Size, w.target.Size())
+	n, err := io.Copy(f, io.LimitReader(ctxReader{ctx, r}, limit+1))
 	done()
 	if err != nil {
 		return fmt.Errorf("staging the qcow2 (%d bytes so far): %w", n, err)
+	}
+	if n > limit {
+		return fmt.Errorf("staging the qcow2: the artifact unpacks to more than %d bytes (the image's %d and room for qcow2 tables): refusing to stage more of an unverified download", limit, base)
 	}
 	if _, err := io.Copy(io.Discard, src); err != nil {
 		return fmt.Errorf("reading the rest of the artifact: %w", err)
@@ -80,6 +85,18 @@ func writeQCOW2(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec,
 		off += n
 	}
 	return nil
+}
+
+// qcow2StagingLimit is the most a qcow2 file for an image of specSize bytes (0: not known)
+// written to a target of targetSize bytes may take: its virtual size, which is at most the
+// image's size and never more than the target's, plus its tables (L2 and refcount tables take
+// under 1/32 of the virtual size even with the smallest, 512-byte, clusters) and headers.
+func qcow2StagingLimit(specSize, targetSize int64) (base, limit int64) {
+	base = targetSize
+	if specSize > 0 {
+		base = min(specSize, targetSize)
+	}
+	return base, base + base/32 + 4*mib
 }
 
 type ctxReader struct {

@@ -531,6 +531,11 @@ func readDisks(r Roots, opts Options) ([]Disk, []Skipped, error) {
 
 func readDisk(r Roots, name string) (Disk, string, error) {
 	base := filepath.Join(r.Sys, "block", name)
+	if hidden, _ := readUint(filepath.Join(base, "hidden")); hidden == 1 {
+		// NVMe native multipath lists each path (nvme0c0n1) beside the multipath head
+		// (nvme0n1); a path has no /dev node and is written through its head.
+		return Disk{}, "hidden block device (an NVMe multipath path: its namespace is reported as its multipath head)", nil
+	}
 	sectors, ok := readUint(filepath.Join(base, "size"))
 	if !ok {
 		return Disk{}, "", fmt.Errorf("no readable size attribute in %s", base)

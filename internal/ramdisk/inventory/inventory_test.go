@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -323,4 +324,61 @@ func TestCollectRealSystem(t *testing.T) {
 		t.Errorf("implausible inventory: cpu %+v memory %+v", inv.CPU, inv.Memory)
 	}
 	t.Logf("disks %d, nics %d, pci %d, skipped %d, boot %s", len(inv.Disks), len(inv.NICs), len(inv.PCI), len(inv.Skipped), inv.BootMode)
+}
+
+// NVMe native multipath lists each path (nvme0c0n1, hidden, no /dev node) beside the multipath
+// head (nvme0n1): the head is the disk, a path is skipped with its reason.
+func TestHiddenNVMePathSkipped(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, c string) {
+		t.Helper()
+		p = filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("proc/cpuinfo", "processor\t: 0\n")
+	write("proc/meminfo", "MemTotal: 1024 kB\n")
+	write("sys/class/net/.keep", "")
+	write("dev/nvme0n1", "")
+	head := "sys/devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1"
+	paths := []string{"sys/devices/pci0000:00/0000:3b:00.0/nvme/nvme0/nvme0c0n1", "sys/devices/pci0000:00/0000:5e:00.0/nvme/nvme1/nvme0c1n1"}
+	write(head+"/size", "8192\n")
+	write(head+"/hidden", "0\n")
+	links := map[string]string{"nvme0n1": head}
+	for _, p := range paths {
+		write(p+"/size", "8192\n")
+		write(p+"/hidden", "1\n")
+		links[filepath.Base(p)] = p
+	}
+	if err := os.MkdirAll(filepath.Join(root, "sys/block"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for n, target := range links {
+		if err := os.Symlink(filepath.Join("..", "..", target), filepath.Join(root, "sys/block", n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv, err := Collect(t.Context(), Roots{Sys: filepath.Join(root, "sys"), Proc: filepath.Join(root, "proc"), Dev: filepath.Join(root, "dev")}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.Disks) != 1 || inv.Disks[0].Name != "nvme0n1" || inv.Disks[0].SizeBytes != 8192*512 || inv.Disks[0].Transport != TransportNVMe {
+		t.Errorf("disks = %+v, want the multipath head nvme0n1 only", inv.Disks)
+	}
+	var skipped []string
+	for _, s := range inv.Skipped {
+		if s.Kind == "disk" {
+			skipped = append(skipped, s.Name)
+			if s.Reason == "" || !strings.Contains(s.Reason, "multipath") {
+				t.Errorf("skipped %s without saying why: %q", s.Name, s.Reason)
+			}
+		}
+	}
+	if !slices.Equal(skipped, []string{"nvme0c0n1", "nvme0c1n1"}) {
+		t.Errorf("skipped disks = %v, want both paths", skipped)
+	}
 }

@@ -81,6 +81,14 @@ func (d *BlockDevice) Size() int64 { return d.size }
 // Name is the device's base name (e.g. nvme0n1).
 func (d *BlockDevice) Name() string { return d.name }
 
+// LogicalBlockSize is the block device's logical block size; 0 for a regular file.
+func (d *BlockDevice) LogicalBlockSize() int64 {
+	if !d.block {
+		return 0
+	}
+	return d.lbs
+}
+
 // Direct reports whether O_DIRECT I/O is in use.
 func (d *BlockDevice) Direct() bool { return d.direct != nil }
 

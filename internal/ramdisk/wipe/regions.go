@@ -12,15 +12,90 @@ import (
 
 func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
-// quickRegions reads the partition tables (before they are destroyed) and returns what quick
-// mode zeroes.
+// LogicalBlockSizer is implemented by devices that know their logical block size (block
+// devices); 0 means unknown.
+type LogicalBlockSizer interface {
+	LogicalBlockSize() int64
+}
+
+// mbrSectorSizes are the sector sizes an MBR's LBAs may count in: an MBR does not record its
+// own, and a 4Kn disk counts in 4096-byte sectors. When the device's logical block size is not
+// known, quick mode zeroes the regions of both readings (zeroing more is harmless to a wipe).
+func mbrSectorSizes(dev Device) []int64 {
+	if l, ok := dev.(LogicalBlockSizer); ok {
+		if ss := l.LogicalBlockSize(); ss == 512 || ss == 4096 {
+			return []int64{ss}
+		}
+	}
+	return []int64{512, 4096}
+}
+
+// quickRegions reads the partition tables (before they are destroyed), following the chain of
+// extended boot records of an MBR's extended partition, and returns what quick mode zeroes.
 func quickRegions(dev Device) ([]Extent, error) {
 	size := dev.Size()
 	head := AlignedBuffer(int(min(size, mib)))
 	if n, err := dev.ReadAt(head, 0); err != nil && !(errors.Is(err, io.EOF) && n == len(head)) {
 		return nil, fmt.Errorf("reading the partition table: %w", err)
 	}
-	return QuickRegions(size, ParsePartitions(head)), nil
+	sectors := mbrSectorSizes(dev)
+	parts := parsePartitions(head, sectors)
+	logical, err := logicalPartitions(dev, head, sectors)
+	if err != nil {
+		return nil, err
+	}
+	return QuickRegions(size, append(parts, logical...)), nil
+}
+
+// maxLogicalPartitions bounds the walk of an extended boot record chain (a loop or garbage
+// never makes it run away).
+const maxLogicalPartitions = 256
+
+func isExtended(typ byte) bool { return typ == 0x05 || typ == 0x0f || typ == 0x85 }
+
+// logicalPartitions walks the extended boot record (EBR) chain of every extended partition in
+// the MBR in head, for each sector size: each EBR's first entry is a logical partition (its LBA
+// relative to the EBR), its second the next EBR (relative to the extended partition's start).
+// An EBR outside the device or without its signature ends the chain; a read error fails.
+func logicalPartitions(dev Device, head []byte, sectors []int64) ([]Extent, error) {
+	if len(head) < 512 || head[510] != 0x55 || head[511] != 0xaa {
+		return nil, nil
+	}
+	size := dev.Size()
+	buf := AlignedBuffer(4096)
+	var parts []Extent
+	for i := range 4 {
+		e := head[446+16*i : 446+16*(i+1)]
+		if !isExtended(e[4]) {
+			continue
+		}
+		for _, ss := range sectors {
+			ext := int64(binary.LittleEndian.Uint32(e[8:])) * ss
+			seen := map[int64]bool{}
+			for ebr := ext; ebr > 0 && ebr+ss <= size && !seen[ebr] && len(seen) < maxLogicalPartitions; {
+				seen[ebr] = true
+				b := buf[:ss]
+				if n, err := dev.ReadAt(b, ebr); err != nil && !(errors.Is(err, io.EOF) && int64(n) == ss) {
+					return nil, fmt.Errorf("reading the extended boot record at %d: %w", ebr, err)
+				}
+				if b[510] != 0x55 || b[511] != 0xaa {
+					break
+				}
+				if l := b[446:462]; l[4] != 0 {
+					lba, n := int64(binary.LittleEndian.Uint32(l[8:])), int64(binary.LittleEndian.Uint32(l[12:]))
+					if n > 0 {
+						parts = append(parts, Extent{ebr + lba*ss, n * ss})
+					}
+				}
+				next := b[462:478]
+				if !isExtended(next[4]) {
+					break
+				}
+				ebr = ext + int64(binary.LittleEndian.Uint32(next[8:]))*ss
+			}
+		}
+	}
+	return parts, nil
 }
 
 // QuickRegions is what quick mode zeroes on a disk of size bytes holding parts: the first and
@@ -76,20 +151,33 @@ func mergeExtents(rs []Extent) []Extent {
 }
 
 // ParsePartitions lists the partitions in an MBR and/or GPT found in head (the disk's first
-// bytes, at least 1 MiB for large GPTs). Sector size 512 and 4096 are both tried for GPT. Garbage
-// yields no partitions, never an error: quick mode wipes the fixed regions regardless.
+// bytes, at least 1 MiB for large GPTs). Sector size 512 and 4096 are both tried for GPT, and
+// both readings of the MBR's LBAs are listed (an MBR does not say which it counts in). Logical
+// partitions lie outside head: quickRegions follows their chain on the device; here an extended
+// partition adds its first MiB and the next (where partitioning tools put the first logical
+// partition). Garbage yields no partitions, never an error: quick mode wipes the fixed regions
+// regardless.
 func ParsePartitions(head []byte) []Extent {
+	return parsePartitions(head, []int64{512, 4096})
+}
+
+func parsePartitions(head []byte, mbrSectors []int64) []Extent {
 	var parts []Extent
 	if len(head) >= 512 && head[510] == 0x55 && head[511] == 0xaa {
-		for i := range 4 {
-			e := head[446+16*i : 446+16*(i+1)]
-			typ := e[4]
-			lba := int64(binary.LittleEndian.Uint32(e[8:]))
-			n := int64(binary.LittleEndian.Uint32(e[12:]))
-			if typ == 0 || typ == 0xee || n == 0 { // empty, or the GPT protective entry
-				continue
+		for _, ss := range mbrSectors {
+			for i := range 4 {
+				e := head[446+16*i : 446+16*(i+1)]
+				typ := e[4]
+				lba := int64(binary.LittleEndian.Uint32(e[8:]))
+				n := int64(binary.LittleEndian.Uint32(e[12:]))
+				if typ == 0 || typ == 0xee || n == 0 { // empty, or the GPT protective entry
+					continue
+				}
+				parts = append(parts, Extent{lba * ss, n * ss})
+				if isExtended(typ) {
+					parts = append(parts, Extent{lba*ss + mib, mib})
+				}
 			}
-			parts = append(parts, Extent{lba * 512, n * 512})
 		}
 	}
 	for _, ss := range []int64{512, 4096} {

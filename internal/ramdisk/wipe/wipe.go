@@ -28,6 +28,14 @@ type Offloader interface {
 	Offload(ctx context.Context, m Method) (status string, err error)
 }
 
+// Syncer is implemented by devices with a volatile write cache: Sync makes what was written
+// durable (on a block device fsync writes back the page cache and sends the disk a cache FLUSH).
+// Wipe calls it after erasing and before the read-back, so that what is read back and signed is
+// on the media and survives the hard power-off that follows a release.
+type Syncer interface {
+	Sync() error
+}
+
 // Progress is called as bytes are erased: done of total for device.
 type Progress func(device string, done, total int64)
 
@@ -88,6 +96,9 @@ type Result struct {
 	Verification   Verification `json:"verification"`
 	DurationMillis int64        `json:"durationMillis"`
 	Error          string       `json:"error"`
+	// Flushed: the device's write cache was flushed (Syncer) after the erase, before the
+	// read-back. False for a device that has no cache to flush (and for a failed wipe).
+	Flushed bool `json:"flushed"`
 }
 
 // Passed reports whether the wipe succeeded and the read-back found only zeros.
@@ -115,7 +126,8 @@ const (
 	alignment       = 4096
 )
 
-// Wipe erases dev per req and reads it back. The error is non-nil whenever the Result does not
+// Wipe erases dev per req, flushes its write cache (when dev is a Syncer) and reads it back.
+// The error is non-nil whenever the Result does not
 // pass; the Result is filled in either way (it is what gets reported).
 func Wipe(ctx context.Context, log *slog.Logger, id Identity, dev Device, req Request, progress Progress) (Result, error) {
 	start := time.Now()
@@ -169,6 +181,9 @@ func wipe(ctx context.Context, log *slog.Logger, dev Device, req Request, progre
 				return fmt.Errorf("zeroing %d bytes at %d: %w", e.Length, e.Offset, err)
 			}
 		}
+		if err := flush(dev, res); err != nil {
+			return err
+		}
 		return verify(ctx, dev, regions, 0, res)
 	}
 
@@ -202,7 +217,25 @@ func wipe(ctx context.Context, log *slog.Logger, dev Device, req Request, progre
 		}
 		res.ZeroFill = z
 	}
+	if err := flush(dev, res); err != nil {
+		return err
+	}
 	return verify(ctx, dev, samples, seed, res)
+}
+
+// flush makes the erase durable before it is read back: a disk with a volatile write cache
+// acknowledges writes it has not stored, and a hard power-off (the release's power.off) loses
+// them. A failed flush fails the wipe: the read-back would prove nothing.
+func flush(dev Device, res *Result) error {
+	s, ok := dev.(Syncer)
+	if !ok {
+		return nil
+	}
+	if err := s.Sync(); err != nil {
+		return fmt.Errorf("flushing the device's write cache after the erase (the zeros may not be on the media): %w", err)
+	}
+	res.Flushed = true
+	return nil
 }
 
 func cmpOr[T comparable](v, d T) T {

@@ -466,7 +466,11 @@ func TestParsePartitions(t *testing.T) {
 			b[510], b[511] = 0x55, 0xaa
 			copy(b[446:], mbrEntry(0x83, 2048, 4096))
 			copy(b[462:], mbrEntry(0, 9999, 1)) // empty type
-		}), []Extent{{2048 * 512, 4096 * 512}}},
+		}), []Extent{{2048 * 512, 4096 * 512}, {2048 * 4096, 4096 * 4096}}}, // both sector sizes
+		{"mbr extended", mk(func(b []byte) {
+			b[510], b[511] = 0x55, 0xaa
+			copy(b[446:], mbrEntry(0x05, 20480, 204800))
+		}), []Extent{{10 * mib, 100 * mib}, {11 * mib, mib}, {80 * mib, 800 * mib}, {81 * mib, mib}}},
 		{"protective mbr + gpt 512", mk(func(b []byte) {
 			b[510], b[511] = 0x55, 0xaa
 			copy(b[446:], mbrEntry(0xee, 1, 0xffffffff))
@@ -557,3 +561,232 @@ func TestFirstNonZero(t *testing.T) {
 		}
 	}
 }
+
+// cacheDev models a disk with a volatile write cache: writes land in the cache, reads are
+// served from the cache, and only Sync (fsync on a block device: write back the page cache and
+// send FLUSH) makes them durable. A hard power-off loses the cache.
+type cacheDev struct {
+	mu             sync.Mutex
+	media          []byte
+	cache          map[int64]byte
+	syncErr        error
+	syncs          int
+	readsAfterSync int // reads since the last successful Sync
+}
+
+func (d *cacheDev) Size() int64 { return int64(len(d.media)) }
+func (d *cacheDev) ReadAt(p []byte, off int64) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i := range p {
+		if b, ok := d.cache[off+int64(i)]; ok {
+			p[i] = b
+		} else {
+			p[i] = d.media[off+int64(i)]
+		}
+	}
+	d.readsAfterSync++
+	return len(p), nil
+}
+func (d *cacheDev) WriteAt(p []byte, off int64) (int, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, b := range p {
+		d.cache[off+int64(i)] = b
+	}
+	return len(p), nil
+}
+func (d *cacheDev) Sync() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.syncErr != nil {
+		return d.syncErr
+	}
+	for o, b := range d.cache {
+		d.media[o] = b
+	}
+	clear(d.cache)
+	d.syncs++
+	d.readsAfterSync = 0
+	return nil
+}
+func (d *cacheDev) powerLoss() { d.mu.Lock(); clear(d.cache); d.mu.Unlock() }
+
+// The erase is flushed to the media before the read-back (a release hard-powers the machine off
+// afterwards), and a failed flush fails the wipe.
+func TestWipeFlushesWriteCache(t *testing.T) {
+	for _, mode := range []Mode{ModeQuick, ModeFull, ModeSecure} {
+		t.Run(string(mode), func(t *testing.T) {
+			d := &cacheDev{media: newMemDev(4*mib, 3).data, cache: map[int64]byte{}}
+			res, err := Wipe(context.Background(), testLog(), Identity{Name: "sda"}, d, Request{Mode: mode, Seed: 1}, nil)
+			if err != nil || !res.Passed() || !res.Flushed {
+				t.Fatalf("wipe: %v, passed %t flushed %t", err, res.Passed(), res.Flushed)
+			}
+			if d.readsAfterSync == 0 {
+				t.Error("the read-back ran before the flush: it read the cache, not the media")
+			}
+			d.powerLoss()
+			if mode == ModeQuick {
+				for _, e := range res.Verification.Regions {
+					if i := firstNonZero(d.media[e.Offset : e.Offset+e.Length]); i >= 0 {
+						t.Fatalf("after a power loss region %v has a non-zero byte at %d", e, e.Offset+int64(i))
+					}
+				}
+				return
+			}
+			if i := firstNonZero(d.media); i >= 0 {
+				t.Fatalf("after a power loss the media has a non-zero byte at %d (%d syncs)", i, d.syncs)
+			}
+		})
+		t.Run(string(mode)+" flush fails", func(t *testing.T) {
+			d := &cacheDev{media: newMemDev(4*mib, 3).data, cache: map[int64]byte{}, syncErr: errors.New("FLUSH CACHE: I/O error")}
+			res, err := Wipe(context.Background(), testLog(), Identity{Name: "sda"}, d, Request{Mode: mode, Seed: 1}, nil)
+			if err == nil || res.Passed() || res.Flushed || !strings.Contains(err.Error(), "flushing the device's write cache") ||
+				!strings.Contains(res.Error, "FLUSH CACHE: I/O error") {
+				t.Fatalf("err %v, result passed %t flushed %t error %q", err, res.Passed(), res.Flushed, res.Error)
+			}
+		})
+	}
+}
+
+// logicalDisk is a disk with an MBR holding one primary and an extended partition of
+// logicals, with sectors of ss bytes: each EBR one MiB before its logical partition.
+func logicalDisk(size, ss int64, logical []Extent) *memDev {
+	d := newMemDev(int(size), 11)
+	sec := func(off int64) uint32 { return uint32(off / ss) }
+	mbr := func(at int64) []byte {
+		b := d.data[at : at+512]
+		b[510], b[511] = 0x55, 0xaa
+		clear(b[446:510])
+		return b
+	}
+	ext := logical[0].Offset - mib
+	b := mbr(0)
+	copy(b[446:], mbrEntry(0x83, sec(mib), sec(4*mib)))
+	copy(b[462:], mbrEntry(0x0f, sec(ext), sec(size-ext)))
+	for i, l := range logical {
+		ebr := l.Offset - mib
+		b := mbr(ebr)
+		copy(b[446:], mbrEntry(0x83, sec(mib), sec(l.Length)))
+		if i+1 < len(logical) {
+			copy(b[462:], mbrEntry(0x05, sec(logical[i+1].Offset-mib-ext), sec(logical[i+1].Length+mib)))
+		}
+	}
+	return d
+}
+
+// blockSized gives a memDev a logical block size, as a block device has.
+type blockSized struct {
+	*memDev
+	lbs int64
+}
+
+func (b blockSized) LogicalBlockSize() int64 { return b.lbs }
+
+// Quick mode finds partitions where they are: MBR LBAs in the disk's own sector size (4Kn
+// disks count in 4096-byte sectors) and the logical partitions of an extended partition, whose
+// chain of extended boot records lies outside the first MiB.
+func TestQuickRegionsFindPartitions(t *testing.T) {
+	logical := []Extent{{20 * mib, 30 * mib}, {60 * mib, 10 * mib}, {100 * mib, 50 * mib}}
+	tests := []struct {
+		name string
+		ss   int64
+		dev  func(d *memDev) Device
+	}{
+		{"512-byte sectors, size unknown", 512, func(d *memDev) Device { return d }},
+		{"4Kn, size unknown", 4096, func(d *memDev) Device { return d }},
+		{"512-byte sectors", 512, func(d *memDev) Device { return blockSized{d, 512} }},
+		{"4Kn", 4096, func(d *memDev) Device { return blockSized{d, 4096} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			const size = 200 * mib
+			m := logicalDisk(size, tt.ss, logical)
+			res, err := Wipe(context.Background(), testLog(), Identity{Name: "sda"}, tt.dev(m), Request{Mode: ModeQuick}, nil)
+			if err != nil || !res.Passed() {
+				t.Fatalf("wipe: %v %+v", err, res)
+			}
+			for _, p := range append([]Extent{{mib, 4 * mib}}, logical...) {
+				for _, off := range []int64{p.Offset, p.Offset + 1024, p.Offset + mib - 1, p.Offset + p.Length - mib, p.Offset + p.Length - 1} {
+					if m.data[off] != 0 {
+						t.Errorf("partition %v: byte at %d (a signature's place) not zeroed", p, off)
+					}
+				}
+			}
+			if m.data[40*mib] == 0 {
+				t.Error("quick mode zeroed the middle of a partition")
+			}
+		})
+	}
+}
+
+// A chain of extended boot records that loops ends; one that reads fails the wipe.
+func TestLogicalPartitionsChainEnds(t *testing.T) {
+	d := logicalDisk(64*mib, 512, []Extent{{20 * mib, 10 * mib}})
+	ebr := d.data[19*mib : 19*mib+512]
+	copy(ebr[462:], mbrEntry(0x05, 0, 1)) // the next EBR is the first one again
+	parts, err := logicalPartitions(d, d.data[:mib], []int64{512})
+	if err != nil || !reflect.DeepEqual(parts, []Extent{{20 * mib, 10 * mib}}) {
+		t.Fatalf("parts %v err %v", parts, err)
+	}
+	bad := &readErrDev{memDev: d, at: 19 * mib}
+	if _, err := quickRegions(bad); err == nil || !strings.Contains(err.Error(), "extended boot record") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+type readErrDev struct {
+	*memDev
+	at int64
+}
+
+func (d *readErrDev) ReadAt(p []byte, off int64) (int, error) {
+	if off == d.at {
+		return 0, errors.New("medium error")
+	}
+	return d.memDev.ReadAt(p, off)
+}
+
+// Whatever a disk holds, reading its partition tables (extended boot record chains included)
+// ends, without error, with regions inside the disk.
+func FuzzQuickRegionsDevice(f *testing.F) {
+	f.Add(logicalDisk(4*mib, 512, []Extent{{2 * mib, mib}}).data[:3*mib], int64(4*mib))
+	f.Add(make([]byte, 4096), int64(8192))
+	f.Fuzz(func(t *testing.T, disk []byte, size int64) {
+		if size < int64(len(disk)) || size <= 0 || size > 1<<34 {
+			return
+		}
+		d := &sparseDev{data: disk, size: size}
+		regions, err := quickRegions(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range regions {
+			if e.Offset < 0 || e.Length <= 0 || e.Offset+e.Length > size {
+				t.Fatalf("region %v outside a disk of %d bytes", e, size)
+			}
+		}
+	})
+}
+
+// sparseDev reads data, then zeros up to size.
+type sparseDev struct {
+	data []byte
+	size int64
+}
+
+func (d *sparseDev) Size() int64 { return d.size }
+func (d *sparseDev) ReadAt(p []byte, off int64) (int, error) {
+	if off >= d.size {
+		return 0, io.EOF
+	}
+	clear(p)
+	if off < int64(len(d.data)) {
+		copy(p, d.data[off:])
+	}
+	if n := d.size - off; n < int64(len(p)) {
+		return int(n), io.EOF
+	}
+	return len(p), nil
+}
+func (d *sparseDev) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
