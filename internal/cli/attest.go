@@ -89,10 +89,19 @@ func resultSummary(a *bcdv1.Attestation) string {
 			failed++
 		}
 	}
-	if failed > 0 {
-		return fmt.Sprintf("%d disks, %d did NOT read back", len(r.Disks), failed)
+	// Devices the wipe left alone (read-only media, multipath paths), named in the result.
+	var sk struct {
+		Skipped []struct{ Name string } `json:"skipped"`
 	}
-	return fmt.Sprintf("%d disks, every one read back", len(r.Disks))
+	_ = json.Unmarshal([]byte(a.Result), &sk)
+	skipped := ""
+	if n := len(sk.Skipped); n > 0 {
+		skipped = fmt.Sprintf(" (%d devices skipped: --save shows why)", n)
+	}
+	if failed > 0 {
+		return fmt.Sprintf("%d disks, %d did NOT read back%s", len(r.Disks), failed, skipped)
+	}
+	return fmt.Sprintf("%d disks, every one read back%s", len(r.Disks), skipped)
 }
 
 func saveAttestations(dir string, m *bcdv1.ListAttestationsResponse) error {
