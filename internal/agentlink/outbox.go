@@ -11,6 +11,10 @@ import (
 const (
 	maxFrameItems  = 512
 	maxFrameResult = 4 << 20
+	// maxStatusInventory bounds the discovered machines' inventories in one status report
+	// (the gateway refuses a frame over 16 MiB, and the status goes first on every stream);
+	// the site agent keeps its reports far below it. Beyond, machines are listed without.
+	maxStatusInventory = 8 << 20
 )
 
 // outbox holds what waits to be sent; it outlives streams. Acks are dropped when a stream
@@ -148,8 +152,13 @@ func updateMsg(u Update) *agentv1.CommandUpdate {
 
 func statusMsg(s Status) *agentv1.StatusReport {
 	m := &agentv1.StatusReport{HoldsBootLease: s.HoldsBootLease, Drivers: s.Drivers, Facts: s.Facts}
+	inventory := 0
 	for _, d := range s.Discovered {
-		dm := &agentv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch, Inventory: d.Inventory}
+		dm := &agentv1.DiscoveredMachine{Mac: d.MAC, Uuid: d.UUID, Arch: d.Arch}
+		if inventory+len(d.Inventory) <= maxStatusInventory {
+			dm.Inventory = d.Inventory
+			inventory += len(d.Inventory)
+		}
 		if !d.FirstSeen.IsZero() {
 			dm.FirstSeenUnixMs = d.FirstSeen.UnixMilli()
 		}

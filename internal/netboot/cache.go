@@ -13,34 +13,55 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
-
-	"golang.org/x/sync/singleflight"
 
 	"bcd/internal/durable"
 )
+
+// DefaultFetchTimeout bounds one download (it runs detached from the callers waiting for it).
+const DefaultFetchTimeout = 30 * time.Minute
 
 // CacheConfig configures an artifact cache.
 type CacheConfig struct {
 	Dir      string       // holds sha256/<hex> (verified files only) and tmp/ (downloads in progress)
 	Client   *http.Client // nil: a client with a 30 min overall timeout
 	MaxBytes int64        // largest artifact accepted; 0: 8 GiB
-	Logger   *slog.Logger
+	// FetchTimeout bounds one download; 0: DefaultFetchTimeout.
+	FetchTimeout time.Duration
+	Logger       *slog.Logger
 }
 
 // Cache holds artifacts fetched from their origin URLs. A file becomes visible (Has, Open) only
 // after its content hashed to the expected SHA-256: it is written to a temporary file, hashed
-// while written, and renamed into place on a match; on a mismatch it is deleted.
+// while written, and renamed into place on a match; on a mismatch it is deleted. A cache
+// directory belongs to one Cache at a time: opening it removes what tmp/ holds (downloads a
+// crash interrupted).
 type Cache struct {
 	root     *os.Root
 	dir      string
 	client   *http.Client
 	maxBytes int64
+	timeout  time.Duration
 	log      *slog.Logger
-	flights  singleflight.Group
+
+	mu      sync.Mutex
+	flights map[string]*flight // digest → the download in progress
+	closed  bool
+	wg      sync.WaitGroup // downloads in progress
 }
 
-// NewCache creates the cache directories if needed and opens the cache.
+// flight is one download that concurrent fetches of a digest share. It runs detached from their
+// contexts and is cancelled only when none of them still waits for it.
+type flight struct {
+	done    chan struct{} // closed when err is set
+	err     error
+	waiters int
+	cancel  context.CancelFunc
+}
+
+// NewCache creates the cache directories if needed, removes the partial downloads a crash left
+// in tmp/, and opens the cache.
 func NewCache(cfg CacheConfig) (*Cache, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("artifact cache: no directory configured")
@@ -50,25 +71,65 @@ func NewCache(cfg CacheConfig) (*Cache, error) {
 			return nil, fmt.Errorf("artifact cache: creating %s: %w", d, err)
 		}
 	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := sweepTmp(filepath.Join(cfg.Dir, "tmp"), log); err != nil {
+		return nil, fmt.Errorf("artifact cache: %w", err)
+	}
 	root, err := os.OpenRoot(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("artifact cache: opening %s: %w", cfg.Dir, err)
 	}
-	c := &Cache{root: root, dir: cfg.Dir, client: cfg.Client, maxBytes: cfg.MaxBytes, log: cfg.Logger}
+	c := &Cache{root: root, dir: cfg.Dir, client: cfg.Client, maxBytes: cfg.MaxBytes, timeout: cfg.FetchTimeout, log: log,
+		flights: map[string]*flight{}}
 	if c.client == nil {
-		c.client = &http.Client{Timeout: 30 * time.Minute}
+		c.client = &http.Client{Timeout: DefaultFetchTimeout}
 	}
 	if c.maxBytes <= 0 {
 		c.maxBytes = 8 << 30
 	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
+	if c.timeout <= 0 {
+		c.timeout = DefaultFetchTimeout
 	}
 	return c, nil
 }
 
-// Close releases the cache directory handle.
-func (c *Cache) Close() error { return c.root.Close() }
+// sweepTmp removes the partial downloads left in dir (a crash, a power loss in the middle of a
+// download): nothing else removes them, and each may be as large as an artifact.
+func sweepTmp(dir string, log *slog.Logger) error {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("listing partial downloads in %s: %w", dir, err)
+	}
+	var errs []error
+	removed := 0
+	for _, de := range des {
+		if err := os.RemoveAll(filepath.Join(dir, de.Name())); err != nil {
+			errs = append(errs, fmt.Errorf("removing partial download %s: %w", de.Name(), err))
+			continue
+		}
+		removed++
+	}
+	if removed > 0 {
+		log.Info("artifact cache: removed partial downloads an earlier run left", "dir", dir, "files", removed)
+	}
+	return errors.Join(errs...)
+}
+
+// Close cancels the downloads in progress, waits for them and releases the cache directory
+// handle.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	c.closed = true
+	for _, f := range c.flights {
+		f.cancel()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	return c.root.Close()
+}
 
 // Has reports whether the artifact with this digest is held, verified.
 func (c *Cache) Has(sha string) bool {
@@ -92,7 +153,10 @@ func (c *Cache) Open(sha string) (*os.File, error) {
 }
 
 // Fetch makes sure the artifact is held, downloading it if needed. Concurrent fetches of one
-// digest share one download. Errors name the URL without its query (it may be signed).
+// digest share one download, which runs detached from their contexts (bounded by the cache's
+// FetchTimeout): a caller that gives up returns at once, and the download is cancelled only
+// once no caller waits for it any more. Errors name the URL without its query (it may be
+// signed).
 func (c *Cache) Fetch(ctx context.Context, a Artifact) error {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("fetching artifact: %w", err)
@@ -100,18 +164,57 @@ func (c *Cache) Fetch(ctx context.Context, a Artifact) error {
 	if c.Has(a.SHA256) {
 		return nil
 	}
-	ch := c.flights.DoChan(a.SHA256, func() (any, error) {
-		if c.Has(a.SHA256) {
-			return nil, nil
-		}
-		return nil, c.download(ctx, a)
-	})
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("fetching artifact %s: the cache is closed", a.Name)
+	}
+	f := c.flights[a.SHA256]
+	if f == nil {
+		f = c.startLocked(ctx, a)
+	}
+	f.waiters++
+	c.mu.Unlock()
 	select {
-	case res := <-ch:
-		return res.Err
+	case <-f.done:
+		return f.err
 	case <-ctx.Done():
+		c.mu.Lock()
+		f.waiters--
+		if f.waiters == 0 {
+			// Nobody waits any more: stop, and let the next caller start afresh.
+			f.cancel()
+			if c.flights[a.SHA256] == f {
+				delete(c.flights, a.SHA256)
+			}
+		}
+		c.mu.Unlock()
 		return fmt.Errorf("fetching artifact %s: %w", a.Name, ctx.Err())
 	}
+}
+
+// startLocked starts the download of a, detached from ctx (its values, for logging, stay).
+func (c *Cache) startLocked(ctx context.Context, a Artifact) *flight {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+	f := &flight{done: make(chan struct{}), cancel: cancel}
+	c.flights[a.SHA256] = f
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		var err error
+		if !c.Has(a.SHA256) {
+			err = c.download(dctx, a)
+		}
+		cancel()
+		c.mu.Lock()
+		if c.flights[a.SHA256] == f {
+			delete(c.flights, a.SHA256)
+		}
+		f.err = err
+		c.mu.Unlock()
+		close(f.done)
+	}()
+	return f
 }
 
 func redactURL(s string) string {

@@ -2,7 +2,11 @@ package site
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +15,8 @@ import (
 )
 
 // TestDiscoveriesReportResightings: a new machine, a changed UUID or architecture, and a machine
-// seen again a minute after its last report make a status report due; repeats in between do not.
+// seen again a minute after its last report make a status report due; repeats in between do not
+// (their last sighting moves, and the status key stays).
 func TestDiscoveriesReportResightings(t *testing.T) {
 	mac, _ := net.ParseMAC("52:54:00:12:34:56")
 	t0 := time.Unix(1_700_000_000, 0)
@@ -44,17 +49,16 @@ func TestDiscoveriesReportResightings(t *testing.T) {
 		if got := changes > before; got != s.due {
 			t.Errorf("%s: report due %v, want %v", s.name, got, s.due)
 		}
-		snap := d.Snapshot()
+		rep := d.report(reportInventoryBytes)
+		snap := rep.machines
 		if len(snap) != 1 || !snap[0].FirstSeen.Equal(t0) || !snap[0].LastSeen.Equal(t0.Add(s.at)) {
 			t.Fatalf("%s: snapshot %+v", s.name, snap)
 		}
-		if s.due {
-			k := keyOf(agentlink.Status{Discovered: snap})
-			if k == lastKey {
-				t.Errorf("%s: the status key did not change, the report would not be sent", s.name)
-			}
-			lastKey = k
+		k := keyOf(agentlink.Status{Discovered: snap}, rep.rev)
+		if changed := k != lastKey; changed != s.due {
+			t.Errorf("%s: the status key changed %v, want %v (a report is sent when it changes)", s.name, changed, s.due)
 		}
+		lastKey = k
 	}
 	// A machine that got an entry is forgotten, and reported anew when seen again.
 	d.has = func(string) bool { return true }
@@ -66,5 +70,94 @@ func TestDiscoveriesReportResightings(t *testing.T) {
 	d.RecordDiscovery(context.Background(), netboot.Discovery{MAC: mac, UUID: uuid, Arch: "x86_64", Time: t0.Add(11 * time.Minute)})
 	if changes == before {
 		t.Error("a forgotten machine seen again is not reported")
+	}
+}
+
+// inventoryOf is a discovery report's document of about size bytes for mac.
+func inventoryOf(mac string, size int) []byte {
+	return fmt.Appendf(nil, `{"bootMac":%q,"disks":%q}`, mac, strings.Repeat("x", max(size-40, 0)))
+}
+
+// TestDiscoveryInventoriesBounded: inventories posted by anyone on the provisioning network are
+// kept up to maxInventoryBytes (a report beyond, while those not yet sent fill it, is refused)
+// and go out at most reportInventoryBytes per status report, those not yet sent first and newest
+// first, until every one was sent; machines whose inventory does not fit still go, without it.
+// Sent inventories make room for new ones, and a new stream sends them all again.
+func TestDiscoveryInventoriesBounded(t *testing.T) {
+	const size = 60 << 10
+	t0 := time.Unix(1_700_000_000, 0)
+	d := newDiscoveries(func(string) bool { return false }, func() {})
+	accepted, refused := 0, 0
+	for i := range 400 {
+		hw := net.HardwareAddr{2, 0, 0, 0, byte(i >> 8), byte(i)}
+		err := d.RecordDiscovery(context.Background(), netboot.Discovery{MAC: hw, Time: t0.Add(time.Duration(i) * time.Second), Inventory: inventoryOf(hw.String(), size)})
+		switch {
+		case err == nil:
+			accepted++
+		case errors.Is(err, errInventoriesFull):
+			refused++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if accepted*size > maxInventoryBytes || accepted < maxInventoryBytes/size-1 || refused == 0 {
+		t.Fatalf("%d reports of %d bytes accepted, %d refused; the bound is %d bytes", accepted, size, refused, maxInventoryBytes)
+	}
+
+	sent := map[string]bool{}
+	var lastRev uint64
+	reports := 0
+	for rep := d.report(reportInventoryBytes); ; rep = d.report(reportInventoryBytes) {
+		reports++
+		if len(rep.machines) != accepted {
+			t.Fatalf("report %d lists %d machines, want %d", reports, len(rep.machines), accepted)
+		}
+		carried, newest := 0, time.Time{}
+		for _, m := range rep.machines {
+			if m.Inventory == "" {
+				continue
+			}
+			carried += len(m.Inventory)
+			if !sent[m.MAC] && m.LastSeen.After(newest) {
+				newest = m.LastSeen
+			}
+			sent[m.MAC] = true
+		}
+		if carried > reportInventoryBytes {
+			t.Fatalf("report %d carries %d bytes of inventories, more than %d", reports, carried, reportInventoryBytes)
+		}
+		if reports > 1 && rep.rev == lastRev && rep.more {
+			t.Fatalf("report %d: a report carrying new inventories has the last one's key", reports)
+		}
+		lastRev = rep.rev
+		if !rep.more {
+			break
+		}
+		if reports > 2*accepted {
+			t.Fatal("the reports never carried every inventory")
+		}
+	}
+	if len(sent) != accepted {
+		t.Fatalf("%d inventories sent of %d", len(sent), accepted)
+	}
+	if want := (accepted*size + reportInventoryBytes - 1) / reportInventoryBytes; reports > want+1 {
+		t.Errorf("%d reports to send %d inventories, want about %d", reports, accepted, want)
+	}
+	// Once sent, a quiet agent's reports stay the same.
+	if rep := d.report(reportInventoryBytes); rep.rev != lastRev || rep.more {
+		t.Errorf("nothing changed, yet the key moved (%d → %d) or more is due", lastRev, rep.rev)
+	}
+	// Sent inventories make room: a report refused before is accepted now.
+	hw := net.HardwareAddr{2, 0, 0, 0, 0xff, 0xff}
+	if err := d.RecordDiscovery(context.Background(), netboot.Discovery{MAC: hw, Time: t0.Add(time.Hour), Inventory: inventoryOf(hw.String(), size)}); err != nil {
+		t.Fatalf("a report once the others were sent: %v", err)
+	}
+	if rep := d.report(reportInventoryBytes); !slices.ContainsFunc(rep.machines, func(m agentlink.Discovered) bool { return m.MAC == hw.String() && m.Inventory != "" }) {
+		t.Error("the newest inventory did not go out first")
+	}
+	// A new stream: every inventory kept goes out again.
+	d.resend()
+	if rep := d.report(reportInventoryBytes); !rep.more {
+		t.Error("after resend, no inventory is due again")
 	}
 }

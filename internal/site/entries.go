@@ -135,6 +135,20 @@ func (e *Entries) Has(mac string) bool {
 	return ok
 }
 
+// Needs reports whether an entry boots the artifact with this digest.
+func (e *Entries) Needs(sha string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.t.Entries {
+		for _, a := range r.Entry.Artifacts() {
+			if a.SHA256 == sha {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Install sets the entry of every MAC of node and saves the table. MACs are canonical
 // (ParseMACs). A MAC that belonged to another node moves to this one.
 func (e *Entries) Install(nodeID string, macs []string, entry netboot.Entry) error {

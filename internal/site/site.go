@@ -78,6 +78,14 @@ type Config struct {
 	HTTPListen   string
 	HTTPListener net.Listener
 	HTTPBaseURL  string
+	// Bounds of the boot HTTP server (zero: the defaults): connections open at once
+	// (DefaultHTTPMaxConns), keep-alive idleness (DefaultHTTPIdleTimeout), the read of a
+	// request's body (DefaultHTTPBodyTimeout) and a response's write that makes no progress
+	// (DefaultHTTPWriteTimeout).
+	HTTPMaxConns     int
+	HTTPIdleTimeout  time.Duration
+	HTTPBodyTimeout  time.Duration
+	HTTPWriteTimeout time.Duration
 	// TFTPListen serves IPXEDir over TFTP ("" disables; the CLI defaults to ":69"); TFTPConn,
 	// when set, is used instead.
 	TFTPListen string
@@ -103,7 +111,8 @@ type Config struct {
 	Ramdisk     RamdiskConfig
 	// DiscoveryBoot boots machines with no entry into the ramdisk in discovery mode (no token,
 	// no identity; they report their self-asserted inventory and wait: the acceptance flow)
-	// instead of letting them wait in iPXE. Needs Ramdisk.
+	// instead of letting them wait in iPXE. Needs Ramdisk. Without it the agent refuses
+	// discovery reports (POST /discovery: 404).
 	DiscoveryBoot bool
 	LocalBoot     string // default local-boot method: exit (default) or sanboot
 	ArtifactCache *netboot.Cache
@@ -173,7 +182,13 @@ type Agent struct {
 	linkReady chan struct{}
 	linkMu    sync.Mutex
 	link      *agentlink.Link
-	bg        sync.WaitGroup // background fetches of pushed entries' artifacts
+	bg        sync.WaitGroup // background fetches of artifacts (pushed entries, discovery boot)
+	// fetching: the digests a keepFetching loop runs for, with the reasons to fetch each and
+	// what says whether each still holds; fetchRetry is the loops' first wait (0:
+	// fetchRetryMin).
+	fetchMu    sync.Mutex
+	fetching   map[string]map[string]func() bool
+	fetchRetry time.Duration
 
 	// rejected: MACs an operator rejected, as the control plane last told the holder
 	// (netboot's decision answer to waiting discovery-mode ramdisks).
@@ -301,6 +316,18 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HTTPListen == "" {
 		c.HTTPListen = ":8080"
+	}
+	if c.HTTPMaxConns <= 0 {
+		c.HTTPMaxConns = DefaultHTTPMaxConns
+	}
+	if c.HTTPIdleTimeout <= 0 {
+		c.HTTPIdleTimeout = DefaultHTTPIdleTimeout
+	}
+	if c.HTTPBodyTimeout <= 0 {
+		c.HTTPBodyTimeout = DefaultHTTPBodyTimeout
+	}
+	if c.HTTPWriteTimeout <= 0 {
+		c.HTTPWriteTimeout = DefaultHTTPWriteTimeout
 	}
 	if c.IPXEDir == "" {
 		c.IPXEDir = DefaultIPXEDir
@@ -566,7 +593,11 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 			return fmt.Errorf("site agent: discovery boot: %w", err)
 		}
 		discBoot = &e
-		g.Go(func() error { a.prefetch(ctx, log, e.Artifacts()); return nil })
+		// No command asks for the discovery-mode ramdisk: it is cached now, and for as long
+		// as it takes.
+		for _, art := range e.Artifacts() {
+			a.keepFetching(ctx, art, "discovery boot", func() bool { return true })
+		}
 	}
 	hc := netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
 		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
@@ -580,30 +611,45 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("site agent: %w", err)
 	}
-	srv := &http.Server{Handler: a.gate(nb), ReadHeaderTimeout: 10 * time.Second,
+	// Anyone on the provisioning network reaches this server: every connection, request body,
+	// idle keep-alive and stalled response is bounded.
+	srv := &http.Server{Handler: withDeadlines(a.gate(nb), a.cfg.HTTPBodyTimeout, a.cfg.HTTPWriteTimeout),
+		ReadHeaderTimeout: httpHeaderTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
+	ln := newLimitListener(a.httpLn, a.cfg.HTTPMaxConns)
 	g.Go(func() error {
-		if err := srv.Serve(a.httpLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("site agent: serving boot HTTP: %w", err)
 		}
 		return nil
 	})
 	g.Go(func() error {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), httpShutdownTimeout)
 		defer cancel()
-		_ = srv.Shutdown(sctx)
+		if err := srv.Shutdown(sctx); err != nil {
+			// Downloads still running: cut them.
+			log.Warn("boot HTTP: requests still running at the stop are cut", "err", err)
+			_ = srv.Close()
+		}
 		return nil
 	})
 	return nil
 }
 
-// gate answers boot-script requests only while the agent holds the boot lease and, with boot
-// binding none, learns which address each MAC with an entry boots from (for /metadata; with
-// binding lease the DHCP service tells).
+// gate refuses discovery reports unless the agent boots machines in discovery mode, answers
+// boot-script requests only while the agent holds the boot lease and, with boot binding none,
+// learns which address each MAC with an entry boots from (for /metadata; with binding lease
+// the DHCP service tells).
 func (a *Agent) gate(next http.Handler) http.Handler {
 	retry := strconv.Itoa(int(a.cfg.LeaseTTL / time.Second))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == netboot.DiscoveryPath && !a.cfg.DiscoveryBoot {
+			// Only discovery-mode ramdisks report, and only an agent that boots them does
+			// (--discovery-boot) listens: anything else is a stranger's.
+			http.NotFound(w, r)
+			return
+		}
 		if r.URL.Path == netboot.ScriptPath {
 			if !a.hold.Held() {
 				w.Header().Set("Retry-After", retry)
@@ -620,24 +666,65 @@ func (a *Agent) gate(next http.Handler) http.Handler {
 	})
 }
 
-// prefetch fills the cache with artifacts no command asks for (the discovery-mode ramdisk),
-// retrying every 30 s until each one verified or ctx ends.
-func (a *Agent) prefetch(ctx context.Context, log *slog.Logger, arts []netboot.Artifact) {
-	for _, art := range arts {
-		for ctx.Err() == nil {
-			err := a.cache.Fetch(ctx, art)
-			if err == nil {
-				break
+// Retries of background artifact fetches: the wait doubles from fetchRetryMin up to
+// fetchRetryMax.
+const (
+	fetchRetryMin = time.Second
+	fetchRetryMax = 30 * time.Second
+)
+
+// keepFetching caches art in the background (a.bg), retrying with backoff until it is cached,
+// no reason to fetch it (why, with its needed) holds any more, or ctx ends. One retry loop runs
+// per digest: another reason given meanwhile joins the loop already running.
+func (a *Agent) keepFetching(ctx context.Context, art netboot.Artifact, why string, needed func() bool) {
+	a.fetchMu.Lock()
+	if a.fetching == nil {
+		a.fetching = map[string]map[string]func() bool{}
+	}
+	running := a.fetching[art.SHA256] != nil
+	if !running {
+		a.fetching[art.SHA256] = map[string]func() bool{}
+	}
+	a.fetching[art.SHA256][why] = needed
+	a.fetchMu.Unlock()
+	if running {
+		return
+	}
+	stillNeeded := func() bool {
+		a.fetchMu.Lock()
+		defer a.fetchMu.Unlock()
+		for _, f := range a.fetching[art.SHA256] {
+			if f() {
+				return true
 			}
-			log.WarnContext(ctx, "discovery boot: fetching the ramdisk failed; retrying in 30 s", "artifact", art.Name, "err", err)
-			t := time.NewTimer(30 * time.Second)
+		}
+		return false
+	}
+	a.bg.Go(func() {
+		defer func() {
+			a.fetchMu.Lock()
+			delete(a.fetching, art.SHA256)
+			a.fetchMu.Unlock()
+		}()
+		wait := a.fetchRetry
+		if wait <= 0 {
+			wait = fetchRetryMin
+		}
+		for ctx.Err() == nil && stillNeeded() {
+			err := a.cache.Fetch(ctx, art)
+			if err == nil || ctx.Err() != nil {
+				return
+			}
+			a.log.WarnContext(ctx, "caching an artifact failed; retrying", "for", why, "artifact", art.Name, "in", wait, "err", err)
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 			case <-t.C:
 			}
 			t.Stop()
+			wait = min(2*wait, fetchRetryMax)
 		}
-	}
+	})
 }
 
 func existingDir(d string) string {
@@ -763,38 +850,37 @@ func whileHeld(ctx context.Context, hold *holdState, run func(ctx context.Contex
 	}
 }
 
+// statusSessionCheck is how often the status loop looks for a new stream to the control plane
+// (the inventories it carried then go out again).
+const statusSessionCheck = 2 * time.Second
+
 // statusLoop reports the lease, the discovered machines and the withheld boot scripts whenever
-// they change.
+// they change. A report carries at most reportInventoryBytes of inventories: while more wait,
+// the next report follows after statusMinInterval.
 func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 	drivers := driverNames(a.drivers)
 	facts := map[string]string{"bootUrl": a.baseURL, "dhcp": string(a.cfg.DHCPMode), "bootBinding": string(a.cfg.BootBinding)}
 	var last statusKey
 	first := true
+	sessions := link.Sessions()
+	check := time.NewTicker(statusSessionCheck)
+	defer check.Stop()
 	for {
-		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: a.disc.Snapshot(), Drivers: drivers, Facts: facts,
+		if s := link.Sessions(); s != sessions {
+			sessions = s
+			a.disc.resend()
+		}
+		rep := a.disc.report(reportInventoryBytes)
+		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: rep.machines, Drivers: drivers, Facts: facts,
 			Withheld: a.withheld.Snapshot(a.cfg.Now())}
-		if k := keyOf(st); first || k != last {
+		if k := keyOf(st, rep.rev); first || k != last {
 			link.SetStatus(st)
 			last, first = k, false
 		}
-		changed := a.hold.changed()
-		var expiry <-chan time.Time
-		var t *time.Timer
-		if st.HoldsBootLease {
-			t = time.NewTimer(max(a.hold.Until().Sub(a.hold.now()), time.Millisecond))
-			expiry = t.C
-		}
-		select {
-		case <-ctx.Done():
-		case <-a.dirty:
-		case <-changed:
-		case <-expiry:
-		}
-		if t != nil {
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			return
+		if !rep.more {
+			if !a.waitStatusChange(ctx, link, sessions, check.C, st.HoldsBootLease) {
+				return
+			}
 		}
 		pause := time.NewTimer(statusMinInterval)
 		select {
@@ -803,6 +889,32 @@ func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 			return
 		case <-pause.C:
 		}
+	}
+}
+
+// waitStatusChange waits until something a status report carries may have changed, or a new
+// stream to the control plane began; false when ctx ended.
+func (a *Agent) waitStatusChange(ctx context.Context, link *agentlink.Link, sessions int, check <-chan time.Time, held bool) bool {
+	changed := a.hold.changed()
+	var expiry <-chan time.Time
+	if held {
+		t := time.NewTimer(max(a.hold.Until().Sub(a.hold.now()), time.Millisecond))
+		defer t.Stop()
+		expiry = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-a.dirty:
+		case <-changed:
+		case <-expiry:
+		case <-check:
+			if link.Sessions() == sessions {
+				continue
+			}
+		}
+		return ctx.Err() == nil
 	}
 }
 

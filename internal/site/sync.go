@@ -232,7 +232,8 @@ func (e *Entries) Sync(full bool, recs []syncRecord) error {
 	return e.commitLocked(old, "applying the boot entries pushed by the control plane")
 }
 
-// applyPushed installs pushed entries and starts caching the artifacts they boot.
+// applyPushed installs pushed entries and starts caching the artifacts they boot (retried
+// until cached, or until no entry boots them).
 func (a *Agent) applyPushed(ctx context.Context, full bool, es []agentlink.BootEntry) error {
 	recs, berr := buildSync(es, a.cfg.Ramdisk, a.cfg.LocalBoot)
 	if berr != nil {
@@ -252,14 +253,9 @@ func (a *Agent) applyPushed(ctx context.Context, full bool, es []agentlink.BootE
 			}
 		}
 	}
-	if len(arts) > 0 {
-		a.bg.Go(func() {
-			for _, art := range arts {
-				if err := a.cache.Fetch(ctx, art); err != nil && ctx.Err() == nil {
-					a.log.Warn("caching an artifact of a pushed boot entry", "artifact", art.Name, "err", err)
-				}
-			}
-		})
+	for _, art := range arts {
+		// Until cached, or no entry boots it any more: the machines wait in iPXE meanwhile.
+		a.keepFetching(ctx, art, "pushed boot entry", func() bool { return a.entries.Needs(art.SHA256) })
 	}
 	a.log.Info("boot entries pushed by the control plane applied", "full", full, "entries", len(recs))
 	return nil

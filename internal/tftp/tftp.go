@@ -11,9 +11,11 @@ import (
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	pintftp "github.com/pin/tftp/v3"
@@ -107,23 +109,49 @@ func (d *DirRoute) TryServe(ctx context.Context, name string, w io.ReaderFrom) (
 	return true, nil
 }
 
+// Transfer bounds: each transfer holds a UDP socket, a goroutine and an open file for as long
+// as its client acknowledges (or for the whole retransmit schedule when it does not).
+const (
+	DefaultMaxTransfers  = 256
+	DefaultMaxPerClient  = 8
+	errBusyMessage       = "server busy: too many transfers in progress, retry later"
+	errClientBusyMessage = "too many transfers in progress from this address, retry later"
+)
+
 // Config configures a TFTP server.
 type Config struct {
 	Routes  []Route        // tried in order
 	Conn    net.PacketConn // the listening socket (udp :69 in production, 127.0.0.1:0 in tests)
 	Timeout time.Duration  // per-packet retransmit timeout; 0: 2 s
 	Retries int            // 0: 5
-	Logger  *slog.Logger
+	// MaxTransfers bounds the transfers in progress; MaxPerClient those from one IP address. A
+	// read request beyond either is answered with a TFTP error (the firmware retries). 0: the
+	// defaults.
+	MaxTransfers int
+	MaxPerClient int
+	Logger       *slog.Logger
 }
 
 // Server is a read-only TFTP server.
 type Server struct {
-	routes  []Route
-	conn    net.PacketConn
-	log     *slog.Logger
-	timeout time.Duration
-	retries int
+	routes       []Route
+	conn         net.PacketConn
+	log          *slog.Logger
+	timeout      time.Duration
+	retries      int
+	maxTransfers int
+	maxPerClient int
+
+	mu       sync.Mutex
+	active   int
+	byClient map[netip.Addr]int
+	peak     int       // most transfers in progress at once (tests)
+	refused  int       // requests refused for a bound
+	warned   time.Time // last warning about refusals (at most one every refusalWarnEvery)
 }
+
+// refusalWarnEvery spaces the warnings about refused requests (a flood would flood the log).
+const refusalWarnEvery = 10 * time.Second
 
 // New checks the configuration and builds a server.
 func New(cfg Config) (*Server, error) {
@@ -133,7 +161,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("tftp: no listening socket")
 	}
-	s := &Server{routes: cfg.Routes, conn: cfg.Conn, log: cfg.Logger, timeout: cfg.Timeout, retries: cfg.Retries}
+	s := &Server{routes: cfg.Routes, conn: cfg.Conn, log: cfg.Logger, timeout: cfg.Timeout, retries: cfg.Retries,
+		maxTransfers: cfg.MaxTransfers, maxPerClient: cfg.MaxPerClient, byClient: map[netip.Addr]int{}}
+	if s.maxTransfers <= 0 {
+		s.maxTransfers = DefaultMaxTransfers
+	}
+	if s.maxPerClient <= 0 {
+		s.maxPerClient = DefaultMaxPerClient
+	}
 	if s.timeout <= 0 {
 		s.timeout = 2 * time.Second
 	}
@@ -165,12 +200,60 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 }
 
+// acquire takes a transfer slot for a client. Refused (a bound reached), it returns the error
+// to answer, whether to warn now, and the refusals so far.
+func (s *Server) acquire(client netip.Addr) (warn bool, refused int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.byClient[client] >= s.maxPerClient:
+		err = errors.New(errClientBusyMessage)
+	case s.active >= s.maxTransfers:
+		err = errBusy
+	default:
+		s.active++
+		s.byClient[client]++
+		s.peak = max(s.peak, s.active)
+		return false, 0, nil
+	}
+	s.refused++
+	if now := time.Now(); now.Sub(s.warned) >= refusalWarnEvery {
+		s.warned, warn = now, true
+	}
+	return warn, s.refused, err
+}
+
+func (s *Server) release(client netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.byClient[client]--; s.byClient[client] <= 0 {
+		delete(s.byClient, client)
+	}
+}
+
+// errBusy is what a refused read request is answered (pin/tftp sends it as a TFTP error).
+var errBusy = errors.New(errBusyMessage)
+
 func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error {
 	remote := ""
+	var client netip.Addr
 	if t, ok := rf.(pintftp.OutgoingTransfer); ok {
 		addr := t.RemoteAddr()
 		remote = addr.String()
+		if a, ok := netip.AddrFromSlice(addr.IP); ok {
+			client = a.Unmap()
+		}
 	}
+	if warn, refused, err := s.acquire(client); err != nil {
+		// Answered at once: the socket pin/tftp opened for the transfer is closed with the error.
+		if warn {
+			s.log.WarnContext(ctx, "tftp read requests refused", "reason", err.Error(), "remote", remote,
+				"max_transfers", s.maxTransfers, "max_per_client", s.maxPerClient, "refused_so_far", refused)
+		}
+		return err
+	}
+	defer s.release(client)
 	err := Dispatch(ctx, s.routes, name, rf)
 	switch {
 	case errors.Is(err, errNotFound):
