@@ -187,7 +187,7 @@ type Agent struct {
 	// what says whether each still holds; fetchRetry is the loops' first wait (0:
 	// fetchRetryMin).
 	fetchMu    sync.Mutex
-	fetching   map[string]map[string]func() bool
+	fetching   map[string]*fetchLoop
 	fetchRetry time.Duration
 
 	// rejected: MACs an operator rejected, as the control plane last told the holder
@@ -666,6 +666,12 @@ func (a *Agent) gate(next http.Handler) http.Handler {
 	})
 }
 
+// fetchLoop is a running keepFetching loop: the reasons to fetch its artifact, each with what
+// says whether it still holds.
+type fetchLoop struct {
+	reasons map[string]func() bool
+}
+
 // Retries of background artifact fetches: the wait doubles from fetchRetryMin up to
 // fetchRetryMax.
 const (
@@ -679,31 +685,41 @@ const (
 func (a *Agent) keepFetching(ctx context.Context, art netboot.Artifact, why string, needed func() bool) {
 	a.fetchMu.Lock()
 	if a.fetching == nil {
-		a.fetching = map[string]map[string]func() bool{}
+		a.fetching = map[string]*fetchLoop{}
 	}
-	running := a.fetching[art.SHA256] != nil
+	loop, running := a.fetching[art.SHA256]
 	if !running {
-		a.fetching[art.SHA256] = map[string]func() bool{}
+		loop = &fetchLoop{reasons: map[string]func() bool{}}
+		a.fetching[art.SHA256] = loop
 	}
-	a.fetching[art.SHA256][why] = needed
+	loop.reasons[why] = needed
 	a.fetchMu.Unlock()
 	if running {
 		return
 	}
+	// end forgets this loop (not a later one for the same digest); stillNeeded does so in the
+	// same hold of the lock as it finds no reason left, so that a reason given meanwhile starts
+	// a new loop instead of joining one that is ending.
+	end := func() {
+		if a.fetching[art.SHA256] == loop {
+			delete(a.fetching, art.SHA256)
+		}
+	}
 	stillNeeded := func() bool {
 		a.fetchMu.Lock()
 		defer a.fetchMu.Unlock()
-		for _, f := range a.fetching[art.SHA256] {
+		for _, f := range loop.reasons {
 			if f() {
 				return true
 			}
 		}
+		end()
 		return false
 	}
 	a.bg.Go(func() {
 		defer func() {
 			a.fetchMu.Lock()
-			delete(a.fetching, art.SHA256)
+			end()
 			a.fetchMu.Unlock()
 		}()
 		wait := a.fetchRetry
