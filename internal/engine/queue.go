@@ -727,7 +727,13 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 	var unknown []string
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		refused, unknown = map[string]error{}, nil
-		done, err := tx.DeliverCommands(ctx, ids, a.ID)
+		var done map[string]bool
+		var err error
+		if a.Kind == "site" {
+			done, err = tx.DeliverCommands(ctx, ids, a.ID)
+		} else {
+			done, err = tx.DeliverCommands(ctx, ids, a.ID, a.Generation)
+		}
 		if err != nil {
 			return err
 		}
@@ -742,7 +748,7 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 				unknown = append(unknown, id)
 			case err != nil:
 				return err
-			case c.TargetAgent != a.ID:
+			case !agentsCommand(a, c):
 				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, ErrNotYours)
 			case command.State(c.State).Final():
 				refused[id] = fmt.Errorf("ack of %s by %s: %w (%s)", id, a.ID, ErrFinished, c.State)
@@ -868,11 +874,22 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	return err
 }
 
+// agentsCommand says whether c is agent a's: assigned to it and, for a node's agent, of its
+// identity generation (a node agent's id names the node only: a certificate revoked by
+// metal.revokeIdentity, on a stream opened before, must not act on the new generation's
+// commands). Pure.
+func agentsCommand(a Agent, c store.Command) bool {
+	if c.TargetAgent != a.ID {
+		return false
+	}
+	return a.Kind == "site" || c.Generation == a.Generation
+}
+
 // reported applies agent a's report u to command c at time at: the command to write, and
 // whether to write it (reports never move a command backwards; one on a finished command is
 // ignored). A report on another agent's command is refused.
 func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool, error) {
-	if c.TargetAgent != a.ID {
+	if !agentsCommand(a, c) {
 		return c, false, fmt.Errorf("report on %s by %s: %w", u.CommandID, a.ID, ErrNotYours)
 	}
 	to := command.State(u.State)

@@ -24,8 +24,9 @@ const (
 // RecordWithheld records a site.boot_withheld event for each episode of boot-script requests a
 // site agent's boot binding withheld (a MAC's script asked for from an address its DHCP did
 // not see that MAC take): once per agent, MAC, address and first request, however often the
-// agent's status reports it again. The event names the MAC's node when it has one; only
-// callers that see every tenant see it.
+// agent's status reports it again. The event names the MAC's node when it is one of the
+// agent's site's (an agent's reports never reach another site's nodes); only callers that see
+// every tenant see it.
 func (e *Engine) RecordWithheld(ctx context.Context, a Agent, ws []gateway.WithheldBoot) error {
 	var fresh []gateway.WithheldBoot
 	var keys []string
@@ -40,7 +41,7 @@ func (e *Engine) RecordWithheld(ctx context.Context, a Agent, ws []gateway.Withh
 	}
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		for _, w := range fresh {
-			node, err := tx.MACOwner(ctx, w.MAC)
+			node, err := tx.SiteMACOwner(ctx, a.SiteID, w.MAC)
 			if err != nil {
 				return err
 			}

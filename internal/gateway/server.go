@@ -41,7 +41,18 @@ func (s *Server) Handler() (string, http.Handler) {
 	path, h := agentv1connect.NewGatewayServiceHandler(s,
 		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes),
 	)
-	return path, withTLSState(h)
+	// Join needs no client certificate: anyone who reaches the gateway may call it, so its
+	// request is held to what a join carries (a token, a CSR, a few hints).
+	_, join := agentv1connect.NewGatewayServiceHandler(s, connect.WithReadMaxBytes(MaxJoinBytes))
+	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == agentv1connect.GatewayServiceJoinProcedure {
+			r.Body = http.MaxBytesReader(w, r.Body, MaxJoinBytes)
+			join.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+	return path, withTLSState(mux)
 }
 
 // tlsStateKey carries the request's *tls.ConnectionState into connect handlers, whose

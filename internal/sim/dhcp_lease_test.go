@@ -74,8 +74,9 @@ func TestDHCPLeasesFollowTheLease(t *testing.T) {
 }
 
 // TestWithheldBootsBecomeEvents: a site agent's report of boot scripts its binding withheld
-// becomes one site.boot_withheld event per MAC, address and episode, naming the MAC's node;
-// the same episode reported again, as every status repeats it, records nothing more.
+// becomes one site.boot_withheld event per MAC, address and episode, naming the MAC's node (of
+// its own site only); the same episode reported again, as every status repeats it, records
+// nothing more.
 func TestWithheldBootsBecomeEvents(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
@@ -132,6 +133,16 @@ func TestWithheldBootsBecomeEvents(t *testing.T) {
 		report(ours)
 		if n := len(withheldEvents()); n != 3 {
 			t.Fatalf("%d events after a new episode, want 3", n)
+		}
+		// Another site's agent reporting this node's MAC reaches no node of another site.
+		other := gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: "another-site", AgentID: "site-z"}
+		if err := gw.Status(ctx, other, gateway.Status{Withheld: []gateway.WithheldBoot{{MAC: m.MACs[0], Remote: netip.MustParseAddr("10.9.0.1"), Count: 1, First: t0, Last: t0}}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range withheldEvents() {
+			if e.Actor == "site:site-z" && e.NodeID != "" {
+				t.Fatalf("another site's agent recorded an event on node %s", e.NodeID)
+			}
 		}
 	})
 }

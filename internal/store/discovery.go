@@ -86,6 +86,20 @@ func (t *Tx) MACOwner(ctx context.Context, mac string) (string, error) {
 	return id, nil
 }
 
+// SiteMACOwner is MACOwner among the nodes of site siteID only ("" for a MAC of another site's
+// node): what a site agent reports of a MAC concerns its own site's machines only.
+func (t *Tx) SiteMACOwner(ctx context.Context, siteID, mac string) (string, error) {
+	var id string
+	err := t.queryRow(ctx, `SELECT m.node_id FROM node_macs m JOIN nodes n ON n.id = m.node_id WHERE m.mac = ? AND n.site_id = ?`, mac, siteID).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("looking up the owner of MAC %s at site %s: %w", mac, siteID, err)
+	}
+	return id, nil
+}
+
 // NodesWithoutMACs lists the site's nodes that have no MAC and either of two UUID spellings as
 // product UUID (the nodes a sighting under that UUID may concern).
 func (t *Tx) NodesWithoutMACs(ctx context.Context, siteID, uuidA, uuidB string) ([]string, error) {

@@ -345,18 +345,24 @@ func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool
 // DeliverCommands marks the queued commands of ids assigned to agentID delivered (their agent
 // acknowledged them) and returns those it marked. An id left out is not both (delivered
 // already, another agent's, or unknown): the caller reads it to tell which.
-func (t *Tx) DeliverCommands(ctx context.Context, ids []string, agentID string) (map[string]bool, error) {
+func (t *Tx) DeliverCommands(ctx context.Context, ids []string, agentID string, generation ...uint64) (map[string]bool, error) {
 	// As in AssignCommands: SQLite reads the rows by id, not through an index on the agent.
 	plus := ""
 	if t.s.engine == SQLite {
 		plus = "+"
 	}
+	// A node agent's id names the node, not its identity generation: generation (given for
+	// node agents) keeps a revoked generation's agent from acknowledging the new one's commands.
+	genCond, genArgs := "", []any(nil)
+	if len(generation) > 0 {
+		genCond, genArgs = ` AND generation = ?`, []any{int64(generation[0])}
+	}
 	done := map[string]bool{}
 	for i := 0; i < len(ids); i += idsPerStatement {
 		list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
 		rows, err := t.query(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
-			WHERE id IN `+list+` AND `+plus+`target_agent = ? AND `+plus+`state = 'queued' RETURNING id`,
-			append(append([]any{t.at, t.at}, args...), agentID)...)
+			WHERE id IN `+list+` AND `+plus+`target_agent = ? AND `+plus+`state = 'queued'`+genCond+` RETURNING id`,
+			append(append(append([]any{t.at, t.at}, args...), agentID), genArgs...)...)
 		delivered, err := collect(rows, err, "delivered commands", func(r interface{ Scan(...any) error }) (string, error) {
 			var id string
 			return id, r.Scan(&id)
