@@ -551,8 +551,15 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		return nil, nil
 	}
 	creds := map[string]map[string]any{}
+	// A command whose credentials cannot be opened (its secret gone) fails on its own: it
+	// must not stand, oldest first, in front of every claim of the site.
+	broken := map[string]string{}
 	for _, c := range cands {
 		cr, err := e.commandCredentials(ctx, a, c)
+		if errors.Is(err, store.ErrNotFound) {
+			broken[c.ID] = "its BMC credentials cannot be opened: " + err.Error()
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -560,8 +567,21 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			creds[c.ID] = cr
 		}
 	}
+	cands = slices.DeleteFunc(cands, func(c store.Command) bool { _, b := broken[c.ID]; return b })
 	var out []store.Command
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
+		for id, why := range broken {
+			closed, _, err := tx.WithdrawCommand(ctx, id, why)
+			if err != nil {
+				return err
+			}
+			if closed {
+				if err := tx.AppendEvent(ctx, store.Event{Actor: "queue", Kind: "command.failed", Reason: why,
+					Data: mustData(map[string]any{"command": id, "agent": a.ID})}); err != nil {
+					return err
+				}
+			}
+		}
 		cmds, err := tx.AssignCommands(ctx, a.ID, cands, holderKinds()...)
 		if err != nil {
 			return err

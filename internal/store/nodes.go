@@ -157,7 +157,27 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 }
 
 // DeleteNode removes a node (its MACs and labels cascade) and its wake-up row; its events stay.
+// Its held and queued commands fail and its open workflows close with it; it is refused
+// (ErrConflict) while an agent runs one of its commands.
 func (t *Tx) DeleteNode(ctx context.Context, n Node) error {
+	// What an agent is running for the node ends with its report; what no agent took yet would
+	// otherwise stay queued for ever (and a BMC command's credentials, deleted below, could
+	// never be opened for an agent again).
+	var running int
+	if err := t.queryRow(ctx, `SELECT COUNT(*) FROM commands WHERE node_id = ? AND state IN ('delivered', 'running')`, n.ID).Scan(&running); err != nil {
+		return fmt.Errorf("counting the commands in flight for node %s: %w", n.ID, err)
+	}
+	if running > 0 {
+		return fmt.Errorf("node %s has %d commands an agent is running: delete it once they finish: %w", n.Name, running, ErrConflict)
+	}
+	if _, err := t.exec(ctx, `UPDATE commands SET state = 'failed', error = ?, finished_at = ?, updated_at = ? WHERE node_id = ? AND state IN ('held', 'queued')`,
+		"the node was deleted", t.at, t.at, n.ID); err != nil {
+		return fmt.Errorf("withdrawing the commands of node %s: %w", n.ID, err)
+	}
+	if _, err := t.exec(ctx, `UPDATE workflows SET state = 'aborted', error = ?, outcome_applied = ?, updated_at = ?, finished_at = ? WHERE node_id = ? AND NOT outcome_applied`,
+		"the node was deleted", true, t.at, t.at, n.ID); err != nil {
+		return fmt.Errorf("closing the workflows of node %s: %w", n.ID, err)
+	}
 	res, err := t.exec(ctx, `DELETE FROM nodes WHERE id = ? AND version = ?`, n.ID, int64(n.Version))
 	if err != nil {
 		return fmt.Errorf("deleting node %s: %w", n.ID, err)
