@@ -238,6 +238,18 @@ func (r *run) startWorkflow() error {
 	if err := r.endLinger(res.Profile); err != nil {
 		return err
 	}
+	// An operator's power action still held for approval, or queued, would run in the middle of
+	// the workflow's steps (the power verb is refused while a workflow controls the node).
+	withdrawn, err := r.tx.WithdrawDirectCommands(r.ctx, n.ID, "withdrawn: workflow "+res.Profile+" took the node before an agent took this command")
+	if err != nil {
+		return err
+	}
+	for _, c := range withdrawn {
+		if err := r.event("command.withdrawn", n.State, n.State, "workflow "+res.Profile+" took the node before an agent took "+c[1],
+			map[string]any{"command": c[0], "kind": c[1], "profile": res.Profile}); err != nil {
+			return err
+		}
+	}
 	batchID, err := r.batchFor(res)
 	if err != nil {
 		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot compute the destructive scope of %s: %v", res.Profile, err))

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"bcd/internal/engine"
+	"bcd/internal/metal"
 	"bcd/internal/pki"
+	"bcd/internal/provision"
 	"bcd/internal/store"
 )
 
@@ -105,5 +107,63 @@ func TestDeleteFailsQueuedCommandsAndClaimsGoOn(t *testing.T) {
 	})
 	if c, _ := st.Command(ctx, orphan.ID); c.State != "failed" || !strings.Contains(c.Error, "credentials cannot be opened") {
 		t.Fatalf("the orphaned command: %s (%s)", c.State, c.Error)
+	}
+}
+
+// An operator's power action held for approval does not run in the middle of a workflow that
+// took the node meanwhile: the workflow's start withdraws it (with an event), and approving
+// its batch later sends nothing.
+func TestWorkflowWithdrawsHeldDirectCommands(t *testing.T) {
+	ctx := context.Background()
+	st, h, node, eng, a, _ := byHand(t, engine.Config{AgentGrace: time.Hour})
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, cmdID, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: node, PowerAction: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _ := st.Command(ctx, cmdID)
+	if held.State != "held" {
+		t.Fatalf("power off: %s, want held for approval", held.State)
+	}
+	if err := h.Apply(ctx, provision.VerbDeploy, []string{node}, metal.VerbInput{Image: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wf := openWorkflow(t, st, node)
+	if c, _ := st.Command(ctx, cmdID); c.State != "failed" || !strings.Contains(c.Error, "took the node") {
+		t.Fatalf("the held power off after the workflow started: %s (%s)", c.State, c.Error)
+	}
+	if _, err := h.Metal.Approve(ctx, alice, wf.BatchID, "deploy ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Metal.Approve(ctx, alice, held.BatchID, "power ok"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := eng.Claim(ctx, a, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got {
+		if c.ID == cmdID {
+			t.Fatalf("the withdrawn power off went to an agent while workflow %s controls the node", wf.ID)
+		}
+	}
+	evs, err := st.Events(ctx, store.EventFilter{NodeID: node, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range evs {
+		found = found || (e.Kind == "command.withdrawn" && strings.Contains(e.Data, cmdID))
+	}
+	if !found {
+		t.Error("no command.withdrawn event names the power off")
 	}
 }
