@@ -353,6 +353,18 @@ func (h *inventory) ListDeployProfiles(ctx context.Context, req *connect.Request
 	return connect.NewResponse(out), nil
 }
 
+func (h *inventory) RevokeSiteAgent(ctx context.Context, req *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
+	a, err := h.svc.RevokeSiteAgent(ctx, principal(ctx), req.Msg.Agent, req.Msg.Reason)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	site, err := h.svc.Store().Site(ctx, a.SiteID)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.RevokeSiteAgentResponse{Agent: a.ID, Site: site.Name}), nil
+}
+
 func (h *inventory) CreateSiteJoinToken(ctx context.Context, req *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
 	p := principal(ctx)
 	if err := metal.Require(p, auth.Administer); err != nil {

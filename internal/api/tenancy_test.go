@@ -172,3 +172,63 @@ func TestSelectorsBoundedAndValuesNotEchoed(t *testing.T) {
 		t.Errorf("a numeric password: %d %s: want 400 naming the field, not its value", code, body)
 	}
 }
+
+// RevokeSiteAgent: an admin revokes a site agent (recorded, with an event); again is a
+// conflict; another tenant's admin and an unknown agent get not_found; a viewer is refused.
+func TestRevokeSiteAgent(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	for _, b := range []struct{ path, body string }{
+		{"/bcd.v1.InventoryService/CreateTenant", `{"name":"acme"}`},
+		{"/bcd.v1.InventoryService/CreateSite", `{"name":"dc1","tenant":"default"}`},
+	} {
+		if code, body := e.post(t, b.path, e.admin, b.body); code != 200 {
+			t.Fatalf("%s: %d %s", b.path, code, body)
+		}
+	}
+	site, err := e.st.Site(ctx, "dc1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.Write(ctx, func(tx *store.Tx) error {
+		return tx.UpsertAgent(ctx, store.Agent{ID: "agent-1", Kind: "site", SiteID: site.ID})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	acme := e.tokenIn(t, "acme-admin", "admin", "acme")
+	viewer := e.tokenIn(t, "viewer", "viewer", "")
+	for _, tc := range []struct {
+		name, token, agent string
+		code               int
+	}{
+		{"viewer", viewer, "agent-1", 403},
+		{"another tenant's admin", acme, "agent-1", 404},
+		{"unknown agent", e.admin, "nobody", 404},
+		{"admin", e.admin, "agent-1", 200},
+		{"again", e.admin, "agent-1", 409},
+	} {
+		code, body := e.post(t, "/bcd.v1.InventoryService/RevokeSiteAgent", tc.token, `{"agent":"`+tc.agent+`","reason":"host decommissioned"}`)
+		if code != tc.code {
+			t.Errorf("%s: %d %s, want %d", tc.name, code, body, tc.code)
+		}
+	}
+	if revoked, err := e.st.SiteAgentRevoked(ctx, "agent-1"); err != nil || !revoked {
+		t.Fatalf("agent-1 revoked: %v %v", revoked, err)
+	}
+	evs, err := e.st.Events(ctx, store.EventFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, ev := range evs {
+		if ev.Kind == "site.agent.revoke" {
+			n++
+			if ev.Reason != "host decommissioned" || !strings.Contains(ev.Data, "agent-1") {
+				t.Errorf("event %+v", ev)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d site.agent.revoke events, want 1", n)
+	}
+}

@@ -89,7 +89,7 @@ func siteCmd(g *globals) *cobra.Command {
 			_, err = cl.inventory.DeleteSite(cmd.Context(), connect.NewRequest(&bcdv1.DeleteSiteRequest{Site: args[0]}))
 			return err
 		}}
-	cmd.AddCommand(c, l, d, siteJoinTokenCmd(g), sitecmd.Command())
+	cmd.AddCommand(c, l, d, siteJoinTokenCmd(g), siteRevokeAgentCmd(g), sitecmd.Command())
 	return cmd
 }
 
@@ -351,6 +351,28 @@ func siteJoinTokenCmd(g *globals) *cobra.Command {
 			return nil
 		}}
 	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
+	return cmd
+}
+
+func siteRevokeAgentCmd(g *globals) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{Use: "revoke-agent AGENT --reason WHY", Short: "Refuse a site agent's certificate from now on (a decommissioned host, a leaked key)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.RevokeSiteAgent(cmd.Context(), connect.NewRequest(&bcdv1.RevokeSiteAgentRequest{Agent: args[0], Reason: reason}))
+			if err != nil {
+				return err
+			}
+			if g.output == "json" {
+				return g.printJSON(resp.Msg)
+			}
+			fmt.Fprintf(g.env.Stdout, "site agent %s of site %s revoked: its connects, calls and renewals are refused, its open stream ends within 30 s\n", resp.Msg.Agent, resp.Msg.Site)
+			return nil
+		}}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the site.agent.revoke event)")
 	return cmd
 }
 

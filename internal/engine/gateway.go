@@ -187,6 +187,11 @@ func (g *Gateway) Renew(ctx context.Context, _ pki.Identity, certDER []byte) ([]
 	return g.e.RenewCertificate(ctx, certDER)
 }
 
+// SiteAgentRevoked implements gateway.Identities.
+func (g *Gateway) SiteAgentRevoked(ctx context.Context, agentID string) (bool, error) {
+	return g.e.st.SiteAgentRevoked(ctx, agentID)
+}
+
 func (g *Gateway) CurrentGeneration(ctx context.Context, nodeID string) (uint64, error) {
 	gen, err := g.e.CurrentGeneration(ctx, nodeID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -186,6 +186,8 @@ type Identities interface {
 	// certificate (id is its identity, admitted as for Connect). A node identity of an older
 	// generation is refused with pki.ErrIdentityRevoked (wrapped).
 	Renew(ctx context.Context, id pki.Identity, certDER []byte) (newCertDER []byte, err error)
+	// SiteAgentRevoked says whether an operator revoked site agent agentID's certificate.
+	SiteAgentRevoked(ctx context.Context, agentID string) (bool, error)
 }
 
 // Error is the type of this package's sentinel errors.
@@ -229,6 +231,10 @@ type Config struct {
 	Window       int           // commands in flight (sent, unacknowledged) per stream; default 4096
 	Lanes        int           // concurrent ack/update lanes per site agent stream (a node's has one); default 8
 	PollInterval time.Duration // claim without a Notify signal this often; default 2s
+	// RecheckInterval: an open stream's certificate is admitted again this often (a site
+	// agent revoked, a node's identity generation bumped): one refused ends the stream.
+	// Default 30s.
+	RecheckInterval time.Duration
 	// IdleTimeout ends a stream from which nothing was received for that long; default 45s
 	// (agents heartbeat every 10s by default).
 	IdleTimeout time.Duration
@@ -263,6 +269,7 @@ func (c *Config) setDefaults() error {
 	def(&c.MaxMessageBytes, 16<<20)
 	defd(&c.PollInterval, 2*time.Second)
 	defd(&c.IdleTimeout, 45*time.Second)
+	defd(&c.RecheckInterval, 30*time.Second)
 	if c.Window < c.BatchSize {
 		return fmt.Errorf("configuring agent gateway: Window %d smaller than BatchSize %d", c.Window, c.BatchSize)
 	}

@@ -138,6 +138,9 @@ func (s *Server) admit(ctx context.Context) (AgentRef, error) {
 	}
 	switch id.Kind {
 	case pki.KindSiteAgent:
+		if err := s.siteAgentAllowed(ctx, id); err != nil {
+			return AgentRef{}, err
+		}
 	case pki.KindNode, pki.KindNodeTenant:
 		cur, err := s.cfg.Identities.CurrentGeneration(ctx, id.NodeID)
 		if errors.Is(err, ErrNotFound) {
@@ -154,6 +157,19 @@ func (s *Server) admit(ctx context.Context) (AgentRef, error) {
 		return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s certificate cannot connect as an agent", id.Kind))
 	}
 	return RefOf(id), nil
+}
+
+// siteAgentAllowed refuses a site agent whose certificate an operator revoked.
+func (s *Server) siteAgentAllowed(ctx context.Context, id pki.Identity) error {
+	revoked, err := s.cfg.Identities.SiteAgentRevoked(ctx, id.AgentID)
+	if err != nil {
+		s.cfg.Logger.LogAttrs(ctx, slog.LevelError, "reading whether a site agent is revoked", slog.String("agent", id.String()), slog.Any("error", err))
+		return connect.NewError(connect.CodeUnavailable, errors.New("cannot check the agent's certificate now"))
+	}
+	if revoked {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s: %w", id, ErrAgentRevoked))
+	}
+	return nil
 }
 
 // ServeTLS serves h (normally the gateway's Handler) over HTTP/2 with TLS 1.3 on ln until ctx

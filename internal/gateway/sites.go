@@ -30,6 +30,9 @@ type Sites interface {
 // at the epoch it names; the agent is told FAILED_PRECONDITION.
 const ErrNotHolder Error = "not the boot-lease holder"
 
+// ErrAgentRevoked: an operator revoked the site agent's certificate (bcd site revoke-agent).
+const ErrAgentRevoked Error = "the site agent's certificate was revoked"
+
 // LeaseRequest is a site agent's acquire, renewal or release of its site's boot lease.
 type LeaseRequest struct {
 	Release       bool
@@ -100,6 +103,9 @@ func (s *Server) siteAgent(ctx context.Context) (AgentRef, error) {
 	}
 	if id.Kind != pki.KindSiteAgent {
 		return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s certificate is not a site agent's", id.Kind))
+	}
+	if err := s.siteAgentAllowed(ctx, id); err != nil {
+		return AgentRef{}, err
 	}
 	return RefOf(id), nil
 }

@@ -82,6 +82,7 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 	for _, ch := range ss.lanes {
 		wg.Go(func() { ss.lane(ch) })
 	}
+	wg.Go(func() { ss.recheck() })
 	sendErr := ss.send()
 	cancel(sendErr)
 	wg.Wait()
@@ -94,6 +95,26 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 	err = ss.result()
 	ss.log.LogAttrs(dctx, slog.LevelInfo, "agent disconnected", slog.Any("reason", err))
 	return err
+}
+
+// recheck admits the stream's certificate again every RecheckInterval until the session ends:
+// one an operator revoked since (a site agent, a node's identity generation) ends the stream.
+// A check that cannot be made (the store out) leaves the stream as it is.
+func (ss *session) recheck() {
+	t := time.NewTicker(ss.s.cfg.RecheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ss.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := ss.s.admit(ss.ctx); connect.CodeOf(err) == connect.CodePermissionDenied {
+			ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "the agent's certificate is refused now: ending its stream", slog.Any("error", err))
+			ss.cancel(err)
+			return
+		}
+	}
 }
 
 type session struct {

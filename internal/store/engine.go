@@ -605,6 +605,42 @@ func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
 	return nil
 }
 
+// RevokeSiteAgent records that site agent id's certificate is refused from now on, and returns
+// the agent (ErrNotFound: no site agent of that id ever connected).
+func (t *Tx) RevokeSiteAgent(ctx context.Context, id string) (Agent, error) {
+	res, err := t.exec(ctx, `UPDATE agents SET revoked_at = ? WHERE id = ? AND kind = 'site' AND revoked_at = 0`, t.at, id)
+	if err != nil {
+		return Agent{}, fmt.Errorf("revoking site agent %s: %w", id, err)
+	}
+	var a Agent
+	var revoked int64
+	err = t.queryRow(ctx, `SELECT id, site_id, revoked_at FROM agents WHERE id = ? AND kind = 'site'`, id).Scan(&a.ID, &a.SiteID, &revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Agent{}, fmt.Errorf("site agent %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Agent{}, fmt.Errorf("revoking site agent %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return a, fmt.Errorf("site agent %s was revoked already: %w", id, ErrConflict)
+	}
+	return a, nil
+}
+
+// SiteAgentRevoked says whether site agent id's certificate was revoked (an agent never seen
+// is not: it joined with a token and connects for the first time).
+func (s *Store) SiteAgentRevoked(ctx context.Context, id string) (bool, error) {
+	var revoked int64
+	err := s.queryRow(ctx, `SELECT revoked_at FROM agents WHERE id = ? AND kind = 'site'`, id).Scan(&revoked)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading whether site agent %s is revoked: %w", id, err)
+	}
+	return revoked > 0, nil
+}
+
 // AgentCertificate records an agent's renewed certificate: when it is due for renewal and when
 // it expires (microseconds).
 func (t *Tx) AgentCertificate(ctx context.Context, id string, renewAt, notAfter int64) error {

@@ -217,6 +217,15 @@ func scanSite(r interface{ Scan(...any) error }) (Site, error) {
 	return st, nil
 }
 
+// Site reads a site by id or name in the transaction.
+func (t *Tx) Site(ctx context.Context, ref string) (Site, error) {
+	st, err := scanSite(t.queryRow(ctx, `SELECT `+siteCols+` FROM sites WHERE id = ? OR name = ?`, ref, ref))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Site{}, fmt.Errorf("site %q: %w", ref, ErrNotFound)
+	}
+	return st, err
+}
+
 func (s *Store) Site(ctx context.Context, ref string) (Site, error) {
 	st, err := scanSite(s.queryRow(ctx, `SELECT `+siteCols+` FROM sites WHERE id = ? OR name = ?`, ref, ref))
 	if errors.Is(err, sql.ErrNoRows) {

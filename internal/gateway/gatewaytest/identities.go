@@ -25,12 +25,13 @@ type token struct {
 type Identities struct {
 	ca *pki.CA
 
-	mu     sync.Mutex
-	tokens map[string]*token // string(pki.HashToken(plain)) → token
-	gens   map[string]uint64
-	hints  map[string]gateway.NodeHints
-	ttl    time.Duration
-	renews int
+	mu      sync.Mutex
+	tokens  map[string]*token // string(pki.HashToken(plain)) → token
+	gens    map[string]uint64
+	hints   map[string]gateway.NodeHints
+	ttl     time.Duration
+	renews  int
+	revoked map[string]bool
 }
 
 var _ gateway.Identities = (*Identities)(nil)
@@ -162,6 +163,23 @@ func (f *Identities) CurrentGeneration(_ context.Context, nodeID string) (uint64
 		return 0, fmt.Errorf("node %s: %w", nodeID, gateway.ErrNotFound)
 	}
 	return g, nil
+}
+
+// RevokeSiteAgent makes site agent agentID's certificate refused from now on.
+func (f *Identities) RevokeSiteAgent(agentID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.revoked == nil {
+		f.revoked = map[string]bool{}
+	}
+	f.revoked[agentID] = true
+}
+
+// SiteAgentRevoked implements gateway.Identities.
+func (f *Identities) SiteAgentRevoked(_ context.Context, agentID string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.revoked[agentID], nil
 }
 
 // Renew implements gateway.Identities: the same lifetime again, from now.

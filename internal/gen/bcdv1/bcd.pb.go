@@ -6053,6 +6053,111 @@ func (x *CreateSiteJoinTokenResponse) GetCaPem() string {
 	return ""
 }
 
+type RevokeSiteAgentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The site agent's id (bcd doctor lists them).
+	Agent         string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	Reason        string `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSiteAgentRequest) Reset() {
+	*x = RevokeSiteAgentRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSiteAgentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSiteAgentRequest) ProtoMessage() {}
+
+func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSiteAgentRequest.ProtoReflect.Descriptor instead.
+func (*RevokeSiteAgentRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+}
+
+func (x *RevokeSiteAgentRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *RevokeSiteAgentRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevokeSiteAgentResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	Site          string                 `protobuf:"bytes,2,opt,name=site,proto3" json:"site,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeSiteAgentResponse) Reset() {
+	*x = RevokeSiteAgentResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeSiteAgentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeSiteAgentResponse) ProtoMessage() {}
+
+func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeSiteAgentResponse.ProtoReflect.Descriptor instead.
+func (*RevokeSiteAgentResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+}
+
+func (x *RevokeSiteAgentResponse) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *RevokeSiteAgentResponse) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
 type DeployProfile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -6066,7 +6171,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6078,7 +6183,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6091,7 +6196,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -6117,7 +6222,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6129,7 +6234,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6142,7 +6247,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -6161,7 +6266,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6173,7 +6278,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6186,7 +6291,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -6204,7 +6309,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6216,7 +6321,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6229,7 +6334,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 type ListDeployProfilesResponse struct {
@@ -6241,7 +6346,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6253,7 +6358,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6266,7 +6371,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -6290,7 +6395,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6302,7 +6407,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6315,7 +6420,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *Token) GetId() string {
@@ -6371,7 +6476,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6383,7 +6488,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6396,7 +6501,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -6431,7 +6536,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6443,7 +6548,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6456,7 +6561,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -6481,7 +6586,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6493,7 +6598,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6506,7 +6611,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 type ListTokensResponse struct {
@@ -6518,7 +6623,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6530,7 +6635,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6543,7 +6648,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -6562,7 +6667,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6574,7 +6679,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6587,7 +6692,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -6606,7 +6711,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6618,7 +6723,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6631,7 +6736,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -6649,7 +6754,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6661,7 +6766,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6674,7 +6779,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 type WhoAmIResponse struct {
@@ -6686,7 +6791,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6698,7 +6803,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6711,7 +6816,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -6732,7 +6837,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6744,7 +6849,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6757,7 +6862,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *Signer) GetName() string {
@@ -6800,7 +6905,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6812,7 +6917,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6825,7 +6930,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *Image) GetName() string {
@@ -6907,7 +7012,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6919,7 +7024,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6932,7 +7037,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -6950,7 +7055,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6962,7 +7067,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6975,7 +7080,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 type RevokeSignerRequest struct {
@@ -6987,7 +7092,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6999,7 +7104,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7012,7 +7117,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -7030,7 +7135,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7042,7 +7147,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7055,7 +7160,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 type ListSignersRequest struct {
@@ -7066,7 +7171,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7078,7 +7183,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7091,7 +7196,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 type ListSignersResponse struct {
@@ -7103,7 +7208,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7115,7 +7220,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7128,7 +7233,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -7147,7 +7252,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7159,7 +7264,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7172,7 +7277,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -7191,7 +7296,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7203,7 +7308,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7216,7 +7321,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -7234,7 +7339,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7246,7 +7351,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7259,7 +7364,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 type ListImagesResponse struct {
@@ -7271,7 +7376,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7283,7 +7388,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7296,7 +7401,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -7819,7 +7924,13 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"expires_at\x18\x02 \x01(\tR\texpiresAt\x12\x1f\n" +
 	"\vgateway_url\x18\x03 \x01(\tR\n" +
 	"gatewayUrl\x12\x15\n" +
-	"\x06ca_pem\x18\x04 \x01(\tR\x05caPem\"C\n" +
+	"\x06ca_pem\x18\x04 \x01(\tR\x05caPem\"F\n" +
+	"\x16RevokeSiteAgentRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"C\n" +
+	"\x17RevokeSiteAgentResponse\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04site\x18\x02 \x01(\tR\x04site\"C\n" +
 	"\rDeployProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -7929,11 +8040,12 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bWithdraw\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12=\n" +
 	"\x06Reject\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12U\n" +
 	"\x11SetApprovalPolicy\x12 .bcd.v1.SetApprovalPolicyRequest\x1a\x1e.bcd.v1.ApprovalPolicyResponse\x12f\n" +
-	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xd1\b\n" +
+	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xa5\t\n" +
 	"\x10InventoryService\x12R\n" +
 	"\x10PutDeployProfile\x12\x1f.bcd.v1.PutDeployProfileRequest\x1a\x1d.bcd.v1.DeployProfileResponse\x12`\n" +
 	"\x12ListDeployProfiles\x12!.bcd.v1.ListDeployProfilesRequest\x1a\".bcd.v1.ListDeployProfilesResponse\"\x03\x90\x02\x01\x12^\n" +
-	"\x13CreateSiteJoinToken\x12\".bcd.v1.CreateSiteJoinTokenRequest\x1a#.bcd.v1.CreateSiteJoinTokenResponse\x12C\n" +
+	"\x13CreateSiteJoinToken\x12\".bcd.v1.CreateSiteJoinTokenRequest\x1a#.bcd.v1.CreateSiteJoinTokenResponse\x12R\n" +
+	"\x0fRevokeSiteAgent\x12\x1e.bcd.v1.RevokeSiteAgentRequest\x1a\x1f.bcd.v1.RevokeSiteAgentResponse\x12C\n" +
 	"\fCreateTenant\x12\x1b.bcd.v1.CreateTenantRequest\x1a\x16.bcd.v1.TenantResponse\x12K\n" +
 	"\vListTenants\x12\x1a.bcd.v1.ListTenantsRequest\x1a\x1b.bcd.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12=\n" +
 	"\n" +
@@ -7975,7 +8087,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 127)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 129)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -8068,52 +8180,54 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*ListHardwareProfilesResponse)(nil),      // 88: bcd.v1.ListHardwareProfilesResponse
 	(*CreateSiteJoinTokenRequest)(nil),        // 89: bcd.v1.CreateSiteJoinTokenRequest
 	(*CreateSiteJoinTokenResponse)(nil),       // 90: bcd.v1.CreateSiteJoinTokenResponse
-	(*DeployProfile)(nil),                     // 91: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 92: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 93: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 94: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 95: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                             // 96: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 97: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 98: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 99: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 100: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 101: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 102: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 103: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 104: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 105: bcd.v1.Signer
-	(*Image)(nil),                             // 106: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 107: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 108: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 109: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 110: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 111: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 112: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 113: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 114: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 115: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 116: bcd.v1.ListImagesResponse
-	nil,                                       // 117: bcd.v1.Node.DriversEntry
-	nil,                                       // 118: bcd.v1.Node.LabelsEntry
-	nil,                                       // 119: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 120: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 121: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 122: bcd.v1.Site.LabelsEntry
-	nil,                                       // 123: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 124: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 125: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 126: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*RevokeSiteAgentRequest)(nil),            // 91: bcd.v1.RevokeSiteAgentRequest
+	(*RevokeSiteAgentResponse)(nil),           // 92: bcd.v1.RevokeSiteAgentResponse
+	(*DeployProfile)(nil),                     // 93: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 94: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 95: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 96: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 97: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                             // 98: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 99: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 100: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 101: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 102: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 103: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 104: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 105: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 106: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 107: bcd.v1.Signer
+	(*Image)(nil),                             // 108: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 109: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 110: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 111: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 112: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 113: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 114: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 115: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 116: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 117: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 118: bcd.v1.ListImagesResponse
+	nil,                                       // 119: bcd.v1.Node.DriversEntry
+	nil,                                       // 120: bcd.v1.Node.LabelsEntry
+	nil,                                       // 121: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 122: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 123: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 124: bcd.v1.Site.LabelsEntry
+	nil,                                       // 125: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 126: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 127: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 128: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	117, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	119, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	118, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	120, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	119, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	121, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	120, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	122, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,   // 9: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,   // 10: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
@@ -8128,7 +8242,7 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	36,  // 19: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
 	39,  // 20: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
 	4,   // 21: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	121, // 22: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	123, // 22: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
 	49,  // 23: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
 	50,  // 24: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
 	46,  // 25: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
@@ -8137,14 +8251,14 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	46,  // 28: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
 	58,  // 29: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
 	58,  // 30: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	122, // 31: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	123, // 32: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	124, // 33: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	124, // 31: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	125, // 32: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	126, // 33: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	65,  // 34: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	125, // 35: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	127, // 35: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
 	63,  // 36: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
 	63,  // 37: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	126, // 38: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	128, // 38: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
 	64,  // 39: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
 	64,  // 40: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
 	65,  // 41: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
@@ -8154,18 +8268,18 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	67,  // 45: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
 	67,  // 46: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
 	67,  // 47: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	91,  // 48: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	91,  // 49: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	91,  // 50: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	96,  // 51: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	96,  // 52: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	96,  // 53: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	96,  // 54: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	105, // 55: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	105, // 56: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	106, // 57: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	106, // 58: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	106, // 59: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	93,  // 48: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	93,  // 49: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	93,  // 50: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	98,  // 51: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	98,  // 52: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	98,  // 53: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	98,  // 54: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	107, // 55: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	107, // 56: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	108, // 57: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	108, // 58: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	108, // 59: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
 	24,  // 60: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
 	27,  // 61: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
 	5,   // 62: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
@@ -8201,89 +8315,91 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	56,  // 92: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
 	59,  // 93: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
 	61,  // 94: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	92,  // 95: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	94,  // 96: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	94,  // 95: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	96,  // 96: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
 	89,  // 97: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	68,  // 98: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	70,  // 99: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	72,  // 100: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	74,  // 101: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	76,  // 102: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	78,  // 103: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	79,  // 104: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	81,  // 105: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	83,  // 106: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	85,  // 107: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	87,  // 108: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	97,  // 109: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	99,  // 110: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	101, // 111: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	103, // 112: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	107, // 113: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	109, // 114: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	111, // 115: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	113, // 116: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	115, // 117: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	26,  // 118: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	31,  // 119: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 120: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 121: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 122: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 123: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 124: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 125: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 126: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 127: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 128: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 129: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 130: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 131: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 132: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 133: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 134: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	17,  // 135: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	23,  // 136: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	21,  // 137: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	34,  // 138: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	37,  // 139: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 140: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	41,  // 141: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	26,  // 142: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 143: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	45,  // 144: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	51,  // 145: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	53,  // 146: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	55,  // 147: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	57,  // 148: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	57,  // 149: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	57,  // 150: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	60,  // 151: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	62,  // 152: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	93,  // 153: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	95,  // 154: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	90,  // 155: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	69,  // 156: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	71,  // 157: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	73,  // 158: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	75,  // 159: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	77,  // 160: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	80,  // 161: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	80,  // 162: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	82,  // 163: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	84,  // 164: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	86,  // 165: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	88,  // 166: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	98,  // 167: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	100, // 168: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	102, // 169: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	104, // 170: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	108, // 171: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	110, // 172: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	112, // 173: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	114, // 174: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	116, // 175: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	118, // [118:176] is the sub-list for method output_type
-	60,  // [60:118] is the sub-list for method input_type
+	91,  // 98: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	68,  // 99: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	70,  // 100: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	72,  // 101: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	74,  // 102: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	76,  // 103: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	78,  // 104: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	79,  // 105: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	81,  // 106: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	83,  // 107: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	85,  // 108: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	87,  // 109: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	99,  // 110: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	101, // 111: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	103, // 112: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	105, // 113: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	109, // 114: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	111, // 115: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	113, // 116: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	115, // 117: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	117, // 118: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	26,  // 119: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	31,  // 120: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 121: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 122: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 123: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 124: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 125: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 126: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 127: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 128: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 129: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 130: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 131: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 132: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 133: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 134: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 135: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	17,  // 136: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	23,  // 137: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	21,  // 138: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	34,  // 139: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	37,  // 140: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 141: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	41,  // 142: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	26,  // 143: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 144: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	45,  // 145: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	51,  // 146: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	53,  // 147: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	55,  // 148: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	57,  // 149: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	57,  // 150: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	57,  // 151: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	60,  // 152: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	62,  // 153: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	95,  // 154: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	97,  // 155: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	90,  // 156: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	92,  // 157: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	69,  // 158: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	71,  // 159: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	73,  // 160: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	75,  // 161: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	77,  // 162: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	80,  // 163: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	80,  // 164: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	82,  // 165: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	84,  // 166: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	86,  // 167: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	88,  // 168: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	100, // 169: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	102, // 170: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	104, // 171: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	106, // 172: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	110, // 173: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	112, // 174: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	114, // 175: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	116, // 176: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	118, // 177: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	119, // [119:178] is the sub-list for method output_type
+	60,  // [60:119] is the sub-list for method input_type
 	60,  // [60:60] is the sub-list for extension type_name
 	60,  // [60:60] is the sub-list for extension extendee
 	0,   // [0:60] is the sub-list for field type_name
@@ -8300,7 +8416,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   127,
+			NumMessages:   129,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -128,6 +128,9 @@ const (
 	// InventoryServiceCreateSiteJoinTokenProcedure is the fully-qualified name of the
 	// InventoryService's CreateSiteJoinToken RPC.
 	InventoryServiceCreateSiteJoinTokenProcedure = "/bcd.v1.InventoryService/CreateSiteJoinToken"
+	// InventoryServiceRevokeSiteAgentProcedure is the fully-qualified name of the InventoryService's
+	// RevokeSiteAgent RPC.
+	InventoryServiceRevokeSiteAgentProcedure = "/bcd.v1.InventoryService/RevokeSiteAgent"
 	// InventoryServiceCreateTenantProcedure is the fully-qualified name of the InventoryService's
 	// CreateTenant RPC.
 	InventoryServiceCreateTenantProcedure = "/bcd.v1.InventoryService/CreateTenant"
@@ -1232,6 +1235,9 @@ type InventoryServiceClient interface {
 	PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error)
 	ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error)
 	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
+	// RevokeSiteAgent refuses a site agent's certificate from now on: its connects, calls and
+	// renewals, and its open stream within the gateway's re-check interval.
+	RevokeSiteAgent(context.Context, *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
 	CreateSite(context.Context, *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error)
@@ -1273,6 +1279,12 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			httpClient,
 			baseURL+InventoryServiceCreateSiteJoinTokenProcedure,
 			connect.WithSchema(inventoryServiceMethods.ByName("CreateSiteJoinToken")),
+			connect.WithClientOptions(opts...),
+		),
+		revokeSiteAgent: connect.NewClient[bcdv1.RevokeSiteAgentRequest, bcdv1.RevokeSiteAgentResponse](
+			httpClient,
+			baseURL+InventoryServiceRevokeSiteAgentProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("RevokeSiteAgent")),
 			connect.WithClientOptions(opts...),
 		),
 		createTenant: connect.NewClient[bcdv1.CreateTenantRequest, bcdv1.TenantResponse](
@@ -1353,6 +1365,7 @@ type inventoryServiceClient struct {
 	putDeployProfile     *connect.Client[bcdv1.PutDeployProfileRequest, bcdv1.DeployProfileResponse]
 	listDeployProfiles   *connect.Client[bcdv1.ListDeployProfilesRequest, bcdv1.ListDeployProfilesResponse]
 	createSiteJoinToken  *connect.Client[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse]
+	revokeSiteAgent      *connect.Client[bcdv1.RevokeSiteAgentRequest, bcdv1.RevokeSiteAgentResponse]
 	createTenant         *connect.Client[bcdv1.CreateTenantRequest, bcdv1.TenantResponse]
 	listTenants          *connect.Client[bcdv1.ListTenantsRequest, bcdv1.ListTenantsResponse]
 	createSite           *connect.Client[bcdv1.CreateSiteRequest, bcdv1.SiteResponse]
@@ -1379,6 +1392,11 @@ func (c *inventoryServiceClient) ListDeployProfiles(ctx context.Context, req *co
 // CreateSiteJoinToken calls bcd.v1.InventoryService.CreateSiteJoinToken.
 func (c *inventoryServiceClient) CreateSiteJoinToken(ctx context.Context, req *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
 	return c.createSiteJoinToken.CallUnary(ctx, req)
+}
+
+// RevokeSiteAgent calls bcd.v1.InventoryService.RevokeSiteAgent.
+func (c *inventoryServiceClient) RevokeSiteAgent(ctx context.Context, req *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
+	return c.revokeSiteAgent.CallUnary(ctx, req)
 }
 
 // CreateTenant calls bcd.v1.InventoryService.CreateTenant.
@@ -1441,6 +1459,9 @@ type InventoryServiceHandler interface {
 	PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error)
 	ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error)
 	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
+	// RevokeSiteAgent refuses a site agent's certificate from now on: its connects, calls and
+	// renewals, and its open stream within the gateway's re-check interval.
+	RevokeSiteAgent(context.Context, *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
 	CreateSite(context.Context, *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error)
@@ -1478,6 +1499,12 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 		InventoryServiceCreateSiteJoinTokenProcedure,
 		svc.CreateSiteJoinToken,
 		connect.WithSchema(inventoryServiceMethods.ByName("CreateSiteJoinToken")),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceRevokeSiteAgentHandler := connect.NewUnaryHandler(
+		InventoryServiceRevokeSiteAgentProcedure,
+		svc.RevokeSiteAgent,
+		connect.WithSchema(inventoryServiceMethods.ByName("RevokeSiteAgent")),
 		connect.WithHandlerOptions(opts...),
 	)
 	inventoryServiceCreateTenantHandler := connect.NewUnaryHandler(
@@ -1558,6 +1585,8 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 			inventoryServiceListDeployProfilesHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateSiteJoinTokenProcedure:
 			inventoryServiceCreateSiteJoinTokenHandler.ServeHTTP(w, r)
+		case InventoryServiceRevokeSiteAgentProcedure:
+			inventoryServiceRevokeSiteAgentHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateTenantProcedure:
 			inventoryServiceCreateTenantHandler.ServeHTTP(w, r)
 		case InventoryServiceListTenantsProcedure:
@@ -1599,6 +1628,10 @@ func (UnimplementedInventoryServiceHandler) ListDeployProfiles(context.Context, 
 
 func (UnimplementedInventoryServiceHandler) CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.CreateSiteJoinToken is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) RevokeSiteAgent(context.Context, *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.RevokeSiteAgent is not implemented"))
 }
 
 func (UnimplementedInventoryServiceHandler) CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error) {
