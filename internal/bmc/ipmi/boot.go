@@ -17,8 +17,12 @@ var selectorByDevice = map[bmc.BootDevice]types.BootDeviceSelector{
 	bmc.BootCD:   types.BootDeviceSelectorForceCDROM,
 }
 
-// planBootFlags builds parameter 5 for (dev, opts). With BootModeUnchanged the BIOS boot type is
-// copied from current (the flags read before writing); IPMI has no "leave as is" bit.
+// planBootFlags builds parameter 5 for (dev, opts). IPMI has no "leave as is" bit, so with
+// BootModeUnchanged the BIOS boot type is copied from current (the flags read before writing) when
+// those flags are valid, i.e. an override someone set and the BIOS has not consumed yet. Flags that
+// are not valid (a fresh BMC, a used one-time override) carry no intent: their boot type bit is
+// whatever was left there (often 0, legacy), so EFI is written instead, the mode of the machines
+// provisioned today. A legacy-BIOS machine needs BootModeLegacy.
 func planBootFlags(dev bmc.BootDevice, opts bmc.BootOptions, current types.BootOptionParam_BootFlags) (types.BootOptionParam_BootFlags, error) {
 	sel, ok := selectorByDevice[dev]
 	if !ok {
@@ -32,7 +36,10 @@ func planBootFlags(dev bmc.BootDevice, opts bmc.BootOptions, current types.BootO
 	case bmc.BootModeLegacy:
 		f.BIOSBootType = types.BIOSBootTypeLegacy
 	case bmc.BootModeUnchanged:
-		f.BIOSBootType = current.BIOSBootType
+		f.BIOSBootType = types.BIOSBootTypeEFI
+		if current.BootFlagsValid {
+			f.BIOSBootType = current.BIOSBootType
+		}
 	default:
 		return types.BootOptionParam_BootFlags{}, fmt.Errorf("unknown boot mode %q: accepted are uefi, legacy or empty", opts.Mode)
 	}
@@ -96,6 +103,9 @@ func (d *Driver) SetBootDevice(ctx context.Context, dev bmc.BootDevice, opts bmc
 		if opts.Mode == bmc.BootModeUnchanged {
 			if err := s.readBootFlags(ctx, &current); err != nil {
 				return err
+			}
+			if !current.BootFlagsValid {
+				d.log.Info("boot mode not given and the BMC holds no valid override to keep it from; writing UEFI (give mode legacy for a legacy-BIOS machine)")
 			}
 		}
 		want, err := planBootFlags(dev, opts, current)

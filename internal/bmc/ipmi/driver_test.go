@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bougou/go-ipmi/pkg/types"
+
 	"bcd/internal/bmc"
 	"bcd/internal/lab/vbmc/ipmibmc"
 )
@@ -108,6 +110,57 @@ func TestBootModeUnchangedKeepsTheBIOSBootType(t *testing.T) {
 		if want := "pxe, persistent, " + string(mode); got != want {
 			t.Errorf("after %s then unchanged: flags %q, want %q", mode, got, want)
 		}
+	}
+}
+
+// TestBootModeUnchangedWithoutValidFlagsWritesUEFI: the workflows pass no mode. The boot type of
+// flags that are not valid (a fresh BMC, a one-time override the BIOS used) is left-over noise and
+// must not turn a UEFI machine into a legacy boot; a valid override's mode is kept, an explicit
+// mode always wins.
+func TestBootModeUnchangedWithoutValidFlagsWritesUEFI(t *testing.T) {
+	legacyUsed := &types.BootOptionParam_BootFlags{BootFlagsValid: false, BootDeviceSelector: types.BootDeviceSelectorForceHardDrive}
+	legacyValid := &types.BootOptionParam_BootFlags{BootFlagsValid: true, Persist: true, BootDeviceSelector: types.BootDeviceSelectorForceHardDrive}
+	tests := []struct {
+		name  string
+		prior *types.BootOptionParam_BootFlags // written before; nil: fresh BMC
+		mode  bmc.BootMode
+		want  string
+	}{
+		{"fresh BMC, no mode", nil, bmc.BootModeUnchanged, "pxe, next boot only, uefi"},
+		{"used legacy one-time override, no mode", legacyUsed, bmc.BootModeUnchanged, "pxe, next boot only, uefi"},
+		{"valid legacy override, no mode", legacyValid, bmc.BootModeUnchanged, "pxe, next boot only, legacy"},
+		{"fresh BMC, mode legacy", nil, bmc.BootModeLegacy, "pxe, next boot only, legacy"},
+		{"used legacy one-time override, mode uefi", legacyUsed, bmc.BootModeUEFI, "pxe, next boot only, uefi"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := startBMC(t, ipmibmc.Config{}, &fakeMachine{})
+			d := newDriver(t, b, testPassword, quickOptions())
+			ctx := t.Context()
+			if tt.prior != nil {
+				err := d.withSession(ctx, "writing prior flags", func(ctx context.Context, s *session) error {
+					return s.c.SetSystemBootOptionsParamFor(ctx, tt.prior)
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := d.SetBootDevice(ctx, bmc.BootPXE, bmc.BootOptions{Mode: tt.mode}); err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			err := d.withSession(ctx, "reading", func(ctx context.Context, s *session) error {
+				f, err := s.readBootFlagsValue(ctx)
+				got = describeBootFlags(f)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("flags written %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 

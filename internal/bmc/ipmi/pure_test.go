@@ -48,15 +48,25 @@ func TestPlanBootFlagsExhaustive(t *testing.T) {
 	for dev, s := range sel {
 		for _, persistent := range []bool{false, true} {
 			for _, mode := range []bmc.BootMode{bmc.BootModeUEFI, bmc.BootModeLegacy, bmc.BootModeUnchanged} {
-				for _, currentEFI := range []types.BIOSBootType{types.BIOSBootTypeLegacy, types.BIOSBootTypeEFI} {
-					got, err := planBootFlags(dev, bmc.BootOptions{Persistent: persistent, Mode: mode}, types.BootOptionParam_BootFlags{BIOSBootType: currentEFI})
+				for _, current := range []types.BootOptionParam_BootFlags{
+					{BootFlagsValid: true, BIOSBootType: types.BIOSBootTypeLegacy},
+					{BootFlagsValid: true, BIOSBootType: types.BIOSBootTypeEFI},
+					{BootFlagsValid: false, BIOSBootType: types.BIOSBootTypeLegacy}, // fresh BMC or used one-time override
+					{BootFlagsValid: false, BIOSBootType: types.BIOSBootTypeEFI},
+				} {
+					got, err := planBootFlags(dev, bmc.BootOptions{Persistent: persistent, Mode: mode}, current)
 					if err != nil {
 						t.Fatal(err)
 					}
-					wantEFI := map[bmc.BootMode]types.BIOSBootType{bmc.BootModeUEFI: true, bmc.BootModeLegacy: false, bmc.BootModeUnchanged: currentEFI}[mode]
+					// Unchanged keeps the boot type of a valid override only; otherwise EFI.
+					unchanged := types.BIOSBootTypeEFI
+					if current.BootFlagsValid {
+						unchanged = current.BIOSBootType
+					}
+					wantEFI := map[bmc.BootMode]types.BIOSBootType{bmc.BootModeUEFI: true, bmc.BootModeLegacy: false, bmc.BootModeUnchanged: unchanged}[mode]
 					want := types.BootOptionParam_BootFlags{BootFlagsValid: true, Persist: persistent, BootDeviceSelector: s, BIOSBootType: wantEFI}
 					if got != want {
-						t.Errorf("planBootFlags(%s, %v, %q, current %v) = %+v, want %+v", dev, persistent, mode, currentEFI, got, want)
+						t.Errorf("planBootFlags(%s, %v, %q, current %+v) = %+v, want %+v", dev, persistent, mode, current, got, want)
 					}
 					// The wire bytes match what ipmitool sends for the same request.
 					b := got.Pack()

@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -36,10 +37,16 @@ type Options struct {
 	BackoffMax     time.Duration
 	Jitter         float64
 	MaxAttempts    int
-	// PollInterval is how often power is polled while waiting for Off (default 1 s); PowerOffWait
-	// bounds that wait (default 2 min).
+	// PollInterval is how often power is polled while waiting for a power state (default 1 s).
+	// PowerOffWait bounds the wait for Off between ForceOff and On when a cycle cannot use
+	// PowerCycle (default 2 min); not reaching Off fails the action.
 	PollInterval time.Duration
 	PowerOffWait time.Duration
+	// SettleTimeout bounds the wait, after on and off (and the On ending a cycle), for the system
+	// to report the new power state, and the wait for a transition (PoweringOn, PoweringOff) to end
+	// before acting (default 60 s, as the IPMI driver's). A state that does not settle is logged,
+	// not an error: the caller's next read reports what the BMC says.
+	SettleTimeout time.Duration
 	// RequestTimeout bounds one HTTP request (default 30 s).
 	RequestTimeout time.Duration
 	Log            *slog.Logger
@@ -66,6 +73,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PowerOffWait <= 0 {
 		o.PowerOffWait = 2 * time.Minute
+	}
+	if o.SettleTimeout <= 0 {
+		o.SettleTimeout = 60 * time.Second
 	}
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 30 * time.Second
@@ -187,26 +197,156 @@ func New(ctx context.Context, ep bmc.Endpoint, opts Options) (*Client, error) {
 }
 
 // connect logs in with password: a session first, basic auth when sessions are refused for any
-// reason but bad credentials.
+// reason but bad credentials, or when a session could not be logged out (see login).
 func (c *Client) connect(ctx context.Context, password string) (*gofish.APIClient, error) {
 	cfg := gofish.ClientConfig{Endpoint: c.base, Username: c.ep.Username, Password: password,
 		HTTPClient: c.http, NoModifyTransport: true, ReuseConnections: true, BasicAuth: c.opts.BasicAuth}
-	api, err := gofish.ConnectContext(ctx, cfg)
-	if err == nil || c.opts.BasicAuth || isStatus(err, http.StatusUnauthorized) || !isRedfishError(err) {
-		return api, err
+	if c.opts.BasicAuth {
+		return gofish.ConnectContext(ctx, cfg)
 	}
-	c.log.DebugContext(ctx, "redfish session refused, using basic auth", "reason", BMCMessage(err))
+	if _, ok := sessionsUndeletable.Load(c.base); ok {
+		return c.connectBasic(ctx, cfg)
+	}
+	sess, err := c.login(ctx, password)
+	switch {
+	case err == nil:
+		cfg.Session = sess
+		api, err := gofish.ConnectContext(ctx, cfg)
+		if err != nil {
+			c.logoutRaw(ctx, sess)
+			return nil, err
+		}
+		return api, nil
+	case errors.Is(err, errSessionUndeletable):
+		sessionsUndeletable.Store(c.base, struct{}{})
+		c.log.WarnContext(ctx, "redfish session has no URI to log out with (no Location header, no @odata.id); using basic auth for this BMC from now on")
+	case isStatus(err, http.StatusUnauthorized) || !isRedfishError(err):
+		return nil, err
+	default:
+		c.log.DebugContext(ctx, "redfish session refused, using basic auth", "reason", BMCMessage(err))
+	}
+	return c.connectBasic(ctx, cfg)
+}
+
+// connectBasic connects with basic auth and checks the credentials on a protected resource (basic
+// auth is only checked there).
+func (c *Client) connectBasic(ctx context.Context, cfg gofish.ClientConfig) (*gofish.APIClient, error) {
 	cfg.BasicAuth = true
-	api, err = gofish.ConnectContext(ctx, cfg)
+	cfg.Session = nil
+	api, err := gofish.ConnectContext(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	// Basic auth is only checked on a protected resource: check it now.
 	resp, err := api.WithContext(ctx).Get("/redfish/v1/Systems")
 	if resp != nil {
 		_ = resp.Body.Close()
 	}
 	return api, err
+}
+
+// sessionsUndeletable remembers, per base URL, the BMCs whose sessions cannot be logged out: every
+// later client there uses basic auth rather than leaking one session per operation.
+var sessionsUndeletable sync.Map
+
+// errSessionUndeletable: the BMC created a session but named no URI to delete it with.
+var errSessionUndeletable = errors.New("the BMC created a session without naming its URI")
+
+// login creates a session itself rather than through gofish, which takes the session's URI only
+// from the Location header: BMCs that send none (Huawei iBMC, some storage controllers) name it in
+// the body's @odata.id, and without either the session could never be logged out.
+func (c *Client) login(ctx context.Context, password string) (*gofish.Session, error) {
+	var root struct {
+		Links struct {
+			Sessions odataRef `json:"Sessions"`
+		} `json:"Links"`
+	}
+	if _, _, err := c.rawJSON(ctx, http.MethodGet, "/redfish/v1/", nil, &root); err != nil {
+		return nil, fmt.Errorf("reading the service root: %w", err)
+	}
+	uri := root.Links.Sessions.ID
+	if uri == "" {
+		return nil, schemas.ConstructError(0, []byte("the service root links no Sessions collection"))
+	}
+	var created struct {
+		ID string `json:"@odata.id"`
+	}
+	hdr, _, err := c.rawJSON(ctx, http.MethodPost, uri, map[string]string{"UserName": c.ep.Username, "Password": password}, &created)
+	if err != nil {
+		return nil, err
+	}
+	sess := &gofish.Session{Token: hdr.Get("X-Auth-Token"), ID: requestURI(hdr.Get("Location"))}
+	if sess.ID == "" {
+		sess.ID = requestURI(created.ID)
+	}
+	switch {
+	case sess.ID == "":
+		return nil, errSessionUndeletable
+	case sess.Token == "":
+		return nil, schemas.ConstructError(0, []byte("the BMC created a session without an X-Auth-Token"))
+	}
+	return sess, nil
+}
+
+// requestURI turns a session URI (absolute or a path) into the path gofish deletes.
+func requestURI(s string) string {
+	if s == "" {
+		return ""
+	}
+	if u, err := url.Parse(s); err == nil && u.IsAbs() {
+		return u.RequestURI()
+	}
+	return s
+}
+
+// logoutRaw deletes a session that gofish does not hold (best effort).
+func (c *Client) logoutRaw(ctx context.Context, sess *gofish.Session) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+sess.ID, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set("X-Auth-Token", sess.Token)
+	if resp, err := c.http.Do(req); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+}
+
+// rawJSON sends one request outside gofish (used before a session exists) and decodes a JSON
+// answer into out when there is one. A non-2xx answer is a *schemas.Error, as gofish returns.
+func (c *Client) rawJSON(ctx context.Context, method, path string, body, out any) (http.Header, int, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, 0, err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("OData-Version", "4.0")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return nil, resp.StatusCode, fmt.Errorf("reading the answer to %s %s: %w", method, path, err)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.Header, resp.StatusCode, schemas.ConstructError(resp.StatusCode, b)
+	}
+	if len(bytes.TrimSpace(b)) > 0 && out != nil {
+		_ = json.Unmarshal(b, out) // a session answer's body is informative only
+	}
+	return resp.Header, resp.StatusCode, nil
 }
 
 func isRedfishError(err error) bool {

@@ -19,7 +19,8 @@ type odataRef struct {
 }
 
 type collectionDoc struct {
-	Members []odataRef `json:"Members"`
+	Members  []odataRef `json:"Members"`
+	NextLink string     `json:"Members@odata.nextLink"`
 }
 
 type bootDoc struct {
@@ -31,6 +32,7 @@ type bootDoc struct {
 
 type systemDoc struct {
 	ID           string  `json:"@odata.id"`
+	SystemType   string  `json:"SystemType"`
 	UUID         string  `json:"UUID"`
 	SerialNumber string  `json:"SerialNumber"`
 	Manufacturer string  `json:"Manufacturer"`
@@ -39,20 +41,54 @@ type systemDoc struct {
 	Boot         bootDoc `json:"Boot"`
 	Actions      struct {
 		Reset struct {
-			Target  string   `json:"target"`
-			Allowed []string `json:"ResetType@Redfish.AllowableValues"`
+			Target     string   `json:"target"`
+			Allowed    []string `json:"ResetType@Redfish.AllowableValues"`
+			ActionInfo string   `json:"@Redfish.ActionInfo"`
 		} `json:"#ComputerSystem.Reset"`
 	} `json:"Actions"`
 	Settings *struct {
 		SettingsObject odataRef `json:"SettingsObject"`
 	} `json:"@Redfish.Settings"`
 	EthernetInterfaces odataRef `json:"EthernetInterfaces"`
+	VirtualMedia       odataRef `json:"VirtualMedia"`
 	Links              struct {
 		ManagedBy []odataRef `json:"ManagedBy"`
 	} `json:"Links"`
 }
 
-// systemURI finds (once) the first ComputerSystem.
+// maxCollectionPages bounds how many Members@odata.nextLink pages of one collection are read.
+const maxCollectionPages = 100
+
+// members lists a collection's member URIs, following Members@odata.nextLink.
+func (c *Client) members(ctx context.Context, uri string) ([]string, error) {
+	var ids []string
+	seen := map[string]bool{}
+	for page := uri; page != ""; {
+		if seen[page] || len(seen) >= maxCollectionPages {
+			return nil, fmt.Errorf("reading collection %s: its Members@odata.nextLink pages loop or exceed %d", uri, maxCollectionPages)
+		}
+		seen[page] = true
+		var col collectionDoc
+		if _, err := c.getJSON(ctx, page, &col); err != nil {
+			return nil, err
+		}
+		for _, m := range col.Members {
+			if m.ID != "" {
+				ids = append(ids, m.ID)
+			}
+		}
+		page = col.NextLink
+	}
+	return ids, nil
+}
+
+// sameURI compares two resource URIs, ignoring a trailing slash.
+func sameURI(a, b string) bool { return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/") }
+
+// systemURI finds (once) the ComputerSystem the driver acts on: the only member of the Systems
+// collection, else the only one whose SystemType is Physical, else the only one of those a
+// manager names in Links.ManagerForServers. A choice that stays ambiguous is an error naming the
+// candidates: acting on the wrong system (a GPU baseboard, a partition) powers off the wrong thing.
 func (c *Client) systemURI(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	uri := c.system
@@ -60,17 +96,76 @@ func (c *Client) systemURI(ctx context.Context) (string, error) {
 	if uri != "" {
 		return uri, nil
 	}
-	var col collectionDoc
-	if _, err := c.getJSON(ctx, "/redfish/v1/Systems", &col); err != nil {
+	ids, err := c.members(ctx, "/redfish/v1/Systems")
+	if err != nil {
 		return "", err
 	}
-	if len(col.Members) == 0 {
-		return "", errors.New("the BMC lists no ComputerSystem")
+	uri, err = c.pickSystem(ctx, ids)
+	if err != nil {
+		return "", err
 	}
 	c.mu.Lock()
-	c.system = col.Members[0].ID
+	c.system = uri
 	c.mu.Unlock()
-	return col.Members[0].ID, nil
+	return uri, nil
+}
+
+func (c *Client) pickSystem(ctx context.Context, ids []string) (string, error) {
+	switch len(ids) {
+	case 0:
+		return "", errors.New("the BMC lists no ComputerSystem")
+	case 1:
+		return ids[0], nil
+	}
+	var physical []string
+	for _, id := range ids {
+		var doc struct {
+			SystemType string `json:"SystemType"`
+		}
+		if _, err := c.getJSON(ctx, id, &doc); err != nil {
+			return "", fmt.Errorf("reading ComputerSystem %s to choose among %d: %w", id, len(ids), err)
+		}
+		if strings.EqualFold(doc.SystemType, "Physical") {
+			physical = append(physical, id)
+		}
+	}
+	candidates := ids
+	if len(physical) > 0 {
+		candidates = physical
+	}
+	if len(candidates) == 1 {
+		c.log.InfoContext(ctx, "redfish: several ComputerSystems, using the only physical one", "system", candidates[0], "systems", ids)
+		return candidates[0], nil
+	}
+	managers, err := c.members(ctx, "/redfish/v1/Managers")
+	if err != nil {
+		return "", fmt.Errorf("listing managers to choose among ComputerSystems %s: %w", strings.Join(candidates, ", "), err)
+	}
+	var named []string
+	for _, mgr := range managers {
+		var doc struct {
+			Links struct {
+				ManagerForServers []odataRef `json:"ManagerForServers"`
+			} `json:"Links"`
+		}
+		if _, err := c.getJSON(ctx, mgr, &doc); err != nil {
+			return "", fmt.Errorf("reading manager %s to choose among ComputerSystems %s: %w", mgr, strings.Join(candidates, ", "), err)
+		}
+		for _, srv := range doc.Links.ManagerForServers {
+			for _, cand := range candidates {
+				if sameURI(srv.ID, cand) && !slices.Contains(named, cand) {
+					named = append(named, cand)
+				}
+			}
+		}
+	}
+	if len(named) == 1 {
+		c.log.InfoContext(ctx, "redfish: several ComputerSystems, using the one a manager serves", "system", named[0], "systems", ids)
+		return named[0], nil
+	}
+	return "", fmt.Errorf("the BMC lists %d ComputerSystems and none is singled out as the host "+
+		"(by SystemType Physical, then by the managers' Links.ManagerForServers): candidates %s",
+		len(ids), strings.Join(candidates, ", "))
 }
 
 func (c *Client) getSystem(ctx context.Context) (systemDoc, string, error) {
@@ -99,9 +194,16 @@ func (c *Client) GetPower(ctx context.Context) (bmc.PowerState, error) {
 	return PowerFromRedfish(sys.PowerState), nil
 }
 
-// SetPower carries out action with the reset types the system advertises.
+// SetPower carries out action with the reset types the system advertises (in the action's
+// ResetType@Redfish.AllowableValues, else its @Redfish.ActionInfo, else the DMTF defaults).
+// A system in transition (PoweringOn, PoweringOff) is waited out before planning. After on and
+// off (and the On ending a cycle) it waits, up to SettleTimeout, for the system to report the new
+// state; a state that does not settle is logged, not an error: the caller reads what it is.
 func (c *Client) SetPower(ctx context.Context, action bmc.PowerAction) error {
 	what := fmt.Sprintf("power %s", action)
+	if _, err := bmc.ParsePowerAction(string(action)); err != nil {
+		return fmt.Errorf("%s on Redfish BMC %s: %w", what, c.base, err)
+	}
 	var sys systemDoc
 	if err := c.retry(ctx, what+": reading the system", func(ctx context.Context) (err error) {
 		sys, _, err = c.getSystem(ctx)
@@ -109,15 +211,25 @@ func (c *Client) SetPower(ctx context.Context, action bmc.PowerAction) error {
 	}); err != nil {
 		return err
 	}
-	plan, err := PlanPower(action, sys.Actions.Reset.Allowed, PowerFromRedfish(sys.PowerState) == bmc.PowerOn)
+	state := sys.PowerState
+	if transitional(state) {
+		c.log.InfoContext(ctx, "redfish system in a power transition; waiting before acting", "action", action, "power_state", state)
+		var err error
+		if state, err = c.awaitPowerState(ctx, c.opts.SettleTimeout, func(s string) bool { return !transitional(s) }); err != nil {
+			c.log.WarnContext(ctx, "redfish power transition did not end; acting as on an unknown state", "action", action, "err", err)
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s on Redfish BMC %s: waiting for a power transition to end: %w", what, c.base, ctx.Err())
+			}
+		}
+	}
+	allowed := c.resetTypes(ctx, what, sys)
+	plan, err := PlanPower(action, allowed, planState(state))
 	if err != nil {
 		return fmt.Errorf("%s on Redfish BMC %s: %w", what, c.base, err)
 	}
-	target := sys.Actions.Reset.Target
-	if target == "" {
-		target = sys.ID + "/Actions/ComputerSystem.Reset"
-	}
-	for _, step := range plan {
+	target := actionTarget(sys.Actions.Reset.Target, sys.ID, "ComputerSystem.Reset")
+	for i := 0; i < len(plan); i++ {
+		step := plan[i]
 		if step == StepWaitOff {
 			if err := c.waitOff(ctx, what); err != nil {
 				return err
@@ -127,30 +239,139 @@ func (c *Client) SetPower(ctx context.Context, action bmc.PowerAction) error {
 		err := c.retry(ctx, fmt.Sprintf("%s: ComputerSystem.Reset %s", what, step), func(ctx context.Context) error {
 			return c.send(ctx, http.MethodPost, target, map[string]string{"ResetType": step}, "")
 		})
+		if err != nil && (step == resetPowerCycle || step == resetForceRestart) && NotSupported(err) {
+			fallback, ferr := offThenOn(withDefaults(allowed))
+			if ferr != nil {
+				return fmt.Errorf("%w (and no fallback: %v)", err, ferr)
+			}
+			c.log.WarnContext(ctx, "redfish BMC refused a reset type; falling back to ForceOff, wait for Off, On",
+				"action", action, "reset_type", step, "reason", BMCMessage(err))
+			plan = append(plan[:i:i], fallback...)
+			i--
+			continue
+		}
 		if err != nil {
 			return err
 		}
 		c.log.InfoContext(ctx, "redfish reset sent", "action", action, "reset_type", step)
 	}
+	if len(plan) > 0 && sys.PowerState != "" {
+		c.settle(ctx, action, plan[len(plan)-1])
+	}
 	return nil
 }
 
-func (c *Client) waitOff(ctx context.Context, what string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.opts.PowerOffWait)
-	defer cancel()
-	tick := time.NewTicker(c.opts.PollInterval)
-	defer tick.Stop()
-	for {
-		p, err := c.GetPower(ctx)
-		if err == nil && p == bmc.PowerOff {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%s on Redfish BMC %s: waiting for the system to power off: %w", what, c.base, ctx.Err())
-		case <-tick.C:
+func withDefaults(allowed []string) []string {
+	if len(allowed) == 0 {
+		return defaultResetTypes()
+	}
+	return allowed
+}
+
+// resetTypes is what the system allows for ComputerSystem.Reset: the action's
+// ResetType@Redfish.AllowableValues, else the ResetType parameter of its @Redfish.ActionInfo
+// (OpenBMC and others publish them only there), else nil (the DMTF defaults). An ActionInfo
+// that cannot be read is logged and the defaults are used.
+func (c *Client) resetTypes(ctx context.Context, what string, sys systemDoc) []string {
+	reset := sys.Actions.Reset
+	if len(reset.Allowed) > 0 || reset.ActionInfo == "" {
+		return reset.Allowed
+	}
+	var info struct {
+		Parameters []struct {
+			Name            string   `json:"Name"`
+			AllowableValues []string `json:"AllowableValues"`
+		} `json:"Parameters"`
+	}
+	err := c.retry(ctx, what+": reading the reset action info", func(ctx context.Context) error {
+		_, err := c.getJSON(ctx, reset.ActionInfo, &info)
+		return err
+	})
+	if err != nil {
+		c.log.WarnContext(ctx, "redfish reset ActionInfo unreadable; assuming the DMTF reset types", "action_info", reset.ActionInfo, "err", err)
+		return nil
+	}
+	for _, p := range info.Parameters {
+		if p.Name == "ResetType" {
+			return p.AllowableValues
 		}
 	}
+	return nil
+}
+
+// settle waits, up to SettleTimeout, for the state the last reset step leads to; a system that
+// does not get there is logged (the caller's next read reports what it is).
+func (c *Client) settle(ctx context.Context, action bmc.PowerAction, last string) {
+	want := ""
+	switch last {
+	case resetOn, resetForceOn:
+		want = stateOn
+	case resetForceOff:
+		want = stateOff
+	default:
+		return // PowerCycle, ForceRestart, GracefulShutdown: not awaited (the OS or the BMC decides)
+	}
+	got, err := c.awaitPowerState(ctx, c.opts.SettleTimeout, func(s string) bool { return s == want })
+	if err != nil {
+		c.log.WarnContext(ctx, "redfish system did not report the new power state", "action", action,
+			"reset_type", last, "want", want, "power_state", got, "err", err)
+	}
+}
+
+// errNoPowerState ends a wait on a system that does not report PowerState at all.
+var errNoPowerState = errors.New("the system reports no PowerState to wait on")
+
+// awaitPowerState polls the system's PowerState every PollInterval until done accepts it (nil
+// error), bound passes or ctx ends; it returns the last state read. Failed reads (a BMC is often
+// busy during a power transition) are retried until the bound; a system that reports no
+// PowerState at all cannot be waited for: errNoPowerState at once.
+func (c *Client) awaitPowerState(ctx context.Context, bound time.Duration, done func(string) bool) (string, error) {
+	deadline := time.Now().Add(bound)
+	last := ""
+	var readErr error
+	for {
+		sys, _, err := c.getSystem(ctx)
+		readErr = err
+		if err == nil {
+			last = sys.PowerState
+			if done(last) {
+				return last, nil
+			}
+			if last == "" {
+				return last, errNoPowerState
+			}
+		}
+		wait := min(c.opts.PollInterval, time.Until(deadline))
+		if wait <= 0 {
+			if readErr != nil {
+				return last, fmt.Errorf("still %q after %s; last read failed: %s", last, bound, BMCMessage(readErr))
+			}
+			return last, fmt.Errorf("still %q after %s", last, bound)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return last, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// waitOff waits, up to PowerOffWait, for the system to report Off (not PoweringOff: many BMCs
+// refuse On during the transition). Unlike settling, not getting there is an error: the next step
+// would be refused or lost. A system without PowerState cannot be waited for: On follows at once
+// (and is retried while the BMC says it is busy).
+func (c *Client) waitOff(ctx context.Context, what string) error {
+	_, err := c.awaitPowerState(ctx, c.opts.PowerOffWait, func(s string) bool { return s == stateOff })
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNoPowerState):
+		c.log.WarnContext(ctx, "redfish system reports no PowerState; sending On without waiting for Off")
+		return nil
+	}
+	return fmt.Errorf("%s on Redfish BMC %s: waiting for the system to report Off after ForceOff: %w", what, c.base, err)
 }
 
 // SetBootDevice writes the boot override (to the settings resource with If-Match when the system
@@ -228,15 +449,15 @@ func (c *Client) Inspect(ctx context.Context) (bmc.OOBInventory, error) {
 		if sys.EthernetInterfaces.ID == "" {
 			return nil
 		}
-		var col collectionDoc
-		if _, err := c.getJSON(ctx, sys.EthernetInterfaces.ID, &col); err != nil {
+		nics, err := c.members(ctx, sys.EthernetInterfaces.ID)
+		if err != nil {
 			return err
 		}
-		for _, m := range col.Members {
+		for _, id := range nics {
 			var nic struct {
 				MACAddress string `json:"MACAddress"`
 			}
-			if _, err := c.getJSON(ctx, m.ID, &nic); err != nil {
+			if _, err := c.getJSON(ctx, id, &nic); err != nil {
 				return err
 			}
 			if mac := NormalizeMAC(nic.MACAddress); mac != "" && !slices.Contains(inv.MACs, mac) {
@@ -272,23 +493,27 @@ type mediaDoc struct {
 	} `json:"Actions"`
 }
 
-// cdMedia finds the CD/DVD virtual media of the system's manager.
+// cdMedia finds the CD/DVD virtual media: under the ComputerSystem first (iDRAC10, newer
+// Lenovo XCC put it there), then under the system's managers (or every manager when the system
+// names none).
 func (c *Client) cdMedia(ctx context.Context) (mediaDoc, error) {
 	sys, _, err := c.getSystem(ctx)
 	if err != nil {
 		return mediaDoc{}, err
+	}
+	if sys.VirtualMedia.ID != "" {
+		md, ok, err := c.cdIn(ctx, sys.VirtualMedia.ID)
+		if err != nil || ok {
+			return md, err
+		}
 	}
 	var managers []string
 	for _, m := range sys.Links.ManagedBy {
 		managers = append(managers, m.ID)
 	}
 	if len(managers) == 0 {
-		var col collectionDoc
-		if _, err := c.getJSON(ctx, "/redfish/v1/Managers", &col); err != nil {
+		if managers, err = c.members(ctx, "/redfish/v1/Managers"); err != nil {
 			return mediaDoc{}, err
-		}
-		for _, m := range col.Members {
-			managers = append(managers, m.ID)
 		}
 	}
 	for _, mgr := range managers {
@@ -301,24 +526,33 @@ func (c *Client) cdMedia(ctx context.Context) (mediaDoc, error) {
 		if doc.VirtualMedia.ID == "" {
 			continue
 		}
-		var col collectionDoc
-		if _, err := c.getJSON(ctx, doc.VirtualMedia.ID, &col); err != nil {
-			return mediaDoc{}, err
-		}
-		for _, m := range col.Members {
-			var md mediaDoc
-			if _, err := c.getJSON(ctx, m.ID, &md); err != nil {
-				return mediaDoc{}, err
-			}
-			if md.ID == "" {
-				md.ID = m.ID
-			}
-			if slices.Contains(md.MediaTypes, "CD") || slices.Contains(md.MediaTypes, "DVD") {
-				return md, nil
-			}
+		md, ok, err := c.cdIn(ctx, doc.VirtualMedia.ID)
+		if err != nil || ok {
+			return md, err
 		}
 	}
-	return mediaDoc{}, errors.New("the BMC has no CD/DVD virtual media")
+	return mediaDoc{}, errors.New("the BMC has no CD/DVD virtual media (looked under the system and its managers)")
+}
+
+// cdIn finds the first CD/DVD member of a VirtualMedia collection.
+func (c *Client) cdIn(ctx context.Context, collection string) (mediaDoc, bool, error) {
+	ids, err := c.members(ctx, collection)
+	if err != nil {
+		return mediaDoc{}, false, err
+	}
+	for _, id := range ids {
+		var md mediaDoc
+		if _, err := c.getJSON(ctx, id, &md); err != nil {
+			return mediaDoc{}, false, err
+		}
+		if md.ID == "" {
+			md.ID = id
+		}
+		if slices.Contains(md.MediaTypes, "CD") || slices.Contains(md.MediaTypes, "DVD") {
+			return md, true, nil
+		}
+	}
+	return mediaDoc{}, false, nil
 }
 
 // InsertMedia attaches the ISO at imageURL to the virtual CD, ejecting another image first.
@@ -387,20 +621,20 @@ func (c *Client) RotateCredential(ctx context.Context, newPassword string) error
 		if _, err := c.getJSON(ctx, "/redfish/v1/AccountService", &svc); err != nil {
 			return err
 		}
-		var col collectionDoc
-		if _, err := c.getJSON(ctx, svc.Accounts.ID, &col); err != nil {
+		accounts, err := c.members(ctx, svc.Accounts.ID)
+		if err != nil {
 			return err
 		}
-		for _, m := range col.Members {
+		for _, id := range accounts {
 			var acct struct {
 				UserName string `json:"UserName"`
 			}
-			tag, err := c.getJSON(ctx, m.ID, &acct)
+			tag, err := c.getJSON(ctx, id, &acct)
 			if err != nil {
 				return err
 			}
 			if acct.UserName == c.ep.Username {
-				return c.send(ctx, http.MethodPatch, m.ID, map[string]string{"Password": newPassword}, tag)
+				return c.send(ctx, http.MethodPatch, id, map[string]string{"Password": newPassword}, tag)
 			}
 		}
 		return fmt.Errorf("the BMC has no account named %s", c.ep.Username)

@@ -30,10 +30,17 @@ func defaultResetTypes() []string {
 	return []string{resetOn, resetForceOff, resetGracefulShutdown, resetForceRestart, resetPowerCycle}
 }
 
-// PlanPower decides the ComputerSystem.Reset requests that carry out action on a system that is
-// on (or not) and advertises allowed (nil: the DMTF defaults). An empty plan means nothing to do;
-// a step "wait-off" means: poll until the system reports Off before the next step.
-func PlanPower(action bmc.PowerAction, allowed []string, on bool) ([]string, error) {
+// PlanPower decides the ComputerSystem.Reset requests that carry out action on a system in state
+// (PowerOn, PowerOff, or PowerUnknown when the BMC reports no usable PowerState) that advertises
+// allowed (nil: the DMTF defaults). An empty plan means nothing to do; a step "wait-off" means:
+// poll until the system reports Off before the next step.
+//
+// With an unknown state nothing can be skipped: off sends ForceOff and soft GracefulShutdown (both
+// harmless on a machine that is off), on sends On, and cycle and reset take the cycle path
+// (PowerCycle, else ForceOff, wait for Off, On), which ends with the machine on either way.
+// Transitional states (PoweringOn, PoweringOff) are not planned on: the caller waits for them to
+// settle first.
+func PlanPower(action bmc.PowerAction, allowed []string, state bmc.PowerState) ([]string, error) {
 	if len(allowed) == 0 {
 		allowed = defaultResetTypes()
 	}
@@ -47,16 +54,13 @@ func PlanPower(action bmc.PowerAction, allowed []string, on bool) ([]string, err
 		}
 		return nil, fmt.Errorf("the BMC advertises no power-on reset type (allowed: %s)", strings.Join(allowed, ", "))
 	}
-	offThenOn := func() ([]string, error) {
-		if !has(resetForceOff) {
-			return nil, fmt.Errorf("the BMC advertises neither %s nor %s (allowed: %s)", resetPowerCycle, resetForceOff, strings.Join(allowed, ", "))
+	cyclePath := func() ([]string, error) {
+		if has(resetPowerCycle) {
+			return []string{resetPowerCycle}, nil
 		}
-		rest, err := powerOn()
-		if err != nil {
-			return nil, err
-		}
-		return append([]string{resetForceOff, StepWaitOff}, rest...), nil
+		return offThenOn(allowed)
 	}
+	on, off := state == bmc.PowerOn, state == bmc.PowerOff
 	switch action {
 	case bmc.ActionOn:
 		if on {
@@ -64,7 +68,7 @@ func PlanPower(action bmc.PowerAction, allowed []string, on bool) ([]string, err
 		}
 		return powerOn()
 	case bmc.ActionOff:
-		if !on {
+		if off {
 			return nil, nil
 		}
 		if !has(resetForceOff) {
@@ -72,7 +76,7 @@ func PlanPower(action bmc.PowerAction, allowed []string, on bool) ([]string, err
 		}
 		return []string{resetForceOff}, nil
 	case bmc.ActionSoft:
-		if !on {
+		if off {
 			return nil, nil
 		}
 		if !has(resetGracefulShutdown) {
@@ -80,16 +84,16 @@ func PlanPower(action bmc.PowerAction, allowed []string, on bool) ([]string, err
 		}
 		return []string{resetGracefulShutdown}, nil
 	case bmc.ActionCycle:
-		if !on {
+		if off {
 			return powerOn()
 		}
-		if has(resetPowerCycle) {
-			return []string{resetPowerCycle}, nil
-		}
-		return offThenOn()
+		return cyclePath()
 	case bmc.ActionReset:
-		if !on {
+		if off {
 			return powerOn()
+		}
+		if !on {
+			return cyclePath()
 		}
 		switch {
 		case has(resetForceRestart):
@@ -97,23 +101,88 @@ func PlanPower(action bmc.PowerAction, allowed []string, on bool) ([]string, err
 		case has(resetPowerCycle):
 			return []string{resetPowerCycle}, nil
 		}
-		return offThenOn()
+		return offThenOn(allowed)
 	}
 	return nil, fmt.Errorf("unknown power action %q", action)
+}
+
+// offThenOn is the cycle of a BMC without (a working) PowerCycle: ForceOff, wait for Off, power on.
+func offThenOn(allowed []string) ([]string, error) {
+	if !slices.Contains(allowed, resetForceOff) {
+		return nil, fmt.Errorf("the BMC advertises neither %s nor %s (allowed: %s)", resetPowerCycle, resetForceOff, strings.Join(allowed, ", "))
+	}
+	switch {
+	case slices.Contains(allowed, resetOn):
+		return []string{resetForceOff, StepWaitOff, resetOn}, nil
+	case slices.Contains(allowed, resetForceOn):
+		return []string{resetForceOff, StepWaitOff, resetForceOn}, nil
+	}
+	return nil, fmt.Errorf("the BMC advertises no power-on reset type (allowed: %s)", strings.Join(allowed, ", "))
 }
 
 // StepWaitOff in a power plan waits for the system to report Off.
 const StepWaitOff = "wait-off"
 
-// PowerFromRedfish maps a system's PowerState.
+// Redfish PowerState values (ComputerSystem.PowerState).
+const (
+	stateOn          = "On"
+	stateOff         = "Off"
+	statePoweringOn  = "PoweringOn"
+	statePoweringOff = "PoweringOff"
+	statePaused      = "Paused"
+)
+
+// PowerFromRedfish maps a system's PowerState for reporting: a transition counts as the state it
+// heads to. Planning and waiting use the raw state (see planState).
 func PowerFromRedfish(s string) bmc.PowerState {
 	switch s {
-	case "On", "PoweringOn", "Paused":
+	case stateOn, statePoweringOn, statePaused:
 		return bmc.PowerOn
-	case "Off", "PoweringOff":
+	case stateOff, statePoweringOff:
 		return bmc.PowerOff
 	}
 	return bmc.PowerUnknown
+}
+
+// planState maps a settled PowerState for PlanPower: a transition or a missing or unknown value
+// is PowerUnknown.
+func planState(s string) bmc.PowerState {
+	switch s {
+	case stateOn, statePaused:
+		return bmc.PowerOn
+	case stateOff:
+		return bmc.PowerOff
+	}
+	return bmc.PowerUnknown
+}
+
+// transitional reports whether s is a power transition, which a plan must wait out.
+func transitional(s string) bool { return s == statePoweringOn || s == statePoweringOff }
+
+// notSupportedMessageIDs are the message ids with which a BMC refuses a reset type it listed (or
+// that the DMTF defaults assumed): the driver then falls back to ForceOff, wait for Off, On.
+func notSupportedMessageIDs() []string {
+	return []string{"ActionParameterNotSupported", "ActionParameterValueNotInList", "ActionParameterValueError",
+		"PropertyValueNotInList", "ActionNotSupported"}
+}
+
+// NotSupported reports whether err is a BMC's refusal of an action or of one of its parameter
+// values (HTTP 400, 405 or 501, or a "not supported" message id), as opposed to busy or failed.
+func NotSupported(err error) bool {
+	var re *schemas.Error
+	if !errors.As(err, &re) || Transient(err) {
+		return false
+	}
+	for _, id := range messageIDs(re) {
+		if slices.Contains(notSupportedMessageIDs(), id) {
+			return true
+		}
+	}
+	switch re.HTTPReturnedStatusCode {
+	case http.StatusMethodNotAllowed, http.StatusNotImplemented:
+		return true
+	}
+	return false
 }
 
 // bootTarget maps a boot device to BootSourceOverrideTarget.

@@ -136,7 +136,7 @@ func TestPowerEachActionEachSubset(t *testing.T) {
 					if allowed == nil {
 						allowed = redfishbmc.AllResetTypes()
 					}
-					plan, planErr := redfish.PlanPower(action, allowed, startOn)
+					plan, planErr := redfish.PlanPower(action, allowed, map[bool]bmc.PowerState{true: bmc.PowerOn, false: bmc.PowerOff}[startOn])
 					err := r.note(r.c.SetPower(ctx(t), action))
 					if planErr != nil {
 						if err == nil {
@@ -175,38 +175,49 @@ func TestPowerEachActionEachSubset(t *testing.T) {
 
 func TestPlanPower(t *testing.T) {
 	all := redfishbmc.AllResetTypes()
+	on, off, unknown := bmc.PowerOn, bmc.PowerOff, bmc.PowerUnknown
 	tests := []struct {
 		action  bmc.PowerAction
 		allowed []string
-		on      bool
+		state   bmc.PowerState
 		want    []string
 		wantErr bool
 	}{
-		{bmc.ActionOn, all, true, nil, false},
-		{bmc.ActionOn, all, false, []string{"On"}, false},
-		{bmc.ActionOn, []string{"ForceOn", "ForceOff"}, false, []string{"ForceOn"}, false},
-		{bmc.ActionOn, []string{"ForceOff"}, false, nil, true},
-		{bmc.ActionOff, all, true, []string{"ForceOff"}, false},
-		{bmc.ActionOff, all, false, nil, false},
-		{bmc.ActionOff, []string{"On"}, true, nil, true},
-		{bmc.ActionSoft, all, true, []string{"GracefulShutdown"}, false},
-		{bmc.ActionSoft, []string{"On", "ForceOff"}, true, nil, true},
-		{bmc.ActionSoft, all, false, nil, false},
-		{bmc.ActionCycle, all, true, []string{"PowerCycle"}, false},
-		{bmc.ActionCycle, []string{"On", "ForceOff"}, true, []string{"ForceOff", redfish.StepWaitOff, "On"}, false},
-		{bmc.ActionCycle, []string{"On"}, true, nil, true},
-		{bmc.ActionCycle, all, false, []string{"On"}, false},
-		{bmc.ActionReset, all, true, []string{"ForceRestart"}, false},
-		{bmc.ActionReset, []string{"On", "ForceOff", "PowerCycle"}, true, []string{"PowerCycle"}, false},
-		{bmc.ActionReset, []string{"On", "ForceOff"}, true, []string{"ForceOff", redfish.StepWaitOff, "On"}, false},
-		{bmc.ActionReset, all, false, []string{"On"}, false},
-		{bmc.ActionOn, nil, false, []string{"On"}, false},
-		{"explode", all, true, nil, true},
+		{bmc.ActionOn, all, on, nil, false},
+		{bmc.ActionOn, all, off, []string{"On"}, false},
+		{bmc.ActionOn, []string{"ForceOn", "ForceOff"}, off, []string{"ForceOn"}, false},
+		{bmc.ActionOn, []string{"ForceOff"}, off, nil, true},
+		{bmc.ActionOff, all, on, []string{"ForceOff"}, false},
+		{bmc.ActionOff, all, off, nil, false},
+		{bmc.ActionOff, []string{"On"}, on, nil, true},
+		{bmc.ActionSoft, all, on, []string{"GracefulShutdown"}, false},
+		{bmc.ActionSoft, []string{"On", "ForceOff"}, on, nil, true},
+		{bmc.ActionSoft, all, off, nil, false},
+		{bmc.ActionCycle, all, on, []string{"PowerCycle"}, false},
+		{bmc.ActionCycle, []string{"On", "ForceOff"}, on, []string{"ForceOff", redfish.StepWaitOff, "On"}, false},
+		{bmc.ActionCycle, []string{"On"}, on, nil, true},
+		{bmc.ActionCycle, all, off, []string{"On"}, false},
+		{bmc.ActionReset, all, on, []string{"ForceRestart"}, false},
+		{bmc.ActionReset, []string{"On", "ForceOff", "PowerCycle"}, on, []string{"PowerCycle"}, false},
+		{bmc.ActionReset, []string{"On", "ForceOff"}, on, []string{"ForceOff", redfish.StepWaitOff, "On"}, false},
+		{bmc.ActionReset, all, off, []string{"On"}, false},
+		{bmc.ActionOn, nil, off, []string{"On"}, false},
+		// Unknown state (no or an unrecognized PowerState): nothing is skipped, cycle and reset take the cycle path.
+		{bmc.ActionOn, all, unknown, []string{"On"}, false},
+		{bmc.ActionOff, all, unknown, []string{"ForceOff"}, false},
+		{bmc.ActionSoft, all, unknown, []string{"GracefulShutdown"}, false},
+		{bmc.ActionCycle, all, unknown, []string{"PowerCycle"}, false},
+		{bmc.ActionReset, all, unknown, []string{"PowerCycle"}, false},
+		{bmc.ActionCycle, []string{"On", "ForceOff", "ForceRestart"}, unknown, []string{"ForceOff", redfish.StepWaitOff, "On"}, false},
+		{bmc.ActionReset, []string{"On", "ForceOff", "ForceRestart"}, unknown, []string{"ForceOff", redfish.StepWaitOff, "On"}, false},
+		{bmc.ActionReset, []string{"ForceOn", "ForceOff"}, unknown, []string{"ForceOff", redfish.StepWaitOff, "ForceOn"}, false},
+		{bmc.ActionOff, []string{"On"}, unknown, nil, true},
+		{"explode", all, on, nil, true},
 	}
 	for _, tt := range tests {
-		got, err := redfish.PlanPower(tt.action, tt.allowed, tt.on)
+		got, err := redfish.PlanPower(tt.action, tt.allowed, tt.state)
 		if (err != nil) != tt.wantErr || !slices.Equal(got, tt.want) {
-			t.Errorf("PlanPower(%s, %v, on=%v) = %v, %v; want %v (err %v)", tt.action, tt.allowed, tt.on, got, err, tt.want, tt.wantErr)
+			t.Errorf("PlanPower(%s, %v, %s) = %v, %v; want %v (err %v)", tt.action, tt.allowed, tt.state, got, err, tt.want, tt.wantErr)
 		}
 	}
 }
