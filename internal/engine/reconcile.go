@@ -172,6 +172,10 @@ func (r *run) step() (again time.Duration, more bool, err error) {
 		// The node left the workflow's state (abort, or a verb after a crash): stop it, run its
 		// cleanup.
 		return 0, true, r.abortWorkflow(wf, "node moved to "+n.State)
+	case open && wf.AbortRequested && wf.State == wfRunning:
+		// Aborted, and recovered into the same state before this reconciliation: the abort
+		// still stops the step and runs the cleanup; the recover's new workflow follows.
+		return 0, true, r.abortWorkflow(wf, "aborted by an operator")
 	case open:
 		if n.Maintenance && wf.State == wfRunning {
 			return 0, false, nil // maintenance holds the workflow until it is turned off

@@ -484,6 +484,11 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			if err := tx.UpdateNode(ctx, &n); err != nil {
 				return err
 			}
+			if v == provision.VerbAbort {
+				if err := tx.RequestWorkflowAbort(ctx, n.ID); err != nil {
+					return err
+				}
+			}
 		}
 		if err := tx.AppendEvent(ctx, store.Event{
 			TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node." + string(v),

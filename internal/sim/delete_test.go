@@ -167,3 +167,56 @@ func TestWorkflowWithdrawsHeldDirectCommands(t *testing.T) {
 		t.Error("no command.withdrawn event names the power off")
 	}
 }
+
+// An abort followed at once by a recover into the same state, before the reconciler looked,
+// still aborts the workflow: its step's command is cancelled, its cleanup runs, the agent's late
+// report moves nothing, and the recover's new workflow starts afresh.
+func TestAbortThenRecoverStillAborts(t *testing.T) {
+	ctx := context.Background()
+	st, h, node, eng, a, _ := byHand(t, engine.Config{AgentGrace: time.Hour})
+	if err := h.Apply(ctx, provision.VerbInspect, []string{node}, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := eng.Claim(ctx, a, 10)
+	if err != nil || len(got) == 0 {
+		t.Fatalf("claim: %d %v", len(got), err)
+	}
+	taken := got[0]
+	if err := eng.Ack(ctx, a, taken.ID); err != nil {
+		t.Fatal(err)
+	}
+	was := openWorkflow(t, st, node)
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbAbort, metal.VerbInput{Node: node, Reason: "stop"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.Metal.Apply(ctx, h.Admin, provision.VerbRecover, metal.VerbInput{Node: node, Reason: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the aborted workflow to end and a new one to start", func() bool {
+		if _, err := eng.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wfs, err := st.Workflows(ctx, node, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, wf := range wfs {
+			if wf.ID == was.ID && wf.State != "aborted" {
+				return false
+			}
+		}
+		return openWorkflow(t, st, node).ID != was.ID
+	})
+	if c, _ := st.Command(ctx, taken.ID); c.State != "failed" {
+		t.Fatalf("the aborted step's command is %s, want cancelled (failed)", c.State)
+	}
+	_ = eng.Report(ctx, a, engine.Update{CommandID: taken.ID, State: "succeeded", Result: []byte(`{}`)})
+	now := openWorkflow(t, st, node)
+	if now.ID == was.ID || now.StepIndex != was.StepIndex || now.CurrentCommand == taken.ID {
+		t.Fatalf("after the late report: workflow %s at step %d on %s; the new one should wait at step %d on its own command",
+			now.ID, now.StepIndex, now.CurrentCommand, was.StepIndex)
+	}
+}

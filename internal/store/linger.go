@@ -62,3 +62,14 @@ func (t *Tx) WithdrawDirectCommands(ctx context.Context, nodeID, why string) ([]
 	}
 	return out, rows.Err()
 }
+
+// RequestWorkflowAbort marks the node's running workflow to be aborted (the abort verb): the
+// reconciler then stops its step and runs its cleanup even if the node is back in the
+// workflow's state by then (a recover right after the abort).
+func (t *Tx) RequestWorkflowAbort(ctx context.Context, nodeID string) error {
+	if _, err := t.exec(ctx, `UPDATE workflows SET abort_requested = ?, updated_at = ? WHERE node_id = ? AND NOT outcome_applied AND state = 'running'`,
+		true, t.at, nodeID); err != nil {
+		return fmt.Errorf("requesting the abort of node %s's workflow: %w", nodeID, err)
+	}
+	return nil
+}
