@@ -49,6 +49,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.ProfilesFile, "profiles-file", g.envOr("BCD_PROFILES_FILE", ""), "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
 	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
 	f.DurationVar(&cfg.Engine.FastTrackWindow, "fast-track-window", 0, "how long a ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot, where the node's pool sets no fastTrackWindow (0: off, the BMC powers the node off at once)")
+	f.DurationVar(&cfg.Engine.ApprovalTimeout, "approval-timeout", engine.DefaultApprovalTimeout, "how long a destructive batch may wait for its approvals before it is rejected (its nodes return where their verb came from, or fail BATCH_REJECTED)")
 	f.DurationVar(&cfg.Engine.QueueTimeout, "queue-timeout", engine.DefaultQueueTimeout, "how long a step's command may wait for an agent to take it before the step fails (its own timeout runs from when an agent takes it)")
 	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", engine.DefaultSiteCertTTL, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")

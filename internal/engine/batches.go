@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"bcd/internal/batch"
 	"bcd/internal/command"
@@ -74,7 +75,19 @@ func wipeOr(mode string) string {
 // held reports whether the workflow must wait for its batch before starting a step: pending
 // holds it; rejected ends it (the node returns where its verb came from, or fails
 // BATCH_REJECTED); approved starts the batch.
-func (r *run) held(wf *store.Workflow) (bool, error) {
+func (r *run) held(wf *store.Workflow) (bool, time.Duration, error) {
+	hold, err := r.heldNow(wf)
+	if err != nil || !hold || wf.OutcomeApplied {
+		return hold, 0, err
+	}
+	// Pending: woken when the batch is decided, and at its approval deadline at the latest.
+	b := r.batches[wf.BatchID]
+	return true, time.Duration(b.CreatedAt+r.e.cfg.ApprovalTimeout.Microseconds()-r.tx.At()) * time.Microsecond, nil
+}
+
+// heldNow is held's decision: pending holds (until the approval deadline, past which the
+// batch is rejected by the system), rejected ends the workflow, approved starts the batch.
+func (r *run) heldNow(wf *store.Workflow) (bool, error) {
 	if wf.BatchID == "" || wf.Phase != "steps" {
 		return false, nil
 	}
@@ -97,7 +110,14 @@ func (r *run) held(wf *store.Workflow) (bool, error) {
 		// Running is a batch's last state: no later read can find it otherwise.
 		r.e.running.Put(b.ID, true)
 	case store.BatchPending:
-		return true, nil
+		if r.tx.At() < b.CreatedAt+r.e.cfg.ApprovalTimeout.Microseconds() {
+			return true, nil
+		}
+		if err := r.expireBatch(&b); err != nil {
+			return false, err
+		}
+		r.batches[b.ID] = b
+		return true, r.rejected(wf, b)
 	case store.BatchRejected:
 		return true, r.rejected(wf, b)
 	case store.BatchApproved:
@@ -106,6 +126,40 @@ func (r *run) held(wf *store.Workflow) (bool, error) {
 		return false, r.tx.StartBatch(r.ctx, b.ID)
 	}
 	return false, nil
+}
+
+// expireBatch rejects pending batch b, not approved within the approval timeout: every wait has
+// a deadline, and nodes do not sit in a workflow-driven state for ever. Its held commands fail
+// and its other nodes are woken to end their workflows too.
+func (r *run) expireBatch(b *store.Batch) error {
+	why := fmt.Sprintf("not approved within %s (bcd server --approval-timeout)", r.e.cfg.ApprovalTimeout)
+	b.State, b.DecidedBy, b.DecisionReason, b.DecidedAt = store.BatchRejected, "system", why, r.tx.At()
+	if err := r.tx.UpdateBatch(r.ctx, b); err != nil {
+		return err
+	}
+	held, err := r.tx.FailHeldCommands(r.ctx, b.ID, "batch "+b.ID+" "+why)
+	if err != nil {
+		return err
+	}
+	for _, c := range held {
+		if err := r.tx.AppendEvent(r.ctx, store.Event{TenantID: c.TenantID, NodeID: c.NodeID, Actor: "system", Kind: "command.refused",
+			Reason: c.Error, Data: mustData(map[string]any{"command": c.ID, "kind": c.Kind, "batch": b.ID})}); err != nil {
+			return err
+		}
+	}
+	nodes, err := r.tx.NodesOfBatch(r.ctx, b.ID)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n != r.n.ID {
+			if err := r.tx.Wake(r.ctx, n, "batch expired", 0); err != nil {
+				return err
+			}
+		}
+	}
+	return r.tx.AppendEvent(r.ctx, store.Event{TenantID: b.TenantID, Actor: "system", Kind: "batch.reject", Reason: why,
+		Data: mustData(map[string]any{"batch": b.ID, "expired": true})})
 }
 
 // rejected ends a workflow whose batch was rejected before any of its steps ran.

@@ -70,11 +70,18 @@ type Config struct {
 	// committed (bcd server keeps the last in its data dir, to tell a store restored from a
 	// backup at its next start); nil: nobody.
 	Watermarks func(store.Watermark)
+	// ApprovalTimeout is how long a destructive batch may wait for its approvals before it is
+	// rejected (its nodes return where their verb came from, or fail BATCH_REJECTED). Default
+	// DefaultApprovalTimeout (7 days).
+	ApprovalTimeout time.Duration
 	// QueueTimeout is how long a step's command may wait for an agent to take it (a backlog at
 	// the site, its agents restarting or gone) before the step fails; the step's own timeout
 	// runs from when an agent takes the command. Default DefaultQueueTimeout (30 minutes).
 	QueueTimeout time.Duration
 }
+
+// DefaultApprovalTimeout is Config.ApprovalTimeout's default.
+const DefaultApprovalTimeout = 7 * 24 * time.Hour
 
 // DefaultPeerTimeout is Config.PeerTimeout's default.
 const DefaultPeerTimeout = 30 * time.Second
@@ -142,6 +149,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MACWindow <= 0 {
 		c.MACWindow = MACWindow
+	}
+	if c.ApprovalTimeout <= 0 {
+		c.ApprovalTimeout = DefaultApprovalTimeout
 	}
 	defd := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {

@@ -332,9 +332,10 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 	}
 	now := r.tx.At()
 	if wf.StepStartedAt == 0 {
-		if hold, err := r.held(wf); err != nil || hold {
-			// Pending: woken when the batch is decided. Rejected: the workflow ended.
-			return 0, err == nil && wf.OutcomeApplied, err
+		if hold, due, err := r.held(wf); err != nil || hold {
+			// Pending: woken when the batch is decided, or at its approval deadline. Rejected:
+			// the workflow ended.
+			return due, err == nil && wf.OutcomeApplied, err
 		}
 		// Decided once, at the group's first step: within a group that ran, a connected ramdisk
 		// may be the previous boot's.

@@ -340,3 +340,48 @@ func TestAbortBeforeApprovalCancelsTheBatch(t *testing.T) {
 		t.Fatalf("doctor still lists %d pending batches", len(list))
 	}
 }
+
+// A batch nobody approves is rejected by the system at the approval deadline (every wait has
+// one): each node's workflow is woken then, ends BATCH_REJECTED, and the node returns to
+// where its verb found it; the batch records why.
+func TestUnapprovedBatchExpires(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 2)
+	rest(t, h, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "installation", "", 2); err != nil {
+		t.Fatal(err)
+	}
+	h.Stop()
+	eng := engine.New(st, nil, nil2(), engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond, ApprovalTimeout: 500 * time.Millisecond})
+	defer runEngine(t, eng)()
+	res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "inspect", Nodes: ids, Reason: "re-inspect"})
+	if err != nil || !res.Held {
+		t.Fatalf("bulk: %+v %v", res, err)
+	}
+	waitFor(t, "the unapproved batch to expire and its nodes to return", func() bool {
+		for _, id := range ids {
+			n, err := st.Node(ctx, id, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n.State != "ready" || n.BatchID != "" {
+				return false
+			}
+		}
+		return true
+	})
+	b, err := st.Batch(ctx, res.Batch.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.State != store.BatchRejected || b.DecidedBy != "system" || !strings.Contains(b.DecisionReason, "not approved within") {
+		t.Fatalf("batch %s by %s: %q", b.State, b.DecidedBy, b.DecisionReason)
+	}
+	for _, id := range ids {
+		wfs, _ := st.Workflows(ctx, id, 1)
+		if wfs[0].FaultCode != "BATCH_REJECTED" || wfs[0].StepIndex != 0 {
+			t.Fatalf("%s: workflow %s fault=%s step=%d", id, wfs[0].Profile, wfs[0].FaultCode, wfs[0].StepIndex)
+		}
+	}
+}
