@@ -18,7 +18,7 @@ func storeCmd(g *globals) *cobra.Command {
 		Short: "Fence a store restored from a backup before starting servers on it: queued commands lost (never sent twice), unused join tokens void",
 		Long: `A restored store forgets what happened after the backup; the agents did not. A command
 still queued in it may have been taken and run by an agent after the backup, and would be sent
-again to another agent. after-restore records every queued command lost (its step decides: a
+again to another agent. after-restore records every queued (or held) command lost (its step decides: a
 query, a retry or a failure), voids every unused one-time join token, and lets the servers start
 on the store (each refuses a store behind what it last recorded in it).`,
 		Args: cobra.NoArgs,
@@ -29,7 +29,7 @@ on the store (each refuses a store behind what it last recorded in it).`,
 			}
 			out := g.env.Stdout
 			fmt.Fprintf(out, "store fenced (fence %d):\n", f.Watermark.Fences)
-			fmt.Fprintf(out, "  %d queued commands recorded lost (never sent), on %d nodes: their steps decide when the servers start\n", f.Commands, len(f.Nodes))
+			fmt.Fprintf(out, "  %d queued or held commands recorded lost (never sent), on %d nodes: their steps decide when the servers start\n", f.Commands, len(f.Nodes))
 			fmt.Fprintf(out, "  %d unused one-time join tokens void (mint new ones for site agents not yet joined; agents that joined keep their certificates)\n", f.Tokens)
 			fmt.Fprintln(out, "start the servers, then check `bcd doctor` and `bcd events`")
 			return nil

@@ -1057,8 +1057,9 @@ const RestoreFenceError = "the store was restored from a backup: an agent may ha
 // FenceRestore makes a store restored from a backup safe to run: what agents did after the
 // backup is not in it, and they did not forget it.
 //
-//   - Every command still queued (unacknowledged in the restored store) is lost: an agent may
-//     have acknowledged and run it after the backup, and it is never sent to another. Its step
+//   - Every command still queued (unacknowledged in the restored store), or held for its
+//     approval, is lost: an agent may have acknowledged and run it after the backup (after an
+//     approval the restored store does not know), and it is never sent to another. Its step
 //     decides, as for any lost command (a query, a retry, or a failure). Acknowledged commands
 //     stay as they are: their agent reports them, or its departure loses them.
 //   - Every one-time join token still unused is void: it may have been used after the backup
@@ -1069,7 +1070,7 @@ const RestoreFenceError = "the store was restored from a backup: an agent may ha
 func (t *Tx) FenceRestore(ctx context.Context) (Fenced, error) {
 	var f Fenced
 	rows, err := t.query(ctx, `UPDATE commands SET state = 'lost', finished_at = ?, error = ?
-		WHERE state = 'queued' RETURNING node_id`, t.at, RestoreFenceError)
+		WHERE state IN ('held', 'queued') RETURNING node_id`, t.at, RestoreFenceError)
 	if err != nil {
 		return Fenced{}, fmt.Errorf("recording the queued commands lost: %w", err)
 	}

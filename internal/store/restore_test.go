@@ -36,7 +36,8 @@ func TestWatermarkBehind(t *testing.T) {
 	}
 }
 
-// A beat counts; a fence loses every queued command (assigned or not) and only those, wakes
+// A beat counts; a fence loses every queued command (assigned or not) and every held one, and
+// only those, wakes
 // their nodes, voids the join tokens still usable and only those, and counts itself, so that a
 // watermark taken before it is no longer ahead.
 func TestFenceRestore(t *testing.T) {
@@ -58,7 +59,7 @@ func TestFenceRestore(t *testing.T) {
 			if mark, err = tx.Beat(ctx); err != nil {
 				return err
 			}
-			for _, name := range []string{"queued", "claimed", "delivered", "running", "succeeded", "other-node"} {
+			for _, name := range []string{"queued", "claimed", "held", "delivered", "running", "succeeded", "other-node"} {
 				c := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "bmc.power", Args: "{}", RunsOn: "site"}
 				if name == "other-node" {
 					c.NodeID = nodes[1].ID
@@ -70,6 +71,11 @@ func TestFenceRestore(t *testing.T) {
 					return err
 				}
 				switch name {
+				case "held":
+					c.State = name
+					if err := tx.UpdateCommand(ctx, &c); err != nil {
+						return err
+					}
 				case "delivered", "running", "succeeded":
 					c.TargetAgent, c.State = "a", name
 					if err := tx.UpdateCommand(ctx, &c); err != nil {
@@ -107,10 +113,10 @@ func TestFenceRestore(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if f.Commands != 3 || !slices.Equal(f.Nodes, sortedIDs(n.ID, nodes[1].ID)) || f.Tokens != 2 {
-			t.Errorf("fenced %d commands on %v, %d tokens; want 3 on %v, 2", f.Commands, f.Nodes, f.Tokens, sortedIDs(n.ID, nodes[1].ID))
+		if f.Commands != 4 || !slices.Equal(f.Nodes, sortedIDs(n.ID, nodes[1].ID)) || f.Tokens != 2 {
+			t.Errorf("fenced %d commands on %v, %d tokens; want 4 on %v, 2", f.Commands, f.Nodes, f.Tokens, sortedIDs(n.ID, nodes[1].ID))
 		}
-		for name, want := range map[string]string{"queued": "lost", "claimed": "lost", "other-node": "lost", "delivered": "delivered", "running": "running", "succeeded": "succeeded"} {
+		for name, want := range map[string]string{"queued": "lost", "claimed": "lost", "held": "lost", "other-node": "lost", "delivered": "delivered", "running": "running", "succeeded": "succeeded"} {
 			c, err := st.Command(ctx, ids[name])
 			if err != nil {
 				t.Fatal(err)
