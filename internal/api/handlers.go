@@ -354,11 +354,7 @@ func (h *inventory) ListDeployProfiles(ctx context.Context, req *connect.Request
 }
 
 func (h *inventory) RevokeSiteAgent(ctx context.Context, req *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
-	a, err := h.svc.RevokeSiteAgent(ctx, principal(ctx), req.Msg.Agent, req.Msg.Reason)
-	if err != nil {
-		return nil, toConnect(err)
-	}
-	site, err := h.svc.Store().Site(ctx, a.SiteID)
+	a, site, err := h.svc.RevokeSiteAgent(ctx, principal(ctx), req.Msg.Agent, req.Msg.Reason)
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -516,24 +516,25 @@ func (s *Service) Images(ctx context.Context, p auth.Principal) ([]catalog.Image
 // RevokeSiteAgent refuses site agent agentID's certificate from now on (a decommissioned host,
 // a leaked key): its connects, calls and renewals, and its open stream at the gateway's next
 // check. Its commands are then released or lost as for any agent gone. Admin; a tenant's
-// token may revoke only the agents of its own sites.
-func (s *Service) RevokeSiteAgent(ctx context.Context, p auth.Principal, agentID, reason string) (store.Agent, error) {
+// token may revoke only the agents of its own sites. It returns the agent and its site.
+func (s *Service) RevokeSiteAgent(ctx context.Context, p auth.Principal, agentID, reason string) (store.Agent, store.Site, error) {
 	if err := Require(p, auth.Administer); err != nil {
-		return store.Agent{}, err
+		return store.Agent{}, store.Site{}, err
 	}
 	if agentID == "" {
-		return store.Agent{}, invalid("agent", "is required: the site agent's id (bcd doctor lists them)")
+		return store.Agent{}, store.Site{}, invalid("agent", "is required: the site agent's id (bcd doctor lists them)")
 	}
 	if err := ValidReason(reason); err != nil {
-		return store.Agent{}, err
+		return store.Agent{}, store.Site{}, err
 	}
 	var a store.Agent
+	var site store.Site
 	err := s.st.Write(ctx, func(tx *store.Tx) error {
 		var err error
 		if a, err = tx.RevokeSiteAgent(ctx, agentID); err != nil {
 			return err
 		}
-		site, err := tx.Site(ctx, a.SiteID)
+		site, err = tx.Site(ctx, a.SiteID)
 		if err != nil || !p.CanSeeTenant(site.TenantID) {
 			return fmt.Errorf("site agent %q: %w", truncate(agentID), store.ErrNotFound)
 		}
@@ -541,7 +542,7 @@ func (s *Service) RevokeSiteAgent(ctx context.Context, p auth.Principal, agentID
 			Data: jsonObject(map[string]any{"agent": a.ID, "site": site.Name})})
 	})
 	if err != nil {
-		return store.Agent{}, err
+		return store.Agent{}, store.Site{}, err
 	}
-	return a, nil
+	return a, site, nil
 }

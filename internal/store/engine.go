@@ -1003,10 +1003,13 @@ func (t *Tx) Beat(ctx context.Context) (Watermark, error) {
 	return t.watermark(ctx)
 }
 
+// watermarkQuery reads the store's watermark.
+const watermarkQuery = `SELECT store_id, fences, beats FROM control_plane WHERE id = 1`
+
 // watermark reads the watermark in the transaction.
 func (t *Tx) watermark(ctx context.Context) (Watermark, error) {
 	var w Watermark
-	if err := t.queryRow(ctx, `SELECT store_id, fences, beats FROM control_plane WHERE id = 1`).Scan(&w.StoreID, &w.Fences, &w.Beats); err != nil {
+	if err := t.queryRow(ctx, watermarkQuery).Scan(&w.StoreID, &w.Fences, &w.Beats); err != nil {
 		return Watermark{}, fmt.Errorf("reading the store's watermark: %w", err)
 	}
 	return w, nil
@@ -1015,7 +1018,7 @@ func (t *Tx) watermark(ctx context.Context) (Watermark, error) {
 // Watermark reads the store's watermark as it stands.
 func (s *Store) Watermark(ctx context.Context) (Watermark, error) {
 	var w Watermark
-	if err := s.queryRow(ctx, `SELECT store_id, fences, beats FROM control_plane WHERE id = 1`).Scan(&w.StoreID, &w.Fences, &w.Beats); err != nil {
+	if err := s.queryRow(ctx, watermarkQuery).Scan(&w.StoreID, &w.Fences, &w.Beats); err != nil {
 		return Watermark{}, fmt.Errorf("reading the store's watermark: %w", err)
 	}
 	return w, nil

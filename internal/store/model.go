@@ -217,21 +217,25 @@ func scanSite(r interface{ Scan(...any) error }) (Site, error) {
 	return st, nil
 }
 
-// Site reads a site by id or name in the transaction.
-func (t *Tx) Site(ctx context.Context, ref string) (Site, error) {
-	st, err := scanSite(t.queryRow(ctx, `SELECT `+siteCols+` FROM sites WHERE id = ? OR name = ?`, ref, ref))
+// siteQuery reads a site by id or name.
+const siteQuery = `SELECT ` + siteCols + ` FROM sites WHERE id = ? OR name = ?`
+
+// siteOf scans a siteQuery row of ref.
+func siteOf(row *sql.Row, ref string) (Site, error) {
+	st, err := scanSite(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Site{}, fmt.Errorf("site %q: %w", ref, ErrNotFound)
 	}
 	return st, err
 }
 
+// Site reads a site by id or name in the transaction.
+func (t *Tx) Site(ctx context.Context, ref string) (Site, error) {
+	return siteOf(t.queryRow(ctx, siteQuery, ref, ref), ref)
+}
+
 func (s *Store) Site(ctx context.Context, ref string) (Site, error) {
-	st, err := scanSite(s.queryRow(ctx, `SELECT `+siteCols+` FROM sites WHERE id = ? OR name = ?`, ref, ref))
-	if errors.Is(err, sql.ErrNoRows) {
-		return Site{}, fmt.Errorf("site %q: %w", ref, ErrNotFound)
-	}
-	return st, err
+	return siteOf(s.queryRow(ctx, siteQuery, ref, ref), ref)
 }
 
 func (s *Store) Sites(ctx context.Context, tenantID string) ([]Site, error) {
