@@ -55,6 +55,10 @@ type Link struct {
 	sessions atomic.Int64
 	crashed  atomic.Bool
 	draining atomic.Bool
+	// renewed is signalled when a renewal stored a new certificate: the stream, whose
+	// connection presented the old one at its handshake, ends and reconnects on a new
+	// connection (see session).
+	renewed chan struct{}
 }
 
 type run struct {
@@ -123,6 +127,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
 		running: map[string]*run{}, awaiting: map[string]Command{}, changed: make(chan struct{}),
+		renewed: make(chan struct{}, 1),
 	}
 	l.id.Store(id)
 	// Every handshake presents the current certificate: after a renewal, new connections
@@ -208,11 +213,25 @@ func (l *Link) loop() {
 		if l.ctx.Err() != nil {
 			break
 		}
-		if errors.Is(err, ErrRefused) || errors.Is(err, errJournalCorrupt) || l.j.failed() != nil {
+		stale := errors.Is(err, ErrRefused) && l.staleConnection(err)
+		stop := errors.Is(err, errJournalCorrupt) || l.j.failed() != nil || errors.Is(err, ErrRefused) && !stale
+		switch {
+		case stop:
 			l.err = err
 			l.log.LogAttrs(l.ctx, slog.LevelError, "agent link stopped", slog.Any("error", err))
 			l.cancel(err)
+		case errors.Is(err, errRenewed) || stale:
+			// The connection presented a certificate this agent has since renewed: the next
+			// stream must be on a new one (a connection's certificate is its handshake's).
+			l.tr.CloseIdleConnections()
+		}
+		if stop {
 			break
+		}
+		if errors.Is(err, errRenewed) {
+			attempt = 0
+			l.log.LogAttrs(l.ctx, slog.LevelInfo, "reconnecting with the renewed certificate")
+			continue
 		}
 		if established {
 			attempt = 0
@@ -257,6 +276,27 @@ func backoff(lo, hi time.Duration, attempt int) time.Duration {
 // errServerClosed: the gateway ended the stream cleanly.
 const errServerClosed Error = "gateway closed the stream"
 
+// errRenewed: the agent ended its stream to reconnect with its renewed certificate.
+const errRenewed Error = "certificate renewed"
+
+// staleConnection says whether err, a refusal, is the gateway's answer to a certificate past
+// its end while the agent's current one is valid: the connection predates a renewal (or the
+// two clocks differ), so a new connection may be admitted where the agent stopping would not
+// help. A refusal of an expired current certificate stops the link: it must join again.
+func (l *Link) staleConnection(err error) bool {
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Meta().Get(pki.RefusalHeader) != pki.RefusalCertExpired {
+		return false
+	}
+	leaf := l.id.Load().tls.Leaf
+	if l.id.Load().expired(time.Now()) {
+		return false
+	}
+	l.log.LogAttrs(l.ctx, slog.LevelWarn, "the gateway refused the certificate of this connection as expired; the agent's own is valid: reconnecting on a new connection (if this repeats, compare the two hosts' clocks)",
+		slog.Time("not_after", leaf.NotAfter))
+	return true
+}
+
 // errSilent: nothing arrived for three heartbeat intervals.
 const errSilent Error = "gateway silent for three heartbeat intervals"
 
@@ -294,6 +334,13 @@ func (l *Link) session() (established bool, _ error) {
 				cancel(err)
 				return
 			}
+		}
+	}()
+	go func() {
+		select {
+		case <-l.renewed:
+			cancel(errRenewed)
+		case <-ctx.Done():
 		}
 	}()
 	err := l.send(ctx, stream, &lastRecv)

@@ -80,5 +80,13 @@ func (l *Link) renew() error {
 	}
 	l.id.Store(next)
 	l.log.LogAttrs(l.ctx, slog.LevelInfo, "agent certificate renewed", slog.Time("not_after", next.tls.Leaf.NotAfter))
+	// New connections present the renewed certificate; the stream's, the old one, until it
+	// reconnects.
+	l.tr.CloseIdleConnections()
+	select {
+	case l.renewed <- struct{}{}:
+
+	default: // a reconnect is already due
+	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/gateway/gatewaytest"
 	"bcd/internal/pki"
 )
 
@@ -49,9 +50,15 @@ func TestCertificateRenewal(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := dial(t, ctx, siteConfig(t, env, dir), h)
 	first := certOf(t, l.CertDER())
+	poll(t, 5*time.Second, "the first stream", func() bool { return l.Sessions() == 1 && env.Queue.Counts().Open[gatewaytest.AgentKey(siteRef)] == 1 })
 
 	poll(t, 10*time.Second, "first renewal", func() bool { return !bytes.Equal(l.CertDER(), first.Raw) })
 	second := certOf(t, l.CertDER())
+	// The stream's connection presented the first certificate: the agent ends it and connects
+	// again, presenting the renewed one, before the first expires.
+	poll(t, time.Until(first.NotAfter), "a new stream after the renewal", func() bool {
+		return l.Sessions() >= 2 && env.Queue.Counts().Open[gatewaytest.AgentKey(siteRef)] == 1
+	})
 	switch {
 	case !second.NotAfter.After(first.NotAfter):
 		t.Fatalf("renewed until %s, the first was valid until %s", second.NotAfter, first.NotAfter)

@@ -232,7 +232,8 @@ type Config struct {
 	Lanes        int           // concurrent ack/update lanes per site agent stream (a node's has one); default 8
 	PollInterval time.Duration // claim without a Notify signal this often; default 2s
 	// RecheckInterval: an open stream's certificate is admitted again this often (a site
-	// agent revoked, a node's identity generation bumped): one refused ends the stream.
+	// agent revoked, a node's identity generation bumped, the certificate expired): one
+	// refused ends the stream.
 	// Default 30s.
 	RecheckInterval time.Duration
 	// IdleTimeout ends a stream from which nothing was received for that long; default 45s
@@ -240,6 +241,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxMessageBytes bounds one received frame; default 16 MiB.
 	MaxMessageBytes int
+	// Now is the clock that client certificates are checked against at every request and
+	// re-check; default time.Now.
+	Now func() time.Time
 }
 
 func (c *Config) setDefaults() error {
@@ -248,6 +252,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Attested == nil {
 		kinds := AttestedKinds()

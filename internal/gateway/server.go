@@ -68,10 +68,24 @@ func withTLSState(h http.Handler) http.Handler {
 	})
 }
 
-// peerIdentity is the verified client certificate's identity, if any.
-func peerIdentity(ctx context.Context) (pki.Identity, bool) {
+// peerIdentity is the identity of the request's verified client certificate, refused if the
+// certificate is not valid now: a connection keeps the certificate of its handshake, so
+// one opened before the certificate expired (an agent since renewed, or one left running
+// past its certificate's end) would otherwise carry it for as long as it stays open.
+func (s *Server) peerIdentity(ctx context.Context) (pki.Identity, error) {
 	st, _ := ctx.Value(tlsStateKey{}).(*tls.ConnectionState)
-	return pki.IdentityFromTLS(st)
+	id, ok := pki.IdentityFromTLS(st)
+	if !ok {
+		return pki.Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a client certificate issued at join is required"))
+	}
+	leaf := st.VerifiedChains[0][0]
+	if now := s.cfg.Now(); now.After(leaf.NotAfter) || now.Before(leaf.NotBefore) {
+		err := connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s: %w: the certificate this connection presented is valid from %s to %s, and it is %s (an agent that renewed its certificate must connect again)",
+			id, pki.ErrCertExpired, leaf.NotBefore.UTC().Format(time.RFC3339), leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339)))
+		err.Meta().Set(pki.RefusalHeader, pki.RefusalCertExpired)
+		return pki.Identity{}, err
+	}
+	return id, nil
 }
 
 // Join exchanges a one-time token and a CSR for a certificate.
@@ -132,9 +146,9 @@ func (s *Server) Renew(ctx context.Context, _ *connect.Request[agentv1.RenewRequ
 
 // admit decides whether a verified identity may hold a Connect stream.
 func (s *Server) admit(ctx context.Context) (AgentRef, error) {
-	id, ok := peerIdentity(ctx)
-	if !ok {
-		return AgentRef{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a client certificate issued at join is required"))
+	id, err := s.peerIdentity(ctx)
+	if err != nil {
+		return AgentRef{}, err
 	}
 	switch id.Kind {
 	case pki.KindSiteAgent:

@@ -97,9 +97,9 @@ func (s *Server) siteAgent(ctx context.Context) (AgentRef, error) {
 	if s.cfg.Sites == nil {
 		return AgentRef{}, connect.NewError(connect.CodeUnimplemented, errors.New("this control plane keeps no boot lease"))
 	}
-	id, ok := peerIdentity(ctx)
-	if !ok {
-		return AgentRef{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a client certificate issued at join is required"))
+	id, err := s.peerIdentity(ctx)
+	if err != nil {
+		return AgentRef{}, err
 	}
 	if id.Kind != pki.KindSiteAgent {
 		return AgentRef{}, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("a %s certificate is not a site agent's", id.Kind))

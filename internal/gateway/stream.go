@@ -98,8 +98,8 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 }
 
 // recheck admits the stream's certificate again every RecheckInterval until the session ends:
-// one an operator revoked since (a site agent, a node's identity generation) ends the stream.
-// A check that cannot be made (the store out) leaves the stream as it is.
+// one an operator revoked since (a site agent, a node's identity generation), or one past its
+// end, ends the stream. A check that cannot be made (the store out) leaves the stream as it is.
 func (ss *session) recheck() {
 	t := time.NewTicker(ss.s.cfg.RecheckInterval)
 	defer t.Stop()
@@ -109,7 +109,7 @@ func (ss *session) recheck() {
 			return
 		case <-t.C:
 		}
-		if _, err := ss.s.admit(ss.ctx); connect.CodeOf(err) == connect.CodePermissionDenied {
+		if _, err := ss.s.admit(ss.ctx); connect.CodeOf(err) == connect.CodePermissionDenied || connect.CodeOf(err) == connect.CodeUnauthenticated {
 			ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "the agent's certificate is refused now: ending its stream", slog.Any("error", err))
 			ss.cancel(err)
 			return

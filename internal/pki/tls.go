@@ -91,3 +91,10 @@ func IdentityFromTLS(state *tls.ConnectionState) (Identity, bool) {
 	}
 	return id, true
 }
+
+// RefusalHeader names the metadata key of a gateway refusal that says why, where the agent
+// acts on the reason; RefusalCertExpired is its value for a certificate past its validity.
+const (
+	RefusalHeader      = "Bcd-Refusal"
+	RefusalCertExpired = "certificate-expired"
+)
