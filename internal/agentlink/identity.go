@@ -127,6 +127,8 @@ func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate) (*http.Tr
 		Protocols:           &protos,
 		ForceAttemptHTTP2:   true,
 		TLSHandshakeTimeout: 10 * time.Second,
+		// A replaced wire's connections (rewire) close once idle this long.
+		IdleConnTimeout: 2 * time.Minute,
 		HTTP2: &http.HTTP2Config{
 			SendPingTimeout: cfg.HeartbeatInterval,
 			PingTimeout:     cfg.HeartbeatInterval,

@@ -29,11 +29,13 @@ type Link struct {
 	cfg Config
 	h   Handler
 	// id is the current identity: a renewal replaces it (renew.go).
-	id  atomic.Pointer[identity]
-	j   *journal
-	tr  *http.Transport
-	cl  agentv1connect.GatewayServiceClient
-	log *slog.Logger
+	id atomic.Pointer[identity]
+	j  *journal
+	// wire is the transport and client of the calls to the gateway: a renewal replaces it, so
+	// that the next connection presents the renewed certificate (a connection keeps its
+	// handshake's).
+	wire atomic.Pointer[wire]
+	log  *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -59,6 +61,10 @@ type Link struct {
 	// connection presented the old one at its handshake, ends and reconnects on a new
 	// connection (see session).
 	renewed chan struct{}
+	// mark is the newest watermark of the store the gateway told (watermark.go), named in
+	// every Hello; markFailed: keeping it in DataDir failed (logged once).
+	mark       atomic.Pointer[storeMark]
+	markFailed atomic.Bool
 }
 
 type run struct {
@@ -130,15 +136,12 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		renewed: make(chan struct{}, 1),
 	}
 	l.id.Store(id)
-	// Every handshake presents the current certificate: after a renewal, new connections
-	// carry the renewed one.
-	tr, err := transport(&cfg, id.caPEM, func() tls.Certificate { return l.id.Load().tls })
-	if err != nil {
+	mark := loadMark(cfg.DataDir, l.log)
+	l.mark.Store(&mark)
+	if err := l.rewire(); err != nil {
 		_ = j.close()
-		return nil, fmt.Errorf("dialing gateway: %w", err)
+		return nil, err
 	}
-	l.tr = tr
-	l.cl = agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, cfg.GatewayURL, connect.WithReadMaxBytes(cfg.MaxMessageBytes))
 	l.out.init()
 	l.ctx, l.cancel = context.WithCancelCause(ctx)
 	if err := l.recoverJournal(); err != nil {
@@ -223,7 +226,9 @@ func (l *Link) loop() {
 		case errors.Is(err, errRenewed) || stale:
 			// The connection presented a certificate this agent has since renewed: the next
 			// stream must be on a new one (a connection's certificate is its handshake's).
-			l.tr.CloseIdleConnections()
+			if err := l.rewire(); err != nil {
+				l.log.LogAttrs(l.ctx, slog.LevelError, "making a new connection to the gateway", slog.Any("error", err))
+			}
 		}
 		if stop {
 			break
@@ -261,7 +266,31 @@ func (l *Link) loop() {
 	if err := l.j.close(); err != nil && l.err == nil {
 		l.err = err
 	}
-	l.tr.CloseIdleConnections()
+	l.wire.Load().tr.CloseIdleConnections()
+}
+
+// wire is a transport to the gateway and the client over it.
+type wire struct {
+	tr *http.Transport
+	cl agentv1connect.GatewayServiceClient
+}
+
+// client is the gateway client of the current wire.
+func (l *Link) client() agentv1connect.GatewayServiceClient { return l.wire.Load().cl }
+
+// rewire replaces the wire with a new transport, whose connections present the certificate
+// current at their handshake, and closes the old one's idle connections (calls in flight on it
+// end as they would have; its connections close once idle).
+func (l *Link) rewire() error {
+	tr, err := transport(&l.cfg, l.id.Load().caPEM, func() tls.Certificate { return l.id.Load().tls })
+	if err != nil {
+		return fmt.Errorf("dialing gateway: %w", err)
+	}
+	cl := agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, l.cfg.GatewayURL, connect.WithReadMaxBytes(l.cfg.MaxMessageBytes))
+	if old := l.wire.Swap(&wire{tr: tr, cl: cl}); old != nil {
+		old.tr.CloseIdleConnections()
+	}
+	return nil
 }
 
 // backoff is min·2^attempt capped at max, with jitter: a uniform draw from its upper half.
@@ -304,13 +333,14 @@ const errSilent Error = "gateway silent for three heartbeat intervals"
 func (l *Link) session() (established bool, _ error) {
 	ctx, cancel := context.WithCancelCause(l.ctx)
 	defer cancel(nil)
-	stream := l.cl.Connect(ctx)
+	stream := l.client().Connect(ctx)
 	defer func() {
 		_ = stream.CloseRequest()
 		_ = stream.CloseResponse()
 	}()
 	l.sessions.Add(1)
-	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers, ResumeAfter: l.j.last()}
+	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers, ResumeAfter: l.j.last(),
+		StoreWatermark: l.mark.Load().proto()}
 	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return false, classify(fmt.Errorf("sending hello: %w", err))
 	}
@@ -399,6 +429,9 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 	case *agentv1.ServerMessage_Batch:
 		b.Commands, b.UpdateAcks, b.Cancels, b.AckResults = x.Batch.GetCommands(), x.Batch.GetUpdateAcks(), x.Batch.GetCancels(), x.Batch.GetAckResults()
 	case *agentv1.ServerMessage_HeartbeatAck:
+		if w := x.HeartbeatAck.GetStoreWatermark(); w != nil {
+			l.saw(w)
+		}
 		return nil
 	}
 	if len(b.Commands) > 0 {

@@ -61,7 +61,7 @@ func (l *Link) renewLoop() {
 func (l *Link) renew() error {
 	ctx, cancel := context.WithTimeout(l.ctx, renewTimeout)
 	defer cancel()
-	resp, err := l.cl.Renew(ctx, connect.NewRequest(&agentv1.RenewRequest{}))
+	resp, err := l.client().Renew(ctx, connect.NewRequest(&agentv1.RenewRequest{}))
 	if err != nil {
 		return classify(fmt.Errorf("renewing the agent certificate: %w", err))
 	}
@@ -80,9 +80,7 @@ func (l *Link) renew() error {
 	}
 	l.id.Store(next)
 	l.log.LogAttrs(l.ctx, slog.LevelInfo, "agent certificate renewed", slog.Time("not_after", next.tls.Leaf.NotAfter))
-	// New connections present the renewed certificate; the stream's, the old one, until it
-	// reconnects.
-	l.tr.CloseIdleConnections()
+	// The stream's connection presented the old certificate: it reconnects on a new wire.
 	select {
 	case l.renewed <- struct{}{}:
 

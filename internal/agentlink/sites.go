@@ -88,7 +88,7 @@ func siteCallError(what string, err error) error {
 
 // BootLease calls the gateway's BootLease.
 func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, error) {
-	res, err := l.cl.BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{Release: req.Release, TtlMs: req.TTL.Milliseconds(),
+	res, err := l.client().BootLease(ctx, connect.NewRequest(&agentv1.BootLeaseRequest{Release: req.Release, TtlMs: req.TTL.Milliseconds(),
 		Epoch: req.Epoch, KnownEntriesRevision: req.KnownRevision, DhcpLeases: gateway.DHCPLeasesToProto(req.DHCPLeases)}))
 	if err != nil {
 		return LeaseGrant{}, siteCallError("boot lease", err)
@@ -109,7 +109,7 @@ func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, err
 
 // PollSet fetches the nodes the holder at epoch polls, and when to ask again.
 func (l *Link) PollSet(ctx context.Context, epoch uint64) ([]PollTarget, time.Duration, error) {
-	res, err := l.cl.PollSet(ctx, connect.NewRequest(&agentv1.PollSetRequest{Epoch: epoch}))
+	res, err := l.client().PollSet(ctx, connect.NewRequest(&agentv1.PollSetRequest{Epoch: epoch}))
 	if err != nil {
 		return nil, 0, siteCallError("poll set", err)
 	}
@@ -128,7 +128,7 @@ func (l *Link) ReportPower(ctx context.Context, epoch uint64, rs []PowerReading)
 		m.Readings = append(m.Readings, &agentv1.PowerReading{NodeId: r.NodeID, Power: r.Power, Error: r.Error, Failures: int32(r.Failures),
 			ObservedUnixMs: r.Observed.UnixMilli()})
 	}
-	if _, err := l.cl.ReportPower(ctx, connect.NewRequest(m)); err != nil {
+	if _, err := l.client().ReportPower(ctx, connect.NewRequest(m)); err != nil {
 		return siteCallError("power report", err)
 	}
 	return nil

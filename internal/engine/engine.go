@@ -215,6 +215,12 @@ type Engine struct {
 	// unknownSeen: the commands unknown to the store that agents named, already recorded
 	// (noteUnknown).
 	unknownSeen *cache.Bounded[string, bool]
+	// mark is the store's watermark at this server's last beat (Watermark); restored, once
+	// set, what an agent showed of the store's restore (Witness): no command is sent.
+	mark     atomic.Pointer[store.Watermark]
+	restored atomic.Pointer[store.RestoreWitness]
+	// witnessWarned is when a heartbeat last said that no command is sent (unix ns).
+	witnessWarned atomic.Int64
 }
 
 // ID is this server's id among those sharing the store (new at every start).

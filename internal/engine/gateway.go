@@ -125,7 +125,21 @@ func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gatew
 		g.e.osConns[c.id] = true
 		g.e.sentMu.Unlock()
 	}
-	return g.e.Connected(ctx, agentOf(ctx, a, os), hello.AgentVersion)
+	ag := agentOf(ctx, a, os)
+	seen := hello.StoreWatermark
+	if err := g.e.Witness(ctx, ag, store.Watermark{StoreID: seen.StoreID, Fences: seen.Fences, Beats: seen.Beats}); err != nil {
+		if errors.Is(err, ErrStoreBehind) {
+			return fmt.Errorf("%w: %w", gateway.ErrStoreBehind, err)
+		}
+		return err
+	}
+	return g.e.Connected(ctx, ag, hello.AgentVersion)
+}
+
+// Watermark is the store's watermark for the agents' heartbeat answers (Engine.Watermark).
+func (g *Gateway) Watermark() (gateway.Watermark, bool) {
+	w, ok := g.e.Watermark()
+	return gateway.Watermark{StoreID: w.StoreID, Fences: w.Fences, Beats: w.Beats}, ok
 }
 
 func (g *Gateway) Disconnected(ctx context.Context, a gateway.AgentRef) error {

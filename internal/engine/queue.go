@@ -344,6 +344,7 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	})
 	if err == nil {
 		e.watermark(mark)
+		e.checkWitnessed(ctx)
 	}
 	if err == nil && outage > 0 {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "the control plane was down: the steps in progress get that time back",
@@ -532,6 +533,9 @@ var ErrFinished = errors.New("command has already ended")
 // reach only the agent (a boot entry's one-time discovery token) are minted here, stored as
 // hashes, and never written to the command row.
 func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command, error) {
+	if !e.sending() {
+		return nil, nil // an agent showed the store was restored (Witness)
+	}
 	e.sentMu.Lock()
 	sent := len(e.sent[a.ID].on(a.ConnID))
 	e.sentMu.Unlock()

@@ -56,12 +56,80 @@ func FenceRestore(ctx context.Context, st *store.Store, peerTimeout time.Duratio
 	return f, nil
 }
 
-// watermark tells Config.Watermarks the store's watermark.
+// watermark keeps the store's watermark for agents (Watermark) and tells Config.Watermarks.
 func (e *Engine) watermark(w store.Watermark) {
+	e.mark.Store(&w)
 	if e.cfg.Watermarks != nil {
 		e.cfg.Watermarks(w)
 	}
 }
+
+// Watermark is the store's watermark as this server last counted a beat in it (false before
+// its first heartbeat): the gateway tells it to the agents, which keep the newest and name it
+// when they connect (Witness).
+func (e *Engine) Watermark() (store.Watermark, bool) {
+	w := e.mark.Load()
+	if w == nil {
+		return store.Watermark{}, false
+	}
+	return *w, true
+}
+
+// ErrStoreBehind: an agent saw a newer watermark of the store than the store has (Witness).
+var ErrStoreBehind = errors.New("the store is behind what an agent saw of it")
+
+// Witness checks an arriving agent against seen, the newest watermark of this store it was told
+// (empty: none). A store behind it was restored from a backup older than what the agent saw,
+// with no fence run since: a restore onto a new host, where no server kept a watermark
+// (checkWatermark in the server). Its queued commands may have been taken by agents after the
+// backup, and sending them would run them a second time. The first such agent is recorded
+// (store.Tx.WitnessRestore, a control_plane.restore_witnessed event), every server stops
+// sending commands (Claim; the others learn it at their next heartbeat) until an operator stops
+// them and runs the fence (bcd store after-restore, which clears it), and the agent is refused
+// with ErrStoreBehind.
+func (e *Engine) Witness(ctx context.Context, a Agent, seen store.Watermark) error {
+	if seen.StoreID == "" {
+		return nil
+	}
+	now, err := e.st.Watermark(ctx)
+	if err != nil {
+		return err
+	}
+	if !now.Behind(seen) {
+		return nil
+	}
+	w := store.RestoreWitness{AgentID: a.ID, Seen: seen}
+	err = e.st.Write(ctx, func(tx *store.Tx) error {
+		w.At = tx.At()
+		first, err := tx.WitnessRestore(ctx, w)
+		if err != nil || !first {
+			return err
+		}
+		data, _ := json.Marshal(map[string]any{"agent": a.ID, "kind": a.Kind, "site": a.SiteID, "node": a.NodeID, "seen": seen, "store": now})
+		return tx.AppendEvent(ctx, store.Event{NodeID: a.NodeID, Actor: "gateway", Kind: "control_plane.restore_witnessed", Data: string(data),
+			Reason: fmt.Sprintf("agent %s saw this store at fence %d, beat %d, and it is at fence %d, beat %d: it was restored from an older backup with no fence run; "+
+				"no command is sent until the servers are stopped and bcd store after-restore is run", a.ID, seen.Fences, seen.Beats, now.Fences, now.Beats)})
+	})
+	if err != nil {
+		return fmt.Errorf("recording that agent %s saw a newer store: %w", a.ID, err)
+	}
+	e.witnessed(ctx, w)
+	return fmt.Errorf("agent %s saw this store at fence %d, beat %d, and the store is at fence %d, beat %d: the control plane's store was restored from an older backup "+
+		"and no restore fence was run; it sends no command until an operator stops its servers and runs `bcd store after-restore`: %w",
+		a.ID, seen.Fences, seen.Beats, now.Fences, now.Beats, ErrStoreBehind)
+}
+
+// witnessed stops this server sending commands: an agent showed the store was restored.
+func (e *Engine) witnessed(ctx context.Context, w store.RestoreWitness) {
+	if e.restored.CompareAndSwap(nil, &w) {
+		e.log.LogAttrs(ctx, slog.LevelError, "an agent saw a newer watermark of the store than the store has: the store was restored from an older backup, and no command is sent until the servers are stopped and `bcd store after-restore` is run",
+			slog.String("agent", w.AgentID), slog.Int64("seen_fences", w.Seen.Fences), slog.Int64("seen_beats", w.Seen.Beats))
+	}
+}
+
+// sending says whether this server sends commands: not once an agent witnessed the store's
+// restore (Witness).
+func (e *Engine) sending() bool { return e.restored.Load() == nil }
 
 // maxUnknownSeen bounds the unknown commands a server remembers having recorded.
 const maxUnknownSeen = 4096
@@ -95,5 +163,27 @@ func (e *Engine) noteUnknown(ctx context.Context, a Agent, what string, ids []st
 	}
 	for _, id := range fresh {
 		e.unknownSeen.Put(a.ID+"|"+id, true)
+	}
+}
+
+// checkWitnessed stops this server sending commands once another server recorded an agent's
+// witness of the store's restore (Heartbeat), and says every minute that it does not send.
+func (e *Engine) checkWitnessed(ctx context.Context) {
+	if e.sending() {
+		w, ok, err := e.st.RestoreWitnessed(ctx)
+		if err != nil {
+			e.log.Warn("reading whether an agent witnessed a restore of the store", "error", err)
+			return
+		}
+		if ok {
+			e.witnessed(ctx, w)
+		}
+		return
+	}
+	last, now := e.witnessWarned.Load(), time.Now().UnixNano()
+	if now-last >= int64(time.Minute) && e.witnessWarned.CompareAndSwap(last, now) {
+		w := e.restored.Load()
+		e.log.LogAttrs(ctx, slog.LevelError, "sending no commands: the store was restored from an older backup (an agent saw a newer one); stop the servers and run `bcd store after-restore`",
+			slog.String("agent", w.AgentID), slog.Int64("seen_fences", w.Seen.Fences), slog.Int64("seen_beats", w.Seen.Beats))
 	}
 }

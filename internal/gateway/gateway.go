@@ -104,6 +104,16 @@ type Hello struct {
 	Capabilities []string
 	Drivers      []string
 	ResumeAfter  string // last command id the agent journaled; informative
+	// StoreWatermark is the newest watermark of the store the agent was told (zero: none).
+	StoreWatermark Watermark
+}
+
+// Watermark is a store's watermark (store.Watermark): its id, fences and beats. Agents keep
+// the newest they were told; a store behind one an agent names was restored from an older
+// backup.
+type Watermark struct {
+	StoreID       string
+	Fences, Beats int64
 }
 
 // Discovered is a machine a site agent saw PXE-booting with no boot entry (Inventory: what a
@@ -206,6 +216,10 @@ const (
 	ErrRejected Error = "rejected by the queue"
 	// ErrNotFound: CurrentGeneration returns it (wrapped) for an unknown node.
 	ErrNotFound Error = "not found"
+	// ErrStoreBehind: Connected returns it (wrapped, with what the agent saw) when the agent
+	// names a newer watermark of the store than the store has. The agent is refused with
+	// FAILED_PRECONDITION and the error's text, and tries again later.
+	ErrStoreBehind Error = "the control plane's store is behind what the agent saw"
 )
 
 // AttestedKinds is the default set of command kinds whose results are signed by the agent that
@@ -244,6 +258,9 @@ type Config struct {
 	// Now is the clock that client certificates are checked against at every request and
 	// re-check; default time.Now.
 	Now func() time.Time
+	// Watermark, when set, is the store's watermark as the control plane last counted it
+	// (false: none yet); heartbeat answers carry it to the agents.
+	Watermark func() (Watermark, bool)
 }
 
 func (c *Config) setDefaults() error {

@@ -73,6 +73,10 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 		return connect.NewError(connect.CodeDeadlineExceeded, errors.New("no hello"))
 	}
 	if err := s.cfg.Queue.Connected(ctx, a, helloOf(hello)); err != nil {
+		if errors.Is(err, ErrStoreBehind) {
+			ss.log.LogAttrs(ctx, slog.LevelError, "agent refused: it saw a newer store than the control plane has", slog.Any("error", err))
+			return connect.NewError(connect.CodeFailedPrecondition, err)
+		}
 		ss.log.LogAttrs(ctx, slog.LevelError, "recording agent connection", slog.Any("error", err))
 		return connect.NewError(connect.CodeUnavailable, errors.New("cannot record the connection now"))
 	}
@@ -227,8 +231,13 @@ func (ss *session) route(m *agentv1.AgentMessage) bool {
 		st := statusOf(x.Status)
 		return ss.toLane("", laneItem{status: &st})
 	case *agentv1.AgentMessage_Heartbeat:
-		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_HeartbeatAck{
-			HeartbeatAck: &agentv1.HeartbeatAck{SentUnixMs: x.Heartbeat.GetSentUnixMs()}}})
+		ack := &agentv1.HeartbeatAck{SentUnixMs: x.Heartbeat.GetSentUnixMs()}
+		if s := ss.s.cfg.Watermark; s != nil {
+			if w, ok := s(); ok {
+				ack.StoreWatermark = &agentv1.StoreWatermark{StoreId: w.StoreID, Fences: w.Fences, Beats: w.Beats}
+			}
+		}
+		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_HeartbeatAck{HeartbeatAck: ack}})
 	case *agentv1.AgentMessage_Hello:
 		ss.cancel(connect.NewError(connect.CodeInvalidArgument, errors.New("hello sent twice")))
 		return false

@@ -275,7 +275,8 @@ func (s *Server) listenGateway() error {
 		ln.Close()
 		return fmt.Errorf("issuing the gateway's certificate: %w", err)
 	}
-	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log})
+	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log,
+		Watermark: s.eng.Gateway().Watermark})
 	if err != nil {
 		ln.Close()
 		return err

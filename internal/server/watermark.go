@@ -28,6 +28,13 @@ const watermarkName = "store.watermark"
 // have taken commands after that point which the store does not know, and it would send them
 // again (to another agent). A missing file, or one of another store, is no objection.
 func checkWatermark(ctx context.Context, st *store.Store, path string, log *slog.Logger) error {
+	if w, ok, err := st.RestoreWitnessed(ctx); err != nil {
+		return err
+	} else if ok {
+		return fmt.Errorf("agent %s saw this store at fence %d, beat %d, newer than the store: it was restored from an older backup, and no command is sent until "+
+			"`bcd store after-restore` is run with the same --store and --data-dir, every server stopped (docs/operations.md, \"Backups and restores\"): %w",
+			w.AgentID, w.Seen.Fences, w.Seen.Beats, ErrRestored)
+	}
 	seen, ok, err := loadWatermark(path)
 	if err != nil || !ok {
 		return err

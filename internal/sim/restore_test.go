@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"bcd/internal/engine"
+	"bcd/internal/gateway"
 	"bcd/internal/metal"
+	"bcd/internal/pki"
 	"bcd/internal/provision"
 	"bcd/internal/store"
 )
@@ -124,5 +126,97 @@ func TestRestoreFenceLosesQueuedCommands(t *testing.T) {
 	}
 	if rs := reasons(t, st, node); !hasReason(rs, fenced.Kind+" lost: "+store.RestoreFenceError) {
 		t.Errorf("step events %q: want the loss by the fence", strings.Join(rs, " | "))
+	}
+}
+
+// A store restored onto a new host (no server kept a watermark) is behind what its agents saw:
+// the first agent that names a newer watermark of the store is refused and recorded once, and
+// from then on no server gives any agent a command (another server learns it at its next
+// heartbeat) until the fence, which clears it. An agent whose watermark is not ahead is let in.
+func TestAgentWitnessesRestore(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{AgentGrace: time.Minute, PeerTimeout: time.Minute}
+	st, h, node, eng, a, b := byHand(t, cfg)
+	other := engine.New(st, nil, nil2(), cfg) // a second server on the store
+	for _, e := range []*engine.Engine{eng, other} {
+		if err := e.Heartbeat(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	told, ok := eng.Watermark()
+	if !ok || told.StoreID == "" {
+		t.Fatalf("no watermark to tell the agents after a heartbeat: %+v %v", told, ok)
+	}
+	gw := eng.Gateway()
+	siteRef := func(ag engine.Agent) gateway.AgentRef {
+		return gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: ag.SiteID, AgentID: ag.ID}
+	}
+	hello := func(w store.Watermark) gateway.Hello {
+		return gateway.Hello{AgentVersion: "t", StoreWatermark: gateway.Watermark{StoreID: w.StoreID, Fences: w.Fences, Beats: w.Beats}}
+	}
+	if err := gw.Connected(ctx, siteRef(b), hello(told)); err != nil {
+		t.Fatalf("an agent that saw the store as it is: %v", err)
+	}
+	if err := gw.Connected(ctx, siteRef(b), hello(store.Watermark{StoreID: "another-store", Beats: 1 << 40})); err != nil {
+		t.Fatalf("an agent that saw another store: %v", err)
+	}
+	power(t, h, node, "off")
+
+	// A saw five more beats than the backup holds.
+	ahead := told
+	ahead.Beats += 5
+	err := gw.Connected(ctx, siteRef(a), hello(ahead))
+	if !errors.Is(err, gateway.ErrStoreBehind) || !strings.Contains(err.Error(), "bcd store after-restore") {
+		t.Fatalf("an agent that saw a newer store: %v", err)
+	}
+	if err := gw.Connected(ctx, siteRef(b), hello(ahead)); !errors.Is(err, gateway.ErrStoreBehind) {
+		t.Fatalf("a second witness: %v", err)
+	}
+	if got, err := eng.Claim(ctx, b, 10); err != nil || len(got) != 0 {
+		t.Fatalf("after the witness, B was given %d commands (%v)", len(got), err)
+	}
+	if err := other.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := other.Claim(ctx, b, 10); err != nil || len(got) != 0 {
+		t.Fatalf("after the witness and its heartbeat, the other server gave B %d commands (%v)", len(got), err)
+	}
+	w, ok, err := st.RestoreWitnessed(ctx)
+	if err != nil || !ok || w.AgentID != a.ID || w.Seen != ahead {
+		t.Fatalf("witness recorded %+v %v %v, want agent %s at %+v", w, ok, err, a.ID, ahead)
+	}
+	evs, err := st.Events(ctx, store.EventFilter{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range evs {
+		if e.Kind == "control_plane.restore_witnessed" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d control_plane.restore_witnessed events, want 1", n)
+	}
+
+	// The operator stops the servers and runs the fence; a server started after it sends again,
+	// and A, whose watermark is of the fence before, is let in.
+	if _, err := engine.FenceRestore(ctx, st, 0, "restored onto a new host"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := st.RestoreWitnessed(ctx); err != nil || ok {
+		t.Fatalf("after the fence, witnessed %v %v", ok, err)
+	}
+	after := engine.New(st, nil, nil2(), cfg)
+	if err := after.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := after.Gateway().Connected(ctx, siteRef(a), hello(ahead)); err != nil {
+		t.Fatalf("after the fence, the witness: %v", err)
+	}
+	after.Connected(ctx, b, "t")
+	power(t, h, node, "on")
+	if got, err := after.Claim(ctx, b, 10); err != nil || len(got) != 1 {
+		t.Fatalf("after the fence, B was given %d commands (%v), want the new one", len(got), err)
 	}
 }

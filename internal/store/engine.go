@@ -1024,6 +1024,46 @@ func (s *Store) Watermark(ctx context.Context) (Watermark, error) {
 	return w, nil
 }
 
+// RestoreWitness is what an agent showed of a store restored with no fence run: a watermark of
+// the store newer than the store's own.
+type RestoreWitness struct {
+	AgentID string    `json:"agentId"`
+	Seen    Watermark `json:"seen"`
+	At      int64     `json:"at"` // store time, microseconds
+}
+
+// WitnessRestore records w unless an agent already showed the store's restore: whether w is the
+// first since the last fence.
+func (t *Tx) WitnessRestore(ctx context.Context, w RestoreWitness) (bool, error) {
+	b, err := json.Marshal(w)
+	if err != nil {
+		return false, fmt.Errorf("recording a restore's witness: %w", err)
+	}
+	res, err := t.exec(ctx, `UPDATE control_plane SET restore_witness = ? WHERE id = 1 AND restore_witness = ''`, string(b))
+	if err != nil {
+		return false, fmt.Errorf("recording a restore's witness: %w", err)
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// RestoreWitnessed returns what an agent showed of the store's restore since the last fence, if
+// one did.
+func (s *Store) RestoreWitnessed(ctx context.Context) (RestoreWitness, bool, error) {
+	var raw string
+	if err := s.queryRow(ctx, `SELECT restore_witness FROM control_plane WHERE id = 1`).Scan(&raw); err != nil {
+		return RestoreWitness{}, false, fmt.Errorf("reading whether an agent witnessed a restore: %w", err)
+	}
+	if raw == "" {
+		return RestoreWitness{}, false, nil
+	}
+	var w RestoreWitness
+	if err := json.Unmarshal([]byte(raw), &w); err != nil {
+		return RestoreWitness{}, false, fmt.Errorf("reading a restore's witness %q: %w", raw, err)
+	}
+	return w, true, nil
+}
+
 // ServersAliveSince lists the servers that recorded they were alive at since or later, by id.
 func (t *Tx) ServersAliveSince(ctx context.Context, since int64) ([]string, error) {
 	rows, err := t.query(ctx, `SELECT id FROM servers WHERE last_seen >= ? ORDER BY id`, since)
@@ -1108,7 +1148,7 @@ func (t *Tx) FenceRestore(ctx context.Context) (Fenced, error) {
 	}
 	n, _ := res.RowsAffected()
 	f.Tokens = int(n)
-	if _, err := t.exec(ctx, `UPDATE control_plane SET fences = fences + 1 WHERE id = 1`); err != nil {
+	if _, err := t.exec(ctx, `UPDATE control_plane SET fences = fences + 1, restore_witness = '' WHERE id = 1`); err != nil {
 		return Fenced{}, fmt.Errorf("counting the fence: %w", err)
 	}
 	if f.Watermark, err = t.watermark(ctx); err != nil {

@@ -166,3 +166,40 @@ func sortedIDs(ids ...string) []string {
 	slices.Sort(ids)
 	return ids
 }
+
+// The first agent to show the store went back is recorded, later ones are not, and the restore
+// fence clears it.
+func TestRestoreWitness(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		if _, ok, err := st.RestoreWitnessed(ctx); err != nil || ok {
+			t.Fatalf("a new store witnessed: %v %v", ok, err)
+		}
+		mark, err := st.Watermark(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := store.RestoreWitness{AgentID: "a1", Seen: store.Watermark{StoreID: mark.StoreID, Beats: 9}, At: 42}
+		for i, w := range []store.RestoreWitness{first, {AgentID: "a2", Seen: store.Watermark{StoreID: mark.StoreID, Beats: 12}, At: 43}} {
+			var recorded bool
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				recorded, err = tx.WitnessRestore(ctx, w)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if recorded != (i == 0) {
+				t.Fatalf("witness %d recorded: %v", i, recorded)
+			}
+		}
+		if got, ok, err := st.RestoreWitnessed(ctx); err != nil || !ok || got != first {
+			t.Fatalf("witnessed %+v %v %v, want %+v", got, ok, err, first)
+		}
+		if err := st.Write(ctx, func(tx *store.Tx) error { _, err := tx.FenceRestore(ctx); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, err := st.RestoreWitnessed(ctx); err != nil || ok {
+			t.Fatalf("after the fence, witnessed: %v %v", ok, err)
+		}
+	})
+}

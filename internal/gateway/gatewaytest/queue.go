@@ -46,6 +46,10 @@ type Queue struct {
 	// queue's lock (it may block): an error refuses the ack, as the control plane refuses one
 	// for a command it gave to another agent.
 	OnAck func(commandID string) error
+	// OnConnect, when set before use, is called with every Hello before Connected records it:
+	// an error refuses the stream, as the control plane refuses an agent that saw a newer store
+	// (gateway.ErrStoreBehind).
+	OnConnect func(gateway.Hello) error
 
 	mu        sync.Mutex
 	cmds      map[string]*Entry
@@ -239,6 +243,11 @@ func (q *Queue) Notify(a gateway.AgentRef) (<-chan struct{}, func()) {
 
 // Connected implements gateway.Queue: the agent's assigned-unacknowledged commands are due again.
 func (q *Queue) Connected(_ context.Context, a gateway.AgentRef, h gateway.Hello) error {
+	if q.OnConnect != nil {
+		if err := q.OnConnect(h); err != nil {
+			return err
+		}
+	}
 	key := AgentKey(a)
 	q.mu.Lock()
 	defer q.mu.Unlock()

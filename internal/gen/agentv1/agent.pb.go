@@ -572,9 +572,14 @@ type Hello struct {
 	Drivers []string `protobuf:"bytes,3,rep,name=drivers,proto3" json:"drivers,omitempty"`
 	// The id of the last command this agent recorded in its journal (informative: the server
 	// re-offers unacknowledged commands itself).
-	ResumeAfter   string `protobuf:"bytes,4,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ResumeAfter string `protobuf:"bytes,4,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
+	// The newest store watermark the agent was told (HeartbeatAck), kept across its restarts
+	// where it has a data dir. A control plane whose store is behind it was restored from a
+	// backup older than what the agent saw: it refuses the stream (FAILED_PRECONDITION) and
+	// stops sending commands until an operator runs `bcd store after-restore`.
+	StoreWatermark *StoreWatermark `protobuf:"bytes,5,opt,name=store_watermark,json=storeWatermark,proto3" json:"store_watermark,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -635,6 +640,75 @@ func (x *Hello) GetResumeAfter() string {
 	return ""
 }
 
+func (x *Hello) GetStoreWatermark() *StoreWatermark {
+	if x != nil {
+		return x.StoreWatermark
+	}
+	return nil
+}
+
+// The control plane's store: its random id, the restore fences run on it and the beats its
+// servers counted (store.Watermark).
+type StoreWatermark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	StoreId       string                 `protobuf:"bytes,1,opt,name=store_id,json=storeId,proto3" json:"store_id,omitempty"`
+	Fences        int64                  `protobuf:"varint,2,opt,name=fences,proto3" json:"fences,omitempty"`
+	Beats         int64                  `protobuf:"varint,3,opt,name=beats,proto3" json:"beats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoreWatermark) Reset() {
+	*x = StoreWatermark{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoreWatermark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoreWatermark) ProtoMessage() {}
+
+func (x *StoreWatermark) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoreWatermark.ProtoReflect.Descriptor instead.
+func (*StoreWatermark) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *StoreWatermark) GetStoreId() string {
+	if x != nil {
+		return x.StoreId
+	}
+	return ""
+}
+
+func (x *StoreWatermark) GetFences() int64 {
+	if x != nil {
+		return x.Fences
+	}
+	return 0
+}
+
+func (x *StoreWatermark) GetBeats() int64 {
+	if x != nil {
+		return x.Beats
+	}
+	return 0
+}
+
 // The agent received the command and recorded it durably.
 type CommandAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -645,7 +719,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -657,7 +731,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -670,7 +744,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommandAck) GetCommandId() string {
@@ -691,7 +765,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +777,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +790,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Progress) GetDone() int64 {
@@ -759,7 +833,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +845,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +858,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -851,7 +925,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +937,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +950,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -938,7 +1012,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1024,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1037,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StatusReport) GetHoldsBootLease() bool {
@@ -1015,7 +1089,7 @@ type WithheldBoot struct {
 
 func (x *WithheldBoot) Reset() {
 	*x = WithheldBoot{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1101,7 @@ func (x *WithheldBoot) String() string {
 func (*WithheldBoot) ProtoMessage() {}
 
 func (x *WithheldBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1114,7 @@ func (x *WithheldBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithheldBoot.ProtoReflect.Descriptor instead.
 func (*WithheldBoot) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WithheldBoot) GetMac() string {
@@ -1087,7 +1161,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1173,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1186,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Heartbeat) GetSentUnixMs() int64 {
@@ -1132,7 +1206,7 @@ type AgentBatch struct {
 
 func (x *AgentBatch) Reset() {
 	*x = AgentBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1218,7 @@ func (x *AgentBatch) String() string {
 func (*AgentBatch) ProtoMessage() {}
 
 func (x *AgentBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1231,7 @@ func (x *AgentBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentBatch.ProtoReflect.Descriptor instead.
 func (*AgentBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentBatch) GetAcks() []*CommandAck {
@@ -1191,7 +1265,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1277,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1290,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -1337,7 +1411,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1349,7 +1423,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1362,7 +1436,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Command) GetId() string {
@@ -1423,7 +1497,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1509,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1522,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1459,15 +1533,18 @@ func (x *Cancel) GetCommandId() string {
 }
 
 type HeartbeatAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SentUnixMs    int64                  `protobuf:"varint,1,opt,name=sent_unix_ms,json=sentUnixMs,proto3" json:"sent_unix_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	SentUnixMs int64                  `protobuf:"varint,1,opt,name=sent_unix_ms,json=sentUnixMs,proto3" json:"sent_unix_ms,omitempty"`
+	// The store's watermark as the serving control plane last counted it (absent before its
+	// first heartbeat): the agent keeps the newest and names it in its next Hello.
+	StoreWatermark *StoreWatermark `protobuf:"bytes,2,opt,name=store_watermark,json=storeWatermark,proto3" json:"store_watermark,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1479,7 +1556,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1492,7 +1569,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeartbeatAck) GetSentUnixMs() int64 {
@@ -1500,6 +1577,13 @@ func (x *HeartbeatAck) GetSentUnixMs() int64 {
 		return x.SentUnixMs
 	}
 	return 0
+}
+
+func (x *HeartbeatAck) GetStoreWatermark() *StoreWatermark {
+	if x != nil {
+		return x.StoreWatermark
+	}
+	return nil
 }
 
 // The queue accepted the update (or refused it for good, with error set): stop re-sending it.
@@ -1514,7 +1598,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1526,7 +1610,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1539,7 +1623,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1576,7 +1660,7 @@ type AckResult struct {
 
 func (x *AckResult) Reset() {
 	*x = AckResult{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1672,7 @@ func (x *AckResult) String() string {
 func (*AckResult) ProtoMessage() {}
 
 func (x *AckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1685,7 @@ func (x *AckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResult.ProtoReflect.Descriptor instead.
 func (*AckResult) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AckResult) GetCommandId() string {
@@ -1630,7 +1714,7 @@ type ServerBatch struct {
 
 func (x *ServerBatch) Reset() {
 	*x = ServerBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1726,7 @@ func (x *ServerBatch) String() string {
 func (*ServerBatch) ProtoMessage() {}
 
 func (x *ServerBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1739,7 @@ func (x *ServerBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerBatch.ProtoReflect.Descriptor instead.
 func (*ServerBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ServerBatch) GetCommands() []*Command {
@@ -1706,7 +1790,7 @@ type BootLeaseRequest struct {
 
 func (x *BootLeaseRequest) Reset() {
 	*x = BootLeaseRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1802,7 @@ func (x *BootLeaseRequest) String() string {
 func (*BootLeaseRequest) ProtoMessage() {}
 
 func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1815,7 @@ func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BootLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BootLeaseRequest) GetRelease() bool {
@@ -1782,7 +1866,7 @@ type DHCPLease struct {
 
 func (x *DHCPLease) Reset() {
 	*x = DHCPLease{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1878,7 @@ func (x *DHCPLease) String() string {
 func (*DHCPLease) ProtoMessage() {}
 
 func (x *DHCPLease) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1891,7 @@ func (x *DHCPLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DHCPLease.ProtoReflect.Descriptor instead.
 func (*DHCPLease) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DHCPLease) GetMac() string {
@@ -1856,7 +1940,7 @@ type BootLeaseResponse struct {
 
 func (x *BootLeaseResponse) Reset() {
 	*x = BootLeaseResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1952,7 @@ func (x *BootLeaseResponse) String() string {
 func (*BootLeaseResponse) ProtoMessage() {}
 
 func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1965,7 @@ func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BootLeaseResponse) GetHeld() bool {
@@ -1971,7 +2055,7 @@ type BootEntry struct {
 
 func (x *BootEntry) Reset() {
 	*x = BootEntry{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2067,7 @@ func (x *BootEntry) String() string {
 func (*BootEntry) ProtoMessage() {}
 
 func (x *BootEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2080,7 @@ func (x *BootEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
 func (*BootEntry) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BootEntry) GetNodeId() string {
@@ -2064,7 +2148,7 @@ type PollSetRequest struct {
 
 func (x *PollSetRequest) Reset() {
 	*x = PollSetRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2160,7 @@ func (x *PollSetRequest) String() string {
 func (*PollSetRequest) ProtoMessage() {}
 
 func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2173,7 @@ func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
 func (*PollSetRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PollSetRequest) GetEpoch() uint64 {
@@ -2114,7 +2198,7 @@ type PollTarget struct {
 
 func (x *PollTarget) Reset() {
 	*x = PollTarget{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2210,7 @@ func (x *PollTarget) String() string {
 func (*PollTarget) ProtoMessage() {}
 
 func (x *PollTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2223,7 @@ func (x *PollTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
 func (*PollTarget) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PollTarget) GetNodeId() string {
@@ -2195,7 +2279,7 @@ type PollSetResponse struct {
 
 func (x *PollSetResponse) Reset() {
 	*x = PollSetResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2207,7 +2291,7 @@ func (x *PollSetResponse) String() string {
 func (*PollSetResponse) ProtoMessage() {}
 
 func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2220,7 +2304,7 @@ func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
 func (*PollSetResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PollSetResponse) GetTargets() []*PollTarget {
@@ -2253,7 +2337,7 @@ type PowerReading struct {
 
 func (x *PowerReading) Reset() {
 	*x = PowerReading{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2265,7 +2349,7 @@ func (x *PowerReading) String() string {
 func (*PowerReading) ProtoMessage() {}
 
 func (x *PowerReading) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2278,7 +2362,7 @@ func (x *PowerReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
 func (*PowerReading) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PowerReading) GetNodeId() string {
@@ -2326,7 +2410,7 @@ type ReportPowerRequest struct {
 
 func (x *ReportPowerRequest) Reset() {
 	*x = ReportPowerRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2422,7 @@ func (x *ReportPowerRequest) String() string {
 func (*ReportPowerRequest) ProtoMessage() {}
 
 func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2435,7 @@ func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
 func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReportPowerRequest) GetEpoch() uint64 {
@@ -2376,7 +2460,7 @@ type ReportPowerResponse struct {
 
 func (x *ReportPowerResponse) Reset() {
 	*x = ReportPowerResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2472,7 @@ func (x *ReportPowerResponse) String() string {
 func (*ReportPowerResponse) ProtoMessage() {}
 
 func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2485,7 @@ func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
 func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
@@ -2431,12 +2515,17 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\v2\x1a.bcd.agent.v1.StatusReportH\x00R\x06status\x127\n" +
 	"\theartbeat\x18\x05 \x01(\v2\x17.bcd.agent.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x05batch\x18\x06 \x01(\v2\x18.bcd.agent.v1.AgentBatchH\x00R\x05batchB\x05\n" +
-	"\x03msg\"\x8d\x01\n" +
+	"\x03msg\"\xd4\x01\n" +
 	"\x05Hello\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\"\n" +
 	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities\x12\x18\n" +
 	"\adrivers\x18\x03 \x03(\tR\adrivers\x12!\n" +
-	"\fresume_after\x18\x04 \x01(\tR\vresumeAfter\"+\n" +
+	"\fresume_after\x18\x04 \x01(\tR\vresumeAfter\x12E\n" +
+	"\x0fstore_watermark\x18\x05 \x01(\v2\x1c.bcd.agent.v1.StoreWatermarkR\x0estoreWatermark\"Y\n" +
+	"\x0eStoreWatermark\x12\x19\n" +
+	"\bstore_id\x18\x01 \x01(\tR\astoreId\x12\x16\n" +
+	"\x06fences\x18\x02 \x01(\x03R\x06fences\x12\x14\n" +
+	"\x05beats\x18\x03 \x01(\x03R\x05beats\"+\n" +
 	"\n" +
 	"CommandAck\x12\x1d\n" +
 	"\n" +
@@ -2510,10 +2599,11 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x06attest\x18\a \x01(\bR\x06attest\"'\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x01 \x01(\tR\tcommandId\"0\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\"w\n" +
 	"\fHeartbeatAck\x12 \n" +
 	"\fsent_unix_ms\x18\x01 \x01(\x03R\n" +
-	"sentUnixMs\"r\n" +
+	"sentUnixMs\x12E\n" +
+	"\x0fstore_watermark\x18\x02 \x01(\v2\x1c.bcd.agent.v1.StoreWatermarkR\x0estoreWatermark\"r\n" +
 	"\tUpdateAck\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x120\n" +
@@ -2617,7 +2707,7 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
 	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
@@ -2628,82 +2718,85 @@ var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(*RenewResponse)(nil),       // 6: bcd.agent.v1.RenewResponse
 	(*AgentMessage)(nil),        // 7: bcd.agent.v1.AgentMessage
 	(*Hello)(nil),               // 8: bcd.agent.v1.Hello
-	(*CommandAck)(nil),          // 9: bcd.agent.v1.CommandAck
-	(*Progress)(nil),            // 10: bcd.agent.v1.Progress
-	(*CommandUpdate)(nil),       // 11: bcd.agent.v1.CommandUpdate
-	(*DiscoveredMachine)(nil),   // 12: bcd.agent.v1.DiscoveredMachine
-	(*StatusReport)(nil),        // 13: bcd.agent.v1.StatusReport
-	(*WithheldBoot)(nil),        // 14: bcd.agent.v1.WithheldBoot
-	(*Heartbeat)(nil),           // 15: bcd.agent.v1.Heartbeat
-	(*AgentBatch)(nil),          // 16: bcd.agent.v1.AgentBatch
-	(*ServerMessage)(nil),       // 17: bcd.agent.v1.ServerMessage
-	(*Command)(nil),             // 18: bcd.agent.v1.Command
-	(*Cancel)(nil),              // 19: bcd.agent.v1.Cancel
-	(*HeartbeatAck)(nil),        // 20: bcd.agent.v1.HeartbeatAck
-	(*UpdateAck)(nil),           // 21: bcd.agent.v1.UpdateAck
-	(*AckResult)(nil),           // 22: bcd.agent.v1.AckResult
-	(*ServerBatch)(nil),         // 23: bcd.agent.v1.ServerBatch
-	(*BootLeaseRequest)(nil),    // 24: bcd.agent.v1.BootLeaseRequest
-	(*DHCPLease)(nil),           // 25: bcd.agent.v1.DHCPLease
-	(*BootLeaseResponse)(nil),   // 26: bcd.agent.v1.BootLeaseResponse
-	(*BootEntry)(nil),           // 27: bcd.agent.v1.BootEntry
-	(*PollSetRequest)(nil),      // 28: bcd.agent.v1.PollSetRequest
-	(*PollTarget)(nil),          // 29: bcd.agent.v1.PollTarget
-	(*PollSetResponse)(nil),     // 30: bcd.agent.v1.PollSetResponse
-	(*PowerReading)(nil),        // 31: bcd.agent.v1.PowerReading
-	(*ReportPowerRequest)(nil),  // 32: bcd.agent.v1.ReportPowerRequest
-	(*ReportPowerResponse)(nil), // 33: bcd.agent.v1.ReportPowerResponse
-	nil,                         // 34: bcd.agent.v1.StatusReport.FactsEntry
+	(*StoreWatermark)(nil),      // 9: bcd.agent.v1.StoreWatermark
+	(*CommandAck)(nil),          // 10: bcd.agent.v1.CommandAck
+	(*Progress)(nil),            // 11: bcd.agent.v1.Progress
+	(*CommandUpdate)(nil),       // 12: bcd.agent.v1.CommandUpdate
+	(*DiscoveredMachine)(nil),   // 13: bcd.agent.v1.DiscoveredMachine
+	(*StatusReport)(nil),        // 14: bcd.agent.v1.StatusReport
+	(*WithheldBoot)(nil),        // 15: bcd.agent.v1.WithheldBoot
+	(*Heartbeat)(nil),           // 16: bcd.agent.v1.Heartbeat
+	(*AgentBatch)(nil),          // 17: bcd.agent.v1.AgentBatch
+	(*ServerMessage)(nil),       // 18: bcd.agent.v1.ServerMessage
+	(*Command)(nil),             // 19: bcd.agent.v1.Command
+	(*Cancel)(nil),              // 20: bcd.agent.v1.Cancel
+	(*HeartbeatAck)(nil),        // 21: bcd.agent.v1.HeartbeatAck
+	(*UpdateAck)(nil),           // 22: bcd.agent.v1.UpdateAck
+	(*AckResult)(nil),           // 23: bcd.agent.v1.AckResult
+	(*ServerBatch)(nil),         // 24: bcd.agent.v1.ServerBatch
+	(*BootLeaseRequest)(nil),    // 25: bcd.agent.v1.BootLeaseRequest
+	(*DHCPLease)(nil),           // 26: bcd.agent.v1.DHCPLease
+	(*BootLeaseResponse)(nil),   // 27: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 28: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 29: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 30: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 31: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 32: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 33: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 34: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 35: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
 	2,  // 1: bcd.agent.v1.JoinRequest.hints:type_name -> bcd.agent.v1.NodeHints
 	8,  // 2: bcd.agent.v1.AgentMessage.hello:type_name -> bcd.agent.v1.Hello
-	9,  // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
-	11, // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
-	13, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
-	15, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
-	16, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
-	1,  // 8: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
-	10, // 9: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
-	12, // 10: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	34, // 11: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
-	14, // 12: bcd.agent.v1.StatusReport.withheld_boots:type_name -> bcd.agent.v1.WithheldBoot
-	9,  // 13: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
-	11, // 14: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
-	18, // 15: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
-	19, // 16: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
-	20, // 17: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
-	21, // 18: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
-	23, // 19: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
-	22, // 20: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
-	1,  // 21: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
-	18, // 22: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
-	21, // 23: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
-	19, // 24: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
-	22, // 25: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
-	25, // 26: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
-	27, // 27: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
-	25, // 28: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
-	29, // 29: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
-	31, // 30: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
-	3,  // 31: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 32: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
-	7,  // 33: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	24, // 34: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
-	28, // 35: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
-	32, // 36: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
-	4,  // 37: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	6,  // 38: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
-	17, // 39: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	26, // 40: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
-	30, // 41: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
-	33, // 42: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
-	37, // [37:43] is the sub-list for method output_type
-	31, // [31:37] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	10, // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
+	12, // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
+	14, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
+	16, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
+	17, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
+	9,  // 8: bcd.agent.v1.Hello.store_watermark:type_name -> bcd.agent.v1.StoreWatermark
+	1,  // 9: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
+	11, // 10: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
+	13, // 11: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
+	35, // 12: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	15, // 13: bcd.agent.v1.StatusReport.withheld_boots:type_name -> bcd.agent.v1.WithheldBoot
+	10, // 14: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
+	12, // 15: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
+	19, // 16: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
+	20, // 17: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
+	21, // 18: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
+	22, // 19: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
+	24, // 20: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
+	23, // 21: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
+	9,  // 22: bcd.agent.v1.HeartbeatAck.store_watermark:type_name -> bcd.agent.v1.StoreWatermark
+	1,  // 23: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
+	19, // 24: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
+	22, // 25: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
+	20, // 26: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
+	23, // 27: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
+	26, // 28: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	28, // 29: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	26, // 30: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	30, // 31: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	32, // 32: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	3,  // 33: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
+	5,  // 34: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
+	7,  // 35: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	25, // 36: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	29, // 37: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	33, // 38: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	4,  // 39: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	6,  // 40: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
+	18, // 41: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	27, // 42: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	31, // 43: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	34, // 44: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	39, // [39:45] is the sub-list for method output_type
+	33, // [33:39] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_bcd_agent_v1_agent_proto_init() }
@@ -2719,7 +2812,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Batch)(nil),
 	}
-	file_bcd_agent_v1_agent_proto_msgTypes[15].OneofWrappers = []any{
+	file_bcd_agent_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
 		(*ServerMessage_Command)(nil),
 		(*ServerMessage_Cancel)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -2733,7 +2826,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
