@@ -147,7 +147,7 @@ func (cfg *Config) token() string {
 // join exchanges the configured token and a new key's CSR for a certificate.
 func join(ctx context.Context, cfg *Config) (*identity, error) {
 	if len(cfg.CAPEM) == 0 {
-		return nil, errors.New("joining: no CA to trust (Config.CAPEM)")
+		return nil, errors.New("joining: no CA to trust (a site agent's: --ca-file, the CA certificate bcd site join-token prints; a ramdisk's: bcd.ca on its kernel command line)")
 	}
 	req := &agentv1.JoinRequest{}
 	switch cfg.Kind {
@@ -158,7 +158,7 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 		req.Hints = &agentv1.NodeHints{ProductUuid: cfg.Hints.ProductUUID, Macs: cfg.Hints.MACs}
 	}
 	if req.Token == "" {
-		return nil, fmt.Errorf("joining as %s agent: no token configured", cfg.Kind)
+		return nil, fmt.Errorf("joining as %s agent: no token configured (a site agent's: --join-token or $BCD_SITE_JOIN_TOKEN, minted by bcd site join-token SITE; a ramdisk's: bcd.token on its kernel command line)", cfg.Kind)
 	}
 	key, csr, err := joinKey(cfg)
 	if err != nil {

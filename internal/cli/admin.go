@@ -297,7 +297,7 @@ func profileCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			hp.Name = args[0]
 			var err error
-			if hp.Drivers, err = labelMap(drivers); err != nil {
+			if hp.Drivers, err = pairMap("--driver", "concern=driver, e.g. power=ipmi", drivers); err != nil {
 				return err
 			}
 			cl, err := g.clients()
@@ -336,6 +336,9 @@ func siteJoinTokenCmd(g *globals) *cobra.Command {
 	var ttl time.Duration
 	cmd := &cobra.Command{Use: "join-token SITE", Short: "Mint a one-time bootstrap token for a site agent (`bcd site run`)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkJoinTokenTTL(ttl); err != nil {
+				return err
+			}
 			cl, err := g.clients()
 			if err != nil {
 				return err
@@ -350,8 +353,28 @@ func siteJoinTokenCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(g.env.Stdout, "join token (one use, expires %s):\n%s\ngateway: %s\nCA certificate:\n%s", resp.Msg.ExpiresAt, resp.Msg.Token, resp.Msg.GatewayUrl, resp.Msg.CaPem)
 			return nil
 		}}
-	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid")
+	cmd.Flags().DurationVar(&ttl, "ttl", time.Hour, "how long the token stays valid (1m to 168h)")
 	return cmd
+}
+
+// checkJoinTokenTTL refuses a --ttl the API refuses (ttl_seconds 60 to 604800), in the flag's terms.
+func checkJoinTokenTTL(d time.Duration) error {
+	if d < time.Minute || d > 7*24*time.Hour {
+		return fmt.Errorf("--ttl %s: accepted are 1m to 168h", shortDuration(d))
+	}
+	return nil
+}
+
+// shortDuration is d as an operator writes it: 200h, not 200h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func siteRevokeAgentCmd(g *globals) *cobra.Command {

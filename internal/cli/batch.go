@@ -110,10 +110,10 @@ func batchCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, batchHeader, batchRows(resp.Msg.Batches...))
 		}}
-	list.Flags().StringVar(&state, "state", "", "pending, approved, running or rejected")
+	list.Flags().StringVar(&state, "state", "", "pending, approved, running, rejected or cancelled")
 	list.Flags().Int32Var(&limit, "limit", 0, "at most this many (default 100)")
 	var leafLimit int32
-	show := &cobra.Command{Use: "show ID", Short: "Show a batch, its approvers and its scope's leaves", Args: cobra.ExactArgs(1),
+	show := &cobra.Command{Use: "show ID", Short: "Show a batch, its approvers and its scope's leaves", Args: exactArgs(1, "the batch's ID (bcd batch list)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.clients()
 			if err != nil {
@@ -143,7 +143,7 @@ func batchCmd(g *globals) *cobra.Command {
 	show.Flags().Int32Var(&leafLimit, "leaves", 0, "show at most this many leaves (default 1000)")
 	decide := func(use, short string, call func(c *clients, cmd *cobra.Command, req *bcdv1.BatchDecisionRequest) (*connect.Response[bcdv1.BatchResponse], error)) *cobra.Command {
 		var reason string
-		d := &cobra.Command{Use: use + " ID", Short: short, Args: cobra.ExactArgs(1),
+		d := &cobra.Command{Use: use + " ID", Short: short, Args: exactArgs(1, "the batch's ID (bcd batch list --state pending lists those waiting)"),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				c, err := g.clients()
 				if err != nil {

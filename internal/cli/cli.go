@@ -19,11 +19,13 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"bcd/internal/agentlink"
 	"bcd/internal/bmc/bmccmd"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/lab/labcmd"
 	"bcd/internal/ramdisk/ramdiskcmd"
+	"bcd/internal/site/sitecmd"
 )
 
 // Env is what a command reads from outside: arguments, environment, streams.
@@ -40,21 +42,33 @@ func Run(ctx context.Context, env Env) int {
 	root.SetArgs(env.Args)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(env.Stderr, "error:", describe(err))
+	if cmd, err := root.ExecuteContextC(ctx); err != nil {
+		path := ""
+		if cmd != nil {
+			path = cmd.CommandPath()
+		}
+		fmt.Fprintln(env.Stderr, "error:", describe(path, err))
 		return 1
 	}
 	return 0
 }
 
-// describe turns an API error into one line an operator can act on.
-func describe(err error) string {
+// describe turns an error of the command at path ("bcd node list") into one line an operator
+// can act on.
+func describe(path string, err error) string {
 	var ce *connect.Error
 	if errors.As(err, &ce) {
-		switch ce.Code() {
-		case connect.CodeUnauthenticated:
+		switch {
+		case errors.Is(err, agentlink.ErrRefused):
+			// The agent gateway refused an agent's join token or certificate: the API token is
+			// not what to change.
+			if path == "bcd site run" && ce.Code() == connect.CodeUnauthenticated {
+				return ce.Message() + " (give a new join token with --join-token or $" + sitecmd.JoinTokenEnv + "; mint one: bcd site join-token SITE)"
+			}
+			return "refused by the agent gateway: " + ce.Message()
+		case ce.Code() == connect.CodeUnauthenticated:
 			return ce.Message() + " (give a token with --token or BCD_TOKEN)"
-		case connect.CodeUnavailable:
+		case ce.Code() == connect.CodeUnavailable:
 			return ce.Message() + " (is bcd server running at --server / BCD_SERVER?)"
 		}
 		return fmt.Sprintf("%s: %s", ce.Code(), ce.Message())

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -94,12 +95,13 @@ func acceptCmd(g *globals) *cobra.Command {
 			if in.Labels, err = labelMap(labels); err != nil {
 				return err
 			}
+			if err := acceptCredentials(in.Bmc, passwordFile, g.env.Getenv("BCD_BMC_PASSWORD") != ""); err != nil {
+				return err
+			}
 			if !in.Bmc.Inband {
 				if in.Bmc.Password, err = g.bmcPassword(passwordFile); err != nil {
 					return err
 				}
-			} else if passwordFile != "" {
-				return fmt.Errorf("--inband generates the BMC password: drop --bmc-password-file")
 			}
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Accept(ctx, connect.NewRequest(&in))
@@ -115,6 +117,32 @@ func acceptCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable; the site's and pool's labels are added)")
 	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	return cmd
+}
+
+// acceptCredentials checks, before anything is sent, that accept was given what binds the
+// machine's BMC: --inband, or its address, user and password (a file or $BCD_BMC_PASSWORD). It
+// never prompts: accept runs in scripts too.
+func acceptCredentials(b *bcdv1.BmcCredentials, passwordFile string, envPassword bool) error {
+	if b.Inband {
+		if passwordFile != "" {
+			return fmt.Errorf("--inband generates the BMC password: drop --bmc-password-file")
+		}
+		return nil
+	}
+	var missing []string
+	if b.Address == "" {
+		missing = append(missing, "--bmc-address ADDR")
+	}
+	if b.Username == "" {
+		missing = append(missing, "--bmc-username USER")
+	}
+	if passwordFile == "" && !envPassword {
+		missing = append(missing, "--bmc-password-file FILE (or env BCD_BMC_PASSWORD)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the machine's BMC credentials are missing: give %s, or --inband to have its ramdisk create a BMC user over the host's IPMI interface", strings.Join(missing, " "))
 }
 
 func rejectCmd(g *globals) *cobra.Command {

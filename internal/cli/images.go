@@ -213,7 +213,7 @@ func imageSignCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&img.URL, "url", "", "http(s) URL the site fetches the image from")
 	f.Int64Var(&img.Size, "size", 0, "bytes the image writes to disk (decompressed)")
-	f.StringVar(&img.Format, "format", "raw", "raw or qcow2")
+	f.StringVar(&img.Format, "format", "raw", "raw, qcow2 or iso (an iso: --compression none, a sha256)")
 	f.StringVar(&img.Compression, "compression", "none", "none, zstd, xz or gzip")
 	f.StringVar(&img.SHA256, "sha256", "", "SHA-256 of the file at the URL (hex)")
 	f.StringVar(&img.SHA512, "sha512", "", "SHA-512 of the file at the URL (hex)")

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"bcd/internal/bmc"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 )
@@ -49,16 +50,33 @@ func (g *globals) nodeVerb(cmd *cobra.Command, call func(context.Context, *clien
 	return g.printNode(resp.Msg.Node)
 }
 
+// labelMap reads --label key=value pairs.
 func labelMap(pairs []string) (map[string]string, error) {
+	return pairMap("--label", "key=value", pairs)
+}
+
+// pairMap reads the values of a repeatable flag of KEY=VALUE pairs; form is how the flag's help
+// names them ("concern=driver").
+func pairMap(flag, form string, pairs []string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok {
-			return nil, fmt.Errorf("label %q: use key=value", p)
+			return nil, fmt.Errorf("%s %q: use %s", flag, p, form)
 		}
 		out[k] = v
 	}
 	return out, nil
+}
+
+// exactArgs is cobra.ExactArgs with an error that says what the n arguments are.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s takes %s; %d given", cmd.CommandPath(), what, len(args))
+		}
+		return nil
+	}
 }
 
 func enrollCmd(g *globals) *cobra.Command {
@@ -396,7 +414,7 @@ func powerCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "power NODE on|off|soft|cycle|reset",
 		Short: "Send a power action through the node's BMC (resting states only)",
-		Args:  cobra.ExactArgs(2),
+		Args:  exactArgs(2, "NODE and a power action: "+powerActions()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node, in.Action = args[0], args[1]
 			c, err := g.clients()
@@ -418,12 +436,21 @@ func powerCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// powerActions lists the actions bcd node power accepts: "on, off, soft, cycle or reset".
+func powerActions() string {
+	var as []string
+	for _, a := range bmc.PowerActions {
+		as = append(as, string(a))
+	}
+	return strings.Join(as[:len(as)-1], ", ") + " or " + as[len(as)-1]
+}
+
 func maintenanceCmd(g *globals) *cobra.Command {
 	var in bcdv1.MaintenanceRequest
 	cmd := &cobra.Command{
 		Use:   "maintenance NODE on|off",
 		Short: "Set or clear the maintenance flag",
-		Args:  cobra.ExactArgs(2),
+		Args:  exactArgs(2, "NODE and on or off"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			switch args[1] {

@@ -32,8 +32,8 @@ func simCmd(g *globals) *cobra.Command {
 	var bulk, site string
 	var approvals int
 	cmd := &cobra.Command{
-		Use:   "sim [--nodes 10000] [--store DSN | --server URL] [--json]",
-		Short: "Simulate a site of N machines against a real control plane and measure each lifecycle phase",
+		Use:   "sim [--nodes 1000] [--store DSN | --server URL] [--json]",
+		Short: "Simulate N machines (control plane in this process, or --server) and measure each lifecycle phase",
 		Long: "Runs the store, node service and engine in this process with a simulated site agent, BMCs and " +
 			"ramdisks that use the same calls as the agent gateway, then takes every node through " +
 			"enroll → ready, deploy → deployed and undeploy → ready (attested wipe). With --server (and --token, an admin " +

@@ -3544,7 +3544,7 @@ type Batch struct {
 	Verb        string                 `protobuf:"bytes,6,opt,name=verb,proto3" json:"verb,omitempty"` // the bulk verb, or the profile / command kind of a one-node batch
 	Reason      string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	RequestedBy string                 `protobuf:"bytes,8,opt,name=requested_by,json=requestedBy,proto3" json:"requested_by,omitempty"`
-	State       string                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"` // pending, approved, running, rejected
+	State       string                 `protobuf:"bytes,9,opt,name=state,proto3" json:"state,omitempty"` // pending, approved, running, rejected, cancelled
 	Required    int32                  `protobuf:"varint,10,opt,name=required,proto3" json:"required,omitempty"`
 	Approvers   []string               `protobuf:"bytes,11,rep,name=approvers,proto3" json:"approvers,omitempty"`
 	Size        int32                  `protobuf:"varint,12,opt,name=size,proto3" json:"size,omitempty"`
