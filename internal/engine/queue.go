@@ -753,11 +753,7 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 		refused, unknown = map[string]error{}, nil
 		var done map[string]bool
 		var err error
-		if a.Kind == "site" {
-			done, err = tx.DeliverCommands(ctx, ids, a.ID)
-		} else {
-			done, err = tx.DeliverCommands(ctx, ids, a.ID, a.Generation)
-		}
+		done, err = tx.DeliverCommands(ctx, ids, store.Acknowledger{AgentID: a.ID, Node: a.Kind != "site", Generation: a.Generation})
 		if err != nil {
 			return err
 		}

@@ -124,7 +124,7 @@ func TestUpdateCommandIf(t *testing.T) {
 		}
 		// Someone else moves it on first.
 		if err := st.Write(ctx, func(tx *store.Tx) error {
-			_, err := tx.DeliverCommands(ctx, []string{id}, "a")
+			_, err := tx.DeliverCommands(ctx, []string{id}, store.Acknowledger{AgentID: "a"})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -314,7 +314,7 @@ func TestDeliverCommands(t *testing.T) {
 		ids := append(append(append([]string{}, mine...), others...), "no-such-command")
 		var done map[string]bool
 		if err := st.Write(ctx, func(tx *store.Tx) (err error) {
-			done, err = tx.DeliverCommands(ctx, ids, "a")
+			done, err = tx.DeliverCommands(ctx, ids, store.Acknowledger{AgentID: "a"})
 			return err
 		}); err != nil {
 			t.Fatal(err)

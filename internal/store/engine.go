@@ -342,20 +342,30 @@ func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool
 	return true, nil
 }
 
-// DeliverCommands marks the queued commands of ids assigned to agentID delivered (their agent
-// acknowledged them) and returns those it marked. An id left out is not both (delivered
-// already, another agent's, or unknown): the caller reads it to tell which.
-func (t *Tx) DeliverCommands(ctx context.Context, ids []string, agentID string, generation ...uint64) (map[string]bool, error) {
+// Acknowledger is the agent whose acknowledgements DeliverCommands records: a site agent by
+// its id, or a node agent (Node) by its id and identity generation.
+type Acknowledger struct {
+	AgentID    string
+	Node       bool
+	Generation uint64
+}
+
+// DeliverCommands marks the queued commands of ids assigned to by (of its generation, for a
+// node agent) delivered (their agent acknowledged them) and returns those it marked. An id
+// left out is not both (delivered already, another agent's or generation's, or unknown): the
+// caller reads it to tell which.
+func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger) (map[string]bool, error) {
+	agentID := by.AgentID
 	// As in AssignCommands: SQLite reads the rows by id, not through an index on the agent.
 	plus := ""
 	if t.s.engine == SQLite {
 		plus = "+"
 	}
-	// A node agent's id names the node, not its identity generation: generation (given for
-	// node agents) keeps a revoked generation's agent from acknowledging the new one's commands.
+	// A node agent's id names the node, not its identity generation: the generation keeps a
+	// revoked generation's agent from acknowledging the new one's commands.
 	genCond, genArgs := "", []any(nil)
-	if len(generation) > 0 {
-		genCond, genArgs = ` AND generation = ?`, []any{int64(generation[0])}
+	if by.Node {
+		genCond, genArgs = ` AND generation = ?`, []any{int64(by.Generation)}
 	}
 	done := map[string]bool{}
 	for i := 0; i < len(ids); i += idsPerStatement {
