@@ -307,6 +307,15 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		out.Servers = append(out.Servers, &bcdv1.DoctorServer{Id: sv.ID, StartedAt: ts(sv.StartedAt), LastSeen: ts(sv.LastSeen), Agents: int32(sv.Agents),
 			ClockOffset: sv.ClockOffset.Round(time.Millisecond).String()})
 	}
+	if p.TenantID == "" {
+		w, ok, err := st.RestoreWitnessed(ctx)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		if ok {
+			out.RestoreWitness = &bcdv1.DoctorRestoreWitness{AgentId: w.AgentID, SeenFences: w.Seen.Fences, SeenBeats: w.Seen.Beats, At: ts(w.At)}
+		}
+	}
 	if out.PendingBatches, err = pendingBatches(ctx, h.svc, time.Now()); err != nil {
 		return nil, toConnect(err)
 	}

@@ -126,8 +126,21 @@ func TestTenantSeesOnlyItsOwnSitesAgentsAndPolicies(t *testing.T) {
 	if strings.Contains(body, "other-agent") || !strings.Contains(body, "acme-agent") || strings.Contains(body, "server-1") {
 		t.Errorf("tenant doctor: %s: want acme's agent only, no servers", body)
 	}
-	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); !strings.Contains(body, "other-agent") || !strings.Contains(body, "server-1") {
-		t.Errorf("installation doctor: %s: want every agent and the servers", body)
+	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); !strings.Contains(body, "other-agent") || !strings.Contains(body, "server-1") || strings.Contains(body, "restoreWitness") {
+		t.Errorf("installation doctor: %s: want every agent and the servers, no restore witness", body)
+	}
+	// An agent witnessed a restore: the installation's doctor says so, a tenant's does not.
+	if err := e.st.Write(ctx, func(tx *store.Tx) error {
+		_, err := tx.WitnessRestore(ctx, store.RestoreWitness{AgentID: "other-agent", Seen: store.Watermark{StoreID: "s", Fences: 1, Beats: 77}, At: 1})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); !strings.Contains(body, `"restoreWitness":{"agentId":"other-agent","seenFences":"1","seenBeats":"77"`) {
+		t.Errorf("installation doctor after a witness: %s", body)
+	}
+	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", viewer, `{}`); strings.Contains(body, "restoreWitness") {
+		t.Errorf("tenant doctor after a witness: %s", body)
 	}
 	_, body = e.post(t, "/bcd.v1.BatchService/ListApprovalPolicies", viewer, `{}`)
 	if strings.Contains(body, other.ID) || !strings.Contains(body, own.ID) || !strings.Contains(body, `"installation"`) {

@@ -414,6 +414,10 @@ func doctorCmd(g *globals) *cobra.Command {
 				return g.printJSON(resp.Msg)
 			}
 			out := g.env.Stdout
+			if w := resp.Msg.RestoreWitness; w != nil {
+				fmt.Fprintf(out, "NO COMMANDS ARE SENT: agent %s saw this store at fence %d, beat %d (since %s), newer than the store: it was restored from an older backup. Stop every server and run bcd store after-restore.\n",
+					w.AgentId, w.SeenFences, w.SeenBeats, w.At)
+			}
 			fmt.Fprintf(out, "failed machines waiting in maintenance: %d\n", len(resp.Msg.Failed))
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			for _, f := range resp.Msg.Failed {
