@@ -29,7 +29,11 @@ type CacheConfig struct {
 	MaxBytes int64        // largest artifact accepted; 0: 8 GiB
 	// FetchTimeout bounds one download; 0: DefaultFetchTimeout.
 	FetchTimeout time.Duration
-	Logger       *slog.Logger
+	// Bound and Retain are what Prune keeps (PrunePolicy); zero values keep everything.
+	Bound  int64
+	Retain time.Duration
+	Logger *slog.Logger
+	Now    func() time.Time // default time.Now
 }
 
 // Cache holds artifacts fetched from their origin URLs. A file becomes visible (Has, Open) only
@@ -37,19 +41,50 @@ type CacheConfig struct {
 // while written, and renamed into place on a match; on a mismatch it is deleted. A cache
 // directory belongs to one Cache at a time: opening it removes what tmp/ holds (downloads a
 // crash interrupted).
+//
+// Prune removes the artifacts nothing uses any more (PlanPrune). What a Fetch, a response of
+// ServeArtifact or a download in progress uses is never removed by a Prune running at the same
+// time; the last use of each artifact is its file's modification time (set by the cache, at most
+// every touchEvery), so that it survives restarts.
 type Cache struct {
 	root     *os.Root
 	dir      string
 	client   *http.Client
 	maxBytes int64
 	timeout  time.Duration
+	policy   PrunePolicy
+	now      func() time.Time
 	log      *slog.Logger
+
+	pruneMu sync.Mutex // one Prune at a time
 
 	mu      sync.Mutex
 	flights map[string]*flight // digest → the download in progress
 	closed  bool
 	wg      sync.WaitGroup // downloads in progress
+	seq     uint64         // bumped at every use
+	uses    map[string]use // digest → its last use by this process
+	readers map[string]int // digest → responses of ServeArtifact serving it now
+	held    map[string]int64
+	added   chan struct{} // closed and replaced when an artifact is cached
+	// Evictions since the cache was opened; overBound: the last Prune found the artifacts in
+	// use alone above the bound.
+	evictions, evictedBytes int64
+	overBound               bool
 }
+
+// use is the last use of a digest by this process: its sequence number (Prune spares what was
+// used after it began), its time, and when its file's modification time was last set.
+type use struct {
+	seq     uint64
+	at      time.Time
+	touched time.Time
+}
+
+// touchEvery spaces the writes of an artifact's last use to its file: the ranges a BMC's
+// virtual media reads would otherwise each cost a metadata write. A restart loses at most this
+// much of the last-use order.
+const touchEvery = time.Hour
 
 // flight is one download that concurrent fetches of a digest share. It runs detached from their
 // contexts and is cancelled only when none of them still waits for it.
@@ -83,7 +118,20 @@ func NewCache(cfg CacheConfig) (*Cache, error) {
 		return nil, fmt.Errorf("artifact cache: opening %s: %w", cfg.Dir, err)
 	}
 	c := &Cache{root: root, dir: cfg.Dir, client: cfg.Client, maxBytes: cfg.MaxBytes, timeout: cfg.FetchTimeout, log: log,
-		flights: map[string]*flight{}}
+		policy: PrunePolicy{Bound: cfg.Bound, Retain: cfg.Retain}, now: cfg.Now,
+		flights: map[string]*flight{}, uses: map[string]use{}, readers: map[string]int{}, held: map[string]int64{},
+		added: make(chan struct{})}
+	if c.now == nil {
+		c.now = time.Now
+	}
+	held, err := c.scan()
+	if err != nil {
+		root.Close()
+		return nil, fmt.Errorf("artifact cache: %w", err)
+	}
+	for _, h := range held {
+		c.held[h.SHA256] = h.Bytes
+	}
 	if c.client == nil {
 		c.client = &http.Client{Timeout: DefaultFetchTimeout}
 	}
@@ -128,6 +176,8 @@ func (c *Cache) Close() error {
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
+	c.pruneMu.Lock() // a Prune running ends first
+	defer c.pruneMu.Unlock()
 	return c.root.Close()
 }
 
@@ -140,7 +190,9 @@ func (c *Cache) Has(sha string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
-// Open opens a verified artifact for reading.
+// Open opens a verified artifact for reading. The reader is not counted as a use: a Prune may
+// remove the artifact meanwhile, and the open file stays readable (an unlinked file lives on
+// until its last descriptor closes).
 func (c *Cache) Open(sha string) (*os.File, error) {
 	if !IsSHA256(sha) {
 		return nil, fmt.Errorf("opening artifact: %w", fs.ErrInvalid)
@@ -161,6 +213,9 @@ func (c *Cache) Fetch(ctx context.Context, a Artifact) error {
 	if err := a.Validate(); err != nil {
 		return fmt.Errorf("fetching artifact: %w", err)
 	}
+	// A use before the look: a Prune that began before it and listed the references before the
+	// caller made its own spares the artifact, or removed it already (and it is fetched again).
+	c.use(a.SHA256)
 	if c.Has(a.SHA256) {
 		return nil
 	}
@@ -277,6 +332,14 @@ func (c *Cache) download(ctx context.Context, a Artifact) error {
 		return fmt.Errorf("fetching artifact %s: moving into the cache: %w", a.Name, err)
 	}
 	keep = true
+	now := c.now()
+	c.mu.Lock()
+	c.held[a.SHA256] = n
+	c.useLocked(a.SHA256, now)
+	close(c.added)
+	c.added = make(chan struct{})
+	c.mu.Unlock()
+	c.touch(a.SHA256, now) // its first use: from the cache's clock
 	if err := durable.SyncDir(filepath.Join(c.dir, "sha256")); err != nil {
 		c.log.WarnContext(ctx, "artifact cached but not yet durable: a power loss may lose it (it is fetched again then)", "name", a.Name, "err", err)
 	}
@@ -284,7 +347,9 @@ func (c *Cache) download(ctx context.Context, a Artifact) error {
 	return nil
 }
 
-// ServeArtifact serves a verified artifact with Range support; 404 when it is not held.
+// ServeArtifact serves a verified artifact with Range support; 404 when it is not held. The
+// artifact is used (spared by Prune) until the response ends; a Prune that removed it between
+// the open and then does not cut the response (the open file stays readable).
 func (c *Cache) ServeArtifact(w http.ResponseWriter, r *http.Request, sha string) {
 	f, err := c.Open(sha)
 	if err != nil {
@@ -292,6 +357,9 @@ func (c *Cache) ServeArtifact(w http.ResponseWriter, r *http.Request, sha string
 		return
 	}
 	defer f.Close()
+	// Counted only once opened: requests for digests not held leave nothing behind.
+	c.acquire(sha)
+	defer c.release(sha)
 	fi, err := f.Stat()
 	if err != nil {
 		http.Error(w, "artifact unreadable", http.StatusInternalServerError)

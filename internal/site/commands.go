@@ -203,6 +203,7 @@ type handler struct {
 	drivers map[string]DriverFactory
 	locks   *bmcLocks
 	entries *Entries
+	mounts  *mediaMounts
 	cache   ArtifactFetcher
 	ramdisk RamdiskConfig
 	local   string
@@ -217,6 +218,7 @@ type handlerDeps struct {
 	drivers map[string]DriverFactory
 	locks   *bmcLocks
 	entries *Entries
+	mounts  *mediaMounts // nil: kept in memory
 	cache   ArtifactFetcher
 	ramdisk RamdiskConfig
 	local   string
@@ -227,8 +229,11 @@ type handlerDeps struct {
 }
 
 func newHandler(d handlerDeps) *handler {
-	h := &handler{drivers: d.drivers, locks: d.locks, entries: d.entries, cache: d.cache, ramdisk: d.ramdisk,
+	h := &handler{drivers: d.drivers, locks: d.locks, entries: d.entries, mounts: d.mounts, cache: d.cache, ramdisk: d.ramdisk,
 		local: d.local, key: d.key, changed: d.changed, watch: d.watch, log: d.log}
+	if h.mounts == nil {
+		h.mounts, _ = openMediaMounts("") // in memory: no error
+	}
 	if h.changed == nil {
 		h.changed = func() {}
 	}

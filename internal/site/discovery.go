@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -258,6 +259,7 @@ type statusKey struct {
 	held       bool
 	discovered uint64 // discoveries.rev
 	withheld   string
+	facts      string // the facts (the cache's counts change with downloads and evictions)
 }
 
 func keyOf(s agentlink.Status, discoveredRev uint64) statusKey {
@@ -267,5 +269,9 @@ func keyOf(s agentlink.Status, discoveredRev uint64) statusKey {
 		// seconds would send a report each time).
 		fmt.Fprintf(&w, "%s/%s/%d;", p.MAC, p.Remote, p.First.UnixMilli())
 	}
-	return statusKey{held: s.HoldsBootLease, discovered: discoveredRev, withheld: w.String()}
+	var f strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(s.Facts)) {
+		fmt.Fprintf(&f, "%s=%s;", k, s.Facts[k])
+	}
+	return statusKey{held: s.HoldsBootLease, discovered: discoveredRev, withheld: w.String(), facts: f.String()}
 }

@@ -149,6 +149,17 @@ func (e *Entries) Needs(sha string) bool {
 	return false
 }
 
+// AddDigests adds the digests of the artifacts the entries boot to set.
+func (e *Entries) AddDigests(set map[string]bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range e.t.Entries {
+		for _, a := range r.Entry.Artifacts() {
+			set[a.SHA256] = true
+		}
+	}
+}
+
 // Install sets the entry of every MAC of node and saves the table. MACs are canonical
 // (ParseMACs). A MAC that belonged to another node moves to this one.
 func (e *Entries) Install(nodeID string, macs []string, entry netboot.Entry) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"bcd/internal/bmc"
 	"bcd/internal/netboot"
@@ -50,7 +51,9 @@ func unsupported(err error, capability string) bool {
 // bmcMedia inserts or ejects a catalog ISO. Insert: the ISO is fetched into the site cache
 // (served only once its sha256 matched), then handed to the BMC's virtual media by its cache
 // URL; a driver without virtual media gets an iPXE sanboot entry of it instead (setBootDevice
-// cd then sets PXE). Eject undoes whichever it was.
+// cd then sets PXE). Eject undoes whichever it was. The cache keeps an ISO a BMC may read
+// (mediaMounts) until it is ejected or replaced, and one a sanboot entry boots while the entry
+// stays.
 func (h *handler) bmcMedia(ctx context.Context, a commandArgs) (any, error) {
 	switch a.Action {
 	case "insert":
@@ -58,7 +61,23 @@ func (h *handler) bmcMedia(ctx context.Context, a commandArgs) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Recorded before the fetch: the cache keeps the ISO from then on (pruning spares it),
+		// for as long as the BMC may read it.
+		added, err := h.mounts.Add(a.NodeID, art, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		// forget drops the record of an ISO the BMC did not take (kept if it was recorded
+		// before: the BMC may have it from an earlier insert).
+		forget := func() {
+			if added {
+				if err := h.mounts.Drop(a.NodeID, art.SHA256); err != nil {
+					h.log.WarnContext(ctx, "the cache keeps an ISO no BMC reads until the node's next eject", "node", a.NodeID, "err", err)
+				}
+			}
+		}
 		if err := h.cache.Fetch(ctx, art); err != nil {
+			forget()
 			return nil, fmt.Errorf("caching the iso %s: %w", a.Image, err)
 		}
 		url := h.baseURL + netboot.ArtifactPath + art.SHA256 + "/" + art.Name
@@ -66,18 +85,27 @@ func (h *handler) bmcMedia(ctx context.Context, a commandArgs) (any, error) {
 			return drv.(bmc.VirtualMedia).InsertMedia(ctx, url)
 		})
 		if err == nil {
+			// The BMC replaced what it had: only this ISO is read now.
+			if err := h.mounts.Only(a.NodeID, art.SHA256); err != nil {
+				h.log.WarnContext(ctx, "the cache keeps the node's earlier ISOs until its next eject", "node", a.NodeID, "err", err)
+			}
 			return mediaResult{Via: MediaVirtual, Image: a.Image, URL: url}, nil
 		}
 		if !unsupported(err, capMedia) {
+			// The BMC's virtual media is in an unknown state: every ISO it may read is kept.
 			return nil, err
 		}
 		macs, err := canonicalMACs(a.MACs)
 		if err != nil {
+			forget()
 			return nil, err
 		}
+		// The sanboot entry references the ISO from now on.
 		if err := h.entries.Install(a.NodeID, macs, netboot.Entry{Kind: netboot.KindSanboot, ISO: art}); err != nil {
+			forget()
 			return nil, err
 		}
+		forget()
 		h.changed()
 		return mediaResult{Via: MediaSanboot, Image: a.Image}, nil
 	case "eject":
@@ -92,6 +120,9 @@ func (h *handler) bmcMedia(ctx context.Context, a commandArgs) (any, error) {
 			return drv.(bmc.VirtualMedia).EjectMedia(ctx)
 		})
 		if err != nil && !unsupported(err, capMedia) {
+			return nil, err
+		}
+		if err := h.mounts.Clear(a.NodeID); err != nil {
 			return nil, err
 		}
 		return mediaResult{Via: MediaVirtual}, nil

@@ -56,6 +56,15 @@ const (
 	reportInterval = 500 * time.Millisecond
 	// statusMinInterval spaces status reports (discoveries come in bursts).
 	statusMinInterval = 500 * time.Millisecond
+	// DefaultCacheBound bounds the artifact cache: a ramdisk, a few OS images and ISOs (each
+	// at most 8 GiB) fit, and it is a fixed number an operator can size the data dir's disk by.
+	DefaultCacheBound = 20 << 30
+	// DefaultCacheRetain keeps an artifact nothing uses for a week: an image replaced and
+	// rolled back within days is not downloaded again.
+	DefaultCacheRetain = 7 * 24 * time.Hour
+	// DefaultCachePruneInterval spaces the cache's checks (it is also checked after each
+	// download).
+	DefaultCachePruneInterval = 15 * time.Minute
 )
 
 // Config configures a site agent. Zero values take the defaults.
@@ -115,6 +124,19 @@ type Config struct {
 	// discovery reports (POST /discovery: 404).
 	DiscoveryBoot bool
 	LocalBoot     string // default local-boot method: exit (default) or sanboot
+
+	// The artifact cache (DataDir/cache) keeps what the boot entries, the ISOs handed to BMCs'
+	// virtual media, the ramdisk (Ramdisk: every ramdisk entry and the discovery boot use it)
+	// and the downloads in progress use. Of the other artifacts it evicts, least recently used
+	// first, while it holds more than CacheBound bytes (0: DefaultCacheBound; negative: no
+	// bound), and those unused for CacheRetain (0: DefaultCacheRetain; negative: kept until the
+	// bound needs their room). It is checked every CachePruneInterval (0:
+	// DefaultCachePruneInterval) and after each download.
+	CacheBound         int64
+	CacheRetain        time.Duration
+	CachePruneInterval time.Duration
+	// ArtifactCache, when set, is used instead (tests); its own CacheConfig bounds it, and the
+	// agent prunes it with its own references: do not share a bounded one between agents.
 	ArtifactCache *netboot.Cache
 
 	// Lease is the site's boot lease; nil takes the control plane's (BootLease through the
@@ -168,6 +190,7 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	entries *Entries
+	mounts  *mediaMounts
 	cache   *netboot.Cache
 	disc    *discoveries
 	hold    *holdState
@@ -182,7 +205,7 @@ type Agent struct {
 	linkReady chan struct{}
 	linkMu    sync.Mutex
 	link      *agentlink.Link
-	bg        sync.WaitGroup // background fetches of artifacts (pushed entries, discovery boot)
+	bg        sync.WaitGroup // background fetches of artifacts (pushed entries, discovery boot), the cache's pruning
 	// fetching: the digests a keepFetching loop runs for, with the reasons to fetch each and
 	// what says whether each still holds; fetchRetry is the loops' first wait (0:
 	// fetchRetryMin).
@@ -252,9 +275,13 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.DHCPMode == dhcp.ModeFull {
 		a.dhcpReports = newDHCPReports()
 	}
+	if a.mounts, err = openMediaMounts(cfg.DataDir); err != nil {
+		return nil, fmt.Errorf("starting site agent: %w", err)
+	}
 	a.cache = cfg.ArtifactCache
 	if a.cache == nil {
-		if a.cache, err = netboot.NewCache(netboot.CacheConfig{Dir: filepath.Join(cfg.DataDir, "cache"), Logger: cfg.Logger}); err != nil {
+		if a.cache, err = netboot.NewCache(netboot.CacheConfig{Dir: filepath.Join(cfg.DataDir, "cache"), Logger: cfg.Logger,
+			Bound: max(cfg.CacheBound, 0), Retain: max(cfg.CacheRetain, 0), Now: cfg.Now}); err != nil {
 			return nil, fmt.Errorf("starting site agent: %w", err)
 		}
 	}
@@ -265,7 +292,7 @@ func New(cfg Config) (*Agent, error) {
 	a.disc = newDiscoveries(a.entries.Has, a.poke)
 	a.withheld = newWithheldBoots(a.poke)
 	locks := newBMCLocks()
-	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, cache: a.cache,
+	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, mounts: a.mounts, cache: a.cache,
 		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger}
 	var h *handler
 	if !cfg.NoPowerPolling && (cfg.PowerReporter != nil || cfg.Lease == nil) {
@@ -356,6 +383,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.CacheBound == 0 {
+		c.CacheBound = DefaultCacheBound
+	}
+	if c.CacheRetain == 0 {
+		c.CacheRetain = DefaultCacheRetain
+	}
+	if c.CachePruneInterval <= 0 {
+		c.CachePruneInterval = DefaultCachePruneInterval
 	}
 	if c.LeaseTTL < 300*time.Millisecond {
 		return fmt.Errorf("configuring site agent: lease TTL %s is too short", c.LeaseTTL)
@@ -482,6 +518,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.bg.Wait() // before the cache closes
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// From the start, joined or not: a full disk is what may keep the agent from working.
+	a.bg.Go(func() { a.pruneLoop(ctx, a.log) })
 
 	// The link outlives ctx by the moment the lease loop takes to hand the boot lease back on a
 	// clean stop (another agent then takes over at once instead of after the TTL); until the
@@ -875,7 +913,6 @@ const statusSessionCheck = 2 * time.Second
 // the next report follows after statusMinInterval.
 func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 	drivers := driverNames(a.drivers)
-	facts := map[string]string{"bootUrl": a.baseURL, "dhcp": string(a.cfg.DHCPMode), "bootBinding": string(a.cfg.BootBinding)}
 	var last statusKey
 	first := true
 	sessions := link.Sessions()
@@ -887,7 +924,7 @@ func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 			a.disc.resend()
 		}
 		rep := a.disc.report(reportInventoryBytes)
-		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: rep.machines, Drivers: drivers, Facts: facts,
+		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: rep.machines, Drivers: drivers, Facts: a.statusFacts(),
 			Withheld: a.withheld.Snapshot(a.cfg.Now())}
 		if k := keyOf(st, rep.rev); first || k != last {
 			link.SetStatus(st)

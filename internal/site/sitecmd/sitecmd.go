@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +41,7 @@ type flags struct {
 	pollParallel                             int
 	noPowerPolling                           bool
 	discoveryBoot                            bool
+	cacheMax, cacheRetain                    string // "": the site agent's defaults
 	logLevel                                 string
 }
 
@@ -52,7 +55,8 @@ func Command() *cobra.Command {
 			"`bcd site join-token SITE`" + `; also read from $` + JoinTokenEnv + `) and keeps the agent's key and
 certificate in the data dir; later starts reconnect with them (an agent whose certificate expired
 while it was stopped joins again with a new token, keeping the data dir). Boot entries, DHCP leases and
-the artifact cache live in the data dir too.`,
+the artifact cache live in the data dir too; the cache evicts what nothing uses, least recently used
+first, beyond --cache-max, and once unused for --cache-retain.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.joinToken == "" {
@@ -62,7 +66,9 @@ the artifact cache live in the data dir too.`,
 			if err != nil {
 				return err
 			}
-			cfg.Logger = logger(cmd.ErrOrStderr(), f.logLevel)
+			if cfg.Logger, err = logger(cmd.ErrOrStderr(), f.logLevel); err != nil {
+				return err
+			}
 			if cfg.DHCPMode == dhcp.ModeFull {
 				// Before it offers an address new to a client, the DHCP probes it: the agent that
 				// held the boot lease before may have granted it without reporting it.
@@ -111,16 +117,18 @@ the artifact cache live in the data dir too.`,
 	fl.IntVar(&f.pollParallel, "power-poll-parallel", 16, "power polling: reads in flight across all BMCs (one per BMC at most)")
 	fl.BoolVar(&f.noPowerPolling, "no-power-polling", false, "do not poll power (the lease holder polls every node of the site otherwise)")
 	fl.BoolVar(&f.discoveryBoot, "discovery-boot", false, "boot machines with no entry into the ramdisk in discovery mode (they report their inventory and wait for bcd node accept|reject); needs --ramdisk-*")
+	fl.StringVar(&f.cacheMax, "cache-max", "20GiB", "artifact cache bound: beyond it, the least recently used artifacts nothing uses (no boot entry, virtual media, the ramdisk, a download) are evicted; bytes, or KiB, MiB, GiB, TiB. 0: no bound")
+	fl.StringVar(&f.cacheRetain, "cache-retain", "7d", "artifact cache: an artifact nothing uses is evicted once unused this long, even under the bound; a duration (36h) or days (7d). 0: kept until the bound needs the room")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }
 
-func logger(w io.Writer, level string) *slog.Logger {
+func logger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		l = slog.LevelInfo
+		return nil, fmt.Errorf("--log-level %q: accepted are debug, info, warn, error", level)
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
 // config turns the flags into a site.Config. readFile reads --ca-file.
@@ -138,6 +146,26 @@ func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error
 		return site.Config{}, fmt.Errorf("--drain-timeout %s: accepted is a duration of 0 (no drain) or more", f.drainTimeout)
 	case f.drainTimeout == 0:
 		cfg.DrainTimeout = -1 // no drain
+	}
+	if f.cacheMax != "" {
+		n, err := ParseSize(f.cacheMax)
+		if err != nil {
+			return site.Config{}, fmt.Errorf("--cache-max: %w", err)
+		}
+		cfg.CacheBound = n
+		if n == 0 {
+			cfg.CacheBound = -1 // no bound
+		}
+	}
+	if f.cacheRetain != "" {
+		d, err := ParseRetain(f.cacheRetain)
+		if err != nil {
+			return site.Config{}, fmt.Errorf("--cache-retain: %w", err)
+		}
+		cfg.CacheRetain = d
+		if d == 0 {
+			cfg.CacheRetain = -1 // kept until the bound needs the room
+		}
 	}
 	if f.caFile != "" {
 		b, err := readFile(f.caFile)
@@ -189,6 +217,48 @@ func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error
 		return site.Config{}, errors.New("--dhcp full needs at least one --dhcp-pool")
 	}
 	return cfg, nil
+}
+
+// ParseSize reads a byte count: a whole number of bytes, or one followed by KiB, MiB, GiB or
+// TiB (binary units, as df -h counts; any case). Decimal units (GB) are refused: which one was
+// meant is unclear.
+func ParseSize(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40}}
+	num, shift := strings.TrimSpace(s), uint(0)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToLower(num), strings.ToLower(u.suffix)) {
+			num, shift = strings.TrimSpace(num[:len(num)-len(u.suffix)]), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a whole number of bytes, or of KiB, MiB, GiB or TiB (e.g. 20GiB)", s)
+	}
+	if n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return n << shift, nil
+}
+
+// ParseRetain reads a duration: Go's form (36h, 90m) or whole days (7d).
+func ParseRetain(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseInt(days, 10, 64)
+		if err != nil || n < 0 || n > math.MaxInt64/int64(24*time.Hour) {
+			return 0, fmt.Errorf("duration %q: want whole days (7d) or a duration (36h)", s)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("duration %q: want whole days (7d) or a duration (36h) of 0 or more", s)
+	}
+	return d, nil
 }
 
 func parseAddrs(flag string, in []string) ([]netip.Addr, error) {

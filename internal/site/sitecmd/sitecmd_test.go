@@ -3,11 +3,14 @@ package sitecmd
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/dhcp"
+	"bcd/internal/site"
 )
 
 func TestConfig(t *testing.T) {
@@ -83,5 +86,74 @@ func TestRunNeedsServer(t *testing.T) {
 	err := Run(context.Background(), []string{"--site", "s"}, &out, &errOut)
 	if err == nil || !strings.Contains(err.Error(), "--server") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+func TestCacheFlags(t *testing.T) {
+	base := flags{server: "https://cp:8443", site: "nyc", dataDir: "/d", dhcpMode: "off"}
+	tests := []struct {
+		max, retain string
+		bound       int64
+		keep        time.Duration
+		err         string
+	}{
+		{max: "", retain: "", bound: 0, keep: 0}, // the agent's defaults
+		{max: "20GiB", retain: "7d", bound: 20 << 30, keep: 7 * 24 * time.Hour},
+		{max: "0", retain: "0", bound: -1, keep: -1}, // no bound; kept until the bound needs the room
+		{max: "512mib", retain: "36h", bound: 512 << 20, keep: 36 * time.Hour},
+		{max: "1073741824", retain: "90m", bound: 1 << 30, keep: 90 * time.Minute},
+		{max: "2 TiB", retain: "1d", bound: 2 << 40, keep: 24 * time.Hour},
+		{max: "20GB", err: "--cache-max"},
+		{max: "-1", err: "--cache-max"},
+		{max: "1.5GiB", err: "--cache-max"},
+		{max: "9999999TiB", err: "too large"},
+		{retain: "-1h", err: "--cache-retain"},
+		{retain: "1w", err: "--cache-retain"},
+		{retain: "1.5d", err: "--cache-retain"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.max+"/"+tc.retain, func(t *testing.T) {
+			f := base
+			f.cacheMax, f.cacheRetain = tc.max, tc.retain
+			cfg, err := f.config(func(string) ([]byte, error) { return nil, errors.New("none") })
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.CacheBound != tc.bound || cfg.CacheRetain != tc.keep {
+				t.Fatalf("bound %d, retain %s; want %d, %s", cfg.CacheBound, cfg.CacheRetain, tc.bound, tc.keep)
+			}
+		})
+	}
+}
+
+// TestCacheFlagDefaults: the flags' defaults are the agent's.
+func TestCacheFlagDefaults(t *testing.T) {
+	fl := Command().Flags()
+	b, err := ParseSize(fl.Lookup("cache-max").DefValue)
+	if err != nil || b != site.DefaultCacheBound {
+		t.Errorf("--cache-max default %d (%v), want %d", b, err, site.DefaultCacheBound)
+	}
+	d, err := ParseRetain(fl.Lookup("cache-retain").DefValue)
+	if err != nil || d != site.DefaultCacheRetain {
+		t.Errorf("--cache-retain default %s (%v), want %s", d, err, site.DefaultCacheRetain)
+	}
+}
+
+// A log level the agent does not know is refused, as bcd server refuses it, not taken as info.
+func TestLogLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level string
+		ok    bool
+	}{{"debug", true}, {"info", true}, {"warn", true}, {"error", true}, {"bogus", false}, {"", false}} {
+		_, err := logger(io.Discard, tc.level)
+		if (err == nil) != tc.ok {
+			t.Errorf("--log-level %q: %v", tc.level, err)
+		}
 	}
 }
