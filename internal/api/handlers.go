@@ -293,9 +293,13 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 			}
 			leases[a.SiteID] = l
 		}
-		out.SiteAgents = append(out.SiteAgents, &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen), Server: a.ServerID,
+		da := &bcdv1.DoctorAgent{Id: a.ID, Kind: a.Kind, Site: nm.sites[a.SiteID], Connected: a.Connected, LastSeen: ts(a.LastSeen), Server: a.ServerID,
 			CertExpires: ts(a.CertNotAfter), RenewalOverdue: renewalOverdue(a, now), Dhcp: a.DHCPMode, BootBinding: a.BootBinding,
-			HoldsBootLease: l.HeldBy(a.ID, now)})
+			HoldsBootLease: l.HeldBy(a.ID, now)}
+		if c := a.Cache; c != (store.ArtifactCache{}) {
+			da.ArtifactCache = &bcdv1.DoctorArtifactCache{Artifacts: c.Artifacts, Bytes: c.Bytes, BoundBytes: c.Bound, Evictions: c.Evictions, EvictedBytes: c.EvictedBytes}
+		}
+		out.SiteAgents = append(out.SiteAgents, da)
 	}
 	var servers []store.Server
 	if p.TenantID == "" {

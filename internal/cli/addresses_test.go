@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/gateway"
+	"bcd/internal/pki"
 	"bcd/internal/store"
 )
 
@@ -90,6 +92,22 @@ func TestDoctorShowsBootServices(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// agent-a reports its artifact cache through the gateway's status path; a malformed count is
+	// taken as 0, and an agent that reports no cache facts (agent-b, an older agent) shows none.
+	gw := srv.Engine().Gateway()
+	for _, facts := range []map[string]string{
+		{"dhcp": "full", "bootBinding": "lease", "cacheArtifacts": "45", "cacheBytes": "13421772800", "cacheBoundBytes": "21474836480",
+			"cacheEvictions": "3", "cacheEvictedBytes": "-5"},
+		{"dhcp": "full", "bootBinding": "lease", "cacheArtifacts": "45", "cacheBytes": "13421772800", "cacheBoundBytes": "21474836480",
+			"cacheEvictions": "3", "cacheEvictedBytes": "4294967296"},
+	} {
+		if err := gw.Status(ctx, gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: site, AgentID: "agent-a"}, gateway.Status{Facts: facts}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := gw.Status(ctx, gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: site, AgentID: "agent-b"}, gateway.Status{Facts: map[string]string{"dhcp": "off", "bootBinding": "none"}}); err != nil {
+		t.Fatal(err)
+	}
 	code, out, errs := run(t, env, "doctor")
 	if code != 0 {
 		t.Fatalf("doctor: %d %q", code, errs)
@@ -102,10 +120,10 @@ func TestDoctorShowsBootServices(t *testing.T) {
 		}
 		return ""
 	}
-	if a := lineOf("agent-a"); !strings.Contains(a, "dhcp full, binding lease, holds the boot lease") {
+	if a := lineOf("agent-a"); !strings.Contains(a, "dhcp full, binding lease, holds the boot lease, cache 12.5 GiB of 20.0 GiB, 45 artifacts, 3 evicted (4.0 GiB)") {
 		t.Errorf("agent-a: %q\n%s", a, out)
 	}
-	if b := lineOf("agent-b"); !strings.Contains(b, "dhcp off, binding none") || strings.Contains(b, "holds") {
+	if b := lineOf("agent-b"); !strings.Contains(b, "dhcp off, binding none") || strings.Contains(b, "holds") || strings.Contains(b, "cache") {
 		t.Errorf("agent-b: %q\n%s", b, out)
 	}
 	if !strings.Contains(out, "warning: agent-b") || strings.Contains(out, "warning: agent-a") {

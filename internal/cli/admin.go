@@ -444,6 +444,9 @@ func doctorCmd(g *globals) *cobra.Command {
 				if a.HoldsBootLease {
 					boot += ", holds the boot lease"
 				}
+				if c := a.ArtifactCache; c != nil {
+					boot += ", " + cacheSummary(c)
+				}
 				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\t%s\t%s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server), cert, boot)
 			}
 			tw.Flush()
@@ -499,3 +502,19 @@ func deployProfileCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(put, list)
 	return cmd
 }
+
+// cacheSummary is a site agent's artifact cache in one phrase: "cache 12.5 GiB of 20.0 GiB, 45
+// artifacts, 3 evicted (4.0 GiB)".
+func cacheSummary(c *bcdv1.DoctorArtifactCache) string {
+	s := "cache " + gib(c.Bytes)
+	if c.BoundBytes > 0 {
+		s += " of " + gib(c.BoundBytes)
+	}
+	s += fmt.Sprintf(", %d artifacts", c.Artifacts)
+	if c.Evictions > 0 {
+		s += fmt.Sprintf(", %d evicted (%s)", c.Evictions, gib(c.EvictedBytes))
+	}
+	return s
+}
+
+func gib(b int64) string { return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30)) }

@@ -210,7 +210,8 @@ type Engine struct {
 	dbMeasured bool
 	// withheldSeen: the withheld boot-script episodes already recorded (RecordWithheld).
 	withheldSeen *cache.Bounded[string, bool]
-	// bootServices: what this server last wrote of each site agent's boot services.
+	// bootServices: what this server last wrote of each site agent's boot services (by agent
+	// id) and artifact cache (by "cache|" and the id).
 	bootServices *cache.Bounded[string, string]
 	// unknownSeen: the commands unknown to the store that agents named, already recorded
 	// (noteUnknown).

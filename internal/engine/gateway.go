@@ -162,6 +162,11 @@ func (g *Gateway) Status(ctx context.Context, a gateway.AgentRef, s gateway.Stat
 			return err
 		}
 	}
+	if ag.Kind == "site" {
+		if err := g.e.RecordArtifactCache(ctx, ag, s.Facts); err != nil {
+			return err
+		}
+	}
 	if ag.Kind != "site" || len(s.Discovered) == 0 {
 		return g.e.Seen(ctx, ag)
 	}

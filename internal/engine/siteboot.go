@@ -79,6 +79,34 @@ func (e *Engine) RecordBootServices(ctx context.Context, a Agent, dhcpMode, bind
 	return nil
 }
 
+// RecordArtifactCache keeps what site agent a reports of its artifact cache (facts: the
+// counts, each a non-negative integer; a fact missing or malformed counts 0), writing only
+// when it changed. An agent that reports no cache facts (an older agent) is left alone.
+func (e *Engine) RecordArtifactCache(ctx context.Context, a Agent, facts map[string]string) error {
+	if _, ok := facts["cacheBytes"]; !ok {
+		return nil
+	}
+	n := func(k string) int64 {
+		v, err := strconv.ParseInt(facts[k], 10, 64)
+		if err != nil || v < 0 {
+			return 0
+		}
+		return v
+	}
+	c := store.ArtifactCache{Artifacts: n("cacheArtifacts"), Bytes: n("cacheBytes"), Bound: n("cacheBoundBytes"),
+		Evictions: n("cacheEvictions"), EvictedBytes: n("cacheEvictedBytes")}
+	key := "cache|" + a.ID
+	v := fmt.Sprint(c)
+	if last, ok := e.bootServices.Get(key); ok && last == v {
+		return nil
+	}
+	if err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.SetAgentArtifactCache(ctx, a.ID, c) }); err != nil {
+		return err
+	}
+	e.bootServices.Put(key, v)
+	return nil
+}
+
 // known is v when it is one of the accepted values, "" when empty, else "unknown" (what an agent
 // reports is kept only in the words this server knows).
 func known(v string, accepted ...string) string {

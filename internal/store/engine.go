@@ -591,6 +591,27 @@ type Agent struct {
 	// DHCPMode and BootBinding: what a site agent last reported of its boot services ("" before
 	// it did; SiteAgents reads them).
 	DHCPMode, BootBinding string
+	// Cache is what a site agent last reported of its artifact cache (zero before it did).
+	Cache ArtifactCache
+}
+
+// ArtifactCache is a site agent's artifact cache as it reported it: artifacts and bytes held,
+// its bound (0: none), and the evictions since the agent started.
+type ArtifactCache struct {
+	Artifacts    int64 `json:"artifacts"`
+	Bytes        int64 `json:"bytes"`
+	Bound        int64 `json:"bound"`
+	Evictions    int64 `json:"evictions"`
+	EvictedBytes int64 `json:"evictedBytes"`
+}
+
+// SetAgentArtifactCache records what site agent id reports of its artifact cache.
+func (t *Tx) SetAgentArtifactCache(ctx context.Context, id string, c ArtifactCache) error {
+	b, _ := json.Marshal(c)
+	if _, err := t.exec(ctx, `UPDATE agents SET artifact_cache = ? WHERE id = ?`, string(b), id); err != nil {
+		return fmt.Errorf("recording the artifact cache of agent %s: %w", id, err)
+	}
+	return nil
 }
 
 // SetAgentBootServices records what site agent id reports of its boot services: its DHCP mode
@@ -1294,7 +1315,7 @@ func (s *Store) Servers(ctx context.Context) ([]Server, error) {
 // SiteAgents lists site agents.
 func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id,
-		cert_renew_at, cert_not_after, dhcp_mode, boot_binding FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
+		cert_renew_at, cert_not_after, dhcp_mode, boot_binding, artifact_cache FROM agents WHERE kind = 'site' ORDER BY site_id, id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing site agents: %w", err)
 	}
@@ -1303,9 +1324,15 @@ func (s *Store) SiteAgents(ctx context.Context) ([]Agent, error) {
 	for rows.Next() {
 		var a Agent
 		var gen int64
+		var cache string
 		if err := rows.Scan(&a.ID, &a.Kind, &a.SiteID, &a.NodeID, &gen, &a.Connected, &a.ConnectedAt, &a.LastSeen, &a.Version, &a.ConnID, &a.ServerID,
-			&a.CertRenewAt, &a.CertNotAfter, &a.DHCPMode, &a.BootBinding); err != nil {
+			&a.CertRenewAt, &a.CertNotAfter, &a.DHCPMode, &a.BootBinding, &cache); err != nil {
 			return nil, err
+		}
+		if cache != "" {
+			if err := json.Unmarshal([]byte(cache), &a.Cache); err != nil {
+				return nil, fmt.Errorf("listing site agents: the artifact cache of %s: %w", a.ID, err)
+			}
 		}
 		a.Generation = uint64(gen)
 		out = append(out, a)
