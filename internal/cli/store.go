@@ -28,7 +28,7 @@ on the store (each refuses a store behind what it last recorded in it).`,
 				return err
 			}
 			out := g.env.Stdout
-			fmt.Fprintf(out, "store fenced (fence %d):\n", f.Watermark.Fences)
+			fmt.Fprintln(out, "store fenced:")
 			fmt.Fprintf(out, "  %d queued or held commands recorded lost (never sent), on %d nodes: their steps decide when the servers start\n", f.Commands, len(f.Nodes))
 			fmt.Fprintf(out, "  %d unused one-time join tokens void (mint new ones for site agents not yet joined; agents that joined keep their certificates)\n", f.Tokens)
 			fmt.Fprintln(out, "start the servers, then check `bcd doctor` and `bcd events`")

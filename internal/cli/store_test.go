@@ -92,7 +92,7 @@ func TestStoreAfterRestore(t *testing.T) {
 		t.Errorf("after-restore on a path with no store: exit %d, %s", code, stderr)
 	}
 	code, stdout, stderr := run(t, nil, "store", "after-restore", "--data-dir", dir, "--reason", "restored last night's backup")
-	if code != 0 || !strings.Contains(stdout, "store fenced (fence 1)") || !strings.Contains(stdout, "queued or held commands recorded lost") {
+	if code != 0 || !strings.Contains(stdout, "store fenced:") || !strings.Contains(stdout, "queued or held commands recorded lost") {
 		t.Fatalf("after-restore: exit %d\n%s%s", code, stdout, stderr)
 	}
 	stop = start()

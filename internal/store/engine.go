@@ -1179,7 +1179,11 @@ func (t *Tx) FenceRestore(ctx context.Context) (Fenced, error) {
 	}
 	n, _ := res.RowsAffected()
 	f.Tokens = int(n)
-	if _, err := t.exec(ctx, `UPDATE control_plane SET fences = fences + 1, restore_witness = '' WHERE id = 1`); err != nil {
+	// A fence is numbered by its time (or one above the last, if that is later): a backup taken
+	// before an earlier fence and restored now gets a fence above that earlier one, so the
+	// watermarks servers and agents kept after it do not hold this store behind.
+	if _, err := t.exec(ctx, `UPDATE control_plane SET fences = CASE WHEN fences + 1 > ? THEN fences + 1 ELSE ? END, restore_witness = '' WHERE id = 1`,
+		t.at, t.at); err != nil {
 		return Fenced{}, fmt.Errorf("counting the fence: %w", err)
 	}
 	if f.Watermark, err = t.watermark(ctx); err != nil {
