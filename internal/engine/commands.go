@@ -112,6 +112,15 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 			return err
 		}
 	}
+	if c.Kind == "bmc.power" && c.DeliveredAt > wf.BootEpoch {
+		// What joins from now on belongs to this boot: a connection made before the agent took
+		// the power action (a slow kexec's OS joining after the fallback cycle was queued) is
+		// from before the reset, and its stream dies with it.
+		wf.BootEpoch = c.DeliveredAt
+		if err := r.saveWorkflow(wf); err != nil {
+			return err
+		}
+	}
 	switch {
 	case c.Kind == "bmc.query" && st.Args["query"] == "power", c.Kind == "bmc.power":
 		var res powerResult
@@ -190,13 +199,21 @@ func InbandAddress(result string) (string, inbandResult, error) {
 		return "", res, fmt.Errorf("bmc.provisionInband result is not JSON: %w", err)
 	}
 	if ap, err := netip.ParseAddrPort(res.Address); err == nil {
-		if !ap.Addr().IsUnspecified() && ap.Port() != 0 && !ap.Addr().IsMulticast() {
-			return ap.String(), res, nil
+		if a := ap.Addr().Unmap(); bmcAddress(a) && ap.Port() != 0 {
+			return netip.AddrPortFrom(a, ap.Port()).String(), res, nil
 		}
-	} else if a, err := netip.ParseAddr(res.Address); err == nil && a.Zone() == "" && !a.IsUnspecified() && !a.IsMulticast() {
-		return a.String(), res, nil
+	} else if a, err := netip.ParseAddr(res.Address); err == nil && a.Zone() == "" && bmcAddress(a.Unmap()) {
+		return a.Unmap().String(), res, nil
 	}
-	return "", res, fmt.Errorf("bmc.provisionInband reported BMC address %q: accepted is an IP address with an optional port", truncate(res.Address, 64))
+	return "", res, fmt.Errorf("bmc.provisionInband reported BMC address %q: accepted is a unicast IP address a BMC can have "+
+		"(not loopback, link-local, unspecified, multicast or broadcast), with an optional port", truncate(res.Address, 64))
+}
+
+// bmcAddress says whether a (unmapped) can be a BMC's address on the management network: the
+// site agent sends the node's BMC credential there. Pure.
+func bmcAddress(a netip.Addr) bool {
+	return a.IsValid() && !a.IsUnspecified() && !a.IsLoopback() && !a.IsMulticast() && !a.IsLinkLocalUnicast() &&
+		!a.IsLinkLocalMulticast() && !a.IsInterfaceLocalMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
 // InventoryMatches checks the ramdisk's self-reported identity against the node: the product

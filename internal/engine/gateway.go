@@ -120,11 +120,6 @@ func (g *Gateway) Notify(a gateway.AgentRef) (<-chan struct{}, func()) {
 
 func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gateway.Hello) error {
 	os := slices.Contains(hello.Capabilities, RoleOS)
-	if c, ok := ctx.Value(connKey{}).(conn); ok && os {
-		g.e.sentMu.Lock()
-		g.e.osConns[c.id] = true
-		g.e.sentMu.Unlock()
-	}
 	ag := agentOf(ctx, a, os)
 	seen := hello.StoreWatermark
 	if err := g.e.Witness(ctx, ag, store.Watermark{StoreID: seen.StoreID, Fences: seen.Fences, Beats: seen.Beats}); err != nil {
@@ -133,7 +128,23 @@ func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gatew
 		}
 		return err
 	}
-	return g.e.Connected(ctx, ag, hello.AgentVersion)
+	// The role is kept for the connection's later calls only once it is recorded: a refused
+	// connection gets no Disconnected to forget it.
+	c, ok := ctx.Value(connKey{}).(conn)
+	if ok && os {
+		g.e.sentMu.Lock()
+		g.e.osConns[c.id] = true
+		g.e.sentMu.Unlock()
+	}
+	if err := g.e.Connected(ctx, ag, hello.AgentVersion); err != nil {
+		if ok && os {
+			g.e.sentMu.Lock()
+			delete(g.e.osConns, c.id)
+			g.e.sentMu.Unlock()
+		}
+		return err
+	}
+	return nil
 }
 
 // Watermark is the store's watermark for the agents' heartbeat answers (Engine.Watermark).

@@ -87,8 +87,12 @@ var ErrStoreBehind = errors.New("the store is behind what an agent saw of it")
 // sending commands (Claim; the others learn it at their next heartbeat) until an operator stops
 // them and runs the fence (bcd store after-restore, which clears it), and the agent is refused
 // with ErrStoreBehind.
+//
+// Only site agents are witnesses: they run on the operator's hosts. A node's agents (its
+// ramdisk, whose key a kexec leaves in the lessee's memory, and its installed OS) are not told
+// the watermark, and what they name is ignored: a lessee could otherwise stop the control plane.
 func (e *Engine) Witness(ctx context.Context, a Agent, seen store.Watermark) error {
-	if seen.StoreID == "" {
+	if seen.StoreID == "" || a.Kind != "site" {
 		return nil
 	}
 	now, err := e.st.Watermark(ctx)
@@ -140,6 +144,11 @@ const maxUnknownSeen = 4096
 // control_plane.unknown_command event and a warning say so, once per agent and command; the
 // store is not changed (the fence is the operator's: bcd store after-restore).
 func (e *Engine) noteUnknown(ctx context.Context, a Agent, what string, ids []string) {
+	if a.Kind != "site" {
+		// A node's agents may be a lessee's (the installed OS, a kexec'd ramdisk's key): what
+		// they name is refused, and not taken as evidence of a restore.
+		return
+	}
 	var fresh []string
 	for _, id := range ids {
 		if _, seen := e.unknownSeen.Get(a.ID + "|" + id); !seen && len(fresh) < 64 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -268,6 +269,18 @@ func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
 		return nil, fmt.Errorf("an installed OS runs no %s", cmd.Kind)
 	})
 	dir := filepath.Join(s.cfg.Gateway.DataDir, m.NodeID)
+	m.mu.Lock()
+	rejoin := m.osGeneration != 0 && token != "" && token != m.osToken
+	m.osToken = token
+	m.mu.Unlock()
+	if rejoin {
+		// A newer instance token: the kept certificate's generation was revoked (rescue), and
+		// the gateway refuses it; the OS joins again with the token its metadata serves.
+		if err := os.RemoveAll(dir); err != nil {
+			s.fail(fmt.Errorf("OS of %s forgetting its refused identity: %w", m.NodeID, err))
+			return
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
 		DataDir: dir, DiscoveryToken: token, Capabilities: []string{engine.RoleOS}, Logger: quiet(), AgentVersion: "sim-os"}, h)

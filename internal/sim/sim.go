@@ -198,6 +198,11 @@ type Machine struct {
 	ramdisk       context.CancelFunc
 	osUp          bool
 	osGeneration  uint64 // the installed OS keeps its certificate across reboots
+	// osToken is the instance token the OS's kept certificate was joined with: a newer one (a
+	// rescue revoked the lease's identity, and unrescue minted it) means the gateway refuses
+	// the kept certificate, and the OS joins again with the token its metadata serves, as
+	// internal/osagent does.
+	osToken string
 	osLink        func() // gateway mode: stops the installed OS's agent
 	Disk          string // "data", "wiped", "image"
 	Media         string // the URL of the ISO in the machine's virtual CD ("" empty)
@@ -660,6 +665,9 @@ func (s *Sim) bootOS(ctx context.Context, m *Machine, token string) {
 	s.sleep(ctx)
 	m.mu.Lock()
 	gen := m.osGeneration
+	if gen != 0 && token != "" && token != m.osToken {
+		gen = 0 // the kept certificate is of a revoked generation: join again
+	}
 	m.mu.Unlock()
 	nodeID := m.NodeID
 	if gen == 0 {
@@ -676,6 +684,9 @@ func (s *Sim) bootOS(ctx context.Context, m *Machine, token string) {
 		}
 	}
 	m.mu.Lock()
+	if m.osGeneration != gen {
+		m.osToken = token
+	}
 	m.osUp, m.osGeneration = true, gen
 	m.mu.Unlock()
 	if err := s.link.Connected(ctx, engine.Agent{ID: "os:" + nodeID, Kind: "os", NodeID: nodeID, Generation: gen}, "sim-os"); err != nil && ctx.Err() == nil {

@@ -300,7 +300,9 @@ func Builtin() []Profile {
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-retire", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},
-		{Name: "metal-rescue", Steps: []Step{s("metal.ensureRamdisk")}},
+		// The lessee's OS holds the node's identity (and a kexec left the deploy ramdisk's key
+		// in its memory): revoked first, so that only the rescue's own ramdisk can be "up".
+		{Name: "metal-rescue", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk")}},
 		{Name: "metal-unrescue", Steps: []Step{s("management.setBootDevice", "device", "disk", "persistent", "true"), s("boot.prepareInstance"), s("power.cycle"), s("await.rejoin")},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "default", Steps: []Step{s("metal.ensureRamdisk"), s("deploy.image", "image", "$image"), s("management.setBootDevice", "device", "disk", "persistent", "true"), s("boot.prepareInstance"), s("boot.kexec")},
