@@ -203,9 +203,9 @@ type Machine struct {
 	// the kept certificate, and the OS joins again with the token its metadata serves, as
 	// internal/osagent does.
 	osToken string
-	osLink        func() // gateway mode: stops the installed OS's agent
-	Disk          string // "data", "wiped", "image"
-	Media         string // the URL of the ISO in the machine's virtual CD ("" empty)
+	osLink  func() // gateway mode: stops the installed OS's agent
+	Disk    string // "data", "wiped", "image"
+	Media   string // the URL of the ISO in the machine's virtual CD ("" empty)
 }
 
 // Sim runs a site agent and the machines.
