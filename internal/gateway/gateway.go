@@ -13,9 +13,11 @@
 // A stream has one sender goroutine and one receiver goroutine. The sender claims work when the
 // queue signals it (Queue.Notify) or, as a fallback, every PollInterval, and packs up to
 // BatchSize commands into one frame; at most Window commands are in flight (sent, not yet
-// acknowledged) at once, so a slow agent is never flooded. The receiver spreads acks and
-// updates over Lanes goroutines keyed by command id: one command's messages stay in order while
-// different commands reach the store concurrently (group commit). A node's stream (ramdisk,
+// acknowledged) at once, so a slow agent is never flooded. It also admits the stream's
+// certificate again every RecheckInterval. The receiver spreads acks and updates over Lanes
+// lanes keyed by command id: one command's messages stay in order while different commands
+// reach the store concurrently (group commit). A lane's goroutine runs only while the lane
+// holds something, so an idle stream costs its two goroutines. A node's stream (ramdisk,
 // installed OS: a command or two at a time) has one lane. An update is answered with an
 // UpdateAck only once the queue accepted it; the agent re-sends unanswered final updates on its
 // next stream, so a dropped connection loses nothing.

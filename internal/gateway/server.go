@@ -45,27 +45,43 @@ func (s *Server) Handler() (string, http.Handler) {
 	// request is held to what a join carries (a token, a CSR, a few hints).
 	_, join := agentv1connect.NewGatewayServiceHandler(s, connect.WithReadMaxBytes(MaxJoinBytes))
 	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == agentv1connect.GatewayServiceJoinProcedure {
+		switch r.URL.Path {
+		case agentv1connect.GatewayServiceJoinProcedure:
 			r.Body = http.MaxBytesReader(w, r.Body, MaxJoinBytes)
-			join.ServeHTTP(w, r)
-			return
+			join.ServeHTTP(w, withRequestState(r, nil))
+		case agentv1connect.GatewayServiceConnectProcedure:
+			body := &streamBody{ReadCloser: r.Body}
+			r.Body = body
+			h.ServeHTTP(w, withRequestState(r, body))
+		default:
+			h.ServeHTTP(w, withRequestState(r, nil))
 		}
-		h.ServeHTTP(w, r)
 	})
-	return path, withTLSState(mux)
+	return path, mux
 }
 
-// tlsStateKey carries the request's *tls.ConnectionState into connect handlers, whose
-// Peer() does not expose it.
-type tlsStateKey struct{}
+// requestStateKey carries a request's requestState into connect handlers, whose Peer() does
+// not expose the TLS state.
+type requestStateKey struct{}
 
-func withTLSState(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil {
-			r = r.WithContext(context.WithValue(r.Context(), tlsStateKey{}, r.TLS))
-		}
-		h.ServeHTTP(w, r)
-	})
+type requestState struct {
+	tls  *tls.ConnectionState
+	body *streamBody // a Connect stream's request body; nil for the other calls
+}
+
+func withRequestState(r *http.Request, body *streamBody) *http.Request {
+	if r.TLS == nil && body == nil {
+		return r
+	}
+	return r.WithContext(context.WithValue(r.Context(), requestStateKey{}, &requestState{tls: r.TLS, body: body}))
+}
+
+// tlsState is the request's verified TLS state (nil: none).
+func tlsState(ctx context.Context) *tls.ConnectionState {
+	if st, _ := ctx.Value(requestStateKey{}).(*requestState); st != nil {
+		return st.tls
+	}
+	return nil
 }
 
 // peerIdentity is the identity of the request's verified client certificate, refused if the
@@ -73,7 +89,7 @@ func withTLSState(h http.Handler) http.Handler {
 // one opened before the certificate expired (an agent since renewed, or one left running
 // past its certificate's end) would otherwise carry it for as long as it stays open.
 func (s *Server) peerIdentity(ctx context.Context) (pki.Identity, error) {
-	st, _ := ctx.Value(tlsStateKey{}).(*tls.ConnectionState)
+	st := tlsState(ctx)
 	id, ok := pki.IdentityFromTLS(st)
 	if !ok {
 		return pki.Identity{}, connect.NewError(connect.CodeUnauthenticated, errors.New("a client certificate issued at join is required"))
@@ -130,7 +146,7 @@ func (s *Server) Renew(ctx context.Context, _ *connect.Request[agentv1.RenewRequ
 	if _, err := s.admit(ctx); err != nil {
 		return nil, err
 	}
-	st, _ := ctx.Value(tlsStateKey{}).(*tls.ConnectionState)
+	st := tlsState(ctx)
 	id, _ := pki.IdentityFromTLS(st) // admit found it
 	der, err := s.cfg.Identities.Renew(ctx, id, st.PeerCertificates[0].Raw)
 	switch {
@@ -209,6 +225,13 @@ func ServeTLS(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http
 			// Dead peers (power loss, NAT timeout) are found by HTTP/2 pings.
 			SendPingTimeout: 30 * time.Second,
 			PingTimeout:     15 * time.Second,
+			// A connection keeps a buffer as large as the largest frame it read for as long as
+			// it stays open (thousands of them, most idle): frames of the protocol's least
+			// maximum, 16 KiB, not 1 MiB. Messages are bounded by MaxMessageBytes alone.
+			MaxReadFrameSize: 16 << 10,
+			// An agent's connection carries one long stream: the response headers it would
+			// index for later responses are never used again, yet kept while it stays open.
+			MaxEncoderHeaderTableSize: 1,
 		},
 	}
 	done := make(chan struct{})

@@ -21,8 +21,11 @@ import (
 const helloTimeout = 30 * time.Second
 
 // nodeLaneDepth is the queue of a node agent's one lane: acks, progress and results of its few
-// commands, and its status reports.
+// commands, and its status reports. Its stream's queue of control messages to send is as deep.
 const nodeLaneDepth = 16
+
+// siteQueueDepth is the queue of each of a site agent's lanes, and of its control messages.
+const siteQueueDepth = 256
 
 // maxAcksPerWrite bounds the acknowledgements recorded in one AckAll.
 const maxAcksPerWrite = 256
@@ -39,26 +42,27 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// A site agent runs thousands of commands at once; a node's ramdisk or OS one or two. Its
-	// stream gets one lane with a short queue (a lane is a goroutine and a 256-deep channel:
-	// eight of them were most of a connected node's memory on the server).
-	lanes, depth := s.cfg.Lanes, 256
+	// stream gets one lane, and short queues (eight lanes with 256-deep queues were most of a
+	// connected node's memory on the server).
+	lanes, depth := s.cfg.Lanes, siteQueueDepth
 	if a.Kind != pki.KindSiteAgent {
 		lanes, depth = 1, nodeLaneDepth
 	}
 	ss := &session{
 		s: s, a: a, stream: stream, ctx: ctx, cancel: cancel,
-		log:       s.cfg.Logger.With(slog.String("agent", a.String())),
-		ctl:       make(chan *agentv1.ServerMessage, 256),
-		hello:     make(chan *agentv1.Hello, 1),
-		freed:     make(chan struct{}, 1),
-		sent:      make(map[string]string),
-		lanes:     make([]chan laneItem, lanes),
-		seed:      maphash.MakeSeed(),
-		cancelled: make(map[string]bool),
+		log:   s.cfg.Logger.With(slog.String("agent", a.String())),
+		ctl:   make(chan *agentv1.ServerMessage, depth),
+		hello: make(chan *agentv1.Hello, 1),
+		freed: make(chan struct{}, 1),
+		lanes: make([]lane, lanes),
+		seed:  maphash.MakeSeed(),
+	}
+	if st, _ := ctx.Value(requestStateKey{}).(*requestState); st != nil {
+		ss.body = st.body
 	}
 	ss.lastSeen.Store(time.Now().UnixNano())
 	for i := range ss.lanes {
-		ss.lanes[i] = make(chan laneItem, depth)
+		ss.lanes[i].ch = make(chan laneItem, depth)
 	}
 	// The receiver may outlive this handler by the moment it takes the server to close the
 	// request body; once ctx ends it touches nothing but its own stack.
@@ -82,14 +86,11 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 	}
 	ss.log.LogAttrs(ctx, slog.LevelInfo, "agent connected", slog.String("version", hello.GetAgentVersion()))
 
-	var wg sync.WaitGroup
-	for _, ch := range ss.lanes {
-		wg.Go(func() { ss.lane(ch) })
-	}
-	wg.Go(func() { ss.recheck() })
+	ss.setLanes(lanesOpen)
 	sendErr := ss.send()
 	cancel(sendErr)
-	wg.Wait()
+	ss.setLanes(lanesClosed)
+	ss.laneRuns.Wait()
 
 	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer dcancel()
@@ -101,24 +102,17 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 	return err
 }
 
-// recheck admits the stream's certificate again every RecheckInterval until the session ends:
-// one an operator revoked since (a site agent, a node's identity generation), or one past its
-// end, ends the stream. A check that cannot be made (the store out) leaves the stream as it is.
-func (ss *session) recheck() {
-	t := time.NewTicker(ss.s.cfg.RecheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ss.ctx.Done():
-			return
-		case <-t.C:
-		}
-		if _, err := ss.s.admit(ss.ctx); connect.CodeOf(err) == connect.CodePermissionDenied || connect.CodeOf(err) == connect.CodeUnauthenticated {
-			ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "the agent's certificate is refused now: ending its stream", slog.Any("error", err))
-			ss.cancel(err)
-			return
-		}
+// recheck admits the stream's certificate again (the sender does every RecheckInterval): one
+// an operator revoked since (a site agent, a node's identity generation), or one past its end,
+// is the error that ends the stream. A check that cannot be made (the store out) leaves the
+// stream as it is.
+func (ss *session) recheck() error {
+	_, err := ss.s.admit(ss.ctx)
+	if c := connect.CodeOf(err); c == connect.CodePermissionDenied || c == connect.CodeUnauthenticated {
+		ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "the agent's certificate is refused now: ending its stream", slog.Any("error", err))
+		return err
 	}
+	return nil
 }
 
 type session struct {
@@ -129,18 +123,37 @@ type session struct {
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
 
+	body     *streamBody                 // the request body, to wait on between messages (nil: Receive only)
 	ctl      chan *agentv1.ServerMessage // update acks, heartbeat acks → sender
 	hello    chan *agentv1.Hello
 	freed    chan struct{} // the window has room again
-	lanes    []chan laneItem
+	lanes    []lane
 	seed     maphash.Seed
 	lastSeen atomic.Int64 // unix ns of the last received frame
 
 	mu   sync.Mutex
-	sent map[string]string // in flight on this stream: command id → kind
+	sent map[string]string // in flight on this stream: command id → kind (made at the first)
 
-	cancelled map[string]bool // cancels sent on this stream (sender only)
+	laneMu    sync.Mutex
+	laneState int            // lanesWaiting, lanesOpen, lanesClosed (laneMu)
+	laneRuns  sync.WaitGroup // lane goroutines running
+
+	cancelled map[string]bool // cancels sent on this stream (sender only; made at the first)
 }
+
+// lane is one share of a stream's acks, updates and status reports, which a goroutine of its
+// own forwards to the queue in order while it has any: an idle stream holds no such goroutine.
+type lane struct {
+	ch      chan laneItem
+	running bool // a goroutine drains ch (session.laneMu)
+}
+
+// A stream's lanes wait for the queue to record the connection, then run until the sender ends.
+const (
+	lanesWaiting = iota
+	lanesOpen
+	lanesClosed
+)
 
 type laneItem struct {
 	acks   []string // of one frame, all of this lane
@@ -171,6 +184,9 @@ func (ss *session) result() error {
 func (ss *session) receive() {
 	first := true
 	for {
+		if ss.body != nil {
+			ss.body.wait()
+		}
 		m, err := ss.stream.Receive()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
@@ -232,7 +248,8 @@ func (ss *session) route(m *agentv1.AgentMessage) bool {
 		return ss.toLane("", laneItem{status: &st})
 	case *agentv1.AgentMessage_Heartbeat:
 		ack := &agentv1.HeartbeatAck{SentUnixMs: x.Heartbeat.GetSentUnixMs()}
-		if s := ss.s.cfg.Watermark; s != nil {
+		if s := ss.s.cfg.Watermark; s != nil && ss.a.Kind == pki.KindSiteAgent {
+			// Site agents only: they are the store's witnesses (a node's agents may be a lessee's).
 			if w, ok := s(); ok {
 				ack.StoreWatermark = &agentv1.StoreWatermark{StoreId: w.StoreID, Fences: w.Fences, Beats: w.Beats}
 			}
@@ -301,11 +318,49 @@ func (ss *session) toLane(key string, it laneItem) bool { return ss.toLaneAt(ss.
 
 func (ss *session) toLaneAt(i int, it laneItem) bool {
 	select {
-	case ss.lanes[i] <- it:
+	case ss.lanes[i].ch <- it:
+		ss.runLane(i)
 		return true
 	case <-ss.ctx.Done():
 		return false
 	}
+}
+
+// setLanes moves the lanes to state: open, each starts on what it holds; closed, none starts
+// again (the sender ended: what they hold is dropped, as the stream's cause says).
+func (ss *session) setLanes(state int) {
+	ss.laneMu.Lock()
+	ss.laneState = state
+	ss.laneMu.Unlock()
+	if state == lanesOpen {
+		for i := range ss.lanes {
+			ss.runLane(i)
+		}
+	}
+}
+
+// runLane starts lane i's goroutine if the lanes are open, the lane holds something and none
+// runs.
+func (ss *session) runLane(i int) {
+	l := &ss.lanes[i]
+	ss.laneMu.Lock()
+	defer ss.laneMu.Unlock()
+	if ss.laneState != lanesOpen || l.running || len(l.ch) == 0 {
+		return
+	}
+	l.running = true
+	ss.laneRuns.Go(func() { ss.lane(l) })
+}
+
+// idle ends lane l's goroutine if l holds nothing: true when it ended.
+func (ss *session) idle(l *lane) bool {
+	ss.laneMu.Lock()
+	defer ss.laneMu.Unlock()
+	if len(l.ch) > 0 {
+		return false
+	}
+	l.running = false
+	return true
 }
 
 func (ss *session) control(m *agentv1.ServerMessage) bool {
@@ -317,62 +372,71 @@ func (ss *session) control(m *agentv1.ServerMessage) bool {
 	}
 }
 
-// lane forwards one share of the acks, updates and status reports to the queue, in order.
-func (ss *session) lane(ch <-chan laneItem) {
-	q := ss.s.cfg.Queue
+// lane forwards what lane l holds to the queue, in order, until it holds nothing or the session
+// ends. Only one goroutine at a time runs it for a lane (lane.running).
+func (ss *session) lane(l *lane) {
 	for {
-		var it laneItem
 		select {
-		case it = <-ch:
+		case it := <-l.ch:
+			if !ss.forward(it) {
+				return
+			}
 		case <-ss.ctx.Done():
 			return
-		}
-		switch {
-		case len(it.acks) > 0:
-			refused, err := q.AckAll(ss.ctx, ss.a, it.acks)
-			if err != nil {
-				ss.cancel(fmt.Errorf("recording acks of %d commands (%s…): %w", len(it.acks), it.acks[0], err))
+		default:
+			if ss.idle(l) {
 				return
-			}
-			// The agent runs a command only on this answer: an ack it never hears about may
-			// not have been recorded, and such a command can go to another agent.
-			results := make([]*agentv1.AckResult, 0, len(it.acks))
-			for _, id := range it.acks {
-				r := &agentv1.AckResult{CommandId: id}
-				if err := refused[id]; err != nil {
-					ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "ack rejected", slog.String("command", id), slog.Any("error", err))
-					r.Error = err.Error()
-				}
-				results = append(results, r)
-				ss.settle(id)
-			}
-			if !ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Batch{Batch: &agentv1.ServerBatch{AckResults: results}}}) {
-				return
-			}
-		case it.update != nil:
-			u := *it.update
-			err := q.Update(ss.ctx, ss.a, u)
-			if err != nil && !errors.Is(err, ErrRejected) {
-				ss.cancel(fmt.Errorf("recording %s update of command %s: %w", u.State, u.CommandID, err))
-				return
-			}
-			errText := ""
-			if err != nil {
-				errText = err.Error()
-				ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "update rejected", slog.String("command", u.CommandID), slog.Any("error", err))
-			}
-			if u.Final() {
-				ss.settle(u.CommandID)
-				if !ss.control(updateAck(u, errText)) {
-					return
-				}
-			}
-		case it.status != nil:
-			if err := q.Status(ss.ctx, ss.a, *it.status); err != nil {
-				ss.log.LogAttrs(ss.ctx, slog.LevelError, "recording agent status", slog.Any("error", err))
 			}
 		}
 	}
+}
+
+// forward records one lane item and queues the answer the agent waits for; false when the
+// session ended.
+func (ss *session) forward(it laneItem) bool {
+	q := ss.s.cfg.Queue
+	switch {
+	case len(it.acks) > 0:
+		refused, err := q.AckAll(ss.ctx, ss.a, it.acks)
+		if err != nil {
+			ss.cancel(fmt.Errorf("recording acks of %d commands (%s…): %w", len(it.acks), it.acks[0], err))
+			return false
+		}
+		// The agent runs a command only on this answer: an ack it never hears about may
+		// not have been recorded, and such a command can go to another agent.
+		results := make([]*agentv1.AckResult, 0, len(it.acks))
+		for _, id := range it.acks {
+			r := &agentv1.AckResult{CommandId: id}
+			if err := refused[id]; err != nil {
+				ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "ack rejected", slog.String("command", id), slog.Any("error", err))
+				r.Error = err.Error()
+			}
+			results = append(results, r)
+			ss.settle(id)
+		}
+		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Batch{Batch: &agentv1.ServerBatch{AckResults: results}}})
+	case it.update != nil:
+		u := *it.update
+		err := q.Update(ss.ctx, ss.a, u)
+		if err != nil && !errors.Is(err, ErrRejected) {
+			ss.cancel(fmt.Errorf("recording %s update of command %s: %w", u.State, u.CommandID, err))
+			return false
+		}
+		errText := ""
+		if err != nil {
+			errText = err.Error()
+			ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "update rejected", slog.String("command", u.CommandID), slog.Any("error", err))
+		}
+		if u.Final() {
+			ss.settle(u.CommandID)
+			return ss.control(updateAck(u, errText))
+		}
+	case it.status != nil:
+		if err := q.Status(ss.ctx, ss.a, *it.status); err != nil {
+			ss.log.LogAttrs(ss.ctx, slog.LevelError, "recording agent status", slog.Any("error", err))
+		}
+	}
+	return true
 }
 
 // settle takes a command out of this stream's window.
@@ -404,6 +468,8 @@ func (ss *session) send() error {
 	defer poll.Stop()
 	idle := time.NewTicker(cfg.IdleTimeout / 4)
 	defer idle.Stop()
+	recheck := time.NewTicker(cfg.RecheckInterval)
+	defer recheck.Stop()
 
 	claim, starved := true, false
 	for {
@@ -433,6 +499,10 @@ func (ss *session) send() error {
 		case <-idle.C:
 			if since := time.Since(time.Unix(0, ss.lastSeen.Load())); since > cfg.IdleTimeout {
 				return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("nothing received from the agent for %s", since.Round(time.Second)))
+			}
+		case <-recheck.C:
+			if err := ss.recheck(); err != nil {
+				return err
 			}
 		}
 	}
@@ -480,6 +550,9 @@ func (ss *session) sendCommands(cmds []Command) error {
 		}
 		ss.mu.Lock()
 		_, dup := ss.sent[c.ID]
+		if ss.sent == nil {
+			ss.sent = make(map[string]string)
+		}
 		ss.sent[c.ID] = c.Kind
 		ss.mu.Unlock()
 		if dup {
@@ -534,6 +607,9 @@ func (ss *session) sendCancels() error {
 	var out []*agentv1.Cancel
 	for _, id := range ids {
 		if !ss.cancelled[id] {
+			if ss.cancelled == nil {
+				ss.cancelled = make(map[string]bool)
+			}
 			ss.cancelled[id] = true
 			out = append(out, &agentv1.Cancel{CommandId: id})
 		}
