@@ -66,13 +66,19 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 	}
 	mac, _, doc, err := ParseDiscoveryReport(body)
 	if err != nil {
-		h.log.WarnContext(ctx, "discovery report refused", "remote", r.RemoteAddr, "err", err)
+		// Any host on the provisioning network can post: one line per host and minute.
+		if ok, held := h.quiet.allow("refused "+remoteAddr(r).String(), h.now()); ok {
+			h.log.WarnContext(ctx, "discovery report refused", "remote", r.RemoteAddr, "err", err, "held_back", held)
+		}
 		http.Error(w, "bad discovery report: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 	hw, _ := ParseMAC(mac)
 	if err := h.discovery.RecordDiscovery(ctx, Discovery{MAC: hw, RemoteAddr: remoteAddr(r), Time: h.now(), Inventory: doc}); err != nil {
-		h.log.ErrorContext(ctx, "recording discovery report", "mac", mac, "err", err)
+		// A flood fills the reports waiting to be sent: one line per minute says so.
+		if ok, held := h.quiet.allow("record", h.now()); ok {
+			h.log.ErrorContext(ctx, "recording discovery report", "mac", mac, "err", err, "held_back", held)
+		}
 		http.Error(w, "the report could not be recorded", http.StatusServiceUnavailable)
 		return
 	}

@@ -100,11 +100,21 @@ type Handler struct {
 	now       func() time.Time
 	log       *slog.Logger
 	mux       *http.ServeMux
+	// quiet holds back repeated warnings of refused requests (loglimit.go).
+	quiet *logLimiter
 }
+
+// Refused requests are logged once per source and quietInterval; at most quietKeys sources are
+// remembered.
+const (
+	quietInterval = time.Minute
+	quietKeys     = 4096
+)
 
 // NewHandler checks the configuration and builds the handler.
 func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	h := &Handler{
+		quiet:     newLogLimiter(quietInterval, quietKeys),
 		params:    ScriptParams{BaseURL: cfg.BaseURL, RetryAfter: cfg.RetryAfter},
 		entries:   cfg.Entries,
 		discovery: cfg.Discovery,

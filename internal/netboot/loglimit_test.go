@@ -1,0 +1,87 @@
+package netboot
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// One line per key and interval; the next one let through says how many were held back; keys
+// are independent; a full table is emptied.
+func TestLogLimiter(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := newLogLimiter(time.Minute, 2)
+	for _, tc := range []struct {
+		key  string
+		at   time.Duration
+		ok   bool
+		held int
+	}{
+		{"a", 0, true, 0},
+		{"a", time.Second, false, 0},
+		{"a", 59 * time.Second, false, 0},
+		{"b", 59 * time.Second, true, 0},
+		{"a", time.Minute, true, 2},
+		{"a", time.Minute + time.Second, false, 0},
+		{"c", 2 * time.Minute, true, 0}, // a third key: the table is emptied first
+		{"a", 2 * time.Minute, true, 0}, // forgotten: let through, its held count lost
+	} {
+		ok, held := l.allow(tc.key, t0.Add(tc.at))
+		if ok != tc.ok || held != tc.held {
+			t.Errorf("%s at %s: %v %d, want %v %d", tc.key, tc.at, ok, held, tc.ok, tc.held)
+		}
+	}
+}
+
+// A host posting bad discovery reports in a loop gets one warning a minute in the agent's log,
+// which then says how many it held back; another host gets its own.
+func TestRefusedDiscoveryReportsLoggedOncePerMinute(t *testing.T) {
+	h, _ := newTestHandler(t, fakeEntries{}, fakeArtifacts{})
+	var logged bytes.Buffer
+	h.log = slog.New(slog.NewJSONHandler(&logged, nil))
+	now := time.Unix(5000, 0)
+	h.now = func() time.Time { return now }
+	post := func(remote string) {
+		req := httptest.NewRequest("POST", DiscoveryPath, strings.NewReader(`not json`))
+		req.RemoteAddr = remote
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusBadRequest {
+			t.Fatalf("a bad report: %d", rec.Code)
+		}
+	}
+	lines := func() []map[string]any {
+		var out []map[string]any
+		for _, l := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+			var m map[string]any
+			if l == "" {
+				continue
+			}
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m["msg"] == "discovery report refused" {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	for range 100 {
+		post("10.0.0.9:1234")
+	}
+	post("10.0.0.10:999")
+	if got := lines(); len(got) != 2 {
+		t.Fatalf("%d warnings for 101 bad reports from two hosts, want 2", len(got))
+	}
+	now = now.Add(time.Minute)
+	post("10.0.0.9:1235")
+	got := lines()
+	if len(got) != 3 || got[2]["held_back"] != float64(99) {
+		t.Fatalf("after a minute: %v, want a third warning holding back 99", got)
+	}
+}
