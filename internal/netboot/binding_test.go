@@ -2,6 +2,7 @@ package netboot
 
 import (
 	"net"
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -74,5 +75,38 @@ func TestScriptGoesOnlyToTheBoundAddress(t *testing.T) {
 	// A machine with no entry is unaffected: it is recorded and waits, wherever it asks from.
 	if body := get(h, "/boot.ipxe?mac=52:54:00:99:99:99&arch=x86_64", "10.0.0.99:1").Body.String(); !strings.Contains(body, string(WaitNoEntry)) || len(disc.seen) != 1 {
 		t.Fatalf("no-entry machine: %d discoveries\n%s", len(disc.seen), body)
+	}
+}
+
+// The discovery decision carries the same one-time token as the boot script: with Bindings it
+// goes only to the MAC's bound address too, and another host's request is withheld and recorded.
+func TestDecisionGoesOnlyToTheBoundAddress(t *testing.T) {
+	entries := fakeEntries{"52:54:00:12:34:56": ramdiskEntry()}
+	withheld := &withheldLog{}
+	h, err := NewHandler(HandlerConfig{BaseURL: "http://10.0.0.1:8080", Entries: entries, Discovery: &fakeDiscovery{}, Withheld: withheld,
+		Artifacts: fakeArtifacts{shaK: true, shaI: true}, Now: func() time.Time { return fixedNow },
+		Bindings: fakeBindings{"52:54:00:12:34:56": netip.MustParseAddr("10.0.0.77")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const q = DecisionPath + "?mac=52:54:00:12:34:56"
+	for _, tc := range []struct {
+		name, remote string
+		served       bool
+	}{
+		{"from the bound address", "10.0.0.77:1234", true},
+		{"from the bound address, IPv4-mapped", "[::ffff:10.0.0.77]:1234", true},
+		{"from another host", "10.0.0.99:1234", false},
+	} {
+		rec := get(h, q, tc.remote)
+		if got := strings.Contains(rec.Body.String(), "bcd.token="+tok); got != tc.served {
+			t.Errorf("%s: token served %t, want %t (%d %q)", tc.name, got, tc.served, rec.Code, rec.Body.String())
+		}
+		if !tc.served && rec.Code != http.StatusNoContent {
+			t.Errorf("%s: %d, want 204 (no decision it can act on)", tc.name, rec.Code)
+		}
+	}
+	if want := []string{"52:54:00:12:34:56 10.0.0.99"}; !slices.Equal(withheld.got, want) {
+		t.Fatalf("withheld %v, want %v", withheld.got, want)
 	}
 }

@@ -90,9 +90,10 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 // machine was accepted (acceptance flow, DESIGN §6). 204: no decision it can act on yet. 200
 // (text/plain): the kernel command line of the ramdisk entry the control plane pushed for the
 // MAC once it was accepted, with its one-time token: the ramdisk joins with it as the node,
-// without a reboot. The same token is in the boot script the machine would get if it rebooted
-// (GET /boot.ipxe?mac=…), so this discloses nothing more to the provisioning network. 410: an
-// operator rejected the machine (the ramdisk powers its host off).
+// without a reboot. Like the boot script (GET /boot.ipxe?mac=…), it goes only to the address
+// the agent's DHCP saw the MAC take when the boot binding is on: another host asking with the
+// MAC gets 204 and the request is recorded as withheld. 410: an operator rejected the machine
+// (the ramdisk powers its host off).
 const DecisionPath = DiscoveryPath + "/decision"
 
 // serveDecision answers a discovery-mode ramdisk's decision poll.
@@ -112,6 +113,21 @@ func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
 	if !ok || entry.Kind != KindRamdisk || entry.Validate() != nil {
 		w.WriteHeader(http.StatusNoContent)
 		return
+	}
+	if h.bindings != nil {
+		// The command line carries the node's one-time token, which the boot script withholds
+		// from any other address: so does the decision.
+		if remote := remoteAddr(r); !h.bindings.BootsFrom(hw, remote) {
+			if ok, held := h.quiet.allow("decision "+hw.String()+" "+remote.String(), h.now()); ok {
+				h.log.WarnContext(r.Context(), "decision withheld: the request did not come from the address the site's DHCP saw this MAC take",
+					"mac", hw.String(), "remote", remote.String(), "held_back", held)
+			}
+			if h.withheld != nil {
+				h.withheld.RecordWithheld(hw, remote, h.now())
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 	}
 	cmdline, err := entry.cmdline()
 	if err != nil {
