@@ -142,6 +142,11 @@ type journal struct {
 	confirmed []string // confirmation order, oldest first
 	lastID    string
 	records   int // records in the file
+	// spentArgs counts the entries whose arguments (which may carry one-time tokens and BMC
+	// credentials sealed to this agent's key) the file still holds though their command started
+	// or ended; compactedAt is the last compaction. A compaction drops them (argsCompaction).
+	spentArgs   int
+	compactedAt time.Time
 
 	pending  []byte
 	seq      uint64 // batch accumulating
@@ -213,10 +218,12 @@ func (j *journal) apply(r record) {
 		j.lastID = r.ID
 	case opStarted:
 		e.started = true
+		j.spendArgs(e)
 	case opForgotten:
 		delete(j.entries, r.ID)
 	case opFinal:
 		e.final = &Update{CommandID: r.ID, State: r.State, Result: r.Result, Error: r.Error, NodeSig: r.Sig, SignerCertDER: r.Cert}
+		j.spendArgs(e)
 	case opConfirmed:
 		if !e.confirmed {
 			e.confirmed = true
@@ -224,6 +231,19 @@ func (j *journal) apply(r record) {
 		}
 	}
 }
+
+// spendArgs forgets the arguments of a command that started or ended: a restart never runs it
+// again (it reports it interrupted, or re-sends its final update), and its arguments may carry
+// secrets that must not stay on disk longer than needed.
+func (j *journal) spendArgs(e *jentry) {
+	if len(e.cmd.Args) > 0 {
+		e.cmd.Args = nil
+		j.spentArgs++
+	}
+}
+
+// argsCompaction is how long the file may keep arguments spent since the last compaction.
+const argsCompaction = time.Hour
 
 func receivedRecord(c Command) record {
 	r := record{Op: opReceived, ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Attest: c.Attest, Args: c.Args, Starts: true}
@@ -414,7 +434,11 @@ func (j *journal) pruneLocked() {
 		delete(j.entries, j.confirmed[0])
 		j.confirmed = j.confirmed[1:]
 	}
-	if j.f == nil || j.flushing || j.err != nil || j.records < j.minCompact || j.records < 4*len(j.entries) {
+	if j.f == nil || j.flushing || j.err != nil {
+		return
+	}
+	spent := j.spentArgs > 0 && time.Since(j.compactedAt) >= argsCompaction
+	if !spent && (j.records < j.minCompact || j.records < 4*len(j.entries)) {
 		return
 	}
 	if err := j.compactLocked(); err != nil {
@@ -465,6 +489,7 @@ func (j *journal) compactLocked() error {
 	_ = j.f.Close()
 	j.f = f
 	j.records = n
+	j.spentArgs, j.compactedAt = 0, time.Now()
 	return nil
 }
 

@@ -202,3 +202,67 @@ func TestJournalKnowsWhatRan(t *testing.T) {
 		})
 	}
 }
+
+// A command's arguments (one-time tokens, BMC credentials sealed to the agent's key) are kept
+// only while the command may still have to run: once it started or ended they are forgotten,
+// and the file drops them at its next compaction (at the latest an hour later, or at open). A
+// command that never started keeps them across a restart, to run.
+func TestJournalForgetsSpentArguments(t *testing.T) {
+	dir := t.TempDir()
+	j, err := openJournal(dir, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := func(id string) []byte {
+		return []byte(`{"credentials":"jwe-of-` + id + `","token":"tok-of-` + id + `"}`)
+	}
+	cmds := []Command{{ID: "ended", Kind: "bmc.power", Args: secret("ended")}, {ID: "started", Kind: "bmc.power", Args: secret("started")},
+		{ID: "waiting", Kind: "bmc.power", Args: secret("waiting")}}
+	if _, _, err := j.receive(cmds); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"ended", "started"} {
+		if err := j.start(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := j.finish(Update{CommandID: "ended", State: StateSucceeded}); err != nil {
+		t.Fatal(err)
+	}
+	j.confirm("ended")
+	for id, want := range map[string]bool{"ended": false, "started": false, "waiting": true} {
+		if got := len(j.entries[id].cmd.Args) > 0; got != want {
+			t.Errorf("%s: arguments kept %v, want %v", id, got, want)
+		}
+	}
+	if err := j.close(); err != nil {
+		t.Fatal(err)
+	}
+	// At open the spent arguments are compacted away; the waiting command's stay.
+	j, err = openJournal(dir, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	data, err := os.ReadFile(filepath.Join(dir, JournalFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, _, err := decodeJournal(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, r := range recs {
+		if len(r.Args) > 0 {
+			held[r.ID] = true
+		}
+	}
+	if want := map[string]bool{"waiting": true}; !reflect.DeepEqual(held, want) {
+		t.Errorf("after reopening, the file holds the arguments of %v, want only %v", held, want)
+	}
+	ran, never := j.unfinished()
+	if len(ran) != 1 || ran[0].ID != "started" || len(never) != 1 || never[0].ID != "waiting" || !bytes.Equal(never[0].Args, secret("waiting")) {
+		t.Fatalf("unfinished after reopening: ran %v, never %v", ran, never)
+	}
+}
