@@ -5,6 +5,7 @@ package bmc
 import (
 	"context"
 	"fmt"
+	"log/slog"
 )
 
 // PowerState is a machine's power as its BMC reports it.
@@ -88,6 +89,13 @@ type Endpoint struct {
 
 // String never shows the password.
 func (e Endpoint) String() string { return fmt.Sprintf("%s@%s", e.Username, e.Address) }
+
+// LogValue never shows the password either (slog's JSON handler would otherwise print every
+// field).
+func (e Endpoint) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("address", e.Address), slog.String("username", e.Username), slog.Bool("insecure", e.Insecure),
+		slog.String("fingerprint_sha256", e.FingerprintSHA256))
+}
 
 // OOBInventory is what a BMC tells about its machine without booting it.
 type OOBInventory struct {
