@@ -41,11 +41,19 @@ var (
 	hex128       = regexp.MustCompile(`^[0-9a-f]{128}$`)
 )
 
-// Check validates an image's fields (not its signature).
+// Check validates an image's fields (not its signature). A URL may not carry a user or password:
+// the catalog shows its URLs to every viewer. A URL signed with a query token is accepted; the
+// token is redacted where bcd shows the URL beyond the catalog (events, the ramdisk's logs).
 func Check(img Image) error {
 	u, err := url.Parse(img.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("image %s: URL %q: use http(s)://host/path", img.Name, img.URL)
+	switch {
+	case err != nil:
+		// Not quoted: what does not parse may be a password or a token.
+		return fmt.Errorf("image %s: the URL does not parse: use http(s)://host/path", img.Name)
+	case u.User != nil:
+		return fmt.Errorf("image %s: the URL must not carry a user or password (USER:PASSWORD@HOST): catalog URLs are shown to every viewer; serve the image where sites fetch it without credentials, or sign the URL with a query token", img.Name)
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("image %s: URL %q: use http(s)://host/path", img.Name, RedactURL(img.URL))
 	}
 	if img.Size < 0 {
 		return fmt.Errorf("image %s: size %d is negative", img.Name, img.Size)
@@ -72,6 +80,20 @@ func Check(img Image) error {
 		return fmt.Errorf("image %s: sha512 must be 128 lower-case hex digits", img.Name)
 	}
 	return nil
+}
+
+// RedactURL is an image URL as events and logs show it: scheme, host and path; a user or
+// password dropped, a query (a signed URL's token) replaced by "[redacted]".
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[unparseable URL]"
+	}
+	out := u.Scheme + "://" + u.Host + u.EscapedPath()
+	if u.RawQuery != "" || u.ForceQuery {
+		out += "?[redacted]"
+	}
+	return out
 }
 
 // SigningInput is the unambiguous byte string a signer signs: a domain separator, then every

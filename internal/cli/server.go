@@ -22,6 +22,9 @@ func serverCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if !cmd.Flags().Changed("store") {
+				cfg.StoreDSN = g.envOr("BCD_STORE", "")
+			}
 			cfg.Key = g.env.Getenv("BCD_SEAL_KEY")
 			if fw := cfg.Engine.FastTrackWindow; fw < 0 || fw > workflow.MaxFastTrackWindow {
 				return fmt.Errorf("--fast-track-window %s: use a duration from 0s (off) to %s", fw, workflow.MaxFastTrackWindow)
@@ -41,7 +44,9 @@ func serverCmd(g *globals) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Listen, "listen", g.envOr("BCD_LISTEN", "127.0.0.1:7480"), "API listen address (env BCD_LISTEN)")
 	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "data directory: SQLite store and sealing key (env BCD_DATA_DIR)")
-	f.StringVar(&cfg.StoreDSN, "store", g.envOr("BCD_STORE", ""), "store DSN: sqlite:PATH or postgres://… (env BCD_STORE; default sqlite:DATA-DIR/bcd.db)")
+	// The environment is read after parsing, not shown as the flag's default: help must not print
+	// the password a DSN may hold.
+	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
 	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key itself)")
 	f.StringVar(&cfg.GatewayListen, "gateway-listen", g.envOr("BCD_GATEWAY_LISTEN", "127.0.0.1:7443"), "agent gateway listen address, mTLS (env BCD_GATEWAY_LISTEN; \"off\" for none)")
 	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (default https://GATEWAY-LISTEN)")

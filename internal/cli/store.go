@@ -23,6 +23,9 @@ query, a retry or a failure), voids every unused one-time join token, and lets t
 on the store (each refuses a store behind what it last recorded in it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("store") {
+				cfg.StoreDSN = g.envOr("BCD_STORE", "")
+			}
 			f, err := server.FenceRestore(cmd.Context(), cfg, reason)
 			if err != nil {
 				return err
@@ -37,7 +40,9 @@ on the store (each refuses a store behind what it last recorded in it).`,
 	}
 	f := after.Flags()
 	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "the server's data directory (env BCD_DATA_DIR)")
-	f.StringVar(&cfg.StoreDSN, "store", g.envOr("BCD_STORE", ""), "store DSN: sqlite:PATH or postgres://… (env BCD_STORE; default sqlite:DATA-DIR/bcd.db)")
+	// The environment is read after parsing, not shown as the flag's default: help must not print
+	// the password a DSN may hold.
+	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
 	f.StringVar(&reason, "reason", "", "why (recorded in the control_plane.restore_fenced event)")
 	cmd.AddCommand(after)
 	return cmd

@@ -487,7 +487,7 @@ func (s *Service) AddImage(ctx context.Context, p auth.Principal, img catalog.Im
 		if err := tx.PutImage(ctx, img); err != nil {
 			return err
 		}
-		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "image.put", Data: jsonObject(map[string]any{"name": img.Name, "url": img.URL, "sha256": img.SHA256, "signer": img.Signer})})
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "image.put", Data: jsonObject(map[string]any{"name": img.Name, "url": catalog.RedactURL(img.URL), "sha256": img.SHA256, "signer": img.Signer})})
 	})
 }
 

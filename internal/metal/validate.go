@@ -131,6 +131,10 @@ func ValidBMCAddress(driver, addr string) (string, error) {
 	if len(addr) > 255 {
 		return "", invalid("bmc.address", "longer than 255 characters")
 	}
+	if strings.Contains(addr, "@") {
+		// user[:password]@host: the address is not quoted back, it may hold the password.
+		return "", invalid("bmc.address", "a BMC address must not carry credentials: give them with --bmc-username and --bmc-password-file")
+	}
 	switch driver {
 	case "redfish":
 		u, err := url.Parse(addr)
@@ -150,7 +154,8 @@ func ValidBMCAddress(driver, addr string) (string, error) {
 		}
 		return addr, nil
 	}
-	return "", invalid("bmc.driver", "unknown driver %q: accepted are %s", driver, strings.Join(bmcDrivers, ", "))
+	// Not quoted: a secret pasted into the wrong field must not come back.
+	return "", invalid("bmc.driver", "unknown driver: accepted are %s", strings.Join(bmcDrivers, ", "))
 }
 
 func validHostPort(hp string) error {

@@ -158,17 +158,23 @@ func ParseDSN(dsn string) (Engine, string, error) {
 // sessions set to on, and a warning; any other setting (on, local, remote_write, remote_apply)
 // is kept.
 func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		// The driver would quote the DSN back, redacting only what it still recognises as the
+		// password: neither its message nor url.Parse's (which repeats the DSN) is shown.
+		return nil, errors.New("the postgres store's DSN is not a URL: percent-encode % @ / ? # in its user and password (% as %25, @ as %40, …)")
+	}
 	open := func(dsn string) (*sql.DB, string, error) {
 		db, err := sql.Open("pgx", dsn)
 		if err != nil {
-			return nil, "", fmt.Errorf("opening postgres store %s: %w", redactDSN(dsn), err)
+			return nil, "", fmt.Errorf("opening postgres store %s: %w", redactDSN(dsn), driverError(dsn, err))
 		}
 		db.SetMaxOpenConns(32)
 		db.SetMaxIdleConns(32)
 		var sync string
 		if err := db.QueryRowContext(ctx, "SHOW synchronous_commit").Scan(&sync); err != nil {
 			db.Close()
-			return nil, "", fmt.Errorf("connecting to postgres store %s: %w", redactDSN(dsn), err)
+			return nil, "", fmt.Errorf("connecting to postgres store %s: %w", redactDSN(dsn), driverError(dsn, err))
 		}
 		return db, sync, nil
 	}
@@ -177,10 +183,6 @@ func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
 		return db, err
 	}
 	db.Close()
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("parsing the postgres store's DSN %s: %w", redactDSN(dsn), err)
-	}
 	q := u.Query()
 	q.Set("synchronous_commit", "on") // pgx sends unknown parameters as the session's settings
 	u.RawQuery = q.Encode()
@@ -196,14 +198,83 @@ func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
 	return db, nil
 }
 
-func redactDSN(dsn string) string {
+// driverError is err from the database driver, unless its message repeats a password of dsn
+// (the driver redacts only the passwords it knows of): then it says no more than that it failed.
+func driverError(dsn string, err error) error {
+	msg := err.Error()
+	for _, pw := range dsnPasswords(dsn) {
+		if pw != "" && strings.Contains(msg, pw) {
+			return errors.New("the driver's message is not shown: it repeats a password of the DSN")
+		}
+	}
+	return err
+}
+
+// dsnPasswords are the passwords of a URL DSN (in its userinfo, or a parameter whose name holds
+// "password"), each as written and decoded.
+func dsnPasswords(dsn string) []string {
 	u, err := url.Parse(dsn)
-	if err != nil || u.User == nil {
-		return dsn
+	if err != nil {
+		return nil
 	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	var out []string
+	if pw, ok := u.User.Password(); ok {
+		out = append(out, pw)
+		_, authority, _ := strings.Cut(dsn, "://")
+		if i := strings.IndexAny(authority, "/?#"); i >= 0 {
+			authority = authority[:i]
+		}
+		if at := strings.LastIndex(authority, "@"); at >= 0 {
+			_, raw, _ := strings.Cut(authority[:at], ":")
+			out = append(out, raw)
+		}
 	}
+	for _, kv := range strings.Split(u.RawQuery, "&") {
+		k, v, _ := strings.Cut(kv, "=")
+		if dk, err := url.QueryUnescape(k); err == nil {
+			k = dk
+		}
+		if !strings.Contains(strings.ToLower(k), "password") {
+			continue
+		}
+		out = append(out, v)
+		if dv, err := url.QueryUnescape(v); err == nil {
+			out = append(out, dv)
+		}
+	}
+	return out
+}
+
+// redactDSN is dsn as an error or a log line may show it: what tells the operator which store
+// (scheme, user, host, port, database, parameters), with every password (the URL's userinfo, a
+// password or sslpassword parameter) replaced by xxxxx. A DSN that is not a URL bcd can take apart
+// (a % that is no escape in its password, libpq's keyword=value form) may hold its password
+// anywhere: a fixed placeholder stands for it.
+func redactDSN(dsn string) string {
+	unparseable := "[unparseable DSN]"
+	if strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://") {
+		unparseable = "postgres://" + unparseable
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || u.Opaque != "" || u.Scheme == "" && strings.Contains(dsn, "=") {
+		return unparseable
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return unparseable
+	}
+	if u.User != nil {
+		if _, has := u.User.Password(); has {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+	}
+	for k := range q {
+		if strings.Contains(strings.ToLower(k), "password") {
+			q[k] = []string{"xxxxx"}
+		}
+	}
+	u.RawQuery = q.Encode()
+	u.Fragment, u.RawFragment = "", ""
 	return u.String()
 }
 

@@ -31,6 +31,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -169,10 +170,11 @@ func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts
 		client = http.DefaultClient
 	}
 	idle := cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
+	shown := redactURL(spec.URL) // a signed URL's token is not logged nor reported
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatchdog(idle, func() {
-		cancel(fmt.Errorf("%w: %s sent nothing for %s", ErrSourceStalled, spec.URL, idle))
+		cancel(fmt.Errorf("%w: %s sent nothing for %s", ErrSourceStalled, shown, idle))
 	})
 	defer w.stop()
 	stalled := func(err error) error {
@@ -183,19 +185,19 @@ func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, spec.URL, nil)
 	if err != nil {
-		return Result{}, fmt.Errorf("building the request for %s: %w", spec.URL, err)
+		return Result{}, fmt.Errorf("building the request for %s: %w", shown, urlErrorCause(err))
 	}
 	w.arm()
 	resp, err := client.Do(req)
 	w.disarm()
 	if err != nil {
-		return Result{}, fmt.Errorf("fetching %s: %w", spec.URL, stalled(err))
+		return Result{}, fmt.Errorf("fetching %s: %w", shown, stalled(urlErrorCause(err)))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return Result{}, fmt.Errorf("fetching %s: HTTP %s", spec.URL, resp.Status)
+		return Result{}, fmt.Errorf("fetching %s: HTTP %s", shown, resp.Status)
 	}
-	log.InfoContext(ctx, "image download started", "url", spec.URL, "contentLength", resp.ContentLength, "idleTimeout", idle)
+	log.InfoContext(ctx, "image download started", "url", shown, "contentLength", resp.ContentLength, "idleTimeout", idle)
 	res, err := Write(ctx, log, &idleReader{r: resp.Body, w: w}, spec, target, opts, progress)
 	if err != nil {
 		if cause := stalled(nil); cause != nil && !errors.Is(err, ErrSourceStalled) {
@@ -204,6 +206,30 @@ func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts
 		return res, err
 	}
 	return res, nil
+}
+
+// redactURL is an image URL as errors and logs show it: scheme, host and path; a user or
+// password dropped, a query (a signed URL's token) replaced by "[redacted]".
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "[unparseable URL]"
+	}
+	out := u.Scheme + "://" + u.Host + u.EscapedPath()
+	if u.RawQuery != "" || u.ForceQuery {
+		out += "?[redacted]"
+	}
+	return out
+}
+
+// urlErrorCause is err without the *url.Error that repeats the full URL (its query, a
+// redirect's): the caller names the URL, redacted.
+func urlErrorCause(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // watchdog calls fire when it stays armed for longer than its timeout.
