@@ -20,6 +20,7 @@
 package image
 
 import (
+	"bcd/internal/catalog"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -170,7 +171,7 @@ func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts
 		client = http.DefaultClient
 	}
 	idle := cmp.Or(opts.IdleTimeout, DefaultIdleTimeout)
-	shown := redactURL(spec.URL) // a signed URL's token is not logged nor reported
+	shown := catalog.RedactURL(spec.URL) // a signed URL's token is not logged nor reported
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatchdog(idle, func() {
@@ -206,20 +207,6 @@ func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts
 		return res, err
 	}
 	return res, nil
-}
-
-// redactURL is an image URL as errors and logs show it: scheme, host and path; a user or
-// password dropped, a query (a signed URL's token) replaced by "[redacted]".
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "[unparseable URL]"
-	}
-	out := u.Scheme + "://" + u.Host + u.EscapedPath()
-	if u.RawQuery != "" || u.ForceQuery {
-		out += "?[redacted]"
-	}
-	return out
 }
 
 // urlErrorCause is err without the *url.Error that repeats the full URL (its query, a
