@@ -214,6 +214,16 @@ func (s *Service) Approve(ctx context.Context, p auth.Principal, id, reason stri
 		if err != nil {
 			return false, err
 		}
+		// A policy raised while the batch waited applies to it: the gate counts approvals
+		// against the policy as it is when the work is sent.
+		now, err := tx.RequiredApprovals(ctx, b.SiteID, b.PoolID)
+		if err != nil {
+			return false, err
+		}
+		raised := now > b.Required
+		if raised {
+			b.Required = now
+		}
 		next, err := batch.Approve(*b, p.Actor(), n, already)
 		if err != nil {
 			return false, err
@@ -224,9 +234,13 @@ func (s *Service) Approve(ctx context.Context, p auth.Principal, id, reason stri
 		opened := next == store.BatchApproved && b.State == store.BatchPending
 		if opened {
 			b.State, b.DecidedBy, b.DecidedAt = store.BatchApproved, p.Actor(), tx.At()
+		}
+		if opened || raised {
 			if err := tx.UpdateBatch(ctx, b); err != nil {
 				return false, err
 			}
+		}
+		if opened {
 			if err := tx.ReleaseHeldCommands(ctx, b.ID); err != nil {
 				return false, err
 			}

@@ -467,8 +467,18 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			data["action"], data["command"] = string(action), commandID
 		} else {
 			applyMove(&n, v, move)
-			if move.Wakes && v != provision.VerbAbort {
+			// Turning maintenance off resumes the chain as it was: who asked for it, and from
+			// where (a rejected batch returns the node there), stay.
+			if move.Wakes && v != provision.VerbAbort && v != provision.VerbMaintenance {
 				n.VerbFrom, n.VerbBy = from, p.Actor()
+			}
+			// A verb that ends the node's chain (abort) or starts another (recover, retire, …)
+			// takes the node out of the batch its chain ran under: the next chain's destructive
+			// work needs its own approval, not the one given for this chain. (The aborted
+			// workflow's cleanup keeps its own batch.)
+			var left string
+			if n.BatchID != "" && v != provision.VerbMaintenance && (move.Wakes || v == provision.VerbAbort) {
+				left, n.BatchID = n.BatchID, ""
 			}
 			switch v {
 			case provision.VerbDeploy:
@@ -483,6 +493,12 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			}
 			if err := tx.UpdateNode(ctx, &n); err != nil {
 				return err
+			}
+			if left != "" {
+				if err := leaveBatch(ctx, tx, n, left); err != nil {
+					return err
+				}
+				data["leftBatch"] = left
 			}
 			if v == provision.VerbAbort {
 				if err := tx.RequestWorkflowAbort(ctx, n.ID); err != nil {
@@ -883,4 +899,26 @@ func (s *Service) Activity(ctx context.Context, p auth.Principal, n store.Node) 
 		}
 	}
 	return a, nil
+}
+
+// leaveBatch: node n has left batch id (its row already written). A pending batch no node is
+// parked on any more is cancelled, as the reconciler does for a node that comes to rest.
+func leaveBatch(ctx context.Context, tx *store.Tx, n store.Node, id string) error {
+	b, err := tx.Batch(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil || b.State != store.BatchPending {
+		return err
+	}
+	parked, err := tx.CountParked(ctx, id)
+	if err != nil || parked > 0 {
+		return err
+	}
+	b.State, b.DecidedBy, b.DecidedAt = store.BatchCancelled, "reconciler", tx.At()
+	if err := tx.UpdateBatch(ctx, &b); err != nil {
+		return err
+	}
+	return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: "reconciler", Kind: "batch.cancelled", FromState: n.State, ToState: n.State,
+		Reason: "every node left the batch before it was approved", Data: jsonObject(map[string]any{"batch": id})})
 }

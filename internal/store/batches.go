@@ -271,8 +271,8 @@ func (t *Tx) CountApprovals(ctx context.Context, id string) (int, error) {
 
 // UpdateBatch writes a batch's state and decision.
 func (t *Tx) UpdateBatch(ctx context.Context, b *Batch) error {
-	_, err := t.exec(ctx, `UPDATE batches SET state = ?, decided_by = ?, decision_reason = ?, decided_at = ?, started_at = ? WHERE id = ?`,
-		b.State, b.DecidedBy, b.DecisionReason, b.DecidedAt, b.StartedAt, b.ID)
+	_, err := t.exec(ctx, `UPDATE batches SET state = ?, required = ?, decided_by = ?, decision_reason = ?, decided_at = ?, started_at = ? WHERE id = ?`,
+		b.State, b.Required, b.DecidedBy, b.DecisionReason, b.DecidedAt, b.StartedAt, b.ID)
 	if err != nil {
 		return fmt.Errorf("updating batch %s: %w", b.ID, err)
 	}

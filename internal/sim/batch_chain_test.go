@@ -1,0 +1,244 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"bcd/internal/engine"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// startSlow is start with a per-command latency, so an aborted workflow's cleanup
+// (boot.cleanUp on the site agent) takes a moment to run.
+func startSlow(t *testing.T, st *store.Store, n int, lat time.Duration) (*Harness, []string) {
+	t.Helper()
+	ctx := context.Background()
+	h, err := Start(ctx, st, Config{Latency: lat}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	ids, err := h.Enroll(ctx, "e", n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, ids
+}
+
+func workflowsOf(t *testing.T, st *store.Store, id string) []store.Workflow {
+	t.Helper()
+	wfs, err := st.Workflows(context.Background(), id, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return wfs
+}
+
+// waitStepped waits until the node's newest workflow runs under batch and took a step.
+func waitStepped(t *testing.T, st *store.Store, id, profile string) store.Workflow {
+	t.Helper()
+	var wf store.Workflow
+	waitFor(t, profile+" running past its first step", func() bool {
+		wfs := workflowsOf(t, st, id)
+		if len(wfs) == 0 || wfs[0].Profile != profile || wfs[0].OutcomeApplied || wfs[0].StepIndex < 2 {
+			return false
+		}
+		wf = wfs[0]
+		return true
+	})
+	return wf
+}
+
+// An approved retire aborted mid-run and recovered at once (before the aborted workflow's
+// cleanup ended): the recovery is a new chain and runs under a new batch, which needs its own
+// approval; it never runs under the aborted chain's approved one.
+func TestRecoverAfterAbortNeedsItsOwnApproval(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := startSlow(t, st, 1, 300*time.Millisecond)
+	rest(t, h, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(ctx, provision.VerbRetire, ids, metal.VerbInput{Reason: "decommission"}); err != nil {
+		t.Fatal(err)
+	}
+	heldAtFirstStep(t, st, ids)
+	first := workflowsOf(t, st, ids[0])[0]
+	if _, err := h.Metal.Approve(ctx, alice, first.BatchID, "ok to retire"); err != nil {
+		t.Fatal(err)
+	}
+	waitStepped(t, st, ids[0], "metal-retire")
+	// Abort, then recover at once.
+	if err := h.Apply(ctx, provision.VerbAbort, ids, metal.VerbInput{Reason: "stop"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(ctx, provision.VerbRecover, ids, metal.VerbInput{Reason: "try again"}); err != nil {
+		t.Fatal(err)
+	}
+	next := heldUnderNewBatch(t, st, ids[0], first)
+	if _, err := h.Metal.Approve(ctx, alice, next.BatchID, "recover ok"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rest(t, h, ids)[ids[0]]; got.State != "retired" {
+		t.Fatalf("after the recovery's approval: %s %s", got.State, got.FaultMsg)
+	}
+}
+
+// heldUnderNewBatch waits until node id's newest workflow, a new one after aborted, waits under
+// a pending batch other than aborted's, having sent no destructive command, and returns it.
+func heldUnderNewBatch(t *testing.T, st *store.Store, id string, aborted store.Workflow) store.Workflow {
+	t.Helper()
+	ctx := context.Background()
+	var wf store.Workflow
+	waitFor(t, "the new chain held under a new batch", func() bool {
+		wfs := workflowsOf(t, st, id)
+		if len(wfs) == 0 || wfs[0].ID == aborted.ID || wfs[0].BatchID == "" {
+			return false
+		}
+		if wfs[0].BatchID == aborted.BatchID {
+			t.Fatalf("the new workflow %s (%s) runs under the aborted chain's batch %s", wfs[0].ID, wfs[0].Profile, aborted.BatchID)
+		}
+		b, err := st.Batch(ctx, wfs[0].BatchID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.State != store.BatchPending {
+			t.Fatalf("the new chain's batch %s is %s before any approval", b.ID, b.State)
+		}
+		wf = wfs[0]
+		return true
+	})
+	cmds, err := st.Commands(ctx, id, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if c.WorkflowID == wf.ID && c.Destructive && c.State != "held" {
+			t.Fatalf("the new chain sent %s (%s) before its approval", c.Kind, c.State)
+		}
+	}
+	return wf
+}
+
+// An approved undeploy (quick wipe) aborted mid-run, then, within the aborted workflow's
+// cleanup, maintenance off and a retire: the retire (secure erase, power off) never runs under
+// the release's approval.
+func TestRetireAfterAbortedReleaseNeedsItsOwnApproval(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := startSlow(t, st, 1, 300*time.Millisecond)
+	rest(t, h, ids)
+	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := rest(t, h, ids)[ids[0]]; n.State != "deployed" {
+		t.Fatalf("deploy: %s %s", n.State, n.FaultMsg)
+	}
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{Reason: "tenant left", Wipe: "quick"}); err != nil {
+		t.Fatal(err)
+	}
+	heldAtFirstStep(t, st, ids)
+	rel := workflowsOf(t, st, ids[0])[0]
+	b, _ := st.Batch(ctx, rel.BatchID)
+	t.Logf("release batch %s verb=%s reason=%q", b.ID, b.Verb, b.Reason)
+	if _, err := h.Metal.Approve(ctx, alice, rel.BatchID, "release ok"); err != nil {
+		t.Fatal(err)
+	}
+	waitStepped(t, st, ids[0], "metal-release")
+	for _, step := range []struct {
+		v  provision.Verb
+		in metal.VerbInput
+	}{
+		{provision.VerbAbort, metal.VerbInput{Reason: "stop"}},
+		{provision.VerbMaintenance, metal.VerbInput{Reason: "off", MaintenanceOn: false}},
+		{provision.VerbRetire, metal.VerbInput{Reason: "retire instead"}},
+	} {
+		if err := h.Apply(ctx, step.v, ids, step.in); err != nil {
+			t.Fatalf("%s: %v", step.v, err)
+		}
+	}
+	next := heldUnderNewBatch(t, st, ids[0], rel)
+	if next.Profile != "metal-retire" {
+		t.Fatalf("held %s, want the retire", next.Profile)
+	}
+	if _, err := h.Metal.Approve(ctx, alice, next.BatchID, "retire ok"); err != nil {
+		t.Fatal(err)
+	}
+	if got := rest(t, h, ids)[ids[0]]; got.State != "retired" {
+		t.Fatalf("after the retire's approval: %s %s", got.State, got.FaultMsg)
+	}
+}
+
+// A retire of a ready node waits for approval; an operator turns maintenance on and off
+// meanwhile: the rejection still returns the node to ready, as documented (the maintenance verb
+// does not overwrite where the chain came from).
+func TestRejectAfterMaintenanceToggleReturnsTheNode(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Apply(ctx, provision.VerbRetire, ids, metal.VerbInput{Reason: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	heldAtFirstStep(t, st, ids)
+	for _, on := range []bool{true, false} {
+		if err := h.Apply(ctx, provision.VerbMaintenance, ids, metal.VerbInput{MaintenanceOn: on, Reason: "m"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n0, _ := st.Node(ctx, ids[0], "")
+	wf := workflowsOf(t, st, ids[0])[0]
+	b, _ := st.Batch(ctx, wf.BatchID)
+	if _, err := h.Metal.Reject(ctx, bob, wf.BatchID, "no"); err != nil {
+		t.Fatal(err)
+	}
+	n := rest(t, h, ids)[ids[0]]
+	t.Logf("verb_from after the toggle: %q verb_by=%q (batch requested by %s); after reject: %s %s", n0.VerbFrom, n0.VerbBy, b.RequestedBy, n.State, n.FaultCode)
+	if n.State != "ready" {
+		t.Errorf("rejected retire of a ready node left it %s %s (maintenance=%v), not ready", n.State, n.FaultCode, n.Maintenance)
+	}
+}
+
+// A policy raised while a batch waits applies to it: one approval of two no longer opens it, and
+// the second approver's does.
+func TestPolicyRaisedWhilePendingApplies(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "retire", Nodes: ids, Reason: "decommission"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldAtFirstStep(t, st, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 2); err != nil {
+		t.Fatal(err)
+	}
+	b, err := h.Metal.Approve(ctx, alice, res.Batch.ID, "one of two")
+	if err != nil || b.State != store.BatchPending || b.Required != 2 {
+		t.Fatalf("the first approval under a policy of 2: %s, required %d, %v", b.State, b.Required, err)
+	}
+	if stored, err := st.Batch(ctx, b.ID); err != nil || stored.Required != 2 {
+		t.Fatalf("stored batch requires %d (%v), want 2", stored.Required, err)
+	}
+	if b, err = h.Metal.Approve(ctx, bob, res.Batch.ID, "two of two"); err != nil || b.State != store.BatchApproved && b.State != store.BatchRunning {
+		t.Fatalf("the second approval: %s %v", b.State, err)
+	}
+	if n := rest(t, h, ids)[ids[0]]; n.State != "retired" {
+		t.Fatalf("after two approvals: %s %s", n.State, n.FaultMsg)
+	}
+}
