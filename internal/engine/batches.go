@@ -262,6 +262,14 @@ func (e *Engine) gate(ctx context.Context, tx *store.Tx, a Agent, c *store.Comma
 	}
 	gerr := batch.Gate(required, b, gc.approvals[c.BatchID], inScope, subject, c.Kind)
 	if gerr == nil {
+		if b != nil && b.State == store.BatchApproved {
+			// The batch's first command goes out: it runs from now on (no withdrawal or
+			// rejection of work already sent). A workflow's batch started at its first step.
+			if err := tx.StartBatch(ctx, b.ID); err != nil {
+				return false, err
+			}
+			b.State = store.BatchRunning
+		}
 		return true, nil
 	}
 	c.State, c.Error, c.FinishedAt, c.TargetAgent = string(command.Failed), gerr.Error(), tx.At(), a.ID

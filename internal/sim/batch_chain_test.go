@@ -242,3 +242,39 @@ func TestPolicyRaisedWhilePendingApplies(t *testing.T) {
 		t.Fatalf("after two approvals: %s %s", n.State, n.FaultMsg)
 	}
 }
+
+// An operator's power action approved and sent starts its batch: it can no longer be withdrawn
+// or rejected, and the batch reads running, not approved.
+func TestDirectBatchRunsOnceSent(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 1)
+	rest(t, h, ids)
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	_, cmdID, err := h.Metal.Apply(ctx, h.Admin, provision.VerbPower, metal.VerbInput{Node: ids[0], PowerAction: "off", Reason: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Command(ctx, cmdID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Metal.Approve(ctx, alice, c.BatchID, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the power command sent", func() bool {
+		c, _ = st.Command(ctx, cmdID)
+		return c.DeliveredAt > 0
+	})
+	if b, err := st.Batch(ctx, c.BatchID); err != nil || b.State != store.BatchRunning {
+		t.Fatalf("after its command was sent, batch %s is %s (%v), want running", c.BatchID, b.State, err)
+	}
+	if _, err := h.Metal.Withdraw(ctx, alice, c.BatchID, "changed my mind"); err == nil {
+		t.Error("an approval withdrawn after its batch's command was sent")
+	}
+	if _, err := h.Metal.Reject(ctx, bob, c.BatchID, "no"); err == nil {
+		t.Error("a batch rejected after its command was sent")
+	}
+}
