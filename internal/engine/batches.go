@@ -293,19 +293,8 @@ func (r *run) unpark() error {
 	if err := r.tx.UpdateNode(r.ctx, &r.n); err != nil {
 		return err
 	}
-	b, err := r.tx.Batch(r.ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil || b.State != store.BatchPending {
-		return err
-	}
-	parked, err := r.tx.CountParked(r.ctx, id)
-	if err != nil || parked > 0 {
-		return err
-	}
-	b.State, b.DecidedBy, b.DecidedAt = store.BatchCancelled, "reconciler", r.tx.At()
-	if err := r.tx.UpdateBatch(r.ctx, &b); err != nil {
+	cancelled, err := r.tx.CancelDeserted(r.ctx, id)
+	if err != nil || !cancelled {
 		return err
 	}
 	return r.event("batch.cancelled", r.n.State, r.n.State, "every node left the batch before it was approved", map[string]any{"batch": id})

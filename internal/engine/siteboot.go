@@ -68,14 +68,19 @@ func (e *Engine) RecordWithheld(ctx context.Context, a Agent, ws []gateway.Withh
 // wrote for the agent.
 func (e *Engine) RecordBootServices(ctx context.Context, a Agent, dhcpMode, binding string) error {
 	dhcpMode, binding = known(dhcpMode, "off", "proxy", "full", "observe"), known(binding, "lease", "none")
-	v := dhcpMode + "|" + binding
-	if last, ok := e.bootServices.Get(a.ID); ok && last == v {
+	return e.recordChanged(ctx, a.ID, dhcpMode+"|"+binding, func(tx *store.Tx) error { return tx.SetAgentBootServices(ctx, a.ID, dhcpMode, binding) })
+}
+
+// recordChanged runs write unless v is what this server last wrote under key (bootServices),
+// and remembers v once written: agents repeat their status, which rarely changes.
+func (e *Engine) recordChanged(ctx context.Context, key, v string, write func(*store.Tx) error) error {
+	if last, ok := e.bootServices.Get(key); ok && last == v {
 		return nil
 	}
-	if err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.SetAgentBootServices(ctx, a.ID, dhcpMode, binding) }); err != nil {
+	if err := e.st.Write(ctx, write); err != nil {
 		return err
 	}
-	e.bootServices.Put(a.ID, v)
+	e.bootServices.Put(key, v)
 	return nil
 }
 
@@ -95,16 +100,7 @@ func (e *Engine) RecordArtifactCache(ctx context.Context, a Agent, facts map[str
 	}
 	c := store.ArtifactCache{Artifacts: n("cacheArtifacts"), Bytes: n("cacheBytes"), Bound: n("cacheBoundBytes"),
 		Evictions: n("cacheEvictions"), EvictedBytes: n("cacheEvictedBytes")}
-	key := "cache|" + a.ID
-	v := fmt.Sprint(c)
-	if last, ok := e.bootServices.Get(key); ok && last == v {
-		return nil
-	}
-	if err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.SetAgentArtifactCache(ctx, a.ID, c) }); err != nil {
-		return err
-	}
-	e.bootServices.Put(key, v)
-	return nil
+	return e.recordChanged(ctx, "cache|"+a.ID, fmt.Sprint(c), func(tx *store.Tx) error { return tx.SetAgentArtifactCache(ctx, a.ID, c) })
 }
 
 // known is v when it is one of the accepted values, "" when empty, else "unknown" (what an agent

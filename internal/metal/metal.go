@@ -904,19 +904,8 @@ func (s *Service) Activity(ctx context.Context, p auth.Principal, n store.Node) 
 // leaveBatch: node n has left batch id (its row already written). A pending batch no node is
 // parked on any more is cancelled, as the reconciler does for a node that comes to rest.
 func leaveBatch(ctx context.Context, tx *store.Tx, n store.Node, id string) error {
-	b, err := tx.Batch(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil
-	}
-	if err != nil || b.State != store.BatchPending {
-		return err
-	}
-	parked, err := tx.CountParked(ctx, id)
-	if err != nil || parked > 0 {
-		return err
-	}
-	b.State, b.DecidedBy, b.DecidedAt = store.BatchCancelled, "reconciler", tx.At()
-	if err := tx.UpdateBatch(ctx, &b); err != nil {
+	cancelled, err := tx.CancelDeserted(ctx, id)
+	if err != nil || !cancelled {
 		return err
 	}
 	return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: "reconciler", Kind: "batch.cancelled", FromState: n.State, ToState: n.State,

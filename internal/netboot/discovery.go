@@ -114,20 +114,15 @@ func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if h.bindings != nil {
-		// The command line carries the node's one-time token, which the boot script withholds
-		// from any other address: so does the decision.
-		if remote := remoteAddr(r); !h.bindings.BootsFrom(hw, remote) {
-			if ok, held := h.quiet.allow("decision "+hw.String()+" "+remote.String(), h.now()); ok {
-				h.log.WarnContext(r.Context(), "decision withheld: the request did not come from the address the site's DHCP saw this MAC take",
-					"mac", hw.String(), "remote", remote.String(), "held_back", held)
-			}
-			if h.withheld != nil {
-				h.withheld.RecordWithheld(hw, remote, h.now())
-			}
-			w.WriteHeader(http.StatusNoContent)
-			return
+	// The command line carries the node's one-time token, which the boot script withholds from
+	// any other address: so does the decision.
+	if remote, withheld := h.withhold(hw, r); withheld {
+		if ok, held := h.quiet.allow("decision "+hw.String()+" "+remote.String(), h.now()); ok {
+			h.log.WarnContext(r.Context(), "decision withheld: the request did not come from the address the site's DHCP saw this MAC take",
+				"mac", hw.String(), "remote", remote.String(), "held_back", held)
 		}
+		w.WriteHeader(http.StatusNoContent)
+		return
 	}
 	cmdline, err := entry.cmdline()
 	if err != nil {

@@ -206,19 +206,28 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		writeScript(w, s)
 		return
 	}
-	if h.bindings != nil {
-		if remote := remoteAddr(r); !h.bindings.BootsFrom(req.MAC, remote) {
-			h.log.WarnContext(ctx, "boot script withheld: the request did not come from the address the site's DHCP saw this MAC take",
-				"mac", req.MAC.String(), "remote", remote.String())
-			if h.withheld != nil {
-				h.withheld.RecordWithheld(req.MAC, remote, h.now())
-			}
-			s, _ := WaitScript(req, h.params, WaitAddress)
-			writeScript(w, s)
-			return
-		}
+	if remote, ok := h.withhold(req.MAC, r); ok {
+		h.log.WarnContext(ctx, "boot script withheld: the request did not come from the address the site's DHCP saw this MAC take",
+			"mac", req.MAC.String(), "remote", remote.String())
+		s, _ := WaitScript(req, h.params, WaitAddress)
+		writeScript(w, s)
+		return
 	}
 	h.serveEntry(w, r, req, entry)
+}
+
+// withhold says whether what carries mac's one-time token (its boot script, its discovery
+// decision) is withheld from r: the boot binding is on and r did not come from the address the
+// site's DHCP saw mac take. A withheld request is recorded (Withheld); the caller logs it.
+func (h *Handler) withhold(mac net.HardwareAddr, r *http.Request) (netip.Addr, bool) {
+	remote := remoteAddr(r)
+	if h.bindings == nil || h.bindings.BootsFrom(mac, remote) {
+		return remote, false
+	}
+	if h.withheld != nil {
+		h.withheld.RecordWithheld(mac, remote, h.now())
+	}
+	return remote, true
 }
 
 // serveEntry answers the script of entry, or a waiting one while it cannot boot yet.

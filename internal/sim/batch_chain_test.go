@@ -12,8 +12,8 @@ import (
 	"bcd/internal/store/storetest"
 )
 
-// startSlow is start with a per-command latency, so an aborted workflow's cleanup
-// (boot.cleanUp on the site agent) takes a moment to run.
+// startSlow starts a harness with n enrolled nodes whose every command takes lat (start: none),
+// so that, say, an aborted workflow's cleanup (boot.cleanUp on the site agent) takes a moment.
 func startSlow(t *testing.T, st *store.Store, n int, lat time.Duration) (*Harness, []string) {
 	t.Helper()
 	ctx := context.Background()

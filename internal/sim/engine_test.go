@@ -19,17 +19,7 @@ import (
 
 func start(t *testing.T, st *store.Store, n int) (*Harness, []string) {
 	t.Helper()
-	ctx := context.Background()
-	h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
-	ids, err := h.Enroll(ctx, "e", n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h, ids
+	return startSlow(t, st, n, 0)
 }
 
 func rest(t *testing.T, h *Harness, ids []string) map[string]store.Node {

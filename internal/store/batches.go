@@ -459,6 +459,25 @@ func (t *Tx) MoveNodes(ctx context.Context, ids []string, m BulkMove) (map[strin
 	return moved, nil
 }
 
+// CancelDeserted cancels batch id if it is still pending and no node is parked on it any more
+// (every node left before it was approved: no approver is to approve work nothing waits for).
+// It says whether it did; an unknown batch is none.
+func (t *Tx) CancelDeserted(ctx context.Context, id string) (bool, error) {
+	b, err := t.Batch(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil || b.State != BatchPending {
+		return false, err
+	}
+	parked, err := t.CountParked(ctx, id)
+	if err != nil || parked > 0 {
+		return false, err
+	}
+	b.State, b.DecidedBy, b.DecidedAt = BatchCancelled, "reconciler", t.at
+	return true, t.UpdateBatch(ctx, &b)
+}
+
 // CountParked counts the nodes a batch is parked on.
 func (t *Tx) CountParked(ctx context.Context, id string) (int, error) {
 	var n int
