@@ -58,6 +58,10 @@ type record struct {
 	Error      string `json:"error,omitempty"`
 	Sig        []byte `json:"sig,omitempty"`
 	Cert       []byte `json:"cert,omitempty"`
+	// Store and Fences (opReceived): the store the command came from and its restore fences, as
+	// the agent's watermark said when it arrived. Kept for the last command received only.
+	Store  string `json:"store,omitempty"`
+	Fences int64  `json:"fences,omitempty"`
 }
 
 func crcTable() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
@@ -140,8 +144,10 @@ type journal struct {
 	path      string
 	entries   map[string]*jentry
 	confirmed []string // confirmation order, oldest first
-	lastID    string
-	records   int // records in the file
+	// lastID is the last command received, lastMark the store and fences it came under.
+	lastID   string
+	lastMark storeMark
+	records  int // records in the file
 	// spentArgs counts the entries whose arguments (which may carry one-time tokens and BMC
 	// credentials sealed to this agent's key) the file still holds though their command started
 	// or ended; compactedAt is the last compaction. A compaction drops them (argsCompaction).
@@ -215,7 +221,7 @@ func (j *journal) apply(r record) {
 			e.cmd.Deadline = time.UnixMilli(r.DeadlineMS)
 		}
 		e.starts = r.Starts
-		j.lastID = r.ID
+		j.lastID, j.lastMark = r.ID, storeMark{StoreID: r.Store, Fences: r.Fences}
 	case opStarted:
 		e.started = true
 		j.spendArgs(e)
@@ -245,8 +251,10 @@ func (j *journal) spendArgs(e *jentry) {
 // argsCompaction is how long the file may keep arguments spent since the last compaction.
 const argsCompaction = time.Hour
 
-func receivedRecord(c Command) record {
-	r := record{Op: opReceived, ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Attest: c.Attest, Args: c.Args, Starts: true}
+// receivedRecord is c's arrival from the store of watermark m.
+func receivedRecord(c Command, m storeMark) record {
+	r := record{Op: opReceived, ID: c.ID, Kind: c.Kind, NodeID: c.NodeID, Generation: c.Generation, Attest: c.Attest, Args: c.Args, Starts: true,
+		Store: m.StoreID, Fences: m.Fences}
 	if !c.Deadline.IsZero() {
 		r.DeadlineMS = c.Deadline.UnixMilli()
 	}
@@ -257,9 +265,10 @@ func finalRecord(u Update) record {
 	return record{Op: opFinal, ID: u.CommandID, State: u.State, Result: u.Result, Error: u.Error, Sig: u.NodeSig, Cert: u.SignerCertDER}
 }
 
-// receive records the commands not seen before and returns them (fresh), and copies of the
-// entries of those seen before (known). It returns once fresh ids are durable.
-func (j *journal) receive(cmds []Command) (fresh []Command, known []jentry, err error) {
+// receive records the commands not seen before, arrived from the store of watermark m, and
+// returns them (fresh), and copies of the entries of those seen before (known). It returns once
+// fresh ids are durable.
+func (j *journal) receive(cmds []Command, m storeMark) (fresh []Command, known []jentry, err error) {
 	j.mu.Lock()
 	var buf []byte
 	for _, c := range cmds {
@@ -267,8 +276,9 @@ func (j *journal) receive(cmds []Command) (fresh []Command, known []jentry, err 
 			known = append(known, *e)
 			continue
 		}
-		j.apply(receivedRecord(c))
-		buf = appendRecord(buf, receivedRecord(c))
+		r := receivedRecord(c, m)
+		j.apply(r)
+		buf = appendRecord(buf, r)
 		fresh = append(fresh, c)
 	}
 	if len(buf) == 0 {
@@ -377,10 +387,11 @@ func (j *journal) failed() error {
 	return j.err
 }
 
-func (j *journal) last() string {
+// last returns the last command received and the store and fences it came under.
+func (j *journal) last() (string, storeMark) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	return j.lastID
+	return j.lastID, j.lastMark
 }
 
 // writeLocked appends buf to the file; with wait, returns once it is written and fsync'd.
@@ -453,8 +464,8 @@ func (j *journal) compactLocked() error {
 	var buf []byte
 	n := 0
 	add := func(r record) { buf = appendRecord(buf, r); n++ }
-	write := func(e *jentry, keepResult bool) {
-		r := receivedRecord(e.cmd)
+	write := func(e *jentry, keepResult bool, m storeMark) {
+		r := receivedRecord(e.cmd, m)
 		r.Starts = e.starts
 		add(r)
 		if e.started && e.final == nil {
@@ -467,16 +478,25 @@ func (j *journal) compactLocked() error {
 			}
 			add(r)
 		}
+		if e.confirmed {
+			add(record{Op: opConfirmed, ID: e.cmd.ID})
+		}
 	}
+	// The last command received is written last, with the store it came from: a replay takes
+	// the last received record as the last command (lastID, lastMark).
+	last := j.entries[j.lastID]
 	for _, id := range j.confirmed {
-		e := j.entries[id]
-		write(e, false)
-		add(record{Op: opConfirmed, ID: id})
+		if e := j.entries[id]; e != last {
+			write(e, false, storeMark{})
+		}
 	}
 	for _, e := range j.entries {
-		if !e.confirmed {
-			write(e, true)
+		if !e.confirmed && e != last {
+			write(e, true, storeMark{})
 		}
+	}
+	if last != nil {
+		write(last, !last.confirmed, j.lastMark)
 	}
 	// Pending bytes are written after the compacted image; replaying them again is harmless.
 	if err := replaceFiles(filepath.Dir(j.path), namedFile{filepath.Base(j.path), buf}); err != nil {

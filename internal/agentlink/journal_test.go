@@ -12,10 +12,10 @@ import (
 
 func TestJournalReplayTornAndCorrupt(t *testing.T) {
 	var good []byte
-	good = appendRecord(good, receivedRecord(Command{ID: "a", Kind: "bmc.power", Args: []byte(`{}`)}))
+	good = appendRecord(good, receivedRecord(Command{ID: "a", Kind: "bmc.power", Args: []byte(`{}`)}, storeMark{}))
 	good = appendRecord(good, finalRecord(Update{CommandID: "a", State: StateSucceeded, Result: []byte(`{"x":1}`), NodeSig: []byte{1}}))
 	good = appendRecord(good, record{Op: opConfirmed, ID: "a"})
-	good = appendRecord(good, receivedRecord(Command{ID: "b", Kind: "bmc.query"}))
+	good = appendRecord(good, receivedRecord(Command{ID: "b", Kind: "bmc.query"}, storeMark{}))
 	flipped := bytes.Clone(good)
 	flipped[20] ^= 0xff
 	for _, tc := range []struct {
@@ -28,7 +28,7 @@ func TestJournalReplayTornAndCorrupt(t *testing.T) {
 		{"empty", nil, 0, 0, false},
 		{"whole", good, 4, len(good), false},
 		{"torn header", append(bytes.Clone(good), 0, 0, 0), 4, len(good), false},
-		{"torn payload", good[:len(good)-3], 3, len(good) - len(appendRecord(nil, receivedRecord(Command{ID: "b", Kind: "bmc.query"}))), false},
+		{"torn payload", good[:len(good)-3], 3, len(good) - len(appendRecord(nil, receivedRecord(Command{ID: "b", Kind: "bmc.query"}, storeMark{}))), false},
 		{"damage before the end", flipped, 0, 0, true},
 		{"huge length", append([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, good...), 0, 0, true},
 	} {
@@ -84,7 +84,7 @@ func TestJournalCompactionKeepsWhatMatters(t *testing.T) {
 	const n = 1500
 	for i := range n {
 		id := fmt.Sprintf("c%05d", i)
-		fresh, known, err := j.receive([]Command{{ID: id, Kind: "k"}})
+		fresh, known, err := j.receive([]Command{{ID: id, Kind: "k"}}, storeMark{})
 		if err != nil || len(fresh) != 1 || len(known) != 0 {
 			t.Fatal(fresh, known, err)
 		}
@@ -123,7 +123,7 @@ func TestJournalCompactionKeepsWhatMatters(t *testing.T) {
 		t.Errorf("retained %d confirmed ids, want 100", len(j2.confirmed))
 	}
 	// A retained id is still known; an unconfirmed final keeps its result.
-	_, known, _ := j2.receive([]Command{{ID: "c01498"}, {ID: "c00001"}})
+	_, known, _ := j2.receive([]Command{{ID: "c01498"}, {ID: "c00001"}}, storeMark{})
 	if len(known) != 2 || known[1].final == nil || string(known[1].final.Result) != `{"big":"c00001"}` {
 		t.Errorf("known %+v", known)
 	}
@@ -134,7 +134,7 @@ func TestJournalCompactionKeepsWhatMatters(t *testing.T) {
 
 func FuzzDecodeJournal(f *testing.F) {
 	var seed []byte
-	seed = appendRecord(seed, receivedRecord(Command{ID: "a", Kind: "disk.wipe", Args: []byte(`{"mode":"quick"}`), Attest: true}))
+	seed = appendRecord(seed, receivedRecord(Command{ID: "a", Kind: "disk.wipe", Args: []byte(`{"mode":"quick"}`), Attest: true}, storeMark{}))
 	seed = appendRecord(seed, finalRecord(Update{CommandID: "a", State: StateSucceeded, Result: []byte(`{}`)}))
 	f.Add(seed)
 	f.Add(seed[:len(seed)-1])
@@ -163,17 +163,17 @@ func FuzzDecodeJournal(f *testing.F) {
 // The journal tells, after a restart, the unfinished commands that may have run from those
 // that never started; a journal written before starts were recorded claims nothing.
 func TestJournalKnowsWhatRan(t *testing.T) {
-	old := receivedRecord(Command{ID: "old", Kind: "bmc.power"})
+	old := receivedRecord(Command{ID: "old", Kind: "bmc.power"}, storeMark{})
 	old.Starts = false // as written before start records existed
 	for _, tc := range []struct {
 		name    string
 		records []record
 		ran     bool
 	}{
-		{"received", []record{receivedRecord(Command{ID: "c"})}, false},
-		{"started", []record{receivedRecord(Command{ID: "c"}), {Op: opStarted, ID: "c"}}, true},
+		{"received", []record{receivedRecord(Command{ID: "c"}, storeMark{})}, false},
+		{"started", []record{receivedRecord(Command{ID: "c"}, storeMark{}), {Op: opStarted, ID: "c"}}, true},
 		{"an old journal's record", []record{old}, true},
-		{"finished", []record{receivedRecord(Command{ID: "c"}), {Op: opStarted, ID: "c"}, finalRecord(Update{CommandID: "c", State: StateSucceeded})}, false},
+		{"finished", []record{receivedRecord(Command{ID: "c"}, storeMark{}), {Op: opStarted, ID: "c"}, finalRecord(Update{CommandID: "c", State: StateSucceeded})}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -218,7 +218,7 @@ func TestJournalForgetsSpentArguments(t *testing.T) {
 	}
 	cmds := []Command{{ID: "ended", Kind: "bmc.power", Args: secret("ended")}, {ID: "started", Kind: "bmc.power", Args: secret("started")},
 		{ID: "waiting", Kind: "bmc.power", Args: secret("waiting")}}
-	if _, _, err := j.receive(cmds); err != nil {
+	if _, _, err := j.receive(cmds, storeMark{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"ended", "started"} {

@@ -339,8 +339,9 @@ func (l *Link) session() (established bool, _ error) {
 		_ = stream.CloseResponse()
 	}()
 	l.sessions.Add(1)
-	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers, ResumeAfter: l.j.last(),
-		StoreWatermark: l.mark.Load().proto()}
+	mark := *l.mark.Load()
+	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers,
+		ResumeAfter: resumeAfter(mark, l.j), StoreWatermark: mark.proto()}
 	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return false, classify(fmt.Errorf("sending hello: %w", err))
 	}
@@ -490,7 +491,7 @@ func (l *Link) receive(ms []*agentv1.Command) error {
 		known = l.j.known(cmds) // new commands are left alone: unacknowledged, they go to another agent
 	} else {
 		var err error
-		if fresh, known, err = l.j.receive(cmds); err != nil {
+		if fresh, known, err = l.j.receive(cmds, *l.mark.Load()); err != nil {
 			return err
 		}
 	}

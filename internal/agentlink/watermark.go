@@ -93,3 +93,16 @@ func (l *Link) saw(m *agentv1.StoreWatermark) {
 	}
 	l.markFailed.Store(false)
 }
+
+// resumeAfter is what the agent's Hello names as the last command it received: the journal's
+// last, when it came from the store and fence of mark, the watermark the Hello names. A store at
+// that fence that does not have it was restored from a backup taken before it was sent, however
+// shortly before (the watermark's beats tell a restore only from a backup older than the last
+// beat the agent was told). Commands from another store, or from before a fence, are not named.
+func resumeAfter(mark storeMark, j *journal) string {
+	id, from := j.last()
+	if mark.StoreID == "" || from.StoreID != mark.StoreID || from.Fences != mark.Fences {
+		return ""
+	}
+	return id
+}

@@ -100,3 +100,76 @@ func TestAgentKeepsStoreWatermark(t *testing.T) {
 	poll(t, 5*time.Second, "the witness let in after the fence", func() bool { return len(hellos()) > opened })
 	stop(t, cancel, l)
 }
+
+// An agent names in its Hello the last command it took, with the watermark it took it under:
+// a store at that fence without it was restored from a backup taken before it was sent, even
+// less than a beat before (what the beats cannot tell). A command taken before a fence, or from
+// another store, is not named: the store after the fence, or the other store, need not have it.
+// The name survives a restart and the journal's compaction.
+func TestAgentNamesItsLastCommand(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+	var fences atomic.Int64
+	fences.Store(2)
+	env := gatewaytest.Start(t, gateway.Config{PollInterval: 50 * time.Millisecond, Logger: testLogger(t),
+		Watermark: func() (gateway.Watermark, bool) {
+			return gateway.Watermark{StoreID: "store-1", Fences: fences.Load(), Beats: 4}, true
+		}})
+	dir := t.TempDir()
+	cfg := siteConfig(t, env, dir)
+	cfg.HeartbeatInterval = 20 * time.Millisecond
+	hellos := func() []gateway.Hello { return env.Queue.Counts().Hellos }
+	lastHello := func() gateway.Hello { h := hellos(); return h[len(h)-1] }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	l := dial(t, ctx, cfg, newCounter())
+	poll(t, 5*time.Second, "the first stream", func() bool { return len(hellos()) == 1 })
+	if got := hellos()[0].ResumeAfter; got != "" {
+		t.Fatalf("a new agent named command %q", got)
+	}
+	// The watermark comes before the first command (the gateway sends it at once): the
+	// command is journaled under it.
+	env.Queue.Enqueue(siteRef, commands("first", 1)...)
+	waitFinal(t, env.Queue, 1)
+	n := len(hellos())
+	env.Kill()
+	poll(t, 5*time.Second, "a new stream", func() bool { return len(hellos()) > n })
+	if got := lastHello(); got.ResumeAfter != "first-00000" || got.StoreWatermark.Fences != 2 {
+		t.Fatalf("after a command, the Hello named %q at %+v, want first-00000 at fence 2", got.ResumeAfter, got.StoreWatermark)
+	}
+	stop(t, cancel, l)
+
+	// After a restart, from the journal.
+	n = len(hellos())
+	ctx, cancel = context.WithCancel(context.Background())
+	l = dial(t, ctx, cfg, newCounter())
+	poll(t, 5*time.Second, "the stream after the restart", func() bool { return len(hellos()) > n })
+	if got := hellos()[n].ResumeAfter; got != "first-00000" {
+		t.Fatalf("after a restart the Hello named %q, want first-00000", got)
+	}
+
+	// A fence: the agent learns it, and no longer names what it took before.
+	fences.Store(3)
+	path := filepath.Join(dir, agentlink.WatermarkFile)
+	poll(t, 5*time.Second, "the fence kept", func() bool {
+		b, _ := os.ReadFile(path)
+		var w struct{ Fences int64 }
+		_ = json.Unmarshal(b, &w)
+		return w.Fences == 3
+	})
+	n = len(hellos())
+	env.Kill()
+	poll(t, 5*time.Second, "a stream after the fence", func() bool { return len(hellos()) > n })
+	if got := lastHello(); got.ResumeAfter != "" || got.StoreWatermark.Fences != 3 {
+		t.Fatalf("after a fence the Hello named %q at %+v, want nothing at fence 3", got.ResumeAfter, got.StoreWatermark)
+	}
+	env.Queue.Enqueue(siteRef, commands("second", 1)...)
+	waitFinal(t, env.Queue, 2)
+	n = len(hellos())
+	env.Kill()
+	poll(t, 5*time.Second, "a stream after the second command", func() bool { return len(hellos()) > n })
+	if got := lastHello(); got.ResumeAfter != "second-00000" {
+		t.Fatalf("after a command at the new fence the Hello named %q, want second-00000", got.ResumeAfter)
+	}
+	stop(t, cancel, l)
+}

@@ -317,7 +317,7 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 			return nil, toConnect(err)
 		}
 		if ok {
-			out.RestoreWitness = &bcdv1.DoctorRestoreWitness{AgentId: w.AgentID, SeenFences: w.Seen.Fences, SeenBeats: w.Seen.Beats, At: ts(w.At)}
+			out.RestoreWitness = &bcdv1.DoctorRestoreWitness{AgentId: w.AgentID, SeenFences: w.Seen.Fences, SeenBeats: w.Seen.Beats, At: ts(w.At), Command: w.Command}
 		}
 	}
 	if out.PendingBatches, err = pendingBatches(ctx, h.svc, time.Now()); err != nil {

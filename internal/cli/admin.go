@@ -414,7 +414,10 @@ func doctorCmd(g *globals) *cobra.Command {
 				return g.printJSON(resp.Msg)
 			}
 			out := g.env.Stdout
-			if w := resp.Msg.RestoreWitness; w != nil {
+			if w := resp.Msg.RestoreWitness; w != nil && w.Command != "" {
+				fmt.Fprintf(out, "NO COMMANDS ARE SENT: agent %s took command %s from this store at fence %d, and the store does not have it (since %s): it was restored from an older backup. Stop every server and run bcd store after-restore.\n",
+					w.AgentId, w.Command, w.SeenFences, w.At)
+			} else if w != nil {
 				fmt.Fprintf(out, "NO COMMANDS ARE SENT: agent %s saw this store at fence %d, beat %d (since %s), newer than the store: it was restored from an older backup. Stop every server and run bcd store after-restore.\n",
 					w.AgentId, w.SeenFences, w.SeenBeats, w.At)
 			}

@@ -122,7 +122,7 @@ func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gatew
 	os := slices.Contains(hello.Capabilities, RoleOS)
 	ag := agentOf(ctx, a, os)
 	seen := hello.StoreWatermark
-	if err := g.e.Witness(ctx, ag, store.Watermark{StoreID: seen.StoreID, Fences: seen.Fences, Beats: seen.Beats}); err != nil {
+	if err := g.e.Witness(ctx, ag, store.Watermark{StoreID: seen.StoreID, Fences: seen.Fences, Beats: seen.Beats}, hello.ResumeAfter); err != nil {
 		if errors.Is(err, ErrStoreBehind) {
 			return fmt.Errorf("%w: %w", gateway.ErrStoreBehind, err)
 		}

@@ -79,19 +79,26 @@ func (e *Engine) Watermark() (store.Watermark, bool) {
 var ErrStoreBehind = errors.New("the store is behind what an agent saw of it")
 
 // Witness checks an arriving agent against seen, the newest watermark of this store it was told
-// (empty: none). A store behind it was restored from a backup older than what the agent saw,
-// with no fence run since: a restore onto a new host, where no server kept a watermark
-// (checkWatermark in the server). Its queued commands may have been taken by agents after the
-// backup, and sending them would run them a second time. The first such agent is recorded
-// (store.Tx.WitnessRestore, a control_plane.restore_witnessed event), every server stops
-// sending commands (Claim; the others learn it at their next heartbeat) until an operator stops
-// them and runs the fence (bcd store after-restore, which clears it), and the agent is refused
-// with ErrStoreBehind.
+// (empty: none), and last, the last command it received from this store at seen's fence (empty:
+// none). A store behind seen, or at seen's fence without last, was restored from a backup older
+// than what the agent saw, with no fence run since: a restore onto a new host, where no server
+// kept a watermark (checkWatermark in the server), or a PostgreSQL failed over to a standby that
+// had not received the last commits. Its queued commands may have been taken by agents after the
+// backup, and sending them would run them a second time; the steps that sent what it lost would
+// send it again. The first such agent is recorded (store.Tx.WitnessRestore, a
+// control_plane.restore_witnessed event), every server stops sending commands (Claim; the others
+// learn it at their next heartbeat) until an operator stops them and runs the fence (bcd store
+// after-restore, which clears it), and the agent is refused with ErrStoreBehind.
+//
+// Commands are never deleted, so a command the store does not have is one it lost. The beats
+// tell a restore from a backup older than the last beat the agent was told (one every
+// heartbeat); the last command tells one from a backup taken before the last command the agent
+// took, however shortly before.
 //
 // Only site agents are witnesses: they run on the operator's hosts. A node's agents (its
 // ramdisk, whose key a kexec leaves in the lessee's memory, and its installed OS) are not told
 // the watermark, and what they name is ignored: a lessee could otherwise stop the control plane.
-func (e *Engine) Witness(ctx context.Context, a Agent, seen store.Watermark) error {
+func (e *Engine) Witness(ctx context.Context, a Agent, seen store.Watermark, last string) error {
 	if seen.StoreID == "" || a.Kind != "site" {
 		return nil
 	}
@@ -99,35 +106,45 @@ func (e *Engine) Witness(ctx context.Context, a Agent, seen store.Watermark) err
 	if err != nil {
 		return err
 	}
-	if !now.Behind(seen) {
+	w := store.RestoreWitness{AgentID: a.ID, Seen: seen}
+	var why string
+	switch {
+	case now.Behind(seen):
+		why = fmt.Sprintf("agent %s saw this store at fence %d, beat %d, and the store is at fence %d, beat %d", a.ID, seen.Fences, seen.Beats, now.Fences, now.Beats)
+	case last != "" && seen.StoreID == now.StoreID && seen.Fences == now.Fences:
+		if _, err := e.st.Command(ctx, last); !errors.Is(err, store.ErrNotFound) {
+			return err // known (nil), or the store could not tell
+		}
+		w.Command = last
+		why = fmt.Sprintf("agent %s took command %s from this store at fence %d, and the store does not have it", a.ID, last, now.Fences)
+	default:
 		return nil
 	}
-	w := store.RestoreWitness{AgentID: a.ID, Seen: seen}
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		w.At = tx.At()
 		first, err := tx.WitnessRestore(ctx, w)
 		if err != nil || !first {
 			return err
 		}
-		data, _ := json.Marshal(map[string]any{"agent": a.ID, "kind": a.Kind, "site": a.SiteID, "node": a.NodeID, "seen": seen, "store": now})
+		data, _ := json.Marshal(map[string]any{"agent": a.ID, "kind": a.Kind, "site": a.SiteID, "node": a.NodeID, "seen": seen, "store": now, "command": last})
 		return tx.AppendEvent(ctx, store.Event{NodeID: a.NodeID, Actor: "gateway", Kind: "control_plane.restore_witnessed", Data: string(data),
-			Reason: fmt.Sprintf("agent %s saw this store at fence %d, beat %d, and it is at fence %d, beat %d: it was restored from an older backup with no fence run; "+
-				"no command is sent until the servers are stopped and bcd store after-restore is run", a.ID, seen.Fences, seen.Beats, now.Fences, now.Beats)})
+			Reason: why + ": it was restored from an older backup with no fence run; " +
+				"no command is sent until the servers are stopped and bcd store after-restore is run"})
 	})
 	if err != nil {
 		return fmt.Errorf("recording that agent %s saw a newer store: %w", a.ID, err)
 	}
 	e.witnessed(ctx, w)
-	return fmt.Errorf("agent %s saw this store at fence %d, beat %d, and the store is at fence %d, beat %d: the control plane's store was restored from an older backup "+
+	return fmt.Errorf("%s: the control plane's store was restored from an older backup "+
 		"and no restore fence was run; it sends no command until an operator stops its servers and runs `bcd store after-restore`: %w",
-		a.ID, seen.Fences, seen.Beats, now.Fences, now.Beats, ErrStoreBehind)
+		why, ErrStoreBehind)
 }
 
 // witnessed stops this server sending commands: an agent showed the store was restored.
 func (e *Engine) witnessed(ctx context.Context, w store.RestoreWitness) {
 	if e.restored.CompareAndSwap(nil, &w) {
-		e.log.LogAttrs(ctx, slog.LevelError, "an agent saw a newer watermark of the store than the store has: the store was restored from an older backup, and no command is sent until the servers are stopped and `bcd store after-restore` is run",
-			slog.String("agent", w.AgentID), slog.Int64("seen_fences", w.Seen.Fences), slog.Int64("seen_beats", w.Seen.Beats))
+		e.log.LogAttrs(ctx, slog.LevelError, "an agent saw a newer store than the store is: it was restored from an older backup, and no command is sent until the servers are stopped and `bcd store after-restore` is run",
+			slog.String("agent", w.AgentID), slog.Int64("seen_fences", w.Seen.Fences), slog.Int64("seen_beats", w.Seen.Beats), slog.String("command", w.Command))
 	}
 }
 

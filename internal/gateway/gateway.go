@@ -105,7 +105,10 @@ type Hello struct {
 	AgentVersion string
 	Capabilities []string
 	Drivers      []string
-	ResumeAfter  string // last command id the agent journaled; informative
+	// ResumeAfter is the last command the agent journaled, when it came from the store and
+	// fence of StoreWatermark (else empty): a store at that fence without it was restored from
+	// a backup taken before it was sent.
+	ResumeAfter string
 	// StoreWatermark is the newest watermark of the store the agent was told (zero: none).
 	StoreWatermark Watermark
 }

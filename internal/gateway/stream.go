@@ -85,6 +85,11 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 		return connect.NewError(connect.CodeUnavailable, errors.New("cannot record the connection now"))
 	}
 	ss.log.LogAttrs(ctx, slog.LevelInfo, "agent connected", slog.String("version", hello.GetAgentVersion()))
+	if ack := ss.heartbeatAck(0); ack.StoreWatermark != nil {
+		// A site agent learns the store's watermark before its first command: it journals each
+		// command with the store and fence it came from (what its next Hello names).
+		ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_HeartbeatAck{HeartbeatAck: ack}})
+	}
 
 	ss.setLanes(lanesOpen)
 	sendErr := ss.send()
@@ -247,14 +252,7 @@ func (ss *session) route(m *agentv1.AgentMessage) bool {
 		st := statusOf(x.Status)
 		return ss.toLane("", laneItem{status: &st})
 	case *agentv1.AgentMessage_Heartbeat:
-		ack := &agentv1.HeartbeatAck{SentUnixMs: x.Heartbeat.GetSentUnixMs()}
-		if s := ss.s.cfg.Watermark; s != nil && ss.a.Kind == pki.KindSiteAgent {
-			// Site agents only: they are the store's witnesses (a node's agents may be a lessee's).
-			if w, ok := s(); ok {
-				ack.StoreWatermark = &agentv1.StoreWatermark{StoreId: w.StoreID, Fences: w.Fences, Beats: w.Beats}
-			}
-		}
-		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_HeartbeatAck{HeartbeatAck: ack}})
+		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_HeartbeatAck{HeartbeatAck: ss.heartbeatAck(x.Heartbeat.GetSentUnixMs())}})
 	case *agentv1.AgentMessage_Hello:
 		ss.cancel(connect.NewError(connect.CodeInvalidArgument, errors.New("hello sent twice")))
 		return false
@@ -361,6 +359,18 @@ func (ss *session) idle(l *lane) bool {
 	}
 	l.running = false
 	return true
+}
+
+// heartbeatAck answers a heartbeat sent at sent (unix ms), with the store's watermark for site
+// agents only: they are the store's witnesses (a node's agents may be a lessee's).
+func (ss *session) heartbeatAck(sent int64) *agentv1.HeartbeatAck {
+	ack := &agentv1.HeartbeatAck{SentUnixMs: sent}
+	if s := ss.s.cfg.Watermark; s != nil && ss.a.Kind == pki.KindSiteAgent {
+		if w, ok := s(); ok {
+			ack.StoreWatermark = &agentv1.StoreWatermark{StoreId: w.StoreID, Fences: w.Fences, Beats: w.Beats}
+		}
+	}
+	return ack
 }
 
 func (ss *session) control(m *agentv1.ServerMessage) bool {

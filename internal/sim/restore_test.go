@@ -220,3 +220,78 @@ func TestAgentWitnessesRestore(t *testing.T) {
 		t.Fatalf("after the fence, B was given %d commands (%v), want the new one", len(got), err)
 	}
 }
+
+// A store restored from a backup taken less than a beat before the last command a site agent
+// took (or a PostgreSQL failed over to a standby that had not received it): the beats match,
+// but the agent names the command, which the store does not have. It is the witness: refused,
+// recorded with the command, and no server sends a command until the fence. A command the store
+// has, one named under another fence or store, and one a node's agent names, are let in.
+func TestAgentWitnessesLostCommand(t *testing.T) {
+	ctx := context.Background()
+	cfg := engine.Config{AgentGrace: time.Minute, PeerTimeout: time.Minute}
+	st, h, node, eng, a, b := byHand(t, cfg)
+	if err := eng.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	told, _ := eng.Watermark()
+	gw := eng.Gateway()
+	siteRef := func(ag engine.Agent) gateway.AgentRef {
+		return gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: ag.SiteID, AgentID: ag.ID}
+	}
+	hello := func(w store.Watermark, last string) gateway.Hello {
+		return gateway.Hello{AgentVersion: "t", ResumeAfter: last, StoreWatermark: gateway.Watermark{StoreID: w.StoreID, Fences: w.Fences, Beats: w.Beats}}
+	}
+	eng.Connected(ctx, b, "t")
+	power(t, h, node, "off")
+	got, err := eng.Claim(ctx, b, 10)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claimed %d commands (%v), want the power action", len(got), err)
+	}
+	earlierFence, otherStore := told, told
+	earlierFence.Fences--
+	otherStore.StoreID = "another-store"
+	for _, tc := range []struct {
+		name string
+		ref  gateway.AgentRef
+		h    gateway.Hello
+	}{
+		{"a command the store has", siteRef(b), hello(told, got[0].ID)},
+		{"no command", siteRef(a), hello(told, "")},
+		{"a lost command named under an earlier fence", siteRef(a), hello(earlierFence, "c-lost")},
+		{"a lost command of another store", siteRef(a), hello(otherStore, "c-lost")},
+		{"a node's agent", gateway.AgentRef{Kind: pki.KindNode, NodeID: node, Generation: 1}, hello(told, "c-lost")},
+	} {
+		if err := gw.Connected(ctx, tc.ref, tc.h); err != nil {
+			t.Fatalf("%s: refused: %v", tc.name, err)
+		}
+	}
+	if _, ok, err := st.RestoreWitnessed(ctx); err != nil || ok {
+		t.Fatalf("witnessed %v %v before any lost command", ok, err)
+	}
+
+	err = gw.Connected(ctx, siteRef(a), hello(told, "c-lost"))
+	if !errors.Is(err, gateway.ErrStoreBehind) || !strings.Contains(err.Error(), "c-lost") {
+		t.Fatalf("an agent that took a command the store does not have: %v", err)
+	}
+	w, ok, err := st.RestoreWitnessed(ctx)
+	if err != nil || !ok || w.AgentID != a.ID || w.Command != "c-lost" {
+		t.Fatalf("witness recorded %+v %v %v, want agent %s with command c-lost", w, ok, err, a.ID)
+	}
+	power(t, h, node, "on")
+	if got, err := eng.Claim(ctx, b, 10); err != nil || len(got) != 0 {
+		t.Fatalf("after the witness, B was given %d commands (%v)", len(got), err)
+	}
+
+	// The fence: the agent, whose last command came under the fence before, is let in.
+	fence, err := engine.FenceRestore(ctx, st, 0, "failed over to a standby")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := engine.New(st, nil, nil2(), cfg)
+	if err := after.Heartbeat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := after.Gateway().Connected(ctx, siteRef(a), hello(told, "c-lost")); err != nil {
+		t.Fatalf("after the fence (%v), the witness: %v", fence, err)
+	}
+}

@@ -1056,10 +1056,12 @@ func (s *Store) Watermark(ctx context.Context) (Watermark, error) {
 }
 
 // RestoreWitness is what an agent showed of a store restored with no fence run: a watermark of
-// the store newer than the store's own.
+// the store newer than the store's own, or a command it took from the store at its current
+// fence that the store does not have (Command).
 type RestoreWitness struct {
 	AgentID string    `json:"agentId"`
 	Seen    Watermark `json:"seen"`
+	Command string    `json:"command,omitempty"`
 	At      int64     `json:"at"` // store time, microseconds
 }
 

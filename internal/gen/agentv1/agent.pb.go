@@ -570,8 +570,11 @@ type Hello struct {
 	Capabilities []string               `protobuf:"bytes,2,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// Driver ids the agent has (power: redfish, ipmi; boot: ipxe; …).
 	Drivers []string `protobuf:"bytes,3,rep,name=drivers,proto3" json:"drivers,omitempty"`
-	// The id of the last command this agent recorded in its journal (informative: the server
-	// re-offers unacknowledged commands itself).
+	// The id of the last command this agent recorded in its journal, when it came from the store
+	// and fence of store_watermark (else empty; site agents). A control plane whose store is at
+	// that fence without it was restored from a backup taken before it was sent: as with a
+	// watermark it is behind, it refuses the stream. (Unacknowledged commands are re-offered by
+	// the server itself.)
 	ResumeAfter string `protobuf:"bytes,4,opt,name=resume_after,json=resumeAfter,proto3" json:"resume_after,omitempty"`
 	// The newest store watermark the agent was told (HeartbeatAck), kept across its restarts
 	// where it has a data dir. A control plane whose store is behind it was restored from a

@@ -2738,7 +2738,10 @@ type DoctorRestoreWitness struct {
 	SeenFences int64                  `protobuf:"varint,2,opt,name=seen_fences,json=seenFences,proto3" json:"seen_fences,omitempty"`
 	SeenBeats  int64                  `protobuf:"varint,3,opt,name=seen_beats,json=seenBeats,proto3" json:"seen_beats,omitempty"`
 	// When the first such agent connected.
-	At            string `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	At string `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	// A command the agent took from the store at its current fence that the store does not have
+	// (empty: the agent saw a later fence or more beats than the store has).
+	Command       string `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2797,6 +2800,13 @@ func (x *DoctorRestoreWitness) GetSeenBeats() int64 {
 func (x *DoctorRestoreWitness) GetAt() string {
 	if x != nil {
 		return x.At
+	}
+	return ""
+}
+
+func (x *DoctorRestoreWitness) GetCommand() string {
+	if x != nil {
+		return x.Command
 	}
 	return ""
 }
@@ -7838,14 +7848,15 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"siteAgents\x12<\n" +
 	"\x0fpending_batches\x18\x04 \x03(\v2\x13.bcd.v1.DoctorBatchR\x0ependingBatches\x12.\n" +
 	"\aservers\x18\x05 \x03(\v2\x14.bcd.v1.DoctorServerR\aservers\x12E\n" +
-	"\x0frestore_witness\x18\x06 \x01(\v2\x1c.bcd.v1.DoctorRestoreWitnessR\x0erestoreWitness\"\x81\x01\n" +
+	"\x0frestore_witness\x18\x06 \x01(\v2\x1c.bcd.v1.DoctorRestoreWitnessR\x0erestoreWitness\"\x9b\x01\n" +
 	"\x14DoctorRestoreWitness\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1f\n" +
 	"\vseen_fences\x18\x02 \x01(\x03R\n" +
 	"seenFences\x12\x1d\n" +
 	"\n" +
 	"seen_beats\x18\x03 \x01(\x03R\tseenBeats\x12\x0e\n" +
-	"\x02at\x18\x04 \x01(\tR\x02at\"\xe6\x01\n" +
+	"\x02at\x18\x04 \x01(\tR\x02at\x12\x18\n" +
+	"\acommand\x18\x05 \x01(\tR\acommand\"\xe6\x01\n" +
 	"\vDoctorBatch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
