@@ -6,8 +6,8 @@
 // goroutine, so download+hash, decompression and disk writes overlap.
 //
 // The disk is never left bootable by a bad image: the target's first MiB (MBR/GPT and boot code)
-// is zeroed and synced before anything else is written, the image's own first MiB is held back
-// in memory and written only after the digest matched. On a mismatch, a short or failed stream,
+// and its last (the backup GPT) are zeroed and synced before anything else is written, the
+// image's own first MiB is held back in memory and written only after the digest matched. On a mismatch, a short or failed stream,
 // or a size mismatch the first MiB is zeroed again and Write fails.
 //
 // qcow2 needs random access (its tables point anywhere in the file). The artifact is downloaded
@@ -276,6 +276,13 @@ func Write(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec, targ
 	if _, err := target.WriteAt(zeros, 0); err != nil {
 		return Result{}, fmt.Errorf("zeroing the target's first MiB: %w", err)
 	}
+	// And its last MiB, where the old layout keeps its backup GPT (md 1.0 and ZFS labels too):
+	// beyond an image smaller than the disk, it would outlive the deploy.
+	if tail := max(headBytes, target.Size()-mib); tail < target.Size() {
+		if _, err := target.WriteAt(zeros[:target.Size()-tail], tail); err != nil {
+			return Result{}, fmt.Errorf("zeroing the target's last MiB: %w", err)
+		}
+	}
 	// Durable before the unverified body lands: a power loss during the write must not leave
 	// the old boot code in front of a half-written image.
 	if err := syncTarget(target); err != nil {
@@ -296,6 +303,9 @@ func Write(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec, targ
 	res.Digest, res.BytesRead, res.BytesWritten = hex.EncodeToString(sum), counted.n, w.written
 	if err == nil && !equalBytes(sum, want) {
 		err = fmt.Errorf("%w: %s of the artifact is %s, want %x", ErrDigestMismatch, alg, res.Digest, want)
+	}
+	if err == nil && w.written == 0 {
+		err = errors.New("the image is empty")
 	}
 	if err == nil && spec.Size != 0 && w.written != spec.Size {
 		err = fmt.Errorf("image wrote %d bytes, the spec says %d", w.written, spec.Size)

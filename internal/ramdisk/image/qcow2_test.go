@@ -15,8 +15,14 @@ import (
 // refcount block, L2 tables, data clusters.
 func makeQCOW2(t testing.TB, img []byte) []byte {
 	t.Helper()
-	const cb = 16
-	const cs = 1 << cb
+	return makeQCOW2Bits(t, img, 16)
+}
+
+// makeQCOW2Bits is makeQCOW2 with clusters of 1<<cb bytes (cb from 9 to 21, as qemu allows);
+// the L1 table and the refcount block must each fit one cluster.
+func makeQCOW2Bits(t testing.TB, img []byte, cb int) []byte {
+	t.Helper()
+	cs := 1 << cb
 	vclusters := (len(img) + cs - 1) / cs
 	l2Entries := cs / 8
 	l2Tables := (vclusters + l2Entries - 1) / l2Entries
@@ -39,22 +45,22 @@ func makeQCOW2(t testing.TB, img []byte) []byte {
 	be := binary.BigEndian
 	h := out[:cs]
 	copy(h, "QFI\xfb")
-	be.PutUint32(h[4:], 2)   // version
-	be.PutUint32(h[20:], cb) // cluster bits
+	be.PutUint32(h[4:], 2)           // version
+	be.PutUint32(h[20:], uint32(cb)) // cluster bits
 	be.PutUint64(h[24:], uint64(len(img)))
 	be.PutUint32(h[32:], 0) // no encryption
 	be.PutUint32(h[36:], uint32(l1Size))
-	be.PutUint64(h[40:], 1*cs) // L1
-	be.PutUint64(h[48:], 2*cs) // refcount table
-	be.PutUint32(h[56:], 1)    // refcount table clusters
+	be.PutUint64(h[40:], uint64(cs))   // L1
+	be.PutUint64(h[48:], uint64(2*cs)) // refcount table
+	be.PutUint32(h[56:], 1)            // refcount table clusters
 	for i := range l2Tables {
 		be.PutUint64(out[cs+8*i:], uint64((4+i)*cs)|1<<63)
 		for j := range l2Entries {
 			be.PutUint64(out[(4+i)*cs+8*j:], l2[i*l2Entries+j])
 		}
 	}
-	be.PutUint64(out[2*cs:], 3*cs) // refcount block
-	for c := range next {          // 16-bit refcounts of 1 for every host cluster
+	be.PutUint64(out[2*cs:], uint64(3*cs)) // refcount block
+	for c := range next {                  // 16-bit refcounts of 1 for every host cluster
 		be.PutUint16(out[3*cs+2*c:], 1)
 	}
 	return out

@@ -45,8 +45,8 @@ func TestHeadZeroSyncedBeforeBody(t *testing.T) {
 		digest string
 		want   []string
 	}{
-		{"verified", sha256Hex(img), []string{"write@0", "sync", "write@1048576", "write@0", "sync"}},
-		{"digest mismatch", strings.Repeat("0", 64), []string{"write@0", "sync", "write@1048576", "write@0", "sync"}},
+		{"verified", sha256Hex(img), []string{"write@0", "write@66060288", "sync", "write@1048576", "write@0", "sync"}},
+		{"digest mismatch", strings.Repeat("0", 64), []string{"write@0", "write@66060288", "sync", "write@1048576", "write@0", "sync"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,7 +66,7 @@ func TestHeadZeroSyncedBeforeBody(t *testing.T) {
 // size plus room for qcow2 tables, and never goes past the target's size: a decompression bomb
 // fails at once with a clear error instead of filling the tmpfs.
 func TestQCOW2StagingBounded(t *testing.T) {
-	bomb := compress(t, CompressionZstd, make([]byte, 64*mib)) // 64 MiB of zeros, a few KiB
+	bomb := compress(t, CompressionZstd, make([]byte, 96*mib)) // 96 MiB of zeros, a few KiB
 	srv := serve(t, bomb)
 	tests := []struct {
 		name      string
@@ -74,8 +74,8 @@ func TestQCOW2StagingBounded(t *testing.T) {
 		target    int
 		wantLimit int64
 	}{
-		{"bounded by the spec's size", 2 * mib, 8 * mib, 2*mib + 2*mib/32 + 4*mib},
-		{"no size in the spec: bounded by the target", 0, 3 * mib, 3*mib + 3*mib/32 + 4*mib},
+		{"bounded by the spec's size", 2 * mib, 8 * mib, 2*mib + 2*mib/32 + 32*mib},
+		{"no size in the spec: bounded by the target", 0, 3 * mib, 3*mib + 3*mib/32 + 32*mib},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -91,7 +91,7 @@ func TestQCOW2StagingBounded(t *testing.T) {
 			}
 		})
 	}
-	if _, limit := qcow2StagingLimit(1<<40, 1<<30); limit != 1<<30+1<<30/32+4*mib {
+	if _, limit := qcow2StagingLimit(1<<40, 1<<30); limit != 1<<30+1<<30/32+32*mib {
 		t.Errorf("a spec larger than the target is bounded by the target: limit %d", limit)
 	}
 }
