@@ -61,6 +61,12 @@ type Link struct {
 	// connection presented the old one at its handshake, ends and reconnects on a new
 	// connection (see session).
 	renewed chan struct{}
+	// renewNow wakes the renewal loop before the certificate is due: the control plane's CAs
+	// differ from the agent's (a rotation of the agent CA; carotation.go).
+	renewNow chan struct{}
+	// caAsked is the last CA mismatch (checkCA) that woke the renewal loop, and when.
+	caAsked   string
+	caAskedAt time.Time
 	// mark is the newest watermark of the store the gateway told (watermark.go), named in
 	// every Hello; markFailed: keeping it in DataDir failed (logged once).
 	mark       atomic.Pointer[storeMark]
@@ -133,7 +139,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
 		running: map[string]*run{}, awaiting: map[string]Command{}, changed: make(chan struct{}),
-		renewed: make(chan struct{}, 1),
+		renewed: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
 	}
 	l.id.Store(id)
 	mark := loadMark(cfg.DataDir, l.log)
@@ -341,7 +347,7 @@ func (l *Link) session() (established bool, _ error) {
 	l.sessions.Add(1)
 	mark := *l.mark.Load()
 	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers,
-		ResumeAfter: resumeAfter(mark, l.j), StoreWatermark: mark.proto()}
+		ResumeAfter: resumeAfter(mark, l.j), StoreWatermark: mark.proto(), CaSha256: pki.BundleFingerprints(l.id.Load().caPEM)}
 	if err := stream.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: hello}}); err != nil {
 		return false, classify(fmt.Errorf("sending hello: %w", err))
 	}
@@ -433,6 +439,7 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 		if w := x.HeartbeatAck.GetStoreWatermark(); w != nil {
 			l.saw(w)
 		}
+		l.checkCA(x.HeartbeatAck.GetCaSha256(), x.HeartbeatAck.GetActiveCaSha256())
 		return nil
 	}
 	if len(b.Commands) > 0 {

@@ -1,6 +1,7 @@
 package agentlink
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,8 +18,8 @@ import (
 const renewTimeout = 30 * time.Second
 
 // renewLoop renews the agent's certificate once two thirds of its lifetime have passed
-// (pki.RenewAt), for as long as the link runs: a connected agent never outlives its
-// certificate. A failed renewal is tried again with the reconnect backoff until it succeeds,
+// (pki.RenewAt), or at once when the control plane's CAs differ from the agent's (checkCA), for
+// as long as the link runs: a connected agent never outlives its certificate. A failed renewal is tried again with the reconnect backoff until it succeeds,
 // the certificate expires, or the gateway refuses the identity (revoked: its streams are refused
 // too, and the link stops on its own).
 func (l *Link) renewLoop() {
@@ -36,6 +37,8 @@ func (l *Link) renewLoop() {
 			t.Stop()
 			return
 		case <-t.C:
+		case <-l.renewNow:
+			t.Stop()
 		}
 		err := l.renew()
 		switch {
@@ -66,11 +69,19 @@ func (l *Link) renew() error {
 		return classify(fmt.Errorf("renewing the agent certificate: %w", err))
 	}
 	cur := l.id.Load()
-	// The trusted CA stays the one the agent has: a renewal certifies the agent, it does not
-	// tell the agent whom to trust.
 	next := &identity{key: cur.key, certDER: resp.Msg.GetCertDer(), caPEM: cur.caPEM}
 	if err := next.parse(); err != nil {
 		return fmt.Errorf("renewing the agent certificate: the gateway's certificate: %w", err)
+	}
+	// The answer came over a connection the agent's CAs verified: the CAs it names replace them
+	// (a rotation of the agent CA), unless they would not let the agent prove who it is.
+	if ca := resp.Msg.GetCaPem(); len(ca) > 0 && !bytes.Equal(ca, cur.caPEM) {
+		if err := pki.CheckBundle(ca, next.tls.Leaf); err != nil {
+			l.log.LogAttrs(l.ctx, slog.LevelWarn, "the gateway's renewal answer names CAs the agent does not take; keeping its own", slog.Any("error", err))
+		} else {
+			next.caPEM = ca
+			l.log.LogAttrs(l.ctx, slog.LevelInfo, "the agent trusts the control plane's CAs from now on", slog.Any("ca_sha256", pki.BundleFingerprints(ca)))
+		}
 	}
 	if next.id != cur.id {
 		return fmt.Errorf("renewing the agent certificate: the gateway certified %s, not %s", next.id, cur.id)

@@ -26,7 +26,7 @@ func (h *batches) batchProto(ctx context.Context, b store.Batch) (*bcdv1.Batch, 
 	return &bcdv1.Batch{Id: b.ID, Tenant: nm.tenants[b.TenantID], Site: nm.sites[b.SiteID], Pool: nm.pools[b.PoolID], Kind: b.Kind, Verb: b.Verb,
 		Reason: b.Reason, RequestedBy: b.RequestedBy, State: b.State, Required: int32(b.Required), Approvers: b.Approvers, Size: int32(b.Size),
 		Leaves: int32(b.Leaves), Parked: int32(b.Parked), DecidedBy: b.DecidedBy, DecisionReason: b.DecisionReason,
-		CreatedAt: ts(b.CreatedAt), DecidedAt: ts(b.DecidedAt), StartedAt: ts(b.StartedAt)}, nil
+		CreatedAt: ts(b.CreatedAt), DecidedAt: ts(b.DecidedAt), StartedAt: ts(b.StartedAt), Image: b.Image, ImageDigest: b.ImageDigest}, nil
 }
 
 func (h *batches) Bulk(ctx context.Context, req *connect.Request[bcdv1.BulkRequest]) (*connect.Response[bcdv1.BulkResponse], error) {

@@ -39,7 +39,8 @@ func (h *nodes) respond(ctx context.Context, n store.Node, err error) (*connect.
 
 func (h *nodes) Enroll(ctx context.Context, req *connect.Request[bcdv1.EnrollRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	m := req.Msg
-	in := metal.EnrollInput{Name: m.Name, Pool: m.Pool, MACs: m.Macs, ProductUUID: m.ProductUuid, Labels: m.Labels, Reason: m.Reason, BMC: bmcInput(m.Bmc)}
+	in := metal.EnrollInput{Name: m.Name, Pool: m.Pool, MACs: m.Macs, ProductUUID: m.ProductUuid, Labels: m.Labels, Reason: m.Reason, BMC: bmcInput(m.Bmc),
+		BootMode: m.BootMode}
 	n, err := h.svc.Enroll(ctx, principal(ctx), in)
 	return h.respond(ctx, n, err)
 }
@@ -146,6 +147,12 @@ func (h *nodes) Abort(ctx context.Context, req *connect.Request[bcdv1.NodeVerbRe
 func (h *nodes) Maintenance(ctx context.Context, req *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	m := req.Msg
 	return h.verb(ctx, provision.VerbMaintenance, metal.VerbInput{Node: m.Node, Reason: m.Reason, MaintenanceOn: m.On})
+}
+
+func (h *nodes) Update(ctx context.Context, req *connect.Request[bcdv1.UpdateNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	m := req.Msg
+	n, err := h.svc.Update(ctx, principal(ctx), metal.UpdateInput{Node: m.Node, BootMode: m.BootMode, Reason: m.Reason})
+	return h.respond(ctx, n, err)
 }
 
 func (h *nodes) Power(ctx context.Context, req *connect.Request[bcdv1.PowerRequest]) (*connect.Response[bcdv1.PowerResponse], error) {
@@ -321,6 +328,9 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		}
 	}
 	if out.PendingBatches, err = pendingBatches(ctx, h.svc, time.Now()); err != nil {
+		return nil, toConnect(err)
+	}
+	if out.AgentCa, err = doctorAgentCA(ctx, h.svc, p); err != nil {
 		return nil, toConnect(err)
 	}
 	return connect.NewResponse(out), nil

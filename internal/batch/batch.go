@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"bcd/internal/command"
 	"bcd/internal/provision"
@@ -23,17 +24,25 @@ const MaxBulk = 10000
 var BulkVerbs = []provision.Verb{provision.VerbManage, provision.VerbInspect, provision.VerbProvide, provision.VerbUndeploy, provision.VerbRescue, provision.VerbRetire}
 
 // Subject is batchSubject: the subject of a command of kind k on node nodeID, relayed through
-// site agent agentID (empty for ramdisk work). The node's own work (disk.wipe, deploy.image,
-// boot.kexec) is the node; BMC work is bmc:<site agent>/<BMC address>; site.httpProxy is
+// site agent agentID (empty for ramdisk work). The subject follows where the command runs: the
+// node's own work, run by its ramdisk (disk.wipe, deploy.image, boot.kexec, and
+// bmc.provisionInband, which reaches the BMC from the host before its address is known), is the
+// node; BMC work a site agent runs is bmc:<site agent>/<BMC address>; site.httpProxy is
 // node:<target>.
 func Subject(k command.Kind, nodeID, bmcAddress, agentID string) string {
 	switch {
 	case k.Name == "site.httpProxy":
 		return "node:" + nodeID
-	case strings.HasPrefix(k.Name, "bmc."):
+	case siteBMC(k):
 		return "bmc:" + agentID + "/" + bmcAddress
 	}
 	return nodeID
+}
+
+// siteBMC reports whether k is BMC work a site agent runs (its subject is the BMC, one leaf per
+// site agent).
+func siteBMC(k command.Kind) bool {
+	return strings.HasPrefix(k.Name, "bmc.") && k.RunsOn == command.OnSite
 }
 
 // AgentSubject turns a stored command subject into the leaf subject for the agent about to
@@ -65,7 +74,7 @@ func Scope(targets []Target, siteAgents []string) ([]store.Leaf, error) {
 			if !k.Destructive {
 				continue
 			}
-			if strings.HasPrefix(k.Name, "bmc.") {
+			if siteBMC(k) {
 				for _, a := range siteAgents {
 					out = append(out, store.Leaf{Subject: Subject(k, t.NodeID, t.BMCAddress, a), Kind: k.Name})
 				}
@@ -155,8 +164,9 @@ func (e *RefusedError) Error() string { return "refused: " + e.Why }
 // Gate decides whether the command queue may send a destructive command whose leaf is
 // (subject, kind): required is the approvals the node's policy requires now; b is the
 // command's batch (nil when it has none), approvals its approval count, and inScope whether its
-// scope lists the leaf.
-func Gate(required int, b *store.Batch, approvals int, inScope bool, subject, kind string) error {
+// scope lists the leaf. deadline is b's approval deadline (Deadline): a batch approved after it
+// (by a server whose --approval-timeout is longer) opens nothing.
+func Gate(required int, b *store.Batch, approvals int, inScope bool, subject, kind string, deadline int64) error {
 	if required <= 0 {
 		return nil
 	}
@@ -168,6 +178,9 @@ func Gate(required int, b *store.Batch, approvals int, inScope bool, subject, ki
 	default:
 		return &RefusedError{Why: fmt.Sprintf("batch %s is %s, not approved", b.ID, b.State)}
 	}
+	if b.State == store.BatchApproved && ApprovedLate(*b, deadline) {
+		return &RefusedError{Why: fmt.Sprintf("batch %s was approved at %s, after it expired at %s: request a new one", b.ID, Stamp(b.DecidedAt), Stamp(deadline))}
+	}
 	if approvals < required {
 		return &RefusedError{Why: fmt.Sprintf("batch %s has %d approvals; %d are required now", b.ID, approvals, required)}
 	}
@@ -175,6 +188,26 @@ func Gate(required int, b *store.Batch, approvals int, inScope bool, subject, ki
 		return &RefusedError{Why: fmt.Sprintf("batch %s does not list (%s, %s) in its scope", b.ID, subject, kind)}
 	}
 	return nil
+}
+
+// DefaultApprovalTimeout is how long a batch may wait for its approvals unless the server is
+// told otherwise (--approval-timeout).
+const DefaultApprovalTimeout = 7 * 24 * time.Hour
+
+// Deadline is when batch b, not approved by then, expires (store microseconds): timeout after
+// its creation.
+func Deadline(b store.Batch, timeout time.Duration) int64 {
+	return b.CreatedAt + timeout.Microseconds()
+}
+
+// ApprovedLate reports whether b was approved at or after its deadline.
+func ApprovedLate(b store.Batch, deadline int64) bool {
+	return b.DecidedAt != 0 && b.DecidedAt >= deadline
+}
+
+// Stamp formats a store time (microseconds) for messages: RFC 3339, UTC.
+func Stamp(micros int64) string {
+	return time.UnixMicro(micros).UTC().Format(time.RFC3339)
 }
 
 // DecisionError is an approval, withdrawal or rejection the batch's state refuses.
@@ -188,8 +221,10 @@ type SelfApprovalError struct{ Msg string }
 func (e *SelfApprovalError) Error() string { return e.Msg }
 
 // Approve decides an approval of b by approver, who holds approvals among the approvals
-// already recorded (approvals counts them): the batch's next state.
-func Approve(b store.Batch, approver string, approvals int, already bool) (string, error) {
+// already recorded (approvals counts them): the batch's next state. now and deadline are the
+// time and b's approval deadline (Deadline): a pending batch past it is expired, whether or not
+// the engine has recorded that yet.
+func Approve(b store.Batch, approver string, approvals int, already bool, now, deadline int64) (string, error) {
 	if approver == b.RequestedBy {
 		return "", &SelfApprovalError{Msg: fmt.Sprintf("%s requested batch %s and cannot approve it: another approver must", approver, b.ID)}
 	}
@@ -201,6 +236,9 @@ func Approve(b store.Batch, approver string, approvals int, already bool) (strin
 	case store.BatchRunning, store.BatchApproved:
 		return "", &DecisionError{Msg: fmt.Sprintf("batch %s is already %s (%d of %d approvals)", b.ID, b.State, approvals, b.Required)}
 	}
+	if now >= deadline {
+		return "", &DecisionError{Msg: fmt.Sprintf("batch %s expired at %s (not approved within bcd server --approval-timeout): nothing of it runs; request a new one", b.ID, Stamp(deadline))}
+	}
 	if already {
 		return "", &DecisionError{Msg: fmt.Sprintf("%s already approved batch %s (%d of %d approvals)", approver, b.ID, approvals, b.Required)}
 	}
@@ -211,6 +249,7 @@ func Approve(b store.Batch, approver string, approvals int, already bool) (strin
 }
 
 // Withdraw decides the withdrawal of approver's approval: allowed until the batch starts.
+// Below the quorum an approved batch is pending again (Rehold: what it released waits again).
 func Withdraw(b store.Batch, had bool, approvalsAfter int) (string, error) {
 	switch b.State {
 	case store.BatchRunning:
@@ -225,6 +264,13 @@ func Withdraw(b store.Batch, had bool, approvalsAfter int) (string, error) {
 		return store.BatchPending, nil
 	}
 	return b.State, nil
+}
+
+// Rehold reports whether a batch going from state from to state to holds again the commands
+// its approval released that no agent took yet: an approved batch withdrawn below its quorum.
+// Left queued, the gate would fail them; held, they wait for the batch as they did before.
+func Rehold(from, to string) bool {
+	return from == store.BatchApproved && to == store.BatchPending
 }
 
 // Reject decides a rejection: allowed until the batch starts.

@@ -3,6 +3,7 @@ package batch
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"bcd/internal/command"
@@ -29,6 +30,8 @@ func TestSubject(t *testing.T) {
 		{"bmc.boot", "sa-2", "bmc:sa-2/10.0.0.5"},
 		{"bmc.rotate", "sa-1", "bmc:sa-1/10.0.0.5"},
 		{"site.httpProxy", "sa-1", "node:n1"},
+		// Run by the node's ramdisk (before the BMC's address is known): the node.
+		{"bmc.provisionInband", "", "n1"},
 	}
 	for _, c := range cases {
 		if got := Subject(kind(t, c.kind), "n1", "10.0.0.5", c.agent); got != c.want {
@@ -61,6 +64,11 @@ func TestScopeCoversEveryAgent(t *testing.T) {
 		if !slices.Contains(leaves, store.Leaf{Subject: sub, Kind: "bmc.power"}) {
 			t.Errorf("failover to %s: leaf %s not covered", agent, sub)
 		}
+	}
+	// BMC work the ramdisk runs is the node's: one leaf, with no BMC address.
+	inband, err := Scope([]Target{{NodeID: "n2", Kinds: []string{"bmc.provisionInband", "bmc.query"}}}, []string{"sa-1", "sa-2"})
+	if err != nil || !slices.Equal(inband, []store.Leaf{l("n2", "bmc.provisionInband")}) {
+		t.Fatalf("in-band scope = %v %v, want [{n2 bmc.provisionInband}]", inband, err)
 	}
 	if _, err := Scope([]Target{{NodeID: "n1", Kinds: []string{"bmc.nope"}}}, nil); err == nil {
 		t.Fatal("an unknown kind was accepted")
@@ -142,9 +150,11 @@ func TestGate(t *testing.T) {
 		{"running, in scope", 2, running, 2, true, true},
 		{"approved, leaf outside the scope", 2, approved, 2, false, false},
 		{"policy raised since approval", 3, approved, 2, true, false},
+		{"approved before its deadline", 2, &store.Batch{ID: "b", State: store.BatchApproved, Required: 2, DecidedAt: 999}, 2, true, true},
+		{"approved after its deadline", 2, &store.Batch{ID: "b", State: store.BatchApproved, Required: 2, DecidedAt: 1000}, 2, true, false},
 	}
 	for _, c := range cases {
-		err := Gate(c.required, c.b, c.approvals, c.inScope, "n1", "disk.wipe")
+		err := Gate(c.required, c.b, c.approvals, c.inScope, "n1", "disk.wipe", 1000)
 		if (err == nil) != c.ok {
 			t.Errorf("%s: err = %v, want ok=%v", c.name, err, c.ok)
 		}
@@ -156,34 +166,43 @@ func TestGate(t *testing.T) {
 }
 
 func TestApproveWithdrawReject(t *testing.T) {
+	const later = 1000 // the approval deadline, after "now" (10)
 	b := store.Batch{ID: "b", State: store.BatchPending, Required: 2, RequestedBy: "token:ops"}
 	// Self-approval refused.
 	var self *SelfApprovalError
-	if _, err := Approve(b, "token:ops", 0, false); !errors.As(err, &self) {
+	if _, err := Approve(b, "token:ops", 0, false, 10, later); !errors.As(err, &self) {
 		t.Fatalf("self-approval: %v", err)
 	}
 	// Quorum of 2: the first approval keeps it pending, the second approves.
-	if next, err := Approve(b, "token:a", 0, false); err != nil || next != store.BatchPending {
+	if next, err := Approve(b, "token:a", 0, false, 10, later); err != nil || next != store.BatchPending {
 		t.Fatalf("first approval: %s %v", next, err)
 	}
-	if _, err := Approve(b, "token:a", 1, true); err == nil {
+	if _, err := Approve(b, "token:a", 1, true, 10, later); err == nil {
 		t.Fatal("approving twice was accepted")
 	}
-	if next, err := Approve(b, "token:b", 1, false); err != nil || next != store.BatchApproved {
+	if next, err := Approve(b, "token:b", 1, false, 10, later); err != nil || next != store.BatchApproved {
 		t.Fatalf("second approval: %s %v", next, err)
 	}
 	for _, st := range []string{store.BatchApproved, store.BatchRunning, store.BatchRejected, store.BatchCancelled} {
 		bb := b
 		bb.State = st
-		if _, err := Approve(bb, "token:c", 2, false); err == nil {
+		if _, err := Approve(bb, "token:c", 2, false, 10, later); err == nil {
 			t.Errorf("approving a %s batch was accepted", st)
 		}
+	}
+	// Past its approval deadline a pending batch is expired, whether or not the engine has
+	// recorded that yet: no approval opens it.
+	if _, err := Approve(b, "token:b", 1, false, later, later); err == nil || !strings.Contains(err.Error(), "expired at") {
+		t.Fatalf("approving an expired batch: %v", err)
 	}
 	// Withdrawal: until the batch starts; below the quorum it is pending again.
 	ab := b
 	ab.State = store.BatchApproved
-	if next, err := Withdraw(ab, true, 1); err != nil || next != store.BatchPending {
-		t.Fatalf("withdraw from approved: %s %v", next, err)
+	if next, err := Withdraw(ab, true, 1); err != nil || next != store.BatchPending || !Rehold(ab.State, next) {
+		t.Fatalf("withdraw from approved: %s %v (rehold %v)", next, err, Rehold(ab.State, next))
+	}
+	if next, err := Withdraw(ab, true, 2); err != nil || next != store.BatchApproved || Rehold(ab.State, next) {
+		t.Fatalf("withdraw above the quorum: %s %v", next, err)
 	}
 	if _, err := Withdraw(b, false, 0); err == nil {
 		t.Fatal("withdrawing an approval never given was accepted")

@@ -68,6 +68,26 @@ const (
 	BootModeLegacy    BootMode = "legacy"
 )
 
+// ParseBootMode validates a node's boot mode: uefi, legacy, or empty for the driver's behaviour
+// (Redfish leaves the mode as it is; IPMI keeps a valid override's mode, else writes UEFI).
+func ParseBootMode(s string) (BootMode, error) {
+	switch BootMode(s) {
+	case BootModeUnchanged, BootModeUEFI, BootModeLegacy:
+		return BootMode(s), nil
+	}
+	return "", fmt.Errorf("unknown boot mode %q: accepted are uefi, legacy, or empty for the driver's behaviour", s)
+}
+
+// CommandBootMode is the mode a bmc.boot command carries: the step's own mode argument when it
+// gives one (an explicit argument wins), else the node's boot mode; empty leaves the driver's
+// behaviour. Pure.
+func CommandBootMode(stepMode string, node BootMode) BootMode {
+	if stepMode != "" {
+		return BootMode(stepMode)
+	}
+	return node
+}
+
 // BootOptions qualify a boot device override.
 type BootOptions struct {
 	Persistent bool     // every boot rather than the next one only

@@ -458,6 +458,9 @@ func doctorCmd(g *globals) *cobra.Command {
 					fmt.Fprintf(out, "  warning: %s (site %s) serves boot scripts, which carry one-time tokens, to any host that asks by MAC (boot binding none): run it with --dhcp proxy, full or observe\n", a.Id, a.Site)
 				}
 			}
+			if r := resp.Msg.AgentCa; r != nil {
+				printCARotation(out, r)
+			}
 			fmt.Fprintf(out, "batches waiting for approval: %d\n", len(resp.Msg.PendingBatches))
 			for _, b := range resp.Msg.PendingBatches {
 				fmt.Fprintf(tw, "  %s\t%s %s\t%d nodes\t%d/%d approvals\tby %s\twaiting %s\n", b.Id, b.Kind, b.Verb, b.Size, b.Approvals, b.Required, b.RequestedBy, b.Waiting)

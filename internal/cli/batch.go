@@ -133,6 +133,9 @@ func batchCmd(g *globals) *cobra.Command {
 			if b.DecidedBy != "" {
 				fmt.Fprintf(out, "  decided by %s at %s %s\n", b.DecidedBy, b.DecidedAt, b.DecisionReason)
 			}
+			if b.Image != "" {
+				fmt.Fprintf(out, "  writes image %s %s\n", b.Image, b.ImageDigest)
+			}
 			fmt.Fprintf(out, "  scope: %d leaves (showing %d)\n", b.Leaves, len(resp.Msg.Leaves))
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			for _, l := range resp.Msg.Leaves {

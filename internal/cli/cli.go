@@ -107,7 +107,7 @@ func newRoot(env Env) *cobra.Command {
 	events := nodeEventsCmd(g)
 	events.Use = "events [NODE]"
 	root.AddCommand(events)
-	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), storeCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g),
+	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), storeCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g), caCmd(g),
 		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
 	return root
 }
@@ -174,7 +174,7 @@ func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 // file, TLS verification.
 func bmcFlags(f *pflag.FlagSet, b *bcdv1.BmcCredentials, passwordFile *string) {
 	f.StringVar(&b.Driver, "bmc-driver", "", "redfish or ipmi (default: the pool's hardware profile)")
-	f.StringVar(&b.Address, "bmc-address", "", "https://HOST[:PORT] (redfish) or HOST[:PORT] (ipmi)")
+	f.StringVar(&b.Address, "bmc-address", "", "https://HOST[:PORT] (redfish; add /redfish/v1/Systems/ID to name the system on a multi-node BMC) or HOST[:PORT] (ipmi)")
 	f.StringVar(&b.Username, "bmc-username", "", "BMC user")
 	f.StringVar(passwordFile, "bmc-password-file", "", "file holding the BMC password (or env BCD_BMC_PASSWORD)")
 	f.BoolVar(&b.InsecureTls, "insecure-tls", false, "do not verify the BMC's TLS certificate")

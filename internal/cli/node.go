@@ -21,7 +21,7 @@ import (
 func nodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Enroll, inspect and drive machines"}
 	cmd.AddCommand(discoveryCmds(g)...)
-	cmd.AddCommand(discoveredCmd(g), enrollCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), nodeAttestationsCmd(g), deleteCmd(g), powerCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g), rotateCmd(g), bmcCredentialsCmd(g))
+	cmd.AddCommand(discoveredCmd(g), enrollCmd(g), nodeUpdateCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), nodeAttestationsCmd(g), deleteCmd(g), powerCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g), rotateCmd(g), bmcCredentialsCmd(g))
 	for _, v := range []struct{ name, short string }{
 		{"manage", "ready → manageable"},
 		{"inspect", "manageable|ready → inspecting (in-band inventory), back where it came from"},
@@ -108,6 +108,36 @@ func enrollCmd(g *globals) *cobra.Command {
 	f.StringSliceVar(&in.Macs, "mac", nil, "provisioning NIC MAC (repeatable)")
 	f.StringVar(&in.ProductUuid, "product-uuid", "", "SMBIOS product UUID")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	f.StringVar(&in.BootMode, "boot-mode", "", bootModeHelp)
+	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	return cmd
+}
+
+const bootModeHelp = "firmware boot mode of the node: uefi or legacy (empty: the driver's behaviour)"
+
+func nodeUpdateCmd(g *globals) *cobra.Command {
+	var in bcdv1.UpdateNodeRequest
+	var mode string
+	cmd := &cobra.Command{
+		Use:   "update NODE --boot-mode uefi|legacy|\"\"",
+		Short: "Change a node's attributes (its boot mode), in any state",
+		Long: `Change a node's attributes, in any state. --boot-mode sets the firmware mode of the node's
+boot overrides (uefi or legacy; "" clears it: the driver's behaviour). Boot-device commands
+built from now on carry it; a profile step that names a mode keeps its own.`,
+		Args: exactArgs(1, "NODE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			in.Node = args[0]
+			if !cmd.Flags().Changed("boot-mode") {
+				return fmt.Errorf("nothing to update: give --boot-mode uefi, legacy or \"\"")
+			}
+			in.BootMode = &mode
+			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+				return c.nodes.Update(ctx, connect.NewRequest(&in))
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&mode, "boot-mode", "", bootModeHelp)
 	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	return cmd
 }
@@ -167,6 +197,14 @@ func nodeListCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// bootModeText shows a node's boot mode; empty is the driver's behaviour.
+func bootModeText(m string) string {
+	if m == "" {
+		return "- (driver default)"
+	}
+	return m
+}
+
 func dash(s string) string {
 	if s == "" {
 		return "-"
@@ -209,6 +247,7 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 	row("tenant/site/pool", n.Tenant+" / "+n.Site+" / "+n.Pool)
 	row("hardware profile", n.HardwareProfile)
 	row("bmc", fmt.Sprintf("%s %s (credentials %s, %s)", n.Bmc.GetDriver(), n.Bmc.GetAddress(), n.Bmc.GetUsernameRef(), n.Bmc.GetPasswordRef()))
+	row("boot mode", bootModeText(n.BootMode))
 	row("macs", dash(strings.Join(n.Macs, ", ")))
 	var addrs []string
 	for _, a := range n.Addresses {

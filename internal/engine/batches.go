@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"bcd/internal/batch"
+	"bcd/internal/catalog"
 	"bcd/internal/command"
 	"bcd/internal/provision"
 	"bcd/internal/store"
@@ -18,6 +20,12 @@ import (
 // bulk batch, or the one-node batch of the chain's first workflow), else a new one-node batch
 // whose scope covers what is left of the chain, held until approved where approvals are
 // required. A chain that sends nothing destructive needs no batch.
+//
+// A node whose BMC address is not known yet (accepted --inband: its ramdisk provisions the BMC
+// and reports the address) cannot have the rest of its chain's BMC work listed: its batch
+// covers the workflow starting now only and is not parked on the node, so that the next
+// workflow of the chain, started once the address is known, gets a batch of its own that names
+// the BMC.
 func (r *run) batchFor(first workflow.Resolved) (string, error) {
 	n := &r.n
 	if n.BatchID != "" {
@@ -26,6 +34,10 @@ func (r *run) batchFor(first workflow.Resolved) (string, error) {
 	chain := batch.Chain(provision.State(n.State), provision.State(n.TargetState), provision.Verb(n.ChainVerb))
 	builtin := batch.BuiltinProfileOf(r.e.cfg.Profiles)
 	kinds := first.CommandKinds
+	thisOnly := n.BMCAddress == ""
+	if thisOnly {
+		chain = chain[:min(len(chain), 1)]
+	}
 	if len(chain) > 1 {
 		more, err := batch.ChainKinds(chain[1:], provision.State(n.TargetState), builtin, map[string]string{"wipe": wipeOr(n.WipeMode), "image": n.DeployImage})
 		if err != nil {
@@ -54,15 +66,27 @@ func (r *run) batchFor(first workflow.Resolved) (string, error) {
 	}
 	b := store.Batch{TenantID: n.TenantID, SiteID: n.SiteID, PoolID: n.PoolID, Kind: "node", Verb: first.Profile,
 		Reason: "workflow " + first.Profile + " of node " + n.Name, RequestedBy: requester, Required: required, Size: 1}
+	if slices.Contains(chain, provision.Deploying) && n.DeployImage != "" {
+		// What its approvers approve: the image the deploy verb pinned.
+		if b.ImageDigest, err = r.tx.DeployImagePin(r.ctx, n.ID); err != nil {
+			return "", err
+		}
+		b.Image = n.DeployImage
+	}
 	if err := r.tx.InsertBatch(r.ctx, &b, leaves); err != nil {
 		return "", err
 	}
-	n.BatchID = b.ID
-	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
-		return "", err
+	if !thisOnly {
+		n.BatchID = b.ID
+		if err := r.tx.UpdateNode(r.ctx, n); err != nil {
+			return "", err
+		}
 	}
-	return b.ID, r.event("batch.create", n.State, n.State, "", map[string]any{"batch": b.ID, "kind": "node", "state": b.State,
-		"required": required, "leaves": b.Leaves, "profile": first.Profile})
+	data := map[string]any{"batch": b.ID, "kind": "node", "state": b.State, "required": required, "leaves": b.Leaves, "profile": first.Profile}
+	if b.Image != "" {
+		data["image"], data["imageDigest"] = b.Image, b.ImageDigest
+	}
+	return b.ID, r.event("batch.create", n.State, n.State, "", data)
 }
 
 func wipeOr(mode string) string {
@@ -121,6 +145,15 @@ func (r *run) heldNow(wf *store.Workflow) (bool, error) {
 	case store.BatchRejected:
 		return true, r.rejected(wf, b)
 	case store.BatchApproved:
+		if batch.ApprovedLate(b, batch.Deadline(b, r.e.cfg.ApprovalTimeout)) {
+			// Approved after its deadline (by a server whose --approval-timeout is longer):
+			// expired, as it would have been had this server looked in time.
+			if err := r.expireBatch(&b); err != nil {
+				return false, err
+			}
+			r.batches[b.ID] = b
+			return true, r.rejected(wf, b)
+		}
 		b.State = store.BatchRunning
 		r.batches[b.ID] = b
 		return false, r.tx.StartBatch(r.ctx, b.ID)
@@ -260,7 +293,11 @@ func (e *Engine) gate(ctx context.Context, tx *store.Tx, a Agent, c *store.Comma
 			return false, err
 		}
 	}
-	gerr := batch.Gate(required, b, gc.approvals[c.BatchID], inScope, subject, c.Kind)
+	var deadline int64
+	if b != nil {
+		deadline = batch.Deadline(*b, e.cfg.ApprovalTimeout)
+	}
+	gerr := batch.Gate(required, b, gc.approvals[c.BatchID], inScope, subject, c.Kind, deadline)
 	if gerr == nil {
 		if b != nil && b.State == store.BatchApproved {
 			// The batch's first command goes out: it runs from now on (no withdrawal or
@@ -298,4 +335,79 @@ func (r *run) unpark() error {
 		return err
 	}
 	return r.event("batch.cancelled", r.n.State, r.n.State, "every node left the batch before it was approved", map[string]any{"batch": id})
+}
+
+// checkImagePin refuses img, about to be written (deploy.image) or inserted (bmc.media) by the
+// node's deploy, when the catalog replaced it since the deploy verb pinned its digest: what was
+// asked (and approved) is what is written, or nothing is.
+func (r *run) checkImagePin(img catalog.Image) error {
+	if r.n.State != string(provision.Deploying) || img.Name != r.n.DeployImage {
+		return nil
+	}
+	pinned, err := r.tx.DeployImagePin(r.ctx, r.n.ID)
+	if err != nil {
+		return err
+	}
+	return batch.CheckPin(pinned, img)
+}
+
+// ExpireBatches rejects, as the system, the pending batches past their approval deadline that
+// no workflow will look at (a one-command batch holding an operator's power action or a BMC
+// credential rotation; a batch whose every workflow ended before it was decided): their held
+// commands fail with the reason, each is recorded (batch.reject by system, command.refused),
+// and the nodes of those commands are woken (a rotation's node records it failed). Sweep
+// calls it; it returns how many it expired. The batches workflows wait on expire with them
+// (heldNow).
+func (e *Engine) ExpireBatches(ctx context.Context) (int, error) {
+	var expired int
+	err := e.st.Write(ctx, func(tx *store.Tx) error {
+		expired = 0
+		list, err := tx.UnwatchedPendingBatches(ctx, tx.At()-e.cfg.ApprovalTimeout.Microseconds(), 500)
+		if err != nil {
+			return err
+		}
+		for _, b := range list {
+			if err := expireUnwatched(ctx, tx, &b, e.cfg.ApprovalTimeout); err != nil {
+				return err
+			}
+			expired++
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("expiring unapproved batches: %w", err)
+	}
+	if expired > 0 {
+		e.log.Info("expired unapproved batches", "count", expired, "approval_timeout", e.cfg.ApprovalTimeout)
+		e.Nudge()
+	}
+	return expired, nil
+}
+
+// expireUnwatched rejects pending batch b as expired (ExpireBatches).
+func expireUnwatched(ctx context.Context, tx *store.Tx, b *store.Batch, timeout time.Duration) error {
+	why := fmt.Sprintf("not approved within %s (bcd server --approval-timeout)", timeout)
+	b.State, b.DecidedBy, b.DecisionReason, b.DecidedAt = store.BatchRejected, "system", why, tx.At()
+	if err := tx.UpdateBatch(ctx, b); err != nil {
+		return err
+	}
+	held, err := tx.FailHeldCommands(ctx, b.ID, fmt.Sprintf("batch %s expired at %s: %s", b.ID, batch.Stamp(batch.Deadline(*b, timeout)), why))
+	if err != nil {
+		return err
+	}
+	evs := make([]store.Event, 0, len(held)+1)
+	var woken []string
+	for _, c := range held {
+		evs = append(evs, store.Event{TenantID: c.TenantID, NodeID: c.NodeID, Actor: "system", Kind: "command.refused",
+			Reason: c.Error, Data: mustData(map[string]any{"command": c.ID, "kind": c.Kind, "batch": b.ID})})
+		if !slices.Contains(woken, c.NodeID) {
+			woken = append(woken, c.NodeID)
+		}
+	}
+	evs = append(evs, store.Event{TenantID: b.TenantID, Actor: "system", Kind: "batch.reject", Reason: why,
+		Data: mustData(map[string]any{"batch": b.ID, "expired": true, "verb": b.Verb})})
+	if err := tx.AppendEvents(ctx, evs); err != nil {
+		return err
+	}
+	return tx.WakeMany(ctx, woken, "batch expired")
 }

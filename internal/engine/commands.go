@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"bcd/internal/bmc"
 	"bcd/internal/command"
 	"bcd/internal/pki"
 	"bcd/internal/store"
@@ -34,6 +35,9 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 		if err != nil {
 			return store.Command{}, fmt.Errorf("refusing to write image %s: %w", n.DeployImage, err)
 		}
+		if err := r.checkImagePin(img); err != nil {
+			return store.Command{}, fmt.Errorf("refusing to write image %s: %w", n.DeployImage, err)
+		}
 		args["image"], args["url"], args["size"] = img.Name, img.URL, img.Size
 		args["format"], args["compression"] = img.Format, img.Compression
 		if img.SHA256 != "" {
@@ -50,10 +54,19 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			if err != nil {
 				return store.Command{}, fmt.Errorf("refusing to insert media %q: %w", st.Args["image"], err)
 			}
+			if err := r.checkImagePin(img); err != nil {
+				return store.Command{}, fmt.Errorf("refusing to insert media %s: %w", img.Name, err)
+			}
 			if img.Format != "iso" || img.SHA256 == "" {
 				return store.Command{}, fmt.Errorf("refusing to insert media %s: it is a %s image, not an iso with a sha256", img.Name, img.Format)
 			}
 			args["image"], args["url"], args["sha256"] = img.Name, img.URL, img.SHA256
+		}
+	}
+	if kind.Name == "bmc.boot" {
+		// The node's firmware mode unless the step names one (bootMode on enroll or update).
+		if m := bmc.CommandBootMode(st.Args["mode"], bmc.BootMode(n.BootMode)); m != bmc.BootModeUnchanged {
+			args["mode"] = string(m)
 		}
 	}
 	if kind.Name == "bmc.provisionInband" {
@@ -290,16 +303,21 @@ func (e *Engine) verifyAttested(c store.Command, currentGeneration uint64) error
 // VerifyRecorded checks a stored node-attested result as an auditor does, at any later time:
 // the signature over the input rebuilt from the row, the signer's certificate as it was when
 // the result arrived, and that it names the node at the identity generation the command was
-// sent for (not the node's generation now: a later release has revoked it). Tests' acceptance
-// of unsigned results (AcceptIngestedAttestationForTests) does not reach it.
-func (e *Engine) VerifyRecorded(c store.Command) error { return e.checkSigned(c, c.Generation) }
+// sent for (not the node's generation now: a later release has revoked it). The certificate may
+// chain to a CA a finished rotation retired (pki.VerifyRecordedStatement): proofs made before a
+// rotation still verify after it. Tests' acceptance of unsigned results
+// (AcceptIngestedAttestationForTests) does not reach it.
+func (e *Engine) VerifyRecorded(c store.Command) error {
+	return e.checkSignedBy(c, c.Generation, pki.VerifyRecordedStatement)
+}
 
-// CAPEM is the agent CA's certificate, which node certificates chain to.
+// CAPEM is every agent CA an audit of stored results accepts (pki.CA.AuditPEM): the ones
+// trusted now and those rotations retired, which node certificates chain to.
 func (e *Engine) CAPEM() []byte {
 	if e.ca == nil {
 		return nil
 	}
-	return e.ca.CertPEM()
+	return e.ca.AuditPEM()
 }
 
 // RecordedStatement rebuilds, from a stored command row, the statement its signer signed
@@ -318,6 +336,12 @@ func receivedAt(c store.Command) time.Time {
 }
 
 func (e *Engine) checkSigned(c store.Command, currentGeneration uint64) error {
+	return e.checkSignedBy(c, currentGeneration, pki.VerifyStatement)
+}
+
+// checkSignedBy checks c's attestation with verify (pki.VerifyStatement for results as they
+// arrive, pki.VerifyRecordedStatement for audits).
+func (e *Engine) checkSignedBy(c store.Command, currentGeneration uint64, verify func(*pki.CA, []byte, pki.Statement, []byte, uint64, time.Time) error) error {
 	if len(c.ResultSig) == 0 || len(c.SignerCert) == 0 {
 		return fmt.Errorf("%s result of command %s is not signed by the node", c.Kind, c.ID)
 	}
@@ -325,7 +349,7 @@ func (e *Engine) checkSigned(c store.Command, currentGeneration uint64) error {
 		return fmt.Errorf("no CA configured to verify attested results")
 	}
 	st, at := RecordedStatement(c), receivedAt(c)
-	if err := pki.VerifyStatement(e.ca, c.SignerCert, st, c.ResultSig, currentGeneration, at); err != nil {
+	if err := verify(e.ca, c.SignerCert, st, c.ResultSig, currentGeneration, at); err != nil {
 		return fmt.Errorf("%s result of command %s does not verify: %w", c.Kind, c.ID, err)
 	}
 	return nil

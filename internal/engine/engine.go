@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"bcd/internal/batch"
 	"bcd/internal/cache"
 	"bcd/internal/pki"
 	"bcd/internal/store"
@@ -81,7 +82,7 @@ type Config struct {
 }
 
 // DefaultApprovalTimeout is Config.ApprovalTimeout's default.
-const DefaultApprovalTimeout = 7 * 24 * time.Hour
+const DefaultApprovalTimeout = batch.DefaultApprovalTimeout
 
 // DefaultPeerTimeout is Config.PeerTimeout's default.
 const DefaultPeerTimeout = 30 * time.Second
@@ -419,6 +420,9 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 		_, err = tx.PurgeDHCPLeases(ctx, tx.At(), 1000)
 		return err
 	}); err != nil {
+		return 0, err
+	}
+	if _, err := e.ExpireBatches(ctx); err != nil {
 		return 0, err
 	}
 	nodes, err := e.st.StrandedNodes(ctx, 1000)

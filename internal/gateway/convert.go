@@ -46,6 +46,7 @@ func helloOf(m *agentv1.Hello) Hello {
 		Capabilities: m.GetCapabilities(),
 		Drivers:      m.GetDrivers(),
 		ResumeAfter:  m.GetResumeAfter(),
+		CAs:          m.GetCaSha256(),
 		StoreWatermark: Watermark{StoreID: m.GetStoreWatermark().GetStoreId(), Fences: m.GetStoreWatermark().GetFences(),
 			Beats: m.GetStoreWatermark().GetBeats()},
 	}

@@ -111,6 +111,9 @@ type Hello struct {
 	ResumeAfter string
 	// StoreWatermark is the newest watermark of the store the agent was told (zero: none).
 	StoreWatermark Watermark
+	// CAs: the fingerprints (pki.Fingerprint) of the CA certificates the agent trusts (none: an
+	// agent older than agent CA rotation).
+	CAs []string
 }
 
 // Watermark is a store's watermark (store.Watermark): its id, fences and beats. Agents keep
@@ -240,7 +243,8 @@ type Config struct {
 	// Sites keeps the boot lease and power polling; nil: those calls answer UNIMPLEMENTED (site
 	// agents then serve as if alone).
 	Sites Sites
-	// CA is sent to joining agents (JoinResponse.ca_pem).
+	// CA verifies agents' certificates; the certificates it trusts are sent to joining and renewing
+	// agents (ca_pem), their fingerprints with every heartbeat answer.
 	CA     *pki.CA
 	Logger *slog.Logger
 	// Attested says whether a command kind's result is signed; default AttestedKinds.

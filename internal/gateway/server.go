@@ -101,6 +101,11 @@ func (s *Server) peerIdentity(ctx context.Context) (pki.Identity, error) {
 		err.Meta().Set(pki.RefusalHeader, pki.RefusalCertExpired)
 		return pki.Identity{}, err
 	}
+	// The handshake verified it against the CAs trusted then; a rotation finished since may have
+	// retired its issuer.
+	if _, _, err := s.cfg.CA.Verify(leaf.Raw, s.cfg.Now()); errors.Is(err, pki.ErrUnknownCA) {
+		return pki.Identity{}, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s: %w: its CA is no longer trusted (the agent CA was rotated): the agent must join again", id, pki.ErrUnknownCA))
+	}
 	return id, nil
 }
 
@@ -211,6 +216,7 @@ func ServeTLS(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http
 		log = slog.New(slog.DiscardHandler)
 	}
 	cfg := cert.TLSConfig()
+	cfg.NextProtos = []string{"h2"} // as http.Server sets it: handshakes get copies of cfg
 	var protos http.Protocols
 	protos.SetHTTP2(true)
 	srv := &http.Server{

@@ -364,7 +364,8 @@ func (ss *session) idle(l *lane) bool {
 // heartbeatAck answers a heartbeat sent at sent (unix ms), with the store's watermark for site
 // agents only: they are the store's witnesses (a node's agents may be a lessee's).
 func (ss *session) heartbeatAck(sent int64) *agentv1.HeartbeatAck {
-	ack := &agentv1.HeartbeatAck{SentUnixMs: sent}
+	// The CAs trusted and the one signing now: an agent that differs renews (agent CA rotation).
+	ack := &agentv1.HeartbeatAck{SentUnixMs: sent, CaSha256: ss.s.cfg.CA.Trusted(), ActiveCaSha256: ss.s.cfg.CA.Fingerprint()}
 	if s := ss.s.cfg.Watermark; s != nil && ss.a.Kind == pki.KindSiteAgent {
 		if w, ok := s(); ok {
 			ack.StoreWatermark = &agentv1.StoreWatermark{StoreId: w.StoreID, Fences: w.Fences, Beats: w.Beats}

@@ -224,7 +224,7 @@ func (s *Service) Approve(ctx context.Context, p auth.Principal, id, reason stri
 		if raised {
 			b.Required = now
 		}
-		next, err := batch.Approve(*b, p.Actor(), n, already)
+		next, err := batch.Approve(*b, p.Actor(), n, already, tx.At(), batch.Deadline(*b, s.approvalTimeout))
 		if err != nil {
 			return false, err
 		}
@@ -254,8 +254,10 @@ func (s *Service) Approve(ctx context.Context, p auth.Principal, id, reason stri
 	return b, err
 }
 
-// Withdraw withdraws p's approval of a batch that has not started; below the quorum it is held
-// again.
+// Withdraw withdraws p's approval of a batch that has not started; below the quorum (the
+// policy's now, if it was raised) it is held again, and so are the commands its approval had
+// released that no agent took yet (an operator's power action, a rotation): they wait for the
+// batch as before, rather than being refused when an agent asks for them.
 func (s *Service) Withdraw(ctx context.Context, p auth.Principal, id, reason string) (store.Batch, error) {
 	if err := Require(p, auth.Approve); err != nil {
 		return store.Batch{}, err
@@ -276,18 +278,38 @@ func (s *Service) Withdraw(ctx context.Context, p auth.Principal, id, reason str
 		if err != nil {
 			return false, err
 		}
+		// As in Approve: the gate counts approvals against the policy as it is now.
+		now, err := tx.RequiredApprovals(ctx, b.SiteID, b.PoolID)
+		if err != nil {
+			return false, err
+		}
+		raised := now > b.Required
+		if raised {
+			b.Required = now
+		}
 		next, err := batch.Withdraw(*b, had, n)
 		if err != nil {
 			return false, err
 		}
-		if next != b.State {
+		rehold, changed := batch.Rehold(b.State, next), next != b.State
+		if changed {
 			b.State, b.DecidedBy, b.DecidedAt = next, "", 0
+		}
+		if changed || raised {
 			if err := tx.UpdateBatch(ctx, b); err != nil {
 				return false, err
 			}
 		}
+		data := map[string]any{"batch": b.ID, "approvals": n, "required": b.Required, "state": b.State}
+		if rehold {
+			held, err := tx.HoldQueuedCommands(ctx, b.ID)
+			if err != nil {
+				return false, err
+			}
+			data["heldAgain"] = held
+		}
 		return false, tx.AppendEvent(ctx, store.Event{TenantID: b.TenantID, Actor: p.Actor(), Kind: "batch.withdraw", Reason: reason,
-			Data: jsonObject(map[string]any{"batch": b.ID, "approvals": n, "required": b.Required, "state": b.State})})
+			Data: jsonObject(data)})
 	})
 }
 

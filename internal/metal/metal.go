@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"bcd/internal/auth"
+	"bcd/internal/batch"
 	"bcd/internal/bmc"
 	"bcd/internal/command"
 	"bcd/internal/provision"
@@ -31,6 +32,22 @@ type Service struct {
 	wake   func()
 	// profiles are deploy profiles from the configuration file.
 	profiles []workflow.Profile
+	// approvalTimeout is how long a batch may wait for its approvals (bcd server
+	// --approval-timeout, as the engine's): Approve refuses a batch past it.
+	approvalTimeout time.Duration
+}
+
+// DefaultApprovalTimeout is the approval timeout of a service nobody set one on (the engine's
+// default too).
+const DefaultApprovalTimeout = batch.DefaultApprovalTimeout
+
+// SetApprovalTimeout sets how long a batch may wait for its approvals: the engine's
+// ApprovalTimeout (0: DefaultApprovalTimeout).
+func (s *Service) SetApprovalTimeout(d time.Duration) {
+	if d <= 0 {
+		d = DefaultApprovalTimeout
+	}
+	s.approvalTimeout = d
 }
 
 // OnWake registers what to call after a verb queued a reconciler wake-up (the engine's nudge).
@@ -44,7 +61,7 @@ func (s *Service) woke() {
 
 // New builds the service.
 func New(st *store.Store, sealer *secrets.Sealer, log *slog.Logger) *Service {
-	return &Service{st: st, sealer: sealer, log: log}
+	return &Service{st: st, sealer: sealer, log: log, approvalTimeout: DefaultApprovalTimeout}
 }
 
 // Store returns the store (read paths of the API).
@@ -143,6 +160,8 @@ type EnrollInput struct {
 	ProductUUID string
 	Labels      map[string]string
 	Reason      string
+	// BootMode is the node's firmware mode (uefi, legacy; "" leaves the driver's behaviour).
+	BootMode string
 	// accepted: an acceptance (AcceptDiscovered), the only enrollment that may ask for an
 	// in-band BMC credential (the machine waits in a discovery-mode ramdisk).
 	accepted bool
@@ -244,6 +263,10 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 	if err := ValidLabels("labels", in.Labels); err != nil {
 		return store.Node{}, err
 	}
+	bootMode, err := ValidBootMode(in.BootMode)
+	if err != nil {
+		return store.Node{}, err
+	}
 	pool, err := s.st.Pool(ctx, in.Pool)
 	if err != nil || !p.CanSeeTenant(pool.TenantID) {
 		return store.Node{}, fmt.Errorf("pool %q: %w", in.Pool, store.ErrNotFound)
@@ -275,6 +298,7 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 			Power: string(bmc.PowerUnknown), HardwareProfile: hp.Name, Drivers: hp.Drivers,
 			BMCDriver: driver, BMCAddress: addr, BMCInsecure: in.BMC.InsecureTLS, BMCFingerprint: fp,
 			ProductUUID: uuid, MACs: macs, Labels: mergeLabels(site.Labels, pool.Policy.Labels, in.Labels),
+			BootMode: string(bootMode),
 		}
 		move := provision.EnrollMove()
 		node.State, node.TargetState, node.ChainVerb = string(move.To), string(move.Target), string(provision.VerbEnroll)
@@ -291,7 +315,7 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 		if err := tx.AppendEvent(ctx, store.Event{
 			TenantID: node.TenantID, NodeID: node.ID, Actor: p.Actor(), Kind: "node.enroll",
 			ToState: node.State, Reason: in.Reason,
-			Data: jsonObject(map[string]any{"pool": pool.Name, "bmcDriver": driver, "bmcAddress": addr, "bmcInband": in.BMC.Inband, "macs": macs, "productUuid": uuid}),
+			Data: jsonObject(map[string]any{"pool": pool.Name, "bmcDriver": driver, "bmcAddress": addr, "bmcInband": in.BMC.Inband, "macs": macs, "productUuid": uuid, "bootMode": string(bootMode)}),
 		}); err != nil {
 			return err
 		}
@@ -303,6 +327,59 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 	s.woke()
 	s.log.LogAttrs(ctx, slog.LevelInfo, "node enrolled", slog.String("node", node.ID), slog.String("name", node.Name), slog.String("pool", pool.Name), slog.String("actor", p.Actor()))
 	return node, nil
+}
+
+// ---------------------------------------------------------------- update
+
+// UpdateInput is metal.update's input: the node attributes an operator may change after
+// enrollment, in any state. A nil field is left as it is.
+type UpdateInput struct {
+	Node string
+	// BootMode: uefi, legacy, or "" for the driver's behaviour. bmc.boot commands built from
+	// now on carry it; one already sent keeps its mode.
+	BootMode *string
+	Reason   string
+}
+
+// Update changes a node's attributes (today its boot mode) and records the change.
+func (s *Service) Update(ctx context.Context, p auth.Principal, in UpdateInput) (store.Node, error) {
+	if err := Require(p, auth.Operate); err != nil {
+		return store.Node{}, err
+	}
+	if in.Node == "" {
+		return store.Node{}, invalid("node", "is required: a node id or name")
+	}
+	if in.BootMode == nil {
+		return store.Node{}, invalid("node", "nothing to update: give boot_mode (uefi, legacy, or empty for the driver's behaviour)")
+	}
+	mode, err := ValidBootMode(*in.BootMode)
+	if err != nil {
+		return store.Node{}, err
+	}
+	if err := ValidReason(in.Reason); err != nil {
+		return store.Node{}, err
+	}
+	var n store.Node
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		if n, err = tx.LockNode(ctx, in.Node, p.TenantID); err != nil {
+			return err
+		}
+		if n.BootMode == string(mode) {
+			return nil
+		}
+		from := n.BootMode
+		n.BootMode = string(mode)
+		if err := tx.UpdateNode(ctx, &n); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node.update",
+			FromState: n.State, ToState: n.State, Reason: in.Reason,
+			Data: jsonObject(map[string]any{"bootMode": map[string]string{"from": from, "to": n.BootMode}})})
+	})
+	if err != nil {
+		return store.Node{}, fmt.Errorf("update %s: %w", in.Node, err)
+	}
+	return n, nil
 }
 
 func (s *Service) seal(ctx context.Context, tx *store.Tx, tenantID, value string) (string, error) {
@@ -476,14 +553,20 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			// takes the node out of the batch its chain ran under: the next chain's destructive
 			// work needs its own approval, not the one given for this chain. (The aborted
 			// workflow's cleanup keeps its own batch.)
-			var left string
+			var left, pinned string
 			if n.BatchID != "" && v != provision.VerbMaintenance && (move.Wakes || v == provision.VerbAbort) {
 				left, n.BatchID = n.BatchID, ""
 			}
 			switch v {
 			case provision.VerbDeploy:
-				n.DeployProfile, n.DeployImage = in.Profile, in.Image
-				data["profile"], data["image"] = in.Profile, in.Image
+				// The image is pinned as the catalog holds it now, in the verb's transaction:
+				// what was asked is what is written (a replaced image fails the write instead).
+				img, err := tx.VerifiedImage(ctx, in.Image)
+				if err != nil {
+					return invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
+				}
+				n.DeployProfile, n.DeployImage, pinned = in.Profile, in.Image, batch.ImageDigest(img)
+				data["profile"], data["image"], data["imageDigest"] = in.Profile, in.Image, pinned
 			case provision.VerbUndeploy:
 				n.WipeMode = in.Wipe
 				data["wipe"] = in.Wipe
@@ -493,6 +576,11 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			}
 			if err := tx.UpdateNode(ctx, &n); err != nil {
 				return err
+			}
+			if v == provision.VerbDeploy {
+				if err := tx.PinDeployImage(ctx, n.ID, pinned); err != nil {
+					return err
+				}
 			}
 			if left != "" {
 				if err := leaveBatch(ctx, tx, n, left); err != nil {

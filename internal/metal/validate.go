@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"bcd/internal/bmc"
+	"bcd/internal/bmc/redfish"
 )
 
 // InvalidError is bad input: which field, what was wrong and what is accepted.
@@ -138,13 +141,23 @@ func ValidBMCAddress(driver, addr string) (string, error) {
 	switch driver {
 	case "redfish":
 		u, err := url.Parse(addr)
-		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
-			return "", invalid("bmc.address", "%q is not a Redfish service address: use https://HOST[:PORT] (http:// only for labs), without path, user or query", truncate(addr))
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return "", invalid("bmc.address", "%q is not a Redfish service address: use https://HOST[:PORT] (http:// only for labs), "+
+				"optionally with the path %s/ID of the node's ComputerSystem, without user or query", truncate(addr), redfish.SystemsCollection)
 		}
 		if err := validHostPort(u.Host); err != nil {
 			return "", err
 		}
-		return u.Scheme + "://" + u.Host, nil
+		// A path names the node's ComputerSystem on a BMC that serves several (a multi-node
+		// chassis): the driver then acts on that one only and never guesses.
+		system := ""
+		if u.Path != "" && u.Path != "/" {
+			if system, err = redfish.SystemPath(addr); err != nil || system == "" {
+				return "", invalid("bmc.address", "path %q: give https://HOST[:PORT] without path, or with the path %s/ID naming the node's "+
+					"ComputerSystem on a BMC that serves several (ID of letters, digits, '.', '_', '~' and '-')", truncate(u.Path), redfish.SystemsCollection)
+			}
+		}
+		return u.Scheme + "://" + u.Host + system, nil
 	case "ipmi":
 		if strings.Contains(addr, "://") {
 			return "", invalid("bmc.address", "%q: an IPMI address is HOST[:PORT] without a scheme", truncate(addr))
@@ -179,6 +192,16 @@ func validHostPort(hp string) error {
 		return invalid("bmc.address", "host %q is neither an IP address nor a DNS name", truncate(host))
 	}
 	return nil
+}
+
+// ValidBootMode checks a node's boot mode: uefi, legacy, or empty for the driver's behaviour.
+func ValidBootMode(s string) (bmc.BootMode, error) {
+	m, err := bmc.ParseBootMode(s)
+	if err != nil {
+		return "", invalid("boot_mode", "%q: accepted are uefi, legacy, or empty for the driver's behaviour "+
+			"(Redfish leaves the mode as it is; IPMI keeps a pending override's mode, else writes UEFI)", truncate(s))
+	}
+	return m, nil
 }
 
 // ValidCredential checks a BMC username or password without echoing it.

@@ -53,7 +53,7 @@ const (
 	maxExtraArgs   = 32
 	maxArgLen      = 256
 	maxCmdlineLen  = 2048 // x86 COMMAND_LINE_SIZE
-	maxCALen       = 1400 // one P-256 CA certificate in PEM, base64url
+	maxCALen       = 3072 // two P-256 CA certificates in PEM (a rotation of the agent CA), base64url; as the ramdisk accepts
 	maxURLLen      = 1024
 	minTokenLen    = 16
 	maxTokenLen    = 512

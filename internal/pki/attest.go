@@ -113,6 +113,21 @@ func VerifyStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte, cur
 	return nil
 }
 
+// VerifyRecordedStatement is VerifyStatement for an audit of a stored result: its signer may
+// also be certified by a CA a finished rotation retired (CA.SetRetired), as long as the
+// certificate was valid at the time the result was received (at). Live results are checked
+// with VerifyStatement: a retired CA certifies nothing new.
+func VerifyRecordedStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte, currentGeneration uint64, at time.Time) error {
+	_, id, err := verifySignedAudit(ca, signerCertDER, st, sig, at)
+	if err == nil {
+		err = nodeStatementDecision(id, st, currentGeneration)
+	}
+	if err != nil {
+		return fmt.Errorf("verifying attested %s result of command %s for node %s: %w", st.Kind, st.CommandID, st.NodeID, err)
+	}
+	return nil
+}
+
 // VerifySiteStatement checks a site-signed result (bmc.rotate): as VerifyStatement for the
 // certificate and signature, then only a site agent (ErrNotSiteIdentity) of site siteID
 // (ErrSiteMismatch) is accepted. The statement's generation is not interpreted.
@@ -139,6 +154,26 @@ func verifySigned(ca *CA, certDER []byte, st Statement, sig []byte, now time.Tim
 	if err != nil {
 		return nil, Identity{}, err
 	}
+	return checkSignature(ca, cert, id, certDER, st, sig)
+}
+
+// verifySignedAudit is verifySigned against the CAs an audit accepts (CA.auditSet).
+func verifySignedAudit(ca *CA, certDER []byte, st Statement, sig []byte, at time.Time) (*x509.Certificate, Identity, error) {
+	if ca == nil {
+		return nil, Identity{}, fmt.Errorf("%w: no CA", ErrBadInput)
+	}
+	if err := st.Validate(); err != nil {
+		return nil, Identity{}, err
+	}
+	cert, id, _, err := verifyWith(ca.auditSet(), certDER, at)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	return checkSignature(ca, cert, id, certDER, st, sig)
+}
+
+// checkSignature checks sig, by cert's key, over the statement.
+func checkSignature(ca *CA, cert *x509.Certificate, id Identity, certDER []byte, st Statement, sig []byte) (*x509.Certificate, Identity, error) {
 	pub, ok := cert.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
 		return nil, Identity{}, fmt.Errorf("%w: signer key is not ECDSA P-256", ErrBadSignature)

@@ -19,6 +19,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"bcd/internal/cache"
@@ -38,33 +39,101 @@ const (
 	CAKeyFile  = "ca.key"
 )
 
-// CA is the control plane's certificate authority. Its private key never leaves it: String,
-// GoString and LogValue show the subject and fingerprint only.
-type CA struct {
-	cert    *x509.Certificate
-	certPEM []byte
-	key     *ecdsa.PrivateKey
-	// certs keeps certificates Verify accepted (by the SHA-256 of their DER): the parse,
-	// signature and chain checks do not depend on the time, only the validity windows do, and
-	// those are checked again at every call. A node's certificate signs several results.
+// CA is the control plane's certificate authority: the installation's agent CA. It holds one
+// signer (the active CA) and, during a rotation (SetRotation), a second CA that it trusts too:
+// the next one, staged and handed out to agents before it signs anything, or the previous one,
+// the retired signer, trusted until the rotation finishes. Private keys never leave it: String,
+// GoString and LogValue show the active CA's subject and fingerprint only.
+type CA struct{ st *caState }
+
+type caState struct {
+	set atomic.Pointer[caSet]
+	// certs keeps certificates Verify accepted (by the SHA-256 of their DER) with the CA that
+	// issued them: the parse, signature and chain checks do not depend on the time, only the
+	// validity windows do, and those are checked again at every call, as is the issuer still
+	// being trusted. A node's certificate signs several results.
 	certs *cache.Bounded[[32]byte, verifiedCert]
 	// sigs keeps signatures that verified, by the SHA-256 of (certificate, digest, signature):
 	// a result is checked when its report arrives and again when the engine takes it.
 	sigs *cache.Bounded[[32]byte, bool]
+	// retired are the CAs finished rotations retired (SetRetired): trusted for nothing live,
+	// only for audits of what they certified (VerifyRecordedStatement).
+	retired atomic.Pointer[[]*authority]
+}
+
+// authority is one CA certificate and, for a CA that signs or will, its key.
+type authority struct {
+	cert    *x509.Certificate
+	certPEM []byte
+	key     *ecdsa.PrivateKey // nil for the previous CA: trusted, never signing again
+	fp      string
+}
+
+// caSet is what a CA trusts and signs with at one time; replaced whole (SetRotation).
+type caSet struct {
+	active, next, previous *authority
+	// audit are further CAs an audit accepts (retired ones); in audit sets only (auditSet).
+	audit  []*authority
+	bundle []byte         // every trusted CA's PEM, the active one first
+	pool   *x509.CertPool // every trusted CA; shared, never added to
+	fps    []string       // every trusted CA's fingerprint, the active one first
+}
+
+// trusted lists the trusted CAs, the active one first.
+func (s *caSet) trusted() []*authority {
+	out := []*authority{s.active}
+	for _, a := range []*authority{s.next, s.previous} {
+		if a != nil {
+			out = append(out, a)
+		}
+	}
+	return append(out, s.audit...)
+}
+
+// byFingerprint is the trusted CA of fingerprint fp (nil: none).
+func (s *caSet) byFingerprint(fp string) *authority {
+	for _, a := range s.trusted() {
+		if a.fp == fp {
+			return a
+		}
+	}
+	return nil
+}
+
+func newSet(active, next, previous *authority) *caSet {
+	s := &caSet{active: active, next: next, previous: previous, pool: x509.NewCertPool()}
+	for _, a := range s.trusted() {
+		s.bundle = append(s.bundle, a.certPEM...)
+		s.pool.AddCert(a.cert)
+		s.fps = append(s.fps, a.fp)
+	}
+	return s
 }
 
 type verifiedCert struct {
-	cert *x509.Certificate
-	id   Identity
+	cert   *x509.Certificate
+	id     Identity
+	issuer string // fingerprint of the CA that issued it
 }
 
 // maxVerified bounds the verified certificates and signatures kept (each emptied when full).
 const maxVerified = 4096
 
-func caOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *CA {
-	return &CA{cert: cert, certPEM: EncodeCertPEM(der), key: key,
-		certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.New[[32]byte, bool](maxVerified)}
+func authorityOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *authority {
+	return &authority{cert: cert, certPEM: EncodeCertPEM(der), key: key, fp: Fingerprint(der)}
 }
+
+func caOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *CA {
+	ca := &CA{st: &caState{certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.New[[32]byte, bool](maxVerified)}}
+	ca.st.set.Store(newSet(authorityOf(cert, der, key), nil, nil))
+	return ca
+}
+
+// current is the set in force now.
+func (ca *CA) current() *caSet { return ca.st.set.Load() }
+
+// signer is the active CA.
+func (ca *CA) signer() *authority { return ca.current().active }
 
 // CreateCA makes a new self-signed CA valid from now (minus ClockSkew) for CAValidity.
 func CreateCA(commonName string, now time.Time) (*CA, error) {
@@ -189,29 +258,33 @@ func exists(path string) (bool, error) {
 	}
 }
 
-// CertPEM returns the CA certificate, PEM encoded.
-func (ca *CA) CertPEM() []byte { return bytes.Clone(ca.certPEM) }
+// CertPEM returns every CA certificate trusted now, PEM encoded, the active one first: what
+// agents are given to trust (one certificate outside a rotation, two during one).
+func (ca *CA) CertPEM() []byte { return bytes.Clone(ca.current().bundle) }
 
-// Certificate returns the parsed CA certificate.
-func (ca *CA) Certificate() *x509.Certificate { return ca.cert }
+// Certificate returns the parsed certificate of the active CA (the one that signs).
+func (ca *CA) Certificate() *x509.Certificate { return ca.signer().cert }
 
-// KeyPEM returns the CA private key, PKCS#8 PEM encoded, for the caller to store (0600).
-func (ca *CA) KeyPEM() ([]byte, error) { return EncodeKeyPEM(ca.key) }
+// KeyPEM returns the active CA's private key, PKCS#8 PEM encoded, for the caller to store (0600).
+func (ca *CA) KeyPEM() ([]byte, error) { return EncodeKeyPEM(ca.signer().key) }
 
-// Pool returns a new pool holding the CA certificate (a fresh one each call: callers may add to it).
+// Pool returns a new pool holding every CA trusted now (a fresh one each call: callers may add
+// to it).
 func (ca *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
+	for _, a := range ca.current().trusted() {
+		p.AddCert(a.cert)
+	}
 	return p
 }
 
-// Fingerprint is the SHA-256 of the CA certificate, hex encoded.
-func (ca CA) Fingerprint() string { return Fingerprint(ca.cert.Raw) }
+// Fingerprint is the SHA-256 of the active CA's certificate, hex encoded.
+func (ca CA) Fingerprint() string { return ca.signer().fp }
 
-// String shows the CA's subject and fingerprint, never its key. Value receivers: a CA value
-// printed by mistake (fmt.Print(*ca)) shows the same.
+// String shows the active CA's subject and fingerprint, never a key. Value receivers: a CA
+// value printed by mistake (fmt.Print(*ca)) shows the same.
 func (ca CA) String() string {
-	return fmt.Sprintf("CA %q sha256:%s", ca.cert.Subject.CommonName, ca.Fingerprint())
+	return fmt.Sprintf("CA %q sha256:%s", ca.signer().cert.Subject.CommonName, ca.Fingerprint())
 }
 
 // GoString keeps %#v from printing the key.
@@ -219,7 +292,7 @@ func (ca CA) GoString() string { return ca.String() }
 
 // LogValue keeps slog from printing the key.
 func (ca CA) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("subject", ca.cert.Subject.CommonName), slog.String("sha256", ca.Fingerprint()))
+	return slog.GroupValue(slog.String("subject", ca.signer().cert.Subject.CommonName), slog.String("sha256", ca.Fingerprint()))
 }
 
 // Fingerprint is the SHA-256 of DER bytes (a certificate), hex encoded.
@@ -228,20 +301,24 @@ func Fingerprint(der []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// Verify checks that certDER was issued by this CA, is valid at now, and carries a well-formed
-// identity. Errors wrap ErrCertInvalid, ErrUnknownCA, ErrCertExpired or ErrBadIdentity.
+// Verify checks that certDER was issued by a CA trusted now (the active one, or during a
+// rotation the next or previous one), is valid at now, and carries a well-formed identity.
+// Errors wrap ErrCertInvalid, ErrUnknownCA, ErrCertExpired or ErrBadIdentity.
 func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {
 	key := sha256.Sum256(certDER)
-	v, ok := ca.certs.Get(key)
+	set := ca.current()
+	v, ok := ca.st.certs.Get(key)
 	valid := func(c *x509.Certificate) bool { return !now.Before(c.NotBefore) && !now.After(c.NotAfter) }
-	if ok && valid(v.cert) && valid(ca.cert) {
-		return v.cert, v.id, nil
+	if ok {
+		if a := set.byFingerprint(v.issuer); a != nil && valid(v.cert) && valid(a.cert) {
+			return v.cert, v.id, nil
+		}
 	}
-	cert, id, err := ca.verify(certDER, now)
+	cert, id, issuer, err := verifyWith(set, certDER, now)
 	if err != nil {
 		return nil, Identity{}, err
 	}
-	ca.certs.Put(key, verifiedCert{cert: cert, id: id})
+	ca.st.certs.Put(key, verifiedCert{cert: cert, id: id, issuer: issuer.fp})
 	return cert, id, nil
 }
 
@@ -255,31 +332,44 @@ func (ca *CA) verifySignature(certDER []byte, pub *ecdsa.PublicKey, digest, sig 
 	h.Write(sig)
 	var key [32]byte
 	h.Sum(key[:0])
-	if _, ok := ca.sigs.Get(key); ok {
+	if _, ok := ca.st.sigs.Get(key); ok {
 		return true
 	}
 	if !ecdsa.VerifyASN1(pub, digest, sig) {
 		return false
 	}
-	ca.sigs.Put(key, true)
+	ca.st.sigs.Put(key, true)
 	return true
 }
 
-func (ca *CA) verify(certDER []byte, now time.Time) (*x509.Certificate, Identity, error) {
+// issuerIn is the CA of set that signed cert (nil: none).
+func issuerIn(set *caSet, cert *x509.Certificate) *authority {
+	for _, a := range set.trusted() {
+		if bytes.Equal(cert.RawIssuer, a.cert.RawSubject) && cert.CheckSignatureFrom(a.cert) == nil {
+			return a
+		}
+	}
+	return nil
+}
+
+func verifyWith(set *caSet, certDER []byte, now time.Time) (*x509.Certificate, Identity, *authority, error) {
 	cert, err := x509.ParseCertificate(certDER)
 	if err != nil {
-		return nil, Identity{}, fmt.Errorf("verifying certificate: %w: %w", ErrCertInvalid, err)
+		return nil, Identity{}, nil, fmt.Errorf("verifying certificate: %w: %w", ErrCertInvalid, err)
 	}
 	name := cert.Subject.CommonName
-	if !bytes.Equal(cert.RawIssuer, ca.cert.RawSubject) || cert.CheckSignatureFrom(ca.cert) != nil {
-		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w (issuer %q)", name, ErrUnknownCA, cert.Issuer.CommonName)
+	issuer := issuerIn(set, cert)
+	if issuer == nil {
+		return nil, Identity{}, nil, fmt.Errorf("verifying certificate %q: %w (issuer %q)", name, ErrUnknownCA, cert.Issuer.CommonName)
 	}
 	if now.Before(cert.NotBefore) || now.After(cert.NotAfter) {
-		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: valid from %s to %s, checked at %s",
+		return nil, Identity{}, nil, fmt.Errorf("verifying certificate %q: %w: valid from %s to %s, checked at %s",
 			name, ErrCertExpired, cert.NotBefore.UTC().Format(time.RFC3339), cert.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	}
+	roots := x509.NewCertPool()
+	roots.AddCert(issuer.cert)
 	_, err = cert.Verify(x509.VerifyOptions{
-		Roots:       ca.Pool(),
+		Roots:       roots,
 		CurrentTime: now,
 		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
 	})
@@ -288,22 +378,23 @@ func (ca *CA) verify(certDER []byte, now time.Time) (*x509.Certificate, Identity
 		var unk x509.UnknownAuthorityError
 		switch {
 		case errors.As(err, &inv) && inv.Reason == x509.Expired:
-			return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrCertExpired, err)
+			return nil, Identity{}, nil, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrCertExpired, err)
 		case errors.As(err, &unk):
-			return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrUnknownCA, err)
+			return nil, Identity{}, nil, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrUnknownCA, err)
 		default:
-			return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrCertInvalid, err)
+			return nil, Identity{}, nil, fmt.Errorf("verifying certificate %q: %w: %w", name, ErrCertInvalid, err)
 		}
 	}
 	id, err := ParseIdentity(cert)
 	if err != nil {
-		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w", name, err)
+		return nil, Identity{}, nil, fmt.Errorf("verifying certificate %q: %w", name, err)
 	}
-	return cert, id, nil
+	return cert, id, issuer, nil
 }
 
 // issue signs a leaf certificate for pub naming id (and, for servers, hosts).
 func (ca *CA) issue(pub *ecdsa.PublicKey, id Identity, dnsNames []string, ips []net.IP, ttl time.Duration, now time.Time) ([]byte, error) {
+	signer := ca.signer()
 	if err := id.Validate(); err != nil {
 		return nil, err
 	}
@@ -312,10 +403,10 @@ func (ca *CA) issue(pub *ecdsa.PublicKey, id Identity, dnsNames []string, ips []
 		return nil, fmt.Errorf("%w: ttl %s must be positive and at most %s", ErrBadInput, ttl, MaxLeafTTL)
 	}
 	notAfter := now.Add(ttl)
-	if notAfter.After(ca.cert.NotAfter) {
-		return nil, fmt.Errorf("%w: certificate would outlive the CA (CA expires %s)", ErrBadInput, ca.cert.NotAfter.UTC().Format(time.RFC3339))
+	if notAfter.After(signer.cert.NotAfter) {
+		return nil, fmt.Errorf("%w: certificate would outlive the CA (CA expires %s)", ErrBadInput, signer.cert.NotAfter.UTC().Format(time.RFC3339))
 	}
-	if now.Before(ca.cert.NotBefore) {
+	if now.Before(signer.cert.NotBefore) {
 		return nil, fmt.Errorf("%w: CA is not valid yet at %s", ErrBadInput, now.UTC().Format(time.RFC3339))
 	}
 	serial, err := randomSerial()
@@ -348,7 +439,7 @@ func (ca *CA) issue(pub *ecdsa.PublicKey, id Identity, dnsNames []string, ips []
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer.cert, pub, signer.key)
 	if err != nil {
 		return nil, fmt.Errorf("signing %s certificate: %w", id.Kind, err)
 	}

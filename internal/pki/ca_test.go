@@ -237,8 +237,8 @@ func assertNoKeyMaterial(t *testing.T, s string, keys ...[]byte) {
 func TestCANeverShowsItsKey(t *testing.T) {
 	ca := newCA(t)
 	keyPEM, _ := ca.KeyPEM()
-	d := ca.key.D.String()
-	dHex := fmt.Sprintf("%x", ca.key.D)
+	d := ca.signer().key.D.String()
+	dHex := fmt.Sprintf("%x", ca.signer().key.D)
 	var logs bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	log.Info("ca loaded", "ca", ca)

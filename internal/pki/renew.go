@@ -63,6 +63,7 @@ type ServerCert struct {
 	mu      sync.Mutex
 	cur     *tls.Certificate
 	renewAt time.Time
+	issuer  string // fingerprint of the CA that was active when cur was issued
 }
 
 // NewServerCert issues the first certificate (now is the clock; nil: time.Now).
@@ -81,6 +82,7 @@ func NewServerCert(ca *CA, hosts []string, ttl time.Duration, now func() time.Ti
 }
 
 func (s *ServerCert) issue(now time.Time) error {
+	issuer := s.ca.Fingerprint() // read first: a CA activated meanwhile makes the next handshake issue again
 	certPEM, keyPEM, err := s.ca.IssueServer(s.hosts, s.ttl, now)
 	if err != nil {
 		return err
@@ -89,18 +91,19 @@ func (s *ServerCert) issue(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("loading the server certificate: %w", err)
 	}
-	s.cur, s.renewAt = &pair, RenewAt(pair.Leaf.NotBefore, pair.Leaf.NotAfter)
+	s.cur, s.renewAt, s.issuer = &pair, RenewAt(pair.Leaf.NotBefore, pair.Leaf.NotAfter), issuer
 	return nil
 }
 
-// Current is the certificate handshakes get now, renewed first when due. When a renewal fails
+// Current is the certificate handshakes get now, renewed first when due or when another CA
+// became the active one (a rotation's activation: agents trust it by then). When a renewal fails
 // the current certificate is served while it is valid, and the renewal is tried again at the
 // next handshake.
 func (s *ServerCert) Current() (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if now.Before(s.renewAt) {
+	if now.Before(s.renewAt) && s.issuer == s.ca.Fingerprint() {
 		return s.cur, nil
 	}
 	err := s.issue(now)
@@ -111,9 +114,21 @@ func (s *ServerCert) Current() (*tls.Certificate, error) {
 }
 
 // TLSConfig is the gateway's TLS configuration (as ServerTLSConfig) serving the current
-// certificate at every handshake.
+// certificate at every handshake and verifying client certificates against the CAs trusted at
+// that handshake (a rotation changes them while the server runs). Set NextProtos on it before
+// serving: handshakes get a copy of it with the current CAs.
 func (s *ServerCert) TLSConfig() *tls.Config {
 	cfg := serverTLS(s.ca)
 	cfg.GetCertificate = func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return s.Current() }
+	cfg.ClientCAs = s.ca.current().pool
+	cfg.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
+		pool := s.ca.current().pool
+		if pool == cfg.ClientCAs {
+			return nil, nil // the CAs it was made with
+		}
+		c := cfg.Clone()
+		c.ClientCAs, c.GetConfigForClient = pool, nil
+		return c, nil
+	}
 	return cfg
 }

@@ -178,7 +178,7 @@ func TestClientRefusesNonServerIdentity(t *testing.T) {
 		URIs:         []*url.URL{u},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, key.Public(), ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.signer().cert, key.Public(), ca.signer().key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"bcd/internal/store"
 )
 
-// caSealID is the id the installation CA's key is sealed under.
-const caSealID = "installation-ca"
+// caSealID is the id the installation CA's keys are sealed under.
+const caSealID = store.CASealID
 
 // caStore is the part of the store installationCA uses.
 type caStore interface {
@@ -74,6 +74,9 @@ func installationCA(ctx context.Context, st caStore, sealer *secrets.Sealer, dir
 	ca, err := pki.LoadCA([]byte(stored.CertPEM), keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("loading the installation's agent CA: %w", err)
+	}
+	if err := applyRotation(ca, stored, sealer); err != nil {
+		return nil, err
 	}
 	if found && local.Fingerprint() != ca.Fingerprint() {
 		log.Warn("the CA in the data dir is not the installation's and is not used: agents joined with it must join again",

@@ -53,6 +53,9 @@ type Config struct {
 	// ProfilesFile is a JSON object of operator-defined deploy profiles by name (each as
 	// PutDeployProfile takes it); profiles stored through the API take precedence.
 	ProfilesFile string
+	// CARefresh is how often the server looks for a change of the installation's agent CAs (a
+	// rotation's stage); default 5s.
+	CARefresh time.Duration
 }
 
 // loadProfiles reads the deploy profiles file.
@@ -96,6 +99,9 @@ func (c Config) WithDefaults() Config {
 	if c.GatewayListen == "" {
 		c.GatewayListen = "127.0.0.1:7443"
 	}
+	if c.CARefresh <= 0 {
+		c.CARefresh = caRefreshInterval
+	}
 	return c
 }
 
@@ -107,6 +113,7 @@ type Server struct {
 	svc    *metal.Service
 	eng    *engine.Engine
 	ca     *pki.CA
+	cas    *caKeeper
 	ln     net.Listener
 	http   *http.Server
 	first  string
@@ -169,6 +176,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		st.Close()
 		return nil, err
 	}
+	cas := &caKeeper{st: st, sealer: sealer, ca: ca, log: log}
+	if err := cas.refresh(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
 	profiles, err := loadProfiles(cfg.ProfilesFile)
 	if err != nil {
 		st.Close()
@@ -179,6 +191,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if ecfg.Name == "" {
 		ecfg.Name, _ = os.Hostname() // "" falls back to the engine's default
 	}
+	svc.SetApprovalTimeout(ecfg.ApprovalTimeout) // 0: the default, as the engine's
 	durations := newDurations()
 	ecfg.Observer = durations
 	ecfg.Secrets = svc
@@ -187,7 +200,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)
-	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, first: first, lock: lock}
+	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, cas: cas, first: first, lock: lock}
 	if cfg.GatewayListen != "off" {
 		if err := s.listenGateway(); err != nil {
 			st.Close()
@@ -275,14 +288,22 @@ func (s *Server) listenGateway() error {
 		ln.Close()
 		return fmt.Errorf("issuing the gateway's certificate: %w", err)
 	}
-	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log,
+	queue := trustQueue{Gateway: s.eng.Gateway(), st: s.st, ca: s.ca, log: s.log}
+	gw, err := gateway.New(gateway.Config{Queue: queue, Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log,
 		Watermark: s.eng.Gateway().Watermark})
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	_, h := gw.Handler()
-	s.gwLn, s.gwCert, s.gw = ln, cert, s.eng.Gateway().Wrap(h)
+	wrapped := s.eng.Gateway().Wrap(h)
+	s.gwLn, s.gwCert = ln, cert
+	s.gw = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+			r = r.WithContext(withPeerCert(r.Context(), r.TLS.PeerCertificates[0].Raw))
+		}
+		wrapped.ServeHTTP(w, r)
+	})
 	s.gwURL = s.cfg.GatewayURL
 	if s.gwURL == "" {
 		s.gwURL = "https://" + ln.Addr().String()
@@ -293,7 +314,7 @@ func (s *Server) listenGateway() error {
 // GatewayURL is where agents connect ("" without a gateway).
 func (s *Server) GatewayURL() string { return s.gwURL }
 
-// CAPEM is the CA agents trust.
+// CAPEM is the CAs agents trust (two during a rotation of the agent CA).
 func (s *Server) CAPEM() []byte { return s.ca.CertPEM() }
 
 // CreateSiteJoinToken mints a site agent's bootstrap token.
@@ -317,6 +338,8 @@ func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 3)
 	go func() { errc <- s.http.Serve(s.ln) }()
 	go func() { errc <- s.eng.Run(ctx) }()
+	caDone := make(chan struct{})
+	go func() { defer close(caDone); s.cas.run(ctx, s.cfg.CARefresh) }()
 	running := 2
 	if s.gwLn != nil {
 		running++
@@ -338,6 +361,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	cancel()
+	<-caDone
 	shutCtx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
 	err = errors.Join(err, s.http.Shutdown(shutCtx))

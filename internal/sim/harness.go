@@ -104,6 +104,7 @@ func StartReplicas(ctx context.Context, stores []*store.Store, cfg Config, ecfg 
 		return nil, err
 	}
 	ecfg.AutoEnroll = svc.AutoEnrollInband
+	svc.SetApprovalTimeout(ecfg.ApprovalTimeout)
 	engines := make(spread, len(stores))
 	for i, st := range stores {
 		engines[i] = engine.New(st, ca, log, ecfg)

@@ -122,6 +122,19 @@ type RamdiskConfig struct {
 	// CAPEM is the control plane's CA, passed to the ramdisk as bcd.ca= so it can verify the
 	// gateway before it has joined.
 	CAPEM []byte
+	// CA, when set, is the CA bundle to pass instead, read when an entry is built: the one the
+	// agent holds now, which follows a rotation of the agent CA (caSource).
+	CA func() []byte
+}
+
+// caPEM is the CA bundle an entry built now carries.
+func (r RamdiskConfig) caPEM() []byte {
+	if r.CA != nil {
+		if b := r.CA(); len(b) > 0 {
+			return b
+		}
+	}
+	return r.CAPEM
 }
 
 // configured reports whether a kernel and an initrd are set.
@@ -148,8 +161,8 @@ func RamdiskEntry(r RamdiskConfig, token string) (netboot.Entry, error) {
 	}
 	e := netboot.Entry{Kind: netboot.KindRamdisk, Kernel: r.Kernel, Initrd: r.Initrd, GatewayURL: r.GatewayURL,
 		Token: token, ExtraArgs: slices.Clone(r.ExtraArgs)}
-	if len(r.CAPEM) > 0 {
-		e.CA = base64.RawURLEncoding.EncodeToString(r.CAPEM)
+	if ca := r.caPEM(); len(ca) > 0 {
+		e.CA = base64.RawURLEncoding.EncodeToString(ca)
 	}
 	if err := e.Validate(); err != nil {
 		return netboot.Entry{}, fmt.Errorf("ramdisk entry: %w", err)

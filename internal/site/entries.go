@@ -52,6 +52,8 @@ type Entries struct {
 	path    string // "" keeps everything in memory
 	gateway string // what /metadata names as the gateway
 	ca      string // what /metadata names as the CA to trust (PEM)
+	// caNow, when set, is read instead of ca at every answer (FollowCA).
+	caNow func() []byte
 
 	now func() time.Time
 
@@ -268,11 +270,25 @@ func (e *Entries) Metadata(_ context.Context, addr netip.Addr) ([]byte, bool) {
 	}
 	for node, in := range e.t.Instances {
 		if slices.Contains(in.MACs, mac) {
-			b, err := json.Marshal(metadataDoc{NodeID: node, Gateway: e.gateway, InstanceToken: in.Token, CA: e.ca})
+			ca := e.ca
+			if e.caNow != nil {
+				if b := e.caNow(); len(b) > 0 {
+					ca = string(b)
+				}
+			}
+			b, err := json.Marshal(metadataDoc{NodeID: node, Gateway: e.gateway, InstanceToken: in.Token, CA: ca})
 			return b, err == nil
 		}
 	}
 	return nil, false
+}
+
+// FollowCA makes /metadata name the CA bundle f returns at each answer (the agent's, which
+// follows a rotation of the agent CA) rather than the one given to OpenEntries.
+func (e *Entries) FollowCA(f func() []byte) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.caNow = f
 }
 
 // Generation changes whenever the table does.

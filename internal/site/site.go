@@ -272,6 +272,9 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("starting site agent: %w", err)
 	}
 	a.entries.now = cfg.Now
+	if cfg.Ramdisk.CA != nil {
+		a.entries.FollowCA(cfg.Ramdisk.CA)
+	}
 	if cfg.DHCPMode == dhcp.ModeFull {
 		a.dhcpReports = newDHCPReports()
 	}
@@ -400,10 +403,14 @@ func (c *Config) setDefaults() error {
 		c.Ramdisk.GatewayURL = c.GatewayURL
 	}
 	if len(c.Ramdisk.CAPEM) == 0 {
-		// The CA given for the first join, or the one agentlink kept from it.
+		// The CA given for the first join, or the bundle agentlink keeps from it in the data
+		// dir, read again whenever it changes: a rotation of the agent CA brings the next CA
+		// to the agent, and ramdisks and installed OSes booted from then on trust it too.
 		c.Ramdisk.CAPEM = c.CAPEM
-		if b, err := os.ReadFile(filepath.Join(c.DataDir, "ca.pem")); err == nil && c.DataDir != "" {
-			c.Ramdisk.CAPEM = b
+		if c.DataDir != "" && c.Ramdisk.CA == nil {
+			src := &caSource{path: filepath.Join(c.DataDir, agentlink.CAFile), fallback: c.CAPEM}
+			c.Ramdisk.CA = src.current
+			c.Ramdisk.CAPEM = src.current()
 		}
 	}
 	if c.DHCPMode != dhcp.ModeOff && !c.ServerIP.IsValid() {

@@ -90,6 +90,9 @@ type Batch struct {
 	DecidedBy, DecisionReason    string
 	CreatedAt, DecidedAt         int64
 	StartedAt                    int64
+	// Image and ImageDigest are the catalog image a deploy under the batch writes, pinned
+	// when the verb was applied (empty when the batch writes no image): what approvers approve.
+	Image, ImageDigest string
 	// Approvers is filled by reads that ask for it.
 	Approvers []string
 	// Parked counts nodes still carrying the batch (filled by reads).
@@ -102,12 +105,12 @@ type Leaf struct {
 }
 
 const batchCols = `id, tenant_id, site_id, pool_id, kind, verb, reason, requested_by, state, required, size, leaves,
-	decided_by, decision_reason, created_at, decided_at, started_at`
+	decided_by, decision_reason, created_at, decided_at, started_at, image, image_digest`
 
 func scanBatch(r interface{ Scan(...any) error }) (Batch, error) {
 	var b Batch
 	err := r.Scan(&b.ID, &b.TenantID, &b.SiteID, &b.PoolID, &b.Kind, &b.Verb, &b.Reason, &b.RequestedBy, &b.State, &b.Required,
-		&b.Size, &b.Leaves, &b.DecidedBy, &b.DecisionReason, &b.CreatedAt, &b.DecidedAt, &b.StartedAt)
+		&b.Size, &b.Leaves, &b.DecidedBy, &b.DecisionReason, &b.CreatedAt, &b.DecidedAt, &b.StartedAt, &b.Image, &b.ImageDigest)
 	return b, err
 }
 
@@ -129,9 +132,9 @@ func (t *Tx) InsertBatch(ctx context.Context, b *Batch, leaves []Leaf) error {
 		}
 	}
 	b.Leaves = len(uniq)
-	_, err := t.exec(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO batches (`+batchCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		b.ID, b.TenantID, b.SiteID, b.PoolID, b.Kind, b.Verb, b.Reason, b.RequestedBy, b.State, b.Required, b.Size, b.Leaves,
-		b.DecidedBy, b.DecisionReason, b.CreatedAt, b.DecidedAt, b.StartedAt)
+		b.DecidedBy, b.DecisionReason, b.CreatedAt, b.DecidedAt, b.StartedAt, b.Image, b.ImageDigest)
 	if err != nil {
 		return fmt.Errorf("inserting batch: %w", err)
 	}
@@ -485,4 +488,50 @@ func (t *Tx) CountParked(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("counting nodes of batch %s: %w", id, err)
 	}
 	return n, nil
+}
+
+// HoldQueuedCommands holds again the queued commands of a batch no agent has taken yet (an
+// approval withdrawn below the quorum before the batch started): they wait for the batch as
+// they did before it was approved. It returns how many.
+func (t *Tx) HoldQueuedCommands(ctx context.Context, id string) (int, error) {
+	res, err := t.exec(ctx, `UPDATE commands SET state = 'held', target_agent = '', updated_at = ? WHERE batch_id = ? AND state = 'queued'`, t.at, id)
+	if err != nil {
+		return 0, fmt.Errorf("holding the queued commands of batch %s: %w", id, err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
+// UnwatchedPendingBatches lists, oldest first, up to limit batches still pending that were
+// created at or before createdBy and that no node's reconciliation will ever look at: none
+// parked on a node, no open workflow under it (a one-command batch, or one whose workflow
+// ended). The expiry of the others is decided with their workflows.
+func (t *Tx) UnwatchedPendingBatches(ctx context.Context, createdBy int64, limit int) ([]Batch, error) {
+	rows, err := t.query(ctx, `SELECT `+batchCols+` FROM batches b WHERE state = ? AND created_at <= ?
+		AND NOT EXISTS (SELECT 1 FROM nodes WHERE batch_id = b.id)
+		AND NOT EXISTS (SELECT 1 FROM workflows WHERE batch_id = b.id AND outcome_applied = ?)
+		ORDER BY created_at, id LIMIT ?`, BatchPending, createdBy, false, limit)
+	return collect(rows, err, "unwatched pending batches", scanBatch)
+}
+
+// PinDeployImage records the digest of the catalog image a deploy verb asked for, as the
+// catalog held it then ("" clears it).
+func (t *Tx) PinDeployImage(ctx context.Context, nodeID, digest string) error {
+	if _, err := t.exec(ctx, `UPDATE nodes SET deploy_image_digest = ? WHERE id = ?`, digest, nodeID); err != nil {
+		return fmt.Errorf("pinning the deploy image of node %s: %w", nodeID, err)
+	}
+	return nil
+}
+
+// DeployImagePin reads the digest PinDeployImage recorded ("" : none).
+func (t *Tx) DeployImagePin(ctx context.Context, nodeID string) (string, error) {
+	var d string
+	err := t.queryRow(ctx, `SELECT deploy_image_digest FROM nodes WHERE id = ?`, nodeID).Scan(&d)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", fmt.Errorf("node %s: %w", nodeID, ErrNotFound)
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the deploy image pin of node %s: %w", nodeID, err)
+	}
+	return d, nil
 }

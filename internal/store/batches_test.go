@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"bcd/internal/store"
@@ -159,6 +160,109 @@ func TestBatches(t *testing.T) {
 		wus, _ := st.WakeUps(ctx, 10)
 		if len(wus) < 2 {
 			t.Fatalf("wake-ups: %v", wus)
+		}
+	})
+}
+
+// TestBatchImagePinsAndExpiry: a batch keeps the image (name and digest) its deploy writes, a
+// node the digest its deploy verb pinned (outside the node's other columns: UpdateNode keeps
+// it); an approval withdrawn holds the batch's queued commands again; the pending batches no
+// workflow looks at are listed once past the deadline, not those parked on a node or under an
+// open workflow.
+func TestBatchImagePinsAndExpiry(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		pool, nodes := seed(t, st)
+		mk := func(tx *store.Tx, kind string) (store.Batch, error) {
+			b := store.Batch{TenantID: pool.TenantID, SiteID: pool.SiteID, PoolID: pool.ID, Kind: "node", Verb: kind, RequestedBy: "token:ops", Required: 1, Size: 1,
+				Image: "debian-12", ImageDigest: "sha256:" + fmt.Sprintf("%064x", 7)}
+			return b, tx.InsertBatch(ctx, &b, []store.Leaf{{Subject: "bmc:sa/x", Kind: kind}})
+		}
+		var direct, parked, deserted store.Batch
+		var cmd store.Command
+		err := st.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			if direct, err = mk(tx, "bmc.power"); err != nil {
+				return err
+			}
+			if parked, err = mk(tx, "metal-deploy"); err != nil {
+				return err
+			}
+			if deserted, err = mk(tx, "bmc.power"); err != nil {
+				return err
+			}
+			n, err := tx.LockNode(ctx, nodes[0].ID, "")
+			if err != nil {
+				return err
+			}
+			n.BatchID = parked.ID
+			if err := tx.PinDeployImage(ctx, n.ID, direct.ImageDigest); err != nil {
+				return err
+			}
+			if err := tx.UpdateNode(ctx, &n); err != nil {
+				return err
+			}
+			cmd = store.Command{NodeID: nodes[1].ID, TenantID: pool.TenantID, SiteID: pool.SiteID, Kind: "bmc.power", Subject: "bmc:x", RunsOn: "site", State: "queued", BatchID: direct.ID, TargetAgent: "sa"}
+			return tx.InsertCommand(ctx, &cmd)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := st.Batch(ctx, direct.ID); err != nil || b.Image != "debian-12" || b.ImageDigest != direct.ImageDigest {
+			t.Fatalf("batch image read back: %q %q %v", b.Image, b.ImageDigest, err)
+		}
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			pin, err := tx.DeployImagePin(ctx, nodes[0].ID)
+			if err != nil || pin != direct.ImageDigest {
+				return fmt.Errorf("pin after UpdateNode: %q %v", pin, err)
+			}
+			if pin, err := tx.DeployImagePin(ctx, nodes[1].ID); err != nil || pin != "" {
+				return fmt.Errorf("unpinned node: %q %v", pin, err)
+			}
+			if _, err := tx.DeployImagePin(ctx, "nope"); !errors.Is(err, store.ErrNotFound) {
+				return fmt.Errorf("unknown node: %v", err)
+			}
+			held, err := tx.HoldQueuedCommands(ctx, direct.ID)
+			if err != nil || held != 1 {
+				return fmt.Errorf("held again: %d %v", held, err)
+			}
+			for _, c := range []struct {
+				createdBy int64
+				want      []string
+			}{
+				{direct.CreatedAt - 1, nil},
+				{tx.At(), []string{direct.ID, deserted.ID}},
+			} {
+				list, err := tx.UnwatchedPendingBatches(ctx, c.createdBy, 10)
+				if err != nil {
+					return err
+				}
+				var got []string
+				for _, b := range list {
+					got = append(got, b.ID)
+				}
+				slices.Sort(got)
+				slices.Sort(c.want)
+				if !slices.Equal(got, c.want) {
+					return fmt.Errorf("unwatched pending by %d: %v, want %v", c.createdBy, got, c.want)
+				}
+			}
+			deserted.State = store.BatchRejected
+			if err := tx.UpdateBatch(ctx, &deserted); err != nil {
+				return err
+			}
+			list, err := tx.UnwatchedPendingBatches(ctx, tx.At(), 10)
+			if err != nil || len(list) != 1 || list[0].ID != direct.ID {
+				return fmt.Errorf("after rejecting one: %v %v", list, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := st.Command(ctx, cmd.ID)
+		if err != nil || c.State != "held" || c.TargetAgent != "" {
+			t.Fatalf("command held again: %s agent %q %v", c.State, c.TargetAgent, err)
 		}
 	})
 }

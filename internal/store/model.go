@@ -113,6 +113,9 @@ type Node struct {
 	IdentityGeneration   uint64
 	Version              uint64
 	CreatedAt, UpdatedAt int64
+	// BootMode is the firmware mode the node boots in (uefi, legacy; "" leaves the driver's
+	// behaviour): the mode of its bmc.boot commands whose step names none.
+	BootMode string
 }
 
 // Event is one row of the append-only audit log.

@@ -12,7 +12,7 @@ const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, ch
 	fault_message, maintenance, maintenance_reason, power, hardware_profile, drivers, bmc_driver, bmc_address,
 	bmc_username_ref, bmc_password_ref, bmc_insecure, bmc_fingerprint, product_uuid, labels, macs,
 	deploy_profile, deploy_image, wipe_mode, batch_id, identity_generation, version, created_at, updated_at, verb_from, verb_by, conditions,
-	linger_until, linger_command`
+	linger_until, linger_command, boot_mode`
 
 func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 	var n Node
@@ -22,7 +22,7 @@ func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.Maintenance, &n.MaintenanceReason, &n.Power, &n.HardwareProfile,
 		&drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
 		&n.ProductUUID, &labels, &macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &gen, &ver,
-		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &conds, &n.LingerUntil, &n.LingerCommand)
+		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode)
 	if err != nil {
 		return Node{}, err
 	}
@@ -52,12 +52,12 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 	if n.MACs == nil {
 		n.MACs = []string{}
 	}
-	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.TenantID, n.SiteID, n.PoolID, n.Name, n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode,
 		n.FaultMsg, n.Maintenance, n.MaintenanceReason, n.Power, n.HardwareProfile, labelsJSON(n.Drivers), n.BMCDriver, n.BMCAddress,
 		n.BMCUsernameRef, n.BMCPasswordRef, n.BMCInsecure, n.BMCFingerprint, n.ProductUUID, labelsJSON(n.Labels), mustJSON(n.MACs),
 		n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), int64(n.Version), n.CreatedAt, n.UpdatedAt,
-		n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions), n.LingerUntil, n.LingerCommand)
+		n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions), n.LingerUntil, n.LingerCommand, n.BootMode)
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("a node named %q already exists in this tenant: %w", n.Name, ErrConflict)
@@ -140,11 +140,11 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	res, err := t.exec(ctx, `UPDATE nodes SET state = ?, target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
 		fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
 		wipe_mode = ?, batch_id = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
-		linger_until = ?, linger_command = ?, version = version + 1, updated_at = ?
+		linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?
 		WHERE id = ? AND version = ?`,
 		n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
 		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
-		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, t.at, n.ID, int64(n.Version))
+		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at, n.ID, int64(n.Version))
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}

@@ -94,6 +94,9 @@ type Client struct {
 	log  *slog.Logger
 	http *http.Client
 
+	// named is the ComputerSystem the address names (/redfish/v1/Systems/ID), "" for none.
+	named string
+
 	mu     sync.Mutex
 	api    *gofish.APIClient
 	system string // the ComputerSystem's URI
@@ -121,7 +124,7 @@ func BaseURL(address string) (string, error) {
 	if scheme != "http" && scheme != "https" {
 		return "", fmt.Errorf("BMC address %q: scheme %s is not http or https", address, scheme)
 	}
-	host, _, _ := strings.Cut(rest, "/") // a path (e.g. /redfish/v1) is dropped: the root is fixed
+	host, _, _ := strings.Cut(rest, "/") // the path is not the service's: the root is fixed (SystemPath reads it)
 	if host == "" {
 		return "", fmt.Errorf("BMC address %q: no host", address)
 	}
@@ -172,11 +175,15 @@ func New(ctx context.Context, ep bmc.Endpoint, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Redfish BMC: %w", err)
 	}
+	named, err := SystemPath(ep.Address)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to Redfish BMC %s: %w", base, err)
+	}
 	tc, err := tlsConfig(ep)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Redfish BMC %s: %w", base, err)
 	}
-	c := &Client{ep: ep, base: base, opts: opts, log: opts.Log.With("bmc", base),
+	c := &Client{ep: ep, base: base, named: named, opts: opts, log: opts.Log.With("bmc", base),
 		http: &http.Client{Timeout: opts.RequestTimeout, Transport: &http.Transport{
 			TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
 			TLSHandshakeTimeout: 10 * time.Second}}}

@@ -85,10 +85,12 @@ func (c *Client) members(ctx context.Context, uri string) ([]string, error) {
 // sameURI compares two resource URIs, ignoring a trailing slash.
 func sameURI(a, b string) bool { return strings.TrimSuffix(a, "/") == strings.TrimSuffix(b, "/") }
 
-// systemURI finds (once) the ComputerSystem the driver acts on: the only member of the Systems
-// collection, else the only one whose SystemType is Physical, else the only one of those a
-// manager names in Links.ManagerForServers. A choice that stays ambiguous is an error naming the
-// candidates: acting on the wrong system (a GPU baseboard, a partition) powers off the wrong thing.
+// systemURI finds (once) the ComputerSystem the driver acts on: the one the BMC address names
+// (/redfish/v1/Systems/ID, a multi-node chassis), which must be listed; else the only member of
+// the Systems collection, else the only one whose SystemType is Physical, else the only one of
+// those a manager names in Links.ManagerForServers. A choice that stays ambiguous is an error
+// naming the candidates: acting on the wrong system (a GPU baseboard, a partition, the next node
+// of the chassis) powers off the wrong thing.
 func (c *Client) systemURI(ctx context.Context) (string, error) {
 	c.mu.Lock()
 	uri := c.system
@@ -96,11 +98,11 @@ func (c *Client) systemURI(ctx context.Context) (string, error) {
 	if uri != "" {
 		return uri, nil
 	}
-	ids, err := c.members(ctx, "/redfish/v1/Systems")
+	ids, err := c.members(ctx, SystemsCollection)
 	if err != nil {
 		return "", err
 	}
-	uri, err = c.pickSystem(ctx, ids)
+	uri, err = c.chooseSystem(ctx, ids)
 	if err != nil {
 		return "", err
 	}
@@ -164,8 +166,9 @@ func (c *Client) pickSystem(ctx context.Context, ids []string) (string, error) {
 		return named[0], nil
 	}
 	return "", fmt.Errorf("the BMC lists %d ComputerSystems and none is singled out as the host "+
-		"(by SystemType Physical, then by the managers' Links.ManagerForServers): candidates %s",
-		len(ids), strings.Join(candidates, ", "))
+		"(by SystemType Physical, then by the managers' Links.ManagerForServers): candidates %s; "+
+		"name the node's system in its BMC address (https://HOST[:PORT]%s/ID)",
+		len(ids), strings.Join(candidates, ", "), SystemsCollection)
 }
 
 func (c *Client) getSystem(ctx context.Context) (systemDoc, string, error) {

@@ -367,7 +367,8 @@ func (*RenewRequest) Descriptor() ([]byte, []int) {
 type RenewResponse struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	CertDer []byte                 `protobuf:"bytes,1,opt,name=cert_der,json=certDer,proto3" json:"cert_der,omitempty"`
-	// The CA certificate the agent trusts from now on.
+	// The CA certificates the agent trusts from now on (during a rotation of the agent CA, two),
+	// replacing its CA file when one of them issued cert_der.
 	CaPem         []byte `protobuf:"bytes,2,opt,name=ca_pem,json=caPem,proto3" json:"ca_pem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -581,8 +582,11 @@ type Hello struct {
 	// backup older than what the agent saw: it refuses the stream (FAILED_PRECONDITION) and
 	// stops sending commands until an operator runs `bcd store after-restore`.
 	StoreWatermark *StoreWatermark `protobuf:"bytes,5,opt,name=store_watermark,json=storeWatermark,proto3" json:"store_watermark,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The SHA-256 (hex) of each CA certificate the agent trusts (its CA file): a rotation of the
+	// agent CA is activated only once the connected agents trust the new CA (bcd ca activate).
+	CaSha256      []string `protobuf:"bytes,10,rep,name=ca_sha256,json=caSha256,proto3" json:"ca_sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
@@ -646,6 +650,13 @@ func (x *Hello) GetResumeAfter() string {
 func (x *Hello) GetStoreWatermark() *StoreWatermark {
 	if x != nil {
 		return x.StoreWatermark
+	}
+	return nil
+}
+
+func (x *Hello) GetCaSha256() []string {
+	if x != nil {
+		return x.CaSha256
 	}
 	return nil
 }
@@ -1541,6 +1552,11 @@ type HeartbeatAck struct {
 	// The store's watermark as the serving control plane last counted it (absent before its
 	// first heartbeat): the agent keeps the newest and names it in its next Hello.
 	StoreWatermark *StoreWatermark `protobuf:"bytes,2,opt,name=store_watermark,json=storeWatermark,proto3" json:"store_watermark,omitempty"`
+	// The SHA-256 (hex) of each CA certificate the control plane trusts now, and of the one that
+	// signs (empty: not told). An agent whose CA file differs, or whose certificate another CA
+	// issued, renews its certificate at once: the answer carries the CAs to trust (ca_pem).
+	CaSha256       []string `protobuf:"bytes,10,rep,name=ca_sha256,json=caSha256,proto3" json:"ca_sha256,omitempty"`
+	ActiveCaSha256 string   `protobuf:"bytes,11,opt,name=active_ca_sha256,json=activeCaSha256,proto3" json:"active_ca_sha256,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -1587,6 +1603,20 @@ func (x *HeartbeatAck) GetStoreWatermark() *StoreWatermark {
 		return x.StoreWatermark
 	}
 	return nil
+}
+
+func (x *HeartbeatAck) GetCaSha256() []string {
+	if x != nil {
+		return x.CaSha256
+	}
+	return nil
+}
+
+func (x *HeartbeatAck) GetActiveCaSha256() string {
+	if x != nil {
+		return x.ActiveCaSha256
+	}
+	return ""
 }
 
 // The queue accepted the update (or refused it for good, with error set): stop re-sending it.
@@ -2518,13 +2548,15 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x06status\x18\x04 \x01(\v2\x1a.bcd.agent.v1.StatusReportH\x00R\x06status\x127\n" +
 	"\theartbeat\x18\x05 \x01(\v2\x17.bcd.agent.v1.HeartbeatH\x00R\theartbeat\x120\n" +
 	"\x05batch\x18\x06 \x01(\v2\x18.bcd.agent.v1.AgentBatchH\x00R\x05batchB\x05\n" +
-	"\x03msg\"\xd4\x01\n" +
+	"\x03msg\"\xf1\x01\n" +
 	"\x05Hello\x12#\n" +
 	"\ragent_version\x18\x01 \x01(\tR\fagentVersion\x12\"\n" +
 	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities\x12\x18\n" +
 	"\adrivers\x18\x03 \x03(\tR\adrivers\x12!\n" +
 	"\fresume_after\x18\x04 \x01(\tR\vresumeAfter\x12E\n" +
-	"\x0fstore_watermark\x18\x05 \x01(\v2\x1c.bcd.agent.v1.StoreWatermarkR\x0estoreWatermark\"Y\n" +
+	"\x0fstore_watermark\x18\x05 \x01(\v2\x1c.bcd.agent.v1.StoreWatermarkR\x0estoreWatermark\x12\x1b\n" +
+	"\tca_sha256\x18\n" +
+	" \x03(\tR\bcaSha256\"Y\n" +
 	"\x0eStoreWatermark\x12\x19\n" +
 	"\bstore_id\x18\x01 \x01(\tR\astoreId\x12\x16\n" +
 	"\x06fences\x18\x02 \x01(\x03R\x06fences\x12\x14\n" +
@@ -2602,11 +2634,14 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x06attest\x18\a \x01(\bR\x06attest\"'\n" +
 	"\x06Cancel\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x01 \x01(\tR\tcommandId\"w\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\"\xbe\x01\n" +
 	"\fHeartbeatAck\x12 \n" +
 	"\fsent_unix_ms\x18\x01 \x01(\x03R\n" +
 	"sentUnixMs\x12E\n" +
-	"\x0fstore_watermark\x18\x02 \x01(\v2\x1c.bcd.agent.v1.StoreWatermarkR\x0estoreWatermark\"r\n" +
+	"\x0fstore_watermark\x18\x02 \x01(\v2\x1c.bcd.agent.v1.StoreWatermarkR\x0estoreWatermark\x12\x1b\n" +
+	"\tca_sha256\x18\n" +
+	" \x03(\tR\bcaSha256\x12(\n" +
+	"\x10active_ca_sha256\x18\v \x01(\tR\x0eactiveCaSha256\"r\n" +
 	"\tUpdateAck\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x120\n" +

@@ -152,7 +152,11 @@ type Node struct {
 	Conditions map[string]string `protobuf:"bytes,30,rep,name=conditions,proto3" json:"conditions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// The addresses the site agent's DHCP (full mode) leased to the node's MACs, as the site's
 	// boot-lease holder last reported them; only leases still running. Set by Get only.
-	Addresses     []*NodeAddress `protobuf:"bytes,31,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	Addresses []*NodeAddress `protobuf:"bytes,31,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// Firmware mode of the node's boot overrides: uefi, legacy, or empty (the driver's behaviour:
+	// Redfish leaves the mode as it is, IPMI keeps a pending override's mode, else writes UEFI).
+	// A profile step's own mode argument wins.
+	BootMode      string `protobuf:"bytes,32,opt,name=boot_mode,json=bootMode,proto3" json:"boot_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -402,6 +406,13 @@ func (x *Node) GetAddresses() []*NodeAddress {
 		return x.Addresses
 	}
 	return nil
+}
+
+func (x *Node) GetBootMode() string {
+	if x != nil {
+		return x.BootMode
+	}
+	return ""
 }
 
 type NodeAddress struct {
@@ -711,14 +722,16 @@ func (x *BmcCredentials) GetInband() bool {
 }
 
 type EnrollRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Pool          string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"` // pool name or id
-	Bmc           *BmcCredentials        `protobuf:"bytes,3,opt,name=bmc,proto3" json:"bmc,omitempty"`
-	Macs          []string               `protobuf:"bytes,4,rep,name=macs,proto3" json:"macs,omitempty"`
-	ProductUuid   string                 `protobuf:"bytes,5,opt,name=product_uuid,json=productUuid,proto3" json:"product_uuid,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Pool        string                 `protobuf:"bytes,2,opt,name=pool,proto3" json:"pool,omitempty"` // pool name or id
+	Bmc         *BmcCredentials        `protobuf:"bytes,3,opt,name=bmc,proto3" json:"bmc,omitempty"`
+	Macs        []string               `protobuf:"bytes,4,rep,name=macs,proto3" json:"macs,omitempty"`
+	ProductUuid string                 `protobuf:"bytes,5,opt,name=product_uuid,json=productUuid,proto3" json:"product_uuid,omitempty"`
+	Labels      map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Reason      string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// uefi, legacy, or empty (see Node.boot_mode).
+	BootMode      string `protobuf:"bytes,8,opt,name=boot_mode,json=bootMode,proto3" json:"boot_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -798,6 +811,13 @@ func (x *EnrollRequest) GetLabels() map[string]string {
 func (x *EnrollRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *EnrollRequest) GetBootMode() string {
+	if x != nil {
+		return x.BootMode
 	}
 	return ""
 }
@@ -1363,6 +1383,69 @@ func (x *PowerResponse) GetCommandId() string {
 	return ""
 }
 
+// Changes a node's attributes, in any state; a field not set is left as it is.
+type UpdateNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // id or name
+	// uefi, legacy, or "" to clear (the driver's behaviour). bmc.boot commands built from now on
+	// carry it; one already sent keeps its mode.
+	BootMode      *string `protobuf:"bytes,2,opt,name=boot_mode,json=bootMode,proto3,oneof" json:"boot_mode,omitempty"`
+	Reason        string  `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateNodeRequest) Reset() {
+	*x = UpdateNodeRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateNodeRequest) ProtoMessage() {}
+
+func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateNodeRequest.ProtoReflect.Descriptor instead.
+func (*UpdateNodeRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UpdateNodeRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *UpdateNodeRequest) GetBootMode() string {
+	if x != nil && x.BootMode != nil {
+		return *x.BootMode
+	}
+	return ""
+}
+
+func (x *UpdateNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type MaintenanceRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -1374,7 +1457,7 @@ type MaintenanceRequest struct {
 
 func (x *MaintenanceRequest) Reset() {
 	*x = MaintenanceRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1469,7 @@ func (x *MaintenanceRequest) String() string {
 func (*MaintenanceRequest) ProtoMessage() {}
 
 func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1482,7 @@ func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*MaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MaintenanceRequest) GetNode() string {
@@ -1433,7 +1516,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1528,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1541,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteNodeRequest) GetNode() string {
@@ -1483,7 +1566,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1578,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1591,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
 }
 
 type Event struct {
@@ -1530,7 +1613,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1625,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1638,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Event) GetId() uint64 {
@@ -1639,7 +1722,7 @@ type ListAttestationsRequest struct {
 
 func (x *ListAttestationsRequest) Reset() {
 	*x = ListAttestationsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1734,7 @@ func (x *ListAttestationsRequest) String() string {
 func (*ListAttestationsRequest) ProtoMessage() {}
 
 func (x *ListAttestationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1747,7 @@ func (x *ListAttestationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttestationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAttestationsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListAttestationsRequest) GetNode() string {
@@ -1714,7 +1797,7 @@ type Attestation struct {
 
 func (x *Attestation) Reset() {
 	*x = Attestation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1726,7 +1809,7 @@ func (x *Attestation) String() string {
 func (*Attestation) ProtoMessage() {}
 
 func (x *Attestation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1739,7 +1822,7 @@ func (x *Attestation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attestation.ProtoReflect.Descriptor instead.
 func (*Attestation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Attestation) GetCommandId() string {
@@ -1829,7 +1912,7 @@ type ListAttestationsResponse struct {
 
 func (x *ListAttestationsResponse) Reset() {
 	*x = ListAttestationsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +1924,7 @@ func (x *ListAttestationsResponse) String() string {
 func (*ListAttestationsResponse) ProtoMessage() {}
 
 func (x *ListAttestationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +1937,7 @@ func (x *ListAttestationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttestationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAttestationsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListAttestationsResponse) GetAttestations() []*Attestation {
@@ -1888,7 +1971,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +1983,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +1996,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -1962,7 +2045,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1974,7 +2057,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1987,7 +2070,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2014,7 +2097,7 @@ type ListDiscoveredRequest struct {
 
 func (x *ListDiscoveredRequest) Reset() {
 	*x = ListDiscoveredRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2109,7 @@ func (x *ListDiscoveredRequest) String() string {
 func (*ListDiscoveredRequest) ProtoMessage() {}
 
 func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2122,7 @@ func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListDiscoveredRequest) GetSite() string {
@@ -2075,7 +2158,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2087,7 +2170,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2100,7 +2183,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -2175,7 +2258,7 @@ type ListDiscoveredResponse struct {
 
 func (x *ListDiscoveredResponse) Reset() {
 	*x = ListDiscoveredResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2187,7 +2270,7 @@ func (x *ListDiscoveredResponse) String() string {
 func (*ListDiscoveredResponse) ProtoMessage() {}
 
 func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2200,7 +2283,7 @@ func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListDiscoveredResponse) GetMachines() []*DiscoveredMachine {
@@ -2218,7 +2301,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2313,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2326,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
 }
 
 type DoctorFinding struct {
@@ -2261,7 +2344,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2273,7 +2356,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2286,7 +2369,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DoctorFinding) GetNode() string {
@@ -2370,7 +2453,7 @@ type DoctorAgent struct {
 
 func (x *DoctorAgent) Reset() {
 	*x = DoctorAgent{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2382,7 +2465,7 @@ func (x *DoctorAgent) String() string {
 func (*DoctorAgent) ProtoMessage() {}
 
 func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2395,7 +2478,7 @@ func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorAgent.ProtoReflect.Descriptor instead.
 func (*DoctorAgent) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DoctorAgent) GetId() string {
@@ -2495,7 +2578,7 @@ type DoctorArtifactCache struct {
 
 func (x *DoctorArtifactCache) Reset() {
 	*x = DoctorArtifactCache{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2590,7 @@ func (x *DoctorArtifactCache) String() string {
 func (*DoctorArtifactCache) ProtoMessage() {}
 
 func (x *DoctorArtifactCache) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2603,7 @@ func (x *DoctorArtifactCache) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorArtifactCache.ProtoReflect.Descriptor instead.
 func (*DoctorArtifactCache) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DoctorArtifactCache) GetArtifacts() int64 {
@@ -2577,7 +2660,7 @@ type DoctorServer struct {
 
 func (x *DoctorServer) Reset() {
 	*x = DoctorServer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2672,7 @@ func (x *DoctorServer) String() string {
 func (*DoctorServer) ProtoMessage() {}
 
 func (x *DoctorServer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2685,7 @@ func (x *DoctorServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorServer.ProtoReflect.Descriptor instead.
 func (*DoctorServer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DoctorServer) GetId() string {
@@ -2656,13 +2739,16 @@ type DoctorResponse struct {
 	// from an older backup with no fence run, and no command is sent until every server is
 	// stopped and `bcd store after-restore` is run. Admin tokens without a tenant only.
 	RestoreWitness *DoctorRestoreWitness `protobuf:"bytes,6,opt,name=restore_witness,json=restoreWitness,proto3" json:"restore_witness,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The agent CA's rotation, while one is in progress (bcd ca rotate), with the connected agents
+	// that hold it back. Admin tokens without a tenant only.
+	AgentCa       *AgentCARotation `protobuf:"bytes,20,opt,name=agent_ca,json=agentCa,proto3" json:"agent_ca,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DoctorResponse) Reset() {
 	*x = DoctorResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2674,7 +2760,7 @@ func (x *DoctorResponse) String() string {
 func (*DoctorResponse) ProtoMessage() {}
 
 func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2687,7 +2773,7 @@ func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorResponse.ProtoReflect.Descriptor instead.
 func (*DoctorResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DoctorResponse) GetFailed() []*DoctorFinding {
@@ -2732,6 +2818,13 @@ func (x *DoctorResponse) GetRestoreWitness() *DoctorRestoreWitness {
 	return nil
 }
 
+func (x *DoctorResponse) GetAgentCa() *AgentCARotation {
+	if x != nil {
+		return x.AgentCa
+	}
+	return nil
+}
+
 type DoctorRestoreWitness struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	AgentId    string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
@@ -2748,7 +2841,7 @@ type DoctorRestoreWitness struct {
 
 func (x *DoctorRestoreWitness) Reset() {
 	*x = DoctorRestoreWitness{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2760,7 +2853,7 @@ func (x *DoctorRestoreWitness) String() string {
 func (*DoctorRestoreWitness) ProtoMessage() {}
 
 func (x *DoctorRestoreWitness) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2773,7 +2866,7 @@ func (x *DoctorRestoreWitness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRestoreWitness.ProtoReflect.Descriptor instead.
 func (*DoctorRestoreWitness) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DoctorRestoreWitness) GetAgentId() string {
@@ -2829,7 +2922,7 @@ type DoctorBatch struct {
 
 func (x *DoctorBatch) Reset() {
 	*x = DoctorBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2934,7 @@ func (x *DoctorBatch) String() string {
 func (*DoctorBatch) ProtoMessage() {}
 
 func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2947,7 @@ func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorBatch.ProtoReflect.Descriptor instead.
 func (*DoctorBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DoctorBatch) GetId() string {
@@ -2930,7 +3023,7 @@ type RotateBmcCredentialRequest struct {
 
 func (x *RotateBmcCredentialRequest) Reset() {
 	*x = RotateBmcCredentialRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3035,7 @@ func (x *RotateBmcCredentialRequest) String() string {
 func (*RotateBmcCredentialRequest) ProtoMessage() {}
 
 func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3048,7 @@ func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RotateBmcCredentialRequest) GetNode() string {
@@ -2986,7 +3079,7 @@ type RotateBmcCredentialResponse struct {
 
 func (x *RotateBmcCredentialResponse) Reset() {
 	*x = RotateBmcCredentialResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2998,7 +3091,7 @@ func (x *RotateBmcCredentialResponse) String() string {
 func (*RotateBmcCredentialResponse) ProtoMessage() {}
 
 func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3011,7 +3104,7 @@ func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RotateBmcCredentialResponse) GetCommandId() string {
@@ -3044,7 +3137,7 @@ type ListBmcCredentialVersionsRequest struct {
 
 func (x *ListBmcCredentialVersionsRequest) Reset() {
 	*x = ListBmcCredentialVersionsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3149,7 @@ func (x *ListBmcCredentialVersionsRequest) String() string {
 func (*ListBmcCredentialVersionsRequest) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3162,7 @@ func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBmcCredentialVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListBmcCredentialVersionsRequest) GetNode() string {
@@ -3093,7 +3186,7 @@ type BmcCredentialVersion struct {
 
 func (x *BmcCredentialVersion) Reset() {
 	*x = BmcCredentialVersion{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3105,7 +3198,7 @@ func (x *BmcCredentialVersion) String() string {
 func (*BmcCredentialVersion) ProtoMessage() {}
 
 func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3118,7 +3211,7 @@ func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCredentialVersion.ProtoReflect.Descriptor instead.
 func (*BmcCredentialVersion) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BmcCredentialVersion) GetVersion() uint64 {
@@ -3172,7 +3265,7 @@ type ListBmcCredentialVersionsResponse struct {
 
 func (x *ListBmcCredentialVersionsResponse) Reset() {
 	*x = ListBmcCredentialVersionsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3184,7 +3277,7 @@ func (x *ListBmcCredentialVersionsResponse) String() string {
 func (*ListBmcCredentialVersionsResponse) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3197,7 +3290,7 @@ func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListBmcCredentialVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersion {
@@ -3218,7 +3311,7 @@ type ConfirmMacRequest struct {
 
 func (x *ConfirmMacRequest) Reset() {
 	*x = ConfirmMacRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3323,7 @@ func (x *ConfirmMacRequest) String() string {
 func (*ConfirmMacRequest) ProtoMessage() {}
 
 func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3336,7 @@ func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmMacRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmMacRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ConfirmMacRequest) GetNode() string {
@@ -3284,7 +3377,7 @@ type MacCandidate struct {
 
 func (x *MacCandidate) Reset() {
 	*x = MacCandidate{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3296,7 +3389,7 @@ func (x *MacCandidate) String() string {
 func (*MacCandidate) ProtoMessage() {}
 
 func (x *MacCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3309,7 +3402,7 @@ func (x *MacCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacCandidate.ProtoReflect.Descriptor instead.
 func (*MacCandidate) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *MacCandidate) GetNode() string {
@@ -3385,7 +3478,7 @@ type ListMacCandidatesRequest struct {
 
 func (x *ListMacCandidatesRequest) Reset() {
 	*x = ListMacCandidatesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3397,7 +3490,7 @@ func (x *ListMacCandidatesRequest) String() string {
 func (*ListMacCandidatesRequest) ProtoMessage() {}
 
 func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3410,7 +3503,7 @@ func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesRequest.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListMacCandidatesRequest) GetSite() string {
@@ -3436,7 +3529,7 @@ type ListMacCandidatesResponse struct {
 
 func (x *ListMacCandidatesResponse) Reset() {
 	*x = ListMacCandidatesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +3541,7 @@ func (x *ListMacCandidatesResponse) String() string {
 func (*ListMacCandidatesResponse) ProtoMessage() {}
 
 func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +3554,7 @@ func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesResponse.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListMacCandidatesResponse) GetCandidates() []*MacCandidate {
@@ -3481,7 +3574,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3586,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3599,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListPendingRequest) GetSite() string {
@@ -3538,7 +3631,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3643,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3656,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *AcceptRequest) GetSite() string {
@@ -3626,7 +3719,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3638,7 +3731,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3651,7 +3744,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RejectRequest) GetSite() string {
@@ -3683,7 +3776,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3788,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3801,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 type Batch struct {
@@ -3733,13 +3826,18 @@ type Batch struct {
 	CreatedAt      string `protobuf:"bytes,17,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	DecidedAt      string `protobuf:"bytes,18,opt,name=decided_at,json=decidedAt,proto3" json:"decided_at,omitempty"`
 	StartedAt      string `protobuf:"bytes,19,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The catalog image a deploy under the batch writes and its digest (sha256:HEX or
+	// sha512:HEX), pinned when the verb was applied: what approvers approve. Empty when the
+	// batch writes no image.
+	Image         string `protobuf:"bytes,20,opt,name=image,proto3" json:"image,omitempty"`
+	ImageDigest   string `protobuf:"bytes,21,opt,name=image_digest,json=imageDigest,proto3" json:"image_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3751,7 +3849,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3764,7 +3862,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Batch) GetId() string {
@@ -3900,6 +3998,20 @@ func (x *Batch) GetStartedAt() string {
 	return ""
 }
 
+func (x *Batch) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *Batch) GetImageDigest() string {
+	if x != nil {
+		return x.ImageDigest
+	}
+	return ""
+}
+
 type BatchLeaf struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Subject       string                 `protobuf:"bytes,1,opt,name=subject,proto3" json:"subject,omitempty"` // node id, bmc:<site agent>/<BMC address> or node:<target>
@@ -3910,7 +4022,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4034,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4047,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *BatchLeaf) GetSubject() string {
@@ -3968,7 +4080,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3980,7 +4092,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3993,7 +4105,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BulkRequest) GetPool() string {
@@ -4051,7 +4163,7 @@ type BulkBatch struct {
 
 func (x *BulkBatch) Reset() {
 	*x = BulkBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4063,7 +4175,7 @@ func (x *BulkBatch) String() string {
 func (*BulkBatch) ProtoMessage() {}
 
 func (x *BulkBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4076,7 +4188,7 @@ func (x *BulkBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
 func (*BulkBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *BulkBatch) GetBatchId() string {
@@ -4121,7 +4233,7 @@ type BulkNodeResult struct {
 
 func (x *BulkNodeResult) Reset() {
 	*x = BulkNodeResult{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4133,7 +4245,7 @@ func (x *BulkNodeResult) String() string {
 func (*BulkNodeResult) ProtoMessage() {}
 
 func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4146,7 +4258,7 @@ func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
 func (*BulkNodeResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *BulkNodeResult) GetNode() string {
@@ -4194,7 +4306,7 @@ type BulkResponse struct {
 
 func (x *BulkResponse) Reset() {
 	*x = BulkResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4318,7 @@ func (x *BulkResponse) String() string {
 func (*BulkResponse) ProtoMessage() {}
 
 func (x *BulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4331,7 @@ func (x *BulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
 func (*BulkResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BulkResponse) GetBatch() *BulkBatch {
@@ -4246,7 +4358,7 @@ type ListBatchesRequest struct {
 
 func (x *ListBatchesRequest) Reset() {
 	*x = ListBatchesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4258,7 +4370,7 @@ func (x *ListBatchesRequest) String() string {
 func (*ListBatchesRequest) ProtoMessage() {}
 
 func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4271,7 +4383,7 @@ func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListBatchesRequest) GetState() string {
@@ -4297,7 +4409,7 @@ type ListBatchesResponse struct {
 
 func (x *ListBatchesResponse) Reset() {
 	*x = ListBatchesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4309,7 +4421,7 @@ func (x *ListBatchesResponse) String() string {
 func (*ListBatchesResponse) ProtoMessage() {}
 
 func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4322,7 +4434,7 @@ func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListBatchesResponse) GetBatches() []*Batch {
@@ -4342,7 +4454,7 @@ type GetBatchRequest struct {
 
 func (x *GetBatchRequest) Reset() {
 	*x = GetBatchRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4354,7 +4466,7 @@ func (x *GetBatchRequest) String() string {
 func (*GetBatchRequest) ProtoMessage() {}
 
 func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4367,7 +4479,7 @@ func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetBatchRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetBatchRequest) GetId() string {
@@ -4394,7 +4506,7 @@ type GetBatchResponse struct {
 
 func (x *GetBatchResponse) Reset() {
 	*x = GetBatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4406,7 +4518,7 @@ func (x *GetBatchResponse) String() string {
 func (*GetBatchResponse) ProtoMessage() {}
 
 func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4419,7 +4531,7 @@ func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetBatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetBatchResponse) GetBatch() *Batch {
@@ -4446,7 +4558,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4458,7 +4570,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4471,7 +4583,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -4497,7 +4609,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +4621,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +4634,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -4544,7 +4656,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4556,7 +4668,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4569,7 +4681,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -4611,7 +4723,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4623,7 +4735,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4636,7 +4748,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -4669,7 +4781,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4681,7 +4793,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4694,7 +4806,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -4712,7 +4824,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4724,7 +4836,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4737,7 +4849,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -4749,7 +4861,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4761,7 +4873,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4774,7 +4886,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -4795,7 +4907,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4807,7 +4919,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4820,7 +4932,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *Tenant) GetId() string {
@@ -4857,7 +4969,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4869,7 +4981,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4882,7 +4994,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *Site) GetId() string {
@@ -4944,7 +5056,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4956,7 +5068,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4969,7 +5081,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -5035,7 +5147,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5047,7 +5159,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5060,7 +5172,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Pool) GetId() string {
@@ -5118,7 +5230,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5130,7 +5242,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5143,7 +5255,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -5176,7 +5288,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5188,7 +5300,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5201,7 +5313,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -5220,7 +5332,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5232,7 +5344,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5245,7 +5357,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -5263,7 +5375,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5275,7 +5387,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5288,7 +5400,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 type ListTenantsResponse struct {
@@ -5300,7 +5412,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5312,7 +5424,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5325,7 +5437,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -5346,7 +5458,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5358,7 +5470,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5371,7 +5483,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -5404,7 +5516,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5416,7 +5528,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5429,7 +5541,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -5448,7 +5560,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5460,7 +5572,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5473,7 +5585,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -5492,7 +5604,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5504,7 +5616,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5517,7 +5629,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -5536,7 +5648,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5548,7 +5660,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5561,7 +5673,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -5579,7 +5691,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5591,7 +5703,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5604,7 +5716,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 type CreatePoolRequest struct {
@@ -5618,7 +5730,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5630,7 +5742,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5643,7 +5755,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -5677,7 +5789,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5689,7 +5801,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5702,7 +5814,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -5728,7 +5840,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5740,7 +5852,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5753,7 +5865,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -5773,7 +5885,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5785,7 +5897,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5798,7 +5910,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -5824,7 +5936,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5836,7 +5948,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5849,7 +5961,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -5868,7 +5980,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5880,7 +5992,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5893,7 +6005,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -5911,7 +6023,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5923,7 +6035,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5936,7 +6048,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 type PutHardwareProfileRequest struct {
@@ -5948,7 +6060,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5960,7 +6072,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5973,7 +6085,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -5992,7 +6104,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6004,7 +6116,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6017,7 +6129,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -6035,7 +6147,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6047,7 +6159,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6060,7 +6172,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -6072,7 +6184,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6084,7 +6196,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6097,7 +6209,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -6118,7 +6230,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6130,7 +6242,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6143,7 +6255,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -6174,7 +6286,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6186,7 +6298,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6199,7 +6311,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -6241,7 +6353,7 @@ type RevokeSiteAgentRequest struct {
 
 func (x *RevokeSiteAgentRequest) Reset() {
 	*x = RevokeSiteAgentRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6253,7 +6365,7 @@ func (x *RevokeSiteAgentRequest) String() string {
 func (*RevokeSiteAgentRequest) ProtoMessage() {}
 
 func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6266,7 +6378,7 @@ func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *RevokeSiteAgentRequest) GetAgent() string {
@@ -6293,7 +6405,7 @@ type RevokeSiteAgentResponse struct {
 
 func (x *RevokeSiteAgentResponse) Reset() {
 	*x = RevokeSiteAgentResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6305,7 +6417,7 @@ func (x *RevokeSiteAgentResponse) String() string {
 func (*RevokeSiteAgentResponse) ProtoMessage() {}
 
 func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6318,7 +6430,7 @@ func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *RevokeSiteAgentResponse) GetAgent() string {
@@ -6335,6 +6447,460 @@ func (x *RevokeSiteAgentResponse) GetSite() string {
 	return ""
 }
 
+// The agent CA (bcd ca): one CA signs agents' and servers' certificates; a rotation stages the
+// next one (trusted and handed out, not signing), activates it (it signs; the previous one
+// stays trusted) and finishes (the previous one is no longer trusted).
+type AgentCA struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sha256        string                 `protobuf:"bytes,1,opt,name=sha256,proto3" json:"sha256,omitempty"` // of the certificate, hex
+	Subject       string                 `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	NotBefore     string                 `protobuf:"bytes,3,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotAfter      string                 `protobuf:"bytes,4,opt,name=not_after,json=notAfter,proto3" json:"not_after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentCA) Reset() {
+	*x = AgentCA{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCA) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCA) ProtoMessage() {}
+
+func (x *AgentCA) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCA.ProtoReflect.Descriptor instead.
+func (*AgentCA) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+}
+
+func (x *AgentCA) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *AgentCA) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AgentCA) GetNotBefore() string {
+	if x != nil {
+		return x.NotBefore
+	}
+	return ""
+}
+
+func (x *AgentCA) GetNotAfter() string {
+	if x != nil {
+		return x.NotAfter
+	}
+	return ""
+}
+
+type AgentCARotation struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Stage    string                 `protobuf:"bytes,1,opt,name=stage,proto3" json:"stage,omitempty"` // steady | staged (next set) | overlap (previous set)
+	Active   *AgentCA               `protobuf:"bytes,2,opt,name=active,proto3" json:"active,omitempty"`
+	Next     *AgentCA               `protobuf:"bytes,3,opt,name=next,proto3" json:"next,omitempty"`
+	Previous *AgentCA               `protobuf:"bytes,4,opt,name=previous,proto3" json:"previous,omitempty"`
+	// Connected agents holding the rotation back: staged, those that do not trust the next CA
+	// yet; overlap, those connected with a certificate of the previous CA.
+	Lagging       []*AgentCALag `protobuf:"bytes,5,rep,name=lagging,proto3" json:"lagging,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentCARotation) Reset() {
+	*x = AgentCARotation{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCARotation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCARotation) ProtoMessage() {}
+
+func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCARotation.ProtoReflect.Descriptor instead.
+func (*AgentCARotation) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+}
+
+func (x *AgentCARotation) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *AgentCARotation) GetActive() *AgentCA {
+	if x != nil {
+		return x.Active
+	}
+	return nil
+}
+
+func (x *AgentCARotation) GetNext() *AgentCA {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *AgentCARotation) GetPrevious() *AgentCA {
+	if x != nil {
+		return x.Previous
+	}
+	return nil
+}
+
+func (x *AgentCARotation) GetLagging() []*AgentCALag {
+	if x != nil {
+		return x.Lagging
+	}
+	return nil
+}
+
+type AgentCALag struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"` // agents' id: a site agent's id, node:<node> or os:<node>
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`   // site | node | os
+	Site          string                 `protobuf:"bytes,3,opt,name=site,proto3" json:"site,omitempty"`
+	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	Reason        string                 `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentCALag) Reset() {
+	*x = AgentCALag{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCALag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCALag) ProtoMessage() {}
+
+func (x *AgentCALag) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCALag.ProtoReflect.Descriptor instead.
+func (*AgentCALag) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+}
+
+func (x *AgentCALag) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *AgentCALag) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AgentCALag) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *AgentCALag) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *AgentCALag) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type GetAgentCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAgentCARequest) Reset() {
+	*x = GetAgentCARequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAgentCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAgentCARequest) ProtoMessage() {}
+
+func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAgentCARequest.ProtoReflect.Descriptor instead.
+func (*GetAgentCARequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+}
+
+type RotateAgentCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateAgentCARequest) Reset() {
+	*x = RotateAgentCARequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateAgentCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateAgentCARequest) ProtoMessage() {}
+
+func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateAgentCARequest.ProtoReflect.Descriptor instead.
+func (*RotateAgentCARequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+}
+
+func (x *RotateAgentCARequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// force: go ahead although connected agents hold the stage back (they lose their connection).
+type ActivateAgentCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivateAgentCARequest) Reset() {
+	*x = ActivateAgentCARequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivateAgentCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivateAgentCARequest) ProtoMessage() {}
+
+func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivateAgentCARequest.ProtoReflect.Descriptor instead.
+func (*ActivateAgentCARequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+}
+
+func (x *ActivateAgentCARequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ActivateAgentCARequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type FinishAgentCARequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reason        string                 `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	Force         bool                   `protobuf:"varint,2,opt,name=force,proto3" json:"force,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishAgentCARequest) Reset() {
+	*x = FinishAgentCARequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishAgentCARequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishAgentCARequest) ProtoMessage() {}
+
+func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishAgentCARequest.ProtoReflect.Descriptor instead.
+func (*FinishAgentCARequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+}
+
+func (x *FinishAgentCARequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *FinishAgentCARequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+type AgentCAResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rotation      *AgentCARotation       `protobuf:"bytes,1,opt,name=rotation,proto3" json:"rotation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentCAResponse) Reset() {
+	*x = AgentCAResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentCAResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentCAResponse) ProtoMessage() {}
+
+func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentCAResponse.ProtoReflect.Descriptor instead.
+func (*AgentCAResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+}
+
+func (x *AgentCAResponse) GetRotation() *AgentCARotation {
+	if x != nil {
+		return x.Rotation
+	}
+	return nil
+}
+
 type DeployProfile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -6348,7 +6914,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6360,7 +6926,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6373,7 +6939,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -6399,7 +6965,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6411,7 +6977,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6424,7 +6990,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -6443,7 +7009,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6455,7 +7021,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6468,7 +7034,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -6486,7 +7052,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6498,7 +7064,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6511,7 +7077,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 type ListDeployProfilesResponse struct {
@@ -6523,7 +7089,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6535,7 +7101,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6548,7 +7114,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -6572,7 +7138,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6584,7 +7150,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6597,7 +7163,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *Token) GetId() string {
@@ -6653,7 +7219,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6665,7 +7231,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6678,7 +7244,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -6713,7 +7279,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6725,7 +7291,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6738,7 +7304,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -6763,7 +7329,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6775,7 +7341,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6788,7 +7354,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 type ListTokensResponse struct {
@@ -6800,7 +7366,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6812,7 +7378,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6825,7 +7391,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -6844,7 +7410,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6856,7 +7422,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6869,7 +7435,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -6888,7 +7454,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6900,7 +7466,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6913,7 +7479,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -6931,7 +7497,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6943,7 +7509,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6956,7 +7522,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 type WhoAmIResponse struct {
@@ -6968,7 +7534,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6980,7 +7546,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6993,7 +7559,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -7014,7 +7580,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7026,7 +7592,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7039,7 +7605,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Signer) GetName() string {
@@ -7082,7 +7648,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7094,7 +7660,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7107,7 +7673,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *Image) GetName() string {
@@ -7189,7 +7755,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7201,7 +7767,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7214,7 +7780,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -7232,7 +7798,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7244,7 +7810,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7257,7 +7823,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
 }
 
 type RevokeSignerRequest struct {
@@ -7269,7 +7835,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7281,7 +7847,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7294,7 +7860,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -7312,7 +7878,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7324,7 +7890,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7337,7 +7903,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
 }
 
 type ListSignersRequest struct {
@@ -7348,7 +7914,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7360,7 +7926,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7373,7 +7939,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
 }
 
 type ListSignersResponse struct {
@@ -7385,7 +7951,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7397,7 +7963,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7410,7 +7976,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -7429,7 +7995,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7441,7 +8007,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7454,7 +8020,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -7473,7 +8039,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7485,7 +8051,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7498,7 +8064,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -7516,7 +8082,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7528,7 +8094,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7541,7 +8107,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
 }
 
 type ListImagesResponse struct {
@@ -7553,7 +8119,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7565,7 +8131,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7578,7 +8144,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -7600,7 +8166,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fusername_ref\x18\x03 \x01(\tR\vusernameRef\x12!\n" +
 	"\fpassword_ref\x18\x04 \x01(\tR\vpasswordRef\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xe3\t\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\x80\n" +
+	"\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -7639,7 +8206,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"conditions\x18\x1e \x03(\v2\x1c.bcd.v1.Node.ConditionsEntryR\n" +
 	"conditions\x121\n" +
-	"\taddresses\x18\x1f \x03(\v2\x13.bcd.v1.NodeAddressR\taddresses\x1a:\n" +
+	"\taddresses\x18\x1f \x03(\v2\x13.bcd.v1.NodeAddressR\taddresses\x12\x1b\n" +
+	"\tboot_mode\x18  \x01(\tR\bbootMode\x1a:\n" +
 	"\fDriversEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -7677,7 +8245,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bpassword\x18\x04 \x01(\tR\bpassword\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
 	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\x12\x16\n" +
-	"\x06inband\x18\a \x01(\bR\x06inband\"\xa6\x02\n" +
+	"\x06inband\x18\a \x01(\bR\x06inband\"\xc3\x02\n" +
 	"\rEnrollRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12(\n" +
@@ -7685,7 +8253,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x04macs\x18\x04 \x03(\tR\x04macs\x12!\n" +
 	"\fproduct_uuid\x18\x05 \x01(\tR\vproductUuid\x129\n" +
 	"\x06labels\x18\x06 \x03(\v2!.bcd.v1.EnrollRequest.LabelsEntryR\x06labels\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x1a9\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1b\n" +
+	"\tboot_mode\x18\b \x01(\tR\bbootMode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"0\n" +
@@ -7728,7 +8297,13 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\rPowerResponse\x12 \n" +
 	"\x04node\x18\x01 \x01(\v2\f.bcd.v1.NodeR\x04node\x12\x1d\n" +
 	"\n" +
-	"command_id\x18\x02 \x01(\tR\tcommandId\"P\n" +
+	"command_id\x18\x02 \x01(\tR\tcommandId\"o\n" +
+	"\x11UpdateNodeRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
+	"\tboot_mode\x18\x02 \x01(\tH\x00R\bbootMode\x88\x01\x01\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reasonB\f\n" +
+	"\n" +
+	"_boot_mode\"P\n" +
 	"\x12MaintenanceRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x0e\n" +
 	"\x02on\x18\x02 \x01(\bR\x02on\x12\x16\n" +
@@ -7840,7 +8415,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"started_at\x18\x02 \x01(\tR\tstartedAt\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\tR\blastSeen\x12\x16\n" +
 	"\x06agents\x18\x04 \x01(\x05R\x06agents\x12!\n" +
-	"\fclock_offset\x18\x05 \x01(\tR\vclockOffset\"\xdd\x02\n" +
+	"\fclock_offset\x18\x05 \x01(\tR\vclockOffset\"\x91\x03\n" +
 	"\x0eDoctorResponse\x12-\n" +
 	"\x06failed\x18\x01 \x03(\v2\x15.bcd.v1.DoctorFindingR\x06failed\x121\n" +
 	"\bstranded\x18\x02 \x03(\v2\x15.bcd.v1.DoctorFindingR\bstranded\x124\n" +
@@ -7848,7 +8423,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"siteAgents\x12<\n" +
 	"\x0fpending_batches\x18\x04 \x03(\v2\x13.bcd.v1.DoctorBatchR\x0ependingBatches\x12.\n" +
 	"\aservers\x18\x05 \x03(\v2\x14.bcd.v1.DoctorServerR\aservers\x12E\n" +
-	"\x0frestore_witness\x18\x06 \x01(\v2\x1c.bcd.v1.DoctorRestoreWitnessR\x0erestoreWitness\"\x9b\x01\n" +
+	"\x0frestore_witness\x18\x06 \x01(\v2\x1c.bcd.v1.DoctorRestoreWitnessR\x0erestoreWitness\x122\n" +
+	"\bagent_ca\x18\x14 \x01(\v2\x17.bcd.v1.AgentCARotationR\aagentCa\"\x9b\x01\n" +
 	"\x14DoctorRestoreWitness\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1f\n" +
 	"\vseen_fences\x18\x02 \x01(\x03R\n" +
@@ -7931,7 +8507,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x04site\x18\x01 \x01(\tR\x04site\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x10\n" +
-	"\x0eRejectResponse\"\xf3\x03\n" +
+	"\x0eRejectResponse\"\xac\x04\n" +
 	"\x05Batch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -7956,7 +8532,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"decided_at\x18\x12 \x01(\tR\tdecidedAt\x12\x1d\n" +
 	"\n" +
-	"started_at\x18\x13 \x01(\tR\tstartedAt\"9\n" +
+	"started_at\x18\x13 \x01(\tR\tstartedAt\x12\x14\n" +
+	"\x05image\x18\x14 \x01(\tR\x05image\x12!\n" +
+	"\fimage_digest\x18\x15 \x01(\tR\vimageDigest\"9\n" +
 	"\tBatchLeaf\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\"\x95\x01\n" +
@@ -8124,7 +8702,37 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"C\n" +
 	"\x17RevokeSiteAgentResponse\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
-	"\x04site\x18\x02 \x01(\tR\x04site\"C\n" +
+	"\x04site\x18\x02 \x01(\tR\x04site\"w\n" +
+	"\aAgentCA\x12\x16\n" +
+	"\x06sha256\x18\x01 \x01(\tR\x06sha256\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\x12\x1d\n" +
+	"\n" +
+	"not_before\x18\x03 \x01(\tR\tnotBefore\x12\x1b\n" +
+	"\tnot_after\x18\x04 \x01(\tR\bnotAfter\"\xd0\x01\n" +
+	"\x0fAgentCARotation\x12\x14\n" +
+	"\x05stage\x18\x01 \x01(\tR\x05stage\x12'\n" +
+	"\x06active\x18\x02 \x01(\v2\x0f.bcd.v1.AgentCAR\x06active\x12#\n" +
+	"\x04next\x18\x03 \x01(\v2\x0f.bcd.v1.AgentCAR\x04next\x12+\n" +
+	"\bprevious\x18\x04 \x01(\v2\x0f.bcd.v1.AgentCAR\bprevious\x12,\n" +
+	"\alagging\x18\x05 \x03(\v2\x12.bcd.v1.AgentCALagR\alagging\"v\n" +
+	"\n" +
+	"AgentCALag\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04site\x18\x03 \x01(\tR\x04site\x12\x12\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x13\n" +
+	"\x11GetAgentCARequest\".\n" +
+	"\x14RotateAgentCARequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"F\n" +
+	"\x16ActivateAgentCARequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"D\n" +
+	"\x14FinishAgentCARequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"F\n" +
+	"\x0fAgentCAResponse\x123\n" +
+	"\brotation\x18\x01 \x01(\v2\x17.bcd.v1.AgentCARotationR\brotation\"C\n" +
 	"\rDeployProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1e\n" +
 	"\n" +
@@ -8195,7 +8803,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\";\n" +
 	"\x12ListImagesResponse\x12%\n" +
-	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\x8d\x0e\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xc8\x0e\n" +
 	"\vNodeService\x12P\n" +
 	"\n" +
 	"Discovered\x12\x1d.bcd.v1.ListDiscoveredRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x12<\n" +
@@ -8214,7 +8822,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\aRecover\x12\x17.bcd.v1.NodeVerbRequest\x1a\x14.bcd.v1.NodeResponse\x126\n" +
 	"\x05Abort\x12\x17.bcd.v1.NodeVerbRequest\x1a\x14.bcd.v1.NodeResponse\x124\n" +
 	"\x05Power\x12\x14.bcd.v1.PowerRequest\x1a\x15.bcd.v1.PowerResponse\x12?\n" +
-	"\vMaintenance\x12\x1a.bcd.v1.MaintenanceRequest\x1a\x14.bcd.v1.NodeResponse\x12?\n" +
+	"\vMaintenance\x12\x1a.bcd.v1.MaintenanceRequest\x1a\x14.bcd.v1.NodeResponse\x129\n" +
+	"\x06Update\x12\x19.bcd.v1.UpdateNodeRequest\x1a\x14.bcd.v1.NodeResponse\x12?\n" +
 	"\x06Delete\x12\x19.bcd.v1.DeleteNodeRequest\x1a\x1a.bcd.v1.DeleteNodeResponse\x12D\n" +
 	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x01\x12V\n" +
 	"\fAttestations\x12\x1f.bcd.v1.ListAttestationsRequest\x1a .bcd.v1.ListAttestationsResponse\"\x03\x90\x02\x01\x12^\n" +
@@ -8234,12 +8843,17 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bWithdraw\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12=\n" +
 	"\x06Reject\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12U\n" +
 	"\x11SetApprovalPolicy\x12 .bcd.v1.SetApprovalPolicyRequest\x1a\x1e.bcd.v1.ApprovalPolicyResponse\x12f\n" +
-	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xa5\t\n" +
+	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xc8\v\n" +
 	"\x10InventoryService\x12R\n" +
 	"\x10PutDeployProfile\x12\x1f.bcd.v1.PutDeployProfileRequest\x1a\x1d.bcd.v1.DeployProfileResponse\x12`\n" +
 	"\x12ListDeployProfiles\x12!.bcd.v1.ListDeployProfilesRequest\x1a\".bcd.v1.ListDeployProfilesResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x13CreateSiteJoinToken\x12\".bcd.v1.CreateSiteJoinTokenRequest\x1a#.bcd.v1.CreateSiteJoinTokenResponse\x12R\n" +
-	"\x0fRevokeSiteAgent\x12\x1e.bcd.v1.RevokeSiteAgentRequest\x1a\x1f.bcd.v1.RevokeSiteAgentResponse\x12C\n" +
+	"\x0fRevokeSiteAgent\x12\x1e.bcd.v1.RevokeSiteAgentRequest\x1a\x1f.bcd.v1.RevokeSiteAgentResponse\x12E\n" +
+	"\n" +
+	"GetAgentCA\x12\x19.bcd.v1.GetAgentCARequest\x1a\x17.bcd.v1.AgentCAResponse\"\x03\x90\x02\x01\x12F\n" +
+	"\rRotateAgentCA\x12\x1c.bcd.v1.RotateAgentCARequest\x1a\x17.bcd.v1.AgentCAResponse\x12J\n" +
+	"\x0fActivateAgentCA\x12\x1e.bcd.v1.ActivateAgentCARequest\x1a\x17.bcd.v1.AgentCAResponse\x12F\n" +
+	"\rFinishAgentCA\x12\x1c.bcd.v1.FinishAgentCARequest\x1a\x17.bcd.v1.AgentCAResponse\x12C\n" +
 	"\fCreateTenant\x12\x1b.bcd.v1.CreateTenantRequest\x1a\x16.bcd.v1.TenantResponse\x12K\n" +
 	"\vListTenants\x12\x1a.bcd.v1.ListTenantsRequest\x1a\x1b.bcd.v1.ListTenantsResponse\"\x03\x90\x02\x01\x12=\n" +
 	"\n" +
@@ -8281,7 +8895,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 131)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 140)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -8298,309 +8912,334 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*UndeployRequest)(nil),                   // 12: bcd.v1.UndeployRequest
 	(*PowerRequest)(nil),                      // 13: bcd.v1.PowerRequest
 	(*PowerResponse)(nil),                     // 14: bcd.v1.PowerResponse
-	(*MaintenanceRequest)(nil),                // 15: bcd.v1.MaintenanceRequest
-	(*DeleteNodeRequest)(nil),                 // 16: bcd.v1.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),                // 17: bcd.v1.DeleteNodeResponse
-	(*Event)(nil),                             // 18: bcd.v1.Event
-	(*ListAttestationsRequest)(nil),           // 19: bcd.v1.ListAttestationsRequest
-	(*Attestation)(nil),                       // 20: bcd.v1.Attestation
-	(*ListAttestationsResponse)(nil),          // 21: bcd.v1.ListAttestationsResponse
-	(*ListEventsRequest)(nil),                 // 22: bcd.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),                // 23: bcd.v1.ListEventsResponse
-	(*ListDiscoveredRequest)(nil),             // 24: bcd.v1.ListDiscoveredRequest
-	(*DiscoveredMachine)(nil),                 // 25: bcd.v1.DiscoveredMachine
-	(*ListDiscoveredResponse)(nil),            // 26: bcd.v1.ListDiscoveredResponse
-	(*DoctorRequest)(nil),                     // 27: bcd.v1.DoctorRequest
-	(*DoctorFinding)(nil),                     // 28: bcd.v1.DoctorFinding
-	(*DoctorAgent)(nil),                       // 29: bcd.v1.DoctorAgent
-	(*DoctorArtifactCache)(nil),               // 30: bcd.v1.DoctorArtifactCache
-	(*DoctorServer)(nil),                      // 31: bcd.v1.DoctorServer
-	(*DoctorResponse)(nil),                    // 32: bcd.v1.DoctorResponse
-	(*DoctorRestoreWitness)(nil),              // 33: bcd.v1.DoctorRestoreWitness
-	(*DoctorBatch)(nil),                       // 34: bcd.v1.DoctorBatch
-	(*RotateBmcCredentialRequest)(nil),        // 35: bcd.v1.RotateBmcCredentialRequest
-	(*RotateBmcCredentialResponse)(nil),       // 36: bcd.v1.RotateBmcCredentialResponse
-	(*ListBmcCredentialVersionsRequest)(nil),  // 37: bcd.v1.ListBmcCredentialVersionsRequest
-	(*BmcCredentialVersion)(nil),              // 38: bcd.v1.BmcCredentialVersion
-	(*ListBmcCredentialVersionsResponse)(nil), // 39: bcd.v1.ListBmcCredentialVersionsResponse
-	(*ConfirmMacRequest)(nil),                 // 40: bcd.v1.ConfirmMacRequest
-	(*MacCandidate)(nil),                      // 41: bcd.v1.MacCandidate
-	(*ListMacCandidatesRequest)(nil),          // 42: bcd.v1.ListMacCandidatesRequest
-	(*ListMacCandidatesResponse)(nil),         // 43: bcd.v1.ListMacCandidatesResponse
-	(*ListPendingRequest)(nil),                // 44: bcd.v1.ListPendingRequest
-	(*AcceptRequest)(nil),                     // 45: bcd.v1.AcceptRequest
-	(*RejectRequest)(nil),                     // 46: bcd.v1.RejectRequest
-	(*RejectResponse)(nil),                    // 47: bcd.v1.RejectResponse
-	(*Batch)(nil),                             // 48: bcd.v1.Batch
-	(*BatchLeaf)(nil),                         // 49: bcd.v1.BatchLeaf
-	(*BulkRequest)(nil),                       // 50: bcd.v1.BulkRequest
-	(*BulkBatch)(nil),                         // 51: bcd.v1.BulkBatch
-	(*BulkNodeResult)(nil),                    // 52: bcd.v1.BulkNodeResult
-	(*BulkResponse)(nil),                      // 53: bcd.v1.BulkResponse
-	(*ListBatchesRequest)(nil),                // 54: bcd.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),               // 55: bcd.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),                   // 56: bcd.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),                  // 57: bcd.v1.GetBatchResponse
-	(*BatchDecisionRequest)(nil),              // 58: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 59: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 60: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 61: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 62: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 63: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 64: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 65: bcd.v1.Tenant
-	(*Site)(nil),                              // 66: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 67: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 68: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 69: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 70: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 71: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 72: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 73: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 74: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 75: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 76: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 77: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 78: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 79: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 80: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 81: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 82: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 83: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 84: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 85: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 86: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 87: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 88: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 89: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 90: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 91: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 92: bcd.v1.CreateSiteJoinTokenResponse
-	(*RevokeSiteAgentRequest)(nil),            // 93: bcd.v1.RevokeSiteAgentRequest
-	(*RevokeSiteAgentResponse)(nil),           // 94: bcd.v1.RevokeSiteAgentResponse
-	(*DeployProfile)(nil),                     // 95: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 96: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 97: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 98: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 99: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                             // 100: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 101: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 102: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 103: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 104: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 105: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 106: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 107: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 108: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 109: bcd.v1.Signer
-	(*Image)(nil),                             // 110: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 111: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 112: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 113: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 114: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 115: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 116: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 117: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 118: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 119: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 120: bcd.v1.ListImagesResponse
-	nil,                                       // 121: bcd.v1.Node.DriversEntry
-	nil,                                       // 122: bcd.v1.Node.LabelsEntry
-	nil,                                       // 123: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 124: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 125: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 126: bcd.v1.Site.LabelsEntry
-	nil,                                       // 127: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 128: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 129: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 130: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*UpdateNodeRequest)(nil),                 // 15: bcd.v1.UpdateNodeRequest
+	(*MaintenanceRequest)(nil),                // 16: bcd.v1.MaintenanceRequest
+	(*DeleteNodeRequest)(nil),                 // 17: bcd.v1.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 18: bcd.v1.DeleteNodeResponse
+	(*Event)(nil),                             // 19: bcd.v1.Event
+	(*ListAttestationsRequest)(nil),           // 20: bcd.v1.ListAttestationsRequest
+	(*Attestation)(nil),                       // 21: bcd.v1.Attestation
+	(*ListAttestationsResponse)(nil),          // 22: bcd.v1.ListAttestationsResponse
+	(*ListEventsRequest)(nil),                 // 23: bcd.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),                // 24: bcd.v1.ListEventsResponse
+	(*ListDiscoveredRequest)(nil),             // 25: bcd.v1.ListDiscoveredRequest
+	(*DiscoveredMachine)(nil),                 // 26: bcd.v1.DiscoveredMachine
+	(*ListDiscoveredResponse)(nil),            // 27: bcd.v1.ListDiscoveredResponse
+	(*DoctorRequest)(nil),                     // 28: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                     // 29: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                       // 30: bcd.v1.DoctorAgent
+	(*DoctorArtifactCache)(nil),               // 31: bcd.v1.DoctorArtifactCache
+	(*DoctorServer)(nil),                      // 32: bcd.v1.DoctorServer
+	(*DoctorResponse)(nil),                    // 33: bcd.v1.DoctorResponse
+	(*DoctorRestoreWitness)(nil),              // 34: bcd.v1.DoctorRestoreWitness
+	(*DoctorBatch)(nil),                       // 35: bcd.v1.DoctorBatch
+	(*RotateBmcCredentialRequest)(nil),        // 36: bcd.v1.RotateBmcCredentialRequest
+	(*RotateBmcCredentialResponse)(nil),       // 37: bcd.v1.RotateBmcCredentialResponse
+	(*ListBmcCredentialVersionsRequest)(nil),  // 38: bcd.v1.ListBmcCredentialVersionsRequest
+	(*BmcCredentialVersion)(nil),              // 39: bcd.v1.BmcCredentialVersion
+	(*ListBmcCredentialVersionsResponse)(nil), // 40: bcd.v1.ListBmcCredentialVersionsResponse
+	(*ConfirmMacRequest)(nil),                 // 41: bcd.v1.ConfirmMacRequest
+	(*MacCandidate)(nil),                      // 42: bcd.v1.MacCandidate
+	(*ListMacCandidatesRequest)(nil),          // 43: bcd.v1.ListMacCandidatesRequest
+	(*ListMacCandidatesResponse)(nil),         // 44: bcd.v1.ListMacCandidatesResponse
+	(*ListPendingRequest)(nil),                // 45: bcd.v1.ListPendingRequest
+	(*AcceptRequest)(nil),                     // 46: bcd.v1.AcceptRequest
+	(*RejectRequest)(nil),                     // 47: bcd.v1.RejectRequest
+	(*RejectResponse)(nil),                    // 48: bcd.v1.RejectResponse
+	(*Batch)(nil),                             // 49: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 50: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 51: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 52: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 53: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 54: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 55: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 56: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 57: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 58: bcd.v1.GetBatchResponse
+	(*BatchDecisionRequest)(nil),              // 59: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 60: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 61: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 62: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 63: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 64: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 65: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 66: bcd.v1.Tenant
+	(*Site)(nil),                              // 67: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 68: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 69: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 70: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 71: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 72: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 73: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 74: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 75: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 76: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 77: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 78: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 79: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 80: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 81: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 82: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 83: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 84: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 85: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 86: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 87: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 88: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 89: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 90: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 91: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 92: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 93: bcd.v1.CreateSiteJoinTokenResponse
+	(*RevokeSiteAgentRequest)(nil),            // 94: bcd.v1.RevokeSiteAgentRequest
+	(*RevokeSiteAgentResponse)(nil),           // 95: bcd.v1.RevokeSiteAgentResponse
+	(*AgentCA)(nil),                           // 96: bcd.v1.AgentCA
+	(*AgentCARotation)(nil),                   // 97: bcd.v1.AgentCARotation
+	(*AgentCALag)(nil),                        // 98: bcd.v1.AgentCALag
+	(*GetAgentCARequest)(nil),                 // 99: bcd.v1.GetAgentCARequest
+	(*RotateAgentCARequest)(nil),              // 100: bcd.v1.RotateAgentCARequest
+	(*ActivateAgentCARequest)(nil),            // 101: bcd.v1.ActivateAgentCARequest
+	(*FinishAgentCARequest)(nil),              // 102: bcd.v1.FinishAgentCARequest
+	(*AgentCAResponse)(nil),                   // 103: bcd.v1.AgentCAResponse
+	(*DeployProfile)(nil),                     // 104: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 105: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 106: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 107: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 108: bcd.v1.ListDeployProfilesResponse
+	(*Token)(nil),                             // 109: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 110: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 111: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 112: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 113: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 114: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 115: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 116: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 117: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 118: bcd.v1.Signer
+	(*Image)(nil),                             // 119: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 120: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 121: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 122: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 123: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 124: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 125: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 126: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 127: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 128: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 129: bcd.v1.ListImagesResponse
+	nil,                                       // 130: bcd.v1.Node.DriversEntry
+	nil,                                       // 131: bcd.v1.Node.LabelsEntry
+	nil,                                       // 132: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 133: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 134: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 135: bcd.v1.Site.LabelsEntry
+	nil,                                       // 136: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 137: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 138: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 139: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	121, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	130, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	122, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	131, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	123, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	132, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	124, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	133, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,   // 9: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,   // 10: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
-	20,  // 11: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
-	18,  // 12: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	25,  // 13: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
-	30,  // 14: bcd.v1.DoctorAgent.artifact_cache:type_name -> bcd.v1.DoctorArtifactCache
-	28,  // 15: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	28,  // 16: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	29,  // 17: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	34,  // 18: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
-	31,  // 19: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
-	33,  // 20: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
-	38,  // 21: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	41,  // 22: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
-	4,   // 23: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	125, // 24: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
-	51,  // 25: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	52,  // 26: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	48,  // 27: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	48,  // 28: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	49,  // 29: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	48,  // 30: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	60,  // 31: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	60,  // 32: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	126, // 33: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	127, // 34: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	128, // 35: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	67,  // 36: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	129, // 37: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	65,  // 38: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	65,  // 39: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	130, // 40: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	66,  // 41: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	66,  // 42: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	67,  // 43: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	67,  // 44: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	68,  // 45: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	68,  // 46: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	69,  // 47: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	69,  // 48: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	69,  // 49: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	95,  // 50: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	95,  // 51: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	95,  // 52: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	100, // 53: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	100, // 54: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	100, // 55: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	100, // 56: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	109, // 57: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	109, // 58: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	110, // 59: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	110, // 60: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	110, // 61: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	24,  // 62: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	27,  // 63: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 64: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 65: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	8,   // 66: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	10,  // 67: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 68: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 69: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	11,  // 70: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	12,  // 71: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	10,  // 72: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 73: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 74: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 75: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 76: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 77: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	15,  // 78: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	16,  // 79: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	22,  // 80: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	19,  // 81: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	35,  // 82: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	37,  // 83: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	40,  // 84: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	42,  // 85: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	44,  // 86: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	45,  // 87: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	46,  // 88: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	50,  // 89: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	54,  // 90: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	56,  // 91: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	58,  // 92: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	58,  // 93: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	58,  // 94: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	61,  // 95: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	63,  // 96: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	96,  // 97: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	98,  // 98: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	91,  // 99: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	93,  // 100: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	70,  // 101: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	72,  // 102: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	74,  // 103: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	76,  // 104: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	78,  // 105: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	80,  // 106: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	81,  // 107: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	83,  // 108: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	85,  // 109: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	87,  // 110: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	89,  // 111: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	101, // 112: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	103, // 113: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	105, // 114: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	107, // 115: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	111, // 116: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	113, // 117: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	115, // 118: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	117, // 119: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	119, // 120: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	26,  // 121: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	32,  // 122: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 123: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 124: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 125: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 126: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 127: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 128: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 129: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 130: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 131: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 132: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 133: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 134: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 135: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 136: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 137: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	17,  // 138: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	23,  // 139: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	21,  // 140: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	36,  // 141: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	39,  // 142: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 143: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	43,  // 144: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	26,  // 145: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 146: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	47,  // 147: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	53,  // 148: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	55,  // 149: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	57,  // 150: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	59,  // 151: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	59,  // 152: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	59,  // 153: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	62,  // 154: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	64,  // 155: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	97,  // 156: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	99,  // 157: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	92,  // 158: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	94,  // 159: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	71,  // 160: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	73,  // 161: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	75,  // 162: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	77,  // 163: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	79,  // 164: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	82,  // 165: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	82,  // 166: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	84,  // 167: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	86,  // 168: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	88,  // 169: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	90,  // 170: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	102, // 171: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	104, // 172: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	106, // 173: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	108, // 174: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	112, // 175: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	114, // 176: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	116, // 177: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	118, // 178: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	120, // 179: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	121, // [121:180] is the sub-list for method output_type
-	62,  // [62:121] is the sub-list for method input_type
-	62,  // [62:62] is the sub-list for extension type_name
-	62,  // [62:62] is the sub-list for extension extendee
-	0,   // [0:62] is the sub-list for field type_name
+	21,  // 11: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
+	19,  // 12: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
+	26,  // 13: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	31,  // 14: bcd.v1.DoctorAgent.artifact_cache:type_name -> bcd.v1.DoctorArtifactCache
+	29,  // 15: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	29,  // 16: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	30,  // 17: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	35,  // 18: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
+	32,  // 19: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
+	34,  // 20: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
+	97,  // 21: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
+	39,  // 22: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
+	42,  // 23: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	4,   // 24: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	134, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	52,  // 26: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	53,  // 27: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	49,  // 28: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	49,  // 29: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	50,  // 30: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	49,  // 31: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	61,  // 32: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	61,  // 33: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	135, // 34: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	136, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	137, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	68,  // 37: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	138, // 38: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	66,  // 39: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	66,  // 40: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	139, // 41: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	67,  // 42: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	67,  // 43: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	68,  // 44: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	68,  // 45: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	69,  // 46: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	69,  // 47: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	70,  // 48: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	70,  // 49: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	70,  // 50: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	96,  // 51: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	96,  // 52: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	96,  // 53: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	98,  // 54: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	97,  // 55: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	104, // 56: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	104, // 57: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	104, // 58: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	109, // 59: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	109, // 60: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	109, // 61: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	109, // 62: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	118, // 63: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	118, // 64: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	119, // 65: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	119, // 66: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	119, // 67: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	25,  // 68: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	28,  // 69: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 70: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 71: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	8,   // 72: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	10,  // 73: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 74: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 75: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	11,  // 76: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	12,  // 77: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	10,  // 78: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 79: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 80: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 81: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 82: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 83: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	16,  // 84: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	15,  // 85: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	17,  // 86: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	23,  // 87: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	20,  // 88: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	36,  // 89: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	38,  // 90: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	41,  // 91: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	43,  // 92: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	45,  // 93: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	46,  // 94: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	47,  // 95: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	51,  // 96: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	55,  // 97: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	57,  // 98: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	59,  // 99: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	59,  // 100: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	59,  // 101: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	62,  // 102: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	64,  // 103: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	105, // 104: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	107, // 105: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	92,  // 106: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	94,  // 107: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	99,  // 108: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	100, // 109: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	101, // 110: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	102, // 111: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	71,  // 112: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	73,  // 113: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	75,  // 114: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	77,  // 115: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	79,  // 116: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	81,  // 117: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	82,  // 118: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	84,  // 119: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	86,  // 120: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	88,  // 121: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	90,  // 122: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	110, // 123: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	112, // 124: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	114, // 125: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	116, // 126: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	120, // 127: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	122, // 128: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	124, // 129: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	126, // 130: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	128, // 131: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	27,  // 132: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	33,  // 133: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 134: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 135: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 136: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 137: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 138: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 139: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 140: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 141: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 142: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 143: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 144: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 145: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 146: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 147: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 148: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	18,  // 150: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	24,  // 151: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	22,  // 152: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	37,  // 153: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	40,  // 154: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 155: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	44,  // 156: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	27,  // 157: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 158: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	48,  // 159: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	54,  // 160: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	56,  // 161: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	58,  // 162: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	60,  // 163: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	60,  // 164: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	60,  // 165: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	63,  // 166: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	65,  // 167: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	106, // 168: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	108, // 169: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	93,  // 170: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	95,  // 171: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	103, // 172: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 173: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 174: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 175: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	72,  // 176: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	74,  // 177: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	76,  // 178: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	78,  // 179: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	80,  // 180: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	83,  // 181: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	83,  // 182: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	85,  // 183: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	87,  // 184: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	89,  // 185: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	91,  // 186: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	111, // 187: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	113, // 188: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	115, // 189: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	117, // 190: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	121, // 191: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	123, // 192: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	125, // 193: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	127, // 194: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	129, // 195: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	132, // [132:196] is the sub-list for method output_type
+	68,  // [68:132] is the sub-list for method input_type
+	68,  // [68:68] is the sub-list for extension type_name
+	68,  // [68:68] is the sub-list for extension extendee
+	0,   // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -8608,13 +9247,14 @@ func file_bcd_v1_bcd_proto_init() {
 	if File_bcd_v1_bcd_proto != nil {
 		return
 	}
+	file_bcd_v1_bcd_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   131,
+			NumMessages:   140,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

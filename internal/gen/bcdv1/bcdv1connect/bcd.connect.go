@@ -77,6 +77,8 @@ const (
 	NodeServicePowerProcedure = "/bcd.v1.NodeService/Power"
 	// NodeServiceMaintenanceProcedure is the fully-qualified name of the NodeService's Maintenance RPC.
 	NodeServiceMaintenanceProcedure = "/bcd.v1.NodeService/Maintenance"
+	// NodeServiceUpdateProcedure is the fully-qualified name of the NodeService's Update RPC.
+	NodeServiceUpdateProcedure = "/bcd.v1.NodeService/Update"
 	// NodeServiceDeleteProcedure is the fully-qualified name of the NodeService's Delete RPC.
 	NodeServiceDeleteProcedure = "/bcd.v1.NodeService/Delete"
 	// NodeServiceEventsProcedure is the fully-qualified name of the NodeService's Events RPC.
@@ -131,6 +133,18 @@ const (
 	// InventoryServiceRevokeSiteAgentProcedure is the fully-qualified name of the InventoryService's
 	// RevokeSiteAgent RPC.
 	InventoryServiceRevokeSiteAgentProcedure = "/bcd.v1.InventoryService/RevokeSiteAgent"
+	// InventoryServiceGetAgentCAProcedure is the fully-qualified name of the InventoryService's
+	// GetAgentCA RPC.
+	InventoryServiceGetAgentCAProcedure = "/bcd.v1.InventoryService/GetAgentCA"
+	// InventoryServiceRotateAgentCAProcedure is the fully-qualified name of the InventoryService's
+	// RotateAgentCA RPC.
+	InventoryServiceRotateAgentCAProcedure = "/bcd.v1.InventoryService/RotateAgentCA"
+	// InventoryServiceActivateAgentCAProcedure is the fully-qualified name of the InventoryService's
+	// ActivateAgentCA RPC.
+	InventoryServiceActivateAgentCAProcedure = "/bcd.v1.InventoryService/ActivateAgentCA"
+	// InventoryServiceFinishAgentCAProcedure is the fully-qualified name of the InventoryService's
+	// FinishAgentCA RPC.
+	InventoryServiceFinishAgentCAProcedure = "/bcd.v1.InventoryService/FinishAgentCA"
 	// InventoryServiceCreateTenantProcedure is the fully-qualified name of the InventoryService's
 	// CreateTenant RPC.
 	InventoryServiceCreateTenantProcedure = "/bcd.v1.InventoryService/CreateTenant"
@@ -206,6 +220,8 @@ type NodeServiceClient interface {
 	Abort(context.Context, *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Power(context.Context, *connect.Request[bcdv1.PowerRequest]) (*connect.Response[bcdv1.PowerResponse], error)
 	Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error)
+	// metal.update: change a node's attributes (its boot mode).
+	Update(context.Context, *connect.Request[bcdv1.UpdateNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error)
 	Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error)
 	// The node's attested results (wipes, diagnostics), newest first, each with what an auditor
@@ -345,6 +361,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Maintenance")),
 			connect.WithClientOptions(opts...),
 		),
+		update: connect.NewClient[bcdv1.UpdateNodeRequest, bcdv1.NodeResponse](
+			httpClient,
+			baseURL+NodeServiceUpdateProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Update")),
+			connect.WithClientOptions(opts...),
+		),
 		delete: connect.NewClient[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse](
 			httpClient,
 			baseURL+NodeServiceDeleteProcedure,
@@ -432,6 +454,7 @@ type nodeServiceClient struct {
 	abort                 *connect.Client[bcdv1.NodeVerbRequest, bcdv1.NodeResponse]
 	power                 *connect.Client[bcdv1.PowerRequest, bcdv1.PowerResponse]
 	maintenance           *connect.Client[bcdv1.MaintenanceRequest, bcdv1.NodeResponse]
+	update                *connect.Client[bcdv1.UpdateNodeRequest, bcdv1.NodeResponse]
 	delete                *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
 	events                *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
 	attestations          *connect.Client[bcdv1.ListAttestationsRequest, bcdv1.ListAttestationsResponse]
@@ -529,6 +552,11 @@ func (c *nodeServiceClient) Maintenance(ctx context.Context, req *connect.Reques
 	return c.maintenance.CallUnary(ctx, req)
 }
 
+// Update calls bcd.v1.NodeService.Update.
+func (c *nodeServiceClient) Update(ctx context.Context, req *connect.Request[bcdv1.UpdateNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return c.update.CallUnary(ctx, req)
+}
+
 // Delete calls bcd.v1.NodeService.Delete.
 func (c *nodeServiceClient) Delete(ctx context.Context, req *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error) {
 	return c.delete.CallUnary(ctx, req)
@@ -599,6 +627,8 @@ type NodeServiceHandler interface {
 	Abort(context.Context, *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Power(context.Context, *connect.Request[bcdv1.PowerRequest]) (*connect.Response[bcdv1.PowerResponse], error)
 	Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error)
+	// metal.update: change a node's attributes (its boot mode).
+	Update(context.Context, *connect.Request[bcdv1.UpdateNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error)
 	Events(context.Context, *connect.Request[bcdv1.ListEventsRequest]) (*connect.Response[bcdv1.ListEventsResponse], error)
 	// The node's attested results (wipes, diagnostics), newest first, each with what an auditor
@@ -734,6 +764,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Maintenance")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceUpdateHandler := connect.NewUnaryHandler(
+		NodeServiceUpdateProcedure,
+		svc.Update,
+		connect.WithSchema(nodeServiceMethods.ByName("Update")),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceDeleteHandler := connect.NewUnaryHandler(
 		NodeServiceDeleteProcedure,
 		svc.Delete,
@@ -835,6 +871,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServicePowerHandler.ServeHTTP(w, r)
 		case NodeServiceMaintenanceProcedure:
 			nodeServiceMaintenanceHandler.ServeHTTP(w, r)
+		case NodeServiceUpdateProcedure:
+			nodeServiceUpdateHandler.ServeHTTP(w, r)
 		case NodeServiceDeleteProcedure:
 			nodeServiceDeleteHandler.ServeHTTP(w, r)
 		case NodeServiceEventsProcedure:
@@ -930,6 +968,10 @@ func (UnimplementedNodeServiceHandler) Power(context.Context, *connect.Request[b
 
 func (UnimplementedNodeServiceHandler) Maintenance(context.Context, *connect.Request[bcdv1.MaintenanceRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Maintenance is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Update(context.Context, *connect.Request[bcdv1.UpdateNodeRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Update is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) Delete(context.Context, *connect.Request[bcdv1.DeleteNodeRequest]) (*connect.Response[bcdv1.DeleteNodeResponse], error) {
@@ -1238,6 +1280,14 @@ type InventoryServiceClient interface {
 	// RevokeSiteAgent refuses a site agent's certificate from now on: its connects, calls and
 	// renewals, and its open stream within the gateway's re-check interval.
 	RevokeSiteAgent(context.Context, *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error)
+	// The agent CA and its rotation (installation admins): GetAgentCA shows it; RotateAgentCA
+	// stages a new CA; ActivateAgentCA makes it the signer (refused while connected agents do not
+	// trust it, unless force); FinishAgentCA stops trusting the previous one (refused while agents
+	// are connected with its certificates, unless force).
+	GetAgentCA(context.Context, *connect.Request[bcdv1.GetAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
+	RotateAgentCA(context.Context, *connect.Request[bcdv1.RotateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
+	ActivateAgentCA(context.Context, *connect.Request[bcdv1.ActivateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
+	FinishAgentCA(context.Context, *connect.Request[bcdv1.FinishAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
 	CreateSite(context.Context, *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error)
@@ -1285,6 +1335,31 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			httpClient,
 			baseURL+InventoryServiceRevokeSiteAgentProcedure,
 			connect.WithSchema(inventoryServiceMethods.ByName("RevokeSiteAgent")),
+			connect.WithClientOptions(opts...),
+		),
+		getAgentCA: connect.NewClient[bcdv1.GetAgentCARequest, bcdv1.AgentCAResponse](
+			httpClient,
+			baseURL+InventoryServiceGetAgentCAProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("GetAgentCA")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		rotateAgentCA: connect.NewClient[bcdv1.RotateAgentCARequest, bcdv1.AgentCAResponse](
+			httpClient,
+			baseURL+InventoryServiceRotateAgentCAProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("RotateAgentCA")),
+			connect.WithClientOptions(opts...),
+		),
+		activateAgentCA: connect.NewClient[bcdv1.ActivateAgentCARequest, bcdv1.AgentCAResponse](
+			httpClient,
+			baseURL+InventoryServiceActivateAgentCAProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("ActivateAgentCA")),
+			connect.WithClientOptions(opts...),
+		),
+		finishAgentCA: connect.NewClient[bcdv1.FinishAgentCARequest, bcdv1.AgentCAResponse](
+			httpClient,
+			baseURL+InventoryServiceFinishAgentCAProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("FinishAgentCA")),
 			connect.WithClientOptions(opts...),
 		),
 		createTenant: connect.NewClient[bcdv1.CreateTenantRequest, bcdv1.TenantResponse](
@@ -1366,6 +1441,10 @@ type inventoryServiceClient struct {
 	listDeployProfiles   *connect.Client[bcdv1.ListDeployProfilesRequest, bcdv1.ListDeployProfilesResponse]
 	createSiteJoinToken  *connect.Client[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse]
 	revokeSiteAgent      *connect.Client[bcdv1.RevokeSiteAgentRequest, bcdv1.RevokeSiteAgentResponse]
+	getAgentCA           *connect.Client[bcdv1.GetAgentCARequest, bcdv1.AgentCAResponse]
+	rotateAgentCA        *connect.Client[bcdv1.RotateAgentCARequest, bcdv1.AgentCAResponse]
+	activateAgentCA      *connect.Client[bcdv1.ActivateAgentCARequest, bcdv1.AgentCAResponse]
+	finishAgentCA        *connect.Client[bcdv1.FinishAgentCARequest, bcdv1.AgentCAResponse]
 	createTenant         *connect.Client[bcdv1.CreateTenantRequest, bcdv1.TenantResponse]
 	listTenants          *connect.Client[bcdv1.ListTenantsRequest, bcdv1.ListTenantsResponse]
 	createSite           *connect.Client[bcdv1.CreateSiteRequest, bcdv1.SiteResponse]
@@ -1397,6 +1476,26 @@ func (c *inventoryServiceClient) CreateSiteJoinToken(ctx context.Context, req *c
 // RevokeSiteAgent calls bcd.v1.InventoryService.RevokeSiteAgent.
 func (c *inventoryServiceClient) RevokeSiteAgent(ctx context.Context, req *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
 	return c.revokeSiteAgent.CallUnary(ctx, req)
+}
+
+// GetAgentCA calls bcd.v1.InventoryService.GetAgentCA.
+func (c *inventoryServiceClient) GetAgentCA(ctx context.Context, req *connect.Request[bcdv1.GetAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return c.getAgentCA.CallUnary(ctx, req)
+}
+
+// RotateAgentCA calls bcd.v1.InventoryService.RotateAgentCA.
+func (c *inventoryServiceClient) RotateAgentCA(ctx context.Context, req *connect.Request[bcdv1.RotateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return c.rotateAgentCA.CallUnary(ctx, req)
+}
+
+// ActivateAgentCA calls bcd.v1.InventoryService.ActivateAgentCA.
+func (c *inventoryServiceClient) ActivateAgentCA(ctx context.Context, req *connect.Request[bcdv1.ActivateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return c.activateAgentCA.CallUnary(ctx, req)
+}
+
+// FinishAgentCA calls bcd.v1.InventoryService.FinishAgentCA.
+func (c *inventoryServiceClient) FinishAgentCA(ctx context.Context, req *connect.Request[bcdv1.FinishAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return c.finishAgentCA.CallUnary(ctx, req)
 }
 
 // CreateTenant calls bcd.v1.InventoryService.CreateTenant.
@@ -1462,6 +1561,14 @@ type InventoryServiceHandler interface {
 	// RevokeSiteAgent refuses a site agent's certificate from now on: its connects, calls and
 	// renewals, and its open stream within the gateway's re-check interval.
 	RevokeSiteAgent(context.Context, *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error)
+	// The agent CA and its rotation (installation admins): GetAgentCA shows it; RotateAgentCA
+	// stages a new CA; ActivateAgentCA makes it the signer (refused while connected agents do not
+	// trust it, unless force); FinishAgentCA stops trusting the previous one (refused while agents
+	// are connected with its certificates, unless force).
+	GetAgentCA(context.Context, *connect.Request[bcdv1.GetAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
+	RotateAgentCA(context.Context, *connect.Request[bcdv1.RotateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
+	ActivateAgentCA(context.Context, *connect.Request[bcdv1.ActivateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
+	FinishAgentCA(context.Context, *connect.Request[bcdv1.FinishAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error)
 	CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error)
 	ListTenants(context.Context, *connect.Request[bcdv1.ListTenantsRequest]) (*connect.Response[bcdv1.ListTenantsResponse], error)
 	CreateSite(context.Context, *connect.Request[bcdv1.CreateSiteRequest]) (*connect.Response[bcdv1.SiteResponse], error)
@@ -1505,6 +1612,31 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 		InventoryServiceRevokeSiteAgentProcedure,
 		svc.RevokeSiteAgent,
 		connect.WithSchema(inventoryServiceMethods.ByName("RevokeSiteAgent")),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceGetAgentCAHandler := connect.NewUnaryHandler(
+		InventoryServiceGetAgentCAProcedure,
+		svc.GetAgentCA,
+		connect.WithSchema(inventoryServiceMethods.ByName("GetAgentCA")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceRotateAgentCAHandler := connect.NewUnaryHandler(
+		InventoryServiceRotateAgentCAProcedure,
+		svc.RotateAgentCA,
+		connect.WithSchema(inventoryServiceMethods.ByName("RotateAgentCA")),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceActivateAgentCAHandler := connect.NewUnaryHandler(
+		InventoryServiceActivateAgentCAProcedure,
+		svc.ActivateAgentCA,
+		connect.WithSchema(inventoryServiceMethods.ByName("ActivateAgentCA")),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceFinishAgentCAHandler := connect.NewUnaryHandler(
+		InventoryServiceFinishAgentCAProcedure,
+		svc.FinishAgentCA,
+		connect.WithSchema(inventoryServiceMethods.ByName("FinishAgentCA")),
 		connect.WithHandlerOptions(opts...),
 	)
 	inventoryServiceCreateTenantHandler := connect.NewUnaryHandler(
@@ -1587,6 +1719,14 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 			inventoryServiceCreateSiteJoinTokenHandler.ServeHTTP(w, r)
 		case InventoryServiceRevokeSiteAgentProcedure:
 			inventoryServiceRevokeSiteAgentHandler.ServeHTTP(w, r)
+		case InventoryServiceGetAgentCAProcedure:
+			inventoryServiceGetAgentCAHandler.ServeHTTP(w, r)
+		case InventoryServiceRotateAgentCAProcedure:
+			inventoryServiceRotateAgentCAHandler.ServeHTTP(w, r)
+		case InventoryServiceActivateAgentCAProcedure:
+			inventoryServiceActivateAgentCAHandler.ServeHTTP(w, r)
+		case InventoryServiceFinishAgentCAProcedure:
+			inventoryServiceFinishAgentCAHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateTenantProcedure:
 			inventoryServiceCreateTenantHandler.ServeHTTP(w, r)
 		case InventoryServiceListTenantsProcedure:
@@ -1632,6 +1772,22 @@ func (UnimplementedInventoryServiceHandler) CreateSiteJoinToken(context.Context,
 
 func (UnimplementedInventoryServiceHandler) RevokeSiteAgent(context.Context, *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.RevokeSiteAgent is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) GetAgentCA(context.Context, *connect.Request[bcdv1.GetAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.GetAgentCA is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) RotateAgentCA(context.Context, *connect.Request[bcdv1.RotateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.RotateAgentCA is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) ActivateAgentCA(context.Context, *connect.Request[bcdv1.ActivateAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.ActivateAgentCA is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) FinishAgentCA(context.Context, *connect.Request[bcdv1.FinishAgentCARequest]) (*connect.Response[bcdv1.AgentCAResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.FinishAgentCA is not implemented"))
 }
 
 func (UnimplementedInventoryServiceHandler) CreateTenant(context.Context, *connect.Request[bcdv1.CreateTenantRequest]) (*connect.Response[bcdv1.TenantResponse], error) {

@@ -1,0 +1,215 @@
+package pki
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"slices"
+)
+
+// Rotation is where a rotation of the CA stands: the active CA signs; Next, when set, is
+// staged (trusted and handed out, not signing yet); Previous, when set, is the retired signer,
+// trusted until the rotation finishes. At most one of Next and Previous is set.
+type Rotation struct {
+	Active, Next, Previous *x509.Certificate
+}
+
+// Stage names the rotation's stage: "steady" (one CA), "staged" (a next CA is trusted, the
+// active one signs) or "overlap" (the new CA signs, the previous one is still trusted).
+func (r Rotation) Stage() string {
+	switch {
+	case r.Next != nil:
+		return StageStaged
+	case r.Previous != nil:
+		return StageOverlap
+	default:
+		return StageSteady
+	}
+}
+
+// Stages of a rotation (Rotation.Stage).
+const (
+	StageSteady  = "steady"
+	StageStaged  = "staged"
+	StageOverlap = "overlap"
+)
+
+// Rotation returns the CAs in force now.
+func (ca *CA) Rotation() Rotation {
+	s := ca.current()
+	r := Rotation{Active: s.active.cert}
+	if s.next != nil {
+		r.Next = s.next.cert
+	}
+	if s.previous != nil {
+		r.Previous = s.previous.cert
+	}
+	return r
+}
+
+// Trusted lists the fingerprints (Fingerprint) of the CAs trusted now, the active one first.
+func (ca *CA) Trusted() []string { return slices.Clone(ca.current().fps) }
+
+// SetRotation replaces what ca signs with and trusts, at once for every caller: active signs
+// from now on; next (staged: trusted and in CertPEM, not signing yet) and previousPEM (the
+// retired signer's certificate: trusted, never signing) are optional and exclusive. active and
+// next must hold their keys (LoadCA); the previous CA's key is not kept. Certificates verified
+// before stay accepted only while their issuer is still trusted.
+func (ca *CA) SetRotation(active, next *CA, previousPEM []byte) error {
+	if active == nil {
+		return fmt.Errorf("setting the CA rotation: %w: no active CA", ErrBadInput)
+	}
+	if next != nil && len(previousPEM) > 0 {
+		return fmt.Errorf("setting the CA rotation: %w: a next and a previous CA at once (finish the rotation before staging another)", ErrBadInput)
+	}
+	act := active.signer()
+	var nxt, prev *authority
+	if next != nil {
+		nxt = next.signer()
+		if nxt.fp == act.fp {
+			return fmt.Errorf("setting the CA rotation: %w: the next CA is the active one", ErrBadInput)
+		}
+	}
+	if len(previousPEM) > 0 {
+		cert, der, err := ParseCACertPEM(previousPEM)
+		if err != nil {
+			return fmt.Errorf("setting the CA rotation: the previous CA: %w", err)
+		}
+		prev = authorityOf(cert, der, nil)
+		if prev.fp == act.fp {
+			return fmt.Errorf("setting the CA rotation: %w: the previous CA is the active one", ErrBadInput)
+		}
+	}
+	ca.st.set.Store(newSet(act, nxt, prev))
+	return nil
+}
+
+// ParseCACertPEM parses one PEM CA certificate allowed to sign certificates.
+func ParseCACertPEM(certPEM []byte) (*x509.Certificate, []byte, error) {
+	der, err := DecodeCertPEM(certPEM)
+	if err != nil {
+		return nil, nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrCertInvalid, err)
+	}
+	if !cert.IsCA || cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return nil, nil, fmt.Errorf("%q: %w: not a CA certificate allowed to sign certificates", cert.Subject.CommonName, ErrCertInvalid)
+	}
+	return cert, der, nil
+}
+
+// IssuerOf is the fingerprint of the trusted CA that issued certDER ("" when none of the CAs
+// trusted now did, or it does not parse). Validity is not checked.
+func (ca *CA) IssuerOf(certDER []byte) string {
+	set := ca.current()
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return ""
+	}
+	if a := issuerIn(set, cert); a != nil {
+		return a.fp
+	}
+	return ""
+}
+
+// BundleCerts parses the CERTIFICATE blocks of a PEM bundle (other blocks and text are skipped;
+// blocks that do not parse are left out).
+func BundleCerts(bundle []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for rest := bundle; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			return out
+		}
+		if blk.Type != pemCertificate {
+			continue
+		}
+		if c, err := x509.ParseCertificate(blk.Bytes); err == nil {
+			out = append(out, c)
+		}
+	}
+}
+
+// BundleFingerprints is the fingerprint of each certificate of a PEM bundle, in its order. Pure.
+func BundleFingerprints(bundle []byte) []string {
+	var out []string
+	for _, c := range BundleCerts(bundle) {
+		out = append(out, Fingerprint(c.Raw))
+	}
+	return out
+}
+
+// IssuerInBundle is the fingerprint of the CA certificate of bundle that signed leaf ("" none).
+// Pure: an agent uses it to tell whether its certificate is the active CA's.
+func IssuerInBundle(leaf *x509.Certificate, bundle []byte) string {
+	for _, c := range BundleCerts(bundle) {
+		if c.IsCA && bytes.Equal(leaf.RawIssuer, c.RawSubject) && leaf.CheckSignatureFrom(c) == nil {
+			return Fingerprint(c.Raw)
+		}
+	}
+	return ""
+}
+
+// CheckBundle checks a CA bundle an agent is given to trust from now on: one or more CA
+// certificates, one of which issued leaf (the agent's own certificate), so that the agent never
+// stores a bundle that would not let it prove who it is.
+func CheckBundle(bundle []byte, leaf *x509.Certificate) error {
+	certs := BundleCerts(bundle)
+	if len(certs) == 0 {
+		return fmt.Errorf("%w: the CA bundle holds no certificate", ErrCertInvalid)
+	}
+	for _, c := range certs {
+		if !c.IsCA {
+			return fmt.Errorf("%w: %q in the CA bundle is not a CA certificate", ErrCertInvalid, c.Subject.CommonName)
+		}
+	}
+	if IssuerInBundle(leaf, bundle) == "" {
+		return fmt.Errorf("%w: no CA of the bundle issued the certificate %q", ErrUnknownCA, leaf.Subject.CommonName)
+	}
+	return nil
+}
+
+// SetRetired sets the CAs finished rotations retired (a PEM bundle of their certificates; empty:
+// none). They are trusted for nothing live (agents, joins, results as they arrive): an audit of
+// a stored result (VerifyRecordedStatement) accepts a signer they certified, at the time the
+// result arrived, so wipe proofs made before a rotation still verify after it.
+func (ca *CA) SetRetired(bundle []byte) error {
+	var out []*authority
+	for rest := bytes.TrimSpace(bundle); len(rest) > 0; rest = bytes.TrimSpace(rest) {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			return fmt.Errorf("setting the retired CAs: %w: not a PEM bundle", ErrBadInput)
+		}
+		cert, der, err := ParseCACertPEM(pem.EncodeToMemory(b))
+		if err != nil {
+			return fmt.Errorf("setting the retired CAs: %w", err)
+		}
+		out = append(out, authorityOf(cert, der, nil))
+	}
+	ca.st.retired.Store(&out)
+	return nil
+}
+
+// auditSet is what an audit accepts: the CAs trusted now and the retired ones.
+func (ca *CA) auditSet() *caSet {
+	s := *ca.current()
+	if r := ca.st.retired.Load(); r != nil {
+		s.audit = *r
+	}
+	return &s
+}
+
+// AuditPEM is every CA an audit accepts, trusted now or retired (CertPEM, then the retired
+// ones): what an auditor verifies exported results against.
+func (ca *CA) AuditPEM() []byte {
+	out := ca.CertPEM()
+	for _, a := range ca.auditSet().audit {
+		out = append(out, a.certPEM...)
+	}
+	return out
+}
