@@ -52,7 +52,7 @@ func (h *nodes) Pending(ctx context.Context, req *connect.Request[bcdv1.ListPend
 
 func (h *nodes) Accept(ctx context.Context, req *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	m := req.Msg
-	in := metal.AcceptInput{Site: m.Site, MAC: m.Mac, Pool: m.Pool, Name: m.Name, Labels: m.Labels, Reason: m.Reason, BMC: bmcInput(m.Bmc)}
+	in := metal.AcceptInput{Site: m.Site, MAC: m.Mac, Pool: m.Pool, Name: m.Name, Labels: m.Labels, Reason: m.Reason, BMC: bmcInput(m.Bmc), BootMode: m.BootMode}
 	n, err := h.svc.AcceptDiscovered(ctx, principal(ctx), in)
 	return h.respond(ctx, n, err)
 }

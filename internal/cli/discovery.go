@@ -116,6 +116,7 @@ func acceptCmd(g *globals) *cobra.Command {
 	f.BoolVar(&in.Bmc.Inband, "inband", false, "provision the BMC credential from the host over its IPMI interface (IPMI machines): the waiting ramdisk joins as the node, creates a BMC user (--bmc-username, default bcd) with a generated password and reports the BMC's address; the site agent then verifies it over the network")
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable; the site's and pool's labels are added)")
 	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	f.StringVar(&in.BootMode, "boot-mode", "", bootModeHelp)
 	return cmd
 }
 

@@ -179,6 +179,20 @@ func (s *Service) decide(ctx context.Context, p auth.Principal, id string, f fun
 	return s.st.Batch(ctx, out.ID)
 }
 
+// raisePolicy applies to b a policy raised while it waited: the gate counts approvals against
+// the policy as it is when the work is sent. It reports whether it was raised.
+func raisePolicy(ctx context.Context, tx *store.Tx, b *store.Batch) (bool, error) {
+	now, err := tx.RequiredApprovals(ctx, b.SiteID, b.PoolID)
+	if err != nil {
+		return false, err
+	}
+	if now <= b.Required {
+		return false, nil
+	}
+	b.Required = now
+	return true, nil
+}
+
 func decisionError(err error) error {
 	var de *batch.DecisionError
 	var se *batch.SelfApprovalError
@@ -214,15 +228,9 @@ func (s *Service) Approve(ctx context.Context, p auth.Principal, id, reason stri
 		if err != nil {
 			return false, err
 		}
-		// A policy raised while the batch waited applies to it: the gate counts approvals
-		// against the policy as it is when the work is sent.
-		now, err := tx.RequiredApprovals(ctx, b.SiteID, b.PoolID)
+		raised, err := raisePolicy(ctx, tx, b)
 		if err != nil {
 			return false, err
-		}
-		raised := now > b.Required
-		if raised {
-			b.Required = now
 		}
 		next, err := batch.Approve(*b, p.Actor(), n, already, tx.At(), batch.Deadline(*b, s.approvalTimeout))
 		if err != nil {
@@ -278,14 +286,9 @@ func (s *Service) Withdraw(ctx context.Context, p auth.Principal, id, reason str
 		if err != nil {
 			return false, err
 		}
-		// As in Approve: the gate counts approvals against the policy as it is now.
-		now, err := tx.RequiredApprovals(ctx, b.SiteID, b.PoolID)
+		raised, err := raisePolicy(ctx, tx, b) // as in Approve
 		if err != nil {
 			return false, err
-		}
-		raised := now > b.Required
-		if raised {
-			b.Required = now
 		}
 		next, err := batch.Withdraw(*b, had, n)
 		if err != nil {

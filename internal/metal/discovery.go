@@ -128,6 +128,7 @@ type AcceptInput struct {
 	BMC                   BMCInput
 	Labels                map[string]string
 	Reason                string
+	BootMode              string // as EnrollInput.BootMode
 }
 
 // AcceptDiscovered enrolls a discovered machine: its boot MAC and the product UUID it reported (its
@@ -163,7 +164,7 @@ func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in Acc
 	if inv := selfAsserted(d.Inventory); inv.SystemUUID != "" {
 		uuid = inv.SystemUUID
 	}
-	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason, accepted: true})
+	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason, BootMode: in.BootMode, accepted: true})
 	if err != nil {
 		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
 	}

@@ -3617,14 +3617,17 @@ func (x *ListPendingRequest) GetLimit() int32 {
 }
 
 type AcceptRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Site          string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"` // name or id
-	Mac           string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`   // the MAC the machine PXE-booted with
-	Pool          string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"` // the pool it joins
-	Name          string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"` // the node's name
-	Bmc           *BmcCredentials        `protobuf:"bytes,5,opt,name=bmc,proto3" json:"bmc,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Reason        string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Site   string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"` // name or id
+	Mac    string                 `protobuf:"bytes,2,opt,name=mac,proto3" json:"mac,omitempty"`   // the MAC the machine PXE-booted with
+	Pool   string                 `protobuf:"bytes,3,opt,name=pool,proto3" json:"pool,omitempty"` // the pool it joins
+	Name   string                 `protobuf:"bytes,4,opt,name=name,proto3" json:"name,omitempty"` // the node's name
+	Bmc    *BmcCredentials        `protobuf:"bytes,5,opt,name=bmc,proto3" json:"bmc,omitempty"`
+	Labels map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Reason string                 `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The node's firmware boot mode: uefi, legacy, or empty for the driver's behaviour (as
+	// EnrollRequest.boot_mode).
+	BootMode      string `protobuf:"bytes,8,opt,name=boot_mode,json=bootMode,proto3" json:"boot_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3704,6 +3707,13 @@ func (x *AcceptRequest) GetLabels() map[string]string {
 func (x *AcceptRequest) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *AcceptRequest) GetBootMode() string {
+	if x != nil {
+		return x.BootMode
 	}
 	return ""
 }
@@ -8491,7 +8501,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"candidates\">\n" +
 	"\x12ListPendingRequest\x12\x12\n" +
 	"\x04site\x18\x01 \x01(\tR\x04site\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\x95\x02\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xb2\x02\n" +
 	"\rAcceptRequest\x12\x12\n" +
 	"\x04site\x18\x01 \x01(\tR\x04site\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x12\n" +
@@ -8499,7 +8509,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x04name\x18\x04 \x01(\tR\x04name\x12(\n" +
 	"\x03bmc\x18\x05 \x01(\v2\x16.bcd.v1.BmcCredentialsR\x03bmc\x129\n" +
 	"\x06labels\x18\x06 \x03(\v2!.bcd.v1.AcceptRequest.LabelsEntryR\x06labels\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x1a9\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1b\n" +
+	"\tboot_mode\x18\b \x01(\tR\bbootMode\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"M\n" +
