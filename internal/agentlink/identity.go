@@ -178,13 +178,19 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 		}
 		return nil, fmt.Errorf("joining as %s agent: %w", cfg.Kind, err)
 	}
-	caPEM := resp.Msg.GetCaPem()
-	if len(caPEM) == 0 {
-		caPEM = cfg.CAPEM
-	}
-	i := &identity{key: key, certDER: resp.Msg.GetCertDer(), caPEM: caPEM}
+	i := &identity{key: key, certDER: resp.Msg.GetCertDer(), caPEM: cfg.CAPEM}
 	if err := i.parse(); err != nil {
 		return nil, fmt.Errorf("joining: the gateway's certificate: %w", err)
+	}
+	// The CAs the answer names (a rotation's bundle) are taken as a renewal's are: only one or
+	// two CA certificates, one of which issued the agent's certificate; else the agent keeps
+	// trusting the CA it joined with.
+	if ca := resp.Msg.GetCaPem(); len(ca) > 0 {
+		if err := pki.CheckBundle(ca, i.tls.Leaf); err != nil {
+			cfg.Logger.Warn("the gateway's join answer names CAs the agent does not take; it trusts the CA it joined with", "error", err)
+		} else {
+			i.caPEM = ca
+		}
 	}
 	return i, nil
 }

@@ -4,6 +4,8 @@
 package netboot
 
 import (
+	"bytes"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/url"
@@ -186,9 +188,25 @@ func (e *Entry) cmdline() (string, error) {
 	}
 	s := strings.Join(args, " ")
 	if len(s) > maxCmdlineLen {
+		if e.CA != "" {
+			return "", fmt.Errorf("kernel command line of %d bytes: at most %d; bcd.ca takes %d of them (%s; during a rotation of the agent CA it holds two): shorten the ramdisk's extra arguments",
+				len(s), maxCmdlineLen, len(CmdlineCAKey)+1+len(e.CA), caCount(e.CA))
+		}
 		return "", fmt.Errorf("kernel command line of %d bytes: at most %d", len(s), maxCmdlineLen)
 	}
 	return s, nil
+}
+
+// caCount says how many CA certificates a bcd.ca value (base64url of a PEM bundle) holds.
+func caCount(enc string) string {
+	raw, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return "a CA bundle"
+	}
+	if n := bytes.Count(raw, []byte("-----BEGIN CERTIFICATE-----")); n != 1 {
+		return fmt.Sprintf("%d CA certificates", n)
+	}
+	return "1 CA certificate"
 }
 
 // Validate checks the artifact's name, URL and digest.

@@ -154,18 +154,48 @@ func IssuerInBundle(leaf *x509.Certificate, bundle []byte) string {
 	return ""
 }
 
-// CheckBundle checks a CA bundle an agent is given to trust from now on: one or more CA
-// certificates, one of which issued leaf (the agent's own certificate), so that the agent never
-// stores a bundle that would not let it prove who it is.
+// Bounds on a CA bundle an agent takes (CheckBundle): a rotation trusts two CAs at most at once
+// (the active one and the next or previous one), a little over a kilobyte of PEM.
+const (
+	MaxBundleCAs   = 2
+	MaxBundleBytes = 8 << 10
+)
+
+// CheckBundle checks a CA bundle an agent is given to trust from now on (a renewal's answer):
+// one or two CA certificates, one of which issued leaf (the agent's own certificate), so that
+// the agent never stores a bundle that would not let it prove who it is; and nothing else
+// (no text, no other PEM block, no certificate that does not parse), as the ramdisk's bcd.ca
+// takes it: the agent's CA file is what its site passes to the ramdisks it boots.
 func CheckBundle(bundle []byte, leaf *x509.Certificate) error {
-	certs := BundleCerts(bundle)
-	if len(certs) == 0 {
-		return fmt.Errorf("%w: the CA bundle holds no certificate", ErrCertInvalid)
+	if len(bundle) > MaxBundleBytes {
+		return fmt.Errorf("%w: a CA bundle of %d bytes, at most %d", ErrCertInvalid, len(bundle), MaxBundleBytes)
 	}
-	for _, c := range certs {
-		if !c.IsCA {
-			return fmt.Errorf("%w: %q in the CA bundle is not a CA certificate", ErrCertInvalid, c.Subject.CommonName)
+	n := 0
+	for rest := bytes.TrimSpace(bundle); len(rest) > 0; rest = bytes.TrimSpace(rest) {
+		if !bytes.HasPrefix(rest, []byte("-----BEGIN ")) {
+			return fmt.Errorf("%w: data outside the certificates of the CA bundle", ErrCertInvalid)
 		}
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			return fmt.Errorf("%w: block %d of the CA bundle does not decode", ErrCertInvalid, n+1)
+		}
+		if b.Type != pemCertificate || len(b.Headers) > 0 {
+			return fmt.Errorf("%w: block %d of the CA bundle is not a plain CERTIFICATE", ErrCertInvalid, n+1)
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return fmt.Errorf("%w: certificate %d of the CA bundle does not parse: %w", ErrCertInvalid, n+1, err)
+		}
+		if !c.IsCA || c.KeyUsage&x509.KeyUsageCertSign == 0 {
+			return fmt.Errorf("%w: %q in the CA bundle is not a CA certificate allowed to sign certificates", ErrCertInvalid, c.Subject.CommonName)
+		}
+		if n++; n > MaxBundleCAs {
+			return fmt.Errorf("%w: the CA bundle holds more than %d certificates", ErrCertInvalid, MaxBundleCAs)
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: the CA bundle holds no certificate", ErrCertInvalid)
 	}
 	if IssuerInBundle(leaf, bundle) == "" {
 		return fmt.Errorf("%w: no CA of the bundle issued the certificate %q", ErrUnknownCA, leaf.Subject.CommonName)

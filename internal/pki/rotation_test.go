@@ -212,12 +212,26 @@ func TestServerCertFollowsActivation(t *testing.T) {
 	}
 }
 
-// TestCheckBundle: an agent takes a bundle of CA certificates one of which issued its own.
+// TestCheckBundle: an agent takes a bundle of CA certificates one of which issued its own,
+// and nothing else: the bundle becomes its CA file, which the site agent passes to the ramdisks
+// it boots (bcd.ca, held to the same form by the ramdisk and to the kernel command line's
+// length), so text, other PEM blocks, a certificate that does not parse, or more CAs than a
+// rotation ever trusts at once are refused, never kept.
 func TestCheckBundle(t *testing.T) {
 	r := newRotation(t)
 	leafDER := issue(t, r.a, SiteAgentIdentity("s", "a"), time.Hour).cert
 	leaf, _ := x509.ParseCertificate(leafDER)
 	both := append(r.a.CertPEM(), r.b.CertPEM()...)
+	keyPEM, err := r.b.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	many := slices.Clone(both)
+	for range 30 {
+		many = append(many, newCA(t).CertPEM()...)
+	}
+	corrupt := []byte(strings.Replace(string(r.b.CertPEM()), "\n", "\nAAAA", 2))
+	withHeader := []byte(strings.Replace(string(r.b.CertPEM()), "-----\n", "-----\nProc-Type: 4,ENCRYPTED\n\n", 1))
 	for _, tc := range []struct {
 		name   string
 		bundle []byte
@@ -228,6 +242,13 @@ func TestCheckBundle(t *testing.T) {
 		{"another CA only", r.b.CertPEM(), false},
 		{"empty", nil, false},
 		{"a leaf inside", append(both, EncodeCertPEM(leafDER)...), false},
+		{"surrounded by blank lines", append(append([]byte("\n\n"), both...), "\n\n"...), true},
+		{"three CAs", append(slices.Clone(both), newCA(t).CertPEM()...), false},
+		{"larger than a rotation's", many, false},
+		{"text outside the certificates", append([]byte("trust these:\n"), both...), false},
+		{"a private key inside", append(slices.Clone(both), keyPEM...), false},
+		{"a certificate that does not parse", append(r.a.CertPEM(), corrupt...), false},
+		{"a certificate with PEM headers", append(r.a.CertPEM(), withHeader...), false},
 	} {
 		err := CheckBundle(tc.bundle, leaf)
 		if (err == nil) != tc.ok {

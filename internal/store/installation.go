@@ -124,12 +124,38 @@ type AgentCATrust struct {
 // Holds says whether the agent reported trusting the CA of fingerprint fp.
 func (a AgentCATrust) Holds(fp string) bool { return slices.Contains(a.Trusted, fp) }
 
-// SetAgentCATrust records what agent agentID (agents.id) said of its CAs as it connected.
-func (s *Store) SetAgentCATrust(ctx context.Context, agentID string, trusted []string, certIssuer string, certNotAfter int64) error {
-	for _, fp := range trusted {
-		if fp == "" || strings.Contains(fp, ",") {
-			return fmt.Errorf("recording the CAs agent %s trusts: fingerprint %q: hex SHA-256 expected", agentID, fp)
+// MaxAgentCAs bounds the CAs an agent may say it trusts (SetAgentCATrust): a rotation hands out
+// two at most.
+const MaxAgentCAs = 8
+
+// isFingerprint says whether fp may be a hex SHA-256 as pki.Fingerprint writes it: lower-case
+// hex, 64 digits at most.
+func isFingerprint(fp string) bool {
+	if fp == "" || len(fp) > 64 {
+		return false
+	}
+	for i := 0; i < len(fp); i++ {
+		if c := fp[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
 		}
+	}
+	return true
+}
+
+// SetAgentCATrust records what agent agentID (agents.id) said of its CAs as it connected: at
+// most MaxAgentCAs fingerprints, each a hex SHA-256 (what an agent says is its own: a lessee's
+// installed OS says it too, and this row is rewritten at every connection).
+func (s *Store) SetAgentCATrust(ctx context.Context, agentID string, trusted []string, certIssuer string, certNotAfter int64) error {
+	if len(trusted) > MaxAgentCAs {
+		return fmt.Errorf("recording the CAs agent %s trusts: %d fingerprints, at most %d", agentID, len(trusted), MaxAgentCAs)
+	}
+	for i, fp := range trusted {
+		if !isFingerprint(fp) {
+			return fmt.Errorf("recording the CAs agent %s trusts: fingerprint %d: hex SHA-256 expected", agentID, i+1)
+		}
+	}
+	if certIssuer != "" && !isFingerprint(certIssuer) {
+		return fmt.Errorf("recording the CAs agent %s trusts: the certificate's issuer: hex SHA-256 expected", agentID)
 	}
 	return s.Write(ctx, func(tx *Tx) error {
 		_, err := tx.exec(ctx, `INSERT INTO agent_ca_trust (agent_id, trusted, cert_issuer, cert_not_after, reported_at) VALUES (?, ?, ?, ?, ?)
