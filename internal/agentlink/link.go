@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -249,7 +250,11 @@ func (l *Link) loop() {
 		}
 		d := backoff(l.cfg.MinBackoff, l.cfg.MaxBackoff, attempt)
 		attempt++
-		l.log.LogAttrs(l.ctx, slog.LevelWarn, "gateway stream ended; reconnecting", slog.Any("error", err), slog.Duration("after", d))
+		msg := "gateway stream ended; reconnecting"
+		if UntrustedGateway(err) {
+			msg = "the gateway's certificate is from a CA this agent does not trust (the agent CA was rotated while this agent was away?): reconnecting; if it persists, join this agent again with a new token"
+		}
+		l.log.LogAttrs(l.ctx, slog.LevelWarn, msg, slog.Any("error", err), slog.Duration("after", d))
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
@@ -388,6 +393,14 @@ func (l *Link) session() (established bool, _ error) {
 }
 
 // classify marks the gateway's refusals of the agent's credentials.
+// UntrustedGateway says whether err is the gateway's certificate failing verification against
+// the agent's CAs (the agent CA rotated without the agent, or a wrong bcd.ca / --ca-file).
+func UntrustedGateway(err error) bool {
+	var unknown x509.UnknownAuthorityError
+	var verify *tls.CertificateVerificationError
+	return errors.As(err, &unknown) || errors.As(err, &verify)
+}
+
 func classify(err error) error {
 	switch c := connect.CodeOf(err); {
 	case errors.Is(err, errServerClosed), err == nil:

@@ -99,7 +99,11 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 		if ctx.Err() != nil {
 			return fmt.Errorf("joining the control plane: %w", ctx.Err())
 		}
-		fmt.Fprintf(console, "bcd-ramdisk: gateway not reachable yet (%v); retrying in %s\n", err, delay)
+		if agentlink.UntrustedGateway(err) {
+			fmt.Fprintf(console, "bcd-ramdisk: the gateway's certificate is from a CA this ramdisk does not trust (bcd.ca on its command line; the agent CA rotated?): %v; retrying in %s\n", err, delay)
+		} else {
+			fmt.Fprintf(console, "bcd-ramdisk: gateway not reachable yet (%v); retrying in %s\n", err, delay)
+		}
 		log.WarnContext(ctx, "join failed; retrying", "err", err, "in", delay)
 		if err := sleep(ctx, delay); err != nil {
 			return fmt.Errorf("joining the control plane: %w", err)
