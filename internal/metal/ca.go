@@ -193,8 +193,13 @@ func (s *Service) FinishAgentCA(ctx context.Context, p auth.Principal, reason st
 		if len(lag) > 0 && !force {
 			return row, &ConflictError{Msg: fmt.Sprintf("finishing the agent CA's rotation: %s: they would be refused; wait for them to renew (bcd doctor lists them), or pass --force (they must then join again)", lagList(lag, "connected agent still uses a certificate of the previous CA", "connected agents still use certificates of the previous CA"))}
 		}
-		// Kept for audits: the results it certified (wipe proofs) must still verify.
-		row.RetiredPEM += row.PreviousCertPEM
+		// Kept for audits, with when it was retired: the results it certified before (wipe
+		// proofs) must still verify.
+		retired, err := pki.RetiredPEM([]byte(row.PreviousCertPEM), s.now())
+		if err != nil {
+			return row, err
+		}
+		row.RetiredPEM += string(retired)
 		row.PreviousCertPEM = ""
 		return row, nil
 	})

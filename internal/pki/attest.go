@@ -165,9 +165,13 @@ func verifySignedAudit(ca *CA, certDER []byte, st Statement, sig []byte, at time
 	if err := st.Validate(); err != nil {
 		return nil, Identity{}, err
 	}
-	cert, id, _, err := verifyWith(ca.auditSet(), certDER, at)
+	cert, id, issuer, err := verifyWith(ca.auditSet(), certDER, at)
 	if err != nil {
 		return nil, Identity{}, err
+	}
+	if !issuer.retiredAt.IsZero() && at.After(issuer.retiredAt) {
+		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: its CA was retired at %s, before the result arrived at %s",
+			cert.Subject.CommonName, ErrUnknownCA, issuer.retiredAt.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
 	}
 	return checkSignature(ca, cert, id, certDER, st, sig)
 }

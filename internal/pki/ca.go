@@ -67,6 +67,9 @@ type authority struct {
 	certPEM []byte
 	key     *ecdsa.PrivateKey // nil for the previous CA: trusted, never signing again
 	fp      string
+	// retiredAt is when a finished rotation retired it (retired CAs only; zero: not known):
+	// an audit accepts what it certified for results that arrived before.
+	retiredAt time.Time
 }
 
 // caSet is what a CA trusts and signs with at one time; replaced whole (SetRotation).

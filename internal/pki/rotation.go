@@ -6,6 +6,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Rotation is where a rotation of the CA stands: the active CA signs; Next, when set, is
@@ -203,10 +204,23 @@ func CheckBundle(bundle []byte, leaf *x509.Certificate) error {
 	return nil
 }
 
-// SetRetired sets the CAs finished rotations retired (a PEM bundle of their certificates; empty:
-// none). They are trusted for nothing live (agents, joins, results as they arrive): an audit of
-// a stored result (VerifyRecordedStatement) accepts a signer they certified, at the time the
-// result arrived, so wipe proofs made before a rotation still verify after it.
+// RetiredAtHeader is the PEM header that says when a retired CA was retired (RFC 3339).
+const RetiredAtHeader = "Retired-At"
+
+// RetiredPEM is the PEM of a CA certificate retired at at, as SetRetired reads it back.
+func RetiredPEM(certPEM []byte, at time.Time) ([]byte, error) {
+	b, _ := pem.Decode(bytes.TrimSpace(certPEM))
+	if b == nil || b.Type != pemCertificate {
+		return nil, fmt.Errorf("retiring a CA: %w: not a PEM certificate", ErrBadInput)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: pemCertificate, Headers: map[string]string{RetiredAtHeader: at.UTC().Format(time.RFC3339Nano)}, Bytes: b.Bytes}), nil
+}
+
+// SetRetired sets the CAs finished rotations retired (a PEM bundle of their certificates, each
+// with the time it was retired, RetiredPEM; empty: none). They are trusted for nothing live
+// (agents, joins, results as they arrive): an audit of a stored result (VerifyRecordedStatement)
+// accepts a signer they certified, valid when the result arrived, if it arrived before the CA
+// was retired, so wipe proofs made before a rotation still verify after it.
 func (ca *CA) SetRetired(bundle []byte) error {
 	var out []*authority
 	for rest := bytes.TrimSpace(bundle); len(rest) > 0; rest = bytes.TrimSpace(rest) {
@@ -215,11 +229,17 @@ func (ca *CA) SetRetired(bundle []byte) error {
 		if b == nil {
 			return fmt.Errorf("setting the retired CAs: %w: not a PEM bundle", ErrBadInput)
 		}
-		cert, der, err := ParseCACertPEM(pem.EncodeToMemory(b))
+		cert, der, err := ParseCACertPEM(pem.EncodeToMemory(&pem.Block{Type: b.Type, Bytes: b.Bytes}))
 		if err != nil {
 			return fmt.Errorf("setting the retired CAs: %w", err)
 		}
-		out = append(out, authorityOf(cert, der, nil))
+		a := authorityOf(cert, der, nil)
+		if v, ok := b.Headers[RetiredAtHeader]; ok {
+			if a.retiredAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				return fmt.Errorf("setting the retired CAs: %w: %s %q", ErrBadInput, RetiredAtHeader, v)
+			}
+		}
+		out = append(out, a)
 	}
 	ca.st.retired.Store(&out)
 	return nil

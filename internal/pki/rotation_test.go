@@ -308,4 +308,22 @@ func TestRetiredCAsServeAudits(t *testing.T) {
 	if err := r.ca.SetRetired([]byte("not pem")); err == nil {
 		t.Error("SetRetired accepted a bundle that is not PEM")
 	}
+
+	// Retired with its time: what arrived before is audited, what arrived after is refused.
+	retired, err := RetiredPEM(r.a.CertPEM(), t0().Add(30*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ca.SetRetired(retired); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, VerifyRecordedStatement(r.ca, node.cert, st, sig, 3, t0().Add(10*time.Minute)), nil)
+	wantErr(t, VerifyRecordedStatement(r.ca, node.cert, st, sig, 3, t0().Add(45*time.Minute)), ErrUnknownCA)
+	if got := string(r.ca.AuditPEM()); strings.Contains(got, RetiredAtHeader) {
+		t.Errorf("AuditPEM carries the %s header: %q", RetiredAtHeader, got)
+	}
+	bad := strings.Replace(string(retired), t0().Add(30*time.Minute).UTC().Format(time.RFC3339Nano), "yesterday", 1)
+	if err := r.ca.SetRetired([]byte(bad)); err == nil {
+		t.Error("SetRetired accepted a retirement time that does not parse")
+	}
 }

@@ -126,6 +126,7 @@ func TestRotationReachesEveryServer(t *testing.T) {
 			if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "sa-old") || strings.Contains(err.Error(), "sa-new") {
 				t.Fatalf("finish with an agent on the previous CA's certificate: %v; want a conflict naming it alone", err)
 			}
+			arrived := time.Now() // the result arrived during the overlap
 			if _, err := svc.FinishAgentCA(ctx, admin, "test", true); err != nil {
 				t.Fatal(err)
 			}
@@ -136,8 +137,11 @@ func TestRotationReachesEveryServer(t *testing.T) {
 			// An audit of the stored result (a wipe proof made before the rotation) still
 			// verifies: the retired CA is kept for that, on every server.
 			for i, k := range servers {
-				if err := pki.VerifyRecordedStatement(k.ca, nodeCert, stmt, sig, 2, time.Now()); err != nil {
+				if err := pki.VerifyRecordedStatement(k.ca, nodeCert, stmt, sig, 2, arrived); err != nil {
 					t.Fatalf("finished: server %d's audit of a result attested under the retired CA: %v", i, err)
+				}
+				if err := pki.VerifyRecordedStatement(k.ca, nodeCert, stmt, sig, 2, time.Now().Add(time.Second)); !errors.Is(err, pki.ErrUnknownCA) {
+					t.Fatalf("finished: server %d's audit of a result arriving after the CA was retired: %v; want ErrUnknownCA", i, err)
 				}
 			}
 			for i, k := range servers {
@@ -150,7 +154,7 @@ func TestRotationReachesEveryServer(t *testing.T) {
 			if err != nil || late.Fingerprint() != next {
 				t.Fatalf("a server started after the rotation signs with %v (%v)", late, err)
 			}
-			if err := pki.VerifyRecordedStatement(late, nodeCert, stmt, sig, 2, time.Now()); err != nil {
+			if err := pki.VerifyRecordedStatement(late, nodeCert, stmt, sig, 2, arrived); err != nil {
 				t.Fatalf("a server started after the rotation: the audit of a result attested under the retired CA: %v", err)
 			}
 			if _, err := svc.FinishAgentCA(ctx, admin, "again", false); err == nil {
