@@ -1,6 +1,7 @@
 package agentlink
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -676,6 +677,33 @@ func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended 
 	return u, true
 }
 
+// currentSigners gives the signed results in m the agent's current certificate when the one
+// they were signed under was renewed since: a renewal keeps the key, so the signature still
+// verifies, and a certificate of a CA retired since (a rotation of the agent CA finished while
+// the result waited in the journal) would have it refused.
+func (l *Link) currentSigners(m *agentv1.AgentMessage) {
+	ups := m.GetBatch().GetUpdates()
+	if u := m.GetUpdate(); u != nil {
+		ups = append(ups, u)
+	}
+	var id *identity
+	for _, u := range ups {
+		if len(u.GetSignerCertDer()) == 0 {
+			continue
+		}
+		if id == nil {
+			id = l.id.Load()
+		}
+		if bytes.Equal(u.SignerCertDer, id.certDER) {
+			continue
+		}
+		if old, err := x509.ParseCertificate(u.SignerCertDer); err == nil && id.tls.Leaf != nil &&
+			bytes.Equal(old.RawSubjectPublicKeyInfo, id.tls.Leaf.RawSubjectPublicKeyInfo) {
+			u.SignerCertDer = slices.Clone(id.certDER)
+		}
+	}
+}
+
 // send is the stream's only writer: hello is sent; then acks, updates, status and heartbeats.
 func (l *Link) send(ctx context.Context, stream *connect.BidiStreamForClient[agentv1.AgentMessage, agentv1.ServerMessage], lastRecv *atomic.Int64) error {
 	hb := time.NewTicker(l.cfg.HeartbeatInterval)
@@ -692,6 +720,7 @@ func (l *Link) send(ctx context.Context, stream *connect.BidiStreamForClient[age
 				}
 			}
 			if m != nil {
+				l.currentSigners(m)
 				if err := stream.Send(m); err != nil {
 					return classify(fmt.Errorf("sending to gateway: %w", err))
 				}

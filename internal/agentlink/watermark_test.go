@@ -121,15 +121,15 @@ func TestAgentNamesItsLastCommand(t *testing.T) {
 	hellos := func() []gateway.Hello { return env.Queue.Counts().Hellos }
 	lastHello := func() gateway.Hello { h := hellos(); return h[len(h)-1] }
 
+	// A command waits before the agent's first stream: the gateway sends the watermark before
+	// it, and the command is journaled under it.
+	env.Queue.Enqueue(siteRef, commands("first", 1)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := dial(t, ctx, cfg, newCounter())
 	poll(t, 5*time.Second, "the first stream", func() bool { return len(hellos()) == 1 })
 	if got := hellos()[0].ResumeAfter; got != "" {
 		t.Fatalf("a new agent named command %q", got)
 	}
-	// The watermark comes before the first command (the gateway sends it at once): the
-	// command is journaled under it.
-	env.Queue.Enqueue(siteRef, commands("first", 1)...)
 	waitFinal(t, env.Queue, 1)
 	n := len(hellos())
 	env.Kill()

@@ -482,6 +482,18 @@ func (ss *session) send() error {
 	recheck := time.NewTicker(cfg.RecheckInterval)
 	defer recheck.Stop()
 
+	// What was queued before the first claim goes first: a site agent's watermark, under which
+	// it journals the commands that follow.
+	for queued := true; queued; {
+		select {
+		case m := <-ss.ctl:
+			if err := ss.sendControl(m); err != nil {
+				return err
+			}
+		default:
+			queued = false
+		}
+	}
 	claim, starved := true, false
 	for {
 		if claim {
