@@ -348,15 +348,32 @@ func equalBytes(a, b []byte) bool {
 	return len(a) == len(b) && string(a) == string(b)
 }
 
+// MaxZstdWindow bounds the window a zstd image may need, as the zstd tool's own default
+// (--memory=128MB): the window is allocated from the frame's header, read before the digest can
+// be checked, and the ramdisk lives in RAM. An image compressed with a larger window (zstd
+// --long=28 and above) is refused with what to do.
+const MaxZstdWindow = 128 << 20
+
+// zstdReader says what to do when a frame needs a window over MaxZstdWindow.
+type zstdReader struct{ d *zstd.Decoder }
+
+func (z zstdReader) Read(p []byte) (int, error) {
+	n, err := z.d.Read(p)
+	if errors.Is(err, zstd.ErrWindowSizeExceeded) {
+		err = fmt.Errorf("%w: the image needs a zstd window over %d MiB; compress it again without --long, or with --long=27 at most", err, MaxZstdWindow>>20)
+	}
+	return n, err
+}
+
 // decompressor wraps r per the compression.
 func decompressor(r io.Reader, c Compression) (io.Reader, func(), error) {
 	switch c {
 	case CompressionZstd:
-		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(false))
+		d, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(2), zstd.WithDecoderLowmem(false), zstd.WithDecoderMaxWindow(MaxZstdWindow))
 		if err != nil {
 			return nil, nil, fmt.Errorf("starting zstd: %w", err)
 		}
-		return d, d.Close, nil
+		return zstdReader{d}, d.Close, nil
 	case CompressionGzip:
 		g, err := gzip.NewReader(r)
 		if err != nil {
