@@ -103,22 +103,20 @@ func SignStatement(key crypto.Signer, st Statement) ([]byte, error) {
 // re-checking a stored result later, the time it was received (so an old, honest attestation
 // does not fail only because the node's certificate has expired since).
 func VerifyStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte, currentGeneration uint64, now time.Time) error {
-	_, id, err := verifySigned(ca, signerCertDER, st, sig, now)
-	if err == nil {
-		err = nodeStatementDecision(id, st, currentGeneration)
-	}
-	if err != nil {
-		return fmt.Errorf("verifying attested %s result of command %s for node %s: %w", st.Kind, st.CommandID, st.NodeID, err)
-	}
-	return nil
+	return verifyNodeStatement(ca, ca.Verify, signerCertDER, st, sig, currentGeneration, now)
 }
 
 // VerifyRecordedStatement is VerifyStatement for an audit of a stored result: its signer may
 // also be certified by a CA a finished rotation retired (CA.SetRetired), as long as the
-// certificate was valid at the time the result was received (at). Live results are checked
-// with VerifyStatement: a retired CA certifies nothing new.
+// certificate was valid at the time the result was received (at) and the CA was retired after
+// it. Live results are checked with VerifyStatement: a retired CA certifies nothing new.
 func VerifyRecordedStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte, currentGeneration uint64, at time.Time) error {
-	_, id, err := verifySignedAudit(ca, signerCertDER, st, sig, at)
+	return verifyNodeStatement(ca, ca.verifyAudit, signerCertDER, st, sig, currentGeneration, at)
+}
+
+// verifyNodeStatement is VerifyStatement with the signer's certificate checked by verify.
+func verifyNodeStatement(ca *CA, verify certVerifier, signerCertDER []byte, st Statement, sig []byte, currentGeneration uint64, at time.Time) error {
+	_, id, err := verifySigned(ca, verify, signerCertDER, st, sig, at)
 	if err == nil {
 		err = nodeStatementDecision(id, st, currentGeneration)
 	}
@@ -132,7 +130,7 @@ func VerifyRecordedStatement(ca *CA, signerCertDER []byte, st Statement, sig []b
 // certificate and signature, then only a site agent (ErrNotSiteIdentity) of site siteID
 // (ErrSiteMismatch) is accepted. The statement's generation is not interpreted.
 func VerifySiteStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte, siteID string, now time.Time) error {
-	_, id, err := verifySigned(ca, signerCertDER, st, sig, now)
+	_, id, err := verifySigned(ca, ca.Verify, signerCertDER, st, sig, now)
 	if err == nil {
 		err = siteStatementDecision(id, siteID)
 	}
@@ -142,36 +140,22 @@ func VerifySiteStatement(ca *CA, signerCertDER []byte, st Statement, sig []byte,
 	return nil
 }
 
-// verifySigned checks the statement's form, the signer's certificate and the signature.
-func verifySigned(ca *CA, certDER []byte, st Statement, sig []byte, now time.Time) (*x509.Certificate, Identity, error) {
-	if ca == nil {
-		return nil, Identity{}, fmt.Errorf("%w: no CA", ErrBadInput)
-	}
-	if err := st.Validate(); err != nil {
-		return nil, Identity{}, err
-	}
-	cert, id, err := ca.Verify(certDER, now)
-	if err != nil {
-		return nil, Identity{}, err
-	}
-	return checkSignature(ca, cert, id, certDER, st, sig)
-}
+// certVerifier checks a signer's certificate at a time: CA.Verify (the CAs trusted now) or
+// CA.verifyAudit (those and the retired ones).
+type certVerifier func(certDER []byte, at time.Time) (*x509.Certificate, Identity, error)
 
-// verifySignedAudit is verifySigned against the CAs an audit accepts (CA.auditSet).
-func verifySignedAudit(ca *CA, certDER []byte, st Statement, sig []byte, at time.Time) (*x509.Certificate, Identity, error) {
+// verifySigned checks the statement's form, the signer's certificate (by verify) and the
+// signature.
+func verifySigned(ca *CA, verify certVerifier, certDER []byte, st Statement, sig []byte, at time.Time) (*x509.Certificate, Identity, error) {
 	if ca == nil {
 		return nil, Identity{}, fmt.Errorf("%w: no CA", ErrBadInput)
 	}
 	if err := st.Validate(); err != nil {
 		return nil, Identity{}, err
 	}
-	cert, id, issuer, err := verifyWith(ca.auditSet(), certDER, at)
+	cert, id, err := verify(certDER, at)
 	if err != nil {
 		return nil, Identity{}, err
-	}
-	if !issuer.retiredAt.IsZero() && at.After(issuer.retiredAt) {
-		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: its CA was retired at %s, before the result arrived at %s",
-			cert.Subject.CommonName, ErrUnknownCA, issuer.retiredAt.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
 	}
 	return checkSignature(ca, cert, id, certDER, st, sig)
 }

@@ -254,6 +254,20 @@ func (ca *CA) auditSet() *caSet {
 	return &s
 }
 
+// verifyAudit is Verify against the CAs an audit accepts (auditSet), refusing a certificate of a
+// retired CA for a time after it was retired.
+func (ca *CA) verifyAudit(certDER []byte, at time.Time) (*x509.Certificate, Identity, error) {
+	cert, id, issuer, err := verifyWith(ca.auditSet(), certDER, at)
+	if err != nil {
+		return nil, Identity{}, err
+	}
+	if !issuer.retiredAt.IsZero() && at.After(issuer.retiredAt) {
+		return nil, Identity{}, fmt.Errorf("verifying certificate %q: %w: its CA was retired at %s, before the result arrived at %s",
+			cert.Subject.CommonName, ErrUnknownCA, issuer.retiredAt.UTC().Format(time.RFC3339), at.UTC().Format(time.RFC3339))
+	}
+	return cert, id, nil
+}
+
 // AuditPEM is every CA an audit accepts, trusted now or retired (CertPEM, then the retired
 // ones): what an auditor verifies exported results against.
 func (ca *CA) AuditPEM() []byte {
