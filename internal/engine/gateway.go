@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"slices"
 	"strings"
@@ -136,6 +137,7 @@ func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gatew
 		g.e.osConns[c.id] = true
 		g.e.sentMu.Unlock()
 	}
+	ag.CAs = g.saidCAs(ctx, ag, c, hello)
 	if err := g.e.Connected(ctx, ag, hello.AgentVersion); err != nil {
 		if ok && os {
 			g.e.sentMu.Lock()
@@ -145,6 +147,26 @@ func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gatew
 		return err
 	}
 	return nil
+}
+
+// saidCAs is what the agent says of its CAs as it connects (its hello's fingerprints, and the
+// CA that issued the certificate of connection c), which the write recording its connection
+// records with its row: bcd ca activate and finish read it. What is out of bounds
+// (store.AgentCAs.Check: any agent says it, a lessee's OS too) is not recorded (nil): the agent
+// is listed as never having said, which holds a rotation's stage back, and the connection goes
+// on.
+func (g *Gateway) saidCAs(ctx context.Context, ag Agent, c conn, hello gateway.Hello) *store.AgentCAs {
+	cas := store.AgentCAs{Trusted: hello.CAs}
+	if g.e.ca != nil && len(c.cert) > 0 {
+		cas.Issuer = g.e.ca.IssuerOf(c.cert)
+	}
+	if err := cas.Check(); err != nil {
+		if g.e.log != nil {
+			g.e.log.LogAttrs(ctx, slog.LevelWarn, "not recording the CAs an agent says it trusts", slog.String("agent", ag.ID), slog.Any("error", err))
+		}
+		return nil
+	}
+	return &cas
 }
 
 // Watermark is the store's watermark for the agents' heartbeat answers (Engine.Watermark).

@@ -29,6 +29,9 @@ type Agent struct {
 	ConnID string
 	// CertDER is the agent's certificate: secrets it needs (BMC credentials) are encrypted to it.
 	CertDER []byte
+	// CAs is what the agent said of its CAs as it connected (nil: nothing), recorded with its
+	// connection.
+	CAs *store.AgentCAs
 }
 
 // Update is an agent's report on a command.
@@ -211,14 +214,14 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		fx, woken = effects{}, false
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
-			ConnID: a.ConnID, Version: version, ServerID: e.owner, CertRenewAt: renewAt, CertNotAfter: notAfter}); err != nil {
+			ConnID: a.ConnID, Version: version, ServerID: e.owner, CertRenewAt: renewAt, CertNotAfter: notAfter, CAs: a.CAs}); err != nil {
 			return err
 		}
 		if a.NodeID == "" {
 			return nil
 		}
 		var err error
-		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, a.Kind+" agent connected")
+		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, nil, a.Kind+" agent connected")
 		return err
 	})
 	if err == nil {
@@ -811,11 +814,18 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	lockNode := e.st.Engine() != store.SQLite && pre != nil && pre.NodeID != ""
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		fx, ended, woken, lost = effects{}, store.Command{}, false, false
+		var locked *lockedNode
 		if lockNode {
 			// The node before the command, as the reconciler locks them (a command's node
-			// never changes, so the row read before names it).
-			if _, err := tx.LockNode(ctx, pre.NodeID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+			// never changes, so the row read before names it). The reconciliation below
+			// takes the row and its wake sequence as read here: nothing in between writes
+			// them but this transaction's command update.
+			n, seq, err := tx.LockNodeWakeSeq(ctx, pre.NodeID)
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
+			}
+			if err == nil {
+				locked = &lockedNode{n: n, seq: seq}
 			}
 		}
 		var c store.Command
@@ -872,7 +882,7 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			return nil
 		}
 		var err error
-		fx, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, "command "+u.State, c)
+		fx, woken, err = e.wakeOrReconcile(ctx, tx, c.NodeID, locked, "command "+u.State, c)
 		return err
 	})
 	if errors.Is(err, store.ErrNotFound) && pre == nil {
@@ -935,27 +945,43 @@ func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool
 	return c, true, nil
 }
 
+// lockedNode is a node's row as a transaction locked and read it, with its wake sequence read
+// in the same statement (store.Tx.LockNodeWakeSeq).
+type lockedNode struct {
+	n   store.Node
+	seq int64
+}
+
 // reconcileIn reconciles nodeID inside tx, which just wrote why (a command's outcome, passed as
 // known, or a node agent's arrival), in a savepoint of its own, and returns the notices for
 // agents. The node is due again at the nearest deadline its workflow waits for, and at no
-// other time, unless it was woken by a write this reconciliation may not have seen.
-func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, known ...store.Command) (effects, error) {
+// other time, unless it was woken by a write this reconciliation may not have seen. locked is
+// the node as tx locked and read it, if it did (nil: the run reads it).
+func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, locked *lockedNode, known ...store.Command) (effects, error) {
 	var fx effects
-	err := tx.Savepoint(ctx, func() error {
-		// On SQLite this run sees every write committed before it (one writer), so it owes no
-		// earlier wake-up. On PostgreSQL a writer that does not lock the node may wake it
-		// meanwhile: the wake sequence read first tells SetWakeUp to leave such a wake-up be.
-		seq := int64(-1)
+	// On SQLite this run sees every write committed before it (one writer), so it owes no
+	// earlier wake-up. On PostgreSQL a writer that does not lock the node may wake it
+	// meanwhile: the wake sequence read first tells SetWakeUp to leave such a wake-up be. (Read
+	// before the savepoint: a read changes nothing to undo.)
+	seq := int64(-1)
+	var node *store.Node
+	switch {
+	case locked != nil && locked.n.ID == nodeID:
+		node = &locked.n
 		if e.st.Engine() != store.SQLite {
-			var err error
-			if seq, err = tx.WakeUpSeq(ctx, nodeID); err != nil {
-				return err
-			}
+			seq = locked.seq
 		}
+	case e.st.Engine() != store.SQLite:
+		var err error
+		if seq, err = tx.WakeUpSeq(ctx, nodeID); err != nil {
+			return fx, err
+		}
+	}
+	err := tx.Savepoint(ctx, func() error {
 		// A rotation's outcome is taken once its bmc.rotate command finishes, which only a
 		// report (this path, with that command known) or an agent's departure (the reconciler,
 		// which always looks) makes happen: other runs here need not look for one.
-		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}, rotationSettled: true}
+		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}, rotationSettled: true, locked: node}
 		for _, c := range known {
 			r.keep(c)
 			if c.Kind == "bmc.rotate" {
@@ -977,8 +1003,8 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, k
 
 // wakeOrReconcile reconciles nodeID in tx (see Report), or, should that fail, wakes it for the
 // reconciler: what is left to do once tx commits, and whether the reconciler was woken.
-func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID, reason string, known ...store.Command) (effects, bool, error) {
-	fx, err := e.reconcileIn(ctx, tx, nodeID, known...)
+func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID string, locked *lockedNode, reason string, known ...store.Command) (effects, bool, error) {
+	fx, err := e.reconcileIn(ctx, tx, nodeID, locked, known...)
 	if err == nil {
 		return fx, false, nil
 	}

@@ -48,6 +48,9 @@ type run struct {
 	// rotationSettled: the run knows no BMC credential rotation can have finished since the
 	// node's last reconciliation (see reconcileIn), so it does not look for one.
 	rotationSettled bool
+	// locked is the node's row as the run's transaction locked and read it before the run,
+	// if it did.
+	locked *store.Node
 }
 
 const maxActions = 64
@@ -55,7 +58,13 @@ const maxActions = 64
 // node reconciles nodeID and returns how long until it must be looked at again (0: only when
 // woken).
 func (r *run) node(nodeID string) (time.Duration, error) {
-	n, err := r.tx.LockNode(r.ctx, nodeID, "")
+	var n store.Node
+	var err error
+	if r.locked != nil && r.locked.ID == nodeID {
+		n = *r.locked
+	} else {
+		n, err = r.tx.LockNode(r.ctx, nodeID, "")
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, nil // deleted
 	}

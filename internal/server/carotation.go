@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync/atomic"
 	"time"
 
-	"bcd/internal/engine"
-	"bcd/internal/gateway"
 	"bcd/internal/pki"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
@@ -110,57 +107,5 @@ func (k *caKeeper) run(ctx context.Context, every time.Duration) {
 			failing = false
 			k.log.Info("reading the installation's agent CA works again")
 		}
-	}
-}
-
-// trustQueue is the engine's gateway adapter, recording in addition what each agent says of
-// its CAs as it connects (the CAs it trusts, the issuer and end of its certificate): bcd ca
-// activate and finish, and bcd doctor, read it.
-type trustQueue struct {
-	*engine.Gateway
-	st  *store.Store
-	ca  *pki.CA
-	log *slog.Logger
-}
-
-type peerCertKey struct{}
-
-// withPeerCert keeps the request's client certificate for trustQueue.Connected.
-func withPeerCert(ctx context.Context, der []byte) context.Context {
-	return context.WithValue(ctx, peerCertKey{}, der)
-}
-
-func (q trustQueue) Connected(ctx context.Context, a gateway.AgentRef, hello gateway.Hello) error {
-	if err := q.Gateway.Connected(ctx, a, hello); err != nil {
-		return err
-	}
-	der, _ := ctx.Value(peerCertKey{}).([]byte)
-	var issuer string
-	var notAfter int64
-	if len(der) > 0 {
-		issuer = q.ca.IssuerOf(der)
-		if cert, _, err := q.ca.Verify(der, time.Now()); err == nil {
-			notAfter = cert.NotAfter.UnixMicro()
-		}
-	}
-	// Not recording it only keeps a rotation's stage back (the agent is listed as lagging):
-	// the connection goes on.
-	if err := q.st.SetAgentCATrust(ctx, agentRowID(a, hello), hello.CAs, issuer, notAfter); err != nil {
-		q.log.LogAttrs(ctx, slog.LevelWarn, "recording the CAs an agent trusts", slog.String("agent", a.String()), slog.Any("error", err))
-	}
-	return nil
-}
-
-// agentRowID is the agents table's id of a connected agent, as the engine names it: a site
-// agent's id; node:<node> for a node's ramdisk, os:<node> for its installed OS (a node-tenant
-// certificate, or a hello announcing engine.RoleOS).
-func agentRowID(a gateway.AgentRef, hello gateway.Hello) string {
-	switch {
-	case a.Kind == pki.KindSiteAgent:
-		return a.AgentID
-	case a.Kind == pki.KindNodeTenant || slices.Contains(hello.Capabilities, engine.RoleOS):
-		return "os:" + a.NodeID
-	default:
-		return "node:" + a.NodeID
 	}
 }

@@ -112,12 +112,10 @@ func TestRotationReachesEveryServer(t *testing.T) {
 			for _, a := range []struct {
 				id, issuer string
 			}{{"sa-old", first}, {"sa-new", next}} {
+				said := &store.AgentCAs{Trusted: []string{next, first}, Issuer: a.issuer}
 				if err := st.Write(ctx, func(tx *store.Tx) error {
-					return tx.UpsertAgent(ctx, store.Agent{ID: a.id, Kind: "site", SiteID: "s", ConnID: a.id})
+					return tx.UpsertAgent(ctx, store.Agent{ID: a.id, Kind: "site", SiteID: "s", ConnID: a.id, CertNotAfter: time.Now().Add(time.Hour).UnixMicro(), CAs: said})
 				}); err != nil {
-					t.Fatal(err)
-				}
-				if err := st.SetAgentCATrust(ctx, a.id, []string{next, first}, a.issuer, time.Now().Add(time.Hour).UnixMicro()); err != nil {
 					t.Fatal(err)
 				}
 			}

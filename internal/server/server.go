@@ -288,22 +288,14 @@ func (s *Server) listenGateway() error {
 		ln.Close()
 		return fmt.Errorf("issuing the gateway's certificate: %w", err)
 	}
-	queue := trustQueue{Gateway: s.eng.Gateway(), st: s.st, ca: s.ca, log: s.log}
-	gw, err := gateway.New(gateway.Config{Queue: queue, Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log,
+	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log,
 		Watermark: s.eng.Gateway().Watermark})
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	_, h := gw.Handler()
-	wrapped := s.eng.Gateway().Wrap(h)
-	s.gwLn, s.gwCert = ln, cert
-	s.gw = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
-			r = r.WithContext(withPeerCert(r.Context(), r.TLS.PeerCertificates[0].Raw))
-		}
-		wrapped.ServeHTTP(w, r)
-	})
+	s.gwLn, s.gwCert, s.gw = ln, cert, s.eng.Gateway().Wrap(h)
 	s.gwURL = s.cfg.GatewayURL
 	if s.gwURL == "" {
 		s.gwURL = "https://" + ln.Addr().String()

@@ -362,8 +362,8 @@ func (t *Tx) AppendEvents(ctx context.Context, evs []Event) error {
 			}
 			args = append(args, t.at, e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, e.Data)
 		}
-		if _, err := t.exec(ctx, q, args...); err != nil {
-			return fmt.Errorf("appending %d events: %w", len(chunk), err)
+		if err := t.execLater(ctx, fmt.Sprintf("appending %d events", len(chunk)), q, args...); err != nil {
+			return err
 		}
 	}
 	return nil

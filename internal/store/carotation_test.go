@@ -71,33 +71,46 @@ func TestInstallationCARotation(t *testing.T) {
 	})
 }
 
-// TestAgentCATrust: connected agents are listed with what they last reported (replaced by a
-// later report); one that never reported is listed as such; departed agents are not listed.
+// TestAgentCATrust: what an agent says of its CAs is recorded with its row by the write that
+// records its connection (UpsertAgent, Agent.CAs), replaced by its next connection's (one
+// saying nothing is unreported); connected agents are listed with it, departed ones are not; a
+// report out of bounds is refused with the connection's write, leaving the row as it was.
 func TestAgentCATrust(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		for _, a := range []store.Agent{
-			{ID: "sa1", Kind: "site", SiteID: "s", ConnID: "c1"},
-			{ID: "node:n1", Kind: "node", NodeID: "n1", Generation: 1, ConnID: "c2"},
-			{ID: "sa-gone", Kind: "site", SiteID: "s", ConnID: "c3"},
+		connect := func(a store.Agent, cas *store.AgentCAs) error {
+			a.CAs = cas
+			return st.Write(ctx, func(tx *store.Tx) error { return tx.UpsertAgent(ctx, a) })
+		}
+		sa1 := store.Agent{ID: "sa1", Kind: "site", SiteID: "s", ConnID: "c1", CertNotAfter: 10}
+		n1 := store.Agent{ID: "node:n1", Kind: "node", NodeID: "n1", Generation: 1, ConnID: "c2"}
+		gone := store.Agent{ID: "sa-gone", Kind: "site", SiteID: "s", ConnID: "c3"}
+		for _, c := range []struct {
+			a   store.Agent
+			cas *store.AgentCAs
+		}{
+			{sa1, &store.AgentCAs{Trusted: []string{"aa"}, Issuer: "aa"}},
+			{n1, &store.AgentCAs{Trusted: []string{"aa"}, Issuer: "aa"}},
+			{gone, &store.AgentCAs{Trusted: []string{"aa"}, Issuer: "aa"}},
 		} {
-			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.UpsertAgent(ctx, a) }); err != nil {
+			if err := connect(c.a, c.cas); err != nil {
 				t.Fatal(err)
 			}
+		}
+		sa1.ConnID, sa1.CertNotAfter = "c4", 20
+		if err := connect(sa1, &store.AgentCAs{Trusted: []string{"aa", "bb"}, Issuer: "bb"}); err != nil {
+			t.Fatal(err)
+		}
+		n1.ConnID = "c5" // a connection saying nothing of its CAs
+		if err := connect(n1, nil); err != nil {
+			t.Fatal(err)
 		}
 		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.AgentGone(ctx, "sa-gone", "c3") }); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.SetAgentCATrust(ctx, "sa1", []string{"aa"}, "aa", 10); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SetAgentCATrust(ctx, "sa1", []string{"aa", "bb"}, "bb", 20); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SetAgentCATrust(ctx, "sa-gone", []string{"aa"}, "aa", 10); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SetAgentCATrust(ctx, "sa1", []string{"a,b"}, "aa", 10); err == nil {
+		bad := sa1
+		bad.ConnID = "c6"
+		if err := connect(bad, &store.AgentCAs{Trusted: []string{"a,b"}, Issuer: "aa"}); err == nil {
 			t.Fatal("a fingerprint holding a comma was recorded")
 		}
 		got, err := st.ConnectedAgentsCATrust(ctx)
@@ -108,12 +121,12 @@ func TestAgentCATrust(t *testing.T) {
 			t.Fatalf("listed %+v; want node:n1 and sa1", got)
 		}
 		n, s := got[0], got[1]
-		if n.AgentID != "node:n1" || n.Reported || n.Kind != "node" || n.NodeID != "n1" || len(n.Trusted) != 0 {
+		if n.AgentID != "node:n1" || n.Reported || n.ReportedAt != 0 || n.Kind != "node" || n.NodeID != "n1" || len(n.Trusted) != 0 || n.CertIssuer != "" {
 			t.Errorf("node agent = %+v; want unreported", n)
 		}
-		if s.AgentID != "sa1" || !s.Reported || !slices.Equal(s.Trusted, []string{"aa", "bb"}) || s.CertIssuer != "bb" || s.CertNotAfter != 20 ||
+		if s.AgentID != "sa1" || !s.Reported || s.ReportedAt == 0 || !slices.Equal(s.Trusted, []string{"aa", "bb"}) || s.CertIssuer != "bb" || s.CertNotAfter != 20 ||
 			!s.Holds("bb") || s.Holds("cc") || s.SiteID != "s" {
-			t.Errorf("site agent = %+v; want its last report", s)
+			t.Errorf("site agent = %+v; want its last connection's report", s)
 		}
 	})
 }

@@ -67,10 +67,9 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 		return err
 	}
 	due := t.at + again.Microseconds()
-	_, err := t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0,
-		due_at = CASE WHEN seq = ? THEN ? ELSE due_at END WHERE node_id = ? AND leased_by = ?`, l.Seq, due, l.NodeID, owner)
-	if err != nil {
-		return fmt.Errorf("requeueing %s: %w", l.NodeID, err)
+	if err := t.execLater(ctx, "requeueing "+l.NodeID, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0,
+		due_at = CASE WHEN seq = ? THEN ? ELSE due_at END WHERE node_id = ? AND leased_by = ?`, l.Seq, due, l.NodeID, owner); err != nil {
+		return err
 	}
 	// A lease that expired and was taken over by another owner is theirs now: nothing to do.
 	return nil
@@ -89,22 +88,18 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 	if seq >= 0 {
 		delGuard, setGuard, args = " AND seq = ?", " AND reconcile_queue.seq = ?", []any{seq}
 	}
-	var err error
+	what := "setting the wake-up of node " + nodeID
 	switch {
 	case again <= 0 && seq == 0:
 		return nil // no row to remove; one that appeared since is owed
 	case again <= 0:
-		_, err = t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
+		return t.execLater(ctx, what, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
 	default:
-		_, err = t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
+		return t.execLater(ctx, what, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at
 			WHERE reconcile_queue.leased_by = ''`+setGuard,
 			append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...)...)
 	}
-	if err != nil {
-		return fmt.Errorf("setting the wake-up of node %s: %w", nodeID, err)
-	}
-	return nil
 }
 
 // WakeUpSeq reads the node's wake sequence (0: no wake-up row), for SetWakeUp.
@@ -173,28 +168,20 @@ func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	w.ID = NewID(Micros(t.at))
 	w.CreatedAt, w.UpdatedAt = t.at, t.at
-	_, err := t.exec(ctx, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	return t.execLater(ctx, "inserting workflow "+w.Profile+" for node "+w.NodeID, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, mustJSON(w.CommandKinds), w.State, w.Phase,
 		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
 		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID)
-	if err != nil {
-		return fmt.Errorf("inserting workflow %s for node %s: %w", w.Profile, w.NodeID, err)
-	}
-	return nil
 }
 
 // UpdateWorkflow writes a workflow's progress.
 func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 	w.UpdatedAt = t.at
-	_, err := t.exec(ctx, `UPDATE workflows SET state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
+	return t.execLater(ctx, "updating workflow "+w.ID, `UPDATE workflows SET state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
 		step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?, outcome_applied = ?,
 		updated_at = ?, finished_at = ? WHERE id = ?`,
 		w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested,
 		w.FaultCode, w.Error, w.OutcomeApplied, w.UpdatedAt, w.FinishedAt, w.ID)
-	if err != nil {
-		return fmt.Errorf("updating workflow %s: %w", w.ID, err)
-	}
-	return nil
 }
 
 // OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
@@ -261,14 +248,10 @@ func (t *Tx) InsertCommand(ctx context.Context, c *Command) error {
 	if c.Args == "" {
 		c.Args = "{}"
 	}
-	_, err := t.exec(ctx, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	return t.execLater(ctx, "queueing command "+c.Kind+" for node "+c.NodeID, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		c.ID, c.NodeID, c.TenantID, c.SiteID, c.Kind, c.Subject, c.State, c.Args, c.TargetAgent, c.Attempts, c.Result, c.Error,
 		c.WorkflowID, c.StepIndex, c.RunsOn, c.Destructive, c.Attested, c.Reroutable, int64(c.Generation), c.Deadline,
 		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt, c.BatchID)
-	if err != nil {
-		return fmt.Errorf("queueing command %s for node %s: %w", c.Kind, c.NodeID, err)
-	}
-	return nil
 }
 
 // Command reads a command in the transaction.
@@ -312,13 +295,9 @@ func (s *Store) AttestedResults(ctx context.Context, nodeID string, kinds []stri
 // UpdateCommand writes a command's state and outcome.
 func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
 	c.UpdatedAt = t.at
-	_, err := t.exec(ctx, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+	return t.execLater(ctx, "updating command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
 		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?`,
 		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID)
-	if err != nil {
-		return fmt.Errorf("updating command %s: %w", c.ID, err)
-	}
-	return nil
 }
 
 // UpdateCommandIf writes c as UpdateCommand does, provided the row is still as was read
@@ -593,6 +572,8 @@ type Agent struct {
 	DHCPMode, BootBinding string
 	// Cache is what a site agent last reported of its artifact cache (zero before it did).
 	Cache ArtifactCache
+	// CAs is what the agent said of its CAs as it connected (UpsertAgent; nil: nothing).
+	CAs *AgentCAs
 }
 
 // ArtifactCache is a site agent's artifact cache as it reported it: artifacts and bytes held,
@@ -623,13 +604,26 @@ func (t *Tx) SetAgentBootServices(ctx context.Context, id, dhcpMode, binding str
 	return nil
 }
 
+// UpsertAgent records agent a's connection, with what it said of its CAs (a.CAs; nil: nothing
+// said): one write per connection.
 func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
-	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id, cert_renew_at, cert_not_after)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
+	var trusted, issuer string
+	var reportedAt int64
+	if a.CAs != nil {
+		if err := a.CAs.Check(); err != nil {
+			return fmt.Errorf("recording agent %s: %w", a.ID, err)
+		}
+		trusted, issuer, reportedAt = strings.Join(a.CAs.Trusted, ","), a.CAs.Issuer, t.at
+	}
+	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id, cert_renew_at, cert_not_after,
+		trusted_cas, issuer_ca, ca_reported_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
 		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id, server_id = excluded.server_id,
 		version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END,
-		cert_renew_at = excluded.cert_renew_at, cert_not_after = excluded.cert_not_after`,
-		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID, a.ServerID, a.CertRenewAt, a.CertNotAfter)
+		cert_renew_at = excluded.cert_renew_at, cert_not_after = excluded.cert_not_after,
+		trusted_cas = excluded.trusted_cas, issuer_ca = excluded.issuer_ca, ca_reported_at = excluded.ca_reported_at`,
+		a.ID, a.Kind, a.SiteID, a.NodeID, int64(a.Generation), true, t.at, t.at, a.Version, a.ConnID, a.ServerID, a.CertRenewAt, a.CertNotAfter,
+		trusted, issuer, reportedAt)
 	if err != nil {
 		return fmt.Errorf("recording agent %s: %w", a.ID, err)
 	}
@@ -835,8 +829,7 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
-	_, err := t.exec(ctx, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
-	return err
+	return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
 }
 
 // SetBMCAddress records the BMC address a node's ramdisk reported after provisioning its

@@ -33,7 +33,7 @@ type InstallationCA struct {
 
 const installationCAColumns = `cert_pem, sealed_key, created_at, next_cert_pem, next_sealed_key, previous_cert_pem, version, changed_at, retired_pem`
 
-func scanInstallationCA(row *sql.Row) (InstallationCA, error) {
+func scanInstallationCA(row rowScanner) (InstallationCA, error) {
 	var ca InstallationCA
 	err := row.Scan(&ca.CertPEM, &ca.SealedKey, &ca.CreatedAt, &ca.NextCertPEM, &ca.NextSealedKey, &ca.PreviousCertPEM, &ca.Version, &ca.ChangedAt, &ca.RetiredPEM)
 	return ca, err
@@ -106,12 +106,13 @@ func (t *Tx) UpdateInstallationCA(ctx context.Context, ca InstallationCA) (Insta
 	return t.InstallationCA(ctx)
 }
 
-// AgentCATrust is what an agent said of its CAs at its last connection (SetAgentCATrust), with
-// the agent's connection as the agents table holds it.
+// AgentCATrust is what an agent said of its CAs at its last connection (AgentCAs, recorded
+// with its row by UpsertAgent), with the agent's connection as the agents table holds it.
 type AgentCATrust struct {
 	AgentID, Kind, SiteID, NodeID string
 	Connected                     bool
-	// Reported is false when the agent never said (it connected before this was recorded).
+	// Reported is false when the agent's connection recorded nothing of its CAs (it connected
+	// before this was recorded, or said something out of bounds).
 	Reported bool
 	// Trusted: fingerprints of the CA certificates it trusts; CertIssuer: of the CA that issued
 	// the certificate it connected with; CertNotAfter: that certificate's end (microseconds).
@@ -124,7 +125,7 @@ type AgentCATrust struct {
 // Holds says whether the agent reported trusting the CA of fingerprint fp.
 func (a AgentCATrust) Holds(fp string) bool { return slices.Contains(a.Trusted, fp) }
 
-// MaxAgentCAs bounds the CAs an agent may say it trusts (SetAgentCATrust): a rotation hands out
+// MaxAgentCAs bounds the CAs an agent may say it trusts (AgentCAs.Check): a rotation hands out
 // two at most.
 const MaxAgentCAs = 8
 
@@ -142,38 +143,35 @@ func isFingerprint(fp string) bool {
 	return true
 }
 
-// SetAgentCATrust records what agent agentID (agents.id) said of its CAs as it connected: at
-// most MaxAgentCAs fingerprints, each a hex SHA-256 (what an agent says is its own: a lessee's
-// installed OS says it too, and this row is rewritten at every connection).
-func (s *Store) SetAgentCATrust(ctx context.Context, agentID string, trusted []string, certIssuer string, certNotAfter int64) error {
-	if len(trusted) > MaxAgentCAs {
-		return fmt.Errorf("recording the CAs agent %s trusts: %d fingerprints, at most %d", agentID, len(trusted), MaxAgentCAs)
+// AgentCAs is what an agent says of its CAs as it connects: the fingerprints of the CA
+// certificates it trusts (its hello's) and of the CA that issued the certificate it connected
+// with ("" none known).
+type AgentCAs struct {
+	Trusted []string
+	Issuer  string
+}
+
+// Check holds what an agent says to at most MaxAgentCAs fingerprints, each a hex SHA-256: a
+// lessee's installed OS says it too, and its agent row is rewritten at every connection.
+func (c AgentCAs) Check() error {
+	if len(c.Trusted) > MaxAgentCAs {
+		return fmt.Errorf("the CAs an agent trusts: %d fingerprints, at most %d", len(c.Trusted), MaxAgentCAs)
 	}
-	for i, fp := range trusted {
+	for i, fp := range c.Trusted {
 		if !isFingerprint(fp) {
-			return fmt.Errorf("recording the CAs agent %s trusts: fingerprint %d: hex SHA-256 expected", agentID, i+1)
+			return fmt.Errorf("the CAs an agent trusts: fingerprint %d: hex SHA-256 expected", i+1)
 		}
 	}
-	if certIssuer != "" && !isFingerprint(certIssuer) {
-		return fmt.Errorf("recording the CAs agent %s trusts: the certificate's issuer: hex SHA-256 expected", agentID)
+	if c.Issuer != "" && !isFingerprint(c.Issuer) {
+		return errors.New("the CAs an agent trusts: the certificate's issuer: hex SHA-256 expected")
 	}
-	return s.Write(ctx, func(tx *Tx) error {
-		_, err := tx.exec(ctx, `INSERT INTO agent_ca_trust (agent_id, trusted, cert_issuer, cert_not_after, reported_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (agent_id) DO UPDATE SET trusted = excluded.trusted, cert_issuer = excluded.cert_issuer,
-			cert_not_after = excluded.cert_not_after, reported_at = excluded.reported_at`,
-			agentID, strings.Join(trusted, ","), certIssuer, certNotAfter, tx.at)
-		if err != nil {
-			return fmt.Errorf("recording the CAs agent %s trusts: %w", agentID, err)
-		}
-		return nil
-	})
+	return nil
 }
 
 // ConnectedAgentsCATrust lists the agents connected now with what each said of its CAs, by id.
 func (s *Store) ConnectedAgentsCATrust(ctx context.Context) ([]AgentCATrust, error) {
-	rows, err := s.queryRows(ctx, `SELECT a.id, a.kind, a.site_id, a.node_id, a.connected, t.agent_id IS NOT NULL,
-		COALESCE(t.trusted, ''), COALESCE(t.cert_issuer, ''), COALESCE(t.cert_not_after, 0), COALESCE(t.reported_at, 0)
-		FROM agents a LEFT JOIN agent_ca_trust t ON t.agent_id = a.id WHERE a.connected = ? ORDER BY a.id`, true)
+	rows, err := s.queryRows(ctx, `SELECT id, kind, site_id, node_id, connected, ca_reported_at, trusted_cas, issuer_ca, cert_not_after
+		FROM agents WHERE connected = ? ORDER BY id`, true)
 	if err != nil {
 		return nil, fmt.Errorf("listing the CAs connected agents trust: %w", err)
 	}
@@ -182,9 +180,10 @@ func (s *Store) ConnectedAgentsCATrust(ctx context.Context) ([]AgentCATrust, err
 	for rows.Next() {
 		var a AgentCATrust
 		var trusted string
-		if err := rows.Scan(&a.AgentID, &a.Kind, &a.SiteID, &a.NodeID, &a.Connected, &a.Reported, &trusted, &a.CertIssuer, &a.CertNotAfter, &a.ReportedAt); err != nil {
+		if err := rows.Scan(&a.AgentID, &a.Kind, &a.SiteID, &a.NodeID, &a.Connected, &a.ReportedAt, &trusted, &a.CertIssuer, &a.CertNotAfter); err != nil {
 			return nil, fmt.Errorf("listing the CAs connected agents trust: %w", err)
 		}
+		a.Reported = a.ReportedAt > 0
 		if trusted != "" {
 			a.Trusted = strings.Split(trusted, ",")
 		}

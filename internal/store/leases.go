@@ -198,15 +198,11 @@ func (t *Tx) PutBootEntry(ctx context.Context, e *BootEntry) error {
 	if macs == nil {
 		macs = []string{}
 	}
-	_, err = t.exec(ctx, `INSERT INTO boot_entries (site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at, iso)
+	return t.execLater(ctx, "recording the boot entry of node "+e.NodeID, `INSERT INTO boot_entries (site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at, iso)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (site_id, node_id) DO UPDATE SET kind = excluded.kind, macs = excluded.macs,
 		local_boot = excluded.local_boot, generation = excluded.generation, command_id = excluded.command_id, agent_id = excluded.agent_id,
 		revision = excluded.revision, updated_at = excluded.updated_at, iso = excluded.iso`,
 		e.SiteID, e.NodeID, e.Kind, mustJSON(macs), e.Local, int64(e.Generation), e.CommandID, e.AgentID, int64(e.Revision), t.at, iso)
-	if err != nil {
-		return fmt.Errorf("recording the boot entry of node %s: %w", e.NodeID, err)
-	}
-	return nil
 }
 
 const bootEntryCols = `site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at, iso`

@@ -224,7 +224,7 @@ func scanSite(r interface{ Scan(...any) error }) (Site, error) {
 const siteQuery = `SELECT ` + siteCols + ` FROM sites WHERE id = ? OR name = ?`
 
 // siteOf scans a siteQuery row of ref.
-func siteOf(row *sql.Row, ref string) (Site, error) {
+func siteOf(row rowScanner, ref string) (Site, error) {
 	st, err := scanSite(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Site{}, fmt.Errorf("site %q: %w", ref, ErrNotFound)
@@ -485,23 +485,17 @@ func (t *Tx) AppendEvent(ctx context.Context, e Event) error {
 	if e.Data == "" {
 		e.Data = "{}"
 	}
-	if _, err := t.exec(ctx, `INSERT INTO events (at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		t.at, e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, e.Data); err != nil {
-		return fmt.Errorf("appending event %s: %w", e.Kind, err)
-	}
-	return nil
+	return t.execLater(ctx, "appending event "+e.Kind, `INSERT INTO events (at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.at, e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, e.Data)
 }
 
 // Wake queues the node's reconciler (one row per node; a newer wake-up keeps the earliest due
 // time).
 func (t *Tx) Wake(ctx context.Context, nodeID, reason string, due time.Duration) error {
 	dueAt := t.at + due.Microseconds()
-	if _, err := t.exec(ctx, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
+	return t.execLater(ctx, "queueing reconciler of node "+nodeID, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
 		ON CONFLICT (node_id) DO UPDATE SET due_at = CASE WHEN excluded.due_at < reconcile_queue.due_at THEN excluded.due_at ELSE reconcile_queue.due_at END,
-		reason = excluded.reason, enqueued_at = excluded.enqueued_at, seq = reconcile_queue.seq + 1`, nodeID, dueAt, reason, t.at); err != nil {
-		return fmt.Errorf("queueing reconciler of node %s: %w", nodeID, err)
-	}
-	return nil
+		reason = excluded.reason, enqueued_at = excluded.enqueued_at, seq = reconcile_queue.seq + 1`, nodeID, dueAt, reason, t.at)
 }
 
 // WakeUps lists the reconciler wake-up rows, earliest due first.

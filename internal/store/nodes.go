@@ -83,14 +83,37 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 // LockNode reads a node by id or name for update (row-locked on PostgreSQL). tenantID, when not
 // empty, restricts the lookup to that tenant.
 func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
-	return t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) *sql.Row {
+	return t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return t.queryRow(ctx, q+t.forUpdate(), args...)
 	}, func(q string, args ...any) (*sql.Rows, error) { return t.query(ctx, q, args...) })
 }
 
+// LockNodeWakeSeq locks and reads node id (an id, not a name) with its wake sequence (as
+// WakeUpSeq reads it), for a reconciliation that follows in the transaction: one statement.
+func (t *Tx) LockNodeWakeSeq(ctx context.Context, id string) (Node, int64, error) {
+	var seq int64
+	n, err := scanNode(withExtra{t.queryRow(ctx, `SELECT `+nodeCols+`, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
+		FROM nodes WHERE id = ?`+t.forUpdate(), id), []any{&seq}})
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, 0, fmt.Errorf("node %q: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Node{}, 0, fmt.Errorf("reading node %q: %w", id, err)
+	}
+	return n, seq, nil
+}
+
+// withExtra scans a row's columns past what its scanner takes into extra.
+type withExtra struct {
+	r     rowScanner
+	extra []any
+}
+
+func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
+
 // Node reads a node by id or name.
 func (s *Store) Node(ctx context.Context, ref, tenantID string) (Node, error) {
-	return s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) *sql.Row {
+	return s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return s.queryRow(ctx, q, args...)
 	}, func(q string, args ...any) (*sql.Rows, error) { return s.queryRows(ctx, q, args...) })
 }
@@ -98,7 +121,7 @@ func (s *Store) Node(ctx context.Context, ref, tenantID string) (Node, error) {
 // ErrAmbiguous is a node name that exists in several tenants of an all-tenant caller.
 var ErrAmbiguous = errors.New("ambiguous")
 
-func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(string, ...any) *sql.Row, rows func(string, ...any) (*sql.Rows, error)) (Node, error) {
+func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(string, ...any) rowScanner, rows func(string, ...any) (*sql.Rows, error)) (Node, error) {
 	n, err := scanNode(row(`SELECT `+nodeCols+` FROM nodes WHERE id = ? AND (? = '' OR tenant_id = ?)`, ref, tenantID, tenantID))
 	if err == nil {
 		return n, nil

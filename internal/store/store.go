@@ -5,8 +5,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -22,6 +24,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -575,12 +579,39 @@ func (s *Store) bind(q string) string {
 
 // Tx is a write transaction.
 type Tx struct {
-	s  *Store
+	s *Store
+	// q runs the transaction's statements: tx on SQLite; on PostgreSQL the connection itself,
+	// where the transaction's BEGIN and COMMIT are statements like the others (held, and sent
+	// with the first and the last writes).
+	q  querier
 	tx *sql.Tx
 	at int64
 	// stmts are the cached statements bound to this transaction (SQLite): a group commit runs
 	// the same few statements many times.
 	stmts map[string]*sql.Stmt
+	// PostgreSQL: conn is the transaction's connection, and later the writes whose outcome
+	// nothing reads (execLater), held to go out together with the next statement in one round
+	// trip (a pipeline: each statement prepared and bound as on its own, one Sync). sent counts
+	// the statements the database has run, queued those given to the transaction: a savepoint
+	// exists on the server once its statement's number is below sent.
+	conn         *sql.Conn
+	later        []laterStmt
+	sent, queued int
+}
+
+// querier is what runs a transaction's statements: *sql.Tx or *sql.Conn.
+type querier interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// laterStmt is a write held by execLater: its statement (bound), its arguments, and what it
+// does, for its error. A held savepoint changes nothing a read sees: reads do not send it.
+type laterStmt struct {
+	q, what   string
+	args      []any
+	savepoint bool
 }
 
 // stmtCache holds prepared statements of one *sql.DB, bounded so that generated queries (label
@@ -657,28 +688,144 @@ func (t *Tx) stmtCtx(ctx context.Context) context.Context {
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
+	if len(t.later) > 0 {
+		// The held writes and this one, in one round trip.
+		t.later = append(t.later, laterStmt{q: q, args: args})
+		return t.flush(ctx)
+	}
 	if st := t.stmt(ctx, q); st != nil {
 		return st.ExecContext(ctx, args...)
 	}
-	return t.tx.ExecContext(ctx, q, args...)
+	t.queued++
+	res, err := t.q.ExecContext(ctx, q, args...)
+	if err == nil {
+		t.sent = t.queued
+	}
+	return res, err
 }
+
+// execLater runs a write whose outcome (rows affected) nothing reads; what says what it does,
+// for its error. On SQLite it runs now. On PostgreSQL it is held and goes out with the next
+// statement, at the latest when the savepoint around it ends or the transaction commits: its
+// error is then that statement's, or the savepoint's, or the commit's. A caller that must tell
+// its errors apart (a unique key taken) uses exec.
+func (t *Tx) execLater(ctx context.Context, what, q string, args ...any) error {
+	if t.conn == nil {
+		if _, err := t.exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	t.later = append(t.later, laterStmt{q: t.s.bind(q), what: what, args: args})
+	t.queued++
+	return nil
+}
+
+// flush sends the held writes (PostgreSQL) in one round trip, and returns the last one's
+// result. After an error the transaction is aborted: only a rollback (to a savepoint) follows.
+func (t *Tx) flush(ctx context.Context) (sql.Result, error) {
+	if len(t.later) == 0 {
+		return driverResult(0), nil
+	}
+	held := t.later
+	t.later = nil
+	if held[len(held)-1].what == "" {
+		t.queued++ // exec's statement, added by exec
+	}
+	var rows int64
+	err := t.conn.Raw(func(dc any) error {
+		c, ok := dc.(interface{ Conn() *pgx.Conn })
+		if !ok {
+			return fmt.Errorf("the postgres store's connection is a %T, not pgx's", dc)
+		}
+		b := &pgx.Batch{}
+		for _, st := range held {
+			b.Queue(st.q, st.args...)
+		}
+		br := c.Conn().SendBatch(ctx, b)
+		for i, st := range held {
+			tag, err := br.Exec()
+			if err != nil {
+				br.Close()
+				t.sent += i
+				if strings.Contains(err.Error(), "preprocessing batch") {
+					// Preparing the statements failed, before any ran: which one is in err.
+					whats := make([]string, 0, len(held))
+					for _, st := range held {
+						whats = append(whats, cmp.Or(st.what, "a write"))
+					}
+					return fmt.Errorf("%s: %w", strings.Join(whats, "; "), err)
+				}
+				if st.what == "" {
+					return err
+				}
+				return fmt.Errorf("%s: %w", st.what, err)
+			}
+			if st.q == "COMMIT" && tag.String() == "ROLLBACK" {
+				// The database answers COMMIT so in a transaction an earlier statement aborted.
+				return errors.New("committing transaction: the database rolled it back (a statement of it failed)")
+			}
+			rows = tag.RowsAffected()
+		}
+		t.sent += len(held)
+		return br.Close()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return driverResult(rows), nil
+}
+
+// flushForRead sends the held writes a read must see: all of them, unless only savepoints are
+// held (those wait for the next write; see savepointLater).
+func (t *Tx) flushForRead(ctx context.Context) error {
+	for _, st := range t.later {
+		if !st.savepoint {
+			_, err := t.flush(ctx)
+			return err
+		}
+	}
+	return nil
+}
+
+// driverResult is a pipelined statement's result: its rows affected.
+type driverResult int64
+
+func (r driverResult) LastInsertId() (int64, error) {
+	return 0, errors.New("LastInsertId is not supported by this store")
+}
+func (r driverResult) RowsAffected() (int64, error) { return int64(r), nil }
+
+// rowScanner is a row read by queryRow: *sql.Row, or the error of the held writes sent before
+// it.
+type rowScanner interface{ Scan(...any) error }
+
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	ctx = t.stmtCtx(ctx)
+	if err := t.flushForRead(ctx); err != nil {
+		return nil, err
+	}
 	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
-	return t.tx.QueryContext(ctx, q, args...)
+	return t.q.QueryContext(ctx, q, args...)
 }
 
-func (t *Tx) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
+func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	ctx = t.stmtCtx(ctx)
+	if err := t.flushForRead(ctx); err != nil {
+		return errRow{err}
+	}
 	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
-	return t.tx.QueryRowContext(ctx, q, args...)
+	return t.q.QueryRowContext(ctx, q, args...)
 }
 
 // Savepoint runs f inside a savepoint of the transaction: an error from f undoes f's writes
@@ -694,6 +841,9 @@ func (t *Tx) Savepoint(ctx context.Context, f func() error) error {
 // savepoint runs f inside savepoint name, rolled back to when f fails: f's error, and apart
 // from it the error of the savepoint itself (the transaction is then unusable).
 func (t *Tx) savepoint(ctx context.Context, name string, f func() error) (ferr, err error) {
+	if t.conn != nil {
+		return t.savepointLater(ctx, name, f)
+	}
 	if _, err := t.exec(ctx, "SAVEPOINT "+name); err != nil {
 		return nil, fmt.Errorf("opening savepoint: %w", err)
 	}
@@ -706,6 +856,47 @@ func (t *Tx) savepoint(ctx context.Context, name string, f func() error) (ferr, 
 		return ferr, fmt.Errorf("releasing savepoint: %w", err)
 	}
 	return ferr, nil
+}
+
+// savepointLater is savepoint on PostgreSQL, where the SAVEPOINT statement is held with the
+// writes (execLater) and goes out with the next statement, and f's held writes go out before
+// f is taken as done (their errors are f's). A savepoint that succeeded is left to the
+// transaction's end (a RELEASE would be one more round trip).
+func (t *Tx) savepointLater(ctx context.Context, name string, f func() error) (ferr, err error) {
+	mark, held := t.queued, len(t.later)
+	t.later = append(t.later, laterStmt{q: "SAVEPOINT " + name, what: "opening savepoint", savepoint: true})
+	t.queued++
+	if ferr = f(); ferr == nil {
+		if t.sent <= mark && len(t.later) == held+1 {
+			// f sent and held nothing: no savepoint was needed.
+			t.later, t.queued = t.later[:held], mark
+			return nil, nil
+		}
+		if _, ferr = t.flush(ctx); ferr == nil {
+			return nil, nil
+		}
+	}
+	switch {
+	case t.sent > mark:
+		// The savepoint exists: what f held is dropped, what f sent is undone.
+		t.later = nil
+		if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
+			return ferr, fmt.Errorf("rolling back savepoint after %v: %w", ferr, err)
+		}
+		return ferr, nil
+	case len(t.later) > held:
+		// The savepoint was not sent, nor any write of f's: f changed nothing in the database,
+		// unless a read of f's failed there, which aborted the whole transaction.
+		t.later, t.queued = t.later[:held], mark
+		var pe *pgconn.PgError
+		if errors.As(ferr, &pe) {
+			return ferr, fmt.Errorf("the transaction failed before its savepoint was sent: %w", ferr)
+		}
+		return ferr, nil
+	default:
+		// The writes sent with the savepoint failed before it: the transaction is aborted.
+		return ferr, fmt.Errorf("opening savepoint: %w", ferr)
+	}
 }
 
 // forUpdate is the row-lock suffix: PostgreSQL locks the row, SQLite's writer is already alone.
@@ -740,11 +931,14 @@ func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
 }
 
 func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
+	if s.engine == Postgres {
+		return s.writePostgres(ctx, f)
+	}
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("beginning transaction: %w", err)
 	}
-	t := &Tx{s: s, tx: tx, at: s.nowMicros()}
+	t := &Tx{s: s, q: tx, tx: tx, at: s.nowMicros()}
 	if err := f(t); err != nil {
 		tx.Rollback()
 		return err
@@ -752,6 +946,44 @@ func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("committing transaction: %w", err)
 	}
+	return nil
+}
+
+// writePostgres runs f in a transaction on one connection of the pool, whose BEGIN goes out
+// with the transaction's first statement and whose COMMIT with its last held writes: a write
+// transaction costs the round trips of its reads, of the writes whose outcome it reads, and
+// one more.
+func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error) {
+	conn, err := s.write.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("taking a connection: %w", err)
+	}
+	t := &Tx{s: s, q: conn, conn: conn, at: s.nowMicros()}
+	t.later = append(t.later, laterStmt{q: "BEGIN", what: "beginning transaction"})
+	t.queued++
+	committed := false
+	defer func() {
+		if !committed && t.sent > 0 {
+			// The connection goes back to the pool: never inside this transaction. A
+			// connection that cannot say ROLLBACK is closed instead.
+			if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+				conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}
+		conn.Close()
+	}()
+	if err := f(t); err != nil {
+		return err
+	}
+	if t.sent == 0 && len(t.later) == 1 {
+		return nil // f sent and held nothing: no transaction was begun
+	}
+	t.later = append(t.later, laterStmt{q: "COMMIT", what: "committing transaction"})
+	t.queued++
+	if _, err := t.flush(ctx); err != nil {
+		return err
+	}
+	committed = true
 	return nil
 }
 
@@ -809,7 +1041,7 @@ func (s *Store) commitGroup(group []*writeReq) {
 		fail(fmt.Errorf("beginning transaction: %w", err))
 		return
 	}
-	t := &Tx{s: s, tx: tx, at: s.nowMicros()}
+	t := &Tx{s: s, q: tx, tx: tx, at: s.nowMicros()}
 	for i, r := range group {
 		if err := r.ctx.Err(); err != nil {
 			errs[i] = err
