@@ -463,8 +463,14 @@ func (c *Commands) deployImage(ctx context.Context, args []byte, report func(age
 	}
 	spec := image.Spec{URL: a.URL, Format: image.Format(a.Format), Compression: image.Compression(a.Compression),
 		SHA256: a.SHA256, SHA512: a.SHA512, Size: int64(a.Size)}
-	progress := func(written, total int64, _ float64) {
-		report(agentlink.Progress{Done: written, Total: total, Message: "writing " + a.Image + " to " + disk.Path})
+	progress := func(stage image.Stage, done, total int64, _ float64) {
+		msg := "writing " + a.Image + " to " + disk.Path
+		if stage == image.Staging {
+			// A qcow2 is checked whole before its conversion writes anything: total is the
+			// most the staging takes, not what it will take.
+			msg, total = "staging "+a.Image+" (qcow2) in memory before writing it to "+disk.Path, 0
+		}
+		report(agentlink.Progress{Done: done, Total: total, Message: msg})
 	}
 	res, err := image.Fetch(ctx, c.d.Log, spec, t, c.d.Image, progress)
 	if cerr := t.Close(); cerr != nil && err == nil {

@@ -77,8 +77,21 @@ type Target interface {
 	Size() int64
 }
 
-// Progress reports bytes written to the target of total (0 when unknown) and the average rate.
-type Progress func(written, total int64, bytesPerSecond float64)
+// Progress reports what an image write is doing: done bytes of total (0 when unknown) at the
+// stage's average rate.
+type Progress func(stage Stage, done, total int64, bytesPerSecond float64)
+
+// Stage is a part of an image write, for its progress.
+type Stage string
+
+const (
+	// Staging: a qcow2 artifact is downloaded (and unpacked) into RAM, where its digest is
+	// checked before any byte goes to the target. done counts the staged bytes; total is the
+	// most the staging accepts.
+	Staging Stage = "staging"
+	// Writing: done bytes of the image written to the target, of total.
+	Writing Stage = "writing"
+)
 
 // Options tune Write and Fetch.
 type Options struct {

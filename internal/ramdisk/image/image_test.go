@@ -137,8 +137,8 @@ func TestFetchFormats(t *testing.T) {
 					}
 					target := newTarget(t, size+5*mib)
 					var last int64
-					res, err := Fetch(context.Background(), testLog(), spec, target, Options{ChunkSize: 2 * mib}, func(w, total int64, rate float64) {
-						if w < last || total != int64(size) || rate <= 0 {
+					res, err := Fetch(context.Background(), testLog(), spec, target, Options{ChunkSize: 2 * mib}, func(stage Stage, w, total int64, rate float64) {
+						if stage != Writing || w < last || total != int64(size) || rate <= 0 {
 							t.Errorf("progress %d/%d at %f after %d", w, total, rate, last)
 						}
 						last = w

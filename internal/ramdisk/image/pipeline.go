@@ -52,7 +52,7 @@ func (w *writer) write(p []byte) error {
 	}
 	w.written += int64(len(p))
 	if w.progress != nil {
-		w.progress(w.written, w.total, float64(w.written)/max(time.Since(w.start).Seconds(), 1e-9))
+		w.progress(Writing, w.written, w.total, float64(w.written)/max(time.Since(w.start).Seconds(), 1e-9))
 	}
 	return nil
 }

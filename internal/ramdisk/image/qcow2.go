@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"time"
 
 	"github.com/lima-vm/go-qcow2reader"
 	"github.com/lima-vm/go-qcow2reader/image/qcow2"
@@ -31,7 +32,7 @@ func writeQCOW2(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec,
 	}
 	// Bounded: the artifact is not verified yet, and the staging directory is RAM.
 	base, limit := qcow2StagingLimit(spec.Size, w.target.Size())
-	n, err := io.Copy(f, io.LimitReader(ctxReader{ctx, r}, limit+1))
+	n, err := io.Copy(&stagingWriter{w: f, limit: limit, start: time.Now(), progress: w.progress}, io.LimitReader(ctxReader{ctx, r}, limit+1))
 	done()
 	if err != nil {
 		return fmt.Errorf("staging the qcow2 (%d bytes so far): %w", n, err)
@@ -47,6 +48,23 @@ func writeQCOW2(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec,
 	}
 	log.InfoContext(ctx, "qcow2 staged and verified", "bytes", n)
 	return convertQCOW2(io.NewSectionReader(f, 0, n), n, spec.Size, w, opts.ChunkSize)
+}
+
+// stagingWriter is the qcow2 staging file, reporting the bytes staged (Staging) as they land.
+type stagingWriter struct {
+	w        io.Writer
+	limit, n int64
+	start    time.Time
+	progress Progress
+}
+
+func (s *stagingWriter) Write(p []byte) (int, error) {
+	n, err := s.w.Write(p)
+	s.n += int64(n)
+	if s.progress != nil && n > 0 {
+		s.progress(Staging, s.n, s.limit, float64(s.n)/max(time.Since(s.start).Seconds(), 1e-9))
+	}
+	return n, err
 }
 
 // qemu's own bounds on a qcow2 (block/qcow2.h): clusters of 512 bytes to 2 MiB, an L1 table of

@@ -81,11 +81,26 @@ func TestFetchQCOW2(t *testing.T) {
 		t.Run(string(c), func(t *testing.T) {
 			art := compress(t, c, q)
 			target := newTarget(t, 8<<20) // pre-filled with 0xff: zero clusters must be written
+			// Progress: the staging first (the artifact unpacked, up to its bound), then the
+			// writing, each growing, and nothing written before the staging is done.
+			var staged, written int64
 			res, err := Fetch(context.Background(), testLog(), Spec{
 				URL: serve(t, art).URL, Format: FormatQCOW2, Compression: c, SHA256: sha256Hex(art), Size: int64(len(img)),
-			}, target, Options{TempDir: t.TempDir()}, nil)
+			}, target, Options{TempDir: t.TempDir()}, func(stage Stage, done, total int64, rate float64) {
+				switch {
+				case stage == Staging && written == 0 && done > staged && total >= int64(len(q)) && rate > 0:
+					staged = done
+				case stage == Writing && done > written && total == int64(len(img)):
+					written = done
+				default:
+					t.Errorf("progress %s %d/%d at %f after staging %d, writing %d", stage, done, total, rate, staged, written)
+				}
+			})
 			if err != nil {
 				t.Fatalf("Fetch: %v", err)
+			}
+			if staged != int64(len(q)) || written != int64(len(img)) {
+				t.Errorf("progress ended at staging %d (qcow2 of %d bytes), writing %d (image of %d)", staged, len(q), written, len(img))
 			}
 			got := target.bytes(t)
 			if !bytes.Equal(got[:len(img)], img) {
