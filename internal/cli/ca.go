@@ -82,6 +82,7 @@ func printCARotation(out io.Writer, r *bcdv1.AgentCARotation) {
 		fmt.Fprintf(out, "connected agents that do not trust the next CA yet: %d (bcd ca activate waits for them)\n", len(r.GetLagging()))
 	case "overlap":
 		fmt.Fprintf(out, "connected agents with certificates of the previous CA: %d (bcd ca finish waits for them)\n", len(r.GetLagging()))
+		fmt.Fprintln(out, "agents away since before bcd ca rotate still reconnect and fetch the new CA until bcd ca finish; after it they must join again")
 	}
 	for _, l := range r.GetLagging() {
 		where := l.Site

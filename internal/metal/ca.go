@@ -160,7 +160,11 @@ func (s *Service) RotateAgentCA(ctx context.Context, p auth.Principal, reason st
 // ActivateAgentCA makes the staged CA the signer of agents' and servers' certificates; the one
 // it replaces stays trusted (previous) until FinishAgentCA. Refused while connected agents do
 // not trust the new CA (they would reject the servers' new certificates), naming them, unless
-// force. Admin token without a tenant.
+// force. The CA it replaces signs, this once and last, the new CA cross-signed (stored after
+// the previous CA's certificate, crossSigned): every server presents it after its own
+// certificate until FinishAgentCA, so that agents away since before the rotation, holding only
+// the previous CA, still verify the servers, come back and are handed the new CA. Admin token
+// without a tenant.
 func (s *Service) ActivateAgentCA(ctx context.Context, p auth.Principal, reason string, force bool) (AgentCARotation, error) {
 	if err := s.caVerb(p, reason); err != nil {
 		return AgentCARotation{}, err
@@ -172,10 +176,34 @@ func (s *Service) ActivateAgentCA(ctx context.Context, p auth.Principal, reason 
 		if len(lag) > 0 && !force {
 			return row, &ConflictError{Msg: fmt.Sprintf("activating the next agent CA: %s: they would reject the servers' certificates once it signs them; wait for them to fetch it (bcd doctor lists them), or pass --force (they must then join again)", lagList(lag, "connected agent does not trust it", "connected agents do not trust it"))}
 		}
-		row.CertPEM, row.SealedKey, row.PreviousCertPEM = row.NextCertPEM, row.NextSealedKey, row.CertPEM
+		cross, err := s.crossSigned(row)
+		if err != nil {
+			return row, err
+		}
+		row.CertPEM, row.SealedKey, row.PreviousCertPEM = row.NextCertPEM, row.NextSealedKey, row.CertPEM+string(cross)
 		row.NextCertPEM, row.NextSealedKey = "", nil
 		return row, nil
 	})
+}
+
+// crossSigned is the staged CA of row cross-signed by its active CA (pki.CrossSign), whose key
+// is opened for this signature alone: the activation drops the sealed key from the row, as
+// before, and nothing else of it is kept.
+func (s *Service) crossSigned(row store.InstallationCA) ([]byte, error) {
+	keyPEM, err := s.sealer.Open(store.CASealID, row.SealedKey)
+	if err != nil {
+		return nil, fmt.Errorf("activating the next agent CA: opening the active CA's key to cross-sign the next one: %w", err)
+	}
+	defer clear(keyPEM)
+	prev, err := pki.LoadCA([]byte(row.CertPEM), keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("activating the next agent CA: %w", err)
+	}
+	cross, err := prev.CrossSign([]byte(row.NextCertPEM))
+	if err != nil {
+		return nil, fmt.Errorf("activating the next agent CA: %w", err)
+	}
+	return cross, nil
 }
 
 // FinishAgentCA ends a rotation: the previous CA is no longer trusted, and certificates it
@@ -194,7 +222,8 @@ func (s *Service) FinishAgentCA(ctx context.Context, p auth.Principal, reason st
 			return row, &ConflictError{Msg: fmt.Sprintf("finishing the agent CA's rotation: %s: they would be refused; wait for them to renew (bcd doctor lists them), or pass --force (they must then join again)", lagList(lag, "connected agent still uses a certificate of the previous CA", "connected agents still use certificates of the previous CA"))}
 		}
 		// Kept for audits, with when it was retired: the results it certified before (wipe
-		// proofs) must still verify.
+		// proofs) must still verify. RetiredPEM keeps its certificate alone: the active CA
+		// cross-signed by it, stored after it, goes with the rotation.
 		retired, err := pki.RetiredPEM([]byte(row.PreviousCertPEM), s.now())
 		if err != nil {
 			return row, err

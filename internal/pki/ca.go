@@ -76,7 +76,10 @@ type authority struct {
 type caSet struct {
 	active, next, previous *authority
 	// audit are further CAs an audit accepts (retired ones); in audit sets only (auditSet).
-	audit  []*authority
+	audit []*authority
+	// cross is the active CA cross-signed by the previous one (overlap only; nil: none): sent
+	// after the gateway's certificate, trusted for nothing here.
+	cross  *x509.Certificate
 	bundle []byte         // every trusted CA's PEM, the active one first
 	pool   *x509.CertPool // every trusted CA; shared, never added to
 	fps    []string       // every trusted CA's fingerprint, the active one first

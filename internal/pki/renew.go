@@ -1,6 +1,7 @@
 package pki
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/tls"
 	"fmt"
@@ -53,7 +54,9 @@ func (ca *CA) Renew(certDER []byte, ttl time.Duration, now time.Time) ([]byte, e
 // ServerCert is the control plane's TLS server certificate for the agent gateway. It is issued
 // by the CA for hosts when made, and again, with a new key, by the first handshake after
 // RenewAt: a server that runs longer than a certificate lives keeps serving. Handshakes that
-// began before a renewal finish with the certificate they got.
+// began before a renewal finish with the certificate they got. During a rotation's overlap the
+// certificate is presented with the active CA cross-signed by the previous one after it
+// (SetRotation, CrossSign), so that agents that trust only the previous CA still verify it.
 type ServerCert struct {
 	ca    *CA
 	hosts []string
@@ -61,9 +64,12 @@ type ServerCert struct {
 	now   func() time.Time
 
 	mu      sync.Mutex
-	cur     *tls.Certificate
+	leaf    *tls.Certificate // the issued certificate and its key alone
 	renewAt time.Time
-	issuer  string // fingerprint of the CA that was active when cur was issued
+	issuer  string // fingerprint of the CA that was active when leaf was issued
+	// cur is what handshakes get: leaf, then the cross-signed CA of set when that issued leaf.
+	cur *tls.Certificate
+	set *caSet // the CAs cur was chained for (nil: chain again)
 }
 
 // NewServerCert issues the first certificate (now is the clock; nil: time.Now).
@@ -91,8 +97,27 @@ func (s *ServerCert) issue(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("loading the server certificate: %w", err)
 	}
-	s.cur, s.renewAt, s.issuer = &pair, RenewAt(pair.Leaf.NotBefore, pair.Leaf.NotAfter), issuer
+	s.leaf, s.renewAt, s.issuer, s.set = &pair, RenewAt(pair.Leaf.NotBefore, pair.Leaf.NotAfter), issuer, nil
+	s.chain()
 	return nil
+}
+
+// chain sets cur for the CAs in force now: the leaf alone, or followed by the active CA
+// cross-signed by the previous one when that CA issued the leaf (a rotation's overlap). It
+// follows the stage at every handshake: finishing the rotation drops the cross-signed CA
+// without issuing again.
+func (s *ServerCert) chain() {
+	set := s.ca.current()
+	if set == s.set {
+		return
+	}
+	cur := s.leaf
+	if x := set.cross; x != nil && bytes.Equal(s.leaf.Leaf.RawIssuer, x.RawSubject) && s.leaf.Leaf.CheckSignatureFrom(x) == nil {
+		c := *s.leaf
+		c.Certificate = [][]byte{s.leaf.Certificate[0], x.Raw}
+		cur = &c
+	}
+	s.cur, s.set = cur, set
 }
 
 // Current is the certificate handshakes get now, renewed first when due or when another CA
@@ -104,12 +129,14 @@ func (s *ServerCert) Current() (*tls.Certificate, error) {
 	defer s.mu.Unlock()
 	now := s.now()
 	if now.Before(s.renewAt) && s.issuer == s.ca.Fingerprint() {
+		s.chain()
 		return s.cur, nil
 	}
 	err := s.issue(now)
-	if err != nil && now.After(s.cur.Leaf.NotAfter) {
+	if err != nil && now.After(s.leaf.Leaf.NotAfter) {
 		return nil, fmt.Errorf("renewing the gateway's expired server certificate: %w", err)
 	}
+	s.chain()
 	return s.cur, nil
 }
 

@@ -2,6 +2,7 @@ package pki
 
 import (
 	"bytes"
+	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -11,9 +12,13 @@ import (
 
 // Rotation is where a rotation of the CA stands: the active CA signs; Next, when set, is
 // staged (trusted and handed out, not signing yet); Previous, when set, is the retired signer,
-// trusted until the rotation finishes. At most one of Next and Previous is set.
+// trusted until the rotation finishes. At most one of Next and Previous is set. Cross, with
+// Previous only, is the active CA cross-signed by the previous one (CrossSign): the
+// intermediate the gateway presents after its own certificate, so that an agent holding only
+// the previous CA still verifies the gateway.
 type Rotation struct {
 	Active, Next, Previous *x509.Certificate
+	Cross                  *x509.Certificate
 }
 
 // Stage names the rotation's stage: "steady" (one CA), "staged" (a next CA is trusted, the
@@ -46,6 +51,7 @@ func (ca *CA) Rotation() Rotation {
 	if s.previous != nil {
 		r.Previous = s.previous.cert
 	}
+	r.Cross = s.cross
 	return r
 }
 
@@ -54,9 +60,11 @@ func (ca *CA) Trusted() []string { return slices.Clone(ca.current().fps) }
 
 // SetRotation replaces what ca signs with and trusts, at once for every caller: active signs
 // from now on; next (staged: trusted and in CertPEM, not signing yet) and previousPEM (the
-// retired signer's certificate: trusted, never signing) are optional and exclusive. active and
-// next must hold their keys (LoadCA); the previous CA's key is not kept. Certificates verified
-// before stay accepted only while their issuer is still trusted.
+// retired signer's certificate: trusted, never signing) are optional and exclusive. previousPEM
+// may go on with the active CA cross-signed by the previous one (CrossSign, made at the
+// activation): ServerCert presents it after the gateway's certificate. active and next must
+// hold their keys (LoadCA); the previous CA's key is not kept. Certificates verified before
+// stay accepted only while their issuer is still trusted.
 func (ca *CA) SetRotation(active, next *CA, previousPEM []byte) error {
 	if active == nil {
 		return fmt.Errorf("setting the CA rotation: %w: no active CA", ErrBadInput)
@@ -66,6 +74,7 @@ func (ca *CA) SetRotation(active, next *CA, previousPEM []byte) error {
 	}
 	act := active.signer()
 	var nxt, prev *authority
+	var cross *x509.Certificate
 	if next != nil {
 		nxt = next.signer()
 		if nxt.fp == act.fp {
@@ -81,9 +90,98 @@ func (ca *CA) SetRotation(active, next *CA, previousPEM []byte) error {
 		if prev.fp == act.fp {
 			return fmt.Errorf("setting the CA rotation: %w: the previous CA is the active one", ErrBadInput)
 		}
+		if cross, err = crossOf(previousPEM, act.cert, prev.cert); err != nil {
+			return fmt.Errorf("setting the CA rotation: %w", err)
+		}
 	}
-	ca.st.set.Store(newSet(act, nxt, prev))
+	s := newSet(act, nxt, prev)
+	s.cross = cross
+	ca.st.set.Store(s)
 	return nil
+}
+
+// CrossSign certifies the CA of certPEM (its subject, key and key identifier, unchanged) under
+// ca's active CA: the cross-signed certificate a rotation's activation makes with the CA it
+// retires, for the gateway to present after its own certificate until the rotation finishes.
+// An agent that trusts only the retired CA (away since before the rotation) then verifies the
+// gateway through it, reaches it, and is handed the new CA. The certificate is valid while both
+// CAs are, may sign leaf certificates only (path length 0), and is never trusted as a CA by the
+// servers: it is not in CertPEM, Pool or any bundle handed out.
+func (ca *CA) CrossSign(certPEM []byte) ([]byte, error) {
+	signer := ca.signer()
+	sub, _, err := ParseCACertPEM(certPEM)
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing a CA: %w", err)
+	}
+	if bytes.Equal(sub.Raw, signer.cert.Raw) {
+		return nil, fmt.Errorf("cross-signing a CA: %w: the CA is the signer itself", ErrBadInput)
+	}
+	notBefore, notAfter := sub.NotBefore, sub.NotAfter
+	if signer.cert.NotBefore.After(notBefore) {
+		notBefore = signer.cert.NotBefore
+	}
+	if signer.cert.NotAfter.Before(notAfter) {
+		notAfter = signer.cert.NotAfter
+	}
+	if !notBefore.Before(notAfter) {
+		return nil, fmt.Errorf("cross-signing CA %q: %w: it and the signer %q are never valid at once", sub.Subject.CommonName, ErrBadInput, signer.cert.Subject.CommonName)
+	}
+	serial, err := randomSerial()
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing CA %q: %w", sub.Subject.CommonName, err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		RawSubject:            sub.RawSubject,
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
+		KeyUsage:              sub.KeyUsage,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		MaxPathLen:            0,
+		MaxPathLenZero:        true, // it signs leaves only, as the CA it certifies
+		SubjectKeyId:          sub.SubjectKeyId,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer.cert, sub.PublicKey, signer.key)
+	if err != nil {
+		return nil, fmt.Errorf("cross-signing CA %q: %w", sub.Subject.CommonName, err)
+	}
+	return EncodeCertPEM(der), nil
+}
+
+// crossOf is the certificate following the previous CA's in previousPEM (nil: none): it must be
+// active cross-signed by previous (CrossSign); anything else is refused.
+func crossOf(previousPEM []byte, active, previous *x509.Certificate) (*x509.Certificate, error) {
+	var certs []*pem.Block
+	for rest := previousPEM; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		if b.Type == pemCertificate {
+			certs = append(certs, b)
+		}
+	}
+	switch len(certs) {
+	case 0, 1:
+		return nil, nil
+	case 2:
+	default:
+		return nil, fmt.Errorf("%w: the previous CA's PEM holds %d certificates, at most 2 (it and the active CA cross-signed by it)", ErrBadInput, len(certs))
+	}
+	c, err := x509.ParseCertificate(certs[1].Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("the cross-signed CA: %w: %w", ErrCertInvalid, err)
+	}
+	switch {
+	case !c.IsCA || c.KeyUsage&x509.KeyUsageCertSign == 0:
+		return nil, fmt.Errorf("the cross-signed CA %q: %w: not a CA certificate allowed to sign certificates", c.Subject.CommonName, ErrCertInvalid)
+	case !bytes.Equal(c.RawSubject, active.RawSubject) || !bytes.Equal(c.RawSubjectPublicKeyInfo, active.RawSubjectPublicKeyInfo):
+		return nil, fmt.Errorf("the cross-signed CA %q: %w: not the active CA", c.Subject.CommonName, ErrBadInput)
+	case !bytes.Equal(c.RawIssuer, previous.RawSubject) || c.CheckSignatureFrom(previous) != nil:
+		return nil, fmt.Errorf("the cross-signed CA %q: %w: not signed by the previous CA", c.Subject.CommonName, ErrUnknownCA)
+	}
+	return c, nil
 }
 
 // ParseCACertPEM parses one PEM CA certificate allowed to sign certificates.

@@ -39,10 +39,14 @@ func serverTLS(ca *CA) *tls.Config {
 // accepts only a server certificate carrying the bcd server identity. cert is the agent's
 // certificate; pass the zero tls.Certificate before joining (no client certificate is sent).
 // If caPEM holds no certificate every handshake fails: the configuration fails closed.
-// The caller sets ServerName when dialing.
+// The server's certificate chains to a CA of caPEM directly or, during a rotation's overlap
+// for an agent that holds only the previous CA, through the new CA cross-signed by it
+// (anchor). The caller sets ServerName when dialing.
 func ClientTLSConfig(caPEM []byte, cert tls.Certificate) *tls.Config {
 	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(caPEM)
+	for _, c := range BundleCerts(caPEM) {
+		pool.AddCert(anchor(c))
+	}
 	cfg := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		RootCAs:    pool,
@@ -64,6 +68,22 @@ func ClientTLSConfig(caPEM []byte, cert tls.Certificate) *tls.Config {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg
+}
+
+// anchor is CA certificate c as an agent trusts it: as a trust anchor, whose own path length
+// constraint does not bind the paths below it (RFC 5280 §6.1 takes a trust anchor's name and
+// key, not its constraints; Go's verifier applies them). The CAs CreateCA makes have path
+// length 0, which would refuse the one intermediate of a rotation's overlap, the new CA
+// cross-signed by the previous one (CrossSign); that certificate has path length 0 itself, so a
+// path is at most leaf, cross-signed CA, anchor. The CAs sign no other CA certificate, and a
+// leaf they signed is never taken as an intermediate (not a CA).
+func anchor(c *x509.Certificate) *x509.Certificate {
+	if !c.BasicConstraintsValid || c.MaxPathLen != 0 {
+		return c
+	}
+	a := *c
+	a.MaxPathLen, a.MaxPathLenZero = 1, false
+	return &a
 }
 
 // TLSCertificate pairs an issued certificate with the agent's in-RAM key for ClientTLSConfig.

@@ -30,7 +30,9 @@ func openCA(what, certPEM string, sealed []byte, sealer *secrets.Sealer) (*pki.C
 }
 
 // applyRotation makes ca sign and trust as the stored row says: its active CA signs; the next
-// (staged) or previous (retired) one is trusted too.
+// (staged) or previous (retired) one is trusted too. The previous CA's PEM carries, after it,
+// the active CA cross-signed by it at the activation: the gateway presents that after its own
+// certificate until the rotation finishes (pki.ServerCert).
 func applyRotation(ca *pki.CA, row store.InstallationCA, sealer *secrets.Sealer) error {
 	active, err := openCA("active", row.CertPEM, row.SealedKey, sealer)
 	if err != nil {
@@ -82,7 +84,8 @@ func (k *caKeeper) refresh(ctx context.Context) error {
 	k.version.Store(row.Version)
 	after := k.ca.Rotation()
 	if before.Stage() != after.Stage() || !before.Active.Equal(after.Active) {
-		k.log.Info("agent CA changed", "stage", after.Stage(), "active", k.ca.Fingerprint(), "trusted", k.ca.Trusted(), "version", row.Version)
+		k.log.Info("agent CA changed", "stage", after.Stage(), "active", k.ca.Fingerprint(), "trusted", k.ca.Trusted(),
+			"cross_signed", after.Cross != nil, "version", row.Version)
 	}
 	return nil
 }

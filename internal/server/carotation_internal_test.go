@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"path/filepath"
@@ -97,6 +98,25 @@ func TestRotationReachesEveryServer(t *testing.T) {
 					t.Fatalf("overlap: server %d signs with %s, want %s", i, k.ca.Fingerprint(), next)
 				}
 			}
+			// Every server, and one started during the overlap, chains its gateway certificate
+			// to the new CA cross-signed by the previous one: the one made at the activation.
+			mid, err := installationCA(ctx, st, sealer, filepath.Join(t.TempDir(), "ca"), quiet)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cross *x509.Certificate
+			for i, ca := range []*pki.CA{servers[0].ca, servers[1].ca, mid} {
+				r := ca.Rotation()
+				c := r.Cross
+				if c == nil || r.Previous == nil || c.CheckSignatureFrom(r.Previous) != nil || !bytes.Equal(c.RawSubjectPublicKeyInfo, r.Active.RawSubjectPublicKeyInfo) {
+					t.Fatalf("overlap: server %d has no cross-signed CA of the new one by the previous one", i)
+				}
+				if cross == nil {
+					cross = c
+				} else if !c.Equal(cross) {
+					t.Fatalf("overlap: server %d has another cross-signed CA", i)
+				}
+			}
 			other := servers[1].ca
 			if err := pki.VerifyStatement(other, nodeCert, stmt, sig, 2, time.Now()); err != nil {
 				t.Fatalf("overlap: a result attested with the previous CA's certificate: %v", err)
@@ -146,6 +166,15 @@ func TestRotationReachesEveryServer(t *testing.T) {
 				if got := k.ca.Trusted(); !slices.Equal(got, []string{next}) {
 					t.Fatalf("finished: server %d trusts %v", i, got)
 				}
+				if k.ca.Rotation().Cross != nil {
+					t.Fatalf("finished: server %d still has the cross-signed CA", i)
+				}
+			}
+			if row, _, err = st.InstallationCA(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if row.PreviousCertPEM != "" || len(pki.BundleCerts([]byte(row.RetiredPEM))) != 1 {
+				t.Fatalf("finished: previous %q, %d retired certificates; want none and the previous CA alone", row.PreviousCertPEM, len(pki.BundleCerts([]byte(row.RetiredPEM))))
 			}
 			// A server started afterwards loads the rotated CA.
 			late, err := installationCA(ctx, st, sealer, filepath.Join(t.TempDir(), "ca"), quiet)

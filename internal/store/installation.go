@@ -22,7 +22,8 @@ type InstallationCA struct {
 	// NextCertPEM and NextSealedKey: the staged CA ("" / nil: none).
 	NextCertPEM   string
 	NextSealedKey []byte
-	// PreviousCertPEM: the retired signer, still trusted ("" none).
+	// PreviousCertPEM: the retired signer, still trusted ("" none), followed (activations from
+	// the cross-signing on) by the active CA cross-signed by it (pki.CA.CrossSign).
 	PreviousCertPEM string
 	// RetiredPEM: the CAs finished rotations retired (certificates only, oldest first), kept
 	// for audits of what they certified (attested results), trusted for nothing live.
