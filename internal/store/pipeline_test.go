@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -67,6 +68,19 @@ func TestHeldWrites(t *testing.T) {
 			n, err := tx.QueryIntForTests(ctx, `SELECT COUNT(*) FROM held_t`)
 			if err != nil || n != 2 {
 				t.Errorf("a read after two held writes: %d, %v", n, err)
+			}
+			if err := insert(tx, 3); err != nil {
+				return err
+			}
+			// A read finding nothing says so as database/sql does, held writes before it or not.
+			if _, err := tx.QueryIntForTests(ctx, `SELECT id FROM held_t WHERE id = 99`); !errors.Is(err, sql.ErrNoRows) {
+				t.Errorf("a read of no row after a held write: %v, want sql.ErrNoRows", err)
+			}
+			if n, err := tx.QueryIntForTests(ctx, `SELECT id FROM held_t WHERE id = 3`); err != nil || n != 3 {
+				t.Errorf("a read of the row just written: %d, %v", n, err)
+			}
+			if _, err := tx.ExecForTests(ctx, `DELETE FROM held_t WHERE id = 3`); err != nil {
+				return err
 			}
 			if err := insert(tx, 3); err != nil {
 				return err

@@ -727,13 +727,29 @@ func (t *Tx) flush(ctx context.Context) (sql.Result, error) {
 	if len(t.later) == 0 {
 		return driverResult(0), nil
 	}
+	rows, err := t.send(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return driverResult(rows), nil
+}
+
+// batchRead is a read sent in the pipeline after the held statements: take reads its results.
+type batchRead struct {
+	q    string
+	args []any
+	take func(pgx.BatchResults) error
+}
+
+// send sends the held statements in one pipeline and returns the last one's rows affected;
+// read, if not nil, is sent after them in the same pipeline.
+func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) {
 	held := t.later
 	t.later = nil
-	if held[len(held)-1].what == "" {
+	if len(held) > 0 && held[len(held)-1].what == "" {
 		t.queued++ // exec's statement, added by exec
 	}
-	var rows int64
-	err := t.conn.Raw(func(dc any) error {
+	err = t.conn.Raw(func(dc any) error {
 		c, ok := dc.(interface{ Conn() *pgx.Conn })
 		if !ok {
 			return fmt.Errorf("the postgres store's connection is a %T, not pgx's", dc)
@@ -741,6 +757,9 @@ func (t *Tx) flush(ctx context.Context) (sql.Result, error) {
 		b := &pgx.Batch{}
 		for _, st := range held {
 			b.Queue(st.q, st.args...)
+		}
+		if read != nil {
+			b.Queue(read.q, read.args...)
 		}
 		br := c.Conn().SendBatch(ctx, b)
 		for i, st := range held {
@@ -768,24 +787,52 @@ func (t *Tx) flush(ctx context.Context) (sql.Result, error) {
 			rows = tag.RowsAffected()
 		}
 		t.sent += len(held)
+		if read != nil {
+			if err := read.take(br); err != nil {
+				br.Close()
+				return err
+			}
+		}
 		return br.Close()
 	})
-	if err != nil {
-		return nil, err
-	}
-	return driverResult(rows), nil
+	return rows, err
 }
 
-// flushForRead sends the held writes a read must see: all of them, unless only savepoints are
-// held (those wait for the next write; see savepointLater).
+// flushForRead sends the held writes a read must see (heldForRead).
 func (t *Tx) flushForRead(ctx context.Context) error {
-	for _, st := range t.later {
-		if !st.savepoint {
-			_, err := t.flush(ctx)
-			return err
-		}
+	if t.heldForRead() {
+		_, err := t.flush(ctx)
+		return err
 	}
 	return nil
+}
+
+// heldForRead says whether a read must send what is held first: anything but savepoints (a
+// savepoint waits for the next write; see savepointLater).
+func (t *Tx) heldForRead() bool {
+	for _, st := range t.later {
+		if !st.savepoint {
+			return true
+		}
+	}
+	return false
+}
+
+// pipelinedRow is a one-row read that goes out, when its caller scans it, in one pipeline
+// after the held statements it must see (the transaction's BEGIN among them): every caller
+// scans a row it reads at once.
+type pipelinedRow struct {
+	t    *Tx
+	ctx  context.Context
+	q    string
+	args []any
+}
+
+func (r pipelinedRow) Scan(dest ...any) error {
+	_, err := r.t.send(r.ctx, &batchRead{q: r.q, args: r.args, take: func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(dest...)
+	}})
+	return err
 }
 
 // driverResult is a pipelined statement's result: its rows affected.
@@ -796,13 +843,8 @@ func (r driverResult) LastInsertId() (int64, error) {
 }
 func (r driverResult) RowsAffected() (int64, error) { return int64(r), nil }
 
-// rowScanner is a row read by queryRow: *sql.Row, or the error of the held writes sent before
-// it.
+// rowScanner is a row read by queryRow: *sql.Row, or a pipelinedRow (PostgreSQL).
 type rowScanner interface{ Scan(...any) error }
-
-type errRow struct{ err error }
-
-func (r errRow) Scan(...any) error { return r.err }
 
 func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	ctx = t.stmtCtx(ctx)
@@ -818,10 +860,10 @@ func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error
 
 func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	ctx = t.stmtCtx(ctx)
-	if err := t.flushForRead(ctx); err != nil {
-		return errRow{err}
-	}
 	q = t.s.bind(q)
+	if t.conn != nil && t.heldForRead() {
+		return pipelinedRow{t: t, ctx: ctx, q: q, args: args}
+	}
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
