@@ -129,9 +129,12 @@ func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate) (*http.Tr
 		TLSHandshakeTimeout: 10 * time.Second,
 		// A replaced wire's connections (rewire) close once idle this long.
 		IdleConnTimeout: 2 * time.Minute,
+		// A connection is dead after three silent heartbeat intervals, as a stream is (send):
+		// a ping after one, unanswered for two more. A shorter bound cut joins and streams of a
+		// gateway that was merely slow (a loaded host) with "http2: client connection lost".
 		HTTP2: &http.HTTP2Config{
 			SendPingTimeout: cfg.HeartbeatInterval,
-			PingTimeout:     cfg.HeartbeatInterval,
+			PingTimeout:     2 * cfg.HeartbeatInterval,
 		},
 	}, nil
 }

@@ -78,6 +78,9 @@ type Link struct {
 type run struct {
 	cancel   context.CancelFunc
 	progress Progress
+	// ended: the handler returned. The command stays in running until its final update is
+	// journaled (see start), but a new stream no longer reports it running (resume).
+	ended bool
 }
 
 // Dial joins if DataDir holds no certificate (or DataDir is empty), then keeps a Connect
@@ -429,7 +432,9 @@ func (l *Link) resume() {
 	}
 	l.mu.Lock()
 	for id, r := range l.running {
-		l.out.update(Update{CommandID: id, State: StateRunning, Progress: r.progress})
+		if !r.ended {
+			l.out.update(Update{CommandID: id, State: StateRunning, Progress: r.progress})
+		}
 	}
 	l.mu.Unlock()
 	l.out.resendStatus()
@@ -611,10 +616,18 @@ func (l *Link) start(c Command) {
 	l.mu.Unlock()
 	l.cmds.Go(func() {
 		defer cancel()
+		// The command leaves running only once its final update is journaled (and queued):
+		// Drain returns when nothing runs and every final update is confirmed, and must never
+		// see a command in neither, before its result is even recorded.
+		defer func() {
+			l.mu.Lock()
+			delete(l.running, c.ID)
+			l.pokeLocked()
+			l.mu.Unlock()
+		}()
 		u, ended := l.execute(ctx, c, r)
 		l.mu.Lock()
-		delete(l.running, c.ID)
-		l.pokeLocked()
+		r.ended = true
 		l.mu.Unlock()
 		if l.crashed.Load() || !ended {
 			return // a dead process records and reports nothing; a stopping one runs it at its next start

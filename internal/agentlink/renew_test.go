@@ -93,9 +93,10 @@ func TestCertificateRenewal(t *testing.T) {
 	l = dial(t, ctx, siteConfig(t, env, dir), h)
 	env.Queue.Enqueue(siteRef, commands("after-restart", 3)...)
 	waitFinal(t, env.Queue, 6)
-	if n := env.Identities.Renewals(); n < 2 {
-		t.Fatalf("%d renewals in %s of %s certificates, want the renewed one renewed too", n, time.Since(first.NotBefore.Add(pki.ClockSkew)), ttl)
-	}
+	// The renewed certificate falls due (two thirds of its life, in whole seconds) a second after
+	// the first one's end: the very moment the test woke to cut the connections. Its renewal, by
+	// the first link or at once by this one, races the commands: waited for, not assumed done.
+	poll(t, 10*time.Second, "a renewal of the renewed certificate", func() bool { return env.Identities.Renewals() >= 2 })
 	stop(t, cancel, l)
 }
 

@@ -17,6 +17,12 @@ import (
 	"bcd/internal/gateway/gatewaytest"
 )
 
+// watermarkHeartbeat is the heartbeat interval of the watermark tests: the gateway's watermark
+// rides on its heartbeat answers, so a short one keeps the tests quick; but a connection (the
+// join's too) is dead after three silent intervals, and with 20 ms a loaded 2-core machine
+// under -race cut joins ("http2: client connection lost") and streams in about one test in ten.
+const watermarkHeartbeat = 250 * time.Millisecond
+
 // An agent keeps the newest store watermark the gateway's heartbeat answers carry, in its data
 // dir too, and names it in the Hello of every stream, also after a restart: it is the witness of
 // how far the store had come, should the store be restored from an older backup.
@@ -41,12 +47,12 @@ func TestAgentKeepsStoreWatermark(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := siteConfig(t, env, dir)
-	cfg.HeartbeatInterval = 20 * time.Millisecond
+	cfg.HeartbeatInterval = watermarkHeartbeat
 	hellos := func() []gateway.Hello { return env.Queue.Counts().Hellos }
 
 	ctx, cancel := context.WithCancel(context.Background())
 	l := dial(t, ctx, cfg, newCounter())
-	poll(t, 5*time.Second, "the first stream", func() bool { return len(hellos()) == 1 })
+	poll(t, 5*time.Second, "the first stream", func() bool { return len(hellos()) >= 1 })
 	if got := hellos()[0].StoreWatermark; got != (gateway.Watermark{}) {
 		t.Fatalf("a new agent named watermark %+v", got)
 	}
@@ -117,7 +123,7 @@ func TestAgentNamesItsLastCommand(t *testing.T) {
 		}})
 	dir := t.TempDir()
 	cfg := siteConfig(t, env, dir)
-	cfg.HeartbeatInterval = 20 * time.Millisecond
+	cfg.HeartbeatInterval = watermarkHeartbeat
 	hellos := func() []gateway.Hello { return env.Queue.Counts().Hellos }
 	lastHello := func() gateway.Hello { h := hellos(); return h[len(h)-1] }
 
@@ -126,7 +132,7 @@ func TestAgentNamesItsLastCommand(t *testing.T) {
 	env.Queue.Enqueue(siteRef, commands("first", 1)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := dial(t, ctx, cfg, newCounter())
-	poll(t, 5*time.Second, "the first stream", func() bool { return len(hellos()) == 1 })
+	poll(t, 5*time.Second, "the first stream", func() bool { return len(hellos()) >= 1 })
 	if got := hellos()[0].ResumeAfter; got != "" {
 		t.Fatalf("a new agent named command %q", got)
 	}
