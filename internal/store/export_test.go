@@ -39,3 +39,6 @@ func (t *Tx) QueryIntForTests(ctx context.Context, q string, args ...any) (int64
 
 // HeldForTests says how many statements the transaction holds unsent (PostgreSQL).
 func (t *Tx) HeldForTests() int { return len(t.later) }
+
+// OpenWriteConnsForTests is the number of connections the writer's pool holds open.
+func (s *Store) OpenWriteConnsForTests() int { return s.write.Stats().OpenConnections }

@@ -597,6 +597,10 @@ type Tx struct {
 	conn         *sql.Conn
 	later        []laterStmt
 	sent, queued int
+	// broken is the error of a savepoint that left the transaction unusable (PostgreSQL): the
+	// write fails with it even if the savepoint's caller goes on. depth: savepoints open.
+	broken error
+	depth  int
 }
 
 // querier is what runs a transaction's statements: *sql.Tx or *sql.Conn.
@@ -744,7 +748,7 @@ type batchRead struct {
 // send sends the held statements in one pipeline and returns the last one's rows affected;
 // read, if not nil, is sent after them in the same pipeline.
 func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) {
-	held := t.later
+	held, sent := t.later, t.sent
 	t.later = nil
 	if len(held) > 0 && held[len(held)-1].what == "" {
 		t.queued++ // exec's statement, added by exec
@@ -782,6 +786,7 @@ func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) 
 			}
 			if st.q == "COMMIT" && tag.String() == "ROLLBACK" {
 				// The database answers COMMIT so in a transaction an earlier statement aborted.
+				br.Close()
 				return errors.New("committing transaction: the database rolled it back (a statement of it failed)")
 			}
 			rows = tag.RowsAffected()
@@ -795,16 +800,23 @@ func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) 
 		}
 		return br.Close()
 	})
+	if t.sent < sent+len(held) && t.depth == 0 && t.broken == nil {
+		// Held writes did not all run (failed, or never sent): the write fails even if its
+		// caller goes on (in a savepoint, savepointLater decides).
+		t.broken = err
+	}
 	return rows, err
 }
 
-// flushForRead sends the held writes a read must see (heldForRead).
-func (t *Tx) flushForRead(ctx context.Context) error {
+// sendHeldFirst says whether a statement returning rows must go after what is held: anything
+// but savepoints must be seen (heldForRead), and the savepoints too precede a statement that
+// may write (UPDATE … RETURNING), so that a rollback to them undoes it.
+func (t *Tx) sendHeldFirst(q string) bool {
 	if t.heldForRead() {
-		_, err := t.flush(ctx)
-		return err
+		return true
 	}
-	return nil
+	q = strings.TrimLeft(q, " \t\r\n")
+	return len(t.later) > 0 && !(len(q) >= 6 && strings.EqualFold(q[:6], "SELECT"))
 }
 
 // heldForRead says whether a read must send what is held first: anything but savepoints (a
@@ -848,8 +860,10 @@ type rowScanner interface{ Scan(...any) error }
 
 func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	ctx = t.stmtCtx(ctx)
-	if err := t.flushForRead(ctx); err != nil {
-		return nil, err
+	if t.sendHeldFirst(q) {
+		if _, err := t.flush(ctx); err != nil {
+			return nil, err
+		}
 	}
 	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
@@ -861,7 +875,7 @@ func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error
 func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
-	if t.conn != nil && t.heldForRead() {
+	if t.conn != nil && t.sendHeldFirst(q) {
 		return pipelinedRow{t: t, ctx: ctx, q: q, args: args}
 	}
 	if st := t.stmt(ctx, q); st != nil {
@@ -903,9 +917,20 @@ func (t *Tx) savepoint(ctx context.Context, name string, f func() error) (ferr, 
 // savepointLater is savepoint on PostgreSQL, where the SAVEPOINT statement is held with the
 // writes (execLater) and goes out with the next statement, and f's held writes go out before
 // f is taken as done (their errors are f's). A savepoint that succeeded is left to the
-// transaction's end (a RELEASE would be one more round trip).
+// transaction's end (a RELEASE would be one more round trip): its name holds its depth, so
+// that an outer savepoint's rollback does not stop at an inner one left unreleased. An
+// outermost savepoint that leaves the transaction unusable breaks it (Tx.broken).
 func (t *Tx) savepointLater(ctx context.Context, name string, f func() error) (ferr, err error) {
+	defer func() {
+		// (An inner savepoint's error is its outer one's f's, which that one may undo.)
+		if err != nil && t.broken == nil && t.depth == 0 {
+			t.broken = err
+		}
+	}()
 	mark, held := t.queued, len(t.later)
+	name = fmt.Sprintf("%s_%d", name, t.depth)
+	t.depth++
+	defer func() { t.depth-- }()
 	t.later = append(t.later, laterStmt{q: "SAVEPOINT " + name, what: "opening savepoint", savepoint: true})
 	t.queued++
 	if ferr = f(); ferr == nil {
@@ -1016,6 +1041,9 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 	}()
 	if err := f(t); err != nil {
 		return err
+	}
+	if t.broken != nil {
+		return t.broken // a savepoint left the transaction unusable; its caller went on
 	}
 	if t.sent == 0 && len(t.later) == 1 {
 		return nil // f sent and held nothing: no transaction was begun
