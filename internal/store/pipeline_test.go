@@ -21,35 +21,11 @@ func TestHeldWrites(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		pg := st.Engine() == store.Postgres
-		if err := st.Write(ctx, func(tx *store.Tx) error {
-			_, err := tx.ExecForTests(ctx, `CREATE TABLE held_t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)`)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		insert := func(tx *store.Tx, id int) error {
-			return tx.ExecLaterForTests(ctx, fmt.Sprintf("inserting row %d", id), `INSERT INTO held_t (id, v) VALUES (?, ?)`, id, "v")
-		}
-		have := func(ids ...int) {
+		insert, ids := heldTable(t, st, "held_t")
+		have := func(want ...int) {
 			t.Helper()
-			var got []int
-			if err := st.Write(ctx, func(tx *store.Tx) error {
-				got = nil
-				for id := range 20 {
-					n, err := tx.QueryIntForTests(ctx, `SELECT COUNT(*) FROM held_t WHERE id = ?`, id)
-					if err != nil {
-						return err
-					}
-					if n == 1 {
-						got = append(got, id)
-					}
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(ids) {
-				t.Fatalf("rows %v, want %v", got, ids)
+			if got := ids(); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("rows %v, want %v", got, want)
 			}
 		}
 		errNo := errors.New("no")
