@@ -161,20 +161,21 @@ func ParseDSN(dsn string) (Engine, string, error) {
 // agent run it. A database (or role, or DSN) whose synchronous_commit is off gets the pool's
 // sessions set to on, and a warning; any other setting (on, local, remote_write, remote_apply)
 // is kept.
-func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
+func openPostgres(ctx context.Context, dsn string, conns int) (*sql.DB, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		// The driver would quote the DSN back, redacting only what it still recognises as the
 		// password: neither its message nor url.Parse's (which repeats the DSN) is shown.
 		return nil, errors.New("the postgres store's DSN is not a URL: percent-encode % @ / ? # in its user and password (% as %25, @ as %40, …)")
 	}
+	q := u.Query()
 	open := func(dsn string) (*sql.DB, string, error) {
 		db, err := sql.Open("pgx", dsn)
 		if err != nil {
 			return nil, "", fmt.Errorf("opening postgres store %s: %w", redactDSN(dsn), driverError(dsn, err))
 		}
-		db.SetMaxOpenConns(32)
-		db.SetMaxIdleConns(32)
+		db.SetMaxOpenConns(conns)
+		db.SetMaxIdleConns(conns)
 		var sync string
 		if err := db.QueryRowContext(ctx, "SHOW synchronous_commit").Scan(&sync); err != nil {
 			db.Close()
@@ -187,7 +188,6 @@ func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
 		return db, err
 	}
 	db.Close()
-	q := u.Query()
 	q.Set("synchronous_commit", "on") // pgx sends unknown parameters as the session's settings
 	u.RawQuery = q.Encode()
 	if db, sync, err = open(u.String()); err != nil {
@@ -200,6 +200,38 @@ func openPostgres(ctx context.Context, dsn string) (*sql.DB, error) {
 	slog.Default().Warn("the database's synchronous_commit is off: bcd's sessions set it on (an acknowledged command must survive a crash of the database)",
 		"store", redactDSN(dsn))
 	return db, nil
+}
+
+// poolParam is the DSN parameter that bounds the connections a server opens to PostgreSQL (its
+// pool: each write transaction holds one, reads take one for their statement). Listening for
+// other servers' notices takes one more of its own.
+const (
+	poolParam      = "pool_max_conns"
+	defaultPool    = 32
+	minPool        = 2
+	maxPool        = 1024
+	poolParamUsage = "want a whole number of connections from 2 to 1024 (default 32)"
+)
+
+// poolOf takes pool_max_conns out of a PostgreSQL DSN (pgx would send it to the server as a
+// setting): the DSN without it, and the pool's size.
+func poolOf(dsn string) (string, int, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return dsn, defaultPool, nil // openPostgres refuses it, without repeating it
+	}
+	q := u.Query()
+	if !q.Has(poolParam) {
+		return dsn, defaultPool, nil
+	}
+	v := q.Get(poolParam)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < minPool || n > maxPool || len(q[poolParam]) > 1 {
+		return "", 0, fmt.Errorf("postgres store %s: %s=%q: %s", redactDSN(dsn), poolParam, v, poolParamUsage)
+	}
+	q.Del(poolParam)
+	u.RawQuery = q.Encode()
+	return u.String(), n, nil
 }
 
 // driverError is err from the database driver, unless its message repeats a password of dsn
@@ -347,8 +379,12 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		go s.commitLoop()
 		go s.checkpointLoop()
 	case Postgres:
+		target, conns, err := poolOf(target)
+		if err != nil {
+			return nil, err
+		}
 		s.dsn = target
-		db, err := openPostgres(ctx, target)
+		db, err := openPostgres(ctx, target, conns)
 		if err != nil {
 			return nil, err
 		}
