@@ -415,10 +415,12 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 // the writer only where they are still the agent's to take. An agent that finds none never
 // enters the writer.
 func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
-	return s.claimCandidates(ctx, s.queryRows, s.nowMicros(), agentID, kind, siteID, nodeID, generation, limit, offered, sent, holderKinds)
+	return s.claimCandidates(ctx, func(ctx context.Context, q string, args ...any) (rowsIter, error) {
+		return s.queryRows(ctx, q, args...)
+	}, s.nowMicros(), agentID, kind, siteID, nodeID, generation, limit, offered, sent, holderKinds)
 }
 
-func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Context, q string, args ...any) (*sql.Rows, error), at int64,
+func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Context, q string, args ...any) (rowsIter, error), at int64,
 	agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds []string) ([]Command, error) {
 	q, args, err := claimQuery(agentID, kind, siteID, nodeID, generation, at, holderKinds)
 	if err != nil {

@@ -1,6 +1,9 @@
 package store
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // JoinTokenExpiryForTests reads a join token's expiry by its hash.
 func (t *Tx) JoinTokenExpiryForTests(ctx context.Context, hash []byte) (int64, error) {
@@ -35,6 +38,21 @@ func (t *Tx) QueryIntForTests(ctx context.Context, q string, args ...any) (int64
 	var n int64
 	err := t.queryRow(ctx, q, args...).Scan(&n)
 	return n, err
+}
+
+// TripsForTests counts the transaction's round trips to the database so far (PostgreSQL).
+func (t *Tx) TripsForTests() int { return t.trips }
+
+// QueryPairsForTests reads rows of an integer and a string through the transaction's read of
+// several rows (Tx.query).
+func (t *Tx) QueryPairsForTests(ctx context.Context, q string, args ...any) ([]string, error) {
+	rows, err := t.query(ctx, q, args...)
+	return collect(rows, err, "pairs", func(r interface{ Scan(...any) error }) (string, error) {
+		var id int64
+		var v string
+		err := r.Scan(&id, &v)
+		return fmt.Sprintf("%d=%s", id, v), err
+	})
 }
 
 // HeldForTests says how many statements the transaction holds unsent (PostgreSQL).

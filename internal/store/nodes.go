@@ -85,7 +85,7 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
 	return t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return t.queryRow(ctx, q+t.forUpdate(), args...)
-	}, func(q string, args ...any) (*sql.Rows, error) { return t.query(ctx, q, args...) })
+	}, func(q string, args ...any) (rowsIter, error) { return t.query(ctx, q, args...) })
 }
 
 // LockNodeWakeSeq locks and reads node id (an id, not a name) with its wake sequence (as
@@ -115,13 +115,13 @@ func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extr
 func (s *Store) Node(ctx context.Context, ref, tenantID string) (Node, error) {
 	return s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return s.queryRow(ctx, q, args...)
-	}, func(q string, args ...any) (*sql.Rows, error) { return s.queryRows(ctx, q, args...) })
+	}, func(q string, args ...any) (rowsIter, error) { return s.queryRows(ctx, q, args...) })
 }
 
 // ErrAmbiguous is a node name that exists in several tenants of an all-tenant caller.
 var ErrAmbiguous = errors.New("ambiguous")
 
-func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(string, ...any) rowScanner, rows func(string, ...any) (*sql.Rows, error)) (Node, error) {
+func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(string, ...any) rowScanner, rows func(string, ...any) (rowsIter, error)) (Node, error) {
 	n, err := scanNode(row(`SELECT `+nodeCols+` FROM nodes WHERE id = ? AND (? = '' OR tenant_id = ?)`, ref, tenantID, tenantID))
 	if err == nil {
 		return n, nil

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -633,6 +635,8 @@ type Tx struct {
 	conn         *sql.Conn
 	later        []laterStmt
 	sent, queued int
+	// trips counts the round trips to the database (PostgreSQL), for tests.
+	trips int
 	// broken is the error of a savepoint that left the transaction unusable (PostgreSQL): the
 	// write fails with it even if the savepoint's caller goes on. depth: savepoints open.
 	broken error
@@ -737,6 +741,7 @@ func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error
 		return st.ExecContext(ctx, args...)
 	}
 	t.queued++
+	t.trips++
 	res, err := t.q.ExecContext(ctx, q, args...)
 	if err == nil {
 		t.sent = t.queued
@@ -786,6 +791,7 @@ type batchRead struct {
 func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) {
 	held, sent := t.later, t.sent
 	t.later = nil
+	t.trips++
 	if len(held) > 0 && held[len(held)-1].what == "" {
 		t.queued++ // exec's statement, added by exec
 	}
@@ -894,19 +900,92 @@ func (r driverResult) RowsAffected() (int64, error) { return int64(r), nil }
 // rowScanner is a row read by queryRow: *sql.Row, or a pipelinedRow (PostgreSQL).
 type rowScanner interface{ Scan(...any) error }
 
-func (t *Tx) query(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+// rowsIter is a read of several rows: *sql.Rows, or pipelinedRows (PostgreSQL).
+type rowsIter interface {
+	Next() bool
+	Scan(dest ...any) error
+	Close() error
+	Err() error
+}
+
+func (t *Tx) query(ctx context.Context, q string, args ...any) (rowsIter, error) {
 	ctx = t.stmtCtx(ctx)
-	if t.sendHeldFirst(q) {
-		if _, err := t.flush(ctx); err != nil {
+	q = t.s.bind(q)
+	if t.conn != nil && t.sendHeldFirst(q) {
+		// After what it must see, in the same pipeline (the transaction's BEGIN among them).
+		r := &pipelinedRows{}
+		if _, err := t.send(ctx, &batchRead{q: q, args: args, take: r.take}); err != nil {
 			return nil, err
 		}
+		return r, nil
 	}
-	q = t.s.bind(q)
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryContext(ctx, args...)
 	}
+	t.trips++
 	return t.q.QueryContext(ctx, q, args...)
 }
+
+// pipelinedRows are the rows of a read sent in a pipeline after held statements: read whole, as
+// the database sent them, before the pipeline ends, and decoded as the caller scans them (as a
+// pipelined one-row read is, by pgx's types). Reads in a write transaction are small.
+type pipelinedRows struct {
+	types  *pgtype.Map
+	fields []pgconn.FieldDescription
+	rows   [][][]byte
+	next   int // the row Scan reads is rows[next-1]
+}
+
+func (r *pipelinedRows) take(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	r.types = rows.Conn().TypeMap()
+	r.fields = slices.Clone(rows.FieldDescriptions())
+	for rows.Next() {
+		raw := rows.RawValues()
+		row := make([][]byte, len(raw))
+		for i, v := range raw {
+			if v != nil {
+				row[i] = slices.Clone(v)
+			}
+		}
+		r.rows = append(r.rows, row)
+	}
+	rows.Close()
+	return rows.Err()
+}
+
+func (r *pipelinedRows) Next() bool {
+	if r.next >= len(r.rows) {
+		r.next = len(r.rows) + 1
+		return false
+	}
+	r.next++
+	return true
+}
+
+func (r *pipelinedRows) Scan(dest ...any) error {
+	if r.next < 1 || r.next > len(r.rows) {
+		return errors.New("scanning rows: no row (Next was not called, or returned false)")
+	}
+	row := r.rows[r.next-1]
+	if len(dest) != len(row) {
+		return fmt.Errorf("scanning rows: %d columns into %d values", len(row), len(dest))
+	}
+	for i, d := range dest {
+		f := r.fields[i]
+		if err := r.types.Scan(f.DataTypeOID, f.Format, row[i], d); err != nil {
+			return fmt.Errorf("scanning column %d (%s): %w", i, f.Name, err)
+		}
+	}
+	return nil
+}
+
+func (r *pipelinedRows) Close() error { r.rows, r.next = nil, 1; return nil }
+func (r *pipelinedRows) Err() error   { return nil }
 
 func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	ctx = t.stmtCtx(ctx)
@@ -917,6 +996,7 @@ func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	if st := t.stmt(ctx, q); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
+	t.trips++
 	return t.q.QueryRowContext(ctx, q, args...)
 }
 
@@ -1302,7 +1382,7 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 }
 
 // collect reads every row of a query with scan; what names the rows in errors.
-func collect[T any](rows *sql.Rows, err error, what string, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+func collect[T any](rows rowsIter, err error, what string, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing %s: %w", what, err)
 	}
