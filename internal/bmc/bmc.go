@@ -110,6 +110,9 @@ type Endpoint struct {
 // String never shows the password.
 func (e Endpoint) String() string { return fmt.Sprintf("%s@%s", e.Username, e.Address) }
 
+// GoString keeps %#v (of the endpoint, or of anything holding it) from printing the password.
+func (e Endpoint) GoString() string { return "bmc.Endpoint(" + e.String() + ")" }
+
 // LogValue never shows the password either (slog's JSON handler would otherwise print every
 // field).
 func (e Endpoint) LogValue() slog.Value {

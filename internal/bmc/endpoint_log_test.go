@@ -2,6 +2,7 @@ package bmc
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -18,6 +19,22 @@ func TestEndpointLogNeverShowsThePassword(t *testing.T) {
 		slog.New(h(&b)).Info("bmc", "endpoint", e, "as_any", any(e))
 		if out := b.String(); strings.Contains(out, "hunter2") || !strings.Contains(out, "10.0.0.5") {
 			t.Errorf("logged %s", out)
+		}
+	}
+}
+
+// Printed with any verb, alone or inside another value, an endpoint never shows its password.
+func TestEndpointFormatNeverShowsThePassword(t *testing.T) {
+	e := Endpoint{Address: "10.0.0.5", Username: "root", Password: "hunter2-secret"}
+	holder := struct {
+		Node string
+		BMC  Endpoint
+	}{"n1", e}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		for _, v := range []any{e, &e, holder, &holder} {
+			if out := fmt.Sprintf(verb, v); strings.Contains(out, "hunter2") || !strings.Contains(out, "10.0.0.5") {
+				t.Errorf("%s of %T: %s", verb, v, out)
+			}
 		}
 	}
 }

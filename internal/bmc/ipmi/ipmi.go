@@ -194,6 +194,9 @@ type session struct {
 	d     *Driver
 	c     *client.Client
 	suite types.CipherSuiteID
+	// once: go-ipmi does not retransmit the requests of this session (see withSessionOnce); its
+	// reads are sent again by the driver instead.
+	once bool
 }
 
 // withSession runs fn inside a session opened with the driver's current password.
@@ -202,12 +205,26 @@ func (d *Driver) withSession(ctx context.Context, op string, fn func(context.Con
 }
 
 func (d *Driver) withSessionAs(ctx context.Context, op, password string, fn func(context.Context, *session) error) error {
+	return d.openSession(ctx, op, password, false, fn)
+}
+
+// withSessionOnce is withSession for a session that carries a command which must never reach the
+// BMC twice (a power cycle, a hard reset). go-ipmi retransmits a request it got no answer to
+// within Timeout; a BMC that runs the command before it answers, slower than that (LAB-NOTES
+// gotcha 4), or whose answer was lost, runs it again: the machine is cycled twice. In this session
+// nothing is retransmitted: the session is opened again and the reads are sent again by the
+// driver (both harmless), and a command that got no answer fails saying its outcome is unknown.
+func (d *Driver) withSessionOnce(ctx context.Context, op string, fn func(context.Context, *session) error) error {
+	return d.openSession(ctx, op, d.currentPassword(), true, fn)
+}
+
+func (d *Driver) openSession(ctx context.Context, op, password string, once bool, fn func(context.Context, *session) error) error {
 	release, err := d.pacer.Acquire(ctx, d.addr)
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", op, d.addr, err)
 	}
 	defer release()
-	s, err := d.connect(ctx, password)
+	s, err := d.connect(ctx, password, once)
 	if err != nil {
 		return fmt.Errorf("%s on %s: %w", op, d.addr, err)
 	}
@@ -220,7 +237,10 @@ func (d *Driver) withSessionAs(ctx context.Context, op, password string, fn func
 
 // connect opens a session, trying the cipher suites in order (the last one that worked first).
 // A refused login stops at once: retrying it with another suite only risks locking the account.
-func (d *Driver) connect(ctx context.Context, password string) (*session, error) {
+// once: go-ipmi retransmits nothing in the session and each request waits Timeout × (Retries+1)
+// for its answer; a login that fails otherwise than refused is made again (up to Retries times)
+// before the next suite is tried.
+func (d *Driver) connect(ctx context.Context, password string, once bool) (*session, error) {
 	d.mu.Lock()
 	first := d.suite
 	d.mu.Unlock()
@@ -230,33 +250,42 @@ func (d *Driver) connect(ctx context.Context, password string) (*session, error)
 			order = append(order, s)
 		}
 	}
+	retries, logins, timeout := d.opts.Retries, 1, d.opts.Timeout
+	if once {
+		// Each request waits as long for its answer as the retransmissions would have: a BMC
+		// that is slow to answer a Chassis Control keeps working.
+		retries, logins, timeout = 0, d.opts.Retries+1, d.opts.Timeout*time.Duration(d.opts.Retries+1)
+	}
 	var tried []string
 	for _, suite := range order {
-		if err := d.pacer.Wait(ctx, d.addr); err != nil {
-			return nil, err
-		}
-		c, err := client.NewClient(d.host, d.port, d.user, password)
-		if err != nil {
-			return nil, fmt.Errorf("opening session: %w", err)
-		}
-		c.WithCipherSuiteID(suite).WithTimeout(d.opts.Timeout).WithRetry(d.opts.Retries)
-		c.WithMaxPrivilegeLevel(types.PrivilegeLevelAdministrator)
-		start := time.Now()
-		err = c.Connect(ctx)
-		if err == nil {
-			d.mu.Lock()
-			d.suite = suite
-			d.mu.Unlock()
-			d.log.Debug("IPMI session open", "cipherSuite", uint8(suite), "took", time.Since(start))
-			return &session{d: d, c: c, suite: suite}, nil
-		}
-		abandon(c)
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("opening session (cipher suite %d): %w", suite, ctx.Err())
-		}
-		if authRefused(err) {
-			d.log.Warn("IPMI login refused", "cipherSuite", uint8(suite))
-			return nil, fmt.Errorf("opening session (cipher suite %d): %w: wrong username or password, or the user lacks administrator privilege (%s)", suite, ErrAuth, oneLine(err))
+		var err error
+		for login := 1; login <= logins; login++ {
+			if err = d.pacer.Wait(ctx, d.addr); err != nil {
+				return nil, err
+			}
+			c, cerr := client.NewClient(d.host, d.port, d.user, password)
+			if cerr != nil {
+				return nil, fmt.Errorf("opening session: %w", cerr)
+			}
+			c.WithCipherSuiteID(suite).WithTimeout(timeout).WithRetry(retries)
+			c.WithMaxPrivilegeLevel(types.PrivilegeLevelAdministrator)
+			start := time.Now()
+			err = c.Connect(ctx)
+			if err == nil {
+				d.mu.Lock()
+				d.suite = suite
+				d.mu.Unlock()
+				d.log.Debug("IPMI session open", "cipherSuite", uint8(suite), "took", time.Since(start))
+				return &session{d: d, c: c, suite: suite, once: once}, nil
+			}
+			abandon(c)
+			if ctx.Err() != nil {
+				return nil, fmt.Errorf("opening session (cipher suite %d): %w", suite, ctx.Err())
+			}
+			if authRefused(err) {
+				d.log.Warn("IPMI login refused", "cipherSuite", uint8(suite))
+				return nil, fmt.Errorf("opening session (cipher suite %d): %w: wrong username or password, or the user lacks administrator privilege (%s)", suite, ErrAuth, oneLine(err))
+			}
 		}
 		d.log.Info("IPMI session failed; trying the next cipher suite", "cipherSuite", uint8(suite), "err", err)
 		tried = append(tried, fmt.Sprintf("cipher suite %d: %s", suite, oneLine(err)))
@@ -318,9 +347,31 @@ func (s *session) do(ctx context.Context, command string, fn func(context.Contex
 	return nil
 }
 
+// read runs a command that reads (harmless to repeat): in a session where go-ipmi retransmits
+// nothing (once), the driver sends it again itself, up to Retries times, when no answer came.
+func (s *session) read(ctx context.Context, command string, fn func(context.Context) error) error {
+	tries := 1
+	if s.once {
+		tries += s.d.opts.Retries
+	}
+	var err error
+	for try := 1; try <= tries; try++ {
+		if err = s.do(ctx, command, fn); err == nil || ctx.Err() != nil || answered(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// answered reports whether err is the BMC's answer (a completion code), rather than no answer.
+func answered(err error) bool {
+	var re *types.ResponseError
+	return errors.As(err, &re)
+}
+
 func (s *session) poweredOn(ctx context.Context) (bool, error) {
 	var on bool
-	err := s.do(ctx, "Get Chassis Status", func(ctx context.Context) error {
+	err := s.read(ctx, "Get Chassis Status", func(ctx context.Context) error {
 		st, err := s.c.GetChassisStatus(ctx)
 		if err != nil {
 			return err

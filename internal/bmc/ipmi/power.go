@@ -82,7 +82,11 @@ func (d *Driver) SetPower(ctx context.Context, action bmc.PowerAction) error {
 	if _, err := bmc.ParsePowerAction(string(action)); err != nil {
 		return fmt.Errorf("setting power on %s: %w", d.addr, err)
 	}
-	return d.withSession(ctx, fmt.Sprintf("setting power %s", action), func(ctx context.Context, s *session) error {
+	open := d.withSession
+	if action == bmc.ActionCycle || action == bmc.ActionReset {
+		open = d.withSessionOnce // a cycle or reset must never reach the BMC twice
+	}
+	return open(ctx, fmt.Sprintf("setting power %s", action), func(ctx context.Context, s *session) error {
 		on, err := s.poweredOn(ctx)
 		if err != nil {
 			return err
@@ -100,6 +104,10 @@ func (d *Driver) SetPower(ctx context.Context, action bmc.PowerAction) error {
 			_, err := s.c.ChassisControl(ctx, step.Control)
 			return err
 		})
+		if err != nil && s.once && !answered(err) {
+			return fmt.Errorf("%w: no answer from the BMC, which may or may not have run the %s; it is not sent again (it would run twice): read the power state before retrying",
+				err, name)
+		}
 		if err != nil {
 			return err
 		}

@@ -184,9 +184,9 @@ func New(ctx context.Context, ep bmc.Endpoint, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("connecting to Redfish BMC %s: %w", base, err)
 	}
 	c := &Client{ep: ep, base: base, named: named, opts: opts, log: opts.Log.With("bmc", base),
-		http: &http.Client{Timeout: opts.RequestTimeout, Transport: &http.Transport{
+		http: &http.Client{Timeout: opts.RequestTimeout, Transport: cappedTransport{&http.Transport{
 			TLSClientConfig: tc, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute,
-			TLSHandshakeTimeout: 10 * time.Second}}}
+			TLSHandshakeTimeout: 10 * time.Second}}}}
 	err = c.retry(ctx, "logging in", func(ctx context.Context) error {
 		api, err := c.connect(ctx, ep.Password)
 		if err == nil {
@@ -305,8 +305,15 @@ func requestURI(s string) string {
 	return s
 }
 
-// logoutRaw deletes a session that gofish does not hold (best effort).
+// logoutTimeout bounds the logout of a session gofish does not hold.
+const logoutTimeout = 10 * time.Second
+
+// logoutRaw deletes a session that gofish does not hold (best effort), even when ctx has ended
+// (what made the connection fail, often): a session left behind holds one of the BMC's few
+// session slots until it times out.
 func (c *Client) logoutRaw(ctx context.Context, sess *gofish.Session) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), logoutTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+sess.ID, nil)
 	if err != nil {
 		return
@@ -368,6 +375,9 @@ func isStatus(err error, code int) bool {
 
 // String names the BMC without its password.
 func (c *Client) String() string { return "redfish " + c.ep.Username + "@" + c.base }
+
+// GoString keeps %#v from printing the password.
+func (c *Client) GoString() string { return c.String() }
 
 // Close logs out.
 func (c *Client) Close(ctx context.Context) error {
@@ -432,6 +442,52 @@ func (e *Error) Error() string {
 }
 func (e *Error) Unwrap() error { return e.err }
 
+// maxAnswer bounds the body of any answer the driver reads from a BMC (gofish reads error
+// bodies and the service root whole): a BMC, faulty or hostile, cannot make the site agent hold
+// more than this per request.
+const maxAnswer = 4 << 20
+
+// errAnswerTooLarge ends the read of a body longer than maxAnswer.
+var errAnswerTooLarge = fmt.Errorf("the BMC's answer is larger than %d bytes", maxAnswer)
+
+// cappedTransport cuts every response body at maxAnswer bytes (a longer one reads as an error).
+type cappedTransport struct{ rt *http.Transport }
+
+func (t cappedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(r)
+	if resp != nil && resp.Body != nil {
+		resp.Body = &cappedBody{rc: resp.Body, left: maxAnswer}
+	}
+	return resp, err
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the transport.
+func (t cappedTransport) CloseIdleConnections() { t.rt.CloseIdleConnections() }
+
+type cappedBody struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		n, err := b.rc.Read(one[:])
+		if n > 0 {
+			return 0, errAnswerTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.rc.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+func (b *cappedBody) Close() error { return b.rc.Close() }
+
 // getJSON reads uri into out and returns its ETag (header first, then @odata.etag).
 func (c *Client) getJSON(ctx context.Context, uri string, out any) (string, error) {
 	api, err := c.apiCtx(ctx)
@@ -443,7 +499,7 @@ func (c *Client) getJSON(ctx context.Context, uri string, out any) (string, erro
 		return "", err
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return "", fmt.Errorf("reading %s: %w", uri, err)
 	}

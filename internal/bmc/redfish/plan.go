@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"bcd/internal/bmc"
 
@@ -282,7 +283,7 @@ func BMCMessage(err error) string {
 	if len(parts) == 0 && re.Message != "" {
 		parts = append(parts, re.Message)
 	}
-	msg := strings.Join(parts, "; ")
+	msg := clipMessage(strings.Join(parts, "; "))
 	if re.HTTPReturnedStatusCode != 0 {
 		if msg == "" {
 			return fmt.Sprintf("HTTP %d", re.HTTPReturnedStatusCode)
@@ -290,6 +291,29 @@ func BMCMessage(err error) string {
 		return fmt.Sprintf("HTTP %d: %s", re.HTTPReturnedStatusCode, msg)
 	}
 	return msg
+}
+
+// maxMessage bounds the BMC's own text in an error: it ends up in events and log lines, and a
+// BMC may answer an error with a whole HTML page (gofish then takes the body as the message).
+const maxMessage = 512
+
+// clipMessage puts a BMC's message on one line and cuts it at maxMessage bytes (on a rune
+// boundary).
+func clipMessage(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' || r == '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) <= maxMessage {
+		return s
+	}
+	cut := maxMessage
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes)", len(s))
 }
 
 // Backoff is the wait before retry attempt n (1 for the first retry): exponential from initial,

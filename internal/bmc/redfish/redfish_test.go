@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -537,5 +538,10 @@ func TestEndpointStringHidesPassword(t *testing.T) {
 	r := newRig(t, nil, nil)
 	if strings.Contains(r.c.String(), pass) || !strings.Contains(r.c.String(), user) {
 		t.Fatalf("String() = %q", r.c.String())
+	}
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(verb, r.c); strings.Contains(out, pass) {
+			t.Errorf("%s of the client shows the password: %s", verb, out)
+		}
 	}
 }
