@@ -318,7 +318,8 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		out.Servers = append(out.Servers, &bcdv1.DoctorServer{Id: sv.ID, StartedAt: ts(sv.StartedAt), LastSeen: ts(sv.LastSeen), Agents: int32(sv.Agents),
 			ClockOffset: sv.ClockOffset.Round(time.Millisecond).String()})
 	}
-	if p.TenantID == "" {
+	// The restore witness, as the agent CA's rotation, is for an admin token without a tenant.
+	if p.TenantID == "" && auth.Allows(p.Role, auth.Administer) {
 		w, ok, err := st.RestoreWitnessed(ctx)
 		if err != nil {
 			return nil, toConnect(err)
@@ -392,22 +393,21 @@ func (h *inventory) CreateSiteJoinToken(ctx context.Context, req *connect.Reques
 	if h.joiner == nil {
 		return nil, connect.NewError(connect.CodeUnimplemented, errors.New("this server runs no agent gateway"))
 	}
-	ttl := time.Duration(req.Msg.TtlSeconds) * time.Second
-	if ttl == 0 {
-		ttl = time.Hour
+	// Checked in seconds, before the multiplication: seconds past int64 nanoseconds would wrap
+	// into the range.
+	secs := req.Msg.TtlSeconds
+	if secs == 0 {
+		secs = int64(time.Hour / time.Second)
 	}
-	if ttl < time.Minute || ttl > 7*24*time.Hour {
+	if secs < 60 || secs > 7*24*3600 {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ttl_seconds %d: accepted are 60 to 604800 (0 for one hour)", req.Msg.TtlSeconds))
 	}
-	site, err := h.svc.Store().Site(ctx, req.Msg.Site)
-	if err != nil || !p.CanSeeTenant(site.TenantID) {
-		return nil, toConnect(fmt.Errorf("site %q: %w", req.Msg.Site, store.ErrNotFound))
-	}
-	tok, err := h.joiner.CreateSiteJoinToken(ctx, site.ID, ttl)
+	ttl := time.Duration(secs) * time.Second
+	tok, expires, err := h.svc.CreateSiteJoinToken(ctx, p, req.Msg.Site, ttl, h.joiner.CreateSiteJoinToken)
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	return connect.NewResponse(&bcdv1.CreateSiteJoinTokenResponse{Token: tok, ExpiresAt: time.Now().Add(ttl).UTC().Format(time.RFC3339),
+	return connect.NewResponse(&bcdv1.CreateSiteJoinTokenResponse{Token: tok, ExpiresAt: expires.Format(time.RFC3339),
 		GatewayUrl: h.joiner.GatewayURL(), CaPem: string(h.joiner.CAPEM())}), nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"time"
 
@@ -513,6 +514,39 @@ func (s *Service) Images(ctx context.Context, p auth.Principal) ([]catalog.Image
 	return imgs, verdicts, nil
 }
 
+// CreateSiteJoinToken mints, with mint (the agent gateway's), a one-time bootstrap token for a
+// site agent of siteRef living ttl, and records who asked (event site.joinToken.create, in the
+// site's tenant, without the token): the agent that joins with it is handed the site's BMC
+// credentials. Admin; a tenant's token only for its own sites. The token is returned only once
+// recorded: one minted but not recorded is never shown, so nobody can use it.
+func (s *Service) CreateSiteJoinToken(ctx context.Context, p auth.Principal, siteRef string, ttl time.Duration,
+	mint func(ctx context.Context, siteID string, ttl time.Duration) (string, error)) (string, time.Time, error) {
+	if err := Require(p, auth.Administer); err != nil {
+		return "", time.Time{}, err
+	}
+	if siteRef == "" {
+		return "", time.Time{}, invalid("site", "is required: the name or id of the site the agent serves")
+	}
+	site, err := s.st.Site(ctx, siteRef)
+	if err != nil || !p.CanSeeTenant(site.TenantID) {
+		return "", time.Time{}, fmt.Errorf("site %q: %w", truncate(siteRef), store.ErrNotFound)
+	}
+	tok, err := mint(ctx, site.ID, ttl)
+	if err != nil {
+		return "", time.Time{}, err
+	}
+	expires := s.now().Add(ttl).UTC()
+	err = s.st.Write(ctx, func(tx *store.Tx) error {
+		return tx.AppendEvent(ctx, store.Event{TenantID: site.TenantID, Actor: p.Actor(), Kind: "site.joinToken.create",
+			Data: jsonObject(map[string]any{"site": site.Name, "expiresAt": expires.Format(time.RFC3339)})})
+	})
+	if err != nil {
+		return "", time.Time{}, fmt.Errorf("recording the join token of site %s (not shown: it cannot be used): %w", site.Name, err)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "site join token created", slog.String("site", site.Name), slog.String("actor", p.Actor()))
+	return tok, expires, nil
+}
+
 // RevokeSiteAgent refuses site agent agentID's certificate from now on (a decommissioned host,
 // a leaked key): its connects, calls and renewals, and its open stream at the gateway's next
 // check. Its commands are then released or lost as for any agent gone. Admin; a tenant's
@@ -530,13 +564,19 @@ func (s *Service) RevokeSiteAgent(ctx context.Context, p auth.Principal, agentID
 	var a store.Agent
 	var site store.Site
 	err := s.st.Write(ctx, func(tx *store.Tx) error {
-		var err error
-		if a, err = tx.RevokeSiteAgent(ctx, agentID); err != nil {
-			return err
+		var rerr, err error
+		a, rerr = tx.RevokeSiteAgent(ctx, agentID)
+		if a.SiteID == "" && rerr != nil {
+			return rerr // no such agent
 		}
+		// Another tenant's agent is not found, revoked already or not: whether it exists is
+		// not this caller's to learn (the transaction, and its revocation, is rolled back).
 		site, err = tx.Site(ctx, a.SiteID)
 		if err != nil || !p.CanSeeTenant(site.TenantID) {
 			return fmt.Errorf("site agent %q: %w", truncate(agentID), store.ErrNotFound)
+		}
+		if rerr != nil {
+			return rerr
 		}
 		return tx.AppendEvent(ctx, store.Event{TenantID: site.TenantID, Actor: p.Actor(), Kind: "site.agent.revoke", Reason: reason,
 			Data: jsonObject(map[string]any{"agent": a.ID, "site": site.Name})})

@@ -116,3 +116,35 @@ func TestAddImageKeepsURLSecretsOutOfEventsAndLogs(t *testing.T) {
 		}
 	})
 }
+
+// A BMC address with a query or a fragment (where a pasted URL carries a session token or a
+// password) is refused without being quoted back, for both drivers; so is an in-band
+// username, which is sealed like the password.
+func TestBMCInputErrorsDoNotQuoteCredentials(t *testing.T) {
+	const secret = "BmcQuerySecret"
+	for _, c := range []struct{ name, driver, addr string }{
+		{"redfish query", "redfish", "https://10.0.0.9/?password=" + secret},
+		{"redfish query without a path", "redfish", "https://10.0.0.9?X-Auth-Token=" + secret},
+		{"redfish fragment", "redfish", "https://10.0.0.9/redfish/v1/Systems/1#" + secret},
+		{"redfish without a scheme", "redfish", "10.0.0.9?password=" + secret},
+		{"ipmi query", "ipmi", "10.0.0.9?password=" + secret},
+		{"ipmi query after the port", "ipmi", "10.0.0.9:623?password=" + secret},
+		{"ipmi as a URL with a query", "ipmi", "ipmi://10.0.0.9/?password=" + secret},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ValidBMCAddress(c.driver, c.addr)
+			var inv *InvalidError
+			if !errors.As(err, &inv) || inv.Field != "bmc.address" {
+				t.Fatalf("error %v, want an InvalidError on bmc.address", err)
+			}
+			if msg := err.Error(); strings.Contains(msg, secret) || !strings.Contains(msg, "query") {
+				t.Errorf("error %q: want it to refuse the query or fragment without quoting it", msg)
+			}
+		})
+	}
+	_, err := inbandBMC(BMCInput{Inband: true, Username: "root-" + secret}, true)
+	var inv *InvalidError
+	if !errors.As(err, &inv) || inv.Field != "bmc.username" || strings.Contains(err.Error(), secret) {
+		t.Errorf("in-band username too long: %v: want an InvalidError on bmc.username without the value", err)
+	}
+}

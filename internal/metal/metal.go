@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -197,7 +198,8 @@ func inbandBMC(in BMCInput, accepted bool) (BMCInput, error) {
 		in.Username = InbandUsername
 	}
 	if len(in.Username) > 16 || strings.ContainsFunc(in.Username, func(r rune) bool { return r <= ' ' || r > '~' }) {
-		return BMCInput{}, invalid("bmc.username", "%q: an IPMI user name is 1 to 16 printable ASCII characters without spaces", truncate(in.Username))
+		// Not quoted: the username is sealed like the password.
+		return BMCInput{}, invalid("bmc.username", "an IPMI user name is 1 to 16 printable ASCII characters without spaces")
 	}
 	pw, err := GeneratePassword()
 	if err != nil {
@@ -781,6 +783,9 @@ func (s *Service) Events(ctx context.Context, p auth.Principal, nodeRef string, 
 	f, err := s.eventFilter(ctx, p, nodeRef, limit)
 	if err != nil {
 		return nil, err
+	}
+	if afterID > math.MaxInt64 {
+		return nil, nil // ids are int64 in the store: none is larger (the query would wrap it negative)
 	}
 	f.AfterID = afterID
 	return s.st.Events(ctx, f)

@@ -138,6 +138,12 @@ func ValidBMCAddress(driver, addr string) (string, error) {
 		// user[:password]@host: the address is not quoted back, it may hold the password.
 		return "", invalid("bmc.address", "a BMC address must not carry credentials: give them with --bmc-username and --bmc-password-file")
 	}
+	if strings.ContainsAny(addr, "?#") {
+		// A query or fragment (?password=…, ?X-Auth-Token=…): not quoted back either. Neither
+		// driver's address has one.
+		return "", invalid("bmc.address", "a BMC address is given without user or query: a query or fragment ('?', '#') may hold a credential; "+
+			"use https://HOST[:PORT][%s/ID] for redfish, HOST[:PORT] for ipmi, and give credentials with --bmc-username and --bmc-password-file", redfish.SystemsCollection)
+	}
 	switch driver {
 	case "redfish":
 		u, err := url.Parse(addr)
