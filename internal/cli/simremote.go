@@ -138,6 +138,8 @@ func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTim
 func (c *apiControl) Nudge()                    {}
 func (c *apiControl) WriterBusy() time.Duration { return 0 }
 
+func (c *apiControl) WriteRoundTrips() int64 { return 0 }
+
 func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
 	m, err := c.scrape(ctx)
 	return m.rssMiB, err == nil

@@ -29,6 +29,9 @@ type Phase struct {
 	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL).
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
+	// RoundTrips are the round trips to PostgreSQL the servers' write transactions took during
+	// the phase (0 on SQLite, and for a server elsewhere).
+	RoundTrips int64 `json:"storeRoundTrips,omitempty"`
 	// CPUOf is "agents" when the server runs elsewhere (--server): CPU is the simulated
 	// agents' alone.
 	CPUOf string `json:"cpuOf,omitempty"`
@@ -46,6 +49,9 @@ func (p Phase) String() string {
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
+	}
+	if p.Nodes > 0 && p.RoundTrips > 0 {
+		s += fmt.Sprintf("  %.1f round trips/node", float64(p.RoundTrips)/float64(p.Nodes))
 	}
 	return s
 }
@@ -177,6 +183,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	p.Total = time.Since(start)
 	p.CPU = cpuTime() - m.cpu
 	p.WriterBusy = h.control().WriterBusy() - m.busy
+	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"
 	}
@@ -210,17 +217,18 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	return p, reached, nil
 }
 
-// mark is the start of a phase: the time, the process's CPU time, the writer's busy time and
-// the nodes per state.
+// mark is the start of a phase: the time, the process's CPU time, the writer's busy time, the
+// store's round trips and the nodes per state.
 type mark struct {
 	at        time.Time
 	cpu, busy time.Duration
+	trips     int64
 	counts    map[string]int
 }
 
 func (h *Harness) mark(ctx context.Context) (mark, error) {
 	counts, err := h.control().CountByState(ctx)
-	return mark{at: time.Now(), cpu: cpuTime(), busy: h.control().WriterBusy(), counts: counts}, err
+	return mark{at: time.Now(), cpu: cpuTime(), busy: h.control().WriterBusy(), trips: h.control().WriteRoundTrips(), counts: counts}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).

@@ -28,6 +28,9 @@ type Control interface {
 	Nudge()
 	// WriterBusy is how long SQLite's single writer has worked so far (0 when unknown).
 	WriterBusy() time.Duration
+	// WriteRoundTrips is how many round trips to PostgreSQL the servers' write transactions
+	// have taken so far (0 when unknown, or on SQLite).
+	WriteRoundTrips() int64
 	// ServerRSSMiB is the server's resident memory now, when the server is not this process
 	// (false: measure this process instead).
 	ServerRSSMiB(ctx context.Context) (float64, bool)
@@ -88,6 +91,17 @@ func (c inProcess) NodeTimes(ctx context.Context, ids []string) ([]NodeTime, err
 func (c inProcess) Nudge() { c.h.nudge() }
 
 func (c inProcess) WriterBusy() time.Duration { return c.h.Store.WriterStats().Busy }
+
+func (c inProcess) WriteRoundTrips() int64 {
+	if len(c.h.stores) == 0 {
+		return c.h.Store.WriteRoundTrips()
+	}
+	n := int64(0)
+	for _, st := range c.h.stores {
+		n += st.WriteRoundTrips()
+	}
+	return n
+}
 
 func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
 

@@ -33,6 +33,8 @@ type Harness struct {
 	// engines are the servers sharing the store (Engine is the first); nil for a harness on a
 	// server elsewhere (StartRemote).
 	engines spread
+	// stores are the engines' stores (StartReplicas); nil: Store alone.
+	stores []*store.Store
 	// ctl drives a server elsewhere (StartRemote); nil: this harness's own service and store.
 	ctl Control
 	// serverPeak is the highest server RSS sampled (StartRemote).
@@ -118,7 +120,7 @@ func StartReplicas(ctx context.Context, stores []*store.Store, cfg Config, ecfg 
 		return nil, err
 	}
 	cfg.SiteID = site.ID
-	h := &Harness{Store: st, Metal: svc, Engine: engines[0], engines: engines, Sim: New(cfg, link), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, CA: ca, done: make(chan struct{})}
+	h := &Harness{Store: st, stores: stores, Metal: svc, Engine: engines[0], engines: engines, Sim: New(cfg, link), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, CA: ca, done: make(chan struct{})}
 	key, csr, err := pki.NewKeyAndCSR("sim-site-1")
 	if err != nil {
 		return nil, err

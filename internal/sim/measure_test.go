@@ -48,6 +48,7 @@ func (c *countingControl) NodeTimes(context.Context, []string) ([]NodeTime, erro
 }
 func (c *countingControl) Nudge()                    {}
 func (c *countingControl) WriterBusy() time.Duration { return 0 }
+func (c *countingControl) WriteRoundTrips() int64    { return 0 }
 func (c *countingControl) ServerRSSMiB(context.Context) (float64, bool) {
 	return 0, false
 }

@@ -83,6 +83,8 @@ type Store struct {
 	// busy, groups and written count the writer's work (WriterStats), walRestarts the WAL's
 	// restarts.
 	busy, groups, written, walRestarts atomic.Int64
+	// trips counts the round trips of PostgreSQL's write transactions (WriteRoundTrips).
+	trips atomic.Int64
 	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
 	// servers sharing a store migrate it and take first-start decisions one at a time.
 	migrateLock, installLock int64
@@ -117,6 +119,10 @@ func (s *Store) WriterStats() WriterStats {
 	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()),
 		WALRestarts: s.walRestarts.Load()}
 }
+
+// WriteRoundTrips is how many round trips to the database the write transactions of this store
+// took so far (PostgreSQL; zero on SQLite): what a write costs in waits on the network.
+func (s *Store) WriteRoundTrips() int64 { return s.trips.Load() }
 
 // busyTimeout is how long an SQLite connection waits for a lock another one holds.
 const busyTimeout = 10 * time.Second
@@ -1146,6 +1152,7 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 	t.queued++
 	committed := false
 	defer func() {
+		s.trips.Add(int64(t.trips))
 		if !committed && t.sent > 0 {
 			// The connection goes back to the pool: never inside this transaction. A
 			// connection that cannot say ROLLBACK is closed instead.
