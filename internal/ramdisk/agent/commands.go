@@ -276,7 +276,8 @@ type DiskWipe struct {
 // WipeResult is disk.wipe's result. It has no maps, so its JSON encoding is deterministic:
 // those bytes are what the node signs. Skipped names every block device the wipe left alone and
 // why (read-only removable media, optical drives, RAM and loop devices, ...), so that the signed
-// result says what was not erased as well as what was.
+// result says what was not erased as well as what was. The disks are listed again after the
+// wipe (RecheckDisks): one that appeared meanwhile is in Disks, not verified.
 type WipeResult struct {
 	Mode    wipe.Mode     `json:"mode"`
 	Disks   []DiskWipe    `json:"disks"`
@@ -311,6 +312,68 @@ func NewWipeResult(mode wipe.Mode, disks []inventory.Disk, results []wipe.Result
 		out.Disks[i] = d
 	}
 	return out
+}
+
+// fail marks the disk as not proven erased, saying why in its error.
+func (d *DiskWipe) fail(why string) {
+	d.Verified = false
+	if d.Error == "" {
+		d.Error = why
+	} else if !strings.Contains(d.Error, why) {
+		d.Error += "; " + why
+	}
+}
+
+// RecheckDisks compares the disks wiped (before, in the order of res.Disks) with the inventory
+// taken after the wipe, and records in res what changed meanwhile: a disk gone, or whose serial,
+// WWN, size or path changed, is marked not verified (the disk erased may not be the one the
+// result names); a disk the wipe would have erased that appeared is added, not verified (it was
+// not wiped); a device it would have skipped that appeared is added to the skipped list. The
+// error names every such disk; nil when nothing changed.
+func RecheckDisks(res *WipeResult, before []inventory.Disk, after inventory.Inventory) error {
+	now := make(map[string]inventory.Disk, len(after.Disks))
+	for _, d := range after.Disks {
+		now[d.Name] = d
+	}
+	var errs []error
+	wiped := make(map[string]bool, len(before))
+	for i, d := range before {
+		wiped[d.Name] = true
+		if i >= len(res.Disks) {
+			break
+		}
+		a, ok := now[d.Name]
+		switch {
+		case !ok:
+			res.Disks[i].fail("disappeared during the wipe")
+			errs = append(errs, fmt.Errorf("%s disappeared during the wipe: the disk erased may not be the one named", d.Name))
+		case a.Serial != d.Serial || a.WWN != d.WWN || a.SizeBytes != d.SizeBytes || a.Path != d.Path:
+			why := fmt.Sprintf("changed during the wipe (serial %q wwn %q size %d path %s, now serial %q wwn %q size %d path %s)",
+				d.Serial, d.WWN, d.SizeBytes, d.Path, a.Serial, a.WWN, a.SizeBytes, a.Path)
+			res.Disks[i].fail(why)
+			errs = append(errs, fmt.Errorf("%s %s: the disk erased may not be the one named", d.Name, why))
+		}
+	}
+	targets, skipped := WipeTargets(after)
+	for _, a := range targets {
+		if wiped[a.Name] {
+			continue
+		}
+		const why = "appeared during the wipe: not wiped"
+		res.Disks = append(res.Disks, DiskWipe{Device: a.Path, Name: a.Name, Result: wipe.Result{
+			Device: a.Name, Serial: a.Serial, WWN: a.WWN, SizeBytes: int64(a.SizeBytes), Mode: res.Mode,
+			Attempts: []wipe.Attempt{}, Error: why,
+			Verification: wipe.Verification{Regions: []wipe.Extent{}, FirstNonZero: -1, Error: "not verified: the wipe did not run"},
+		}})
+		errs = append(errs, fmt.Errorf("%s appeared during the wipe and was not wiped", a.Name))
+	}
+	for _, s := range skipped {
+		if wiped[s.Name] || slices.ContainsFunc(res.Skipped, func(k SkippedDisk) bool { return k.Name == s.Name }) {
+			continue
+		}
+		res.Skipped = append(res.Skipped, SkippedDisk{Name: s.Name, Reason: "appeared during the wipe; " + s.Reason})
+	}
+	return errors.Join(errs...)
 }
 
 // WipeTargets are the disks disk.wipe erases: every disk of the inventory, removable ones (SD
@@ -395,12 +458,23 @@ func (c *Commands) diskWipe(ctx context.Context, args []byte, report func(agentl
 	}
 	results, werr := wipe.WipeAll(ctx, c.d.Log, disks, c.d.Wipe, req, progress)
 	res := NewWipeResult(mode, disks, results, skipped)
+	// The disks again, now that the wipe is over: one that appeared meanwhile was not wiped,
+	// and one whose identity changed under its name is not the disk the result names.
+	after, aerr := c.collect(ctx)
+	if aerr != nil {
+		aerr = fmt.Errorf("listing the disks again after the wipe: %w", aerr)
+		for i := range res.Disks {
+			res.Disks[i].fail("the disks could not be listed again after the wipe: this disk may not be the one erased")
+		}
+	} else {
+		aerr = RecheckDisks(&res, disks, after)
+	}
 	b, err := json.Marshal(res)
 	if err != nil {
-		return nil, fmt.Errorf("encoding the wipe result: %w", errors.Join(err, werr))
+		return nil, fmt.Errorf("encoding the wipe result: %w", errors.Join(err, werr, aerr))
 	}
-	if werr != nil {
-		return b, werr
+	if werr != nil || aerr != nil {
+		return b, errors.Join(werr, aerr)
 	}
 	for _, d := range res.Disks {
 		if !d.Verified { // WipeAll fails such a disk too; never report success without proof

@@ -564,3 +564,106 @@ func TestCheckStorageControllers(t *testing.T) {
 		})
 	}
 }
+
+// TestDiskWipeRechecksTheDisks: the disks are listed again once the wipe is over. A disk that
+// appeared meanwhile (hot-plugged, or behind a controller that was slow to bring its disks up)
+// was not wiped, and a disk whose identity changed under its name was not the one the result
+// names: either must fail the wipe, in the error and in the signed result, never pass as erased.
+func TestDiskWipeRechecksTheDisks(t *testing.T) {
+	tests := []struct {
+		name         string
+		after        func(inv inventory.Inventory, extra inventory.Disk) inventory.Inventory
+		afterErr     error
+		wantErr      string
+		wantVerified map[string]bool // by disk name, every disk of the result
+		wantSkipped  []string
+	}{
+		{name: "unchanged", after: func(inv inventory.Inventory, _ inventory.Disk) inventory.Inventory { return inv },
+			wantVerified: map[string]bool{"sda": true, "nvme0n1": true}},
+		{name: "a disk appeared", after: func(inv inventory.Inventory, extra inventory.Disk) inventory.Inventory {
+			inv.Disks = append(slices.Clone(inv.Disks), extra)
+			return inv
+		}, wantErr: "sdd appeared during the wipe", wantVerified: map[string]bool{"sda": true, "nvme0n1": true, "sdd": false}},
+		{name: "a disk was swapped under its name", after: func(inv inventory.Inventory, _ inventory.Disk) inventory.Inventory {
+			inv.Disks = slices.Clone(inv.Disks)
+			inv.Disks[0].Serial = "S-other"
+			return inv
+		}, wantErr: "sda changed during the wipe", wantVerified: map[string]bool{"sda": false, "nvme0n1": true}},
+		{name: "a disk changed size", after: func(inv inventory.Inventory, _ inventory.Disk) inventory.Inventory {
+			inv.Disks = slices.Clone(inv.Disks)
+			inv.Disks[1].SizeBytes *= 2
+			return inv
+		}, wantErr: "nvme0n1 changed during the wipe", wantVerified: map[string]bool{"sda": true, "nvme0n1": false}},
+		{name: "a disk disappeared", after: func(inv inventory.Inventory, _ inventory.Disk) inventory.Inventory {
+			inv.Disks = inv.Disks[:1]
+			return inv
+		}, wantErr: "nvme0n1 disappeared during the wipe", wantVerified: map[string]bool{"sda": true, "nvme0n1": false}},
+		{name: "read-only media appeared", after: func(inv inventory.Inventory, _ inventory.Disk) inventory.Inventory {
+			inv.Disks = append(slices.Clone(inv.Disks), inventory.Disk{Name: "sr1", Removable: true, ReadOnly: true, SizeBytes: 1 << 20})
+			return inv
+		}, wantVerified: map[string]bool{"sda": true, "nvme0n1": true}, wantSkipped: []string{"sr1"}},
+		{name: "inventory unreadable afterwards", afterErr: errors.New("sysfs gone"),
+			wantErr: "sysfs gone", wantVerified: map[string]bool{"sda": false, "nvme0n1": false}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			inv := inventory.Inventory{Disks: []inventory.Disk{fileDisk(t, "sda", 2*mib), fileDisk(t, "nvme0n1", 3*mib)}}
+			extra := fileDisk(t, "sdd", 2*mib)
+			var mu sync.Mutex
+			calls := 0
+			d := testDeps(t, inv)
+			d.Inventory = func(context.Context) (inventory.Inventory, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				calls++
+				if calls == 1 {
+					return inv, nil
+				}
+				if tc.afterErr != nil {
+					return inventory.Inventory{}, tc.afterErr
+				}
+				return tc.after(inv, extra), nil
+			}
+			res, err, _ := run(t, NewCommands(d), KindWipe, `{"mode":"quick"}`)
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			var got struct {
+				Disks   []wipeDisk    `json:"disks"`
+				Skipped []SkippedDisk `json:"skipped"`
+			}
+			if err := json.Unmarshal(res, &got); err != nil {
+				t.Fatalf("%v: %s", err, res)
+			}
+			verified := map[string]bool{}
+			for _, gd := range got.Disks {
+				verified[gd.Name] = gd.Verified
+				if !gd.Verified && gd.Error == "" {
+					t.Errorf("%s not verified and no error says why", gd.Name)
+				}
+			}
+			if !reflect.DeepEqual(verified, tc.wantVerified) {
+				t.Errorf("verified = %v, want %v: %s", verified, tc.wantVerified, res)
+			}
+			var skipped []string
+			for _, s := range got.Skipped {
+				skipped = append(skipped, s.Name)
+			}
+			if !slices.Equal(skipped, tc.wantSkipped) {
+				t.Errorf("skipped = %v, want %v", skipped, tc.wantSkipped)
+			}
+			// What the control plane reads: every disk verified only when the command passed.
+			var cp engine.WipeResult
+			if err := json.Unmarshal(res, &cp); err != nil {
+				t.Fatal(err)
+			}
+			all := len(cp.Disks) > 0
+			for _, d := range cp.Disks {
+				all = all && d.Verified
+			}
+			if all != (err == nil) {
+				t.Errorf("the control plane sees every disk verified = %t, the command's error = %v", all, err)
+			}
+		})
+	}
+}

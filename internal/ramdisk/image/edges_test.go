@@ -55,3 +55,37 @@ func TestWriteZeroesOldBackupGPT(t *testing.T) {
 		})
 	}
 }
+
+// A write that fails leaves neither of the image's partition tables behind: an image that
+// reaches the disk's last MiB puts its backup GPT there (firmware and kernels that find the
+// primary GPT gone go to the backup), so the failure zeroes the last MiB as it zeroes the first.
+func TestWriteFailureZeroesBothEnds(t *testing.T) {
+	const disk = 4 * mib
+	img := diskImage(disk, 9)
+	copy(img[disk-512:], "EFI PART") // the image's backup GPT header, in its last LBA
+	tests := []struct {
+		name string
+		src  []byte
+		spec Spec
+	}{
+		{"digest mismatch", img, Spec{SHA256: sha256Hex(img[1:])}},
+		{"size mismatch", img, Spec{SHA256: sha256Hex(img), Size: disk - 4096}},
+		{"digest mismatch, zstd", compress(t, CompressionZstd, img), Spec{Compression: CompressionZstd, SHA256: sha256Hex(img)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			target := newMemTarget(disk)
+			if _, err := Write(context.Background(), testLog(), bytes.NewReader(tt.src), tt.spec, target, Options{}, nil); err == nil {
+				t.Fatal("the write succeeded")
+			}
+			for _, r := range []struct {
+				what string
+				b    []byte
+			}{{"first", target.b[:mib]}, {"last", target.b[disk-mib:]}} {
+				if bytes.ContainsFunc(r.b, func(c rune) bool { return c != 0 }) {
+					t.Errorf("the disk's %s MiB still holds the unverified image's bytes after the failure", r.what)
+				}
+			}
+		})
+	}
+}

@@ -8,7 +8,7 @@
 // The disk is never left bootable by a bad image: the target's first MiB (MBR/GPT and boot code)
 // and its last (the backup GPT) are zeroed and synced before anything else is written, the
 // image's own first MiB is held back in memory and written only after the digest matched. On a mismatch, a short or failed stream,
-// or a size mismatch the first MiB is zeroed again and Write fails.
+// or a size mismatch the first and last MiB are zeroed again and Write fails.
 //
 // qcow2 needs random access (its tables point anywhere in the file). The artifact is downloaded
 // (and decompressed) into a file in Options.TempDir — the ramdisk's tmpfs — hashing as it
@@ -103,6 +103,11 @@ type Options struct {
 	// while it is being waited for (response headers, or the next bytes of the body); default
 	// DefaultIdleTimeout. Time spent writing to the disk does not count.
 	IdleTimeout time.Duration
+
+	// abort (set by Fetch) ends the download when writing to the target failed: the read that
+	// waits for the source must not hold the command (up to IdleTimeout, on a stalled source)
+	// nor have its error reported in place of the disk's.
+	abort func(error)
 }
 
 // DefaultIdleTimeout is how long Fetch waits for a source that sends nothing.
@@ -212,6 +217,7 @@ func Fetch(ctx context.Context, log *slog.Logger, spec Spec, target Target, opts
 		return Result{}, fmt.Errorf("fetching %s: HTTP %s", shown, resp.Status)
 	}
 	log.InfoContext(ctx, "image download started", "url", shown, "contentLength", resp.ContentLength, "idleTimeout", idle)
+	opts.abort = cancel
 	res, err := Write(ctx, log, &idleReader{r: resp.Body, w: w}, spec, target, opts, progress)
 	if err != nil {
 		if cause := stalled(nil); cause != nil && !errors.Is(err, ErrSourceStalled) {
@@ -285,21 +291,13 @@ func Write(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec, targ
 	if target.Size() < headBytes {
 		return Result{}, fmt.Errorf("target of %d bytes is smaller than 1 MiB", target.Size())
 	}
-	// Unbootable first: the old partition table and boot code go before any image byte lands.
-	if _, err := target.WriteAt(zeros, 0); err != nil {
-		return Result{}, fmt.Errorf("zeroing the target's first MiB: %w", err)
-	}
-	// And its last MiB, where the old layout keeps its backup GPT (md 1.0 and ZFS labels too):
-	// beyond an image smaller than the disk, it would outlive the deploy.
-	if tail := max(headBytes, target.Size()-mib); tail < target.Size() {
-		if _, err := target.WriteAt(zeros[:target.Size()-tail], tail); err != nil {
-			return Result{}, fmt.Errorf("zeroing the target's last MiB: %w", err)
-		}
-	}
-	// Durable before the unverified body lands: a power loss during the write must not leave
-	// the old boot code in front of a half-written image.
-	if err := syncTarget(target); err != nil {
-		return Result{}, fmt.Errorf("after zeroing the target's first MiB: %w", err)
+	// Unbootable first: the old partition table and boot code go before any image byte lands,
+	// and so does its last MiB, where the old layout keeps its backup GPT (md 1.0 and ZFS labels
+	// too): beyond an image smaller than the disk, it would outlive the deploy. Durable before
+	// the unverified body lands: a power loss during the write must not leave the old boot code
+	// in front of a half-written image.
+	if err := zeroEnds(target, zeros); err != nil {
+		return Result{}, err
 	}
 	res := Result{Algorithm: alg}
 	w := &writer{ctx: ctx, target: target, total: spec.Size, start: start, progress: progress}
@@ -333,12 +331,13 @@ func Write(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec, targ
 		err = syncTarget(target)
 	}
 	if err != nil {
-		if _, zerr := target.WriteAt(zeros, 0); zerr != nil {
-			err = errors.Join(err, fmt.Errorf("zeroing the first MiB after the failure: %w", zerr))
-		} else if serr := syncTarget(target); serr != nil {
-			err = errors.Join(err, serr)
+		// Both ends again: the first MiB never got the image's, but the last may hold the
+		// unverified image's backup GPT, which a firmware or kernel that finds no primary one
+		// would go to.
+		if zerr := zeroEnds(target, zeros); zerr != nil {
+			err = errors.Join(err, fmt.Errorf("after the failure: %w", zerr))
 		}
-		log.ErrorContext(ctx, "image write failed; first MiB zeroed", "err", err, "bytesRead", res.BytesRead, "bytesWritten", res.BytesWritten)
+		log.ErrorContext(ctx, "image write failed; first and last MiB zeroed", "err", err, "bytesRead", res.BytesRead, "bytesWritten", res.BytesWritten)
 		return res, fmt.Errorf("writing the image: %w", err)
 	}
 	d := time.Since(start)
@@ -346,6 +345,22 @@ func Write(ctx context.Context, log *slog.Logger, src io.Reader, spec Spec, targ
 	res.BytesPerSecond = float64(w.written) / max(d.Seconds(), 1e-9)
 	log.InfoContext(ctx, "image written", "bytes", w.written, "digest", res.Digest, "duration", d)
 	return res, nil
+}
+
+// zeroEnds zeroes the target's first MiB and its last (zeros is a MiB of them) and syncs.
+func zeroEnds(target Target, zeros []byte) error {
+	if _, err := target.WriteAt(zeros, 0); err != nil {
+		return fmt.Errorf("zeroing the target's first MiB: %w", err)
+	}
+	if tail := max(headBytes, target.Size()-mib); tail < target.Size() {
+		if _, err := target.WriteAt(zeros[:target.Size()-tail], tail); err != nil {
+			return fmt.Errorf("zeroing the target's last MiB: %w", err)
+		}
+	}
+	if err := syncTarget(target); err != nil {
+		return fmt.Errorf("after zeroing the target's first and last MiB: %w", err)
+	}
+	return nil
 }
 
 func syncTarget(t Target) error {

@@ -79,6 +79,9 @@ func newPipeline(ctx context.Context, w *writer, opts Options) *pipeline {
 			if p.failed() == nil {
 				if err := w.write(buf); err != nil {
 					p.setErr(err)
+					if opts.abort != nil {
+						opts.abort(err) // the reader may be waiting for the source: end that
+					}
 				}
 			}
 			p.free <- buf[:cap(buf)]
@@ -114,14 +117,16 @@ func (p *pipeline) put(b []byte) error {
 	return nil
 }
 
-// finish waits for queued writes and returns the first error (err if non-nil).
+// finish waits for queued writes and returns the writer's error, or else err (the reading
+// side's). The writer's comes first: once the target failed, what the reading side ran into
+// (a source ended to stop the download, say) is a consequence.
 func (p *pipeline) finish(err error) error {
 	p.once.Do(func() { close(p.work) })
 	<-p.done
-	if err != nil {
-		return err
+	if werr := p.failed(); werr != nil {
+		return werr
 	}
-	return p.failed()
+	return err
 }
 
 // asyncHasher hashes in its own goroutine: Write copies into 1 MiB blocks handed over a channel.

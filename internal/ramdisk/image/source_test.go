@@ -37,7 +37,7 @@ func (r *recTarget) Sync() error {
 
 // The zeroed first MiB is made durable before any (unverified) image byte is written, and the
 // image's own first MiB is written last, after the digest matched, then synced; a failed write
-// zeroes it again and syncs that.
+// zeroes the first and last MiB again and syncs that.
 func TestHeadZeroSyncedBeforeBody(t *testing.T) {
 	img := diskImage(4*mib, 1)
 	tests := []struct {
@@ -46,7 +46,7 @@ func TestHeadZeroSyncedBeforeBody(t *testing.T) {
 		want   []string
 	}{
 		{"verified", sha256Hex(img), []string{"write@0", "write@66060288", "sync", "write@1048576", "write@0", "sync"}},
-		{"digest mismatch", strings.Repeat("0", 64), []string{"write@0", "write@66060288", "sync", "write@1048576", "write@0", "sync"}},
+		{"digest mismatch", strings.Repeat("0", 64), []string{"write@0", "write@66060288", "sync", "write@1048576", "write@0", "write@66060288", "sync"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -204,5 +204,62 @@ func TestFetchIdleTimeoutIgnoresDiskTime(t *testing.T) {
 		Options{IdleTimeout: 150 * time.Millisecond, ChunkSize: mib, Buffers: 2}, nil)
 	if err != nil {
 		t.Fatalf("a slow disk was taken for a stalled source: %v", err)
+	}
+}
+
+// failingTarget fails every write between from and to (the disk dies under the image), while
+// the zeroing of its ends succeeds.
+type failingTarget struct {
+	*memTarget
+	from, to int64
+}
+
+func (f failingTarget) WriteAt(p []byte, off int64) (int, error) {
+	if off >= f.from && off < f.to {
+		return 0, errors.New("input/output error")
+	}
+	return f.memTarget.WriteAt(p, off)
+}
+
+// A disk that fails during the write fails the deploy at once, with the disk's error: the read
+// that waits for the source (slow, or stalled as here: a decompressor that cannot fill the next
+// chunk) is ended, instead of holding the command until the idle timeout and then reporting
+// the source as stalled.
+func TestFetchDiskFailureEndsTheDownload(t *testing.T) {
+	const idle = 45 * time.Second
+	for _, c := range []Compression{CompressionNone, CompressionGzip, CompressionZstd} {
+		t.Run(string(c), func(t *testing.T) {
+			img := diskImage(24*mib, 5)
+			art := compress(t, c, img)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Write(art[:len(art)*2/3]) // then nothing, the connection open
+				w.(http.Flusher).Flush()
+				<-r.Context().Done()
+			}))
+			t.Cleanup(srv.Close)
+			target := failingTarget{newMemTarget(32 * mib), mib, 31 * mib}
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, err := Fetch(context.Background(), testLog(), Spec{URL: srv.URL, Compression: c, SHA256: sha256Hex(art)}, target,
+					Options{IdleTimeout: idle, ChunkSize: mib}, nil)
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(2 * idle):
+				t.Fatal("Fetch did not return")
+			}
+			if err == nil || !strings.Contains(err.Error(), "input/output error") || errors.Is(err, ErrSourceStalled) {
+				t.Fatalf("err = %v, want the disk's error", err)
+			}
+			if d := time.Since(start); d >= idle {
+				t.Errorf("returned after %v: the failed disk waited for the stalled source", d)
+			}
+			if bytes.ContainsFunc(target.b[:mib], func(r rune) bool { return r != 0 }) {
+				t.Error("first MiB not zeroed after the failure")
+			}
+		})
 	}
 }

@@ -267,15 +267,25 @@ type partitionRereader interface {
 
 func load(ctx context.Context, log *slog.Logger, cfg Config, m Mounter, k Kexec) error {
 	rr, reread := m.(partitionRereader)
+	var rerr error
 	if reread {
 		dev := filepath.Join(cmp.Or(cfg.DevRoot, "/dev"), cfg.Disk)
-		if err := rr.RereadPartitions(ctx, dev); err != nil {
-			log.WarnContext(ctx, "kexec: partition table not re-read", "disk", cfg.Disk, "err", err)
+		if rerr = rr.RereadPartitions(ctx, dev); rerr != nil {
+			log.WarnContext(ctx, "kexec: partition table not re-read", "disk", cfg.Disk, "err", rerr)
 		}
 	}
 	parts, err := Partitions(cfg.SysRoot, cfg.Disk)
 	if err != nil {
 		return err
+	}
+	if rerr != nil && len(parts) > 0 {
+		// The kernel still has the layout from before the image was written: those partitions
+		// are the old ones, at the old offsets (the previous OS's, past the end of the new
+		// image perhaps). What they hold is not the verified image: the firmware reboot reads
+		// the table on the disk instead. (A disk that cannot be partitioned, a loop device
+		// without partition scanning say, has no stale partitions: its whole-disk filesystem
+		// is the image's.)
+		return fmt.Errorf("the partition table of %s was not re-read after the image was written, so the partitions the kernel lists may be the old layout's: %w", cfg.Disk, rerr)
 	}
 	if len(parts) == 0 {
 		parts = []string{cfg.Disk} // a filesystem on the whole disk

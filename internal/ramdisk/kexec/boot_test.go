@@ -254,3 +254,68 @@ LABEL bcd-os
   INITRD /initrd.img
   APPEND console=ttyS0 bcd.role=os
 `
+
+// rereadMounter is a DryRun whose disk's partition table is re-read (or not) first.
+type rereadMounter struct {
+	*DryRun
+	err     error
+	rereads int
+}
+
+func (m *rereadMounter) RereadPartitions(context.Context, string) error {
+	m.rereads++
+	return m.err
+}
+
+// TestBootStalePartitions: when the kernel could not re-read the written disk's partition table,
+// the partitions it lists are the old layout's (the previous OS's, at its offsets, beyond the
+// new image perhaps): kexec must not boot what it finds there. The firmware reboot reads the
+// table on the disk.
+func TestBootStalePartitions(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	boot := partitionDir(t, map[string]string{
+		"boot/grub/grub.cfg": grubDebian, "boot/vmlinuz-6.1.0-13-amd64": "OLDKERNEL", "boot/initrd.img-6.1.0-13-amd64": "OLDINITRD",
+	})
+	dev := t.TempDir()
+	for _, n := range []string{"vda", "vda1", "vda2"} {
+		if err := os.WriteFile(filepath.Join(dev, n), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		name       string
+		parts      []string
+		rereadErr  error
+		wantLoaded bool
+		wantErr    string
+	}{
+		{name: "re-read", parts: []string{"vda1", "vda2"}, wantLoaded: true},
+		{name: "re-read refused, partitions listed", parts: []string{"vda1", "vda2"}, rereadErr: errors.New("device or resource busy"),
+			wantErr: "device or resource busy"},
+		{name: "re-read refused, a filesystem on the whole disk", rereadErr: errors.New("invalid argument"), wantLoaded: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &rereadMounter{DryRun: &DryRun{MountDir: map[string]string{
+				filepath.Join(dev, "vda2"): boot, filepath.Join(dev, "vda"): boot,
+			}}, err: tc.rereadErr}
+			cfg := Config{Disk: "vda", SysRoot: sysfsWithPartitions(t, "vda", tc.parts...), DevRoot: dev, MountDir: t.TempDir(), TempDir: t.TempDir()}
+			err := Boot(context.Background(), log, cfg, m, m.DryRun, m.DryRun)
+			if m.rereads != 1 {
+				t.Errorf("%d re-reads, want 1", m.rereads)
+			}
+			if loaded := len(m.Loaded) == 1 && m.Execs == 1; loaded != tc.wantLoaded {
+				t.Fatalf("loaded %+v execs %d reboots %d err %v, want loaded %t", m.Loaded, m.Execs, m.Reboots, err, tc.wantLoaded)
+			}
+			if tc.wantLoaded {
+				if err != nil || m.Reboots != 0 {
+					t.Fatalf("err %v reboots %d", err, m.Reboots)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || m.Reboots != 1 {
+				t.Fatalf("err %v reboots %d, want the fallback reboot and %q", err, m.Reboots, tc.wantErr)
+			}
+		})
+	}
+}

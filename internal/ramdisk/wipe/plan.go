@@ -3,7 +3,8 @@
 // Modes (DESIGN §8):
 //   - quick: partition tables and signatures: the first and last MiB of the disk (MBR, both GPT
 //     headers and tables, mdraid/ZFS labels at the end), the head and tail MiB of every partition
-//     found in the MBR/GPT before wiping, and btrfs's superblock mirrors at 64 MiB and 256 GiB.
+//     found in the MBR/GPT before wiping, and btrfs's superblock mirrors at 64 MiB and 256 GiB
+//     (of the disk and of every partition).
 //   - full: every byte: BLKZEROOUT when the device offloads it, else large aligned (O_DIRECT) writes.
 //   - secure: NVMe sanitize (crypto erase), NVMe format with crypto erase, ATA SECURITY ERASE UNIT
 //     (only when not frozen), BLKSECDISCARD, BLKDISCARD where discarded blocks read as zeros,

@@ -101,7 +101,8 @@ func logicalPartitions(dev Device, head []byte, sectors []int64) ([]Extent, erro
 // QuickRegions is what quick mode zeroes on a disk of size bytes holding parts: the first and
 // last MiB (MBR, primary and backup GPT, end-of-disk RAID/ZFS labels), the first and last MiB of
 // every partition (filesystem and LVM signatures, md 1.0 superblocks) and btrfs's superblock
-// mirrors at 64 MiB and 256 GiB. Regions are 4 KiB-aligned, clipped to the disk, sorted, merged.
+// mirrors at 64 MiB and 256 GiB of the disk and of every partition. Regions are 4 KiB-aligned,
+// clipped to the disk, sorted, merged.
 func QuickRegions(size int64, parts []Extent) []Extent {
 	var rs []Extent
 	add := func(off, n int64) {
@@ -111,11 +112,18 @@ func QuickRegions(size int64, parts []Extent) []Extent {
 			rs = append(rs, Extent{start, end - start})
 		}
 	}
+	// btrfs superblock mirrors, from the start of the device btrfs lives on: the disk, or a
+	// partition (where they sit that far from the partition's start).
+	btrfsMirrors := func(start, end int64) {
+		for _, off := range []int64{64 * mib, 256 << 30} {
+			if start+off < end { // add clips a mirror the end cuts
+				add(start+off, 64<<10)
+			}
+		}
+	}
 	add(0, mib)
 	add(size-mib, mib)
-	for _, off := range []int64{64 * mib, 256 << 30} { // btrfs superblock mirrors
-		add(off, 64<<10)
-	}
+	btrfsMirrors(0, size)
 	for _, p := range parts {
 		if p.Offset >= size || p.Length <= 0 {
 			continue
@@ -123,6 +131,7 @@ func QuickRegions(size int64, parts []Extent) []Extent {
 		end := min(size, p.Offset+p.Length)
 		add(p.Offset, min(mib, end-p.Offset))
 		add(end-mib, mib)
+		btrfsMirrors(p.Offset, end)
 	}
 	return mergeExtents(rs)
 }

@@ -141,7 +141,7 @@ func TestWipeQuick(t *testing.T) {
 		t.Fatalf("Wipe: %v", err)
 	}
 	want := []Extent{
-		{0, mib}, {2 * mib, mib}, {64 * mib, 64 << 10}, {100*mib - mib, mib},
+		{0, mib}, {2 * mib, mib}, {64 * mib, 64 << 10}, {2*mib + 64*mib, 64 << 10}, {100*mib - mib, mib},
 		{150 * mib, mib}, {160*mib - mib, mib}, {size - mib, mib},
 	}
 	if !reflect.DeepEqual(res.Verification.Regions, want) {
@@ -412,6 +412,15 @@ func TestQuickRegions(t *testing.T) {
 		{"partition beyond end ignored", 10 * mib, []Extent{{20 * mib, mib}}, []Extent{{0, mib}, {9 * mib, mib}}},
 		{"partition clipped", 10 * mib, []Extent{{4 * mib, 100 * mib}}, []Extent{{0, mib}, {4 * mib, mib}, {9 * mib, mib}}},
 		{"small partition", 10 * mib, []Extent{{4 * mib, 4096}}, []Extent{{0, mib}, {3*mib + 4096, mib - 4096 + 4096}, {9 * mib, mib}}},
+		// btrfs keeps its mirrors at 64 MiB and 256 GiB of the device it lives on: a partition's
+		// are that far from the partition's start.
+		{"btrfs mirrors of a partition", 400 * mib, []Extent{{mib, 300 * mib}},
+			[]Extent{{0, 2 * mib}, {64 * mib, 64 << 10}, {65 * mib, 64 << 10}, {300 * mib, mib}, {399 * mib, mib}}},
+		{"btrfs mirrors of a large partition", 600 << 30, []Extent{{mib, 400 << 30}, {400<<30 + mib, 1 << 30}},
+			[]Extent{{0, 2 * mib}, {64 * mib, 64 << 10}, {65 * mib, 64 << 10}, {256 << 30, 64 << 10}, {256<<30 + mib, 64 << 10},
+				{400 << 30, 2 * mib}, {400<<30 + 64*mib + mib, 64 << 10}, {401 << 30, mib}, {600<<30 - mib, mib}}},
+		{"no mirror past a partition's end", 400 * mib, []Extent{{100 * mib, 64 * mib}},
+			[]Extent{{0, mib}, {64 * mib, 64 << 10}, {100 * mib, mib}, {163 * mib, mib}, {399 * mib, mib}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
