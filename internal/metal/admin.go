@@ -57,7 +57,7 @@ func (s *Service) CreateTenant(ctx context.Context, p auth.Principal, name strin
 	if p.TenantID != "" {
 		return store.Tenant{}, &ForbiddenError{Msg: "only an installation-wide admin token (one without a tenant) creates tenants"}
 	}
-	if err := ValidName("name", name); err != nil {
+	if err := ValidLookupName("name", name); err != nil {
 		return store.Tenant{}, err
 	}
 	var tn store.Tenant
@@ -92,7 +92,7 @@ func (s *Service) CreateSite(ctx context.Context, p auth.Principal, name, tenant
 	if err := Require(p, auth.Administer); err != nil {
 		return store.Site{}, err
 	}
-	if err := ValidName("name", name); err != nil {
+	if err := ValidLookupName("name", name); err != nil {
 		return store.Site{}, err
 	}
 	if err := ValidLabels("labels", labels); err != nil {
@@ -131,6 +131,9 @@ func (s *Service) Sites(ctx context.Context, p auth.Principal, tenant string) ([
 func (s *Service) DeleteSite(ctx context.Context, p auth.Principal, ref string) error {
 	if err := Require(p, auth.Administer); err != nil {
 		return err
+	}
+	if ref == "" {
+		return invalid("site", "is required: the name or id of the site to delete")
 	}
 	site, err := s.st.Site(ctx, ref)
 	if err != nil || !p.CanSeeTenant(site.TenantID) {
@@ -172,7 +175,7 @@ func (s *Service) CreatePool(ctx context.Context, p auth.Principal, name, siteRe
 	if err := Require(p, auth.Administer); err != nil {
 		return store.Pool{}, err
 	}
-	if err := ValidName("name", name); err != nil {
+	if err := ValidLookupName("name", name); err != nil {
 		return store.Pool{}, err
 	}
 	if siteRef == "" {
@@ -199,6 +202,9 @@ func (s *Service) CreatePool(ctx context.Context, p auth.Principal, name, siteRe
 func (s *Service) UpdatePool(ctx context.Context, p auth.Principal, ref string, pol store.PoolPolicy) (store.Pool, error) {
 	if err := Require(p, auth.Administer); err != nil {
 		return store.Pool{}, err
+	}
+	if ref == "" {
+		return store.Pool{}, invalid("pool", "is required: the name or id of the pool to update")
 	}
 	pool, err := s.st.Pool(ctx, ref)
 	if err != nil || !p.CanSeeTenant(pool.TenantID) {
@@ -243,6 +249,9 @@ func (s *Service) Pools(ctx context.Context, p auth.Principal, tenant, site stri
 func (s *Service) DeletePool(ctx context.Context, p auth.Principal, ref string) error {
 	if err := Require(p, auth.Administer); err != nil {
 		return err
+	}
+	if ref == "" {
+		return invalid("pool", "is required: the name or id of the pool to delete")
 	}
 	pool, err := s.st.Pool(ctx, ref)
 	if err != nil || !p.CanSeeTenant(pool.TenantID) {
@@ -332,7 +341,7 @@ func (s *Service) CreateToken(ctx context.Context, p auth.Principal, name string
 	if err := Require(p, auth.Administer); err != nil {
 		return "", store.Token{}, err
 	}
-	if err := ValidName("name", name); err != nil {
+	if err := ValidLookupName("name", name); err != nil {
 		return "", store.Token{}, err
 	}
 	if _, err := auth.ParseRole(string(role)); err != nil {
@@ -384,6 +393,9 @@ func (s *Service) Tokens(ctx context.Context, p auth.Principal) ([]store.Token, 
 func (s *Service) RevokeToken(ctx context.Context, p auth.Principal, ref string) (store.Token, error) {
 	if err := Require(p, auth.Administer); err != nil {
 		return store.Token{}, err
+	}
+	if ref == "" {
+		return store.Token{}, invalid("token", "is required: the name or id of the token to revoke (bcd token list)")
 	}
 	var tok store.Token
 	err := s.st.Write(ctx, func(tx *store.Tx) error {
@@ -463,6 +475,9 @@ func (s *Service) AddSigner(ctx context.Context, p auth.Principal, name string, 
 func (s *Service) RevokeSigner(ctx context.Context, p auth.Principal, name string) error {
 	if err := installationWide(p, "image signers"); err != nil {
 		return err
+	}
+	if name == "" {
+		return invalid("name", "is required: the name of the registered signer to revoke")
 	}
 	return s.st.Write(ctx, func(tx *store.Tx) error {
 		if err := tx.RevokeSigner(ctx, name); err != nil {

@@ -41,12 +41,18 @@ func (s *Service) SetApprovalPolicy(ctx context.Context, p auth.Principal, scope
 	case "installation":
 		key = store.ApprovalScope(scope, "")
 	case "site":
+		if ref == "" {
+			return store.ApprovalPolicy{}, invalid("ref", "is required for scope site: the name or id of the site")
+		}
 		site, err := s.st.Site(ctx, ref)
 		if err != nil || !p.CanSeeTenant(site.TenantID) {
 			return store.ApprovalPolicy{}, fmt.Errorf("site %q: %w", ref, store.ErrNotFound)
 		}
 		key, tenantID = store.ApprovalScope(scope, site.ID), site.TenantID
 	case "pool":
+		if ref == "" {
+			return store.ApprovalPolicy{}, invalid("ref", "is required for scope pool: the name or id of the pool")
+		}
 		pool, err := s.st.Pool(ctx, ref)
 		if err != nil || !p.CanSeeTenant(pool.TenantID) {
 			return store.ApprovalPolicy{}, fmt.Errorf("pool %q: %w", ref, store.ErrNotFound)

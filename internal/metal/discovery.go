@@ -84,6 +84,9 @@ func (s *Service) MACCandidates(ctx context.Context, p auth.Principal, siteRef, 
 	default:
 		return nil, invalid("state", "%q: accepted are pending, confirmed, bound, expired (or empty for all)", state)
 	}
+	if siteRef == "" {
+		return nil, invalid("site", "is required: the name or id of the site whose MAC candidates to list")
+	}
 	site, err := s.st.Site(ctx, siteRef)
 	if err != nil || !p.CanSeeTenant(site.TenantID) {
 		return nil, fmt.Errorf("site %q: %w", siteRef, store.ErrNotFound)

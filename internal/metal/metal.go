@@ -214,7 +214,7 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 	if err := Require(p, auth.Operate); err != nil {
 		return store.Node{}, err
 	}
-	if err := ValidName("name", in.Name); err != nil {
+	if err := ValidLookupName("name", in.Name); err != nil {
 		return store.Node{}, err
 	}
 	if in.Pool == "" {
@@ -659,6 +659,9 @@ func PNode(n store.Node) provision.Node {
 func (s *Service) Delete(ctx context.Context, p auth.Principal, ref, reason string) error {
 	if err := Require(p, auth.Operate); err != nil {
 		return err
+	}
+	if ref == "" {
+		return invalid("node", "is required: a node id or name")
 	}
 	if err := ValidReason(reason); err != nil {
 		return err

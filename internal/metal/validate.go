@@ -37,13 +37,29 @@ var (
 
 const nameRule = "1-63 characters of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit"
 
-// ValidName checks a node, site, pool, tenant or token name.
+// ValidName checks a name (ValidLookupName adds what a new node, site, pool, tenant or token
+// name needs).
 func ValidName(field, s string) error {
 	if !nameRe.MatchString(s) {
 		if s == "" {
 			return invalid(field, "is required (%s)", nameRule)
 		}
 		return invalid(field, "%q is not a valid name: use %s", truncate(s), nameRule)
+	}
+	return nil
+}
+
+// ValidLookupName checks the name of a new tenant, site, pool, API token or node: objects that
+// are looked up by id or name. A name shaped like an id (a UUID, the form of every id the store
+// makes) is refused: a lookup by another object's id could find the object so named instead,
+// or a lookup by that name the other object.
+func ValidLookupName(field, s string) error {
+	if err := ValidName(field, s); err != nil {
+		return err
+	}
+	if uuidRe.MatchString(s) {
+		return invalid(field, "%q is shaped like an id (a UUID: 8-4-4-4-12 hex digits), and objects are looked up by id or name: "+
+			"use %s, in any other form", s, nameRule)
 	}
 	return nil
 }

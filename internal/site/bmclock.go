@@ -3,6 +3,7 @@ package site
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 )
 
@@ -77,3 +78,9 @@ func (l *bmcLocks) releaser(key string, s *bmcSlot) func() {
 
 // bmcKey names a BMC for the locks and the poller.
 func bmcKey(driver, address string) string { return driver + "|" + address }
+
+// shownBMCKey is a bmcKey as logs show it: its address redacted (redactAddress).
+func shownBMCKey(key string) string {
+	driver, address, _ := strings.Cut(key, "|")
+	return bmcKey(driver, redactAddress(address))
+}

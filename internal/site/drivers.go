@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -123,8 +124,10 @@ type closer interface {
 }
 
 // withDriver runs fn with the first driver of the order that connects and supports the
-// capability; every failure is recorded. The password never reaches an error: each error text
-// is checked for it and redacted (defence in depth: drivers already keep it out).
+// capability; every failure is recorded. The password never reaches an error, nor the user
+// information, query or fragment of the BMC's address: each error text is checked for them and
+// redacted (defence in depth: drivers already keep the password out, and the control plane
+// refuses such addresses).
 func withDriver(ctx context.Context, reg map[string]DriverFactory, name string, ep bmc.Endpoint, what, capability string,
 	fn func(ctx context.Context, drv any) error) error {
 	order, err := driverOrder(reg, name)
@@ -137,7 +140,7 @@ func withDriver(ctx context.Context, reg map[string]DriverFactory, name string, 
 		if err == nil {
 			return nil
 		}
-		fail.Attempts = append(fail.Attempts, Attempt{Driver: n, Address: ep.Address, Err: redact(err, ep.Password)})
+		fail.Attempts = append(fail.Attempts, Attempt{Driver: n, Address: redactAddress(ep.Address), Err: redactEndpoint(err, ep)})
 		if ctx.Err() != nil {
 			break
 		}
@@ -164,10 +167,86 @@ type redactedError struct{ msg string }
 
 func (e redactedError) Error() string { return e.msg }
 
-// redact returns err, or a copy of its text with secret replaced, when the text holds it.
-func redact(err error, secret string) error {
-	if err == nil || secret == "" || !strings.Contains(err.Error(), secret) {
+// redact returns err, or a copy of its text with every secret replaced, when the text holds one.
+func redact(err error, secrets ...string) error {
+	if err == nil {
+		return nil
+	}
+	// The longest first: a secret that holds another (user:password) goes whole.
+	secrets = slices.DeleteFunc(slices.Clone(secrets), func(s string) bool { return s == "" })
+	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
+	msg := err.Error()
+	for _, s := range secrets {
+		msg = strings.ReplaceAll(msg, s, "[redacted]")
+	}
+	if msg == err.Error() {
 		return err
 	}
-	return redactedError{msg: strings.ReplaceAll(err.Error(), secret, "[redacted]")}
+	return redactedError{msg: msg}
+}
+
+// redactEndpoint is redact for a driver's error about ep: the address shown as redactAddress
+// gives it, then the password and what of the address may be a credential replaced.
+func redactEndpoint(err error, ep bmc.Endpoint) error {
+	if err == nil {
+		return nil
+	}
+	if shown := redactAddress(ep.Address); shown != ep.Address && strings.Contains(err.Error(), ep.Address) {
+		err = redactedError{msg: strings.ReplaceAll(err.Error(), ep.Address, shown)}
+	}
+	return redact(err, append(addressSecrets(ep.Address), ep.Password)...)
+}
+
+// redactAddress is a BMC address as errors, events and logs show it: without user information
+// (user[:password]@) and without query or fragment, any of which may hold a credential. Pure.
+func redactAddress(addr string) string {
+	scheme, rest := "", addr
+	if i := strings.Index(rest, "://"); i >= 0 {
+		scheme, rest = rest[:i+3], rest[i+3:]
+	}
+	// The last '@' ends the user information: a password may hold '@', '/', '?' or '#'.
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = rest[at+1:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		rest = rest[:i]
+	}
+	return scheme + rest
+}
+
+// addressSecrets is what of a BMC address may be a credential: its user information, the password
+// in it, its query and the query's values, its fragment; each of at least 4 bytes (a shorter one,
+// "1" of ?x=1, would take every digit of the message with it; the control plane refuses such
+// addresses, this is defence in depth). Pure.
+func addressSecrets(addr string) []string {
+	var out []string
+	rest := addr
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		user := rest[:at]
+		out = append(out, user)
+		if _, pw, ok := strings.Cut(user, ":"); ok {
+			out = append(out, pw)
+			if u, err := url.PathUnescape(pw); err == nil {
+				out = append(out, u)
+			}
+		}
+		rest = rest[at+1:]
+	}
+	if i := strings.IndexAny(rest, "?#"); i >= 0 {
+		tail := rest[i+1:]
+		out = append(out, tail)
+		for _, part := range strings.FieldsFunc(tail, func(r rune) bool { return strings.ContainsRune("&;?#", r) }) {
+			out = append(out, part)
+			if _, v, ok := strings.Cut(part, "="); ok {
+				out = append(out, v)
+				if u, err := url.QueryUnescape(v); err == nil {
+					out = append(out, u)
+				}
+			}
+		}
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return len(s) < 4 })
 }

@@ -333,7 +333,7 @@ func (p *poller) done(ctx context.Context, nodeID, key string, power bmc.PowerSt
 	p.mu.Unlock()
 	p.poke()
 	if err != nil && ctx.Err() == nil {
-		p.log.WarnContext(ctx, "power poll failed", "node", nodeID, "bmc", key, "failures", fails, "err", err)
+		p.log.WarnContext(ctx, "power poll failed", "node", nodeID, "bmc", shownBMCKey(key), "failures", fails, "err", err)
 	} else {
 		p.log.DebugContext(ctx, "power polled", "node", nodeID, "power", string(power), "report", report)
 	}

@@ -85,7 +85,7 @@ var (
 func New(ep bmc.Endpoint, opts Options) (*Driver, error) {
 	host, port, err := splitAddress(ep.Address)
 	if err != nil {
-		return nil, fmt.Errorf("creating IPMI driver for %q: %w", ep.Address, err)
+		return nil, fmt.Errorf("creating IPMI driver: %w", err) // splitAddress quotes what it may
 	}
 	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	if ep.Username == "" || len(ep.Username) > 16 {
@@ -142,10 +142,16 @@ func New(ep bmc.Endpoint, opts Options) (*Driver, error) {
 // String never shows the password.
 func (d *Driver) String() string { return fmt.Sprintf("ipmi %s@%s", d.user, d.addr) }
 
-// splitAddress accepts host, host:port, [v6]:port and a bare IPv6 literal.
+// splitAddress accepts host, host:port, [v6]:port and a bare IPv6 literal. An address with user
+// information, a path, a query or a fragment is refused without being quoted: it may hold a
+// credential.
 func splitAddress(a string) (string, int, error) {
 	if a == "" {
 		return "", 0, errors.New("empty BMC address")
+	}
+	if strings.ContainsAny(a, "@?#/") {
+		return "", 0, errors.New("BMC address with a user, path, query or fragment ('@', '/', '?', '#'; not quoted: it may hold a credential): " +
+			"want host, host:port or [ipv6]:port, and the credentials apart")
 	}
 	if ip := net.ParseIP(strings.Trim(a, "[]")); ip != nil && !strings.Contains(a, "]:") {
 		return ip.String(), DefaultPort, nil
@@ -278,7 +284,7 @@ func (d *Driver) connect(ctx context.Context, password string, once bool) (*sess
 				d.log.Debug("IPMI session open", "cipherSuite", uint8(suite), "took", time.Since(start))
 				return &session{d: d, c: c, suite: suite, once: once}, nil
 			}
-			abandon(c)
+			d.abandon(ctx, c, err)
 			if ctx.Err() != nil {
 				return nil, fmt.Errorf("opening session (cipher suite %d): %w", suite, ctx.Err())
 			}
@@ -296,12 +302,30 @@ func (d *Driver) connect(ctx context.Context, password string, once bool) (*sess
 // oneLine flattens go-ipmi's multi-line error text.
 func oneLine(err error) string { return strings.Join(strings.Fields(err.Error()), " ") }
 
-// abandon releases the socket of a client whose Connect failed without waiting for a Close
-// Session answer that cannot come.
-func abandon(c *client.Client) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	_ = c.Close(ctx)
+// abandon releases a client whose Connect failed. A login that failed after the BMC activated
+// the session (RAKP 3 and 4 done, then Set Session Privilege Level refused or unanswered) holds
+// one of the BMC's few session slots until its inactivity timeout: that session is closed (Close
+// Session, bounded by one exchange's timeout, even when ctx is done). Otherwise no session exists
+// to close and only the socket is released, without waiting for an answer that cannot come.
+func (d *Driver) abandon(ctx context.Context, c *client.Client, err error) {
+	if !sessionActivated(err) {
+		done, cancel := context.WithCancel(context.Background())
+		cancel()
+		_ = c.Close(done)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.opts.Timeout)
+	defer cancel()
+	if cerr := c.Close(ctx); cerr != nil {
+		d.log.Debug("closing the IPMI session of a failed login", "err", cerr)
+	}
+}
+
+// sessionActivated reports whether a Connect that failed with err had activated a session on the
+// BMC: go-ipmi's lanplus Connect fails after the RAKP exchange (which activates it) only at Set
+// Session Privilege Level, and says so only in its error's text.
+func sessionActivated(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "SetSessionPrivilegeLevel")
 }
 
 // refusalStatuses are the RMCP+ status codes of a refused login.

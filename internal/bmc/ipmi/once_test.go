@@ -21,7 +21,8 @@ type lossyProxy struct {
 	requests [][]byte
 	dropAt   int // 1-based index of the request whose answer is dropped; 0: none
 	dropNext bool
-	delay    time.Duration // > 0: that answer is delayed this long instead of dropped
+	delay    time.Duration         // > 0: that answer is delayed this long instead of dropped
+	dropIf   func(req []byte) bool // non-nil: the answer to every request it holds for is dropped
 }
 
 func startLossyProxy(t *testing.T, bmcAddr *net.UDPAddr) *lossyProxy {
@@ -50,7 +51,7 @@ func startLossyProxy(t *testing.T, bmcAddr *net.UDPAddr) *lossyProxy {
 			clientMu.Unlock()
 			p.mu.Lock()
 			p.requests = append(p.requests, bytes.Clone(buf[:n]))
-			if p.dropAt != 0 && len(p.requests) == p.dropAt {
+			if p.dropAt != 0 && len(p.requests) == p.dropAt || p.dropIf != nil && p.dropIf(buf[:n]) {
 				p.dropNext = true
 			}
 			p.mu.Unlock()

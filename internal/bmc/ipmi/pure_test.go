@@ -167,6 +167,12 @@ func TestSplitAddress(t *testing.T) {
 		{"host:abc", "", 0, true},
 		{":623", "", 0, true},
 		{"a:b:c", "", 0, true},
+		// User information, a path, a query or a fragment: refused (a credential may hide there).
+		{"admin@10.0.0.5", "", 0, true},
+		{"admin:pw@10.0.0.5:623", "", 0, true},
+		{"10.0.0.5?password=pw", "", 0, true},
+		{"10.0.0.5#pw", "", 0, true},
+		{"10.0.0.5/pw", "", 0, true},
 	}
 	for _, tc := range cases {
 		h, p, err := splitAddress(tc.in)
@@ -202,5 +208,21 @@ func TestNewValidates(t *testing.T) {
 	}
 	if got := fmt.Sprint(d); got != "ipmi admin@10.0.0.5:623" {
 		t.Errorf("String = %q", got)
+	}
+}
+
+// An address with user information, a query or a fragment is refused, and the error (which the
+// site agent reports and logs) does not quote it: the driver would otherwise dial, and log, a
+// "host" holding the credential.
+func TestNewNeverQuotesACredentialInTheAddress(t *testing.T) {
+	for _, addr := range []string{"admin:addr-secret@10.0.0.5:623", "admin@10.0.0.5", "10.0.0.5?password=addr-secret", "10.0.0.5#addr-secret"} {
+		_, err := New(bmc.Endpoint{Address: addr, Username: "admin", Password: "pw"}, Options{})
+		if err == nil {
+			t.Errorf("%s: accepted", addr)
+			continue
+		}
+		if strings.Contains(err.Error(), "addr-secret") || strings.Contains(err.Error(), "admin@") {
+			t.Errorf("%s: the error quotes it: %v", addr, err)
+		}
 	}
 }
