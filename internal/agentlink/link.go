@@ -184,8 +184,13 @@ func (l *Link) DataDir() string { return l.cfg.DataDir }
 // Sessions counts the Connect streams opened so far.
 func (l *Link) Sessions() int { return int(l.sessions.Load()) }
 
-// SetStatus sends a status report now and again at the start of every stream.
+// SetStatus sends a status report now and again at the start of every stream. A report not yet
+// handed to a stream when the next is set is replaced by it (StatusPending tells).
 func (l *Link) SetStatus(s Status) { l.out.setStatus(s) }
+
+// StatusPending says whether the last status report set is not yet handed to a stream (none is
+// open, or the sender has not reached it): one set now would replace it unsent.
+func (l *Link) StatusPending() bool { return l.out.statusPending() }
 
 // Wait blocks until the link stopped and every command it started returned. It returns nil
 // when the link's context ended, ErrRefused when the gateway refused the agent, or the

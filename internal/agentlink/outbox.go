@@ -78,6 +78,13 @@ func (o *outbox) setStatus(s Status) {
 	o.wake()
 }
 
+// statusPending says whether a status report waits to be handed to a stream.
+func (o *outbox) statusPending() bool {
+	o.lock()
+	defer o.unlock()
+	return o.status != nil
+}
+
 func (o *outbox) resendStatus() {
 	o.lock()
 	o.status = o.lastStatus

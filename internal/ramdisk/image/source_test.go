@@ -199,9 +199,12 @@ func (s *slowTarget) WriteAt(p []byte, off int64) (int, error) {
 func TestFetchIdleTimeoutIgnoresDiskTime(t *testing.T) {
 	img := diskImage(12*mib, 6)
 	srv := serve(t, img)
-	target := &slowTarget{fileTarget: newTarget(t, 16*mib), delay: 600 * time.Millisecond}
+	// The disk takes three idle timeouts per write; the timeout itself is long enough that a
+	// loaded machine (the race detector, parallel packages) does not starve the local source
+	// for that long (150 ms did, now and then).
+	target := &slowTarget{fileTarget: newTarget(t, 16*mib), delay: 3 * time.Second}
 	_, err := Fetch(context.Background(), testLog(), Spec{URL: srv.URL, SHA256: sha256Hex(img)}, target,
-		Options{IdleTimeout: 150 * time.Millisecond, ChunkSize: mib, Buffers: 2}, nil)
+		Options{IdleTimeout: time.Second, ChunkSize: mib, Buffers: 2}, nil)
 	if err != nil {
 		t.Fatalf("a slow disk was taken for a stalled source: %v", err)
 	}
