@@ -820,12 +820,12 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			// never changes, so the row read before names it). The reconciliation below
 			// takes the row and its wake sequence as read here: nothing in between writes
 			// them but this transaction's command update.
-			n, seq, err := tx.LockNodeWakeSeq(ctx, pre.NodeID)
+			ln, err := tx.LockNodeForReconcile(ctx, pre.NodeID)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
 			if err == nil {
-				locked = &lockedNode{n: n, seq: seq}
+				locked = &lockedNode{n: ln.Node, seq: ln.Seq, wf: &ln.Workflow, wfOpen: ln.Open}
 			}
 		}
 		var c store.Command
@@ -946,10 +946,13 @@ func reported(c store.Command, a Agent, u Update, at int64) (store.Command, bool
 }
 
 // lockedNode is a node's row as a transaction locked and read it, with its wake sequence read
-// in the same statement (store.Tx.LockNodeWakeSeq).
+// in the same statement and, if wf is not nil, its open workflow read with it (wfOpen false:
+// none; store.Tx.LockNodeForReconcile).
 type lockedNode struct {
-	n   store.Node
-	seq int64
+	n      store.Node
+	seq    int64
+	wf     *store.Workflow
+	wfOpen bool
 }
 
 // reconcileIn reconciles nodeID inside tx, which just wrote why (a command's outcome, passed as
@@ -982,6 +985,10 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, l
 		// report (this path, with that command known) or an agent's departure (the reconciler,
 		// which always looks) makes happen: other runs here need not look for one.
 		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}, rotationSettled: true, locked: node}
+		if node != nil && locked.wf != nil {
+			// Read with the node's row, by the same transaction: nothing wrote it since.
+			r.wf, r.wfLoaded, r.wfOpen = *locked.wf, true, locked.wfOpen
+		}
 		for _, c := range known {
 			r.keep(c)
 			if c.Kind == "bmc.rotate" {

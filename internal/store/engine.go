@@ -184,9 +184,12 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		w.FaultCode, w.Error, w.OutcomeApplied, w.UpdatedAt, w.FinishedAt, w.ID)
 }
 
+// openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).
+const openWorkflowQuery = `SELECT ` + workflowCols + ` FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`
+
 // OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
 func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, error) {
-	w, err := scanWorkflow(t.queryRow(ctx, `SELECT `+workflowCols+` FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`, nodeID, false))
+	w, err := scanWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Workflow{}, false, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, chain_verb, failed_from, fault_code,
@@ -88,19 +90,59 @@ func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
 	}, func(q string, args ...any) (rowsIter, error) { return t.query(ctx, q, args...) })
 }
 
-// LockNodeWakeSeq locks and reads node id (an id, not a name) with its wake sequence (as
-// WakeUpSeq reads it), for a reconciliation that follows in the transaction: one statement.
-func (t *Tx) LockNodeWakeSeq(ctx context.Context, id string) (Node, int64, error) {
-	var seq int64
-	n, err := scanNode(withExtra{t.queryRow(ctx, `SELECT `+nodeCols+`, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
-		FROM nodes WHERE id = ?`+t.forUpdate(), id), []any{&seq}})
-	if errors.Is(err, sql.ErrNoRows) {
-		return Node{}, 0, fmt.Errorf("node %q: %w", id, ErrNotFound)
+// LockedNode is a node as a reconciliation that follows in the transaction takes it: its row,
+// locked, its wake sequence (as WakeUpSeq reads it) and its open workflow (as OpenWorkflow
+// reads it; Open false: none).
+type LockedNode struct {
+	Node
+	Seq      int64
+	Workflow Workflow
+	Open     bool
+}
+
+// LockNodeForReconcile locks and reads node id (an id, not a name), its wake sequence and its
+// open workflow: on PostgreSQL the two reads go out in one round trip, after what is held.
+func (t *Tx) LockNodeForReconcile(ctx context.Context, id string) (LockedNode, error) {
+	nodeQ := t.s.bind(`SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
+		FROM nodes WHERE id = ?` + t.forUpdate())
+	wfQ := t.s.bind(openWorkflowQuery)
+	var ln LockedNode
+	takeNode := func(r rowScanner) error {
+		var err error
+		ln.Node, err = scanNode(withExtra{r, []any{&ln.Seq}})
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("node %q: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("reading node %q: %w", id, err)
+		}
+		return nil
+	}
+	takeWorkflow := func(r rowScanner) error {
+		var err error
+		ln.Workflow, err = scanWorkflow(r)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading open workflow of %s: %w", id, err)
+		}
+		ln.Open = true
+		return nil
+	}
+	var err error
+	if t.conn != nil {
+		// Each result is read before the next (pgx reads a batch's results in order).
+		_, err = t.send(ctx,
+			&batchRead{q: nodeQ, args: []any{id}, take: func(br pgx.BatchResults) error { return takeNode(br.QueryRow()) }},
+			&batchRead{q: wfQ, args: []any{id, false}, take: func(br pgx.BatchResults) error { return takeWorkflow(br.QueryRow()) }})
+	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
+		err = takeWorkflow(t.queryRow(ctx, wfQ, id, false))
 	}
 	if err != nil {
-		return Node{}, 0, fmt.Errorf("reading node %q: %w", id, err)
+		return LockedNode{}, err
 	}
-	return n, seq, nil
+	return ln, nil
 }
 
 // withExtra scans a row's columns past what its scanner takes into extra.

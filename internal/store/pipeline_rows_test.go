@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
@@ -101,6 +102,70 @@ func TestPipelinedRows(t *testing.T) {
 		}
 		if got := ids(); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("rows stored %v, want %v", got, want)
+		}
+	})
+}
+
+// LockNodeForReconcile reads a node's row, locked, with its wake sequence and its open workflow
+// (on PostgreSQL in the round trip of the transaction's BEGIN): a node with an open workflow,
+// one whose only workflow ended, and one that does not exist.
+func TestLockNodeForReconcile(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		pg := st.Engine() == store.Postgres
+		_, nodes := seed(t, st)
+		now := time.Now()
+		open := store.Workflow{ID: store.NewID(now), NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, Profile: "p", Owner: "metal",
+			NodeState: "inspecting", Steps: "[]", Cleanup: "[]", State: "running", Phase: "steps"}
+		ended := open
+		ended.ID, ended.NodeID, ended.State, ended.OutcomeApplied = store.NewID(now), nodes[1].ID, "succeeded", true
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for _, wf := range []*store.Workflow{&open, &ended} {
+				if err := tx.InsertWorkflow(ctx, wf); err != nil {
+					return err
+				}
+			}
+			return tx.Wake(ctx, nodes[0].ID, "test", 0)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name, node string
+			wantWF     string // the open workflow's id; "": none
+			wantSeq    bool   // a wake sequence above 0
+			wantErr    error
+		}{
+			{"open workflow, woken", nodes[0].ID, open.ID, true, nil},
+			{"its workflow ended", nodes[1].ID, "", false, nil},
+			{"no such node", "no-such-node", "", false, store.ErrNotFound},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				if err := st.Write(ctx, func(tx *store.Tx) error {
+					ln, err := tx.LockNodeForReconcile(ctx, c.node)
+					if c.wantErr != nil {
+						if !errors.Is(err, c.wantErr) {
+							t.Errorf("err %v, want %v", err, c.wantErr)
+						}
+						return nil
+					}
+					if err != nil {
+						return err
+					}
+					if pg && tx.TripsForTests() != 1 {
+						t.Errorf("%d round trips, want 1 (BEGIN and both reads)", tx.TripsForTests())
+					}
+					if ln.ID != c.node || ln.Open != (c.wantWF != "") || ln.Workflow.ID != c.wantWF || (ln.Seq > 0) != c.wantSeq {
+						t.Errorf("node %q open %v workflow %q seq %d; want node %q workflow %q seq>0 %v",
+							ln.ID, ln.Open, ln.Workflow.ID, ln.Seq, c.node, c.wantWF, c.wantSeq)
+					}
+					if ln.Open && (ln.Workflow.NodeState != "inspecting" || ln.Workflow.State != "running") {
+						t.Errorf("workflow read as %+v", ln.Workflow)
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			})
 		}
 	})
 }

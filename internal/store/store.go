@@ -778,7 +778,7 @@ func (t *Tx) flush(ctx context.Context) (sql.Result, error) {
 	if len(t.later) == 0 {
 		return driverResult(0), nil
 	}
-	rows, err := t.send(ctx, nil)
+	rows, err := t.send(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -793,8 +793,8 @@ type batchRead struct {
 }
 
 // send sends the held statements in one pipeline and returns the last one's rows affected;
-// read, if not nil, is sent after them in the same pipeline.
-func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) {
+// reads are sent after them in the same pipeline, in order.
+func (t *Tx) send(ctx context.Context, reads ...*batchRead) (rows int64, err error) {
 	held, sent := t.later, t.sent
 	t.later = nil
 	t.trips++
@@ -810,7 +810,7 @@ func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) 
 		for _, st := range held {
 			b.Queue(st.q, st.args...)
 		}
-		if read != nil {
+		for _, read := range reads {
 			b.Queue(read.q, read.args...)
 		}
 		br := c.Conn().SendBatch(ctx, b)
@@ -840,7 +840,7 @@ func (t *Tx) send(ctx context.Context, read *batchRead) (rows int64, err error) 
 			rows = tag.RowsAffected()
 		}
 		t.sent += len(held)
-		if read != nil {
+		for _, read := range reads {
 			if err := read.take(br); err != nil {
 				br.Close()
 				return err
