@@ -930,29 +930,21 @@ func (a *Agent) statusLoop(ctx context.Context, link *agentlink.Link) {
 			sessions = s
 			a.disc.resend()
 		}
-		if !first && link.StatusPending() {
-			// The last report has not gone out yet (no stream, or the sender is behind): a new
-			// one would replace it, and the inventories it carried, counted as sent, would
-			// never reach the control plane.
-			pause := time.NewTimer(statusMinInterval)
-			select {
-			case <-ctx.Done():
-				pause.Stop()
-				return
-			case <-pause.C:
+		// While the last report has not gone out (no stream, or the sender is behind), no new
+		// one: it would replace it, and the inventories it carried, counted as sent, would
+		// never reach the control plane.
+		if first || !link.StatusPending() {
+			rep := a.disc.report(reportInventoryBytes)
+			st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: rep.machines, Drivers: drivers, Facts: a.statusFacts(),
+				Withheld: a.withheld.Snapshot(a.cfg.Now())}
+			if k := keyOf(st, rep.rev); first || k != last {
+				link.SetStatus(st)
+				last, first = k, false
 			}
-			continue
-		}
-		rep := a.disc.report(reportInventoryBytes)
-		st := agentlink.Status{HoldsBootLease: a.hold.Held(), Discovered: rep.machines, Drivers: drivers, Facts: a.statusFacts(),
-			Withheld: a.withheld.Snapshot(a.cfg.Now())}
-		if k := keyOf(st, rep.rev); first || k != last {
-			link.SetStatus(st)
-			last, first = k, false
-		}
-		if !rep.more {
-			if !a.waitStatusChange(ctx, link, sessions, check.C, st.HoldsBootLease) {
-				return
+			if !rep.more {
+				if !a.waitStatusChange(ctx, link, sessions, check.C, st.HoldsBootLease) {
+					return
+				}
 			}
 		}
 		pause := time.NewTimer(statusMinInterval)

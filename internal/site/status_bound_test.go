@@ -34,26 +34,7 @@ func TestDiscoveryFloodKeepsTheLink(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pad := strings.Repeat("x", netboot.MaxDiscoveryReport-200)
-	accepted := map[string]bool{}
-	refused := 0
-	for i := range 320 {
-		mac := fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff)
-		body := fmt.Sprintf(`{"bootMac":%q,"disks":%q}`, mac, pad)
-		resp, err := http.Post(ag.BootURL()+netboot.DiscoveryPath, "application/json", bytes.NewBufferString(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		switch resp.StatusCode {
-		case http.StatusNoContent:
-			accepted[mac] = true
-		case http.StatusServiceUnavailable:
-			refused++
-		default:
-			t.Fatalf("report %d: HTTP %d", i, resp.StatusCode)
-		}
-	}
+	accepted, refused := postDiscoveries(t, ag, 320)
 
 	// Every inventory kept reaches the control plane, over several reports.
 	deadline := time.Now().Add(60 * time.Second)
@@ -114,20 +95,7 @@ func TestDiscoveryReportsWaitForTheStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pad := strings.Repeat("x", netboot.MaxDiscoveryReport-200)
-	accepted := map[string]bool{}
-	for i := range 96 {
-		mac := fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff)
-		body := fmt.Sprintf(`{"bootMac":%q,"disks":%q}`, mac, pad)
-		resp, err := http.Post(ag.BootURL()+netboot.DiscoveryPath, "application/json", bytes.NewBufferString(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusNoContent {
-			accepted[mac] = true
-		}
-	}
+	accepted, _ := postDiscoveries(t, ag, 96)
 	deadline := time.Now().Add(45 * time.Second) // 6 MiB at 1 MiB/s
 	for {
 		got := map[string]bool{}
@@ -147,6 +115,32 @@ func TestDiscoveryReportsWaitForTheStream(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // poll with a deadline: the statuses are a list the test scans
 	}
 	t.Logf("%d inventories over %d streams", len(accepted), link.Sessions())
+}
+
+// postDiscoveries posts n discovery reports of nearly the largest size, each of its own MAC, to
+// the agent: the MACs it accepted, and how many it refused (503: its queue is full).
+func postDiscoveries(t *testing.T, ag *testAgent, n int) (map[string]bool, int) {
+	t.Helper()
+	pad := strings.Repeat("x", netboot.MaxDiscoveryReport-200)
+	accepted, refused := map[string]bool{}, 0
+	for i := range n {
+		mac := fmt.Sprintf("02:00:00:00:%02x:%02x", i>>8, i&0xff)
+		body := fmt.Sprintf(`{"bootMac":%q,"disks":%q}`, mac, pad)
+		resp, err := http.Post(ag.BootURL()+netboot.DiscoveryPath, "application/json", bytes.NewBufferString(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusNoContent:
+			accepted[mac] = true
+		case http.StatusServiceUnavailable:
+			refused++
+		default:
+			t.Fatalf("report %d: HTTP %d", i, resp.StatusCode)
+		}
+	}
+	return accepted, refused
 }
 
 // slowLink forwards loopback TCP connections to backend, the bytes towards it at rate bytes a
