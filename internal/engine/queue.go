@@ -818,8 +818,8 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 		if lockNode {
 			// The node before the command, as the reconciler locks them (a command's node
 			// never changes, so the row read before names it). The reconciliation below
-			// takes the row and its wake sequence as read here: nothing in between writes
-			// them but this transaction's command update.
+			// takes the row, its wake sequence and its open workflow as read here: nothing
+			// in between writes them but this transaction's command update.
 			ln, err := tx.LockNodeForReconcile(ctx, pre.NodeID)
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err

@@ -641,7 +641,8 @@ type Tx struct {
 	conn         *sql.Conn
 	later        []laterStmt
 	sent, queued int
-	// trips counts the round trips to the database (PostgreSQL), for tests.
+	// trips counts the transaction's round trips to the database (PostgreSQL; the store adds
+	// them up for WriteRoundTrips).
 	trips int
 	// broken is the error of a savepoint that left the transaction unusable (PostgreSQL): the
 	// write fails with it even if the savepoint's caller goes on. depth: savepoints open.
