@@ -107,8 +107,8 @@ type Endpoint struct {
 	FingerprintSHA256 string
 }
 
-// String never shows the password.
-func (e Endpoint) String() string { return fmt.Sprintf("%s@%s", e.Username, e.Address) }
+// String never shows the password, nor what of the address may be a credential (ShownAddress).
+func (e Endpoint) String() string { return fmt.Sprintf("%s@%s", e.Username, ShownAddress(e.Address)) }
 
 // GoString keeps %#v (of the endpoint, or of anything holding it) from printing the password.
 func (e Endpoint) GoString() string { return "bmc.Endpoint(" + e.String() + ")" }
@@ -116,7 +116,7 @@ func (e Endpoint) GoString() string { return "bmc.Endpoint(" + e.String() + ")" 
 // LogValue never shows the password either (slog's JSON handler would otherwise print every
 // field).
 func (e Endpoint) LogValue() slog.Value {
-	return slog.GroupValue(slog.String("address", e.Address), slog.String("username", e.Username), slog.Bool("insecure", e.Insecure),
+	return slog.GroupValue(slog.String("address", ShownAddress(e.Address)), slog.String("username", e.Username), slog.Bool("insecure", e.Insecure),
 		slog.String("fingerprint_sha256", e.FingerprintSHA256))
 }
 

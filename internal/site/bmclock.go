@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"bcd/internal/bmc"
 )
 
 // bmcLocks allows one call in flight per BMC (keyed by driver and address): commands wait for
@@ -79,8 +81,8 @@ func (l *bmcLocks) releaser(key string, s *bmcSlot) func() {
 // bmcKey names a BMC for the locks and the poller.
 func bmcKey(driver, address string) string { return driver + "|" + address }
 
-// shownBMCKey is a bmcKey as logs show it: its address redacted (redactAddress).
+// shownBMCKey is a bmcKey as logs show it: its address redacted (bmc.ShownAddress).
 func shownBMCKey(key string) string {
 	driver, address, _ := strings.Cut(key, "|")
-	return bmcKey(driver, redactAddress(address))
+	return bmcKey(driver, bmc.ShownAddress(address))
 }

@@ -140,7 +140,7 @@ func withDriver(ctx context.Context, reg map[string]DriverFactory, name string, 
 		if err == nil {
 			return nil
 		}
-		fail.Attempts = append(fail.Attempts, Attempt{Driver: n, Address: redactAddress(ep.Address), Err: redactEndpoint(err, ep)})
+		fail.Attempts = append(fail.Attempts, Attempt{Driver: n, Address: bmc.ShownAddress(ep.Address), Err: redactEndpoint(err, ep)})
 		if ctx.Err() != nil {
 			break
 		}
@@ -185,33 +185,16 @@ func redact(err error, secrets ...string) error {
 	return redactedError{msg: msg}
 }
 
-// redactEndpoint is redact for a driver's error about ep: the address shown as redactAddress
+// redactEndpoint is redact for a driver's error about ep: the address shown as bmc.ShownAddress
 // gives it, then the password and what of the address may be a credential replaced.
 func redactEndpoint(err error, ep bmc.Endpoint) error {
 	if err == nil {
 		return nil
 	}
-	if shown := redactAddress(ep.Address); shown != ep.Address && strings.Contains(err.Error(), ep.Address) {
+	if shown := bmc.ShownAddress(ep.Address); shown != ep.Address && strings.Contains(err.Error(), ep.Address) {
 		err = redactedError{msg: strings.ReplaceAll(err.Error(), ep.Address, shown)}
 	}
 	return redact(err, append(addressSecrets(ep.Address), ep.Password)...)
-}
-
-// redactAddress is a BMC address as errors, events and logs show it: without user information
-// (user[:password]@) and without query or fragment, any of which may hold a credential. Pure.
-func redactAddress(addr string) string {
-	scheme, rest := "", addr
-	if i := strings.Index(rest, "://"); i >= 0 {
-		scheme, rest = rest[:i+3], rest[i+3:]
-	}
-	// The last '@' ends the user information: a password may hold '@', '/', '?' or '#'.
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		rest = rest[at+1:]
-	}
-	if i := strings.IndexAny(rest, "?#"); i >= 0 {
-		rest = rest[:i]
-	}
-	return scheme + rest
 }
 
 // addressSecrets is what of a BMC address may be a credential: its user information, the password

@@ -410,7 +410,7 @@ func run(cmd *cobra.Command, f *flags, d deps, what string, fn op) error {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 			err = fmt.Errorf("%w (gave up after --timeout %s)", err, t.timeout)
 		}
-		return fmt.Errorf("bmc %s at %s (%s): %w", what, t.ep.Address, t.driver, redact(oneLine(err), t.ep.Password))
+		return fmt.Errorf("bmc %s at %s (%s): %w", what, bmc.ShownAddress(t.ep.Address), t.driver, redact(oneLine(err), t.ep.Password))
 	}
 	return printResult(cmd.OutOrStdout(), t.output, res)
 }
