@@ -33,6 +33,12 @@ type env struct {
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
+	return newEnvServing(t, nil)
+}
+
+// newEnvServing is newEnv with joiner as the agent gateway (nil: none).
+func newEnvServing(t testing.TB, joiner SiteJoiner) *env {
+	t.Helper()
 	st := storetest.Open(t, store.SQLite)
 	sealer, _ := secrets.NewSealer(bytes.Repeat([]byte{9}, secrets.KeySize))
 	logs := &bytes.Buffer{}
@@ -42,7 +48,7 @@ func newEnv(t testing.TB) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(svc, nil, nil, log))
+	srv := httptest.NewServer(Handler(svc, joiner, nil, log))
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, admin: tok, logs: logs, st: st}
 }

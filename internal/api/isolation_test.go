@@ -1,21 +1,15 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"bcd/internal/metal"
-	"bcd/internal/secrets"
 	"bcd/internal/store"
-	"bcd/internal/store/storetest"
 )
 
 // Another tenant's site agent is not found for a tenant's admin whether or not it was revoked
@@ -24,18 +18,7 @@ import (
 func TestRevokeSiteAgentOfAnotherTenantAnswersNotFound(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
-	for _, b := range []struct{ path, body string }{
-		{"/bcd.v1.InventoryService/CreateTenant", `{"name":"acme"}`},
-		{"/bcd.v1.InventoryService/CreateSite", `{"name":"dc1","tenant":"default"}`},
-	} {
-		if code, body := e.post(t, b.path, e.admin, b.body); code != 200 {
-			t.Fatalf("%s: %d %s", b.path, code, body)
-		}
-	}
-	site, err := e.st.Site(ctx, "dc1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	site := acmeAndSiteDC1(t, e)
 	if err := e.st.Write(ctx, func(tx *store.Tx) error {
 		for _, id := range []string{"agent-live", "agent-gone"} {
 			if err := tx.UpsertAgent(ctx, store.Agent{ID: id, Kind: "site", SiteID: site.ID}); err != nil {
@@ -97,19 +80,8 @@ func (j *fakeJoiner) CAPEM() []byte      { return nil }
 // newEnvWithJoiner is newEnv with an agent gateway (a fake joiner).
 func newEnvWithJoiner(t *testing.T) (*env, *fakeJoiner) {
 	t.Helper()
-	st := storetest.Open(t, store.SQLite)
-	sealer, _ := secrets.NewSealer(bytes.Repeat([]byte{9}, secrets.KeySize))
-	logs := &bytes.Buffer{}
-	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	svc := metal.New(st, sealer, log)
-	tok, err := svc.Bootstrap(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	j := &fakeJoiner{}
-	srv := httptest.NewServer(Handler(svc, j, nil, log))
-	t.Cleanup(srv.Close)
-	return &env{srv: srv, admin: tok, logs: logs, st: st}, j
+	return newEnvServing(t, j), j
 }
 
 // A join token's ttl_seconds is checked as given: a value whose nanoseconds overflow int64

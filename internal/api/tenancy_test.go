@@ -187,11 +187,9 @@ func TestSelectorsBoundedAndValuesNotEchoed(t *testing.T) {
 	}
 }
 
-// RevokeSiteAgent: an admin revokes a site agent (recorded, with an event); again is a
-// conflict; another tenant's admin and an unknown agent get not_found; a viewer is refused.
-func TestRevokeSiteAgent(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t)
+// acmeAndSiteDC1 creates tenant acme and site dc1 of the default tenant, and returns the site.
+func acmeAndSiteDC1(t *testing.T, e *env) store.Site {
+	t.Helper()
 	for _, b := range []struct{ path, body string }{
 		{"/bcd.v1.InventoryService/CreateTenant", `{"name":"acme"}`},
 		{"/bcd.v1.InventoryService/CreateSite", `{"name":"dc1","tenant":"default"}`},
@@ -200,10 +198,19 @@ func TestRevokeSiteAgent(t *testing.T) {
 			t.Fatalf("%s: %d %s", b.path, code, body)
 		}
 	}
-	site, err := e.st.Site(ctx, "dc1")
+	site, err := e.st.Site(context.Background(), "dc1")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return site
+}
+
+// RevokeSiteAgent: an admin revokes a site agent (recorded, with an event); again is a
+// conflict; another tenant's admin and an unknown agent get not_found; a viewer is refused.
+func TestRevokeSiteAgent(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	site := acmeAndSiteDC1(t, e)
 	if err := e.st.Write(ctx, func(tx *store.Tx) error {
 		return tx.UpsertAgent(ctx, store.Agent{ID: "agent-1", Kind: "site", SiteID: site.ID})
 	}); err != nil {
