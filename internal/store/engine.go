@@ -189,7 +189,12 @@ const openWorkflowQuery = `SELECT ` + workflowCols + ` FROM workflows WHERE node
 
 // OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
 func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, error) {
-	w, err := scanWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false))
+	return scanOpenWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false), nodeID)
+}
+
+// scanOpenWorkflow scans the row of openWorkflowQuery: the workflow, and false if there is none.
+func scanOpenWorkflow(r rowScanner, nodeID string) (Workflow, bool, error) {
+	w, err := scanWorkflow(r)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Workflow{}, false, nil
 	}

@@ -120,15 +120,8 @@ func (t *Tx) LockNodeForReconcile(ctx context.Context, id string) (LockedNode, e
 	}
 	takeWorkflow := func(r rowScanner) error {
 		var err error
-		ln.Workflow, err = scanWorkflow(r)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading open workflow of %s: %w", id, err)
-		}
-		ln.Open = true
-		return nil
+		ln.Workflow, ln.Open, err = scanOpenWorkflow(r, id)
+		return err
 	}
 	var err error
 	if t.conn != nil {
