@@ -210,8 +210,12 @@ type Machine struct {
 
 // Sim runs a site agent and the machines.
 type Sim struct {
-	cfg   Config
-	fmu   sync.Mutex // guards cfg.Faults
+	cfg Config
+	fmu sync.Mutex // guards cfg.Faults
+	// pause is held (read) by the site agent from its look at SitePaused to the end of its
+	// claim, and (write) by SetFaults: once SetFaults returns, no claim made under the old
+	// faults is still in flight, so a command queued after it waits if SitePaused says so.
+	pause sync.RWMutex
 	link  Link
 	mu    sync.Mutex
 	byID  map[string]*Machine
@@ -249,6 +253,8 @@ func New(cfg Config, link Link) *Sim {
 
 // SetFaults changes the injected failures.
 func (s *Sim) SetFaults(f Faults) {
+	s.pause.Lock()
+	defer s.pause.Unlock()
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	s.cfg.Faults = f
@@ -367,14 +373,14 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		if a.Kind == "site" && s.faults().SitePaused {
+		cmds, paused, err := s.claim(ctx, a)
+		if paused {
 			select {
 			case <-ctx.Done():
 			case <-tick.C:
 			}
 			continue
 		}
-		cmds, err := s.link.Claim(ctx, a, 512)
 		if err != nil && ctx.Err() == nil {
 			s.fail(fmt.Errorf("%s claiming: %w", a.ID, err))
 		}
@@ -447,6 +453,20 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 		case <-tick.C:
 		}
 	}
+}
+
+// claim claims a's commands, unless a is the site agent and SitePaused is set; the look at
+// the faults and the claim are one step as far as SetFaults is concerned.
+func (s *Sim) claim(ctx context.Context, a engine.Agent) (cmds []store.Command, paused bool, err error) {
+	if a.Kind == "site" {
+		s.pause.RLock()
+		defer s.pause.RUnlock()
+		if s.faults().SitePaused {
+			return nil, true, nil
+		}
+	}
+	cmds, err = s.link.Claim(ctx, a, 512)
+	return cmds, false, err
 }
 
 func (s *Sim) sleep(ctx context.Context) {
