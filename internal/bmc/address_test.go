@@ -3,6 +3,7 @@ package bmc
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -35,6 +36,24 @@ func TestEndpointShowsTheAddressWithoutCredentials(t *testing.T) {
 	for _, shown := range []string{ep.String(), fmt.Sprint(ep), fmt.Sprintf("%#v", ep), log.String()} {
 		if strings.Contains(shown, "s3cret") || strings.Contains(shown, "t0ken") || !strings.Contains(shown, "bmc.example") {
 			t.Errorf("shown as %q", shown)
+		}
+	}
+}
+
+func TestAddressSecrets(t *testing.T) {
+	tests := []struct {
+		addr string
+		want []string
+	}{
+		{"https://10.0.0.5", nil},
+		{"https://admin:S3cr%2Ft@10.0.0.5/redfish/v1", []string{"S3cr%2Ft", "S3cr/t", "admin:S3cr%2Ft"}},
+		{"https://10.0.0.5?token=abcd&x=1#frag-ment", []string{"abcd", "frag-ment", "token=abcd", "token=abcd&x=1#frag-ment"}},
+		{"u:p@host", nil}, // every part shorter than MinSecret
+		{"admin:p@ss/w?rd@host", []string{"admin:p@ss/w?rd", "p@ss/w?rd"}},
+	}
+	for _, tt := range tests {
+		if got := AddressSecrets(tt.addr); !slices.Equal(got, tt.want) {
+			t.Errorf("AddressSecrets(%q) = %q, want %q", tt.addr, got, tt.want)
 		}
 	}
 }

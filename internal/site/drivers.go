@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 
@@ -194,42 +193,5 @@ func redactEndpoint(err error, ep bmc.Endpoint) error {
 	if shown := bmc.ShownAddress(ep.Address); shown != ep.Address && strings.Contains(err.Error(), ep.Address) {
 		err = redactedError{msg: strings.ReplaceAll(err.Error(), ep.Address, shown)}
 	}
-	return redact(err, append(addressSecrets(ep.Address), ep.Password)...)
-}
-
-// addressSecrets is what of a BMC address may be a credential: its user information, the password
-// in it, its query and the query's values, its fragment; each of at least 4 bytes (a shorter one,
-// "1" of ?x=1, would take every digit of the message with it; the control plane refuses such
-// addresses, this is defence in depth). Pure.
-func addressSecrets(addr string) []string {
-	var out []string
-	rest := addr
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
-	}
-	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
-		user := rest[:at]
-		out = append(out, user)
-		if _, pw, ok := strings.Cut(user, ":"); ok {
-			out = append(out, pw)
-			if u, err := url.PathUnescape(pw); err == nil {
-				out = append(out, u)
-			}
-		}
-		rest = rest[at+1:]
-	}
-	if i := strings.IndexAny(rest, "?#"); i >= 0 {
-		tail := rest[i+1:]
-		out = append(out, tail)
-		for _, part := range strings.FieldsFunc(tail, func(r rune) bool { return strings.ContainsRune("&;?#", r) }) {
-			out = append(out, part)
-			if _, v, ok := strings.Cut(part, "="); ok {
-				out = append(out, v)
-				if u, err := url.QueryUnescape(v); err == nil {
-					out = append(out, u)
-				}
-			}
-		}
-	}
-	return slices.DeleteFunc(out, func(s string) bool { return len(s) < 4 })
+	return redact(err, append(bmc.AddressSecrets(ep.Address), ep.Password)...)
 }

@@ -182,6 +182,15 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Serve answers read requests until ctx ends, then waits for transfers in flight.
+//
+// pin/tftp opens each request's UDP socket (the server's TID) in its read loop, before the read
+// handler runs: a refused request (a bound, a name no route serves, a write) is answered from a
+// new port, as RFC 1350 allows, and that socket is closed at once. Answering from the listening
+// socket is not possible with pin/tftp v3.2.0 without worse: its single-port mode panics (send
+// on a closed channel) when a client repeats a request from one port while the previous one is
+// being refused, and screening requests through a net.PacketConn wrapper hides the
+// *net.UDPConn it needs for IP_PKTINFO (transfers would leave from the address the kernel
+// picks rather than the one the client asked, with blksize capped at 512).
 func (s *Server) Serve(ctx context.Context) error {
 	srv := pintftp.NewServer(func(name string, rf io.ReaderFrom) error {
 		return s.read(ctx, name, rf)

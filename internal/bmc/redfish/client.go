@@ -111,7 +111,9 @@ var (
 )
 
 // BaseURL turns an endpoint address (host, host:port or URL) into the service's base URL;
-// HTTPS unless the address says http://.
+// HTTPS unless the address says http://. An address with user information ('@' anywhere: a
+// password may hold '/') is refused; its query and fragment are not part of the base URL. Errors
+// show the address as bmc.ShownAddress does, never a credential it may hold.
 func BaseURL(address string) (string, error) {
 	a := strings.TrimSpace(address)
 	if a == "" {
@@ -120,29 +122,35 @@ func BaseURL(address string) (string, error) {
 	if !strings.Contains(a, "://") {
 		a = "https://" + a
 	}
+	if strings.Contains(a, "@") { // never echo it: it holds a password
+		return "", errors.New("BMC address holds credentials ('@'): give them as username and password")
+	}
 	scheme, rest, _ := strings.Cut(a, "://")
 	if scheme != "http" && scheme != "https" {
-		return "", fmt.Errorf("BMC address %q: scheme %s is not http or https", address, scheme)
+		return "", fmt.Errorf("BMC address %q: the scheme is not http or https", bmc.ShownAddress(a))
 	}
-	host, _, _ := strings.Cut(rest, "/") // the path is not the service's: the root is fixed (SystemPath reads it)
+	// The path is not the service's (the root is fixed; SystemPath reads it), nor are a query or
+	// a fragment (SystemPath refuses them).
+	host := rest
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		host = rest[:i]
+	}
 	if host == "" {
-		return "", fmt.Errorf("BMC address %q: no host", address)
-	}
-	if strings.Contains(host, "@") { // never echo it: it holds a password
-		return "", errors.New("BMC address holds credentials: give them as username and password")
+		return "", fmt.Errorf("BMC address %q: no host", bmc.ShownAddress(a))
 	}
 	return scheme + "://" + host, nil
 }
 
-// tlsConfig builds the TLS policy of an endpoint: a fingerprint pin, a CA bundle, insecure when
-// asked for, else the system roots.
-func tlsConfig(ep bmc.Endpoint) (*tls.Config, error) {
+// tlsConfig builds the TLS policy of an endpoint at base (its base URL, which errors name: the
+// address may hold what base leaves out): a fingerprint pin, a CA bundle, insecure when asked
+// for, else the system roots.
+func tlsConfig(ep bmc.Endpoint, base string) (*tls.Config, error) {
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
 	switch {
 	case ep.FingerprintSHA256 != "":
 		want, err := hex.DecodeString(strings.ReplaceAll(strings.ToLower(ep.FingerprintSHA256), ":", ""))
 		if err != nil || len(want) != sha256.Size {
-			return nil, fmt.Errorf("TLS fingerprint of %s is not 64 hex digits", ep.Address)
+			return nil, fmt.Errorf("TLS fingerprint of %s is not 64 hex digits", base)
 		}
 		cfg.InsecureSkipVerify = true //nolint:gosec // replaced by the pin check below
 		cfg.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error {
@@ -159,7 +167,7 @@ func tlsConfig(ep bmc.Endpoint) (*tls.Config, error) {
 	case len(ep.CAPEM) > 0:
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(ep.CAPEM) {
-			return nil, fmt.Errorf("CA bundle of %s holds no PEM certificate", ep.Address)
+			return nil, fmt.Errorf("CA bundle of %s holds no PEM certificate", base)
 		}
 		cfg.RootCAs = pool
 	case ep.Insecure:
@@ -179,7 +187,7 @@ func New(ctx context.Context, ep bmc.Endpoint, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Redfish BMC %s: %w", base, err)
 	}
-	tc, err := tlsConfig(ep)
+	tc, err := tlsConfig(ep, base)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to Redfish BMC %s: %w", base, err)
 	}
@@ -230,7 +238,7 @@ func (c *Client) connect(ctx context.Context, password string) (*gofish.APIClien
 	case isStatus(err, http.StatusUnauthorized) || !isRedfishError(err):
 		return nil, err
 	default:
-		c.log.DebugContext(ctx, "redfish session refused, using basic auth", "reason", BMCMessage(err))
+		c.log.DebugContext(ctx, "redfish session refused, using basic auth", "reason", newRedactor(hideSecret(password)).message(err))
 	}
 	return c.connectBasic(ctx, cfg)
 }
@@ -402,8 +410,11 @@ func (c *Client) apiCtx(ctx context.Context) (*gofish.APIClient, error) {
 }
 
 // retry runs op until it succeeds, fails for good, or runs out of attempts or time. The error
-// names what was attempted against which BMC and carries the BMC's own message.
-func (c *Client) retry(ctx context.Context, what string, op func(ctx context.Context) error) error {
+// names what was attempted against which BMC and carries the BMC's own message, with the
+// password and each of hide (what op sends that the BMC may echo back: an image URL, a new
+// password) hidden, as in the log lines of the retries.
+func (c *Client) retry(ctx context.Context, what string, op func(ctx context.Context) error, hide ...hidden) error {
+	red := c.redactor(hide...)
 	var err error
 	for attempt := 1; ; attempt++ {
 		err = op(ctx)
@@ -417,23 +428,32 @@ func (c *Client) retry(ctx context.Context, what string, op func(ctx context.Con
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
 			break
 		}
-		c.log.InfoContext(ctx, "redfish busy, retrying", "op", what, "attempt", attempt, "wait", wait, "reason", BMCMessage(err))
+		c.log.InfoContext(ctx, "redfish busy, retrying", "op", what, "attempt", attempt, "wait", wait, "reason", red.message(err))
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%s on Redfish BMC %s: %s (gave up: %w)", what, c.base, BMCMessage(err), ctx.Err())
+			return fmt.Errorf("%s on Redfish BMC %s: %s (gave up: %w)", what, c.base, red.message(err), ctx.Err())
 		case <-t.C:
 		}
 	}
-	return &Error{Op: what, BMC: c.base, Message: BMCMessage(err), err: err}
+	return &Error{Op: what, BMC: c.base, Message: red.message(err), err: red.cause(err)}
 }
 
-// Error is a failed BMC operation.
+// redactor hides the password the client logs in with and each of hide.
+func (c *Client) redactor(hide ...hidden) redactor {
+	c.mu.Lock()
+	password := c.ep.Password
+	c.mu.Unlock()
+	return newRedactor(append([]hidden{hideSecret(password)}, hide...)...)
+}
+
+// Error is a failed BMC operation. Neither its text nor what it wraps holds a credential the
+// driver sent (see Client.retry).
 type Error struct {
 	Op      string // what was attempted
 	BMC     string // base URL
-	Message string // the BMC's own message
+	Message string // the BMC's own message, redacted
 	err     error
 }
 

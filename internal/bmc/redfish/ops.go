@@ -347,7 +347,7 @@ func (c *Client) awaitPowerState(ctx context.Context, bound time.Duration, done 
 		wait := min(c.opts.PollInterval, time.Until(deadline))
 		if wait <= 0 {
 			if readErr != nil {
-				return last, fmt.Errorf("still %q after %s; last read failed: %s", last, bound, BMCMessage(readErr))
+				return last, fmt.Errorf("still %q after %s; last read failed: %s", last, bound, c.redactor().message(readErr))
 			}
 			return last, fmt.Errorf("still %q after %s", last, bound)
 		}
@@ -559,8 +559,11 @@ func (c *Client) cdIn(ctx context.Context, collection string) (mediaDoc, bool, e
 }
 
 // InsertMedia attaches the ISO at imageURL to the virtual CD, ejecting another image first.
+// Errors and logs show imageURL as bmc.ShownAddress does: its user information, query and
+// fragment may hold a credential (a pre-signed URL's signature), hidden also where the BMC
+// echoes them.
 func (c *Client) InsertMedia(ctx context.Context, imageURL string) error {
-	what := "inserting virtual media " + redactURL(imageURL)
+	what := "inserting virtual media " + bmc.ShownAddress(imageURL)
 	return c.retry(ctx, what, func(ctx context.Context) error {
 		md, err := c.cdMedia(ctx)
 		if err != nil {
@@ -576,7 +579,7 @@ func (c *Client) InsertMedia(ctx context.Context, imageURL string) error {
 		}
 		return c.send(ctx, http.MethodPost, actionTarget(md.Actions.Insert.Target, md.ID, "VirtualMedia.InsertMedia"),
 			map[string]any{"Image": imageURL, "Inserted": true, "WriteProtected": true}, "")
-	})
+	}, hideURL(imageURL))
 }
 
 // EjectMedia empties the virtual CD; an empty one is left alone.
@@ -595,19 +598,6 @@ func actionTarget(target, resource, action string) string {
 		return target
 	}
 	return resource + "/Actions/" + action
-}
-
-// redactURL drops userinfo and query (they may hold tokens) from a URL for messages.
-func redactURL(u string) string {
-	if i := strings.Index(u, "://"); i >= 0 {
-		if at := strings.IndexByte(u[i+3:], '@'); at >= 0 && !strings.Contains(u[i+3:i+3+at], "/") {
-			u = u[:i+3] + u[i+3+at+1:]
-		}
-	}
-	if q := strings.IndexByte(u, '?'); q >= 0 {
-		u = u[:q]
-	}
-	return u
 }
 
 // RotateCredential sets a new password on the account the driver logs in with, then logs in with
@@ -641,7 +631,7 @@ func (c *Client) RotateCredential(ctx context.Context, newPassword string) error
 			}
 		}
 		return fmt.Errorf("the BMC has no account named %s", c.ep.Username)
-	})
+	}, hideSecret(newPassword))
 	if err != nil {
 		return err
 	}
@@ -650,7 +640,7 @@ func (c *Client) RotateCredential(ctx context.Context, newPassword string) error
 		a, err := c.connect(ctx, newPassword)
 		api = a
 		return err
-	})
+	}, hideSecret(newPassword))
 	if err != nil {
 		return err
 	}

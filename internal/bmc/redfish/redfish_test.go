@@ -505,7 +505,8 @@ func TestBaseURL(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"10.0.0.5", "https://10.0.0.5"}, {"10.0.0.5:8443", "https://10.0.0.5:8443"},
 		{"http://127.0.0.1:80/redfish/v1", "http://127.0.0.1:80"}, {"https://[::1]:443", "https://[::1]:443"},
-		{"", ""}, {"ftp://x", ""}, {"https://user:pw@host", ""},
+		{"", ""}, {"ftp://x", ""}, {"https://user:pw@host", ""}, {"https://user:p/w@host", ""},
+		{"https://10.0.0.5?token=x", "https://10.0.0.5"}, {"10.0.0.5:8443#x", "https://10.0.0.5:8443"},
 	}
 	for _, tt := range tests {
 		got, err := redfish.BaseURL(tt.in)

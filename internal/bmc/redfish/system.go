@@ -21,12 +21,15 @@ const SystemPathRule = "the only path accepted is " + SystemsCollection + "/ID, 
 
 // SystemPath reads the ComputerSystem a BMC address names: "" when the address has no path (or
 // the service root /redfish/v1), so the driver chooses; else the path /redfish/v1/Systems/ID
-// without a trailing slash. Any other path, a query or a fragment is an error that does not quote
-// the address (it may be a secret pasted into the wrong field). Pure.
+// without a trailing slash. Any other path, user information, a query or a fragment is an error
+// that does not quote the address (it may be a secret pasted into the wrong field). Pure.
 func SystemPath(address string) (string, error) {
 	a := strings.TrimSpace(address)
 	if !strings.Contains(a, "://") {
 		a = "https://" + a
+	}
+	if strings.Contains(a, "@") { // user information: the path quoted below could hold a piece of the password
+		return "", fmt.Errorf("BMC address holds credentials ('@'): %s", SystemPathRule)
 	}
 	u, err := url.Parse(a)
 	if err != nil {
