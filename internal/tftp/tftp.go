@@ -148,10 +148,29 @@ type Server struct {
 	peak     int       // most transfers in progress at once (tests)
 	refused  int       // requests refused for a bound
 	warned   time.Time // last warning about refusals (at most one every refusalWarnEvery)
+	// Requests for names no route serves, and names refused as malformed: logged at most once
+	// every refusalWarnEvery each, with how many there were since the last line.
+	notFound, badName spaced
 }
 
 // refusalWarnEvery spaces the warnings about refused requests (a flood would flood the log).
 const refusalWarnEvery = 10 * time.Second
+
+// spaced counts occurrences of something logged at most once every refusalWarnEvery.
+type spaced struct {
+	last  time.Time
+	since int // occurrences since the last line, this one included
+}
+
+// note counts one occurrence at now: whether to log it, and the occurrences the line covers.
+func (sp *spaced) note(now time.Time) (log bool, n int) {
+	sp.since++
+	if !sp.last.IsZero() && now.Sub(sp.last) < refusalWarnEvery {
+		return false, 0
+	}
+	n, sp.since, sp.last = sp.since, 0, now
+	return true, n
+}
 
 // New checks the configuration and builds a server.
 func New(cfg Config) (*Server, error) {
@@ -266,7 +285,13 @@ func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error 
 	err := Dispatch(ctx, s.routes, name, rf)
 	switch {
 	case errors.Is(err, errNotFound):
-		s.log.InfoContext(ctx, "tftp file not found", "remote", remote, "name_len", len(name))
+		if log, n := s.noteSpaced(&s.notFound); log {
+			s.log.InfoContext(ctx, "tftp file not found", "remote", remote, "name_len", len(name), "not_found_since_last", n)
+		}
+	case errors.Is(err, errBadName):
+		if log, n := s.noteSpaced(&s.badName); log {
+			s.log.WarnContext(ctx, "tftp requested name refused", "remote", remote, "err", err, "refused_since_last", n)
+		}
 	case err != nil:
 		s.log.WarnContext(ctx, "tftp transfer failed", "remote", remote, "err", err)
 	default:
@@ -275,10 +300,20 @@ func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error 
 	return err
 }
 
+// noteSpaced counts one occurrence of sp: whether to log it, and how many the line covers.
+func (s *Server) noteSpaced(sp *spaced) (bool, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sp.note(time.Now())
+}
+
+// errBadName wraps what CleanName refuses in a request.
+var errBadName = errors.New("refusing requested name")
+
 // Dispatch runs the route chain for name: the first route that handles it wins.
 func Dispatch(ctx context.Context, routes []Route, name string, w io.ReaderFrom) error {
 	if _, err := CleanName(name); err != nil {
-		return fmt.Errorf("refusing requested name: %w", err)
+		return fmt.Errorf("%w: %w", errBadName, err)
 	}
 	for _, r := range routes {
 		handled, err := r.TryServe(ctx, name, w)

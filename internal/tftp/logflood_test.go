@@ -1,0 +1,104 @@
+package tftp
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pintftp "github.com/pin/tftp/v3"
+)
+
+func TestSpacedNote(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	steps := []struct {
+		at      time.Duration
+		wantLog bool
+		wantN   int
+	}{
+		{0, true, 1},                               // the first is logged
+		{time.Second, false, 0},                    // within the spacing: counted
+		{9 * time.Second, false, 0},                // still within it
+		{refusalWarnEvery, true, 3},                // the next line covers the two held back and itself
+		{refusalWarnEvery + time.Second, false, 0}, // spacing runs from the last line
+		{3 * refusalWarnEvery, true, 2},
+	}
+	var sp spaced
+	for i, st := range steps {
+		log, n := sp.note(t0.Add(st.at))
+		if log != st.wantLog || n != st.wantN {
+			t.Fatalf("step %d at %s: note = %v, %d; want %v, %d", i, st.at, log, n, st.wantLog, st.wantN)
+		}
+	}
+}
+
+// lines counts the log records of each message.
+type lines struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *lines) Enabled(context.Context, slog.Level) bool { return true }
+func (l *lines) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.n[r.Message]++
+	return nil
+}
+func (l *lines) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *lines) WithGroup(string) slog.Handler      { return l }
+func (l *lines) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n[msg]
+}
+
+// TestRefusedNamesDoNotFloodTheLog: read requests for names no route serves, or names refused
+// as malformed, are answered each, but logged at most once every refusalWarnEvery: a client (or
+// anyone on the provisioning network) asking in a loop cannot fill the site agent's log.
+func TestRefusedNamesDoNotFloodTheLog(t *testing.T) {
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := &lines{n: map[string]int{}}
+	srv, err := New(Config{Routes: []Route{fakeRoute{}}, Conn: conn, Timeout: 500 * time.Millisecond, Retries: 2, Logger: slog.New(got)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}()
+	client, err := pintftp.NewClient(conn.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.SetTimeout(500 * time.Millisecond)
+	client.SetRetries(2)
+	const each = 40
+	start := time.Now()
+	for i := range each {
+		for _, name := range []string{"missing-" + strings.Repeat("x", i%5) + ".efi", "../secret"} {
+			if _, err := client.Receive(name, "octet"); err == nil {
+				t.Fatalf("%q not refused", name)
+			}
+		}
+	}
+	// One line, and one more for each spacing the requests took (a loaded machine).
+	most := 1 + int(time.Since(start)/refusalWarnEvery)
+	if n := got.count("tftp file not found"); n < 1 || n > most {
+		t.Errorf("%d requests for missing names logged %d lines, want 1 to %d", each, n, most)
+	}
+	if n := got.count("tftp requested name refused"); n < 1 || n > most {
+		t.Errorf("%d malformed names logged %d lines, want 1 to %d", each, n, most)
+	}
+}
