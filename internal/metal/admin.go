@@ -157,6 +157,9 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 	if _, err := workflow.ParseFastTrackWindow(pol.FastTrackWindow, 0); err != nil {
 		return invalid("policy.fast_track_window", "%s (empty: the server's default)", err)
 	}
+	if err := ValidFirmwareBaseline("policy.firmware_baseline", pol.FirmwareBaseline); err != nil {
+		return err
+	}
 	profiles, err := s.st.HardwareProfiles(ctx)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package metal
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -137,7 +138,9 @@ type AcceptInput struct {
 // AcceptDiscovered enrolls a discovered machine: its boot MAC and the product UUID it reported (its
 // discovery-mode inventory's, else the one iPXE saw) become the node's; the site's and the
 // pool's labels are merged as for every enrollment. The normal chain follows (enroll, inspect:
-// the ramdisk's inventory must match).
+// the ramdisk's inventory must match). The acceptance is recorded in the enrolment's
+// transaction, on the machine as it was read: if another acceptance enrolled it, or someone
+// rejected it, since, nothing is enrolled.
 func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in AcceptInput) (store.Node, error) {
 	if err := Require(p, auth.Operate); err != nil {
 		return store.Node{}, err
@@ -155,7 +158,7 @@ func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in Acc
 		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
 	}
 	if d.NodeID != "" {
-		return store.Node{}, fmt.Errorf("accept %s: it was accepted as node %s already: %w", mac, d.NodeID, store.ErrConflict)
+		return store.Node{}, acceptRefused(mac, d)
 	}
 	if in.Pool != "" {
 		pool, err := s.st.Pool(ctx, in.Pool)
@@ -167,24 +170,44 @@ func (s *Service) AcceptDiscovered(ctx context.Context, p auth.Principal, in Acc
 	if inv := selfAsserted(d.Inventory); inv.SystemUUID != "" {
 		uuid = inv.SystemUUID
 	}
-	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason, BootMode: in.BootMode, accepted: true})
-	if err != nil {
-		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
-	}
-	err = s.st.Write(ctx, func(tx *store.Tx) error {
-		if err := tx.SetAcceptance(ctx, site.ID, mac, store.AcceptanceAccepted, n.ID, p.Actor()); err != nil {
+	var refused error
+	record := func(ctx context.Context, tx *store.Tx, n store.Node) error {
+		refused = nil // a retried transaction runs this again
+		now, ok, err := tx.RecordAcceptance(ctx, site.ID, mac, n.ID, p.Actor(), d.Acceptance)
+		if err != nil {
 			return err
+		}
+		if !ok {
+			refused = acceptRefused(mac, now)
+			return refused
 		}
 		return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node.accepted", ToState: n.State, Reason: in.Reason,
 			Data: jsonObject(map[string]any{"mac": mac, "productUuid": uuid, "site": site.Name, "bmcInband": in.BMC.Inband})})
-	})
+	}
+	n, err := s.Enroll(ctx, p, EnrollInput{Name: in.Name, Pool: in.Pool, BMC: in.BMC, MACs: []string{mac}, ProductUUID: uuid, Labels: in.Labels, Reason: in.Reason, BootMode: in.BootMode,
+		accepted: true, record: record})
+	if refused != nil && errors.Is(err, refused) {
+		return store.Node{}, refused
+	}
 	if err != nil {
-		return store.Node{}, fmt.Errorf("accept %s: node %s enrolled, but recording the acceptance failed: %w", mac, n.ID, err)
+		return store.Node{}, fmt.Errorf("accept %s: %w", mac, err)
 	}
 	return n, nil
 }
 
-// RejectDiscovered records that a discovered machine is not to be enrolled: it leaves the pending list.
+// acceptRefused is why an acceptance of mac is refused, d the machine as it is: an acceptance
+// enrolled it already, or it was rejected after the acceptance read it.
+func acceptRefused(mac string, d store.Discovery) error {
+	if d.NodeID != "" {
+		return fmt.Errorf("accept %s: it was accepted as node %s already (by %s): %w", mac, d.NodeID, d.DecidedBy, store.ErrConflict)
+	}
+	return &ConflictError{Msg: fmt.Sprintf("accept %s: %s rejected it while it was being accepted: nothing was enrolled; "+
+		"accept it again to override the rejection", mac, d.DecidedBy)}
+}
+
+// RejectDiscovered records that a discovered machine is not to be enrolled: it leaves the
+// pending list. It is refused once an acceptance enrolled the machine, even one that committed
+// while the rejection was on its way.
 func (s *Service) RejectDiscovered(ctx context.Context, p auth.Principal, siteRef, mac, reason string) error {
 	if err := Require(p, auth.Operate); err != nil {
 		return err
@@ -200,16 +223,22 @@ func (s *Service) RejectDiscovered(ctx context.Context, p auth.Principal, siteRe
 	if err != nil {
 		return err
 	}
-	d, err := s.st.DiscoveryOf(ctx, site.ID, mac)
-	if err != nil {
-		return fmt.Errorf("reject %s: %w", mac, err)
-	}
-	if d.NodeID != "" {
-		return invalid("mac", "%s was accepted as node %s: delete or retire the node instead", mac, d.NodeID)
-	}
+	var refused error
 	err = s.st.Write(ctx, func(tx *store.Tx) error {
-		return tx.SetAcceptance(ctx, site.ID, mac, store.AcceptanceRejected, "", p.Actor())
+		refused = nil // a retried transaction runs this again
+		now, ok, err := tx.RecordRejection(ctx, site.ID, mac, p.Actor())
+		if err != nil {
+			return err
+		}
+		if !ok {
+			refused = &ConflictError{Msg: fmt.Sprintf("reject %s: it was accepted as node %s (by %s): delete or retire the node instead", mac, now.NodeID, now.DecidedBy)}
+			return refused
+		}
+		return nil
 	})
+	if refused != nil && errors.Is(err, refused) {
+		return refused
+	}
 	if err != nil {
 		return fmt.Errorf("reject %s: %w", mac, err)
 	}

@@ -166,6 +166,10 @@ type EnrollInput struct {
 	// accepted: an acceptance (AcceptDiscovered), the only enrollment that may ask for an
 	// in-band BMC credential (the machine waits in a discovery-mode ramdisk).
 	accepted bool
+	// record, when set, runs in the enrolment's transaction once the node and its event are
+	// written: an error from it enrolls nothing. AcceptDiscovered records its acceptance there:
+	// a node is enrolled only together with the decision that enrolled it.
+	record func(ctx context.Context, tx *store.Tx, n store.Node) error
 }
 
 // BMCInput is a BMC address with inline credentials.
@@ -320,6 +324,11 @@ func (s *Service) Enroll(ctx context.Context, p auth.Principal, in EnrollInput) 
 			Data: jsonObject(map[string]any{"pool": pool.Name, "bmcDriver": driver, "bmcAddress": addr, "bmcInband": in.BMC.Inband, "macs": macs, "productUuid": uuid, "bootMode": string(bootMode)}),
 		}); err != nil {
 			return err
+		}
+		if in.record != nil {
+			if err := in.record(ctx, tx, node); err != nil {
+				return err
+			}
 		}
 		return tx.Wake(ctx, node.ID, "enroll", 0)
 	})

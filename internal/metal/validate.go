@@ -2,10 +2,12 @@ package metal
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
@@ -30,9 +32,13 @@ var (
 	nameRe     = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 	labelKeyRe = regexp.MustCompile(`^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$`)
 	labelValRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$|^$`)
-	hostRe     = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
-	hex64Re    = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	uuidRe     = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+	versionRe  = regexp.MustCompile(`^[!-~]([ -~]{0,61}[!-~])?$`)
+	// A firmware component as BMCs name them (Redfish FirmwareInventory ids: BMC, BIOS,
+	// Installed-25227-6.10.30.20__iDRAC.Embedded.1-1, NIC.Slot.1-1-1).
+	componentRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/:+-]{0,61}[A-Za-z0-9])?$`)
+	hostRe      = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
+	hex64Re     = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	uuidRe      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
 const nameRule = "1-63 characters of a-z, 0-9, '.', '_' and '-', starting and ending with a letter or digit"
@@ -100,6 +106,34 @@ func ValidLabels(field string, labels map[string]string) error {
 		}
 		if !labelValRe.MatchString(v) {
 			return invalid(field, "value of label %s is not valid: use up to 63 characters of A-Z, a-z, 0-9, '.', '_' and '-'", k)
+		}
+	}
+	return nil
+}
+
+// MaxFirmwareBaseline bounds the components of a pool's firmware baseline, as labels are bounded.
+const MaxFirmwareBaseline = 64
+
+const (
+	componentRule = "1-63 characters of A-Z, a-z, 0-9, '.', '_', '/', ':', '+' and '-', starting and ending with a letter or digit (as a Redfish firmware inventory id: BIOS, NIC.Slot.1-1-1)"
+	versionRule   = "1-63 printable ASCII characters (letters, digits, spaces and punctuation, such as 2.17.1 or U46 v2.50 (03/01/2023)), " +
+		"not starting or ending with a space"
+)
+
+// ValidFirmwareBaseline checks a pool policy's firmware baseline, component → the version it
+// must run: at most MaxFirmwareBaseline components named as BMCs name them, each with a version of
+// 1-63 printable ASCII characters. Components are checked in name order: the error names the
+// first bad one.
+func ValidFirmwareBaseline(field string, baseline map[string]string) error {
+	if len(baseline) > MaxFirmwareBaseline {
+		return invalid(field, "%d components: at most %d are accepted", len(baseline), MaxFirmwareBaseline)
+	}
+	for _, c := range slices.Sorted(maps.Keys(baseline)) {
+		if !componentRe.MatchString(c) {
+			return invalid(field, "component %q is not valid: use %s", truncate(c), componentRule)
+		}
+		if v := baseline[c]; !versionRe.MatchString(v) {
+			return invalid(field, "required version %q of component %s is not valid: use %s", truncate(v), c, versionRule)
 		}
 	}
 	return nil

@@ -133,17 +133,52 @@ func (s *Store) Pending(ctx context.Context, siteID string, limit int) ([]Discov
 	return collect(rows, err, "pending machines", scanDiscovery)
 }
 
-// SetAcceptance records the decision on a discovered machine.
-func (t *Tx) SetAcceptance(ctx context.Context, siteID, mac, acceptance, nodeID, decidedBy string) error {
-	res, err := t.exec(ctx, `UPDATE discovered SET acceptance = ?, node_id = ?, decided_by = ? WHERE site_id = ? AND mac = ?`,
-		acceptance, nodeID, decidedBy, siteID, mac)
+// RecordAcceptance records, in the transaction that enrolls node nodeID, that decidedBy
+// accepted the machine seen at site siteID under mac, as the caller read it: seen is the
+// acceptance it read before enrolling. It is refused (ok false, d the machine as it is now)
+// when an acceptance enrolled the machine meanwhile, or when it was rejected since it was read;
+// a machine the caller saw rejected may be accepted (that overrides the rejection). With
+// RecordRejection, whichever decision commits first is the one the other sees: never a node
+// enrolled by an acceptance while its machine is recorded rejected.
+func (t *Tx) RecordAcceptance(ctx context.Context, siteID, mac, nodeID, decidedBy, seen string) (d Discovery, ok bool, err error) {
+	res, err := t.exec(ctx, `UPDATE discovered SET acceptance = 'accepted', node_id = ?, decided_by = ?
+		WHERE site_id = ? AND mac = ? AND node_id = '' AND (acceptance <> 'rejected' OR acceptance = ?)`,
+		nodeID, decidedBy, siteID, mac, seen)
 	if err != nil {
-		return fmt.Errorf("recording the decision on MAC %s: %w", mac, err)
+		return Discovery{}, false, fmt.Errorf("recording the acceptance of MAC %s: %w", mac, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("no machine was seen with MAC %s at this site: %w", mac, ErrNotFound)
+	return t.decided(ctx, siteID, mac, res)
+}
+
+// RecordRejection records that decidedBy rejected the machine seen at site siteID under mac,
+// unless an acceptance enrolled it: then it is refused (ok false, d the machine as it is now).
+func (t *Tx) RecordRejection(ctx context.Context, siteID, mac, decidedBy string) (d Discovery, ok bool, err error) {
+	res, err := t.exec(ctx, `UPDATE discovered SET acceptance = 'rejected', decided_by = ? WHERE site_id = ? AND mac = ? AND node_id = ''`,
+		decidedBy, siteID, mac)
+	if err != nil {
+		return Discovery{}, false, fmt.Errorf("recording the rejection of MAC %s: %w", mac, err)
 	}
-	return nil
+	return t.decided(ctx, siteID, mac, res)
+}
+
+// decided is the outcome of a conditional decision on a discovered machine: ok when it was
+// recorded, else the machine as it is now (not found when it was never seen at the site).
+func (t *Tx) decided(ctx context.Context, siteID, mac string, res sql.Result) (Discovery, bool, error) {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return Discovery{}, false, fmt.Errorf("recording the decision on MAC %s: %w", mac, err)
+	}
+	if n > 0 {
+		return Discovery{}, true, nil
+	}
+	d, err := scanDiscovery(t.queryRow(ctx, `SELECT `+discoveryCols+` FROM discovered WHERE site_id = ? AND mac = ?`, siteID, mac))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Discovery{}, false, fmt.Errorf("no machine was seen with MAC %s at this site: %w", mac, ErrNotFound)
+	}
+	if err != nil {
+		return Discovery{}, false, fmt.Errorf("reading discovered MAC %s: %w", mac, err)
+	}
+	return d, false, nil
 }
 
 // AutoAcceptPool returns the site's pool (first by name) whose policy says autoAccept.

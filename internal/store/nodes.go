@@ -249,6 +249,11 @@ func (t *Tx) DeleteNode(ctx context.Context, n Node) error {
 	if _, err := t.exec(ctx, `DELETE FROM mac_candidates WHERE node_id = ?`, n.ID); err != nil {
 		return fmt.Errorf("deleting MAC candidate of node %s: %w", n.ID, err)
 	}
+	// A machine an acceptance enrolled as this node is undecided again: seen again, it can be
+	// accepted (or rejected) anew, not held for ever by a node that is gone.
+	if _, err := t.exec(ctx, `UPDATE discovered SET acceptance = ?, node_id = '', decided_by = '' WHERE node_id = ?`, AcceptancePending, n.ID); err != nil {
+		return fmt.Errorf("releasing the discovered machine of node %s: %w", n.ID, err)
+	}
 	for _, ref := range []string{n.BMCUsernameRef, n.BMCPasswordRef} {
 		if id, ok := strings.CutPrefix(ref, "secret://"); ok {
 			if err := t.DeleteSecret(ctx, id); err != nil {
