@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -93,6 +94,17 @@ func TestAcceptAfterRejectOverrides(t *testing.T) {
 		siteID := discovered(t, st, mac)
 		if err := f.svc.RejectDiscovered(ctx, f.admin, "default", mac, "not ours"); err != nil {
 			t.Fatal(err)
+		}
+		// The rejection is audited: who, why, which machine.
+		evs, err := st.Events(ctx, store.EventFilter{Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		audited := slices.ContainsFunc(evs, func(e store.Event) bool {
+			return e.Kind == "discovery.rejected" && e.Actor == f.admin.Actor() && e.Reason == "not ours" && strings.Contains(e.Data, mac)
+		})
+		if !audited {
+			t.Errorf("no discovery.rejected event by %s with its reason and MAC among %d events", f.admin.Actor(), len(evs))
 		}
 		n, err := f.svc.AcceptDiscovered(ctx, f.admin, acceptInput(mac, "accepted-2"))
 		if err != nil {

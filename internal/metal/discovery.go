@@ -234,7 +234,9 @@ func (s *Service) RejectDiscovered(ctx context.Context, p auth.Principal, siteRe
 			refused = &ConflictError{Msg: fmt.Sprintf("reject %s: it was accepted as node %s (by %s): delete or retire the node instead", mac, now.NodeID, now.DecidedBy)}
 			return refused
 		}
-		return nil
+		// The decision is audited as an acceptance is (node.accepted): who, why, which machine.
+		return tx.AppendEvent(ctx, store.Event{TenantID: site.TenantID, Actor: p.Actor(), Kind: "discovery.rejected", Reason: reason,
+			Data: jsonObject(map[string]any{"mac": mac, "site": site.Name})})
 	})
 	if refused != nil && errors.Is(err, refused) {
 		return refused
