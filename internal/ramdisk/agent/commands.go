@@ -381,7 +381,9 @@ func RecheckDisks(res *WipeResult, before []inventory.Disk, after inventory.Inve
 // CD-ROM, a BMC's virtual media, a write-protected card) cannot be written, by the wipe or by
 // anyone: it is skipped, and named in the result with the reason, as is every block device the
 // inventory did not report as a disk. A read-only fixed disk stays in: opening it fails, and
-// so does the wipe (fail closed).
+// so does the wipe (fail closed), except an eMMC boot partition (mmcblkNbootM), which the
+// kernel keeps read-only by default: the wipe's opener makes it writable for the wipe and
+// read-only again after (wipe.OpenOptions.UnlockBootPartitions).
 func WipeTargets(inv inventory.Inventory) (targets []inventory.Disk, skipped []SkippedDisk) {
 	for _, d := range inv.Disks {
 		if d.Removable && d.ReadOnly {

@@ -38,7 +38,6 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
-	"github.com/ulikunitz/xz"
 )
 
 // Format is the image format.
@@ -409,7 +408,7 @@ func decompressor(r io.Reader, c Compression) (io.Reader, func(), error) {
 		}
 		return g, func() { _ = g.Close() }, nil
 	case CompressionXZ:
-		x, err := xz.NewReader(r)
+		x, err := newXZReader(r) // not xz.NewReader: see xzReader
 		if err != nil {
 			return nil, nil, fmt.Errorf("reading the xz header: %w", err)
 		}

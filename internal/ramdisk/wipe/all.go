@@ -21,14 +21,17 @@ type Opener interface {
 	Open(ctx context.Context, path string) (OpenedDevice, error)
 }
 
-// LinuxOpener opens real block devices with Open.
+// LinuxOpener opens real block devices with Open, eMMC boot partitions unlocked for the wipe
+// (OpenOptions.UnlockBootPartitions, whatever Options says).
 type LinuxOpener struct {
 	Options OpenOptions
 }
 
 // Open implements Opener.
 func (o LinuxOpener) Open(_ context.Context, path string) (OpenedDevice, error) {
-	d, err := Open(path, o.Options)
+	opts := o.Options
+	opts.UnlockBootPartitions = true
+	d, err := Open(path, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,12 +27,18 @@ type BlockDevice struct {
 	size     int64
 	block    bool
 	lbs      int64
+	relock   func() error // puts an eMMC boot partition's force_ro back; nil when not changed
 }
 
 // OpenOptions configure Open.
 type OpenOptions struct {
 	SysRoot  string // default /sys
 	NoDirect bool   // never use O_DIRECT
+	// UnlockBootPartitions makes an eMMC hardware boot partition (mmcblkNbootM), which the
+	// kernel keeps read-only (force_ro = 1), writable while it is open: force_ro is set to 0
+	// before the open, and put back by Close, or at once when the open fails. The wipe's
+	// LinuxOpener sets it: boot partitions hold the previous tenant's boot firmware.
+	UnlockBootPartitions bool
 }
 
 // Open opens path read-write. A block device is opened O_EXCL, so a mounted or otherwise claimed
@@ -49,8 +56,13 @@ func Open(path string, opts OpenOptions) (*BlockDevice, error) {
 	} else if !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("opening %s: neither a block device nor a regular file (%s)", path, st.Mode())
 	}
+	if d.block && opts.UnlockBootPartitions && IsEMMCBootPartition(d.name) {
+		if d.relock, err = unlockBootPartition(d.sysRoot, d.name); err != nil {
+			return nil, fmt.Errorf("opening %s: %w", path, err)
+		}
+	}
 	if d.buffered, err = os.OpenFile(path, flags, 0); err != nil {
-		return nil, fmt.Errorf("opening %s: %w", path, err)
+		return nil, errors.Join(fmt.Errorf("opening %s: %w", path, err), d.Close())
 	}
 	if !opts.NoDirect {
 		// O_EXCL is already held by the buffered descriptor; a second O_EXCL open would fail.
@@ -62,8 +74,7 @@ func Open(path string, opts OpenOptions) (*BlockDevice, error) {
 		fd := int(d.buffered.Fd())
 		var sz uint64
 		if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.BLKGETSIZE64, uintptr(unsafe.Pointer(&sz))); e != 0 {
-			d.Close()
-			return nil, fmt.Errorf("reading the size of %s: %w", path, e)
+			return nil, errors.Join(fmt.Errorf("reading the size of %s: %w", path, e), d.Close())
 		}
 		d.size = int64(sz)
 		if lbs, err := unix.IoctlGetInt(fd, unix.BLKSSZGET); err == nil && lbs > 0 {
@@ -92,7 +103,7 @@ func (d *BlockDevice) LogicalBlockSize() int64 {
 // Direct reports whether O_DIRECT I/O is in use.
 func (d *BlockDevice) Direct() bool { return d.direct != nil }
 
-// Close closes both descriptors.
+// Close closes both descriptors and makes an eMMC boot partition Open unlocked read-only again.
 func (d *BlockDevice) Close() error {
 	var errs []error
 	if d.direct != nil {
@@ -101,7 +112,72 @@ func (d *BlockDevice) Close() error {
 	if d.buffered != nil {
 		errs = append(errs, d.buffered.Close())
 	}
+	if d.relock != nil {
+		errs = append(errs, d.relock())
+		d.relock = nil
+	}
 	return errors.Join(errs...)
+}
+
+// IsEMMCBootPartition reports whether name is an eMMC hardware boot partition (mmcblk0boot0,
+// mmcblk0boot1): a disk of its own in /sys/block, beside the user area (mmcblk0), that the
+// kernel keeps read-only unless its force_ro attribute is set to 0.
+func IsEMMCBootPartition(name string) bool {
+	rest, ok := strings.CutPrefix(name, "mmcblk")
+	if !ok {
+		return false
+	}
+	dev, part, ok := strings.Cut(rest, "boot")
+	return ok && isDigits(dev) && isDigits(part)
+}
+
+func isDigits(s string) bool {
+	return s != "" && strings.Trim(s, "0123456789") == ""
+}
+
+// unlockBootPartition sets the force_ro attribute of eMMC boot partition name to 0 and returns
+// what puts back the value it had. Without the attribute there is nothing to unlock (the open
+// says whether the device is writable). A partition that stays read-only (its ro attribute)
+// is write-protected by the eMMC itself (power-on or permanent boot area protection, which
+// force_ro does not lift): that fails, force_ro put back.
+func unlockBootPartition(sysRoot, name string) (relock func() error, err error) {
+	dir := filepath.Join(sysRoot, "class", "block", name)
+	attr := filepath.Join(dir, "force_ro")
+	b, err := os.ReadFile(attr)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", attr, err)
+	}
+	old := strings.TrimSpace(string(b))
+	if old == "0" {
+		return nil, nil
+	}
+	if err := writeAttr(attr, "0"); err != nil {
+		return nil, fmt.Errorf("making eMMC boot partition %s writable (force_ro = 0): %w", name, err)
+	}
+	relock = func() error {
+		if err := writeAttr(attr, old); err != nil {
+			return fmt.Errorf("making eMMC boot partition %s read-only again (force_ro = %s): %w", name, old, err)
+		}
+		return nil
+	}
+	if ro, err := os.ReadFile(filepath.Join(dir, "ro")); err == nil && strings.TrimSpace(string(ro)) == "1" {
+		return nil, errors.Join(fmt.Errorf("eMMC boot partition %s stays read-only with force_ro = 0: the eMMC write-protects its boot area (see %s), so it cannot be wiped until that protection is lifted",
+			name, filepath.Join(dir, "ro_lock_until_next_power_on")), relock())
+	}
+	return relock, nil
+}
+
+// writeAttr writes a sysfs attribute.
+func writeAttr(path, v string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(v)
+	return errors.Join(err, f.Close())
 }
 
 func (d *BlockDevice) aligned(p []byte, off int64) bool {
@@ -126,6 +202,19 @@ func (d *BlockDevice) WriteAt(p []byte, off int64) (int, error) {
 		return d.direct.WriteAt(p, off)
 	}
 	return d.buffered.WriteAt(p, off)
+}
+
+// DropCache drops the page cache of a block device (clean after Sync), so that reads through the
+// buffered descriptor (no O_DIRECT, or an unaligned request) come from the disk, not from what
+// was written. A regular file's page cache is the file: there is nothing below it to read.
+func (d *BlockDevice) DropCache() error {
+	if !d.block {
+		return nil
+	}
+	if err := unix.Fadvise(int(d.buffered.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		return fmt.Errorf("posix_fadvise(POSIX_FADV_DONTNEED) on %s: %w", d.name, err)
+	}
+	return nil
 }
 
 // Sync flushes the buffered descriptor and the device's cache.

@@ -3,8 +3,10 @@
 // Modes (DESIGN §8):
 //   - quick: partition tables and signatures: the first and last MiB of the disk (MBR, both GPT
 //     headers and tables, mdraid/ZFS labels at the end), the head and tail MiB of every partition
-//     found in the MBR/GPT before wiping, and btrfs's superblock mirrors at 64 MiB and 256 GiB
-//     (of the disk and of every partition).
+//     found in the MBR (logical ones included), the primary GPT or the backup GPT before wiping,
+//     the MiB before a backup GPT the primary names away from the disk's end (a disk that
+//     grew), and btrfs's superblock mirrors at 64 MiB and 256 GiB (of the disk and of every
+//     partition).
 //   - full: every byte: BLKZEROOUT when the device offloads it, else large aligned (O_DIRECT) writes.
 //   - secure: NVMe sanitize (crypto erase), NVMe format with crypto erase, ATA SECURITY ERASE UNIT
 //     (only when not frozen), BLKSECDISCARD, BLKDISCARD where discarded blocks read as zeros,
@@ -14,8 +16,9 @@
 //
 // Which methods are tried is the pure function Plan over the device's Capabilities; a method falls
 // through to the next only on ErrNotSupported, and every attempt is recorded in the Result. After
-// the erase every device is read back: quick → the wiped regions; full/secure → head, tail and N
-// seeded random samples, plus the device's own erase status where it reports one.
+// the erase every device is flushed, the host's cache of it dropped (CacheDropper), and read back
+// from the device: quick → every region it zeroed; full/secure → head, tail and N seeded random
+// samples, plus the device's own erase status where it reports one.
 //
 // The package fails closed: a device that cannot be opened or whose capabilities cannot be read
 // fails the command, and a read-back that finds a non-zero byte fails it too.

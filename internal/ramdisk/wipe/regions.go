@@ -44,7 +44,43 @@ func quickRegions(dev Device) ([]Extent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return QuickRegions(size, append(parts, logical...)), nil
+	backup, stale, err := backupGPT(dev, head)
+	if err != nil {
+		return nil, err
+	}
+	return mergeExtents(append(QuickRegions(size, slices.Concat(parts, logical, backup)), stale...)), nil
+}
+
+// backupGPT reads the GPT's other copy: the partitions of the backup table in the disk's last
+// LBA (the primary may be damaged or gone, the partitions and their signatures still there, and
+// gdisk restores the table from the backup), and, as a region to zero, the MiB that ends with
+// the backup header the primary names when that is not at the disk's end (a disk that grew,
+// a RAID volume or cloud disk extended, keeps its old backup where it used to end).
+func backupGPT(dev Device, head []byte) (parts, stale []Extent, err error) {
+	size := dev.Size()
+	tailOff := max(0, size-mib) &^ (alignment - 1)
+	tail := AlignedBuffer(int(size - tailOff))
+	if n, err := dev.ReadAt(tail, tailOff); err != nil && !(errors.Is(err, io.EOF) && n == len(tail)) {
+		return nil, nil, fmt.Errorf("reading the backup partition table: %w", err)
+	}
+	for _, ss := range []int64{512, 4096} {
+		if p, _, ok := gptAt(tail, tailOff, size-ss, ss); ok {
+			parts = p
+			break
+		}
+	}
+	for _, ss := range []int64{512, 4096} {
+		_, alt, ok := gptAt(head, 0, ss, ss)
+		if !ok {
+			continue
+		}
+		if end := alt + ss; alt >= 2*ss && end <= size {
+			start := max(0, end-mib) &^ (alignment - 1)
+			stale = append(stale, Extent{start, min(size, alignUp(end)) - start})
+		}
+		break
+	}
+	return parts, stale, nil
 }
 
 // maxLogicalPartitions bounds the walk of an extended boot record chain (a loop or garbage
@@ -190,36 +226,55 @@ func parsePartitions(head []byte, mbrSectors []int64) []Extent {
 		}
 	}
 	for _, ss := range []int64{512, 4096} {
-		if int64(len(head)) < 2*ss {
-			continue
+		if p, _, ok := gptAt(head, 0, ss, ss); ok {
+			parts = append(parts, p...)
+			break
 		}
-		h := head[ss : 2*ss]
-		if !bytes.Equal(h[:8], []byte("EFI PART")) {
-			continue
-		}
-		entLBA := int64(binary.LittleEndian.Uint64(h[72:]))
-		count := int64(binary.LittleEndian.Uint32(h[80:]))
-		esz := int64(binary.LittleEndian.Uint32(h[84:]))
-		if esz < 128 || count > 4096 {
-			continue
-		}
-		for i := range count {
-			off := entLBA*ss + i*esz
-			if off < 0 || off+esz > int64(len(head)) {
-				break
-			}
-			e := head[off : off+esz]
-			if bytes.Equal(e[:16], make([]byte, 16)) { // unused entry
-				continue
-			}
-			first := int64(binary.LittleEndian.Uint64(e[32:]))
-			last := int64(binary.LittleEndian.Uint64(e[40:]))
-			if last < first || first < 0 || last > 1<<50 {
-				continue
-			}
-			parts = append(parts, Extent{first * ss, (last - first + 1) * ss})
-		}
-		break
 	}
 	return parts
+}
+
+// gptAt parses the GPT header at byte hdr of the disk (sector size ss) and its partition
+// entries, from buf, which holds the disk's bytes from byte base: the partitions (those whose
+// entries lie in buf), and where the header says the other copy of the header is (AlternateLBA,
+// in bytes; -1 when implausible). ok is false when there is no usable header at hdr.
+func gptAt(buf []byte, base, hdr, ss int64) (parts []Extent, alt int64, ok bool) {
+	at := hdr - base
+	if at < 0 || at+ss > int64(len(buf)) {
+		return nil, -1, false
+	}
+	h := buf[at : at+ss]
+	if !bytes.Equal(h[:8], []byte("EFI PART")) {
+		return nil, -1, false
+	}
+	entLBA := binary.LittleEndian.Uint64(h[72:])
+	count := int64(binary.LittleEndian.Uint32(h[80:]))
+	esz := int64(binary.LittleEndian.Uint32(h[84:]))
+	if esz < 128 || count > 4096 {
+		return nil, -1, false
+	}
+	for i := range count {
+		if entLBA > 1<<50 {
+			break
+		}
+		off := int64(entLBA)*ss + i*esz - base
+		if off < 0 || off+esz > int64(len(buf)) {
+			break
+		}
+		e := buf[off : off+esz]
+		if bytes.Equal(e[:16], make([]byte, 16)) { // unused entry
+			continue
+		}
+		first := int64(binary.LittleEndian.Uint64(e[32:]))
+		last := int64(binary.LittleEndian.Uint64(e[40:]))
+		if last < first || first < 0 || last > 1<<50 {
+			continue
+		}
+		parts = append(parts, Extent{first * ss, (last - first + 1) * ss})
+	}
+	alt = -1
+	if a := binary.LittleEndian.Uint64(h[32:]); a <= 1<<50 {
+		alt = int64(a) * ss
+	}
+	return parts, alt, true
 }

@@ -36,6 +36,15 @@ type Syncer interface {
 	Sync() error
 }
 
+// CacheDropper is implemented by devices whose reads the host may serve from a cache of what was
+// written (a block device read without O_DIRECT: the page cache keeps the zeros whether or not
+// the disk stored them). DropCache makes the next reads come from the device; Wipe calls it
+// after the flush and before the read-back, so that a disk that lost or ignored a write (its
+// last MiB, say) fails the read-back instead of passing it from the cache.
+type CacheDropper interface {
+	DropCache() error
+}
+
 // Progress is called as bytes are erased: done of total for device.
 type Progress func(device string, done, total int64)
 
@@ -184,7 +193,7 @@ func wipe(ctx context.Context, log *slog.Logger, dev Device, req Request, progre
 		if err := flush(dev, res); err != nil {
 			return err
 		}
-		return verify(ctx, dev, regions, 0, res)
+		return readBack(ctx, dev, regions, 0, res)
 	}
 
 	m, err := runPlan(ctx, log, dev, off, Plan(req.Mode, res.Capabilities), report, res)
@@ -220,7 +229,21 @@ func wipe(ctx context.Context, log *slog.Logger, dev Device, req Request, progre
 	if err := flush(dev, res); err != nil {
 		return err
 	}
-	return verify(ctx, dev, samples, seed, res)
+	return readBack(ctx, dev, samples, seed, res)
+}
+
+// readBack is the verification of a wipe: the host's cache of the device dropped (CacheDropper),
+// every region read from the device. A cache that cannot be dropped fails the wipe: the
+// read-back would prove what was written, not what the disk holds.
+func readBack(ctx context.Context, dev Device, regions []Extent, seed uint64, res *Result) error {
+	if c, ok := dev.(CacheDropper); ok {
+		if err := c.DropCache(); err != nil {
+			err = fmt.Errorf("dropping the host's cache of the device before the read-back (it would read the cache, not the disk): %w", err)
+			res.Verification.Error = err.Error()
+			return err
+		}
+	}
+	return verify(ctx, dev, regions, seed, res)
 }
 
 // flush makes the erase durable before it is read back: a disk with a volatile write cache
