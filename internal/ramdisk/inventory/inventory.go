@@ -347,6 +347,16 @@ func skipDiskReason(name string) string {
 	return ""
 }
 
+// isEMMCRPMB matches an eMMC's replay-protected memory block, mmcblkNrpmb. Pure.
+func isEMMCRPMB(name string) bool {
+	dev, ok := strings.CutPrefix(name, "mmcblk")
+	if !ok {
+		return false
+	}
+	dev, ok = strings.CutSuffix(dev, "rpmb")
+	return ok && dev != "" && strings.Trim(dev, "0123456789") == ""
+}
+
 // isPCIAddress matches "dddd:bb:dd.f" in lower-case hex.
 func isPCIAddress(s string) bool {
 	if len(s) != 12 || s[4] != ':' || s[7] != ':' || s[10] != '.' || s[11] < '0' || s[11] > '7' {
@@ -512,6 +522,12 @@ func readDisks(r Roots, opts Options) ([]Disk, []Skipped, error) {
 	var skipped []Skipped
 	for _, e := range entries {
 		name := e.Name()
+		if isEMMCRPMB(name) {
+			// Older kernels list it as a block device; it takes only authenticated frames
+			// (no read or write of data), so nothing can be stored on it or wiped from it.
+			skipped = append(skipped, Skipped{Kind: "disk", Name: name, Reason: "eMMC replay-protected memory block (authenticated access only)"})
+			continue
+		}
 		if reason := skipDiskReason(name); reason != "" && !opts.IncludeVirtualDisks {
 			skipped = append(skipped, Skipped{Kind: "disk", Name: name, Reason: reason})
 			continue
