@@ -20,9 +20,9 @@ import (
 //
 //	u32be(len(payload)) u32be(CRC-32C(payload)) payload
 //
-// where payload is one JSON record. A torn last record (crash mid-write) is dropped when the
-// journal is opened; damage anywhere else refuses to open (running a command twice is worse
-// than not starting). Records replay idempotently, so compaction (rewrite to a temporary file,
+// where payload is one JSON record. A torn last record (crash mid-write), or zeros where the
+// crash left the end of an append unwritten, is dropped when the journal is opened; damage
+// anywhere else refuses to open (running a command twice is worse than not starting). Records replay idempotently, so compaction (rewrite to a temporary file,
 // fsync, rename) may overlap appends.
 
 // maxRecordBytes bounds one record (a result can be large: an inventory).
@@ -87,6 +87,11 @@ func decodeJournal(data []byte) (recs []record, good int, err error) {
 		}
 		n := int(binary.BigEndian.Uint32(data[off:]))
 		sum := binary.BigEndian.Uint32(data[off+4:])
+		if n == 0 && allZero(data[off:]) {
+			// No record is empty: zeros to the end are an append a crash cut short after
+			// the file's size reached the disk and before its data did (nothing fsync'd).
+			return recs, off, nil
+		}
 		if n > maxRecordBytes {
 			return nil, 0, fmt.Errorf("%w: record at offset %d claims %d bytes", errJournalCorrupt, off, n)
 		}
@@ -117,6 +122,15 @@ func decodeJournal(data []byte) (recs []record, good int, err error) {
 		off = end
 	}
 	return recs, off, nil
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // jentry is what the journal knows of one command.
@@ -498,7 +512,10 @@ func (j *journal) compactLocked() error {
 	if last != nil {
 		write(last, !last.confirmed, j.lastMark)
 	}
-	// Pending bytes are written after the compacted image; replaying them again is harmless.
+	// The records not yet written (pending) were applied before they were queued: the image
+	// holds what they say, and they are dropped with the old file. Written after the image they
+	// would name entries it pruned, which a replay would bring back as commands that never
+	// finished. Their writers waiting for a flush find nothing left to write.
 	if err := replaceFiles(filepath.Dir(j.path), namedFile{filepath.Base(j.path), buf}); err != nil {
 		return fmt.Errorf("compacting journal: %w", err)
 	}
@@ -508,6 +525,7 @@ func (j *journal) compactLocked() error {
 	}
 	_ = j.f.Close()
 	j.f = f
+	j.pending = nil
 	j.records = n
 	j.spentArgs, j.compactedAt = 0, time.Now()
 	return nil

@@ -53,6 +53,10 @@ type Link struct {
 	// awaiting holds the commands journaled and acknowledged whose AckResult has not arrived:
 	// they run once the server says it recorded the ack, never before (see receive).
 	awaiting map[string]Command
+	// cancelled holds the commands of awaiting the server cancelled before it answered their
+	// ack: the Cancel may come first (the gateway sends it once the ack is recorded, on the same
+	// stream as the answer), and such a command must not start when the answer comes.
+	cancelled map[string]bool
 	// changed is closed and replaced whenever a command stops running or a final update is
 	// confirmed (Drain waits on it).
 	changed  chan struct{}
@@ -143,7 +147,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		log:     cfg.Logger.With(slog.String("agent", id.id.String())),
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
-		running: map[string]*run{}, awaiting: map[string]Command{}, changed: make(chan struct{}),
+		running: map[string]*run{}, awaiting: map[string]Command{}, cancelled: map[string]bool{}, changed: make(chan struct{}),
 		renewed: make(chan struct{}, 1), renewNow: make(chan struct{}, 1),
 	}
 	l.id.Store(id)
@@ -427,6 +431,7 @@ func classify(err error) error {
 // have recorded them and no longer offer the commands), unconfirmed final updates, the state of
 // running commands and the latest status.
 func (l *Link) resume() {
+	l.out.dropAcks() // the last stream's: queued again below, each once
 	l.mu.Lock()
 	for id := range l.awaiting {
 		l.out.ack(id)
@@ -486,9 +491,12 @@ func (l *Link) handle(m *agentv1.ServerMessage) error {
 		l.mu.Unlock()
 	}
 	for _, c := range b.Cancels {
+		id := c.GetCommandId()
 		l.mu.Lock()
-		if r, ok := l.running[c.GetCommandId()]; ok {
+		if r, ok := l.running[id]; ok {
 			r.cancel()
+		} else if _, ok := l.awaiting[id]; ok {
+			l.cancelled[id] = true // its ack's answer has not come: it must not start on it
 		}
 		l.mu.Unlock()
 	}
@@ -554,12 +562,14 @@ func (l *Link) acknowledged(id, refusal string) {
 		return // a draining link starts nothing: the next start asks about it again
 	}
 	delete(l.awaiting, id)
+	cancelled := l.cancelled[id]
+	delete(l.cancelled, id)
 	l.mu.Unlock()
 	switch {
 	case !ok:
 		return // answered before (a re-sent ack), or running
 	case refusal == "":
-		l.start(c)
+		l.start(c, cancelled)
 		return
 	}
 	l.log.LogAttrs(l.ctx, slog.LevelWarn, "the control plane refused a command's acknowledgement; not running it", slog.String("command", id), slog.String("kind", c.Kind), slog.String("error", refusal))
@@ -609,11 +619,15 @@ func (l *Link) Crash() {
 	l.cancel(ErrCrashed)
 }
 
-// start runs a journaled command in its own goroutine.
-func (l *Link) start(c Command) {
+// start runs a journaled command in its own goroutine; one the server cancelled already is
+// reported failed, not started.
+func (l *Link) start(c Command, cancelled bool) {
 	ctx, cancel := context.WithCancel(l.ctx)
 	if !c.Deadline.IsZero() {
 		ctx, cancel = context.WithDeadline(l.ctx, c.Deadline)
+	}
+	if cancelled {
+		cancel()
 	}
 	r := &run{cancel: cancel}
 	l.mu.Lock()

@@ -46,6 +46,14 @@ func (o *outbox) wake() {
 	}
 }
 
+// dropAcks forgets the acks a stream that ended did not send: the next one sends again those it
+// must (resume), and the gateway offers the unacknowledged commands again.
+func (o *outbox) dropAcks() {
+	o.lock()
+	o.acks = nil
+	o.unlock()
+}
+
 func (o *outbox) ack(id string) {
 	o.lock()
 	o.acks = append(o.acks, id)

@@ -45,11 +45,14 @@ func (s *Server) Handler() (string, http.Handler) {
 	// request is held to what a join carries (a token, a CSR, a few hints).
 	_, join := agentv1connect.NewGatewayServiceHandler(s, connect.WithReadMaxBytes(MaxJoinBytes))
 	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case agentv1connect.GatewayServiceJoinProcedure:
+		switch {
+		case r.URL.Path == agentv1connect.GatewayServiceJoinProcedure || !verifiedClient(r.TLS):
+			// Every other call refuses a caller without a verified client certificate, but
+			// Connect reads a unary request whole before the handler runs: without this bound
+			// anyone could make the gateway read and hold MaxMessageBytes per request.
 			r.Body = http.MaxBytesReader(w, r.Body, MaxJoinBytes)
 			join.ServeHTTP(w, withRequestState(r, nil))
-		case agentv1connect.GatewayServiceConnectProcedure:
+		case r.URL.Path == agentv1connect.GatewayServiceConnectProcedure:
 			body := &streamBody{ReadCloser: r.Body}
 			r.Body = body
 			h.ServeHTTP(w, withRequestState(r, body))
@@ -58,6 +61,11 @@ func (s *Server) Handler() (string, http.Handler) {
 		}
 	})
 	return path, mux
+}
+
+// verifiedClient says whether the connection's handshake verified a client certificate.
+func verifiedClient(st *tls.ConnectionState) bool {
+	return st != nil && len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0
 }
 
 // requestStateKey carries a request's requestState into connect handlers, whose Peer() does

@@ -554,6 +554,9 @@ func (ss *session) claimAndSend() (starved bool, err error) {
 }
 
 func (ss *session) sendCommands(cmds []Command) error {
+	if err := ss.checkGenerations(cmds); err != nil {
+		return err
+	}
 	batch := make([]*agentv1.Command, 0, len(cmds))
 	size := 0
 	flush := func() error {
@@ -590,6 +593,23 @@ func (ss *session) sendCommands(cmds []Command) error {
 		size += len(c.Args)
 	}
 	return flush()
+}
+
+// checkGenerations admits a node's stream again before it is given a command made for another
+// identity generation than its certificate's: the node's generation was bumped since the stream
+// opened (metal.revokeIdentity), and the revoked identity must not get the new one's work while
+// it waits for the next re-check. A refused stream ends with the commands unsent (due again to
+// the node's next stream).
+func (ss *session) checkGenerations(cmds []Command) error {
+	if ss.a.Kind != pki.KindNode && ss.a.Kind != pki.KindNodeTenant {
+		return nil
+	}
+	for _, c := range cmds {
+		if c.NodeID == ss.a.NodeID && c.Generation != 0 && c.Generation != ss.a.Generation {
+			return ss.recheck()
+		}
+	}
+	return nil
 }
 
 // refuseCommand is the gateway's own rule on what an identity may receive: never another
