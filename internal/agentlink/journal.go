@@ -22,8 +22,9 @@ import (
 //
 // where payload is one JSON record. A torn last record (crash mid-write), or zeros where the
 // crash left the end of an append unwritten, is dropped when the journal is opened; damage
-// anywhere else refuses to open (running a command twice is worse than not starting). Records replay idempotently, so compaction (rewrite to a temporary file,
-// fsync, rename) may overlap appends.
+// anywhere else refuses to open (running a command twice is worse than not starting). Records
+// replay idempotently, so compaction (rewrite to a temporary file, fsync, rename) may overlap
+// appends.
 
 // maxRecordBytes bounds one record (a result can be large: an inventory).
 const maxRecordBytes = 64 << 20
