@@ -200,6 +200,14 @@ func openJournal(dir string, retain int) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
+	if data == nil {
+		// Created now (or empty): its name must outlive a power loss, or the records synced
+		// into it could go with it.
+		if err := durable.SyncDir(dir); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("creating journal %s: %w", j.path, err)
+		}
+	}
 	if good < len(data) {
 		if err := f.Truncate(int64(good)); err != nil {
 			_ = f.Close()
