@@ -56,7 +56,7 @@ func TestOfferMatchesFullScan(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			now := t0
-			a, err := newAllocator(ctx, []Pool{pool}, res, &memLeases{}, nil, now)
+			a, err := newAllocator(ctx, []Pool{pool}, res, &memLeases{}, nil, netip.Addr{}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,8 +108,10 @@ func TestOfferMatchesFullScan(t *testing.T) {
 					for ip := p.Start; ip.Less(mark) && p.inRange(ip); ip = ip.Next() {
 						_, used := a.byIP[ip]
 						_, reserved := a.owner[ip]
-						if !used && !reserved {
-							t.Fatalf("step %d: fresh mark %s is past %s, neither leased nor reserved", step, mark, ip)
+						_, excluded := a.excluded[ip]
+						_, declined := a.declined[ip]
+						if !used && !reserved && !excluded && !declined {
+							t.Fatalf("step %d: fresh mark %s is past %s, neither leased, reserved, excluded nor declined", step, mark, ip)
 						}
 					}
 				}
@@ -147,7 +149,7 @@ func (g *gatedLeases) SaveLeases(ctx context.Context, l []Lease) error {
 func TestSyncGroupsSaves(t *testing.T) {
 	ctx := context.Background()
 	store := &gatedLeases{started: make(chan struct{}, 64), gate: make(chan struct{}, 64), fails: 1}
-	a, err := newAllocator(ctx, pools(), nil, store, nil, t0)
+	a, err := newAllocator(ctx, pools(), nil, store, nil, netip.Addr{}, t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func FuzzHandle(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	full, err := New(ctx, Config{Mode: ModeFull, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI}, Pools: pools(), Leases: &memLeases{}})
+	full, err := New(ctx, Config{Mode: ModeFull, Interface: "prov0", ServerIP: serverIP, HTTPBaseURL: base, Boot: Policy{EFIBinary: BinaryEFI}, Pools: pools(), Leases: &memLeases{}, Observe: check})
 	if err != nil {
 		f.Fatal(err)
 	}

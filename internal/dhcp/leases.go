@@ -2,6 +2,7 @@ package dhcp
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,14 +126,26 @@ type allocator struct {
 	pools    []Pool
 	reserved map[string]netip.Addr // mac → ip
 	owner    map[netip.Addr]string // reserved ip → mac
+	// excluded: addresses of a pool's subnet no client may have (see exclusions), whatever
+	// its range says.
+	excluded map[netip.Addr]string // ip → what it is
 	leases   map[string]Lease      // mac → lease (acknowledged or offered)
 	byIP     map[netip.Addr]string // ip → mac
-	declined map[netip.Addr]time.Time
-	store    LeaseStore
+	// declined: addresses held back until a time (declined by a client, or answering a probe);
+	// an entry goes once its time has passed (expireDeclines), at the latest at declinedNext.
+	declined     map[netip.Addr]time.Time
+	declinedNext time.Time
+	store        LeaseStore
 	// fresh[p] is where offer looks for a never-used address of pool p: every address of its
-	// range below it is leased (byIP) or reserved. Lowered whenever an address leaves byIP, so
-	// the search is amortised O(1) instead of a scan of the whole range per DISCOVER.
+	// range below it is leased (byIP), reserved, excluded or declined. Lowered whenever an
+	// address leaves byIP or declined, so the search is amortised O(1) instead of a scan of the
+	// whole range per DISCOVER.
 	fresh map[*Pool]netip.Addr
+	// reclaim[p] is where offer looks for an expired lease to reclaim in pool p, once no address
+	// of it is fresh: see reclaimMark. Dropped whenever an address of p may be free earlier.
+	reclaim map[*Pool]reclaimMark
+	// examined counts the addresses offer looked at past a client's own (its cost, for tests).
+	examined uint64
 	// gen counts lease changes that must reach the store (under mu). Saves are group commits:
 	// saveMu admits one SaveLeases at a time, of a snapshot at generation saved; a change whose
 	// generation is covered by a finished save returns at once (see sync).
@@ -141,18 +154,54 @@ type allocator struct {
 	saved  uint64 // under saveMu
 }
 
+// reclaimMark: no address of the range below from is free before until (zero: ever, by time
+// alone), so the search for a lease to reclaim starts at from until then. A pool exhausted
+// by a flood of DISCOVERs costs O(1) a DISCOVER instead of a scan of its whole range.
+type reclaimMark struct {
+	from  netip.Addr
+	until time.Time
+}
+
+// exclusions are the addresses of the pools' subnets that no client may be given, even when a
+// range covers them (an easy mistake: the range of "the whole /24"): the server's own address,
+// the pools' routers and DNS servers, and each subnet's network and broadcast addresses.
+func exclusions(pools []Pool, server netip.Addr) map[netip.Addr]string {
+	ex := map[netip.Addr]string{}
+	for _, p := range pools {
+		if p.Subnet.Bits() <= 30 {
+			network := p.Subnet.Masked().Addr()
+			ex[network] = "the network address of " + p.Subnet.String()
+			b := network.As4()
+			binary.BigEndian.PutUint32(b[:], binary.BigEndian.Uint32(b[:])|(1<<(32-p.Subnet.Bits())-1))
+			ex[netip.AddrFrom4(b)] = "the broadcast address of " + p.Subnet.String()
+		}
+		for _, r := range p.Routers {
+			ex[r] = "a router"
+		}
+		for _, d := range p.DNS {
+			ex[d] = "a DNS server"
+		}
+	}
+	if server.IsValid() {
+		ex[server] = "the server's own address"
+	}
+	return ex
+}
+
 // newAllocator loads the leases of store and merges known (leases granted by another agent of
-// the site) into them.
-func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store LeaseStore, known []Lease, now time.Time) (*allocator, error) {
+// the site) into them. server is the DHCP server's own address (never handed out).
+func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store LeaseStore, known []Lease, server netip.Addr, now time.Time) (*allocator, error) {
 	a := &allocator{
 		pools:    pools,
 		reserved: map[string]netip.Addr{},
 		owner:    map[netip.Addr]string{},
+		excluded: exclusions(pools, server),
 		leases:   map[string]Lease{},
 		byIP:     map[netip.Addr]string{},
 		declined: map[netip.Addr]time.Time{},
 		store:    store,
 		fresh:    map[*Pool]netip.Addr{},
+		reclaim:  map[*Pool]reclaimMark{},
 	}
 	for _, r := range res {
 		if len(r.MAC) != 6 || !r.IP.Is4() {
@@ -160,6 +209,9 @@ func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store Le
 		}
 		if a.poolFor(r.IP) == nil {
 			return nil, fmt.Errorf("reservation %s → %s: address in no pool subnet", r.MAC, r.IP)
+		}
+		if what, ok := a.excluded[r.IP]; ok {
+			return nil, fmt.Errorf("reservation %s → %s: the address is %s", r.MAC, r.IP, what)
 		}
 		if _, dup := a.owner[r.IP]; dup {
 			return nil, fmt.Errorf("reservation %s: address %s reserved twice", r.MAC, r.IP)
@@ -193,6 +245,9 @@ func newAllocator(ctx context.Context, pools []Pool, res []Reservation, store Le
 		}
 		if o, ok := a.owner[l.IP]; ok && o != l.MAC {
 			continue // now reserved for someone else
+		}
+		if _, ok := a.excluded[l.IP]; ok {
+			continue // no client's to have
 		}
 		if _, taken := a.byIP[l.IP]; taken {
 			continue
@@ -228,6 +283,9 @@ func (a *allocator) free(ip netip.Addr, mac string, now time.Time) bool {
 	if o, ok := a.owner[ip]; ok && o != mac {
 		return false
 	}
+	if _, ok := a.excluded[ip]; ok {
+		return false
+	}
 	if until, ok := a.declined[ip]; ok && now.Before(until) {
 		return false
 	}
@@ -240,6 +298,8 @@ func (a *allocator) free(ip netip.Addr, mac string, now time.Time) bool {
 func (a *allocator) bind(mac string, ip netip.Addr, until time.Time) {
 	if old, ok := a.leases[mac]; ok && old.IP != ip {
 		a.unuse(old.IP)
+	} else if ok && until.Before(old.Expires) {
+		a.freer(ip) // shortened: free earlier than a reclaim mark may say
 	}
 	if m, ok := a.byIP[ip]; ok && m != mac {
 		delete(a.leases, m)
@@ -265,17 +325,21 @@ func (a *allocator) offer(p *Pool, mac string, now time.Time) (ip netip.Addr, fr
 		a.hold(mac, l.IP, now)
 		return l.IP, false, true
 	}
+	a.expireDeclines(now)
 	// Never used before: from the pool's fresh mark on. The mark moves past addresses that are
-	// leased or reserved for another MAC, not past a declined one (free again one day).
+	// leased, reserved for another MAC, excluded or declined (expireDeclines lowers it again).
 	mark := a.fresh[p]
 	if !mark.IsValid() || mark.Less(p.Start) {
 		mark = p.Start
 	}
 	advancing := true
 	for ip := mark; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
+		a.examined++
 		_, used := a.byIP[ip]
 		_, reserved := a.owner[ip] // another MAC's: ours took the reservation path above
-		if used || reserved {
+		_, excluded := a.excluded[ip]
+		_, declined := a.declined[ip]
+		if used || reserved || excluded || declined {
 			if advancing {
 				mark = ip.Next()
 			}
@@ -293,24 +357,82 @@ func (a *allocator) offer(p *Pool, mac string, now time.Time) (ip netip.Addr, fr
 		return ip, true, true
 	}
 	a.fresh[p] = mark
-	// Reclaimed: nothing unused is free, so the first free address is an expired lease.
-	for ip := p.Start; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
+	// Reclaimed: nothing unused is free, so the first free address is an expired lease. What
+	// does not depend on mac: its reservation and its own lease were tried above.
+	start, until := p.Start, time.Time{}
+	if r, ok := a.reclaim[p]; ok && (r.until.IsZero() || now.Before(r.until)) {
+		start, until = r.from, r.until
+	}
+	ip = start
+	for ; ip.IsValid() && p.inRange(ip); ip = ip.Next() {
+		a.examined++
 		if a.free(ip, mac, now) {
+			a.reclaim[p] = reclaimMark{from: ip, until: until}
 			a.hold(mac, ip, now)
 			return ip, true, true
 		}
+		if t, ok := a.freeAt(ip); ok && (until.IsZero() || t.Before(until)) {
+			until = t
+		}
 	}
+	a.reclaim[p] = reclaimMark{from: ip, until: until}
 	return netip.Addr{}, false, false
 }
 
-// unuse forgets who had ip and lowers its pool's fresh mark to it.
-func (a *allocator) unuse(ip netip.Addr) {
-	delete(a.byIP, ip)
-	if p := a.poolFor(ip); p != nil {
-		if f, ok := a.fresh[p]; ok && ip.Less(f) {
-			a.fresh[p] = ip
+// freeAt is when ip, not free now, may become free by time alone: when its lease ends and
+// it is declined no more. false: never (reserved for another MAC, or excluded).
+func (a *allocator) freeAt(ip netip.Addr) (time.Time, bool) {
+	if _, ok := a.owner[ip]; ok {
+		return time.Time{}, false
+	}
+	if _, ok := a.excluded[ip]; ok {
+		return time.Time{}, false
+	}
+	var t time.Time
+	if m, ok := a.byIP[ip]; ok {
+		t = a.leases[m].Expires
+	}
+	if d, ok := a.declined[ip]; ok && d.After(t) {
+		t = d
+	}
+	return t, true
+}
+
+// expireDeclines forgets the declines that ended by now, lowering the fresh marks to them.
+func (a *allocator) expireDeclines(now time.Time) {
+	if len(a.declined) == 0 || now.Before(a.declinedNext) {
+		return
+	}
+	a.declinedNext = time.Time{}
+	for ip, until := range a.declined {
+		if !now.Before(until) {
+			delete(a.declined, ip)
+			a.freer(ip)
+			continue
+		}
+		if a.declinedNext.IsZero() || until.Before(a.declinedNext) {
+			a.declinedNext = until
 		}
 	}
+}
+
+// freer notes that ip may be free earlier than the marks of its pool say: the fresh mark is
+// lowered to it and the reclaim mark dropped.
+func (a *allocator) freer(ip netip.Addr) {
+	p := a.poolFor(ip)
+	if p == nil {
+		return
+	}
+	if f, ok := a.fresh[p]; ok && ip.Less(f) {
+		a.fresh[p] = ip
+	}
+	delete(a.reclaim, p)
+}
+
+// unuse forgets who had ip and lowers its pool's marks to it (freer).
+func (a *allocator) unuse(ip netip.Addr) {
+	delete(a.byIP, ip)
+	a.freer(ip)
 }
 
 // hold sets an offered address aside without persisting it; an acknowledged lease that still
@@ -380,6 +502,9 @@ func (a *allocator) drop(mac string, ip netip.Addr, declinedUntil time.Time) boo
 	a.unuse(ip)
 	if !declinedUntil.IsZero() {
 		a.declined[ip] = declinedUntil
+		if a.declinedNext.IsZero() || declinedUntil.Before(a.declinedNext) {
+			a.declinedNext = declinedUntil
+		}
 	}
 	a.gen++
 	return true

@@ -6,6 +6,7 @@
 package dhcp
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -127,6 +128,8 @@ type Server struct {
 	// a probe could not be made (said once in the log).
 	probeUntil  time.Time
 	probeFailed atomic.Bool
+	// quiet holds back the repeats of what a packet flood could make the server say.
+	quiet quietLog
 }
 
 // New validates cfg, loads the leases (full mode) and wires the handler chains.
@@ -191,7 +194,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 				return nil, fmt.Errorf("dhcp: %w", err)
 			}
 		}
-		alloc, err := newAllocator(ctx, cfg.Pools, cfg.Reservations, cfg.Leases, cfg.Known, s.now())
+		alloc, err := newAllocator(ctx, cfg.Pools, cfg.Reservations, cfg.Leases, cfg.Known, cfg.ServerIP, s.now())
 		if err != nil {
 			return nil, fmt.Errorf("dhcp: %w", err)
 		}
@@ -332,8 +335,10 @@ func (s *Server) serveConn(ctx context.Context, l Listener, c net.PacketConn) er
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	slots := make(chan struct{}, maxInFlight)
+	// Any UDP datagram is read whole (a request above 1500 bytes: jumbo frames, or one IP
+	// reassembled); each packet's goroutine gets a copy of its bytes only.
+	buf := make([]byte, 1<<16)
 	for {
-		buf := make([]byte, 1500)
 		n, from, err := c.ReadFrom(buf)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -345,10 +350,11 @@ func (s *Server) serveConn(ctx context.Context, l Listener, c net.PacketConn) er
 		if !ok {
 			continue
 		}
+		pkt := bytes.Clone(buf[:n])
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			s.serveOne(ctx, l, c, buf[:n], ua.AddrPort())
+			s.serveOne(ctx, l, c, pkt, ua.AddrPort())
 		})
 	}
 }
@@ -367,7 +373,7 @@ func (s *Server) serveOne(ctx context.Context, l Listener, c net.PacketConn, b [
 	dst := ReplyAddr(l, req, resp, from, s.cfg.ClientPort, s.cfg.RelayPort, s.cfg.BroadcastAddr)
 	if _, err := c.WriteTo(resp.ToBytes(), net.UDPAddrFromAddrPort(dst)); err != nil {
 		if ctx.Err() == nil {
-			s.log.WarnContext(ctx, "sending DHCP reply", "to", dst.String(), "err", err)
+			s.quiet.log(ctx, s.log, slog.LevelWarn, s.now(), "send", "sending DHCP reply", "to", dst.String(), "err", err)
 		}
 		return
 	}
@@ -471,7 +477,8 @@ func (s *Server) bootOptions(required bool) Handler {
 		choice, err := BootFile(req.ClientArch(), req.UserClass(), req.ClassIdentifier(), s.cfg.Boot)
 		if err != nil {
 			if !errors.Is(err, ErrNotNetboot) {
-				s.log.InfoContext(ctx, "network-boot client not served", "mac", req.ClientHWAddr.String(), "err", err)
+				s.quiet.log(ctx, s.log, slog.LevelInfo, s.now(), "not served", "network-boot client not served",
+					"mac", req.ClientHWAddr.String(), "err", err)
 			}
 			if required {
 				clearType(resp)
@@ -533,10 +540,17 @@ func (s *Server) forUs(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
 	return false
 }
 
-// poolFor selects the pool: the relay's subnet for relayed packets, ours otherwise.
+// poolFor selects the pool: the relay's subnet for relayed packets; else the subnet of ciaddr
+// when a pool has it (a client renewing, releasing or informing unicasts straight to us,
+// without giaddr, also from behind a relay: RFC 2131 §4.4.5); ours otherwise.
 func (s *Server) poolFor(req *dhcpv4.DHCPv4) *Pool {
 	if gi, ok := netip.AddrFromSlice(req.GatewayIPAddr.To4()); ok && !gi.IsUnspecified() {
 		return s.alloc.poolFor(gi)
+	}
+	if ci, ok := netip.AddrFromSlice(req.ClientIPAddr.To4()); ok && !ci.IsUnspecified() {
+		if p := s.alloc.poolFor(ci); p != nil {
+			return p
+		}
 	}
 	return s.alloc.poolFor(s.cfg.ServerIP)
 }
@@ -559,7 +573,8 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 			var fresh, ok bool
 			ip, fresh, ok = s.alloc.offer(pool, mac, now)
 			if !ok {
-				s.log.WarnContext(ctx, "DHCP pool exhausted", "pool", pool.Subnet.String(), "mac", mac)
+				s.quiet.log(ctx, s.log, slog.LevelWarn, now, "exhausted "+pool.Subnet.String(), "DHCP pool exhausted",
+					"pool", pool.Subnet.String(), "mac", mac)
 				clearType(resp)
 				return true
 			}
@@ -567,7 +582,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 				break
 			}
 			s.alloc.drop(mac, ip, now.Add(leaseTime(pool)))
-			s.log.WarnContext(ctx, "DHCP address answers on the network: not offered, held back for a lease time (a lease another server granted?)",
+			s.quiet.log(ctx, s.log, slog.LevelWarn, now, "answers", "DHCP address answers on the network: not offered, held back for a lease time (a lease another server granted?)",
 				"ip", ip.String(), "mac", mac)
 		}
 		resp.YourIPAddr = ip.AsSlice()
@@ -579,18 +594,17 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		}
 		ip, ok := netip.AddrFromSlice(want.To4())
 		if !ok || ip.IsUnspecified() {
-			setType(resp, dhcpv4.MessageTypeNak)
+			nak(req, resp, "no address requested")
 			return true
 		}
 		granted, err := s.alloc.request(ctx, pool, mac, ip, now)
 		if err != nil {
-			s.log.ErrorContext(ctx, "persisting DHCP lease; not acknowledging", "mac", mac, "ip", ip.String(), "err", err)
+			s.quiet.log(ctx, s.log, slog.LevelError, now, "persist", "persisting DHCP lease; not acknowledging", "mac", mac, "ip", ip.String(), "err", err)
 			clearType(resp)
 			return true
 		}
 		if !granted {
-			setType(resp, dhcpv4.MessageTypeNak)
-			resp.UpdateOption(dhcpv4.OptMessage("requested address not available"))
+			nak(req, resp, "requested address not available")
 			return true
 		}
 		resp.YourIPAddr = ip.AsSlice()
@@ -610,9 +624,9 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 			err = s.alloc.decline(ctx, mac, ip, now)
 		}
 		if err != nil {
-			s.log.ErrorContext(ctx, "persisting DHCP lease change", "mac", mac, "err", err)
+			s.quiet.log(ctx, s.log, slog.LevelError, now, "persist change", "persisting DHCP lease change", "mac", mac, "err", err)
 		}
-		if ok && s.cfg.Observe != nil {
+		if ok && usableClientAddr(ip) && s.cfg.Observe != nil {
 			s.cfg.Observe(Binding{MAC: slices.Clone(req.ClientHWAddr), IP: ip, Released: true})
 		}
 		clearType(resp)
@@ -624,6 +638,17 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		return true
 	}
 	return false
+}
+
+// nak makes resp a NAK saying msg. Relayed, it carries the broadcast bit (RFC 2131 §4.3.2):
+// the relay broadcasts it on the client's segment, as the client has no address it could be
+// unicast to.
+func nak(req, resp *dhcpv4.DHCPv4, msg string) {
+	setType(resp, dhcpv4.MessageTypeNak)
+	resp.UpdateOption(dhcpv4.OptMessage(msg))
+	if gi := req.GatewayIPAddr.To4(); gi != nil && !gi.IsUnspecified() {
+		resp.SetBroadcast()
+	}
 }
 
 // maxProbes bounds the addresses one DISCOVER probes before it offers the next without asking.

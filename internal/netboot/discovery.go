@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 )
 
@@ -82,7 +83,7 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the report could not be recorded", http.StatusServiceUnavailable)
 		return
 	}
-	h.log.InfoContext(ctx, "discovery report recorded (self-asserted)", "mac", mac, "remote", r.RemoteAddr)
+	h.logQuiet(ctx, slog.LevelInfo, "recorded "+remoteAddr(r).String(), "discovery report recorded (self-asserted)", "mac", mac, "remote", r.RemoteAddr)
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -106,7 +107,7 @@ func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	entry, ok := h.entries.Entry(r.Context(), hw)
 	if !ok && h.rejects != nil && h.rejects.Rejected(r.Context(), hw) {
-		h.log.InfoContext(r.Context(), "discovery-mode ramdisk told its decision: rejected", "mac", hw.String(), "remote", r.RemoteAddr)
+		h.logQuiet(r.Context(), slog.LevelInfo, "rejected "+hw.String(), "discovery-mode ramdisk told its decision: rejected", "mac", hw.String(), "remote", r.RemoteAddr)
 		http.Error(w, "rejected: an operator declined this machine", http.StatusGone)
 		return
 	}

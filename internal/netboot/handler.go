@@ -188,7 +188,9 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	req, err := ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		h.log.WarnContext(ctx, "boot script request refused", "remote", r.RemoteAddr, "err", err)
+		// Any host on the provisioning network can ask: one line per host and minute.
+		h.logQuiet(ctx, slog.LevelWarn, "refused-script "+remoteAddr(r).String(), "boot script request refused",
+			"remote", r.RemoteAddr, "err", err)
 		http.Error(w, "bad boot request: "+err.Error(), http.StatusBadRequest)
 		return
 	}
@@ -196,7 +198,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		d := Discovery{MAC: req.MAC, UUID: req.UUID, Arch: req.Arch, RemoteAddr: remoteAddr(r), Time: h.now()}
 		if err := h.discovery.RecordDiscovery(ctx, d); err != nil {
-			h.log.ErrorContext(ctx, "recording discovery", "mac", req.MAC.String(), "err", err)
+			h.logQuiet(ctx, slog.LevelError, "record-script", "recording discovery", "mac", req.MAC.String(), "err", err)
 		}
 		if h.discBoot != nil {
 			h.serveEntry(w, r, req, *h.discBoot)
@@ -207,13 +209,24 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if remote, ok := h.withhold(req.MAC, r); ok {
-		h.log.WarnContext(ctx, "boot script withheld: the request did not come from the address the site's DHCP saw this MAC take",
+		h.logQuiet(ctx, slog.LevelWarn, "withheld "+req.MAC.String()+" "+remote.String(),
+			"boot script withheld: the request did not come from the address the site's DHCP saw this MAC take",
 			"mac", req.MAC.String(), "remote", remote.String())
 		s, _ := WaitScript(req, h.params, WaitAddress)
 		writeScript(w, s)
 		return
 	}
 	h.serveEntry(w, r, req, entry)
+}
+
+// logQuiet logs msg unless a line for key went out less than quietInterval ago; the line says
+// how many were held back since the last one (held_back). For what a request from anyone on
+// the provisioning network makes the handler say, so that a host asking in a loop cannot flood
+// the agent's log.
+func (h *Handler) logQuiet(ctx context.Context, level slog.Level, key, msg string, attrs ...any) {
+	if ok, held := h.quiet.allow(key, h.now()); ok {
+		h.log.Log(ctx, level, msg, append(attrs, "held_back", held)...)
+	}
 }
 
 // withhold says whether what carries mac's one-time token (its boot script, its discovery
@@ -234,14 +247,15 @@ func (h *Handler) withhold(mac net.HardwareAddr, r *http.Request) (netip.Addr, b
 func (h *Handler) serveEntry(w http.ResponseWriter, r *http.Request, req Request, entry Entry) {
 	ctx := r.Context()
 	if err := entry.Validate(); err != nil {
-		h.log.ErrorContext(ctx, "boot entry invalid", "mac", req.MAC.String(), "err", err)
+		h.logQuiet(ctx, slog.LevelError, "invalid "+req.MAC.String(), "boot entry invalid", "mac", req.MAC.String(), "err", err)
 		s, _ := WaitScript(req, h.params, WaitEntryUnbootable)
 		writeScript(w, s)
 		return
 	}
 	for _, a := range entry.Artifacts() {
 		if !h.artifacts.Has(a.SHA256) {
-			h.log.InfoContext(ctx, "boot waits for artifact", "mac", req.MAC.String(), "artifact", a.Name, "sha256", a.SHA256)
+			h.logQuiet(ctx, slog.LevelInfo, "waits "+req.MAC.String(), "boot waits for artifact",
+				"mac", req.MAC.String(), "artifact", a.Name, "sha256", a.SHA256)
 			s, _ := WaitScript(req, h.params, WaitArtifacts)
 			writeScript(w, s)
 			return
