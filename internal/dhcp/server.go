@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"bcd/internal/lograte"
 	"bcd/internal/netboot"
 
 	"github.com/insomniacslk/dhcp/dhcpv4"
@@ -128,13 +129,22 @@ type Server struct {
 	// a probe could not be made (said once in the log).
 	probeUntil  time.Time
 	probeFailed atomic.Bool
-	// quiet holds back the repeats of what a packet flood could make the server say.
-	quiet quietLog
+	// quiet holds back the repeats of what a packet flood could make the server say: one line
+	// per key (fixed strings of this package: per message, per pool, never packet data) and
+	// quietInterval.
+	quiet *lograte.Limiter
 }
+
+// quietInterval spaces the log lines a packet flood could repeat (Server.quiet); its keys are
+// this package's, a few per pool (quietKeys is a bound, not a size).
+const (
+	quietInterval = time.Minute
+	quietKeys     = 4096
+)
 
 // New validates cfg, loads the leases (full mode) and wires the handler chains.
 func New(ctx context.Context, cfg Config) (*Server, error) {
-	s := &Server{cfg: cfg, counters: cfg.Counters, log: cfg.Logger, now: cfg.Now}
+	s := &Server{cfg: cfg, counters: cfg.Counters, log: cfg.Logger, now: cfg.Now, quiet: lograte.New(quietInterval, quietKeys)}
 	if s.counters == nil {
 		s.counters = &Counters{}
 	}
@@ -373,7 +383,7 @@ func (s *Server) serveOne(ctx context.Context, l Listener, c net.PacketConn, b [
 	dst := ReplyAddr(l, req, resp, from, s.cfg.ClientPort, s.cfg.RelayPort, s.cfg.BroadcastAddr)
 	if _, err := c.WriteTo(resp.ToBytes(), net.UDPAddrFromAddrPort(dst)); err != nil {
 		if ctx.Err() == nil {
-			s.quiet.log(ctx, s.log, slog.LevelWarn, s.now(), "send", "sending DHCP reply", "to", dst.String(), "err", err)
+			s.quiet.Log(ctx, s.log, slog.LevelWarn, s.now(), "send", "sending DHCP reply", "to", dst.String(), "err", err)
 		}
 		return
 	}
@@ -477,7 +487,7 @@ func (s *Server) bootOptions(required bool) Handler {
 		choice, err := BootFile(req.ClientArch(), req.UserClass(), req.ClassIdentifier(), s.cfg.Boot)
 		if err != nil {
 			if !errors.Is(err, ErrNotNetboot) {
-				s.quiet.log(ctx, s.log, slog.LevelInfo, s.now(), "not served", "network-boot client not served",
+				s.quiet.Log(ctx, s.log, slog.LevelInfo, s.now(), "not served", "network-boot client not served",
 					"mac", req.ClientHWAddr.String(), "err", err)
 			}
 			if required {
@@ -573,7 +583,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 			var fresh, ok bool
 			ip, fresh, ok = s.alloc.offer(pool, mac, now)
 			if !ok {
-				s.quiet.log(ctx, s.log, slog.LevelWarn, now, "exhausted "+pool.Subnet.String(), "DHCP pool exhausted",
+				s.quiet.Log(ctx, s.log, slog.LevelWarn, now, "exhausted "+pool.Subnet.String(), "DHCP pool exhausted",
 					"pool", pool.Subnet.String(), "mac", mac)
 				clearType(resp)
 				return true
@@ -582,7 +592,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 				break
 			}
 			s.alloc.drop(mac, ip, now.Add(leaseTime(pool)))
-			s.quiet.log(ctx, s.log, slog.LevelWarn, now, "answers", "DHCP address answers on the network: not offered, held back for a lease time (a lease another server granted?)",
+			s.quiet.Log(ctx, s.log, slog.LevelWarn, now, "answers", "DHCP address answers on the network: not offered, held back for a lease time (a lease another server granted?)",
 				"ip", ip.String(), "mac", mac)
 		}
 		resp.YourIPAddr = ip.AsSlice()
@@ -599,7 +609,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		}
 		granted, err := s.alloc.request(ctx, pool, mac, ip, now)
 		if err != nil {
-			s.quiet.log(ctx, s.log, slog.LevelError, now, "persist", "persisting DHCP lease; not acknowledging", "mac", mac, "ip", ip.String(), "err", err)
+			s.quiet.Log(ctx, s.log, slog.LevelError, now, "persist", "persisting DHCP lease; not acknowledging", "mac", mac, "ip", ip.String(), "err", err)
 			clearType(resp)
 			return true
 		}
@@ -624,7 +634,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 			err = s.alloc.decline(ctx, mac, ip, now)
 		}
 		if err != nil {
-			s.quiet.log(ctx, s.log, slog.LevelError, now, "persist change", "persisting DHCP lease change", "mac", mac, "err", err)
+			s.quiet.Log(ctx, s.log, slog.LevelError, now, "persist change", "persisting DHCP lease change", "mac", mac, "err", err)
 		}
 		if ok && usableClientAddr(ip) && s.cfg.Observe != nil {
 			s.cfg.Observe(Binding{MAC: slices.Clone(req.ClientHWAddr), IP: ip, Released: true})

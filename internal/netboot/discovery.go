@@ -68,7 +68,7 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 	mac, _, doc, err := ParseDiscoveryReport(body)
 	if err != nil {
 		// Any host on the provisioning network can post: one line per host and minute.
-		if ok, held := h.quiet.allow("refused "+remoteAddr(r).String(), h.now()); ok {
+		if ok, held := h.quiet.Allow("refused "+remoteAddr(r).String(), h.now()); ok {
 			h.log.WarnContext(ctx, "discovery report refused", "remote", r.RemoteAddr, "err", err, "held_back", held)
 		}
 		http.Error(w, "bad discovery report: "+err.Error(), http.StatusBadRequest)
@@ -77,7 +77,7 @@ func (h *Handler) serveDiscoveryReport(w http.ResponseWriter, r *http.Request) {
 	hw, _ := ParseMAC(mac)
 	if err := h.discovery.RecordDiscovery(ctx, Discovery{MAC: hw, RemoteAddr: remoteAddr(r), Time: h.now(), Inventory: doc}); err != nil {
 		// A flood fills the reports waiting to be sent: one line per minute says so.
-		if ok, held := h.quiet.allow("record", h.now()); ok {
+		if ok, held := h.quiet.Allow("record", h.now()); ok {
 			h.log.ErrorContext(ctx, "recording discovery report", "mac", mac, "err", err, "held_back", held)
 		}
 		http.Error(w, "the report could not be recorded", http.StatusServiceUnavailable)
@@ -118,7 +118,7 @@ func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
 	// The command line carries the node's one-time token, which the boot script withholds from
 	// any other address: so does the decision.
 	if remote, withheld := h.withhold(hw, r); withheld {
-		if ok, held := h.quiet.allow("decision "+hw.String()+" "+remote.String(), h.now()); ok {
+		if ok, held := h.quiet.Allow("decision "+hw.String()+" "+remote.String(), h.now()); ok {
 			h.log.WarnContext(r.Context(), "decision withheld: the request did not come from the address the site's DHCP saw this MAC take",
 				"mac", hw.String(), "remote", remote.String(), "held_back", held)
 		}

@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"os"
 	"time"
+
+	"bcd/internal/lograte"
 )
 
 // EntryLookup answers the boot entry of a MAC (the boot-lease holder's copy).
@@ -101,7 +103,7 @@ type Handler struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 	// quiet holds back repeated warnings of refused requests (loglimit.go).
-	quiet *logLimiter
+	quiet *lograte.Limiter
 }
 
 // Refused requests are logged once per source and quietInterval; at most quietKeys sources are
@@ -114,7 +116,7 @@ const (
 // NewHandler checks the configuration and builds the handler.
 func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	h := &Handler{
-		quiet:     newLogLimiter(quietInterval, quietKeys),
+		quiet:     lograte.New(quietInterval, quietKeys),
 		params:    ScriptParams{BaseURL: cfg.BaseURL, RetryAfter: cfg.RetryAfter},
 		entries:   cfg.Entries,
 		discovery: cfg.Discovery,
@@ -224,9 +226,7 @@ func (h *Handler) serveScript(w http.ResponseWriter, r *http.Request) {
 // the provisioning network makes the handler say, so that a host asking in a loop cannot flood
 // the agent's log.
 func (h *Handler) logQuiet(ctx context.Context, level slog.Level, key, msg string, attrs ...any) {
-	if ok, held := h.quiet.allow(key, h.now()); ok {
-		h.log.Log(ctx, level, msg, append(attrs, "held_back", held)...)
-	}
+	h.quiet.Log(ctx, h.log, level, h.now(), key, msg, attrs...)
 }
 
 // withhold says whether what carries mac's one-time token (its boot script, its discovery

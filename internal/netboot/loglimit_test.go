@@ -11,33 +11,6 @@ import (
 	"time"
 )
 
-// One line per key and interval; the next one let through says how many were held back; keys
-// are independent; a full table is emptied.
-func TestLogLimiter(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	l := newLogLimiter(time.Minute, 2)
-	for _, tc := range []struct {
-		key  string
-		at   time.Duration
-		ok   bool
-		held int
-	}{
-		{"a", 0, true, 0},
-		{"a", time.Second, false, 0},
-		{"a", 59 * time.Second, false, 0},
-		{"b", 59 * time.Second, true, 0},
-		{"a", time.Minute, true, 2},
-		{"a", time.Minute + time.Second, false, 0},
-		{"c", 2 * time.Minute, true, 0}, // a third key: the table is emptied first
-		{"a", 2 * time.Minute, true, 0}, // forgotten: let through, its held count lost
-	} {
-		ok, held := l.allow(tc.key, t0.Add(tc.at))
-		if ok != tc.ok || held != tc.held {
-			t.Errorf("%s at %s: %v %d, want %v %d", tc.key, tc.at, ok, held, tc.ok, tc.held)
-		}
-	}
-}
-
 // A host posting bad discovery reports in a loop gets one warning a minute in the agent's log,
 // which then says how many it held back; another host gets its own.
 func TestRefusedDiscoveryReportsLoggedOncePerMinute(t *testing.T) {

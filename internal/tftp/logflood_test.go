@@ -12,29 +12,6 @@ import (
 	pintftp "github.com/pin/tftp/v3"
 )
 
-func TestSpacedNote(t *testing.T) {
-	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	steps := []struct {
-		at      time.Duration
-		wantLog bool
-		wantN   int
-	}{
-		{0, true, 1},                               // the first is logged
-		{time.Second, false, 0},                    // within the spacing: counted
-		{9 * time.Second, false, 0},                // still within it
-		{refusalWarnEvery, true, 3},                // the next line covers the two held back and itself
-		{refusalWarnEvery + time.Second, false, 0}, // spacing runs from the last line
-		{3 * refusalWarnEvery, true, 2},
-	}
-	var sp spaced
-	for i, st := range steps {
-		log, n := sp.note(t0.Add(st.at))
-		if log != st.wantLog || n != st.wantN {
-			t.Fatalf("step %d at %s: note = %v, %d; want %v, %d", i, st.at, log, n, st.wantLog, st.wantN)
-		}
-	}
-}
-
 // lines counts the log records of each message.
 type lines struct {
 	mu sync.Mutex

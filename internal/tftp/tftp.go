@@ -19,6 +19,8 @@ import (
 	"time"
 
 	pintftp "github.com/pin/tftp/v3"
+
+	"bcd/internal/lograte"
 )
 
 // Route serves the file names it knows. handled=false passes the request to the next route.
@@ -149,28 +151,12 @@ type Server struct {
 	refused  int       // requests refused for a bound
 	warned   time.Time // last warning about refusals (at most one every refusalWarnEvery)
 	// Requests for names no route serves, and names refused as malformed: logged at most once
-	// every refusalWarnEvery each, with how many there were since the last line.
-	notFound, badName spaced
+	// every refusalWarnEvery each, with how many were held back since the last line.
+	quiet *lograte.Limiter
 }
 
 // refusalWarnEvery spaces the warnings about refused requests (a flood would flood the log).
 const refusalWarnEvery = 10 * time.Second
-
-// spaced counts occurrences of something logged at most once every refusalWarnEvery.
-type spaced struct {
-	last  time.Time
-	since int // occurrences since the last line, this one included
-}
-
-// note counts one occurrence at now: whether to log it, and the occurrences the line covers.
-func (sp *spaced) note(now time.Time) (log bool, n int) {
-	sp.since++
-	if !sp.last.IsZero() && now.Sub(sp.last) < refusalWarnEvery {
-		return false, 0
-	}
-	n, sp.since, sp.last = sp.since, 0, now
-	return true, n
-}
 
 // New checks the configuration and builds a server.
 func New(cfg Config) (*Server, error) {
@@ -181,7 +167,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("tftp: no listening socket")
 	}
 	s := &Server{routes: cfg.Routes, conn: cfg.Conn, log: cfg.Logger, timeout: cfg.Timeout, retries: cfg.Retries,
-		maxTransfers: cfg.MaxTransfers, maxPerClient: cfg.MaxPerClient, byClient: map[netip.Addr]int{}}
+		maxTransfers: cfg.MaxTransfers, maxPerClient: cfg.MaxPerClient, byClient: map[netip.Addr]int{},
+		quiet: lograte.New(refusalWarnEvery, 2)}
 	if s.maxTransfers <= 0 {
 		s.maxTransfers = DefaultMaxTransfers
 	}
@@ -285,26 +272,15 @@ func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error 
 	err := Dispatch(ctx, s.routes, name, rf)
 	switch {
 	case errors.Is(err, errNotFound):
-		if log, n := s.noteSpaced(&s.notFound); log {
-			s.log.InfoContext(ctx, "tftp file not found", "remote", remote, "name_len", len(name), "not_found_since_last", n)
-		}
+		s.quiet.Log(ctx, s.log, slog.LevelInfo, time.Now(), "not found", "tftp file not found", "remote", remote, "name_len", len(name))
 	case errors.Is(err, errBadName):
-		if log, n := s.noteSpaced(&s.badName); log {
-			s.log.WarnContext(ctx, "tftp requested name refused", "remote", remote, "err", err, "refused_since_last", n)
-		}
+		s.quiet.Log(ctx, s.log, slog.LevelWarn, time.Now(), "bad name", "tftp requested name refused", "remote", remote, "err", err)
 	case err != nil:
 		s.log.WarnContext(ctx, "tftp transfer failed", "remote", remote, "err", err)
 	default:
 		s.log.InfoContext(ctx, "tftp file served", "remote", remote, "name", name)
 	}
 	return err
-}
-
-// noteSpaced counts one occurrence of sp: whether to log it, and how many the line covers.
-func (s *Server) noteSpaced(sp *spaced) (bool, int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return sp.note(time.Now())
 }
 
 // errBadName wraps what CleanName refuses in a request.
