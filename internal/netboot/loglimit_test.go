@@ -28,22 +28,7 @@ func TestRefusedDiscoveryReportsLoggedOncePerMinute(t *testing.T) {
 			t.Fatalf("a bad report: %d", rec.Code)
 		}
 	}
-	lines := func() []map[string]any {
-		var out []map[string]any
-		for _, l := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
-			var m map[string]any
-			if l == "" {
-				continue
-			}
-			if err := json.Unmarshal([]byte(l), &m); err != nil {
-				t.Fatal(err)
-			}
-			if m["msg"] == "discovery report refused" {
-				out = append(out, m)
-			}
-		}
-		return out
-	}
+	lines := func() []map[string]any { return logLines(t, &logged, "discovery report refused") }
 	for range 100 {
 		post("10.0.0.9:1234")
 	}
@@ -57,4 +42,23 @@ func TestRefusedDiscoveryReportsLoggedOncePerMinute(t *testing.T) {
 	if len(got) != 3 || got[2]["held_back"] != float64(99) {
 		t.Fatalf("after a minute: %v, want a third warning holding back 99", got)
 	}
+}
+
+// logLines are the JSON log lines in logged whose message is msg.
+func logLines(t *testing.T, logged *bytes.Buffer, msg string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
+		if l == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatal(err)
+		}
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
 }

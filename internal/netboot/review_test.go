@@ -3,7 +3,6 @@ package netboot
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -70,22 +69,7 @@ func TestScriptRequestFloodsLoggedOncePerMinute(t *testing.T) {
 				req.RemoteAddr = "10.0.0.9:1234"
 				h.ServeHTTP(httptest.NewRecorder(), req)
 			}
-			lines := func() []map[string]any {
-				var out []map[string]any
-				for _, l := range strings.Split(strings.TrimSpace(logged.String()), "\n") {
-					var m map[string]any
-					if l == "" {
-						continue
-					}
-					if err := json.Unmarshal([]byte(l), &m); err != nil {
-						t.Fatal(err)
-					}
-					if m["msg"] == tt.msg {
-						out = append(out, m)
-					}
-				}
-				return out
-			}
+			lines := func() []map[string]any { return logLines(t, &logged, tt.msg) }
 			for range 100 {
 				get()
 			}

@@ -3,13 +3,10 @@ package tftp
 import (
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	pintftp "github.com/pin/tftp/v3"
 )
 
 // lines counts the log records of each message.
@@ -37,30 +34,8 @@ func (l *lines) count(msg string) int {
 // as malformed, are answered each, but logged at most once every refusalWarnEvery: a client (or
 // anyone on the provisioning network) asking in a loop cannot fill the site agent's log.
 func TestRefusedNamesDoNotFloodTheLog(t *testing.T) {
-	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := &lines{n: map[string]int{}}
-	srv, err := New(Config{Routes: []Route{fakeRoute{}}, Conn: conn, Timeout: 500 * time.Millisecond, Retries: 2, Logger: slog.New(got)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	client, err := pintftp.NewClient(conn.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.SetTimeout(500 * time.Millisecond)
-	client.SetRetries(2)
+	client := serveLoopback(t, Config{Routes: []Route{fakeRoute{}}, Logger: slog.New(got)})
 	const each = 40
 	start := time.Now()
 	for i := range each {

@@ -121,37 +121,15 @@ func debianIPXEDir(t *testing.T) (dir string, files map[string][]byte) {
 }
 
 func TestServeOverLoopback(t *testing.T) {
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) }) // after serveLoopback's cleanup stopped the server
 	dir, files := debianIPXEDir(t)
 	route, err := NewDirRoute(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer route.Close()
-	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := New(Config{Routes: []Route{route}, Conn: conn, Timeout: 500 * time.Millisecond, Retries: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-
-	client, err := pintftp.NewClient(conn.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	client.SetTimeout(500 * time.Millisecond)
-	client.SetRetries(2)
+	client := serveLoopback(t, Config{Routes: []Route{route}})
 	client.RequestTSize(true)
 
 	for name, want := range files {
@@ -213,4 +191,35 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	if _, err := NewDirRoute("/nonexistent/bcd-tftp"); err == nil {
 		t.Error("missing dir accepted")
 	}
+}
+
+// serveLoopback serves cfg (its Conn a new loopback socket; 500 ms timeout, 2 retries) until
+// the test ends, and returns a client of it with the same timing.
+func serveLoopback(t *testing.T, cfg Config) *pintftp.Client {
+	t.Helper()
+	conn, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Conn, cfg.Timeout, cfg.Retries = conn, 500*time.Millisecond, 2
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	client, err := pintftp.NewClient(conn.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	client.SetTimeout(500 * time.Millisecond)
+	client.SetRetries(2)
+	return client
 }
