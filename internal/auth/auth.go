@@ -64,8 +64,12 @@ type Principal struct {
 // Actor is how the principal appears in events.
 func (p Principal) Actor() string { return "token:" + p.Name }
 
-// CanSeeTenant reports whether the principal may act in tenant id.
-func (p Principal) CanSeeTenant(id string) bool { return p.TenantID == "" || p.TenantID == id }
+// CanSeeTenant reports whether the principal may act in tenant id. A principal without a known
+// role sees no tenant: the zero Principal (no token was checked) has an empty TenantID too,
+// which must not read as "every tenant".
+func (p Principal) CanSeeTenant(id string) bool {
+	return slices.Contains(roles, p.Role) && (p.TenantID == "" || p.TenantID == id)
+}
 
 type ctxKey struct{}
 

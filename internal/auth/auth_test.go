@@ -46,3 +46,34 @@ func TestTokens(t *testing.T) {
 		}
 	}
 }
+
+// Only a principal with a known role sees a tenant: the zero Principal (what FromContext
+// returns when no token was checked) or one whose stored role is unknown has an empty
+// TenantID, which otherwise means "every tenant".
+func TestCanSeeTenant(t *testing.T) {
+	cases := []struct {
+		name string
+		p    Principal
+		id   string
+		want bool
+	}{
+		{"installation-wide admin", Principal{Role: Admin}, "t1", true},
+		{"installation-wide viewer", Principal{Role: Viewer}, "t1", true},
+		{"tenant's own", Principal{Role: Operator, TenantID: "t1"}, "t1", true},
+		{"another tenant", Principal{Role: Operator, TenantID: "t1"}, "t2", false},
+		{"tenant token, object of no tenant", Principal{Role: Admin, TenantID: "t1"}, "", false},
+		{"zero principal", Principal{}, "t1", false},
+		{"unknown role", Principal{Role: "root"}, "t1", false},
+		{"empty role of a tenant", Principal{TenantID: "t1"}, "t1", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := c.p.CanSeeTenant(c.id); got != c.want {
+				t.Errorf("CanSeeTenant(%q) = %v, want %v", c.id, got, c.want)
+			}
+		})
+	}
+	if p, ok := FromContext(t.Context()); ok || p.CanSeeTenant("t1") {
+		t.Error("a context without a principal sees a tenant")
+	}
+}

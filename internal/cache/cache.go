@@ -6,9 +6,10 @@ package cache
 import "sync"
 
 // Bounded is a map safe for concurrent use that holds at most Max entries: one added to a full
-// map empties it first. Entries are never stale by construction of what callers keep (values
-// derived from their keys alone, or facts that never change), so emptying only costs a
-// recomputation. The zero value is unusable: make one with New.
+// map empties it first; with Max 0 or less it keeps nothing. Entries are never stale by
+// construction of what callers keep (values derived from their keys alone, or facts that never
+// change), so emptying only costs a recomputation. The zero value is unusable: make one with
+// New.
 type Bounded[K comparable, V any] struct {
 	mu  sync.Mutex
 	m   map[K]V
@@ -30,6 +31,9 @@ func (b *Bounded[K, V]) Get(k K) (V, bool) {
 
 // Put keeps v for k, emptying the map first when it is full.
 func (b *Bounded[K, V]) Put(k K, v V) {
+	if b.max <= 0 {
+		return // room for nothing: keep nothing
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, ok := b.m[k]; !ok && len(b.m) >= b.max {

@@ -43,3 +43,16 @@ func TestBoundedConcurrentUse(t *testing.T) {
 		t.Fatalf("len %d outside 1..64", n)
 	}
 }
+
+// A cache made to hold nothing (max 0, or a negative max from a miscomputed bound) keeps
+// nothing: each Put used to empty the map and then keep the new entry anyway.
+func TestBoundedWithoutRoomKeepsNothing(t *testing.T) {
+	for _, max := range []int{0, -1} {
+		b := New[string, int](max)
+		b.Put("a", 1)
+		b.Put("b", 2)
+		if _, ok := b.Get("b"); ok || b.Len() != 0 {
+			t.Errorf("max %d: len %d after two puts, want 0", max, b.Len())
+		}
+	}
+}

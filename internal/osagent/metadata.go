@@ -20,7 +20,7 @@ import (
 type Metadata struct {
 	NodeID        string `json:"nodeId"`
 	Gateway       string `json:"gateway"`
-	InstanceToken string `json:"instanceToken"` // never logged: LogValue and String redact it
+	InstanceToken string `json:"instanceToken"` // never logged: LogValue, String and GoString redact it
 	CA            string `json:"ca"`            // PEM
 }
 
@@ -33,6 +33,11 @@ func (m Metadata) LogValue() slog.Value {
 // String keeps the token out of %v.
 func (m Metadata) String() string {
 	return fmt.Sprintf("node=%s gateway=%s token=%t ca=%t", m.NodeID, m.Gateway, m.InstanceToken != "", m.CA != "")
+}
+
+// GoString keeps the token out of %#v.
+func (m Metadata) GoString() string {
+	return fmt.Sprintf("osagent.Metadata{NodeID:%q, Gateway:%q, InstanceToken:%t, CA:%t}", m.NodeID, m.Gateway, m.InstanceToken != "", m.CA != "")
 }
 
 // ErrNotPublished is a 404 from the metadata endpoint: the control plane has not prepared this
@@ -50,7 +55,7 @@ func ParseMetadata(b []byte) (Metadata, error) {
 		return Metadata{}, fmt.Errorf("metadata is not a JSON object of nodeId, gateway, instanceToken, ca: %w", err)
 	}
 	switch {
-	case m.NodeID == "" || len(m.NodeID) > 128 || strings.ContainsAny(m.NodeID, " \t\r\n/"):
+	case m.NodeID == "" || len(m.NodeID) > 128 || strings.ContainsFunc(m.NodeID, notNodeIDRune):
 		return Metadata{}, errors.New("metadata: nodeId missing or malformed")
 	case !strings.HasPrefix(m.InstanceToken, pki.InstanceTokenPrefix) || len(m.InstanceToken) > 512 || strings.ContainsAny(m.InstanceToken, " \t\r\n"):
 		return Metadata{}, fmt.Errorf("metadata: instanceToken missing or not an instance token (%s…)", pki.InstanceTokenPrefix)
@@ -63,6 +68,11 @@ func ParseMetadata(b []byte) (Metadata, error) {
 	}
 	return m, nil
 }
+
+// notNodeIDRune is a rune a node id cannot hold: the id is printed on the console, so
+// nothing but printable ASCII other than a space or a slash (no terminal escape, no line break
+// of any kind that would forge a console line).
+func notNodeIDRune(r rune) bool { return r <= ' ' || r > '~' || r == '/' }
 
 // checkCA accepts PEM holding only CA certificates (at least one).
 func checkCA(b []byte) error {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -120,10 +121,15 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 	say("network up ip=%s metadata=%s", strings.Join(addrs, ","), murl)
 
 	// One key for every join attempt: a join whose answer was lost can be retried with the
-	// same one-time token by the same key.
-	key, _, err := pki.NewKeyAndCSR("bcd os")
-	if err != nil {
-		return fmt.Errorf("generating the node key: %w", err)
+	// same one-time token by the same key. With a state directory the key is agentlink's,
+	// written there before the join, so that the retry works across a reboot too (a key in
+	// RAM would find the token spent by the lost join and lock the node out until its
+	// instance is prepared again); without one it lives in RAM for this boot.
+	var key crypto.Signer
+	if dir == "" {
+		if key, _, err = pki.NewKeyAndCSR("bcd os"); err != nil {
+			return fmt.Errorf("generating the node key: %w", err)
+		}
 	}
 	delay = cfg.RetryDelay
 	var last Metadata
@@ -147,12 +153,28 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 			last = md
 		}
 		kept := dir != "" && hasIdentity(dir)
+		if dir != "" && !kept {
+			// The key of an earlier join attempt (agentlink reuses it, so a join whose answer
+			// was lost is accepted again) that a power loss damaged would fail every join:
+			// with no certificate beside it, nothing is lost by making a new one.
+			if damaged, err := removeDamagedJoinKey(dir); err != nil {
+				say("cannot remove the damaged join key in %s: %v", where, err)
+			} else if damaged {
+				say("the join key kept in %s was damaged: a new one is made", where)
+			}
+		}
 		link, err := agentlink.Dial(ctx, linkConfig(cfg, md, dir, key, log), refuseAll)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			switch {
+			case kept && keptCertExpired(dir, time.Now()):
+				// Past its end by this machine's clock, the certificate made agentlink join
+				// again with the metadata's token, and that failed (a spent token, the network,
+				// or a clock that is wrong, not the certificate: agentlink put it back). It
+				// stays: forgotten, the node could never reconnect once the clock is right.
+				say("the certificate kept in %s has expired by this machine's clock and joining again failed (%v): keeping it; retrying in %s", where, err, delay)
 			case kept:
 				// With a kept identity Dial does not touch the network: the files are unusable
 				// (a power loss mid-write). Start over with the metadata's token.
@@ -215,6 +237,45 @@ func linkConfig(cfg Config, md Metadata, dir string, key crypto.Signer, log *slo
 func hasIdentity(dir string) bool {
 	_, err := os.Stat(filepath.Join(dir, agentlink.CertFile))
 	return err == nil
+}
+
+// keptCertExpired reports whether the identity agentlink keeps in dir is whole (a key, the
+// certificate of that key, a CA) and its certificate is past its end at now.
+func keptCertExpired(dir string, now time.Time) bool {
+	read := func(name string) []byte {
+		b, _ := os.ReadFile(filepath.Join(dir, name))
+		return b
+	}
+	if len(read(agentlink.CAFile)) == 0 {
+		return false
+	}
+	key, err := pki.ParseKeyPEM(read(agentlink.KeyFile))
+	if err != nil {
+		return false
+	}
+	der, err := pki.DecodeCertPEM(read(agentlink.CertFile))
+	if err != nil {
+		return false
+	}
+	c, err := pki.TLSCertificate(der, key)
+	return err == nil && now.After(c.Leaf.NotAfter)
+}
+
+// removeDamagedJoinKey removes agentlink's key file from dir when it holds no parseable key.
+func removeDamagedJoinKey(dir string) (bool, error) {
+	p := filepath.Join(dir, agentlink.KeyFile)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		// Unreadable (an I/O error on a damaged file system): out of the way too.
+		return true, os.Remove(p)
+	}
+	if _, err := pki.ParseKeyPEM(b); err == nil {
+		return false, nil
+	}
+	return true, os.Remove(p)
 }
 
 // backoff sleeps d (or until ctx ends) and returns the next delay.

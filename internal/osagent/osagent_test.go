@@ -136,6 +136,11 @@ func TestParseMetadata(t *testing.T) {
 		{"not JSON", []byte("<html>"), "not a JSON object"},
 		{"no node", doc(map[string]any{"nodeId": nil}), "nodeId"},
 		{"node with slash", doc(map[string]any{"nodeId": "a/b"}), "nodeId"},
+		// The node id is printed on the console: no terminal escape, no line of its own.
+		{"node with an escape sequence", doc(map[string]any{"nodeId": "\x1b[2J\x1b[Hn1"}), "nodeId"},
+		{"node with a NUL", doc(map[string]any{"nodeId": "n1\x00"}), "nodeId"},
+		{"node with a line separator", doc(map[string]any{"nodeId": "n1\u2028n2"}), "nodeId"},
+		{"node with a vertical tab", doc(map[string]any{"nodeId": "n1\vx"}), "nodeId"},
 		{"discovery token", doc(map[string]any{"instanceToken": "bcdn_0123456789abcdef"}), "not an instance token"},
 		{"no token", doc(map[string]any{"instanceToken": nil}), "instanceToken"},
 		{"http gateway", doc(map[string]any{"gateway": "http://10.0.0.1:8443"}), "https"},

@@ -46,8 +46,14 @@ func NewSealer(key []byte) (*Sealer, error) {
 	return &Sealer{aead: aead}, nil
 }
 
+// errNoID refuses an empty id: a value sealed for it would be bound to no row.
+var errNoID = errors.New("sealing a secret: the id of its row is required")
+
 // Seal encrypts plaintext for the secret id: nonce || ciphertext+tag.
 func (s *Sealer) Seal(id string, plaintext []byte) ([]byte, error) {
+	if id == "" {
+		return nil, errNoID
+	}
 	nonce := make([]byte, s.aead.NonceSize(), s.aead.NonceSize()+len(plaintext)+s.aead.Overhead())
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, fmt.Errorf("reading nonce: %w", err)
@@ -61,7 +67,7 @@ var ErrTampered = errors.New("sealed secret does not open: wrong key, wrong id o
 // Open decrypts a value sealed for id.
 func (s *Sealer) Open(id string, sealed []byte) ([]byte, error) {
 	ns := s.aead.NonceSize()
-	if len(sealed) < ns+s.aead.Overhead() {
+	if id == "" || len(sealed) < ns+s.aead.Overhead() {
 		return nil, ErrTampered
 	}
 	out, err := s.aead.Open(nil, sealed[:ns], sealed[ns:], []byte(id))

@@ -103,3 +103,28 @@ func TestRef(t *testing.T) {
 		}
 	}
 }
+
+// A value is sealed only for a row: an empty id would bind it to nothing, so that it opens
+// wherever a row's id is lost (a reference "secret://" parsed leniently, a column left empty).
+func TestSealNeedsAnID(t *testing.T) {
+	s, err := NewSealer(bytes.Repeat([]byte{7}, KeySize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sealed, err := s.Seal("", []byte("hunter2")); err == nil {
+		t.Errorf("sealed for no id: %x", sealed)
+	}
+	good, err := s.Seal("id1", []byte("hunter2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open("", good); err == nil {
+		t.Error("opened for no id")
+	}
+	// A value sealed for no id (by an earlier version) does not open either.
+	raw := make([]byte, s.aead.NonceSize())
+	raw = s.aead.Seal(raw, raw, []byte("hunter2"), nil)
+	if _, err := s.Open("", raw); err == nil {
+		t.Error("a value sealed for no id opened")
+	}
+}
