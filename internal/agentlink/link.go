@@ -129,8 +129,8 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 				if rerr := os.Rename(filepath.Join(cfg.DataDir, CertFile+".expired"), filepath.Join(cfg.DataDir, CertFile)); rerr != nil {
 					err = errors.Join(err, fmt.Errorf("restoring the expired certificate: %w", rerr))
 				}
-				return nil, fmt.Errorf("the agent's certificate expired on %s, and joining again failed (mint a new token: bcd site join-token): %w",
-					expired.tls.Leaf.NotAfter.UTC().Format(time.RFC3339), err)
+				return nil, fmt.Errorf("the agent's certificate expired on %s, and joining again failed (%s): %w",
+					expired.tls.Leaf.NotAfter.UTC().Format(time.RFC3339), rejoinAdvice(cfg.Kind), err)
 			}
 			return nil, err
 		}
@@ -771,4 +771,14 @@ func (l *Link) send(ctx context.Context, stream *connect.BidiStreamForClient[age
 			}
 		}
 	}
+}
+
+// rejoinAdvice is what gives an agent of kind k whose certificate expired a token to join
+// again with. Pure.
+func rejoinAdvice(k Kind) string {
+	if k == KindSite {
+		return "mint a new token: bcd site join-token SITE"
+	}
+	// A node's token is its boot entry's (a ramdisk) or its instance's (an installed OS).
+	return "the node needs a new token: boot it again through the site (a ramdisk), or prepare its instance again (an installed OS)"
 }
