@@ -25,6 +25,16 @@ func kv(m map[string]string) string {
 	return dash(strings.Join(out, ","))
 }
 
+// done says that a call which answers nothing worked: text, or msg as JSON (an empty object),
+// so that a script reading -o json always has something to parse.
+func (g *globals) done(msg proto.Message, text string) error {
+	if g.output == "json" {
+		return g.printJSON(msg)
+	}
+	_, err := fmt.Fprintln(g.env.Stdout, text)
+	return err
+}
+
 // table prints rows under a header, or msg as JSON.
 func (g *globals) table(msg proto.Message, header string, rows [][]string) error {
 	if g.output == "json" {
@@ -42,7 +52,7 @@ func siteCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "site", Short: "Sites: where site agents and machines are"}
 	var create bcdv1.CreateSiteRequest
 	var labels []string
-	c := &cobra.Command{Use: "create NAME", Short: "Create a site", Args: cobra.ExactArgs(1),
+	c := &cobra.Command{Use: "create NAME", Short: "Create a site", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			create.Name = args[0]
 			var err error
@@ -80,14 +90,17 @@ func siteCmd(g *globals) *cobra.Command {
 			return g.table(resp.Msg, "NAME\tTENANT\tLABELS\tID", rows)
 		}}
 	l.Flags().StringVar(&tenant, "tenant", "", "only this tenant's sites")
-	d := &cobra.Command{Use: "delete SITE", Short: "Delete a site without pools", Args: cobra.ExactArgs(1),
+	d := &cobra.Command{Use: "delete SITE", Short: "Delete a site without pools", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.clients()
 			if err != nil {
 				return err
 			}
-			_, err = cl.inventory.DeleteSite(cmd.Context(), connect.NewRequest(&bcdv1.DeleteSiteRequest{Site: args[0]}))
-			return err
+			resp, err := cl.inventory.DeleteSite(cmd.Context(), connect.NewRequest(&bcdv1.DeleteSiteRequest{Site: args[0]}))
+			if err != nil {
+				return err
+			}
+			return g.done(resp.Msg, "deleted site "+args[0])
 		}}
 	cmd.AddCommand(c, l, d, siteJoinTokenCmd(g), siteRevokeAgentCmd(g), sitecmd.Command())
 	return cmd
@@ -116,7 +129,7 @@ func poolCmd(g *globals) *cobra.Command {
 	var create bcdv1.CreatePoolRequest
 	create.Policy = &bcdv1.PoolPolicy{}
 	var cLabels []string
-	c := &cobra.Command{Use: "create NAME --site SITE", Short: "Create a pool", Args: cobra.ExactArgs(1),
+	c := &cobra.Command{Use: "create NAME --site SITE", Short: "Create a pool", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			create.Name = args[0]
 			var err error
@@ -138,7 +151,7 @@ func poolCmd(g *globals) *cobra.Command {
 	var update bcdv1.UpdatePoolRequest
 	update.Policy = &bcdv1.PoolPolicy{}
 	var uLabels []string
-	u := &cobra.Command{Use: "update POOL", Short: "Replace a pool's policy", Args: cobra.ExactArgs(1),
+	u := &cobra.Command{Use: "update POOL", Short: "Replace a pool's policy", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			update.Pool = args[0]
 			var err error
@@ -171,14 +184,17 @@ func poolCmd(g *globals) *cobra.Command {
 		}}
 	l.Flags().StringVar(&list.Site, "site", "", "only this site's pools")
 	l.Flags().StringVar(&list.Tenant, "tenant", "", "only this tenant's pools")
-	d := &cobra.Command{Use: "delete POOL", Short: "Delete a pool without nodes", Args: cobra.ExactArgs(1),
+	d := &cobra.Command{Use: "delete POOL", Short: "Delete a pool without nodes", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.clients()
 			if err != nil {
 				return err
 			}
-			_, err = cl.inventory.DeletePool(cmd.Context(), connect.NewRequest(&bcdv1.DeletePoolRequest{Pool: args[0]}))
-			return err
+			resp, err := cl.inventory.DeletePool(cmd.Context(), connect.NewRequest(&bcdv1.DeletePoolRequest{Pool: args[0]}))
+			if err != nil {
+				return err
+			}
+			return g.done(resp.Msg, "deleted pool "+args[0])
 		}}
 	cmd.AddCommand(c, u, l, d)
 	return cmd
@@ -186,7 +202,7 @@ func poolCmd(g *globals) *cobra.Command {
 
 func tenantCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "tenant", Short: "Tenants"}
-	cmd.AddCommand(&cobra.Command{Use: "create NAME", Short: "Create a tenant", Args: cobra.ExactArgs(1),
+	cmd.AddCommand(&cobra.Command{Use: "create NAME", Short: "Create a tenant", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.clients()
 			if err != nil {
@@ -230,7 +246,7 @@ const tokenHeader = "NAME\tROLE\tTENANT\tCREATED\tREVOKED\tID"
 func tokenCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "API tokens (stored hashed; the secret is shown once)"}
 	var create bcdv1.CreateTokenRequest
-	c := &cobra.Command{Use: "create NAME --role ROLE", Short: "Create a token", Args: cobra.ExactArgs(1),
+	c := &cobra.Command{Use: "create NAME --role ROLE", Short: "Create a token", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			create.Name = args[0]
 			cl, err := g.clients()
@@ -261,7 +277,7 @@ func tokenCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, tokenHeader, tokenRows(resp.Msg.Tokens...))
 		}}
-	r := &cobra.Command{Use: "revoke TOKEN", Short: "Revoke a token (by name or id)", Args: cobra.ExactArgs(1),
+	r := &cobra.Command{Use: "revoke TOKEN", Short: "Revoke a token (by name or id)", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.clients()
 			if err != nil {
@@ -293,7 +309,7 @@ func profileCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "hwprofile", Short: "Hardware profiles: the driver of each concern"}
 	var drivers []string
 	var hp bcdv1.HardwareProfile
-	p := &cobra.Command{Use: "put NAME --driver concern=driver…", Short: "Create or replace a hardware profile", Args: cobra.ExactArgs(1),
+	p := &cobra.Command{Use: "put NAME --driver concern=driver…", Short: "Create or replace a hardware profile", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			hp.Name = args[0]
 			var err error
@@ -334,7 +350,7 @@ func profileCmd(g *globals) *cobra.Command {
 
 func siteJoinTokenCmd(g *globals) *cobra.Command {
 	var ttl time.Duration
-	cmd := &cobra.Command{Use: "join-token SITE", Short: "Mint a one-time bootstrap token for a site agent (`bcd site run`)", Args: cobra.ExactArgs(1),
+	cmd := &cobra.Command{Use: "join-token SITE", Short: "Mint a one-time bootstrap token for a site agent (`bcd site run`)", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkJoinTokenTTL(ttl); err != nil {
 				return err
@@ -379,7 +395,7 @@ func shortDuration(d time.Duration) string {
 
 func siteRevokeAgentCmd(g *globals) *cobra.Command {
 	var reason string
-	cmd := &cobra.Command{Use: "revoke-agent AGENT --reason WHY", Short: "Refuse a site agent's certificate from now on (a decommissioned host, a leaked key)", Args: cobra.ExactArgs(1),
+	cmd := &cobra.Command{Use: "revoke-agent AGENT --reason WHY", Short: "Refuse a site agent's certificate from now on (a decommissioned host, a leaked key)", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, err := g.clients()
 			if err != nil {
@@ -471,9 +487,12 @@ func doctorCmd(g *globals) *cobra.Command {
 
 func deployProfileCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "profile", Short: "Operator-defined deploy profiles (bcd node deploy --profile NAME)"}
-	put := &cobra.Command{Use: "put NAME --file PROFILE.json", Short: "Create or replace a deploy profile", Args: cobra.ExactArgs(1),
+	put := &cobra.Command{Use: "put NAME --file PROFILE.json", Short: "Create or replace a deploy profile", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file, _ := cmd.Flags().GetString("file")
+			if file == "" {
+				return fmt.Errorf("--file PROFILE.json is required: the profile's JSON definition")
+			}
 			def, err := os.ReadFile(file)
 			if err != nil {
 				return fmt.Errorf("reading the profile: %w", err)

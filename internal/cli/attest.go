@@ -31,7 +31,7 @@ SHA-256 of the input) and ID.pem (the node's certificate). With openssl:
   openssl x509 -in ID.pem -pubkey -noout > ID.pub
   openssl dgst -sha256 -verify ID.pub -signature ID.sig ID.input
   sha256sum ID.result.json; tail -c 32 ID.input | xxd -p -c 32`,
-		Args: cobra.ExactArgs(1),
+		Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			c, err := g.clients()

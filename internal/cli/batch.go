@@ -9,7 +9,9 @@ import (
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
 
+	"bcd/internal/batch"
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/metal"
 )
 
 func bulkCmd(g *globals) *cobra.Command {
@@ -21,7 +23,7 @@ func bulkCmd(g *globals) *cobra.Command {
 		Long: "Each node's move is decided as its own verb call; the accepted ones form one batch whose scope covers\n" +
 			"every destructive command of the verb's chain of workflows. Where approvals are required the batch is\n" +
 			"held until approvers approve it (bcd batch approve ID).",
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1, "the VERB: "+bulkVerbs()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Verb = args[0]
 			if nodes != "" {
@@ -30,6 +32,14 @@ func bulkCmd(g *globals) *cobra.Command {
 						in.Nodes = append(in.Nodes, n)
 					}
 				}
+			}
+			switch {
+			case in.Pool == "":
+				return fmt.Errorf("--pool P is required: the pool whose nodes the verb applies to")
+			case (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
+				return fmt.Errorf("give either --nodes a,b,… or --selector key=value (not both)")
+			case strings.TrimSpace(in.Reason) == "":
+				return fmt.Errorf("--reason WHY is required: approvers read it")
 			}
 			c, err := g.clients()
 			if err != nil {
@@ -72,6 +82,15 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Wipe, "wipe", "", "undeploy: quick (default), full or secure")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
 	return cmd
+}
+
+// bulkVerbs lists the verbs bcd bulk applies: "manage, inspect, provide, undeploy, rescue or retire".
+func bulkVerbs() string {
+	var vs []string
+	for _, v := range batch.BulkVerbs {
+		vs = append(vs, string(v))
+	}
+	return strings.Join(vs[:len(vs)-1], ", ") + " or " + vs[len(vs)-1]
 }
 
 func firstNonEmpty(s ...string) string {
@@ -177,14 +196,14 @@ func batchCmd(g *globals) *cobra.Command {
 func approvalsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "approvals", Short: "How many approvals destructive commands need (installation, site, pool; the largest applies)"}
 	var site, pool string
-	set := &cobra.Command{Use: "set N (--installation | --site S | --pool P)", Short: "Require N approvals (0 removes the policy)", Args: cobra.ExactArgs(1),
+	set := &cobra.Command{Use: "set N (--installation | --site S | --pool P)", Short: "Require N approvals (0 removes the policy)", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			n, err := strconv.Atoi(args[0])
+			n, err := approvalsCount(args[0])
 			if err != nil {
-				return fmt.Errorf("N %q: a number of approvals (0-10)", args[0])
+				return err
 			}
 			inst, _ := cmd.Flags().GetBool("installation")
-			req := &bcdv1.SetApprovalPolicyRequest{Required: int32(n)}
+			req := &bcdv1.SetApprovalPolicyRequest{Required: n}
 			switch {
 			case inst && site == "" && pool == "":
 				req.Scope = "installation"
@@ -229,9 +248,20 @@ func approvalsCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// approvalsCount reads bcd batch approvals set's N. It is checked here, in full: a number the
+// request's int32 cannot hold would reach the server wrapped (4294967296 as 0, removing the
+// policy).
+func approvalsCount(s string) (int32, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > metal.MaxRequiredApprovals {
+		return 0, fmt.Errorf("N %q: accepted are 0 to %d approvals (0 removes the policy)", s, metal.MaxRequiredApprovals)
+	}
+	return int32(n), nil
+}
+
 func rotateCmd(g *globals) *cobra.Command {
 	var reason string
-	cmd := &cobra.Command{Use: "rotate-bmc-credential NODE", Short: "Rotate the node's BMC password (two-phase: current only once a site agent verified it)", Args: cobra.ExactArgs(1),
+	cmd := &cobra.Command{Use: "rotate-bmc-credential NODE", Short: "Rotate the node's BMC password (two-phase: current only once a site agent verified it)", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.clients()
 			if err != nil {
@@ -249,7 +279,7 @@ func rotateCmd(g *globals) *cobra.Command {
 }
 
 func bmcCredentialsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{Use: "bmc-credentials NODE", Short: "List the node's BMC credential versions (references only)", Args: cobra.ExactArgs(1),
+	return &cobra.Command{Use: "bmc-credentials NODE", Short: "List the node's BMC credential versions (references only)", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.clients()
 			if err != nil {

@@ -30,6 +30,9 @@ func benchCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := checkBenchAPI(cfg.Nodes, cfg.Clients); err != nil {
+				return err
+			}
 			stop, err := startCPUProfile(profile)
 			if err != nil {
 				return err
@@ -84,6 +87,17 @@ func benchCmd(g *globals) *cobra.Command {
 	api.Flags().StringVar(&profile, "cpuprofile", "", "write a CPU profile of the whole run (server and clients) to this file")
 	cmd.AddCommand(api)
 	return cmd
+}
+
+// checkBenchAPI refuses counts bcd bench api cannot run with, in the flags' terms.
+func checkBenchAPI(nodes, clients int) error {
+	switch {
+	case nodes < 1:
+		return fmt.Errorf("--nodes %d: accepted is 1 or more", nodes)
+	case clients < 1:
+		return fmt.Errorf("--clients %d: accepted is 1 or more", clients)
+	}
+	return nil
 }
 
 // startCPUProfile writes a CPU profile to path until stop is called; an empty path profiles

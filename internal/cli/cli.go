@@ -98,6 +98,10 @@ func newRoot(env Env) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	// A mistyped or missing flag, or a value of the wrong type: say where the flags are listed.
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w (%s --help lists its flags)", err, cmd.CommandPath())
+	})
 	root.PersistentFlags().StringVar(&g.server, "server", g.envOr("BCD_SERVER", "http://127.0.0.1:7480"), "control plane API URL (env BCD_SERVER)")
 	// The environment is read after parsing, not shown as the flag's default: help must not print
 	// a secret.
@@ -199,7 +203,11 @@ func readSecretFile(path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("reading password file: %w", err)
 	}
-	return strings.TrimRight(string(b), "\r\n"), nil
+	pw := strings.TrimRight(string(b), "\r\n")
+	if pw == "" {
+		return "", fmt.Errorf("password file %s is empty", path)
+	}
+	return pw, nil
 }
 
 // apiToken is --token, else $BCD_TOKEN.

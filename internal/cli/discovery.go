@@ -19,7 +19,7 @@ func discoveryCmds(g *globals) []*cobra.Command {
 func confirmMacCmd(g *globals) *cobra.Command {
 	var in bcdv1.ConfirmMacRequest
 	cmd := &cobra.Command{Use: "confirm-mac NODE MAC", Short: "Bind the candidate MAC a node enrolled by product UUID alone was seen PXE-booting with",
-		Args: cobra.ExactArgs(2),
+		Args: useArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node, in.Mac = args[0], args[1]
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
@@ -88,7 +88,7 @@ func acceptCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "accept MAC --name NAME --pool POOL (--bmc-address ADDR --bmc-username USER --bmc-password-file FILE | --inband)",
 		Short: "Enroll a discovered machine (by the MAC it PXE-booted with) with the operator's BMC credentials, or with one its ramdisk provisions in-band (--inband)",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Mac = args[0]
 			var err error
@@ -148,7 +148,7 @@ func acceptCredentials(b *bcdv1.BmcCredentials, passwordFile string, envPassword
 
 func rejectCmd(g *globals) *cobra.Command {
 	var in bcdv1.RejectRequest
-	cmd := &cobra.Command{Use: "reject MAC", Short: "Decline a discovered machine: it leaves the pending list and is not enrolled", Args: cobra.ExactArgs(1),
+	cmd := &cobra.Command{Use: "reject MAC", Short: "Decline a discovered machine: it leaves the pending list and is not enrolled", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Mac = args[0]
 			c, err := g.clients()

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -52,17 +53,14 @@ func signerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := os.WriteFile(out+".key", []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600); err != nil {
-				return err
-			}
-			if err := os.WriteFile(out+".pub", []byte(base64.StdEncoding.EncodeToString(pub)+"\n"), 0o644); err != nil {
+			if err := writeKeyPair(out, pub, key); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.env.Stdout, "wrote %s.key (keep it offline) and %s.pub\n", out, out)
 			return nil
 		}}
 	keygen.Flags().String("out", "", "path prefix of the key files")
-	add := &cobra.Command{Use: "add NAME --public-key-file FILE", Short: "Register a signer", Args: cobra.ExactArgs(1),
+	add := &cobra.Command{Use: "add NAME --public-key-file FILE", Short: "Register a signer", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file, _ := cmd.Flags().GetString("public-key-file")
 			pub, err := readKey(file, ed25519.PublicKeySize)
@@ -73,18 +71,24 @@ func signerCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			_, err = c.AddSigner(cmd.Context(), connect.NewRequest(&bcdv1.AddSignerRequest{Signer: &bcdv1.Signer{Name: args[0], PublicKey: pub}}))
-			return err
+			resp, err := c.AddSigner(cmd.Context(), connect.NewRequest(&bcdv1.AddSignerRequest{Signer: &bcdv1.Signer{Name: args[0], PublicKey: pub}}))
+			if err != nil {
+				return err
+			}
+			return g.done(resp.Msg, "signer "+args[0]+" registered")
 		}}
 	add.Flags().String("public-key-file", "", "the .pub file of bcd signer keygen")
-	revoke := &cobra.Command{Use: "revoke NAME", Short: "Revoke a signer: its images can no longer be deployed", Args: cobra.ExactArgs(1),
+	revoke := &cobra.Command{Use: "revoke NAME", Short: "Revoke a signer: its images can no longer be deployed", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.images()
 			if err != nil {
 				return err
 			}
-			_, err = c.RevokeSigner(cmd.Context(), connect.NewRequest(&bcdv1.RevokeSignerRequest{Name: args[0]}))
-			return err
+			resp, err := c.RevokeSigner(cmd.Context(), connect.NewRequest(&bcdv1.RevokeSignerRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			return g.done(resp.Msg, "signer "+args[0]+" revoked: images it signed can no longer be deployed")
 		}}
 	list := &cobra.Command{Use: "list", Short: "List signers", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -106,6 +110,40 @@ func signerCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
+// writeKeyPair writes PREFIX.key (0600) and PREFIX.pub, never over an existing file: a key
+// replaced by mistake cannot sign for its registered signer again, and a file that existed
+// keeps its mode (a private key written into a world-readable file).
+func writeKeyPair(prefix string, pub ed25519.PublicKey, key ed25519.PrivateKey) error {
+	for _, p := range []string{prefix + ".key", prefix + ".pub"} {
+		if _, err := os.Lstat(p); err == nil {
+			return fmt.Errorf("%s exists: bcd signer keygen does not replace a key (choose another --out, or move it away)", p)
+		}
+	}
+	for _, f := range []struct {
+		path string
+		b    []byte
+		mode os.FileMode
+	}{{prefix + ".key", key, 0o600}, {prefix + ".pub", pub, 0o644}} {
+		w, err := os.OpenFile(f.path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
+		if err == nil {
+			_, err = io.WriteString(w, base64.StdEncoding.EncodeToString(f.b)+"\n")
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				os.Remove(f.path)
+			}
+		}
+		if err != nil {
+			if f.path != prefix+".key" {
+				os.Remove(prefix + ".key") // half a pair is no pair
+			}
+			return fmt.Errorf("writing %s: %w", f.path, err)
+		}
+	}
+	return nil
+}
+
 func imageRows(imgs ...*bcdv1.Image) [][]string {
 	var rows [][]string
 	for _, i := range imgs {
@@ -124,7 +162,7 @@ func imageCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "The image catalog: only signed images are deployed"}
 	var in bcdv1.Image
 	var signKey, sigB64 string
-	add := &cobra.Command{Use: "add NAME --url URL --sha256 HEX [--sign-key FILE --signer NAME]", Short: "Add (or replace) a catalog image, signing it locally with --sign-key", Args: cobra.ExactArgs(1),
+	add := &cobra.Command{Use: "add NAME --url URL --sha256 HEX [--sign-key FILE --signer NAME]", Short: "Add (or replace) a catalog image, signing it locally with --sign-key", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Name = args[0]
 			img := catalog.Image{Name: in.Name, URL: in.Url, Size: in.Size, Format: in.Format, Compression: in.Compression, SHA256: in.Sha256, SHA512: in.Sha512, Signer: in.Signer}
@@ -194,7 +232,7 @@ func imageSignCmd(g *globals) *cobra.Command {
 	var signKey string
 	cmd := &cobra.Command{Use: "sign NAME --url URL --size N --sha256 HEX --signer NAME --sign-key FILE",
 		Short: "Sign an image's catalog fields offline; prints the signature (base64) for image add --signature",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			img.Name = args[0]
 			if img.Signer == "" || signKey == "" {
@@ -227,7 +265,7 @@ func imageSignCmd(g *globals) *cobra.Command {
 func imageVerifyCmd(g *globals) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{Use: "verify NAME [--file PATH]", Short: "Verify a catalog image's signature here (and a local file's digest)",
-		Args: cobra.ExactArgs(1),
+		Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := g.images()
 			if err != nil {
@@ -263,22 +301,31 @@ func imageVerifyCmd(g *globals) *cobra.Command {
 			if file == "" {
 				return nil
 			}
-			return verifyFileDigest(g.env.Stdout, file, img)
+			return verifyFileDigest(g.env.Stdout, g.env.Stderr, file, img)
 		}}
 	cmd.Flags().StringVar(&file, "file", "", "a local copy of the file at the image's URL: its digest must match the catalog")
 	return cmd
 }
 
-func verifyFileDigest(w io.Writer, path string, img catalog.Image) error {
+// verifyFileDigest checks a local copy's digests against the catalog's. An image is gigabytes:
+// progress goes to status (stderr) about once a second.
+func verifyFileDigest(w, status io.Writer, path string, img catalog.Image) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", path, err)
 	}
 	defer f.Close()
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
 	h256, h512 := sha256.New(), sha512.New()
-	if _, err := io.Copy(io.MultiWriter(h256, h512), f); err != nil {
+	p := &hashProgress{w: status, path: path, size: size}
+	if _, err := io.Copy(io.MultiWriter(h256, h512, p), f); err != nil {
 		return fmt.Errorf("reading %s: %w", path, err)
 	}
+	p.report()
+	fmt.Fprintln(status)
 	if img.SHA256 != "" && hex.EncodeToString(h256.Sum(nil)) != img.SHA256 {
 		return fmt.Errorf("%s: sha256 %s differs from the catalog's %s", path, hex.EncodeToString(h256.Sum(nil)), img.SHA256)
 	}
@@ -287,4 +334,30 @@ func verifyFileDigest(w io.Writer, path string, img catalog.Image) error {
 	}
 	fmt.Fprintf(w, "%s: digest matches the catalog\n", path)
 	return nil
+}
+
+// hashProgress counts the bytes hashed and reports them, at most once a second.
+type hashProgress struct {
+	w    io.Writer
+	path string
+	size int64
+	done int64
+	last time.Time
+}
+
+func (p *hashProgress) Write(b []byte) (int, error) {
+	p.done += int64(len(b))
+	if time.Since(p.last) >= time.Second {
+		p.report()
+	}
+	return len(b), nil
+}
+
+func (p *hashProgress) report() {
+	p.last = time.Now()
+	if p.size > 0 {
+		fmt.Fprintf(p.w, "\rhashing %s: %d of %d MiB (%d%%)", p.path, p.done>>20, p.size>>20, 100*p.done/p.size)
+		return
+	}
+	fmt.Fprintf(p.w, "\rhashing %s: %d MiB", p.path, p.done>>20)
 }

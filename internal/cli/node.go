@@ -79,6 +79,37 @@ func exactArgs(n int, what string) cobra.PositionalArgs {
 	}
 }
 
+// useArgs is exactArgs naming the n arguments as the command's Use line does ("get NODE":
+// "bcd node get takes NODE; 0 given").
+func useArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		return exactArgs(n, strings.Join(positionals(cmd.Use, n), " and "))(cmd, args)
+	}
+}
+
+// positionals are the first n arguments a Use line names after the command's name: the words
+// before the first flag or group ("deploy NODE --image IMAGE": NODE).
+func positionals(use string, n int) []string {
+	var out []string
+	for _, w := range strings.Fields(use)[1:] {
+		if len(out) == n || strings.HasPrefix(w, "-") || strings.HasPrefix(w, "(") || strings.HasPrefix(w, "[") {
+			break
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// maxArgs is cobra.MaximumNArgs with an error that says what the optional arguments are.
+func maxArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > n {
+			return fmt.Errorf("%s takes at most %s; %d given", cmd.CommandPath(), what, len(args))
+		}
+		return nil
+	}
+}
+
 func enrollCmd(g *globals) *cobra.Command {
 	var in bcdv1.EnrollRequest
 	in.Bmc = &bcdv1.BmcCredentials{}
@@ -87,7 +118,7 @@ func enrollCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "enroll NAME --bmc-address ADDR --bmc-username USER --bmc-password-file FILE",
 		Short: "Enroll a machine by its BMC (credentials are sealed at once)",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Name = args[0]
 			var err error
@@ -303,7 +334,7 @@ func nodeGetCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "get NODE",
 		Short: "Show one node (by id or name)",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Get(ctx, connect.NewRequest(&bcdv1.GetNodeRequest{Node: args[0]}))
@@ -318,7 +349,7 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "events [NODE]",
 		Short: "Show the event log (of one node, or all)",
-		Args:  cobra.MaximumNArgs(1),
+		Args:  maxArgs(1, "one NODE (none: the events of every node)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				in.Node = args[0]
@@ -386,7 +417,7 @@ func simpleVerbCmd(g *globals, verb, short string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   verb + " NODE",
 		Short: short,
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			calls := map[string]func(bcdv1connect.NodeServiceClient, context.Context, *connect.Request[bcdv1.NodeVerbRequest]) (*connect.Response[bcdv1.NodeResponse], error){
@@ -414,7 +445,7 @@ func deployCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "deploy NODE --image IMAGE [--profile PROFILE]",
 		Short: "ready → deploying → deployed: write a catalog image and boot it",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
@@ -434,7 +465,7 @@ func undeployCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "undeploy NODE [--wipe quick|full|secure]",
 		Short: "deployed|rescue → releasing (attested wipe) → ready",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
@@ -513,7 +544,7 @@ func deleteCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete NODE",
 		Short: "Forget a node (manageable, ready, retired, or failed without tenant data)",
-		Args:  cobra.ExactArgs(1),
+		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			c, err := g.clients()

@@ -49,7 +49,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
 	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key itself)")
 	f.StringVar(&cfg.GatewayListen, "gateway-listen", g.envOr("BCD_GATEWAY_LISTEN", "127.0.0.1:7443"), "agent gateway listen address, mTLS (env BCD_GATEWAY_LISTEN; \"off\" for none)")
-	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (default https://GATEWAY-LISTEN)")
+	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (env BCD_GATEWAY_URL; default https://GATEWAY-LISTEN)")
 	f.StringSliceVar(&cfg.GatewayHosts, "gateway-host", nil, "extra DNS name or IP in the gateway's certificate (repeatable)")
 	f.StringVar(&cfg.ProfilesFile, "profiles-file", g.envOr("BCD_PROFILES_FILE", ""), "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
 	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
@@ -59,6 +59,6 @@ func serverCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", engine.DefaultSiteCertTTL, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
-	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
+	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env BCD_LOG_LEVEL)")
 	return cmd
 }

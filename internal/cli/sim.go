@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bcd/internal/engine"
+	"bcd/internal/metal"
 	"bcd/internal/server"
 	"bcd/internal/sim"
 	"bcd/internal/store"
@@ -42,6 +43,9 @@ func simCmd(g *globals) *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if err := checkSim(nodes, cfg, timeout, workers, approvals); err != nil {
+				return err
+			}
 			stop, err := startCPUProfile(profile)
 			if err != nil {
 				return err
@@ -64,8 +68,6 @@ func simCmd(g *globals) *cobra.Command {
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			var h *sim.Harness
 			switch {
-			case cfg.Faults.SiteAgentDeath < 0 || cfg.Faults.SiteAgentDeath > 1 || cfg.Faults.RamdiskDeath < 0 || cfg.Faults.RamdiskDeath > 1:
-				return fmt.Errorf("--site-agent-death-rate %g, --ramdisk-death-rate %g: accepted are fractions from 0 to 1", cfg.Faults.SiteAgentDeath, cfg.Faults.RamdiskDeath)
 			case grace < 0:
 				return fmt.Errorf("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
 			case replicas < 1 || replicas > 16:
@@ -191,4 +193,36 @@ func simCmd(g *globals) *cobra.Command {
 	f.StringVar(&site, "site", "default", "with --server: the site whose pool \"default\" the simulated machines are enrolled in")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd
+}
+
+// checkSim refuses what bcd sim cannot run with, in the flags' terms.
+func checkSim(nodes int, cfg sim.Config, timeout time.Duration, workers, approvals int) error {
+	for _, r := range []struct {
+		flag string
+		v    float64
+	}{{"--bmc-error-rate", cfg.Faults.BMCErrorRate}, {"--wipe-readback-fail-rate", cfg.Faults.WipeReadbackFail},
+		{"--ramdisk-death-rate", cfg.Faults.RamdiskDeath}, {"--site-agent-death-rate", cfg.Faults.SiteAgentDeath}} {
+		if !(r.v >= 0 && r.v <= 1) { // NaN too
+			return fmt.Errorf("%s %g: accepted are fractions from 0 to 1", r.flag, r.v)
+		}
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--latency", cfg.Latency}, {"--boot-delay", cfg.BootDelay}} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %s: accepted is a duration of 0 or more", d.flag, d.v)
+		}
+	}
+	switch {
+	case nodes < 1:
+		return fmt.Errorf("--nodes %d: accepted is 1 or more", nodes)
+	case timeout <= 0:
+		return fmt.Errorf("--timeout %s: accepted is a duration above 0", timeout)
+	case workers < 0:
+		return fmt.Errorf("--workers %d: accepted is 0 (the engine's default) or more", workers)
+	case approvals < 0 || approvals > metal.MaxRequiredApprovals:
+		return fmt.Errorf("--approvals %d: accepted are 0 to %d", approvals, metal.MaxRequiredApprovals)
+	}
+	return nil
 }

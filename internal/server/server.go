@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"net"
@@ -21,8 +22,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/h2c"
 
 	"bcd/internal/api"
 	"bcd/internal/engine"
@@ -105,6 +104,27 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// checkDataDir refuses a data directory that group or others may write in: they could replace
+// the sealing key, the SQLite store or its watermark. One they may read is only warned about
+// (the sealing key is refused on its own if readable; the store holds sealed secrets and
+// hashes). A directory that does not exist yet is created 0700.
+func checkDataDir(dir string, log *slog.Logger) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("data dir: %w", err)
+	case !st.IsDir():
+		return fmt.Errorf("data dir %s is not a directory", dir)
+	case st.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("data dir %s has mode %v: group or others may write in it and replace the sealing key, the store or its watermark (chmod go-w %s)", dir, st.Mode().Perm(), dir)
+	case st.Mode().Perm()&0o077 != 0:
+		log.Warn("the data dir is readable by group or others, and so is a SQLite store created in it (chmod 700)", "dir", dir, "mode", st.Mode().Perm().String())
+	}
+	return nil
+}
+
 // Server is a running control plane.
 type Server struct {
 	cfg    Config
@@ -131,6 +151,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Engine.Check(); err != nil {
 		return nil, fmt.Errorf("configuring the engine: %w", err)
+	}
+	if err := checkDataDir(cfg.DataDir, log); err != nil {
+		return nil, err
 	}
 	var key []byte
 	var err error
@@ -245,9 +268,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	// HTTP/2 without TLS (gRPC clients) is served by net/http itself, not by a handler that
+	// hijacks the connection: Shutdown then ends those connections too, before the store closes.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	s.http = &http.Server{
-		Handler:           h2c.NewHandler(mux, &http2.Server{}),
+		Handler:           mux,
+		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       apiIdleTimeout,
 		MaxHeaderBytes:    64 << 10,
 	}
 	started = true
@@ -265,6 +295,10 @@ func (s *Server) FirstAdminToken() string { return s.first }
 
 // Service is the node service (in-process callers: sim, tests).
 func (s *Server) Service() *metal.Service { return s.svc }
+
+// apiIdleTimeout closes an API client's keep-alive connection that has carried no request for
+// this long: idle connections of clients that went away do not pile up.
+const apiIdleTimeout = 2 * time.Minute
 
 // gatewayCertTTL is the life of the gateway's server certificate; it is renewed after two
 // thirds of it (pki.ServerCert).
@@ -339,6 +373,10 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- gateway.ServeTLS(ctx, s.gwLn, s.gwCert, s.gw, s.log)
 		}()
 	}
+	if exposedInClear(s.ln.Addr()) {
+		s.log.Warn("the API is served over plain HTTP on an address other hosts reach: API tokens and BMC passwords cross the network in clear; "+
+			"listen on loopback behind a TLS-terminating proxy", "api", s.URL())
+	}
 	s.log.Info("bcd server listening", "api", s.URL(), "gateway", s.gwURL, "store", string(s.st.Engine()), "server", s.eng.ID(), "ca", s.ca.Fingerprint())
 	var err error
 	select {
@@ -367,6 +405,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		err = errors.Join(err, s.lock.Close())
 	}
 	return err
+}
+
+// exposedInClear says whether the API's listener, plain HTTP, is reachable from other hosts (an
+// address other than loopback, or every address).
+func exposedInClear(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && !tcp.IP.IsLoopback()
 }
 
 // durations exports how long commands and workflows took (engine.Observer), as histograms.
