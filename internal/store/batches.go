@@ -369,8 +369,19 @@ func (t *Tx) AppendEvents(ctx context.Context, evs []Event) error {
 	return nil
 }
 
-// WakeMany queues the reconcilers of many nodes now, many per statement.
+// WakeMany queues the reconcilers of many nodes now, many per statement. A node listed twice
+// is woken once: PostgreSQL refuses an INSERT … ON CONFLICT DO UPDATE that would update a row
+// twice (SQLite takes it), and the whole transaction would fail there alone.
 func (t *Tx) WakeMany(ctx context.Context, nodeIDs []string, reason string) error {
+	seen := make(map[string]bool, len(nodeIDs))
+	uniq := make([]string, 0, len(nodeIDs))
+	for _, id := range nodeIDs {
+		if !seen[id] {
+			seen[id] = true
+			uniq = append(uniq, id)
+		}
+	}
+	nodeIDs = uniq
 	const per = 200
 	for i := 0; i < len(nodeIDs); i += per {
 		chunk := nodeIDs[i:min(i+per, len(nodeIDs))]

@@ -73,7 +73,10 @@ func (s *Store) Image(ctx context.Context, name string) (catalog.Image, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return catalog.Image{}, fmt.Errorf("image %q: %w", name, ErrNotFound)
 	}
-	return img, err
+	if err != nil {
+		return catalog.Image{}, fmt.Errorf("reading image %q: %w", name, err)
+	}
+	return img, nil
 }
 
 // Images lists the catalog.

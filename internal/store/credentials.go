@@ -83,9 +83,15 @@ func (t *Tx) PendingCredentialVersion(ctx context.Context, nodeID string) (Crede
 	return c, true, nil
 }
 
+// supersededWithSecretsQuery reads the oldest versions of a state whose secret is still stored
+// (bmc_credential_versions_unpurged): every verified rotation runs it, in the writer, and the
+// versions ever made are many more.
+const supersededWithSecretsQuery = `SELECT ` + credCols + ` FROM bmc_credential_versions WHERE state = ? AND password_ref <> ''
+	ORDER BY created_at LIMIT ?`
+
 // SupersededWithSecrets lists superseded versions whose password secret is still stored.
 func (t *Tx) SupersededWithSecrets(ctx context.Context, limit int) ([]CredentialVersion, error) {
-	rows, err := t.query(ctx, `SELECT `+credCols+` FROM bmc_credential_versions WHERE state = ? AND password_ref <> '' ORDER BY created_at LIMIT ?`, CredSuperseded, limit)
+	rows, err := t.query(ctx, supersededWithSecretsQuery, CredSuperseded, limit)
 	return collect(rows, err, "superseded credentials", scanCred)
 }
 

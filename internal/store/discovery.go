@@ -100,11 +100,16 @@ func (t *Tx) SiteMACOwner(ctx context.Context, siteID, mac string) (string, erro
 	return id, nil
 }
 
+// nodesWithoutMACsQuery finds the nodes of a site without MACs under either of two product
+// UUIDs (nodes_site_uuid): a site agent's report runs it for every machine it saw, in the
+// writer, and a site's nodes are many.
+const nodesWithoutMACsQuery = `SELECT id FROM nodes WHERE site_id = ? AND product_uuid IN (?, ?) AND product_uuid <> ''
+	AND NOT EXISTS (SELECT 1 FROM node_macs WHERE node_macs.node_id = nodes.id) ORDER BY id`
+
 // NodesWithoutMACs lists the site's nodes that have no MAC and either of two UUID spellings as
 // product UUID (the nodes a sighting under that UUID may concern).
 func (t *Tx) NodesWithoutMACs(ctx context.Context, siteID, uuidA, uuidB string) ([]string, error) {
-	rows, err := t.query(ctx, `SELECT id FROM nodes WHERE site_id = ? AND product_uuid IN (?, ?) AND product_uuid <> ''
-		AND NOT EXISTS (SELECT 1 FROM node_macs WHERE node_macs.node_id = nodes.id)`, siteID, uuidA, uuidB)
+	rows, err := t.query(ctx, nodesWithoutMACsQuery, siteID, uuidA, uuidB)
 	return collect(rows, err, "MAC-less nodes of a UUID", func(r interface{ Scan(...any) error }) (string, error) {
 		var id string
 		return id, r.Scan(&id)

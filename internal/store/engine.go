@@ -63,8 +63,10 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 		if n, _ := res.RowsAffected(); n == 1 {
 			return nil
 		}
-		_, err = t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0 WHERE node_id = ? AND leased_by = ?`, l.NodeID, owner)
-		return err
+		if _, err := t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0 WHERE node_id = ? AND leased_by = ?`, l.NodeID, owner); err != nil {
+			return fmt.Errorf("releasing the wake-up of %s: %w", l.NodeID, err)
+		}
+		return nil
 	}
 	due := t.at + again.Microseconds()
 	if err := t.execLater(ctx, "requeueing "+l.NodeID, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0,
@@ -268,7 +270,10 @@ func (t *Tx) Command(ctx context.Context, id string) (Command, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Command{}, fmt.Errorf("command %s: %w", id, ErrNotFound)
 	}
-	return c, err
+	if err != nil {
+		return Command{}, fmt.Errorf("reading command %s: %w", id, err)
+	}
+	return c, nil
 }
 
 // Command reads a command.
@@ -277,7 +282,10 @@ func (s *Store) Command(ctx context.Context, id string) (Command, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Command{}, fmt.Errorf("command %s: %w", id, ErrNotFound)
 	}
-	return c, err
+	if err != nil {
+		return Command{}, fmt.Errorf("reading command %s: %w", id, err)
+	}
+	return c, nil
 }
 
 // CountCommandsByState counts every command by its state.
@@ -687,8 +695,10 @@ func (t *Tx) AgentCertificate(ctx context.Context, id string, renewAt, notAfter 
 
 // AgentSeen refreshes a connected agent's liveness.
 func (t *Tx) AgentSeen(ctx context.Context, id, connID string) error {
-	_, err := t.exec(ctx, `UPDATE agents SET last_seen = ? WHERE id = ? AND conn_id = ? AND connected = ?`, t.at, id, connID, true)
-	return err
+	if _, err := t.exec(ctx, `UPDATE agents SET last_seen = ? WHERE id = ? AND conn_id = ? AND connected = ?`, t.at, id, connID, true); err != nil {
+		return fmt.Errorf("recording that agent %s is alive: %w", id, err)
+	}
+	return nil
 }
 
 // AgentGone records the end of one connection of an agent (ignored when a newer connection of
@@ -721,7 +731,10 @@ func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, g
 	var at int64
 	err := t.queryRow(ctx, `SELECT COALESCE(MAX(connected_at), 0) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND connected = ?`,
 		nodeID, kind, int64(generation), true).Scan(&at)
-	return at, err
+	if err != nil {
+		return 0, fmt.Errorf("reading when the %s agent of %s connected: %w", kind, nodeID, err)
+	}
+	return at, nil
 }
 
 // NodeAgentGone reports whether the node has no agent of kind at generation connected, nor one
@@ -776,6 +789,11 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func
 		cmds = append(cmds, c)
 	}
 	rows.Close()
+	if err := rows.Err(); err != nil {
+		// A departure applied to part of the agent's commands would be marked reaped
+		// (MarkAgentReaped) and never looked at again.
+		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
+	}
 	nodes := map[string]bool{}
 	for _, c := range cmds {
 		next, release := lost(c)
@@ -795,10 +813,11 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func
 		}
 		nodes[c.NodeID] = true
 	}
-	var out []string
+	out := make([]string, 0, len(nodes))
 	for n := range nodes {
 		out = append(out, n)
 	}
+	slices.Sort(out)
 	return out, nil
 }
 
@@ -820,21 +839,31 @@ func (t *Tx) AddNodeMAC(ctx context.Context, n *Node, mac string) error {
 			return nil
 		}
 	}
-	if _, err := t.exec(ctx, `INSERT INTO node_macs (mac, node_id) VALUES (?, ?)`, mac, n.ID); err != nil {
-		if isUnique(err) {
-			return fmt.Errorf("MAC %s already belongs to another node: %w", mac, ErrConflict)
-		}
-		return fmt.Errorf("binding MAC %s: %w", mac, err)
+	// A MAC of another node is no error of the statement: on PostgreSQL a unique violation
+	// would abort the whole transaction, and the caller goes on in it (the step fails with
+	// MAC_CONFLICT), as it does on SQLite.
+	res, err := t.exec(ctx, `INSERT INTO node_macs (mac, node_id) VALUES (?, ?) ON CONFLICT (mac) DO NOTHING`, mac, n.ID)
+	if err != nil {
+		return fmt.Errorf("binding MAC %s to node %s: %w", mac, n.ID, err)
+	}
+	if added, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("binding MAC %s to node %s: %w", mac, n.ID, err)
+	} else if added == 0 {
+		return fmt.Errorf("MAC %s already belongs to another node: %w", mac, ErrConflict)
 	}
 	n.MACs = append(n.MACs, mac)
-	_, err := t.exec(ctx, `UPDATE nodes SET macs = ? WHERE id = ?`, mustJSON(n.MACs), n.ID)
-	return err
+	if _, err := t.exec(ctx, `UPDATE nodes SET macs = ? WHERE id = ?`, mustJSON(n.MACs), n.ID); err != nil {
+		return fmt.Errorf("binding MAC %s to node %s: %w", mac, n.ID, err)
+	}
+	return nil
 }
 
 // SetProductUUID records the product UUID found by inspection when none was given.
 func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
-	_, err := t.exec(ctx, `UPDATE nodes SET product_uuid = ? WHERE id = ? AND product_uuid = ''`, strings.ToLower(uuid), nodeID)
-	return err
+	if _, err := t.exec(ctx, `UPDATE nodes SET product_uuid = ? WHERE id = ? AND product_uuid = ''`, strings.ToLower(uuid), nodeID); err != nil {
+		return fmt.Errorf("recording the product UUID of node %s: %w", nodeID, err)
+	}
+	return nil
 }
 
 // SetPower records the power axis.
@@ -1276,8 +1305,10 @@ func (t *Tx) ReassertConnection(ctx context.Context, id, connID, server string, 
 
 // MarkAgentReaped records that a departed agent's commands were dealt with.
 func (t *Tx) MarkAgentReaped(ctx context.Context, id string) error {
-	_, err := t.exec(ctx, `UPDATE agents SET last_seen = 0 WHERE id = ? AND connected = ?`, id, false)
-	return err
+	if _, err := t.exec(ctx, `UPDATE agents SET last_seen = 0 WHERE id = ? AND connected = ?`, id, false); err != nil {
+		return fmt.Errorf("recording that the commands of agent %s were dealt with: %w", id, err)
+	}
+	return nil
 }
 
 // StrandedNodes lists nodes a workflow chain controls that have neither an open workflow nor a
@@ -1384,5 +1415,8 @@ func (t *Tx) Profile(ctx context.Context, name string) (string, bool, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", false, nil
 	}
-	return d, err == nil, err
+	if err != nil {
+		return "", false, fmt.Errorf("reading profile %s: %w", name, err)
+	}
+	return d, true, nil
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -186,7 +187,10 @@ func (s *Store) Tenant(ctx context.Context, ref string) (Tenant, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Tenant{}, fmt.Errorf("tenant %q: %w", ref, ErrNotFound)
 	}
-	return tn, err
+	if err != nil {
+		return Tenant{}, fmt.Errorf("reading tenant %q: %w", ref, err)
+	}
+	return tn, nil
 }
 
 func (s *Store) Tenants(ctx context.Context) ([]Tenant, error) {
@@ -229,7 +233,10 @@ func siteOf(row rowScanner, ref string) (Site, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Site{}, fmt.Errorf("site %q: %w", ref, ErrNotFound)
 	}
-	return st, err
+	if err != nil {
+		return Site{}, fmt.Errorf("reading site %q: %w", ref, err)
+	}
+	return st, nil
 }
 
 // Site reads a site by id or name in the transaction.
@@ -317,7 +324,10 @@ func (s *Store) Pool(ctx context.Context, ref string) (Pool, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Pool{}, fmt.Errorf("pool %q: %w", ref, ErrNotFound)
 	}
-	return p, err
+	if err != nil {
+		return Pool{}, fmt.Errorf("reading pool %q: %w", ref, err)
+	}
+	return p, nil
 }
 
 // Pool reads a pool inside a transaction.
@@ -326,7 +336,10 @@ func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Pool{}, fmt.Errorf("pool %q: %w", ref, ErrNotFound)
 	}
-	return p, err
+	if err != nil {
+		return Pool{}, fmt.Errorf("reading pool %q: %w", ref, err)
+	}
+	return p, nil
 }
 
 func (s *Store) Pools(ctx context.Context, tenantID, siteID string) ([]Pool, error) {
@@ -364,7 +377,10 @@ func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile,
 	if errors.Is(err, sql.ErrNoRows) {
 		return HardwareProfile{}, fmt.Errorf("hardware profile %q: %w", name, ErrNotFound)
 	}
-	return hp, err
+	if err != nil {
+		return HardwareProfile{}, fmt.Errorf("reading hardware profile %q: %w", name, err)
+	}
+	return hp, nil
 }
 
 func (s *Store) HardwareProfiles(ctx context.Context) ([]HardwareProfile, error) {
@@ -395,7 +411,10 @@ func (s *Store) Sealed(ctx context.Context, id string) ([]byte, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("secret %s: %w", id, ErrNotFound)
 	}
-	return b, err
+	if err != nil {
+		return nil, fmt.Errorf("reading secret %s: %w", id, err)
+	}
+	return b, nil
 }
 
 // ---------------------------------------------------------------- tokens
@@ -422,7 +441,10 @@ func (t *Tx) RevokeToken(ctx context.Context, ref string) (Token, error) {
 		return Token{}, fmt.Errorf("active token %q: %w", ref, ErrNotFound)
 	}
 	tok, err := scanToken(t.queryRow(ctx, `SELECT `+tokenCols+` FROM api_tokens WHERE id = ? OR name = ?`, ref, ref))
-	return tok, err
+	if err != nil {
+		return Token{}, fmt.Errorf("reading revoked token %q: %w", ref, err)
+	}
+	return tok, nil
 }
 
 const tokenCols = `id, name, hash, role, tenant_id, created_by, created_at, revoked_at`
@@ -439,7 +461,10 @@ func (s *Store) TokenByHash(ctx context.Context, hash []byte) (Token, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		return Token{}, fmt.Errorf("token: %w", ErrNotFound)
 	}
-	return tok, err
+	if err != nil {
+		return Token{}, fmt.Errorf("reading token: %w", err)
+	}
+	return tok, nil
 }
 
 func (s *Store) Tokens(ctx context.Context) ([]Token, error) {
@@ -537,9 +562,8 @@ func scanEvent(r interface{ Scan(...any) error }, extra ...any) (Event, error) {
 }
 
 func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
-	rows, err := s.queryRows(ctx, `SELECT `+eventCols+` FROM events
-		WHERE id > ? AND (? = '' OR node_id = ?) AND (? = '' OR tenant_id = ?) ORDER BY id LIMIT ?`,
-		int64(f.AfterID), f.NodeID, f.NodeID, f.TenantID, f.TenantID, f.Limit)
+	q, args := eventsQuery(f)
+	rows, err := s.queryRows(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("listing events: %w", err)
 	}
@@ -553,6 +577,43 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// eventFilterWhere is f's node and tenant conditions, each only when set: a condition that
+// holds for an empty filter as well ("? = ” OR node_id = ?") keeps both engines from reading a
+// node's events through events_node, and a node's listing would read the whole events table
+// (SQLite always; PostgreSQL once it plans the statement generically).
+func eventFilterWhere(f EventFilter) (string, []any) {
+	var where string
+	var args []any
+	if f.NodeID != "" {
+		where += ` AND node_id = ?`
+		args = append(args, f.NodeID)
+	}
+	if f.TenantID != "" {
+		where += ` AND tenant_id = ?`
+		args = append(args, f.TenantID)
+	}
+	return where, args
+}
+
+// eventsQuery is the query of Events, with its arguments.
+func eventsQuery(f EventFilter) (string, []any) {
+	where, args := eventFilterWhere(f)
+	return `SELECT ` + eventCols + ` FROM events WHERE id > ?` + where + ` ORDER BY id LIMIT ?`,
+		append(append([]any{int64(f.AfterID)}, args...), f.Limit)
+}
+
+// eventsSinceQuery is the query of EventsSince on PostgreSQL after the cursor (xid, id), with
+// its arguments.
+func eventsSinceQuery(f EventFilter, xid string, id int64) (string, []any) {
+	where, args := eventFilterWhere(f)
+	// ORDER BY names the table's xid: a bare xid is the selected xid::text, whose order is not
+	// the transactions' ("100" before "99"), and a page would end on a cursor past events it
+	// left out.
+	return `SELECT ` + eventCols + `, xid::text FROM events
+		WHERE (xid, id) > (?::xid8, ?) AND xid < pg_snapshot_xmin(pg_current_snapshot())` + where + ` ORDER BY events.xid, events.id LIMIT ?`,
+		append(append([]any{xid, id}, args...), f.Limit)
 }
 
 // EventsSince returns the events committed after those cursor covers ("": from the start), in
@@ -586,10 +647,8 @@ func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) (
 		}
 		xid, id = x, n
 	}
-	rows, err := s.queryRows(ctx, `SELECT `+eventCols+`, xid::text FROM events
-		WHERE (xid, id) > (?::xid8, ?) AND xid < pg_snapshot_xmin(pg_current_snapshot())
-		AND (? = '' OR node_id = ?) AND (? = '' OR tenant_id = ?) ORDER BY xid, id LIMIT ?`,
-		xid, id, f.NodeID, f.NodeID, f.TenantID, f.TenantID, f.Limit)
+	q, args := eventsSinceQuery(f, xid, id)
+	rows, err := s.queryRows(ctx, q, args...)
 	if err != nil {
 		return nil, "", fmt.Errorf("listing events since %q: %w", cursor, err)
 	}
@@ -609,39 +668,63 @@ func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) (
 // ErrBadCursor is an event cursor that no answer gave.
 var ErrBadCursor = errors.New("not an event cursor")
 
-// Dump returns every row of every table as text (tests grep it for secrets).
+// Dump returns every row of every table as text (tests grep it for secrets, and compare two
+// dumps). Each table's rows are in the order of their text: neither engine keeps rows in any
+// order without ORDER BY (PostgreSQL moves a row that an UPDATE rewrote, even with the values it
+// had), and two dumps of the same rows must be the same text.
 func (s *Store) Dump(ctx context.Context) (string, error) {
 	var b strings.Builder
 	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens", "workflows", "agents", "node_inventory",
 		"join_tokens", "deploy_profiles", "signers", "images", "discovered", "mac_candidates"} {
-		rows, err := s.queryRows(ctx, `SELECT * FROM `+table)
+		lines, err := s.dumpTable(ctx, table)
 		if err != nil {
-			return "", fmt.Errorf("dumping %s: %w", table, err)
+			return "", err
 		}
-		cols, _ := rows.Columns()
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
+		slices.Sort(lines)
+		for _, l := range lines {
+			b.WriteString(l)
 		}
-		for rows.Next() {
-			if err := rows.Scan(ptrs...); err != nil {
-				rows.Close()
-				return "", err
-			}
-			fmt.Fprintf(&b, "%s:", table)
-			for _, v := range vals {
-				if bs, ok := v.([]byte); ok {
-					fmt.Fprintf(&b, " %s", bs)
-				} else {
-					fmt.Fprintf(&b, " %v", v)
-				}
-			}
-			b.WriteByte('\n')
-		}
-		rows.Close()
 	}
 	return b.String(), nil
+}
+
+// dumpTable returns the rows of table as Dump writes them, one line each.
+func (s *Store) dumpTable(ctx context.Context, table string) ([]string, error) {
+	rows, err := s.queryRows(ctx, `SELECT * FROM `+table)
+	if err != nil {
+		return nil, fmt.Errorf("dumping %s: %w", table, err)
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, fmt.Errorf("dumping %s: %w", table, err)
+	}
+	vals := make([]any, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	var lines []string
+	for rows.Next() {
+		if err := rows.Scan(ptrs...); err != nil {
+			return nil, fmt.Errorf("dumping %s: %w", table, err)
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s:", table)
+		for _, v := range vals {
+			if bs, ok := v.([]byte); ok {
+				fmt.Fprintf(&b, " %s", bs)
+			} else {
+				fmt.Fprintf(&b, " %v", v)
+			}
+		}
+		b.WriteByte('\n')
+		lines = append(lines, b.String())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("dumping %s: %w", table, err)
+	}
+	return lines, nil
 }
 
 // BMCRef is a node's BMC binding as commands carry it: credentials by reference only.

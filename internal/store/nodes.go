@@ -179,6 +179,9 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 		ids = append(ids, id)
 	}
 	rs.Close()
+	if err := rs.Err(); err != nil {
+		return Node{}, fmt.Errorf("looking up node %q: %w", ref, err)
+	}
 	switch len(ids) {
 	case 0:
 		return Node{}, fmt.Errorf("node %q: %w", ref, ErrNotFound)

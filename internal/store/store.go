@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -1110,7 +1111,16 @@ func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
 		case <-s.stop:
 			return errors.New("store is closed")
 		}
-		return <-req.done
+		err := <-req.done
+		var p *writePanic
+		if errors.As(err, &p) {
+			// f panicked in the writer, which undid f's writes alone and went on with the
+			// others of its group: the panic goes on here, in f's caller, as it would on
+			// PostgreSQL.
+			slog.Default().Error("a write panicked in the store's writer", "panic", p.value, "stack", string(p.stack))
+			panic(p.value)
+		}
+		return err
 	}
 	for attempt := 0; ; attempt++ {
 		err := s.writeOnce(ctx, f)
@@ -1242,7 +1252,7 @@ func (s *Store) commitGroup(group []*writeReq) {
 			continue
 		}
 		var err error
-		if errs[i], err = t.savepoint(ctx, "w", func() error { return r.f(t) }); err != nil {
+		if errs[i], err = t.savepoint(ctx, "w", func() error { return runCaught(r.f, t) }); err != nil {
 			tx.Rollback()
 			fail(err)
 			return
@@ -1259,6 +1269,26 @@ func (s *Store) commitGroup(group []*writeReq) {
 	case s.committed <- struct{}{}:
 	default:
 	}
+}
+
+// writePanic is a panic of a write's function in SQLite's writer, as an error: the writer
+// survives it (it would otherwise end the process, and every write after it would wait for
+// ever), undoes the function's writes and hands the panic to the function's caller (Write).
+type writePanic struct {
+	value any
+	stack []byte
+}
+
+func (p *writePanic) Error() string { return fmt.Sprintf("the write panicked: %v", p.value) }
+
+// runCaught runs f(t), returning a panic of f's as a *writePanic.
+func runCaught(f func(*Tx) error, t *Tx) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &writePanic{value: v, stack: debug.Stack()}
+		}
+	}()
+	return f(t)
 }
 
 // walOverLimit reports whether the WAL file has grown past walLimit. After a restart the next

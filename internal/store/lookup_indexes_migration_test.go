@@ -1,0 +1,72 @@
+package store_test
+
+import (
+	"context"
+	"database/sql"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/pressly/goose/v3"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// Migration 00037 adds its indexes to a store holding rows, its Down removes them, and it
+// applies again after that.
+func TestLookupIndexesMigration(t *testing.T) {
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) {
+			ctx := context.Background()
+			dsn := storetest.DSN(t, e)
+			driver, source, dialect := "pgx", dsn, goose.DialectPostgres
+			indexes := `SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged')`
+			if e == store.SQLite {
+				driver, source, dialect = "sqlite", "file:"+strings.TrimPrefix(dsn, "sqlite:"), goose.DialectSQLite3
+				indexes = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged')`
+			}
+			db, err := sql.Open(driver, source)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			p, err := goose.NewProvider(dialect, db, os.DirFS("migrations/"+string(e)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			count := func() int {
+				t.Helper()
+				var n int
+				if err := db.QueryRowContext(ctx, indexes).Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			if _, err := p.UpTo(ctx, 36); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.ExecContext(ctx, `INSERT INTO bmc_credential_versions (id, node_id, version, username_ref, password_ref, state, created_at)
+				VALUES ('v1', 'n1', 1, 'secret://u', 'secret://p', 'superseded', 1), ('v2', 'n1', 2, 'secret://u', '', 'superseded', 2)`); err != nil {
+				t.Fatal(err)
+			}
+			steps := []struct {
+				name string
+				run  func() error
+				want int
+			}{
+				{"up", func() error { _, err := p.UpTo(ctx, 37); return err }, 2},
+				{"down", func() error { _, err := p.DownTo(ctx, 36); return err }, 0},
+				{"up again", func() error { _, err := p.UpTo(ctx, 37); return err }, 2},
+			}
+			for _, s := range steps {
+				if err := s.run(); err != nil {
+					t.Fatalf("%s: %v", s.name, err)
+				}
+				if got := count(); got != s.want {
+					t.Fatalf("after %s: %d of the indexes, want %d", s.name, got, s.want)
+				}
+			}
+		})
+	}
+}
