@@ -107,7 +107,7 @@ func (c Config) WithDefaults() Config {
 // checkDataDir refuses a data directory that group or others may write in: they could replace
 // the sealing key, the SQLite store or its watermark. One they may read is only warned about
 // (the sealing key is refused on its own if readable; the store holds sealed secrets and
-// hashes). A directory that does not exist yet is created 0700.
+// hashes, and is created 0600). A directory that does not exist yet is created 0700.
 func checkDataDir(dir string, log *slog.Logger) error {
 	st, err := os.Stat(dir)
 	switch {
@@ -120,7 +120,7 @@ func checkDataDir(dir string, log *slog.Logger) error {
 	case st.Mode().Perm()&0o022 != 0:
 		return fmt.Errorf("data dir %s has mode %v: group or others may write in it and replace the sealing key, the store or its watermark (chmod go-w %s)", dir, st.Mode().Perm(), dir)
 	case st.Mode().Perm()&0o077 != 0:
-		log.Warn("the data dir is readable by group or others, and so is a SQLite store created in it (chmod 700)", "dir", dir, "mode", st.Mode().Perm().String())
+		log.Warn("the data dir is readable by group or others: the names in it are (chmod 700)", "dir", dir, "mode", st.Mode().Perm().String())
 	}
 	return nil
 }

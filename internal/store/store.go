@@ -340,6 +340,15 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
+		// A new database is created 0600 (it holds sealed secrets and token hashes); SQLite
+		// gives its WAL and shared-memory files the database's mode. An existing file keeps its.
+		if f, err := os.OpenFile(target, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600); err == nil {
+			if err := f.Close(); err != nil {
+				return nil, fmt.Errorf("creating the SQLite store %s: %w", target, err)
+			}
+		} else if !errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("creating the SQLite store %s: %w", target, err)
+		}
 		pragmas := fmt.Sprintf("_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)", busyTimeout.Milliseconds())
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
 		// queued commands, the queue); SQLite's default is 2 MiB. Its commits are synchronous
