@@ -321,6 +321,10 @@ type DHCPLease struct {
 	Expires int64
 }
 
+// dhcpAddressRetakenQuery removes a site's lease of an address another MAC now holds (one
+// statement per lease reported: site_dhcp_leases_ip keeps it from reading the site's leases).
+const dhcpAddressRetakenQuery = `DELETE FROM site_dhcp_leases WHERE site_id = ? AND ip = ? AND mac <> ?`
+
 // PutDHCPLeases records what the site's boot-lease holder reported: a running lease replaces
 // the MAC's earlier one and any other MAC's lease of the same address; an ended one (Expires at
 // or before the transaction's time) removes the MAC's lease of that address. Leases that ran
@@ -339,7 +343,7 @@ func (t *Tx) PutDHCPLeases(ctx context.Context, siteID string, ls []DHCPLease) e
 			}
 			continue
 		}
-		if _, err := t.exec(ctx, `DELETE FROM site_dhcp_leases WHERE site_id = ? AND ip = ? AND mac <> ?`, siteID, l.IP, l.MAC); err != nil {
+		if _, err := t.exec(ctx, dhcpAddressRetakenQuery, siteID, l.IP, l.MAC); err != nil {
 			return fmt.Errorf("recording the DHCP lease of %s at site %s: %w", l.MAC, siteID, err)
 		}
 		if _, err := t.exec(ctx, `INSERT INTO site_dhcp_leases (site_id, mac, ip, expires_at) VALUES (?, ?, ?, ?)

@@ -302,3 +302,36 @@ func TestSupersededWithSecretsUsesItsIndex(t *testing.T) {
 		})
 	}
 }
+
+// A DHCP lease report's removal of an address retaken by another MAC searches
+// site_dhcp_leases_ip, not every lease of the site (n leases reported, n searches).
+func TestDHCPAddressRetakenUsesItsIndex(t *testing.T) {
+	ctx := context.Background()
+	for engine, s := range openEachEngine(t) {
+		t.Run(string(engine), func(t *testing.T) {
+			const leases = 2000
+			ls := make([]DHCPLease, leases)
+			for i := range ls {
+				ls[i] = DHCPLease{MAC: fmt.Sprintf("52:54:00:01:%02x:%02x", i/256, i%256), IP: fmt.Sprintf("10.1.%d.%d", i/250, i%250+1), Expires: time.Now().Add(time.Hour).UnixMicro()}
+			}
+			if err := s.Write(ctx, func(tx *Tx) error { return tx.PutDHCPLeases(ctx, "site-1", ls) }); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.write.ExecContext(ctx, "ANALYZE"); err != nil {
+				t.Fatal(err)
+			}
+			if plan := planOf(t, s, dhcpAddressRetakenQuery, "site-1", "10.1.3.7", "52:54:00:01:ff:ff"); !strings.Contains(plan, "site_dhcp_leases_ip") {
+				t.Errorf("plan %q: want a search of site_dhcp_leases_ip", plan)
+			}
+			// The address moves to another MAC: its old lease goes, the others stay.
+			moved := DHCPLease{MAC: "52:54:00:02:00:01", IP: ls[7].IP, Expires: ls[7].Expires}
+			if err := s.Write(ctx, func(tx *Tx) error { return tx.PutDHCPLeases(ctx, "site-1", []DHCPLease{moved}) }); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := s.read.QueryRowContext(ctx, s.bind(`SELECT COUNT(*) FROM site_dhcp_leases WHERE site_id = ? AND ip = ?`), "site-1", ls[7].IP).Scan(&n); err != nil || n != 1 {
+				t.Errorf("leases of %s after it moved: %d (%v), want 1", ls[7].IP, n, err)
+			}
+		})
+	}
+}

@@ -21,10 +21,10 @@ func TestLookupIndexesMigration(t *testing.T) {
 			ctx := context.Background()
 			dsn := storetest.DSN(t, e)
 			driver, source, dialect := "pgx", dsn, goose.DialectPostgres
-			indexes := `SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged')`
+			indexes := `SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged', 'site_dhcp_leases_ip')`
 			if e == store.SQLite {
 				driver, source, dialect = "sqlite", "file:"+strings.TrimPrefix(dsn, "sqlite:"), goose.DialectSQLite3
-				indexes = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged')`
+				indexes = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged', 'site_dhcp_leases_ip')`
 			}
 			db, err := sql.Open(driver, source)
 			if err != nil {
@@ -55,9 +55,9 @@ func TestLookupIndexesMigration(t *testing.T) {
 				run  func() error
 				want int
 			}{
-				{"up", func() error { _, err := p.UpTo(ctx, 37); return err }, 2},
+				{"up", func() error { _, err := p.UpTo(ctx, 37); return err }, 3},
 				{"down", func() error { _, err := p.DownTo(ctx, 36); return err }, 0},
-				{"up again", func() error { _, err := p.UpTo(ctx, 37); return err }, 2},
+				{"up again", func() error { _, err := p.UpTo(ctx, 37); return err }, 3},
 			}
 			for _, s := range steps {
 				if err := s.run(); err != nil {

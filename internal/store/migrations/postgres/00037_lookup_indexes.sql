@@ -8,7 +8,12 @@ CREATE INDEX IF NOT EXISTS nodes_site_uuid ON nodes (site_id, product_uuid);
 -- stored (Tx.SupersededWithSecrets), in the writer: without this index each look read every
 -- credential version ever made, and sorted them. Only versions still holding a secret are in it.
 CREATE INDEX IF NOT EXISTS bmc_credential_versions_unpurged ON bmc_credential_versions (state, created_at) WHERE password_ref <> '';
+-- A boot-lease holder's DHCP lease report removes, for each lease, the site's lease of the same
+-- address under another MAC (Tx.PutDHCPLeases): without this index each removal read every lease
+-- of the site, a report of n leases n times.
+CREATE INDEX IF NOT EXISTS site_dhcp_leases_ip ON site_dhcp_leases (site_id, ip);
 
 -- +goose Down
+DROP INDEX IF EXISTS site_dhcp_leases_ip;
 DROP INDEX IF EXISTS bmc_credential_versions_unpurged;
 DROP INDEX IF EXISTS nodes_site_uuid;
