@@ -115,6 +115,18 @@ func (g *Gateway) Update(ctx context.Context, a gateway.AgentRef, u gateway.Upda
 		ProgressTotal: u.ProgressTotal, ProgressMessage: u.ProgressMessage, Result: u.Result, Error: u.Error, NodeSig: u.NodeSig, SignerCertDER: u.SignerCertDER}))
 }
 
+// Cancels implements gateway.Canceller: the commands of the agent that the engine gave up
+// (an aborted workflow, a step out of time) while the agent held them.
+func (g *Gateway) Cancels(ctx context.Context, a gateway.AgentRef) ([]string, error) {
+	ag := g.agent(ctx, a)
+	if ag.Kind == "os" {
+		return nil, nil // runs no commands
+	}
+	return g.e.Cancels(ag), nil
+}
+
+var _ gateway.Canceller = (*Gateway)(nil)
+
 func (g *Gateway) Notify(a gateway.AgentRef) (<-chan struct{}, func()) {
 	return g.e.Subscribe(agentOf(context.Background(), a, false))
 }

@@ -85,10 +85,14 @@ type effects struct {
 	notices  []notice
 	ended    []store.Command  // commands that reached a final state
 	finished []store.Workflow // workflows that ended
+	// cancelled are commands given up while an agent held them (abort, timeout): the agent
+	// is told to cancel them.
+	cancelled []store.Command
 }
 
 // after carries out fx, once its transaction has committed.
 func (e *Engine) after(fx effects) {
+	e.cancel(fx.cancelled)
 	e.publish(fx.notices)
 	o := e.cfg.Observer
 	if o == nil {
@@ -237,8 +241,10 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 // grace period (a reconnect inside it resumes them): see reapAgents.
 func (e *Engine) Disconnected(ctx context.Context, a Agent) error {
 	e.sentMu.Lock()
-	if o := e.sent[a.ID]; o != nil && o.conn == a.ConnID {
-		delete(e.sent, a.ID) // not a successor's
+	if o := e.sent[a.ID]; o == nil || o.conn == a.ConnID {
+		// Not a successor's. Kept as departed, not deleted: a claim of this connection still
+		// in flight must take nothing (Claim), and it is no live connection to reassert.
+		e.sent[a.ID] = &offered{conn: a.ConnID, gone: true}
 	}
 	e.sentMu.Unlock()
 	return e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentGone(ctx, a.ID, a.ConnID) })
@@ -263,7 +269,9 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	e.sentMu.Lock()
 	live := make(map[string]string, len(e.sent))
 	for id, o := range e.sent {
-		live[id] = o.conn
+		if !o.gone {
+			live[id] = o.conn
+		}
 	}
 	e.sentMu.Unlock()
 	offset, measured := e.measureClock(ctx)
@@ -541,7 +549,11 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	}
 	e.sentMu.Lock()
 	sent := len(e.sent[a.ID].on(a.ConnID))
+	departed := e.sent[a.ID].departed(a.ConnID)
 	e.sentMu.Unlock()
+	if departed {
+		return nil, nil // the connection ended: what it would take goes to a dead stream
+	}
 	isOffered := func(id string) bool {
 		e.sentMu.Lock()
 		defer e.sentMu.Unlock()
@@ -588,6 +600,15 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 					return err
 				}
 			}
+		}
+		e.sentMu.Lock()
+		departed := e.sent[a.ID].departed(a.ConnID)
+		e.sentMu.Unlock()
+		if departed {
+			// The connection ended while this claim waited for the writer: nothing is assigned
+			// to an agent whose departure is applied (or about to be), which would hold the
+			// site's commands from its other agents.
+			return nil
 		}
 		cmds, err := tx.AssignCommands(ctx, a.ID, cands, holderKinds()...)
 		if err != nil {
@@ -640,28 +661,98 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	return out, err
 }
 
-// forget drops finished commands from an agent's offered set.
+// forget drops finished commands from an agent's offered set, and from what it is told to
+// cancel: it reported the command's end.
 func (e *Engine) forget(agentID, commandID string) {
 	e.sentMu.Lock()
 	if o := e.sent[agentID]; o != nil {
 		delete(o.ids, commandID)
 	}
+	if c := e.cancels[agentID]; c != nil {
+		delete(c, commandID)
+		if len(c) == 0 {
+			delete(e.cancels, agentID)
+		}
+	}
 	e.sentMu.Unlock()
 }
 
-// offered is the set of commands offered on one connection of an agent.
+// cancelKeep is how long an agent is told to cancel a command it does not report on: past
+// it, the command's own deadline has ended it on the agent.
+const cancelKeep = 24 * time.Hour
+
+// maxCancels bounds the cancels kept per agent (the oldest go first).
+const maxCancels = 4096
+
+// cancel records, once their transaction committed, the commands given up while an agent held
+// them (cancelCurrent): the gateway tells each agent of its own (Cancels) until it reports
+// on them. Kept in this server only: an agent connected to another server sharing the store
+// is not told, and its command runs to its end, whose late result is ignored.
+func (e *Engine) cancel(cmds []store.Command) {
+	if len(cmds) == 0 {
+		return
+	}
+	until := time.Now().Add(cancelKeep)
+	e.sentMu.Lock()
+	defer e.sentMu.Unlock()
+	for _, c := range cmds {
+		m := e.cancels[c.TargetAgent]
+		if m == nil {
+			m = map[string]time.Time{}
+			e.cancels[c.TargetAgent] = m
+		}
+		if len(m) >= maxCancels {
+			oldest := ""
+			for id, t := range m {
+				if oldest == "" || t.Before(m[oldest]) {
+					oldest = id
+				}
+			}
+			delete(m, oldest)
+		}
+		m[c.ID] = until
+	}
+}
+
+// Cancels lists the commands agent a is to cancel (gateway.Canceller), oldest first by id.
+func (e *Engine) Cancels(a Agent) []string {
+	now := time.Now()
+	e.sentMu.Lock()
+	defer e.sentMu.Unlock()
+	m := e.cancels[a.ID]
+	var out []string
+	for id, until := range m {
+		if now.After(until) {
+			delete(m, id)
+			continue
+		}
+		out = append(out, id)
+	}
+	if len(m) == 0 {
+		delete(e.cancels, a.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// offered is the set of commands offered on one connection of an agent; gone: the connection
+// ended (Disconnected), and no successor connected since.
 type offered struct {
 	conn string
 	ids  map[string]bool
+	gone bool
 }
 
 // on returns the set if it is connection conn's, else nil (read-only: a nil map reads empty).
 func (o *offered) on(conn string) map[string]bool {
-	if o == nil || o.conn != conn {
+	if o == nil || o.conn != conn || o.gone {
 		return nil
 	}
 	return o.ids
 }
+
+// departed reports whether connection conn ended.
+func (o *offered) departed(conn string) bool { return o != nil && o.gone && o.conn == conn }
 
 // outgoing adds to a claimed command what must reach only the agent and is never written to
 // the row: a boot entry's one-time token (stored as a hash), and creds, the command's BMC

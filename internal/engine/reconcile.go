@@ -32,7 +32,10 @@ type run struct {
 	notices []notice
 	// finished are the workflows this run ended (for the Observer, once committed).
 	finished []store.Workflow
-	n        store.Node
+	// cancelled are the commands this run gave up while an agent held them: the agent is told
+	// to cancel them once committed (Engine.Cancels).
+	cancelled []store.Command
+	n         store.Node
 	// wf is the node's open workflow as this run last read or changed it (wfLoaded), its row
 	// written back by flushWorkflow (wfDirty): the run alone changes it, so the decisions of
 	// one run read it once and write it once however many steps they take.
@@ -90,7 +93,9 @@ func (r *run) node(nodeID string) (time.Duration, error) {
 }
 
 // effects is what the run leaves to do once its transaction has committed.
-func (r *run) effects() effects { return effects{notices: r.notices, finished: r.finished} }
+func (r *run) effects() effects {
+	return effects{notices: r.notices, finished: r.finished, cancelled: r.cancelled}
+}
 
 // flush writes what the run kept to write once: its workflow row and its events.
 func (r *run) flush() error {
@@ -311,8 +316,12 @@ func (r *run) cancelCurrent(wf *store.Workflow, why string) error {
 	if command.State(c.State).Final() {
 		return nil
 	}
+	held := c.TargetAgent != ""
 	c.State, c.Error, c.FinishedAt = string(command.Failed), why, r.tx.At()
 	r.notify(c)
+	if held {
+		r.cancelled = append(r.cancelled, c)
+	}
 	return r.updateCommand(&c)
 }
 
@@ -423,13 +432,25 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 					return 0, true, r.ramdiskLost(wf, st, msg)
 				}
 			}
+			if state == command.Lost && !workflow.RetryLost(kind, st) {
+				// It may have run, and nothing tells: never sent a second time.
+				msg += "; it may have run, and a power action is never sent twice: not retried"
+				return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, false)
+			}
 			return 0, true, r.stepFailed(wf, st, provision.FaultStepFailed, msg, true)
 		case state == command.Queued && c.RunsOn == string(command.OnRamdisk):
 			// Waiting for the node's ramdisk longer than an agent may take to come back: gone
 			// (crashed, or its host hung) means it never comes; the step ends then, not at its
 			// deadline (up to a day for a wipe). Until then, look again at that time.
 			if grace := r.e.cfg.AgentGrace.Microseconds(); now-wf.StepStartedAt < grace {
-				return time.Duration(min(wf.StepDeadline, wf.StepStartedAt+grace)-now) * time.Microsecond, false, nil
+				// Due again when the grace ends, or at the step's next look (stepDue) if that
+				// comes first: never at a time already past (a step timeout shorter than the
+				// grace), which would leave the node with no wake-up at all.
+				v := stepDue(clock)
+				if !v.Expired {
+					return time.Duration(min(v.Next, wf.StepStartedAt+grace)-now) * time.Microsecond, false, nil
+				}
+				break // out of time: ended below
 			}
 			gone, err := r.ramdiskGone(c, now)
 			if err != nil {

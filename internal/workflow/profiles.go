@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"bcd/internal/bmc"
 	"bcd/internal/command"
 )
 
@@ -246,6 +247,21 @@ func LostCheckFor(k StepKind, st Step) (LostCheck, bool) {
 	return LostCheck{}, false
 }
 
+// RetryLost reports whether a resolved step of kind k whose command was lost, and not settled
+// by a LostCheck, may send its command again by its retry policy. A lost power action that no
+// query can settle (cycle, reset, soft off) may have run: sent again as it is, the machine would
+// get it twice (DESIGN §5: bmc.power is never executed twice), so the step fails instead. A step
+// that retries from an earlier step (RetryFrom: the ensureRamdisk cycle, after a new boot entry)
+// starts a new boot on purpose and keeps its policy. Everything else is idempotent to retry.
+// Pure.
+func RetryLost(k StepKind, st Step) bool {
+	if k.Command != "bmc.power" || st.RetryFrom != "" {
+		return true
+	}
+	_, settled := LostCheckFor(k, st)
+	return settled
+}
+
 // LookupStep returns the kind of a step.
 func LookupStep(use string) (StepKind, error) {
 	for _, k := range stepKinds {
@@ -367,6 +383,9 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 				}
 				filled.Args[key] = v
 			}
+			if err := checkStep(k, st, filled); err != nil {
+				return nil, fmt.Errorf("profile %s: step %s: %w", p.Name, st.Use, err)
+			}
 			if filled.Timeout == 0 {
 				filled.Timeout = k.Timeout
 			}
@@ -398,6 +417,75 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 	}
 	r.CommandKinds = slices.Sorted(maps.Keys(kinds))
 	return r, nil
+}
+
+// argRules are the values a step kind's command arguments may take ("" in a list: the argument
+// may be left out), by command kind and argument. What a profile writes there reaches an agent
+// as is: a BMC, a disk or the diagnostics would otherwise be handed a value nothing checked.
+var argRules = map[string]map[string][]string{
+	"bmc.power":    {"action": powerActions()},
+	"bmc.boot":     {"device": {string(bmc.BootPXE), string(bmc.BootDisk), string(bmc.BootCD)}, "persistent": {"", "true", "false"}, "mode": {"", string(bmc.BootModeUEFI), string(bmc.BootModeLegacy)}},
+	"bmc.media":    {"action": {"insert", "eject"}},
+	"bmc.query":    {"query": {"power", "inventory"}},
+	"disk.wipe":    {"mode": {"quick", "full", "secure"}},
+	"diag.dcgm":    {"level": {"1", "2", "3", "4"}},
+	"deploy.image": {"image": nil},
+}
+
+func powerActions() []string {
+	out := make([]string, len(bmc.PowerActions))
+	for i, a := range bmc.PowerActions {
+		out[i] = string(a)
+	}
+	return out
+}
+
+// checkStep validates a step as a profile wrote it (st) and as filled with the kind's fixed
+// arguments and the workflow's parameters (filled): a fixed argument cannot be changed
+// (power.off{action: cycle} is not a power off), a routing names where the kind's command runs,
+// and every argument with rules holds one of its accepted values (nil rules: any non-empty
+// value). Pure.
+func checkStep(k StepKind, st, filled Step) error {
+	for key, v := range st.Args {
+		if fixed, ok := k.Args[key]; ok && filled.Args[key] != fixed {
+			return fmt.Errorf("argument %s is %q by the step's kind: it cannot be set to %q", key, fixed, v)
+		}
+	}
+	if st.On != "" {
+		if k.Command == "" {
+			return fmt.Errorf("on: %q: the step sends no command to route", st.On)
+		}
+		kind, err := command.Lookup(k.Command)
+		if err != nil {
+			return err
+		}
+		if st.On != string(kind.RunsOn) {
+			return fmt.Errorf("on: %q: its command %s runs on %s only", st.On, k.Command, kind.RunsOn)
+		}
+	}
+	if k.Command == "" || k.Relays {
+		return nil
+	}
+	for key, accepted := range argRules[k.Command] {
+		v, given := filled.Args[key]
+		switch {
+		case accepted == nil && v == "":
+			return fmt.Errorf("argument %s is required", key)
+		case accepted == nil:
+		case !slices.Contains(accepted, v) && (given || !slices.Contains(accepted, "")):
+			var show []string
+			for _, a := range accepted {
+				if a != "" {
+					show = append(show, a)
+				}
+			}
+			if !given {
+				return fmt.Errorf("argument %s is required: accepted are %s", key, strings.Join(show, ", "))
+			}
+			return fmt.Errorf("argument %s %q: accepted are %s", key, v, strings.Join(show, ", "))
+		}
+	}
+	return nil
 }
 
 // Find returns the built-in or operator profile named name.

@@ -241,3 +241,86 @@ func TestRetryFromComesBefore(t *testing.T) {
 		t.Error("no built-in step retries from an earlier one")
 	}
 }
+
+// A step's arguments reach an agent as written: a fixed argument of its kind cannot be changed
+// (a power off that cycles), a routing must name where its command runs, and the arguments with
+// known values (power action, boot device, wipe mode, diagnostics level) hold one of them, after
+// the workflow's parameters are filled in.
+func TestResolveValidatesStepArgs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		step   Step
+		params map[string]string
+		want   string // "" accepted; else in the error
+	}{
+		{"power off", Step{Use: "power.off"}, nil, ""},
+		{"power off that cycles", Step{Use: "power.off", Args: map[string]string{"action": "cycle"}}, nil, "cannot be set"},
+		{"power query that reads the inventory", Step{Use: "power.getPower", Args: map[string]string{"query": "inventory"}}, nil, "cannot be set"},
+		{"power off, fixed action restated", Step{Use: "power.off", Args: map[string]string{"action": "off"}}, nil, ""},
+		{"setPower on", Step{Use: "power.setPower", Args: map[string]string{"action": "on"}}, nil, ""},
+		{"setPower without action", Step{Use: "power.setPower"}, nil, "action is required"},
+		{"setPower explode", Step{Use: "power.setPower", Args: map[string]string{"action": "explode"}}, nil, `action "explode"`},
+		{"boot device floppy", Step{Use: "management.setBootDevice", Args: map[string]string{"device": "floppy"}}, nil, `device "floppy"`},
+		{"boot device without device", Step{Use: "management.setBootDevice"}, nil, "device is required"},
+		{"boot device persistent maybe", Step{Use: "management.setBootDevice", Args: map[string]string{"device": "disk", "persistent": "maybe"}}, nil, `persistent "maybe"`},
+		{"boot device cd uefi", Step{Use: "management.setBootDevice", Args: map[string]string{"device": "cd", "mode": "uefi"}}, nil, ""},
+		{"wipe mode none", Step{Use: "disk.wipe", Args: map[string]string{"mode": "none"}}, nil, `mode "none"`},
+		{"wipe without mode", Step{Use: "disk.wipe"}, nil, "mode is required"},
+		{"wipe mode from a bad parameter", Step{Use: "disk.wipe", Args: map[string]string{"mode": "$wipe"}}, map[string]string{"wipe": "skip"}, `mode "skip"`},
+		{"wipe mode from a parameter", Step{Use: "disk.wipe", Args: map[string]string{"mode": "$wipe"}}, map[string]string{"wipe": "secure"}, ""},
+		{"dcgm level 9", Step{Use: "diag.dcgm", Args: map[string]string{"level": "9"}}, nil, `level "9"`},
+		{"dcgm level 4", Step{Use: "diag.dcgm", Args: map[string]string{"level": "4"}}, nil, ""},
+		{"image without image", Step{Use: "deploy.image"}, nil, "image is required"},
+		{"routed where it runs", Step{Use: "power.setPower", On: "site", Args: map[string]string{"action": "off"}}, nil, ""},
+		{"routed elsewhere", Step{Use: "disk.wipe", On: "site", Args: map[string]string{"mode": "quick"}}, nil, "runs on ramdisk only"},
+		{"routed nowhere", Step{Use: "power.off", On: "moon"}, nil, `on: "moon"`},
+		{"routing a step that sends nothing", Step{Use: "await.ramdisk", On: "ramdisk"}, nil, "sends no command"},
+		{"plugin relay", Step{Use: "plugin.httpViaSite"}, nil, ""},
+	} {
+		_, err := Resolve(Profile{Name: "p", Steps: []Step{tc.step}, Sends: []string{"site.httpProxy"}}, tc.params)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+		// Cleanup steps are checked alike.
+		_, cerr := Resolve(Profile{Name: "p", Steps: []Step{{Use: "power.off"}}, Cleanup: []Step{tc.step}, Sends: []string{"site.httpProxy"}}, tc.params)
+		if (cerr == nil) != (err == nil) {
+			t.Errorf("%s: as a cleanup step: %v, as a step: %v", tc.name, cerr, err)
+		}
+	}
+	// An operator's profile is refused when it is stored, not when a node runs it.
+	if _, err := ParseProfile("x", []byte(`{"steps":[{"use":"power.off","args":{"action":"cycle"}}]}`)); err == nil {
+		t.Error("ParseProfile accepted a power off that cycles")
+	}
+}
+
+// RetryLost, over every built-in step: only a lost power action no query settles, outside a
+// retry from an earlier step, is never sent again.
+func TestRetryLost(t *testing.T) {
+	for _, p := range Builtin() {
+		r, err := Resolve(p, map[string]string{"wipe": "quick", "image": "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range slices.Concat(r.Steps, r.Cleanup) {
+			k, _ := LookupStep(st.Use)
+			_, settled := LostCheckFor(k, st)
+			want := k.Command != "bmc.power" || settled || st.RetryFrom != ""
+			if got := RetryLost(k, st); got != want {
+				t.Errorf("%s: %s: RetryLost %v, want %v", p.Name, st, got, want)
+			}
+		}
+	}
+	cycle, _ := LookupStep("power.cycle")
+	if RetryLost(cycle, Step{Use: "power.cycle", Args: map[string]string{"action": "cycle"}}) {
+		t.Error("a lost power cycle is sent again")
+	}
+	set, _ := LookupStep("power.setPower")
+	for action, want := range map[string]bool{"on": true, "off": true, "cycle": false, "reset": false, "soft": false} {
+		if got := RetryLost(set, Step{Use: "power.setPower", Args: map[string]string{"action": action}}); got != want {
+			t.Errorf("setPower{action: %s} lost: retried %v, want %v", action, got, want)
+		}
+	}
+}
