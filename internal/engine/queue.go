@@ -481,23 +481,26 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 			return err
 		}
 		for _, id := range gone {
-			ns, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
+			applied, ns, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
 				next, release := command.Lost, false
 				if k, err := command.Lookup(c.Kind); err == nil {
 					next, release = command.AgentGone(command.State(c.State), k)
-				}
-				if next == command.Lost {
-					lost++
-					c.State, c.FinishedAt = string(next), tx.At()
-					lostCmds = append(lostCmds, c)
-				}
-				if release {
-					released = append(released, noticeFor(c))
 				}
 				return string(next), release
 			})
 			if err != nil {
 				return err
+			}
+			// Only what was written: a command its agent acknowledged or reported on since it
+			// was read (PostgreSQL) is left as the agent made it.
+			for _, c := range applied {
+				switch {
+				case c.State == string(command.Lost):
+					lost++
+					lostCmds = append(lostCmds, c)
+				case c.TargetAgent == "":
+					released = append(released, noticeFor(c))
+				}
 			}
 			nodes = append(nodes, ns...)
 			// A departed ramdisk leaves behind what was queued for it and never taken: its step

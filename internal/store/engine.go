@@ -772,19 +772,23 @@ func (t *Tx) NodeWaitingForRamdisk(ctx context.Context, agentID string) (string,
 const agentActiveQuery = `SELECT ` + commandCols + ` FROM commands WHERE target_agent = ? AND target_agent <> '' AND state IN ('queued', 'delivered', 'running')`
 
 // ReleaseAgentCommands applies an agent's departure to its unfinished commands: unacknowledged
-// reroutable ones are released for another agent; acknowledged ones are lost. Returns the nodes
-// whose reconciler must look again.
-func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func(c Command) (next string, release bool)) ([]string, error) {
+// reroutable ones are released for another agent; acknowledged ones are lost (decide says
+// which, for each command as read). Each command is written only if its row is still as read
+// (UpdateCommandIf): on PostgreSQL an acknowledgement or a report of the agent, back on
+// another connection, may commit between the read and the write, and must not be overwritten
+// (a command released after its agent acknowledged it could run twice). Returns the commands
+// as written, and the nodes whose reconciler must look again.
+func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, decide func(c Command) (next string, release bool)) (applied []Command, nodes []string, err error) {
 	rows, err := t.query(ctx, agentActiveQuery, agentID)
 	if err != nil {
-		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
+		return nil, nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
 	}
 	var cmds []Command
 	for rows.Next() {
 		c, err := scanCommand(rows)
 		if err != nil {
 			rows.Close()
-			return nil, err
+			return nil, nil, err
 		}
 		cmds = append(cmds, c)
 	}
@@ -792,11 +796,12 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func
 	if err := rows.Err(); err != nil {
 		// A departure applied to part of the agent's commands would be marked reaped
 		// (MarkAgentReaped) and never looked at again.
-		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
+		return nil, nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
 	}
-	nodes := map[string]bool{}
-	for _, c := range cmds {
-		next, release := lost(c)
+	touched := map[string]bool{}
+	for _, was := range cmds {
+		c := was
+		next, release := decide(c)
 		if next == c.State && !release {
 			continue
 		}
@@ -808,17 +813,22 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, lost func
 			c.FinishedAt = t.at
 			c.Error = "agent " + agentID + " went away after acknowledging the command; it is never sent twice"
 		}
-		if err := t.UpdateCommand(ctx, &c); err != nil {
-			return nil, err
+		ok, err := t.UpdateCommandIf(ctx, &c, was)
+		if err != nil {
+			return nil, nil, err
 		}
-		nodes[c.NodeID] = true
+		if !ok {
+			continue // its agent acted on it since it was read: it is back
+		}
+		applied = append(applied, c)
+		touched[c.NodeID] = true
 	}
-	out := make([]string, 0, len(nodes))
-	for n := range nodes {
-		out = append(out, n)
+	nodes = make([]string, 0, len(touched))
+	for n := range touched {
+		nodes = append(nodes, n)
 	}
-	slices.Sort(out)
-	return out, nil
+	slices.Sort(nodes)
+	return applied, nodes, nil
 }
 
 // ---------------------------------------------------------------- inventory
