@@ -38,12 +38,16 @@ func New(cfg Config) (*Server, error) {
 // Handler serves GatewayService at its path (mount it at "/" or at the returned path). It must
 // be reached over TLS: the peer's verified certificate is the only credential of Connect.
 func (s *Server) Handler() (string, http.Handler) {
+	// Messages are decoded only when they decode to at most MaxDecodedElements elements, and
+	// only from binary protobuf (codecs).
+	codecs := connect.WithHandlerOptions(connect.WithCodec(boundedProto{limit: MaxDecodedElements}),
+		connect.WithCodec(noJSON{name: "json"}), connect.WithCodec(noJSON{name: "json; charset=utf-8"}))
 	path, h := agentv1connect.NewGatewayServiceHandler(s,
-		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes),
+		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes), codecs,
 	)
 	// Join needs no client certificate: anyone who reaches the gateway may call it, so its
 	// request is held to what a join carries (a token, a CSR, a few hints).
-	_, join := agentv1connect.NewGatewayServiceHandler(s, connect.WithReadMaxBytes(MaxJoinBytes))
+	_, join := agentv1connect.NewGatewayServiceHandler(s, connect.WithReadMaxBytes(MaxJoinBytes), codecs)
 	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path == agentv1connect.GatewayServiceJoinProcedure || !verifiedClient(r.TLS):
