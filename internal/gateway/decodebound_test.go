@@ -14,7 +14,6 @@ import (
 	"bcd/internal/gateway"
 	agentv1 "bcd/internal/gen/agentv1"
 	"bcd/internal/gen/agentv1/agentv1connect"
-	"bcd/internal/pki"
 )
 
 // An agent's message that would decode to more than gateway.MaxDecodedElements elements (here
@@ -22,15 +21,7 @@ import (
 // its stream before it is decoded; one of 512 is taken. JSON is not spoken at all.
 func TestFloodOfEmptyElementsRefusedBeforeDecoding(t *testing.T) {
 	env := start(t)
-	key, der := csr(t)
-	cert, err := env.CA.IssueSiteAgent(der, "s1", "a1", time.Hour, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsCert, err := pki.TLSCertificate(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tlsCert := certFor(t, env, func(der []byte) ([]byte, error) { return env.CA.IssueSiteAgent(der, "s1", "a1", time.Hour, time.Now()) })
 	batchOf := func(acks int) *agentv1.AgentBatch {
 		batch := &agentv1.AgentBatch{Acks: make([]*agentv1.CommandAck, acks)}
 		for i := range batch.Acks {
@@ -65,10 +56,10 @@ func TestFloodOfEmptyElementsRefusedBeforeDecoding(t *testing.T) {
 	flood := batchOf(1 << 20)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	err = send(flood)
+	err := send(flood)
 	runtime.ReadMemStats(&after)
 	if err == nil || connect.CodeOf(err) != connect.CodeInvalidArgument {
-		t.Fatalf("a million empty acknowledgements: %v, want the stream refused (invalid argument)", err)
+		t.Fatalf("a million empty acknowledgements: %v, want the stream refused (invalid argument: over %d elements)", err, gateway.MaxDecodedElements)
 	}
 	// Sending costs the client its 2 MiB frame and buffers; decoding it would have cost the
 	// gateway (in this process too) about 100 MiB.
@@ -79,13 +70,7 @@ func TestFloodOfEmptyElementsRefusedBeforeDecoding(t *testing.T) {
 		t.Fatalf("512 acknowledgements refused: %v", err)
 	}
 
-	tc := pki.ClientTLSConfig(env.CA.CertPEM(), tls.Certificate{})
-	tc.ServerName = "127.0.0.1"
-	var p http.Protocols
-	p.SetHTTP2(true)
-	tr := &http.Transport{TLSClientConfig: tc, Protocols: &p, ForceAttemptHTTP2: true}
-	defer tr.CloseIdleConnections()
-	resp, err := (&http.Client{Transport: tr}).Post(env.URL+agentv1connect.GatewayServiceJoinProcedure, "application/json", bytes.NewReader([]byte(`{"token":"x"}`)))
+	resp, err := httpClient(t, env, tls.Certificate{}).Post(env.URL+agentv1connect.GatewayServiceJoinProcedure, "application/json", bytes.NewReader([]byte(`{"token":"x"}`)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,5 +78,4 @@ func TestFloodOfEmptyElementsRefusedBeforeDecoding(t *testing.T) {
 	if resp.StatusCode == http.StatusOK {
 		t.Fatalf("a JSON join was answered %s", resp.Status)
 	}
-	_ = gateway.MaxDecodedElements
 }

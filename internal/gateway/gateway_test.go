@@ -35,13 +35,19 @@ func start(t *testing.T) *gatewaytest.Env {
 // rawClient is a GatewayService client presenting cert (none when zero).
 func rawClient(t *testing.T, env *gatewaytest.Env, cert tls.Certificate) agentv1connect.GatewayServiceClient {
 	t.Helper()
+	return agentv1connect.NewGatewayServiceClient(httpClient(t, env, cert), env.URL)
+}
+
+// httpClient is an HTTP/2 client of the gateway presenting cert (none when zero).
+func httpClient(t *testing.T, env *gatewaytest.Env, cert tls.Certificate) *http.Client {
+	t.Helper()
 	tc := pki.ClientTLSConfig(env.CA.CertPEM(), cert)
 	tc.ServerName = "127.0.0.1"
 	var p http.Protocols
 	p.SetHTTP2(true)
 	tr := &http.Transport{TLSClientConfig: tc, Protocols: &p, ForceAttemptHTTP2: true}
 	t.Cleanup(tr.CloseIdleConnections)
-	return agentv1connect.NewGatewayServiceClient(&http.Client{Transport: tr}, env.URL)
+	return &http.Client{Transport: tr}
 }
 
 func csr(t *testing.T) (crypto.Signer, []byte) {

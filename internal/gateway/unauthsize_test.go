@@ -11,7 +11,6 @@ import (
 
 	"bcd/internal/gateway"
 	"bcd/internal/gen/agentv1/agentv1connect"
-	"bcd/internal/pki"
 )
 
 // countingZeros is an endless request body (up to limit bytes) that counts what was read of it.
@@ -37,13 +36,7 @@ func (z *countingZeros) Read(p []byte) (int, error) {
 // per connection).
 func TestUnauthenticatedRequestsBounded(t *testing.T) {
 	env := start(t)
-	tc := pki.ClientTLSConfig(env.CA.CertPEM(), tls.Certificate{})
-	tc.ServerName = "127.0.0.1"
-	var p http.Protocols
-	p.SetHTTP2(true)
-	tr := &http.Transport{TLSClientConfig: tc, Protocols: &p, ForceAttemptHTTP2: true}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr}
+	client := httpClient(t, env, tls.Certificate{})
 	const limit = 32 << 20
 	for _, proc := range []string{
 		agentv1connect.GatewayServiceRenewProcedure,
