@@ -48,11 +48,7 @@ func TestCancelBeforeTheAckIsAnswered(t *testing.T) {
 			})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			l, err := Dial(ctx, Config{
-				GatewayURL: env.URL, CAPEM: env.CA.CertPEM(), DataDir: t.TempDir(), Kind: KindSite,
-				JoinToken:  env.Identities.SiteToken(ref.SiteID, ref.AgentID, time.Hour),
-				MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, HeartbeatInterval: time.Second,
-			}, h)
+			l, err := Dial(ctx, siteLinkConfig(t, env, ref), h)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -33,11 +33,7 @@ func TestCommandLeavesRunningAfterItsResultIsJournaled(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l, err := Dial(ctx, Config{
-		GatewayURL: env.URL, CAPEM: env.CA.CertPEM(), DataDir: t.TempDir(), Kind: KindSite,
-		JoinToken:  env.Identities.SiteToken(ref.SiteID, ref.AgentID, time.Hour),
-		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, HeartbeatInterval: time.Second,
-	}, h)
+	l, err := Dial(ctx, siteLinkConfig(t, env, ref), h)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,5 +88,15 @@ func goroutineIn(fn string) bool {
 			return bytes.Contains(buf[:n], []byte(fn))
 		}
 		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// siteLinkConfig is the Config of a site agent ref joining env's gateway, with a fresh data
+// dir and quick reconnects.
+func siteLinkConfig(t *testing.T, env *gatewaytest.Env, ref gateway.AgentRef) Config {
+	return Config{
+		GatewayURL: env.URL, CAPEM: env.CA.CertPEM(), DataDir: t.TempDir(), Kind: KindSite,
+		JoinToken:  env.Identities.SiteToken(ref.SiteID, ref.AgentID, time.Hour),
+		MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, HeartbeatInterval: time.Second,
 	}
 }

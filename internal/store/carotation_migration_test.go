@@ -22,20 +22,7 @@ func TestAgentCATrustMigration(t *testing.T) {
 	for _, e := range storetest.Engines {
 		t.Run(string(e), func(t *testing.T) {
 			ctx := context.Background()
-			dsn := storetest.DSN(t, e)
-			driver, source, dialect := "pgx", dsn, goose.DialectPostgres
-			if e == store.SQLite {
-				driver, source, dialect = "sqlite", "file:"+strings.TrimPrefix(dsn, "sqlite:"), goose.DialectSQLite3
-			}
-			db, err := sql.Open(driver, source)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			p, err := goose.NewProvider(dialect, db, os.DirFS("migrations/"+string(e)))
-			if err != nil {
-				t.Fatal(err)
-			}
+			dsn, db, p := migrationProvider(t, e)
 			exec := func(q string) {
 				t.Helper()
 				if _, err := db.ExecContext(ctx, q); err != nil {
@@ -100,4 +87,26 @@ func TestAgentCATrustMigration(t *testing.T) {
 			}
 		})
 	}
+}
+
+// migrationProvider makes a fresh store database of engine e with no migration applied: its
+// DSN, a connection to it (closed when the test ends) and a goose provider of the embedded
+// migrations over that.
+func migrationProvider(t *testing.T, e store.Engine) (string, *sql.DB, *goose.Provider) {
+	t.Helper()
+	dsn := storetest.DSN(t, e)
+	driver, source, dialect := "pgx", dsn, goose.DialectPostgres
+	if e == store.SQLite {
+		driver, source, dialect = "sqlite", "file:"+strings.TrimPrefix(dsn, "sqlite:"), goose.DialectSQLite3
+	}
+	db, err := sql.Open(driver, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	p, err := goose.NewProvider(dialect, db, os.DirFS("migrations/"+string(e)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn, db, p
 }

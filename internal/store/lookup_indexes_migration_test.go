@@ -2,12 +2,7 @@ package store_test
 
 import (
 	"context"
-	"database/sql"
-	"os"
-	"strings"
 	"testing"
-
-	"github.com/pressly/goose/v3"
 
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
@@ -19,21 +14,10 @@ func TestLookupIndexesMigration(t *testing.T) {
 	for _, e := range storetest.Engines {
 		t.Run(string(e), func(t *testing.T) {
 			ctx := context.Background()
-			dsn := storetest.DSN(t, e)
-			driver, source, dialect := "pgx", dsn, goose.DialectPostgres
+			_, db, p := migrationProvider(t, e)
 			indexes := `SELECT COUNT(*) FROM pg_indexes WHERE schemaname = current_schema() AND indexname IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged', 'site_dhcp_leases_ip')`
 			if e == store.SQLite {
-				driver, source, dialect = "sqlite", "file:"+strings.TrimPrefix(dsn, "sqlite:"), goose.DialectSQLite3
 				indexes = `SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name IN ('nodes_site_uuid', 'bmc_credential_versions_unpurged', 'site_dhcp_leases_ip')`
-			}
-			db, err := sql.Open(driver, source)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			p, err := goose.NewProvider(dialect, db, os.DirFS("migrations/"+string(e)))
-			if err != nil {
-				t.Fatal(err)
 			}
 			count := func() int {
 				t.Helper()
