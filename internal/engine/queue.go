@@ -481,7 +481,7 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 			return err
 		}
 		for _, id := range gone {
-			applied, ns, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
+			applied, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
 				next, release := command.Lost, false
 				if k, err := command.Lookup(c.Kind); err == nil {
 					next, release = command.AgentGone(command.State(c.State), k)
@@ -494,6 +494,7 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 			// Only what was written: a command its agent acknowledged or reported on since it
 			// was read (PostgreSQL) is left as the agent made it.
 			for _, c := range applied {
+				nodes = append(nodes, c.NodeID)
 				switch {
 				case c.State == string(command.Lost):
 					lost++
@@ -502,7 +503,6 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 					released = append(released, noticeFor(c))
 				}
 			}
-			nodes = append(nodes, ns...)
 			// A departed ramdisk leaves behind what was queued for it and never taken: its step
 			// ends without waiting for its deadline (run.advance).
 			waiting, err := tx.NodeWaitingForRamdisk(ctx, id)
@@ -516,6 +516,8 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 				return err
 			}
 		}
+		slices.Sort(nodes)
+		nodes = slices.Compact(nodes)
 		for _, n := range nodes {
 			if err := tx.Wake(ctx, n, "agent gone", 0); err != nil {
 				return err

@@ -777,18 +777,18 @@ const agentActiveQuery = `SELECT ` + commandCols + ` FROM commands WHERE target_
 // (UpdateCommandIf): on PostgreSQL an acknowledgement or a report of the agent, back on
 // another connection, may commit between the read and the write, and must not be overwritten
 // (a command released after its agent acknowledged it could run twice). Returns the commands
-// as written, and the nodes whose reconciler must look again.
-func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, decide func(c Command) (next string, release bool)) (applied []Command, nodes []string, err error) {
+// as written: their nodes' reconcilers must look again.
+func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, decide func(c Command) (next string, release bool)) (applied []Command, err error) {
 	rows, err := t.query(ctx, agentActiveQuery, agentID)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
+		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
 	}
 	var cmds []Command
 	for rows.Next() {
 		c, err := scanCommand(rows)
 		if err != nil {
 			rows.Close()
-			return nil, nil, err
+			return nil, err
 		}
 		cmds = append(cmds, c)
 	}
@@ -796,9 +796,8 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, decide fu
 	if err := rows.Err(); err != nil {
 		// A departure applied to part of the agent's commands would be marked reaped
 		// (MarkAgentReaped) and never looked at again.
-		return nil, nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
+		return nil, fmt.Errorf("reading commands of agent %s: %w", agentID, err)
 	}
-	touched := map[string]bool{}
 	for _, was := range cmds {
 		c := was
 		next, release := decide(c)
@@ -815,20 +814,14 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, decide fu
 		}
 		ok, err := t.UpdateCommandIf(ctx, &c, was)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		if !ok {
 			continue // its agent acted on it since it was read: it is back
 		}
 		applied = append(applied, c)
-		touched[c.NodeID] = true
 	}
-	nodes = make([]string, 0, len(touched))
-	for n := range touched {
-		nodes = append(nodes, n)
-	}
-	slices.Sort(nodes)
-	return applied, nodes, nil
+	return applied, nil
 }
 
 // ---------------------------------------------------------------- inventory

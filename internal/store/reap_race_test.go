@@ -34,7 +34,7 @@ func TestReleaseLeavesWhatItsAgentDidMeanwhile(t *testing.T) {
 		var applied []store.Command
 		err := st.Write(ctx, func(tx *store.Tx) error {
 			var err error
-			applied, _, err = tx.ReleaseAgentCommands(ctx, "a", func(c store.Command) (string, bool) {
+			applied, err = tx.ReleaseAgentCommands(ctx, "a", func(c store.Command) (string, bool) {
 				if c.ID == acked.ID {
 					// The agent, back, acknowledges it now, in a transaction of its own.
 					if err := st.Write(ctx, func(tx *store.Tx) error {
