@@ -1,0 +1,74 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// Purged counts what one PurgeHistory call deleted.
+type Purged struct {
+	Workflows, Commands, Events int
+}
+
+// historyDeletableCommand is the condition a finished command is deleted under: it is no proof (an
+// attested result with its signature, a wipe's: kept for as long as the store lives, as the
+// retired agent CAs that verify them are) and no row still in use names it (a boot entry, a
+// join token, a BMC credential version, a lingering ramdisk's power-off).
+const historyDeletableCommand = `state IN ('succeeded', 'failed', 'lost')
+	AND NOT (attested AND result_sig IS NOT NULL)
+	AND id NOT IN (SELECT command_id FROM boot_entries WHERE command_id <> '')
+	AND id NOT IN (SELECT command_id FROM join_tokens WHERE command_id <> '')
+	AND id NOT IN (SELECT command_id FROM bmc_credential_versions WHERE command_id <> '')
+	AND id NOT IN (SELECT linger_command FROM nodes WHERE linger_command <> '')`
+
+// endedWorkflowsQuery lists, oldest first, workflows that ended before a time (workflows_ended)
+// and hold no command still unfinished.
+const endedWorkflowsQuery = `SELECT id FROM workflows WHERE outcome_applied AND finished_at > 0 AND finished_at < ?
+	AND NOT EXISTS (SELECT 1 FROM commands c WHERE c.workflow_id = workflows.id AND c.state NOT IN ('succeeded', 'failed', 'lost'))
+	ORDER BY finished_at LIMIT ?`
+
+// PurgeHistory deletes history older than the retention: up to limit workflows that ended
+// before workflowsBefore, with their finished commands (see historyDeletableCommand), and up to
+// eventLimit events recorded before eventsBefore (0: none). A workflow with a command not yet
+// finished is left (never the case past a command's deadline; a report for it would find its
+// workflow gone); its finished commands that are kept (proofs, rows in use) stay without it.
+// Each call is a bounded piece of work for one transaction: the caller repeats it while it
+// deletes a full batch.
+func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int, eventsBefore int64, eventLimit int) (Purged, error) {
+	var p Purged
+	if workflowsBefore > 0 && limit > 0 {
+		rows, err := t.query(ctx, endedWorkflowsQuery, workflowsBefore, limit)
+		ids, err := collect(rows, err, "ended workflows", func(r interface{ Scan(...any) error }) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
+		if err != nil {
+			return p, fmt.Errorf("purging history: %w", err)
+		}
+		for i := 0; i < len(ids); i += idsPerStatement {
+			list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
+			res, err := t.exec(ctx, `DELETE FROM commands WHERE workflow_id IN `+list+` AND `+historyDeletableCommand, args...)
+			if err != nil {
+				return p, fmt.Errorf("purging the commands of ended workflows: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			p.Commands += int(n)
+			if res, err = t.exec(ctx, `DELETE FROM workflows WHERE id IN `+list, args...); err != nil {
+				return p, fmt.Errorf("purging ended workflows: %w", err)
+			}
+			n, _ = res.RowsAffected()
+			p.Workflows += int(n)
+		}
+	}
+	if eventsBefore > 0 && eventLimit > 0 {
+		// By id, oldest first: the scan stops after eventLimit (ids follow time closely enough
+		// that an event recorded a little out of order is taken at the next pass).
+		res, err := t.exec(ctx, `DELETE FROM events WHERE id IN (SELECT id FROM events WHERE at < ? ORDER BY id LIMIT ?)`, eventsBefore, eventLimit)
+		if err != nil {
+			return p, fmt.Errorf("purging events: %w", err)
+		}
+		n, _ := res.RowsAffected()
+		p.Events = int(n)
+	}
+	return p, nil
+}

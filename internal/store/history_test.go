@@ -1,0 +1,142 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// History retention deletes the ended workflows and their finished commands from before the
+// retention, and old events, a bounded batch at a time; it keeps wipe proofs, commands rows in
+// use still name, workflows with a command not finished, workflows not ended or ended since,
+// and events since.
+func TestPurgeHistory(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		n := nodes[0]
+		const old, cutoff, recent = 100, 1000, 5000
+		wf := map[string]string{}  // name → workflow id
+		cmd := map[string]string{} // name → command id
+		err := st.Write(ctx, func(tx *store.Tx) error {
+			for _, w := range []struct {
+				name     string
+				finished int64
+				applied  bool
+			}{{"old", old, true}, {"old-unfinished-command", old, true}, {"recent", recent, true}, {"open", 0, false}, {"old-not-applied", old, false}} {
+				row := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: "metal-inspect", Owner: "metal", NodeState: "inspecting",
+					Steps: "[]", Cleanup: "[]", State: "succeeded", Phase: "done", FinishedAt: w.finished, OutcomeApplied: w.applied}
+				if err := tx.InsertWorkflow(ctx, &row); err != nil {
+					return err
+				}
+				wf[w.name] = row.ID
+			}
+			for _, c := range []struct{ name, workflow, state string }{
+				{"done", "old", "succeeded"}, {"failed", "old", "failed"}, {"lost", "old", "lost"},
+				{"proof", "old", "succeeded"}, {"lingering", "old", "succeeded"}, {"token", "old", "succeeded"},
+				{"running", "old-unfinished-command", "running"}, {"beside-running", "old-unfinished-command", "succeeded"},
+				{"recent", "recent", "succeeded"}, {"open", "open", "succeeded"}, {"not-applied", "old-not-applied", "succeeded"},
+			} {
+				row := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "bmc.query", Args: "{}", RunsOn: "site",
+					WorkflowID: wf[c.workflow], State: c.state}
+				if err := tx.InsertCommand(ctx, &row); err != nil {
+					return err
+				}
+				cmd[c.name] = row.ID
+			}
+			for _, q := range []struct {
+				sql  string
+				args []any
+			}{
+				{`UPDATE commands SET attested = ?, result_sig = ? WHERE id = ?`, []any{true, []byte("sig"), cmd["proof"]}},
+				{`UPDATE nodes SET linger_command = ? WHERE id = ?`, []any{cmd["lingering"], n.ID}},
+				{`INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, 'node', ?, ?, 1, 1, 1, ?)`,
+					[]any{"h1", n.SiteID, n.ID, cmd["token"]}},
+			} {
+				if _, err := tx.ExecForTests(ctx, q.sql, q.args...); err != nil {
+					return err
+				}
+			}
+			var evs []store.Event
+			for _, at := range []int64{old, old + 1, old + 2, recent, recent + 1} {
+				evs = append(evs, store.Event{At: at, TenantID: n.TenantID, NodeID: n.ID, Actor: "test", Kind: "test.event", Data: "{}"})
+			}
+			if err := tx.AppendEvents(ctx, evs); err != nil {
+				return err
+			}
+			// AppendEvents stamps the transaction's time (now, after every time above): give
+			// the test's events theirs, oldest first by id, and the seed's a recent one.
+			for _, at := range []int64{old, old + 1, old + 2, recent, recent + 1} {
+				if _, err := tx.ExecForTests(ctx, `UPDATE events SET at = ? WHERE id = (SELECT MIN(id) FROM events WHERE kind = 'test.event' AND at > ?)`,
+					at, recent+1); err != nil {
+					return err
+				}
+			}
+			_, err := tx.ExecForTests(ctx, `UPDATE events SET at = ? WHERE kind <> 'test.event'`, recent)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		purge := func() store.Purged {
+			t.Helper()
+			var p store.Purged
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				p, err = tx.PurgeHistory(ctx, cutoff, 10, cutoff, 2)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		steps := []store.Purged{
+			{Workflows: 1, Commands: 3, Events: 2}, // "old": done, failed, lost; two events of three (the limit)
+			{Events: 1},
+			{},
+		}
+		for i, want := range steps {
+			if got := purge(); got != want {
+				t.Fatalf("pass %d: purged %+v, want %+v", i+1, got, want)
+			}
+		}
+		gone := map[string]bool{"done": true, "failed": true, "lost": true}
+		for name, id := range cmd {
+			err := st.Write(ctx, func(tx *store.Tx) error { _, err := tx.Command(ctx, id); return err })
+			switch {
+			case gone[name] && !errors.Is(err, store.ErrNotFound):
+				t.Errorf("command %q: %v, want it deleted", name, err)
+			case !gone[name] && err != nil:
+				t.Errorf("command %q: %v, want it kept", name, err)
+			}
+		}
+		for name, id := range wf {
+			var count int64
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				count, err = tx.QueryIntForTests(ctx, `SELECT COUNT(*) FROM workflows WHERE id = ?`, id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{true: 0, false: 1}[name == "old"]; count != want {
+				t.Errorf("workflow %q: %d rows, want %d", name, count, want)
+			}
+		}
+		var left int64
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			var err error
+			left, err = tx.QueryIntForTests(ctx, `SELECT COUNT(*) FROM events WHERE at < ?`, cutoff)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if left != 0 {
+			t.Errorf("%d events before the retention left", left)
+		}
+	})
+}
