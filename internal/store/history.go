@@ -7,7 +7,7 @@ import (
 
 // Purged counts what one PurgeHistory call deleted.
 type Purged struct {
-	Workflows, Commands, Events int
+	Workflows, Commands, Events, Batches int
 }
 
 // historyDeletableCommand is the condition a finished command is deleted under: it is no proof (an
@@ -21,6 +21,14 @@ const historyDeletableCommand = `state IN ('succeeded', 'failed', 'lost')
 	AND id NOT IN (SELECT command_id FROM bmc_credential_versions WHERE command_id <> '')
 	AND id NOT IN (SELECT linger_command FROM nodes WHERE linger_command <> '')`
 
+// endedBatchesQuery lists, oldest first (batches_state), batches decided before a time that
+// nothing names any more: no node parked on them, no workflow or command of theirs left.
+const endedBatchesQuery = `SELECT id FROM batches WHERE state IN ('running', 'rejected', 'cancelled') AND created_at < ?
+	AND NOT EXISTS (SELECT 1 FROM nodes WHERE nodes.batch_id = batches.id)
+	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.batch_id = batches.id)
+	AND NOT EXISTS (SELECT 1 FROM commands WHERE commands.batch_id = batches.id)
+	ORDER BY state, created_at LIMIT ?`
+
 // endedWorkflowsQuery lists, oldest first, workflows that ended before a time (workflows_ended)
 // and hold no command still unfinished.
 const endedWorkflowsQuery = `SELECT id FROM workflows WHERE outcome_applied AND finished_at > 0 AND finished_at < ?
@@ -29,7 +37,9 @@ const endedWorkflowsQuery = `SELECT id FROM workflows WHERE outcome_applied AND 
 
 // PurgeHistory deletes history older than the retention: up to limit workflows that ended
 // before workflowsBefore, with their finished commands (see historyDeletableCommand), and up to
-// eventLimit events recorded before eventsBefore (0: none). A workflow with a command not yet
+// eventLimit events recorded before eventsBefore (0: none), and as many batches created before
+// it that nothing names any more (endedBatchesQuery), with their leaves and approvals: the
+// record of who approved destructive work lives as long as the events that tell of it. A workflow with a command not yet
 // finished is left (never the case past a command's deadline; a report for it would find its
 // workflow gone); its finished commands that are kept (proofs, rows in use) stay without it.
 // Each call is a bounded piece of work for one transaction: the caller repeats it while it
@@ -69,6 +79,28 @@ func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int,
 		}
 		n, _ := res.RowsAffected()
 		p.Events = int(n)
+		rows, err := t.query(ctx, endedBatchesQuery, eventsBefore, eventLimit)
+		ids, err := collect(rows, err, "ended batches", func(r interface{ Scan(...any) error }) (string, error) {
+			var id string
+			return id, r.Scan(&id)
+		})
+		if err != nil {
+			return p, fmt.Errorf("purging history: %w", err)
+		}
+		for i := 0; i < len(ids); i += idsPerStatement {
+			list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
+			for _, table := range []string{"batch_leaves", "approvals"} {
+				if _, err := t.exec(ctx, `DELETE FROM `+table+` WHERE batch_id IN `+list, args...); err != nil {
+					return p, fmt.Errorf("purging the %s of ended batches: %w", table, err)
+				}
+			}
+			res, err := t.exec(ctx, `DELETE FROM batches WHERE id IN `+list, args...)
+			if err != nil {
+				return p, fmt.Errorf("purging ended batches: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			p.Batches += int(n)
+		}
 	}
 	return p, nil
 }

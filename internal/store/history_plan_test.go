@@ -7,16 +7,21 @@ import (
 	"testing"
 )
 
-// History retention finds the ended workflows through their index (workflows_ended), oldest
-// first, not by reading every workflow ever run and sorting them.
+// History retention finds the ended workflows and batches through their indexes, oldest first,
+// not by reading every workflow or batch ever made and sorting them.
 func TestPurgeHistoryUsesItsIndex(t *testing.T) {
 	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	got := planOf(t, s, endedWorkflowsQuery, int64(1), 1)
-	if !strings.Contains(got, "INDEX workflows_ended") || strings.Contains(got, "TEMP B-TREE") {
-		t.Fatalf("plan %q, want a search of workflows_ended in order", got)
+	for _, c := range []struct{ query, index string }{
+		{endedWorkflowsQuery, "workflows_ended"},
+		{endedBatchesQuery, "batches_state"},
+	} {
+		got := planOf(t, s, c.query, int64(1), 1)
+		if !strings.Contains(got, "INDEX "+c.index) || strings.Contains(got, "TEMP B-TREE") {
+			t.Errorf("plan %q, want a search of %s in order", got, c.index)
+		}
 	}
 }

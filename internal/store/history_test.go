@@ -21,6 +21,7 @@ func TestPurgeHistory(t *testing.T) {
 		const old, cutoff, recent = 100, 1000, 5000
 		wf := map[string]string{}  // name → workflow id
 		cmd := map[string]string{} // name → command id
+		batches := map[string]string{}
 		err := st.Write(ctx, func(tx *store.Tx) error {
 			for _, w := range []struct {
 				name     string
@@ -60,6 +61,25 @@ func TestPurgeHistory(t *testing.T) {
 					return err
 				}
 			}
+			for _, b := range []struct {
+				name, state string
+				created     int64
+			}{{"ended", "running", old}, {"rejected", "rejected", old}, {"proof's", "running", old}, {"recent", "running", recent}, {"pending", "pending", old}} {
+				row := store.Batch{TenantID: n.TenantID, SiteID: n.SiteID, Kind: "node", Verb: "metal-inspect", RequestedBy: "test", Size: 1}
+				if err := tx.InsertBatch(ctx, &row, []store.Leaf{{Subject: n.ID, Kind: "node"}}); err != nil {
+					return err
+				}
+				if _, err := tx.ExecForTests(ctx, `UPDATE batches SET state = ?, created_at = ? WHERE id = ?`, b.state, b.created, row.ID); err != nil {
+					return err
+				}
+				if _, err := tx.ExecForTests(ctx, `INSERT INTO approvals (batch_id, approver, at) VALUES (?, 'alice', 1)`, row.ID); err != nil {
+					return err
+				}
+				batches[b.name] = row.ID
+			}
+			if _, err := tx.ExecForTests(ctx, `UPDATE commands SET batch_id = ? WHERE id = ?`, batches["proof's"], cmd["proof"]); err != nil {
+				return err
+			}
 			var evs []store.Event
 			for _, at := range []int64{old, old + 1, old + 2, recent, recent + 1} {
 				evs = append(evs, store.Event{At: at, TenantID: n.TenantID, NodeID: n.ID, Actor: "test", Kind: "test.event", Data: "{}"})
@@ -95,7 +115,8 @@ func TestPurgeHistory(t *testing.T) {
 			return p
 		}
 		steps := []store.Purged{
-			{Workflows: 1, Commands: 3, Events: 2}, // "old": done, failed, lost; two events of three (the limit)
+			// "old": done, failed, lost; two events of three (the limit); "ended" and "rejected"
+			{Workflows: 1, Commands: 3, Events: 2, Batches: 2},
 			{Events: 1},
 			{},
 		}
@@ -125,6 +146,20 @@ func TestPurgeHistory(t *testing.T) {
 			}
 			if want := map[bool]int64{true: 0, false: 1}[name == "old"]; count != want {
 				t.Errorf("workflow %q: %d rows, want %d", name, count, want)
+			}
+		}
+		for name, id := range batches {
+			var count int64
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				count, err = tx.QueryIntForTests(ctx, `SELECT (SELECT COUNT(*) FROM batches WHERE id = ?) + (SELECT COUNT(*) FROM batch_leaves WHERE batch_id = ?)
+					+ (SELECT COUNT(*) FROM approvals WHERE batch_id = ?)`, id, id, id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if want := map[bool]int64{true: 0, false: 3}[name == "ended" || name == "rejected"]; count != want {
+				t.Errorf("batch %q: %d rows with its leaves and approvals, want %d", name, count, want)
 			}
 		}
 		var left int64
