@@ -41,9 +41,10 @@ type Mounter interface {
 	Mount(m Mount) error
 }
 
-// ModuleLoader loads one kernel module file (finit_module).
+// ModuleLoader loads one kernel module file (finit_module) with its parameters
+// ("name=value name2=value2", or "").
 type ModuleLoader interface {
-	LoadModule(path string) error
+	LoadModule(path, params string) error
 }
 
 // System is everything PID 1 does to the machine.
@@ -121,16 +122,73 @@ func ParseLoadOrder(data []byte) ([]string, error) {
 	return out, nil
 }
 
-// LoadModules loads the modules in order. A module that fails (a driver for hardware that is
-// absent may refuse to load) does not stop the others: every outcome is returned.
-func LoadModules(ctx context.Context, l ModuleLoader, dir string, files []string) []ModuleResult {
+// LoadModules loads the modules in order, each with its parameters from params (by module
+// name, as ModuleParams gives them). A module that fails (a driver for hardware that is absent
+// may refuse to load) does not stop the others: every outcome is returned.
+func LoadModules(ctx context.Context, l ModuleLoader, dir string, files []string, params map[string]string) []ModuleResult {
 	out := make([]ModuleResult, 0, len(files))
 	for _, f := range files {
+		name := strings.TrimSuffix(f, ".ko")
 		if ctx.Err() != nil {
-			out = append(out, ModuleResult{Name: strings.TrimSuffix(f, ".ko"), Err: ctx.Err()})
+			out = append(out, ModuleResult{Name: name, Err: ctx.Err()})
 			continue
 		}
-		out = append(out, ModuleResult{Name: strings.TrimSuffix(f, ".ko"), Err: l.LoadModule(path.Join(dir, f))})
+		out = append(out, ModuleResult{Name: name, Err: l.LoadModule(path.Join(dir, f), params[moduleKey(name)])})
+	}
+	return out
+}
+
+// moduleKey is a module's name as the kernel compares it: '-' and '_' are the same.
+func moduleKey(name string) string { return strings.ReplaceAll(name, "-", "_") }
+
+// ModuleParams returns the parameters the kernel command line gives loadable modules
+// ("module.param=value", "module.flag"), joined per module as finit_module takes them. The
+// kernel applies such parameters itself only to built-in modules; for a module loaded later,
+// the loader passes them (as modprobe does). Quoted values keep their spaces; words after "--"
+// belong to init and are not read.
+func ModuleParams(cmdline string) map[string]string {
+	out := map[string]string{}
+	for _, w := range cmdlineWords(cmdline) {
+		if w == "--" {
+			break
+		}
+		key, _, _ := strings.Cut(w, "=")
+		mod, param, ok := strings.Cut(key, ".")
+		if !ok || mod == "" || param == "" {
+			continue
+		}
+		arg := moduleKey(param) + w[len(key):]
+		mod = moduleKey(mod)
+		if prev := out[mod]; prev != "" {
+			arg = prev + " " + arg
+		}
+		out[mod] = arg
+	}
+	return out
+}
+
+// cmdlineWords splits a kernel command line as the kernel does (next_arg): on spaces outside
+// double quotes. A quoted value keeps its quotes, as finit_module's parser expects them.
+func cmdlineWords(s string) []string {
+	var out []string
+	var w strings.Builder
+	quoted := false
+	for _, r := range s {
+		switch {
+		case r == '"':
+			quoted = !quoted
+			w.WriteRune(r)
+		case !quoted && (r == ' ' || r == '\t' || r == '\n'):
+			if w.Len() > 0 {
+				out = append(out, w.String())
+				w.Reset()
+			}
+		default:
+			w.WriteRune(r)
+		}
+	}
+	if w.Len() > 0 {
+		out = append(out, w.String())
 	}
 	return out
 }
@@ -165,9 +223,15 @@ func Init(ctx context.Context, sys System, cfg Config, log *slog.Logger) (io.Wri
 		if err != nil {
 			return console, log, err
 		}
+		var params map[string]string
+		if cmdline, err := sys.ReadFile("/proc/cmdline"); err != nil {
+			log.WarnContext(ctx, "modules load without the kernel command line's parameters", "err", err)
+		} else {
+			params = ModuleParams(string(cmdline))
+		}
 		start := time.Now()
 		loaded, failed := 0, 0
-		for _, r := range LoadModules(ctx, sys, dir, files) {
+		for _, r := range LoadModules(ctx, sys, dir, files, params) {
 			if r.Err != nil {
 				failed++
 				log.WarnContext(ctx, "module not loaded", "module", r.Name, "err", r.Err)

@@ -19,6 +19,7 @@ type fakeSys struct {
 	console   bytes.Buffer
 	mounts    []string
 	loaded    []string
+	params    map[string]string // by module path
 	files     map[string][]byte
 	failMount string
 	failLoad  map[string]error
@@ -34,11 +35,17 @@ func (f *fakeSys) Mount(m Mount) error {
 	f.mounts = append(f.mounts, m.Target)
 	return nil
 }
-func (f *fakeSys) LoadModule(p string) error {
+func (f *fakeSys) LoadModule(p, params string) error {
 	if err := f.failLoad[p]; err != nil {
 		return err
 	}
 	f.loaded = append(f.loaded, p)
+	if params != "" {
+		if f.params == nil {
+			f.params = map[string]string{}
+		}
+		f.params[p] = params
+	}
 	return nil
 }
 func (f *fakeSys) Console() (io.Writer, error)    { return &lockedWriter{mu: &f.mu, w: &f.console}, nil }
@@ -118,6 +125,58 @@ func TestInit(t *testing.T) {
 	}
 	if f.hostname != "bcd-ramdisk" || !slices.Equal(f.up, []string{"lo"}) {
 		t.Errorf("hostname %q, up %v", f.hostname, f.up)
+	}
+}
+
+// The kernel command line's parameters for loadable modules reach the modules as they load
+// (the ramdisk's libata.ignore_hpa=1 would otherwise do nothing: libata is a module here).
+func TestInitPassesModuleParameters(t *testing.T) {
+	f := newFake()
+	f.files["/lib/modules/6.1.0-99-amd64/load-order"] = []byte("libata.ko\nvirtio-net.ko\nipmi_si.ko\n")
+	f.files["/proc/cmdline"] = []byte("console=ttyS0 libata.ignore_hpa=1 virtio_net.napi-tx=0 bcd.gateway=https://g -- libata.noacpi=1\n")
+	if _, _, err := Init(t.Context(), f, Config{}, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"/lib/modules/6.1.0-99-amd64/libata.ko":     "ignore_hpa=1",
+		"/lib/modules/6.1.0-99-amd64/virtio-net.ko": "napi_tx=0",
+	}
+	if len(f.params) != len(want) {
+		t.Errorf("parameters %v, want %v", f.params, want)
+	}
+	for p, v := range want {
+		if f.params[p] != v {
+			t.Errorf("%s loaded with %q, want %q", p, f.params[p], v)
+		}
+	}
+}
+
+func TestModuleParams(t *testing.T) {
+	tests := []struct {
+		cmdline string
+		want    map[string]string
+	}{
+		{"", map[string]string{}},
+		{"console=ttyS0 quiet", map[string]string{}},
+		{"libata.ignore_hpa=1", map[string]string{"libata": "ignore_hpa=1"}},
+		{"libata.ignore_hpa=1 libata.force=1.5Gbps", map[string]string{"libata": "ignore_hpa=1 force=1.5Gbps"}},
+		{"virtio-net.napi-tx=0", map[string]string{"virtio_net": "napi_tx=0"}},
+		{"usbcore.nousb", map[string]string{"usbcore": "nousb"}},
+		{`dyndbg.x="file a.c +p" b.y=2`, map[string]string{"dyndbg": `x="file a.c +p"`, "b": "y=2"}},
+		{"a=b.c=d .x=1 m.=2 ip=10.0.0.1", map[string]string{}},
+		{"m.p=1 -- m.q=2", map[string]string{"m": "p=1"}},
+	}
+	for _, tt := range tests {
+		got := ModuleParams(tt.cmdline)
+		if len(got) != len(tt.want) {
+			t.Errorf("%q: %v, want %v", tt.cmdline, got, tt.want)
+			continue
+		}
+		for k, v := range tt.want {
+			if got[k] != v {
+				t.Errorf("%q: %s=%q, want %q", tt.cmdline, k, got[k], v)
+			}
+		}
 	}
 }
 

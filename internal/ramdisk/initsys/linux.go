@@ -26,14 +26,15 @@ func (Linux) Mount(m Mount) error {
 	return err
 }
 
-// LoadModule loads a module file with finit_module; a module already loaded is success.
-func (Linux) LoadModule(path string) error {
+// LoadModule loads a module file with finit_module and its parameters; a module already
+// loaded is success.
+func (Linux) LoadModule(path, params string) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	err = unix.FinitModule(int(f.Fd()), "", 0)
+	err = unix.FinitModule(int(f.Fd()), params, 0)
 	if errors.Is(err, unix.EEXIST) {
 		return nil
 	}
