@@ -50,6 +50,14 @@ const (
 	CmdlineBootMACKey = "bcd.bootmac"
 )
 
+// RamdiskHPAArg is on every ramdisk entry's command line (not a discovery's, not an instance's):
+// libata removes an ATA disk's host protected area, so the kernel shows, and the wipe erases,
+// the disk's native capacity. The removal is permanent (SET MAX ADDRESS, not volatile). libata is
+// a module in Debian's kernel: the argument acts only where the ramdisk's module loader hands
+// the command line's libata.* arguments to finit_module, as modprobe does. A drive that keeps
+// its area (not unlocked, or its max address frozen by the firmware) fails the wipe, saying so.
+const RamdiskHPAArg = "libata.ignore_hpa=1"
+
 // Limits on what an entry may carry.
 const (
 	maxExtraArgs   = 32
@@ -176,6 +184,9 @@ func (e *Entry) cmdline() (string, error) {
 			}
 		}
 		args = append(args, CmdlineCAKey+"="+e.CA)
+	}
+	if e.Kind == KindRamdisk {
+		args = append(args, RamdiskHPAArg) // before the extra arguments, which may override it
 	}
 	if len(e.ExtraArgs) > maxExtraArgs {
 		return "", fmt.Errorf("%d extra kernel arguments: at most %d", len(e.ExtraArgs), maxExtraArgs)

@@ -103,7 +103,7 @@ func TestScriptGolden(t *testing.T) {
 	}{
 		{"ramdisk", &ramdisk, `#!ipxe
 echo bcd: ramdisk boot of 52:54:00:12:34:56
-kernel --name vmlinuz http://10.0.0.1:8080/artifacts/` + shaK + `/vmlinuz initrd=initrd.img bcd.gateway=https://gw.example:8443/agent bcd.token=` + tok + ` console=ttyS0,115200n8 quiet || goto failed
+kernel --name vmlinuz http://10.0.0.1:8080/artifacts/` + shaK + `/vmlinuz initrd=initrd.img bcd.gateway=https://gw.example:8443/agent bcd.token=` + tok + ` libata.ignore_hpa=1 console=ttyS0,115200n8 quiet || goto failed
 initrd --name initrd.img http://10.0.0.1:8080/artifacts/` + shaI + `/initrd.img || goto failed
 boot || goto failed
 :failed

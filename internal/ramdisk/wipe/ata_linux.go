@@ -118,7 +118,12 @@ func ataPasswordBlock(password string, enhanced bool) []byte {
 }
 
 func sgATA(fd int, cmd, proto uint8, data []byte, timeout time.Duration) error {
-	cdb := ataPassThrough16(cmd, proto)
+	return sgATACDB(fd, ataPassThrough16(cmd, proto), proto, data, timeout)
+}
+
+// sgATACDB sends an ATA PASS-THROUGH (16) CDB (command in byte 14) moving data per proto.
+func sgATACDB(fd int, cdb [16]byte, proto uint8, data []byte, timeout time.Duration) error {
+	cmd := cdb[14]
 	sense := make([]byte, 32)
 	h := sgIOHdr{
 		InterfaceID: 'S', CmdLen: uint8(len(cdb)), MxSbLen: uint8(len(sense)),

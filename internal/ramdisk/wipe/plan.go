@@ -21,7 +21,10 @@
 // samples, plus the device's own erase status where it reports one.
 //
 // The package fails closed: a device that cannot be opened or whose capabilities cannot be read
-// fails the command, and a read-back that finds a non-zero byte fails it too.
+// fails the command, and a read-back that finds a non-zero byte fails it too. So does capacity
+// the kernel does not show (an ATA host protected area, NVMe namespaces without a block device,
+// unallocated NVMe capacity: hidden.go): the disk is erased as far as the kernel shows it, and
+// its Result fails saying what is hidden and what to do.
 package wipe
 
 import "fmt"

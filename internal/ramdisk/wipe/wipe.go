@@ -108,6 +108,10 @@ type Result struct {
 	// Flushed: the device's write cache was flushed (Syncer) after the erase, before the
 	// read-back. False for a device that has no cache to flush (and for a failed wipe).
 	Flushed bool `json:"flushed"`
+	// HiddenCapacity: what the check for capacity the kernel does not show found (an ATA host
+	// protected area; NVMe namespaces without a block device, unallocated NVMe capacity). A
+	// disk with hidden capacity is erased as far as the kernel shows it and fails.
+	HiddenCapacity HiddenCapacity `json:"hiddenCapacity"`
 }
 
 // Passed reports whether the wipe succeeded and the read-back found only zeros.
@@ -151,10 +155,20 @@ func Wipe(ctx context.Context, log *slog.Logger, id Identity, dev Device, req Re
 	return res, nil
 }
 
+// wipe checks for hidden capacity, erases and reads back. Hidden capacity (or a check that
+// failed) does not stop the erase of what the kernel shows: it fails the wipe after it.
 func wipe(ctx context.Context, log *slog.Logger, dev Device, req Request, progress Progress, res *Result) error {
 	if _, err := ParseMode(string(req.Mode)); err != nil {
 		return err
 	}
+	hidden := probeHidden(ctx, dev, res)
+	if err := erase(ctx, log, dev, req, progress, res); err != nil {
+		return errors.Join(err, hidden)
+	}
+	return hidden
+}
+
+func erase(ctx context.Context, log *slog.Logger, dev Device, req Request, progress Progress, res *Result) error {
 	size := dev.Size()
 	if size <= 0 {
 		return fmt.Errorf("device reports size %d: cannot wipe what cannot be measured", size)
