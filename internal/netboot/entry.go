@@ -53,9 +53,9 @@ const (
 // RamdiskHPAArg is on every ramdisk entry's command line (not a discovery's, not an instance's):
 // libata removes an ATA disk's host protected area, so the kernel shows, and the wipe erases,
 // the disk's native capacity. The removal is permanent (SET MAX ADDRESS, not volatile). libata is
-// a module in Debian's kernel: the argument acts only where the ramdisk's module loader hands
-// the command line's libata.* arguments to finit_module, as modprobe does. A drive that keeps
-// its area (not unlocked, or its max address frozen by the firmware) fails the wipe, saying so.
+// a module in Debian's kernel: the ramdisk's init hands it the command line's libata.* arguments
+// as it loads it (initsys.ModuleParams), as modprobe does. A drive that keeps its area (not
+// unlocked, or its max address frozen by the firmware) fails the wipe, saying so.
 const RamdiskHPAArg = "libata.ignore_hpa=1"
 
 // Limits on what an entry may carry.
