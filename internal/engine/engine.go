@@ -79,6 +79,11 @@ type Config struct {
 	// the site, its agents restarting or gone) before the step fails; the step's own timeout
 	// runs from when an agent takes the command. Default DefaultQueueTimeout (30 minutes).
 	QueueTimeout time.Duration
+	// HistoryRetention is how long ended workflows and their finished commands are kept (wipe
+	// proofs are kept for ever); EventRetention, how long events are. 0: the defaults
+	// (DefaultHistoryRetention, DefaultEventRetention); negative: kept for ever. At least
+	// MinRetention.
+	HistoryRetention, EventRetention time.Duration
 }
 
 // DefaultApprovalTimeout is Config.ApprovalTimeout's default.
@@ -121,7 +126,10 @@ func (c Config) Check() error {
 	if c.QueueTimeout < 0 {
 		return fmt.Errorf("queue timeout %s: accepted is a positive duration (0: the default, %s)", c.QueueTimeout, DefaultQueueTimeout)
 	}
-	return nil
+	if err := checkRetention("history retention", c.HistoryRetention); err != nil {
+		return err
+	}
+	return checkRetention("event retention", c.EventRetention)
 }
 
 func (c Config) withDefaults() Config {
@@ -163,6 +171,12 @@ func (c Config) withDefaults() Config {
 	defd(&c.NodeCertTTL, DefaultNodeCertTTL)
 	defd(&c.OSCertTTL, DefaultOSCertTTL)
 	defd(&c.QueueTimeout, DefaultQueueTimeout)
+	if c.HistoryRetention == 0 {
+		c.HistoryRetention = DefaultHistoryRetention
+	}
+	if c.EventRetention == 0 {
+		c.EventRetention = DefaultEventRetention
+	}
 	return c
 }
 
@@ -226,6 +240,8 @@ type Engine struct {
 	restored atomic.Pointer[store.RestoreWitness]
 	// witnessWarned is when a heartbeat last said that no command is sent (unix ns).
 	witnessWarned atomic.Int64
+	// failing: failed reconciliations' counters and log limiter (reconcileFailed).
+	failing failingNodes
 }
 
 // ID is this server's id among those sharing the store (new at every start).
@@ -248,8 +264,11 @@ const (
 	maxRunningBatches = 16384
 )
 
-// New builds an engine over st. ca verifies attested results.
+// New builds an engine over st. ca verifies attested results. A nil log discards.
 func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	b := make([]byte, 6)
 	rand.Read(b)
 	cfg = cfg.withDefaults()
@@ -278,9 +297,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			for l := range work {
-				if err := e.reconcile(ctx, l); err != nil && ctx.Err() == nil {
-					e.log.Error("reconciling node", "node", l.NodeID, "error", err)
-				}
+				_ = e.reconcile(ctx, l) // it logs its failures (reconcileFailed)
 			}
 		}()
 	}
@@ -377,12 +394,19 @@ func (e *Engine) RunOnce(ctx context.Context) (int, error) {
 
 // reconcile applies every decision the node's rows call for, in one transaction, then ends the
 // lease (due again at the nearest deadline, if something waits). An error rolls the node's
-// changes back and retries it a little later.
+// changes back; reconcileFailed counts it, retries the node with a back-off and raises
+// RECONCILE_FAILED on one that keeps failing.
 func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 	var fx effects
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		r := &run{e: e, tx: tx, ctx: ctx}
 		again, err := r.node(l.NodeID)
+		if err == nil {
+			err = r.clearReconcileFault()
+		}
+		if err == nil && e.failing.inject != nil {
+			err = e.failing.inject(l.NodeID)
+		}
 		if err != nil {
 			return err
 		}
@@ -390,8 +414,7 @@ func (e *Engine) reconcile(ctx context.Context, l store.Lease) error {
 		return tx.FinishWakeUp(ctx, l, e.owner, again)
 	})
 	if err != nil {
-		ferr := e.st.Write(ctx, func(tx *store.Tx) error { return tx.FinishWakeUp(ctx, l, e.owner, 5*time.Second) })
-		return errors.Join(fmt.Errorf("reconciling %s: %w", l.NodeID, err), ferr)
+		return e.reconcileFailed(ctx, l, fmt.Errorf("reconciling %s: %w", l.NodeID, err))
 	}
 	e.reconciled.Add(1)
 	e.after(fx)
@@ -403,7 +426,8 @@ const joinTokenKeep = 7 * 24 * time.Hour
 
 // Sweep wakes nodes a workflow chain controls that nothing would move (no open workflow, no
 // wake-up row): a node never stays in a workflow-driven state without a workflow. It also
-// deletes superseded BMC secrets and join tokens spent or expired over joinTokenKeep ago.
+// deletes superseded BMC secrets, join tokens spent or expired over joinTokenKeep ago, and
+// history past its retention (PurgeHistory).
 func (e *Engine) Sweep(ctx context.Context) (int, error) {
 	if err := e.st.Write(ctx, func(tx *store.Tx) error {
 		n, err := PurgeSupersededSecrets(ctx, tx, 1000)
@@ -426,6 +450,9 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	if _, err := e.ExpireBatches(ctx); err != nil {
+		return 0, err
+	}
+	if _, err := e.PurgeHistory(ctx); err != nil {
 		return 0, err
 	}
 	nodes, err := e.st.StrandedNodes(ctx, 1000)

@@ -416,12 +416,17 @@ const (
 	FaultMACAmbiguous     Fault = "MAC_AMBIGUOUS"
 	FaultMACConflict      Fault = "MAC_CONFLICT"
 	FaultMACUnconfirmed   Fault = "MAC_UNCONFIRMED"
+	// FaultReconcileFailed: the reconciler failed on the node every time it tried, 8 times in a
+	// row over at least 2 minutes (a row it cannot read, a profile it cannot resolve, a bug): a
+	// workflow-driven node fails (its workflow aborted), a resting one keeps its state; either
+	// way maintenance holds it until an operator clears it (recover, or maintenance off).
+	FaultReconcileFailed Fault = "RECONCILE_FAILED"
 )
 
 // Faults lists every fault code.
 func Faults() []Fault {
 	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected,
-		FaultMACNotDiscovered, FaultMACAmbiguous, FaultMACConflict, FaultMACUnconfirmed}
+		FaultMACNotDiscovered, FaultMACAmbiguous, FaultMACConflict, FaultMACUnconfirmed, FaultReconcileFailed}
 }
 
 // Fail is where a node goes when its workflow failed: failed, failed_from its state, maintenance

@@ -51,9 +51,11 @@ func (s *Store) ClaimWakeUps(ctx context.Context, owner string, lease time.Durat
 	return out, err
 }
 
-// FinishWakeUp ends a lease. With again == 0 the row is deleted unless the node was woken while
-// leased (seq moved), in which case it is released for the next claim; with again > 0 it is
-// kept and due again after that delay (a deadline or a retry).
+// FinishWakeUp ends the lease of a successful reconciliation. With again == 0 the row is
+// deleted unless the node was woken while leased (seq moved), in which case it is released for
+// the next claim; with again > 0 it is kept and due again after that delay (a deadline). Either
+// way the node's run of failed reconciliations ends (RecordReconcileFailure counts them): in the
+// statement that ends the lease, so a success costs no statement more.
 func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time.Duration) error {
 	if again <= 0 {
 		res, err := t.exec(ctx, `DELETE FROM reconcile_queue WHERE node_id = ? AND seq = ? AND leased_by = ?`, l.NodeID, l.Seq, owner)
@@ -63,13 +65,13 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 		if n, _ := res.RowsAffected(); n == 1 {
 			return nil
 		}
-		if _, err := t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0 WHERE node_id = ? AND leased_by = ?`, l.NodeID, owner); err != nil {
+		if _, err := t.exec(ctx, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0, `+noFailures+` WHERE node_id = ? AND leased_by = ?`, l.NodeID, owner); err != nil {
 			return fmt.Errorf("releasing the wake-up of %s: %w", l.NodeID, err)
 		}
 		return nil
 	}
 	due := t.at + again.Microseconds()
-	if err := t.execLater(ctx, "requeueing "+l.NodeID, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0,
+	if err := t.execLater(ctx, "requeueing "+l.NodeID, `UPDATE reconcile_queue SET leased_by = '', leased_until = 0, `+noFailures+`,
 		due_at = CASE WHEN seq = ? THEN ? ELSE due_at END WHERE node_id = ? AND leased_by = ?`, l.Seq, due, l.NodeID, owner); err != nil {
 		return err
 	}
