@@ -411,6 +411,11 @@ func TestReconcileFailingRestingNode(t *testing.T) {
 		if evs := eventsOf(t, st, n.ID, "node.fault"); len(evs) != 1 || !strings.Contains(evs[0].Data, "injected") {
 			t.Fatalf("node.fault events: %+v", evs)
 		}
+		// bcd doctor lists it with the failed nodes waiting for an operator, though it rests.
+		waiting, err := st.FailedInMaintenance(ctx, "", 100)
+		if err != nil || len(waiting) != 1 || waiting[0].ID != n.ID || waiting[0].FaultCode != "RECONCILE_FAILED" {
+			t.Fatalf("doctor's nodes waiting in maintenance: %+v %v", waiting, err)
+		}
 		failOnce(t, e, st, c, n.ID) // the last look: parked
 
 		svc := metal.New(st, nil, slog.New(slog.DiscardHandler))

@@ -86,7 +86,8 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 // seq is the row's wake sequence as read before the reconciliation read anything (WakeUpSeq; 0:
 // there was no row), and a row woken since is left as it is: the wake-up is owed to a write the
 // reconciliation may not have seen. With seq < 0 the row is replaced whatever it holds: for
-// SQLite's single writer, under which the reconciliation saw every write before it.
+// SQLite's single writer, under which the reconciliation saw every write before it. A
+// replaced row's run of failed reconciliations ends: this one succeeded.
 func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration, seq int64) error {
 	delGuard, setGuard, args := "", "", []any(nil)
 	if seq >= 0 {
@@ -100,7 +101,7 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 		return t.execLater(ctx, what, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
 	default:
 		return t.execLater(ctx, what, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
-			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at
+			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at, `+noFailures+`
 			WHERE reconcile_queue.leased_by = ''`+setGuard,
 			append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...)...)
 	}
@@ -1347,9 +1348,10 @@ func (s *Store) StrandedNodes(ctx context.Context, limit int) ([]Node, error) {
 	return collect(rows, err, "stranded nodes", scanNode)
 }
 
-// FailedInMaintenance lists failed nodes waiting in maintenance.
+// FailedInMaintenance lists the nodes waiting in maintenance for an operator: failed ones, and
+// resting ones that carry a fault (RECONCILE_FAILED on a deployed node keeps its state).
 func (s *Store) FailedInMaintenance(ctx context.Context, tenantID string, limit int) ([]Node, error) {
-	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE state = 'failed' AND maintenance = ? AND (? = '' OR tenant_id = ?) ORDER BY updated_at LIMIT ?`,
+	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE (state = 'failed' OR fault_code <> '') AND maintenance = ? AND (? = '' OR tenant_id = ?) ORDER BY updated_at LIMIT ?`,
 		true, tenantID, tenantID, limit)
 	return collect(rows, err, "failed nodes", scanNode)
 }

@@ -194,3 +194,51 @@ func TestNodeFault(t *testing.T) {
 		}
 	})
 }
+
+// A reconciliation that succeeds outside a lease (an agent's report, reconciled in its own
+// transaction) and replaces the node's wake-up row ends the run of failures on it, as a
+// leased one's FinishWakeUp does: a later failure starts a new run.
+func TestSetWakeUpEndsTheRunOfFailures(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		id := nodes[0].ID
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.Wake(ctx, id, "test", 0) }); err != nil {
+			t.Fatal(err)
+		}
+		ls, err := st.ClaimWakeUps(ctx, "a", 10*time.Second, 10)
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("claim: %+v %v", ls, err)
+		}
+		run := store.ReconcileFailures{Count: 5, Since: 1, LastError: "boom"}
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.RecordReconcileFailure(ctx, ls[0], "a", run, time.Minute) }); err != nil {
+			t.Fatal(err)
+		}
+		if f, _, err := st.ReconcileFailuresOf(ctx, id); err != nil || f != run {
+			t.Fatalf("recorded %+v %v, want %+v", f, err, run)
+		}
+		for _, seq := range []int64{-1, 1} {
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				// The run again (the first pass ended it), on the row as a failure leaves it.
+				if _, err := tx.ExecForTests(ctx, `UPDATE reconcile_queue SET failures = ?, failing_since = ?, last_error = ? WHERE node_id = ?`,
+					run.Count, run.Since, run.LastError, id); err != nil {
+					return err
+				}
+				cur, err := tx.WakeUpSeq(ctx, id)
+				if err != nil {
+					return err
+				}
+				if seq > 0 {
+					seq = cur
+				}
+				return tx.SetWakeUp(ctx, id, "deadline", 30*time.Second, seq)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			f, ok, err := st.ReconcileFailuresOf(ctx, id)
+			if err != nil || !ok || f != (store.ReconcileFailures{}) {
+				t.Fatalf("seq %d: after a success outside a lease: %+v (row %v) %v, want no run", seq, f, ok, err)
+			}
+		}
+	})
+}
