@@ -4,6 +4,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"slices"
@@ -20,6 +21,9 @@ import (
 // APIConfig says what to run.
 type APIConfig struct {
 	BaseURL, Token string
+	// TLS is the clients' TLS for an https:// BaseURL (nil: the system's CAs); each
+	// connection's transport takes a copy (HTTP/2 adds to a transport's own).
+	TLS            *tls.Config
 	Nodes, Clients int
 	Pool           string
 	Progress       func(done, total int)
@@ -69,7 +73,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) (APIResult, error) {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for c := range cfg.Clients {
-		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}}
 		client := bcdv1connect.NewNodeServiceClient(hc, cfg.BaseURL, connect.WithInterceptors(bearer(cfg.Token)))
 		wg.Add(1)
 		go func() {
@@ -107,7 +111,7 @@ func RunAPI(ctx context.Context, cfg APIConfig) (APIResult, error) {
 	res.EnrollP50 = lat[len(lat)/2]
 	res.EnrollP99 = lat[len(lat)*99/100]
 
-	hc := &http.Client{}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg.TLS.Clone(), ForceAttemptHTTP2: true}}
 	client := bcdv1connect.NewNodeServiceClient(hc, cfg.BaseURL, connect.WithInterceptors(bearer(cfg.Token)))
 	t0 := time.Now()
 	tok, total := "", 0

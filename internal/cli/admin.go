@@ -376,7 +376,7 @@ func siteJoinTokenCmd(g *globals) *cobra.Command {
 // checkJoinTokenTTL refuses a --ttl the API refuses (ttl_seconds 60 to 604800), in the flag's terms.
 func checkJoinTokenTTL(d time.Duration) error {
 	if d < time.Minute || d > 7*24*time.Hour {
-		return fmt.Errorf("--ttl %s: accepted are 1m to 168h", shortDuration(d))
+		return usagef("--ttl %s: accepted are 1m to 168h", shortDuration(d))
 	}
 	return nil
 }
@@ -491,7 +491,7 @@ func deployProfileCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			file, _ := cmd.Flags().GetString("file")
 			if file == "" {
-				return fmt.Errorf("--file PROFILE.json is required: the profile's JSON definition")
+				return usagef("--file PROFILE.json is required: the profile's JSON definition")
 			}
 			def, err := os.ReadFile(file)
 			if err != nil {

@@ -35,11 +35,11 @@ func bulkCmd(g *globals) *cobra.Command {
 			}
 			switch {
 			case in.Pool == "":
-				return fmt.Errorf("--pool P is required: the pool whose nodes the verb applies to")
+				return usagef("--pool P is required: the pool whose nodes the verb applies to")
 			case (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
-				return fmt.Errorf("give either --nodes a,b,… or --selector key=value (not both)")
+				return usagef("give either --nodes a,b,… or --selector key=value (not both)")
 			case strings.TrimSpace(in.Reason) == "":
-				return fmt.Errorf("--reason WHY is required: approvers read it")
+				return usagef("--reason WHY is required: approvers read it")
 			}
 			c, err := g.clients()
 			if err != nil {
@@ -212,7 +212,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 			case !inst && site == "" && pool != "":
 				req.Scope, req.Ref = "pool", pool
 			default:
-				return fmt.Errorf("give exactly one of --installation, --site S, --pool P")
+				return usagef("give exactly one of --installation, --site S, --pool P")
 			}
 			c, err := g.clients()
 			if err != nil {
@@ -254,7 +254,7 @@ func approvalsCmd(g *globals) *cobra.Command {
 func approvalsCount(s string) (int32, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 0 || n > metal.MaxRequiredApprovals {
-		return 0, fmt.Errorf("N %q: accepted are 0 to %d approvals (0 removes the policy)", s, metal.MaxRequiredApprovals)
+		return 0, usagef("N %q: accepted are 0 to %d approvals (0 removes the policy)", s, metal.MaxRequiredApprovals)
 	}
 	return int32(n), nil
 }

@@ -40,7 +40,11 @@ func benchCmd(g *globals) *cobra.Command {
 			defer stop()
 			external, _ := cmd.Flags().GetBool("external")
 			if external {
-				cfg.BaseURL, cfg.Token = g.server, g.apiToken()
+				tlsConfig, err := g.apiTLS()
+				if err != nil {
+					return err
+				}
+				cfg.BaseURL, cfg.Token, cfg.TLS = g.server, g.apiToken(), tlsConfig
 			} else {
 				dir, err := os.MkdirTemp("", "bcd-bench-")
 				if err != nil {
@@ -93,9 +97,9 @@ func benchCmd(g *globals) *cobra.Command {
 func checkBenchAPI(nodes, clients int) error {
 	switch {
 	case nodes < 1:
-		return fmt.Errorf("--nodes %d: accepted is 1 or more", nodes)
+		return usagef("--nodes %d: accepted is 1 or more", nodes)
 	case clients < 1:
-		return fmt.Errorf("--clients %d: accepted is 1 or more", clients)
+		return usagef("--clients %d: accepted is 1 or more", clients)
 	}
 	return nil
 }

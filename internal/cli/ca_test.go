@@ -16,10 +16,10 @@ func TestCACommands(t *testing.T) {
 		want string
 	}{
 		{[]string{"ca", "status"}, 0, "agent CA rotation: steady"},
-		{[]string{"ca", "finish"}, 1, "bcd ca rotate stages a new CA"},
+		{[]string{"ca", "finish"}, 4, "bcd ca rotate stages a new CA"},
 		{[]string{"ca", "rotate", "--reason", "yearly"}, 0, "agent CA rotation: staged"},
 		{[]string{"doctor"}, 0, "agent CA rotation: staged"},
-		{[]string{"ca", "rotate"}, 1, "bcd ca activate"},
+		{[]string{"ca", "rotate"}, 4, "bcd ca activate"},
 		{[]string{"ca", "activate"}, 0, "agent CA rotation: overlap"},
 		{[]string{"ca", "finish", "--reason", "done"}, 0, "agent CA rotation: steady"},
 	} {

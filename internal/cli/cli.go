@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -36,26 +35,37 @@ type Env struct {
 	Stderr io.Writer
 }
 
-// Run executes the command line and returns the process exit code.
+// Run executes the command line and returns the process exit code (exitTable).
 func Run(ctx context.Context, env Env) int {
 	root := newRoot(env)
 	root.SetArgs(env.Args)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
-	if cmd, err := root.ExecuteContextC(ctx); err != nil {
-		path := ""
-		if cmd != nil {
-			path = cmd.CommandPath()
-		}
-		fmt.Fprintln(env.Stderr, "error:", describe(path, err))
-		return 1
+	cmd, err := root.ExecuteContextC(ctx)
+	switch {
+	case err == nil:
+		err = unknownSubcommand(cmd)
+	case cmd != nil && !cmd.Runnable():
+		// A group of commands runs nothing: what it refused is the command line ("bcd frob").
+		err = usage(err)
 	}
-	return 0
+	if err == nil {
+		return exitOK
+	}
+	path := ""
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	fmt.Fprintln(env.Stderr, "error:", describe(path, err))
+	return exitCode(err)
 }
 
 // describe turns an error of the command at path ("bcd node list") into one line an operator
 // can act on.
 func describe(path string, err error) string {
+	if msg := describeTLS(err); msg != "" {
+		return msg
+	}
 	var ce *connect.Error
 	if errors.As(err, &ce) {
 		switch {
@@ -81,6 +91,9 @@ type globals struct {
 	server string
 	token  string
 	output string
+	caFile string
+	// hc is the API's HTTP client, made by apiHTTP.
+	hc *http.Client
 }
 
 func (g *globals) envOr(name, def string) string {
@@ -100,19 +113,29 @@ func newRoot(env Env) *cobra.Command {
 	}
 	// A mistyped or missing flag, or a value of the wrong type: say where the flags are listed.
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		return fmt.Errorf("%w (%s --help lists its flags)", err, cmd.CommandPath())
+		return usagef("%w (%s --help lists its flags)", err, cmd.CommandPath())
+	})
+	// A group of commands given a word that is none of its commands does not print its help
+	// as if asked: Run says the command is unknown.
+	help := root.HelpFunc()
+	root.SetHelpFunc(func(c *cobra.Command, args []string) {
+		if unknownSubcommand(c) == nil {
+			help(c, args)
+		}
 	})
 	root.PersistentFlags().StringVar(&g.server, "server", g.envOr("BCD_SERVER", "http://127.0.0.1:7480"), "control plane API URL (env BCD_SERVER)")
 	// The environment is read after parsing, not shown as the flag's default: help must not print
 	// a secret.
 	root.PersistentFlags().StringVar(&g.token, "token", "", "API bearer token (default: env BCD_TOKEN)")
 	root.PersistentFlags().StringVarP(&g.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().StringVar(&g.caFile, "ca-file", "", "PEM of the CA that signed an https:// --server's certificate (default: env "+caFileEnv+", else the system's CAs)")
 	// `bcd events` is `bcd node events` at the top level: the watch stream operators keep open.
 	events := nodeEventsCmd(g)
 	events.Use = "events [NODE]"
 	root.AddCommand(events)
-	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), storeCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g), caCmd(g),
+	root.AddCommand(serverCmd(g), nodeCmd(g), bulkCmd(g), batchCmd(g), siteCmd(g), poolCmd(g), tenantCmd(g), tokenCmd(g), profileCmd(g), benchCmd(g), simCmd(g), storeCmd(g), secretsCmd(g), doctorCmd(g), deployProfileCmd(g), imageCmd(g), signerCmd(g), caCmd(g),
 		labcmd.Command(), ramdiskcmd.Command(), bmccmd.Command())
+	markUsage(root)
 	return root
 }
 
@@ -122,16 +145,20 @@ type clients struct {
 	inventory bcdv1connect.InventoryServiceClient
 	tokens    bcdv1connect.TokenServiceClient
 	batches   bcdv1connect.BatchServiceClient
+	images    bcdv1connect.ImageServiceClient
 }
 
 func (g *globals) clients() (*clients, error) {
 	if g.output != "table" && g.output != "json" {
-		return nil, fmt.Errorf("unknown output format %q: accepted are table and json", g.output)
+		return nil, usagef("unknown output format %q: accepted are table and json", g.output)
 	}
 	if !strings.HasPrefix(g.server, "http://") && !strings.HasPrefix(g.server, "https://") {
-		return nil, fmt.Errorf("--server %q: use http://HOST:PORT or https://HOST:PORT", g.server)
+		return nil, usagef("--server %q: use http://HOST:PORT or https://HOST:PORT", g.server)
 	}
-	hc := httpClient()
+	hc, err := g.apiHTTP()
+	if err != nil {
+		return nil, err
+	}
 	opts := []connect.ClientOption{connect.WithInterceptors(bearer(g.apiToken()))}
 	base := strings.TrimSuffix(g.server, "/")
 	return &clients{
@@ -139,10 +166,9 @@ func (g *globals) clients() (*clients, error) {
 		inventory: bcdv1connect.NewInventoryServiceClient(hc, base, opts...),
 		tokens:    bcdv1connect.NewTokenServiceClient(hc, base, opts...),
 		batches:   bcdv1connect.NewBatchServiceClient(hc, base, opts...),
+		images:    bcdv1connect.NewImageServiceClient(hc, base, opts...),
 	}, nil
 }
-
-func httpClient() *http.Client { return &http.Client{Timeout: 5 * time.Minute} }
 
 func bearer(token string) connect.UnaryInterceptorFunc {
 	return func(next connect.UnaryFunc) connect.UnaryFunc {
@@ -169,7 +195,7 @@ func (g *globals) printJSON(m proto.Message) error {
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: accepted are debug, info, warn, error", level)
+		return nil, usagef("--log-level %q: accepted are debug, info, warn, error", level)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
@@ -194,7 +220,7 @@ func (g *globals) bmcPassword(passwordFile string) (string, error) {
 	case g.env.Getenv("BCD_BMC_PASSWORD") != "":
 		return g.env.Getenv("BCD_BMC_PASSWORD"), nil
 	}
-	return "", fmt.Errorf("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
+	return "", usagef("the BMC password is required: --bmc-password-file FILE or env BCD_BMC_PASSWORD (never on the command line)")
 }
 
 // readSecretFile reads a password file (trailing newline dropped).
@@ -205,7 +231,7 @@ func readSecretFile(path string) (string, error) {
 	}
 	pw := strings.TrimRight(string(b), "\r\n")
 	if pw == "" {
-		return "", fmt.Errorf("password file %s is empty", path)
+		return "", usagef("password file %s is empty", path)
 	}
 	return pw, nil
 }

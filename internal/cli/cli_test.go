@@ -63,24 +63,24 @@ func TestCLIAgainstServer(t *testing.T) {
 		t.Fatalf("list json: %d %q", code, out)
 	}
 	code, _, errs = run(t, env, "node", "manage", "n1")
-	if code != 1 || !strings.Contains(errs, "failed_precondition") || !strings.Contains(errs, "verbs accepted now") {
+	if code != 4 || !strings.Contains(errs, "failed_precondition") || !strings.Contains(errs, "verbs accepted now") {
 		t.Fatalf("manage while enrolling: %d %q", code, errs)
 	}
 	code, _, errs = run(t, env, "node", "deploy", "n1", "--image", "debian")
-	if code != 1 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "bcd image list") {
+	if code != 2 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "bcd image list") {
 		t.Fatalf("deploy of an image not in the catalog: %d %q", code, errs)
 	}
 	code, _, errs = run(t, map[string]string{"BCD_SERVER": url}, "node", "list")
-	if code != 1 || !strings.Contains(errs, "BCD_TOKEN") {
+	if code != 5 || !strings.Contains(errs, "BCD_TOKEN") {
 		t.Fatalf("no token: %d %q", code, errs)
 	}
 	code, _, errs = run(t, env, "node", "list", "-o", "yaml")
-	if code != 1 || !strings.Contains(errs, "accepted are table and json") {
+	if code != 2 || !strings.Contains(errs, "accepted are table and json") {
 		t.Fatalf("bad output: %d %q", code, errs)
 	}
 	// A password on the command line is refused: only a file or the environment.
 	code, _, errs = run(t, map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}, "node", "enroll", "n2", "--bmc-address", "https://10.0.0.3", "--bmc-username", "root")
-	if code != 1 || !strings.Contains(errs, "--bmc-password-file") {
+	if code != 2 || !strings.Contains(errs, "--bmc-password-file") {
 		t.Fatalf("missing password: %d %q", code, errs)
 	}
 	pw := filepath.Join(t.TempDir(), "pw")

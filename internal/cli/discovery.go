@@ -126,7 +126,7 @@ func acceptCmd(g *globals) *cobra.Command {
 func acceptCredentials(b *bcdv1.BmcCredentials, passwordFile string, envPassword bool) error {
 	if b.Inband {
 		if passwordFile != "" {
-			return fmt.Errorf("--inband generates the BMC password: drop --bmc-password-file")
+			return usagef("--inband generates the BMC password: drop --bmc-password-file")
 		}
 		return nil
 	}
@@ -143,7 +143,7 @@ func acceptCredentials(b *bcdv1.BmcCredentials, passwordFile string, envPassword
 	if len(missing) == 0 {
 		return nil
 	}
-	return fmt.Errorf("the machine's BMC credentials are missing: give %s, or --inband to have its ramdisk create a BMC user over the host's IPMI interface", strings.Join(missing, " "))
+	return usagef("the machine's BMC credentials are missing: give %s, or --inband to have its ramdisk create a BMC user over the host's IPMI interface", strings.Join(missing, " "))
 }
 
 func rejectCmd(g *globals) *cobra.Command {

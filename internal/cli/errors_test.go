@@ -55,7 +55,7 @@ func TestSiteRunRefusedJoinToken(t *testing.T) {
 	code, _, errs := run(t, map[string]string{}, "site", "run", "--server", srv.GatewayURL(), "--site", "default",
 		"--join-token", "bcdj_notatokenthegatewayknows", "--ca-file", ca, "--data-dir", t.TempDir(),
 		"--http-listen", "127.0.0.1:0", "--tftp-listen", "")
-	if code != 1 || !strings.Contains(errs, "error: join token refused (give a new join token with --join-token or $BCD_SITE_JOIN_TOKEN") || strings.Contains(errs, "BCD_TOKEN)") {
+	if code != 5 || !strings.Contains(errs, "error: join token refused (give a new join token with --join-token or $BCD_SITE_JOIN_TOKEN") || strings.Contains(errs, "BCD_TOKEN)") {
 		t.Fatalf("site run with a refused join token: %d\n%s", code, errs)
 	}
 }
@@ -78,7 +78,7 @@ func TestBadInputErrors(t *testing.T) {
 		{[]string{"node", "accept", "52:54:00:00:00:01", "--name", "n"}, "give --bmc-address ADDR --bmc-username USER --bmc-password-file FILE (or env BCD_BMC_PASSWORD), or --inband"},
 	} {
 		code, _, errs := run(t, env, tc.args...)
-		if code != 1 || !strings.Contains(errs, tc.want) {
+		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("%v: %d %q, want %q", tc.args, code, errs, tc.want)
 		}
 	}

@@ -27,7 +27,7 @@ func TestPoolFastTrackWindow(t *testing.T) {
 	}
 	for _, bad := range []string{"fifteen", "25h", "-1m"} {
 		code, _, errs = run(t, env, "pool", "update", "default", "--fast-track-window", bad)
-		if code != 1 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "policy.fast_track_window") || !strings.Contains(errs, "24h") {
+		if code != 2 || !strings.Contains(errs, "invalid_argument") || !strings.Contains(errs, "policy.fast_track_window") || !strings.Contains(errs, "24h") {
 			t.Errorf("window %q: %d %q", bad, code, errs)
 		}
 	}

@@ -22,10 +22,11 @@ import (
 )
 
 func (g *globals) images() (bcdv1connect.ImageServiceClient, error) {
-	if _, err := g.clients(); err != nil {
+	c, err := g.clients()
+	if err != nil {
 		return nil, err
 	}
-	return bcdv1connect.NewImageServiceClient(httpClient(), strings.TrimSuffix(g.server, "/"), connect.WithInterceptors(bearer(g.apiToken()))), nil
+	return c.images, nil
 }
 
 // readKey reads a base64 key file (as `bcd signer keygen` writes them).
@@ -36,7 +37,7 @@ func readKey(path string, size int) ([]byte, error) {
 	}
 	k, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(b)))
 	if err != nil || len(k) != size {
-		return nil, fmt.Errorf("key file %s: expected base64 of %d bytes (as bcd signer keygen writes)", path, size)
+		return nil, usagef("key file %s: expected base64 of %d bytes (as bcd signer keygen writes)", path, size)
 	}
 	return k, nil
 }
@@ -47,7 +48,7 @@ func signerCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out, _ := cmd.Flags().GetString("out")
 			if out == "" {
-				return fmt.Errorf("--out PREFIX is required")
+				return usagef("--out PREFIX is required")
 			}
 			pub, key, err := ed25519.GenerateKey(rand.Reader)
 			if err != nil {
@@ -116,7 +117,7 @@ func signerCmd(g *globals) *cobra.Command {
 func writeKeyPair(prefix string, pub ed25519.PublicKey, key ed25519.PrivateKey) error {
 	for _, p := range []string{prefix + ".key", prefix + ".pub"} {
 		if _, err := os.Lstat(p); err == nil {
-			return fmt.Errorf("%s exists: bcd signer keygen does not replace a key (choose another --out, or move it away)", p)
+			return usagef("%s exists: bcd signer keygen does not replace a key (choose another --out, or move it away)", p)
 		}
 	}
 	for _, f := range []struct {
@@ -168,17 +169,17 @@ func imageCmd(g *globals) *cobra.Command {
 			img := catalog.Image{Name: in.Name, URL: in.Url, Size: in.Size, Format: in.Format, Compression: in.Compression, SHA256: in.Sha256, SHA512: in.Sha512, Signer: in.Signer}
 			if sigB64 != "" {
 				if signKey != "" {
-					return fmt.Errorf("give --signature or --sign-key, not both")
+					return usagef("give --signature or --sign-key, not both")
 				}
 				sig, err := base64.StdEncoding.DecodeString(strings.TrimSpace(sigB64))
 				if err != nil || len(sig) != ed25519.SignatureSize {
-					return fmt.Errorf("--signature: expected base64 of a %d-byte Ed25519 signature (bcd image sign)", ed25519.SignatureSize)
+					return usagef("--signature: expected base64 of a %d-byte Ed25519 signature (bcd image sign)", ed25519.SignatureSize)
 				}
 				in.Signature = sig
 			}
 			if signKey != "" {
 				if in.Signer == "" {
-					return fmt.Errorf("--signer NAME is required with --sign-key")
+					return usagef("--signer NAME is required with --sign-key")
 				}
 				key, err := readKey(signKey, ed25519.PrivateKeySize)
 				if err != nil {
@@ -236,7 +237,7 @@ func imageSignCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			img.Name = args[0]
 			if img.Signer == "" || signKey == "" {
-				return fmt.Errorf("--signer NAME and --sign-key FILE are required")
+				return usagef("--signer NAME and --sign-key FILE are required")
 			}
 			key, err := readKey(signKey, ed25519.PrivateKeySize)
 			if err != nil {

@@ -59,7 +59,7 @@ func TestArgumentErrorsNameTheArguments(t *testing.T) {
 		{[]string{"batch", "approvals", "set"}, "bcd batch approvals set takes N; 0 given"},
 	} {
 		code, _, errs := run(t, map[string]string{"BCD_SERVER": "http://127.0.0.1:1"}, tc.args...)
-		if code != 1 || !strings.Contains(errs, tc.want) {
+		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("%v: %d %q, want %q", tc.args, code, errs, tc.want)
 		}
 	}
@@ -88,10 +88,13 @@ func TestBadValuesRefused(t *testing.T) {
 		{[]string{"sim", "--nodes", "2", "--latency", "-1s"}, "--latency -1s: accepted is a duration of 0 or more"},
 		{[]string{"sim", "--nodes", "2", "--timeout", "0s"}, "--timeout 0s: accepted is a duration above 0"},
 		{[]string{"sim", "--nodes", "2", "--workers", "-3"}, "--workers -3: accepted is 0 (the engine's default) or more"},
+		// A mistyped unit must not delete history within minutes.
+		{[]string{"server", "--history-retention", "90m"}, "--history-retention 1h30m0s: use 24h0m0s or more, or 0 to keep it for ever"},
+		{[]string{"server", "--event-retention", "-1h"}, "--event-retention -1h0m0s: use 24h0m0s or more, or 0 to keep it for ever"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, out, errs := run(t, env, tc.args...)
-			if code != 1 || !strings.Contains(errs, tc.want) {
+			if code != 2 || !strings.Contains(errs, tc.want) {
 				t.Errorf("%d %q %q, want %q", code, out, errs, tc.want)
 			}
 		})
@@ -115,7 +118,7 @@ func TestSignerKeygenKeepsExistingKeys(t *testing.T) {
 				t.Fatal(err)
 			}
 			code, _, errs := run(t, nil, "signer", "keygen", "--out", prefix)
-			if code != 1 || !strings.Contains(errs, prefix+tc.existing+" exists") {
+			if code != 2 || !strings.Contains(errs, prefix+tc.existing+" exists") {
 				t.Errorf("keygen over %s: %d %q", tc.existing, code, errs)
 			}
 			if b, _ := os.ReadFile(prefix + tc.existing); string(b) != "old\n" {
@@ -171,7 +174,7 @@ func TestCommandsSayWhatTheyDid(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, errs := run(t, env, "node", "enroll", "n1", "--bmc-address", "https://10.0.0.2", "--bmc-username", "root", "--bmc-password-file", empty)
-	if code != 1 || !strings.Contains(errs, "password file "+empty+" is empty") {
+	if code != 2 || !strings.Contains(errs, "password file "+empty+" is empty") {
 		t.Errorf("enroll with an empty password file: %d %q", code, errs)
 	}
 }
@@ -221,7 +224,7 @@ func TestBulkNeedsWhatTheAPINeeds(t *testing.T) {
 		{[]string{"bulk", "retire", "--pool", "p", "--selector", "rack=r1", "--reason", "  "}, "--reason WHY is required: approvers read it"},
 	} {
 		code, _, errs := run(t, env, tc.args...)
-		if code != 1 || !strings.Contains(errs, tc.want) {
+		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("%v: %d %q, want %q", tc.args, code, errs, tc.want)
 		}
 	}
@@ -240,7 +243,7 @@ func TestFlagErrorsPointAtTheHelp(t *testing.T) {
 		{[]string{"site", "join-token", "s", "--ttl", "1 hour"}, "(bcd site join-token --help lists its flags)"},
 	} {
 		code, _, errs := run(t, map[string]string{"BCD_SERVER": "http://127.0.0.1:1"}, tc.args...)
-		if code != 1 || !strings.Contains(errs, tc.want) {
+		if code != 2 || !strings.Contains(errs, tc.want) {
 			t.Errorf("%v: %d %q, want %q", tc.args, code, errs, tc.want)
 		}
 	}

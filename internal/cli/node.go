@@ -62,7 +62,7 @@ func pairMap(flag, form string, pairs []string) (map[string]string, error) {
 	for _, p := range pairs {
 		k, v, ok := strings.Cut(p, "=")
 		if !ok {
-			return nil, fmt.Errorf("%s %q: use %s", flag, p, form)
+			return nil, usagef("%s %q: use %s", flag, p, form)
 		}
 		out[k] = v
 	}
@@ -159,7 +159,7 @@ built from now on carry it; a profile step that names a mode keeps its own.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
 			if !cmd.Flags().Changed("boot-mode") {
-				return fmt.Errorf("nothing to update: give --boot-mode uefi, legacy or \"\"")
+				return usagef("nothing to update: give --boot-mode uefi, legacy or \"\"")
 			}
 			in.BootMode = &mode
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
@@ -528,7 +528,7 @@ func maintenanceCmd(g *globals) *cobra.Command {
 				in.On = true
 			case "off":
 			default:
-				return fmt.Errorf("maintenance %q: accepted are on and off", args[1])
+				return usagef("maintenance %q: accepted are on and off", args[1])
 			}
 			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Maintenance(ctx, connect.NewRequest(&in))

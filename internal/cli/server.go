@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -27,7 +28,21 @@ func serverCmd(g *globals) *cobra.Command {
 			}
 			cfg.Key = g.env.Getenv("BCD_SEAL_KEY")
 			if fw := cfg.Engine.FastTrackWindow; fw < 0 || fw > workflow.MaxFastTrackWindow {
-				return fmt.Errorf("--fast-track-window %s: use a duration from 0s (off) to %s", fw, workflow.MaxFastTrackWindow)
+				return usagef("--fast-track-window %s: use a duration from 0s (off) to %s", fw, workflow.MaxFastTrackWindow)
+			}
+			for _, r := range []struct {
+				flag string
+				v    *time.Duration
+			}{{"--history-retention", &cfg.Engine.HistoryRetention}, {"--event-retention", &cfg.Engine.EventRetention}} {
+				switch {
+				case *r.v == 0:
+					*r.v = -1 // kept for ever
+				case *r.v < engine.MinRetention:
+					return usagef("%s %s: use %s or more, or 0 to keep it for ever", r.flag, *r.v, engine.MinRetention)
+				}
+			}
+			if (cfg.APITLSCert == "") != (cfg.APITLSKey == "") {
+				return usagef("--api-tls-cert and --api-tls-key go together: give both (the API over TLS) or neither (plain HTTP)")
 			}
 			srv, err := server.New(cmd.Context(), cfg, log)
 			if err != nil {
@@ -47,15 +62,19 @@ func serverCmd(g *globals) *cobra.Command {
 	// The environment is read after parsing, not shown as the flag's default: help must not print
 	// the password a DSN may hold.
 	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
-	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key itself)")
+	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key, or keyring, itself)")
 	f.StringVar(&cfg.GatewayListen, "gateway-listen", g.envOr("BCD_GATEWAY_LISTEN", "127.0.0.1:7443"), "agent gateway listen address, mTLS (env BCD_GATEWAY_LISTEN; \"off\" for none)")
 	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (env BCD_GATEWAY_URL; default https://GATEWAY-LISTEN)")
 	f.StringSliceVar(&cfg.GatewayHosts, "gateway-host", nil, "extra DNS name or IP in the gateway's certificate (repeatable)")
+	f.StringVar(&cfg.APITLSCert, "api-tls-cert", g.envOr("BCD_API_TLS_CERT", ""), "PEM certificate chain of the API's TLS, with --api-tls-key; loaded again when the file changes (env BCD_API_TLS_CERT; default: plain HTTP)")
+	f.StringVar(&cfg.APITLSKey, "api-tls-key", g.envOr("BCD_API_TLS_KEY", ""), "PEM private key of --api-tls-cert; loaded again when the file changes (env BCD_API_TLS_KEY)")
 	f.StringVar(&cfg.ProfilesFile, "profiles-file", g.envOr("BCD_PROFILES_FILE", ""), "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
 	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
 	f.DurationVar(&cfg.Engine.FastTrackWindow, "fast-track-window", 0, "how long a ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot, where the node's pool sets no fastTrackWindow (0: off, the BMC powers the node off at once)")
 	f.DurationVar(&cfg.Engine.ApprovalTimeout, "approval-timeout", engine.DefaultApprovalTimeout, "how long a destructive batch may wait for its approvals before it is rejected (its nodes return where their verb came from, or fail BATCH_REJECTED)")
 	f.DurationVar(&cfg.Engine.QueueTimeout, "queue-timeout", engine.DefaultQueueTimeout, "how long a step's command may wait for an agent to take it before the step fails (its own timeout runs from when an agent takes it)")
+	f.DurationVar(&cfg.Engine.HistoryRetention, "history-retention", engine.DefaultHistoryRetention, "how long ended workflows and their finished commands are kept (signed results, wipe proofs among them, are kept for ever; 0: everything for ever)")
+	f.DurationVar(&cfg.Engine.EventRetention, "event-retention", engine.DefaultEventRetention, "how long events, and the decided batches (approvals) nothing names any more, are kept (0: for ever)")
 	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", engine.DefaultSiteCertTTL, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")

@@ -69,13 +69,13 @@ func simCmd(g *globals) *cobra.Command {
 			var h *sim.Harness
 			switch {
 			case grace < 0:
-				return fmt.Errorf("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
+				return usagef("--agent-grace %s: accepted is a duration of 0 (the engine's default) or more", grace)
 			case replicas < 1 || replicas > 16:
-				return fmt.Errorf("--replicas %d: accepted are 1 to 16 servers", replicas)
+				return usagef("--replicas %d: accepted are 1 to 16 servers", replicas)
 			case replicas > 1 && (remote || overGateway || !strings.HasPrefix(storeDSN, "postgres")):
-				return fmt.Errorf("--replicas %d: several servers share a PostgreSQL store, in this process: give --store postgres://… (not --server or --gateway)", replicas)
+				return usagef("--replicas %d: several servers share a PostgreSQL store, in this process: give --store postgres://… (not --server or --gateway)", replicas)
 			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0):
-				return fmt.Errorf("--server runs the lifecycle against that server: --bulk, --store, --gateway, --workers and --agent-grace are for a server this command runs")
+				return usagef("--server runs the lifecycle against that server: --bulk, --store, --gateway, --workers and --agent-grace are for a server this command runs")
 			case remote:
 				dir, err := os.MkdirTemp("", "bcd-sim-remote-")
 				if err != nil {
@@ -203,7 +203,7 @@ func checkSim(nodes int, cfg sim.Config, timeout time.Duration, workers, approva
 	}{{"--bmc-error-rate", cfg.Faults.BMCErrorRate}, {"--wipe-readback-fail-rate", cfg.Faults.WipeReadbackFail},
 		{"--ramdisk-death-rate", cfg.Faults.RamdiskDeath}, {"--site-agent-death-rate", cfg.Faults.SiteAgentDeath}} {
 		if !(r.v >= 0 && r.v <= 1) { // NaN too
-			return fmt.Errorf("%s %g: accepted are fractions from 0 to 1", r.flag, r.v)
+			return usagef("%s %g: accepted are fractions from 0 to 1", r.flag, r.v)
 		}
 	}
 	for _, d := range []struct {
@@ -211,18 +211,18 @@ func checkSim(nodes int, cfg sim.Config, timeout time.Duration, workers, approva
 		v    time.Duration
 	}{{"--latency", cfg.Latency}, {"--boot-delay", cfg.BootDelay}} {
 		if d.v < 0 {
-			return fmt.Errorf("%s %s: accepted is a duration of 0 or more", d.flag, d.v)
+			return usagef("%s %s: accepted is a duration of 0 or more", d.flag, d.v)
 		}
 	}
 	switch {
 	case nodes < 1:
-		return fmt.Errorf("--nodes %d: accepted is 1 or more", nodes)
+		return usagef("--nodes %d: accepted is 1 or more", nodes)
 	case timeout <= 0:
-		return fmt.Errorf("--timeout %s: accepted is a duration above 0", timeout)
+		return usagef("--timeout %s: accepted is a duration above 0", timeout)
 	case workers < 0:
-		return fmt.Errorf("--workers %d: accepted is 0 (the engine's default) or more", workers)
+		return usagef("--workers %d: accepted is 0 (the engine's default) or more", workers)
 	case approvals < 0 || approvals > metal.MaxRequiredApprovals:
-		return fmt.Errorf("--approvals %d: accepted are 0 to %d", approvals, metal.MaxRequiredApprovals)
+		return usagef("--approvals %d: accepted are 0 to %d", approvals, metal.MaxRequiredApprovals)
 	}
 	return nil
 }

@@ -55,13 +55,16 @@ func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
 	if err != nil {
 		return nil, err
 	}
+	hc, err := g.apiHTTP()
+	if err != nil {
+		return nil, err
+	}
 	b := make([]byte, 3)
 	rand.Read(b)
-	c := &apiControl{cl: cl, hc: httpClient(), base: strings.TrimSuffix(g.server, "/"), run: "r" + hex.EncodeToString(b), salt: b[0]}
+	c := &apiControl{cl: cl, images: cl.images, hc: hc, base: strings.TrimSuffix(g.server, "/"), run: "r" + hex.EncodeToString(b), salt: b[0]}
 	if c.salt == 0 || c.salt == 0x5a {
 		c.salt = 1
 	}
-	c.images = bcdv1connect.NewImageServiceClient(c.hc, c.base, connect.WithInterceptors(bearer(g.apiToken())))
 	m, err := c.scrape(ctx)
 	if err != nil {
 		return nil, err

@@ -122,8 +122,9 @@ func TestSealNeedsAnID(t *testing.T) {
 		t.Error("opened for no id")
 	}
 	// A value sealed for no id (by an earlier version) does not open either.
-	raw := make([]byte, s.aead.NonceSize())
-	raw = s.aead.Seal(raw, raw, []byte("hunter2"), nil)
+	aead := s.keys[0].aead
+	raw := make([]byte, aead.NonceSize())
+	raw = aead.Seal(raw, raw, []byte("hunter2"), nil)
 	if _, err := s.Open("", raw); err == nil {
 		t.Error("a value sealed for no id opened")
 	}

@@ -4,6 +4,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ type Config struct {
 	// CARefresh is how often the server looks for a change of the installation's agent CAs (a
 	// rotation's stage); default 5s.
 	CARefresh time.Duration
+	// APITLSCert and APITLSKey are the PEM files of the API's TLS certificate (chain) and key:
+	// both, or neither for plain HTTP. The server loads them again when they change.
+	APITLSCert, APITLSKey string
 }
 
 // loadProfiles reads the deploy profiles file.
@@ -141,6 +145,8 @@ type Server struct {
 	gwURL  string
 	gwCert *pki.ServerCert
 	gw     http.Handler
+	// apiCert is the API's TLS certificate (nil: plain HTTP).
+	apiCert *apiCert
 	// lock is the SQLite store's one-server lock (nil on PostgreSQL), released after the
 	// store closes.
 	lock io.Closer
@@ -152,20 +158,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Engine.Check(); err != nil {
 		return nil, fmt.Errorf("configuring the engine: %w", err)
 	}
+	apiCert, tlsErr := newAPICert(cfg.APITLSCert, cfg.APITLSKey, log)
+	if tlsErr != nil {
+		return nil, fmt.Errorf("loading the API's TLS certificate: %w", tlsErr)
+	}
 	if err := checkDataDir(cfg.DataDir, log); err != nil {
 		return nil, err
 	}
-	var key []byte
+	var key secrets.Keyring
 	var err error
 	if cfg.Key != "" {
-		key, err = secrets.ParseKey(cfg.Key)
+		key, err = secrets.ParseKeyring(cfg.Key)
 	} else {
-		key, err = secrets.LoadOrCreateKey(cfg.KeyFile)
+		key, err = secrets.LoadOrCreateKeyring(cfg.KeyFile)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loading the sealing key: %w", err)
 	}
-	sealer, err := secrets.NewSealer(key)
+	sealer, err := secrets.NewKeyringSealer(key)
 	if err != nil {
 		return nil, err
 	}
@@ -185,6 +195,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	marks := &watermarkKeeper{path: filepath.Join(cfg.DataDir, watermarkName), log: log}
 	if err := checkWatermark(ctx, st, marks.path, log); err != nil {
+		st.Close()
+		return nil, err
+	}
+	if err := secrets.CheckStore(ctx, st, sealer); err != nil {
 		st.Close()
 		return nil, err
 	}
@@ -223,7 +237,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)
-	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, cas: cas, first: first, lock: lock}
+	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, cas: cas, first: first, lock: lock, apiCert: apiCert}
 	if cfg.GatewayListen != "off" {
 		if err := s.listenGateway(); err != nil {
 			st.Close()
@@ -253,6 +267,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_reconciliations_total",
 			Help: "Node reconciliations this server ran since it started. Servers sharing a store split them; one whose rate stays at zero does no work."},
 			func() float64 { return float64(eng.Reconciliations()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_reconcile_failures_total",
+			Help: "Node reconciliations that failed (rolled back, retried with back-off) since the server started. A node that keeps failing gets RECONCILE_FAILED."},
+			func() float64 { return float64(eng.ReconcileFailures()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_reconcile_faults_total",
+			Help: "RECONCILE_FAILED faults this server raised since it started: nodes left in maintenance for an operator (bcd doctor lists them)."},
+			func() float64 { return float64(eng.ReconcileFaults()) }),
 		durations.commands, durations.workflows)
 	if st.Engine() == store.SQLite {
 		reg.MustRegister(
@@ -270,15 +290,26 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	// HTTP/2 without TLS (gRPC clients) is served by net/http itself, not by a handler that
 	// hijacks the connection: Shutdown then ends those connections too, before the store closes.
+	// Over TLS, HTTP/2 is negotiated (ALPN).
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
+	var tlsConfig *tls.Config
+	if apiCert != nil {
+		protocols.SetHTTP2(true)
+		tlsConfig = apiCert.tlsConfig()
+	} else {
+		protocols.SetUnencryptedHTTP2(true)
+	}
 	s.http = &http.Server{
 		Handler:           mux,
 		Protocols:         &protocols,
+		TLSConfig:         tlsConfig,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       apiIdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		// Failed TLS handshakes (a client that does not trust the certificate) are not the
+		// server's errors: debug, not the process's standard log.
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 	}
 	started = true
 	return s, nil
@@ -287,8 +318,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 // Addr is the API's address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// URL is the API's base URL.
-func (s *Server) URL() string { return "http://" + s.Addr() }
+// URL is the API's base URL (https:// with a TLS certificate).
+func (s *Server) URL() string {
+	if s.apiCert != nil {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
 
 // FirstAdminToken is the admin token minted at first start ("" afterwards): show it once.
 func (s *Server) FirstAdminToken() string { return s.first }
@@ -362,7 +398,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.log.Error("recording that this server is alive", "error", err)
 	}
 	errc := make(chan error, 3)
-	go func() { errc <- s.http.Serve(s.ln) }()
+	go func() {
+		if s.apiCert != nil {
+			errc <- s.http.ServeTLS(s.ln, "", "") // the certificate: TLSConfig.GetCertificate
+			return
+		}
+		errc <- s.http.Serve(s.ln)
+	}()
 	go func() { errc <- s.eng.Run(ctx) }()
 	caDone := make(chan struct{})
 	go func() { defer close(caDone); s.cas.run(ctx, s.cfg.CARefresh) }()
@@ -373,9 +415,9 @@ func (s *Server) Serve(ctx context.Context) error {
 			errc <- gateway.ServeTLS(ctx, s.gwLn, s.gwCert, s.gw, s.log)
 		}()
 	}
-	if exposedInClear(s.ln.Addr()) {
+	if s.warnInClear() {
 		s.log.Warn("the API is served over plain HTTP on an address other hosts reach: API tokens and BMC passwords cross the network in clear; "+
-			"listen on loopback behind a TLS-terminating proxy", "api", s.URL())
+			"give --api-tls-cert and --api-tls-key, or listen on loopback behind a TLS-terminating proxy", "api", s.URL())
 	}
 	s.log.Info("bcd server listening", "api", s.URL(), "gateway", s.gwURL, "store", string(s.st.Engine()), "server", s.eng.ID(), "ca", s.ca.Fingerprint())
 	var err error
