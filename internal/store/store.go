@@ -165,6 +165,13 @@ func ParseDSN(dsn string) (Engine, string, error) {
 	return "", "", fmt.Errorf("unrecognised store DSN %q: accepted are sqlite:PATH and postgres://USER@HOST/DB", redactDSN(dsn))
 }
 
+// uriPath is path as the path of a SQLite "file:" URI: SQLite ends the path at '?' or '#' and
+// decodes %HH escapes in it, so those three characters are escaped. Unescaped, a data directory
+// named "a#1" opened the store "a" (and "a#2" the same one), and "c%41" the directory "cA".
+func uriPath(path string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+}
+
 // openPostgres opens the pool. Its commits must be durable: an agent runs a command once its
 // acknowledgement is committed, and a commit a crash of the database took back would let a second
 // agent run it. A database (or role, or DSN) whose synchronous_commit is off gets the pool's
@@ -358,7 +365,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		// journal_size_limit: the first commit after the WAL restarts cuts the file back to
 		// the limit (it would otherwise keep its largest size for ever).
 		s.wal, s.walLimit = target+"-wal", walLimit
-		w, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(FULL)&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)"+
+		w, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(FULL)&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)"+
 			fmt.Sprintf("&_pragma=journal_size_limit(%d)", walLimit)+"&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
@@ -374,7 +381,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 			w.Close()
 			return nil, err
 		}
-		r, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(NORMAL)&_pragma=query_only(1)")
+		r, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(NORMAL)&_pragma=query_only(1)")
 		if err != nil {
 			w.Close()
 			return nil, fmt.Errorf("opening sqlite store %s for reading: %w", target, err)
@@ -384,7 +391,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		s.read = r
 		// Checkpoints flush the database file whatever the setting; NORMAL skips only the
 		// WAL's flush, which this connection never writes.
-		c, err := sql.Open("sqlite", "file:"+target+"?"+pragmas+"&_pragma=synchronous(NORMAL)")
+		c, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(NORMAL)")
 		if err != nil {
 			r.Close()
 			w.Close()
