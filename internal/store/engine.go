@@ -311,32 +311,10 @@ func (s *Store) AttestedResults(ctx context.Context, nodeID string, kinds []stri
 	return collect(rows, err, "attested results", scanCommand)
 }
 
-// UpdateCommand writes a command's state and outcome as the control plane decided them. A
-// command it fails while an agent holds it acknowledged (delivered or running, as the row
-// stands) is one given up under the agent (an aborted workflow, a step out of time), which the
-// agent may still be running: the same write records that the agent is to be told to cancel it
-// (cancel_requested_at; PendingCancels), whichever server holds the agent's connection. An
-// agent's own report goes through ReportCommand.
+// UpdateCommand writes a command's state and outcome.
 func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
-	// Only a failure under its agent requests a cancel: '' matches no holder.
-	holder := ""
-	if c.State == "failed" {
-		holder = c.TargetAgent
-	}
 	c.UpdatedAt = t.at
 	return t.execLater(ctx, "updating command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
-		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ?,
-		cancel_requested_at = CASE WHEN state IN ('delivered', 'running') AND target_agent <> '' AND target_agent = ? THEN ? ELSE cancel_requested_at END
-		WHERE id = ?`,
-		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt,
-		holder, t.at, c.ID)
-}
-
-// ReportCommand writes an agent's report on its command (its state, progress and outcome), as
-// UpdateCommand does without requesting a cancel: the agent itself ended it.
-func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
-	c.UpdatedAt = t.at
-	return t.execLater(ctx, "recording the report on command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
 		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?`,
 		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID)
 }
