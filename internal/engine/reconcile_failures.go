@@ -157,9 +157,6 @@ func (e *Engine) reconcileFailed(ctx context.Context, l store.Lease, rerr error)
 	}
 	e.failing.failures.Add(1)
 	log := e.log
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	errText := reconcileError(rerr)
 	var o failureOutcome
 	var at int64

@@ -366,22 +366,8 @@ func seedResting(t *testing.T, st *store.Store, c *clock) store.Node {
 	ctx := context.Background()
 	var n store.Node
 	err := st.Write(ctx, func(tx *store.Tx) error {
-		tn, err := tx.InsertTenant(ctx, "t")
-		if err != nil {
-			return err
-		}
-		site, err := tx.InsertSite(ctx, tn.ID, "s", nil)
-		if err != nil {
-			return err
-		}
-		pool, err := tx.InsertPool(ctx, store.Pool{TenantID: tn.ID, SiteID: site.ID, Name: "p"})
-		if err != nil {
-			return err
-		}
-		n = store.Node{ID: store.NewID(c.Now()), TenantID: tn.ID, SiteID: site.ID, PoolID: pool.ID, Name: "n0",
-			State: "deployed", Power: "on", BMCDriver: "redfish", BMCAddress: "https://10.0.0.9",
-			BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p", MACs: []string{"52:54:00:00:00:01"}}
-		if err := tx.InsertNode(ctx, &n); err != nil {
+		var err error
+		if n, err = insertTestNode(ctx, tx, c, "deployed", ""); err != nil {
 			return err
 		}
 		return tx.Wake(ctx, n.ID, "test", 0)

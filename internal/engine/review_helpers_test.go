@@ -52,27 +52,13 @@ func newWFFixture(t *testing.T, st *store.Store, state, target string, steps, cl
 	}
 	f := &wfFixture{st: st, clock: c}
 	err = st.Write(ctx, func(tx *store.Tx) error {
-		tn, err := tx.InsertTenant(ctx, "t")
-		if err != nil {
-			return err
-		}
-		site, err := tx.InsertSite(ctx, tn.ID, "s", nil)
-		if err != nil {
-			return err
-		}
-		pool, err := tx.InsertPool(ctx, store.Pool{TenantID: tn.ID, SiteID: site.ID, Name: "p"})
-		if err != nil {
-			return err
-		}
-		f.node = store.Node{ID: store.NewID(c.Now()), TenantID: tn.ID, SiteID: site.ID, PoolID: pool.ID, Name: "n0",
-			State: state, TargetState: target, Power: "on", BMCDriver: "redfish", BMCAddress: "https://10.0.0.9",
-			BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p", MACs: []string{"52:54:00:00:00:01"}}
-		if err := tx.InsertNode(ctx, &f.node); err != nil {
+		var err error
+		if f.node, err = insertTestNode(ctx, tx, c, state, target); err != nil {
 			return err
 		}
 		s, _ := json.Marshal(res.Steps)
 		cl, _ := json.Marshal(res.Cleanup)
-		wf := store.Workflow{NodeID: f.node.ID, TenantID: tn.ID, Profile: "test", Owner: "metal", NodeState: state,
+		wf := store.Workflow{NodeID: f.node.ID, TenantID: f.node.TenantID, Profile: "test", Owner: "metal", NodeState: state,
 			Steps: string(s), Cleanup: string(cl), CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps"}
 		if err := tx.InsertWorkflow(ctx, &wf); err != nil {
 			return err
@@ -89,6 +75,27 @@ func newWFFixture(t *testing.T, st *store.Store, state, target string, steps, cl
 	f.e.AcceptIngestedAttestationForTests()
 	f.site = Agent{ID: "site-a1", Kind: "site", SiteID: f.node.SiteID, ConnID: "conn-1"}
 	return f
+}
+
+// insertTestNode seeds a tenant, site and pool and one node of them in state (target target),
+// powered on, with a Redfish BMC and one MAC.
+func insertTestNode(ctx context.Context, tx *store.Tx, c *clock, state, target string) (store.Node, error) {
+	tn, err := tx.InsertTenant(ctx, "t")
+	if err != nil {
+		return store.Node{}, err
+	}
+	site, err := tx.InsertSite(ctx, tn.ID, "s", nil)
+	if err != nil {
+		return store.Node{}, err
+	}
+	pool, err := tx.InsertPool(ctx, store.Pool{TenantID: tn.ID, SiteID: site.ID, Name: "p"})
+	if err != nil {
+		return store.Node{}, err
+	}
+	n := store.Node{ID: store.NewID(c.Now()), TenantID: tn.ID, SiteID: site.ID, PoolID: pool.ID, Name: "n0",
+		State: state, TargetState: target, Power: "on", BMCDriver: "redfish", BMCAddress: "https://10.0.0.9",
+		BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p", MACs: []string{"52:54:00:00:00:01"}}
+	return n, tx.InsertNode(ctx, &n)
 }
 
 // run reconciles every due node.

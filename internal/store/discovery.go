@@ -110,10 +110,7 @@ const nodesWithoutMACsQuery = `SELECT id FROM nodes WHERE site_id = ? AND produc
 // product UUID (the nodes a sighting under that UUID may concern).
 func (t *Tx) NodesWithoutMACs(ctx context.Context, siteID, uuidA, uuidB string) ([]string, error) {
 	rows, err := t.query(ctx, nodesWithoutMACsQuery, siteID, uuidA, uuidB)
-	return collect(rows, err, "MAC-less nodes of a UUID", func(r interface{ Scan(...any) error }) (string, error) {
-		var id string
-		return id, r.Scan(&id)
-	})
+	return collect(rows, err, "MAC-less nodes of a UUID", scanID)
 }
 
 // DiscoveryOf reads what was seen at a site under a MAC.

@@ -371,10 +371,7 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 		rows, err := t.query(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
 			WHERE id IN `+list+` AND `+plus+`target_agent = ? AND `+plus+`state = 'queued'`+genCond+` RETURNING id`,
 			append(append(append([]any{t.at, t.at}, args...), agentID), genArgs...)...)
-		delivered, err := collect(rows, err, "delivered commands", func(r interface{ Scan(...any) error }) (string, error) {
-			var id string
-			return id, r.Scan(&id)
-		})
+		delivered, err := collect(rows, err, "delivered commands", scanID)
 		if err != nil {
 			return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
 		}

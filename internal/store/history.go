@@ -48,10 +48,7 @@ func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int,
 	var p Purged
 	if workflowsBefore > 0 && limit > 0 {
 		rows, err := t.query(ctx, endedWorkflowsQuery, workflowsBefore, limit)
-		ids, err := collect(rows, err, "ended workflows", func(r interface{ Scan(...any) error }) (string, error) {
-			var id string
-			return id, r.Scan(&id)
-		})
+		ids, err := collect(rows, err, "ended workflows", scanID)
 		if err != nil {
 			return p, fmt.Errorf("purging history: %w", err)
 		}
@@ -80,10 +77,7 @@ func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int,
 		n, _ := res.RowsAffected()
 		p.Events = int(n)
 		rows, err := t.query(ctx, endedBatchesQuery, eventsBefore, eventLimit)
-		ids, err := collect(rows, err, "ended batches", func(r interface{ Scan(...any) error }) (string, error) {
-			var id string
-			return id, r.Scan(&id)
-		})
+		ids, err := collect(rows, err, "ended batches", scanID)
 		if err != nil {
 			return p, fmt.Errorf("purging history: %w", err)
 		}

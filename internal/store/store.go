@@ -1435,6 +1435,12 @@ func (s *Store) queryRow(ctx context.Context, q string, args ...any) *sql.Row {
 	return s.read.QueryRowContext(ctx, q, args...)
 }
 
+// scanID scans a row of one text column (an id), for collect.
+func scanID(r interface{ Scan(...any) error }) (string, error) {
+	var id string
+	return id, r.Scan(&id)
+}
+
 // collect reads every row of a query with scan; what names the rows in errors.
 func collect[T any](rows rowsIter, err error, what string, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
 	if err != nil {

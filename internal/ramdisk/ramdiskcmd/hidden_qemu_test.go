@@ -3,7 +3,6 @@ package ramdiskcmd
 import (
 	"bytes"
 	"compress/gzip"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -23,20 +22,7 @@ import (
 // probe (testdata/hiddenprobe) that starts as the ramdisk's init does, so the test also shows
 // that libata.ignore_hpa=1 on the command line reaches the libata module.
 func TestHiddenCapacityInQEMU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM")
-	}
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		requirement(t, "qemu-system-x86_64 not installed (apt-get install --no-install-recommends qemu-system-x86)")
-	}
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 280*time.Second)
-	defer cancel()
-	kernel, initrd := buildRamdisk(ctx, t, root)
+	ctx, qemu, root, kernel, initrd := qemuAndRamdisk(t)
 
 	// The ramdisk with the probe as /init: a second archive after the ramdisk's replaces its
 	// /init (the kernel unpacks them in order), the modules stay.

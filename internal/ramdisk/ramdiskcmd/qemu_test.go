@@ -54,21 +54,7 @@ func requirement(t *testing.T, format string, args ...any) {
 // restrict=on: its DHCP server lives inside the QEMU process) and waits for the init and
 // ready markers.
 func TestBootQEMU(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a VM")
-	}
-	qemu, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		requirement(t, "qemu-system-x86_64 not installed (apt-get install --no-install-recommends qemu-system-x86)")
-	}
-	root, err := filepath.Abs("../../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 280*time.Second)
-	defer cancel()
-
-	kernel, initrd := buildRamdisk(ctx, t, root)
+	ctx, qemu, _, kernel, initrd := qemuAndRamdisk(t)
 
 	const token = "TestToken-0123456789abcdef"
 	ca, err := pki.CreateCA("bcd test CA", time.Now())
@@ -167,6 +153,27 @@ func TestBootQEMU(t *testing.T) {
 	if !strings.Contains(console.String(), "modules loaded") {
 		t.Errorf("no module report on the console:\n%s", console)
 	}
+}
+
+// qemuAndRamdisk is what a test that boots the ramdisk needs: a context bounding the test (280 s),
+// QEMU's path, the repository's root, and the ramdisk built (buildRamdisk). It skips under
+// -short, and without QEMU outside CI.
+func qemuAndRamdisk(t *testing.T) (ctx context.Context, qemu, root, kernel, initrd string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a VM")
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		requirement(t, "qemu-system-x86_64 not installed (apt-get install --no-install-recommends qemu-system-x86)")
+	}
+	if root, err = filepath.Abs("../../.."); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 280*time.Second)
+	t.Cleanup(cancel)
+	kernel, initrd = buildRamdisk(ctx, t, root)
+	return ctx, qemu, root, kernel, initrd
 }
 
 // buildRamdisk builds vmlinuz + initramfs into a temporary directory from the kernel package
