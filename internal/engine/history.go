@@ -36,7 +36,7 @@ func checkRetention(name string, d time.Duration) error {
 
 // PurgeHistory deletes history older than the configured retentions (Config.HistoryRetention,
 // Config.EventRetention): ended workflows with their finished commands (never a wipe's proof,
-// nor a command a row in use names), events, and the batches (approval records) nothing names. It runs bounded passes until nothing is left
+// nor a command a row in use names), finished commands of no workflow, events, and the batches (approval records) nothing names. It runs bounded passes until nothing is left
 // or historyPasses ran, and returns what it deleted.
 func (e *Engine) PurgeHistory(ctx context.Context) (store.Purged, error) {
 	var total store.Purged
@@ -64,12 +64,13 @@ func (e *Engine) PurgeHistory(ctx context.Context) (store.Purged, error) {
 		total.Commands += p.Commands
 		total.Events += p.Events
 		total.Batches += p.Batches
-		if p.Workflows < historyWorkflowsPerPass && p.Events < historyEventsPerPass {
+		total.Loose += p.Loose
+		if p.Workflows < historyWorkflowsPerPass && p.Loose < historyWorkflowsPerPass*store.LoosePerWorkflow && p.Events < historyEventsPerPass {
 			break
 		}
 	}
 	if total != (store.Purged{}) {
-		e.log.Info("deleted history past its retention", "workflows", total.Workflows, "commands", total.Commands, "events", total.Events, "batches", total.Batches,
+		e.log.Info("deleted history past its retention", "workflows", total.Workflows, "commands", total.Commands, "loose_commands", total.Loose, "events", total.Events, "batches", total.Batches,
 			"history_retention", e.cfg.HistoryRetention, "event_retention", e.cfg.EventRetention)
 	}
 	return total, nil

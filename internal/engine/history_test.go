@@ -10,22 +10,23 @@ import (
 	"bcd/internal/store/storetest"
 )
 
-// The engine deletes, past their retentions, ended workflows (with their commands) and events,
+// The engine deletes, past their retentions, ended workflows (with their commands), commands of
+// no workflow and events,
 // in as many bounded passes as it takes; a negative retention keeps them for ever.
 func TestPurgeHistoryByRetention(t *testing.T) {
 	day := 24 * time.Hour
 	cases := []struct {
-		name                 string
-		history, events      time.Duration
-		after                time.Duration // the clock moves on by this much
-		wantWorkflows, wantE int           // deleted
+		name                            string
+		history, events                 time.Duration
+		after                           time.Duration // the clock moves on by this much
+		wantWorkflows, wantLoose, wantE int           // deleted
 	}{
-		{"defaults, within both", 0, 0, 89 * day, 0, 0},
-		{"defaults, past history only", 0, 0, 91 * day, 250, 0},
-		{"defaults, past both", 0, 0, 366 * day, 250, 2500},
-		{"kept for ever", -1, -1, 1000 * day, 0, 0},
-		{"short retentions", 2 * day, 3 * day, 4 * day, 250, 2500},
-		{"history kept, events not", -1, 2 * day, 4 * day, 0, 2500},
+		{"defaults, within both", 0, 0, 89 * day, 0, 0, 0},
+		{"defaults, past history only", 0, 0, 91 * day, 250, 1500, 0},
+		{"defaults, past both", 0, 0, 366 * day, 250, 1500, 2500},
+		{"kept for ever", -1, -1, 1000 * day, 0, 0, 0},
+		{"short retentions", 2 * day, 3 * day, 4 * day, 250, 1500, 2500},
+		{"history kept, events not", -1, 2 * day, 4 * day, 0, 0, 2500},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -34,7 +35,8 @@ func TestPurgeHistoryByRetention(t *testing.T) {
 				clk := &clock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 				st.SetClock(clk.Now)
 				// 250 ended workflows (three passes of historyWorkflowsPerPass), one finished
-				// command each, and 2 500 events (two passes of historyEventsPerPass).
+				// command each, 1 500 finished commands of no workflow (two passes) and 2 500
+				// events (two passes of historyEventsPerPass).
 				err := st.Write(ctx, func(tx *store.Tx) error {
 					var evs []store.Event
 					for i := range 250 {
@@ -44,6 +46,12 @@ func TestPurgeHistoryByRetention(t *testing.T) {
 							return err
 						}
 						cmd := store.Command{NodeID: "n", TenantID: "t", SiteID: "s", Kind: "bmc.query", Args: "{}", RunsOn: "site", WorkflowID: w.ID, State: "succeeded"}
+						if err := tx.InsertCommand(ctx, &cmd); err != nil {
+							return err
+						}
+					}
+					for i := range 1500 {
+						cmd := store.Command{NodeID: "n", TenantID: "t", SiteID: "s", Kind: "bmc.power", Args: "{}", RunsOn: "site", State: "succeeded", FinishedAt: tx.At() + int64(i)}
 						if err := tx.InsertCommand(ctx, &cmd); err != nil {
 							return err
 						}
@@ -62,7 +70,7 @@ func TestPurgeHistoryByRetention(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := store.Purged{Workflows: c.wantWorkflows, Commands: c.wantWorkflows, Events: c.wantE}
+				want := store.Purged{Workflows: c.wantWorkflows, Commands: c.wantWorkflows + c.wantLoose, Loose: c.wantLoose, Events: c.wantE}
 				if got != want {
 					t.Fatalf("deleted %+v, want %+v", got, want)
 				}

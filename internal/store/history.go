@@ -8,7 +8,13 @@ import (
 // Purged counts what one PurgeHistory call deleted.
 type Purged struct {
 	Workflows, Commands, Events, Batches int
+	// Loose counts, among Commands, those deleted as no workflow's (looseCommandsQuery).
+	Loose int
 }
+
+// LoosePerWorkflow is how many loose commands one PurgeHistory call deletes per workflow of its
+// limit: about as many rows as the workflows' own commands.
+const LoosePerWorkflow = 10
 
 // historyDeletableCommand is the condition a finished command is deleted under: it is no proof (an
 // attested result with its signature, a wipe's: kept for as long as the store lives, as the
@@ -29,6 +35,21 @@ const endedBatchesQuery = `SELECT id FROM batches WHERE state IN ('running', 're
 	AND NOT EXISTS (SELECT 1 FROM commands WHERE commands.batch_id = batches.id)
 	ORDER BY state, created_at LIMIT ?`
 
+// looseCommandsQuery lists, oldest first (commands_loose), the deletable commands that finished
+// before a time and belong to no workflow: those run without one (a credential rotation, an
+// operator's power command) and those an ended workflow left behind when it was deleted because a
+// row still named them then (PurgeHistory makes them loose). Those a row still names, and a
+// loose proof, are read and kept at each pass: a few per node. SQLite without statistics would
+// rather search commands_workflow for the empty id and sort every loose command: it is told.
+func looseCommandsQuery(e Engine) string {
+	from := "commands"
+	if e == SQLite {
+		from += " INDEXED BY commands_loose"
+	}
+	return `SELECT id FROM ` + from + ` WHERE workflow_id = '' AND finished_at > 0 AND finished_at < ? AND ` + historyDeletableCommand + `
+	ORDER BY finished_at LIMIT ?`
+}
+
 // endedWorkflowsQuery lists, oldest first, workflows that ended before a time (workflows_ended)
 // and hold no command still unfinished.
 const endedWorkflowsQuery = `SELECT id FROM workflows WHERE outcome_applied AND finished_at > 0 AND finished_at < ?
@@ -36,7 +57,8 @@ const endedWorkflowsQuery = `SELECT id FROM workflows WHERE outcome_applied AND 
 	ORDER BY finished_at LIMIT ?`
 
 // PurgeHistory deletes history older than the retention: up to limit workflows that ended
-// before workflowsBefore, with their finished commands (see historyDeletableCommand), and up to
+// before workflowsBefore, with their finished commands (see historyDeletableCommand), up to
+// limit×LoosePerWorkflow loose commands that finished before it (looseCommandsQuery), and up to
 // eventLimit events recorded before eventsBefore (0: none), and as many batches created before
 // it that nothing names any more (endedBatchesQuery), with their leaves and approvals: the
 // record of who approved destructive work lives as long as the events that tell of it. A workflow with a command not yet
@@ -65,6 +87,26 @@ func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int,
 			}
 			n, _ = res.RowsAffected()
 			p.Workflows += int(n)
+			// What a row still names stays, loose: once nothing names it, the loose pass
+			// takes it. A proof keeps its workflow's id, for whoever reads it.
+			if _, err := t.exec(ctx, `UPDATE commands SET workflow_id = '' WHERE workflow_id IN `+list+` AND NOT (attested AND result_sig IS NOT NULL)`, args...); err != nil {
+				return p, fmt.Errorf("loosening the kept commands of ended workflows: %w", err)
+			}
+		}
+		rows, err = t.query(ctx, looseCommandsQuery(t.s.engine), workflowsBefore, limit*LoosePerWorkflow)
+		ids, err = collect(rows, err, "loose commands", scanID)
+		if err != nil {
+			return p, fmt.Errorf("purging history: %w", err)
+		}
+		for i := 0; i < len(ids); i += idsPerStatement {
+			list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
+			res, err := t.exec(ctx, `DELETE FROM commands WHERE id IN `+list, args...)
+			if err != nil {
+				return p, fmt.Errorf("purging loose commands: %w", err)
+			}
+			n, _ := res.RowsAffected()
+			p.Commands += int(n)
+			p.Loose += int(n)
 		}
 	}
 	if eventsBefore > 0 && eventLimit > 0 {

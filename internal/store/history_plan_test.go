@@ -18,6 +18,7 @@ func TestPurgeHistoryUsesItsIndex(t *testing.T) {
 	for _, c := range []struct{ query, index string }{
 		{endedWorkflowsQuery, "workflows_ended"},
 		{endedBatchesQuery, "batches_state"},
+		{looseCommandsQuery(SQLite), "commands_loose"},
 	} {
 		got := planOf(t, s, c.query, int64(1), 1)
 		if !strings.Contains(got, "INDEX "+c.index) || strings.Contains(got, "TEMP B-TREE") {

@@ -175,3 +175,121 @@ func TestPurgeHistory(t *testing.T) {
 		}
 	})
 }
+
+// Commands of no workflow are history too: those run without one go once they finished before
+// the retention, and those an ended workflow left because a row named them go once nothing
+// does; a proof stays, with its workflow's id.
+func TestPurgeLooseCommands(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		n := nodes[0]
+		const old, cutoff, recent = 100, 1000, 5000
+		cmd := map[string]string{}
+		var wfID string
+		err := st.Write(ctx, func(tx *store.Tx) error {
+			w := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: "metal-release", Owner: "metal", NodeState: "releasing",
+				Steps: "[]", Cleanup: "[]", State: "succeeded", Phase: "done", FinishedAt: old, OutcomeApplied: true}
+			if err := tx.InsertWorkflow(ctx, &w); err != nil {
+				return err
+			}
+			wfID = w.ID
+			for _, c := range []struct {
+				name, workflow, state string
+				finished              int64
+			}{
+				{"old", "", "succeeded", old}, {"old-failed", "", "failed", old}, {"recent", "", "succeeded", recent},
+				{"running", "", "running", 0}, {"named", "", "succeeded", old},
+				{"workflow's-named", w.ID, "succeeded", old}, {"workflow's-proof", w.ID, "succeeded", old}, {"workflow's", w.ID, "succeeded", old},
+			} {
+				row := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "bmc.power", Args: "{}", RunsOn: "site",
+					WorkflowID: c.workflow, State: c.state, FinishedAt: c.finished}
+				if err := tx.InsertCommand(ctx, &row); err != nil {
+					return err
+				}
+				cmd[c.name] = row.ID
+			}
+			for _, q := range []struct {
+				sql  string
+				args []any
+			}{
+				{`UPDATE commands SET attested = ?, result_sig = ? WHERE id = ?`, []any{true, []byte("sig"), cmd["workflow's-proof"]}},
+				{`UPDATE nodes SET linger_command = ? WHERE id = ?`, []any{cmd["workflow's-named"], n.ID}},
+				{`INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, 'node', ?, ?, 1, 1, 1, ?)`,
+					[]any{"h1", n.SiteID, n.ID, cmd["named"]}},
+			} {
+				if _, err := tx.ExecForTests(ctx, q.sql, q.args...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		purge := func(limit int) store.Purged {
+			t.Helper()
+			var p store.Purged
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				p, err = tx.PurgeHistory(ctx, cutoff, limit, 0, 0)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		exists := func(name string) bool {
+			t.Helper()
+			err := st.Write(ctx, func(tx *store.Tx) error { _, err := tx.Command(ctx, cmd[name]); return err })
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				t.Fatal(err)
+			}
+			return err == nil
+		}
+		// The workflow and its plain command go; "old" and "old-failed" are the loose pass's.
+		if got, want := purge(1), (store.Purged{Workflows: 1, Commands: 3, Loose: 2}); got != want {
+			t.Fatalf("first pass: %+v, want %+v", got, want)
+		}
+		for name, want := range map[string]bool{"old": false, "old-failed": false, "recent": true, "running": true, "named": true,
+			"workflow's-named": true, "workflow's-proof": true, "workflow's": false} {
+			if got := exists(name); got != want {
+				t.Errorf("after the first pass command %q exists: %t, want %t", name, got, want)
+			}
+		}
+		var proofsWorkflow string
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			c, err := tx.Command(ctx, cmd["workflow's-proof"])
+			proofsWorkflow = c.WorkflowID
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if proofsWorkflow != wfID {
+			t.Errorf("the proof's workflow id is %q, want %q kept", proofsWorkflow, wfID)
+		}
+		if got := purge(1); got != (store.Purged{}) {
+			t.Fatalf("second pass with the names in place: %+v, want nothing", got)
+		}
+		// Once nothing names them, the kept commands go: the one run without a workflow, and
+		// the one its ended workflow left behind.
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			for _, q := range []string{`UPDATE nodes SET linger_command = '' WHERE id = ?`, `DELETE FROM join_tokens WHERE node_id = ?`} {
+				if _, err := tx.ExecForTests(ctx, q, n.ID); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := purge(1), (store.Purged{Commands: 2, Loose: 2}); got != want {
+			t.Fatalf("pass once nothing names them: %+v, want %+v", got, want)
+		}
+		for name, want := range map[string]bool{"named": false, "workflow's-named": false, "workflow's-proof": true, "recent": true, "running": true} {
+			if got := exists(name); got != want {
+				t.Errorf("at the end command %q exists: %t, want %t", name, got, want)
+			}
+		}
+	})
+}
