@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"time"
 
 	"bcd/internal/auth"
@@ -278,6 +279,30 @@ var concernDrivers = map[string][]string{
 	"virtual-media": {"redfish"},
 }
 
+// bmcConcerns are the concerns the node's BMC driver serves. A node has one BMC driver (its
+// power driver, or the one its enrollment names): a profile naming another for one of these
+// would be stored and never used, so it is refused.
+var bmcConcerns = []string{"management", "inspect", "virtual-media"}
+
+// oneBMCDriver refuses BMC concerns bound to another driver than power's ("ramdisk" inspection
+// is in-band, not the BMC's, and goes with any).
+func oneBMCDriver(drivers map[string]string) error {
+	power := drivers["power"]
+	for _, c := range bmcConcerns {
+		d := drivers[c]
+		if d == "" || d == power || (c == "inspect" && d == "ramdisk") {
+			continue
+		}
+		if !slices.Contains(concernDrivers[c], power) {
+			return invalid("drivers", "%s=%s with power=%s: a node has one BMC driver, serving power, management, inspect and virtual-media, and %s has no %s driver: use power=%s, or leave %s out",
+				c, d, power, power, c, d, c)
+		}
+		return invalid("drivers", "%s=%s with power=%s: a node has one BMC driver, serving power, management, inspect and virtual-media; accepted for %s: %s (or leave it out)",
+			c, d, power, c, power)
+	}
+	return nil
+}
+
 // installationWide refuses a change to what every tenant shares (hardware profiles, deploy
 // profiles, the image catalog and its signers) to any but an admin token without a tenant: a
 // tenant's admin would otherwise decide what other tenants' machines run.
@@ -313,6 +338,9 @@ func (s *Service) PutHardwareProfile(ctx context.Context, p auth.Principal, hp s
 		if !found {
 			return store.HardwareProfile{}, invalid("drivers", "unknown %s driver %q: accepted are %v", concern, truncate(driver), known)
 		}
+	}
+	if err := oneBMCDriver(hp.Drivers); err != nil {
+		return store.HardwareProfile{}, err
 	}
 	switch hp.LocalBoot {
 	case "":
