@@ -24,10 +24,19 @@ import (
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
+	"bcd/internal/wirebound"
 )
 
 // MaxRequestBytes bounds a request body.
 const MaxRequestBytes = 1 << 20
+
+// MaxDecodedElements bounds what one request may decode to: its messages, map entries and list
+// elements (in JSON, its objects, object members and array elements), counted before it is
+// decoded (wirebound). 1 MiB of empty strings or labels would otherwise decode to tens of MiB,
+// before the caller is even authenticated. The largest request bcd takes is a bulk of
+// batch.MaxBulk (10,000) nodes or metal.MaxSelectors selectors; others hold at most 64 MACs,
+// labels or firmware components per map or list (TestLargestRequestsAccepted).
+const MaxDecodedElements = 1 << 14
 
 // SiteJoiner mints site-agent bootstrap tokens and tells where agents connect.
 type SiteJoiner interface {
@@ -47,7 +56,11 @@ type ResultVerifier interface {
 func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, log *slog.Logger) http.Handler {
 	authn := &authenticator{svc: svc, ttl: 5 * time.Second, cache: map[string]cachedPrincipal{}}
 	opts := []connect.HandlerOption{
-		connect.WithCodec(strictJSON{}),
+		// Every codec Connect would otherwise decode with is replaced: "json; charset=utf-8" is
+		// a codec of its own, which WithCodec(json) leaves lax and unbounded.
+		connect.WithCodec(wirebound.NewProto(MaxDecodedElements)),
+		connect.WithCodec(strictJSON{name: "json", limit: MaxDecodedElements}),
+		connect.WithCodec(strictJSON{name: "json; charset=utf-8", limit: MaxDecodedElements}),
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Small answers are cheaper to send than to compress; large ones (listings) are
 		// compressed at gzip's fastest level.
@@ -67,10 +80,14 @@ func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, log
 	return mux
 }
 
-// strictJSON is the JSON codec with unknown fields refused (connect's default discards them).
-type strictJSON struct{}
+// strictJSON is the JSON codec with unknown fields refused (connect's default discards them) and
+// requests that would decode to more than limit elements refused before they are decoded.
+type strictJSON struct {
+	name  string // Connect's codec name: json, json; charset=utf-8
+	limit int
+}
 
-func (strictJSON) Name() string { return "json" }
+func (c strictJSON) Name() string { return c.name }
 
 func (strictJSON) Marshal(m any) ([]byte, error) {
 	msg, ok := m.(proto.Message)
@@ -80,13 +97,16 @@ func (strictJSON) Marshal(m any) ([]byte, error) {
 	return protojson.MarshalOptions{}.Marshal(msg)
 }
 
-func (strictJSON) Unmarshal(b []byte, m any) error {
+func (c strictJSON) Unmarshal(b []byte, m any) error {
 	msg, ok := m.(proto.Message)
 	if !ok {
 		return fmt.Errorf("cannot decode JSON into %T", m)
 	}
 	if len(b) == 0 {
 		return nil
+	}
+	if _, err := wirebound.CountJSON(b, c.limit); err != nil {
+		return fmt.Errorf("JSON request refused before decoding: %w", err)
 	}
 	if err := (protojson.UnmarshalOptions{}).Unmarshal(b, msg); err != nil {
 		return fmt.Errorf("invalid JSON request: %s", withoutValues(err.Error()))
