@@ -11,6 +11,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
+
+	"bcd/internal/flagconfig"
 )
 
 // The exit codes of bcd: what a script tells apart without reading the message.
@@ -58,7 +60,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, new(usageError)):
+	case errors.As(err, new(usageError)), errors.As(err, new(*flagconfig.Error)):
+		// flagconfig: a refused value of the environment or the config file of bcd site run.
 		return exitUsage
 	case errors.As(err, new(*tls.CertificateVerificationError)):
 		// The client refused the server's certificate: retrying does not help, a CA does.

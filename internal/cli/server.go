@@ -2,11 +2,13 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"bcd/internal/engine"
+	"bcd/internal/flagconfig"
 	"bcd/internal/server"
 	"bcd/internal/workflow"
 )
@@ -19,12 +21,12 @@ func serverCmd(g *globals) *cobra.Command {
 		Short: "Run the control plane (API, store, reconciler)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := configure(g, cmd, serverSpec()); err != nil {
+				return err
+			}
 			log, err := newLogger(g.env.Stderr, logLevel)
 			if err != nil {
 				return err
-			}
-			if !cmd.Flags().Changed("store") {
-				cfg.StoreDSN = g.envOr("BCD_STORE", "")
 			}
 			cfg.Key = g.env.Getenv("BCD_SEAL_KEY")
 			if fw := cfg.Engine.FastTrackWindow; fw < 0 || fw > workflow.MaxFastTrackWindow {
@@ -57,18 +59,18 @@ func serverCmd(g *globals) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Listen, "listen", g.envOr("BCD_LISTEN", "127.0.0.1:7480"), "API listen address (env BCD_LISTEN)")
-	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "data directory: SQLite store and sealing key (env BCD_DATA_DIR)")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:7480", "API listen address (env BCD_LISTEN)")
+	f.StringVar(&cfg.DataDir, "data-dir", "data", "data directory: SQLite store and sealing key (env BCD_DATA_DIR)")
 	// The environment is read after parsing, not shown as the flag's default: help must not print
 	// the password a DSN may hold.
 	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
-	f.StringVar(&cfg.KeyFile, "seal-key-file", g.envOr("BCD_SEAL_KEY_FILE", ""), "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key, or keyring, itself)")
-	f.StringVar(&cfg.GatewayListen, "gateway-listen", g.envOr("BCD_GATEWAY_LISTEN", "127.0.0.1:7443"), "agent gateway listen address, mTLS (env BCD_GATEWAY_LISTEN; \"off\" for none)")
-	f.StringVar(&cfg.GatewayURL, "gateway-url", g.envOr("BCD_GATEWAY_URL", ""), "URL agents use to reach the gateway (env BCD_GATEWAY_URL; default https://GATEWAY-LISTEN)")
+	f.StringVar(&cfg.KeyFile, "seal-key-file", "", "sealing key file, created 0600 on first start (env BCD_SEAL_KEY_FILE; default DATA-DIR/seal.key; BCD_SEAL_KEY gives the key, or keyring, itself)")
+	f.StringVar(&cfg.GatewayListen, "gateway-listen", "127.0.0.1:7443", "agent gateway listen address, mTLS (env BCD_GATEWAY_LISTEN; \"off\" for none)")
+	f.StringVar(&cfg.GatewayURL, "gateway-url", "", "URL agents use to reach the gateway (env BCD_GATEWAY_URL; default https://GATEWAY-LISTEN)")
 	f.StringSliceVar(&cfg.GatewayHosts, "gateway-host", nil, "extra DNS name or IP in the gateway's certificate (repeatable)")
-	f.StringVar(&cfg.APITLSCert, "api-tls-cert", g.envOr("BCD_API_TLS_CERT", ""), "PEM certificate chain of the API's TLS, with --api-tls-key; loaded again when the file changes (env BCD_API_TLS_CERT; default: plain HTTP)")
-	f.StringVar(&cfg.APITLSKey, "api-tls-key", g.envOr("BCD_API_TLS_KEY", ""), "PEM private key of --api-tls-cert; loaded again when the file changes (env BCD_API_TLS_KEY)")
-	f.StringVar(&cfg.ProfilesFile, "profiles-file", g.envOr("BCD_PROFILES_FILE", ""), "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
+	f.StringVar(&cfg.APITLSCert, "api-tls-cert", "", "PEM certificate chain of the API's TLS, with --api-tls-key; loaded again when the file changes (env BCD_API_TLS_CERT; default: plain HTTP)")
+	f.StringVar(&cfg.APITLSKey, "api-tls-key", "", "PEM private key of --api-tls-cert; loaded again when the file changes (env BCD_API_TLS_KEY)")
+	f.StringVar(&cfg.ProfilesFile, "profiles-file", "", "JSON object of deploy profiles by name (env BCD_PROFILES_FILE)")
 	f.IntVar(&cfg.Engine.UnreachableAfter, "bmc-unreachable-after", engine.DefaultUnreachableAfter, "consecutive failed power polls that raise BMC_UNREACHABLE on a node")
 	f.DurationVar(&cfg.Engine.FastTrackWindow, "fast-track-window", 0, "how long a ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot, where the node's pool sets no fastTrackWindow (0: off, the BMC powers the node off at once)")
 	f.DurationVar(&cfg.Engine.ApprovalTimeout, "approval-timeout", engine.DefaultApprovalTimeout, "how long a destructive batch may wait for its approvals before it is rejected (its nodes return where their verb came from, or fail BATCH_REJECTED)")
@@ -78,6 +80,20 @@ func serverCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", engine.DefaultSiteCertTTL, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
-	f.StringVar(&logLevel, "log-level", g.envOr("BCD_LOG_LEVEL", "info"), "log level: debug, info, warn, error (env BCD_LOG_LEVEL)")
+	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (env BCD_LOG_LEVEL)")
+	flagconfig.AddConfigFlag(f, serverSpec())
 	return cmd
+}
+
+// serverSpec maps bcd server's flags to the environment: BCD_ and the flag's name (--history-retention:
+// BCD_HISTORY_RETENTION), as docs/operations.md lists them. --store's value (a DSN may hold a
+// password) is never repeated in an error.
+func serverSpec() flagconfig.Spec {
+	return flagconfig.Spec{EnvPrefix: "BCD_", Secret: []string{"store"}}
+}
+
+// configure fills cmd's own flags the command line did not set from the environment, then from
+// the config file (flagconfig.Apply); a value refused there is a usage error.
+func configure(g *globals, cmd *cobra.Command, s flagconfig.Spec) error {
+	return usage(flagconfig.Apply(cmd.LocalFlags(), s, flagconfig.Source{Getenv: g.env.Getenv, ReadFile: os.ReadFile}))
 }

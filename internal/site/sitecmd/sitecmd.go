@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bcd/internal/dhcp"
+	"bcd/internal/flagconfig"
 	"bcd/internal/netboot"
 	"bcd/internal/site"
 )
@@ -45,8 +46,23 @@ type flags struct {
 	logLevel                                 string
 }
 
-// Command returns `run`, to be mounted under `bcd site`.
+// Spec maps the flags of `bcd site run` to the environment: BCD_SITE_ and the flag's name in
+// capitals, - as _ (--data-dir: BCD_SITE_DATA_DIR; --join-token: BCD_SITE_JOIN_TOKEN). Not BCD_
+// alone: --server and --data-dir are also the CLI's and the control plane's flags, and a
+// shell that exported BCD_SERVER (the API's URL) for the CLI would point the agent at the API.
+// --join-token's value is never repeated in an error.
+func Spec() flagconfig.Spec {
+	return flagconfig.Spec{EnvPrefix: "BCD_SITE_", Secret: []string{"join-token"}}
+}
+
+// Command returns `run`, to be mounted under `bcd site`: it reads the process's environment
+// and files.
 func Command() *cobra.Command {
+	return command(flagconfig.Source{Getenv: os.Getenv, ReadFile: os.ReadFile})
+}
+
+// command is `run` reading the environment and the config file from src.
+func command(src flagconfig.Source) *cobra.Command {
 	var f flags
 	cmd := &cobra.Command{
 		Use:   "run --server URL --site NAME --join-token TOKEN --data-dir DIR",
@@ -56,13 +72,17 @@ func Command() *cobra.Command {
 certificate in the data dir; later starts reconnect with them (an agent whose certificate expired
 while it was stopped joins again with a new token, keeping the data dir). Boot entries, DHCP leases and
 the artifact cache live in the data dir too; the cache evicts what nothing uses, least recently used
-first, beyond --cache-max, and once unused for --cache-retain.`,
+first, beyond --cache-max, and once unused for --cache-retain.
+
+Every flag can also come from the environment, BCD_SITE_ and its name in capitals with - as _
+(BCD_SITE_DATA_DIR), or from the YAML file --config names (keys are the flags' names; lists take
+YAML lists): a flag given wins over its variable, which wins over the file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.joinToken == "" {
-				f.joinToken = os.Getenv(JoinTokenEnv)
+			if err := flagconfig.Apply(cmd.LocalFlags(), Spec(), src); err != nil {
+				return err
 			}
-			cfg, err := f.config(os.ReadFile)
+			cfg, err := f.config(src.ReadFile)
 			if err != nil {
 				return err
 			}
@@ -120,6 +140,7 @@ first, beyond --cache-max, and once unused for --cache-retain.`,
 	fl.StringVar(&f.cacheMax, "cache-max", "20GiB", "artifact cache bound: beyond it, the least recently used artifacts nothing uses (no boot entry, virtual media, the ramdisk, a download) are evicted; bytes, or KiB, MiB, GiB, TiB. 0: no bound")
 	fl.StringVar(&f.cacheRetain, "cache-retain", "7d", "artifact cache: an artifact nothing uses is evicted once unused this long, even under the bound; a duration (36h) or days (7d). 0: kept until the bound needs the room")
 	fl.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	flagconfig.AddConfigFlag(fl, Spec())
 	return cmd
 }
 
