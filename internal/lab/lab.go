@@ -52,6 +52,7 @@ type DiskBus string
 const (
 	DiskVirtio DiskBus = "virtio"
 	DiskNVMe   DiskBus = "nvme"
+	DiskMixed  DiskBus = "mixed" // a choice of Options only: even VMs virtio, odd VMs NVMe
 )
 
 // QEMU device ids the virtual BMCs act on (boot order, media).

@@ -103,9 +103,9 @@ func Plan(o Options) (Spec, error) {
 		return Spec{}, fmt.Errorf("planning lab: firmware %q: accepted are bios, uefi, mixed", o.Firmware)
 	}
 	switch o.DiskBus {
-	case DiskVirtio, DiskNVMe:
+	case DiskVirtio, DiskNVMe, DiskMixed:
 	default:
-		return Spec{}, fmt.Errorf("planning lab: disk bus %q: accepted are virtio, nvme", o.DiskBus)
+		return Spec{}, fmt.Errorf("planning lab: disk bus %q: accepted are virtio, nvme, mixed", o.DiskBus)
 	}
 	if !validIfName(o.NetNS) || !validIfName(o.Bridge) {
 		return Spec{}, fmt.Errorf("planning lab: namespace %q and bridge %q must be 1 to 15 letters, digits, '.', '_' or '-'", o.NetNS, o.Bridge)
@@ -141,7 +141,7 @@ func Plan(o Options) (Spec, error) {
 		vm := VM{
 			Index: i, Name: name, Firmware: FirmwareFor(o.Firmware, i),
 			MAC: MAC(i), UUID: VMUUID(i), Serial: fmt.Sprintf("BCDLAB%04d", i), Tap: fmt.Sprintf("bcdtap%d", i),
-			MemoryMiB: o.MemoryMiB, DiskBus: o.DiskBus, DiskSize: o.DiskSize,
+			MemoryMiB: o.MemoryMiB, DiskBus: DiskBusFor(o.DiskBus, i), DiskSize: o.DiskSize,
 			Dir: dir, Disk: filepath.Join(dir, "disk.raw"),
 			QMPSocket: filepath.Join(dir, "qmp.sock"), QMPMonitor: filepath.Join(dir, "monitor.sock"), InbandSocket: filepath.Join(dir, "bmc-inband.sock"),
 			Console: filepath.Join(dir, "console.log"), QEMULog: filepath.Join(dir, "qemu.log"),
@@ -192,6 +192,17 @@ func FirmwareFor(c FirmwareChoice, i int) Firmware {
 		}
 	}
 	return FirmwareBIOS
+}
+
+// DiskBusFor is VM i's disk bus under choice c: mixed alternates virtio (even) and NVMe (odd).
+func DiskBusFor(c DiskBus, i int) DiskBus {
+	if c == DiskMixed {
+		if i%2 == 1 {
+			return DiskNVMe
+		}
+		return DiskVirtio
+	}
+	return c
 }
 
 // MAC is VM i's NIC address: locally administered, unicast, stable per index

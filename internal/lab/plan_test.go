@@ -158,6 +158,10 @@ func TestQEMUArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	mixed, err := Plan(Options{VMs: 2, Dir: "/lab", DiskBus: DiskMixed})
+	if err != nil {
+		t.Fatal(err)
+	}
 	common := []string{
 		"-name lab-%d,process=bcdlab-lab-%d",
 		"-machine q35,accel=tcg",
@@ -199,6 +203,10 @@ func TestQEMUArgs(t *testing.T) {
 			"-device virtio-blk-pci,drive=disk0-drive,id=disk0,serial=BCDLAB0001-D0,bootindex=2"),
 			absent: []string{"sercon", "romfile"}},
 		{name: "nvme", s: nvme, vm: 0, want: []string{"-m 512", "-device nvme,drive=disk0-drive,id=disk0,serial=BCDLAB0000-D0,bootindex=2"},
+			absent: []string{"virtio-blk"}},
+		{name: "mixed disks, even", s: mixed, vm: 0, want: []string{"-device virtio-blk-pci,drive=disk0-drive,id=disk0,serial=BCDLAB0000-D0,bootindex=2"},
+			absent: []string{"-device nvme"}},
+		{name: "mixed disks, odd", s: mixed, vm: 1, want: []string{"-device nvme,drive=disk0-drive,id=disk0,serial=BCDLAB0001-D0,bootindex=2"},
 			absent: []string{"virtio-blk"}},
 	}
 	for _, tt := range tests {

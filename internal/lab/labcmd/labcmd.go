@@ -143,7 +143,7 @@ func upCmd() *cobra.Command {
 	f.StringVar(&dir, "dir", DefaultDir, "lab directory (disks, consoles, state.json, credentials.json)")
 	f.StringVar(&o.NetNS, "netns", lab.DefaultNetNS, "network namespace name")
 	f.IntVar(&o.MemoryMiB, "memory", lab.DefaultMemoryMiB, "MiB of memory per VM (128 to 1024)")
-	f.StringVar(&disk, "disk-bus", string(lab.DiskVirtio), "virtio or nvme")
+	f.StringVar(&disk, "disk-bus", string(lab.DiskVirtio), "virtio, nvme or mixed (even VMs virtio, odd VMs NVMe)")
 	f.BoolVar(&foreground, "foreground", false, "stay in the foreground and bring the lab down on Ctrl-C")
 	f.StringVarP(&output, "output", "o", "table", "table or json")
 	f.StringVar(&site.Site, "site", "", "run a site agent for this site inside the lab (needs the flags below)")

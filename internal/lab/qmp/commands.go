@@ -48,7 +48,12 @@ func (c *Client) Cont(ctx context.Context) error { return c.Execute(ctx, "cont",
 // Quit ends QEMU. The connection closes right after the reply.
 func (c *Client) Quit(ctx context.Context) error { return c.Execute(ctx, "quit", nil, nil) }
 
-// QomSet sets property prop of the QOM object at path (a device id such as "nic0") to value.
+// PeripheralPath is the QOM path of the device of id (-device …,id=ID). A device's bare id is
+// a partial path, which QEMU resolves only when no other object has that name: an NVMe
+// controller's bus is named after the controller, so "disk0" is then "not found".
+func PeripheralPath(id string) string { return "/machine/peripheral/" + id }
+
+// QomSet sets property prop of the QOM object at path (PeripheralPath for a device) to value.
 func (c *Client) QomSet(ctx context.Context, path, prop string, value any) error {
 	args := map[string]any{"path": path, "property": prop, "value": value}
 	if err := c.Execute(ctx, "qom-set", args, nil); err != nil {

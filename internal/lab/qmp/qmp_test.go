@@ -43,7 +43,7 @@ func TestHelpers(t *testing.T) {
 		{"stop", "running", func(c *qmp.Client) error { return c.Stop(ctx) }, "stop", "paused"},
 		{"cont", "paused", func(c *qmp.Client) error { return c.Cont(ctx) }, "cont", "running"},
 		{"cont from prelaunch", "prelaunch", func(c *qmp.Client) error { return c.Cont(ctx) }, "cont", "running"},
-		{"qom-set", "running", func(c *qmp.Client) error { return c.QomSet(ctx, "nic0", "bootindex", 1) }, "qom-set", "running"},
+		{"qom-set", "running", func(c *qmp.Client) error { return c.QomSet(ctx, qmp.PeripheralPath("nic0"), "bootindex", 1) }, "qom-set", "running"},
 		{"change medium", "running", func(c *qmp.Client) error { return c.ChangeMedium(ctx, "cd0", "/tmp/x.iso") }, "blockdev-change-medium", "running"},
 		{"eject", "running", func(c *qmp.Client) error { return c.Eject(ctx, "cd0") }, "eject", "running"},
 	}
@@ -73,11 +73,11 @@ func TestQomAndMedia(t *testing.T) {
 	ctx := context.Background()
 	s := qmptest.New(t, "running", "nic0", "cd0")
 	c := dial(t, s)
-	if err := c.QomSet(ctx, "nic0", "bootindex", 3); err != nil {
+	if err := c.QomSet(ctx, qmp.PeripheralPath("nic0"), "bootindex", 3); err != nil {
 		t.Fatal(err)
 	}
 	var v int
-	if err := c.QomGet(ctx, "nic0", "bootindex", &v); err != nil || v != 3 {
+	if err := c.QomGet(ctx, qmp.PeripheralPath("nic0"), "bootindex", &v); err != nil || v != 3 {
 		t.Fatalf("QomGet = %d, %v; want 3", v, err)
 	}
 	if err := c.ChangeMedium(ctx, "cd0", "/x.iso"); err != nil || s.Medium("cd0") != "/x.iso" {
@@ -86,7 +86,7 @@ func TestQomAndMedia(t *testing.T) {
 	if err := c.Eject(ctx, "cd0"); err != nil || s.Medium("cd0") != "" {
 		t.Fatalf("after eject medium = %q, %v", s.Medium("cd0"), err)
 	}
-	err := c.QomSet(ctx, "nope", "bootindex", 1)
+	err := c.QomSet(ctx, qmp.PeripheralPath("nope"), "bootindex", 1)
 	var qe *qmp.Error
 	if !errors.As(err, &qe) || qe.Class != "GenericError" {
 		t.Fatalf("QomSet on unknown device: %v, want a *qmp.Error", err)
@@ -123,7 +123,7 @@ func TestConcurrent(t *testing.T) {
 			if _, err := c.QueryStatus(ctx); err != nil {
 				errs <- err
 			}
-			if err := c.QomSet(ctx, "nic0", "bootindex", i); err != nil {
+			if err := c.QomSet(ctx, qmp.PeripheralPath("nic0"), "bootindex", i); err != nil {
 				errs <- err
 			}
 		})

@@ -38,8 +38,8 @@ func requirement(t *testing.T, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// TestEndToEnd takes two real PXE-booting VMs (one SeaBIOS enrolled by Redfish, one OVMF
-// enrolled by IPMI) through their life against an in-process control plane, with the real site
+// TestEndToEnd takes two real PXE-booting VMs (one SeaBIOS with a virtio disk enrolled by
+// Redfish, one OVMF with an NVMe disk enrolled by IPMI) through their life against an in-process control plane, with the real site
 // agent, ramdisk and lab OS image:
 //
 //	enroll → inspecting → commissioning → ready → deploy → deployed → (VM 0: rescue → unrescue →
@@ -88,7 +88,9 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	labOpts := lab.Options{VMs: 2, Firmware: lab.ChoiceMixed, Dir: filepath.Join(tmp, "lab"), NetNS: "bcde2e"}
+	// VM 1's disk is NVMe: the deploy finds the image's partition as nvme0n1p1 and the release
+	// wipes the namespace, with its hidden-capacity checks on a real NVMe controller.
+	labOpts := lab.Options{VMs: 2, Firmware: lab.ChoiceMixed, DiskBus: lab.DiskMixed, Dir: filepath.Join(tmp, "lab"), NetNS: "bcde2e"}
 	// A fast-track window longer than the test: commissioning leaves the ramdisk up and the
 	// deploy runs in it (no power cycle, no ramdisk boot), which is asserted below.
 	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: filepath.Join(tmp, "server"),
@@ -242,6 +244,12 @@ func TestEndToEnd(t *testing.T) {
 		if err := diskWiped(n.VM.Disk, n.VM.DiskSize); err != nil {
 			t.Errorf("%s after undeploy: %v", n.VM.Name, err)
 		}
+		// Every wipe is proven: signed, verified, on the disk of the VM's bus, with its
+		// hidden-capacity check recorded (NVMe: the controller's namespaces were read).
+		disk := map[lab.DiskBus]string{lab.DiskVirtio: "vda", lab.DiskNVMe: "nvme0n1"}[n.VM.DiskBus]
+		if err := wipesProven(ctx, c, n.NodeID, disk, n.VM.DiskBus == lab.DiskNVMe); err != nil {
+			t.Errorf("%s: %v", n.VM.Name, err)
+		}
 	}
 
 	// The event log tells the life of each node.
@@ -261,6 +269,45 @@ func TestEndToEnd(t *testing.T) {
 		assertOnce(t, f, regexp.MustCompile(`msg="command started" command=(\S+)`))
 	}
 	assertOnce(t, filepath.Join(labOpts.Dir, "site.log"), regexp.MustCompile(`"msg":"site command done","command":"([^"]+)"`))
+}
+
+// wipesProven checks a node's disk.wipe attestations (commissioning's and the release's): each
+// verified by the control plane, each erasing and reading back disk, with a hidden-capacity check
+// that ran (when checked) and found nothing.
+func wipesProven(ctx context.Context, c *Client, node, disk string, checked bool) error {
+	resp, err := c.Nodes.Attestations(ctx, connect.NewRequest(&bcdv1.ListAttestationsRequest{Node: node, Kind: "disk.wipe"}))
+	if err != nil {
+		return fmt.Errorf("listing wipe attestations: %w", err)
+	}
+	if n := len(resp.Msg.Attestations); n < 2 {
+		return fmt.Errorf("%d disk.wipe attestations, want commissioning's and the release's", n)
+	}
+	for _, a := range resp.Msg.Attestations {
+		if !a.Verified {
+			return fmt.Errorf("wipe %s not verified: %s", a.CommandId, a.VerifyError)
+		}
+		var res struct {
+			Disks []struct {
+				Name           string `json:"name"`
+				Verified       bool   `json:"verified"`
+				HiddenCapacity struct {
+					Checked bool   `json:"checked"`
+					Found   bool   `json:"found"`
+					Detail  string `json:"detail"`
+				} `json:"hiddenCapacity"`
+			} `json:"disks"`
+		}
+		if err := json.Unmarshal([]byte(a.Result), &res); err != nil {
+			return fmt.Errorf("wipe %s: result: %w", a.CommandId, err)
+		}
+		if len(res.Disks) != 1 || filepath.Base(res.Disks[0].Name) != disk || !res.Disks[0].Verified {
+			return fmt.Errorf("wipe %s erased %+v, want %s read back as zeros", a.CommandId, res.Disks, disk)
+		}
+		if h := res.Disks[0].HiddenCapacity; h.Found || h.Checked != checked {
+			return fmt.Errorf("wipe %s: hidden capacity %+v, want checked %t and nothing found", a.CommandId, h, checked)
+		}
+	}
+	return nil
 }
 
 type testWriter struct{ t *testing.T }

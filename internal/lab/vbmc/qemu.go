@@ -255,12 +255,12 @@ func (m *QEMUMachine) SetBootDevice(ctx context.Context, dev string) error {
 	c, err := m.client(ctx)
 	for _, b := range order {
 		if err == nil {
-			err = c.QomSet(ctx, b.device, "bootindex", -1)
+			err = c.QomSet(ctx, qmp.PeripheralPath(b.device), "bootindex", -1)
 		}
 	}
 	for _, b := range order {
 		if err == nil {
-			err = c.QomSet(ctx, b.device, "bootindex", b.index)
+			err = c.QomSet(ctx, qmp.PeripheralPath(b.device), "bootindex", b.index)
 		}
 	}
 	if err != nil {

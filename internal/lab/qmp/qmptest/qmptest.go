@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -83,7 +84,7 @@ func (s *Server) Status() string { s.mu.Lock(); defer s.mu.Unlock(); return s.st
 // SetStatus changes the run state, as the guest would (e.g. "shutdown" after an ACPI power-off).
 func (s *Server) SetStatus(st string) { s.mu.Lock(); defer s.mu.Unlock(); s.status = st }
 
-// Prop returns a QOM property previously set with qom-set.
+// Prop returns a QOM property of device id previously set with qom-set.
 func (s *Server) Prop(path, prop string) any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -208,15 +209,18 @@ func (s *Server) exec(cmd string, rawArgs json.RawMessage) (ret any, events []st
 	case "quit":
 		return empty, []string{"SHUTDOWN"}, nil
 	case "qom-set", "qom-get":
+		// Absolute paths of devices only: QEMU resolves a bare id as a partial path, which
+		// fails when another object shares the name (an NVMe controller's bus does).
 		path, _ := args["path"].(string)
 		prop, _ := args["property"].(string)
-		if !s.devices[path] {
+		id, ok := strings.CutPrefix(path, "/machine/peripheral/")
+		if !ok || !s.devices[id] {
 			return nil, nil, fmt.Errorf("Device '%s' not found", path)
 		}
 		if cmd == "qom-get" {
-			return s.props[path+"."+prop], nil, nil
+			return s.props[id+"."+prop], nil, nil
 		}
-		s.props[path+"."+prop] = args["value"]
+		s.props[id+"."+prop] = args["value"]
 		return empty, nil, nil
 	case "blockdev-change-medium":
 		id, _ := args["id"].(string)
