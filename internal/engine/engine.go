@@ -195,9 +195,10 @@ type Engine struct {
 	// a claim or a departure of a replaced connection cannot touch its successor's set.
 	sentMu sync.Mutex
 	sent   map[string]*offered
-	// cancels holds, per agent, the commands it is to cancel (given up while it held them)
-	// and until when it is told (Engine.cancel); guarded by sentMu.
-	cancels map[string]map[string]time.Time
+	// cancels holds, per agent this server serves, the commands it is to cancel (given up
+	// while it held them): what the store lists (cancel_durable.go), and what this server
+	// gave up before the store was read again.
+	cancels *cancelBook
 	// osConns marks gateway connections whose node agent is the installed OS.
 	osConns map[string]bool
 	// acceptIngested makes attested results count without signature checks. Only tests set it
@@ -273,7 +274,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	rand.Read(b)
 	cfg = cfg.withDefaults()
 	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: cfg.Name + "-" + hex.EncodeToString(b),
-		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, cancels: map[string]map[string]time.Time{}, osConns: map[string]bool{}, outbox: make(chan notice, 4096),
+		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, cancels: newCancelBook(), osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
 		unknownSeen: cache.New[string, bool](maxUnknownSeen)}

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -161,12 +164,16 @@ func (e *Engine) tellOthers(ctx context.Context) {
 	}
 }
 
-// hearOthers signals this server's agent streams of the notices the other servers send, until
-// ctx ends, listening again a second after its connection fails.
+// hearOthers signals this server's agent streams of the notices the other servers send, and
+// reads the cancels their notices announce for this server's agents (heardCancel), until ctx
+// ends, listening again a second after its connection fails.
 func (e *Engine) hearOthers(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { e.refreshOnNotice(ctx) })
 	for ctx.Err() == nil {
 		err := e.st.Listen(ctx, agentsChannel, func(p string) {
-			if owner, n, ok := strings.Cut(p, " "); ok && owner != e.owner {
+			if owner, n, ok := strings.Cut(p, " "); ok && owner != e.owner && !e.heardCancel(n) {
 				e.subs.signal(notice(n))
 			}
 		})
@@ -207,16 +214,20 @@ func (e *Engine) Subscribe(a Agent) (<-chan struct{}, func()) {
 }
 
 // Connected records an agent's connection. A node agent's arrival wakes its node (a step may be
-// waiting for it).
+// waiting for it). A ramdisk connecting with another key than its node's ramdisk last did is
+// another boot of the machine: the commands the previous boot acknowledged are lost at once
+// (previousBoot). The agent's pending cancels are read once the connection is recorded.
 func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
 	e.sent[a.ID] = &offered{conn: a.ConnID, ids: map[string]bool{}}
 	e.sentMu.Unlock()
 	renewAt, notAfter := certTimesOf(a.CertDER)
+	key := keyOf(a.CertDER)
 	var fx effects
+	var lost []store.Command
 	woken := false
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		fx, woken = effects{}, false
+		fx, lost, woken = effects{}, nil, false
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: a.ID, Kind: a.Kind, SiteID: a.SiteID, NodeID: a.NodeID, Generation: a.Generation,
 			ConnID: a.ConnID, Version: version, ServerID: e.owner, CertRenewAt: renewAt, CertNotAfter: notAfter, CAs: a.CAs}); err != nil {
 			return err
@@ -225,16 +236,66 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 			return nil
 		}
 		var err error
-		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, nil, a.Kind+" agent connected")
+		if lost, err = previousBoot(ctx, tx, a, key); err != nil {
+			return err
+		}
+		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, nil, a.Kind+" agent connected", lost...)
 		return err
 	})
 	if err == nil {
+		e.lost.Add(int64(len(lost)))
+		fx.ended = append(fx.ended, lost...)
 		e.after(fx)
+		if len(lost) > 0 {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "a new boot of a node's ramdisk connected: the commands the previous boot acknowledged are lost (never sent twice)",
+				slog.String("node", a.NodeID), slog.Int("commands", len(lost)))
+		}
+		e.loadCancels(ctx, a)
 	}
 	if woken {
 		e.Nudge()
 	}
 	return err
+}
+
+// previousBoot ends, as ramdisk agent a connects with the key whose SHA-256 is key, the
+// commands a previous boot of the node's ramdisk acknowledged, if a's key is not the one the
+// node's ramdisk last connected with (store.Tx.NodeAgentBoot): a ramdisk makes its key in RAM
+// at every boot (a reconnect, or a renewed certificate, keeps it), so the machine was reset
+// and that boot is gone with its journal. Such a command can never finish, and an
+// acknowledged command is never sent again (DESIGN §5): it is lost now, and its step decides
+// (query, retry or fail) instead of waiting for the command's deadline, which the agent's grace
+// period did not end because the node's ramdisk (one agent id) came back within it. What the
+// previous boot was offered and never acknowledged stays queued for the new one: it never
+// ran. A site agent resumes its journal across reconnects and restarts, and an installed OS
+// runs nothing: only ramdisks. Returns the commands lost.
+func previousBoot(ctx context.Context, tx *store.Tx, a Agent, key string) ([]store.Command, error) {
+	if a.Kind != "node" || key == "" {
+		return nil, nil // in-process agents have no certificate
+	}
+	rebooted, err := tx.NodeAgentBoot(ctx, a.ID, key)
+	if err != nil || !rebooted {
+		return nil, err
+	}
+	// The node before its commands, as reports and the reconciler lock them (PostgreSQL):
+	// the old boot's last report may be on its way through another server.
+	if _, err := tx.LockNode(ctx, a.NodeID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	return tx.LosePreviousBoot(ctx, a.ID, "the node's ramdisk booted again: the boot that acknowledged the command is gone; it is never sent twice")
+}
+
+// keyOf is the hex SHA-256 of the public key of certificate der, or "" (none, or unreadable).
+func keyOf(der []byte) string {
+	if len(der) == 0 {
+		return ""
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return hex.EncodeToString(sum[:])
 }
 
 // Disconnected records an agent's departure. Its commands are released or lost only after the
@@ -314,6 +375,9 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 		if mark, err = tx.Beat(ctx); err != nil {
 			return err
 		}
+		if err := tx.ExpireCancels(ctx, tx.At()-cancelKeep.Microseconds()); err != nil {
+			return err
+		}
 		silence, err := tx.ControlPlaneAlive(ctx, e.cfg.PeerTimeout)
 		if err != nil {
 			return err
@@ -356,6 +420,11 @@ func (e *Engine) Heartbeat(ctx context.Context) error {
 	if err == nil {
 		e.watermark(mark)
 		e.checkWitnessed(ctx)
+		// The cancels of this server's agents that another server gave up and whose notice
+		// was missed (or never sent: the notices' queue full).
+		if err := e.refreshCancels(ctx); err != nil && ctx.Err() == nil {
+			e.log.LogAttrs(ctx, slog.LevelWarn, "reading the cancels of this server's agents", slog.Any("error", err))
+		}
 	}
 	if err == nil && outage > 0 {
 		e.log.LogAttrs(ctx, slog.LevelWarn, "the control plane was down: the steps in progress get that time back",
@@ -462,7 +531,9 @@ func (e *Engine) judgesPeers(now int64) bool {
 // reapAgents ends the connections of servers that stopped showing they are alive, then applies
 // the departure of agents gone longer than the grace period: commands they never acknowledged
 // are released to another agent of the site (every site kind: such a command never ran);
-// commands they acknowledged are lost: never sent twice.
+// commands they acknowledged are lost: never sent twice. An agent connected again since the
+// list was read (PostgreSQL) is left alone: what it acknowledged since is its new
+// connection's (store.Tx.StillGoneSince).
 func (e *Engine) reapAgents(ctx context.Context) error {
 	var nodes []string
 	var released []notice
@@ -476,11 +547,22 @@ func (e *Engine) reapAgents(ctx context.Context) error {
 				return err
 			}
 		}
-		gone, err := tx.AgentsGoneSince(ctx, tx.At()-e.cfg.AgentGrace.Microseconds())
+		before := tx.At() - e.cfg.AgentGrace.Microseconds()
+		gone, err := tx.AgentsGoneSince(ctx, before)
 		if err != nil {
 			return err
 		}
 		for _, id := range gone {
+			// Back since it was listed (PostgreSQL: its new connection committed meanwhile, and
+			// may have acknowledged a command): its departure is over. Locked from here, so
+			// that it cannot connect again until this departure is applied.
+			still, err := tx.StillGoneSince(ctx, id, before)
+			if err != nil {
+				return err
+			}
+			if !still {
+				continue
+			}
 			applied, err := tx.ReleaseAgentCommands(ctx, id, func(c store.Command) (string, bool) {
 				next, release := command.Lost, false
 				if k, err := command.Lookup(c.Kind); err == nil {
@@ -673,71 +755,8 @@ func (e *Engine) forget(agentID, commandID string) {
 	if o := e.sent[agentID]; o != nil {
 		delete(o.ids, commandID)
 	}
-	if c := e.cancels[agentID]; c != nil {
-		delete(c, commandID)
-		if len(c) == 0 {
-			delete(e.cancels, agentID)
-		}
-	}
 	e.sentMu.Unlock()
-}
-
-// cancelKeep is how long an agent is told to cancel a command it does not report on: past
-// it, the command's own deadline has ended it on the agent.
-const cancelKeep = 24 * time.Hour
-
-// maxCancels bounds the cancels kept per agent (the oldest go first).
-const maxCancels = 4096
-
-// cancel records, once their transaction committed, the commands given up while an agent held
-// them (cancelCurrent): the gateway tells each agent of its own (Cancels) until it reports
-// on them. Kept in this server only: an agent connected to another server sharing the store
-// is not told, and its command runs to its end, whose late result is ignored.
-func (e *Engine) cancel(cmds []store.Command) {
-	if len(cmds) == 0 {
-		return
-	}
-	until := time.Now().Add(cancelKeep)
-	e.sentMu.Lock()
-	defer e.sentMu.Unlock()
-	for _, c := range cmds {
-		m := e.cancels[c.TargetAgent]
-		if m == nil {
-			m = map[string]time.Time{}
-			e.cancels[c.TargetAgent] = m
-		}
-		if len(m) >= maxCancels {
-			oldest := ""
-			for id, t := range m {
-				if oldest == "" || t.Before(m[oldest]) {
-					oldest = id
-				}
-			}
-			delete(m, oldest)
-		}
-		m[c.ID] = until
-	}
-}
-
-// Cancels lists the commands agent a is to cancel (gateway.Canceller), oldest first by id.
-func (e *Engine) Cancels(a Agent) []string {
-	now := time.Now()
-	e.sentMu.Lock()
-	defer e.sentMu.Unlock()
-	m := e.cancels[a.ID]
-	var out []string
-	for id, until := range m {
-		if now.After(until) {
-			delete(m, id)
-			continue
-		}
-		out = append(out, id)
-	}
-	if len(m) == 0 {
-		delete(e.cancels, a.ID)
-	}
-	slices.Sort(out)
-	return out
+	e.cancels.forget(agentID, commandID)
 }
 
 // offered is the set of commands offered on one connection of an agent; gone: the connection
@@ -944,11 +963,16 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 				read = true
 				continue
 			}
+			if err == nil && !write && final && command.State(c.State).Final() {
+				// Ended already (given up under the agent, which was told to cancel it): the
+				// agent's report on it ends the cancel.
+				return tx.CancelReported(ctx, c.ID, a.ID)
+			}
 			if err != nil || !write {
 				return err
 			}
 			if read {
-				if err := tx.UpdateCommand(ctx, &next); err != nil {
+				if err := tx.ReportCommand(ctx, &next); err != nil {
 					return err
 				}
 			} else {
@@ -983,6 +1007,8 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	})
 	if errors.Is(err, store.ErrNotFound) && pre == nil {
 		e.noteUnknown(ctx, a, "reported", []string{u.CommandID})
+	}
+	if lost {
 	}
 	if err == nil && lost {
 		e.lost.Add(1)

@@ -311,10 +311,32 @@ func (s *Store) AttestedResults(ctx context.Context, nodeID string, kinds []stri
 	return collect(rows, err, "attested results", scanCommand)
 }
 
-// UpdateCommand writes a command's state and outcome.
+// UpdateCommand writes a command's state and outcome as the control plane decided them. A
+// command it fails while an agent holds it acknowledged (delivered or running, as the row
+// stands) is one given up under the agent (an aborted workflow, a step out of time), which the
+// agent may still be running: the same write records that the agent is to be told to cancel it
+// (cancel_requested_at; PendingCancels), whichever server holds the agent's connection. An
+// agent's own report goes through ReportCommand.
 func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
+	// Only a failure under its agent requests a cancel: '' matches no holder.
+	holder := ""
+	if c.State == "failed" {
+		holder = c.TargetAgent
+	}
 	c.UpdatedAt = t.at
 	return t.execLater(ctx, "updating command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ?,
+		cancel_requested_at = CASE WHEN state IN ('delivered', 'running') AND target_agent <> '' AND target_agent = ? THEN ? ELSE cancel_requested_at END
+		WHERE id = ?`,
+		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt,
+		holder, t.at, c.ID)
+}
+
+// ReportCommand writes an agent's report on its command (its state, progress and outcome), as
+// UpdateCommand does without requesting a cancel: the agent itself ended it.
+func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
+	c.UpdatedAt = t.at
+	return t.execLater(ctx, "recording the report on command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
 		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?`,
 		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID)
 }
@@ -967,9 +989,10 @@ func (t *Tx) UseJoinToken(ctx context.Context, hash []byte, kind string, keyHash
 	return jt, nil
 }
 
-// AgentsGoneSince lists agents disconnected since before t whose commands were not yet applied.
+// AgentsGoneSince lists agents disconnected since before t whose commands were not yet applied,
+// by id (the order in which every server's reaper locks them: StillGoneSince).
 func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error) {
-	rows, err := t.query(ctx, `SELECT id FROM agents WHERE connected = ? AND last_seen < ? AND last_seen > 0`, false, before)
+	rows, err := t.query(ctx, `SELECT id FROM agents WHERE connected = ? AND last_seen < ? AND last_seen > 0 ORDER BY id`, false, before)
 	if err != nil {
 		return nil, fmt.Errorf("listing departed agents: %w", err)
 	}
@@ -983,6 +1006,26 @@ func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error
 		out = append(out, id)
 	}
 	return out, rows.Err()
+}
+
+// StillGoneSince locks agent id's row (PostgreSQL) and reports whether the agent is still as
+// AgentsGoneSince(before) listed it: disconnected at a time before before, its commands not
+// yet dealt with. Between that list and the departure's writes the agent may have connected
+// again (on any server) and acknowledged a command on its new connection: the departure is
+// not applied then, or that command would be lost as the departed connection's
+// (ReleaseAgentCommands only keeps the commands it read from a change after its read). Once
+// the row is locked, a new connection (UpsertAgent) waits for the departure's transaction.
+func (t *Tx) StillGoneSince(ctx context.Context, id string, before int64) (bool, error) {
+	var connected bool
+	var lastSeen int64
+	err := t.queryRow(ctx, `SELECT connected, last_seen FROM agents WHERE id = ?`+t.forUpdate(), id).Scan(&connected, &lastSeen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading whether agent %s is still departed: %w", id, err)
+	}
+	return !connected && lastSeen > 0 && lastSeen < before, nil
 }
 
 // ServerAlive records that server id is alive now (its heartbeat).
