@@ -118,22 +118,26 @@ const poolHeader = "NAME\tSITE\tTENANT\tHARDWARE PROFILE\tTRUST PXE NET\tLABELS\
 
 func poolCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "pool", Short: "Pools: machines of one site sharing a policy"}
-	policyFlags := func(c *cobra.Command, pol *bcdv1.PoolPolicy, labels *[]string) {
+	policyFlags := func(c *cobra.Command, pol *bcdv1.PoolPolicy, labels, baseline *[]string) {
 		c.Flags().StringVar(&pol.HardwareProfile, "hardware-profile", "redfish", "hardware profile (driver per concern)")
 		c.Flags().BoolVar(&pol.TrustProvisioningNetwork, "trust-provisioning-network", false, "bind PXE-discovered MACs without operator confirmation")
 		c.Flags().BoolVar(&pol.AutoAccept, "auto-accept", false, "accept machines a discovery-mode ramdisk reports at the pool's site without an operator (acceptance flow)")
 		c.Flags().BoolVar(&pol.AutoAcceptInband, "auto-accept-inband", false, "with --auto-accept: also enroll what is accepted, its BMC credential provisioned in-band over the host's IPMI interface (as node accept --inband)")
 		c.Flags().StringVar(&pol.FastTrackWindow, "fast-track-window", "", "how long the ramdisk stays up after commissioning, release or inspection for a deploy to use it without a boot (e.g. 10m; 0s: off; empty: the server's default)")
 		c.Flags().StringArrayVar(labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
+		c.Flags().StringArrayVar(baseline, "firmware-baseline", nil, "component=version the pool's machines must run, as their BMC names it (BIOS, BMC, NIC.Slot.1-1-1); checked at commissioning and release, a difference fails the node with FIRMWARE_DRIFT (repeatable)")
 	}
 	var create bcdv1.CreatePoolRequest
 	create.Policy = &bcdv1.PoolPolicy{}
-	var cLabels []string
+	var cLabels, cBaseline []string
 	c := &cobra.Command{Use: "create NAME --site SITE", Short: "Create a pool", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			create.Name = args[0]
 			var err error
 			if create.Policy.Labels, err = labelMap(cLabels); err != nil {
+				return err
+			}
+			if create.Policy.FirmwareBaseline, err = pairMap("--firmware-baseline", "component=version", cBaseline); err != nil {
 				return err
 			}
 			cl, err := g.clients()
@@ -147,15 +151,18 @@ func poolCmd(g *globals) *cobra.Command {
 			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pool))
 		}}
 	c.Flags().StringVar(&create.Site, "site", "default", "site of the pool")
-	policyFlags(c, create.Policy, &cLabels)
+	policyFlags(c, create.Policy, &cLabels, &cBaseline)
 	var update bcdv1.UpdatePoolRequest
 	update.Policy = &bcdv1.PoolPolicy{}
-	var uLabels []string
+	var uLabels, uBaseline []string
 	u := &cobra.Command{Use: "update POOL", Short: "Replace a pool's policy", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			update.Pool = args[0]
 			var err error
 			if update.Policy.Labels, err = labelMap(uLabels); err != nil {
+				return err
+			}
+			if update.Policy.FirmwareBaseline, err = pairMap("--firmware-baseline", "component=version", uBaseline); err != nil {
 				return err
 			}
 			cl, err := g.clients()
@@ -168,7 +175,7 @@ func poolCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pool))
 		}}
-	policyFlags(u, update.Policy, &uLabels)
+	policyFlags(u, update.Policy, &uLabels, &uBaseline)
 	var list bcdv1.ListPoolsRequest
 	l := &cobra.Command{Use: "list", Short: "List pools", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -146,6 +146,8 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 			r.n.Power = res.Power
 			return r.tx.SetPower(r.ctx, r.n.ID, res.Power)
 		}
+	case c.Kind == "bmc.query" && st.Args["query"] == "firmware":
+		return r.checkFirmware(c)
 	case c.Kind == "bmc.query" && st.Args["query"] == "inventory":
 		var res oobResult
 		if err := json.Unmarshal([]byte(c.Result), &res); err != nil {

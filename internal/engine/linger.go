@@ -118,6 +118,11 @@ func (r *run) facts(wf *store.Workflow, c workflow.Condition) (workflow.Facts, e
 		f.Rejoined = since > 0 && since >= wf.BootEpoch
 		return f, err
 	}
+	if c == workflow.WhenFirmwareBaseline {
+		baseline, err := r.firmwareBaseline()
+		f.Baseline = len(baseline) > 0
+		return f, err
+	}
 	if c == workflow.WhenFastTrack || c == workflow.WhenNoFastTrack {
 		var err error
 		f.FastTrackWindow, err = r.fastTrackWindow()

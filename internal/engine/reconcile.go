@@ -231,14 +231,11 @@ func (r *run) profileFor() (workflow.Profile, error) {
 	}
 	if n.State == string(provision.Deploying) {
 		name = n.DeployProfile
-		// Operator profiles stored through the API take precedence over configured ones.
-		def, ok, err := r.tx.Profile(r.ctx, name)
-		if err != nil {
-			return workflow.Profile{}, err
-		}
-		if ok {
-			return workflow.ParseProfile(name, []byte(def))
-		}
+	}
+	// Operator profiles (and overrides of built-in ones) stored through the API take precedence
+	// over configured ones.
+	if p, ok, err := r.storedProfile(name); err != nil || ok {
+		return p, err
 	}
 	return workflow.Find(name, r.e.cfg.Profiles)
 }
@@ -378,9 +375,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 			return 0, false, err
 		}
 		if !st.When.Holds(facts) {
-			// A conditional step whose condition does not hold is passed over without an event
-			// (the steps for MAC-less nodes would otherwise add three to every ensureRamdisk).
-			return 0, true, r.nextStep(wf)
+			return 0, true, r.conditionUnmet(wf, st) // overrides.go
 		}
 		return 0, true, r.startStep(wf, st, kind)
 	}
@@ -405,6 +400,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 					fault := provision.FaultStepFailed
 					if c.Kind == "disk.wipe" {
 						fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
+					}
+					if isFirmwareDrift(err) {
+						fault = provision.FaultFirmwareDrift
 					}
 					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 				}

@@ -918,7 +918,7 @@ func (s *Service) knownDeployProfile(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := stored[name]; ok {
+	if _, ok := stored[name]; ok && !workflow.Overridable(name) { // an override of metal-* is no deploy profile
 		return nil
 	}
 	if p, err := workflow.Find(name, s.profiles); err == nil && !strings.HasPrefix(p.Name, "metal-") {
@@ -926,10 +926,14 @@ func (s *Service) knownDeployProfile(ctx context.Context, name string) error {
 	}
 	names := []string{"default"}
 	for n := range stored {
-		names = append(names, n)
+		if !workflow.Overridable(n) {
+			names = append(names, n)
+		}
 	}
 	for _, p := range s.profiles {
-		names = append(names, p.Name)
+		if !workflow.Overridable(p.Name) {
+			names = append(names, p.Name)
+		}
 	}
 	slices.Sort(names)
 	return invalid("profile", "unknown deploy profile %q: defined are %s", truncate(name), strings.Join(names, ", "))

@@ -61,7 +61,9 @@ type Config struct {
 	APITLSCert, APITLSKey string
 }
 
-// loadProfiles reads the deploy profiles file.
+// loadProfiles reads the profiles file: operator-defined deploy profiles, and overrides of
+// built-in metal-* profiles ({"override": {…}}, giving the overridden built-in profile, which
+// workflow.Find then prefers to the built-in one).
 func loadProfiles(path string) ([]workflow.Profile, error) {
 	if path == "" {
 		return nil, nil
@@ -72,13 +74,13 @@ func loadProfiles(path string) ([]workflow.Profile, error) {
 	}
 	var defs map[string]json.RawMessage
 	if err := json.Unmarshal(b, &defs); err != nil {
-		return nil, fmt.Errorf("deploy profiles file %s: expected a JSON object of profiles by name: %w", path, err)
+		return nil, fmt.Errorf("profiles file %s: expected a JSON object of profiles by name (deploy profiles, and {\"override\": {…}} under a built-in metal-* name): %w", path, err)
 	}
 	var out []workflow.Profile
 	for _, name := range slices.Sorted(maps.Keys(defs)) {
 		p, err := workflow.ParseProfile(name, defs[name])
 		if err != nil {
-			return nil, fmt.Errorf("deploy profiles file %s: %w", path, err)
+			return nil, fmt.Errorf("profiles file %s: %w", path, err)
 		}
 		out = append(out, p)
 	}

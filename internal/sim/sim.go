@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/bmc"
 	"bcd/internal/engine"
 	"bcd/internal/pki"
 	"bcd/internal/store"
@@ -168,6 +169,12 @@ type Config struct {
 	Seed      uint64
 }
 
+// The firmware versions a simulated machine reports unless told otherwise (Machine.Firmware).
+const (
+	SimFirmwareBIOS = "sim-bios-1.0"
+	SimFirmwareBMC  = "sim-bmc-1.0"
+)
+
 // Machine is one simulated machine.
 type Machine struct {
 	NodeID string
@@ -188,6 +195,9 @@ type Machine struct {
 	// InbandBMC is the BMC address the host reports over its IPMI system interface
 	// (bmc.provisionInband); empty: the host has no IPMI interface.
 	InbandBMC string
+	// Firmware is what the BMC reports to bmc.query{query: firmware} (the firmware.check
+	// step); nil: BIOS SimFirmwareBIOS and BMC SimFirmwareBMC.
+	Firmware []bmc.Firmware
 
 	mu            sync.Mutex
 	power         bool
@@ -529,6 +539,13 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 				macs = []string{}
 			}
 			return ok(map[string]any{"systemUuid": m.UUID, "macs": macs, "power": powerWord()})
+		}
+		if args.Query == "firmware" {
+			fw := m.Firmware
+			if fw == nil {
+				fw = []bmc.Firmware{{ID: "BIOS", Name: "BIOS", Version: SimFirmwareBIOS}, {ID: "BMC", Name: "BMC", Version: SimFirmwareBMC}}
+			}
+			return ok(map[string]any{"firmware": fw})
 		}
 		return ok(map[string]any{"power": powerWord()})
 	case "bmc.boot":

@@ -378,8 +378,24 @@ func (h *handler) bmcQuery(ctx context.Context, a commandArgs) (any, error) {
 			inv.MACs = []string{}
 		}
 		return inv, err
+	case "firmware":
+		var res firmwareResult
+		err := h.onBMC(ctx, a, "read firmware versions", capFirmware, func(ctx context.Context, drv any) error {
+			var err error
+			res.Firmware, err = drv.(bmc.FirmwareReader).Firmware(ctx)
+			return err
+		})
+		if res.Firmware == nil {
+			res.Firmware = []bmc.Firmware{}
+		}
+		return res, err
 	}
-	return nil, fmt.Errorf("arguments: query %q: accepted are power, inventory", a.Query)
+	return nil, fmt.Errorf("arguments: query %q: accepted are power, inventory, firmware", a.Query)
+}
+
+// firmwareResult is bmc.query{query: firmware}'s result: the components the BMC reports.
+type firmwareResult struct {
+	Firmware []bmc.Firmware `json:"firmware"`
 }
 
 func (h *handler) bmcPower(ctx context.Context, a commandArgs) (any, error) {

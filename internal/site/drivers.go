@@ -39,6 +39,7 @@ const (
 	capSetPower = "set power"
 	capBoot     = "set boot device"
 	capInspect  = "inspect"
+	capFirmware = "read firmware versions"
 	capRotate   = "rotate credential"
 	capMedia    = "use virtual media"
 )
@@ -57,6 +58,9 @@ func supports(drv any, c string) bool {
 		return ok
 	case capInspect:
 		_, ok := drv.(bmc.Inspector)
+		return ok
+	case capFirmware:
+		_, ok := drv.(bmc.FirmwareReader)
 		return ok
 	case capRotate:
 		_, ok := drv.(bmc.CredentialRotator)

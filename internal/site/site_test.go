@@ -62,6 +62,14 @@ func TestAgentEndToEnd(t *testing.T) {
 			}
 		}
 	}
+	wantFirmware := func(want string) check {
+		return func(t *testing.T, r map[string]any) {
+			t.Helper()
+			if got, _ := json.Marshal(r["firmware"]); string(got) != want {
+				t.Errorf("firmware = %s, want %s", got, want)
+			}
+		}
+	}
 	steps := []struct {
 		name    string
 		kind    string
@@ -84,6 +92,10 @@ func TestAgentEndToEnd(t *testing.T) {
 						t.Errorf("macs = %v", r["macs"])
 					}
 				}}},
+		{name: "redfish firmware", kind: site.KindBMCQuery, args: bmcArgs(rfRef, "query", "firmware"),
+			checks: []check{wantFirmware(`[{"id":"BMC","name":"BMC","version":"bcd-vbmc-1"}]`)}},
+		{name: "unknown query", kind: site.KindBMCQuery, args: bmcArgs(rfRef, "query", "sensors"),
+			wantErr: `query "sensors": accepted are power, inventory, firmware`},
 		{name: "redfish power off", kind: site.KindBMCPower, args: bmcArgs(rfRef, "action", "off"),
 			checks: []check{wantField("power", "off")}, machine: rfMachine.State, want: vbmc.FakeState{On: false, Boot: "disk"}},
 		{name: "ipmi power on", kind: site.KindBMCPower, args: bmcArgs(ipmiRef, "action", "on"),
@@ -94,6 +106,8 @@ func TestAgentEndToEnd(t *testing.T) {
 			checks: []check{wantField("power", "on")}},
 		{name: "ipmi inventory", kind: site.KindBMCQuery, args: bmcArgs(ipmiRef, "query", "inventory"),
 			checks: []check{wantField("systemUuid", "66666666-7777-8888-9999-000000000000")}},
+		{name: "ipmi firmware", kind: site.KindBMCQuery, args: bmcArgs(ipmiRef, "query", "firmware"),
+			checks: []check{wantFirmware(`[{"id":"BMC","name":"BMC","version":"1.00"}]`)}},
 		{name: "ipmi power cycle", kind: site.KindBMCPower, args: bmcArgs(ipmiRef, "action", "cycle"),
 			checks: []check{wantField("power", "on")}},
 		{name: "unknown driver", kind: site.KindBMCQuery, args: bmcArgs(map[string]any{"driver": "wsman", "address": "10.0.0.9"}, "query", "power"),

@@ -57,6 +57,8 @@ const (
 	// (the kexec failed or its kernel never came up): boot.kexec's fallback reboots through the
 	// BMC into the disk.
 	WhenNotRejoined Condition = "notRejoined"
+	// WhenFirmwareBaseline: the node's pool names a firmware baseline: firmware.check runs.
+	WhenFirmwareBaseline Condition = "firmwareBaseline"
 )
 
 // Facts are what conditions are decided on, read as the step starts.
@@ -64,6 +66,7 @@ type Facts struct {
 	MACs            int           // the node's known MACs
 	FastTrackWindow time.Duration // the node's pool's fast-track window (0: off)
 	Rejoined        bool          // the installed OS joined since the workflow's last boot command
+	Baseline        bool          // the node's pool names a firmware baseline
 }
 
 // Holds reports whether a step with condition c runs for a node with facts f. Pure.
@@ -77,6 +80,10 @@ func (c Condition) Holds(f Facts) bool {
 		return f.FastTrackWindow <= 0
 	case WhenNotRejoined:
 		return !f.Rejoined
+	case WhenFirmwareBaseline:
+		return f.Baseline
+	case WhenOverridden:
+		return false
 	}
 	return true
 }
@@ -160,6 +167,10 @@ type StepKind struct {
 var stepKinds = []StepKind{
 	{Use: "power.getPower", Command: "bmc.query", Args: map[string]string{"query": "power"}, Timeout: time.Minute, Retries: 3},
 	{Use: "inspect.oob", Command: "bmc.query", Args: map[string]string{"query": "inventory"}, Timeout: 2 * time.Minute, Retries: 3},
+	// firmware.check reads the firmware versions the BMC reports and compares them with the
+	// pool's baseline (the engine: a difference fails the node with FIRMWARE_DRIFT). A BMC that
+	// answers nothing is retried; one that answers other versions is not.
+	{Use: "firmware.check", Command: "bmc.query", Args: map[string]string{"query": "firmware"}, Timeout: 5 * time.Minute, Retries: 3},
 	{Use: "power.setPower", Command: "bmc.power", Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.off", Command: "bmc.power", Args: map[string]string{"action": "off"}, Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.cycle", Command: "bmc.power", Args: map[string]string{"action": "cycle"}, Timeout: 3 * time.Minute, Retries: 1},
@@ -291,6 +302,9 @@ func s(use string, kv ...string) Step {
 // node's fast-track window is 0, else its ramdisk lingers for the window.
 var powerOffOrLinger = [2]Step{{Use: "power.off", When: WhenNoFastTrack}, {Use: "metal.linger", When: WhenFastTrack}}
 
+// firmwareCheck runs where the node's pool has a firmware baseline.
+var firmwareCheck = Step{Use: "firmware.check", When: WhenFirmwareBaseline}
+
 // InbandEnrollProfile enrolls a node whose BMC credential is provisioned in-band (it has no BMC
 // address until its ramdisk reports one).
 const InbandEnrollProfile = "metal-enroll-inband"
@@ -307,12 +321,14 @@ func Builtin() []Profile {
 		// Inspection always lingers (a window of 0 ends at once): in the enroll chain the
 		// commissioning that follows uses the ramdisk; alone, the ramdisk powers its host off.
 		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh"), s("metal.linger")}},
-		{Name: "metal-commission", Steps: []Step{s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
+		// A pool's firmware baseline is checked first (no boot spent on a machine that drifted)
+		// and again at the end of a release (a lessee may have flashed it).
+		{Name: "metal-commission", Steps: []Step{firmwareCheck, s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		// Release and retire begin by revoking the node's identity: nothing certified while a
 		// lessee had the machine (the installed OS's certificate; the deploy ramdisk's key, which
 		// a kexec leaves in the lessee's memory) can speak for the node, nor sign its wipe.
-		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), powerOffOrLinger[0], powerOffOrLinger[1]},
+		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), firmwareCheck, powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-retire", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},
@@ -392,6 +408,13 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 			if filled.Retries == 0 {
 				filled.Retries = k.Retries
 			}
+			if filled.Retries < 0 {
+				filled.Retries = 0 // an override's "retries": 0
+			}
+			if st.When == WhenOverridden {
+				out = append(out, filled) // never sent: no command kind
+				continue
+			}
 			if k.Command != "" && !k.Relays {
 				kinds[k.Command] = true
 			}
@@ -426,7 +449,7 @@ var argRules = map[string]map[string][]string{
 	"bmc.power":    {"action": powerActions()},
 	"bmc.boot":     {"device": {string(bmc.BootPXE), string(bmc.BootDisk), string(bmc.BootCD)}, "persistent": {"", "true", "false"}, "mode": {"", string(bmc.BootModeUEFI), string(bmc.BootModeLegacy)}},
 	"bmc.media":    {"action": {"insert", "eject"}},
-	"bmc.query":    {"query": {"power", "inventory"}},
+	"bmc.query":    {"query": {"power", "inventory", "firmware"}},
 	"disk.wipe":    {"mode": {"quick", "full", "secure"}},
 	"diag.dcgm":    {"level": {"1", "2", "3", "4"}},
 	"deploy.image": {"image": nil},
@@ -463,8 +486,8 @@ func checkStep(k StepKind, st, filled Step) error {
 			return fmt.Errorf("on: %q: its command %s runs on %s only", st.On, k.Command, kind.RunsOn)
 		}
 	}
-	if k.Command == "" || k.Relays {
-		return nil
+	if k.Command == "" || k.Relays || st.When == WhenOverridden {
+		return nil // an overridden-off step's arguments are the override table's (level 0)
 	}
 	for key, accepted := range argRules[k.Command] {
 		v, given := filled.Args[key]
@@ -499,9 +522,13 @@ func Find(name string, extra []Profile) (Profile, error) {
 }
 
 // ParseProfile decodes an operator-defined deploy profile from JSON, refusing unknown fields,
-// and checks it resolves (every step known, declared sends known, no built-in name taken).
-// Steps' timeouts are Go durations ("90s", "2h").
+// and checks it resolves (every step known, declared sends known). Steps' timeouts are Go
+// durations ("90s", "2h"). A built-in metal-* name takes only an override of that profile
+// ({"override": {…}}, see ApplyOverride) and gives the overridden built-in profile.
 func ParseProfile(name string, def []byte) (Profile, error) {
+	if Overridable(name) {
+		return parseOverride(name, def)
+	}
 	var raw struct {
 		Steps   []rawStep `json:"steps"`
 		Cleanup []rawStep `json:"cleanup"`
@@ -512,11 +539,6 @@ func ParseProfile(name string, def []byte) (Profile, error) {
 	if err := dec.Decode(&raw); err != nil {
 		return Profile{}, fmt.Errorf("profile %s is not valid: %w (expected {\"steps\":[{\"use\":…,\"args\":{…},\"timeout\":\"90s\",\"retries\":1}],\"cleanup\":[…],\"sends\":[…]})", name, err)
 	}
-	for _, b := range Builtin() {
-		if b.Name == name && strings.HasPrefix(name, "metal-") {
-			return Profile{}, fmt.Errorf("profile name %s is built in", name)
-		}
-	}
 	p := Profile{Name: name, Sends: raw.Sends}
 	conv := func(in []rawStep) ([]Step, error) {
 		var out []Step
@@ -524,13 +546,13 @@ func ParseProfile(name string, def []byte) (Profile, error) {
 			st := Step{Use: r.Use, Args: r.Args, On: r.On, Retries: r.Retries}
 			if r.Timeout != "" {
 				d, err := time.ParseDuration(r.Timeout)
-				if err != nil || d <= 0 || d > 48*time.Hour {
+				if err != nil || d <= 0 || d > maxStepTimeout {
 					return nil, fmt.Errorf("profile %s: step %s: timeout %q: use a duration between 1s and 48h", name, r.Use, r.Timeout)
 				}
 				st.Timeout = d
 			}
-			if r.Retries < 0 || r.Retries > 10 {
-				return nil, fmt.Errorf("profile %s: step %s: retries %d: accepted are 0-10", name, r.Use, r.Retries)
+			if r.Retries < 0 || r.Retries > maxRetries {
+				return nil, fmt.Errorf("profile %s: step %s: retries %d: accepted are 0-%d", name, r.Use, r.Retries, maxRetries)
 			}
 			out = append(out, st)
 		}

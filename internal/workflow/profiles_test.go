@@ -16,8 +16,8 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 		"metal-enroll":        "power.getPower inspect.oob",
 		"metal-enroll-inband": "boot.prepareRamdisk await.ramdisk bmc.provisionInband power.getPower inspect.oob",
 		"metal-inspect":       "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh metal.linger",
-		"metal-commission":    "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
-		"metal-release":       "metal.revokeIdentity management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} power.off?noFastTrack metal.linger?fastTrack",
+		"metal-commission":    "firmware.check?firmwareBaseline management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
+		"metal-release":       "metal.revokeIdentity management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: full} firmware.check?firmwareBaseline power.off?noFastTrack metal.linger?fastTrack",
 		"metal-retire":        "metal.revokeIdentity management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
 		"metal-rescue":        "metal.revokeIdentity management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
 		"metal-unrescue":      "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
@@ -62,6 +62,9 @@ func TestConditionHolds(t *testing.T) {
 		{WhenNoFastTrack, Facts{}, true}, {WhenNoFastTrack, Facts{FastTrackWindow: time.Second}, false}, {WhenNoFastTrack, Facts{MACs: 1}, true},
 		{WhenNotRejoined, Facts{}, true}, {WhenNotRejoined, Facts{Rejoined: true}, false}, {WhenNotRejoined, Facts{MACs: 1, FastTrackWindow: time.Second}, true},
 		{WhenNoMACs, Facts{Rejoined: true}, true}, {Always, Facts{Rejoined: true}, true},
+		{WhenFirmwareBaseline, Facts{}, false}, {WhenFirmwareBaseline, Facts{Baseline: true}, true},
+		{WhenFirmwareBaseline, Facts{MACs: 2, FastTrackWindow: time.Second, Rejoined: true}, false}, {Always, Facts{Baseline: true}, true},
+		{WhenNoMACs, Facts{Baseline: true}, true},
 	} {
 		if got := tc.c.Holds(tc.f); got != tc.want {
 			t.Errorf("%q.Holds(%+v) = %v, want %v", tc.c, tc.f, got, tc.want)

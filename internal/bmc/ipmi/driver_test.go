@@ -3,6 +3,7 @@ package ipmi
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,19 @@ func TestRotateCredentialDetectsAnIgnoredChange(t *testing.T) {
 	}
 	if _, err := d.GetPower(t.Context()); err != nil {
 		t.Fatalf("driver must keep the old password: %v", err)
+	}
+}
+
+// Firmware reads the BMC's revision by Get Device ID, as ipmitool prints it (the emulator's is
+// major 1, minor 00).
+func TestFirmware(t *testing.T) {
+	b := startBMC(t, ipmibmc.Config{}, &fakeMachine{})
+	d := newDriver(t, b, testPassword, quickOptions())
+	got, err := d.Firmware(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bmc.Firmware{{ID: "BMC", Name: "BMC", Version: "1.00"}}; !slices.Equal(got, want) {
+		t.Errorf("Firmware = %+v, want %+v", got, want)
 	}
 }

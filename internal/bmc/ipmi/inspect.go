@@ -58,3 +58,30 @@ func (d *Driver) Inspect(ctx context.Context) (bmc.OOBInventory, error) {
 	}
 	return inv, nil
 }
+
+// Firmware reads the BMC's firmware revision (Get Device ID) as component "BMC": IPMI tells
+// nothing of the other firmware of the machine. The revision reads as ipmitool prints it:
+// major.minor, the minor two BCD digits ("2.05").
+func (d *Driver) Firmware(ctx context.Context) ([]bmc.Firmware, error) {
+	var out []bmc.Firmware
+	err := d.withSession(ctx, "reading the firmware revision", func(ctx context.Context, s *session) error {
+		return s.do(ctx, "Get Device ID", func(ctx context.Context) error {
+			r, err := s.c.GetDeviceID(ctx)
+			if err != nil {
+				return err
+			}
+			out = []bmc.Firmware{{ID: "BMC", Name: "BMC", Version: FirmwareRevision(r.MajorFirmwareRevision, r.MinorFirmwareRevision)}}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// FirmwareRevision renders Get Device ID's firmware revision: major in binary (7 bits), minor in
+// BCD. Pure.
+func FirmwareRevision(major, minorBCD uint8) string {
+	return fmt.Sprintf("%d.%02x", major&0x7f, minorBCD)
+}

@@ -226,3 +226,16 @@ func TestNewNeverQuotesACredentialInTheAddress(t *testing.T) {
 		}
 	}
 }
+
+// The firmware revision reads as ipmitool prints it: major in binary (bit 7 is "device
+// available", not the revision), minor as two BCD digits.
+func TestFirmwareRevision(t *testing.T) {
+	for _, c := range []struct {
+		major, minor uint8
+		want         string
+	}{{1, 0x00, "1.00"}, {2, 0x05, "2.05"}, {3, 0x47, "3.47"}, {0x85, 0x10, "5.10"}, {127, 0x99, "127.99"}} {
+		if got := FirmwareRevision(c.major, c.minor); got != c.want {
+			t.Errorf("FirmwareRevision(%d, %#x) = %q, want %q", c.major, c.minor, got, c.want)
+		}
+	}
+}

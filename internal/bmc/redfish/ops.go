@@ -38,6 +38,7 @@ type systemDoc struct {
 	Manufacturer string  `json:"Manufacturer"`
 	Model        string  `json:"Model"`
 	PowerState   string  `json:"PowerState"`
+	BiosVersion  string  `json:"BiosVersion"`
 	Boot         bootDoc `json:"Boot"`
 	Actions      struct {
 		Reset struct {

@@ -10,6 +10,8 @@
 //	/proc /sys /run /tmp /root          mount points
 //	/lib/modules/<release>/<name>.ko    modules
 //	/lib/modules/<release>/load-order   module file names, one a line, dependencies first
+//
+// and whatever the --overlay directories hold (AddOverlay), added after these.
 package build
 
 import (
@@ -46,6 +48,9 @@ type Config struct {
 	Binary  string    // path of the static bcd binary that becomes /init
 	Modules []string  // module roots; nil means DefaultModules()
 	OutDir  string    // where vmlinuz and initramfs.cpio.gz are written
+	// Overlays are directories whose trees are added to the initramfs, in order (AddOverlay):
+	// what the operator brings that Debian main does not have (DCGM, the NVIDIA driver).
+	Overlays []string
 }
 
 // Result describes what Build wrote.
@@ -82,6 +87,11 @@ func Build(ctx context.Context, log *slog.Logger, cfg Config) (Result, error) {
 	a, err := Initramfs(bin, k)
 	if err != nil {
 		return Result{}, fmt.Errorf("building ramdisk: %w", err)
+	}
+	for _, dir := range cfg.Overlays {
+		if err := AddOverlay(a, dir); err != nil {
+			return Result{}, fmt.Errorf("building ramdisk: %w", err)
+		}
 	}
 	var gz bytes.Buffer
 	if err := WriteGzip(&gz, a); err != nil {

@@ -92,7 +92,7 @@ func runAgent(ctx context.Context, console io.Writer, log *slog.Logger) error {
 
 func buildCmd() *cobra.Command {
 	var deb, binary, out string
-	var modules []string
+	var modules, overlays []string
 	c := &cobra.Command{
 		Use:   "build --kernel-deb FILE --binary FILE --out DIR",
 		Short: "Build the ramdisk (vmlinuz + initramfs.cpio.gz) from a Debian kernel package and a static bcd",
@@ -102,7 +102,7 @@ func buildCmd() *cobra.Command {
 				return errors.New("--kernel-deb, --binary and --out are required")
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			cfg := build.Config{Kernel: build.DebPackage{Path: deb}, Binary: binary, OutDir: out}
+			cfg := build.Config{Kernel: build.DebPackage{Path: deb}, Binary: binary, OutDir: out, Overlays: overlays}
 			if len(modules) > 0 {
 				cfg.Modules = modules
 			}
@@ -121,5 +121,6 @@ func buildCmd() *cobra.Command {
 	c.Flags().StringVar(&binary, "binary", "", "static bcd binary (CGO_ENABLED=0) that becomes /init")
 	c.Flags().StringVar(&out, "out", "", "output directory")
 	c.Flags().StringSliceVar(&modules, "module", nil, "module to include (repeatable; dependencies follow); default: the built-in list")
+	c.Flags().StringArrayVar(&overlays, "overlay", nil, "directory whose tree is added to the initramfs (repeatable): files, directories and symlinks, modes kept; never replaces /init, /bin/bcd or a file already there, except that its lib/modules/RELEASE/load-order is appended to the ramdisk's (e.g. DCGM and the NVIDIA driver)")
 	return c
 }

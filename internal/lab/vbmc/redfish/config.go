@@ -49,7 +49,12 @@ type Quirks struct {
 	Busy []Busy
 	// NoSessions answers session creation with 405: clients must fall back to basic auth.
 	NoSessions bool
+	// NoUpdateService leaves the UpdateService out of the service root (older BMCs).
+	NoUpdateService bool
 }
+
+// FirmwareComponent is a FirmwareInventory member.
+type FirmwareComponent struct{ ID, Name, Version string }
 
 // Config describes the virtual BMC and its machine.
 type Config struct {
@@ -63,6 +68,10 @@ type Config struct {
 	Manufacturer string
 	Model        string
 	MACs         []string
+	// BiosVersion is the system's BiosVersion; Firmware the UpdateService's FirmwareInventory
+	// (its members in order). The manager's FirmwareVersion is "bcd-vbmc-1".
+	BiosVersion string
+	Firmware    []FirmwareComponent
 
 	// MediaDir receives images fetched for virtual media; AllowFileImages also accepts file://
 	// URLs naming a local ISO (the lab only). Fetch fetches http(s) images (nil: a default client).

@@ -21,6 +21,8 @@ import (
 
 const (
 	root        = "/redfish/v1"
+	updateURI   = root + "/UpdateService"
+	firmwareURI = updateURI + "/FirmwareInventory"
 	systemURI   = root + "/Systems/1"
 	settingsURI = systemURI + "/Settings"
 	resetURI    = systemURI + "/Actions/ComputerSystem.Reset"
@@ -344,6 +346,26 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, path, user strin
 		s.insertMedia(w, r)
 	case path == cdURI+"/Actions/VirtualMedia.EjectMedia":
 		s.ejectMedia(w, r)
+	case path == updateURI && !s.cfg.Quirks.NoUpdateService:
+		get(static(map[string]any{"@odata.id": path, "@odata.type": "#UpdateService.v1_11_0.UpdateService",
+			"Id": "UpdateService", "Name": "Update Service", "ServiceEnabled": true,
+			"FirmwareInventory": ref(firmwareURI)}))
+	case path == firmwareURI && !s.cfg.Quirks.NoUpdateService:
+		members := make([]string, len(s.cfg.Firmware))
+		for i, f := range s.cfg.Firmware {
+			members[i] = firmwareURI + "/" + f.ID
+		}
+		get(static(collection(path, "#SoftwareInventoryCollection.SoftwareInventoryCollection", "Firmware Collection", members...)))
+	case strings.HasPrefix(path, firmwareURI+"/") && !s.cfg.Quirks.NoUpdateService:
+		i := slices.IndexFunc(s.cfg.Firmware, func(f FirmwareComponent) bool { return firmwareURI+"/"+f.ID == path })
+		if i < 0 {
+			notFound(w, path)
+			return
+		}
+		f := s.cfg.Firmware[i]
+		get(static(map[string]any{"@odata.id": path, "@odata.type": "#SoftwareInventory.v1_4_0.SoftwareInventory",
+			"Id": f.ID, "Name": f.Name, "Version": f.Version, "Updateable": true,
+			"Status": map[string]any{"State": "Enabled", "Health": "OK"}}))
 	case path == root+"/SessionService":
 		get(static(map[string]any{"@odata.id": path, "@odata.type": "#SessionService.v1_1_8.SessionService",
 			"Id": "SessionService", "Name": "Session Service", "ServiceEnabled": !s.cfg.Quirks.NoSessions,
@@ -394,12 +416,16 @@ func collection(uri, typ, name string, members ...string) map[string]any {
 }
 
 func (s *Service) serviceRoot() map[string]any {
-	return map[string]any{"@odata.id": root + "/", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot",
+	res := map[string]any{"@odata.id": root + "/", "@odata.type": "#ServiceRoot.v1_15_0.ServiceRoot",
 		"Id": "RootService", "Name": "Root Service", "RedfishVersion": "1.15.0", "UUID": s.cfg.UUID,
 		"Product": "bcd virtual BMC", "Vendor": "bcd",
 		"Systems": ref(root + "/Systems"), "Chassis": ref(root + "/Chassis"), "Managers": ref(root + "/Managers"),
 		"SessionService": ref(root + "/SessionService"), "AccountService": ref(root + "/AccountService"),
 		"Links": map[string]any{"Sessions": ref(sessionsURI)}}
+	if !s.cfg.Quirks.NoUpdateService {
+		res["UpdateService"] = ref(updateURI)
+	}
+	return res
 }
 
 func bootJSON(b bootState) map[string]any {
@@ -425,7 +451,7 @@ func (s *Service) system(ctx context.Context) (map[string]any, error) {
 	res := map[string]any{"@odata.id": systemURI, "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem",
 		"Id": "1", "Name": "Virtual Machine", "SystemType": "Physical", "UUID": s.cfg.UUID,
 		"SerialNumber": s.cfg.SerialNumber, "Manufacturer": s.cfg.Manufacturer, "Model": s.cfg.Model,
-		"PowerState": power, "Boot": boot,
+		"PowerState": power, "Boot": boot, "BiosVersion": s.cfg.BiosVersion,
 		"Status":             map[string]any{"State": "Enabled", "Health": "OK"},
 		"EthernetInterfaces": ref(systemURI + "/EthernetInterfaces"),
 		"Links":              map[string]any{"Chassis": []any{ref(chassisURI)}, "ManagedBy": []any{ref(managerURI)}},

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"bcd/internal/bmc"
+	"bcd/internal/store"
+)
+
+// FirmwareCheckStep is the step that compares what the node's BMC reports with its pool's
+// firmware baseline (bmc.query{query: firmware}); it runs only where the pool has a baseline.
+const FirmwareCheckStep = "firmware.check"
+
+// firmwareDrift is a firmware.check that found the node off its pool's baseline: the step fails
+// with FIRMWARE_DRIFT (not a retry: the BMC answered, and a retry reads the same versions).
+type firmwareDrift struct{ lines []string }
+
+func (e *firmwareDrift) Error() string {
+	return fmt.Sprintf("firmware differs from the pool's baseline: %s (update it, or change the pool's firmwareBaseline)", strings.Join(e.lines, "; "))
+}
+
+// isFirmwareDrift reports whether a step's result error is a firmware drift.
+func isFirmwareDrift(err error) bool {
+	var d *firmwareDrift
+	return errors.As(err, &d)
+}
+
+// firmwareBaseline is the node's pool's baseline (nil: none, or no pool).
+func (r *run) firmwareBaseline() (map[string]string, error) {
+	if r.n.PoolID == "" {
+		return nil, nil
+	}
+	p, err := r.tx.Pool(r.ctx, r.n.PoolID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
+	}
+	return p.Policy.FirmwareBaseline, nil
+}
+
+// checkFirmware takes firmware.check's result: the versions the BMC reported, compared with the
+// pool's baseline as it is now (an operator who changed it meanwhile gets the new one). The
+// versions are recorded in an event either way, so an operator sees what runs.
+func (r *run) checkFirmware(c store.Command) error {
+	var res struct {
+		Firmware []bmc.Firmware `json:"firmware"`
+	}
+	if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+		return fmt.Errorf("firmware query result is not JSON: %w", err)
+	}
+	baseline, err := r.firmwareBaseline()
+	if err != nil {
+		return err
+	}
+	drift := bmc.Drift(baseline, res.Firmware)
+	versions := map[string]string{}
+	for _, f := range res.Firmware {
+		versions[f.ID] = f.Version
+	}
+	if err := r.event("node.firmware", r.n.State, r.n.State, "", map[string]any{"command": c.ID, "versions": versions,
+		"baseline": len(baseline), "drift": drift}); err != nil {
+		return err
+	}
+	if len(drift) > 0 {
+		return &firmwareDrift{lines: drift}
+	}
+	return nil
+}
