@@ -42,14 +42,17 @@ type TestResult struct {
 
 // Result is the diag.dcgm result the ramdisk signs.
 type Result struct {
-	Level          int          `json:"level"`
-	Status         Status       `json:"status"`
-	Reason         string       `json:"reason"`
-	DCGMVersion    string       `json:"dcgmVersion"`
-	GPUs           []string     `json:"gpus"` // PCI addresses of the NVIDIA GPUs in the inventory
-	Tests          []TestResult `json:"tests"`
-	ExitCode       int          `json:"exitCode"`
-	DurationMillis int64        `json:"durationMillis"`
+	Level       int          `json:"level"`
+	Status      Status       `json:"status"`
+	Reason      string       `json:"reason"`
+	DCGMVersion string       `json:"dcgmVersion"`
+	GPUs        []string     `json:"gpus"` // PCI addresses of the NVIDIA GPUs in the inventory
+	Tests       []TestResult `json:"tests"`
+	ExitCode    int          `json:"exitCode"`
+	// Hostengine is how starting DCGM's nv-hostengine, which dcgmi talks to, went: "started",
+	// "exited N" (one already running exits non-zero), "not in the ramdisk", or why it did not.
+	Hostengine     string `json:"hostengine"`
+	DurationMillis int64  `json:"durationMillis"`
 }
 
 // Passed reports whether the machine passes: every test passed (warnings and skips allowed), or
@@ -70,6 +73,9 @@ func (ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byte,
 	var out, errb bytes.Buffer
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
+	// A daemon (nv-hostengine) forks and its parent exits: its child may hold the output pipes
+	// open. What the parent wrote is read for this long after it exits, not until the child ends.
+	cmd.WaitDelay = 5 * time.Second
 	err := cmd.Run()
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) && ctx.Err() == nil {
@@ -83,8 +89,9 @@ func (ExecRunner) Run(ctx context.Context, name string, args ...string) ([]byte,
 
 // Config for Run.
 type Config struct {
-	Dcgmi string // path or name of dcgmi; default "dcgmi"
-	Level int    // 1 (quick) … 4 (long)
+	Dcgmi      string // path or name of dcgmi; default "dcgmi"
+	Hostengine string // path or name of nv-hostengine; default "nv-hostengine"
+	Level      int    // 1 (quick) … 4 (long)
 }
 
 // Run runs the diagnostic at cfg.Level on the GPUs the inventory lists.
@@ -105,6 +112,7 @@ func Run(ctx context.Context, r Runner, inv inventory.Inventory, cfg Config) (Re
 		res.Status, res.Reason = StatusNotApplicable, "no NVIDIA GPU in the inventory"
 		return res, nil
 	}
+	res.Hostengine = startHostengine(ctx, r, cfg.Hostengine)
 	dcgmi := cfg.Dcgmi
 	if dcgmi == "" {
 		dcgmi = "dcgmi"
@@ -126,6 +134,25 @@ func Run(ctx context.Context, r Runner, inv inventory.Inventory, cfg Config) (Re
 		return res, fmt.Errorf("DCGM diagnostics level %d: %s", cfg.Level, res.Reason)
 	}
 	return res, nil
+}
+
+// startHostengine starts DCGM's host engine, which dcgmi connects to (dcgmi diag fails without
+// one), and says how that went. nv-hostengine daemonizes; one already running makes the new one
+// exit non-zero, which is fine. A ramdisk without it leaves dcgmi to say what it lacks.
+func startHostengine(ctx context.Context, r Runner, name string) string {
+	if name == "" {
+		name = "nv-hostengine"
+	}
+	_, code, err := r.Run(ctx, name)
+	switch {
+	case errors.Is(err, exec.ErrNotFound):
+		return "not in the ramdisk"
+	case err != nil:
+		return "did not start: " + err.Error()
+	case code != 0:
+		return fmt.Sprintf("exited %d (one already running does)", code)
+	}
+	return "started"
 }
 
 // Decide is the verdict over the parsed tests and dcgmi's exit code: any failed test fails the

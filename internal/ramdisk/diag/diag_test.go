@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,9 +22,15 @@ type fakeRunner struct {
 	code  int
 	err   error
 	calls [][]string
+	// nv-hostengine's exit code and error (its output is none).
+	heCode int
+	heErr  error
 }
 
 func (f *fakeRunner) Run(_ context.Context, name string, args ...string) ([]byte, int, error) {
+	if name == "nv-hostengine" {
+		return nil, f.heCode, f.heErr
+	}
 	f.calls = append(f.calls, append([]string{name}, args...))
 	return f.out, f.code, f.err
 }
@@ -166,5 +173,31 @@ func TestExecRunner(t *testing.T) {
 	}
 	if _, _, err := (ExecRunner{}).Run(context.Background(), "bcd-no-such-dcgmi"); !errors.Is(err, exec.ErrNotFound) {
 		t.Errorf("missing program: %v", err)
+	}
+}
+
+// The host engine dcgmi talks to is started before the diagnostics, and the result says how:
+// started, already running (a non-zero exit), absent, or failing; none of these stops dcgmi
+// from running (it says what it lacks). No GPU: nothing is started.
+func TestHostengine(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		code   int
+		err    error
+		inv    inventory.Inventory
+		want   string
+		dcgmis int
+	}{
+		{"started", 0, nil, gpuInventory(), "started", 1},
+		{"already running", 255, nil, gpuInventory(), "exited 255 (one already running does)", 1},
+		{"absent", -1, fmt.Errorf("running nv-hostengine: %w", exec.ErrNotFound), gpuInventory(), "not in the ramdisk", 1},
+		{"failing", -1, errors.New("permission denied"), gpuInventory(), "did not start: permission denied", 1},
+		{"no GPU", 0, nil, inventory.Inventory{PCI: gpuInventory().PCI[:1]}, "", 0},
+	} {
+		r := &fakeRunner{out: sample(t, "dcgm3-level1-pass.json"), heCode: c.code, heErr: c.err}
+		res, _ := Run(context.Background(), r, c.inv, Config{Level: 1})
+		if res.Hostengine != c.want || len(r.calls) != c.dcgmis {
+			t.Errorf("%s: hostengine %q after %d dcgmi runs, want %q after %d", c.name, res.Hostengine, len(r.calls), c.want, c.dcgmis)
+		}
 	}
 }

@@ -266,3 +266,16 @@ func TestReaperPausedDuringExec(t *testing.T) {
 		t.Fatalf("reaped %d, want 2", n)
 	}
 }
+
+// PID 1 gets no PATH from the kernel: the usual one is set, and one given (ramdisk-arg
+// PATH=…, which the kernel hands to init's environment) is kept.
+func TestDefaultPath(t *testing.T) {
+	for given, want := range map[string]string{
+		"":                     "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"/opt/nvidia/bin:/bin": "/opt/nvidia/bin:/bin",
+	} {
+		if got := DefaultPath(given); got != want {
+			t.Errorf("DefaultPath(%q) = %q, want %q", given, got, want)
+		}
+	}
+}

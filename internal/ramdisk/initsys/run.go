@@ -64,6 +64,14 @@ func (r *Reaper) ReapAll() int {
 	}
 }
 
+// DefaultPath is the PATH PID 1 runs with: the one it was given, else the usual one. Pure.
+func DefaultPath(given string) string {
+	if given != "" {
+		return given
+	}
+	return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+}
+
 // Run is PID 1: Init, then the agent, while reaping children and ignoring the signals the
 // kernel sends to init. It returns only when ctx ends (PID 1 passes a context that never
 // does); a fatal error powers off or reboots after cfg.FatalDelay.
@@ -77,6 +85,11 @@ func Run(ctx context.Context, sys System, cfg Config, reaper *Reaper) {
 	defer tick.Stop()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// The kernel starts init with no PATH: programs an overlay adds (dcgmi, nv-hostengine) are
+	// found by name on the usual one.
+	if err := os.Setenv("PATH", DefaultPath(os.Getenv("PATH"))); err != nil {
+		log.Warn("setting PATH", "err", err)
+	}
 	go func() {
 		console, clog, err := Init(ctx, sys, cfg, log)
 		if err != nil {
