@@ -9,6 +9,25 @@ import (
 	"bcd/internal/store/storetest"
 )
 
+// keepCommands makes three commands ones history retention keeps: proof a signed result,
+// lingering the node's lingering ramdisk's power-off, token a join token's.
+func keepCommands(ctx context.Context, tx *store.Tx, n store.Node, proof, lingering, token string) error {
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`UPDATE commands SET attested = ?, result_sig = ? WHERE id = ?`, []any{true, []byte("sig"), proof}},
+		{`UPDATE nodes SET linger_command = ? WHERE id = ?`, []any{lingering, n.ID}},
+		{`INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, 'node', ?, ?, 1, 1, 1, ?)`,
+			[]any{"h1", n.SiteID, n.ID, token}},
+	} {
+		if _, err := tx.ExecForTests(ctx, q.sql, q.args...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // History retention deletes the ended workflows and their finished commands from before the
 // retention, and old events, a bounded batch at a time; it keeps wipe proofs, commands rows in
 // use still name, workflows with a command not finished, workflows not ended or ended since,
@@ -48,18 +67,8 @@ func TestPurgeHistory(t *testing.T) {
 				}
 				cmd[c.name] = row.ID
 			}
-			for _, q := range []struct {
-				sql  string
-				args []any
-			}{
-				{`UPDATE commands SET attested = ?, result_sig = ? WHERE id = ?`, []any{true, []byte("sig"), cmd["proof"]}},
-				{`UPDATE nodes SET linger_command = ? WHERE id = ?`, []any{cmd["lingering"], n.ID}},
-				{`INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, 'node', ?, ?, 1, 1, 1, ?)`,
-					[]any{"h1", n.SiteID, n.ID, cmd["token"]}},
-			} {
-				if _, err := tx.ExecForTests(ctx, q.sql, q.args...); err != nil {
-					return err
-				}
+			if err := keepCommands(ctx, tx, n, cmd["proof"], cmd["lingering"], cmd["token"]); err != nil {
+				return err
 			}
 			for _, b := range []struct {
 				name, state string
@@ -209,20 +218,7 @@ func TestPurgeLooseCommands(t *testing.T) {
 				}
 				cmd[c.name] = row.ID
 			}
-			for _, q := range []struct {
-				sql  string
-				args []any
-			}{
-				{`UPDATE commands SET attested = ?, result_sig = ? WHERE id = ?`, []any{true, []byte("sig"), cmd["workflow's-proof"]}},
-				{`UPDATE nodes SET linger_command = ? WHERE id = ?`, []any{cmd["workflow's-named"], n.ID}},
-				{`INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, 'node', ?, ?, 1, 1, 1, ?)`,
-					[]any{"h1", n.SiteID, n.ID, cmd["named"]}},
-			} {
-				if _, err := tx.ExecForTests(ctx, q.sql, q.args...); err != nil {
-					return err
-				}
-			}
-			return nil
+			return keepCommands(ctx, tx, n, cmd["workflow's-proof"], cmd["workflow's-named"], cmd["named"])
 		})
 		if err != nil {
 			t.Fatal(err)
