@@ -30,14 +30,8 @@ func isFirmwareDrift(err error) bool {
 
 // firmwareBaseline is the node's pool's baseline (nil: none, or no pool).
 func (r *run) firmwareBaseline() (map[string]string, error) {
-	if r.n.PoolID == "" {
-		return nil, nil
-	}
-	p, err := r.tx.Pool(r.ctx, r.n.PoolID)
-	if err != nil {
-		return nil, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
-	}
-	return p.Policy.FirmwareBaseline, nil
+	p, _, err := r.nodePool()
+	return p.Policy.FirmwareBaseline, err
 }
 
 // checkFirmware takes firmware.check's result: the versions the BMC reported, compared with the

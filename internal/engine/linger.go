@@ -90,23 +90,33 @@ func Linger(f LingerFacts) LingerAction {
 	return LingerPowerOff
 }
 
-// fastTrackWindow is the node's window: its pool's policy, else the server's default. Read once
-// per run.
-func (r *run) fastTrackWindow() (time.Duration, error) {
-	if r.window != nil {
-		return *r.window, nil
+// nodePool is the node's pool, read once per run (its fast-track window and firmware baseline
+// are both asked for in one run: a firmware check's result, then the power-off's condition);
+// ok false: the node has none.
+func (r *run) nodePool() (p store.Pool, ok bool, err error) {
+	if r.n.PoolID == "" {
+		return store.Pool{}, false, nil
 	}
-	w := r.e.cfg.FastTrackWindow
-	if r.n.PoolID != "" {
+	if r.pool == nil {
 		p, err := r.tx.Pool(r.ctx, r.n.PoolID)
 		if err != nil {
-			return 0, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
+			return store.Pool{}, false, fmt.Errorf("reading the pool of node %s: %w", r.n.ID, err)
 		}
-		if w, err = workflow.ParseFastTrackWindow(p.Policy.FastTrackWindow, w); err != nil {
-			return 0, fmt.Errorf("pool of node %s: %w", r.n.ID, err)
-		}
+		r.pool = &p
 	}
-	r.window = &w
+	return *r.pool, true, nil
+}
+
+// fastTrackWindow is the node's window: its pool's policy, else the server's default.
+func (r *run) fastTrackWindow() (time.Duration, error) {
+	p, ok, err := r.nodePool()
+	if err != nil || !ok {
+		return r.e.cfg.FastTrackWindow, err
+	}
+	w, err := workflow.ParseFastTrackWindow(p.Policy.FastTrackWindow, r.e.cfg.FastTrackWindow)
+	if err != nil {
+		return 0, fmt.Errorf("pool of node %s: %w", r.n.ID, err)
+	}
 	return w, nil
 }
 

@@ -46,8 +46,8 @@ type run struct {
 	batches map[string]store.Batch
 	// events are appended together when the run ends (flush), in the order taken.
 	events []store.Event
-	// window is the node's fast-track window once read (fastTrackWindow).
-	window *time.Duration
+	// pool is the node's pool once read (nodePool).
+	pool *store.Pool
 	// rotationSettled: the run knows no BMC credential rotation can have finished since the
 	// node's last reconciliation (see reconcileIn), so it does not look for one.
 	rotationSettled bool
