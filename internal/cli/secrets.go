@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"bcd/internal/engine"
 	"bcd/internal/secrets"
 	"bcd/internal/server"
 	"bcd/internal/store"
@@ -39,9 +37,7 @@ PostgreSQL: a heartbeat within the last 30s) and when the key comes from BCD_SEA
 give every server sharing the store the new key file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("store") {
-				cfg.StoreDSN = g.envOr("BCD_STORE", "")
-			}
+			storeFromEnv(g, cmd, &cfg)
 			if !cmd.Flags().Changed("seal-key-file") {
 				cfg.KeyFile = g.envOr("BCD_SEAL_KEY_FILE", "")
 			}
@@ -52,10 +48,7 @@ give every server sharing the store the new key file.`,
 		},
 	}
 	f := rotate.Flags()
-	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "the server's data directory (env BCD_DATA_DIR)")
-	// The environment is read after parsing, not shown as the flag's default: help must not print
-	// the password a DSN may hold.
-	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
+	storeFlags(g, f, &cfg)
 	f.StringVar(&cfg.KeyFile, "seal-key-file", "", "the sealing key file (default: env BCD_SEAL_KEY_FILE, else DATA-DIR/seal.key)")
 	f.IntVar(&batch, "batch", secrets.DefaultBatch, "secrets re-sealed per transaction")
 	cmd.AddCommand(rotate)
@@ -67,39 +60,19 @@ func rotateKey(ctx context.Context, cfg server.Config, batch int, out io.Writer)
 	if batch <= 0 {
 		return usagef("--batch %d: give a number of secrets per transaction, 1 or more (default %d)", batch, secrets.DefaultBatch)
 	}
-	eng, target, err := store.ParseDSN(cfg.StoreDSN)
-	if err != nil {
-		return err
-	}
-	if eng == store.SQLite {
-		// Opening would create an empty store, and the rotation would then rewrite the key of
-		// nothing.
-		if _, err := os.Stat(target); err != nil {
-			return fmt.Errorf("no SQLite store at %s (give the server's --data-dir or --store): %w", target, err)
-		}
-	}
-	// An SQLite store's lock shows that no server runs on it, and keeps one from starting;
-	// servers sharing a PostgreSQL store show they run by their heartbeats.
-	lock, err := store.LockSQLite(cfg.StoreDSN)
-	if err != nil {
-		return err
-	}
-	if lock != nil {
-		defer lock.Close()
-	}
-	st, err := store.Open(ctx, cfg.StoreDSN)
+	st, err := server.OpenStopped(ctx, cfg, "give the server's --data-dir or --store")
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	stopped := func(ctx context.Context) error {
-		if lock != nil {
-			return nil
+		if st.PeerTimeout == 0 {
+			return nil // SQLite: its lock shows it
 		}
 		var alive []string
 		err := st.Write(ctx, func(tx *store.Tx) error {
 			var err error
-			alive, err = tx.ServersAliveSince(ctx, tx.At()-engine.DefaultPeerTimeout.Microseconds())
+			alive, err = tx.ServersAliveSince(ctx, tx.At()-st.PeerTimeout.Microseconds())
 			return err
 		})
 		if err != nil {
@@ -107,7 +80,7 @@ func rotateKey(ctx context.Context, cfg server.Config, batch int, out io.Writer)
 		}
 		if len(alive) > 0 {
 			return fmt.Errorf("server %s recorded that it was alive within the last %s: stop every server on the store first (a server that was killed counts as alive until %s after its last heartbeat)",
-				strings.Join(alive, ", "), engine.DefaultPeerTimeout, engine.DefaultPeerTimeout)
+				strings.Join(alive, ", "), st.PeerTimeout, st.PeerTimeout)
 		}
 		return nil
 	}
@@ -115,11 +88,11 @@ func rotateKey(ctx context.Context, cfg server.Config, batch int, out io.Writer)
 		return err
 	}
 	where := "the PostgreSQL store" // its DSN may hold a password
-	if eng == store.SQLite {
-		where = "the SQLite store " + target
+	if st.Engine == store.SQLite {
+		where = "the SQLite store " + st.Target
 	}
 	fmt.Fprintf(out, "rotating the sealing key of %s (key file %s)\n", where, cfg.KeyFile)
-	rot, err := secrets.Rotate(ctx, secrets.RotateConfig{KeyFile: cfg.KeyFile, Store: st, Batch: batch, Stopped: stopped,
+	rot, err := secrets.Rotate(ctx, secrets.RotateConfig{KeyFile: cfg.KeyFile, Store: st.Store, Batch: batch, Stopped: stopped,
 		Progress: func(p secrets.Progress) { fmt.Fprintln(out, "  "+describeRotation(p)) }})
 	if err != nil {
 		if rot.NewKey != "" {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"bcd/internal/server"
 )
@@ -23,9 +24,7 @@ query, a retry or a failure), voids every unused one-time join token, and lets t
 on the store (each refuses a store behind what it last recorded in it).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !cmd.Flags().Changed("store") {
-				cfg.StoreDSN = g.envOr("BCD_STORE", "")
-			}
+			storeFromEnv(g, cmd, &cfg)
 			f, err := server.FenceRestore(cmd.Context(), cfg, reason)
 			if err != nil {
 				return err
@@ -39,11 +38,25 @@ on the store (each refuses a store behind what it last recorded in it).`,
 		},
 	}
 	f := after.Flags()
+	storeFlags(g, f, &cfg)
+	f.StringVar(&reason, "reason", "", "why (recorded in the control_plane.restore_fenced event)")
+	cmd.AddCommand(after)
+	return cmd
+}
+
+// storeFlags are the flags of a command run on the store with every server stopped: where the
+// store is, as bcd server finds it (with storeFromEnv).
+func storeFlags(g *globals, f *pflag.FlagSet, cfg *server.Config) {
 	f.StringVar(&cfg.DataDir, "data-dir", g.envOr("BCD_DATA_DIR", "data"), "the server's data directory (env BCD_DATA_DIR)")
 	// The environment is read after parsing, not shown as the flag's default: help must not print
 	// the password a DSN may hold.
 	f.StringVar(&cfg.StoreDSN, "store", "", "store DSN: sqlite:PATH or postgres://… (default: env BCD_STORE, else sqlite:DATA-DIR/bcd.db)")
-	f.StringVar(&reason, "reason", "", "why (recorded in the control_plane.restore_fenced event)")
-	cmd.AddCommand(after)
-	return cmd
+}
+
+// storeFromEnv takes BCD_STORE when --store was not given: read after parsing, not shown as the
+// flag's default.
+func storeFromEnv(g *globals, cmd *cobra.Command, cfg *server.Config) {
+	if !cmd.Flags().Changed("store") {
+		cfg.StoreDSN = g.envOr("BCD_STORE", "")
+	}
 }

@@ -102,34 +102,10 @@ func (k *watermarkKeeper) save(w store.Watermark) {
 // server running on it: `bcd store after-restore`. A SQLite store must exist (a mistyped path
 // is not a new, empty store to fence).
 func FenceRestore(ctx context.Context, cfg Config, reason string) (store.Fenced, error) {
-	cfg = cfg.WithDefaults()
-	eng, target, err := store.ParseDSN(cfg.StoreDSN)
-	if err != nil {
-		return store.Fenced{}, err
-	}
-	if eng == store.SQLite {
-		if _, err := os.Stat(target); err != nil {
-			return store.Fenced{}, fmt.Errorf("no SQLite store at %s (restore the backup there first): %w", target, err)
-		}
-	}
-	lock, err := store.LockSQLite(cfg.StoreDSN)
-	if err != nil {
-		return store.Fenced{}, err
-	}
-	// A SQLite store's lock shows that no server runs on it; servers sharing a PostgreSQL
-	// store show it by their heartbeats.
-	alive := cfg.Engine.PeerTimeout
-	if alive <= 0 {
-		alive = engine.DefaultPeerTimeout
-	}
-	if lock != nil {
-		defer lock.Close()
-		alive = 0
-	}
-	st, err := store.Open(ctx, cfg.StoreDSN)
+	st, err := OpenStopped(ctx, cfg.WithDefaults(), "restore the backup there first")
 	if err != nil {
 		return store.Fenced{}, err
 	}
 	defer st.Close()
-	return engine.FenceRestore(ctx, st, alive, reason)
+	return engine.FenceRestore(ctx, st.Store, st.PeerTimeout, reason)
 }
