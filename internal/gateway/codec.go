@@ -1,10 +1,6 @@
 package gateway
 
-import (
-	"fmt"
-
-	"bcd/internal/wirebound"
-)
+import "fmt"
 
 // MaxDecodedElements bounds what one message an agent sends may decode to: its messages, map
 // entries and list elements, nested ones included. Decoding costs far more memory than the
@@ -13,24 +9,6 @@ import (
 // program. The largest frame an agent makes holds 512 acknowledgements or updates, or a status
 // report of at most 4 096 discovered machines and 256 withheld boots.
 const MaxDecodedElements = 1 << 16
-
-// boundedProto is the gateway's protobuf codec (Connect's "proto"): a message is walked on the
-// wire, and refused, before it is decoded when it would decode to more than limit elements
-// (wirebound.Proto, which the API decodes through too).
-type boundedProto struct{ limit int }
-
-func (boundedProto) Name() string { return "proto" }
-
-func (c boundedProto) Marshal(m any) ([]byte, error) { return wirebound.NewProto(c.limit).Marshal(m) }
-
-// MarshalAppend lets Connect reuse its buffers, as its own codec does.
-func (c boundedProto) MarshalAppend(dst []byte, m any) ([]byte, error) {
-	return wirebound.NewProto(c.limit).MarshalAppend(dst, m)
-}
-
-func (c boundedProto) Unmarshal(data []byte, m any) error {
-	return wirebound.NewProto(c.limit).Unmarshal(data, m)
-}
 
 // noJSON stands for Connect's JSON codecs: agents speak binary protobuf, and nothing of theirs
 // needs JSON, which is bounded only by a count that knows no message type (wirebound.CountJSON).

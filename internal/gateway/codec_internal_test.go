@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	agentv1 "bcd/internal/gen/agentv1"
+	"bcd/internal/wirebound"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -25,7 +26,7 @@ func emptyAcks(n int) []byte {
 // The codec refuses a flood before decoding it, with what is accepted, and decodes the rest as
 // protobuf does. (How elements are counted is wirebound's TestCount.)
 func TestBoundedProtoUnmarshal(t *testing.T) {
-	c := boundedProto{limit: MaxDecodedElements}
+	c := wirebound.NewProto(MaxDecodedElements) // as server.go registers it
 	var m agentv1.AgentMessage
 	err := c.Unmarshal(emptyAcks(1<<20), &m)
 	if err == nil || !strings.Contains(err.Error(), "at most 65536") || m.GetBatch() != nil {

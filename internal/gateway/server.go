@@ -15,6 +15,7 @@ import (
 	agentv1 "bcd/internal/gen/agentv1"
 	"bcd/internal/gen/agentv1/agentv1connect"
 	"bcd/internal/pki"
+	"bcd/internal/wirebound"
 )
 
 // MaxJoinBytes bounds a Join request (a token, a CSR and a few hints).
@@ -40,7 +41,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Handler() (string, http.Handler) {
 	// Messages are decoded only when they decode to at most MaxDecodedElements elements, and
 	// only from binary protobuf (codecs).
-	codecs := connect.WithHandlerOptions(connect.WithCodec(boundedProto{limit: MaxDecodedElements}),
+	codecs := connect.WithHandlerOptions(connect.WithCodec(wirebound.NewProto(MaxDecodedElements)),
 		connect.WithCodec(noJSON{name: "json"}), connect.WithCodec(noJSON{name: "json; charset=utf-8"}))
 	path, h := agentv1connect.NewGatewayServiceHandler(s,
 		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes), codecs,
