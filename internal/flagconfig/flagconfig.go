@@ -24,17 +24,12 @@ const ConfigFlag = "config"
 type Spec struct {
 	// EnvPrefix makes a flag's environment variable: EnvPrefix + the name in capitals, - as _.
 	EnvPrefix string
-	// EnvNames are the flags whose documented variable differs from that rule (flag → name).
-	EnvNames map[string]string
 	// Secret are the flags whose values no error repeats (a DSN with a password, a token).
 	Secret []string
 }
 
 // EnvName is the environment variable of flag.
 func (s Spec) EnvName(flag string) string {
-	if n, ok := s.EnvNames[flag]; ok {
-		return n
-	}
 	return s.EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 

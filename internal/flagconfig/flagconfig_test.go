@@ -25,9 +25,9 @@ type testFlags struct {
 	jointok string
 }
 
-// testSpec maps the test flags to the environment: one documented name differs from the rule.
+// testSpec maps the test flags to the environment.
 func testSpec() Spec {
-	return Spec{EnvPrefix: "BCD_", EnvNames: map[string]string{"join-token": "BCD_SITE_JOIN_TOKEN"}, Secret: []string{"store", "join-token"}}
+	return Spec{EnvPrefix: "BCD_", Secret: []string{"store", "join-token"}}
 }
 
 func newTestFlags() *testFlags {
@@ -181,26 +181,28 @@ store: "postgres://bcd:pw@db/bcd"
 	}
 }
 
-// A flag whose documented variable differs from the rule is read from the documented one only.
+// A flag's variable is the prefix and its name in capitals, - as _ (the site agent's prefix
+// BCD_SITE_ gives its documented BCD_SITE_JOIN_TOKEN).
 func TestEnvNames(t *testing.T) {
 	for _, tc := range []struct {
+		spec       Spec
 		flag, want string
 	}{
-		{"listen", "BCD_LISTEN"},
-		{"history-retention", "BCD_HISTORY_RETENTION"},
-		{"join-token", "BCD_SITE_JOIN_TOKEN"},
-		{ConfigFlag, "BCD_CONFIG"},
+		{testSpec(), "listen", "BCD_LISTEN"},
+		{testSpec(), "history-retention", "BCD_HISTORY_RETENTION"},
+		{testSpec(), ConfigFlag, "BCD_CONFIG"},
+		{Spec{EnvPrefix: "BCD_SITE_"}, "join-token", "BCD_SITE_JOIN_TOKEN"},
 	} {
-		if got := testSpec().EnvName(tc.flag); got != tc.want {
+		if got := tc.spec.EnvName(tc.flag); got != tc.want {
 			t.Errorf("EnvName(%q) = %q, want %q", tc.flag, got, tc.want)
 		}
 	}
-	f, err := apply(nil, map[string]string{"BCD_SITE_JOIN_TOKEN": "documented", "BCD_JOIN_TOKEN": "generic"}, nil)
+	f, err := apply(nil, map[string]string{"BCD_JOIN_TOKEN": "from env"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.jointok != "documented" {
-		t.Errorf("join-token = %q, want the documented variable's", f.jointok)
+	if f.jointok != "from env" {
+		t.Errorf("join-token = %q, want the variable's", f.jointok)
 	}
 }
 
