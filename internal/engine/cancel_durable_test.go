@@ -51,19 +51,7 @@ func newCancelFixture(t *testing.T, st *store.Store) *cancelFixture {
 // giveUp has server A abort the workflow: it gives the running command up.
 func (f *cancelFixture) giveUp(t *testing.T) {
 	t.Helper()
-	if err := f.st.Write(context.Background(), func(tx *store.Tx) error {
-		n, err := tx.LockNode(context.Background(), f.node.ID, "")
-		if err != nil {
-			return err
-		}
-		n.State, n.FailedFrom, n.Maintenance = "failed", n.State, true
-		if err := tx.UpdateNode(context.Background(), &n); err != nil {
-			return err
-		}
-		return tx.Wake(context.Background(), n.ID, "abort", 0)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	abortNode(t, f.st, f.node.ID)
 	f.run(t)
 	if c := f.commands(t, "bmc.query")[0]; c.State != "failed" {
 		t.Fatalf("the given-up command is %s", c.State)

@@ -23,19 +23,7 @@ func TestAbortedCommandIsCancelledOnItsAgent(t *testing.T) {
 		end  func(t *testing.T, f *wfFixture)
 	}{
 		{"abort", func(t *testing.T, f *wfFixture) {
-			if err := f.st.Write(context.Background(), func(tx *store.Tx) error {
-				n, err := tx.LockNode(context.Background(), f.node.ID, "")
-				if err != nil {
-					return err
-				}
-				n.State, n.FailedFrom, n.Maintenance = "failed", n.State, true
-				if err := tx.UpdateNode(context.Background(), &n); err != nil {
-					return err
-				}
-				return tx.Wake(context.Background(), n.ID, "abort", 0)
-			}); err != nil {
-				t.Fatal(err)
-			}
+			abortNode(t, f.st, f.node.ID)
 		}},
 		{"timeout", func(t *testing.T, f *wfFixture) {
 			f.clock.Add(2 * time.Hour)
@@ -95,5 +83,24 @@ func TestAbortedCommandIsCancelledOnItsAgent(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// abortNode does what the abort verb does to a node in a workflow: failed from its state,
+// maintenance on, its reconciler woken.
+func abortNode(t *testing.T, st *store.Store, nodeID string) {
+	t.Helper()
+	if err := st.Write(context.Background(), func(tx *store.Tx) error {
+		n, err := tx.LockNode(context.Background(), nodeID, "")
+		if err != nil {
+			return err
+		}
+		n.State, n.FailedFrom, n.Maintenance = "failed", n.State, true
+		if err := tx.UpdateNode(context.Background(), &n); err != nil {
+			return err
+		}
+		return tx.Wake(context.Background(), n.ID, "abort", 0)
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
