@@ -377,6 +377,13 @@ func (h *inventory) ListDeployProfiles(ctx context.Context, req *connect.Request
 	return connect.NewResponse(out), nil
 }
 
+func (h *inventory) DeleteDeployProfile(ctx context.Context, req *connect.Request[bcdv1.DeleteDeployProfileRequest]) (*connect.Response[bcdv1.DeleteDeployProfileResponse], error) {
+	if err := h.svc.DeleteDeployProfile(ctx, principal(ctx), req.Msg.Name); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&bcdv1.DeleteDeployProfileResponse{}), nil
+}
+
 func (h *inventory) RevokeSiteAgent(ctx context.Context, req *connect.Request[bcdv1.RevokeSiteAgentRequest]) (*connect.Response[bcdv1.RevokeSiteAgentResponse], error) {
 	a, site, err := h.svc.RevokeSiteAgent(ctx, principal(ctx), req.Msg.Agent, req.Msg.Reason)
 	if err != nil {

@@ -63,6 +63,7 @@ func TestTenantAdminCannotChangeWhatTenantsShare(t *testing.T) {
 		{"/bcd.v1.ImageService/RevokeSigner", `{"name":"corp"}`},
 		{"/bcd.v1.InventoryService/PutDeployProfile", `{"profile":{"name":"default","definition":"{\"steps\":[{\"use\":\"metal.ensureRamdisk\"}]}"}}`},
 		{"/bcd.v1.InventoryService/PutHardwareProfile", `{"profile":{"name":"x","drivers":{"power":"ipmi"}}}`},
+		{"/bcd.v1.InventoryService/DeleteDeployProfile", `{"name":"default"}`},
 	} {
 		code, body := e.post(t, tc.path, acme, tc.body)
 		if code != 403 || !strings.Contains(body, "installation-wide") {

@@ -531,7 +531,19 @@ func deployProfileCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, "NAME\tDEFINITION", rows)
 		}}
-	cmd.AddCommand(put, list)
+	del := &cobra.Command{Use: "delete NAME", Short: "Delete a deploy profile, or the override of a built-in metal-* profile (which then runs as built)", Args: useArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := g.clients()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.inventory.DeleteDeployProfile(cmd.Context(), connect.NewRequest(&bcdv1.DeleteDeployProfileRequest{Name: args[0]}))
+			if err != nil {
+				return err
+			}
+			return g.table(resp.Msg, "DELETED", [][]string{{args[0]}})
+		}}
+	cmd.AddCommand(put, list, del)
 	return cmd
 }
 

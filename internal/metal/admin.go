@@ -473,6 +473,29 @@ func (s *Service) PutDeployProfile(ctx context.Context, p auth.Principal, name, 
 	})
 }
 
+// DeleteDeployProfile deletes a profile stored through the API: an operator-defined deploy
+// profile (a profile of that name in the server's profiles file is used again), or the
+// override of a built-in metal-* profile (which then runs as built). Refused while a node
+// deploying, or failed while deploying, names it; workflows already started keep the steps
+// they started with.
+func (s *Service) DeleteDeployProfile(ctx context.Context, p auth.Principal, name string) error {
+	if err := installationWide(p, "deploy profiles"); err != nil {
+		return err
+	}
+	if name == "" {
+		return invalid("name", "is required: the name of a profile stored through the API (bcd profile list)")
+	}
+	if err := ValidName("name", name); err != nil {
+		return err
+	}
+	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.DeleteProfile(ctx, name); err != nil {
+			return err
+		}
+		return tx.AppendEvent(ctx, store.Event{Actor: p.Actor(), Kind: "profile.delete", Data: jsonObject(map[string]any{"name": name})})
+	})
+}
+
 // DeployProfiles lists the built-in deploy profile and the operator-defined ones.
 func (s *Service) DeployProfiles(ctx context.Context, p auth.Principal) (map[string]string, error) {
 	if err := Require(p, auth.Read); err != nil {

@@ -1437,6 +1437,37 @@ func (t *Tx) PutProfile(ctx context.Context, name, definition string) error {
 	return nil
 }
 
+// DeleteProfile deletes the profile stored through the API under name, refused (ErrConflict,
+// naming up to five of them) while a node deploying, or failed while deploying, names it: its
+// deploy, or the recovery that deploys again, reads the profile when its workflow starts.
+// ErrNotFound when none is stored under name.
+func (t *Tx) DeleteProfile(ctx context.Context, name string) error {
+	rows, err := t.query(ctx, `SELECT name FROM nodes WHERE deploy_profile = ?
+		AND (state = 'deploying' OR (state = 'failed' AND failed_from = 'deploying')) ORDER BY name LIMIT 6`, name)
+	users, err := collect(rows, err, "the nodes deploying with profile "+name, scanID)
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		more := ""
+		if len(users) > 5 {
+			users, more = users[:5], " and more"
+		}
+		return fmt.Errorf("profile %s is the deploy profile of nodes deploying or failed while deploying (%s%s): recover, abort or deploy them with another profile first: %w",
+			name, strings.Join(users, ", "), more, ErrConflict)
+	}
+	res, err := t.exec(ctx, `DELETE FROM deploy_profiles WHERE name = ?`, name)
+	if err != nil {
+		return fmt.Errorf("deleting profile %s: %w", name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("deleting profile %s: %w", name, err)
+	} else if n == 0 {
+		return fmt.Errorf("profile %s: %w", name, ErrNotFound)
+	}
+	return nil
+}
+
 // Profiles returns the operator-defined deploy profiles by name (JSON definitions).
 func (s *Store) Profiles(ctx context.Context) (map[string]string, error) {
 	rows, err := s.queryRows(ctx, `SELECT name, definition FROM deploy_profiles ORDER BY name`)

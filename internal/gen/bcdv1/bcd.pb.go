@@ -7134,6 +7134,88 @@ func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
 	return nil
 }
 
+// DeleteDeployProfileRequest names a profile stored through the API: an operator-defined deploy
+// profile, or the override of a built-in metal-* profile (which then runs as built).
+type DeleteDeployProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDeployProfileRequest) Reset() {
+	*x = DeleteDeployProfileRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDeployProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDeployProfileRequest) ProtoMessage() {}
+
+func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDeployProfileRequest.ProtoReflect.Descriptor instead.
+func (*DeleteDeployProfileRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+}
+
+func (x *DeleteDeployProfileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteDeployProfileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteDeployProfileResponse) Reset() {
+	*x = DeleteDeployProfileResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteDeployProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteDeployProfileResponse) ProtoMessage() {}
+
+func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteDeployProfileResponse.ProtoReflect.Descriptor instead.
+func (*DeleteDeployProfileResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+}
+
 type Token struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -7148,7 +7230,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7160,7 +7242,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7173,7 +7255,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *Token) GetId() string {
@@ -7229,7 +7311,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7241,7 +7323,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7254,7 +7336,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -7289,7 +7371,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7301,7 +7383,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7314,7 +7396,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -7339,7 +7421,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7351,7 +7433,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7364,7 +7446,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 type ListTokensResponse struct {
@@ -7376,7 +7458,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7388,7 +7470,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7401,7 +7483,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -7420,7 +7502,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7432,7 +7514,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7445,7 +7527,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -7464,7 +7546,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7476,7 +7558,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7489,7 +7571,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -7507,7 +7589,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7519,7 +7601,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7532,7 +7614,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 type WhoAmIResponse struct {
@@ -7544,7 +7626,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7556,7 +7638,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7569,7 +7651,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -7590,7 +7672,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7602,7 +7684,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7615,7 +7697,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *Signer) GetName() string {
@@ -7658,7 +7740,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7670,7 +7752,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7683,7 +7765,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *Image) GetName() string {
@@ -7765,7 +7847,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7777,7 +7859,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7790,7 +7872,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -7808,7 +7890,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7820,7 +7902,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7833,7 +7915,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
 }
 
 type RevokeSignerRequest struct {
@@ -7845,7 +7927,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7857,7 +7939,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7870,7 +7952,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -7888,7 +7970,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7900,7 +7982,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7913,7 +7995,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
 }
 
 type ListSignersRequest struct {
@@ -7924,7 +8006,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7936,7 +8018,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7949,7 +8031,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
 }
 
 type ListSignersResponse struct {
@@ -7961,7 +8043,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7973,7 +8055,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7986,7 +8068,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -8005,7 +8087,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8017,7 +8099,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8030,7 +8112,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -8049,7 +8131,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8061,7 +8143,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8074,7 +8156,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -8092,7 +8174,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8104,7 +8186,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8117,7 +8199,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
 }
 
 type ListImagesResponse struct {
@@ -8129,7 +8211,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8141,7 +8223,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8154,7 +8236,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -8755,7 +8837,10 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\aprofile\x18\x01 \x01(\v2\x15.bcd.v1.DeployProfileR\aprofile\"\x1b\n" +
 	"\x19ListDeployProfilesRequest\"O\n" +
 	"\x1aListDeployProfilesResponse\x121\n" +
-	"\bprofiles\x18\x01 \x03(\v2\x15.bcd.v1.DeployProfileR\bprofiles\"\x95\x01\n" +
+	"\bprofiles\x18\x01 \x03(\v2\x15.bcd.v1.DeployProfileR\bprofiles\"0\n" +
+	"\x1aDeleteDeployProfileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x1d\n" +
+	"\x1bDeleteDeployProfileResponse\"\x95\x01\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -8854,10 +8939,11 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\bWithdraw\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12=\n" +
 	"\x06Reject\x12\x1c.bcd.v1.BatchDecisionRequest\x1a\x15.bcd.v1.BatchResponse\x12U\n" +
 	"\x11SetApprovalPolicy\x12 .bcd.v1.SetApprovalPolicyRequest\x1a\x1e.bcd.v1.ApprovalPolicyResponse\x12f\n" +
-	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xc8\v\n" +
+	"\x14ListApprovalPolicies\x12#.bcd.v1.ListApprovalPoliciesRequest\x1a$.bcd.v1.ListApprovalPoliciesResponse\"\x03\x90\x02\x012\xa8\f\n" +
 	"\x10InventoryService\x12R\n" +
 	"\x10PutDeployProfile\x12\x1f.bcd.v1.PutDeployProfileRequest\x1a\x1d.bcd.v1.DeployProfileResponse\x12`\n" +
 	"\x12ListDeployProfiles\x12!.bcd.v1.ListDeployProfilesRequest\x1a\".bcd.v1.ListDeployProfilesResponse\"\x03\x90\x02\x01\x12^\n" +
+	"\x13DeleteDeployProfile\x12\".bcd.v1.DeleteDeployProfileRequest\x1a#.bcd.v1.DeleteDeployProfileResponse\x12^\n" +
 	"\x13CreateSiteJoinToken\x12\".bcd.v1.CreateSiteJoinTokenRequest\x1a#.bcd.v1.CreateSiteJoinTokenResponse\x12R\n" +
 	"\x0fRevokeSiteAgent\x12\x1e.bcd.v1.RevokeSiteAgentRequest\x1a\x1f.bcd.v1.RevokeSiteAgentResponse\x12E\n" +
 	"\n" +
@@ -8906,7 +8992,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 140)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 142)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -9017,47 +9103,49 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*DeployProfileResponse)(nil),             // 106: bcd.v1.DeployProfileResponse
 	(*ListDeployProfilesRequest)(nil),         // 107: bcd.v1.ListDeployProfilesRequest
 	(*ListDeployProfilesResponse)(nil),        // 108: bcd.v1.ListDeployProfilesResponse
-	(*Token)(nil),                             // 109: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 110: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 111: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 112: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 113: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 114: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 115: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 116: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 117: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 118: bcd.v1.Signer
-	(*Image)(nil),                             // 119: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 120: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 121: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 122: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 123: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 124: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 125: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 126: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 127: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 128: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 129: bcd.v1.ListImagesResponse
-	nil,                                       // 130: bcd.v1.Node.DriversEntry
-	nil,                                       // 131: bcd.v1.Node.LabelsEntry
-	nil,                                       // 132: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 133: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 134: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 135: bcd.v1.Site.LabelsEntry
-	nil,                                       // 136: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 137: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 138: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 139: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*DeleteDeployProfileRequest)(nil),        // 109: bcd.v1.DeleteDeployProfileRequest
+	(*DeleteDeployProfileResponse)(nil),       // 110: bcd.v1.DeleteDeployProfileResponse
+	(*Token)(nil),                             // 111: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 112: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 113: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 114: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 115: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 116: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 117: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 118: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 119: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 120: bcd.v1.Signer
+	(*Image)(nil),                             // 121: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 122: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 123: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 124: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 125: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 126: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 127: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 128: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 129: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 130: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 131: bcd.v1.ListImagesResponse
+	nil,                                       // 132: bcd.v1.Node.DriversEntry
+	nil,                                       // 133: bcd.v1.Node.LabelsEntry
+	nil,                                       // 134: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 135: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 136: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 137: bcd.v1.Site.LabelsEntry
+	nil,                                       // 138: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 139: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 140: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 141: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	130, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	132, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	131, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	133, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	132, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	134, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	133, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	135, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,   // 9: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,   // 10: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
@@ -9075,7 +9163,7 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	39,  // 22: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
 	42,  // 23: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
 	4,   // 24: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	134, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	136, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
 	52,  // 26: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
 	53,  // 27: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
 	49,  // 28: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
@@ -9084,14 +9172,14 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	49,  // 31: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
 	61,  // 32: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
 	61,  // 33: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	135, // 34: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	136, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	137, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	137, // 34: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	138, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	139, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	68,  // 37: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	138, // 38: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	140, // 38: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
 	66,  // 39: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
 	66,  // 40: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	139, // 41: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	141, // 41: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
 	67,  // 42: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
 	67,  // 43: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
 	68,  // 44: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
@@ -9109,15 +9197,15 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	104, // 56: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
 	104, // 57: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
 	104, // 58: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	109, // 59: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	109, // 60: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	109, // 61: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	109, // 62: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	118, // 63: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	118, // 64: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	119, // 65: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	119, // 66: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	119, // 67: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	111, // 59: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	111, // 60: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	111, // 61: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	111, // 62: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	120, // 63: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	120, // 64: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	121, // 65: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	121, // 66: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	121, // 67: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
 	25,  // 68: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
 	28,  // 69: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
 	5,   // 70: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
@@ -9156,98 +9244,100 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	64,  // 103: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
 	105, // 104: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
 	107, // 105: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	92,  // 106: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	94,  // 107: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	99,  // 108: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	100, // 109: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	101, // 110: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	102, // 111: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	71,  // 112: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	73,  // 113: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	75,  // 114: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	77,  // 115: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	79,  // 116: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	81,  // 117: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	82,  // 118: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	84,  // 119: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	86,  // 120: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	88,  // 121: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	90,  // 122: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	110, // 123: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	112, // 124: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	114, // 125: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	116, // 126: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	120, // 127: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	122, // 128: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	124, // 129: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	126, // 130: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	128, // 131: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	27,  // 132: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	33,  // 133: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 134: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 135: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 136: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 137: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 138: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 139: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 140: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 141: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 142: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 143: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 144: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 145: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 146: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 147: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 148: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 149: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	18,  // 150: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	24,  // 151: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	22,  // 152: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	37,  // 153: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	40,  // 154: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 155: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	44,  // 156: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	27,  // 157: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 158: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	48,  // 159: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	54,  // 160: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	56,  // 161: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	58,  // 162: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	60,  // 163: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	60,  // 164: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	60,  // 165: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	63,  // 166: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	65,  // 167: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	106, // 168: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	108, // 169: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	93,  // 170: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	95,  // 171: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	103, // 172: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 173: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 174: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 175: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	72,  // 176: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	74,  // 177: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	76,  // 178: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	78,  // 179: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	80,  // 180: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	83,  // 181: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	83,  // 182: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	85,  // 183: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	87,  // 184: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	89,  // 185: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	91,  // 186: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	111, // 187: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	113, // 188: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	115, // 189: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	117, // 190: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	121, // 191: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	123, // 192: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	125, // 193: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	127, // 194: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	129, // 195: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	132, // [132:196] is the sub-list for method output_type
-	68,  // [68:132] is the sub-list for method input_type
+	109, // 106: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	92,  // 107: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	94,  // 108: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	99,  // 109: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	100, // 110: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	101, // 111: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	102, // 112: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	71,  // 113: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	73,  // 114: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	75,  // 115: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	77,  // 116: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	79,  // 117: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	81,  // 118: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	82,  // 119: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	84,  // 120: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	86,  // 121: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	88,  // 122: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	90,  // 123: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	112, // 124: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	114, // 125: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	116, // 126: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	118, // 127: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	122, // 128: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	124, // 129: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	126, // 130: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	128, // 131: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	130, // 132: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	27,  // 133: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	33,  // 134: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 135: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 136: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 137: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 138: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 139: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 140: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 141: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 142: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 143: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 144: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 145: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 146: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 147: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 148: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 149: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 150: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	18,  // 151: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	24,  // 152: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	22,  // 153: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	37,  // 154: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	40,  // 155: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 156: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	44,  // 157: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	27,  // 158: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 159: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	48,  // 160: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	54,  // 161: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	56,  // 162: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	58,  // 163: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	60,  // 164: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	60,  // 165: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	60,  // 166: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	63,  // 167: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	65,  // 168: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	106, // 169: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	108, // 170: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	110, // 171: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	93,  // 172: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	95,  // 173: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	103, // 174: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 175: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 176: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 177: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	72,  // 178: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	74,  // 179: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	76,  // 180: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	78,  // 181: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	80,  // 182: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	83,  // 183: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	83,  // 184: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	85,  // 185: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	87,  // 186: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	89,  // 187: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	91,  // 188: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	113, // 189: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	115, // 190: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	117, // 191: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	119, // 192: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	123, // 193: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	125, // 194: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	127, // 195: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	129, // 196: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	131, // 197: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	133, // [133:198] is the sub-list for method output_type
+	68,  // [68:133] is the sub-list for method input_type
 	68,  // [68:68] is the sub-list for extension type_name
 	68,  // [68:68] is the sub-list for extension extendee
 	0,   // [0:68] is the sub-list for field type_name
@@ -9265,7 +9355,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   140,
+			NumMessages:   142,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -127,6 +127,9 @@ const (
 	// InventoryServiceListDeployProfilesProcedure is the fully-qualified name of the InventoryService's
 	// ListDeployProfiles RPC.
 	InventoryServiceListDeployProfilesProcedure = "/bcd.v1.InventoryService/ListDeployProfiles"
+	// InventoryServiceDeleteDeployProfileProcedure is the fully-qualified name of the
+	// InventoryService's DeleteDeployProfile RPC.
+	InventoryServiceDeleteDeployProfileProcedure = "/bcd.v1.InventoryService/DeleteDeployProfile"
 	// InventoryServiceCreateSiteJoinTokenProcedure is the fully-qualified name of the
 	// InventoryService's CreateSiteJoinToken RPC.
 	InventoryServiceCreateSiteJoinTokenProcedure = "/bcd.v1.InventoryService/CreateSiteJoinToken"
@@ -1276,6 +1279,8 @@ func (UnimplementedBatchServiceHandler) ListApprovalPolicies(context.Context, *c
 type InventoryServiceClient interface {
 	PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error)
 	ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error)
+	// DeleteDeployProfile is refused while a node deploying (or failed while deploying) names it.
+	DeleteDeployProfile(context.Context, *connect.Request[bcdv1.DeleteDeployProfileRequest]) (*connect.Response[bcdv1.DeleteDeployProfileResponse], error)
 	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
 	// RevokeSiteAgent refuses a site agent's certificate from now on: its connects, calls and
 	// renewals, and its open stream within the gateway's re-check interval.
@@ -1323,6 +1328,12 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 			baseURL+InventoryServiceListDeployProfilesProcedure,
 			connect.WithSchema(inventoryServiceMethods.ByName("ListDeployProfiles")),
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
+		deleteDeployProfile: connect.NewClient[bcdv1.DeleteDeployProfileRequest, bcdv1.DeleteDeployProfileResponse](
+			httpClient,
+			baseURL+InventoryServiceDeleteDeployProfileProcedure,
+			connect.WithSchema(inventoryServiceMethods.ByName("DeleteDeployProfile")),
 			connect.WithClientOptions(opts...),
 		),
 		createSiteJoinToken: connect.NewClient[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse](
@@ -1439,6 +1450,7 @@ func NewInventoryServiceClient(httpClient connect.HTTPClient, baseURL string, op
 type inventoryServiceClient struct {
 	putDeployProfile     *connect.Client[bcdv1.PutDeployProfileRequest, bcdv1.DeployProfileResponse]
 	listDeployProfiles   *connect.Client[bcdv1.ListDeployProfilesRequest, bcdv1.ListDeployProfilesResponse]
+	deleteDeployProfile  *connect.Client[bcdv1.DeleteDeployProfileRequest, bcdv1.DeleteDeployProfileResponse]
 	createSiteJoinToken  *connect.Client[bcdv1.CreateSiteJoinTokenRequest, bcdv1.CreateSiteJoinTokenResponse]
 	revokeSiteAgent      *connect.Client[bcdv1.RevokeSiteAgentRequest, bcdv1.RevokeSiteAgentResponse]
 	getAgentCA           *connect.Client[bcdv1.GetAgentCARequest, bcdv1.AgentCAResponse]
@@ -1466,6 +1478,11 @@ func (c *inventoryServiceClient) PutDeployProfile(ctx context.Context, req *conn
 // ListDeployProfiles calls bcd.v1.InventoryService.ListDeployProfiles.
 func (c *inventoryServiceClient) ListDeployProfiles(ctx context.Context, req *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error) {
 	return c.listDeployProfiles.CallUnary(ctx, req)
+}
+
+// DeleteDeployProfile calls bcd.v1.InventoryService.DeleteDeployProfile.
+func (c *inventoryServiceClient) DeleteDeployProfile(ctx context.Context, req *connect.Request[bcdv1.DeleteDeployProfileRequest]) (*connect.Response[bcdv1.DeleteDeployProfileResponse], error) {
+	return c.deleteDeployProfile.CallUnary(ctx, req)
 }
 
 // CreateSiteJoinToken calls bcd.v1.InventoryService.CreateSiteJoinToken.
@@ -1557,6 +1574,8 @@ func (c *inventoryServiceClient) ListHardwareProfiles(ctx context.Context, req *
 type InventoryServiceHandler interface {
 	PutDeployProfile(context.Context, *connect.Request[bcdv1.PutDeployProfileRequest]) (*connect.Response[bcdv1.DeployProfileResponse], error)
 	ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error)
+	// DeleteDeployProfile is refused while a node deploying (or failed while deploying) names it.
+	DeleteDeployProfile(context.Context, *connect.Request[bcdv1.DeleteDeployProfileRequest]) (*connect.Response[bcdv1.DeleteDeployProfileResponse], error)
 	CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error)
 	// RevokeSiteAgent refuses a site agent's certificate from now on: its connects, calls and
 	// renewals, and its open stream within the gateway's re-check interval.
@@ -1600,6 +1619,12 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 		svc.ListDeployProfiles,
 		connect.WithSchema(inventoryServiceMethods.ByName("ListDeployProfiles")),
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
+	inventoryServiceDeleteDeployProfileHandler := connect.NewUnaryHandler(
+		InventoryServiceDeleteDeployProfileProcedure,
+		svc.DeleteDeployProfile,
+		connect.WithSchema(inventoryServiceMethods.ByName("DeleteDeployProfile")),
 		connect.WithHandlerOptions(opts...),
 	)
 	inventoryServiceCreateSiteJoinTokenHandler := connect.NewUnaryHandler(
@@ -1715,6 +1740,8 @@ func NewInventoryServiceHandler(svc InventoryServiceHandler, opts ...connect.Han
 			inventoryServicePutDeployProfileHandler.ServeHTTP(w, r)
 		case InventoryServiceListDeployProfilesProcedure:
 			inventoryServiceListDeployProfilesHandler.ServeHTTP(w, r)
+		case InventoryServiceDeleteDeployProfileProcedure:
+			inventoryServiceDeleteDeployProfileHandler.ServeHTTP(w, r)
 		case InventoryServiceCreateSiteJoinTokenProcedure:
 			inventoryServiceCreateSiteJoinTokenHandler.ServeHTTP(w, r)
 		case InventoryServiceRevokeSiteAgentProcedure:
@@ -1764,6 +1791,10 @@ func (UnimplementedInventoryServiceHandler) PutDeployProfile(context.Context, *c
 
 func (UnimplementedInventoryServiceHandler) ListDeployProfiles(context.Context, *connect.Request[bcdv1.ListDeployProfilesRequest]) (*connect.Response[bcdv1.ListDeployProfilesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.ListDeployProfiles is not implemented"))
+}
+
+func (UnimplementedInventoryServiceHandler) DeleteDeployProfile(context.Context, *connect.Request[bcdv1.DeleteDeployProfileRequest]) (*connect.Response[bcdv1.DeleteDeployProfileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.InventoryService.DeleteDeployProfile is not implemented"))
 }
 
 func (UnimplementedInventoryServiceHandler) CreateSiteJoinToken(context.Context, *connect.Request[bcdv1.CreateSiteJoinTokenRequest]) (*connect.Response[bcdv1.CreateSiteJoinTokenResponse], error) {
