@@ -3,6 +3,7 @@ package ramdiskcmd
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -24,40 +25,8 @@ import (
 func TestHiddenCapacityInQEMU(t *testing.T) {
 	ctx, qemu, root, kernel, initrd := qemuAndRamdisk(t)
 
-	// The ramdisk with the probe as /init: a second archive after the ramdisk's replaces its
-	// /init (the kernel unpacks them in order), the modules stay.
 	dir := t.TempDir()
-	probe := filepath.Join(dir, "probe")
-	gb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-o", probe, "./internal/ramdisk/ramdiskcmd/testdata/hiddenprobe")
-	gb.Dir = root
-	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := gb.CombinedOutput(); err != nil {
-		t.Fatalf("building the probe: %v\n%s", err, out)
-	}
-	bin, err := os.ReadFile(probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := build.NewArchive(0)
-	if err := a.AddFile("init", 0o755, bin); err != nil {
-		t.Fatal(err)
-	}
-	base, err := os.ReadFile(initrd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var extra bytes.Buffer
-	zw := gzip.NewWriter(&extra)
-	if _, err := a.WriteTo(zw); err != nil {
-		t.Fatal(err)
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	probeInitrd := filepath.Join(dir, "initrd")
-	if err := os.WriteFile(probeInitrd, append(base, extra.Bytes()...), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	probeInitrd := withProbe(ctx, t, root, initrd, dir, "hiddenprobe")
 	disk := func(name string, size int64) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, nil, 0o600); err != nil {
@@ -87,24 +56,8 @@ func TestHiddenCapacityInQEMU(t *testing.T) {
 	}
 	t.Logf("probe ran in %.1fs (TCG)", time.Since(start).Seconds())
 	probed := map[string]string{}
-	for _, line := range strings.Split(console, "\n") {
-		line = strings.TrimRight(line, "\r")
-		rest, ok := strings.CutPrefix(line, "PROBE ")
-		if !ok {
-			continue
-		}
-		if strings.HasPrefix(rest, "error") {
-			t.Errorf("the probe: %s", rest)
-			continue
-		}
-		k, v, _ := strings.Cut(rest, " ")
-		if k2, v2, ok := strings.Cut(rest, "="); ok && !strings.Contains(k2, " ") {
-			k, v = k2, v2
-		}
-		probed[k] = v
-	}
-	if _, ok := probed["done"]; !ok {
-		t.Fatalf("the probe did not finish; console:\n%s", console)
+	for k, v := range probeLines(t, console) {
+		probed[k] = v[len(v)-1]
 	}
 
 	var findings []wipe.NVMeFinding
@@ -125,4 +78,69 @@ func TestHiddenCapacityInQEMU(t *testing.T) {
 	if got := strings.TrimSpace(probed["libata.ignore_hpa"]); got != "1" {
 		t.Errorf("libata's ignore_hpa = %q, want 1: the command line's module parameter did not reach the module", got)
 	}
+}
+
+// withProbe is the ramdisk initrd with testdata/NAME built as its /init: a second archive after
+// the ramdisk's replaces its /init (the kernel unpacks them in order), the modules stay.
+func withProbe(ctx context.Context, t *testing.T, root, initrd, dir, name string) string {
+	t.Helper()
+	probe := filepath.Join(dir, name)
+	gb := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-o", probe, "./internal/ramdisk/ramdiskcmd/testdata/"+name)
+	gb.Dir = root
+	gb.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := gb.CombinedOutput(); err != nil {
+		t.Fatalf("building the probe: %v\n%s", err, out)
+	}
+	bin, err := os.ReadFile(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := build.NewArchive(0)
+	if err := a.AddFile("init", 0o755, bin); err != nil {
+		t.Fatal(err)
+	}
+	base, err := os.ReadFile(initrd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra bytes.Buffer
+	zw := gzip.NewWriter(&extra)
+	if _, err := a.WriteTo(zw); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, name+".initrd")
+	if err := os.WriteFile(out, append(base, extra.Bytes()...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// probeLines are a probe's console lines "PROBE KEY VALUE" (or KEY=VALUE) by key; the lines
+// "PROBE error …" are test errors.
+func probeLines(t *testing.T, console string) map[string][]string {
+	t.Helper()
+	probed := map[string][]string{}
+	for _, line := range strings.Split(console, "\n") {
+		line = strings.TrimRight(line, "\r")
+		rest, ok := strings.CutPrefix(line, "PROBE ")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(rest, "error") {
+			t.Errorf("the probe: %s", rest)
+			continue
+		}
+		k, v, _ := strings.Cut(rest, " ")
+		if k2, v2, ok := strings.Cut(rest, "="); ok && !strings.Contains(k2, " ") {
+			k, v = k2, v2
+		}
+		probed[k] = append(probed[k], v)
+	}
+	if _, ok := probed["done"]; !ok {
+		t.Fatalf("the probe did not finish; console:\n%s", console)
+	}
+	return probed
 }
