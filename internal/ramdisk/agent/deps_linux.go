@@ -28,7 +28,7 @@ func LinuxDeps(log *slog.Logger) Deps {
 	return Deps{
 		Log: log,
 		Inventory: func(ctx context.Context) (inventory.Inventory, error) {
-			return inventory.Collect(ctx, inventory.Roots{}, inventory.Options{})
+			return inventory.Collect(ctx, inventory.Roots{}, inventory.Options{NICFirmware: inventory.EthtoolFirmware})
 		},
 		Wipe: wipe.LinuxOpener{},
 		OpenTarget: func(_ context.Context, path string) (ImageTarget, error) {

@@ -38,6 +38,10 @@ func (r Roots) withDefaults() Roots {
 type Options struct {
 	// IncludeVirtualDisks reports loop, ram, zram, dm, md and nbd devices instead of skipping them.
 	IncludeVirtualDisks bool
+	// NICFirmware reads a NIC's firmware version by interface name ("" when it has none or it
+	// cannot be read): sysfs does not export it (the ramdisk passes EthtoolFirmware). Nil: none
+	// is read.
+	NICFirmware func(name string) string
 }
 
 // Inventory is the machine as the ramdisk sees it.
@@ -107,6 +111,9 @@ type Disk struct {
 	Transport         Transport `json:"transport"`
 	ByPath            string    `json:"byPath"` // udev-style by-path name, without /dev/disk/by-path/
 	PCIAddress        string    `json:"pciAddress"`
+	// Firmware is the disk's firmware revision as the disk reports it (NVMe: the controller's
+	// firmware_rev; SCSI and ATA: the device's rev); "" where the transport has none (virtio).
+	Firmware string `json:"firmware"`
 }
 
 // NIC is one physical network interface.
@@ -118,6 +125,7 @@ type NIC struct {
 	Carrier    bool   `json:"carrier"`
 	PCIAddress string `json:"pciAddress"`
 	Modalias   string `json:"modalias"`
+	Firmware   string `json:"firmware"` // the NIC's firmware version (ethtool's firmware-version); "" when unknown
 }
 
 // PCIDevice is one function on the PCI bus.
@@ -178,7 +186,7 @@ func Collect(ctx context.Context, roots Roots, opts Options) (Inventory, error) 
 		}},
 		{"nics", func() error {
 			var skipped []Skipped
-			inv.NICs, skipped, err = readNICs(r)
+			inv.NICs, skipped, err = readNICs(r, opts.NICFirmware)
 			inv.Skipped = append(inv.Skipped, skipped...)
 			return err
 		}},
@@ -589,6 +597,7 @@ func readDisk(r Roots, name string) (Disk, string, error) {
 			d.WWN = parseVPD83(b)
 		}
 	}
+	d.Firmware = cmp.Or(readString(filepath.Join(dev, "firmware_rev")), readString(filepath.Join(dev, "rev")))
 	d.PCIAddress = lastPCIAddress(devPath)
 	d.ByPath = ByPath(name, d.Transport, devPath)
 	if link := byPathLink(r, name); link != "" {
@@ -615,7 +624,7 @@ func byPathLink(r Roots, name string) string {
 	return ""
 }
 
-func readNICs(r Roots) ([]NIC, []Skipped, error) {
+func readNICs(r Roots, firmware func(name string) string) ([]NIC, []Skipped, error) {
 	dir := filepath.Join(r.Sys, "class", "net")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -651,6 +660,9 @@ func readNICs(r Roots) ([]NIC, []Skipped, error) {
 			if n.PCIAddress != "" {
 				n.Modalias = cmp.Or(readString(filepath.Join(r.Sys, "bus", "pci", "devices", n.PCIAddress, "modalias")), n.Modalias)
 			}
+		}
+		if firmware != nil {
+			n.Firmware = firmware(name)
 		}
 		nics = append(nics, n)
 	}
@@ -704,4 +716,17 @@ func readBootMode(r Roots) BootMode {
 		return BootUEFI
 	}
 	return BootBIOS
+}
+
+// firmwareVersion is the NUL-terminated firmware-version field of an ethtool driver answer,
+// trimmed; "" for none ("N/A"). Pure.
+func firmwareVersion(field []byte) string {
+	if i := strings.IndexByte(string(field), 0); i >= 0 {
+		field = field[:i]
+	}
+	v := strings.TrimSpace(string(field))
+	if strings.EqualFold(v, "N/A") {
+		return ""
+	}
+	return v
 }

@@ -86,7 +86,8 @@ func TestCollectVirtioVMIncludeVirtual(t *testing.T) {
 
 func TestCollectServer(t *testing.T) {
 	r := fixtureRoots("server")
-	inv, err := Collect(context.Background(), r, Options{})
+	nicFirmware := map[string]string{"eno1": "bc 7.10.4 NCSI 2.0.11", "ens2f0np0": "16.35.2000 (MT_0000000080)", "br0": "bridge", "lo": "loopback"}
+	inv, err := Collect(context.Background(), r, Options{NICFirmware: func(name string) string { return nicFirmware[name] }})
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
@@ -105,17 +106,18 @@ func TestCollectServer(t *testing.T) {
 			Name: "nvme0n1", Path: filepath.Join(r.Dev, "nvme0n1"), Model: "Samsung SSD 970 EVO Plus 1TB",
 			Serial: "S4EWNX0R123456A", WWN: "eui.0025388b91b12345", SizeBytes: 1953525168 * 512,
 			LogicalBlockSize: 512, PhysicalBlockSize: 512, Transport: TransportNVMe,
-			ByPath: "pci-0000:3b:00.0-nvme-1", PCIAddress: "0000:3b:00.0",
+			ByPath: "pci-0000:3b:00.0-nvme-1", PCIAddress: "0000:3b:00.0", Firmware: "2B2QEXM7",
 		},
 		{
 			Name: "sda", Path: filepath.Join(r.Dev, "sda"), Model: "ST4000NM0035-1V4", Serial: "ZC18ABCD",
 			WWN: "naa.50000c5000010203", SizeBytes: 7814037168 * 512, LogicalBlockSize: 512, PhysicalBlockSize: 4096,
 			Rotational: true, Transport: TransportSATA, ByPath: "pci-0000:00:17.0-ata-3.0", PCIAddress: "0000:00:17.0",
+			Firmware: "TN04",
 		},
 		{
 			Name: "sdb", Path: filepath.Join(r.Dev, "sdb"), Model: "Ultra Fit", SizeBytes: 60063744 * 512,
 			LogicalBlockSize: 512, PhysicalBlockSize: 512, Rotational: true, Removable: true, Transport: TransportUSB,
-			ByPath: "pci-0000:00:14.0", PCIAddress: "0000:00:14.0",
+			ByPath: "pci-0000:00:14.0", PCIAddress: "0000:00:14.0", Firmware: "1.00",
 		},
 	}
 	if !reflect.DeepEqual(inv.Disks, wantDisks) {
@@ -123,9 +125,9 @@ func TestCollectServer(t *testing.T) {
 	}
 	wantNICs := []NIC{
 		{Name: "eno1", MAC: "b8:2a:72:dc:0a:01", Driver: "bnx2", SpeedMbps: 1000, Carrier: true, PCIAddress: "0000:01:00.0",
-			Modalias: "pci:v000014E4d0000163Bsv00001028sd000002DCbc02sc00i00"},
+			Modalias: "pci:v000014E4d0000163Bsv00001028sd000002DCbc02sc00i00", Firmware: "bc 7.10.4 NCSI 2.0.11"},
 		{Name: "ens2f0np0", MAC: "0c:42:a1:00:00:10", Driver: "mlx5_core", PCIAddress: "0000:5e:00.0",
-			Modalias: "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00"},
+			Modalias: "pci:v000015B3d00001017sv000015B3sd00000020bc02sc00i00", Firmware: "16.35.2000 (MT_0000000080)"},
 	}
 	if !reflect.DeepEqual(inv.NICs, wantNICs) {
 		t.Errorf("nics =\n%+v\nwant\n%+v", inv.NICs, wantNICs)
@@ -324,6 +326,32 @@ func TestCollectRealSystem(t *testing.T) {
 		t.Errorf("implausible inventory: cpu %+v memory %+v", inv.CPU, inv.Memory)
 	}
 	t.Logf("disks %d, nics %d, pci %d, skipped %d, boot %s", len(inv.Disks), len(inv.NICs), len(inv.PCI), len(inv.Skipped), inv.BootMode)
+}
+
+// The firmware-version field of an ethtool answer: NUL-terminated, padded, "N/A" for none.
+func TestFirmwareVersion(t *testing.T) {
+	field := func(s string) []byte {
+		b := make([]byte, 32)
+		copy(b, s)
+		return b
+	}
+	for _, c := range []struct {
+		in   []byte
+		want string
+	}{
+		{field("16.35.2000 (MT_0000000080)"), "16.35.2000 (MT_0000000080)"},
+		{field("bc 7.10.4 NCSI 2.0.11"), "bc 7.10.4 NCSI 2.0.11"},
+		{field("N/A"), ""},
+		{field("n/a"), ""},
+		{field(""), ""},
+		{field(" 1.2 "), "1.2"},
+		{[]byte("1.0\x00garbage"), "1.0"},
+		{[]byte("no-terminator"), "no-terminator"},
+	} {
+		if got := firmwareVersion(c.in); got != c.want {
+			t.Errorf("firmwareVersion(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
 }
 
 // NVMe native multipath lists each path (nvme0c0n1, hidden, no /dev node) beside the multipath

@@ -83,7 +83,7 @@ pci() { # addr vendor device class driver modalias
 # NVMe
 pci 0000:3b:00.0 0x144d 0xa808 0x010802 nvme pci:v0000144Dd0000A808sv0000144Dsd0000A801bc01sc08i02
 C=$D/0000:3b:00.0/nvme/nvme0
-w $C/model 'Samsung SSD 970 EVO Plus 1TB'; w $C/serial S4EWNX0R123456A
+w $C/model 'Samsung SSD 970 EVO Plus 1TB'; w $C/serial S4EWNX0R123456A; w $C/firmware_rev 2B2QEXM7
 B=$C/nvme0n1
 w $B/size 1953525168; w $B/removable 0; w $B/ro 0; w $B/wwid eui.0025388b91b12345
 w $B/queue/logical_block_size 512; w $B/queue/physical_block_size 512; w $B/queue/rotational 0
@@ -92,7 +92,7 @@ l ../devices/pci0000:00/0000:3b:00.0/nvme/nvme0/nvme0n1 $R/sys/block/nvme0n1
 # SATA behind AHCI
 pci 0000:00:17.0 0x8086 0xa352 0x010601 ahci pci:v00008086d0000A352sv000015D9sd00001A48bc01sc06i01
 S=$D/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0
-w $S/model ST4000NM0035-1V4; w $S/vendor 'ATA'
+w $S/model ST4000NM0035-1V4; w $S/vendor 'ATA'; w $S/rev TN04
 printf '\000\200\000\010ZC18ABCD' > $S/vpd_pg80
 printf '\000\203\000\014\001\003\000\010\120\000\014\120\000\001\002\003' > $S/vpd_pg83
 B=$S/block/sda
@@ -103,7 +103,7 @@ l ../devices/pci0000:00/0000:00:17.0/ata3/host2/target2:0:0/2:0:0:0/block/sda $R
 l ../../sda $R/dev/disk/by-path/pci-0000:00:17.0-ata-3.0
 # USB stick
 U=$D/0000:00:14.0/usb1/1-4/1-4:1.0/host6/target6:0:0/6:0:0:0
-w $U/model 'Ultra Fit'; w $U/vendor SanDisk
+w $U/model 'Ultra Fit'; w $U/vendor SanDisk; w $U/rev 1.00
 B=$U/block/sdb
 w $B/size 60063744; w $B/removable 1; w $B/ro 0
 w $B/queue/logical_block_size 512; w $B/queue/physical_block_size 512; w $B/queue/rotational 1
