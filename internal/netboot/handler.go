@@ -70,6 +70,7 @@ type HandlerConfig struct {
 	Discovery  DiscoveryRecorder
 	Artifacts  ArtifactStore
 	Metadata   MetadataLookup // nil: /metadata answers 404
+	Rejoin     Rejoiner       // joins for POST /rejoin (cloudinit.go); nil: an osjoin.Joiner
 	BinaryDir  string         // iPXE binaries served under /ipxe/ (e.g. /usr/lib/ipxe); "" disables
 	// DiscoveryBoot, when set (a KindDiscovery entry), is served to machines with no entry
 	// instead of the waiting script (acceptance flow); nil: they wait.
@@ -166,6 +167,9 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 	mux.HandleFunc("GET "+MetadataPath, h.serveMetadata)
 	mux.HandleFunc("POST "+DiscoveryPath, h.serveDiscoveryReport)
 	mux.HandleFunc("GET "+DecisionPath, h.serveDecision)
+	if err := h.registerGuest(mux, cfg.Rejoin); err != nil {
+		return nil, fmt.Errorf("netboot handler: %w", err)
+	}
 	h.mux = mux
 	return h, nil
 }

@@ -11,11 +11,12 @@
 package osagent
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"bcd/internal/osagent/osjoin"
 )
 
 // Kernel command line keys.
@@ -99,26 +100,8 @@ func ParseCmdline(cmdline string) (Params, error) {
 	return p, nil
 }
 
-// checkURL accepts an absolute http(s) URL with a host and no user info (https only when
-// httpsOnly). The error names no part of the URL.
-func checkURL(s string, httpsOnly bool) error {
-	if s == "" || len(s) > 1024 {
-		return errors.New("must be a URL of 1..1024 characters")
-	}
-	u, err := url.Parse(s)
-	if err != nil {
-		return errors.New("URL does not parse")
-	}
-	switch {
-	case httpsOnly && u.Scheme != "https":
-		return errors.New("URL scheme must be https")
-	case u.Scheme != "http" && u.Scheme != "https":
-		return errors.New("URL scheme must be http or https")
-	case u.Host == "" || u.Hostname() == "" || u.User != nil || u.Opaque != "":
-		return errors.New("URL needs a host and no user info")
-	}
-	return nil
-}
+// checkURL is osjoin.CheckURL: the error names no part of the URL.
+func checkURL(s string, httpsOnly bool) error { return osjoin.CheckURL(s, httpsOnly) }
 
 // MetadataURL is the URL to read: the command line's, else http://<server>/metadata on port 80
 // of the first lease that names a DHCP server.

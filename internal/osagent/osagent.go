@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
-	"bcd/internal/engine"
+	"bcd/internal/osagent/osjoin"
 	"bcd/internal/pki"
 	"bcd/internal/ramdisk/agent"
 )
@@ -215,18 +215,9 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 }
 
 func linkConfig(cfg Config, md Metadata, dir string, key crypto.Signer, log *slog.Logger) agentlink.Config {
-	lc := agentlink.Config{
-		GatewayURL:     md.Gateway,
-		CAPEM:          []byte(md.CA),
-		Kind:           agentlink.KindNode,
-		DiscoveryToken: md.InstanceToken,
-		Key:            key,
-		DataDir:        dir,
-		Logger:         log,
-		AgentVersion:   "bcd-os",
-		Capabilities:   []string{engine.RoleOS},
-		MaxBackoff:     cfg.MaxDelay,
-	}
+	lc := osjoin.LinkConfig(md, key, dir, log)
+	lc.AgentVersion = "bcd-os"
+	lc.MaxBackoff = cfg.MaxDelay
 	if cfg.Link != nil {
 		cfg.Link(&lc)
 	}

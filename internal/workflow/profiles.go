@@ -375,7 +375,11 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 					}
 					return nil, fmt.Errorf("profile %s: step %s is made of %s: it takes no timeout or retries of its own (its parts have theirs)", p.Name, st.Use, strings.Join(parts, ", "))
 				}
-				sub, err := expand(k.Expand, depth+1)
+				parts, err := compositeArgs(k, st)
+				if err != nil {
+					return nil, fmt.Errorf("profile %s: %w", p.Name, err)
+				}
+				sub, err := expand(parts, depth+1)
 				if err != nil {
 					return nil, err
 				}
@@ -453,6 +457,65 @@ var argRules = map[string]map[string][]string{
 	"disk.wipe":    {"mode": {"quick", "full", "secure"}},
 	"diag.dcgm":    {"level": {"1", "2", "3", "4"}},
 	"deploy.image": {"image": nil},
+	// boot.kexec's guest: the kernel parameters the ramdisk appends so that an image without
+	// bcd's agent finds the site's datasource and proves it booted (docs/drivers/cloud-init.md;
+	// kexec.Guests, a test pins them equal).
+	"boot.kexec": {"guest": {"", "none", "cloud-init", "ignition"}},
+}
+
+// freeArgs are optional command arguments with no fixed values, checked where they are used:
+// boot.kexec's guestSite, the site's boot HTTP URL the guest parameters name (the ramdisk
+// refuses one that is not http(s)://host[:port]).
+var freeArgs = map[string][]string{"boot.kexec": {"guestSite"}}
+
+// takesArg says whether a step kind's command takes argument key (argRules or freeArgs).
+func takesArg(k StepKind, key string) bool {
+	_, ruled := argRules[k.Command][key]
+	return k.Command != "" && (ruled || slices.Contains(freeArgs[k.Command], key))
+}
+
+// compositeArgs are k's parts with the arguments a profile gave the composite step st, each
+// given to every part whose command takes it and that does not set it itself
+// (boot.kexec{guest: cloud-init} reaches boot.kexecOnce, which sends boot.kexec). An argument
+// no part takes is refused: dropped, it would be a setting that silently does nothing. Pure.
+func compositeArgs(k StepKind, st Step) ([]Step, error) {
+	parts := slices.Clone(k.Expand)
+	var takes []string
+	for _, part := range parts {
+		pk, err := LookupStep(part.Use)
+		if err != nil {
+			return nil, err
+		}
+		for key := range argRules[pk.Command] {
+			takes = append(takes, key)
+		}
+		takes = append(takes, freeArgs[pk.Command]...)
+	}
+	slices.Sort(takes)
+	takes = slices.Compact(takes)
+	for _, key := range slices.Sorted(maps.Keys(st.Args)) {
+		taken := false
+		for i := range parts {
+			pk, _ := LookupStep(parts[i].Use) // looked up above
+			if _, own := parts[i].Args[key]; own || !takesArg(pk, key) {
+				continue // a part's own argument stays (metal.ensureRamdisk boots from pxe)
+			}
+			args := maps.Clone(parts[i].Args)
+			if args == nil {
+				args = map[string]string{}
+			}
+			args[key] = st.Args[key]
+			parts[i].Args = args
+			taken = true
+		}
+		if !taken {
+			if len(takes) == 0 {
+				return nil, fmt.Errorf("step %s takes no arguments (%s given)", st.Use, key)
+			}
+			return nil, fmt.Errorf("step %s takes no argument %s: its parts take %s", st.Use, key, strings.Join(takes, ", "))
+		}
+	}
+	return parts, nil
 }
 
 func powerActions() []string {

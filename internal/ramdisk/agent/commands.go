@@ -570,9 +570,21 @@ func (c *Commands) deployImage(ctx context.Context, args []byte, report func(age
 func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.Progress)) ([]byte, error) {
 	var a struct {
 		RootDeviceHints image.Hints `json:"rootDeviceHints"`
+		// Guest and GuestSite: kernel parameters pointing the booted image at the site's
+		// datasource (kexec.GuestArgs; docs/drivers/cloud-init.md).
+		Guest     string `json:"guest"`
+		GuestSite string `json:"guestSite"`
 	}
 	if err := decodeArgs(args, &a); err != nil {
 		return nil, err
+	}
+	guest, err := kexec.ParseGuest(a.Guest)
+	if err != nil {
+		return nil, fmt.Errorf("boot.kexec: %w", err)
+	}
+	appendArgs, err := kexec.GuestArgs(guest, a.GuestSite)
+	if err != nil {
+		return nil, fmt.Errorf("boot.kexec guest %s needs guestSite, the site's boot HTTP URL (http://host:port, the site agent's --http-url): %w", guest, err)
 	}
 	c.mu.Lock()
 	disk := c.deployed
@@ -589,6 +601,7 @@ func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.
 	}
 	cfg := c.d.KexecConfig
 	cfg.Disk = disk.Name
+	cfg.Append = append(slices.Clone(cfg.Append), appendArgs...)
 	if err := mkdir(cfg.MountDir); err != nil {
 		return nil, err
 	}

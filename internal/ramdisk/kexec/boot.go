@@ -208,6 +208,9 @@ type Config struct {
 	DevRoot  string // default /dev
 	MountDir string // an empty directory to mount partitions on
 	TempDir  string // where several initrds are concatenated; default os.TempDir()
+	// Append are kernel parameters added to the target's command line (AppendArgs: each
+	// replaces any of the same key), e.g. GuestArgs.
+	Append []string
 }
 
 // Partitions lists the disk's partitions from sysfs in partition-number order.
@@ -306,6 +309,7 @@ func load(ctx context.Context, log *slog.Logger, cfg Config, m Mounter, k Kexec)
 		}
 		t, err := Find(os.DirFS(cfg.MountDir))
 		if err == nil {
+			t.Cmdline = AppendArgs(t.Cmdline, cfg.Append)
 			log.InfoContext(ctx, "kexec target found", "partition", p, "source", t.Source, "kernel", t.Kernel, "initrds", t.Initrds, "cmdline", t.Cmdline)
 			err = loadTarget(ctx, cfg, t, k)
 		}

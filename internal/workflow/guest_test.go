@@ -1,0 +1,88 @@
+package workflow
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"bcd/internal/ramdisk/kexec"
+)
+
+// boot.kexec's guest (and guestSite) reach the part that sends boot.kexec, validated as data;
+// a composite step's argument that no part takes is refused rather than dropped.
+func TestBootKexecGuestArgs(t *testing.T) {
+	deploy := func(kexecArgs map[string]string) Profile {
+		return Profile{Name: "cloud", Steps: []Step{s("metal.ensureRamdisk"), s("deploy.image", "image", "$image"), s("boot.prepareInstance"), {Use: "boot.kexec", Args: kexecArgs}}}
+	}
+	for _, tc := range []struct {
+		name string
+		p    Profile
+		want map[string]string // boot.kexecOnce's arguments
+		err  string
+	}{
+		{"no guest", deploy(nil), map[string]string{}, ""},
+		{"cloud-init", deploy(map[string]string{"guest": "cloud-init", "guestSite": "http://10.0.0.1:8080"}),
+			map[string]string{"guest": "cloud-init", "guestSite": "http://10.0.0.1:8080"}, ""},
+		{"ignition", deploy(map[string]string{"guest": "ignition"}), map[string]string{"guest": "ignition"}, ""},
+		{"none", deploy(map[string]string{"guest": "none"}), map[string]string{"guest": "none"}, ""},
+		{"unknown guest", deploy(map[string]string{"guest": "kickstart"}), nil, `argument guest "kickstart": accepted are none, cloud-init, ignition`},
+		{"unknown argument", deploy(map[string]string{"gest": "cloud-init"}), nil, "step boot.kexec takes no argument gest: its parts take action, guest, guestSite"},
+		{"a part's own argument is not replaced", Profile{Name: "x", Steps: []Step{s("metal.ensureRamdisk", "device", "disk")}}, nil,
+			"step metal.ensureRamdisk takes no argument device"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Resolve(tc.p, map[string]string{"image": "img"})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got map[string]string
+			for _, st := range r.Steps {
+				switch st.Use {
+				case "boot.kexecOnce":
+					got = st.Args
+				case "power.cycle", "await.rejoin":
+					if st.When == WhenNotRejoined && (st.Args["guest"] != "" || st.Args["guestSite"] != "") {
+						t.Fatalf("%s got the guest arguments: %v", st.Use, st.Args)
+					}
+				}
+			}
+			if !maps.Equal(got, tc.want) {
+				t.Fatalf("boot.kexecOnce args %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// The built-in default profile boots the image's own command line.
+	p, _ := Find("default", nil)
+	r, err := Resolve(p, map[string]string{"image": "img"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range r.Steps {
+		if st.Use == "boot.kexecOnce" && len(st.Args) != 0 {
+			t.Fatalf("default profile's kexec has arguments %v", st.Args)
+		}
+	}
+	// An operator profile in JSON takes them.
+	if _, err := ParseProfile("cloud", []byte(`{"steps":[{"use":"metal.ensureRamdisk"},{"use":"deploy.image","args":{"image":"$image"}},{"use":"boot.prepareInstance"},{"use":"boot.kexec","args":{"guest":"cloud-init","guestSite":"http://10.0.0.1:8080"}}]}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The values the workflow accepts are those the ramdisk knows.
+func TestGuestValuesMatchTheRamdisk(t *testing.T) {
+	var want []string
+	for _, g := range kexec.Guests() {
+		want = append(want, string(g))
+	}
+	got := slices.DeleteFunc(slices.Clone(argRules["boot.kexec"]["guest"]), func(v string) bool { return v == "" })
+	if !slices.Equal(got, want) {
+		t.Fatalf("workflow accepts %v, the ramdisk %v", got, want)
+	}
+}
