@@ -61,8 +61,10 @@ type Link struct {
 	// confirmed (Drain waits on it).
 	changed  chan struct{}
 	sessions atomic.Int64
-	crashed  atomic.Bool
-	draining atomic.Bool
+	// connected: a stream is open and the gateway has answered on it (Connected).
+	connected atomic.Bool
+	crashed   atomic.Bool
+	draining  atomic.Bool
 	// renewed is signalled when a renewal stored a new certificate: the stream, whose
 	// connection presented the old one at its handshake, ends and reconnects on a new
 	// connection (see session).
@@ -187,6 +189,10 @@ func (l *Link) DataDir() string { return l.cfg.DataDir }
 
 // Sessions counts the Connect streams opened so far.
 func (l *Link) Sessions() int { return int(l.sessions.Load()) }
+
+// Connected says whether a stream to the gateway is open and the gateway has answered on it
+// (false between streams, while the link backs off or waits to reconnect).
+func (l *Link) Connected() bool { return l.connected.Load() }
 
 // SetStatus sends a status report now and again at the start of every stream. A report not yet
 // handed to a stream when the next is set is replaced by it (StatusPending tells).
@@ -363,6 +369,7 @@ func (l *Link) session() (established bool, _ error) {
 		_ = stream.CloseResponse()
 	}()
 	l.sessions.Add(1)
+	defer l.connected.Store(false)
 	mark := *l.mark.Load()
 	hello := &agentv1.Hello{AgentVersion: l.cfg.AgentVersion, Capabilities: l.cfg.Capabilities, Drivers: l.cfg.Drivers,
 		ResumeAfter: resumeAfter(mark, l.j), StoreWatermark: mark.proto(), CaSha256: pki.BundleFingerprints(l.id.Load().caPEM)}
@@ -385,6 +392,7 @@ func (l *Link) session() (established bool, _ error) {
 			}
 			lastRecv.Store(time.Now().UnixNano())
 			answered.Store(true)
+			l.connected.Store(true)
 			if err := l.handle(m); err != nil {
 				cancel(err)
 				return

@@ -596,3 +596,18 @@ func TestDrain(t *testing.T) {
 		t.Errorf("late-1: %d acks, %s, ran %d times; want it left unacknowledged for another agent", e.Acks, e.State, ran("late-1"))
 	}
 }
+
+// Connected is true while a stream is open and answered: once the gateway answered, false
+// while the gateway is away, true again on the next stream, false once the link stopped.
+func TestConnected(t *testing.T) {
+	env := start(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	l := dial(t, ctx, siteConfig(t, env, t.TempDir()), newCounter())
+	poll(t, 5*time.Second, "connected", l.Connected)
+	env.Kill()
+	poll(t, 5*time.Second, "a second stream, connected", func() bool { return l.Sessions() >= 2 && l.Connected() })
+	stop(t, cancel, l)
+	if l.Connected() {
+		t.Error("connected after the link stopped")
+	}
+}

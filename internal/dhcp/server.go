@@ -53,14 +53,6 @@ const (
 // chain. A response still without a message type when the chain ends is not sent.
 type Handler func(ctx context.Context, req, resp *dhcpv4.DHCPv4) (stop bool)
 
-// Counters count replies by kind; the caller reads them (e.g. from a Prometheus collector).
-type Counters struct {
-	Offers  atomic.Uint64
-	Acks    atomic.Uint64
-	Naks    atomic.Uint64
-	Ignored atomic.Uint64
-}
-
 // Config configures the DHCP service.
 type Config struct {
 	Mode        Mode
@@ -246,19 +238,24 @@ func (s *Server) Leases() []Lease {
 
 // Handle runs the chain of listener l for req and returns the reply, or nil when none is due.
 func (s *Server) Handle(ctx context.Context, l Listener, req *dhcpv4.DHCPv4) *dhcpv4.DHCPv4 {
+	s.counters.Requests[requestType(req)].Add(1)
 	chain := s.chains[l]
 	if chain == nil {
-		s.counters.Ignored.Add(1)
+		s.unanswered(UnansweredNotServed)
 		return nil
 	}
 	resp, err := dhcpv4.NewReplyFromRequest(req)
 	if err != nil {
 		s.log.ErrorContext(ctx, "building DHCP reply", "err", err)
-		s.counters.Ignored.Add(1)
+		s.unanswered(UnansweredMalformed)
 		return nil
 	}
+	wctx := &whyCtx{Context: ctx, why: UnansweredOther}
+	if s.cfg.Mode == ModeObserve {
+		wctx.why = UnansweredObserved
+	}
 	for _, h := range chain {
-		if h(ctx, req, resp) {
+		if h(wctx, req, resp) {
 			break
 		}
 	}
@@ -270,10 +267,16 @@ func (s *Server) Handle(ctx context.Context, l Listener, req *dhcpv4.DHCPv4) *dh
 	case dhcpv4.MessageTypeNak:
 		s.counters.Naks.Add(1)
 	default:
-		s.counters.Ignored.Add(1)
+		s.unanswered(wctx.why)
 		return nil
 	}
 	return resp
+}
+
+// unanswered counts a request no reply is due to, and why.
+func (s *Server) unanswered(why Unanswered) {
+	s.counters.Ignored.Add(1)
+	s.counters.Unanswered[why].Add(1)
 }
 
 // ReplyAddr is where a reply goes (RFC 2131 §4.1): back to the source on the PXE port, to the
@@ -373,7 +376,8 @@ func (s *Server) serveConn(ctx context.Context, l Listener, c net.PacketConn) er
 func (s *Server) serveOne(ctx context.Context, l Listener, c net.PacketConn, b []byte, from netip.AddrPort) {
 	req, err := dhcpv4.FromBytes(b)
 	if err != nil {
-		s.counters.Ignored.Add(1)
+		s.counters.Requests[RequestMalformed].Add(1)
+		s.unanswered(UnansweredMalformed)
 		return
 	}
 	resp := s.Handle(ctx, l, req)
@@ -382,10 +386,14 @@ func (s *Server) serveOne(ctx context.Context, l Listener, c net.PacketConn, b [
 	}
 	dst := ReplyAddr(l, req, resp, from, s.cfg.ClientPort, s.cfg.RelayPort, s.cfg.BroadcastAddr)
 	if _, err := c.WriteTo(resp.ToBytes(), net.UDPAddrFromAddrPort(dst)); err != nil {
+		s.counters.Unanswered[UnansweredSendFailed].Add(1)
 		if ctx.Err() == nil {
 			s.quiet.Log(ctx, s.log, slog.LevelWarn, s.now(), "send", "sending DHCP reply", "to", dst.String(), "err", err)
 		}
 		return
+	}
+	if t, ok := replyType(s.cfg.Mode, resp); ok {
+		s.counters.Sent[t].Add(1)
 	}
 	s.log.DebugContext(ctx, "DHCP reply sent", "type", resp.MessageType().String(), "mac", req.ClientHWAddr.String(), "to", dst.String())
 }
@@ -397,10 +405,9 @@ func setType(resp *dhcpv4.DHCPv4, t dhcpv4.MessageType) {
 func clearType(resp *dhcpv4.DHCPv4) { resp.Options.Del(dhcpv4.OptionDHCPMessageType) }
 
 // onlyBootRequests drops anything that is not an Ethernet BOOTREQUEST with a 6-byte MAC.
-func (s *Server) onlyBootRequests(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+func (s *Server) onlyBootRequests(ctx context.Context, req, resp *dhcpv4.DHCPv4) bool {
 	if req.OpCode != dhcpv4.OpcodeBootRequest || req.HWType != iana.HWTypeEthernet || len(req.ClientHWAddr) != 6 {
-		clearType(resp)
-		return true
+		return drop(ctx, resp, UnansweredNotBootRequest)
 	}
 	return false
 }
@@ -441,9 +448,9 @@ func isNetbootVendor(req *dhcpv4.DHCPv4) bool { return vendorKind(req.ClassIdent
 // proxyMessage picks the reply type in proxy mode: PXE/HTTP clients only; DISCOVER on 67 →
 // OFFER, REQUEST (or INFORM) on 4011 → ACK, REQUEST on 67 only when addressed to us.
 func (s *Server) proxyMessage(l Listener) Handler {
-	return func(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+	return func(ctx context.Context, req, resp *dhcpv4.DHCPv4) bool {
 		if !isNetbootVendor(req) {
-			return true
+			return drop(ctx, resp, UnansweredNotNetboot)
 		}
 		mt := req.MessageType()
 		switch {
@@ -453,8 +460,10 @@ func (s *Server) proxyMessage(l Listener) Handler {
 			setType(resp, dhcpv4.MessageTypeAck)
 		case l == ListenerPXE && (mt == dhcpv4.MessageTypeRequest || mt == dhcpv4.MessageTypeInform):
 			setType(resp, dhcpv4.MessageTypeAck)
+		case l == ListenerDHCP && mt == dhcpv4.MessageTypeRequest:
+			return drop(ctx, resp, UnansweredOtherServer)
 		default:
-			return true
+			return drop(ctx, resp, UnansweredMessageType)
 		}
 		return false
 	}
@@ -491,8 +500,11 @@ func (s *Server) bootOptions(required bool) Handler {
 					"mac", req.ClientHWAddr.String(), "err", err)
 			}
 			if required {
-				clearType(resp)
-				return true
+				why := UnansweredNoBinary
+				if errors.Is(err, ErrNotNetboot) {
+					why = UnansweredNotNetboot
+				}
+				return drop(ctx, resp, why)
 			}
 			return false
 		}
@@ -542,10 +554,9 @@ func setBootFile(resp *dhcpv4.DHCPv4, name string) {
 }
 
 // forUs drops full-mode REQUESTs that name another server (the client chose its offer).
-func (s *Server) forUs(_ context.Context, req, resp *dhcpv4.DHCPv4) bool {
+func (s *Server) forUs(ctx context.Context, req, resp *dhcpv4.DHCPv4) bool {
 	if req.MessageType() == dhcpv4.MessageTypeRequest && req.ServerIdentifier() != nil && !s.isOurServerID(req) {
-		clearType(resp)
-		return true
+		return drop(ctx, resp, UnansweredOtherServer)
 	}
 	return false
 }
@@ -570,8 +581,7 @@ func (s *Server) poolFor(req *dhcpv4.DHCPv4) *Pool {
 func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bool {
 	pool := s.poolFor(req)
 	if pool == nil {
-		clearType(resp)
-		return true
+		return drop(ctx, resp, UnansweredNoPool)
 	}
 	mac := req.ClientHWAddr.String()
 	now := s.now()
@@ -585,8 +595,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 			if !ok {
 				s.quiet.Log(ctx, s.log, slog.LevelWarn, now, "exhausted "+pool.Subnet.String(), "DHCP pool exhausted",
 					"pool", pool.Subnet.String(), "mac", mac)
-				clearType(resp)
-				return true
+				return drop(ctx, resp, UnansweredPoolExhausted)
 			}
 			if !fresh || attempt == maxProbes || !s.inUse(ctx, ip, now) {
 				break
@@ -610,8 +619,7 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		granted, err := s.alloc.request(ctx, pool, mac, ip, now)
 		if err != nil {
 			s.quiet.Log(ctx, s.log, slog.LevelError, now, "persist", "persisting DHCP lease; not acknowledging", "mac", mac, "ip", ip.String(), "err", err)
-			clearType(resp)
-			return true
+			return drop(ctx, resp, UnansweredLeaseNotSaved)
 		}
 		if !granted {
 			nak(req, resp, "requested address not available")
@@ -639,13 +647,11 @@ func (s *Server) assignAddress(ctx context.Context, req, resp *dhcpv4.DHCPv4) bo
 		if ok && usableClientAddr(ip) && s.cfg.Observe != nil {
 			s.cfg.Observe(Binding{MAC: slices.Clone(req.ClientHWAddr), IP: ip, Released: true})
 		}
-		clearType(resp)
-		return true
+		return drop(ctx, resp, UnansweredReleased)
 	case dhcpv4.MessageTypeInform:
 		setType(resp, dhcpv4.MessageTypeAck)
 	default:
-		clearType(resp)
-		return true
+		return drop(ctx, resp, UnansweredMessageType)
 	}
 	return false
 }

@@ -224,6 +224,7 @@ type handler struct {
 	baseURL string // the boot HTTP base URL (a BMC's virtual media fetches the cached ISO there)
 	changed func() // the entry table changed (status)
 	watch   func(nodeID string, ref BMCRef, jwe string)
+	metrics *metrics // nil: nothing counted
 	log     *slog.Logger
 }
 
@@ -271,8 +272,10 @@ func (h *handler) Kinds() []string { return slices.Sorted(maps.Keys(h.kinds)) }
 
 // Run implements agentlink.Handler. Errors name the kind and the node; nothing from the
 // arguments that could be secret (credentials, tokens) is logged or quoted.
-func (h *handler) Run(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) ([]byte, error) {
+func (h *handler) Run(ctx context.Context, cmd agentlink.Command, _ func(agentlink.Progress)) (_ []byte, err error) {
 	run, ok := h.kinds[cmd.Kind]
+	done := h.metrics.commandStarted(cmd.Kind, ok)
+	defer func() { done(err) }()
 	if !ok {
 		return nil, fmt.Errorf("command kind %q is not run by site agents: they run %s", cmd.Kind, strings.Join(h.Kinds(), ", "))
 	}
@@ -331,7 +334,7 @@ func (h *handler) onBMC(ctx context.Context, a commandArgs, what, capability str
 		return err
 	}
 	defer release()
-	if err := withDriver(ctx, h.drivers, ref.Driver, ep, what, capability, fn); err != nil {
+	if err := withDriverCounted(ctx, h.drivers, ref.Driver, ep, what, capability, h.metrics, fn); err != nil {
 		return err
 	}
 	h.watch(a.NodeID, ref, a.Credentials) // still encrypted: decrypted again for each poll
@@ -345,7 +348,7 @@ func (h *handler) readPower(ctx context.Context, ref BMCRef, jwe string) (bmc.Po
 		return "", err
 	}
 	var p bmc.PowerState
-	err = withDriver(ctx, h.drivers, ref.Driver, ep, "get power", capGetPower, func(ctx context.Context, drv any) error {
+	err = withDriverCounted(ctx, h.drivers, ref.Driver, ep, "get power", capGetPower, h.metrics, func(ctx context.Context, drv any) error {
 		var err error
 		p, err = drv.(bmc.PowerGetter).GetPower(ctx)
 		return err
@@ -498,7 +501,7 @@ func (h *handler) bmcRotate(ctx context.Context, a commandArgs) (any, error) {
 		return nil, err
 	}
 	defer release()
-	err = withDriver(ctx, h.drivers, ref.Driver, ep, "rotate credential", capRotate, func(ctx context.Context, drv any) error {
+	err = withDriverCounted(ctx, h.drivers, ref.Driver, ep, "rotate credential", capRotate, h.metrics, func(ctx context.Context, drv any) error {
 		return drv.(bmc.CredentialRotator).RotateCredential(ctx, next.Password)
 	})
 	if err != nil {

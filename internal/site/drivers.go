@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"bcd/internal/bmc"
 	"bcd/internal/bmc/ipmi"
@@ -133,13 +134,21 @@ type closer interface {
 // refuses such addresses).
 func withDriver(ctx context.Context, reg map[string]DriverFactory, name string, ep bmc.Endpoint, what, capability string,
 	fn func(ctx context.Context, drv any) error) error {
+	return withDriverCounted(ctx, reg, name, ep, what, capability, nil, fn)
+}
+
+// withDriverCounted is withDriver telling m of each driver's call (nil: nobody).
+func withDriverCounted(ctx context.Context, reg map[string]DriverFactory, name string, ep bmc.Endpoint, what, capability string,
+	m *metrics, fn func(ctx context.Context, drv any) error) error {
 	order, err := driverOrder(reg, name)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	fail := &AttemptsError{What: what}
 	for _, n := range order {
-		err := runDriver(ctx, reg[n], ep, capability, fn)
+		start := time.Now()
+		stage, err := runDriver(ctx, reg[n], ep, capability, fn)
+		m.bmcCall(n, capability, time.Since(start), bmcFailure(stage, err))
 		if err == nil {
 			return nil
 		}
@@ -151,18 +160,29 @@ func withDriver(ctx context.Context, reg map[string]DriverFactory, name string, 
 	return fail
 }
 
-func runDriver(ctx context.Context, f DriverFactory, ep bmc.Endpoint, capability string, fn func(context.Context, any) error) error {
+// Stages a BMC call fails at (runDriver), and the ends of its context (bmcFailure): the
+// reasons failed calls are counted by.
+const (
+	failConnect     = "connect"
+	failUnsupported = "unsupported"
+	failCall        = "call"
+	failTimeout     = "timeout"
+	failCancelled   = "cancelled"
+)
+
+// runDriver makes the driver and runs fn with it; a failure says at which stage.
+func runDriver(ctx context.Context, f DriverFactory, ep bmc.Endpoint, capability string, fn func(context.Context, any) error) (stage string, _ error) {
 	drv, err := f(ctx, ep)
 	if err != nil {
-		return fmt.Errorf("connecting: %w", err)
+		return failConnect, fmt.Errorf("connecting: %w", err)
 	}
 	if c, ok := drv.(closer); ok {
 		defer func() { _ = c.Close(context.WithoutCancel(ctx)) }()
 	}
 	if !supports(drv, capability) {
-		return fmt.Errorf("the driver cannot %s", capability)
+		return failUnsupported, fmt.Errorf("the driver cannot %s", capability)
 	}
-	return fn(ctx, drv)
+	return failCall, fn(ctx, drv)
 }
 
 // redactedError replaces an error whose text held a secret.

@@ -171,6 +171,12 @@ type Config struct {
 	MinBackoff        time.Duration
 	MaxBackoff        time.Duration
 
+	// MetricsListen is where /metrics (Prometheus) and /healthz are served ("" or "off": not
+	// at all, and nothing is counted; the CLI defaults to DefaultMetricsListen);
+	// MetricsListener, when set, is used instead (tests).
+	MetricsListen   string
+	MetricsListener net.Listener
+
 	AgentVersion string
 	Logger       *slog.Logger
 	Now          func() time.Time
@@ -201,6 +207,9 @@ type Agent struct {
 	baseURL string
 	dirty   chan struct{}
 	poller  *poller
+	// metrics: what the agent counts, served on metricsLn; nil when it serves no metrics.
+	metrics   *metrics
+	metricsLn net.Listener
 
 	linkReady chan struct{}
 	linkMu    sync.Mutex
@@ -294,18 +303,31 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.disc = newDiscoveries(a.entries.Has, a.poke)
 	a.withheld = newWithheldBoots(a.poke)
+	if a.metricsLn = cfg.MetricsListener; a.metricsLn == nil {
+		if a.metricsLn, err = listenMetrics(cfg.MetricsListen); err != nil {
+			a.closeAll()
+			return nil, fmt.Errorf("starting site agent: %w", err)
+		}
+	}
 	locks := newBMCLocks()
 	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, mounts: a.mounts, cache: a.cache,
 		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger}
 	var h *handler
 	if !cfg.NoPowerPolling && (cfg.PowerReporter != nil || cfg.Lease == nil) {
 		a.poller = newPoller(cfg.Poll, func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {
-			return h.readPower(ctx, ref, jwe)
+			p, err := h.readPower(ctx, ref, jwe)
+			a.metrics.powerPoll(err)
+			return p, err
 		}, locks, cfg.PowerReporter, cfg.Logger, cfg.Now)
 		deps.watch = a.poller.Watch
 	}
 	h = newHandler(deps)
 	a.handler = h
+	if a.metricsLn != nil {
+		a.metrics = newMetrics(agentView{dhcpMode: cfg.DHCPMode, kinds: h.Kinds(), drivers: driverNames(a.drivers), cache: a.cache,
+			entries: a.entries.Len, held: a.hold.Held, sessions: a.sessions, connected: a.connected, journal: func() string { return journalPath(cfg.DataDir) }})
+		h.metrics = a.metrics
+	}
 
 	a.httpLn = cfg.HTTPListener
 	if a.httpLn == nil {
@@ -516,6 +538,34 @@ func (a *Agent) closeAll() {
 	if a.tftpC != nil && a.cfg.TFTPConn == nil {
 		a.tftpC.Close()
 	}
+	if a.metricsLn != nil && a.cfg.MetricsListener == nil {
+		a.metricsLn.Close()
+	}
+}
+
+// MetricsAddr is where /metrics is served; nil when it is not.
+func (a *Agent) MetricsAddr() net.Addr {
+	if a.metricsLn == nil {
+		return nil
+	}
+	return a.metricsLn.Addr()
+}
+
+// connected says whether a stream to the gateway is open and answered (false before the join).
+func (a *Agent) connected() bool {
+	a.linkMu.Lock()
+	defer a.linkMu.Unlock()
+	return a.link != nil && a.link.Connected()
+}
+
+// sessions counts the streams to the gateway opened so far (0 before the join).
+func (a *Agent) sessions() int {
+	a.linkMu.Lock()
+	defer a.linkMu.Unlock()
+	if a.link == nil {
+		return 0
+	}
+	return a.link.Sessions()
 }
 
 // Run joins (once), dials the gateway and serves until ctx ends or the gateway refuses the
@@ -525,6 +575,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.bg.Wait() // before the cache closes
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if a.metrics != nil {
+		// From the start, joined or not: a scrape tells an agent that cannot join from one
+		// that is not running.
+		defer a.metrics.serveMetrics(ctx, a.metricsLn, a.log)()
+		defer cancel()
+	}
 	// From the start, joined or not: a full disk is what may keep the agent from working.
 	a.bg.Go(func() { a.pruneLoop(ctx, a.log) })
 
@@ -658,7 +714,7 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 	}
 	// Anyone on the provisioning network reaches this server: every connection, request body,
 	// idle keep-alive and stalled response is bounded.
-	srv := &http.Server{Handler: withDeadlines(a.gate(nb), a.cfg.HTTPBodyTimeout, a.cfg.HTTPWriteTimeout),
+	srv := &http.Server{Handler: a.metrics.bootHTTP(withDeadlines(a.gate(nb), a.cfg.HTTPBodyTimeout, a.cfg.HTTPWriteTimeout)),
 		ReadHeaderTimeout: httpHeaderTimeout, IdleTimeout: a.cfg.HTTPIdleTimeout, MaxHeaderBytes: 64 << 10,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	ln := newLimitListener(a.httpLn, a.cfg.HTTPMaxConns)
@@ -800,7 +856,7 @@ func (a *Agent) serveTFTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 	if err != nil {
 		return fmt.Errorf("site agent: TFTP of %s (install Debian's ipxe package or give --ipxe-dir): %w", a.cfg.IPXEDir, err)
 	}
-	srv, err := tftp.New(tftp.Config{Routes: []tftp.Route{route}, Conn: a.tftpC, Logger: log})
+	srv, err := tftp.New(tftp.Config{Routes: []tftp.Route{route}, Conn: a.tftpC, Counters: a.metrics.tftpCounters(), Logger: log})
 	if err != nil {
 		route.Close()
 		return fmt.Errorf("site agent: %w", err)
@@ -838,7 +894,7 @@ func (a *Agent) dhcpConfig(log *slog.Logger) dhcp.Config {
 	return dhcp.Config{Mode: a.cfg.DHCPMode, Interface: a.cfg.Interface, ServerIP: a.cfg.ServerIP,
 		HTTPBaseURL: a.baseURL, Boot: dhcp.Policy{EFIBinary: a.cfg.EFIBinary}, Pools: a.cfg.DHCPPools,
 		Leases: dhcp.NewFileLeaseStore(filepath.Join(a.cfg.DataDir, "dhcp-leases.json")), Known: known, Observe: a.observeDHCP, Logger: log,
-		Probe: a.cfg.DHCPProbe}
+		Probe: a.cfg.DHCPProbe, Counters: a.metrics.dhcpCounters()}
 }
 
 // whileHeld runs run while hold says the lease is held: started on acquisition, cancelled

@@ -16,6 +16,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pintftp "github.com/pin/tftp/v3"
@@ -131,7 +132,34 @@ type Config struct {
 	// defaults.
 	MaxTransfers int
 	MaxPerClient int
-	Logger       *slog.Logger
+	// Counters, when set, count what the server does (a Prometheus collector reads them); nil:
+	// the server keeps its own.
+	Counters *Counters
+	Logger   *slog.Logger
+}
+
+// Failure is why a read request was not served whole.
+type Failure uint8
+
+const (
+	FailNotFound Failure = iota // no route serves the name
+	FailBadName                 // the name is refused (absolute, "..", control bytes…)
+	FailBusy                    // refused for a bound (transfers in progress)
+	FailTransfer                // the transfer failed (the client stopped acknowledging, a read error)
+	NumFailures
+)
+
+// String is the failure's label.
+func (f Failure) String() string {
+	return [...]string{"not_found", "bad_name", "busy", "transfer"}[f]
+}
+
+// Counters count the server's read requests: files served whole, the bytes of file data sent
+// (those of failed transfers too), and the requests not served whole, by Failure.
+type Counters struct {
+	Served atomic.Uint64
+	Bytes  atomic.Uint64
+	Failed [NumFailures]atomic.Uint64
 }
 
 // Server is a read-only TFTP server.
@@ -143,6 +171,7 @@ type Server struct {
 	retries      int
 	maxTransfers int
 	maxPerClient int
+	counters     *Counters
 
 	mu       sync.Mutex
 	active   int
@@ -168,7 +197,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{routes: cfg.Routes, conn: cfg.Conn, log: cfg.Logger, timeout: cfg.Timeout, retries: cfg.Retries,
 		maxTransfers: cfg.MaxTransfers, maxPerClient: cfg.MaxPerClient, byClient: map[netip.Addr]int{},
-		quiet: lograte.New(refusalWarnEvery, 2)}
+		counters: cfg.Counters, quiet: lograte.New(refusalWarnEvery, 2)}
+	if s.counters == nil {
+		s.counters = &Counters{}
+	}
 	if s.maxTransfers <= 0 {
 		s.maxTransfers = DefaultMaxTransfers
 	}
@@ -261,6 +293,7 @@ func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error 
 		}
 	}
 	if warn, refused, err := s.acquire(client); err != nil {
+		s.counters.Failed[FailBusy].Add(1)
 		// Answered at once: the socket pin/tftp opened for the transfer is closed with the error.
 		if warn {
 			s.log.WarnContext(ctx, "tftp read requests refused", "reason", err.Error(), "remote", remote,
@@ -269,18 +302,61 @@ func (s *Server) read(ctx context.Context, name string, rf io.ReaderFrom) error 
 		return err
 	}
 	defer s.release(client)
-	err := Dispatch(ctx, s.routes, name, rf)
+	cw := counting(rf)
+	err := Dispatch(ctx, s.routes, name, cw)
+	s.counters.Bytes.Add(uint64(cw.sent()))
 	switch {
 	case errors.Is(err, errNotFound):
+		s.counters.Failed[FailNotFound].Add(1)
 		s.quiet.Log(ctx, s.log, slog.LevelInfo, time.Now(), "not found", "tftp file not found", "remote", remote, "name_len", len(name))
 	case errors.Is(err, errBadName):
+		s.counters.Failed[FailBadName].Add(1)
 		s.quiet.Log(ctx, s.log, slog.LevelWarn, time.Now(), "bad name", "tftp requested name refused", "remote", remote, "err", err)
 	case err != nil:
+		s.counters.Failed[FailTransfer].Add(1)
 		s.log.WarnContext(ctx, "tftp transfer failed", "remote", remote, "err", err)
 	default:
+		s.counters.Served.Add(1)
 		s.log.InfoContext(ctx, "tftp file served", "remote", remote, "name", name)
 	}
 	return err
+}
+
+// Counters returns the live counters.
+func (s *Server) Counters() *Counters { return s.counters }
+
+// countingWriter is a transfer that counts the bytes its ReadFrom sent; one of pin/tftp's
+// outgoing transfers stays one (DirRoute sets its size).
+type countingWriter interface {
+	io.ReaderFrom
+	sent() int64
+}
+
+type countedFrom struct {
+	io.ReaderFrom
+	n int64
+}
+
+func (c *countedFrom) ReadFrom(r io.Reader) (int64, error) {
+	n, err := c.ReaderFrom.ReadFrom(r)
+	c.n += n
+	return n, err
+}
+
+func (c *countedFrom) sent() int64 { return c.n }
+
+type countedTransfer struct {
+	pintftp.OutgoingTransfer
+	countedFrom
+}
+
+func (c *countedTransfer) ReadFrom(r io.Reader) (int64, error) { return c.countedFrom.ReadFrom(r) }
+
+func counting(rf io.ReaderFrom) countingWriter {
+	if t, ok := rf.(pintftp.OutgoingTransfer); ok {
+		return &countedTransfer{OutgoingTransfer: t, countedFrom: countedFrom{ReaderFrom: rf}}
+	}
+	return &countedFrom{ReaderFrom: rf}
 }
 
 // errBadName wraps what CleanName refuses in a request.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -32,6 +33,7 @@ type flags struct {
 	server, site, joinToken, dataDir, caFile string
 	dhcpMode, iface, serverIP, bootBinding   string
 	httpListen, httpURL, tftpListen, ipxeDir string
+	metricsListen                            string
 	efiBinary, localBoot                     string
 	dhcpPools, dhcpRouters, dhcpDNS          []string
 	kernelURL, kernelSHA, initrdURL          string
@@ -118,6 +120,7 @@ YAML lists): a flag given wins over its variable, which wins over the file.`,
 	fl.StringVar(&f.httpListen, "http-listen", ":8080", "boot HTTP listen address")
 	fl.StringVar(&f.httpURL, "http-url", "", "boot HTTP base URL as machines reach it (default from --http-listen / --server-ip)")
 	fl.StringVar(&f.tftpListen, "tftp-listen", ":69", `TFTP listen address ("" disables)`)
+	fl.StringVar(&f.metricsListen, "metrics-listen", site.DefaultMetricsListen, "address of /metrics (Prometheus) and /healthz; off: none")
 	fl.StringVar(&f.ipxeDir, "ipxe-dir", site.DefaultIPXEDir, "iPXE binaries served over TFTP and HTTP")
 	fl.StringVar(&f.efiBinary, "efi-binary", dhcp.BinaryEFI, "x86-64 UEFI iPXE binary: ipxe.efi or snponly.efi")
 	fl.StringVar(&f.localBoot, "local-boot", "exit", "how local-boot entries leave iPXE: exit or sanboot")
@@ -155,7 +158,7 @@ func logger(w io.Writer, level string) (*slog.Logger, error) {
 // config turns the flags into a site.Config. readFile reads --ca-file.
 func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error) {
 	cfg := site.Config{GatewayURL: f.server, Site: f.site, JoinToken: f.joinToken, DataDir: f.dataDir,
-		HTTPListen: f.httpListen, HTTPBaseURL: f.httpURL, TFTPListen: f.tftpListen, IPXEDir: f.ipxeDir,
+		HTTPListen: f.httpListen, HTTPBaseURL: f.httpURL, MetricsListen: f.metricsListen, TFTPListen: f.tftpListen, IPXEDir: f.ipxeDir,
 		DHCPMode: dhcp.Mode(f.dhcpMode), BootBinding: site.BootBinding(f.bootBinding), Interface: f.iface, EFIBinary: f.efiBinary, LocalBoot: f.localBoot,
 		LeaseTTL: f.leaseTTL, DrainTimeout: f.drainTimeout, AgentVersion: "bcd", NoPowerPolling: f.noPowerPolling,
 		Poll: site.PollConfig{Interval: f.pollInterval, MaxInterval: f.pollMax, Parallel: f.pollParallel}}
@@ -167,6 +170,11 @@ func (f flags) config(readFile func(string) ([]byte, error)) (site.Config, error
 		return site.Config{}, fmt.Errorf("--drain-timeout %s: accepted is a duration of 0 (no drain) or more", f.drainTimeout)
 	case f.drainTimeout == 0:
 		cfg.DrainTimeout = -1 // no drain
+	}
+	if f.metricsListen != "off" && f.metricsListen != "" {
+		if _, _, err := net.SplitHostPort(f.metricsListen); err != nil {
+			return site.Config{}, fmt.Errorf("--metrics-listen %q: want HOST:PORT (e.g. %s, or :9481 for every address) or off", f.metricsListen, site.DefaultMetricsListen)
+		}
 	}
 	if f.cacheMax != "" {
 		n, err := ParseSize(f.cacheMax)
