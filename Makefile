@@ -48,9 +48,11 @@ demo-down:
 test-unit:
 	$(GO) test -count=1 ./...
 
-# Regenerates protobuf/ConnectRPC code (committed; CI does not need the generators).
+# Regenerates protobuf/ConnectRPC code and the web UI's templ code (committed; CI does not
+# need the generators).
 generate:
 	$(GO) tool buf generate
+	$(GO) tool templ generate -path internal/webui
 
 lint:
 	@test -z "$$(gofmt -l cmd internal)" || (gofmt -l cmd internal; exit 1)

@@ -32,6 +32,7 @@ import (
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
+	"bcd/internal/webui"
 	"bcd/internal/workflow"
 )
 
@@ -261,6 +262,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", api.Handler(svc, joiner, eng, log))
+	// The operator's web UI (docs/webui.md), on the API's listener and its TLS.
+	mux.Handle(webui.Prefix, webui.New(webui.Config{Service: svc, Verifier: eng, Secure: apiCert != nil, Log: log}))
+	mux.HandleFunc("/ui", webui.Redirect)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_commands_lost_total",

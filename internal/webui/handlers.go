@@ -1,0 +1,620 @@
+package webui
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"bcd/internal/auth"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/workflow"
+)
+
+// ---------------------------------------------------------------- login
+
+func (u *UI) loginPage(w http.ResponseWriter, r *http.Request) {
+	u.render(w, r, http.StatusOK, loginPage(loginMessage(r.URL.Query().Get("m")), ""))
+}
+
+// login checks the token with the service, as the API's authentication does, and keeps it in
+// the session cookie. The token is never written back: not in the page, not in an error.
+func (u *UI) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+	if msg := checkOrigin(r); msg != "" {
+		u.render(w, r, http.StatusForbidden, loginPage("", msg))
+		return
+	}
+	tok, err := auth.ParseBearer("Bearer " + r.PostFormValue("token"))
+	if err != nil {
+		u.render(w, r, http.StatusUnauthorized, loginPage("", "Not a bcd API token: bcd tokens start with \""+auth.TokenPrefix+"\" (bcd token create prints one)."))
+		return
+	}
+	p, err := u.svc.Authenticate(r.Context(), tok)
+	if err != nil {
+		status, msg := http.StatusUnauthorized, "Unknown or revoked token."
+		if _, _, internal := apiError(err); internal {
+			u.log.ErrorContext(r.Context(), "web UI: checking a token at login", "error", err)
+			status, msg = http.StatusServiceUnavailable, "Checking the token failed; try again."
+		}
+		u.render(w, r, status, loginPage("", msg))
+		return
+	}
+	u.setCookie(w, tok)
+	u.log.InfoContext(r.Context(), "web UI login", "token_name", p.Name, "role", string(p.Role))
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+func (u *UI) logout(w http.ResponseWriter, r *http.Request, s session) {
+	u.clearCookie(w)
+	http.Redirect(w, r, "/ui/login?m="+msgLoggedOut, http.StatusSeeOther)
+}
+
+// ---------------------------------------------------------------- names
+
+// names resolves the tenant, site and pool ids the caller may see.
+type names struct{ tenants, sites, pools map[string]string }
+
+func (u *UI) names(ctx context.Context, p auth.Principal) (names, []store.Site, []store.Pool, error) {
+	nm := names{tenants: map[string]string{}, sites: map[string]string{}, pools: map[string]string{}}
+	tenants, err := u.svc.Tenants(ctx, p)
+	if err != nil {
+		return nm, nil, nil, err
+	}
+	for _, t := range tenants {
+		nm.tenants[t.ID] = t.Name
+	}
+	sites, err := u.svc.Sites(ctx, p, "")
+	if err != nil {
+		return nm, nil, nil, err
+	}
+	for _, s := range sites {
+		nm.sites[s.ID] = s.Name
+	}
+	pools, err := u.svc.Pools(ctx, p, "", "")
+	if err != nil {
+		return nm, nil, nil, err
+	}
+	for _, pl := range pools {
+		nm.pools[pl.ID] = pl.Name
+	}
+	return nm, sites, pools, nil
+}
+
+// ---------------------------------------------------------------- dashboard
+
+// countBound bounds what a count reads when the store has no count for it: a tenant's nodes
+// per state (the store counts per state for the whole installation only) and the nodes in
+// maintenance. A count that reaches it shows as "1000+".
+const countBound = 1000
+
+type stateCount struct {
+	State  string
+	N      int
+	Capped bool
+}
+
+type dashboardView struct {
+	Counts      []stateCount
+	Total       int
+	Capped      bool // some state's count reached countBound
+	Maintenance stateCount
+	Failed      []store.Node // failed or faulted, in maintenance (doctor), the first failedShown
+	Stranded    int
+	Pending     []store.Batch
+	Agents      int
+	Online      int
+}
+
+// failedShown is how many failed nodes the dashboard lists.
+const failedShown = 20
+
+func (u *UI) dashboard(w http.ResponseWriter, r *http.Request, s session) {
+	v, err := u.loadDashboard(r.Context(), s.p)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, dashboardPage(s, v))
+}
+
+func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView, error) {
+	var v dashboardView
+	if err := metal.Require(p, auth.Read); err != nil {
+		return v, err
+	}
+	st := u.svc.Store()
+	var counts map[string]int
+	if p.TenantID == "" {
+		var err error
+		if counts, err = st.CountByState(ctx); err != nil {
+			return v, err
+		}
+	}
+	for _, state := range provision.States() {
+		c := stateCount{State: string(state), N: counts[string(state)]}
+		if p.TenantID != "" {
+			var err error
+			if c, err = u.boundedCount(ctx, p, string(state), metal.ListInput{State: string(state)}); err != nil {
+				return v, err
+			}
+		}
+		v.Counts = append(v.Counts, c)
+		v.Total += c.N
+		v.Capped = v.Capped || c.Capped
+	}
+	var err error
+	if v.Maintenance, err = u.boundedCount(ctx, p, "maintenance", metal.ListInput{Maintenance: "true"}); err != nil {
+		return v, err
+	}
+	if v.Failed, err = st.FailedInMaintenance(ctx, p.TenantID, failedShown); err != nil {
+		return v, err
+	}
+	stranded, err := st.StrandedNodes(ctx, 1000)
+	if err != nil {
+		return v, err
+	}
+	for _, n := range stranded {
+		if p.CanSeeTenant(n.TenantID) {
+			v.Stranded++
+		}
+	}
+	if v.Pending, err = u.svc.PendingBatches(ctx, p, 100); err != nil {
+		return v, err
+	}
+	sites, err := u.svc.Sites(ctx, p, "")
+	if err != nil {
+		return v, err
+	}
+	visible := map[string]bool{}
+	for _, s := range sites {
+		visible[s.ID] = true
+	}
+	agents, err := st.SiteAgents(ctx)
+	if err != nil {
+		return v, err
+	}
+	for _, a := range agents {
+		if visible[a.SiteID] {
+			v.Agents++
+			if a.Connected {
+				v.Online++
+			}
+		}
+	}
+	return v, nil
+}
+
+// boundedCount counts the caller's nodes matching in with one page of the service's listing,
+// up to countBound.
+func (u *UI) boundedCount(ctx context.Context, p auth.Principal, name string, in metal.ListInput) (stateCount, error) {
+	in.PageSize = countBound
+	list, next, err := u.svc.List(ctx, p, in)
+	return stateCount{State: name, N: len(list), Capped: next != ""}, err
+}
+
+// ---------------------------------------------------------------- nodes
+
+// Page sizes of the node list.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+)
+
+// parsePageSize reads the page_size parameter. Pure.
+func parsePageSize(s string) (int, error) {
+	if s == "" {
+		return defaultPageSize, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > maxPageSize {
+		return 0, fmt.Errorf("page_size %q: accepted are whole numbers from 1 to %d (default %d)", truncate(s, 20), maxPageSize, defaultPageSize)
+	}
+	return n, nil
+}
+
+type nodeListView struct {
+	Filter   metal.ListInput
+	Nodes    []store.Node
+	Names    names
+	Sites    []store.Site
+	Pools    []store.Pool
+	States   []string
+	NextURL  string // "" on the last page
+	FirstURL string // "" on the first page
+}
+
+func (u *UI) nodeList(w http.ResponseWriter, r *http.Request, s session) {
+	q := r.URL.Query()
+	size, err := parsePageSize(q.Get("page_size"))
+	if err != nil {
+		u.fail(w, r, &s, http.StatusBadRequest, err.Error())
+		return
+	}
+	in := metal.ListInput{State: q.Get("state"), Pool: q.Get("pool"), Site: q.Get("site"), Maintenance: q.Get("maintenance"),
+		PageSize: size, PageToken: q.Get("page")}
+	ctx := r.Context()
+	list, next, err := u.svc.List(ctx, s.p, in)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	nm, sites, pools, err := u.names(ctx, s.p)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	v := nodeListView{Filter: in, Nodes: list, Names: nm, Sites: sites, Pools: pools}
+	for _, st := range provision.States() {
+		v.States = append(v.States, string(st))
+	}
+	if next != "" {
+		q.Set("page", next)
+		v.NextURL = "/ui/nodes?" + q.Encode()
+	}
+	if in.PageToken != "" {
+		q.Del("page")
+		v.FirstURL = "/ui/nodes?" + q.Encode()
+	}
+	u.render(w, r, http.StatusOK, nodesPage(s, v))
+}
+
+type stepView struct {
+	Name, Status string
+}
+
+type workflowView struct {
+	store.Workflow
+	StepList, CleanupList []stepView
+}
+
+type attestationView struct {
+	store.Command
+	Verified    bool
+	VerifyError string
+}
+
+type nodeView struct {
+	N            store.Node
+	Names        names
+	Activity     metal.Activity
+	Workflow     *workflowView
+	Events       []store.Event
+	Attestations []attestationView
+	Allowed      []string
+}
+
+// nodeEvents is how many of a node's events its page shows.
+const nodeEvents = 25
+
+func (u *UI) nodeDetail(w http.ResponseWriter, r *http.Request, s session) {
+	ctx := r.Context()
+	n, err := u.svc.Get(ctx, s.p, r.PathValue("ref"))
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	v := nodeView{N: n}
+	for _, verb := range provision.Accepted(metal.PNode(n)) {
+		v.Allowed = append(v.Allowed, string(verb))
+	}
+	if v.Names, _, _, err = u.names(ctx, s.p); err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	if v.Activity, err = u.svc.Activity(ctx, s.p, n); err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	// The node is the caller's (Get said so): its latest workflow, as Activity reads it.
+	wfs, err := u.svc.Store().Workflows(ctx, n.ID, 1)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	if len(wfs) == 1 {
+		v.Workflow = workflowSteps(wfs[0])
+	}
+	v.Events, err = lastEvents(ctx, func(ctx context.Context, after uint64, limit int) ([]store.Event, error) {
+		return u.svc.Events(ctx, s.p, n.ID, after, limit)
+	}, nodeEvents)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	cmds, err := u.svc.Attestations(ctx, s.p, n.ID, "", 20)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	for _, c := range cmds {
+		a := attestationView{Command: c}
+		switch {
+		case u.verifier == nil:
+			a.VerifyError = "this server has no agent CA to check it against"
+		default:
+			if err := u.verifier.VerifyRecorded(c); err != nil {
+				a.VerifyError = err.Error()
+			} else {
+				a.Verified = true
+			}
+		}
+		v.Attestations = append(v.Attestations, a)
+	}
+	u.render(w, r, http.StatusOK, nodePage(s, v))
+}
+
+// workflowSteps lists a workflow's steps and cleanup steps with their status. Pure.
+func workflowSteps(wf store.Workflow) *workflowView {
+	v := &workflowView{Workflow: wf}
+	var steps, cleanup []workflow.Step
+	// The rows were written by the engine from resolved profiles: a list it cannot read
+	// shows as no steps.
+	_ = json.Unmarshal([]byte(wf.Steps), &steps)
+	_ = json.Unmarshal([]byte(wf.Cleanup), &cleanup)
+	for i, st := range steps {
+		v.StepList = append(v.StepList, stepView{Name: st.String(), Status: stepStatus(wf, "steps", i)})
+	}
+	for i, st := range cleanup {
+		v.CleanupList = append(v.CleanupList, stepView{Name: st.String(), Status: stepStatus(wf, "cleanup", i)})
+	}
+	return v
+}
+
+// stepStatus is the status of step i of a workflow's phase ("steps" or "cleanup"): done before
+// the workflow's step index, the workflow's state at it, pending after it; a succeeded
+// workflow's steps are all done, and once cleanup runs the steps' outcome is decided ("ended").
+// Pure.
+func stepStatus(wf store.Workflow, phase string, i int) string {
+	cur := wf.Phase
+	if cur == "" {
+		cur = "steps"
+	}
+	final := wf.State == "succeeded" || wf.State == "failed" || wf.State == "aborted"
+	switch {
+	case wf.State == "succeeded":
+		return "done"
+	case phase != cur && phase == "steps":
+		return "ended"
+	case phase != cur:
+		return "pending"
+	case i < wf.StepIndex:
+		return "done"
+	case i == wf.StepIndex && final:
+		return wf.State
+	case i == wf.StepIndex:
+		return "running"
+	case final:
+		return "not run"
+	}
+	return "pending"
+}
+
+// ---------------------------------------------------------------- batches
+
+// batchStates are the states the batch list filters by.
+func batchStates() []string {
+	return []string{store.BatchPending, store.BatchApproved, store.BatchRunning, store.BatchRejected, store.BatchCancelled}
+}
+
+type batchListView struct {
+	State   string
+	States  []string
+	Batches []store.Batch
+	Names   names
+}
+
+func (u *UI) batchList(w http.ResponseWriter, r *http.Request, s session) {
+	ctx := r.Context()
+	state := r.URL.Query().Get("state")
+	list, err := u.svc.Batches(ctx, s.p, state, 200)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	nm, _, _, err := u.names(ctx, s.p)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, batchesPage(s, batchListView{State: state, States: batchStates(), Batches: list, Names: nm}))
+}
+
+// decision is a decision on a batch: the service's call and the code of its done message.
+type decision struct {
+	do   func(svc *metal.Service, ctx context.Context, p auth.Principal, id, reason string) (store.Batch, error)
+	done string
+}
+
+// decisionOf is the decision of the action in the URL; false for another action. Pure.
+func decisionOf(action string) (decision, bool) {
+	switch action {
+	case "approve":
+		return decision{(*metal.Service).Approve, "approved"}, true
+	case "reject":
+		return decision{(*metal.Service).Reject, "rejected"}, true
+	case "withdraw":
+		return decision{(*metal.Service).Withdraw, "withdrawn"}, true
+	}
+	return decision{}, false
+}
+
+// decisionMessage is the batch page's message after a decision, by the code in its URL. Pure.
+func decisionMessage(code string) string {
+	switch code {
+	case "approved":
+		return "Your approval was recorded."
+	case "rejected":
+		return "The batch was rejected."
+	case "withdrawn":
+		return "Your approval was withdrawn."
+	}
+	return ""
+}
+
+type batchView struct {
+	B       store.Batch
+	Leaves  []store.Leaf
+	Names   names
+	Message string
+}
+
+// batchLeaves is how many of a batch's (subject, kind) leaves its page lists.
+const batchLeaves = 200
+
+func (u *UI) batchDetail(w http.ResponseWriter, r *http.Request, s session) {
+	ctx := r.Context()
+	b, leaves, err := u.svc.Batch(ctx, s.p, r.PathValue("id"), batchLeaves)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	nm, _, _, err := u.names(ctx, s.p)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	u.render(w, r, http.StatusOK, batchPage(s, batchView{B: b, Leaves: leaves, Names: nm, Message: decisionMessage(r.URL.Query().Get("done"))}))
+}
+
+func (u *UI) batchDecide(w http.ResponseWriter, r *http.Request, s session) {
+	d, ok := decisionOf(r.PathValue("action"))
+	if !ok {
+		u.fail(w, r, &s, http.StatusNotFound, fmt.Sprintf("unknown action %q on a batch: accepted are approve, reject, withdraw", truncate(r.PathValue("action"), 32)))
+		return
+	}
+	b, err := d.do(u.svc, r.Context(), s.p, r.PathValue("id"), r.PostFormValue("reason"))
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	http.Redirect(w, r, "/ui/batches/"+url.PathEscape(b.ID)+"?done="+d.done, http.StatusSeeOther)
+}
+
+// ---------------------------------------------------------------- events
+
+// Events a page shows.
+const (
+	defaultEvents = 100
+	maxEvents     = 500
+)
+
+type eventsView struct {
+	Node      string // filter: a node id or name, "" for every node
+	Limit     int
+	Events    []store.Event
+	NodeNames map[string]string // of the events' nodes the caller may read
+	RowsURL   string
+	Interval  string
+}
+
+// parseEventsQuery reads the events page's parameters. Pure.
+func parseEventsQuery(q url.Values) (node string, limit int, err error) {
+	limit = defaultEvents
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxEvents {
+			return "", 0, fmt.Errorf("limit %q: accepted are whole numbers from 1 to %d (default %d)", truncate(s, 20), maxEvents, defaultEvents)
+		}
+		limit = n
+	}
+	return q.Get("node"), limit, nil
+}
+
+// refreshEvery is how often the events page refreshes its table (htmx polling).
+const refreshEvery = 2 * time.Second
+
+func (u *UI) loadEvents(w http.ResponseWriter, r *http.Request, s session) (eventsView, bool) {
+	node, limit, err := parseEventsQuery(r.URL.Query())
+	if err != nil {
+		u.fail(w, r, &s, http.StatusBadRequest, err.Error())
+		return eventsView{}, false
+	}
+	v := eventsView{Node: node, Limit: limit, Interval: fmt.Sprintf("every %ds", int(refreshEvery.Seconds()))}
+	q := url.Values{}
+	if node != "" {
+		q.Set("node", node)
+	}
+	q.Set("limit", strconv.Itoa(limit))
+	v.RowsURL = "/ui/events/rows?" + q.Encode()
+	v.Events, err = lastEvents(r.Context(), func(ctx context.Context, after uint64, n int) ([]store.Event, error) {
+		return u.svc.Events(ctx, s.p, node, after, n)
+	}, limit)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return eventsView{}, false
+	}
+	v.NodeNames = u.nodeNames(r.Context(), s.p, v.Events)
+	return v, true
+}
+
+// nodeNames names the nodes of events, each read through the service as the caller (a node
+// deleted since, or not the caller's, keeps its id).
+func (u *UI) nodeNames(ctx context.Context, p auth.Principal, evs []store.Event) map[string]string {
+	out := map[string]string{}
+	tried := map[string]bool{}
+	for _, e := range evs {
+		if e.NodeID == "" || tried[e.NodeID] {
+			continue
+		}
+		tried[e.NodeID] = true
+		if n, err := u.svc.Get(ctx, p, e.NodeID); err == nil {
+			out[e.NodeID] = n.Name
+		}
+	}
+	return out
+}
+
+func (u *UI) eventsPage(w http.ResponseWriter, r *http.Request, s session) {
+	if v, ok := u.loadEvents(w, r, s); ok {
+		u.render(w, r, http.StatusOK, eventsPage(s, v))
+	}
+}
+
+func (u *UI) eventRows(w http.ResponseWriter, r *http.Request, s session) {
+	s.fresh = true
+	if v, ok := u.loadEvents(w, r, s); ok {
+		u.render(w, r, http.StatusOK, eventsTable(v))
+	}
+}
+
+// ---------------------------------------------------------------- formatting
+
+// when formats a store time (microseconds) for a page.
+func when(us int64) string {
+	if us == 0 {
+		return ""
+	}
+	return store.Micros(us).UTC().Format("2006-01-02 15:04:05Z")
+}
+
+// tenantNote says whether the session's token sees every tenant or one.
+func tenantNote(s *session) string {
+	if s.p.TenantID == "" {
+		return ", every tenant"
+	}
+	return ", one tenant"
+}
+
+// plus marks a count that stopped at its bound.
+func plus(capped bool) string {
+	if capped {
+		return "+"
+	}
+	return ""
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func joinComma(s []string) string { return strings.Join(s, ", ") }
