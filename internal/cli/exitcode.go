@@ -24,6 +24,7 @@ const (
 	exitRefused     = 4
 	exitDenied      = 5
 	exitUnavailable = 6
+	exitNodeFailed  = 7
 )
 
 // exitRow is one exit code: what it means to a script and the API's codes that end with it.
@@ -50,6 +51,7 @@ func exitTable() []exitRow {
 			[]connect.Code{connect.CodeUnauthenticated, connect.CodePermissionDenied}},
 		{exitUnavailable, "the server could not be reached or did not answer in time (unavailable, deadline_exceeded, a command's own --timeout running out): worth retrying later",
 			[]connect.Code{connect.CodeUnavailable, connect.CodeDeadlineExceeded}},
+		{exitNodeFailed, "the node failed while --wait followed it: the message gives its fault code and message; it is in maintenance (bcd node recover)", nil},
 	}
 }
 
@@ -60,6 +62,8 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, new(*nodeFailedError)):
+		return exitNodeFailed
 	case errors.As(err, new(usageError)), errors.As(err, new(*flagconfig.Error)):
 		// flagconfig: a refused value of the environment or the config file of bcd site run.
 		return exitUsage

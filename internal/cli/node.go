@@ -114,12 +114,20 @@ func enrollCmd(g *globals) *cobra.Command {
 	var in bcdv1.EnrollRequest
 	in.Bmc = &bcdv1.BmcCredentials{}
 	var labels []string
-	var passwordFile string
+	var passwordFile, from string
+	var parallel int
+	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "enroll NAME --bmc-address ADDR --bmc-username USER --bmc-password-file FILE",
-		Short: "Enroll a machine by its BMC (credentials are sealed at once)",
-		Args:  useArgs(1),
+		Short: "Enroll a machine by its BMC, or many from a file with --from (credentials are sealed at once)",
+		Args:  enrollArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if from != "" {
+				if w.wait {
+					return usagef("--wait follows one node: with --from, follow them with bcd node list --label or bcd events --follow")
+				}
+				return g.enrollFromFile(cmd, from, parallel, &in, labels, passwordFile)
+			}
 			in.Name = args[0]
 			var err error
 			if in.Labels, err = labelMap(labels); err != nil {
@@ -128,7 +136,7 @@ func enrollCmd(g *globals) *cobra.Command {
 			if in.Bmc.Password, err = g.bmcPassword(passwordFile); err != nil {
 				return err
 			}
-			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+			return g.nodeVerbWait(cmd, w, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Enroll(ctx, connect.NewRequest(&in))
 			})
 		},
@@ -141,6 +149,9 @@ func enrollCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
 	f.StringVar(&in.BootMode, "boot-mode", "", bootModeHelp)
 	f.StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
+	f.StringVar(&from, "from", "", "enroll every row of this CSV or JSON Lines file instead of NAME (columns: the flags' names; the flags fill empty cells)")
+	f.IntVar(&parallel, "parallel", 8, "with --from: rows enrolled at once (1-64)")
+	w.register(cmd)
 	return cmd
 }
 
@@ -414,6 +425,7 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 
 func simpleVerbCmd(g *globals, verb, short string) *cobra.Command {
 	var in bcdv1.NodeVerbRequest
+	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   verb + " NODE",
 		Short: short,
@@ -430,25 +442,29 @@ func simpleVerbCmd(g *globals, verb, short string) *cobra.Command {
 				"recover":  bcdv1connect.NodeServiceClient.Recover,
 				"abort":    bcdv1connect.NodeServiceClient.Abort,
 			}
-			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+			return g.nodeVerbWait(cmd, w, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return calls[verb](c.nodes, ctx, connect.NewRequest(&in))
 			})
 		},
 	}
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
+	if verb != "abort" { // abort ends the work: the node is failed at once
+		w.register(cmd)
+	}
 	return cmd
 }
 
 func deployCmd(g *globals) *cobra.Command {
 	var in bcdv1.DeployRequest
+	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "deploy NODE --image IMAGE [--profile PROFILE]",
 		Short: "ready → deploying → deployed: write a catalog image and boot it",
 		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
-			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+			return g.nodeVerbWait(cmd, w, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Deploy(ctx, connect.NewRequest(&in))
 			})
 		},
@@ -457,18 +473,20 @@ func deployCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&in.Profile, "profile", "default", "deploy profile")
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
+	w.register(cmd)
 	return cmd
 }
 
 func undeployCmd(g *globals) *cobra.Command {
 	var in bcdv1.UndeployRequest
+	var w waitFlags
 	cmd := &cobra.Command{
 		Use:   "undeploy NODE [--wipe quick|full|secure]",
 		Short: "deployed|rescue → releasing (attested wipe) → ready",
 		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
-			return g.nodeVerb(cmd, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
+			return g.nodeVerbWait(cmd, w, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Undeploy(ctx, connect.NewRequest(&in))
 			})
 		},
@@ -476,6 +494,7 @@ func undeployCmd(g *globals) *cobra.Command {
 	cmd.Flags().StringVar(&in.Wipe, "wipe", "quick", "wipe mode: quick, full or secure")
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
+	w.register(cmd)
 	return cmd
 }
 
