@@ -325,9 +325,14 @@ func (s *Store) CountByState(ctx context.Context) (map[string]int, error) {
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM nodes GROUP BY state`, "nodes per state")
 }
 
+// CountByStateOfTenant is CountByState of one tenant's nodes.
+func (s *Store) CountByStateOfTenant(ctx context.Context, tenantID string) (map[string]int, error) {
+	return s.countBy(ctx, `SELECT state, COUNT(*) FROM nodes WHERE tenant_id = ? GROUP BY state`, "the tenant's nodes per state", tenantID)
+}
+
 // countBy runs q, which selects (key, count) rows, into a map; what names them in errors.
-func (s *Store) countBy(ctx context.Context, q, what string) (map[string]int, error) {
-	rows, err := s.queryRows(ctx, q)
+func (s *Store) countBy(ctx context.Context, q, what string, args ...any) (map[string]int, error) {
+	rows, err := s.queryRows(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("counting %s: %w", what, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -137,6 +138,28 @@ func TestStore(t *testing.T) {
 			counts, err := st.CountByState(ctx)
 			if err != nil || counts["enrolling"] != 2 || counts["failed"] != 1 {
 				t.Fatalf("counts %v %v", counts, err)
+			}
+			all := 0
+			for _, n := range counts {
+				all += n
+			}
+			nodes, err := st.Nodes(ctx, store.NodeFilter{Limit: 100})
+			if err != nil || len(nodes) != all {
+				t.Fatalf("nodes %d %v, counted %d", len(nodes), err, all)
+			}
+			tenants := map[string]map[string]int{}
+			for _, n := range nodes {
+				if tenants[n.TenantID] == nil {
+					tenants[n.TenantID] = map[string]int{}
+				}
+				tenants[n.TenantID][n.State]++
+			}
+			tenants["no-such-tenant"] = map[string]int{}
+			for tenant, want := range tenants {
+				got, err := st.CountByStateOfTenant(ctx, tenant)
+				if err != nil || !maps.Equal(got, want) {
+					t.Errorf("tenant %q counts %v %v, want %v", tenant, got, err, want)
+				}
 			}
 		})
 	})

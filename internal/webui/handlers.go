@@ -130,26 +130,19 @@ func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView
 		return v, err
 	}
 	st := u.svc.Store()
-	var counts map[string]int
-	if p.TenantID == "" {
-		var err error
-		if counts, err = st.CountByState(ctx); err != nil {
-			return v, err
-		}
+	counts, err := st.CountByState(ctx)
+	if p.TenantID != "" {
+		counts, err = st.CountByStateOfTenant(ctx, p.TenantID)
+	}
+	if err != nil {
+		return v, err
 	}
 	for _, state := range provision.States() {
 		c := stateCount{State: string(state), N: counts[string(state)]}
-		if p.TenantID != "" {
-			var err error
-			if c, err = u.boundedCount(ctx, p, string(state), metal.ListInput{State: string(state)}); err != nil {
-				return v, err
-			}
-		}
 		v.Counts = append(v.Counts, c)
 		v.Total += c.N
 		v.Capped = v.Capped || c.Capped
 	}
-	var err error
 	if v.Maintenance, err = u.boundedCount(ctx, p, "maintenance", metal.ListInput{Maintenance: "true"}); err != nil {
 		return v, err
 	}
