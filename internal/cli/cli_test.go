@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"bcd/internal/server"
+	"bcd/internal/testlog"
 )
 
 func startServer(t *testing.T) (url, token string) {
@@ -128,22 +128,8 @@ func TestEventsFollow(t *testing.T) {
 	}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writers that the test reads.
+type syncBuffer = testlog.Buffer
 
 func TestImageCatalogCLI(t *testing.T) {
 	url, token := startServer(t)

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ import (
 	"bcd/internal/gateway/gatewaytest"
 	"bcd/internal/pki"
 	"bcd/internal/ramdisk/agent"
+	"bcd/internal/testlog"
 )
 
 func TestRoleAndParseCmdline(t *testing.T) {
@@ -262,22 +262,8 @@ func TestPartitionState(t *testing.T) {
 
 // --- Run against a real gateway (TLS, HTTP/2) with fake identities -------------------------
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writers that the test reads.
+type syncBuffer = testlog.Buffer
 
 func waitConsole(t *testing.T, c *syncBuffer, want string, n int) {
 	t.Helper()

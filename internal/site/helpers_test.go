@@ -1,7 +1,6 @@
 package site_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -14,7 +13,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,27 +28,13 @@ import (
 	"bcd/internal/netboot"
 	"bcd/internal/pki"
 	"bcd/internal/site"
+	"bcd/internal/testlog"
 )
 
 const testSite = "s1"
 
-// syncBuffer is a log sink the tests grep.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writers that the test reads.
+type syncBuffer = testlog.Buffer
 
 // logger writes debug logs to buf (and stderr with -v).
 func logger(t testing.TB, buf *syncBuffer) *slog.Logger {

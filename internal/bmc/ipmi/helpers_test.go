@@ -1,7 +1,6 @@
 package ipmi
 
 import (
-	"bytes"
 	"context"
 	"github.com/bougou/go-ipmi/pkg/types"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 
 	"bcd/internal/bmc"
 	"bcd/internal/lab/vbmc/ipmibmc"
+	"bcd/internal/testlog"
 )
 
 const (
@@ -168,23 +168,8 @@ func newDriver(t *testing.T, b *ipmibmc.BMC, password string, opts Options) *Dri
 	return d
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+// syncBuffer is a log sink safe for concurrent writers that the test reads.
+type syncBuffer = testlog.Buffer
 
 func (s *session) readBootFlagsValue(ctx context.Context) (types.BootOptionParam_BootFlags, error) {
 	var f types.BootOptionParam_BootFlags

@@ -1,7 +1,6 @@
 package redfish_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"bcd/internal/bmc/redfish"
 	"bcd/internal/lab/vbmc"
 	redfishbmc "bcd/internal/lab/vbmc/redfish"
+	"bcd/internal/testlog"
 )
 
 const (
@@ -28,18 +27,8 @@ const (
 	pass = "Very-S3cret-Passw0rd-4711"
 )
 
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+// syncBuffer is a log sink safe for concurrent writers that the test reads.
+type syncBuffer = testlog.Buffer
 
 type rig struct {
 	m    *vbmc.FakeMachine
