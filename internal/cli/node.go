@@ -39,15 +39,7 @@ func nodeCmd(g *globals) *cobra.Command {
 
 // nodeVerb runs one node call and prints the node it answers with.
 func (g *globals) nodeVerb(cmd *cobra.Command, call func(context.Context, *clients) (*connect.Response[bcdv1.NodeResponse], error)) error {
-	c, err := g.clients()
-	if err != nil {
-		return err
-	}
-	resp, err := call(cmd.Context(), c)
-	if err != nil {
-		return err
-	}
-	return g.printNode(resp.Msg.Node)
+	return g.nodeVerbWait(cmd, waitFlags{}, call)
 }
 
 // labelMap reads --label key=value pairs.

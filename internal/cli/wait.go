@@ -174,10 +174,7 @@ func follow(ctx context.Context, get func(context.Context) (*bcdv1.Node, error),
 // nodeVerbWait runs one node call and prints the node it answers with; with --wait it then
 // follows the node until it rests and prints it as it rests.
 func (g *globals) nodeVerbWait(cmd *cobra.Command, w waitFlags, call func(context.Context, *clients) (*connect.Response[bcdv1.NodeResponse], error)) error {
-	if !w.wait {
-		return g.nodeVerb(cmd, call)
-	}
-	if w.timeout <= 0 {
+	if w.wait && w.timeout <= 0 {
 		return usagef("--wait-timeout %s: give a duration above zero (e.g. 30m)", w.timeout)
 	}
 	c, err := g.clients()
@@ -187,6 +184,9 @@ func (g *globals) nodeVerbWait(cmd *cobra.Command, w waitFlags, call func(contex
 	resp, err := call(cmd.Context(), c)
 	if err != nil {
 		return err
+	}
+	if !w.wait {
+		return g.printNode(resp.Msg.Node)
 	}
 	id := resp.Msg.Node.Id
 	get := func(ctx context.Context) (*bcdv1.Node, error) {
