@@ -3,9 +3,6 @@ package agentlink_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,7 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	"bcd/internal/agentlink"
-	"bcd/internal/gateway"
+	"bcd/internal/gateway/gatewaytest"
 	agentv1 "bcd/internal/gen/agentv1"
 	"bcd/internal/gen/agentv1/agentv1connect"
 	"bcd/internal/pki"
@@ -185,24 +182,6 @@ func TestRenewalAnswerBundle(t *testing.T) {
 // test ends, and returns its URL.
 func serveGateway(t *testing.T, ca *pki.CA, h agentv1connect.GatewayServiceHandler) string {
 	t.Helper()
-	cert, err := pki.NewServerCert(ca, []string{"127.0.0.1"}, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(agentv1connect.NewGatewayServiceHandler(h))
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gateway.ServeTLS(ctx, ln, cert, mux, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Errorf("gateway: %v", err)
-		}
-	})
-	return "https://" + ln.Addr().String()
+	path, handler := agentv1connect.NewGatewayServiceHandler(h)
+	return gatewaytest.Serve(t, ca, path, handler)
 }

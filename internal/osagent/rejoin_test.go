@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,28 +74,12 @@ func (l *lostAnswer) JoinNode(ctx context.Context, token string, csrDER []byte, 
 // startGateway runs a gateway over ids on loopback until the test ends.
 func startGateway(t *testing.T, ca *pki.CA, ids gateway.Identities) string {
 	t.Helper()
-	cert, err := pki.NewServerCert(ca, []string{"127.0.0.1"}, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	srv, err := gateway.New(gateway.Config{Queue: gatewaytest.NewQueue(), Identities: ids, CA: ca, PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(srv.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gateway.ServeTLS(ctx, ln, cert, mux, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return "https://" + ln.Addr().String()
+	path, h := srv.Handler()
+	return gatewaytest.Serve(t, ca, path, h)
 }
 
 // A join the control plane recorded but whose answer never arrived (power lost, PID 1 died)

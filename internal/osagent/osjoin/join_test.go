@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -34,30 +33,14 @@ func startGateway(t *testing.T, onConnect func(gateway.Hello) error) testGateway
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := pki.NewServerCert(ca, []string{"127.0.0.1"}, time.Hour, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids, q := gatewaytest.NewIdentities(ca), gatewaytest.NewQueue()
 	q.OnConnect = onConnect
 	srv, err := gateway.New(gateway.Config{Queue: q, Identities: ids, CA: ca, PollInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle(srv.Handler())
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gateway.ServeTLS(ctx, ln, cert, mux, nil) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return testGateway{url: "https://" + ln.Addr().String(), ca: ca, ids: ids, q: q}
+	path, h := srv.Handler()
+	return testGateway{url: gatewaytest.Serve(t, ca, path, h), ca: ca, ids: ids, q: q}
 }
 
 func (g testGateway) metadata(token string) Metadata {
