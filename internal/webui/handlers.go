@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -281,35 +282,66 @@ type nodeView struct {
 	Events       []store.Event
 	Attestations []attestationView
 	Allowed      []string
+	// The verb forms: shown to a token that may operate (the service's own check), for the
+	// verbs the node accepts now.
+	CanOperate   bool
+	Offered      []verbSpec
+	Images       []string // the deploy form's deployable catalog images
+	Undeployable int      // catalog images whose signature does not verify
+	Profiles     []string // the deploy form's deploy profiles
+	Message      string   // after a verb, by its done code
+	HeldBatch    *store.Batch
+	Error        string // a refused verb, in the API's words
 }
 
 // nodeEvents is how many of a node's events its page shows.
 const nodeEvents = 25
 
 func (u *UI) nodeDetail(w http.ResponseWriter, r *http.Request, s session) {
-	ctx := r.Context()
-	n, err := u.svc.Get(ctx, s.p, r.PathValue("ref"))
+	v, err := u.loadNode(r.Context(), s, r.PathValue("ref"))
 	if err != nil {
 		u.serviceError(w, r, &s, err)
 		return
+	}
+	q := r.URL.Query()
+	v.Message = verbMessage(q.Get("done"))
+	if q.Get("done") == donePowerHeld && q.Get("batch") != "" {
+		// Shown as the service reads it for the caller: nothing of the URL is rendered.
+		if b, _, err := u.svc.Batch(r.Context(), s.p, q.Get("batch"), 1); err == nil {
+			v.HeldBatch = &b
+		}
+	}
+	u.render(w, r, http.StatusOK, nodePage(s, v))
+}
+
+// loadNode reads what the node page shows of node ref, as the caller.
+func (u *UI) loadNode(ctx context.Context, s session, ref string) (nodeView, error) {
+	n, err := u.svc.Get(ctx, s.p, ref)
+	if err != nil {
+		return nodeView{}, err
 	}
 	v := nodeView{N: n}
 	for _, verb := range provision.Accepted(metal.PNode(n)) {
 		v.Allowed = append(v.Allowed, string(verb))
 	}
+	if v.CanOperate = metal.Require(s.p, auth.Operate) == nil; v.CanOperate {
+		v.Offered = offeredVerbs(v.Allowed)
+		if slices.Contains(v.Allowed, string(provision.VerbDeploy)) {
+			if err := u.loadVerbChoices(ctx, s.p, &v); err != nil {
+				return v, err
+			}
+		}
+	}
 	if v.Names, _, _, err = u.names(ctx, s.p); err != nil {
-		u.serviceError(w, r, &s, err)
-		return
+		return v, err
 	}
 	if v.Activity, err = u.svc.Activity(ctx, s.p, n); err != nil {
-		u.serviceError(w, r, &s, err)
-		return
+		return v, err
 	}
 	// The node is the caller's (Get said so): its latest workflow, as Activity reads it.
 	wfs, err := u.svc.Store().Workflows(ctx, n.ID, 1)
 	if err != nil {
-		u.serviceError(w, r, &s, err)
-		return
+		return v, err
 	}
 	if len(wfs) == 1 {
 		v.Workflow = workflowSteps(wfs[0])
@@ -318,13 +350,11 @@ func (u *UI) nodeDetail(w http.ResponseWriter, r *http.Request, s session) {
 		return u.svc.Events(ctx, s.p, n.ID, after, limit)
 	}, nodeEvents)
 	if err != nil {
-		u.serviceError(w, r, &s, err)
-		return
+		return v, err
 	}
 	cmds, err := u.svc.Attestations(ctx, s.p, n.ID, "", 20)
 	if err != nil {
-		u.serviceError(w, r, &s, err)
-		return
+		return v, err
 	}
 	for _, c := range cmds {
 		a := attestationView{Command: c}
@@ -340,7 +370,7 @@ func (u *UI) nodeDetail(w http.ResponseWriter, r *http.Request, s session) {
 		}
 		v.Attestations = append(v.Attestations, a)
 	}
-	u.render(w, r, http.StatusOK, nodePage(s, v))
+	return v, nil
 }
 
 // workflowSteps lists a workflow's steps and cleanup steps with their status. Pure.

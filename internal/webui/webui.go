@@ -71,6 +71,7 @@ func New(cfg Config) *UI {
 	u.mux.HandleFunc("GET /ui/{$}", u.authed(u.dashboard))
 	u.mux.HandleFunc("GET /ui/nodes", u.authed(u.nodeList))
 	u.mux.HandleFunc("GET /ui/nodes/{ref}", u.authed(u.nodeDetail))
+	u.mux.HandleFunc("POST /ui/nodes/{ref}/verb/{verb}", u.authed(u.nodeVerb))
 	u.mux.HandleFunc("GET /ui/batches", u.authed(u.batchList))
 	u.mux.HandleFunc("GET /ui/batches/{id}", u.authed(u.batchDetail))
 	u.mux.HandleFunc("POST /ui/batches/{id}/{action}", u.authed(u.batchDecide))

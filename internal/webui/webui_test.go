@@ -536,7 +536,9 @@ func TestPagesShowNoSecret(t *testing.T) {
 	cookie := e.login(t, e.srv.FirstAdminToken())
 	for _, path := range []string{"/ui/login", "/ui/login?m=revoked", "/ui/", "/ui/nodes", "/ui/nodes/" + n.ID, "/ui/nodes/" + n.Name, "/ui/batches",
 		"/ui/batches?state=pending", "/ui/batches/" + b.ID, "/ui/events", "/ui/events/rows?limit=5", "/ui/events?node=" + n.Name, "/ui/nope",
-		"/ui/static/ui.css", "/ui/static/htmx.min.js", "/ui/static/", "/ui/events?limit=0", "/ui/batches?state=odd"} {
+		"/ui/static/ui.css", "/ui/static/htmx.min.js", "/ui/static/", "/ui/events?limit=0", "/ui/batches?state=odd",
+		"/ui/nodes/" + n.ID + "?done=abort", "/ui/nodes/" + n.ID + "?done=maintenance-on", "/ui/nodes/" + n.ID + "?done=power-held&batch=" + b.ID,
+		"/ui/nodes/doomed", "/ui/nodes/doomed?done=retire"} {
 		r := e.do(t, "GET", path, cookie, nil)
 		if r.code >= 500 {
 			t.Errorf("%s: %d %.300s", path, r.code, r.body)
@@ -545,6 +547,13 @@ func TestPagesShowNoSecret(t *testing.T) {
 	p := e.do(t, "GET", "/ui/nodes/"+n.ID, cookie, nil)
 	if !strings.Contains(p.body, "https://10.99.0.3") || !strings.Contains(p.body, "metal-enroll") {
 		t.Fatalf("node page lacks its BMC address or workflow: %.2000s", p.body)
+	}
+	// The node's verb forms (an admin may operate) and a refused verb's page.
+	if !strings.Contains(p.body, `action="/ui/nodes/`+n.ID+`/verb/abort"`) || !strings.Contains(p.body, `name="confirm"`) {
+		t.Fatalf("node page lacks its verb forms: %.3000s", p.body)
+	}
+	if r := e.do(t, "POST", "/ui/nodes/"+n.ID+"/verb/maintenance", cookie, url.Values{"csrf": {csrf(t, p)}, "version": {"999999"}, "on": {"true"}}); r.code != http.StatusConflict {
+		t.Fatalf("stale maintenance: %d %.300s", r.code, r.body)
 	}
 	if r := e.do(t, "GET", "/ui/events?limit=0", cookie, nil); r.code != 400 || !strings.Contains(r.body, "accepted are whole numbers from 1 to 500") {
 		t.Fatalf("bad limit: %d %.300s", r.code, r.body)
