@@ -90,9 +90,8 @@ func (u *UI) names(ctx context.Context, p auth.Principal) (names, []store.Site, 
 
 // ---------------------------------------------------------------- dashboard
 
-// countBound bounds what a count reads when the store has no count for it: a tenant's nodes
-// per state (the store counts per state for the whole installation only) and the nodes in
-// maintenance. A count that reaches it shows as "1000+".
+// countBound bounds what the count of the nodes in maintenance reads (the store has no count
+// for it: one page of the service's listing). A count that reaches it shows as "1000+".
 const countBound = 1000
 
 type stateCount struct {
@@ -104,8 +103,7 @@ type stateCount struct {
 type dashboardView struct {
 	Counts      []stateCount
 	Total       int
-	Capped      bool // some state's count reached countBound
-	Maintenance stateCount
+	Maintenance stateCount   // counted from one page: Capped when it reached countBound
 	Failed      []store.Node // failed or faulted, in maintenance (doctor), the first failedShown
 	Stranded    int
 	Pending     []store.Batch
@@ -142,7 +140,6 @@ func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView
 		c := stateCount{State: string(state), N: counts[string(state)]}
 		v.Counts = append(v.Counts, c)
 		v.Total += c.N
-		v.Capped = v.Capped || c.Capped
 	}
 	if v.Maintenance, err = u.boundedCount(ctx, p, "maintenance", metal.ListInput{Maintenance: "true"}); err != nil {
 		return v, err
