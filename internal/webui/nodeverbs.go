@@ -37,7 +37,8 @@ func nodeVerbs() []verbSpec {
 		{provision.VerbRescue, "Rescue", false, "Rescue accepted: the node is booting the rescue ramdisk."},
 		{provision.VerbUnrescue, "Unrescue", false, "Unrescue accepted: the node returns to deployed."},
 		{provision.VerbRetire, "Retire", true, "Retire accepted: the node is retiring."},
-		{provision.VerbRecover, "Recover", false, "Recover accepted: the node's fault is cleared and its workflow runs again."},
+		// Recover of a failed deploy releases (wipes) the node first: it needs confirmation.
+		{provision.VerbRecover, "Recover", true, "Recover accepted: the node's fault is cleared and its workflow runs again (a failed deploy is released, its disks wiped, first)."},
 		{provision.VerbAbort, "Abort", true, "Abort accepted: the node's workflow is stopped; the node is failed and in maintenance."},
 		{provision.VerbMaintenance, "Maintenance", false, ""},
 		{provision.VerbPower, "Power", true, "The power command was queued."},

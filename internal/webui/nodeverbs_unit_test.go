@@ -38,7 +38,8 @@ func TestVerbInput(t *testing.T) {
 		{"maintenance on", "maintenance", url.Values{"version": {"4"}, "on": {"true"}, "reason": {"r"}}, metal.VerbInput{Node: "n", ExpectedVersion: 4, MaintenanceOn: true, Reason: "r"}, ""},
 		{"maintenance off", "maintenance", url.Values{"version": {"4"}, "on": {"false"}}, metal.VerbInput{Node: "n", ExpectedVersion: 4}, ""},
 		{"maintenance unsaid", "maintenance", url.Values{"version": {"4"}}, metal.VerbInput{}, "accepted are true (turn maintenance on) or false"},
-		{"recover needs no confirmation", "recover", url.Values{"version": {"5"}}, metal.VerbInput{Node: "n", ExpectedVersion: 5}, ""},
+		{"recover unconfirmed", "recover", url.Values{"version": {"5"}}, metal.VerbInput{}, "recover needs confirmation"},
+		{"recover", "recover", url.Values{"version": {"5"}, "confirm": {"yes"}}, metal.VerbInput{Node: "n", ExpectedVersion: 5}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := verbInput(spec(tc.verb), "n", tc.form)
@@ -56,8 +57,8 @@ func TestVerbInput(t *testing.T) {
 }
 
 // TestVerbTable: the page's verbs are the table's verbs a node can be asked for (not enroll or
-// delete, which have their own calls), and exactly retire, undeploy, abort, deploy and power
-// need confirmation.
+// delete, which have their own calls), and exactly retire, undeploy, abort, deploy, power and
+// recover (a failed deploy's is a release) need confirmation.
 func TestVerbTable(t *testing.T) {
 	var got, destructive []string
 	for _, v := range nodeVerbs() {
@@ -81,7 +82,7 @@ func TestVerbTable(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("page verbs %v, want %v", got, want)
 	}
-	if want := []string{"abort", "deploy", "power", "retire", "undeploy"}; !slices.Equal(destructive, want) {
+	if want := []string{"abort", "deploy", "power", "recover", "retire", "undeploy"}; !slices.Equal(destructive, want) {
 		t.Errorf("verbs needing confirmation %v, want %v", destructive, want)
 	}
 	if got := offeredVerbs([]string{"delete", "power", "manage", "bogus"}); len(got) != 2 || got[0].Verb != provision.VerbManage || got[1].Verb != provision.VerbPower {
