@@ -148,7 +148,7 @@ func moduleKey(name string) string { return strings.ReplaceAll(name, "-", "_") }
 // belong to init and are not read.
 func ModuleParams(cmdline string) map[string]string {
 	out := map[string]string{}
-	for _, w := range cmdlineWords(cmdline) {
+	for _, w := range CmdlineWords(cmdline) {
 		if w == "--" {
 			break
 		}
@@ -167,9 +167,9 @@ func ModuleParams(cmdline string) map[string]string {
 	return out
 }
 
-// cmdlineWords splits a kernel command line as the kernel does (next_arg): on spaces outside
+// CmdlineWords splits a kernel command line as the kernel does (next_arg): on spaces outside
 // double quotes. A quoted value keeps its quotes, as finit_module's parser expects them.
-func cmdlineWords(s string) []string {
+func CmdlineWords(s string) []string {
 	var out []string
 	var w strings.Builder
 	quoted := false

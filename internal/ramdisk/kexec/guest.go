@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	"bcd/internal/ramdisk/initsys"
 )
 
 // Guest says how the OS booted by the kexec finds the site's datasource, which makes it prove
@@ -108,7 +110,7 @@ func AppendArgs(cmdline string, args []string) string {
 		keys[paramKey(a)] = true
 	}
 	var out []string
-	for _, p := range splitParams(cmdline) {
+	for _, p := range initsys.CmdlineWords(cmdline) {
 		if !keys[paramKey(p)] {
 			out = append(out, p)
 		}
@@ -126,30 +128,4 @@ func AppendArgs(cmdline string, args []string) string {
 func paramKey(p string) string {
 	k, _, _ := strings.Cut(strings.ReplaceAll(p, `"`, ""), "=")
 	return k
-}
-
-// splitParams splits a command line into parameters as the kernel's next_arg does: spaces
-// separate, except inside double quotes.
-func splitParams(s string) []string {
-	var out []string
-	var cur strings.Builder
-	quoted := false
-	for _, r := range s {
-		switch {
-		case r == '"':
-			quoted = !quoted
-			cur.WriteRune(r)
-		case (r == ' ' || r == '\t' || r == '\n') && !quoted:
-			if cur.Len() > 0 {
-				out = append(out, cur.String())
-				cur.Reset()
-			}
-		default:
-			cur.WriteRune(r)
-		}
-	}
-	if cur.Len() > 0 {
-		out = append(out, cur.String())
-	}
-	return out
 }
