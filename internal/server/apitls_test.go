@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -18,9 +17,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"bcd/internal/testlog"
 )
 
 // testCA issues certificates for tests.
@@ -80,22 +80,8 @@ func replace(t *testing.T, path string, b []byte) {
 	}
 }
 
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// logBuffer is a log sink safe for concurrent writers that the test reads.
+type logBuffer = testlog.Buffer
 
 // TestAPITLSRefusedAtStart: a pair the server cannot serve is refused at start, naming the flag
 // and what was wrong, before the store is opened; no error holds the key.

@@ -1,19 +1,18 @@
 package site
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"bcd/internal/bmc"
 	"bcd/internal/bmc/ipmi"
 	"bcd/internal/bmc/redfish"
+	"bcd/internal/testlog"
 )
 
 // A BMC address written with user information or a query (the control plane refuses both, the
@@ -62,30 +61,12 @@ func TestAttemptsErrorRedactsTheBMCAddress(t *testing.T) {
 	}
 }
 
-// lockedLog is a log sink the poller writes to from its goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // The poller's log of a failed read names the BMC without the user information or query of its
 // address.
 func TestPollFailureLogRedactsTheBMCAddress(t *testing.T) {
 	probe := func(context.Context, BMCRef, string) (bmc.PowerState, error) { return "", errors.New("timeout") }
 	r := &reports{got: map[string][]bmc.PowerState{}, failures: map[string][]int{}, ch: make(chan struct{}, 1)}
-	var logs lockedLog
+	var logs testlog.Buffer
 	p := newPoller(PollConfig{Interval: 20 * time.Millisecond, MaxInterval: time.Second}, probe, newBMCLocks(), r,
 		slog.New(slog.NewTextHandler(&logs, nil)), time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
