@@ -23,7 +23,7 @@ func startServer(t *testing.T) (url, token string) {
 }
 
 // newServer runs a server on loopback with a fresh data dir until the test ends.
-func newServer(t *testing.T) *server.Server {
+func newServer(t testing.TB) *server.Server {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: t.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))

@@ -2,12 +2,11 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,7 +20,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"bcd/internal/gen/bcdv1"
-	"bcd/internal/server"
 )
 
 // enrollCSV is a CSV file of n good rows named prefix-0…: row i has id base+i, which makes its
@@ -179,7 +177,7 @@ func TestEnrollFileBadRows(t *testing.T) {
 		{"quote out of place", "", "x-3,https://127.0.0.1:21003,root,pw\"secret-3,,,,,,,\n", []string{"line 4: not CSV at column", "nothing after it was read"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := cmpOr(tc.header, header)
+			h := cmp.Or(tc.header, header)
 			content := h
 			if tc.header == "" {
 				content += good + tc.row
@@ -200,32 +198,6 @@ func TestEnrollFileBadRows(t *testing.T) {
 			}
 		})
 	}
-}
-
-// newServerTB is newServer for a benchmark.
-func newServerTB(tb testing.TB) *server.Server {
-	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: tb.TempDir()}, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Errorf("server: %v", err)
-		}
-	})
-	return srv
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // TestEnrollFileJSONLinesBadRows: JSON Lines refusals quote no password either.
@@ -525,7 +497,7 @@ func TestEnrollProgress(t *testing.T) {
 func BenchmarkEnrollFile(b *testing.B) {
 	for _, parallel := range []int{1, 8} {
 		b.Run(fmt.Sprintf("parallel=%d", parallel), func(b *testing.B) {
-			srv := newServerTB(b)
+			srv := newServer(b)
 			env := map[string]string{"BCD_SERVER": srv.URL(), "BCD_TOKEN": srv.FirstAdminToken()}
 			var elapsed time.Duration
 			rows := 0
