@@ -125,13 +125,7 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 // finish adds what the whole run did to rep: commands run (and run twice), agent deaths, lost
 // commands (the server's count less lost0, its count when the run began), the peak RSS.
 func (h *Harness) finish(ctx context.Context, rep *Report, lost0 int) {
-	execs := h.Sim.Executions()
-	rep.Commands = len(execs)
-	for _, c := range execs {
-		if c > 1 {
-			rep.RanTwice++
-		}
-	}
+	rep.Commands, rep.RanTwice = h.Sim.ExecutionSummary()
 	rep.SiteAgentDeaths, rep.RamdiskDeaths = h.Sim.SiteAgentDeaths(), h.Sim.RamdiskDeaths()
 	if lost, ok := h.control().CommandsLost(ctx); ok {
 		rep.Lost = lost - lost0

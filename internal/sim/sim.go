@@ -229,7 +229,7 @@ type Sim struct {
 	link  Link
 	mu    sync.Mutex
 	byID  map[string]*Machine
-	execs sync.Map // command id → *atomic.Int32
+	execs *execCounts
 	rng   *rand.Rand
 	rngMu sync.Mutex
 	wg    sync.WaitGroup
@@ -258,7 +258,7 @@ func (s *Sim) SetSiteIdentity(key crypto.Signer, certDER []byte) {
 
 // New builds a simulation for the site.
 func New(cfg Config, link Link) *Sim {
-	return &Sim{cfg: cfg, link: link, byID: map[string]*Machine{}, rng: rand.New(rand.NewPCG(cfg.Seed, 7)), errs: make(chan error, 16)}
+	return &Sim{cfg: cfg, link: link, byID: map[string]*Machine{}, execs: newExecCounts(), rng: rand.New(rand.NewPCG(cfg.Seed, 7)), errs: make(chan error, 16)}
 }
 
 // SetFaults changes the injected failures.
@@ -312,17 +312,14 @@ func (s *Sim) Machine(nodeID string) *Machine {
 
 // Executions returns how many times each command ran.
 func (s *Sim) Executions() map[string]int {
-	out := map[string]int{}
-	s.execs.Range(func(k, v any) bool {
-		out[k.(string)] = int(v.(*atomic.Int32).Load())
-		return true
-	})
-	return out
+	return s.execs.all()
 }
 
+// ExecutionSummary returns how many commands ran, and how many of them ran more than once.
+func (s *Sim) ExecutionSummary() (commands, ranTwice int) { return s.execs.summary() }
+
 func (s *Sim) counted(id string) {
-	v, _ := s.execs.LoadOrStore(id, new(atomic.Int32))
-	v.(*atomic.Int32).Add(1)
+	s.execs.add(id)
 }
 
 func (s *Sim) chance(p float64) bool {
