@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,12 +148,38 @@ func TestStore(t *testing.T) {
 			if err != nil || len(nodes) != all {
 				t.Fatalf("nodes %d %v, counted %d", len(nodes), err, all)
 			}
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				n, err := tx.LockNode(ctx, nodes[0].ID, "")
+				if err != nil {
+					return err
+				}
+				n.Maintenance = true
+				return tx.UpdateNode(ctx, &n)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if nodes, err = st.Nodes(ctx, store.NodeFilter{Limit: 100}); err != nil {
+				t.Fatal(err)
+			}
 			tenants := map[string]map[string]int{}
+			inMaintenance := map[string]int{}
 			for _, n := range nodes {
 				if tenants[n.TenantID] == nil {
 					tenants[n.TenantID] = map[string]int{}
 				}
 				tenants[n.TenantID][n.State]++
+				if n.Maintenance {
+					inMaintenance[n.TenantID]++
+					inMaintenance[""]++
+				}
+			}
+			if inMaintenance[""] == 0 || inMaintenance[""] == len(nodes) {
+				t.Fatalf("the seed has %d of %d nodes in maintenance: the count below would not tell", inMaintenance[""], len(nodes))
+			}
+			for _, tenant := range append(slices.Collect(maps.Keys(tenants)), "", "no-such-tenant") {
+				if got, err := st.CountInMaintenance(ctx, tenant); err != nil || got != inMaintenance[tenant] {
+					t.Errorf("tenant %q: %d in maintenance (%v), want %d", tenant, got, err, inMaintenance[tenant])
+				}
 			}
 			tenants["no-such-tenant"] = map[string]int{}
 			for tenant, want := range tenants {

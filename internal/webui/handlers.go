@@ -90,20 +90,15 @@ func (u *UI) names(ctx context.Context, p auth.Principal) (names, []store.Site, 
 
 // ---------------------------------------------------------------- dashboard
 
-// countBound bounds what the count of the nodes in maintenance reads (the store has no count
-// for it: one page of the service's listing). A count that reaches it shows as "1000+".
-const countBound = 1000
-
 type stateCount struct {
-	State  string
-	N      int
-	Capped bool
+	State string
+	N     int
 }
 
 type dashboardView struct {
 	Counts      []stateCount
 	Total       int
-	Maintenance stateCount   // counted from one page: Capped when it reached countBound
+	Maintenance int          // nodes in maintenance the caller sees (its tenant's, or all)
 	Failed      []store.Node // failed or faulted, in maintenance (doctor), the first failedShown
 	Stranded    int
 	Pending     []store.Batch
@@ -141,7 +136,7 @@ func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView
 		v.Counts = append(v.Counts, c)
 		v.Total += c.N
 	}
-	if v.Maintenance, err = u.boundedCount(ctx, p, "maintenance", metal.ListInput{Maintenance: "true"}); err != nil {
+	if v.Maintenance, err = st.CountInMaintenance(ctx, p.TenantID); err != nil {
 		return v, err
 	}
 	if v.Failed, err = st.FailedInMaintenance(ctx, p.TenantID, failedShown); err != nil {
@@ -180,14 +175,6 @@ func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView
 		}
 	}
 	return v, nil
-}
-
-// boundedCount counts the caller's nodes matching in with one page of the service's listing,
-// up to countBound.
-func (u *UI) boundedCount(ctx context.Context, p auth.Principal, name string, in metal.ListInput) (stateCount, error) {
-	in.PageSize = countBound
-	list, next, err := u.svc.List(ctx, p, in)
-	return stateCount{State: name, N: len(list), Capped: next != ""}, err
 }
 
 // ---------------------------------------------------------------- nodes
@@ -623,13 +610,6 @@ func tenantNote(s *session) string {
 }
 
 // plus marks a count that stopped at its bound.
-func plus(capped bool) string {
-	if capped {
-		return "+"
-	}
-	return ""
-}
-
 func yesNo(b bool) string {
 	if b {
 		return "yes"
@@ -638,3 +618,11 @@ func yesNo(b bool) string {
 }
 
 func joinComma(s []string) string { return strings.Join(s, ", ") }
+
+// plus marks a count that stopped at its bound.
+func plus(capped bool) string {
+	if capped {
+		return "+"
+	}
+	return ""
+}

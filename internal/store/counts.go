@@ -1,0 +1,27 @@
+package store
+
+import (
+	"context"
+	"fmt"
+)
+
+// CountInMaintenance counts the nodes in maintenance: of one tenant, or of every tenant when
+// tenantID is "" (the web UI's dashboard).
+func (s *Store) CountInMaintenance(ctx context.Context, tenantID string) (int, error) {
+	q, args := `SELECT COUNT(*) FROM nodes WHERE maintenance = ?`, []any{true}
+	if tenantID != "" {
+		q, args = q+` AND tenant_id = ?`, append(args, tenantID)
+	}
+	rows, err := s.queryRows(ctx, q, args...)
+	if err != nil {
+		return 0, fmt.Errorf("counting the nodes in maintenance: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	if rows.Next() {
+		if err := rows.Scan(&n); err != nil {
+			return 0, fmt.Errorf("reading the count of the nodes in maintenance: %w", err)
+		}
+	}
+	return n, rows.Err()
+}
