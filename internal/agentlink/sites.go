@@ -42,6 +42,9 @@ type BootEntry struct {
 	Local  string
 	// The ISO of a sanboot entry (kind sanboot).
 	ISOName, ISOURL, ISOSHA256 string
+	// An instance entry's operator user-data: a compact JWE to this agent, and its hex SHA-256
+	// ("" when none).
+	UserData, UserDataSHA256 string
 }
 
 // LeaseGrant is the gateway's answer.
@@ -102,7 +105,7 @@ func (l *Link) BootLease(ctx context.Context, req LeaseRequest) (LeaseGrant, err
 		Revision: m.GetEntriesRevision(), Full: m.GetEntriesFull(), Rejected: m.GetRejectedMacs(), DHCPLeases: leases}
 	for _, e := range m.GetEntries() {
 		g.Entries = append(g.Entries, BootEntry{NodeID: e.GetNodeId(), Kind: e.GetKind(), MACs: e.GetMacs(), Token: e.GetToken(), Local: e.GetLocal(),
-			ISOName: e.GetIsoName(), ISOURL: e.GetIsoUrl(), ISOSHA256: e.GetIsoSha256()})
+			ISOName: e.GetIsoName(), ISOURL: e.GetIsoUrl(), ISOSHA256: e.GetIsoSha256(), UserData: e.GetUserData(), UserDataSHA256: e.GetUserDataSha256()})
 	}
 	return g, nil
 }

@@ -29,6 +29,7 @@ type env struct {
 	admin string
 	logs  *bytes.Buffer
 	st    *store.Store
+	svc   *metal.Service
 }
 
 func newEnv(t testing.TB) *env {
@@ -50,7 +51,7 @@ func newEnvServing(t testing.TB, joiner SiteJoiner) *env {
 	}
 	srv := httptest.NewServer(Handler(svc, joiner, nil, log))
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, admin: tok, logs: logs, st: st}
+	return &env{srv: srv, admin: tok, logs: logs, st: st, svc: svc}
 }
 
 // post sends a raw JSON request and returns the status and body.

@@ -104,7 +104,7 @@ func nodeProto(n store.Node, nm names) *bcdv1.Node {
 		Macs: n.MACs, ProductUuid: n.ProductUUID, Labels: n.Labels, DeployProfile: n.DeployProfile, DeployImage: n.DeployImage,
 		WipeMode: n.WipeMode, IdentityGeneration: n.IdentityGeneration, AllowedVerbs: allowed,
 		CreatedAt: ts(n.CreatedAt), UpdatedAt: ts(n.UpdatedAt), Version: n.Version, BatchId: n.BatchID, Conditions: n.Conditions,
-		BootMode: n.BootMode,
+		BootMode: n.BootMode, UserDataSize: n.UserDataSize, UserDataSha256: n.UserDataSHA256,
 	}
 }
 

@@ -116,7 +116,7 @@ func (h *nodes) Provide(ctx context.Context, req *connect.Request[bcdv1.NodeVerb
 
 func (h *nodes) Deploy(ctx context.Context, req *connect.Request[bcdv1.DeployRequest]) (*connect.Response[bcdv1.NodeResponse], error) {
 	m := req.Msg
-	return h.verb(ctx, provision.VerbDeploy, metal.VerbInput{Node: m.Node, Reason: m.Reason, ExpectedVersion: m.ExpectedVersion, Profile: m.Profile, Image: m.Image})
+	return h.verb(ctx, provision.VerbDeploy, metal.VerbInput{Node: m.Node, Reason: m.Reason, ExpectedVersion: m.ExpectedVersion, Profile: m.Profile, Image: m.Image, UserData: m.UserData})
 }
 
 func (h *nodes) Undeploy(ctx context.Context, req *connect.Request[bcdv1.UndeployRequest]) (*connect.Response[bcdv1.NodeResponse], error) {

@@ -33,6 +33,9 @@ type Env struct {
 	Getenv func(string) string
 	Stdout io.Writer
 	Stderr io.Writer
+	// Stdin is what a file flag given as "-" reads (bcd node deploy --user-data -); nil: the
+	// process's standard input.
+	Stdin io.Reader
 }
 
 // Run executes the command line and returns the process exit code (exitTable).
@@ -41,6 +44,9 @@ func Run(ctx context.Context, env Env) int {
 	root.SetArgs(env.Args)
 	root.SetOut(env.Stdout)
 	root.SetErr(env.Stderr)
+	if env.Stdin != nil {
+		root.SetIn(env.Stdin)
+	}
 	cmd, err := root.ExecuteContextC(ctx)
 	switch {
 	case err == nil:

@@ -3,7 +3,9 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -297,6 +299,9 @@ func (g *globals) printNode(n *bcdv1.Node) error {
 	if n.DeployImage != "" {
 		row("deploy", n.DeployProfile+" "+n.DeployImage)
 	}
+	if n.UserDataSha256 != "" {
+		row("user-data", fmt.Sprintf("%d bytes, sha256 %s (sealed)", n.UserDataSize, n.UserDataSha256))
+	}
 	if a := n.Activity; a != nil {
 		wf := fmt.Sprintf("%s (%s)", a.Workflow, a.WorkflowState)
 		if a.Step < a.Steps {
@@ -450,12 +455,20 @@ func simpleVerbCmd(g *globals, verb, short string) *cobra.Command {
 func deployCmd(g *globals) *cobra.Command {
 	var in bcdv1.DeployRequest
 	var w waitFlags
+	var userData string
 	cmd := &cobra.Command{
-		Use:   "deploy NODE --image IMAGE [--profile PROFILE]",
+		Use:   "deploy NODE --image IMAGE [--profile PROFILE] [--user-data FILE]",
 		Short: "ready → deploying → deployed: write a catalog image and boot it",
 		Args:  useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
+			if userData != "" {
+				b, err := readUserData(cmd.InOrStdin(), userData)
+				if err != nil {
+					return usage(err)
+				}
+				in.UserData = b
+			}
 			return g.nodeVerbWait(cmd, w, func(ctx context.Context, c *clients) (*connect.Response[bcdv1.NodeResponse], error) {
 				return c.nodes.Deploy(ctx, connect.NewRequest(&in))
 			})
@@ -463,10 +476,42 @@ func deployCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&in.Image, "image", "", "catalog image name or id")
 	cmd.Flags().StringVar(&in.Profile, "profile", "default", "deploy profile")
+	cmd.Flags().StringVar(&userData, "user-data", "", "operator user-data for the installed OS (cloud-init or Ignition, by the profile's guest; at most 64 KiB): a file, or - for standard input")
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
 	w.register(cmd)
 	return cmd
+}
+
+// maxUserData is the API's bound on a deploy's user-data (metal.MaxUserData), checked here so
+// that nothing is sent when the file is too large.
+const maxUserData = 64 << 10
+
+// readUserData reads --user-data: the file path, or stdin for "-". Empty, unreadable or over
+// 64 KiB is refused; the error never quotes the contents.
+func readUserData(stdin io.Reader, path string) ([]byte, error) {
+	var r io.Reader
+	name := path
+	if path == "-" {
+		r, name = stdin, "standard input"
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("--user-data: %w", err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxUserData+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("--user-data: reading %s: %w", name, err)
+	case len(b) > maxUserData:
+		return nil, fmt.Errorf("--user-data: %s is larger than 64 KiB (%d bytes), the most a deploy takes", name, maxUserData)
+	case len(b) == 0:
+		return nil, fmt.Errorf("--user-data: %s is empty: give cloud-init user-data (#cloud-config …) or an Ignition config", name)
+	}
+	return b, nil
 }
 
 func undeployCmd(g *globals) *cobra.Command {

@@ -83,6 +83,10 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			args["macs"] = n.MACs
 			args["productUuid"] = n.ProductUUID
 		}
+		if kind.Name == "boot.prepareInstance" && n.UserDataRef != "" {
+			// The reference only: the claim encrypts the value to the agent that takes it.
+			args["userDataRef"], args["userDataSha256"] = n.UserDataRef, n.UserDataSHA256
+		}
 	}
 	b, err := json.Marshal(args)
 	if err != nil {

@@ -41,7 +41,7 @@ func (g *Gateway) BootLease(ctx context.Context, a gateway.AgentRef, req gateway
 		}
 	}
 	for _, e := range lg.Entries {
-		be := gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local}
+		be := gateway.BootEntry{NodeID: e.NodeID, Kind: e.Kind, MACs: e.MACs, Token: e.Token, Local: e.Local, UserData: e.UserData, UserDataSHA256: e.UserDataSHA256}
 		if e.ISO != nil {
 			be.ISOName, be.ISOURL, be.ISOSHA256 = e.ISO.Name, e.ISO.URL, e.ISO.SHA256
 		}

@@ -663,7 +663,11 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	for _, c := range cands {
 		cr, err := e.commandCredentials(ctx, a, c)
 		if errors.Is(err, store.ErrNotFound) {
-			broken[c.ID] = "its BMC credentials cannot be opened: " + err.Error()
+			what := "its BMC credentials"
+			if c.Kind == "boot.prepareInstance" {
+				what = "the node's user-data"
+			}
+			broken[c.ID] = what + " cannot be opened: " + err.Error()
 			continue
 		}
 		if err != nil {
@@ -823,6 +827,8 @@ func (e *Engine) commandCredentials(ctx context.Context, a Agent, c store.Comman
 	switch c.Kind {
 	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media", "bmc.provisionInband":
 		// bmc.provisionInband: to the node's ramdisk, which creates that credential on its BMC.
+	case "boot.prepareInstance":
+		return e.commandUserData(ctx, a, c)
 	default:
 		return nil, nil
 	}
@@ -849,6 +855,43 @@ func (e *Engine) commandCredentials(ctx context.Context, a Agent, c store.Comman
 		}
 	}
 	return out, nil
+}
+
+// commandUserData returns the operator user-data a boot.prepareInstance carries to agent a,
+// encrypted to a's certificate (JWE), or nil when the command names none (the row holds only
+// its reference: buildCommand). Like BMC credentials, in-process agents get none.
+func (e *Engine) commandUserData(ctx context.Context, a Agent, c store.Command) (map[string]any, error) {
+	if !strings.Contains(c.Args, `"userDataRef"`) {
+		return nil, nil // most instances: no decode, no read
+	}
+	var args struct {
+		UserDataRef string `json:"userDataRef"`
+	}
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+		return nil, fmt.Errorf("decoding arguments of command %s: %w", c.ID, err)
+	}
+	if args.UserDataRef == "" || len(a.CertDER) == 0 || e.cfg.Secrets == nil {
+		return nil, nil
+	}
+	jwe, err := e.userDataFor(ctx, a, args.UserDataRef)
+	if err != nil {
+		return nil, fmt.Errorf("command %s: %w", c.ID, err)
+	}
+	return map[string]any{"userData": jwe}, nil
+}
+
+// userDataFor opens the sealed user-data ref and encrypts it to agent a (JWE). The error never
+// holds the value.
+func (e *Engine) userDataFor(ctx context.Context, a Agent, ref string) (string, error) {
+	plain, err := e.cfg.Secrets.OpenSecret(ctx, ref)
+	if err != nil {
+		return "", fmt.Errorf("opening the node's user-data: %w", err)
+	}
+	jwe, err := pki.EncryptToAgent(a.CertDER, plain)
+	if err != nil {
+		return "", fmt.Errorf("encrypting the node's user-data to agent %s: %w", a.ID, err)
+	}
+	return jwe, nil
 }
 
 // Ack records that a received and durably recorded the command.

@@ -821,7 +821,21 @@ func (r *run) applyOutcome(wf *store.Workflow) error {
 	if err := r.tx.UpdateNode(r.ctx, n); err != nil {
 		return err
 	}
-	return r.event("node.complete", from, n.State, "", map[string]any{"workflow": wf.ID, "profile": wf.Profile})
+	data := map[string]any{"workflow": wf.ID, "profile": wf.Profile}
+	if releasesUserData(next) && n.UserDataRef != "" {
+		// The node is released: its deploy's user-data (and the sealed secret) goes.
+		if err := r.tx.SetNodeUserData(r.ctx, n, store.UserData{}); err != nil {
+			return err
+		}
+		data["userDataDeleted"] = true
+	}
+	return r.event("node.complete", from, n.State, "", data)
+}
+
+// releasesUserData reports whether a node that comes to rest in state s has been released:
+// its operator user-data is deleted there. Pure.
+func releasesUserData(s provision.State) bool {
+	return s == provision.Ready || s == provision.Retired
 }
 
 func (r *run) failNode(fault provision.Fault, msg string) error {

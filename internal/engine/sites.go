@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -65,6 +66,10 @@ type PushedEntry struct {
 	MACs         []string
 	Token, Local string
 	ISO          *store.BootISO // sanboot entries
+	// UserData is an instance entry's operator user-data, a compact JWE to the holder, with
+	// its hex SHA-256 ("" when the node's deploy gave none). With UserDataSHA256 and no
+	// UserData, the value could not be opened: the holder answers 503 for it, not bcd's default.
+	UserData, UserDataSHA256 string
 }
 
 // LeaseGrant answers a LeaseRequest.
@@ -105,8 +110,9 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 		return LeaseGrant{}, fmt.Errorf("boot lease: %s is not a site agent", a.ID)
 	}
 	var g LeaseGrant
+	var userData map[string]store.UserData
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
-		g = LeaseGrant{}
+		g, userData = LeaseGrant{}, nil
 		if req.Release {
 			return tx.ReleaseLease(ctx, a.SiteID, a.ID)
 		}
@@ -154,10 +160,17 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 		if err != nil {
 			return err
 		}
-		for _, r := range rows {
-			if !g.Full && r.AgentID == a.ID {
-				continue // it ran that command itself: it has the entry
+		rows = slices.DeleteFunc(rows, func(r store.BootEntry) bool {
+			return !g.Full && r.AgentID == a.ID // it ran that command itself: it has the entry
+		})
+		if slices.ContainsFunc(rows, func(r store.BootEntry) bool { return r.Kind == store.BootEntryInstance }) {
+			// One read per push that sends instance entries (a new holder's, or another agent's
+			// work): never per renewal of a holder that ran the commands itself, nor per command.
+			if userData, err = tx.SiteUserData(ctx, a.SiteID); err != nil {
+				return err
 			}
+		}
+		for _, r := range rows {
 			p, err := e.pushEntry(ctx, tx, r)
 			if err != nil {
 				return err
@@ -169,6 +182,7 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 	if err != nil {
 		return LeaseGrant{}, fmt.Errorf("boot lease of site %s for agent %s: %w", a.SiteID, a.ID, err)
 	}
+	e.pushUserData(ctx, a, g.Entries, userData)
 	if g.Held && g.Full {
 		e.log.Info("boot lease taken: site entries pushed to the new holder", "site", a.SiteID, "agent", a.ID, "epoch", g.Epoch, "entries", len(g.Entries))
 	}
@@ -198,6 +212,31 @@ func (e *Engine) pushEntry(ctx context.Context, tx *store.Tx, r store.BootEntry)
 	}
 	p.Token = plain
 	return p, nil
+}
+
+// pushUserData adds to the pushed instance entries of nodes with user-data that user-data,
+// encrypted to agent a (opened outside the single writer, as claims do). A value that cannot
+// be opened is pushed as its digest alone: the holder then answers 503 for it rather than
+// serve bcd's default user-data; the error is logged without the value.
+func (e *Engine) pushUserData(ctx context.Context, a Agent, entries []PushedEntry, userData map[string]store.UserData) {
+	for i := range entries {
+		p := &entries[i]
+		u, ok := userData[p.NodeID]
+		if p.Kind != store.BootEntryInstance || !ok {
+			continue
+		}
+		p.UserDataSHA256 = u.SHA256
+		if e.cfg.Secrets == nil || len(a.CertDER) == 0 {
+			continue // in-process agents (simulation)
+		}
+		jwe, err := e.userDataFor(ctx, a, u.Ref)
+		if err != nil {
+			e.log.Warn("boot lease: a node's user-data cannot be pushed to the holder: its guest endpoints answer 503 until it is prepared again",
+				"node", p.NodeID, "agent", a.ID, "error", err)
+			continue
+		}
+		p.UserData = jwe
+	}
 }
 
 // bootEntryArgs are the arguments of a boot.* command the entry is rebuilt from.

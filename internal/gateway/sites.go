@@ -61,6 +61,9 @@ type BootEntry struct {
 	Token, Local string
 	// The ISO of a sanboot entry.
 	ISOName, ISOURL, ISOSHA256 string
+	// An instance entry's operator user-data: a compact JWE to the receiving agent (relayed,
+	// never opened here), and its hex SHA-256; "" when none.
+	UserData, UserDataSHA256 string
 }
 
 // LeaseGrant answers a LeaseRequest.
@@ -140,7 +143,7 @@ func (s *Server) BootLease(ctx context.Context, req *connect.Request[agentv1.Boo
 		EntriesRevision: g.Revision, EntriesFull: g.Full, RejectedMacs: g.Rejected, DhcpLeases: DHCPLeasesToProto(g.DHCPLeases)}
 	for _, e := range g.Entries {
 		out.Entries = append(out.Entries, &agentv1.BootEntry{NodeId: e.NodeID, Kind: e.Kind, Macs: e.MACs, Token: e.Token, Local: e.Local,
-			IsoName: e.ISOName, IsoUrl: e.ISOURL, IsoSha256: e.ISOSHA256})
+			IsoName: e.ISOName, IsoUrl: e.ISOURL, IsoSha256: e.ISOSHA256, UserData: e.UserData, UserDataSha256: e.UserDataSHA256})
 	}
 	return connect.NewResponse(out), nil
 }

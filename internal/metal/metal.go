@@ -430,6 +430,9 @@ type VerbInput struct {
 	ExpectedVersion uint64
 	// Deploy
 	Profile, Image string
+	// UserData is the operator user-data for the installed OS (CheckUserData): sealed at
+	// once, never logged or returned.
+	UserData []byte
 	// Undeploy
 	Wipe string
 	// Maintenance
@@ -487,6 +490,9 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 		}
 		if err := s.knownDeployProfile(ctx, in.Profile); err != nil {
 			return store.Node{}, "", err
+		}
+		if len(in.UserData) > MaxUserData {
+			return store.Node{}, "", CheckUserData("", in.UserData)
 		}
 	case provision.VerbUndeploy:
 		if in.Wipe == "" {
@@ -591,6 +597,20 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 			if v == provision.VerbDeploy {
 				if err := tx.PinDeployImage(ctx, n.ID, pinned); err != nil {
 					return err
+				}
+				// The user-data replaces any earlier one (whose secret goes); only its size and
+				// digest reach the event.
+				ud, err := s.sealUserData(ctx, tx, n, in.Profile, in.UserData)
+				if err != nil {
+					return err
+				}
+				if ud != (store.UserData{}) || n.UserDataRef != "" {
+					if err := tx.SetNodeUserData(ctx, &n, ud); err != nil {
+						return err
+					}
+				}
+				if ud.Ref != "" {
+					data["userDataSize"], data["userDataSha256"] = ud.Size, ud.SHA256
 				}
 			}
 			if left != "" {

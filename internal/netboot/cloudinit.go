@@ -156,8 +156,7 @@ func VendorData(base string) (string, error) {
 	return render(parseGuestTemplates().vendor, struct{ Path, Indented string }{CloudInitScriptPath, ind.String()})
 }
 
-// UserData is the NoCloud user-data: an empty cloud-config (operator user-data is not
-// supported yet: it would need an API to carry it).
+// UserData is the NoCloud user-data of a node whose deploy gave none: an empty cloud-config.
 const UserData = "#cloud-config\n{}\n"
 
 // MetaData renders the NoCloud meta-data of a node: its id as the instance-id. JSON strings are
@@ -170,7 +169,8 @@ func MetaData(nodeID string) string {
 // ignitionConfig is the subset of the Ignition 3.x config the site serves.
 type ignitionConfig struct {
 	Ignition struct {
-		Version string `json:"version"`
+		Version string                `json:"version"`
+		Config  *ignitionConfigMerges `json:"config,omitempty"`
 	} `json:"ignition"`
 	Storage struct {
 		Files []ignitionFile `json:"files"`
@@ -198,6 +198,13 @@ type ignitionUnit struct {
 // IgnitionConfig renders the Ignition config for base: the rejoin script (a base64 data URL)
 // and an enabled oneshot unit that runs it. Pure.
 func IgnitionConfig(base string) ([]byte, error) {
+	return IgnitionConfigMerging(base, nil)
+}
+
+// IgnitionConfigMerging renders IgnitionConfig for base; with user (the operator's Ignition
+// config) it also merges base+IgnitionUserPath, verified by user's SHA-512 (Ignition fetches
+// it and refuses other bytes). Pure.
+func IgnitionConfigMerging(base string, user []byte) ([]byte, error) {
 	script, err := RejoinScript(base)
 	if err != nil {
 		return nil, err
@@ -212,6 +219,9 @@ func IgnitionConfig(base string) ([]byte, error) {
 	f.Contents.Source = "data:text/plain;charset=utf-8;base64," + base64.StdEncoding.EncodeToString([]byte(script))
 	c.Storage.Files = []ignitionFile{f}
 	c.Systemd.Units = []ignitionUnit{{Name: IgnitionUnit, Enabled: true, Contents: unit}}
+	if user != nil {
+		c.Ignition.Config = &ignitionConfigMerges{Merge: []ignitionResource{userResource(base, user)}}
+	}
 	return json.MarshalIndent(c, "", "  ")
 }
 
@@ -277,16 +287,49 @@ func (h *Handler) registerGuest(mux *http.ServeMux, rejoin Rejoiner) error {
 		}
 	}
 	mux.HandleFunc("GET "+CloudInitPath+"meta-data", text(MetaData))
-	mux.HandleFunc("GET "+CloudInitPath+"user-data", text(func(string) string { return UserData }))
+	mux.HandleFunc("GET "+CloudInitPath+"user-data", func(w http.ResponseWriter, r *http.Request) {
+		user, ok := h.nodeUserData(w, r)
+		if !ok {
+			return
+		}
+		if user == nil {
+			user = []byte(UserData)
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(user)
+	})
 	mux.HandleFunc("GET "+CloudInitPath+"vendor-data", text(func(string) string { return docs.vendor }))
 	mux.HandleFunc("GET "+IgnitionPath, func(w http.ResponseWriter, r *http.Request) {
-		if _, _, ok := h.publishedNode(r); !ok {
+		user, ok := h.nodeUserData(w, r)
+		if !ok {
+			return
+		}
+		doc := docs.ignition
+		if ignitionUser(user) {
+			var err error
+			if doc, err = IgnitionConfigMerging(h.params.BaseURL, user); err != nil {
+				h.logQuiet(r.Context(), slog.LevelError, "ignition-merge", "rendering the Ignition config", "err", err)
+				http.Error(w, "the Ignition config cannot be rendered: see the site agent's log", http.StatusInternalServerError)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_, _ = w.Write(doc)
+	})
+	mux.HandleFunc("GET "+IgnitionUserPath, func(w http.ResponseWriter, r *http.Request) {
+		user, ok := h.nodeUserData(w, r)
+		if !ok {
+			return
+		}
+		if !ignitionUser(user) {
 			http.NotFound(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(docs.ignition)
+		_, _ = w.Write(user)
 	})
 	mux.HandleFunc("POST "+RejoinPath, func(w http.ResponseWriter, r *http.Request) { h.serveRejoin(w, r, rejoin) })
 	return nil

@@ -72,6 +72,9 @@ type HandlerConfig struct {
 	Metadata   MetadataLookup // nil: /metadata answers 404
 	Rejoin     Rejoiner       // joins for POST /rejoin (cloudinit.go); nil: an osjoin.Joiner
 	BinaryDir  string         // iPXE binaries served under /ipxe/ (e.g. /usr/lib/ipxe); "" disables
+	// UserData answers a node's operator user-data (userdata.go); nil: none is ever set, and
+	// the guest endpoints serve bcd's defaults.
+	UserData UserDataLookup
 	// DiscoveryBoot, when set (a KindDiscovery entry), is served to machines with no entry
 	// instead of the waiting script (acceptance flow); nil: they wait.
 	DiscoveryBoot *Entry
@@ -95,6 +98,7 @@ type Handler struct {
 	discovery DiscoveryRecorder
 	artifacts ArtifactStore
 	metadata  MetadataLookup
+	userData  UserDataLookup
 	binaries  *os.Root
 	discBoot  *Entry
 	rejects   RejectionLookup
@@ -123,6 +127,7 @@ func NewHandler(cfg HandlerConfig) (*Handler, error) {
 		discovery: cfg.Discovery,
 		artifacts: cfg.Artifacts,
 		metadata:  cfg.Metadata,
+		userData:  cfg.UserData,
 		discBoot:  cfg.DiscoveryBoot,
 		rejects:   cfg.Rejections,
 		bindings:  cfg.Bindings,

@@ -126,7 +126,7 @@ func TestEntriesBindings(t *testing.T) {
 	}
 	e.now = func() time.Time { return now }
 	mac, _ := net.ParseMAC("52:54:00:aa:00:01")
-	if err := e.SetInstance("n1", []string{mac.String()}, "bcdi_instance-token-0123"); err != nil {
+	if err := e.SetInstance("n1", []string{mac.String()}, "bcdi_instance-token-0123", nil); err != nil {
 		t.Fatal(err)
 	}
 	ip, other := netip.MustParseAddr("10.0.0.7"), netip.MustParseAddr("10.0.0.8")

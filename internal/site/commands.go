@@ -85,6 +85,10 @@ type commandArgs struct {
 	ProductUUID    string   `json:"productUuid"`
 	Token          string   `json:"token"`
 	Local          string   `json:"local"`
+	// boot.prepareInstance: the operator user-data, a compact JWE to this agent, and its hex
+	// SHA-256 (both absent when the deploy gave none).
+	UserData       string `json:"userData"`
+	UserDataSHA256 string `json:"userDataSha256"`
 	// bmc.media insert: the catalog ISO.
 	Image  string `json:"image"`
 	URL    string `json:"url"`
@@ -538,7 +542,7 @@ func (h *handler) prepareRamdisk(ctx context.Context, a commandArgs) (any, error
 	return empty{}, nil
 }
 
-func (h *handler) prepareInstance(_ context.Context, a commandArgs) (any, error) {
+func (h *handler) prepareInstance(ctx context.Context, a commandArgs) (any, error) {
 	macs, err := canonicalMACs(a.MACs)
 	if err != nil {
 		return nil, err
@@ -547,8 +551,12 @@ func (h *handler) prepareInstance(_ context.Context, a commandArgs) (any, error)
 	if err != nil {
 		return nil, err
 	}
+	userData, err := h.openUserData(ctx, a.UserData, a.UserDataSHA256)
+	if err != nil {
+		return nil, err
+	}
 	if a.Token != "" {
-		if err := h.entries.SetInstance(a.NodeID, macs, a.Token); err != nil {
+		if err := h.entries.SetInstance(a.NodeID, macs, a.Token, userData); err != nil {
 			return nil, err
 		}
 	}
@@ -557,6 +565,29 @@ func (h *handler) prepareInstance(_ context.Context, a commandArgs) (any, error)
 	}
 	h.changed()
 	return empty{}, nil
+}
+
+// openUserData decrypts a node's user-data sent to this agent (a compact JWE; "" none) and
+// checks it against its digest. Errors never hold the value.
+func (h *handler) openUserData(ctx context.Context, jwe, digest string) ([]byte, error) {
+	if jwe == "" {
+		if digest != "" {
+			return nil, errors.New("arguments: userDataSha256 without userData (the control plane sends it encrypted to this agent)")
+		}
+		return nil, nil
+	}
+	key, err := h.key(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("decrypting the node's user-data: %w", err)
+	}
+	b, err := pki.DecryptAsAgent(key, jwe)
+	if err != nil {
+		return nil, fmt.Errorf("decrypting the node's user-data: %w", err)
+	}
+	if digest != "" && userDataDigest(b) != strings.ToLower(digest) {
+		return nil, errors.New("decrypting the node's user-data: its SHA-256 is not the one the command names")
+	}
+	return b, nil
 }
 
 func (h *handler) cleanUp(_ context.Context, a commandArgs) (any, error) {

@@ -2,6 +2,8 @@ package site
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,6 +38,9 @@ type bootRecord struct {
 type instanceRecord struct {
 	Token string   `json:"instanceToken"`
 	MACs  []string `json:"macs"`
+	// UserDataSHA256 is the hex SHA-256 of the operator user-data the node's deploy gave, ""
+	// when none. The user-data itself is never written to the table's file (Entries.userData).
+	UserDataSHA256 string `json:"userDataSha256,omitempty"`
 }
 
 // tableFile is the on-disk form of the table.
@@ -57,17 +62,22 @@ type Entries struct {
 
 	now func() time.Time
 
-	mu    sync.Mutex
-	t     tableFile
-	addrs *addrBook // which address each MAC holds: learned from DHCP, or from script requests
-	gen   uint64    // bumped on every change (status reports)
+	mu sync.Mutex
+	t  tableFile
+	// userData is the operator user-data of nodes, by node, in memory only: the table's file
+	// keeps its digest alone (instanceRecord.UserDataSHA256). A restarted agent holds none
+	// until the control plane pushes the entries again (a full push re-sends each, encrypted
+	// to this agent); meanwhile the guest endpoints answer 503 for such nodes.
+	userData map[string][]byte
+	addrs    *addrBook // which address each MAC holds: learned from DHCP, or from script requests
+	gen      uint64    // bumped on every change (status reports)
 }
 
 // OpenEntries loads the table from dir (created if needed); dir "" keeps it in memory.
 // gatewayURL and caPEM are the gateway as machines reach it and the CA that certifies it, which
 // /metadata tells an installed OS.
 func OpenEntries(dir, gatewayURL string, caPEM []byte) (*Entries, error) {
-	e := &Entries{gateway: gatewayURL, ca: string(caPEM), addrs: newAddrBook(maxLearnedAddrs), now: time.Now,
+	e := &Entries{gateway: gatewayURL, ca: string(caPEM), addrs: newAddrBook(maxLearnedAddrs), now: time.Now, userData: map[string][]byte{},
 		t: tableFile{Entries: map[string]bootRecord{}, Instances: map[string]instanceRecord{}}}
 	if dir == "" {
 		return e, nil
@@ -177,13 +187,53 @@ func (e *Entries) Install(nodeID string, macs []string, entry netboot.Entry) err
 	return e.commitLocked(old, "installing boot entry of node "+nodeID)
 }
 
-// SetInstance keeps node's instance token for the metadata endpoint.
-func (e *Entries) SetInstance(nodeID string, macs []string, token string) error {
+// SetInstance keeps node's instance token for the metadata endpoint, and the operator
+// user-data of its deploy (nil: none) for the guest endpoints, in memory only.
+func (e *Entries) SetInstance(nodeID string, macs []string, token string, userData []byte) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := cloneTable(e.t)
-	e.t.Instances[nodeID] = instanceRecord{Token: token, MACs: slices.Clone(macs)}
-	return e.commitLocked(old, "keeping instance token of node "+nodeID)
+	e.t.Instances[nodeID] = instanceRecord{Token: token, MACs: slices.Clone(macs), UserDataSHA256: userDataDigest(userData)}
+	if err := e.commitLocked(old, "keeping instance token of node "+nodeID); err != nil {
+		return err
+	}
+	e.setUserDataLocked(nodeID, userData)
+	return nil
+}
+
+// setUserDataLocked keeps (or, nil, drops) node's user-data in memory.
+func (e *Entries) setUserDataLocked(nodeID string, b []byte) {
+	if b == nil {
+		delete(e.userData, nodeID)
+		return
+	}
+	e.userData[nodeID] = slices.Clone(b)
+}
+
+// userDataDigest is the hex SHA-256 of b, "" for nil. Pure.
+func userDataDigest(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// UserData implements netboot.UserDataLookup: the node's user-data, nil when its deploy gave
+// none; netboot.ErrUserDataUnavailable when it gave some this agent does not hold (restarted
+// since, in memory only).
+func (e *Entries) UserData(_ context.Context, nodeID string) ([]byte, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	in, ok := e.t.Instances[nodeID]
+	if !ok || in.UserDataSHA256 == "" {
+		return nil, nil
+	}
+	b, ok := e.userData[nodeID]
+	if !ok || userDataDigest(b) != in.UserDataSHA256 {
+		return nil, netboot.ErrUserDataUnavailable
+	}
+	return slices.Clone(b), nil
 }
 
 // Remove deletes node's entries: those of macs and any other that names the node, and its
@@ -203,7 +253,11 @@ func (e *Entries) Remove(nodeID string, macs []string) error {
 		}
 	}
 	delete(e.t.Instances, nodeID)
-	return e.commitLocked(old, "removing boot entries of node "+nodeID)
+	if err := e.commitLocked(old, "removing boot entries of node "+nodeID); err != nil {
+		return err
+	}
+	delete(e.userData, nodeID)
+	return nil
 }
 
 // Learn records that mac booted from addr (boot binding none: the metadata endpoint answers by

@@ -167,7 +167,7 @@ func TestEntries(t *testing.T) {
 	if err := e.Install("n1", macs, ram); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetInstance("n1", macs[:1], "bcdi_instance-token-0123"); err != nil {
+	if err := e.SetInstance("n1", macs[:1], "bcdi_instance-token-0123", nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Install("n2", []string{"52:54:00:00:00:03"}, ram); err != nil {

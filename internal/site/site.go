@@ -701,7 +701,7 @@ func (a *Agent) serveHTTP(ctx context.Context, g *errgroup.Group, log *slog.Logg
 		}
 	}
 	hc := netboot.HandlerConfig{BaseURL: a.baseURL, RetryAfter: a.cfg.RetryAfter,
-		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
+		Entries: a.entries, Discovery: a.disc, Artifacts: a.cache, Metadata: a.entries, UserData: a.entries, BinaryDir: existingDir(a.cfg.IPXEDir),
 		DiscoveryBoot: discBoot, Rejections: a, Now: a.cfg.Now, Logger: log}
 	if a.cfg.BootBinding == BindLease {
 		hc.Bindings, hc.Withheld = a.entries, a.withheld

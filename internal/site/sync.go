@@ -142,6 +142,12 @@ type syncRecord struct {
 	MACs     []string
 	Entry    *netboot.Entry // nil: removed
 	Instance string         // instance token (metadata)
+	// UserData is the instance's operator user-data (decrypted), nil when none; when the push
+	// named a digest but the value could not be opened, UserData is nil and UserDataSHA256
+	// keeps the digest (the guest endpoints answer 503 rather than bcd's default).
+	UserData       []byte
+	UserDataSHA256 string
+	userDataJWE    string // as pushed (applyPushed opens it)
 }
 
 // buildSync turns pushed entries into records with this agent's ramdisk and local-boot
@@ -173,6 +179,7 @@ func buildSync(es []agentlink.BootEntry, ramdisk RamdiskConfig, localDefault str
 		case "instance":
 			entry, err = LocalEntry(e.Local, localDefault)
 			r.Instance = e.Token
+			r.UserDataSHA256, r.userDataJWE = strings.ToLower(e.UserDataSHA256), e.UserData
 		case "sanboot":
 			// A pinned ISO (bmc.media without virtual media): applyPushed caches it, and the
 			// boot handler serves the entry only once the cache verified its sha256.
@@ -226,10 +233,21 @@ func (e *Entries) Sync(full bool, recs []syncRecord) error {
 			e.t.Entries[m] = bootRecord{NodeID: r.NodeID, Entry: *r.Entry}
 		}
 		if r.Instance != "" {
-			e.t.Instances[r.NodeID] = instanceRecord{Token: r.Instance, MACs: slices.Clone(r.MACs)}
+			e.t.Instances[r.NodeID] = instanceRecord{Token: r.Instance, MACs: slices.Clone(r.MACs), UserDataSHA256: r.UserDataSHA256}
 		}
 	}
-	return e.commitLocked(old, "applying the boot entries pushed by the control plane")
+	if err := e.commitLocked(old, "applying the boot entries pushed by the control plane"); err != nil {
+		return err
+	}
+	for _, r := range recs {
+		e.setUserDataLocked(r.NodeID, r.UserData)
+	}
+	for node := range e.userData {
+		if in, ok := e.t.Instances[node]; !ok || in.UserDataSHA256 == "" {
+			delete(e.userData, node)
+		}
+	}
+	return nil
 }
 
 // applyPushed installs pushed entries and starts caching the artifacts they boot (retried
@@ -238,6 +256,19 @@ func (a *Agent) applyPushed(ctx context.Context, full bool, es []agentlink.BootE
 	recs, berr := buildSync(es, a.cfg.Ramdisk, a.cfg.LocalBoot)
 	if berr != nil {
 		a.log.Warn("some pushed boot entries cannot be served by this agent", "err", berr)
+	}
+	for i := range recs {
+		r := &recs[i]
+		if r.userDataJWE == "" && r.UserDataSHA256 == "" {
+			continue
+		}
+		b, err := a.handler.openUserData(ctx, r.userDataJWE, r.UserDataSHA256)
+		if err != nil || b == nil {
+			// Its digest stays: the guest endpoints answer 503 for the node, not bcd's default.
+			a.log.Warn("a pushed node's user-data cannot be opened: its guest endpoints answer 503 until it is prepared again", "node", r.NodeID, "err", err)
+			continue
+		}
+		r.UserData = b
 	}
 	if err := a.entries.Sync(full, recs); err != nil {
 		return err

@@ -117,6 +117,12 @@ type Node struct {
 	// BootMode is the firmware mode the node boots in (uefi, legacy; "" leaves the driver's
 	// behaviour): the mode of its bmc.boot commands whose step names none.
 	BootMode string
+	// UserDataRef is the secret:// reference of the operator user-data of the node's deploy
+	// ("" when none), with its size and hex SHA-256 (what the API shows). Written only by
+	// SetNodeUserData: UpdateNode leaves them as they are.
+	UserDataRef    string
+	UserDataSHA256 string
+	UserDataSize   int64
 }
 
 // Event is one row of the append-only audit log.

@@ -14,7 +14,7 @@ const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, ch
 	fault_message, maintenance, maintenance_reason, power, hardware_profile, drivers, bmc_driver, bmc_address,
 	bmc_username_ref, bmc_password_ref, bmc_insecure, bmc_fingerprint, product_uuid, labels, macs,
 	deploy_profile, deploy_image, wipe_mode, batch_id, identity_generation, version, created_at, updated_at, verb_from, verb_by, conditions,
-	linger_until, linger_command, boot_mode`
+	linger_until, linger_command, boot_mode, user_data_ref, user_data_sha256, user_data_size`
 
 func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 	var n Node
@@ -24,7 +24,8 @@ func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.Maintenance, &n.MaintenanceReason, &n.Power, &n.HardwareProfile,
 		&drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
 		&n.ProductUUID, &labels, &macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &gen, &ver,
-		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode)
+		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode,
+		&n.UserDataRef, &n.UserDataSHA256, &n.UserDataSize)
 	if err != nil {
 		return Node{}, err
 	}
@@ -54,12 +55,13 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 	if n.MACs == nil {
 		n.MACs = []string{}
 	}
-	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.TenantID, n.SiteID, n.PoolID, n.Name, n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode,
 		n.FaultMsg, n.Maintenance, n.MaintenanceReason, n.Power, n.HardwareProfile, labelsJSON(n.Drivers), n.BMCDriver, n.BMCAddress,
 		n.BMCUsernameRef, n.BMCPasswordRef, n.BMCInsecure, n.BMCFingerprint, n.ProductUUID, labelsJSON(n.Labels), mustJSON(n.MACs),
 		n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), int64(n.Version), n.CreatedAt, n.UpdatedAt,
-		n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions), n.LingerUntil, n.LingerCommand, n.BootMode)
+		n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions), n.LingerUntil, n.LingerCommand, n.BootMode,
+		n.UserDataRef, n.UserDataSHA256, n.UserDataSize)
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("a node named %q already exists in this tenant: %w", n.Name, ErrConflict)
@@ -257,7 +259,7 @@ func (t *Tx) DeleteNode(ctx context.Context, n Node) error {
 	if _, err := t.exec(ctx, `UPDATE discovered SET acceptance = ?, node_id = '', decided_by = '' WHERE node_id = ?`, AcceptancePending, n.ID); err != nil {
 		return fmt.Errorf("releasing the discovered machine of node %s: %w", n.ID, err)
 	}
-	for _, ref := range []string{n.BMCUsernameRef, n.BMCPasswordRef} {
+	for _, ref := range []string{n.BMCUsernameRef, n.BMCPasswordRef, n.UserDataRef} {
 		if id, ok := strings.CutPrefix(ref, "secret://"); ok {
 			if err := t.DeleteSecret(ctx, id); err != nil {
 				return err
@@ -265,6 +267,59 @@ func (t *Tx) DeleteNode(ctx context.Context, n Node) error {
 		}
 	}
 	return nil
+}
+
+// UserData is what a node row keeps of the operator user-data of its deploy: the sealed value's
+// secret:// reference, its size and hex SHA-256. The zero value is none.
+type UserData struct {
+	Ref, SHA256 string
+	Size        int64
+}
+
+// SetNodeUserData replaces n's user-data columns with u (the zero value clears them), bumping
+// the version, and deletes the secret the old reference named (one reference per secret: the
+// deploy verb seals each user-data anew). n was read in the same transaction; it is updated.
+func (t *Tx) SetNodeUserData(ctx context.Context, n *Node, u UserData) error {
+	res, err := t.exec(ctx, `UPDATE nodes SET user_data_ref = ?, user_data_sha256 = ?, user_data_size = ?, version = version + 1, updated_at = ?
+		WHERE id = ? AND version = ?`, u.Ref, u.SHA256, u.Size, t.at, n.ID, int64(n.Version))
+	if err != nil {
+		return fmt.Errorf("setting the user-data of node %s: %w", n.ID, err)
+	}
+	if c, _ := res.RowsAffected(); c == 0 {
+		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
+	}
+	if id, ok := strings.CutPrefix(n.UserDataRef, "secret://"); ok && n.UserDataRef != u.Ref {
+		if err := t.DeleteSecret(ctx, id); err != nil {
+			return fmt.Errorf("deleting the replaced user-data of node %s: %w", n.ID, err)
+		}
+	}
+	n.UserDataRef, n.UserDataSHA256, n.UserDataSize = u.Ref, u.SHA256, u.Size
+	n.Version++
+	n.UpdatedAt = t.at
+	return nil
+}
+
+// SiteUserData returns, by node, the user-data of the site's nodes that have some (a boot
+// lease's push of instance entries).
+func (t *Tx) SiteUserData(ctx context.Context, siteID string) (map[string]UserData, error) {
+	rows, err := t.query(ctx, `SELECT id, user_data_ref, user_data_sha256, user_data_size FROM nodes WHERE site_id = ? AND user_data_ref <> ''`, siteID)
+	if err != nil {
+		return nil, fmt.Errorf("reading the user-data of site %s: %w", siteID, err)
+	}
+	defer rows.Close()
+	out := map[string]UserData{}
+	for rows.Next() {
+		var id string
+		var u UserData
+		if err := rows.Scan(&id, &u.Ref, &u.SHA256, &u.Size); err != nil {
+			return nil, fmt.Errorf("reading the user-data of site %s: %w", siteID, err)
+		}
+		out[id] = u
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading the user-data of site %s: %w", siteID, err)
+	}
+	return out, nil
 }
 
 // NodeFilter selects nodes; empty fields match everything.

@@ -2079,11 +2079,16 @@ type BootEntry struct {
 	// Local-boot method of an instance entry (exit, sanboot; "" the site default).
 	Local string `protobuf:"bytes,5,opt,name=local,proto3" json:"local,omitempty"`
 	// The ISO of a sanboot entry: cache name, origin URL, sha256 (hex).
-	IsoName       string `protobuf:"bytes,6,opt,name=iso_name,json=isoName,proto3" json:"iso_name,omitempty"`
-	IsoUrl        string `protobuf:"bytes,7,opt,name=iso_url,json=isoUrl,proto3" json:"iso_url,omitempty"`
-	IsoSha256     string `protobuf:"bytes,8,opt,name=iso_sha256,json=isoSha256,proto3" json:"iso_sha256,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	IsoName   string `protobuf:"bytes,6,opt,name=iso_name,json=isoName,proto3" json:"iso_name,omitempty"`
+	IsoUrl    string `protobuf:"bytes,7,opt,name=iso_url,json=isoUrl,proto3" json:"iso_url,omitempty"`
+	IsoSha256 string `protobuf:"bytes,8,opt,name=iso_sha256,json=isoSha256,proto3" json:"iso_sha256,omitempty"`
+	// Instance entry of a node whose deploy gave operator user-data: the user-data as a compact
+	// JWE encrypted to the receiving agent (the agent keeps it in memory only), and its hex
+	// SHA-256 (kept, so an agent that restarted knows it lacks it).
+	UserData       string `protobuf:"bytes,9,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	UserDataSha256 string `protobuf:"bytes,10,opt,name=user_data_sha256,json=userDataSha256,proto3" json:"user_data_sha256,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *BootEntry) Reset() {
@@ -2168,6 +2173,20 @@ func (x *BootEntry) GetIsoUrl() string {
 func (x *BootEntry) GetIsoSha256() string {
 	if x != nil {
 		return x.IsoSha256
+	}
+	return ""
+}
+
+func (x *BootEntry) GetUserData() string {
+	if x != nil {
+		return x.UserData
+	}
+	return ""
+}
+
+func (x *BootEntry) GetUserDataSha256() string {
+	if x != nil {
+		return x.UserDataSha256
 	}
 	return ""
 }
@@ -2679,7 +2698,7 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\aentries\x18\a \x03(\v2\x17.bcd.agent.v1.BootEntryR\aentries\x12#\n" +
 	"\rrejected_macs\x18\b \x03(\tR\frejectedMacs\x128\n" +
 	"\vdhcp_leases\x18\t \x03(\v2\x17.bcd.agent.v1.DHCPLeaseR\n" +
-	"dhcpLeases\"\xcb\x01\n" +
+	"dhcpLeases\"\x92\x02\n" +
 	"\tBootEntry\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -2689,7 +2708,10 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\biso_name\x18\x06 \x01(\tR\aisoName\x12\x17\n" +
 	"\aiso_url\x18\a \x01(\tR\x06isoUrl\x12\x1d\n" +
 	"\n" +
-	"iso_sha256\x18\b \x01(\tR\tisoSha256\"&\n" +
+	"iso_sha256\x18\b \x01(\tR\tisoSha256\x12\x1b\n" +
+	"\tuser_data\x18\t \x01(\tR\buserData\x12(\n" +
+	"\x10user_data_sha256\x18\n" +
+	" \x01(\tR\x0euserDataSha256\"&\n" +
 	"\x0ePollSetRequest\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"\xd2\x01\n" +
 	"\n" +

@@ -156,9 +156,13 @@ type Node struct {
 	// Firmware mode of the node's boot overrides: uefi, legacy, or empty (the driver's behaviour:
 	// Redfish leaves the mode as it is, IPMI keeps a pending override's mode, else writes UEFI).
 	// A profile step's own mode argument wins.
-	BootMode      string `protobuf:"bytes,32,opt,name=boot_mode,json=bootMode,proto3" json:"boot_mode,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BootMode string `protobuf:"bytes,32,opt,name=boot_mode,json=bootMode,proto3" json:"boot_mode,omitempty"`
+	// The operator user-data of the node's deploy (sealed; its text is never returned): its size
+	// in bytes and hex SHA-256, 0 and empty when none is set. Deleted when the node is released.
+	UserDataSize   int64  `protobuf:"varint,33,opt,name=user_data_size,json=userDataSize,proto3" json:"user_data_size,omitempty"`
+	UserDataSha256 string `protobuf:"bytes,34,opt,name=user_data_sha256,json=userDataSha256,proto3" json:"user_data_sha256,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -411,6 +415,20 @@ func (x *Node) GetAddresses() []*NodeAddress {
 func (x *Node) GetBootMode() string {
 	if x != nil {
 		return x.BootMode
+	}
+	return ""
+}
+
+func (x *Node) GetUserDataSize() int64 {
+	if x != nil {
+		return x.UserDataSize
+	}
+	return 0
+}
+
+func (x *Node) GetUserDataSha256() string {
+	if x != nil {
+		return x.UserDataSha256
 	}
 	return ""
 }
@@ -1134,8 +1152,14 @@ type DeployRequest struct {
 	Image           string                 `protobuf:"bytes,3,opt,name=image,proto3" json:"image,omitempty"`     // catalog image name or id
 	Reason          string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	ExpectedVersion uint64                 `protobuf:"varint,5,opt,name=expected_version,json=expectedVersion,proto3" json:"expected_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Operator user-data for the installed OS, at most 64 KiB, checked against the guest of the
+	// deploy profile's boot.kexec: cloud-init (#cloud-config, #!, #include, #cloud-boothook,
+	// ## template: jinja, or a MIME multipart Content-Type: header) or ignition (a JSON Ignition
+	// config, ignition.version 3.x). A profile without a guest refuses it. Sealed at once; never
+	// returned (Node shows only its size and SHA-256).
+	UserData      []byte `protobuf:"bytes,6,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeployRequest) Reset() {
@@ -1201,6 +1225,13 @@ func (x *DeployRequest) GetExpectedVersion() uint64 {
 		return x.ExpectedVersion
 	}
 	return 0
+}
+
+func (x *DeployRequest) GetUserData() []byte {
+	if x != nil {
+		return x.UserData
+	}
+	return nil
 }
 
 type UndeployRequest struct {
@@ -8258,7 +8289,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fusername_ref\x18\x03 \x01(\tR\vusernameRef\x12!\n" +
 	"\fpassword_ref\x18\x04 \x01(\tR\vpasswordRef\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\x80\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xd0\n" +
 	"\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
@@ -8299,7 +8330,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"conditions\x18\x1e \x03(\v2\x1c.bcd.v1.Node.ConditionsEntryR\n" +
 	"conditions\x121\n" +
 	"\taddresses\x18\x1f \x03(\v2\x13.bcd.v1.NodeAddressR\taddresses\x12\x1b\n" +
-	"\tboot_mode\x18  \x01(\tR\bbootMode\x1a:\n" +
+	"\tboot_mode\x18  \x01(\tR\bbootMode\x12$\n" +
+	"\x0euser_data_size\x18! \x01(\x03R\fuserDataSize\x12(\n" +
+	"\x10user_data_sha256\x18\" \x01(\tR\x0euserDataSha256\x1a:\n" +
 	"\fDriversEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -8370,13 +8403,14 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x0fNodeVerbRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
-	"\x10expected_version\x18\x03 \x01(\x04R\x0fexpectedVersion\"\x96\x01\n" +
+	"\x10expected_version\x18\x03 \x01(\x04R\x0fexpectedVersion\"\xb3\x01\n" +
 	"\rDeployRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x14\n" +
 	"\x05image\x18\x03 \x01(\tR\x05image\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12)\n" +
-	"\x10expected_version\x18\x05 \x01(\x04R\x0fexpectedVersion\"|\n" +
+	"\x10expected_version\x18\x05 \x01(\x04R\x0fexpectedVersion\x12\x1b\n" +
+	"\tuser_data\x18\x06 \x01(\fR\buserData\"|\n" +
 	"\x0fUndeployRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04wipe\x18\x02 \x01(\tR\x04wipe\x12\x16\n" +
