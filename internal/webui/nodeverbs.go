@@ -115,6 +115,11 @@ func verbInput(spec verbSpec, ref string, form url.Values) (metal.VerbInput, err
 	switch spec.Verb {
 	case provision.VerbDeploy:
 		in.Image, in.Profile = form.Get("image"), form.Get("profile")
+		// A browser sends a textarea's lines ended with CRLF: a script's "#!/bin/sh\r" would not
+		// run, so they are given back their LF. The service checks the rest.
+		if ud := strings.ReplaceAll(form.Get("user_data"), "\r\n", "\n"); strings.TrimSpace(ud) != "" {
+			in.UserData = []byte(ud)
+		}
 	case provision.VerbUndeploy:
 		in.Wipe = form.Get("wipe")
 	case provision.VerbPower:

@@ -224,6 +224,11 @@ func TestNodeVerbRefusals(t *testing.T) {
 		{"not accepted now", operator, "undeploy", url.Values{"csrf": {token}, "version": {ver}, "confirm": {"yes"}}, 409, "failed_precondition: undeploy " + n.ID + ": undeploy refused: node is ready"},
 		{"stale version", operator, "retire", url.Values{"csrf": {token}, "version": {"999"}, "confirm": {"yes"}}, 409, "aborted: "},
 		{"unknown image", operator, "deploy", url.Values{"csrf": {token}, "version": {ver}, "confirm": {"yes"}, "image": {"nope"}}, 400, "invalid_argument: "},
+		// Larger than the service takes, smaller than the form's bound: the form is read whole,
+		// and the service's refusal (here of the image, checked first) never quotes the
+		// user-data, nor does the page around it.
+		{"user-data too large", operator, "deploy", url.Values{"csrf": {token}, "version": {ver}, "confirm": {"yes"}, "image": {"nope"},
+			"user_data": {"#cloud-config\n# ud-secret-marker\n" + strings.Repeat("x", 70<<10)}}, 400, "invalid_argument: image: no catalog image named"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := e.do(t, "POST", path+"/verb/"+tc.verb, tc.cookie, tc.form)
@@ -232,6 +237,9 @@ func TestNodeVerbRefusals(t *testing.T) {
 			}
 			if got := e.node(t, n.ID); got.Version != n.Version || got.State != "ready" {
 				t.Fatalf("a refused form changed the node: version %d state %s", got.Version, got.State)
+			}
+			if strings.Contains(r.body, "ud-secret-marker") {
+				t.Fatalf("the refusal shows the user-data: %.2000s", r.body)
 			}
 			if tc.cookie == viewer && len(verbForms(r)) != 0 {
 				t.Fatalf("the viewer's refusal shows action forms: %v", verbForms(r))

@@ -2,6 +2,7 @@ package webui
 
 import (
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -34,6 +35,10 @@ func TestVerbInput(t *testing.T) {
 		{"undeploy unconfirmed", "undeploy", url.Values{"version": {"1"}, "wipe": {"full"}}, metal.VerbInput{}, "undeploy needs confirmation"},
 		{"undeploy", "undeploy", url.Values{"version": {"1"}, "wipe": {"full"}, "confirm": {"yes"}}, metal.VerbInput{Node: "n", ExpectedVersion: 1, Wipe: "full"}, ""},
 		{"deploy", "deploy", url.Values{"version": {"2"}, "image": {"ubuntu"}, "profile": {"web"}, "confirm": {"yes"}}, metal.VerbInput{Node: "n", ExpectedVersion: 2, Image: "ubuntu", Profile: "web"}, ""},
+		{"deploy with user-data", "deploy", url.Values{"version": {"2"}, "image": {"ubuntu"}, "confirm": {"yes"}, "user_data": {"#!/bin/sh\r\necho hi\r\n"}},
+			metal.VerbInput{Node: "n", ExpectedVersion: 2, Image: "ubuntu", UserData: []byte("#!/bin/sh\necho hi\n")}, ""},
+		{"deploy with blank user-data", "deploy", url.Values{"version": {"2"}, "image": {"ubuntu"}, "confirm": {"yes"}, "user_data": {" \r\n"}},
+			metal.VerbInput{Node: "n", ExpectedVersion: 2, Image: "ubuntu"}, ""},
 		{"power", "power", url.Values{"version": {"3"}, "action": {"cycle"}, "confirm": {"yes"}}, metal.VerbInput{Node: "n", ExpectedVersion: 3, PowerAction: "cycle"}, ""},
 		{"maintenance on", "maintenance", url.Values{"version": {"4"}, "on": {"true"}, "reason": {"r"}}, metal.VerbInput{Node: "n", ExpectedVersion: 4, MaintenanceOn: true, Reason: "r"}, ""},
 		{"maintenance off", "maintenance", url.Values{"version": {"4"}, "on": {"false"}}, metal.VerbInput{Node: "n", ExpectedVersion: 4}, ""},
@@ -49,7 +54,7 @@ func TestVerbInput(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("%+v %v, want %+v", got, err, tc.want)
 			}
 		})

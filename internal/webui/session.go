@@ -1,6 +1,7 @@
 package webui
 
 import (
+	"bcd/internal/metal"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -13,8 +14,9 @@ import (
 // cookieName is the session cookie: it holds the API token the operator logged in with.
 const cookieName = "bcd_ui_session"
 
-// maxForm bounds a form's body.
-const maxForm = 64 << 10
+// maxForm bounds a form's body: a deploy's user-data (at most metal.MaxUserData bytes, up to
+// three bytes each once URL-encoded) and the form's other fields.
+const maxForm = 3*metal.MaxUserData + 16<<10
 
 // The login page's messages, chosen by a code in its URL (never text from the URL).
 const (
