@@ -22,7 +22,7 @@ func TestBootEntryCarriesCABundle(t *testing.T) {
 		bundle = append(bundle, ca.CertPEM()...)
 	}
 	e := Entry{CA: base64.RawURLEncoding.EncodeToString(bundle), Initrd: Artifact{Name: "initrd.img"}}
-	line, err := e.cmdline()
+	line, err := e.cmdline("")
 	if err != nil {
 		t.Fatalf("a two-CA bundle (%d characters): %v", len(e.CA), err)
 	}

@@ -38,7 +38,7 @@ func TestBootEntryCABundleFitsTheCommandLine(t *testing.T) {
 	if err := realistic.Validate(); err != nil {
 		t.Fatalf("a realistic ramdisk entry with a two-CA bundle: %v", err)
 	}
-	line, _ := realistic.cmdline()
+	line, _ := realistic.cmdline("")
 	t.Logf("a realistic entry during a rotation: %d of %d bytes, bcd.ca %d", len(line), maxCmdlineLen, len(realistic.CA))
 
 	var long []string

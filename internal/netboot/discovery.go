@@ -125,7 +125,7 @@ func (h *Handler) serveDecision(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	cmdline, err := entry.cmdline()
+	cmdline, err := entry.cmdline(h.params.BaseURL)
 	if err != nil {
 		w.WriteHeader(http.StatusNoContent)
 		return

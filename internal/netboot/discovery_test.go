@@ -176,9 +176,12 @@ func TestHandlerDecision(t *testing.T) {
 	}
 	h, disc := newTestHandler(t, entries, fakeArtifacts{})
 	h.rejects = fakeRejections{"52:54:00:00:00:07": true, "52:54:00:12:34:56": true}
-	want, err := ramdisk.cmdline()
+	want, err := ramdisk.cmdline(h.params.BaseURL)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(want, " "+CmdlineSiteKey+"="+h.params.BaseURL+" ") {
+		t.Fatalf("the accepted machine's command line lacks the site's URL: %q", want)
 	}
 	for _, tc := range []struct {
 		query string

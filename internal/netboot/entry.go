@@ -48,6 +48,12 @@ const (
 	CmdlineModeKey    = "bcd.mode"
 	CmdlineReportKey  = "bcd.report"
 	CmdlineBootMACKey = "bcd.bootmac"
+	// CmdlineSiteKey is the site agent's boot HTTP URL (its base URL, as the machine reached
+	// it) on a ramdisk's command line: boot.kexec points a cloud-init or Ignition guest at it
+	// when its command names no guestSite. Outside the bcd. namespace on purpose: a ramdisk
+	// from before it refuses unknown bcd.* keys but ignores other ones (the kernel hands them
+	// to /init as environment).
+	CmdlineSiteKey = "bcd_site"
 )
 
 // RamdiskHPAArg is on every ramdisk entry's command line (not a discovery's, not an instance's):
@@ -132,7 +138,7 @@ func (e *Entry) Validate() error {
 		if e.Local != "" || e.ISO != (Artifact{}) {
 			return fmt.Errorf("a %s entry carries no local method or ISO", e.Kind)
 		}
-		_, err := e.cmdline()
+		_, err := e.cmdline("")
 		return err
 	case KindLocal:
 		if e.Local != LocalExit && e.Local != LocalSanbootDrive {
@@ -159,8 +165,10 @@ func (e *Entry) hasBootFields() bool {
 }
 
 // cmdline builds the kernel arguments after the kernel URL: initrd=<name> first (gotcha: the
-// 2019 iPXE with the EFI stub needs it), then gateway, token and the extra arguments.
-func (e *Entry) cmdline() (string, error) {
+// 2019 iPXE with the EFI stub needs it), then gateway, token, CA, on a ramdisk's the HPA
+// argument and the site's base URL (CmdlineSiteKey, when base is not ""; the site validated it
+// with its ScriptParams), and the extra arguments.
+func (e *Entry) cmdline(base string) (string, error) {
 	args := []string{"initrd=" + e.Initrd.Name}
 	if e.GatewayURL != "" {
 		if err := validateURL(e.GatewayURL); err != nil {
@@ -187,6 +195,9 @@ func (e *Entry) cmdline() (string, error) {
 	}
 	if e.Kind == KindRamdisk {
 		args = append(args, RamdiskHPAArg) // before the extra arguments, which may override it
+		if base != "" {
+			args = append(args, CmdlineSiteKey+"="+base)
+		}
 	}
 	if len(e.ExtraArgs) > maxExtraArgs {
 		return "", fmt.Errorf("%d extra kernel arguments: at most %d", len(e.ExtraArgs), maxExtraArgs)
@@ -323,7 +334,7 @@ func validateToken(t string) error {
 
 // reservedKeys are set by the entry itself; extra arguments cannot override them.
 func reservedKey(k string) bool {
-	return k == "initrd" || k == CmdlineGatewayKey || k == CmdlineTokenKey || k == CmdlineCAKey || k == "BOOT_IMAGE"
+	return k == "initrd" || k == CmdlineGatewayKey || k == CmdlineTokenKey || k == CmdlineCAKey || k == CmdlineSiteKey || k == "BOOT_IMAGE"
 }
 
 func validateExtraArg(a string) error {

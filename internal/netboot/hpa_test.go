@@ -25,7 +25,7 @@ func TestRamdiskHPAArg(t *testing.T) {
 			if tc.kind == KindDiscovery {
 				e.Token = ""
 			}
-			line, err := e.cmdline()
+			line, err := e.cmdline("")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -56,6 +56,7 @@ func TestEntryValidate(t *testing.T) {
 		{"name too long", mod(func(e *Entry) { e.Initrd.Name = strings.Repeat("a", 65) }), false},
 		{"reserved extra initrd", mod(func(e *Entry) { e.ExtraArgs = []string{"initrd=evil"} }), false},
 		{"reserved extra token", mod(func(e *Entry) { e.ExtraArgs = []string{"bcd.token=x"} }), false},
+		{"reserved extra site URL", mod(func(e *Entry) { e.ExtraArgs = []string{"bcd_site=http://evil:80"} }), false},
 		{"too many extras", mod(func(e *Entry) {
 			e.ExtraArgs = make([]string, 33)
 			for i := range e.ExtraArgs {
@@ -103,7 +104,7 @@ func TestScriptGolden(t *testing.T) {
 	}{
 		{"ramdisk", &ramdisk, `#!ipxe
 echo bcd: ramdisk boot of 52:54:00:12:34:56
-kernel --name vmlinuz http://10.0.0.1:8080/artifacts/` + shaK + `/vmlinuz initrd=initrd.img bcd.gateway=https://gw.example:8443/agent bcd.token=` + tok + ` libata.ignore_hpa=1 console=ttyS0,115200n8 quiet || goto failed
+kernel --name vmlinuz http://10.0.0.1:8080/artifacts/` + shaK + `/vmlinuz initrd=initrd.img bcd.gateway=https://gw.example:8443/agent bcd.token=` + tok + ` libata.ignore_hpa=1 bcd_site=http://10.0.0.1:8080 console=ttyS0,115200n8 quiet || goto failed
 initrd --name initrd.img http://10.0.0.1:8080/artifacts/` + shaI + `/initrd.img || goto failed
 boot || goto failed
 :failed

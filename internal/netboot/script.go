@@ -67,7 +67,7 @@ func Script(entry *Entry, req Request, p ScriptParams) (string, error) {
 	fmt.Fprintf(&b, "echo bcd: %s boot of %s\n", entry.Kind, req.MAC)
 	switch entry.Kind {
 	case KindRamdisk, KindInstance, KindDiscovery:
-		cmdline, err := entry.cmdline()
+		cmdline, err := entry.cmdline(p.BaseURL)
 		if err != nil {
 			return "", err
 		}

@@ -56,6 +56,9 @@ type BootParams struct {
 	Token      string // never logged: LogValue and String redact it
 	Mode       Mode
 	CAPEM      []byte // from bcd.ca; nil in discovery mode when not given
+	// SiteURL is the site agent's boot HTTP URL (bcd_site, optional: a site agent from before
+	// it sends none): where boot.kexec points a cloud-init or Ignition guest by default.
+	SiteURL string
 	// Discovery mode only (both or neither): where to report and the boot MAC.
 	ReportURL string
 	BootMAC   string
@@ -72,7 +75,7 @@ func (p BootParams) String() string {
 	return fmt.Sprintf("gateway=%s mode=%s token=%t", p.GatewayURL, p.Mode, p.Token != "")
 }
 
-// ParseCmdline reads bcd.gateway, bcd.token, bcd.ca and bcd.mode from a kernel command line
+// ParseCmdline reads bcd.gateway, bcd.token, bcd.ca, bcd.mode and bcd_site from a kernel command line
 // (/proc/cmdline). Each key may appear once; the gateway is an http(s) URL in a safe
 // character set; a token selects join mode, its absence needs bcd.mode=discovery. Join mode
 // needs an https gateway and bcd.ca (the agent cannot join without a CA to trust). Error
@@ -85,7 +88,7 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 	for _, f := range strings.Fields(cmdline) {
 		k, v, _ := strings.Cut(f, "=")
 		switch k {
-		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey, CmdlineCAKey, CmdlineReportKey, CmdlineBootMACKey:
+		case netboot.CmdlineGatewayKey, netboot.CmdlineTokenKey, CmdlineModeKey, CmdlineCAKey, CmdlineReportKey, CmdlineBootMACKey, netboot.CmdlineSiteKey:
 		default:
 			if strings.HasPrefix(k, "bcd.") {
 				return BootParams{}, fmt.Errorf("kernel command line: unknown key %q", safeKey(k))
@@ -125,6 +128,12 @@ func ParseCmdline(cmdline string) (BootParams, error) {
 		p.Mode = ModeDiscovery
 	default:
 		return BootParams{}, fmt.Errorf("kernel command line: no %s and not %s=%s", netboot.CmdlineTokenKey, CmdlineModeKey, ModeDiscovery)
+	}
+	if site, ok := vals[netboot.CmdlineSiteKey]; ok {
+		if err := validateURL(site); err != nil {
+			return BootParams{}, fmt.Errorf("kernel command line: %s: %w", netboot.CmdlineSiteKey, err)
+		}
+		p.SiteURL = site
 	}
 	rep, hasRep := vals[CmdlineReportKey]
 	mac, hasMAC := vals[CmdlineBootMACKey]

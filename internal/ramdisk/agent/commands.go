@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"bcd/internal/agentlink"
+	"bcd/internal/netboot"
 	"bcd/internal/pki"
 	"bcd/internal/ramdisk/diag"
 	"bcd/internal/ramdisk/image"
@@ -91,6 +92,16 @@ type Commands struct {
 	// poweringOff is set once ramdisk.powerOff was accepted: no command starts after it.
 	poweringOff bool
 	key         crypto.Signer // the node key (SetKey): secrets arrive encrypted to its certificate
+	site        string        // the site agent's boot HTTP URL (SetSite): boot.kexec's default guestSite
+}
+
+// SetSite gives the commands the site agent's boot HTTP URL from the kernel command line
+// (BootParams.SiteURL; "" when the site agent gave none): boot.kexec points a cloud-init or
+// Ignition guest at it when its command names no guestSite.
+func (c *Commands) SetSite(url string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.site = url
 }
 
 // SetKey gives the commands the node key the agent joins with: bmc.provisionInband's
@@ -582,9 +593,18 @@ func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.
 	if err != nil {
 		return nil, fmt.Errorf("boot.kexec: %w", err)
 	}
-	appendArgs, err := kexec.GuestArgs(guest, a.GuestSite)
-	if err != nil {
-		return nil, fmt.Errorf("boot.kexec guest %s needs guestSite, the site's boot HTTP URL (http://host:port, the site agent's --http-url): %w", guest, err)
+	site, from := a.GuestSite, "the command's guestSite"
+	if site == "" {
+		c.mu.Lock()
+		site, from = c.site, "the ramdisk command line's "+netboot.CmdlineSiteKey
+		c.mu.Unlock()
+	}
+	appendArgs, err := kexec.GuestArgs(guest, site)
+	switch {
+	case err != nil && site == "":
+		return nil, fmt.Errorf("boot.kexec guest %s needs the site's boot HTTP URL (http://host:port): the command has no guestSite and the ramdisk's command line no %s (its site agent is older than that key): %w", guest, netboot.CmdlineSiteKey, err)
+	case err != nil:
+		return nil, fmt.Errorf("boot.kexec guest %s: the site's boot HTTP URL from %s: %w", guest, from, err)
 	}
 	c.mu.Lock()
 	disk := c.deployed

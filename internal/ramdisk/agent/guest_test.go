@@ -14,16 +14,22 @@ import (
 // anything is loaded or rebooted, saying what is accepted.
 func TestKexecGuestArgs(t *testing.T) {
 	for _, tc := range []struct {
-		name, args, cmdline, err string
+		name, args, site, cmdline, err string // site: the ramdisk command line's bcd_site
 	}{
-		{"no guest", `{}`, "root=LABEL=root ro", ""},
-		{"none", `{"guest":"none"}`, "root=LABEL=root ro", ""},
-		{"cloud-init", `{"guest":"cloud-init","guestSite":"http://10.0.0.1:8080"}`, "root=LABEL=root ro ds=nocloud-net;s=http://10.0.0.1:8080/cloud-init/", ""},
-		{"ignition", `{"guest":"ignition","guestSite":"http://10.0.0.1:8080"}`,
+		{"no guest", `{}`, "", "root=LABEL=root ro", ""},
+		{"none", `{"guest":"none"}`, "http://10.0.0.2:8080", "root=LABEL=root ro", ""},
+		{"cloud-init", `{"guest":"cloud-init","guestSite":"http://10.0.0.1:8080"}`, "", "root=LABEL=root ro ds=nocloud-net;s=http://10.0.0.1:8080/cloud-init/", ""},
+		{"ignition", `{"guest":"ignition","guestSite":"http://10.0.0.1:8080"}`, "",
 			"root=LABEL=root ro ignition.firstboot flatcar.first_boot=detected ignition.platform.id=metal ignition.config.url=http://10.0.0.1:8080/ignition.json", ""},
-		{"unknown guest", `{"guest":"kickstart"}`, "", `guest "kickstart": accepted are none, cloud-init, ignition`},
-		{"no site", `{"guest":"ignition"}`, "", "needs guestSite"},
-		{"site with a path", `{"guest":"cloud-init","guestSite":"http://10.0.0.1:8080/x"}`, "", "no path"},
+		{"unknown guest", `{"guest":"kickstart"}`, "", "", `guest "kickstart": accepted are none, cloud-init, ignition`},
+		{"no site", `{"guest":"ignition"}`, "", "", "needs the site's boot HTTP URL (http://host:port): the command has no guestSite and the ramdisk's command line no bcd_site"},
+		{"site with a path", `{"guest":"cloud-init","guestSite":"http://10.0.0.1:8080/x"}`, "", "", "from the command's guestSite: the site URL must be scheme://host[:port] with no path"},
+		// The site agent's URL from the ramdisk's command line, unless the command names one.
+		{"cloud-init, site from the command line", `{"guest":"cloud-init"}`, "http://10.0.0.2:8080", "root=LABEL=root ro ds=nocloud-net;s=http://10.0.0.2:8080/cloud-init/", ""},
+		{"ignition, site from the command line", `{"guest":"ignition"}`, "http://10.0.0.2:8080",
+			"root=LABEL=root ro ignition.firstboot flatcar.first_boot=detected ignition.platform.id=metal ignition.config.url=http://10.0.0.2:8080/ignition.json", ""},
+		{"guestSite wins", `{"guest":"cloud-init","guestSite":"http://10.0.0.1:8080"}`, "http://10.0.0.2:8080", "root=LABEL=root ro ds=nocloud-net;s=http://10.0.0.1:8080/cloud-init/", ""},
+		{"command line site with a path", `{"guest":"cloud-init"}`, "http://10.0.0.2:8080/boot", "", "from the ramdisk command line's bcd_site: the site URL must be scheme://host[:port] with no path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -46,7 +52,9 @@ func TestKexecGuestArgs(t *testing.T) {
 			d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{{Name: "vda", Path: filepath.Join(dev, "vda"), SizeBytes: 8 << 30}}})
 			d.KexecConfig = kexec.Config{SysRoot: filepath.Join(root, "sys"), DevRoot: dev, MountDir: filepath.Join(root, "mnt")}
 			d.Mounter, d.Kexec, d.Rebooter = dry, dry, dry
-			_, err, _ := run(t, NewCommands(d), KindKexec, tc.args)
+			cmds := NewCommands(d)
+			cmds.SetSite(tc.site)
+			_, err, _ := run(t, cmds, KindKexec, tc.args)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || len(dry.Loaded) != 0 || dry.Reboots != 0 {
 					t.Fatalf("err %v (want %q), loaded %d, reboots %d", err, tc.err, len(dry.Loaded), dry.Reboots)

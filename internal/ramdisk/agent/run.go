@@ -70,6 +70,7 @@ func Run(ctx context.Context, console io.Writer, log *slog.Logger, cfg Config) e
 		return fmt.Errorf("generating the node key: %w", err)
 	}
 	cmds.SetKey(key)
+	cmds.SetSite(s.Params.SiteURL)
 	lcfg := agentlink.Config{
 		Key:            key,
 		GatewayURL:     s.Params.GatewayURL,

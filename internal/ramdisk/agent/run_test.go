@@ -92,9 +92,17 @@ func TestRunAgainstGateway(t *testing.T) {
 		Disks: []inventory.Disk{disk},
 	}
 	token := env.Identities.NodeToken("n1", time.Hour)
-	cmdline := "console=ttyS0 bcd.gateway=" + env.URL + " bcd.token=" + token + " bcd.ca=" + EncodeCA(env.CA.CertPEM())
-	console, cancel, done := startRun(t, cmdline, NewCommands(testDeps(t, inv)))
+	cmdline := "console=ttyS0 bcd.gateway=" + env.URL + " bcd.token=" + token + " bcd.ca=" + EncodeCA(env.CA.CertPEM()) + " bcd_site=http://10.0.0.1:8080"
+	cmds := NewCommands(testDeps(t, inv))
+	console, cancel, done := startRun(t, cmdline, cmds)
 	waitConsole(t, console, MarkerJoined+" node=n1", 1)
+	// boot.kexec's default guestSite is the command line's site URL.
+	cmds.mu.Lock()
+	site := cmds.site
+	cmds.mu.Unlock()
+	if site != "http://10.0.0.1:8080" {
+		t.Errorf("the commands' site URL is %q, want the command line's", site)
+	}
 
 	node := gateway.AgentRef{Kind: pki.KindNode, NodeID: "n1", Generation: 1}
 	env.Queue.Enqueue(node,
