@@ -18,6 +18,7 @@ import (
 	"bcd/internal/bmc"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
+	"bcd/internal/metal"
 )
 
 func nodeCmd(g *globals) *cobra.Command {
@@ -483,12 +484,9 @@ func deployCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-// maxUserData is the API's bound on a deploy's user-data (metal.MaxUserData), checked here so
-// that nothing is sent when the file is too large.
-const maxUserData = 64 << 10
-
 // readUserData reads --user-data: the file path, or stdin for "-". Empty, unreadable or over
-// 64 KiB is refused; the error never quotes the contents.
+// the API's bound (metal.MaxUserData, checked here so that nothing is sent) is refused; the
+// error never quotes the contents.
 func readUserData(stdin io.Reader, path string) ([]byte, error) {
 	var r io.Reader
 	name := path
@@ -502,12 +500,12 @@ func readUserData(stdin io.Reader, path string) ([]byte, error) {
 		defer f.Close()
 		r = f
 	}
-	b, err := io.ReadAll(io.LimitReader(r, maxUserData+1))
+	b, err := io.ReadAll(io.LimitReader(r, metal.MaxUserData+1))
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("--user-data: reading %s: %w", name, err)
-	case len(b) > maxUserData:
-		return nil, fmt.Errorf("--user-data: %s is larger than 64 KiB (%d bytes), the most a deploy takes", name, maxUserData)
+	case len(b) > metal.MaxUserData:
+		return nil, fmt.Errorf("--user-data: %s is larger than 64 KiB (%d bytes), the most a deploy takes", name, metal.MaxUserData)
 	case len(b) == 0:
 		return nil, fmt.Errorf("--user-data: %s is empty: give cloud-init user-data (#cloud-config …) or an Ignition config", name)
 	}

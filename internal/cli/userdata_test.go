@@ -16,6 +16,7 @@ import (
 
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
+	"bcd/internal/metal"
 )
 
 // deployRecorder is a node service that records the deploys it is sent.
@@ -70,12 +71,12 @@ func TestDeployUserDataFlag(t *testing.T) {
 	}{
 		{"file", goodFile, nil, 0, string(good)},
 		{"standard input", "-", good, 0, string(good)},
-		{"exactly 64 KiB", write("max", append([]byte("#cloud-config\n"), bytes.Repeat([]byte("#"), maxUserData-14)...)), nil, 0, ""},
+		{"exactly 64 KiB", write("max", append([]byte("#cloud-config\n"), bytes.Repeat([]byte("#"), metal.MaxUserData-14)...)), nil, 0, ""},
 		{"missing file", filepath.Join(dir, "nope.yaml"), nil, exitUsage, "--user-data: open"},
 		{"unreadable file", unreadable, nil, exitUsage, "--user-data: open"},
 		{"a directory", dir, nil, exitUsage, "--user-data: reading"},
-		{"over 64 KiB", write("big", append([]byte("#cloud-config\ncli-Secret-5\n"), bytes.Repeat([]byte("#"), maxUserData)...)), nil, exitUsage, "larger than 64 KiB"},
-		{"over 64 KiB on standard input", "-", bytes.Repeat([]byte("x"), maxUserData+1), exitUsage, "standard input is larger than 64 KiB"},
+		{"over 64 KiB", write("big", append([]byte("#cloud-config\ncli-Secret-5\n"), bytes.Repeat([]byte("#"), metal.MaxUserData)...)), nil, exitUsage, "larger than 64 KiB"},
+		{"over 64 KiB on standard input", "-", bytes.Repeat([]byte("x"), metal.MaxUserData+1), exitUsage, "standard input is larger than 64 KiB"},
 		{"empty", write("empty", nil), nil, exitUsage, "is empty"},
 	}
 	for _, c := range cases {
