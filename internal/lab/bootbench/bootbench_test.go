@@ -189,12 +189,13 @@ func TestBaselineScriptHasBCDsCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"initrd=initramfs.cpio.gz", "bcd.gateway=https://172.30.0.1:7443", "bcd.token=" + strings.Repeat("t", 32), "bcd.ca=", "console=ttyS0"} {
+	for _, w := range []string{"initrd=initramfs.cpio.gz", "bcd.gateway=https://172.30.0.1:7443", "bcd.token=" + strings.Repeat("t", 32), "bcd.ca=", "console=ttyS0",
+		netboot.CmdlineSiteKey + "=http://172.30.0.1"} {
 		if !strings.Contains(cmdline, w) {
 			t.Errorf("command line %q lacks %q", cmdline, w)
 		}
 	}
-	if strings.Contains(cmdline, "||") || strings.Contains(cmdline, "http://") {
+	if strings.Contains(cmdline, "||") || strings.Contains(cmdline, netboot.ArtifactPath) {
 		t.Errorf("command line %q carries more than the arguments", cmdline)
 	}
 	static := StaticScript("http://172.30.0.1", kernelName, initrdName, cmdline)
