@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -167,9 +168,12 @@ func (e *Entry) hasBootFields() bool {
 // cmdline builds the kernel arguments after the kernel URL: initrd=<name> first (gotcha: the
 // 2019 iPXE with the EFI stub needs it), then gateway, token, CA, on a ramdisk's the HPA
 // argument and the site's base URL (CmdlineSiteKey, when base is not ""; the site validated it
-// with its ScriptParams), and the extra arguments.
+// with its ScriptParams), and the extra arguments. The site's URL is optional (a step's
+// guestSite can stand in for it): a line that would pass the kernel's limit only with it goes
+// without it, so an entry Validate accepted (without a base) always boots.
 func (e *Entry) cmdline(base string) (string, error) {
 	args := []string{"initrd=" + e.Initrd.Name}
+	site := -1 // the site URL's index in args
 	if e.GatewayURL != "" {
 		if err := validateURL(e.GatewayURL); err != nil {
 			return "", fmt.Errorf("gateway URL: %w", err)
@@ -196,6 +200,7 @@ func (e *Entry) cmdline(base string) (string, error) {
 	if e.Kind == KindRamdisk {
 		args = append(args, RamdiskHPAArg) // before the extra arguments, which may override it
 		if base != "" {
+			site = len(args)
 			args = append(args, CmdlineSiteKey+"="+base)
 		}
 	}
@@ -209,6 +214,9 @@ func (e *Entry) cmdline(base string) (string, error) {
 		args = append(args, a)
 	}
 	s := strings.Join(args, " ")
+	if len(s) > maxCmdlineLen && site >= 0 {
+		s = strings.Join(slices.Delete(args, site, site+1), " ")
+	}
 	if len(s) > maxCmdlineLen {
 		if e.CA != "" {
 			return "", fmt.Errorf("kernel command line of %d bytes: at most %d; bcd.ca takes %d of them (%s; during a rotation of the agent CA it holds two): shorten the ramdisk's extra arguments",

@@ -40,3 +40,66 @@ func TestRamdiskHPAArg(t *testing.T) {
 		})
 	}
 }
+
+// TestRamdiskSiteArg: a ramdisk's command line carries the site's URL (bcd_site) before the
+// extra arguments, other entries' do not, and a line that fits the kernel's limit only without
+// it boots without it (the URL is optional; an entry Validate accepted must boot).
+func TestRamdiskSiteArg(t *testing.T) {
+	const base = "http://10.0.0.1:8080"
+	site := CmdlineSiteKey + "=" + base
+	// pad makes extra arguments that leave room bytes below the limit before the site's URL.
+	pad := func(t *testing.T, e Entry, room int) Entry {
+		t.Helper()
+		line, err := e.cmdline("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := maxCmdlineLen - room - len(line); n > 0; {
+			a := "x=" + strings.Repeat("y", min(n-1, maxArgLen)-2)
+			e.ExtraArgs = append(e.ExtraArgs, a)
+			n -= len(a) + 1
+		}
+		if line, _ := e.cmdline(""); len(line) != maxCmdlineLen-room {
+			t.Fatalf("padded to %d bytes, want %d", len(line), maxCmdlineLen-room)
+		}
+		return e
+	}
+	for _, tc := range []struct {
+		name string
+		kind Kind
+		room int // bytes left below the limit without the site's URL; -1: no padding
+		want bool
+	}{
+		{"ramdisk", KindRamdisk, -1, true},
+		{"ramdisk, just room", KindRamdisk, len(site) + 1, true},
+		{"ramdisk, a byte short", KindRamdisk, len(site), false},
+		{"instance", KindInstance, -1, false},
+		{"discovery", KindDiscovery, -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := ramdiskEntry()
+			e.Kind = tc.kind
+			if tc.kind == KindDiscovery {
+				e.Token = ""
+			}
+			if tc.room >= 0 {
+				e = pad(t, e, tc.room)
+			}
+			line, err := e.cmdline(base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := strings.Fields(line)
+			i := slices.Index(args, site)
+			if got := i >= 0; got != tc.want {
+				t.Fatalf("%s in %q: %v, want %v", site, line, got, tc.want)
+			}
+			if tc.want && i > slices.Index(args, e.ExtraArgs[0]) {
+				t.Errorf("%s comes after the extra arguments in %q", site, line)
+			}
+			if len(line) > maxCmdlineLen {
+				t.Errorf("a command line of %d bytes", len(line))
+			}
+		})
+	}
+}
