@@ -3,6 +3,8 @@ package sim
 import (
 	"encoding/hex"
 	"sync"
+
+	"bcd/internal/store"
 )
 
 // execCounts counts how many times each command ran, for every command of a run (240 000 at
@@ -37,7 +39,7 @@ func (e *execCounts) all() map[string]int {
 	defer e.mu.Unlock()
 	out := make(map[string]int, len(e.byUUID)+len(e.other))
 	for u, n := range e.byUUID {
-		out[formatUUID(u)] = int(n)
+		out[store.FormatUUID(u)] = int(n)
 	}
 	for id, n := range e.other {
 		out[id] = int(n)
@@ -64,7 +66,7 @@ func (e *execCounts) summary() (commands, ranTwice int) {
 }
 
 // parseUUID reads a UUID in the canonical form the store writes (lower-case hex, dashes at 8,
-// 13, 18 and 23), and only that form, so formatUUID gives the same string back. Pure.
+// 13, 18 and 23), and only that form, so store.FormatUUID gives the same string back. Pure.
 func parseUUID(s string) (u [16]byte, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return u, false
@@ -87,10 +89,4 @@ func parseUUID(s string) (u [16]byte, ok bool) {
 		return u, false
 	}
 	return u, true
-}
-
-// formatUUID is parseUUID's inverse. Pure.
-func formatUUID(u [16]byte) string {
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }

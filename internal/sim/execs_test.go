@@ -30,9 +30,9 @@ func TestExecCounts(t *testing.T) {
 		t.Errorf("summary() = %d commands, %d ran twice; want %d, %d", commands, twice, len(ids), len(ids)/2)
 	}
 	if _, ok := parseUUID(ids[3]); ok {
-		t.Errorf("parseUUID(%q) accepted upper case: formatUUID would not give it back", ids[3])
+		t.Errorf("parseUUID(%q) accepted upper case: store.FormatUUID would not give it back", ids[3])
 	}
-	if u, ok := parseUUID(ids[0]); !ok || formatUUID(u) != ids[0] {
-		t.Errorf("parseUUID(%q) = %x, %v: not given back by formatUUID", ids[0], u, ok)
+	if u, ok := parseUUID(ids[0]); !ok || store.FormatUUID(u) != ids[0] {
+		t.Errorf("parseUUID(%q) = %x, %v: not given back by store.FormatUUID", ids[0], u, ok)
 	}
 }

@@ -12,16 +12,9 @@ func (s *Store) CountInMaintenance(ctx context.Context, tenantID string) (int, e
 	if tenantID != "" {
 		q, args = q+` AND tenant_id = ?`, append(args, tenantID)
 	}
-	rows, err := s.queryRows(ctx, q, args...)
-	if err != nil {
+	var n int
+	if err := s.queryRow(ctx, q, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting the nodes in maintenance: %w", err)
 	}
-	defer rows.Close()
-	n := 0
-	if rows.Next() {
-		if err := rows.Scan(&n); err != nil {
-			return 0, fmt.Errorf("reading the count of the nodes in maintenance: %w", err)
-		}
-	}
-	return n, rows.Err()
+	return n, nil
 }

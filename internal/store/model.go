@@ -27,7 +27,13 @@ func NewID(now time.Time) string {
 		panic(fmt.Sprintf("reading random bytes: %v", err)) // crypto/rand never fails on Linux
 	}
 	b[8] = 0x80 | b[8]&0x3f
-	h := hex.EncodeToString(b[:])
+	return FormatUUID(b)
+}
+
+// FormatUUID writes u in the canonical form the store's ids take (lower-case hex, dashes after
+// the 8th, 12th, 16th and 20th digit). Pure.
+func FormatUUID(u [16]byte) string {
+	h := hex.EncodeToString(u[:])
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
