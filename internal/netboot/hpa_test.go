@@ -25,20 +25,28 @@ func TestRamdiskHPAArg(t *testing.T) {
 			if tc.kind == KindDiscovery {
 				e.Token = ""
 			}
-			line, err := e.cmdline("")
-			if err != nil {
-				t.Fatal(err)
-			}
-			args := strings.Fields(line)
-			i := slices.Index(args, RamdiskHPAArg)
-			if got := i >= 0; got != tc.want {
-				t.Fatalf("%s in %q: %v, want %v", RamdiskHPAArg, line, got, tc.want)
-			}
-			if tc.want && i > slices.Index(args, e.ExtraArgs[0]) {
-				t.Errorf("%s comes after the extra arguments in %q: they could not override it", RamdiskHPAArg, line)
-			}
+			checkArg(t, e, "", RamdiskHPAArg, tc.want)
 		})
 	}
+}
+
+// checkArg checks that e's command line (the site at base) holds arg exactly when want, and
+// then before the extra arguments (which can override it); it returns the line.
+func checkArg(t *testing.T, e Entry, base, arg string, want bool) string {
+	t.Helper()
+	line, err := e.cmdline(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Fields(line)
+	i := slices.Index(args, arg)
+	if got := i >= 0; got != want {
+		t.Fatalf("%s in %q: %v, want %v", arg, line, got, want)
+	}
+	if want && i > slices.Index(args, e.ExtraArgs[0]) {
+		t.Errorf("%s comes after the extra arguments in %q: they could not override it", arg, line)
+	}
+	return line
 }
 
 // TestRamdiskSiteArg: a ramdisk's command line carries the site's URL (bcd_site) before the
@@ -85,19 +93,7 @@ func TestRamdiskSiteArg(t *testing.T) {
 			if tc.room >= 0 {
 				e = pad(t, e, tc.room)
 			}
-			line, err := e.cmdline(base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			args := strings.Fields(line)
-			i := slices.Index(args, site)
-			if got := i >= 0; got != tc.want {
-				t.Fatalf("%s in %q: %v, want %v", site, line, got, tc.want)
-			}
-			if tc.want && i > slices.Index(args, e.ExtraArgs[0]) {
-				t.Errorf("%s comes after the extra arguments in %q", site, line)
-			}
-			if len(line) > maxCmdlineLen {
+			if line := checkArg(t, e, base, site, tc.want); len(line) > maxCmdlineLen {
 				t.Errorf("a command line of %d bytes", len(line))
 			}
 		})
