@@ -121,9 +121,11 @@ func policyFromProto(p *bcdv1.PoolPolicy) store.PoolPolicy {
 	if p == nil {
 		return store.PoolPolicy{}
 	}
-	return store.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept, AutoAcceptInband: p.AutoAcceptInband, FastTrackWindow: p.FastTrackWindow}
+	return store.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept, AutoAcceptInband: p.AutoAcceptInband, FastTrackWindow: p.FastTrackWindow,
+		BIOSSettings: p.BiosSettings}
 }
 
 func policyProto(p store.PoolPolicy) *bcdv1.PoolPolicy {
-	return &bcdv1.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept, AutoAcceptInband: p.AutoAcceptInband, FastTrackWindow: p.FastTrackWindow}
+	return &bcdv1.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept, AutoAcceptInband: p.AutoAcceptInband, FastTrackWindow: p.FastTrackWindow,
+		BiosSettings: p.BIOSSettings}
 }

@@ -39,6 +39,9 @@ var kinds = []Kind{
 	{Name: "bmc.boot", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	{Name: "bmc.power", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	// bmc.bios writes the pool's BIOS settings that differ as pending settings, applied at the
+	// next reset. Destructive: it changes the machine's configuration.
+	{Name: "bmc.bios", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	// bmc.media inserts or ejects an ISO: the BMC's virtual media, else an iPXE sanboot entry
 	// of the ISO pinned in the site cache (hence the boot-lease holder).
 	{Name: "bmc.media", RunsOn: OnSite, Destructive: true, Reroutable: true, BootLeaseHolder: true},

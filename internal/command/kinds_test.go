@@ -8,6 +8,7 @@ func TestKindTable(t *testing.T) {
 		"bmc.boot":            "site destructive . reroutable .",
 		"bmc.power":           "site destructive . reroutable .",
 		"bmc.rotate":          "site destructive . reroutable .",
+		"bmc.bios":            "site destructive . reroutable .",
 		"site.httpProxy":      "site destructive . reroutable .",
 		"boot.prepareRamdisk": "site . . reroutable .",
 		"boot.cleanUp":        "site . . reroutable .",

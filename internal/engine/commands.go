@@ -69,6 +69,11 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			args["mode"] = string(m)
 		}
 	}
+	if kind.Name == "bmc.bios" || kind.Name == "bmc.query" && st.Args["query"] == "bios" {
+		if err := r.biosArgs(kind.Name, args); err != nil {
+			return store.Command{}, err
+		}
+	}
 	if kind.Name == "bmc.provisionInband" {
 		// The credential's references; outgoing encrypts the values to the node's ramdisk.
 		args["bmc"] = n.BMC()
@@ -152,6 +157,10 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 		}
 	case c.Kind == "bmc.query" && st.Args["query"] == "firmware":
 		return r.checkFirmware(c)
+	case c.Kind == "bmc.query" && st.Args["query"] == "bios":
+		return r.checkBIOS(c)
+	case c.Kind == "bmc.bios":
+		return r.takeBIOSWrite(c)
 	case c.Kind == "bmc.query" && st.Args["query"] == "inventory":
 		var res oobResult
 		if err := json.Unmarshal([]byte(c.Result), &res); err != nil {

@@ -133,6 +133,11 @@ func (r *run) facts(wf *store.Workflow, c workflow.Condition) (workflow.Facts, e
 		f.Baseline = len(baseline) > 0
 		return f, err
 	}
+	if c == workflow.WhenBIOSSettings {
+		settings, err := r.biosSettings()
+		f.BIOS = len(settings) > 0
+		return f, err
+	}
 	if c == workflow.WhenFastTrack || c == workflow.WhenNoFastTrack {
 		var err error
 		f.FastTrackWindow, err = r.fastTrackWindow()

@@ -404,6 +404,9 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 					if isFirmwareDrift(err) {
 						fault = provision.FaultFirmwareDrift
 					}
+					if isBIOSDrift(err) {
+						fault = provision.FaultBIOSDrift
+					}
 					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 				}
 				return 0, true, r.stepDone(wf, st, c.ID)

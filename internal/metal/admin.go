@@ -161,6 +161,9 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 	if err := ValidFirmwareBaseline("policy.firmware_baseline", pol.FirmwareBaseline); err != nil {
 		return err
 	}
+	if err := ValidBIOSSettings("policy.bios_settings", pol.BIOSSettings); err != nil {
+		return err
+	}
 	profiles, err := s.st.HardwareProfiles(ctx)
 	if err != nil {
 		return err
@@ -168,6 +171,9 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 	var names []string
 	for _, hp := range profiles {
 		if hp.Name == pol.HardwareProfile {
+			if len(pol.BIOSSettings) > 0 && hp.Drivers["power"] == "ipmi" {
+				return invalid("policy.bios_settings", "hardware profile %s drives its BMCs with ipmi, which has no BIOS settings: use a profile whose power driver is redfish", hp.Name)
+			}
 			return ValidLabels("policy.labels", pol.Labels)
 		}
 		names = append(names, hp.Name)

@@ -36,6 +36,10 @@ var (
 	// A firmware component as BMCs name them (Redfish FirmwareInventory ids: BMC, BIOS,
 	// Installed-25227-6.10.30.20__iDRAC.Embedded.1-1, NIC.Slot.1-1-1).
 	componentRe = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9._/:+-]{0,61}[A-Za-z0-9])?$`)
+	// A BIOS attribute as Redfish attribute registries name them (AttributeName), and its value
+	// as text: printable ASCII, up to 255 characters, possibly empty.
+	biosNameRe  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,63}$`)
+	biosValueRe = regexp.MustCompile(`^[ -~]{0,255}$`)
 	hostRe      = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$`)
 	hex64Re     = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	uuidRe      = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
@@ -134,6 +138,33 @@ func ValidFirmwareBaseline(field string, baseline map[string]string) error {
 		}
 		if v := baseline[c]; !versionRe.MatchString(v) {
 			return invalid(field, "required version %q of component %s is not valid: use %s", truncate(v), c, versionRule)
+		}
+	}
+	return nil
+}
+
+const (
+	biosNameRule  = "1-64 characters of A-Z, a-z, 0-9 and '_', starting with a letter (a Redfish BIOS attribute name: ProcVirtualization, SriovGlobalEnable)"
+	biosValueRule = "0-255 printable ASCII characters, written as the BMC reports the value (Enabled, 42, true)"
+)
+
+// ValidBIOSSettings checks a pool policy's BIOS settings, attribute → value: at most
+// bmc.MaxBIOSSettings attributes named as Redfish names them, each value printable text. A
+// password attribute is refused: a pool's policy is shown to whoever reads the pool. Attributes
+// are checked in name order: the error names the first bad one.
+func ValidBIOSSettings(field string, settings map[string]string) error {
+	if len(settings) > bmc.MaxBIOSSettings {
+		return invalid(field, "%d attributes: at most %d are accepted", len(settings), bmc.MaxBIOSSettings)
+	}
+	for _, name := range slices.Sorted(maps.Keys(settings)) {
+		if !biosNameRe.MatchString(name) {
+			return invalid(field, "attribute %q is not valid: use %s", truncate(name), biosNameRule)
+		}
+		if strings.Contains(strings.ToLower(name), "password") {
+			return invalid(field, "attribute %s is a password: BIOS passwords are secrets, and a pool's policy is shown to whoever reads the pool; set them out of band", name)
+		}
+		if !biosValueRe.MatchString(settings[name]) {
+			return invalid(field, "value of attribute %s is not valid: use %s", name, biosValueRule)
 		}
 	}
 	return nil

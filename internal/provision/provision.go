@@ -399,9 +399,12 @@ func Complete(state, target State, chainVerb Verb) (next, nextTarget State, err 
 type Fault string
 
 const (
-	FaultStepFailed       Fault = "STEP_FAILED"
-	FaultUnverifiedWipe   Fault = "UNVERIFIED_WIPE"
-	FaultFirmwareDrift    Fault = "FIRMWARE_DRIFT"
+	FaultStepFailed     Fault = "STEP_FAILED"
+	FaultUnverifiedWipe Fault = "UNVERIFIED_WIPE"
+	FaultFirmwareDrift  Fault = "FIRMWARE_DRIFT"
+	// FaultBIOSDrift: after the reset that should have applied the pool's BIOS settings, the
+	// BMC reports other values (it took the write and did not apply it).
+	FaultBIOSDrift        Fault = "BIOS_DRIFT"
 	FaultWorkflowTimeout  Fault = "WORKFLOW_TIMEOUT"
 	FaultBMCUnreachable   Fault = "BMC_UNREACHABLE"
 	FaultAborted          Fault = "ABORTED"
@@ -425,7 +428,7 @@ const (
 
 // Faults lists every fault code.
 func Faults() []Fault {
-	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected,
+	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultBIOSDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected,
 		FaultMACNotDiscovered, FaultMACAmbiguous, FaultMACConflict, FaultMACUnconfirmed, FaultReconcileFailed}
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -198,6 +199,9 @@ type Machine struct {
 	// Firmware is what the BMC reports to bmc.query{query: firmware} (the firmware.check
 	// step); nil: BIOS SimFirmwareBIOS and BMC SimFirmwareBMC.
 	Firmware []bmc.Firmware
+	// IgnoreBIOSSettings: the BMC takes BIOS settings (bmc.bios) and never applies them (the
+	// silent vendor failure bios.verify catches).
+	IgnoreBIOSSettings bool
 
 	mu            sync.Mutex
 	power         bool
@@ -216,6 +220,24 @@ type Machine struct {
 	osLink  func() // gateway mode: stops the installed OS's agent
 	Disk    string // "data", "wiped", "image"
 	Media   string // the URL of the ISO in the machine's virtual CD ("" empty)
+	// BIOS holds the BIOS attributes (nil until first used: SimBIOS), biosPending the settings
+	// written and applied at the next power-on, BIOSWrites the bmc.bios commands that wrote any.
+	BIOS        map[string]string
+	biosPending map[string]string
+	BIOSWrites  int
+}
+
+// SimBIOS are the BIOS attributes a simulated machine starts with.
+func SimBIOS() map[string]string {
+	return map[string]string{"ProcVirtualization": "Enabled", "SriovGlobalEnable": "Disabled", "ProcCStates": "Enabled", "ProcCoreDisable": "0"}
+}
+
+// bios is the machine's BIOS attributes (m.mu held).
+func (m *Machine) bios() map[string]string {
+	if m.BIOS == nil {
+		m.BIOS = SimBIOS()
+	}
+	return m.BIOS
 }
 
 // Sim runs a site agent and the machines.
@@ -489,15 +511,17 @@ func (s *Sim) sleep(ctx context.Context) {
 }
 
 type siteArgs struct {
-	NodeID string   `json:"nodeId"`
-	MACs   []string `json:"macs"`
-	Query  string   `json:"query"`
-	Action string   `json:"action"`
-	Device string   `json:"device"`
-	Token  string   `json:"token"`
-	Image  string   `json:"image"`
-	URL    string   `json:"url"`
-	SHA256 string   `json:"sha256"`
+	NodeID     string            `json:"nodeId"`
+	Attributes map[string]string `json:"attributes"`
+	Names      []string          `json:"names"`
+	MACs       []string          `json:"macs"`
+	Query      string            `json:"query"`
+	Action     string            `json:"action"`
+	Device     string            `json:"device"`
+	Token      string            `json:"token"`
+	Image      string            `json:"image"`
+	URL        string            `json:"url"`
+	SHA256     string            `json:"sha256"`
 }
 
 func ok(result any) engine.Update {
@@ -544,7 +568,40 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 			}
 			return ok(map[string]any{"firmware": fw})
 		}
+		if args.Query == "bios" {
+			res := bmc.BIOSReadResult{Attributes: map[string]string{}}
+			for _, name := range args.Names {
+				if v, ok := m.bios()[name]; ok {
+					res.Attributes[name] = v
+				}
+			}
+			return ok(res)
+		}
 		return ok(map[string]any{"power": powerWord()})
+	case "bmc.bios":
+		// As the Redfish driver: every attribute must exist; only the differing ones are
+		// written, pending until the next power-on.
+		res := bmc.BIOSWriteResult{Changed: []string{}}
+		for _, name := range slices.Sorted(maps.Keys(args.Attributes)) {
+			v, ok := m.bios()[name]
+			if !ok {
+				return failed("writing BIOS settings: the BMC does not report attribute " + name)
+			}
+			if v != args.Attributes[name] {
+				res.Changed = append(res.Changed, name)
+			}
+		}
+		if len(res.Changed) > 0 {
+			if m.biosPending == nil {
+				m.biosPending = map[string]string{}
+			}
+			for _, name := range res.Changed {
+				m.biosPending[name] = args.Attributes[name]
+			}
+			res.Pending = true
+			m.BIOSWrites++
+		}
+		return ok(res)
 	case "bmc.boot":
 		m.bootDev = args.Device
 		return ok(map[string]any{"device": args.Device})
@@ -622,6 +679,10 @@ func (s *Sim) powerOff(m *Machine) {
 // powerOn boots what the boot device and entries say. Called with m.mu held.
 func (s *Sim) powerOn(ctx context.Context, m *Machine) {
 	m.power = true
+	if !m.IgnoreBIOSSettings {
+		maps.Copy(m.bios(), m.biosPending)
+	}
+	m.biosPending = nil
 	switch {
 	case m.bootDev == "pxe" && m.entry && m.token != "":
 		rctx, cancel := context.WithCancel(ctx)

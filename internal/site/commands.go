@@ -25,6 +25,7 @@ const (
 	KindBMCBoot        = "bmc.boot"
 	KindBMCRotate      = "bmc.rotate"
 	KindBMCMedia       = "bmc.media"
+	KindBMCBIOS        = "bmc.bios"
 	KindPrepareRamdisk = "boot.prepareRamdisk"
 	KindPrepareInst    = "boot.prepareInstance"
 	KindCleanUp        = "boot.cleanUp"
@@ -89,6 +90,10 @@ type commandArgs struct {
 	// SHA-256 (both absent when the deploy gave none).
 	UserData       string `json:"userData"`
 	UserDataSHA256 string `json:"userDataSha256"`
+	// bmc.bios: the pool's BIOS settings (attribute → value as text); bmc.query{query: bios}:
+	// the attributes to read.
+	Attributes map[string]string `json:"attributes"`
+	Names      []string          `json:"names"`
 	// bmc.media insert: the catalog ISO.
 	Image  string `json:"image"`
 	URL    string `json:"url"`
@@ -264,6 +269,7 @@ func newHandler(d handlerDeps) *handler {
 		KindBMCBoot:        h.bmcBoot,
 		KindBMCRotate:      h.bmcRotate,
 		KindBMCMedia:       h.bmcMedia,
+		KindBMCBIOS:        h.bmcBIOS,
 		KindPrepareRamdisk: h.prepareRamdisk,
 		KindPrepareInst:    h.prepareInstance,
 		KindCleanUp:        h.cleanUp,
@@ -396,8 +402,44 @@ func (h *handler) bmcQuery(ctx context.Context, a commandArgs) (any, error) {
 			res.Firmware = []bmc.Firmware{}
 		}
 		return res, err
+	case "bios":
+		if len(a.Names) == 0 || len(a.Names) > bmc.MaxBIOSSettings {
+			return nil, fmt.Errorf("arguments: names: %d BIOS attributes to read; 1-%d are accepted", len(a.Names), bmc.MaxBIOSSettings)
+		}
+		res := bmc.BIOSReadResult{Attributes: map[string]string{}}
+		err := h.onBMC(ctx, a, "read BIOS settings", capBIOS, func(ctx context.Context, drv any) error {
+			got, err := drv.(bmc.BIOSSetter).BIOSAttributes(ctx, a.Names)
+			for _, name := range a.Names {
+				if v, ok := got[name]; ok {
+					res.Attributes[name] = v
+				}
+			}
+			return err
+		})
+		return res, err
 	}
-	return nil, fmt.Errorf("arguments: query %q: accepted are power, inventory, firmware", a.Query)
+	return nil, fmt.Errorf("arguments: query %q: accepted are power, inventory, firmware, bios", a.Query)
+}
+
+// bmcBIOS writes the BIOS settings that differ as pending settings, applied by the BMC at the
+// next reset. Its result says which it wrote (Pending: the control plane boots the node anew
+// rather than use a ramdisk that is up).
+func (h *handler) bmcBIOS(ctx context.Context, a commandArgs) (any, error) {
+	if len(a.Attributes) == 0 || len(a.Attributes) > bmc.MaxBIOSSettings {
+		return nil, fmt.Errorf("arguments: attributes: %d BIOS settings; 1-%d are accepted", len(a.Attributes), bmc.MaxBIOSSettings)
+	}
+	res := bmc.BIOSWriteResult{Changed: []string{}}
+	err := h.onBMC(ctx, a, "write BIOS settings", capBIOS, func(ctx context.Context, drv any) error {
+		changed, err := drv.(bmc.BIOSSetter).SetBIOSAttributes(ctx, a.Attributes)
+		if len(changed) > 0 {
+			res.Changed, res.Pending = changed, true
+		}
+		return err
+	})
+	if err == nil && res.Pending {
+		h.log.InfoContext(ctx, "BIOS settings written, pending until the next reset", "node", a.NodeID, "attributes", res.Changed)
+	}
+	return res, err
 }
 
 // firmwareResult is bmc.query{query: firmware}'s result: the components the BMC reports.

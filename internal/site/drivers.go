@@ -43,6 +43,7 @@ const (
 	capFirmware = "read firmware versions"
 	capRotate   = "rotate credential"
 	capMedia    = "use virtual media"
+	capBIOS     = "change BIOS settings"
 )
 
 // supports reports whether drv implements capability c. Pure.
@@ -68,6 +69,9 @@ func supports(drv any, c string) bool {
 		return ok
 	case capMedia:
 		_, ok := drv.(bmc.VirtualMedia)
+		return ok
+	case capBIOS:
+		_, ok := drv.(bmc.BIOSSetter)
 		return ok
 	}
 	return false

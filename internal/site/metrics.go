@@ -266,13 +266,15 @@ func opLabel(capability string) string {
 		return "rotate_credential"
 	case capMedia:
 		return "use_virtual_media"
+	case capBIOS:
+		return "change_bios_settings"
 	}
 	return strings.ReplaceAll(capability, " ", "_")
 }
 
 // bmcCapabilities are the operations BMC calls are counted by.
 func bmcCapabilities() []string {
-	return []string{capGetPower, capSetPower, capBoot, capInspect, capFirmware, capRotate, capMedia}
+	return []string{capGetPower, capSetPower, capBoot, capInspect, capFirmware, capRotate, capMedia, capBIOS}
 }
 
 // bmcFailure classifies a failed BMC call: the stage runDriver failed at, or the context's end

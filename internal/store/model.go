@@ -62,6 +62,10 @@ type PoolPolicy struct {
 	TrustProvisioningNetwork bool              `json:"trustProvisioningNetwork,omitempty"`
 	Labels                   map[string]string `json:"labels,omitempty"`
 	FirmwareBaseline         map[string]string `json:"firmwareBaseline,omitempty"`
+	// BIOSSettings are the BIOS attributes the pool's machines must have (attribute → value as
+	// text), written at commissioning and release and read back after the boot that applies
+	// them.
+	BIOSSettings map[string]string `json:"biosSettings,omitempty"`
 	// AutoAccept: machines a discovery-mode ramdisk reports at the pool's site are accepted
 	// into this pool without an operator (acceptance flow). Off by default.
 	AutoAccept bool `json:"autoAccept,omitempty"`

@@ -59,6 +59,8 @@ const (
 	WhenNotRejoined Condition = "notRejoined"
 	// WhenFirmwareBaseline: the node's pool names a firmware baseline: firmware.check runs.
 	WhenFirmwareBaseline Condition = "firmwareBaseline"
+	// WhenBIOSSettings: the node's pool names BIOS settings: bios.apply and bios.verify run.
+	WhenBIOSSettings Condition = "biosSettings"
 )
 
 // Facts are what conditions are decided on, read as the step starts.
@@ -67,6 +69,7 @@ type Facts struct {
 	FastTrackWindow time.Duration // the node's pool's fast-track window (0: off)
 	Rejoined        bool          // the installed OS joined since the workflow's last boot command
 	Baseline        bool          // the node's pool names a firmware baseline
+	BIOS            bool          // the node's pool names BIOS settings
 }
 
 // Holds reports whether a step with condition c runs for a node with facts f. Pure.
@@ -82,6 +85,8 @@ func (c Condition) Holds(f Facts) bool {
 		return !f.Rejoined
 	case WhenFirmwareBaseline:
 		return f.Baseline
+	case WhenBIOSSettings:
+		return f.BIOS
 	case WhenOverridden:
 		return false
 	}
@@ -171,6 +176,12 @@ var stepKinds = []StepKind{
 	// pool's baseline (the engine: a difference fails the node with FIRMWARE_DRIFT). A BMC that
 	// answers nothing is retried; one that answers other versions is not.
 	{Use: "firmware.check", Command: "bmc.query", Args: map[string]string{"query": "firmware"}, Timeout: 5 * time.Minute, Retries: 3},
+	// bios.apply writes the pool's BIOS settings that differ as pending settings (bmc.bios);
+	// the reset that boots the ramdisk next applies them (a written setting makes a lingering
+	// ramdisk unusable: the node is booted anew). bios.verify reads them back after that boot
+	// (the engine: a difference fails the node with BIOS_DRIFT).
+	{Use: "bios.apply", Command: "bmc.bios", Timeout: 10 * time.Minute, Retries: 2},
+	{Use: "bios.verify", Command: "bmc.query", Args: map[string]string{"query": "bios"}, Timeout: 5 * time.Minute, Retries: 3},
 	{Use: "power.setPower", Command: "bmc.power", Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.off", Command: "bmc.power", Args: map[string]string{"action": "off"}, Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.cycle", Command: "bmc.power", Args: map[string]string{"action": "cycle"}, Timeout: 3 * time.Minute, Retries: 1},
@@ -305,6 +316,10 @@ var powerOffOrLinger = [2]Step{{Use: "power.off", When: WhenNoFastTrack}, {Use: 
 // firmwareCheck runs where the node's pool has a firmware baseline.
 var firmwareCheck = Step{Use: "firmware.check", When: WhenFirmwareBaseline}
 
+// biosApply and biosVerify run where the node's pool names BIOS settings: written before the
+// ramdisk's boot, read back once it is up.
+var biosApply, biosVerify = Step{Use: "bios.apply", When: WhenBIOSSettings}, Step{Use: "bios.verify", When: WhenBIOSSettings}
+
 // InbandEnrollProfile enrolls a node whose BMC credential is provisioned in-band (it has no BMC
 // address until its ramdisk reports one).
 const InbandEnrollProfile = "metal-enroll-inband"
@@ -323,12 +338,14 @@ func Builtin() []Profile {
 		{Name: "metal-inspect", Steps: []Step{s("metal.ensureRamdisk"), s("inventory.refresh"), s("metal.linger")}},
 		// A pool's firmware baseline is checked first (no boot spent on a machine that drifted)
 		// and again at the end of a release (a lessee may have flashed it).
-		{Name: "metal-commission", Steps: []Step{firmwareCheck, s("metal.ensureRamdisk"), s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
+		// Its BIOS settings are written before the ramdisk boots (the boot applies them) and
+		// read back once it is up; at release too (a lessee may have changed them).
+		{Name: "metal-commission", Steps: []Step{firmwareCheck, biosApply, s("metal.ensureRamdisk"), biosVerify, s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		// Release and retire begin by revoking the node's identity: nothing certified while a
 		// lessee had the machine (the installed OS's certificate; the deploy ramdisk's key, which
 		// a kexec leaves in the lessee's memory) can speak for the node, nor sign its wipe.
-		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "$wipe"), firmwareCheck, powerOffOrLinger[0], powerOffOrLinger[1]},
+		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), biosApply, s("metal.ensureRamdisk"), biosVerify, s("disk.wipe", "mode", "$wipe"), firmwareCheck, powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-retire", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},
@@ -453,7 +470,7 @@ var argRules = map[string]map[string][]string{
 	"bmc.power":    {"action": powerActions()},
 	"bmc.boot":     {"device": {string(bmc.BootPXE), string(bmc.BootDisk), string(bmc.BootCD)}, "persistent": {"", "true", "false"}, "mode": {"", string(bmc.BootModeUEFI), string(bmc.BootModeLegacy)}},
 	"bmc.media":    {"action": {"insert", "eject"}},
-	"bmc.query":    {"query": {"power", "inventory", "firmware"}},
+	"bmc.query":    {"query": {"power", "inventory", "firmware", "bios"}},
 	"disk.wipe":    {"mode": {"quick", "full", "secure"}},
 	"diag.dcgm":    {"level": {"1", "2", "3", "4"}},
 	"deploy.image": {"image": nil},
