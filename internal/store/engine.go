@@ -1367,9 +1367,7 @@ func (t *Tx) MarkAgentReaped(ctx context.Context, id string) error {
 // StrandedNodes lists nodes a workflow chain controls that have neither an open workflow nor a
 // wake-up row: nothing would ever move them (the engine's sweep wakes them; doctor shows them).
 func (s *Store) StrandedNodes(ctx context.Context, limit int) ([]Node, error) {
-	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE target_state <> '' AND state <> 'failed' AND maintenance = ?
-		AND id NOT IN (SELECT node_id FROM reconcile_queue)
-		AND id NOT IN (SELECT node_id FROM workflows WHERE outcome_applied = ?) ORDER BY id LIMIT ?`, false, false, limit)
+	rows, err := s.queryRows(ctx, `SELECT `+nodeCols+` FROM nodes WHERE `+strandedWhere+` ORDER BY id LIMIT ?`, false, false, limit)
 	return collect(rows, err, "stranded nodes", scanNode)
 }
 

@@ -142,14 +142,8 @@ func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView
 	if v.Failed, err = st.FailedInMaintenance(ctx, p.TenantID, failedShown); err != nil {
 		return v, err
 	}
-	stranded, err := st.StrandedNodes(ctx, 1000)
-	if err != nil {
+	if v.Stranded, err = st.CountStranded(ctx, p.TenantID); err != nil {
 		return v, err
-	}
-	for _, n := range stranded {
-		if p.CanSeeTenant(n.TenantID) {
-			v.Stranded++
-		}
 	}
 	if v.Pending, err = u.svc.PendingBatches(ctx, p, 100); err != nil {
 		return v, err
