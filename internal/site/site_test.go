@@ -62,6 +62,22 @@ func TestAgentEndToEnd(t *testing.T) {
 			}
 		}
 	}
+	wantJSON := func(k, want string) check {
+		return func(t *testing.T, r map[string]any) {
+			t.Helper()
+			if got, _ := json.Marshal(r[k]); string(got) != want {
+				t.Errorf("result %s = %s, want %s", k, got, want)
+			}
+		}
+	}
+	// biosArgs is bmcArgs with values of any type.
+	biosArgs := func(ref map[string]any, kv ...any) map[string]any {
+		a := bmcArgs(ref)
+		for i := 0; i+1 < len(kv); i += 2 {
+			a[kv[i].(string)] = kv[i+1]
+		}
+		return a
+	}
 	wantFirmware := func(want string) check {
 		return func(t *testing.T, r map[string]any) {
 			t.Helper()
@@ -94,8 +110,26 @@ func TestAgentEndToEnd(t *testing.T) {
 				}}},
 		{name: "redfish firmware", kind: site.KindBMCQuery, args: bmcArgs(rfRef, "query", "firmware"),
 			checks: []check{wantFirmware(`[{"id":"BMC","name":"BMC","version":"bcd-vbmc-1"}]`)}},
+		{name: "redfish bios write", kind: site.KindBMCBIOS, args: biosArgs(rfRef, "attributes", map[string]string{"ProcVirtualization": "Disabled", "ProcCoreDisable": "2", "EmbNicPxe": "true"}),
+			checks: []check{wantJSON("changed", `["ProcCoreDisable","ProcVirtualization"]`), wantField("pending", true)}},
+		{name: "redfish bios pending before the reset", kind: site.KindBMCQuery, args: biosArgs(rfRef, "query", "bios", "names", []string{"ProcVirtualization", "ProcCoreDisable", "EmbNicPxe", "NoSuchKnob"}),
+			checks: []check{wantJSON("attributes", `{"EmbNicPxe":"true","ProcCoreDisable":"0","ProcVirtualization":"Enabled"}`)}},
+		{name: "redfish power cycle applies the bios settings", kind: site.KindBMCPower, args: bmcArgs(rfRef, "action", "cycle"),
+			checks: []check{wantField("power", "on")}},
+		{name: "redfish bios after the reset", kind: site.KindBMCQuery, args: biosArgs(rfRef, "query", "bios", "names", []string{"ProcVirtualization", "ProcCoreDisable", "EmbNicPxe"}),
+			checks: []check{wantJSON("attributes", `{"EmbNicPxe":"true","ProcCoreDisable":"2","ProcVirtualization":"Disabled"}`)}},
+		{name: "redfish bios in place writes nothing", kind: site.KindBMCBIOS, args: biosArgs(rfRef, "attributes", map[string]string{"ProcVirtualization": "Disabled"}),
+			checks: []check{wantJSON("changed", `[]`), wantField("pending", false)}},
+		{name: "redfish bios unknown attribute", kind: site.KindBMCBIOS, args: biosArgs(rfRef, "attributes", map[string]string{"NoSuchKnob": "On"}),
+			wantErr: "does not report BIOS attribute(s) NoSuchKnob"},
+		{name: "ipmi bios", kind: site.KindBMCBIOS, args: biosArgs(ipmiRef, "attributes", map[string]string{"ProcVirtualization": "Disabled"}),
+			wantErr: "the driver cannot change BIOS settings"},
+		{name: "bios without attributes", kind: site.KindBMCBIOS, args: bmcArgs(rfRef),
+			wantErr: "attributes: 0 BIOS settings"},
+		{name: "bios query without names", kind: site.KindBMCQuery, args: bmcArgs(rfRef, "query", "bios"),
+			wantErr: "names: 0 BIOS attributes"},
 		{name: "unknown query", kind: site.KindBMCQuery, args: bmcArgs(rfRef, "query", "sensors"),
-			wantErr: `query "sensors": accepted are power, inventory, firmware`},
+			wantErr: `query "sensors": accepted are power, inventory, firmware, bios`},
 		{name: "redfish power off", kind: site.KindBMCPower, args: bmcArgs(rfRef, "action", "off"),
 			checks: []check{wantField("power", "off")}, machine: rfMachine.State, want: vbmc.FakeState{On: false, Boot: "disk"}},
 		{name: "ipmi power on", kind: site.KindBMCPower, args: bmcArgs(ipmiRef, "action", "on"),

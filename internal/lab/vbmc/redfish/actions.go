@@ -224,6 +224,11 @@ func (s *Service) doReset(ctx context.Context, resetType string) error {
 	}
 	if err == nil {
 		s.afterReset()
+		// Every reset that gets here starts the host (ForceOff and GracefulShutdown returned
+		// above, as did On on a running host): its firmware applies the pending BIOS settings.
+		if applied := s.applyBIOSSettings(ctx); len(applied) > 0 {
+			s.log.InfoContext(ctx, "redfish BIOS settings applied at reset", "type", resetType, "attributes", applied)
+		}
 	}
 	return err
 }

@@ -24,6 +24,7 @@ const (
 	KindRead    = "read"    // any GET
 	KindReset   = "reset"   // ComputerSystem.Reset
 	KindBoot    = "boot"    // PATCH of the system or its settings
+	KindBIOS    = "bios"    // PATCH of the Bios resource or its settings object
 	KindMedia   = "media"   // InsertMedia / EjectMedia
 	KindAccount = "account" // PATCH of an account
 	KindSession = "session" // POST / DELETE of a session
@@ -51,6 +52,13 @@ type Quirks struct {
 	NoSessions bool
 	// NoUpdateService leaves the UpdateService out of the service root (older BMCs).
 	NoUpdateService bool
+	// NoBIOS leaves the Bios link out of the system and serves no Bios resource (BMCs that
+	// expose no BIOS attributes through Redfish).
+	NoBIOS bool
+	// IgnoreBIOSSettings accepts BIOS settings (the settings object shows them pending) and
+	// drops them at the next reset without applying them: the silent vendor failure that only a
+	// read-back after the reset catches.
+	IgnoreBIOSSettings bool
 }
 
 // FirmwareComponent is a FirmwareInventory member.
@@ -72,6 +80,12 @@ type Config struct {
 	// (its members in order). The manager's FirmwareVersion is "bcd-vbmc-1".
 	BiosVersion string
 	Firmware    []FirmwareComponent
+	// BIOSAttributes are the Bios resource's current Attributes: each a string, a boolean, an
+	// integer (any Go integer type, or a float64 or json.Number holding one) or nil (a
+	// write-only attribute, such as a password, which reads as null). Nil: DefaultBIOSAttributes.
+	// Settings PATCHed to Bios/Settings (If-Match required in LayoutSettings) are applied at the
+	// next reset that boots the host (On from off, ForceRestart, PowerCycle).
+	BIOSAttributes map[string]any
 
 	// MediaDir receives images fetched for virtual media; AllowFileImages also accepts file://
 	// URLs naming a local ISO (the lab only). Fetch fetches http(s) images (nil: a default client).
@@ -80,6 +94,20 @@ type Config struct {
 	Fetch           *http.Client
 
 	Log *slog.Logger
+}
+
+// DefaultBIOSAttributes is a small, realistic set of BIOS attributes (Dell-like names): strings,
+// an integer, a boolean and a write-only password (null).
+func DefaultBIOSAttributes() map[string]any {
+	return map[string]any{
+		"BootMode":           "Uefi",
+		"ProcVirtualization": "Enabled",
+		"SriovGlobalEnable":  "Disabled",
+		"ProcCStates":        "Enabled",
+		"ProcCoreDisable":    0,
+		"EmbNicPxe":          true,
+		"SetupPassword":      nil,
+	}
 }
 
 // AllResetTypes lists every ResetType the service can carry out, in advertised order.

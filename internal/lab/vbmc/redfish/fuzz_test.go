@@ -19,9 +19,11 @@ func FuzzServe(f *testing.F) {
 	f.Add(4, []byte(`{"UserName":"admin","Password":"x"}`))
 	f.Add(0, []byte(`{"Boot":3}`))
 	f.Add(1, []byte(`nope`))
+	f.Add(5, []byte(`{"Attributes":{"ProcCoreDisable":2,"EmbNicPxe":false},"@Redfish.SettingsApplyTime":{"ApplyTime":"OnReset"}}`))
+	f.Add(5, []byte(`{"Attributes":{"SetupPassword":null,"X":[1]}}`))
 	targets := []struct{ method, path string }{
 		{"PATCH", systemURI}, {"POST", resetURI}, {"POST", cdURI + "/Actions/VirtualMedia.InsertMedia"},
-		{"PATCH", accountURI}, {"POST", sessionsURI},
+		{"PATCH", accountURI}, {"POST", sessionsURI}, {"PATCH", biosSettingsURI},
 	}
 	f.Fuzz(func(t *testing.T, which int, body []byte) {
 		if which < 0 {

@@ -50,15 +50,17 @@ type Service struct {
 	m   vbmc.Machine
 	log *slog.Logger
 
-	mu       sync.Mutex
-	password string
-	boot     bootState
-	pending  *bootState // settings layout: written, applied at the next reset
-	image    string     // inserted image URL
-	sessions map[string]session
-	nextSess int
-	counts   map[string]int
-	refused  map[string]int
+	mu          sync.Mutex
+	password    string
+	boot        bootState
+	pending     *bootState     // settings layout: written, applied at the next reset
+	image       string         // inserted image URL
+	bios        map[string]any // current BIOS attributes (string, bool, json.Number, nil)
+	biosPending map[string]any // BIOS settings written, applied at the next reset that boots the host
+	sessions    map[string]session
+	nextSess    int
+	counts      map[string]int
+	refused     map[string]int
 }
 
 // New returns a service for machine m.
@@ -90,7 +92,11 @@ func New(cfg Config, m vbmc.Machine) (*Service, error) {
 	if cfg.UUID == "" {
 		cfg.UUID = "00000000-0000-4000-8000-000000000001"
 	}
-	s := &Service{cfg: cfg, m: m, log: cfg.Log, password: cfg.Password,
+	bios, err := initialBIOS(cfg.BIOSAttributes)
+	if err != nil {
+		return nil, fmt.Errorf("creating Redfish BMC: %w", err)
+	}
+	s := &Service{cfg: cfg, m: m, log: cfg.Log, password: cfg.Password, bios: bios,
 		boot:     bootState{Enabled: "Disabled", Target: "None", Mode: "UEFI"},
 		sessions: map[string]session{}, counts: map[string]int{}, refused: map[string]int{}}
 	return s, nil
@@ -114,6 +120,8 @@ func Classify(method, path string) string {
 		return KindReset
 	case method == http.MethodPatch && (path == systemURI || path == settingsURI):
 		return KindBoot
+	case method == http.MethodPatch && (path == biosURI || path == biosSettingsURI):
+		return KindBIOS
 	case method == http.MethodPost && strings.HasPrefix(path, cdURI+"/Actions/"):
 		return KindMedia
 	case method == http.MethodPatch && strings.HasPrefix(path, root+"/AccountService/Accounts/"):
@@ -306,6 +314,15 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, path, user strin
 		get(static(s.settingsResource()))
 	case path == resetURI:
 		s.reset(w, r)
+	case path == biosURI && !s.cfg.Quirks.NoBIOS && r.Method != http.MethodGet && r.Method != http.MethodHead:
+		writeError(w, http.StatusMethodNotAllowed, "Base.1.15.OperationNotAllowed",
+			"The Bios resource is read-only: PATCH the resource named by @Redfish.Settings.SettingsObject.")
+	case path == biosURI && !s.cfg.Quirks.NoBIOS:
+		get(func(context.Context) (map[string]any, error) { return s.biosResource(), nil })
+	case path == biosSettingsURI && !s.cfg.Quirks.NoBIOS && r.Method == http.MethodPatch:
+		s.patchBIOSSettings(w, r)
+	case path == biosSettingsURI && !s.cfg.Quirks.NoBIOS:
+		get(func(context.Context) (map[string]any, error) { return s.biosSettingsResource(), nil })
 	case path == systemURI+"/EthernetInterfaces":
 		members := make([]string, len(s.cfg.MACs))
 		for i := range s.cfg.MACs {
@@ -457,6 +474,9 @@ func (s *Service) system(ctx context.Context) (map[string]any, error) {
 		"Links":              map[string]any{"Chassis": []any{ref(chassisURI)}, "ManagedBy": []any{ref(managerURI)}},
 		"Actions": map[string]any{"#ComputerSystem.Reset": map[string]any{"target": resetURI,
 			"ResetType@Redfish.AllowableValues": s.cfg.Quirks.ResetTypes}}}
+	if !s.cfg.Quirks.NoBIOS {
+		res["Bios"] = ref(biosURI)
+	}
 	if s.cfg.Layout == LayoutSettings {
 		res["@Redfish.Settings"] = map[string]any{"@odata.type": "#Settings.v1_3_5.Settings",
 			"SettingsObject": ref(settingsURI), "SupportedApplyTimes": []string{"OnReset"}}

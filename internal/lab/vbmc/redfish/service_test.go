@@ -97,6 +97,9 @@ func TestClassify(t *testing.T) {
 		{"POST", resetURI, KindReset},
 		{"PATCH", systemURI, KindBoot},
 		{"PATCH", settingsURI + "/", KindBoot},
+		{"PATCH", biosSettingsURI, KindBIOS},
+		{"PATCH", biosURI, KindBIOS},
+		{"GET", biosSettingsURI, KindRead},
 		{"POST", cdURI + "/Actions/VirtualMedia.InsertMedia", KindMedia},
 		{"POST", cdURI + "/Actions/VirtualMedia.EjectMedia", KindMedia},
 		{"PATCH", accountURI, KindAccount},
@@ -496,5 +499,14 @@ func TestRedfishtool(t *testing.T) {
 	}
 	if out := run("-A", "Session", "Managers", "-I", "1"); !strings.Contains(out, managerURI) {
 		t.Fatalf("manager over a session:\n%s", out)
+	}
+	// BIOS settings: read the Bios resource, write its settings object, apply at a reset.
+	if out := run("raw", "GET", biosURI); !strings.Contains(out, `"ProcCStates": "Enabled"`) || !strings.Contains(out, biosSettingsURI) {
+		t.Fatalf("Bios resource:\n%s", out)
+	}
+	run("raw", "PATCH", biosSettingsURI, "-d", `{"Attributes": {"ProcCStates": "Disabled", "ProcCoreDisable": 1}}`)
+	run("Systems", "-I", "1", "reset", "On")
+	if out := run("raw", "GET", biosURI); !strings.Contains(out, `"ProcCStates": "Disabled"`) || !strings.Contains(out, `"ProcCoreDisable": 1`) {
+		t.Fatalf("Bios resource after the reset:\n%s", out)
 	}
 }
