@@ -18,6 +18,7 @@ type BIOSSetter interface {
 	// BIOSAttributes returns the current value of each named attribute as text (a JSON string
 	// as it is, a number in decimal, a boolean as true or false). An attribute the BMC does not
 	// report is absent from the map; a BMC that exposes no BIOS attributes at all is an error.
+	// No names: every attribute the BMC reports (an operator's listing, bcd bmc bios get).
 	BIOSAttributes(ctx context.Context, names []string) (map[string]string, error)
 	// SetBIOSAttributes writes want as pending settings that the BMC applies at the next reset.
 	// It writes only the attributes whose current value differs, and returns their names,

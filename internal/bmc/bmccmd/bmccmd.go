@@ -1,5 +1,6 @@
 // Package bmccmd is `bcd bmc`, the operator's BMC tool (like ipmitool or redfishtool): power,
-// boot device and inventory of one BMC, through the same drivers the site agent uses.
+// boot device, inventory and BIOS settings of one BMC, through the same drivers the site agent
+// uses.
 package bmccmd
 
 import (
@@ -9,7 +10,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -70,7 +73,7 @@ func newCommand(d deps) *cobra.Command {
 	f := &flags{}
 	cmd := &cobra.Command{
 		Use:   "bmc --driver redfish|ipmi --address ADDR --username USER [--password-file FILE] COMMAND",
-		Short: "Talk to one BMC directly: power, boot device, inventory (the site agent's drivers)",
+		Short: "Talk to one BMC directly: power, boot device, inventory, BIOS settings (the site agent's drivers)",
 		Long: `bcd bmc drives one BMC with the same Redfish and IPMI drivers the site agent uses,
 like ipmitool or redfishtool. The password is read from --password-file or $` + PasswordEnv + `,
 never from a flag value, and never printed.
@@ -91,7 +94,7 @@ PEM bundle, --insecure skips verification; without any of them the system roots 
 	pf.DurationVar(&f.timeout, "timeout", DefaultTimeout, "bound on the whole operation")
 	pf.StringVarP(&f.output, "output", "o", OutputTable, "output format: table or json")
 	pf.StringVar(&f.logLevel, "log-level", "warn", "driver log level on stderr: debug, info, warn or error")
-	cmd.AddCommand(powerCmd(f, d), bootdevCmd(f, d), inventoryCmd(f, d))
+	cmd.AddCommand(powerCmd(f, d), bootdevCmd(f, d), inventoryCmd(f, d), biosCmd(f, d))
 	return cmd
 }
 
@@ -487,6 +490,14 @@ func rows(res any) [][2]string {
 		return [][2]string{{"uuid", dash(r.SystemUUID)}, {"serial", dash(r.SerialNumber)},
 			{"manufacturer", dash(r.Manufacturer)}, {"model", dash(r.Model)},
 			{"macs", dash(strings.Join(r.MACs, ", "))}, {"power", string(r.Power)}}
+	case biosResult:
+		var out [][2]string
+		for _, name := range slices.Sorted(maps.Keys(r.Attributes)) {
+			out = append(out, [2]string{name, r.Attributes[name]})
+		}
+		return out
+	case biosSetResult:
+		return [][2]string{{"changed", dash(strings.Join(r.Changed, ", "))}, {"pending", fmt.Sprint(r.Pending)}}
 	}
 	return nil
 }
@@ -529,4 +540,94 @@ func oneLine(err error) error {
 		return err
 	}
 	return textError{msg: strings.Join(strings.Fields(strings.ReplaceAll(err.Error(), "\r", " ")), " ")}
+}
+
+// biosResult is the output of `bios get`: attribute → value as text.
+type biosResult struct {
+	Attributes map[string]string `json:"attributes"`
+}
+
+// biosSetResult is the output of `bios set`: what was written, pending until the next reset.
+type biosSetResult struct {
+	Changed []string `json:"changed"`
+	Pending bool     `json:"pending"`
+}
+
+func biosCmd(f *flags, d deps) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bios get [ATTRIBUTE...] | set ATTRIBUTE=VALUE...",
+		Short: "Read BIOS attributes, or write settings the BMC applies at the next reset (Redfish)",
+		Long: `bios get reads the named BIOS attributes (every attribute without names: how to find the
+names a pool's --bios-setting takes). bios set writes the attributes whose value differs as
+pending settings; the BMC applies them at the machine's next reset (bcd bmc power cycle), and
+bios get after it shows whether it did. Values are text, as bios get prints them.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:           "get [ATTRIBUTE...]",
+		Short:         "Read BIOS attributes (all without names)",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, names []string) error {
+			if len(names) > bmc.MaxBIOSSettings {
+				return fmt.Errorf("bmc bios get: %d attributes named: at most %d are accepted", len(names), bmc.MaxBIOSSettings)
+			}
+			return run(cmd, f, d, "bios get", func(ctx context.Context, drv any, _ io.Writer) (any, error) {
+				b, ok := drv.(bmc.BIOSSetter)
+				if !ok {
+					return nil, errors.New("the driver cannot read BIOS settings (Redfish only)")
+				}
+				attrs, err := b.BIOSAttributes(ctx, names)
+				if err != nil {
+					return nil, err
+				}
+				return biosResult{Attributes: attrs}, nil
+			})
+		},
+	}, &cobra.Command{
+		Use:           "set ATTRIBUTE=VALUE...",
+		Short:         "Write BIOS settings, applied at the next reset",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, pairs []string) error {
+			want, err := biosPairs(pairs)
+			if err != nil {
+				return fmt.Errorf("bmc bios set: %w", err)
+			}
+			return run(cmd, f, d, "bios set", func(ctx context.Context, drv any, _ io.Writer) (any, error) {
+				b, ok := drv.(bmc.BIOSSetter)
+				if !ok {
+					return nil, errors.New("the driver cannot change BIOS settings (Redfish only)")
+				}
+				changed, err := b.SetBIOSAttributes(ctx, want)
+				if err != nil {
+					return nil, err
+				}
+				return biosSetResult{Changed: changed, Pending: len(changed) > 0}, nil
+			})
+		},
+	})
+	return cmd
+}
+
+// biosPairs reads ATTRIBUTE=VALUE arguments (each attribute once, at most bmc.MaxBIOSSettings).
+// Pure.
+func biosPairs(pairs []string) (map[string]string, error) {
+	if len(pairs) > bmc.MaxBIOSSettings {
+		return nil, fmt.Errorf("%d settings: at most %d are accepted", len(pairs), bmc.MaxBIOSSettings)
+	}
+	out := map[string]string{}
+	for _, p := range pairs {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%q: use ATTRIBUTE=VALUE (ProcVirtualization=Enabled)", p)
+		}
+		if _, dup := out[k]; dup {
+			return nil, fmt.Errorf("attribute %s is given twice", k)
+		}
+		out[k] = v
+	}
+	return out, nil
 }

@@ -71,8 +71,8 @@ func checkNames(names []string) error {
 }
 
 // BIOSAttributes reads the current value of each named BIOS attribute from the system's Bios
-// resource, as text (BIOSText). An attribute the BMC does not report, or reports as null (a
-// write-only attribute such as a password), is absent from the map.
+// resource, as text (BIOSText); no names: every attribute. An attribute the BMC does not report,
+// or reports as null (a write-only attribute such as a password), is absent from the map.
 func (c *Client) BIOSAttributes(ctx context.Context, names []string) (map[string]string, error) {
 	const what = "reading BIOS attributes"
 	if err := checkNames(names); err != nil {
@@ -85,7 +85,11 @@ func (c *Client) BIOSAttributes(ctx context.Context, names []string) (map[string
 		if err != nil {
 			return err
 		}
-		for _, name := range names {
+		read := names
+		if len(read) == 0 {
+			read = slices.Collect(maps.Keys(doc.Attributes))
+		}
+		for _, name := range read {
 			if text, ok := BIOSText(doc.Attributes[name]); ok {
 				out[name] = text
 			}
