@@ -60,3 +60,35 @@ func Drift(baseline map[string]string, have []Firmware) []string {
 	}
 	return out
 }
+
+// FirmwareUpdater installs firmware through the BMC (the firmware.update step): the BMC fetches
+// the image at imageURL (the site agent's cache, over HTTP) and installs it on the named
+// components (firmware inventory ids, as Firmware reports them), and the call returns once the
+// BMC reports the update done. A component's new version may run only after the machine's next
+// reset (a BIOS), or at once (the BMC's own).
+type FirmwareUpdater interface {
+	// UpdateFirmware has the BMC install the image at imageURL on components, waiting for the
+	// BMC's update task to end (ctx bounds the wait). progress, when not nil, is told the task's
+	// percentage as the BMC reports it. A task that ends in anything but success is an error
+	// carrying the BMC's messages.
+	UpdateFirmware(ctx context.Context, imageURL string, components []string, progress func(percent int)) error
+}
+
+// FirmwareImage is one update of bmc.firmware: the component (as the baseline names it), the
+// version the baseline wants, and the catalog image that brings it (name, URL, size, SHA-256:
+// the site agent caches it, verified, and serves it to the BMC).
+type FirmwareImage struct {
+	Component string `json:"component"`
+	Version   string `json:"version"`
+	Image     string `json:"image"`
+	URL       string `json:"url"`
+	Size      int64  `json:"size"`
+	SHA256    string `json:"sha256"`
+}
+
+// FirmwareUpdateResult is bmc.firmware's result: the components updated (sorted), and whether
+// any were, hence versions pending until the next reset.
+type FirmwareUpdateResult struct {
+	Updated []string `json:"updated"`
+	Pending bool     `json:"pending"`
+}

@@ -18,7 +18,7 @@ type Image struct {
 	Name        string
 	URL         string
 	Size        int64
-	Format      string // raw | qcow2
+	Format      string // raw | qcow2 | iso | firmware
 	Compression string // none | zstd | xz | gzip
 	SHA256      string // hex
 	SHA512      string // hex
@@ -35,11 +35,15 @@ type Signer struct {
 
 // Formats and compressions accepted.
 var (
-	formats      = []string{"raw", "qcow2", "iso"}
+	formats      = []string{"raw", "qcow2", "iso", FormatFirmware}
 	compressions = []string{"none", "zstd", "xz", "gzip"}
 	hex64        = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	hex128       = regexp.MustCompile(`^[0-9a-f]{128}$`)
 )
+
+// FormatFirmware is a firmware package a BMC installs (a pool's firmwareImages): never written
+// to a disk or booted.
+const FormatFirmware = "firmware"
 
 // Check validates an image's fields (not its signature). A URL may not carry a user or password:
 // the catalog shows its URLs to every viewer. A URL signed with a query token is accepted; the
@@ -59,7 +63,13 @@ func Check(img Image) error {
 		return fmt.Errorf("image %s: size %d is negative", img.Name, img.Size)
 	}
 	if !slices.Contains(formats, img.Format) {
-		return fmt.Errorf("image %s: format %q: accepted are raw, qcow2, iso", img.Name, img.Format)
+		return fmt.Errorf("image %s: format %q: accepted are raw, qcow2, iso, firmware", img.Name, img.Format)
+	}
+	if img.Format == FormatFirmware && img.Compression != "none" {
+		return fmt.Errorf("image %s: a firmware image is handed to the BMC as it is: compression must be none", img.Name)
+	}
+	if img.Format == FormatFirmware && img.SHA256 == "" {
+		return fmt.Errorf("image %s: a firmware image needs a sha256 (the site serves it only once it matched)", img.Name)
 	}
 	if img.Format == "iso" && img.Compression != "none" {
 		return fmt.Errorf("image %s: an iso is booted as it is (virtual media, iPXE sanboot): compression must be none", img.Name)

@@ -54,6 +54,10 @@ func TestVerify(t *testing.T) {
 		func(i *Image) {
 			i.Format, i.Compression, i.SHA256, i.SHA512 = "iso", "none", "", strings.Repeat("c", 128)
 		},
+		func(i *Image) { i.Format = FormatFirmware }, // compressed: the BMC takes it as it is
+		func(i *Image) {
+			i.Format, i.Compression, i.SHA256, i.SHA512 = FormatFirmware, "none", "", strings.Repeat("c", 128)
+		},
 	} {
 		b := img
 		bad(&b)
@@ -65,6 +69,11 @@ func TestVerify(t *testing.T) {
 	iso.Format, iso.Compression = "iso", "none"
 	if err := Check(iso); err != nil {
 		t.Errorf("an uncompressed ISO with a sha256: %v", err)
+	}
+	fw := img
+	fw.Format, fw.Compression = FormatFirmware, "none"
+	if err := Check(fw); err != nil {
+		t.Errorf("an uncompressed firmware image with a sha256: %v", err)
 	}
 }
 

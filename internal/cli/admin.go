@@ -118,7 +118,7 @@ const poolHeader = "NAME\tSITE\tTENANT\tHARDWARE PROFILE\tTRUST PXE NET\tLABELS\
 
 func poolCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "pool", Short: "Pools: machines of one site sharing a policy"}
-	policyFlags := func(c *cobra.Command, pol *bcdv1.PoolPolicy, labels, baseline, bios *[]string) {
+	policyFlags := func(c *cobra.Command, pol *bcdv1.PoolPolicy, labels, baseline, bios, images *[]string) {
 		c.Flags().StringVar(&pol.HardwareProfile, "hardware-profile", "redfish", "hardware profile (driver per concern)")
 		c.Flags().BoolVar(&pol.TrustProvisioningNetwork, "trust-provisioning-network", false, "bind PXE-discovered MACs without operator confirmation")
 		c.Flags().BoolVar(&pol.AutoAccept, "auto-accept", false, "accept machines a discovery-mode ramdisk reports at the pool's site without an operator (acceptance flow)")
@@ -127,10 +127,11 @@ func poolCmd(g *globals) *cobra.Command {
 		c.Flags().StringArrayVar(labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
 		c.Flags().StringArrayVar(baseline, "firmware-baseline", nil, "component=version the pool's machines must run, as their BMC names it (BIOS, BMC, NIC.Slot.1-1-1); checked at commissioning and release, a difference fails the node with FIRMWARE_DRIFT (repeatable)")
 		c.Flags().StringArrayVar(bios, "bios-setting", nil, "attribute=value the pool's machines' BIOS must have, as their Redfish BMC names it (ProcVirtualization=Enabled); written at commissioning and release, applied by the ramdisk's boot and read back, a difference fails the node with BIOS_DRIFT (repeatable; no passwords; redfish profiles only)")
+		c.Flags().StringArrayVar(images, "firmware-image", nil, "component=image: the catalog firmware image (bcd image add --format firmware) that brings a --firmware-baseline component to its version; at commissioning and release the BMC installs it where the component runs another version, before the ramdisk boots, and the baseline is checked after that boot (repeatable; redfish profiles only)")
 	}
 	var create bcdv1.CreatePoolRequest
 	create.Policy = &bcdv1.PoolPolicy{}
-	var cLabels, cBaseline, cBIOS []string
+	var cLabels, cBaseline, cBIOS, cImages []string
 	c := &cobra.Command{Use: "create NAME --site SITE", Short: "Create a pool", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			create.Name = args[0]
@@ -144,6 +145,9 @@ func poolCmd(g *globals) *cobra.Command {
 			if create.Policy.BiosSettings, err = pairMap("--bios-setting", "attribute=value", cBIOS); err != nil {
 				return err
 			}
+			if create.Policy.FirmwareImages, err = pairMap("--firmware-image", "component=image", cImages); err != nil {
+				return err
+			}
 			cl, err := g.clients()
 			if err != nil {
 				return err
@@ -155,10 +159,10 @@ func poolCmd(g *globals) *cobra.Command {
 			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pool))
 		}}
 	c.Flags().StringVar(&create.Site, "site", "default", "site of the pool")
-	policyFlags(c, create.Policy, &cLabels, &cBaseline, &cBIOS)
+	policyFlags(c, create.Policy, &cLabels, &cBaseline, &cBIOS, &cImages)
 	var update bcdv1.UpdatePoolRequest
 	update.Policy = &bcdv1.PoolPolicy{}
-	var uLabels, uBaseline, uBIOS []string
+	var uLabels, uBaseline, uBIOS, uImages []string
 	u := &cobra.Command{Use: "update POOL", Short: "Replace a pool's policy", Args: useArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			update.Pool = args[0]
@@ -172,6 +176,9 @@ func poolCmd(g *globals) *cobra.Command {
 			if update.Policy.BiosSettings, err = pairMap("--bios-setting", "attribute=value", uBIOS); err != nil {
 				return err
 			}
+			if update.Policy.FirmwareImages, err = pairMap("--firmware-image", "component=image", uImages); err != nil {
+				return err
+			}
 			cl, err := g.clients()
 			if err != nil {
 				return err
@@ -182,7 +189,7 @@ func poolCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, poolHeader, poolRows(resp.Msg.Pool))
 		}}
-	policyFlags(u, update.Policy, &uLabels, &uBaseline, &uBIOS)
+	policyFlags(u, update.Policy, &uLabels, &uBaseline, &uBIOS, &uImages)
 	var list bcdv1.ListPoolsRequest
 	l := &cobra.Command{Use: "list", Short: "List pools", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -42,6 +42,10 @@ var kinds = []Kind{
 	// bmc.bios writes the pool's BIOS settings that differ as pending settings, applied at the
 	// next reset. Destructive: it changes the machine's configuration.
 	{Name: "bmc.bios", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	// bmc.firmware has the BMC install the pool's firmware images where a component runs
+	// another version than the baseline's (applied at the next reset). Destructive: it changes
+	// what the machine runs.
+	{Name: "bmc.firmware", RunsOn: OnSite, Destructive: true, Reroutable: true},
 	// bmc.media inserts or ejects an ISO: the BMC's virtual media, else an iPXE sanboot entry
 	// of the ISO pinned in the site cache (hence the boot-lease holder).
 	{Name: "bmc.media", RunsOn: OnSite, Destructive: true, Reroutable: true, BootLeaseHolder: true},

@@ -9,6 +9,7 @@ func TestKindTable(t *testing.T) {
 		"bmc.power":           "site destructive . reroutable .",
 		"bmc.rotate":          "site destructive . reroutable .",
 		"bmc.bios":            "site destructive . reroutable .",
+		"bmc.firmware":        "site destructive . reroutable .",
 		"site.httpProxy":      "site destructive . reroutable .",
 		"boot.prepareRamdisk": "site . . reroutable .",
 		"boot.cleanUp":        "site . . reroutable .",

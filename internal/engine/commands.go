@@ -74,6 +74,11 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			return store.Command{}, err
 		}
 	}
+	if kind.Name == "bmc.firmware" {
+		if err := r.firmwareUpdateArgs(args); err != nil {
+			return store.Command{}, err
+		}
+	}
 	if kind.Name == "bmc.provisionInband" {
 		// The credential's references; outgoing encrypts the values to the node's ramdisk.
 		args["bmc"] = n.BMC()
@@ -161,6 +166,8 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 		return r.checkBIOS(c)
 	case c.Kind == "bmc.bios":
 		return r.takeBIOSWrite(c)
+	case c.Kind == "bmc.firmware":
+		return r.takeFirmwareUpdate(c)
 	case c.Kind == "bmc.query" && st.Args["query"] == "inventory":
 		var res oobResult
 		if err := json.Unmarshal([]byte(c.Result), &res); err != nil {

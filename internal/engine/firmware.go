@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"bcd/internal/bmc"
+	"bcd/internal/catalog"
 	"bcd/internal/store"
 )
 
@@ -61,4 +64,45 @@ func (r *run) checkFirmware(c store.Command) error {
 		return &firmwareDrift{lines: drift}
 	}
 	return nil
+}
+
+// firmwareUpdateArgs adds what firmware.update (bmc.firmware) sends: for each of the pool's
+// firmware images, the component, the baseline's version and the image, verified now (a signer
+// revoked, or the image changed, since the pool named it: refused before the BMC gets it).
+func (r *run) firmwareUpdateArgs(args map[string]any) error {
+	p, _, err := r.nodePool()
+	if err != nil {
+		return err
+	}
+	images := p.Policy.FirmwareImages
+	if len(images) == 0 {
+		return fmt.Errorf("the pool of node %s names no firmware images", r.n.ID)
+	}
+	var updates []bmc.FirmwareImage
+	for _, comp := range slices.Sorted(maps.Keys(images)) {
+		want, ok := p.Policy.FirmwareBaseline[comp]
+		if !ok {
+			return fmt.Errorf("the pool's firmware image for %s has no version in its baseline", comp)
+		}
+		img, err := r.tx.VerifiedImage(r.ctx, images[comp])
+		if err != nil {
+			return fmt.Errorf("refusing to install firmware image %s on %s: %w", images[comp], comp, err)
+		}
+		if img.Format != catalog.FormatFirmware || img.SHA256 == "" {
+			return fmt.Errorf("refusing to install image %s on %s: it is a %s image, not firmware with a sha256", img.Name, comp, img.Format)
+		}
+		updates = append(updates, bmc.FirmwareImage{Component: comp, Version: want, Image: img.Name, URL: img.URL, Size: img.Size, SHA256: img.SHA256})
+	}
+	args["updates"] = updates
+	return nil
+}
+
+// takeFirmwareUpdate records what firmware.update installed (an event: the components, pending
+// until the next reset).
+func (r *run) takeFirmwareUpdate(c store.Command) error {
+	var res bmc.FirmwareUpdateResult
+	if err := json.Unmarshal([]byte(c.Result), &res); err != nil {
+		return fmt.Errorf("bmc.firmware result is not JSON: %w", err)
+	}
+	return r.event("node.firmware.update", r.n.State, r.n.State, "", map[string]any{"command": c.ID, "updated": res.Updated, "pending": res.Pending})
 }

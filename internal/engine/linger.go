@@ -128,9 +128,9 @@ func (r *run) facts(wf *store.Workflow, c workflow.Condition) (workflow.Facts, e
 		f.Rejoined = since > 0 && since >= wf.BootEpoch
 		return f, err
 	}
-	if c == workflow.WhenFirmwareBaseline {
-		baseline, err := r.firmwareBaseline()
-		f.Baseline = len(baseline) > 0
+	if c == workflow.WhenFirmwareBaseline || c == workflow.WhenFirmwareImages || c == workflow.WhenBaselineNoImages {
+		p, _, err := r.nodePool()
+		f.Baseline, f.FirmwareImages = len(p.Policy.FirmwareBaseline) > 0, len(p.Policy.FirmwareImages) > 0
 		return f, err
 	}
 	if c == workflow.WhenBIOSSettings {

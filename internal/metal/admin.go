@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"regexp"
 	"slices"
 	"time"
@@ -164,6 +166,9 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 	if err := ValidBIOSSettings("policy.bios_settings", pol.BIOSSettings); err != nil {
 		return err
 	}
+	if err := s.validFirmwareImages(ctx, pol); err != nil {
+		return err
+	}
 	profiles, err := s.st.HardwareProfiles(ctx)
 	if err != nil {
 		return err
@@ -174,11 +179,44 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 			if len(pol.BIOSSettings) > 0 && hp.Drivers["power"] == "ipmi" {
 				return invalid("policy.bios_settings", "hardware profile %s drives its BMCs with ipmi, which has no BIOS settings: use a profile whose power driver is redfish", hp.Name)
 			}
+			if len(pol.FirmwareImages) > 0 && hp.Drivers["power"] == "ipmi" {
+				return invalid("policy.firmware_images", "hardware profile %s drives its BMCs with ipmi, which cannot install firmware: use a profile whose power driver is redfish", hp.Name)
+			}
 			return ValidLabels("policy.labels", pol.Labels)
 		}
 		names = append(names, hp.Name)
 	}
 	return invalid("policy.hardware_profile", "unknown hardware profile %q: defined are %v", truncate(pol.HardwareProfile), names)
+}
+
+// validFirmwareImages checks a policy's firmware images: each names a component of the
+// firmware baseline (the version the image must bring, checked after it is installed) and a
+// catalog image of format firmware whose signature verifies.
+func (s *Service) validFirmwareImages(ctx context.Context, pol store.PoolPolicy) error {
+	const field = "policy.firmware_images"
+	if len(pol.FirmwareImages) > MaxFirmwareBaseline {
+		return invalid(field, "%d components: at most %d are accepted", len(pol.FirmwareImages), MaxFirmwareBaseline)
+	}
+	for _, comp := range slices.Sorted(maps.Keys(pol.FirmwareImages)) {
+		if _, ok := pol.FirmwareBaseline[comp]; !ok {
+			return invalid(field, "component %q has no version in firmware_baseline: the baseline says which version the image must bring, and is checked after it is installed", truncate(comp))
+		}
+		name := pol.FirmwareImages[comp]
+		if err := ValidName(field, name); err != nil {
+			return err
+		}
+		img, err := s.st.VerifiedImage(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return invalid(field, "component %s: no catalog image named %q (bcd image list)", comp, truncate(name))
+		}
+		if err != nil {
+			return invalid(field, "component %s: %s: a BMC installs only catalog images whose signature verifies", comp, err.Error())
+		}
+		if img.Format != catalog.FormatFirmware {
+			return invalid(field, "component %s: image %s is a %s image: use one registered with --format firmware", comp, img.Name, img.Format)
+		}
+	}
+	return nil
 }
 
 func (s *Service) CreatePool(ctx context.Context, p auth.Principal, name, siteRef string, pol store.PoolPolicy) (store.Pool, error) {

@@ -18,6 +18,7 @@ import (
 	"bcd/internal/auth"
 	"bcd/internal/batch"
 	"bcd/internal/bmc"
+	"bcd/internal/catalog"
 	"bcd/internal/command"
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
@@ -482,11 +483,15 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 		if err := ValidName("image", in.Image); err != nil {
 			return store.Node{}, "", err
 		}
-		if _, err := s.st.VerifiedImage(ctx, in.Image); err != nil {
+		img, err := s.st.VerifiedImage(ctx, in.Image)
+		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				return store.Node{}, "", invalid("image", "no catalog image named %q (bcd image list)", truncate(in.Image))
 			}
 			return store.Node{}, "", invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
+		}
+		if img.Format == catalog.FormatFirmware {
+			return store.Node{}, "", invalid("image", "%s is a firmware image: a BMC installs it (a pool's firmwareImages); deploy writes raw, qcow2 or iso images", img.Name)
 		}
 		if err := s.knownDeployProfile(ctx, in.Profile); err != nil {
 			return store.Node{}, "", err

@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -202,6 +203,9 @@ type Machine struct {
 	// IgnoreBIOSSettings: the BMC takes BIOS settings (bmc.bios) and never applies them (the
 	// silent vendor failure bios.verify catches).
 	IgnoreBIOSSettings bool
+	// FirmwareUpdateFails: the BMC's update task ends in an error (bmc.firmware fails);
+	// FirmwareUpdateIgnored: it ends well and the old version still runs after the reset.
+	FirmwareUpdateFails, FirmwareUpdateIgnored bool
 
 	mu            sync.Mutex
 	power         bool
@@ -225,6 +229,18 @@ type Machine struct {
 	BIOS        map[string]string
 	biosPending map[string]string
 	BIOSWrites  int
+	// fwPending are the versions installed, running from the next power-on; FirmwareUpdates the
+	// images installed.
+	fwPending       map[string]string
+	FirmwareUpdates int
+}
+
+// firmware is what the machine's BMC reports (m.mu held): Machine.Firmware, else the defaults.
+func (m *Machine) firmware() []bmc.Firmware {
+	if m.Firmware == nil {
+		m.Firmware = []bmc.Firmware{{ID: "BIOS", Name: "BIOS", Version: SimFirmwareBIOS}, {ID: "BMC", Name: "BMC", Version: SimFirmwareBMC}}
+	}
+	return m.Firmware
 }
 
 // SimBIOS are the BIOS attributes a simulated machine starts with.
@@ -511,17 +527,18 @@ func (s *Sim) sleep(ctx context.Context) {
 }
 
 type siteArgs struct {
-	NodeID     string            `json:"nodeId"`
-	Attributes map[string]string `json:"attributes"`
-	Names      []string          `json:"names"`
-	MACs       []string          `json:"macs"`
-	Query      string            `json:"query"`
-	Action     string            `json:"action"`
-	Device     string            `json:"device"`
-	Token      string            `json:"token"`
-	Image      string            `json:"image"`
-	URL        string            `json:"url"`
-	SHA256     string            `json:"sha256"`
+	NodeID     string              `json:"nodeId"`
+	Attributes map[string]string   `json:"attributes"`
+	Names      []string            `json:"names"`
+	Updates    []bmc.FirmwareImage `json:"updates"`
+	MACs       []string            `json:"macs"`
+	Query      string              `json:"query"`
+	Action     string              `json:"action"`
+	Device     string              `json:"device"`
+	Token      string              `json:"token"`
+	Image      string              `json:"image"`
+	URL        string              `json:"url"`
+	SHA256     string              `json:"sha256"`
 }
 
 func ok(result any) engine.Update {
@@ -562,11 +579,7 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 			return ok(map[string]any{"systemUuid": m.UUID, "macs": macs, "power": powerWord()})
 		}
 		if args.Query == "firmware" {
-			fw := m.Firmware
-			if fw == nil {
-				fw = []bmc.Firmware{{ID: "BIOS", Name: "BIOS", Version: SimFirmwareBIOS}, {ID: "BMC", Name: "BMC", Version: SimFirmwareBMC}}
-			}
-			return ok(map[string]any{"firmware": fw})
+			return ok(map[string]any{"firmware": m.firmware()})
 		}
 		if args.Query == "bios" {
 			res := bmc.BIOSReadResult{Attributes: map[string]string{}}
@@ -601,6 +614,30 @@ func (s *Sim) siteCommand(ctx context.Context, a engine.Agent, c store.Command) 
 			res.Pending = true
 			m.BIOSWrites++
 		}
+		return ok(res)
+	case "bmc.firmware":
+		// As the site agent: the components that run another version are installed, pending
+		// until the next power-on.
+		res := bmc.FirmwareUpdateResult{Updated: []string{}}
+		for _, u := range args.Updates {
+			if f, found := bmc.FindFirmware(m.firmware(), u.Component); found && f.Version == u.Version {
+				continue
+			}
+			if len(u.SHA256) != 64 || u.URL == "" {
+				return failed("arguments: the firmware image of " + u.Component + " needs url and sha256")
+			}
+			if m.FirmwareUpdateFails {
+				return failed("installing " + u.Image + " on " + u.Component + ": the BMC's update task ended in Exception: simulated flash failure")
+			}
+			if m.fwPending == nil {
+				m.fwPending = map[string]string{}
+			}
+			m.fwPending[u.Component] = u.Version
+			m.FirmwareUpdates++
+			res.Updated = append(res.Updated, u.Component)
+		}
+		slices.Sort(res.Updated)
+		res.Pending = len(res.Updated) > 0
 		return ok(res)
 	case "bmc.boot":
 		m.bootDev = args.Device
@@ -683,6 +720,18 @@ func (s *Sim) powerOn(ctx context.Context, m *Machine) {
 		maps.Copy(m.bios(), m.biosPending)
 	}
 	m.biosPending = nil
+	for comp, version := range m.fwPending {
+		if m.FirmwareUpdateIgnored {
+			break
+		}
+		fw := m.firmware()
+		if i := slices.IndexFunc(fw, func(f bmc.Firmware) bool { return strings.EqualFold(f.ID, comp) || strings.EqualFold(f.Name, comp) }); i >= 0 {
+			fw[i].Version = version
+		} else {
+			m.Firmware = append(fw, bmc.Firmware{ID: comp, Name: comp, Version: version})
+		}
+	}
+	m.fwPending = nil
 	switch {
 	case m.bootDev == "pxe" && m.entry && m.token != "":
 		rctx, cancel := context.WithCancel(ctx)

@@ -26,6 +26,7 @@ const (
 	KindBMCRotate      = "bmc.rotate"
 	KindBMCMedia       = "bmc.media"
 	KindBMCBIOS        = "bmc.bios"
+	KindBMCFirmware    = "bmc.firmware"
 	KindPrepareRamdisk = "boot.prepareRamdisk"
 	KindPrepareInst    = "boot.prepareInstance"
 	KindCleanUp        = "boot.cleanUp"
@@ -94,6 +95,8 @@ type commandArgs struct {
 	// the attributes to read.
 	Attributes map[string]string `json:"attributes"`
 	Names      []string          `json:"names"`
+	// bmc.firmware: the pool's firmware images.
+	Updates []bmc.FirmwareImage `json:"updates"`
 	// bmc.media insert: the catalog ISO.
 	Image  string `json:"image"`
 	URL    string `json:"url"`
@@ -270,6 +273,7 @@ func newHandler(d handlerDeps) *handler {
 		KindBMCRotate:      h.bmcRotate,
 		KindBMCMedia:       h.bmcMedia,
 		KindBMCBIOS:        h.bmcBIOS,
+		KindBMCFirmware:    h.bmcFirmware,
 		KindPrepareRamdisk: h.prepareRamdisk,
 		KindPrepareInst:    h.prepareInstance,
 		KindCleanUp:        h.cleanUp,

@@ -44,6 +44,8 @@ const (
 	capRotate   = "rotate credential"
 	capMedia    = "use virtual media"
 	capBIOS     = "change BIOS settings"
+	// capFirmwareUpdate: read the versions and install firmware (both are needed).
+	capFirmwareUpdate = "update firmware"
 )
 
 // supports reports whether drv implements capability c. Pure.
@@ -73,6 +75,10 @@ func supports(drv any, c string) bool {
 	case capBIOS:
 		_, ok := drv.(bmc.BIOSSetter)
 		return ok
+	case capFirmwareUpdate:
+		_, reads := drv.(bmc.FirmwareReader)
+		_, updates := drv.(bmc.FirmwareUpdater)
+		return reads && updates
 	}
 	return false
 }

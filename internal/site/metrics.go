@@ -268,13 +268,15 @@ func opLabel(capability string) string {
 		return "use_virtual_media"
 	case capBIOS:
 		return "change_bios_settings"
+	case capFirmwareUpdate:
+		return "update_firmware"
 	}
 	return strings.ReplaceAll(capability, " ", "_")
 }
 
 // bmcCapabilities are the operations BMC calls are counted by.
 func bmcCapabilities() []string {
-	return []string{capGetPower, capSetPower, capBoot, capInspect, capFirmware, capRotate, capMedia, capBIOS}
+	return []string{capGetPower, capSetPower, capBoot, capInspect, capFirmware, capRotate, capMedia, capBIOS, capFirmwareUpdate}
 }
 
 // bmcFailure classifies a failed BMC call: the stage runDriver failed at, or the context's end

@@ -733,21 +733,22 @@ func (t *Tx) AgentGone(ctx context.Context, id, connID string) error {
 	return nil
 }
 
-// BIOSPendingMark is what the result of a bmc.bios command that wrote settings holds (the JSON
-// of bmc.BIOSWriteResult with Pending set; a test pins the two together).
-const BIOSPendingMark = `"pending":true`
+// PendingMark is what the result of a bmc.bios command that wrote settings, or of a bmc.firmware
+// that installed an image, holds (the JSON of bmc.BIOSWriteResult or bmc.FirmwareUpdateResult
+// with Pending set; a test pins them together).
+const PendingMark = `"pending":true`
 
 // LastBootCommandAt returns when the node was last sent a command that makes it boot or leave
 // its ramdisk (a BMC power action, a kexec, or a lingering ramdisk's power-off once offered to
 // it), or 0: an agent connection older than that belongs to a previous boot even while the
 // connection still looks alive (a reset machine sends no FIN). A bmc.bios that wrote settings
-// counts too: they apply at the next reset, so the ramdisk up before it must not be used as it
-// is.
+// and a bmc.firmware that installed an image count too: they apply at the next reset, so the
+// ramdisk up before them must not be used as it is.
 func (t *Tx) LastBootCommandAt(ctx context.Context, nodeID string) (int64, error) {
 	var at int64
 	err := t.queryRow(ctx, `SELECT COALESCE(MAX(created_at), 0) FROM commands WHERE node_id = ?
 		AND (kind IN ('bmc.power', 'boot.kexec') OR kind = 'ramdisk.powerOff' AND target_agent <> ''
-			OR kind = 'bmc.bios' AND result LIKE '%`+BIOSPendingMark+`%')`, nodeID).Scan(&at)
+			OR kind IN ('bmc.bios', 'bmc.firmware') AND result LIKE '%`+PendingMark+`%')`, nodeID).Scan(&at)
 	if err != nil {
 		return 0, fmt.Errorf("reading the last boot command of %s: %w", nodeID, err)
 	}

@@ -62,6 +62,10 @@ type PoolPolicy struct {
 	TrustProvisioningNetwork bool              `json:"trustProvisioningNetwork,omitempty"`
 	Labels                   map[string]string `json:"labels,omitempty"`
 	FirmwareBaseline         map[string]string `json:"firmwareBaseline,omitempty"`
+	// FirmwareImages name, per baseline component, the catalog firmware image that brings it
+	// to the baseline's version: installed by the BMC at commissioning and release where the
+	// component runs another version.
+	FirmwareImages map[string]string `json:"firmwareImages,omitempty"`
 	// BIOSSettings are the BIOS attributes the pool's machines must have (attribute → value as
 	// text), written at commissioning and release and read back after the boot that applies
 	// them.

@@ -14,8 +14,8 @@ func TestOverridableSteps(t *testing.T) {
 		"metal-enroll":        "power.getPower inspect.oob",
 		"metal-enroll-inband": "bmc.provisionInband power.getPower inspect.oob",
 		"metal-inspect":       "inventory.refresh",
-		"metal-commission":    "firmware.check bios.apply bios.verify diag.dcgm(level) disk.wipe(mode) power.off",
-		"metal-release":       "bios.apply bios.verify disk.wipe firmware.check power.off",
+		"metal-commission":    "firmware.check firmware.update bios.apply bios.verify diag.dcgm(level) disk.wipe(mode) power.off",
+		"metal-release":       "firmware.update bios.apply bios.verify disk.wipe firmware.check power.off",
 		"metal-retire":        "disk.wipe power.off",
 		"metal-rescue":        "",
 		"metal-unrescue":      "management.setBootDevice power.cycle",
@@ -211,11 +211,11 @@ func TestOverrideRefusals(t *testing.T) {
 	// Release's wipe mode is the verb's; retire's stays secure.
 	for _, m := range []string{"quick", "full", "secure"} {
 		cases = append(cases,
-			bad{"metal-release", fmt.Sprintf(`{"override":{"disk.wipe":{"args":{"mode":%q}}}}`, m), "argument mode cannot be overridden: may be overridden in metal-release: bios.apply: timeout 1s-48h, retries 0-10; bios.verify: timeout 1s-48h, retries 0-10; disk.wipe: timeout 1s-48h, retries 0-10; firmware.check: timeout 1s-48h, retries 0-10; power.off: timeout 1s-48h, retries 0-10"},
+			bad{"metal-release", fmt.Sprintf(`{"override":{"disk.wipe":{"args":{"mode":%q}}}}`, m), "argument mode cannot be overridden: may be overridden in metal-release: firmware.update: timeout 1s-48h, retries 0-10; bios.apply: timeout 1s-48h, retries 0-10; bios.verify: timeout 1s-48h, retries 0-10; disk.wipe: timeout 1s-48h, retries 0-10; firmware.check: timeout 1s-48h, retries 0-10; power.off: timeout 1s-48h, retries 0-10"},
 			bad{"metal-retire", fmt.Sprintf(`{"override":{"disk.wipe":{"args":{"mode":%q}}}}`, m), "argument mode cannot be overridden"})
 	}
 	cases = append(cases,
-		bad{"metal-commission", `{"override":{"metal.ensureRamdisk":{"timeout":"1h"}}}`, "may be overridden in metal-commission: firmware.check: timeout 1s-48h, retries 0-10; bios.apply: timeout 1s-48h, retries 0-10; bios.verify: timeout 1s-48h, retries 0-10; diag.dcgm: args.level 0|1|2|3|4 (0: the step does not run), timeout 1s-48h, retries 0-10; disk.wipe: args.mode quick|full|secure, timeout 1s-48h, retries 0-10; power.off: timeout 1s-48h, retries 0-10"},
+		bad{"metal-commission", `{"override":{"metal.ensureRamdisk":{"timeout":"1h"}}}`, "may be overridden in metal-commission: firmware.check: timeout 1s-48h, retries 0-10; firmware.update: timeout 1s-48h, retries 0-10; bios.apply: timeout 1s-48h, retries 0-10; bios.verify: timeout 1s-48h, retries 0-10; diag.dcgm: args.level 0|1|2|3|4 (0: the step does not run), timeout 1s-48h, retries 0-10; disk.wipe: args.mode quick|full|secure, timeout 1s-48h, retries 0-10; power.off: timeout 1s-48h, retries 0-10"},
 		bad{"metal-retire", `{"override":{"metal.revokeIdentity":{}}}`, "step metal.revokeIdentity cannot be overridden"},
 		bad{"metal-rescue", `{"override":{"metal.revokeIdentity":{}}}`, "nothing in metal-rescue may be overridden"},
 	)

@@ -61,6 +61,12 @@ const (
 	WhenFirmwareBaseline Condition = "firmwareBaseline"
 	// WhenBIOSSettings: the node's pool names BIOS settings: bios.apply and bios.verify run.
 	WhenBIOSSettings Condition = "biosSettings"
+	// WhenFirmwareImages: the node's pool names firmware images: firmware.update runs before
+	// the ramdisk's boot, and commissioning checks the baseline after that boot.
+	WhenFirmwareImages Condition = "firmwareImages"
+	// WhenBaselineNoImages: a baseline and no firmware images: commissioning checks the
+	// baseline first (no boot spent on a machine that drifted and that nothing will update).
+	WhenBaselineNoImages Condition = "firmwareBaselineNoImages"
 )
 
 // Facts are what conditions are decided on, read as the step starts.
@@ -70,6 +76,7 @@ type Facts struct {
 	Rejoined        bool          // the installed OS joined since the workflow's last boot command
 	Baseline        bool          // the node's pool names a firmware baseline
 	BIOS            bool          // the node's pool names BIOS settings
+	FirmwareImages  bool          // the node's pool names firmware images
 }
 
 // Holds reports whether a step with condition c runs for a node with facts f. Pure.
@@ -87,6 +94,10 @@ func (c Condition) Holds(f Facts) bool {
 		return f.Baseline
 	case WhenBIOSSettings:
 		return f.BIOS
+	case WhenFirmwareImages:
+		return f.FirmwareImages
+	case WhenBaselineNoImages:
+		return f.Baseline && !f.FirmwareImages
 	case WhenOverridden:
 		return false
 	}
@@ -182,6 +193,10 @@ var stepKinds = []StepKind{
 	// (the engine: a difference fails the node with BIOS_DRIFT).
 	{Use: "bios.apply", Command: "bmc.bios", Timeout: 10 * time.Minute, Retries: 2},
 	{Use: "bios.verify", Command: "bmc.query", Args: map[string]string{"query": "bios"}, Timeout: 5 * time.Minute, Retries: 3},
+	// firmware.update has the BMC install the pool's firmware images on the components that run
+	// another version than the baseline's (bmc.firmware: the site agent caches each image and
+	// serves it to the BMC); the next reset applies them, and firmware.check follows that boot.
+	{Use: "firmware.update", Command: "bmc.firmware", Timeout: 2 * time.Hour, Retries: 1},
 	{Use: "power.setPower", Command: "bmc.power", Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.off", Command: "bmc.power", Args: map[string]string{"action": "off"}, Timeout: 3 * time.Minute, Retries: 1},
 	{Use: "power.cycle", Command: "bmc.power", Args: map[string]string{"action": "cycle"}, Timeout: 3 * time.Minute, Retries: 1},
@@ -313,8 +328,15 @@ func s(use string, kv ...string) Step {
 // node's fast-track window is 0, else its ramdisk lingers for the window.
 var powerOffOrLinger = [2]Step{{Use: "power.off", When: WhenNoFastTrack}, {Use: "metal.linger", When: WhenFastTrack}}
 
-// firmwareCheck runs where the node's pool has a firmware baseline.
-var firmwareCheck = Step{Use: "firmware.check", When: WhenFirmwareBaseline}
+// firmwareCheck runs where the node's pool has a firmware baseline; commissioning checks it
+// first where the pool names no images (firmwareCheckFirst), else after the boot that applied
+// the updates (firmwareCheckAfterUpdate).
+var (
+	firmwareCheck            = Step{Use: "firmware.check", When: WhenFirmwareBaseline}
+	firmwareCheckFirst       = Step{Use: "firmware.check", When: WhenBaselineNoImages}
+	firmwareUpdate           = Step{Use: "firmware.update", When: WhenFirmwareImages}
+	firmwareCheckAfterUpdate = Step{Use: "firmware.check", When: WhenFirmwareImages}
+)
 
 // biosApply and biosVerify run where the node's pool names BIOS settings: written before the
 // ramdisk's boot, read back once it is up.
@@ -340,12 +362,14 @@ func Builtin() []Profile {
 		// and again at the end of a release (a lessee may have flashed it).
 		// Its BIOS settings are written before the ramdisk boots (the boot applies them) and
 		// read back once it is up; at release too (a lessee may have changed them).
-		{Name: "metal-commission", Steps: []Step{firmwareCheck, biosApply, s("metal.ensureRamdisk"), biosVerify, s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
+		// Firmware images are installed before the ramdisk boots too, and the baseline is then
+		// checked after that boot.
+		{Name: "metal-commission", Steps: []Step{firmwareCheckFirst, firmwareUpdate, biosApply, s("metal.ensureRamdisk"), firmwareCheckAfterUpdate, biosVerify, s("diag.dcgm", "level", "2"), s("disk.wipe", "mode", "quick"), powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		// Release and retire begin by revoking the node's identity: nothing certified while a
 		// lessee had the machine (the installed OS's certificate; the deploy ramdisk's key, which
 		// a kexec leaves in the lessee's memory) can speak for the node, nor sign its wipe.
-		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), biosApply, s("metal.ensureRamdisk"), biosVerify, s("disk.wipe", "mode", "$wipe"), firmwareCheck, powerOffOrLinger[0], powerOffOrLinger[1]},
+		{Name: "metal-release", Steps: []Step{s("metal.revokeIdentity"), firmwareUpdate, biosApply, s("metal.ensureRamdisk"), biosVerify, s("disk.wipe", "mode", "$wipe"), firmwareCheck, powerOffOrLinger[0], powerOffOrLinger[1]},
 			Cleanup: []Step{s("boot.cleanUp")}},
 		{Name: "metal-retire", Steps: []Step{s("metal.revokeIdentity"), s("metal.ensureRamdisk"), s("disk.wipe", "mode", "secure"), s("power.off"), s("metal.revokeIdentity")},
 			Cleanup: []Step{s("boot.cleanUp")}},

@@ -16,8 +16,8 @@ func TestBuiltinProfilesResolve(t *testing.T) {
 		"metal-enroll":        "power.getPower inspect.oob",
 		"metal-enroll-inband": "boot.prepareRamdisk await.ramdisk bmc.provisionInband power.getPower inspect.oob",
 		"metal-inspect":       "management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk inventory.refresh metal.linger",
-		"metal-commission":    "firmware.check?firmwareBaseline bios.apply?biosSettings management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk bios.verify?biosSettings diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
-		"metal-release":       "metal.revokeIdentity bios.apply?biosSettings management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk bios.verify?biosSettings disk.wipe{mode: full} firmware.check?firmwareBaseline power.off?noFastTrack metal.linger?fastTrack",
+		"metal-commission":    "firmware.check?firmwareBaselineNoImages firmware.update?firmwareImages bios.apply?biosSettings management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk firmware.check?firmwareImages bios.verify?biosSettings diag.dcgm{level: 2} disk.wipe{mode: quick} power.off?noFastTrack metal.linger?fastTrack",
+		"metal-release":       "metal.revokeIdentity firmware.update?firmwareImages bios.apply?biosSettings management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk bios.verify?biosSettings disk.wipe{mode: full} firmware.check?firmwareBaseline power.off?noFastTrack metal.linger?fastTrack",
 		"metal-retire":        "metal.revokeIdentity management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk disk.wipe{mode: secure} power.off metal.revokeIdentity",
 		"metal-rescue":        "metal.revokeIdentity management.setBootDevice?noMacs{device: pxe} power.cycle?noMacs await.macCandidate?noMacs boot.prepareRamdisk management.setBootDevice{device: pxe} power.cycle await.ramdisk",
 		"metal-unrescue":      "management.setBootDevice{device: disk, persistent: true} boot.prepareInstance power.cycle await.rejoin",
@@ -67,6 +67,9 @@ func TestConditionHolds(t *testing.T) {
 		{WhenNoMACs, Facts{Baseline: true}, true},
 		{WhenBIOSSettings, Facts{}, false}, {WhenBIOSSettings, Facts{BIOS: true}, true}, {WhenBIOSSettings, Facts{Baseline: true}, false},
 		{WhenFirmwareBaseline, Facts{BIOS: true}, false}, {Always, Facts{BIOS: true}, true},
+		{WhenFirmwareImages, Facts{}, false}, {WhenFirmwareImages, Facts{FirmwareImages: true}, true}, {WhenFirmwareImages, Facts{Baseline: true}, false},
+		{WhenBaselineNoImages, Facts{Baseline: true}, true}, {WhenBaselineNoImages, Facts{Baseline: true, FirmwareImages: true}, false},
+		{WhenBaselineNoImages, Facts{}, false}, {WhenFirmwareBaseline, Facts{Baseline: true, FirmwareImages: true}, true},
 	} {
 		if got := tc.c.Holds(tc.f); got != tc.want {
 			t.Errorf("%q.Holds(%+v) = %v, want %v", tc.c, tc.f, got, tc.want)

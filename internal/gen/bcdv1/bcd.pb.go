@@ -5096,9 +5096,14 @@ type PoolPolicy struct {
 	// 128, no passwords, Redfish nodes only: written at commissioning and release before the
 	// ramdisk boots (the boot applies them), read back once it is up (a difference fails the node
 	// with BIOS_DRIFT).
-	BiosSettings  map[string]string `protobuf:"bytes,8,rep,name=bios_settings,json=biosSettings,proto3" json:"bios_settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	BiosSettings map[string]string `protobuf:"bytes,8,rep,name=bios_settings,json=biosSettings,proto3" json:"bios_settings,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Firmware component (of firmware_baseline) -> the catalog image (format firmware, signed)
+	// that brings it to the baseline's version: at commissioning and release, where the component
+	// runs another version, the site agent has the BMC install it before the ramdisk boots (the
+	// boot applies it) and the baseline is checked after that boot. Redfish nodes only.
+	FirmwareImages map[string]string `protobuf:"bytes,9,rep,name=firmware_images,json=firmwareImages,proto3" json:"firmware_images,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PoolPolicy) Reset() {
@@ -5183,6 +5188,13 @@ func (x *PoolPolicy) GetAutoAcceptInband() bool {
 func (x *PoolPolicy) GetBiosSettings() map[string]string {
 	if x != nil {
 		return x.BiosSettings
+	}
+	return nil
+}
+
+func (x *PoolPolicy) GetFirmwareImages() map[string]string {
+	if x != nil {
+		return x.FirmwareImages
 	}
 	return nil
 }
@@ -8746,7 +8758,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\tR\tcreatedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x06\n" +
 	"\n" +
 	"PoolPolicy\x12)\n" +
 	"\x10hardware_profile\x18\x01 \x01(\tR\x0fhardwareProfile\x12<\n" +
@@ -8757,7 +8769,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"autoAccept\x12*\n" +
 	"\x11fast_track_window\x18\x06 \x01(\tR\x0ffastTrackWindow\x12,\n" +
 	"\x12auto_accept_inband\x18\a \x01(\bR\x10autoAcceptInband\x12I\n" +
-	"\rbios_settings\x18\b \x03(\v2$.bcd.v1.PoolPolicy.BiosSettingsEntryR\fbiosSettings\x1a9\n" +
+	"\rbios_settings\x18\b \x03(\v2$.bcd.v1.PoolPolicy.BiosSettingsEntryR\fbiosSettings\x12O\n" +
+	"\x0ffirmware_images\x18\t \x03(\v2&.bcd.v1.PoolPolicy.FirmwareImagesEntryR\x0efirmwareImages\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
@@ -8765,6 +8778,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
 	"\x11BiosSettingsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aA\n" +
+	"\x13FirmwareImagesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa1\x01\n" +
 	"\x04Pool\x12\x0e\n" +
@@ -9043,7 +9059,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 143)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 144)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -9186,8 +9202,9 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	nil,                                       // 138: bcd.v1.PoolPolicy.LabelsEntry
 	nil,                                       // 139: bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	nil,                                       // 140: bcd.v1.PoolPolicy.BiosSettingsEntry
-	nil,                                       // 141: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 142: bcd.v1.CreateSiteRequest.LabelsEntry
+	nil,                                       // 141: bcd.v1.PoolPolicy.FirmwareImagesEntry
+	nil,                                       // 142: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 143: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	132, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
@@ -9228,172 +9245,173 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	138, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
 	139, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
 	140, // 37: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	68,  // 38: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	141, // 39: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	66,  // 40: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	66,  // 41: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	142, // 42: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	67,  // 43: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	67,  // 44: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	68,  // 45: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	68,  // 46: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	69,  // 47: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	69,  // 48: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	70,  // 49: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	70,  // 50: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	70,  // 51: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	96,  // 52: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	96,  // 53: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	96,  // 54: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	98,  // 55: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	97,  // 56: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	104, // 57: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	104, // 58: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	104, // 59: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	111, // 60: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	111, // 61: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	111, // 62: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	111, // 63: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	120, // 64: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	120, // 65: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	121, // 66: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	121, // 67: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	121, // 68: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	25,  // 69: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	28,  // 70: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 71: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 72: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	8,   // 73: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	10,  // 74: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 75: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 76: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	11,  // 77: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	12,  // 78: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	10,  // 79: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 80: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 81: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 82: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 83: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 84: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	16,  // 85: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	15,  // 86: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
-	17,  // 87: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	23,  // 88: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	20,  // 89: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	36,  // 90: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	38,  // 91: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	41,  // 92: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	43,  // 93: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	45,  // 94: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	46,  // 95: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	47,  // 96: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	51,  // 97: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	55,  // 98: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	57,  // 99: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	59,  // 100: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	59,  // 101: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	59,  // 102: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	62,  // 103: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	64,  // 104: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	105, // 105: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	107, // 106: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	109, // 107: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	92,  // 108: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	94,  // 109: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	99,  // 110: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	100, // 111: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	101, // 112: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	102, // 113: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	71,  // 114: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	73,  // 115: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	75,  // 116: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	77,  // 117: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	79,  // 118: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	81,  // 119: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	82,  // 120: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	84,  // 121: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	86,  // 122: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	88,  // 123: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	90,  // 124: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	112, // 125: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	114, // 126: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	116, // 127: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	118, // 128: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	122, // 129: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	124, // 130: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	126, // 131: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	128, // 132: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	130, // 133: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	27,  // 134: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	33,  // 135: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 136: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 137: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 138: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 139: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 140: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 141: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 142: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 143: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 144: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 145: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 146: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 147: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 148: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 149: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 150: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 151: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	18,  // 152: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	24,  // 153: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	22,  // 154: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	37,  // 155: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	40,  // 156: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 157: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	44,  // 158: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	27,  // 159: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 160: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	48,  // 161: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	54,  // 162: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	56,  // 163: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	58,  // 164: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	60,  // 165: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	60,  // 166: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	60,  // 167: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	63,  // 168: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	65,  // 169: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	106, // 170: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	108, // 171: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	110, // 172: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	93,  // 173: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	95,  // 174: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	103, // 175: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 176: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 177: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 178: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	72,  // 179: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	74,  // 180: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	76,  // 181: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	78,  // 182: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	80,  // 183: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	83,  // 184: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	83,  // 185: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	85,  // 186: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	87,  // 187: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	89,  // 188: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	91,  // 189: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	113, // 190: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	115, // 191: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	117, // 192: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	119, // 193: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	123, // 194: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	125, // 195: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	127, // 196: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	129, // 197: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	131, // 198: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	134, // [134:199] is the sub-list for method output_type
-	69,  // [69:134] is the sub-list for method input_type
-	69,  // [69:69] is the sub-list for extension type_name
-	69,  // [69:69] is the sub-list for extension extendee
-	0,   // [0:69] is the sub-list for field type_name
+	141, // 38: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	68,  // 39: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	142, // 40: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	66,  // 41: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	66,  // 42: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	143, // 43: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	67,  // 44: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	67,  // 45: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	68,  // 46: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	68,  // 47: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	69,  // 48: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	69,  // 49: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	70,  // 50: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	70,  // 51: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	70,  // 52: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	96,  // 53: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	96,  // 54: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	96,  // 55: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	98,  // 56: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	97,  // 57: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	104, // 58: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	104, // 59: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	104, // 60: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	111, // 61: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	111, // 62: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	111, // 63: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	111, // 64: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	120, // 65: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	120, // 66: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	121, // 67: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	121, // 68: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	121, // 69: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	25,  // 70: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	28,  // 71: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 72: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 73: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	8,   // 74: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	10,  // 75: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 76: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 77: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	11,  // 78: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	12,  // 79: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	10,  // 80: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 81: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 82: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 83: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 84: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 85: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	16,  // 86: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	15,  // 87: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	17,  // 88: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	23,  // 89: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	20,  // 90: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	36,  // 91: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	38,  // 92: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	41,  // 93: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	43,  // 94: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	45,  // 95: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	46,  // 96: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	47,  // 97: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	51,  // 98: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	55,  // 99: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	57,  // 100: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	59,  // 101: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	59,  // 102: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	59,  // 103: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	62,  // 104: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	64,  // 105: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	105, // 106: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	107, // 107: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	109, // 108: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	92,  // 109: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	94,  // 110: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	99,  // 111: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	100, // 112: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	101, // 113: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	102, // 114: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	71,  // 115: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	73,  // 116: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	75,  // 117: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	77,  // 118: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	79,  // 119: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	81,  // 120: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	82,  // 121: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	84,  // 122: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	86,  // 123: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	88,  // 124: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	90,  // 125: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	112, // 126: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	114, // 127: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	116, // 128: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	118, // 129: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	122, // 130: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	124, // 131: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	126, // 132: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	128, // 133: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	130, // 134: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	27,  // 135: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	33,  // 136: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 137: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 138: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 139: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 140: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 141: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 142: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 143: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 144: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 145: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 146: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 147: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 148: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 150: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 151: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 152: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	18,  // 153: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	24,  // 154: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	22,  // 155: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	37,  // 156: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	40,  // 157: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 158: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	44,  // 159: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	27,  // 160: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 161: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	48,  // 162: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	54,  // 163: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	56,  // 164: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	58,  // 165: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	60,  // 166: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	60,  // 167: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	60,  // 168: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	63,  // 169: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	65,  // 170: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	106, // 171: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	108, // 172: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	110, // 173: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	93,  // 174: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	95,  // 175: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	103, // 176: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 177: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 178: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	103, // 179: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	72,  // 180: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	74,  // 181: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	76,  // 182: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	78,  // 183: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	80,  // 184: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	83,  // 185: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	83,  // 186: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	85,  // 187: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	87,  // 188: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	89,  // 189: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	91,  // 190: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	113, // 191: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	115, // 192: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	117, // 193: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	119, // 194: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	123, // 195: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	125, // 196: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	127, // 197: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	129, // 198: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	131, // 199: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	135, // [135:200] is the sub-list for method output_type
+	70,  // [70:135] is the sub-list for method input_type
+	70,  // [70:70] is the sub-list for extension type_name
+	70,  // [70:70] is the sub-list for extension extendee
+	0,   // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -9408,7 +9426,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   143,
+			NumMessages:   144,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
