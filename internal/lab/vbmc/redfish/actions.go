@@ -229,6 +229,9 @@ func (s *Service) doReset(ctx context.Context, resetType string) error {
 		if applied := s.applyBIOSSettings(ctx); len(applied) > 0 {
 			s.log.InfoContext(ctx, "redfish BIOS settings applied at reset", "type", resetType, "attributes", applied)
 		}
+		if updated := s.applyFirmware(); len(updated) > 0 {
+			s.log.InfoContext(ctx, "redfish staged firmware applied at reset", "type", resetType, "components", updated)
+		}
 	}
 	return err
 }

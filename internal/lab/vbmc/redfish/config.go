@@ -28,6 +28,7 @@ const (
 	KindMedia   = "media"   // InsertMedia / EjectMedia
 	KindAccount = "account" // PATCH of an account
 	KindSession = "session" // POST / DELETE of a session
+	KindUpdate  = "update"  // UpdateService.SimpleUpdate
 	KindOther   = "other"
 )
 
@@ -59,6 +60,12 @@ type Quirks struct {
 	// drops them at the next reset without applying them: the silent vendor failure that only a
 	// read-back after the reset catches.
 	IgnoreBIOSSettings bool
+	// NoSimpleUpdate serves the UpdateService without Actions (no SimpleUpdate): BMCs that
+	// take firmware only by push, or not at all, through Redfish.
+	NoSimpleUpdate bool
+	// FirmwareUpdateFails accepts a SimpleUpdate (202 and a task) whose task then ends in
+	// Exception with a message, nothing staged.
+	FirmwareUpdateFails bool
 }
 
 // FirmwareComponent is a FirmwareInventory member.
@@ -78,8 +85,15 @@ type Config struct {
 	MACs         []string
 	// BiosVersion is the system's BiosVersion; Firmware the UpdateService's FirmwareInventory
 	// (its members in order). The manager's FirmwareVersion is "bcd-vbmc-1".
+	//
+	// UpdateService.SimpleUpdate fetches its ImageURI (http or https, with Fetch) and installs
+	// a lab firmware image (FirmwareImage) on the component it names: an inventory id, or BIOS
+	// (the BiosVersion) or BMC (the manager's FirmwareVersion). The task shows Running for
+	// UpdatePolls reads (0: one), then Completed. BMC's new version runs when the task
+	// completes; any other's at the next reset that boots the host.
 	BiosVersion string
 	Firmware    []FirmwareComponent
+	UpdatePolls int
 	// BIOSAttributes are the Bios resource's current Attributes: each a string, a boolean, an
 	// integer (any Go integer type, or a float64 or json.Number holding one) or nil (a
 	// write-only attribute, such as a password, which reads as null). Nil: DefaultBIOSAttributes.
@@ -88,7 +102,8 @@ type Config struct {
 	BIOSAttributes map[string]any
 
 	// MediaDir receives images fetched for virtual media; AllowFileImages also accepts file://
-	// URLs naming a local ISO (the lab only). Fetch fetches http(s) images (nil: a default client).
+	// URLs naming a local ISO (the lab only). Fetch fetches http(s) images, virtual media and
+	// firmware (nil: a default client).
 	MediaDir        string
 	AllowFileImages bool
 	Fetch           *http.Client

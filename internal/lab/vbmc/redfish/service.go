@@ -53,10 +53,16 @@ type Service struct {
 	mu          sync.Mutex
 	password    string
 	boot        bootState
-	pending     *bootState     // settings layout: written, applied at the next reset
-	image       string         // inserted image URL
-	bios        map[string]any // current BIOS attributes (string, bool, json.Number, nil)
-	biosPending map[string]any // BIOS settings written, applied at the next reset that boots the host
+	pending     *bootState          // settings layout: written, applied at the next reset
+	image       string              // inserted image URL
+	bios        map[string]any      // current BIOS attributes (string, bool, json.Number, nil)
+	biosPending map[string]any      // BIOS settings written, applied at the next reset that boots the host
+	firmware    []FirmwareComponent // the inventory, with its running versions
+	biosVersion string
+	bmcVersion  string
+	fwPending   map[string]string // component -> version, applied at the next reset that boots the host
+	tasks       map[string]*fwTask
+	nextTask    int
 	sessions    map[string]session
 	nextSess    int
 	counts      map[string]int
@@ -96,7 +102,12 @@ func New(cfg Config, m vbmc.Machine) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating Redfish BMC: %w", err)
 	}
+	if cfg.UpdatePolls < 0 {
+		return nil, fmt.Errorf("creating Redfish BMC: UpdatePolls %d is negative", cfg.UpdatePolls)
+	}
 	s := &Service{cfg: cfg, m: m, log: cfg.Log, password: cfg.Password, bios: bios,
+		firmware: slices.Clone(cfg.Firmware), biosVersion: cfg.BiosVersion, bmcVersion: defaultBMCVersion,
+		tasks:    map[string]*fwTask{},
 		boot:     bootState{Enabled: "Disabled", Target: "None", Mode: "UEFI"},
 		sessions: map[string]session{}, counts: map[string]int{}, refused: map[string]int{}}
 	return s, nil
@@ -128,6 +139,8 @@ func Classify(method, path string) string {
 		return KindAccount
 	case (method == http.MethodPost || method == http.MethodDelete) && strings.HasPrefix(path, sessionsURI):
 		return KindSession
+	case method == http.MethodPost && path == simpleUpdateURI:
+		return KindUpdate
 	}
 	return KindOther
 }
@@ -292,6 +305,10 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, path, user strin
 			return
 		}
 		res, err := build(ctx)
+		if errors.Is(err, errTaskMissing) {
+			notFound(w, path)
+			return
+		}
 		if err != nil {
 			s.internalError(w, r, err)
 			return
@@ -350,8 +367,9 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, path, user strin
 	case path == root+"/Managers":
 		get(static(collection(path, "#ManagerCollection.ManagerCollection", "Manager Collection", managerURI)))
 	case path == managerURI:
+		bmcVersion, _ := s.FirmwareVersion(bmcComponent)
 		get(static(map[string]any{"@odata.id": managerURI, "@odata.type": "#Manager.v1_10_0.Manager", "Id": "1",
-			"Name": "Virtual BMC", "ManagerType": "BMC", "FirmwareVersion": "bcd-vbmc-1",
+			"Name": "Virtual BMC", "ManagerType": "BMC", "FirmwareVersion": bmcVersion,
 			"Status":       map[string]any{"State": "Enabled", "Health": "OK"},
 			"VirtualMedia": ref(managerURI + "/VirtualMedia"),
 			"Links":        map[string]any{"ManagerForServers": []any{ref(systemURI)}, "ManagerForChassis": []any{ref(chassisURI)}}}))
@@ -364,22 +382,36 @@ func (s *Service) route(w http.ResponseWriter, r *http.Request, path, user strin
 	case path == cdURI+"/Actions/VirtualMedia.EjectMedia":
 		s.ejectMedia(w, r)
 	case path == updateURI && !s.cfg.Quirks.NoUpdateService:
-		get(static(map[string]any{"@odata.id": path, "@odata.type": "#UpdateService.v1_11_0.UpdateService",
-			"Id": "UpdateService", "Name": "Update Service", "ServiceEnabled": true,
-			"FirmwareInventory": ref(firmwareURI)}))
+		get(static(s.updateServiceResource()))
+	case path == simpleUpdateURI && !s.cfg.Quirks.NoUpdateService && !s.cfg.Quirks.NoSimpleUpdate:
+		s.simpleUpdate(w, r)
+	case path == taskServiceURI:
+		get(static(s.taskServiceResource()))
+	case path == tasksURI:
+		get(static(s.tasksCollection()))
+	case strings.HasPrefix(path, tasksURI+"/"):
+		get(func(ctx context.Context) (map[string]any, error) {
+			res, ok := s.taskResource(ctx, strings.TrimPrefix(path, tasksURI+"/"), r.Method == http.MethodGet)
+			if !ok {
+				return nil, errTaskMissing
+			}
+			return res, nil
+		})
 	case path == firmwareURI && !s.cfg.Quirks.NoUpdateService:
-		members := make([]string, len(s.cfg.Firmware))
-		for i, f := range s.cfg.Firmware {
+		inv := s.firmwareSnapshot()
+		members := make([]string, len(inv))
+		for i, f := range inv {
 			members[i] = firmwareURI + "/" + f.ID
 		}
 		get(static(collection(path, "#SoftwareInventoryCollection.SoftwareInventoryCollection", "Firmware Collection", members...)))
 	case strings.HasPrefix(path, firmwareURI+"/") && !s.cfg.Quirks.NoUpdateService:
-		i := slices.IndexFunc(s.cfg.Firmware, func(f FirmwareComponent) bool { return firmwareURI+"/"+f.ID == path })
+		inv := s.firmwareSnapshot()
+		i := slices.IndexFunc(inv, func(f FirmwareComponent) bool { return firmwareURI+"/"+f.ID == path })
 		if i < 0 {
 			notFound(w, path)
 			return
 		}
-		f := s.cfg.Firmware[i]
+		f := inv[i]
 		get(static(map[string]any{"@odata.id": path, "@odata.type": "#SoftwareInventory.v1_4_0.SoftwareInventory",
 			"Id": f.ID, "Name": f.Name, "Version": f.Version, "Updateable": true,
 			"Status": map[string]any{"State": "Enabled", "Health": "OK"}}))
@@ -438,6 +470,7 @@ func (s *Service) serviceRoot() map[string]any {
 		"Product": "bcd virtual BMC", "Vendor": "bcd",
 		"Systems": ref(root + "/Systems"), "Chassis": ref(root + "/Chassis"), "Managers": ref(root + "/Managers"),
 		"SessionService": ref(root + "/SessionService"), "AccountService": ref(root + "/AccountService"),
+		"Tasks": ref(taskServiceURI),
 		"Links": map[string]any{"Sessions": ref(sessionsURI)}}
 	if !s.cfg.Quirks.NoUpdateService {
 		res["UpdateService"] = ref(updateURI)
@@ -461,6 +494,7 @@ func (s *Service) system(ctx context.Context) (map[string]any, error) {
 	}
 	s.mu.Lock()
 	boot := bootJSON(s.boot)
+	biosVersion := s.biosVersion
 	s.mu.Unlock()
 	boot["BootSourceOverrideTarget@Redfish.AllowableValues"] = []string{"None", "Pxe", "Hdd", "Cd"}
 	boot["BootSourceOverrideMode@Redfish.AllowableValues"] = []string{"UEFI", "Legacy"}
@@ -468,7 +502,7 @@ func (s *Service) system(ctx context.Context) (map[string]any, error) {
 	res := map[string]any{"@odata.id": systemURI, "@odata.type": "#ComputerSystem.v1_13_0.ComputerSystem",
 		"Id": "1", "Name": "Virtual Machine", "SystemType": "Physical", "UUID": s.cfg.UUID,
 		"SerialNumber": s.cfg.SerialNumber, "Manufacturer": s.cfg.Manufacturer, "Model": s.cfg.Model,
-		"PowerState": power, "Boot": boot, "BiosVersion": s.cfg.BiosVersion,
+		"PowerState": power, "Boot": boot, "BiosVersion": biosVersion,
 		"Status":             map[string]any{"State": "Enabled", "Health": "OK"},
 		"EthernetInterfaces": ref(systemURI + "/EthernetInterfaces"),
 		"Links":              map[string]any{"Chassis": []any{ref(chassisURI)}, "ManagedBy": []any{ref(managerURI)}},
