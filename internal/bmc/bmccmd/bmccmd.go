@@ -22,6 +22,7 @@ import (
 	"bcd/internal/bmc"
 	"bcd/internal/bmc/ipmi"
 	"bcd/internal/bmc/redfish"
+	"bcd/internal/catalog"
 )
 
 // PasswordEnv holds the BMC password when --password-file is not given. The password is never
@@ -73,7 +74,7 @@ func newCommand(d deps) *cobra.Command {
 	f := &flags{}
 	cmd := &cobra.Command{
 		Use:   "bmc --driver redfish|ipmi --address ADDR --username USER [--password-file FILE] COMMAND",
-		Short: "Talk to one BMC directly: power, boot device, inventory, BIOS settings (the site agent's drivers)",
+		Short: "Talk to one BMC directly: power, boot device, inventory, BIOS settings, firmware (the site agent's drivers)",
 		Long: `bcd bmc drives one BMC with the same Redfish and IPMI drivers the site agent uses,
 like ipmitool or redfishtool. The password is read from --password-file or $` + PasswordEnv + `,
 never from a flag value, and never printed.
@@ -94,7 +95,7 @@ PEM bundle, --insecure skips verification; without any of them the system roots 
 	pf.DurationVar(&f.timeout, "timeout", DefaultTimeout, "bound on the whole operation")
 	pf.StringVarP(&f.output, "output", "o", OutputTable, "output format: table or json")
 	pf.StringVar(&f.logLevel, "log-level", "warn", "driver log level on stderr: debug, info, warn or error")
-	cmd.AddCommand(powerCmd(f, d), bootdevCmd(f, d), inventoryCmd(f, d), biosCmd(f, d))
+	cmd.AddCommand(powerCmd(f, d), bootdevCmd(f, d), inventoryCmd(f, d), biosCmd(f, d), firmwareCmd(f, d))
 	return cmd
 }
 
@@ -496,6 +497,18 @@ func rows(res any) [][2]string {
 			out = append(out, [2]string{name, r.Attributes[name]})
 		}
 		return out
+	case firmwareResult:
+		var out [][2]string
+		for _, fw := range r.Firmware {
+			name := fw.ID
+			if fw.Name != "" && fw.Name != fw.ID {
+				name += " (" + fw.Name + ")"
+			}
+			out = append(out, [2]string{name, dash(fw.Version)})
+		}
+		return out
+	case firmwareUpdateResult:
+		return [][2]string{{"image", r.Image}, {"components", strings.Join(r.Components, ", ")}, {"done", fmt.Sprint(r.Done)}}
 	case biosSetResult:
 		return [][2]string{{"changed", dash(strings.Join(r.Changed, ", "))}, {"pending", fmt.Sprint(r.Pending)}}
 	}
@@ -630,4 +643,83 @@ func biosPairs(pairs []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
+}
+
+// firmwareResult is the output of `firmware list`: the components as the BMC reports them.
+type firmwareResult struct {
+	Firmware []bmc.Firmware `json:"firmware"`
+}
+
+// firmwareUpdateResult is the output of `firmware update`.
+type firmwareUpdateResult struct {
+	Image      string   `json:"image"`
+	Components []string `json:"components"`
+	Done       bool     `json:"done"`
+}
+
+func firmwareCmd(f *flags, d deps) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "firmware list | update IMAGE-URL COMPONENT...",
+		Short: "List the firmware versions the BMC reports, or have it install an image (Redfish)",
+		Long: `firmware list prints each component's id, name and version as the BMC reports them: the
+ids a pool's --firmware-baseline and --firmware-image name. firmware update has the BMC fetch the
+image at IMAGE-URL (http or https, reachable from the BMC) and install it on the components,
+following the BMC's update task to its end (--timeout bounds it: give minutes); most components
+run the new version after the machine's next reset (bcd bmc power cycle).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:           "list",
+		Short:         "List the firmware versions the BMC reports",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd, f, d, "firmware list", func(ctx context.Context, drv any, _ io.Writer) (any, error) {
+				r, ok := drv.(bmc.FirmwareReader)
+				if !ok {
+					return nil, errors.New("the driver cannot read firmware versions")
+				}
+				fw, err := r.Firmware(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if fw == nil {
+					fw = []bmc.Firmware{}
+				}
+				return firmwareResult{Firmware: fw}, nil
+			})
+		},
+	}, &cobra.Command{
+		Use:           "update IMAGE-URL COMPONENT...",
+		Short:         "Have the BMC install the image at IMAGE-URL on the components",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			url, components := args[0], args[1:]
+			if !strings.HasPrefix(url, "http://") && !strings.HasPrefix(url, "https://") {
+				return fmt.Errorf("bmc firmware update: image URL %q: use http(s)://host/path, reachable from the BMC", url)
+			}
+			return run(cmd, f, d, "firmware update", func(ctx context.Context, drv any, stderr io.Writer) (any, error) {
+				u, ok := drv.(bmc.FirmwareUpdater)
+				if !ok {
+					return nil, errors.New("the driver cannot install firmware (Redfish only)")
+				}
+				last := -1
+				progress := func(percent int) {
+					if percent != last {
+						last = percent
+						fmt.Fprintf(stderr, "firmware update: %d%%\n", percent)
+					}
+				}
+				if err := u.UpdateFirmware(ctx, url, components, progress); err != nil {
+					return nil, err
+				}
+				return firmwareUpdateResult{Image: catalog.RedactURL(url), Components: components, Done: true}, nil
+			})
+		},
+	})
+	return cmd
 }
