@@ -316,7 +316,11 @@ func (v *runningVM) serveBMCs(ctx, bg context.Context, wg *sync.WaitGroup, cred 
 	svc, err := redfishbmc.New(redfishbmc.Config{
 		Username: cred.Username, Password: cred.Password,
 		UUID: vm.UUID, SerialNumber: vm.Serial, Manufacturer: "bcd", Model: "bcd lab VM", MACs: []string{vm.MAC},
-		MediaDir: filepath.Join(vm.Dir, "media"), AllowFileImages: true, Log: log,
+		// A BIOS version to check a pool's firmware baseline against (firmware.check) and to
+		// update (firmware.update with a redfishbmc.FirmwareImage); QEMU's firmware is not
+		// touched.
+		BiosVersion: "bcd-lab-" + string(vm.Firmware) + "-1.0",
+		MediaDir:    filepath.Join(vm.Dir, "media"), AllowFileImages: true, Log: log,
 	}, m)
 	if err != nil {
 		return VMState{}, fmt.Errorf("Redfish BMC of %s: %w", vm.Name, err)
