@@ -2,30 +2,14 @@ package engine
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"bcd/internal/bmc"
+	"bcd/internal/provision"
 	"bcd/internal/store"
 )
-
-// biosDrift is a bios.verify that found the node's BIOS off its pool's settings after the boot
-// that should have applied them: the step fails with BIOS_DRIFT (not a retry: the BMC answered,
-// and a retry reads the same values; the write was taken and not applied).
-type biosDrift struct{ lines []string }
-
-func (e *biosDrift) Error() string {
-	return fmt.Sprintf("BIOS settings differ from the pool's after the boot that applies them: %s (the BMC took the write and did not apply it; check the BMC's configuration jobs, or change the pool's biosSettings)", strings.Join(e.lines, "; "))
-}
-
-// isBIOSDrift reports whether a step's result error is a BIOS drift.
-func isBIOSDrift(err error) bool {
-	var d *biosDrift
-	return errors.As(err, &d)
-}
 
 // biosSettings are the node's pool's BIOS settings (nil: none, or no pool).
 func (r *run) biosSettings() (map[string]string, error) {
@@ -78,7 +62,9 @@ func (r *run) checkBIOS(c store.Command) error {
 		return err
 	}
 	if len(drift) > 0 {
-		return &biosDrift{lines: drift}
+		// After the boot that should have applied them: the BMC took the write and did not.
+		return &driftError{fault: provision.FaultBIOSDrift, what: "BIOS settings differ from the pool's after the boot that applies them",
+			hint: "the BMC took the write and did not apply it; check the BMC's configuration jobs, or change the pool's biosSettings", lines: drift}
 	}
 	return nil
 }

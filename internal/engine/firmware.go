@@ -10,6 +10,7 @@ import (
 
 	"bcd/internal/bmc"
 	"bcd/internal/catalog"
+	"bcd/internal/provision"
 	"bcd/internal/store"
 )
 
@@ -17,18 +18,27 @@ import (
 // firmware baseline (bmc.query{query: firmware}); it runs only where the pool has a baseline.
 const FirmwareCheckStep = "firmware.check"
 
-// firmwareDrift is a firmware.check that found the node off its pool's baseline: the step fails
-// with FIRMWARE_DRIFT (not a retry: the BMC answered, and a retry reads the same versions).
-type firmwareDrift struct{ lines []string }
-
-func (e *firmwareDrift) Error() string {
-	return fmt.Sprintf("firmware differs from the pool's baseline: %s (update it, or change the pool's firmwareBaseline)", strings.Join(e.lines, "; "))
+// driftError is a check that found the node off its pool's policy (firmware.check: its
+// baseline; bios.verify: its BIOS settings): the step fails with the drift's fault, not a retry
+// (the BMC answered, and a retry reads the same values). Its message: what differs, one line per
+// item, between what and hint.
+type driftError struct {
+	fault      provision.Fault
+	what, hint string
+	lines      []string
 }
 
-// isFirmwareDrift reports whether a step's result error is a firmware drift.
-func isFirmwareDrift(err error) bool {
-	var d *firmwareDrift
-	return errors.As(err, &d)
+func (e *driftError) Error() string {
+	return fmt.Sprintf("%s: %s (%s)", e.what, strings.Join(e.lines, "; "), e.hint)
+}
+
+// driftFault is the fault of a step's result error: a drift's, else def.
+func driftFault(err error, def provision.Fault) provision.Fault {
+	var d *driftError
+	if errors.As(err, &d) {
+		return d.fault
+	}
+	return def
 }
 
 // firmwareBaseline is the node's pool's baseline (nil: none, or no pool).
@@ -61,7 +71,8 @@ func (r *run) checkFirmware(c store.Command) error {
 		return err
 	}
 	if len(drift) > 0 {
-		return &firmwareDrift{lines: drift}
+		return &driftError{fault: provision.FaultFirmwareDrift, what: "firmware differs from the pool's baseline",
+			hint: "update it, or change the pool's firmwareBaseline", lines: drift}
 	}
 	return nil
 }

@@ -401,12 +401,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 					if c.Kind == "disk.wipe" {
 						fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
 					}
-					if isFirmwareDrift(err) {
-						fault = provision.FaultFirmwareDrift
-					}
-					if isBIOSDrift(err) {
-						fault = provision.FaultBIOSDrift
-					}
+					fault = driftFault(err, fault) // FIRMWARE_DRIFT, BIOS_DRIFT
 					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 				}
 				return 0, true, r.stepDone(wf, st, c.ID)

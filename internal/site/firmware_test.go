@@ -2,7 +2,6 @@ package site_test
 
 import (
 	"crypto/sha256"
-	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
@@ -37,20 +36,8 @@ func TestFirmwareUpdateThroughTheBMC(t *testing.T) {
 
 	rfMachine, ipmiMachine := vbmc.NewFakeMachine(), vbmc.NewFakeMachine()
 	rfMachine.SetOn(true)
-	svc, err := redfishbmc.New(redfishbmc.Config{Layout: redfishbmc.LayoutPlain, Username: bmcUser, Password: bmcPass,
-		UUID: "11111111-2222-3333-4444-555555555555", BiosVersion: "1.0", MediaDir: t.TempDir(), Log: log}, rfMachine)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := redfishbmc.SelfSignedCert("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(svc)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert.TLS}}
-	srv.StartTLS()
-	defer srv.Close()
-	rfRef := map[string]any{"driver": "redfish", "address": srv.URL, "usernameRef": "secret://u", "passwordRef": "secret://p", "fingerprintSha256": cert.FingerprintSHA256}
+	rfURL, fp := redfishBMC(t, rfMachine, bmcUser, bmcPass, nil, log, func(c *redfishbmc.Config) { c.BiosVersion = "1.0" })
+	rfRef := map[string]any{"driver": "redfish", "address": rfURL, "usernameRef": "secret://u", "passwordRef": "secret://p", "fingerprintSha256": fp}
 	ipmiRef := map[string]any{"driver": "ipmi", "address": ipmiBMC(t, ipmiMachine, bmcUser, bmcPass, log), "usernameRef": "secret://u", "passwordRef": "secret://p"}
 	creds := credentials(t, ag.certDER(t), bmcUser, bmcPass)
 	update := map[string]any{"component": "BIOS", "version": "2.0", "image": "bios-2", "url": origin.URL + "/bios-2.bin", "size": len(image), "sha256": sha}

@@ -179,11 +179,15 @@ func credentials(t testing.TB, certDER []byte, user, pass string) string {
 }
 
 // redfishBMC serves a virtual Redfish BMC over TLS on loopback.
-func redfishBMC(t *testing.T, m vbmc.Machine, user, pass string, macs []string, log *slog.Logger) (url, fingerprint string) {
+func redfishBMC(t *testing.T, m vbmc.Machine, user, pass string, macs []string, log *slog.Logger, opts ...func(*redfishbmc.Config)) (url, fingerprint string) {
 	t.Helper()
-	svc, err := redfishbmc.New(redfishbmc.Config{Layout: redfishbmc.LayoutPlain, Username: user, Password: pass,
+	cfg := redfishbmc.Config{Layout: redfishbmc.LayoutPlain, Username: user, Password: pass,
 		UUID: "11111111-2222-3333-4444-555555555555", SerialNumber: "SN-1", Manufacturer: "bcd", Model: "virtual",
-		MACs: macs, MediaDir: t.TempDir(), Log: log}, m)
+		MACs: macs, MediaDir: t.TempDir(), Log: log}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	svc, err := redfishbmc.New(cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}
