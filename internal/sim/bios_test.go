@@ -2,7 +2,6 @@ package sim
 
 import (
 	"context"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -11,31 +10,6 @@ import (
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
 )
-
-// biosCommands counts the node's bmc.bios commands, BIOS queries and power cycles.
-func biosCommands(t *testing.T, st *store.Store, id string) (writes, queries, cycles int) {
-	t.Helper()
-	cmds, err := st.Commands(context.Background(), id, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cmds {
-		var args struct {
-			Query  string `json:"query"`
-			Action string `json:"action"`
-		}
-		_ = json.Unmarshal([]byte(c.Args), &args)
-		switch {
-		case c.Kind == "bmc.bios":
-			writes++
-		case c.Kind == "bmc.query" && args.Query == "bios":
-			queries++
-		case c.Kind == "bmc.power" && args.Action == "cycle":
-			cycles++
-		}
-	}
-	return writes, queries, cycles
-}
 
 // A pool's BIOS settings are written when a node is commissioned, and read back after the boot
 // that applies them. Written settings make the node boot anew (the enroll chain's ramdisk,
@@ -93,7 +67,8 @@ func TestBIOSSettings(t *testing.T) {
 				if writes != c.written {
 					t.Errorf("%d BIOS writes, want %d", writes, c.written)
 				}
-				cmds, queries, cycles := biosCommands(t, st, id)
+				counts := commandCounts(t, st, id)
+				cmds, queries, cycles := counts["bmc.bios"], counts["bmc.query{bios}"], counts["bmc.power{cycle}"]
 				if cmds != c.commands || queries != c.queries || cycles != c.cycles {
 					t.Errorf("%d bmc.bios, %d BIOS queries, %d power cycles; want %d, %d, %d", cmds, queries, cycles, c.commands, c.queries, c.cycles)
 				}

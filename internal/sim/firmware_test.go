@@ -12,21 +12,27 @@ import (
 	"bcd/internal/store/storetest"
 )
 
-// firmwareQueries counts the node's bmc.query{query: firmware} commands.
-func firmwareQueries(t *testing.T, st *store.Store, id string) int {
+// commandCounts counts the node's commands by kind, and those with a query or an action by
+// kind{query} and kind{action} as well: "bmc.bios", "bmc.query{firmware}", "bmc.power{cycle}".
+func commandCounts(t *testing.T, st *store.Store, id string) map[string]int {
 	t.Helper()
 	cmds, err := st.Commands(context.Background(), id, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	n := map[string]int{}
 	for _, c := range cmds {
 		var args struct {
-			Query string `json:"query"`
+			Query  string `json:"query"`
+			Action string `json:"action"`
 		}
 		_ = json.Unmarshal([]byte(c.Args), &args)
-		if c.Kind == "bmc.query" && args.Query == "firmware" {
-			n++
+		n[c.Kind]++
+		if args.Query != "" {
+			n[c.Kind+"{"+args.Query+"}"]++
+		}
+		if args.Action != "" {
+			n[c.Kind+"{"+args.Action+"}"]++
 		}
 	}
 	return n
@@ -82,7 +88,7 @@ func TestFirmwareBaseline(t *testing.T) {
 						}
 					}
 				}
-				if got := firmwareQueries(t, st, id); got != c.queries {
+				if got := commandCounts(t, st, id)["bmc.query{firmware}"]; got != c.queries {
 					t.Errorf("%d firmware queries, want %d", got, c.queries)
 				}
 				if c.queries > 0 && !hasEvent(t, st, id, "node.firmware", `"BIOS":"`+SimFirmwareBIOS+`"`) {

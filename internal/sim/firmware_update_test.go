@@ -30,21 +30,6 @@ func addFirmwareImage(t *testing.T, h *Harness, name, hexByte string) {
 	}
 }
 
-// firmwareCounts counts the node's bmc.firmware commands and firmware queries.
-func firmwareCounts(t *testing.T, st *store.Store, id string) (updates, queries int) {
-	t.Helper()
-	cmds, err := st.Commands(context.Background(), id, 1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cmds {
-		if c.Kind == "bmc.firmware" {
-			updates++
-		}
-	}
-	return updates, firmwareQueries(t, st, id)
-}
-
 // A pool's firmware images are installed at commissioning where a component runs another
 // version than the baseline's, before the ramdisk boots: the boot applies them (the enroll
 // chain's lingering ramdisk is not used), and the baseline is checked after it. A machine already
@@ -88,8 +73,8 @@ func TestFirmwareUpdate(t *testing.T) {
 				if installed != c.installed || fw.Version != c.baseline {
 					t.Errorf("%d images installed, BIOS runs %s; want %d, %s", installed, fw.Version, c.installed, c.baseline)
 				}
-				updates, queries := firmwareCounts(t, st, id)
-				_, _, cycles := biosCommands(t, st, id)
+				counts := commandCounts(t, st, id)
+				updates, queries, cycles := counts["bmc.firmware"], counts["bmc.query{firmware}"], counts["bmc.power{cycle}"]
 				if updates != c.commands || queries != c.queries || cycles != c.cycles {
 					t.Errorf("%d bmc.firmware, %d firmware queries, %d power cycles; want %d, %d, %d", updates, queries, cycles, c.commands, c.queries, c.cycles)
 				}

@@ -20,16 +20,11 @@ func firmwareArtifact(u bmc.FirmwareImage) (netboot.Artifact, error) {
 	return art, nil
 }
 
-// firmwareUpdates are the updates whose component runs another version than the one wanted
-// (a component the BMC does not report is updated too: the image may bring it). Pure.
-func firmwareUpdates(have []bmc.Firmware, want []bmc.FirmwareImage) []bmc.FirmwareImage {
-	var out []bmc.FirmwareImage
-	for _, u := range want {
-		if f, ok := bmc.FindFirmware(have, u.Component); !ok || f.Version != u.Version {
-			out = append(out, u)
-		}
-	}
-	return out
+// outdated reports whether u's component runs another version than the one wanted (a
+// component the BMC does not report is updated too: the image may bring it). Pure.
+func outdated(have []bmc.Firmware, u bmc.FirmwareImage) bool {
+	f, ok := bmc.FindFirmware(have, u.Component)
+	return !ok || f.Version != u.Version
 }
 
 // bmcFirmware installs the pool's firmware images on the components that run another version
@@ -59,9 +54,11 @@ func (h *handler) bmcFirmware(ctx context.Context, a commandArgs) (any, error) {
 		if err != nil {
 			return fmt.Errorf("reading the firmware versions: %w", err)
 		}
-		for _, u := range firmwareUpdates(have, a.Updates) {
-			art := arts[slices.IndexFunc(a.Updates, func(x bmc.FirmwareImage) bool { return x.Component == u.Component })]
-			if err := h.installFirmware(ctx, drv.(bmc.FirmwareUpdater), a.NodeID, have, u, art); err != nil {
+		for i, u := range a.Updates {
+			if !outdated(have, u) {
+				continue
+			}
+			if err := h.installFirmware(ctx, drv.(bmc.FirmwareUpdater), a.NodeID, have, u, arts[i]); err != nil {
 				return err
 			}
 			res.Updated = append(res.Updated, u.Component)

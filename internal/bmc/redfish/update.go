@@ -2,11 +2,13 @@ package redfish
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -155,7 +157,7 @@ func (c *Client) planUpdate(ctx context.Context, components []string) (updatePla
 		}
 	case len(us.Actions) > 0:
 		return plan, fmt.Errorf("the BMC's UpdateService %s offers no SimpleUpdate action (it lists %s): "+
-			"it cannot pull firmware from a URL through Redfish", usURI, strings.Join(sortedKeys(us.Actions), ", "))
+			"it cannot pull firmware from a URL through Redfish", usURI, strings.Join(slices.Sorted(maps.Keys(us.Actions)), ", "))
 	default:
 		// No Actions at all: older services leave the property out; the DMTF URI is tried and a
 		// refusal there says the action is missing (see startUpdate).
@@ -187,15 +189,6 @@ func (c *Client) planUpdate(ctx context.Context, components []string) (updatePla
 	}
 	plan.targets = targets
 	return plan, nil
-}
-
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // actionInfoValues reads the AllowableValues of one parameter of an @Redfish.ActionInfo; nil
@@ -250,16 +243,7 @@ func (t taskDoc) isTask() bool {
 
 // state is the task's state: TaskState, else JobState (a Job), else Dell's JobState.
 func (t taskDoc) state() string {
-	return firstNonEmpty(t.TaskState, t.JobState, t.Oem.Dell.JobState)
-}
-
-func firstNonEmpty(s ...string) string {
-	for _, v := range s {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
+	return cmp.Or(t.TaskState, t.JobState, t.Oem.Dell.JobState)
 }
 
 // messages is the task's messages as one line: "text (id); …".
@@ -302,7 +286,7 @@ func taskOutcome(t taskDoc) string {
 	case "Exception", "Killed", "Cancelled", "Interrupted":
 		return taskFailed
 	}
-	switch dell := firstNonEmpty(t.Oem.Dell.JobState, t.JobState); dell {
+	switch dell := cmp.Or(t.Oem.Dell.JobState, t.JobState); dell {
 	case "Scheduled":
 		return taskStaged
 	case "Failed", "CompletedWithErrors", "Exception", "Cancelled", "Killed", "Interrupted":
@@ -453,7 +437,7 @@ func (c *Client) postAction(ctx context.Context, uri string, body any) (updateSt
 		st.first = &t
 		st.task = requestURI(t.ID)
 		if st.monitor == "" {
-			st.monitor = firstNonEmpty(requestURI(t.TaskMonitor), st.task)
+			st.monitor = cmp.Or(requestURI(t.TaskMonitor), st.task)
 		}
 	}
 	return st, nil
@@ -470,7 +454,7 @@ func (c *Client) followTask(ctx context.Context, what string, st updateStart, pr
 	last := -1
 	state := "Accepted"
 	report := func(t taskDoc) {
-		state = firstNonEmpty(t.state(), state)
+		state = cmp.Or(t.state(), state)
 		if t.PercentComplete != nil && progress != nil {
 			p := min(max(*t.PercentComplete, 0), 100)
 			if p != last {
@@ -493,7 +477,7 @@ func (c *Client) followTask(ctx context.Context, what string, st updateStart, pr
 				msg = "no message"
 			}
 			return true, &Error{Op: what, BMC: c.base, Message: fmt.Sprintf("the update task %s ended %s (status %s): %s",
-				uri, t.state(), firstNonEmpty(t.TaskStatus, t.JobStatus, "none"), msg)}
+				uri, t.state(), cmp.Or(t.TaskStatus, t.JobStatus, "none"), msg)}
 		}
 		return false, nil
 	}
