@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"bcd/internal/auth"
+	"bcd/internal/console"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
@@ -52,8 +53,9 @@ type ResultVerifier interface {
 	CAPEM() []byte
 }
 
-// Handler mounts every service on one mux. joiner may be nil (no agent gateway).
-func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, log *slog.Logger) http.Handler {
+// Handler mounts every service on one mux. joiner may be nil (no agent gateway); consoles too
+// (then Console answers UNIMPLEMENTED).
+func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, consoles *console.Hub, log *slog.Logger) http.Handler {
 	authn := &authenticator{svc: svc, ttl: 5 * time.Second, cache: map[string]cachedPrincipal{}}
 	opts := []connect.HandlerOption{
 		// Every codec Connect would otherwise decode with is replaced: "json; charset=utf-8" is
@@ -71,7 +73,7 @@ func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, log
 		connect.WithInterceptors(authn.interceptor(), logErrors(log)),
 	}
 	mux := http.NewServeMux()
-	n := &nodes{svc: svc, verifier: verifier, names: &nameCache{st: svc.Store(), maxAge: 10 * time.Second}}
+	n := &nodes{svc: svc, verifier: verifier, consoles: consoles, log: log, names: &nameCache{st: svc.Store(), maxAge: 10 * time.Second}}
 	mux.Handle(bcdv1connect.NewNodeServiceHandler(n, opts...))
 	mux.Handle(bcdv1connect.NewInventoryServiceHandler(&inventory{svc: svc, joiner: joiner}, opts...))
 	mux.Handle(bcdv1connect.NewTokenServiceHandler(&tokens{svc: svc}, opts...))
@@ -169,15 +171,32 @@ func (a *authenticator) principal(ctx context.Context, header string) (auth.Prin
 	return p, nil
 }
 
-func (a *authenticator) interceptor() connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			p, err := a.principal(ctx, req.Header().Get("Authorization"))
-			if err != nil {
-				return nil, err
-			}
-			return next(auth.WithPrincipal(ctx, p), req)
+// interceptor authenticates every call, unary and streaming (the console's output stream).
+func (a *authenticator) interceptor() connect.Interceptor { return authInterceptor{a} }
+
+type authInterceptor struct{ a *authenticator }
+
+func (i authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		p, err := i.a.principal(ctx, req.Header().Get("Authorization"))
+		if err != nil {
+			return nil, err
 		}
+		return next(auth.WithPrincipal(ctx, p), req)
+	}
+}
+
+func (authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		p, err := i.a.principal(ctx, conn.RequestHeader().Get("Authorization"))
+		if err != nil {
+			return err
+		}
+		return next(auth.WithPrincipal(ctx, p), conn)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"bcd/internal/console"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/metal"
@@ -30,6 +31,7 @@ type env struct {
 	logs  *bytes.Buffer
 	st    *store.Store
 	svc   *metal.Service
+	hub   *console.Hub
 }
 
 func newEnv(t testing.TB) *env {
@@ -49,9 +51,10 @@ func newEnvServing(t testing.TB, joiner SiteJoiner) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(Handler(svc, joiner, nil, log))
+	hub := console.NewHub()
+	srv := httptest.NewServer(Handler(svc, joiner, nil, hub, log))
 	t.Cleanup(srv.Close)
-	return &env{srv: srv, admin: tok, logs: logs, st: st, svc: svc}
+	return &env{srv: srv, admin: tok, logs: logs, st: st, svc: svc, hub: hub}
 }
 
 // post sends a raw JSON request and returns the status and body.

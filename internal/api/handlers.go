@@ -5,6 +5,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"bcd/internal/auth"
+	"bcd/internal/console"
 	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/metal"
@@ -23,6 +25,8 @@ import (
 type nodes struct {
 	svc      *metal.Service
 	verifier ResultVerifier // nil: attestations are listed unverified
+	consoles *console.Hub   // nil: no consoles
+	log      *slog.Logger
 	names    *nameCache
 }
 

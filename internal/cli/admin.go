@@ -347,7 +347,7 @@ func profileCmd(g *globals) *cobra.Command {
 			}
 			return g.table(resp.Msg, "NAME\tDRIVERS\tLOCAL BOOT", [][]string{{resp.Msg.Profile.Name, kv(resp.Msg.Profile.Drivers), resp.Msg.Profile.LocalBoot}})
 		}}
-	p.Flags().StringArrayVar(&drivers, "driver", nil, "concern=driver (power, management, boot, deploy, inspect, virtual-media)")
+	p.Flags().StringArrayVar(&drivers, "driver", nil, "concern=driver (power, management, boot, deploy, inspect, virtual-media, console)")
 	p.Flags().StringVar(&hp.LocalBoot, "local-boot", "exit", "how iPXE boots the local disk: exit or sanboot")
 	l := &cobra.Command{Use: "list", Short: "List hardware profiles", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -176,15 +176,32 @@ func (g *globals) clients() (*clients, error) {
 	}, nil
 }
 
-func bearer(token string) connect.UnaryInterceptorFunc {
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			if token != "" {
-				req.Header().Set("Authorization", "Bearer "+token)
-			}
-			return next(ctx, req)
+// bearer sends the token with every call, unary and streaming (bcd node console).
+func bearer(token string) connect.Interceptor { return bearerInterceptor(token) }
+
+type bearerInterceptor string
+
+func (t bearerInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if t != "" {
+			req.Header().Set("Authorization", "Bearer "+string(t))
 		}
+		return next(ctx, req)
 	}
+}
+
+func (t bearerInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		if t != "" {
+			conn.RequestHeader().Set("Authorization", "Bearer "+string(t))
+		}
+		return conn
+	}
+}
+
+func (bearerInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // printJSON writes a message in the stable JSON form scripts read (every field present).

@@ -32,23 +32,31 @@ type Kind struct {
 	BootLeaseHolder bool
 	// SelfTerminating: success is observed elsewhere (the installed OS rejoins), not reported.
 	SelfTerminating bool
+	// BMCCredentials: the command acts on the node's BMC and carries its credentials, encrypted
+	// to the agent that claims it (the row names only their secret references).
+	BMCCredentials bool
 }
 
 var kinds = []Kind{
-	{Name: "bmc.query", RunsOn: OnSite, Reroutable: true},
-	{Name: "bmc.boot", RunsOn: OnSite, Destructive: true, Reroutable: true},
-	{Name: "bmc.power", RunsOn: OnSite, Destructive: true, Reroutable: true},
-	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	{Name: "bmc.query", RunsOn: OnSite, Reroutable: true, BMCCredentials: true},
+	{Name: "bmc.boot", RunsOn: OnSite, Destructive: true, Reroutable: true, BMCCredentials: true},
+	{Name: "bmc.power", RunsOn: OnSite, Destructive: true, Reroutable: true, BMCCredentials: true},
+	{Name: "bmc.rotate", RunsOn: OnSite, Destructive: true, Reroutable: true, BMCCredentials: true},
 	// bmc.bios writes the pool's BIOS settings that differ as pending settings, applied at the
 	// next reset. Destructive: it changes the machine's configuration.
-	{Name: "bmc.bios", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	{Name: "bmc.bios", RunsOn: OnSite, Destructive: true, Reroutable: true, BMCCredentials: true},
 	// bmc.firmware has the BMC install the pool's firmware images where a component runs
 	// another version than the baseline's (applied at the next reset). Destructive: it changes
 	// what the machine runs.
-	{Name: "bmc.firmware", RunsOn: OnSite, Destructive: true, Reroutable: true},
+	{Name: "bmc.firmware", RunsOn: OnSite, Destructive: true, Reroutable: true, BMCCredentials: true},
+	// bmc.console relays an operator's serial-console session (IPMI Serial-over-LAN) until the
+	// operator closes it or its deadline passes. Not destructive in the approval sense (it
+	// changes nothing by itself, and a console wanted for a machine that fails cannot wait for a
+	// quorum): the operator role opens it, and every session is an event naming who did.
+	{Name: "bmc.console", RunsOn: OnSite, Reroutable: true, BMCCredentials: true},
 	// bmc.media inserts or ejects an ISO: the BMC's virtual media, else an iPXE sanboot entry
 	// of the ISO pinned in the site cache (hence the boot-lease holder).
-	{Name: "bmc.media", RunsOn: OnSite, Destructive: true, Reroutable: true, BootLeaseHolder: true},
+	{Name: "bmc.media", RunsOn: OnSite, Destructive: true, Reroutable: true, BootLeaseHolder: true, BMCCredentials: true},
 	{Name: "boot.prepareRamdisk", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.prepareInstance", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
 	{Name: "boot.cleanUp", RunsOn: OnSite, Reroutable: true, BootLeaseHolder: true},
@@ -57,7 +65,7 @@ var kinds = []Kind{
 	// bmc.provisionInband makes the node's BMC credential from the host, over its IPMI system
 	// interface (the acceptance flow's in-band enrollment); the password arrives encrypted to
 	// the ramdisk's node certificate. Destructive: it changes the BMC's users.
-	{Name: "bmc.provisionInband", RunsOn: OnRamdisk, Destructive: true},
+	{Name: "bmc.provisionInband", RunsOn: OnRamdisk, Destructive: true, BMCCredentials: true},
 	{Name: "diag.dcgm", RunsOn: OnRamdisk, Attested: true},
 	{Name: "disk.wipe", RunsOn: OnRamdisk, Destructive: true, Attested: true},
 	{Name: "deploy.image", RunsOn: OnRamdisk, Destructive: true},

@@ -1,6 +1,9 @@
 package command
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestKindTable(t *testing.T) {
 	want := map[string]string{ // runs on, destructive, attested, reroutable, self-terminating
@@ -10,6 +13,7 @@ func TestKindTable(t *testing.T) {
 		"bmc.rotate":          "site destructive . reroutable .",
 		"bmc.bios":            "site destructive . reroutable .",
 		"bmc.firmware":        "site destructive . reroutable .",
+		"bmc.console":         "site . . reroutable .",
 		"site.httpProxy":      "site destructive . reroutable .",
 		"boot.prepareRamdisk": "site . . reroutable .",
 		"boot.cleanUp":        "site . . reroutable .",
@@ -36,6 +40,14 @@ func TestKindTable(t *testing.T) {
 		}
 		if got != w {
 			t.Errorf("%s: %q, want %q", name, got, w)
+		}
+	}
+	// Every kind that acts on the node's BMC carries its credentials; no other kind does (a
+	// kind left out reaches a real site agent with none: "credentials are missing").
+	for _, k := range Kinds() {
+		bmc := strings.HasPrefix(k.Name, "bmc.")
+		if k.BMCCredentials != bmc {
+			t.Errorf("%s: BMCCredentials %v", k.Name, k.BMCCredentials)
 		}
 	}
 	if _, err := Lookup("bmc.format"); err == nil {

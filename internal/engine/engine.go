@@ -17,6 +17,7 @@ import (
 
 	"bcd/internal/batch"
 	"bcd/internal/cache"
+	"bcd/internal/console"
 	"bcd/internal/pki"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
@@ -84,6 +85,9 @@ type Config struct {
 	// (DefaultHistoryRetention, DefaultEventRetention); negative: kept for ever. At least
 	// MinRetention.
 	HistoryRetention, EventRetention time.Duration
+	// Consoles holds the operators' console sessions open on this server, which site agents'
+	// console streams attach to (Gateway.AttachConsole); nil: none are relayed.
+	Consoles *console.Hub
 }
 
 // DefaultApprovalTimeout is Config.ApprovalTimeout's default.

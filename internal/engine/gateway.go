@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"bcd/internal/command"
 	"bcd/internal/gateway"
 	"bcd/internal/pki"
 	"bcd/internal/store"
@@ -262,4 +263,32 @@ func (g *Gateway) CurrentGeneration(ctx context.Context, nodeID string) (uint64,
 		return 0, gateway.ErrNotFound
 	}
 	return gen, err
+}
+
+// AttachConsole implements gateway.Consoles: site agent a runs command id, a bmc.console
+// assigned to it and not ended, and attaches to the operator's session it serves (open on
+// this server).
+func (g *Gateway) AttachConsole(ctx context.Context, a gateway.AgentRef, id string) (gateway.ConsoleEnd, error) {
+	hub := g.e.cfg.Consoles
+	if hub == nil {
+		return nil, gateway.ErrNoConsole
+	}
+	c, err := g.e.st.Command(ctx, id)
+	if errors.Is(err, store.ErrNotFound) || err == nil && c.Kind != "bmc.console" {
+		return nil, gateway.ErrNoConsole
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading console command %s: %w", id, err)
+	}
+	if a.Kind != pki.KindSiteAgent || c.TargetAgent != a.AgentID {
+		return nil, gateway.ErrNotYourConsole
+	}
+	if command.State(c.State).Final() {
+		return nil, fmt.Errorf("%w (the command is %s)", gateway.ErrNoConsole, c.State)
+	}
+	end, err := hub.Attach(ctx, id, a.AgentID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", gateway.ErrNoConsole, err)
+	}
+	return end, nil
 }

@@ -824,12 +824,12 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 // before the single writer: opening a sealed secret reads the store, and inside the writer that
 // read waited for a read connection behind every agent's claim.
 func (e *Engine) commandCredentials(ctx context.Context, a Agent, c store.Command) (map[string]any, error) {
-	switch c.Kind {
-	case "bmc.query", "bmc.power", "bmc.boot", "bmc.rotate", "bmc.media", "bmc.provisionInband":
-		// bmc.provisionInband: to the node's ramdisk, which creates that credential on its BMC.
-	case "boot.prepareInstance":
+	if c.Kind == "boot.prepareInstance" {
 		return e.commandUserData(ctx, a, c)
-	default:
+	}
+	// The kinds table says which kinds carry them (bmc.provisionInband: to the node's ramdisk,
+	// which creates that credential on its BMC).
+	if k, err := command.Lookup(c.Kind); err != nil || !k.BMCCredentials {
 		return nil, nil
 	}
 	if len(a.CertDER) == 0 || e.cfg.Secrets == nil {

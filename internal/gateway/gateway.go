@@ -243,6 +243,8 @@ type Config struct {
 	// Sites keeps the boot lease and power polling; nil: those calls answer UNIMPLEMENTED (site
 	// agents then serve as if alone).
 	Sites Sites
+	// Consoles relays operators' console sessions; nil: the Console call answers UNIMPLEMENTED.
+	Consoles Consoles
 	// CA verifies agents' certificates; the certificates it trusts are sent to joining and renewing
 	// agents (ca_pem), their fingerprints with every heartbeat answer.
 	CA     *pki.CA

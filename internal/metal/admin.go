@@ -321,6 +321,9 @@ var concernDrivers = map[string][]string{
 	"deploy":        {"image-stream"},
 	"inspect":       {"redfish", "ipmi", "ramdisk"},
 	"virtual-media": {"redfish"},
+	// console: IPMI Serial-over-LAN, also for a node managed by Redfish (at its BMC's host,
+	// port 623: ConsoleBMC). A node managed by IPMI has it without the binding.
+	"console": {"ipmi"},
 }
 
 // bmcConcerns are the concerns the node's BMC driver serves. A node has one BMC driver (its
@@ -373,7 +376,7 @@ func (s *Service) PutHardwareProfile(ctx context.Context, p auth.Principal, hp s
 	for concern, driver := range hp.Drivers {
 		known, ok := concernDrivers[concern]
 		if !ok {
-			return store.HardwareProfile{}, invalid("drivers", "unknown concern %q: accepted are power, management, boot, deploy, inspect, virtual-media", truncate(concern))
+			return store.HardwareProfile{}, invalid("drivers", "unknown concern %q: accepted are power, management, boot, deploy, inspect, virtual-media, console", truncate(concern))
 		}
 		found := false
 		for _, k := range known {

@@ -3,6 +3,8 @@ package metal
 import (
 	"strings"
 	"testing"
+
+	"bcd/internal/store"
 )
 
 // A node has one BMC driver: a hardware profile binding management, inspect or virtual-media to
@@ -36,5 +38,44 @@ func TestOneBMCDriver(t *testing.T) {
 		if err := oneBMCDriver(c.drivers); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.drivers, err, c.want)
 		}
+	}
+}
+
+// A console session's BMC: IPMI SOL at an IPMI node's BMC; at a Redfish node's host, port 623,
+// with its credentials, only where its profile binds console=ipmi; never without an address.
+func TestConsoleBMC(t *testing.T) {
+	node := func(driver, addr string) store.Node {
+		return store.Node{Name: "n1", BMCDriver: driver, BMCAddress: addr, BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p", BMCFingerprint: "ab", BMCInsecure: true}
+	}
+	cases := []struct {
+		name    string
+		n       store.Node
+		drivers map[string]string
+		addr    string
+		err     string
+	}{
+		{"ipmi node", node("ipmi", "10.0.0.5:623"), nil, "10.0.0.5:623", ""},
+		{"ipmi node, other port", node("ipmi", "10.0.0.5:6230"), map[string]string{"console": "ipmi"}, "10.0.0.5:6230", ""},
+		{"redfish bound", node("redfish", "https://10.0.0.6:8443/redfish/v1/Systems/1"), map[string]string{"power": "redfish", "console": "ipmi"}, "10.0.0.6:623", ""},
+		{"redfish IPv6 bound", node("redfish", "https://[fd00::6]"), map[string]string{"console": "ipmi"}, "[fd00::6]:623", ""},
+		{"redfish unbound", node("redfish", "https://10.0.0.6"), map[string]string{"power": "redfish"}, "", "bind console=ipmi"},
+		{"no address (in-band, not provisioned)", node("ipmi", ""), nil, "", "no BMC address yet"},
+	}
+	for _, c := range cases {
+		ref, err := ConsoleBMC(c.n, c.drivers)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%s: %v, want %q", c.name, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", c.name, err)
+		case ref.Driver != "ipmi" || ref.Address != c.addr || ref.UsernameRef != "secret://u" || ref.PasswordRef != "secret://p" || ref.FingerprintSHA256 != "" && c.n.BMCDriver == "redfish":
+			t.Errorf("%s: %+v, want ipmi at %s with the node's credentials", c.name, ref, c.addr)
+		}
+	}
+	// console=ipmi beside power=redfish is one profile, not two BMC drivers.
+	if err := oneBMCDriver(map[string]string{"power": "redfish", "console": "ipmi"}); err != nil {
+		t.Errorf("console=ipmi with power=redfish: %v", err)
 	}
 }

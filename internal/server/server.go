@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"bcd/internal/api"
+	"bcd/internal/console"
 	"bcd/internal/engine"
 	"bcd/internal/gateway"
 	"bcd/internal/metal"
@@ -238,6 +239,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.AutoEnroll = svc.AutoEnrollInband
 	ecfg.Watermarks = marks.save
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
+	consoles := console.NewHub()
+	if cfg.GatewayListen != "off" {
+		ecfg.Consoles = consoles
+	}
 	eng := engine.New(st, ca, log, ecfg)
 	svc.OnWake(eng.Nudge)
 	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, cas: cas, first: first, lock: lock, apiCert: apiCert}
@@ -259,9 +264,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	var joiner api.SiteJoiner
 	if s.gwLn != nil {
 		joiner = s
+	} else {
+		consoles = nil // no gateway: no agent can relay a console
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/", api.Handler(svc, joiner, eng, log))
+	mux.Handle("/", api.Handler(svc, joiner, eng, consoles, log))
 	// The operator's web UI (docs/webui.md), on the API's listener and its TLS.
 	mux.Handle(webui.Prefix, webui.New(webui.Config{Service: svc, Verifier: eng, Secure: apiCert != nil, Log: log}))
 	mux.HandleFunc("/ui", webui.Redirect)
@@ -279,6 +286,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_reconcile_faults_total",
 			Help: "RECONCILE_FAILED faults this server raised since it started: nodes left in maintenance for an operator (bcd doctor lists them)."},
 			func() float64 { return float64(eng.ReconcileFaults()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bcd_console_sessions",
+			Help: "Operators' serial-console sessions open on this server (bcd node console)."},
+			func() float64 {
+				if consoles == nil {
+					return 0
+				}
+				return float64(consoles.Count())
+			}),
 		durations.commands, durations.workflows)
 	if st.Engine() == store.SQLite {
 		reg.MustRegister(
@@ -364,7 +379,7 @@ func (s *Server) listenGateway() error {
 		ln.Close()
 		return fmt.Errorf("issuing the gateway's certificate: %w", err)
 	}
-	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), CA: s.ca, Logger: s.log,
+	gw, err := gateway.New(gateway.Config{Queue: s.eng.Gateway(), Identities: s.eng.Gateway(), Sites: s.eng.Gateway(), Consoles: s.eng.Gateway(), CA: s.ca, Logger: s.log,
 		Watermark: s.eng.Gateway().Watermark})
 	if err != nil {
 		ln.Close()

@@ -27,6 +27,7 @@ const (
 	KindBMCMedia       = "bmc.media"
 	KindBMCBIOS        = "bmc.bios"
 	KindBMCFirmware    = "bmc.firmware"
+	KindBMCConsole     = "bmc.console"
 	KindPrepareRamdisk = "boot.prepareRamdisk"
 	KindPrepareInst    = "boot.prepareInstance"
 	KindCleanUp        = "boot.cleanUp"
@@ -97,6 +98,10 @@ type commandArgs struct {
 	Names      []string          `json:"names"`
 	// bmc.firmware: the pool's firmware images.
 	Updates []bmc.FirmwareImage `json:"updates"`
+	// bmc.console: end another client's console session first.
+	TakeOver flexBool `json:"takeOver"`
+	// commandID is the command's own id (not an argument).
+	commandID string
 	// bmc.media insert: the catalog ISO.
 	Image  string `json:"image"`
 	URL    string `json:"url"`
@@ -113,6 +118,7 @@ func decodeArgs(cmd agentlink.Command) (commandArgs, error) {
 		}
 		return a, errors.New("arguments are not a JSON object of the expected shape")
 	}
+	a.commandID = cmd.ID
 	if a.NodeID == "" {
 		a.NodeID = cmd.NodeID
 	}
@@ -236,7 +242,8 @@ type handler struct {
 	baseURL string // the boot HTTP base URL (a BMC's virtual media fetches the cached ISO there)
 	changed func() // the entry table changed (status)
 	watch   func(nodeID string, ref BMCRef, jwe string)
-	metrics *metrics // nil: nothing counted
+	console ConsoleDialer // nil: no consoles
+	metrics *metrics      // nil: nothing counted
 	log     *slog.Logger
 }
 
@@ -251,12 +258,13 @@ type handlerDeps struct {
 	key     func(ctx context.Context) (crypto.Signer, error)
 	changed func()
 	watch   func(nodeID string, ref BMCRef, jwe string) // power polling; nil: none
+	console ConsoleDialer                               // nil: no consoles
 	log     *slog.Logger
 }
 
 func newHandler(d handlerDeps) *handler {
 	h := &handler{drivers: d.drivers, locks: d.locks, entries: d.entries, mounts: d.mounts, cache: d.cache, ramdisk: d.ramdisk,
-		local: d.local, key: d.key, changed: d.changed, watch: d.watch, log: d.log}
+		local: d.local, key: d.key, changed: d.changed, watch: d.watch, console: d.console, log: d.log}
 	if h.mounts == nil {
 		h.mounts, _ = openMediaMounts("") // in memory: no error
 	}
@@ -274,6 +282,7 @@ func newHandler(d handlerDeps) *handler {
 		KindBMCMedia:       h.bmcMedia,
 		KindBMCBIOS:        h.bmcBIOS,
 		KindBMCFirmware:    h.bmcFirmware,
+		KindBMCConsole:     h.bmcConsole,
 		KindPrepareRamdisk: h.prepareRamdisk,
 		KindPrepareInst:    h.prepareInstance,
 		KindCleanUp:        h.cleanUp,

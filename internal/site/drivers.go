@@ -44,6 +44,7 @@ const (
 	capRotate   = "rotate credential"
 	capMedia    = "use virtual media"
 	capBIOS     = "change BIOS settings"
+	capConsole  = "open a serial console"
 	// capFirmwareUpdate: read the versions and install firmware (both are needed).
 	capFirmwareUpdate = "update firmware"
 )
@@ -74,6 +75,9 @@ func supports(drv any, c string) bool {
 		return ok
 	case capBIOS:
 		_, ok := drv.(bmc.BIOSSetter)
+		return ok
+	case capConsole:
+		_, ok := drv.(bmc.Consoler)
 		return ok
 	case capFirmwareUpdate:
 		_, reads := drv.(bmc.FirmwareReader)

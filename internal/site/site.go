@@ -311,7 +311,14 @@ func New(cfg Config) (*Agent, error) {
 	}
 	locks := newBMCLocks()
 	deps := handlerDeps{drivers: a.drivers, locks: locks, entries: a.entries, mounts: a.mounts, cache: a.cache,
-		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger}
+		ramdisk: cfg.Ramdisk, local: cfg.LocalBoot, key: a.key, changed: a.poke, log: cfg.Logger,
+		console: func(ctx context.Context, id string) (ConsoleConn, error) {
+			l, err := a.Link(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Console(ctx, id)
+		}}
 	var h *handler
 	if !cfg.NoPowerPolling && (cfg.PowerReporter != nil || cfg.Lease == nil) {
 		a.poller = newPoller(cfg.Poll, func(ctx context.Context, ref BMCRef, jwe string) (bmc.PowerState, error) {

@@ -149,6 +149,69 @@ func (CommandState) EnumDescriptor() ([]byte, []int) {
 	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
+// One piece of a console session.
+type ConsoleFrame struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"` // the agent's first frame only
+	Data      []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// The agent's last frame, when the session ends on its side: why (the BMC's session taken
+	// over or gone). Empty in every other frame.
+	End           string `protobuf:"bytes,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleFrame) Reset() {
+	*x = ConsoleFrame{}
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleFrame) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleFrame) ProtoMessage() {}
+
+func (x *ConsoleFrame) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleFrame.ProtoReflect.Descriptor instead.
+func (*ConsoleFrame) Descriptor() ([]byte, []int) {
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ConsoleFrame) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *ConsoleFrame) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ConsoleFrame) GetEnd() string {
+	if x != nil {
+		return x.End
+	}
+	return ""
+}
+
 // Self-reported by a ramdisk at Join; the control plane checks them against what it expects.
 type NodeHints struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -162,7 +225,7 @@ type NodeHints struct {
 
 func (x *NodeHints) Reset() {
 	*x = NodeHints{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -174,7 +237,7 @@ func (x *NodeHints) String() string {
 func (*NodeHints) ProtoMessage() {}
 
 func (x *NodeHints) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[0]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -187,7 +250,7 @@ func (x *NodeHints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeHints.ProtoReflect.Descriptor instead.
 func (*NodeHints) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{0}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *NodeHints) GetProductUuid() string {
@@ -218,7 +281,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +293,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[1]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +306,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *JoinRequest) GetKind() AgentKind {
@@ -285,7 +348,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +360,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[2]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +373,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *JoinResponse) GetCertDer() []byte {
@@ -336,7 +399,7 @@ type RenewRequest struct {
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +411,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[3]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +424,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 type RenewResponse struct {
@@ -376,7 +439,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +451,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[4]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +464,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RenewResponse) GetCertDer() []byte {
@@ -435,7 +498,7 @@ type AgentMessage struct {
 
 func (x *AgentMessage) Reset() {
 	*x = AgentMessage{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -447,7 +510,7 @@ func (x *AgentMessage) String() string {
 func (*AgentMessage) ProtoMessage() {}
 
 func (x *AgentMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[5]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -460,7 +523,7 @@ func (x *AgentMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentMessage.ProtoReflect.Descriptor instead.
 func (*AgentMessage) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *AgentMessage) GetMsg() isAgentMessage_Msg {
@@ -591,7 +654,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -603,7 +666,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[6]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -616,7 +679,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Hello) GetAgentVersion() string {
@@ -674,7 +737,7 @@ type StoreWatermark struct {
 
 func (x *StoreWatermark) Reset() {
 	*x = StoreWatermark{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -686,7 +749,7 @@ func (x *StoreWatermark) String() string {
 func (*StoreWatermark) ProtoMessage() {}
 
 func (x *StoreWatermark) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[7]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -699,7 +762,7 @@ func (x *StoreWatermark) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoreWatermark.ProtoReflect.Descriptor instead.
 func (*StoreWatermark) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StoreWatermark) GetStoreId() string {
@@ -733,7 +796,7 @@ type CommandAck struct {
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +808,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[8]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +821,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandAck) GetCommandId() string {
@@ -779,7 +842,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +854,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[9]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +867,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Progress) GetDone() int64 {
@@ -847,7 +910,7 @@ type CommandUpdate struct {
 
 func (x *CommandUpdate) Reset() {
 	*x = CommandUpdate{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +922,7 @@ func (x *CommandUpdate) String() string {
 func (*CommandUpdate) ProtoMessage() {}
 
 func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[10]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +935,7 @@ func (x *CommandUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUpdate.ProtoReflect.Descriptor instead.
 func (*CommandUpdate) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CommandUpdate) GetCommandId() string {
@@ -939,7 +1002,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1014,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[11]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1027,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -1026,7 +1089,7 @@ type StatusReport struct {
 
 func (x *StatusReport) Reset() {
 	*x = StatusReport{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1038,7 +1101,7 @@ func (x *StatusReport) String() string {
 func (*StatusReport) ProtoMessage() {}
 
 func (x *StatusReport) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[12]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1051,7 +1114,7 @@ func (x *StatusReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReport.ProtoReflect.Descriptor instead.
 func (*StatusReport) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StatusReport) GetHoldsBootLease() bool {
@@ -1103,7 +1166,7 @@ type WithheldBoot struct {
 
 func (x *WithheldBoot) Reset() {
 	*x = WithheldBoot{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1115,7 +1178,7 @@ func (x *WithheldBoot) String() string {
 func (*WithheldBoot) ProtoMessage() {}
 
 func (x *WithheldBoot) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[13]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1128,7 +1191,7 @@ func (x *WithheldBoot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WithheldBoot.ProtoReflect.Descriptor instead.
 func (*WithheldBoot) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WithheldBoot) GetMac() string {
@@ -1175,7 +1238,7 @@ type Heartbeat struct {
 
 func (x *Heartbeat) Reset() {
 	*x = Heartbeat{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1250,7 @@ func (x *Heartbeat) String() string {
 func (*Heartbeat) ProtoMessage() {}
 
 func (x *Heartbeat) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[14]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1263,7 @@ func (x *Heartbeat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Heartbeat.ProtoReflect.Descriptor instead.
 func (*Heartbeat) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Heartbeat) GetSentUnixMs() int64 {
@@ -1220,7 +1283,7 @@ type AgentBatch struct {
 
 func (x *AgentBatch) Reset() {
 	*x = AgentBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1295,7 @@ func (x *AgentBatch) String() string {
 func (*AgentBatch) ProtoMessage() {}
 
 func (x *AgentBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[15]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1308,7 @@ func (x *AgentBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentBatch.ProtoReflect.Descriptor instead.
 func (*AgentBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AgentBatch) GetAcks() []*CommandAck {
@@ -1279,7 +1342,7 @@ type ServerMessage struct {
 
 func (x *ServerMessage) Reset() {
 	*x = ServerMessage{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1354,7 @@ func (x *ServerMessage) String() string {
 func (*ServerMessage) ProtoMessage() {}
 
 func (x *ServerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[16]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1367,7 @@ func (x *ServerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerMessage.ProtoReflect.Descriptor instead.
 func (*ServerMessage) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ServerMessage) GetMsg() isServerMessage_Msg {
@@ -1425,7 +1488,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1500,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[17]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1513,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Command) GetId() string {
@@ -1511,7 +1574,7 @@ type Cancel struct {
 
 func (x *Cancel) Reset() {
 	*x = Cancel{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1586,7 @@ func (x *Cancel) String() string {
 func (*Cancel) ProtoMessage() {}
 
 func (x *Cancel) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[18]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1599,7 @@ func (x *Cancel) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cancel.ProtoReflect.Descriptor instead.
 func (*Cancel) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Cancel) GetCommandId() string {
@@ -1563,7 +1626,7 @@ type HeartbeatAck struct {
 
 func (x *HeartbeatAck) Reset() {
 	*x = HeartbeatAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1638,7 @@ func (x *HeartbeatAck) String() string {
 func (*HeartbeatAck) ProtoMessage() {}
 
 func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[19]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1651,7 @@ func (x *HeartbeatAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatAck.ProtoReflect.Descriptor instead.
 func (*HeartbeatAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *HeartbeatAck) GetSentUnixMs() int64 {
@@ -1631,7 +1694,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1643,7 +1706,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[20]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1656,7 +1719,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateAck) GetCommandId() string {
@@ -1693,7 +1756,7 @@ type AckResult struct {
 
 func (x *AckResult) Reset() {
 	*x = AckResult{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1768,7 @@ func (x *AckResult) String() string {
 func (*AckResult) ProtoMessage() {}
 
 func (x *AckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[21]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1781,7 @@ func (x *AckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckResult.ProtoReflect.Descriptor instead.
 func (*AckResult) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AckResult) GetCommandId() string {
@@ -1747,7 +1810,7 @@ type ServerBatch struct {
 
 func (x *ServerBatch) Reset() {
 	*x = ServerBatch{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1822,7 @@ func (x *ServerBatch) String() string {
 func (*ServerBatch) ProtoMessage() {}
 
 func (x *ServerBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[22]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1835,7 @@ func (x *ServerBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServerBatch.ProtoReflect.Descriptor instead.
 func (*ServerBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ServerBatch) GetCommands() []*Command {
@@ -1823,7 +1886,7 @@ type BootLeaseRequest struct {
 
 func (x *BootLeaseRequest) Reset() {
 	*x = BootLeaseRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1835,7 +1898,7 @@ func (x *BootLeaseRequest) String() string {
 func (*BootLeaseRequest) ProtoMessage() {}
 
 func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[23]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1848,7 +1911,7 @@ func (x *BootLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseRequest.ProtoReflect.Descriptor instead.
 func (*BootLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *BootLeaseRequest) GetRelease() bool {
@@ -1899,7 +1962,7 @@ type DHCPLease struct {
 
 func (x *DHCPLease) Reset() {
 	*x = DHCPLease{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1911,7 +1974,7 @@ func (x *DHCPLease) String() string {
 func (*DHCPLease) ProtoMessage() {}
 
 func (x *DHCPLease) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[24]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1924,7 +1987,7 @@ func (x *DHCPLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DHCPLease.ProtoReflect.Descriptor instead.
 func (*DHCPLease) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DHCPLease) GetMac() string {
@@ -1973,7 +2036,7 @@ type BootLeaseResponse struct {
 
 func (x *BootLeaseResponse) Reset() {
 	*x = BootLeaseResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1985,7 +2048,7 @@ func (x *BootLeaseResponse) String() string {
 func (*BootLeaseResponse) ProtoMessage() {}
 
 func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[25]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1998,7 +2061,7 @@ func (x *BootLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootLeaseResponse.ProtoReflect.Descriptor instead.
 func (*BootLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BootLeaseResponse) GetHeld() bool {
@@ -2093,7 +2156,7 @@ type BootEntry struct {
 
 func (x *BootEntry) Reset() {
 	*x = BootEntry{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2168,7 @@ func (x *BootEntry) String() string {
 func (*BootEntry) ProtoMessage() {}
 
 func (x *BootEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[26]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2181,7 @@ func (x *BootEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEntry.ProtoReflect.Descriptor instead.
 func (*BootEntry) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BootEntry) GetNodeId() string {
@@ -2200,7 +2263,7 @@ type PollSetRequest struct {
 
 func (x *PollSetRequest) Reset() {
 	*x = PollSetRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2212,7 +2275,7 @@ func (x *PollSetRequest) String() string {
 func (*PollSetRequest) ProtoMessage() {}
 
 func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[27]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2225,7 +2288,7 @@ func (x *PollSetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetRequest.ProtoReflect.Descriptor instead.
 func (*PollSetRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PollSetRequest) GetEpoch() uint64 {
@@ -2250,7 +2313,7 @@ type PollTarget struct {
 
 func (x *PollTarget) Reset() {
 	*x = PollTarget{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2262,7 +2325,7 @@ func (x *PollTarget) String() string {
 func (*PollTarget) ProtoMessage() {}
 
 func (x *PollTarget) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[28]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2275,7 +2338,7 @@ func (x *PollTarget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollTarget.ProtoReflect.Descriptor instead.
 func (*PollTarget) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *PollTarget) GetNodeId() string {
@@ -2331,7 +2394,7 @@ type PollSetResponse struct {
 
 func (x *PollSetResponse) Reset() {
 	*x = PollSetResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2343,7 +2406,7 @@ func (x *PollSetResponse) String() string {
 func (*PollSetResponse) ProtoMessage() {}
 
 func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[29]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2356,7 +2419,7 @@ func (x *PollSetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PollSetResponse.ProtoReflect.Descriptor instead.
 func (*PollSetResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PollSetResponse) GetTargets() []*PollTarget {
@@ -2389,7 +2452,7 @@ type PowerReading struct {
 
 func (x *PowerReading) Reset() {
 	*x = PowerReading{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2401,7 +2464,7 @@ func (x *PowerReading) String() string {
 func (*PowerReading) ProtoMessage() {}
 
 func (x *PowerReading) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[30]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2414,7 +2477,7 @@ func (x *PowerReading) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerReading.ProtoReflect.Descriptor instead.
 func (*PowerReading) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PowerReading) GetNodeId() string {
@@ -2462,7 +2525,7 @@ type ReportPowerRequest struct {
 
 func (x *ReportPowerRequest) Reset() {
 	*x = ReportPowerRequest{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2474,7 +2537,7 @@ func (x *ReportPowerRequest) String() string {
 func (*ReportPowerRequest) ProtoMessage() {}
 
 func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[31]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2487,7 +2550,7 @@ func (x *ReportPowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerRequest.ProtoReflect.Descriptor instead.
 func (*ReportPowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReportPowerRequest) GetEpoch() uint64 {
@@ -2512,7 +2575,7 @@ type ReportPowerResponse struct {
 
 func (x *ReportPowerResponse) Reset() {
 	*x = ReportPowerResponse{}
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2524,7 +2587,7 @@ func (x *ReportPowerResponse) String() string {
 func (*ReportPowerResponse) ProtoMessage() {}
 
 func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_agent_v1_agent_proto_msgTypes[32]
+	mi := &file_bcd_agent_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2537,14 +2600,19 @@ func (x *ReportPowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportPowerResponse.ProtoReflect.Descriptor instead.
 func (*ReportPowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_bcd_agent_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 var File_bcd_agent_v1_agent_proto protoreflect.FileDescriptor
 
 const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18bcd/agent/v1/agent.proto\x12\fbcd.agent.v1\"B\n" +
+	"\x18bcd/agent/v1/agent.proto\x12\fbcd.agent.v1\"S\n" +
+	"\fConsoleFrame\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\tR\x03end\"B\n" +
 	"\tNodeHints\x12!\n" +
 	"\fproduct_uuid\x18\x01 \x01(\tR\vproductUuid\x12\x12\n" +
 	"\x04macs\x18\x02 \x03(\tR\x04macs\"\x98\x01\n" +
@@ -2745,14 +2813,15 @@ const file_bcd_agent_v1_agent_proto_rawDesc = "" +
 	"\x15COMMAND_STATE_RUNNING\x10\x01\x12\x1b\n" +
 	"\x17COMMAND_STATE_SUCCEEDED\x10\x02\x12\x18\n" +
 	"\x14COMMAND_STATE_FAILED\x10\x03\x12\x1d\n" +
-	"\x19COMMAND_STATE_INTERRUPTED\x10\x042\xc3\x03\n" +
+	"\x19COMMAND_STATE_INTERRUPTED\x10\x042\x8a\x04\n" +
 	"\x0eGatewayService\x12=\n" +
 	"\x04Join\x12\x19.bcd.agent.v1.JoinRequest\x1a\x1a.bcd.agent.v1.JoinResponse\x12@\n" +
 	"\x05Renew\x12\x1a.bcd.agent.v1.RenewRequest\x1a\x1b.bcd.agent.v1.RenewResponse\x12F\n" +
 	"\aConnect\x12\x1a.bcd.agent.v1.AgentMessage\x1a\x1b.bcd.agent.v1.ServerMessage(\x010\x01\x12L\n" +
 	"\tBootLease\x12\x1e.bcd.agent.v1.BootLeaseRequest\x1a\x1f.bcd.agent.v1.BootLeaseResponse\x12F\n" +
 	"\aPollSet\x12\x1c.bcd.agent.v1.PollSetRequest\x1a\x1d.bcd.agent.v1.PollSetResponse\x12R\n" +
-	"\vReportPower\x12 .bcd.agent.v1.ReportPowerRequest\x1a!.bcd.agent.v1.ReportPowerResponseB\"Z bcd/internal/gen/agentv1;agentv1b\x06proto3"
+	"\vReportPower\x12 .bcd.agent.v1.ReportPowerRequest\x1a!.bcd.agent.v1.ReportPowerResponse\x12E\n" +
+	"\aConsole\x12\x1a.bcd.agent.v1.ConsoleFrame\x1a\x1a.bcd.agent.v1.ConsoleFrame(\x010\x01B\"Z bcd/internal/gen/agentv1;agentv1b\x06proto3"
 
 var (
 	file_bcd_agent_v1_agent_proto_rawDescOnce sync.Once
@@ -2767,93 +2836,96 @@ func file_bcd_agent_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_bcd_agent_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_bcd_agent_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_bcd_agent_v1_agent_proto_goTypes = []any{
 	(AgentKind)(0),              // 0: bcd.agent.v1.AgentKind
 	(CommandState)(0),           // 1: bcd.agent.v1.CommandState
-	(*NodeHints)(nil),           // 2: bcd.agent.v1.NodeHints
-	(*JoinRequest)(nil),         // 3: bcd.agent.v1.JoinRequest
-	(*JoinResponse)(nil),        // 4: bcd.agent.v1.JoinResponse
-	(*RenewRequest)(nil),        // 5: bcd.agent.v1.RenewRequest
-	(*RenewResponse)(nil),       // 6: bcd.agent.v1.RenewResponse
-	(*AgentMessage)(nil),        // 7: bcd.agent.v1.AgentMessage
-	(*Hello)(nil),               // 8: bcd.agent.v1.Hello
-	(*StoreWatermark)(nil),      // 9: bcd.agent.v1.StoreWatermark
-	(*CommandAck)(nil),          // 10: bcd.agent.v1.CommandAck
-	(*Progress)(nil),            // 11: bcd.agent.v1.Progress
-	(*CommandUpdate)(nil),       // 12: bcd.agent.v1.CommandUpdate
-	(*DiscoveredMachine)(nil),   // 13: bcd.agent.v1.DiscoveredMachine
-	(*StatusReport)(nil),        // 14: bcd.agent.v1.StatusReport
-	(*WithheldBoot)(nil),        // 15: bcd.agent.v1.WithheldBoot
-	(*Heartbeat)(nil),           // 16: bcd.agent.v1.Heartbeat
-	(*AgentBatch)(nil),          // 17: bcd.agent.v1.AgentBatch
-	(*ServerMessage)(nil),       // 18: bcd.agent.v1.ServerMessage
-	(*Command)(nil),             // 19: bcd.agent.v1.Command
-	(*Cancel)(nil),              // 20: bcd.agent.v1.Cancel
-	(*HeartbeatAck)(nil),        // 21: bcd.agent.v1.HeartbeatAck
-	(*UpdateAck)(nil),           // 22: bcd.agent.v1.UpdateAck
-	(*AckResult)(nil),           // 23: bcd.agent.v1.AckResult
-	(*ServerBatch)(nil),         // 24: bcd.agent.v1.ServerBatch
-	(*BootLeaseRequest)(nil),    // 25: bcd.agent.v1.BootLeaseRequest
-	(*DHCPLease)(nil),           // 26: bcd.agent.v1.DHCPLease
-	(*BootLeaseResponse)(nil),   // 27: bcd.agent.v1.BootLeaseResponse
-	(*BootEntry)(nil),           // 28: bcd.agent.v1.BootEntry
-	(*PollSetRequest)(nil),      // 29: bcd.agent.v1.PollSetRequest
-	(*PollTarget)(nil),          // 30: bcd.agent.v1.PollTarget
-	(*PollSetResponse)(nil),     // 31: bcd.agent.v1.PollSetResponse
-	(*PowerReading)(nil),        // 32: bcd.agent.v1.PowerReading
-	(*ReportPowerRequest)(nil),  // 33: bcd.agent.v1.ReportPowerRequest
-	(*ReportPowerResponse)(nil), // 34: bcd.agent.v1.ReportPowerResponse
-	nil,                         // 35: bcd.agent.v1.StatusReport.FactsEntry
+	(*ConsoleFrame)(nil),        // 2: bcd.agent.v1.ConsoleFrame
+	(*NodeHints)(nil),           // 3: bcd.agent.v1.NodeHints
+	(*JoinRequest)(nil),         // 4: bcd.agent.v1.JoinRequest
+	(*JoinResponse)(nil),        // 5: bcd.agent.v1.JoinResponse
+	(*RenewRequest)(nil),        // 6: bcd.agent.v1.RenewRequest
+	(*RenewResponse)(nil),       // 7: bcd.agent.v1.RenewResponse
+	(*AgentMessage)(nil),        // 8: bcd.agent.v1.AgentMessage
+	(*Hello)(nil),               // 9: bcd.agent.v1.Hello
+	(*StoreWatermark)(nil),      // 10: bcd.agent.v1.StoreWatermark
+	(*CommandAck)(nil),          // 11: bcd.agent.v1.CommandAck
+	(*Progress)(nil),            // 12: bcd.agent.v1.Progress
+	(*CommandUpdate)(nil),       // 13: bcd.agent.v1.CommandUpdate
+	(*DiscoveredMachine)(nil),   // 14: bcd.agent.v1.DiscoveredMachine
+	(*StatusReport)(nil),        // 15: bcd.agent.v1.StatusReport
+	(*WithheldBoot)(nil),        // 16: bcd.agent.v1.WithheldBoot
+	(*Heartbeat)(nil),           // 17: bcd.agent.v1.Heartbeat
+	(*AgentBatch)(nil),          // 18: bcd.agent.v1.AgentBatch
+	(*ServerMessage)(nil),       // 19: bcd.agent.v1.ServerMessage
+	(*Command)(nil),             // 20: bcd.agent.v1.Command
+	(*Cancel)(nil),              // 21: bcd.agent.v1.Cancel
+	(*HeartbeatAck)(nil),        // 22: bcd.agent.v1.HeartbeatAck
+	(*UpdateAck)(nil),           // 23: bcd.agent.v1.UpdateAck
+	(*AckResult)(nil),           // 24: bcd.agent.v1.AckResult
+	(*ServerBatch)(nil),         // 25: bcd.agent.v1.ServerBatch
+	(*BootLeaseRequest)(nil),    // 26: bcd.agent.v1.BootLeaseRequest
+	(*DHCPLease)(nil),           // 27: bcd.agent.v1.DHCPLease
+	(*BootLeaseResponse)(nil),   // 28: bcd.agent.v1.BootLeaseResponse
+	(*BootEntry)(nil),           // 29: bcd.agent.v1.BootEntry
+	(*PollSetRequest)(nil),      // 30: bcd.agent.v1.PollSetRequest
+	(*PollTarget)(nil),          // 31: bcd.agent.v1.PollTarget
+	(*PollSetResponse)(nil),     // 32: bcd.agent.v1.PollSetResponse
+	(*PowerReading)(nil),        // 33: bcd.agent.v1.PowerReading
+	(*ReportPowerRequest)(nil),  // 34: bcd.agent.v1.ReportPowerRequest
+	(*ReportPowerResponse)(nil), // 35: bcd.agent.v1.ReportPowerResponse
+	nil,                         // 36: bcd.agent.v1.StatusReport.FactsEntry
 }
 var file_bcd_agent_v1_agent_proto_depIdxs = []int32{
 	0,  // 0: bcd.agent.v1.JoinRequest.kind:type_name -> bcd.agent.v1.AgentKind
-	2,  // 1: bcd.agent.v1.JoinRequest.hints:type_name -> bcd.agent.v1.NodeHints
-	8,  // 2: bcd.agent.v1.AgentMessage.hello:type_name -> bcd.agent.v1.Hello
-	10, // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
-	12, // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
-	14, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
-	16, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
-	17, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
-	9,  // 8: bcd.agent.v1.Hello.store_watermark:type_name -> bcd.agent.v1.StoreWatermark
+	3,  // 1: bcd.agent.v1.JoinRequest.hints:type_name -> bcd.agent.v1.NodeHints
+	9,  // 2: bcd.agent.v1.AgentMessage.hello:type_name -> bcd.agent.v1.Hello
+	11, // 3: bcd.agent.v1.AgentMessage.ack:type_name -> bcd.agent.v1.CommandAck
+	13, // 4: bcd.agent.v1.AgentMessage.update:type_name -> bcd.agent.v1.CommandUpdate
+	15, // 5: bcd.agent.v1.AgentMessage.status:type_name -> bcd.agent.v1.StatusReport
+	17, // 6: bcd.agent.v1.AgentMessage.heartbeat:type_name -> bcd.agent.v1.Heartbeat
+	18, // 7: bcd.agent.v1.AgentMessage.batch:type_name -> bcd.agent.v1.AgentBatch
+	10, // 8: bcd.agent.v1.Hello.store_watermark:type_name -> bcd.agent.v1.StoreWatermark
 	1,  // 9: bcd.agent.v1.CommandUpdate.state:type_name -> bcd.agent.v1.CommandState
-	11, // 10: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
-	13, // 11: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
-	35, // 12: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
-	15, // 13: bcd.agent.v1.StatusReport.withheld_boots:type_name -> bcd.agent.v1.WithheldBoot
-	10, // 14: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
-	12, // 15: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
-	19, // 16: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
-	20, // 17: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
-	21, // 18: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
-	22, // 19: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
-	24, // 20: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
-	23, // 21: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
-	9,  // 22: bcd.agent.v1.HeartbeatAck.store_watermark:type_name -> bcd.agent.v1.StoreWatermark
+	12, // 10: bcd.agent.v1.CommandUpdate.progress:type_name -> bcd.agent.v1.Progress
+	14, // 11: bcd.agent.v1.StatusReport.discovered:type_name -> bcd.agent.v1.DiscoveredMachine
+	36, // 12: bcd.agent.v1.StatusReport.facts:type_name -> bcd.agent.v1.StatusReport.FactsEntry
+	16, // 13: bcd.agent.v1.StatusReport.withheld_boots:type_name -> bcd.agent.v1.WithheldBoot
+	11, // 14: bcd.agent.v1.AgentBatch.acks:type_name -> bcd.agent.v1.CommandAck
+	13, // 15: bcd.agent.v1.AgentBatch.updates:type_name -> bcd.agent.v1.CommandUpdate
+	20, // 16: bcd.agent.v1.ServerMessage.command:type_name -> bcd.agent.v1.Command
+	21, // 17: bcd.agent.v1.ServerMessage.cancel:type_name -> bcd.agent.v1.Cancel
+	22, // 18: bcd.agent.v1.ServerMessage.heartbeat_ack:type_name -> bcd.agent.v1.HeartbeatAck
+	23, // 19: bcd.agent.v1.ServerMessage.update_ack:type_name -> bcd.agent.v1.UpdateAck
+	25, // 20: bcd.agent.v1.ServerMessage.batch:type_name -> bcd.agent.v1.ServerBatch
+	24, // 21: bcd.agent.v1.ServerMessage.ack_result:type_name -> bcd.agent.v1.AckResult
+	10, // 22: bcd.agent.v1.HeartbeatAck.store_watermark:type_name -> bcd.agent.v1.StoreWatermark
 	1,  // 23: bcd.agent.v1.UpdateAck.state:type_name -> bcd.agent.v1.CommandState
-	19, // 24: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
-	22, // 25: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
-	20, // 26: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
-	23, // 27: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
-	26, // 28: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
-	28, // 29: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
-	26, // 30: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
-	30, // 31: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
-	32, // 32: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
-	3,  // 33: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
-	5,  // 34: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
-	7,  // 35: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
-	25, // 36: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
-	29, // 37: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
-	33, // 38: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
-	4,  // 39: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
-	6,  // 40: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
-	18, // 41: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
-	27, // 42: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
-	31, // 43: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
-	34, // 44: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
-	39, // [39:45] is the sub-list for method output_type
-	33, // [33:39] is the sub-list for method input_type
+	20, // 24: bcd.agent.v1.ServerBatch.commands:type_name -> bcd.agent.v1.Command
+	23, // 25: bcd.agent.v1.ServerBatch.update_acks:type_name -> bcd.agent.v1.UpdateAck
+	21, // 26: bcd.agent.v1.ServerBatch.cancels:type_name -> bcd.agent.v1.Cancel
+	24, // 27: bcd.agent.v1.ServerBatch.ack_results:type_name -> bcd.agent.v1.AckResult
+	27, // 28: bcd.agent.v1.BootLeaseRequest.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	29, // 29: bcd.agent.v1.BootLeaseResponse.entries:type_name -> bcd.agent.v1.BootEntry
+	27, // 30: bcd.agent.v1.BootLeaseResponse.dhcp_leases:type_name -> bcd.agent.v1.DHCPLease
+	31, // 31: bcd.agent.v1.PollSetResponse.targets:type_name -> bcd.agent.v1.PollTarget
+	33, // 32: bcd.agent.v1.ReportPowerRequest.readings:type_name -> bcd.agent.v1.PowerReading
+	4,  // 33: bcd.agent.v1.GatewayService.Join:input_type -> bcd.agent.v1.JoinRequest
+	6,  // 34: bcd.agent.v1.GatewayService.Renew:input_type -> bcd.agent.v1.RenewRequest
+	8,  // 35: bcd.agent.v1.GatewayService.Connect:input_type -> bcd.agent.v1.AgentMessage
+	26, // 36: bcd.agent.v1.GatewayService.BootLease:input_type -> bcd.agent.v1.BootLeaseRequest
+	30, // 37: bcd.agent.v1.GatewayService.PollSet:input_type -> bcd.agent.v1.PollSetRequest
+	34, // 38: bcd.agent.v1.GatewayService.ReportPower:input_type -> bcd.agent.v1.ReportPowerRequest
+	2,  // 39: bcd.agent.v1.GatewayService.Console:input_type -> bcd.agent.v1.ConsoleFrame
+	5,  // 40: bcd.agent.v1.GatewayService.Join:output_type -> bcd.agent.v1.JoinResponse
+	7,  // 41: bcd.agent.v1.GatewayService.Renew:output_type -> bcd.agent.v1.RenewResponse
+	19, // 42: bcd.agent.v1.GatewayService.Connect:output_type -> bcd.agent.v1.ServerMessage
+	28, // 43: bcd.agent.v1.GatewayService.BootLease:output_type -> bcd.agent.v1.BootLeaseResponse
+	32, // 44: bcd.agent.v1.GatewayService.PollSet:output_type -> bcd.agent.v1.PollSetResponse
+	35, // 45: bcd.agent.v1.GatewayService.ReportPower:output_type -> bcd.agent.v1.ReportPowerResponse
+	2,  // 46: bcd.agent.v1.GatewayService.Console:output_type -> bcd.agent.v1.ConsoleFrame
+	40, // [40:47] is the sub-list for method output_type
+	33, // [33:40] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -2864,7 +2936,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 	if File_bcd_agent_v1_agent_proto != nil {
 		return
 	}
-	file_bcd_agent_v1_agent_proto_msgTypes[5].OneofWrappers = []any{
+	file_bcd_agent_v1_agent_proto_msgTypes[6].OneofWrappers = []any{
 		(*AgentMessage_Hello)(nil),
 		(*AgentMessage_Ack)(nil),
 		(*AgentMessage_Update)(nil),
@@ -2872,7 +2944,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 		(*AgentMessage_Heartbeat)(nil),
 		(*AgentMessage_Batch)(nil),
 	}
-	file_bcd_agent_v1_agent_proto_msgTypes[16].OneofWrappers = []any{
+	file_bcd_agent_v1_agent_proto_msgTypes[17].OneofWrappers = []any{
 		(*ServerMessage_Command)(nil),
 		(*ServerMessage_Cancel)(nil),
 		(*ServerMessage_HeartbeatAck)(nil),
@@ -2886,7 +2958,7 @@ func file_bcd_agent_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_agent_v1_agent_proto_rawDesc), len(file_bcd_agent_v1_agent_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -3331,6 +3331,236 @@ func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersio
 	return nil
 }
 
+type ConsoleRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Node   string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // id or name
+	Reason string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	// End another client's session on the console first (ipmitool's "sol deactivate").
+	TakeOver bool `protobuf:"varint,3,opt,name=take_over,json=takeOver,proto3" json:"take_over,omitempty"`
+	// Watch only: ConsoleInput is refused for this session.
+	ReadOnly bool `protobuf:"varint,4,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
+	// How long the session may last, in seconds (0: 1 hour; at most 24 hours).
+	MaxSeconds    int64 `protobuf:"varint,5,opt,name=max_seconds,json=maxSeconds,proto3" json:"max_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleRequest) Reset() {
+	*x = ConsoleRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleRequest) ProtoMessage() {}
+
+func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleRequest.ProtoReflect.Descriptor instead.
+func (*ConsoleRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *ConsoleRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *ConsoleRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ConsoleRequest) GetTakeOver() bool {
+	if x != nil {
+		return x.TakeOver
+	}
+	return false
+}
+
+func (x *ConsoleRequest) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
+}
+
+func (x *ConsoleRequest) GetMaxSeconds() int64 {
+	if x != nil {
+		return x.MaxSeconds
+	}
+	return 0
+}
+
+type ConsoleOutput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First message: the session's id (its bmc.console command).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// What the machine wrote, as it arrived.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// A change of the session: "waiting for a site agent", "connected", "closed: …".
+	Status        string `protobuf:"bytes,3,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleOutput) Reset() {
+	*x = ConsoleOutput{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleOutput) ProtoMessage() {}
+
+func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
+func (*ConsoleOutput) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ConsoleOutput) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ConsoleOutput) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ConsoleOutput) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+type ConsoleInputRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"` // at most 4096 bytes
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleInputRequest) Reset() {
+	*x = ConsoleInputRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleInputRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleInputRequest) ProtoMessage() {}
+
+func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleInputRequest.ProtoReflect.Descriptor instead.
+func (*ConsoleInputRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ConsoleInputRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *ConsoleInputRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ConsoleInputResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConsoleInputResponse) Reset() {
+	*x = ConsoleInputResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConsoleInputResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConsoleInputResponse) ProtoMessage() {}
+
+func (x *ConsoleInputResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConsoleInputResponse.ProtoReflect.Descriptor instead.
+func (*ConsoleInputResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+}
+
 type ConfirmMacRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // id or name
@@ -3342,7 +3572,7 @@ type ConfirmMacRequest struct {
 
 func (x *ConfirmMacRequest) Reset() {
 	*x = ConfirmMacRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3354,7 +3584,7 @@ func (x *ConfirmMacRequest) String() string {
 func (*ConfirmMacRequest) ProtoMessage() {}
 
 func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3367,7 +3597,7 @@ func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmMacRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmMacRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ConfirmMacRequest) GetNode() string {
@@ -3408,7 +3638,7 @@ type MacCandidate struct {
 
 func (x *MacCandidate) Reset() {
 	*x = MacCandidate{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3420,7 +3650,7 @@ func (x *MacCandidate) String() string {
 func (*MacCandidate) ProtoMessage() {}
 
 func (x *MacCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3433,7 +3663,7 @@ func (x *MacCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacCandidate.ProtoReflect.Descriptor instead.
 func (*MacCandidate) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MacCandidate) GetNode() string {
@@ -3509,7 +3739,7 @@ type ListMacCandidatesRequest struct {
 
 func (x *ListMacCandidatesRequest) Reset() {
 	*x = ListMacCandidatesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3751,7 @@ func (x *ListMacCandidatesRequest) String() string {
 func (*ListMacCandidatesRequest) ProtoMessage() {}
 
 func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3764,7 @@ func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesRequest.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListMacCandidatesRequest) GetSite() string {
@@ -3560,7 +3790,7 @@ type ListMacCandidatesResponse struct {
 
 func (x *ListMacCandidatesResponse) Reset() {
 	*x = ListMacCandidatesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3572,7 +3802,7 @@ func (x *ListMacCandidatesResponse) String() string {
 func (*ListMacCandidatesResponse) ProtoMessage() {}
 
 func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3585,7 +3815,7 @@ func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesResponse.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListMacCandidatesResponse) GetCandidates() []*MacCandidate {
@@ -3605,7 +3835,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3847,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3860,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListPendingRequest) GetSite() string {
@@ -3665,7 +3895,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +3907,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +3920,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *AcceptRequest) GetSite() string {
@@ -3760,7 +3990,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4002,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4015,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RejectRequest) GetSite() string {
@@ -3817,7 +4047,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3829,7 +4059,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3842,7 +4072,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 type Batch struct {
@@ -3878,7 +4108,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +4120,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +4133,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Batch) GetId() string {
@@ -4063,7 +4293,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4075,7 +4305,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4088,7 +4318,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *BatchLeaf) GetSubject() string {
@@ -4121,7 +4351,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4133,7 +4363,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4146,7 +4376,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *BulkRequest) GetPool() string {
@@ -4204,7 +4434,7 @@ type BulkBatch struct {
 
 func (x *BulkBatch) Reset() {
 	*x = BulkBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4216,7 +4446,7 @@ func (x *BulkBatch) String() string {
 func (*BulkBatch) ProtoMessage() {}
 
 func (x *BulkBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4229,7 +4459,7 @@ func (x *BulkBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
 func (*BulkBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *BulkBatch) GetBatchId() string {
@@ -4274,7 +4504,7 @@ type BulkNodeResult struct {
 
 func (x *BulkNodeResult) Reset() {
 	*x = BulkNodeResult{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4286,7 +4516,7 @@ func (x *BulkNodeResult) String() string {
 func (*BulkNodeResult) ProtoMessage() {}
 
 func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4299,7 +4529,7 @@ func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
 func (*BulkNodeResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BulkNodeResult) GetNode() string {
@@ -4347,7 +4577,7 @@ type BulkResponse struct {
 
 func (x *BulkResponse) Reset() {
 	*x = BulkResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4589,7 @@ func (x *BulkResponse) String() string {
 func (*BulkResponse) ProtoMessage() {}
 
 func (x *BulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4602,7 @@ func (x *BulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
 func (*BulkResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BulkResponse) GetBatch() *BulkBatch {
@@ -4399,7 +4629,7 @@ type ListBatchesRequest struct {
 
 func (x *ListBatchesRequest) Reset() {
 	*x = ListBatchesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4411,7 +4641,7 @@ func (x *ListBatchesRequest) String() string {
 func (*ListBatchesRequest) ProtoMessage() {}
 
 func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4424,7 +4654,7 @@ func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListBatchesRequest) GetState() string {
@@ -4450,7 +4680,7 @@ type ListBatchesResponse struct {
 
 func (x *ListBatchesResponse) Reset() {
 	*x = ListBatchesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4462,7 +4692,7 @@ func (x *ListBatchesResponse) String() string {
 func (*ListBatchesResponse) ProtoMessage() {}
 
 func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4475,7 +4705,7 @@ func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListBatchesResponse) GetBatches() []*Batch {
@@ -4495,7 +4725,7 @@ type GetBatchRequest struct {
 
 func (x *GetBatchRequest) Reset() {
 	*x = GetBatchRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4507,7 +4737,7 @@ func (x *GetBatchRequest) String() string {
 func (*GetBatchRequest) ProtoMessage() {}
 
 func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4520,7 +4750,7 @@ func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetBatchRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetBatchRequest) GetId() string {
@@ -4547,7 +4777,7 @@ type GetBatchResponse struct {
 
 func (x *GetBatchResponse) Reset() {
 	*x = GetBatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4559,7 +4789,7 @@ func (x *GetBatchResponse) String() string {
 func (*GetBatchResponse) ProtoMessage() {}
 
 func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4572,7 +4802,7 @@ func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetBatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetBatchResponse) GetBatch() *Batch {
@@ -4599,7 +4829,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4611,7 +4841,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4624,7 +4854,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -4650,7 +4880,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4662,7 +4892,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4675,7 +4905,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -4697,7 +4927,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4709,7 +4939,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4722,7 +4952,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -4764,7 +4994,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4776,7 +5006,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4789,7 +5019,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -4822,7 +5052,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4834,7 +5064,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4847,7 +5077,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -4865,7 +5095,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4877,7 +5107,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4890,7 +5120,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -4902,7 +5132,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4914,7 +5144,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4927,7 +5157,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -4948,7 +5178,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4960,7 +5190,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4973,7 +5203,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *Tenant) GetId() string {
@@ -5010,7 +5240,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5022,7 +5252,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5035,7 +5265,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *Site) GetId() string {
@@ -5108,7 +5338,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5120,7 +5350,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5133,7 +5363,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -5213,7 +5443,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5225,7 +5455,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5238,7 +5468,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Pool) GetId() string {
@@ -5296,7 +5526,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5308,7 +5538,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5321,7 +5551,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -5354,7 +5584,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5366,7 +5596,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5379,7 +5609,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -5398,7 +5628,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5410,7 +5640,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5423,7 +5653,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -5441,7 +5671,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +5683,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +5696,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 type ListTenantsResponse struct {
@@ -5478,7 +5708,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5490,7 +5720,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5503,7 +5733,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -5524,7 +5754,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5536,7 +5766,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5549,7 +5779,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -5582,7 +5812,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5594,7 +5824,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5607,7 +5837,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -5626,7 +5856,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5638,7 +5868,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5651,7 +5881,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -5670,7 +5900,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5682,7 +5912,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5695,7 +5925,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -5714,7 +5944,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5726,7 +5956,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5739,7 +5969,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -5757,7 +5987,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5769,7 +5999,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5782,7 +6012,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 type CreatePoolRequest struct {
@@ -5796,7 +6026,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5808,7 +6038,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5821,7 +6051,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -5855,7 +6085,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5867,7 +6097,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5880,7 +6110,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -5906,7 +6136,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5918,7 +6148,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5931,7 +6161,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -5951,7 +6181,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5963,7 +6193,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5976,7 +6206,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -6002,7 +6232,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6014,7 +6244,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6027,7 +6257,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -6046,7 +6276,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6058,7 +6288,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6071,7 +6301,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -6089,7 +6319,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6101,7 +6331,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6114,7 +6344,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 type PutHardwareProfileRequest struct {
@@ -6126,7 +6356,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6138,7 +6368,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6151,7 +6381,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -6170,7 +6400,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6182,7 +6412,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6195,7 +6425,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -6213,7 +6443,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6225,7 +6455,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6238,7 +6468,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -6250,7 +6480,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6262,7 +6492,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6275,7 +6505,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -6296,7 +6526,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6308,7 +6538,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6321,7 +6551,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -6352,7 +6582,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6364,7 +6594,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6377,7 +6607,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -6419,7 +6649,7 @@ type RevokeSiteAgentRequest struct {
 
 func (x *RevokeSiteAgentRequest) Reset() {
 	*x = RevokeSiteAgentRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6431,7 +6661,7 @@ func (x *RevokeSiteAgentRequest) String() string {
 func (*RevokeSiteAgentRequest) ProtoMessage() {}
 
 func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6444,7 +6674,7 @@ func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *RevokeSiteAgentRequest) GetAgent() string {
@@ -6471,7 +6701,7 @@ type RevokeSiteAgentResponse struct {
 
 func (x *RevokeSiteAgentResponse) Reset() {
 	*x = RevokeSiteAgentResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6483,7 +6713,7 @@ func (x *RevokeSiteAgentResponse) String() string {
 func (*RevokeSiteAgentResponse) ProtoMessage() {}
 
 func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6496,7 +6726,7 @@ func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *RevokeSiteAgentResponse) GetAgent() string {
@@ -6528,7 +6758,7 @@ type AgentCA struct {
 
 func (x *AgentCA) Reset() {
 	*x = AgentCA{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6540,7 +6770,7 @@ func (x *AgentCA) String() string {
 func (*AgentCA) ProtoMessage() {}
 
 func (x *AgentCA) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6553,7 +6783,7 @@ func (x *AgentCA) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCA.ProtoReflect.Descriptor instead.
 func (*AgentCA) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *AgentCA) GetSha256() string {
@@ -6599,7 +6829,7 @@ type AgentCARotation struct {
 
 func (x *AgentCARotation) Reset() {
 	*x = AgentCARotation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6611,7 +6841,7 @@ func (x *AgentCARotation) String() string {
 func (*AgentCARotation) ProtoMessage() {}
 
 func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6624,7 +6854,7 @@ func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCARotation.ProtoReflect.Descriptor instead.
 func (*AgentCARotation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *AgentCARotation) GetStage() string {
@@ -6675,7 +6905,7 @@ type AgentCALag struct {
 
 func (x *AgentCALag) Reset() {
 	*x = AgentCALag{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6687,7 +6917,7 @@ func (x *AgentCALag) String() string {
 func (*AgentCALag) ProtoMessage() {}
 
 func (x *AgentCALag) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6700,7 +6930,7 @@ func (x *AgentCALag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCALag.ProtoReflect.Descriptor instead.
 func (*AgentCALag) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *AgentCALag) GetAgent() string {
@@ -6746,7 +6976,7 @@ type GetAgentCARequest struct {
 
 func (x *GetAgentCARequest) Reset() {
 	*x = GetAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6758,7 +6988,7 @@ func (x *GetAgentCARequest) String() string {
 func (*GetAgentCARequest) ProtoMessage() {}
 
 func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6771,7 +7001,7 @@ func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentCARequest.ProtoReflect.Descriptor instead.
 func (*GetAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 type RotateAgentCARequest struct {
@@ -6783,7 +7013,7 @@ type RotateAgentCARequest struct {
 
 func (x *RotateAgentCARequest) Reset() {
 	*x = RotateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6795,7 +7025,7 @@ func (x *RotateAgentCARequest) String() string {
 func (*RotateAgentCARequest) ProtoMessage() {}
 
 func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6808,7 +7038,7 @@ func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*RotateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *RotateAgentCARequest) GetReason() string {
@@ -6829,7 +7059,7 @@ type ActivateAgentCARequest struct {
 
 func (x *ActivateAgentCARequest) Reset() {
 	*x = ActivateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6841,7 +7071,7 @@ func (x *ActivateAgentCARequest) String() string {
 func (*ActivateAgentCARequest) ProtoMessage() {}
 
 func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6854,7 +7084,7 @@ func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*ActivateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *ActivateAgentCARequest) GetReason() string {
@@ -6881,7 +7111,7 @@ type FinishAgentCARequest struct {
 
 func (x *FinishAgentCARequest) Reset() {
 	*x = FinishAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6893,7 +7123,7 @@ func (x *FinishAgentCARequest) String() string {
 func (*FinishAgentCARequest) ProtoMessage() {}
 
 func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6906,7 +7136,7 @@ func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishAgentCARequest.ProtoReflect.Descriptor instead.
 func (*FinishAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *FinishAgentCARequest) GetReason() string {
@@ -6932,7 +7162,7 @@ type AgentCAResponse struct {
 
 func (x *AgentCAResponse) Reset() {
 	*x = AgentCAResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6944,7 +7174,7 @@ func (x *AgentCAResponse) String() string {
 func (*AgentCAResponse) ProtoMessage() {}
 
 func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6957,7 +7187,7 @@ func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCAResponse.ProtoReflect.Descriptor instead.
 func (*AgentCAResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AgentCAResponse) GetRotation() *AgentCARotation {
@@ -6980,7 +7210,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6992,7 +7222,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7005,7 +7235,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -7031,7 +7261,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7043,7 +7273,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7056,7 +7286,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -7075,7 +7305,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7087,7 +7317,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7100,7 +7330,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -7118,7 +7348,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7130,7 +7360,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7143,7 +7373,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 type ListDeployProfilesResponse struct {
@@ -7155,7 +7385,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7167,7 +7397,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7180,7 +7410,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -7201,7 +7431,7 @@ type DeleteDeployProfileRequest struct {
 
 func (x *DeleteDeployProfileRequest) Reset() {
 	*x = DeleteDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7213,7 +7443,7 @@ func (x *DeleteDeployProfileRequest) String() string {
 func (*DeleteDeployProfileRequest) ProtoMessage() {}
 
 func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7226,7 +7456,7 @@ func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *DeleteDeployProfileRequest) GetName() string {
@@ -7244,7 +7474,7 @@ type DeleteDeployProfileResponse struct {
 
 func (x *DeleteDeployProfileResponse) Reset() {
 	*x = DeleteDeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7256,7 +7486,7 @@ func (x *DeleteDeployProfileResponse) String() string {
 func (*DeleteDeployProfileResponse) ProtoMessage() {}
 
 func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7269,7 +7499,7 @@ func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 type Token struct {
@@ -7286,7 +7516,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7298,7 +7528,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7311,7 +7541,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *Token) GetId() string {
@@ -7367,7 +7597,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7379,7 +7609,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7392,7 +7622,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -7427,7 +7657,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7439,7 +7669,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7452,7 +7682,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -7477,7 +7707,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7489,7 +7719,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7502,7 +7732,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 type ListTokensResponse struct {
@@ -7514,7 +7744,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7526,7 +7756,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7539,7 +7769,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -7558,7 +7788,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7570,7 +7800,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7583,7 +7813,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -7602,7 +7832,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7614,7 +7844,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7627,7 +7857,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -7645,7 +7875,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7657,7 +7887,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7670,7 +7900,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
 }
 
 type WhoAmIResponse struct {
@@ -7682,7 +7912,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7694,7 +7924,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7707,7 +7937,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -7728,7 +7958,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7740,7 +7970,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7753,7 +7983,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *Signer) GetName() string {
@@ -7796,7 +8026,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7808,7 +8038,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7821,7 +8051,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *Image) GetName() string {
@@ -7903,7 +8133,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7915,7 +8145,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7928,7 +8158,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -7946,7 +8176,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7958,7 +8188,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7971,7 +8201,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
 }
 
 type RevokeSignerRequest struct {
@@ -7983,7 +8213,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7995,7 +8225,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8008,7 +8238,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -8026,7 +8256,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8038,7 +8268,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8051,7 +8281,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
 }
 
 type ListSignersRequest struct {
@@ -8062,7 +8292,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8074,7 +8304,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8087,7 +8317,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
 }
 
 type ListSignersResponse struct {
@@ -8099,7 +8329,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8111,7 +8341,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8124,7 +8354,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -8143,7 +8373,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8155,7 +8385,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8168,7 +8398,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -8187,7 +8417,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8199,7 +8429,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8212,7 +8442,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -8230,7 +8460,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8242,7 +8472,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8255,7 +8485,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
 }
 
 type ListImagesResponse struct {
@@ -8267,7 +8497,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8279,7 +8509,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8292,7 +8522,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -8615,7 +8845,24 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"decided_at\x18\x06 \x01(\tR\tdecidedAt\"]\n" +
 	"!ListBmcCredentialVersionsResponse\x128\n" +
-	"\bversions\x18\x01 \x03(\v2\x1c.bcd.v1.BmcCredentialVersionR\bversions\"Q\n" +
+	"\bversions\x18\x01 \x03(\v2\x1c.bcd.v1.BmcCredentialVersionR\bversions\"\x97\x01\n" +
+	"\x0eConsoleRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1b\n" +
+	"\ttake_over\x18\x03 \x01(\bR\btakeOver\x12\x1b\n" +
+	"\tread_only\x18\x04 \x01(\bR\breadOnly\x12\x1f\n" +
+	"\vmax_seconds\x18\x05 \x01(\x03R\n" +
+	"maxSeconds\"Z\n" +
+	"\rConsoleOutput\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
+	"\x06status\x18\x03 \x01(\tR\x06status\"H\n" +
+	"\x13ConsoleInputRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x16\n" +
+	"\x14ConsoleInputResponse\"Q\n" +
 	"\x11ConfirmMacRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03mac\x18\x02 \x01(\tR\x03mac\x12\x16\n" +
@@ -8966,7 +9213,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\";\n" +
 	"\x12ListImagesResponse\x12%\n" +
-	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xc8\x0e\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xcf\x0f\n" +
 	"\vNodeService\x12P\n" +
 	"\n" +
 	"Discovered\x12\x1d.bcd.v1.ListDiscoveredRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x12<\n" +
@@ -8997,7 +9244,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\rMacCandidates\x12 .bcd.v1.ListMacCandidatesRequest\x1a!.bcd.v1.ListMacCandidatesResponse\"\x03\x90\x02\x01\x12J\n" +
 	"\aPending\x12\x1a.bcd.v1.ListPendingRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x125\n" +
 	"\x06Accept\x12\x15.bcd.v1.AcceptRequest\x1a\x14.bcd.v1.NodeResponse\x127\n" +
-	"\x06Reject\x12\x15.bcd.v1.RejectRequest\x1a\x16.bcd.v1.RejectResponse2\xc5\x04\n" +
+	"\x06Reject\x12\x15.bcd.v1.RejectRequest\x1a\x16.bcd.v1.RejectResponse\x12:\n" +
+	"\aConsole\x12\x16.bcd.v1.ConsoleRequest\x1a\x15.bcd.v1.ConsoleOutput0\x01\x12I\n" +
+	"\fConsoleInput\x12\x1b.bcd.v1.ConsoleInputRequest\x1a\x1c.bcd.v1.ConsoleInputResponse2\xc5\x04\n" +
 	"\fBatchService\x121\n" +
 	"\x04Bulk\x12\x13.bcd.v1.BulkRequest\x1a\x14.bcd.v1.BulkResponse\x12D\n" +
 	"\x04List\x12\x1a.bcd.v1.ListBatchesRequest\x1a\x1b.bcd.v1.ListBatchesResponse\"\x03\x90\x02\x01\x12=\n" +
@@ -9059,7 +9308,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 144)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -9102,119 +9351,123 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*ListBmcCredentialVersionsRequest)(nil),  // 38: bcd.v1.ListBmcCredentialVersionsRequest
 	(*BmcCredentialVersion)(nil),              // 39: bcd.v1.BmcCredentialVersion
 	(*ListBmcCredentialVersionsResponse)(nil), // 40: bcd.v1.ListBmcCredentialVersionsResponse
-	(*ConfirmMacRequest)(nil),                 // 41: bcd.v1.ConfirmMacRequest
-	(*MacCandidate)(nil),                      // 42: bcd.v1.MacCandidate
-	(*ListMacCandidatesRequest)(nil),          // 43: bcd.v1.ListMacCandidatesRequest
-	(*ListMacCandidatesResponse)(nil),         // 44: bcd.v1.ListMacCandidatesResponse
-	(*ListPendingRequest)(nil),                // 45: bcd.v1.ListPendingRequest
-	(*AcceptRequest)(nil),                     // 46: bcd.v1.AcceptRequest
-	(*RejectRequest)(nil),                     // 47: bcd.v1.RejectRequest
-	(*RejectResponse)(nil),                    // 48: bcd.v1.RejectResponse
-	(*Batch)(nil),                             // 49: bcd.v1.Batch
-	(*BatchLeaf)(nil),                         // 50: bcd.v1.BatchLeaf
-	(*BulkRequest)(nil),                       // 51: bcd.v1.BulkRequest
-	(*BulkBatch)(nil),                         // 52: bcd.v1.BulkBatch
-	(*BulkNodeResult)(nil),                    // 53: bcd.v1.BulkNodeResult
-	(*BulkResponse)(nil),                      // 54: bcd.v1.BulkResponse
-	(*ListBatchesRequest)(nil),                // 55: bcd.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),               // 56: bcd.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),                   // 57: bcd.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),                  // 58: bcd.v1.GetBatchResponse
-	(*BatchDecisionRequest)(nil),              // 59: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 60: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 61: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 62: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 63: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 64: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 65: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 66: bcd.v1.Tenant
-	(*Site)(nil),                              // 67: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 68: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 69: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 70: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 71: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 72: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 73: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 74: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 75: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 76: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 77: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 78: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 79: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 80: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 81: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 82: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 83: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 84: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 85: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 86: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 87: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 88: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 89: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 90: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 91: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 92: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 93: bcd.v1.CreateSiteJoinTokenResponse
-	(*RevokeSiteAgentRequest)(nil),            // 94: bcd.v1.RevokeSiteAgentRequest
-	(*RevokeSiteAgentResponse)(nil),           // 95: bcd.v1.RevokeSiteAgentResponse
-	(*AgentCA)(nil),                           // 96: bcd.v1.AgentCA
-	(*AgentCARotation)(nil),                   // 97: bcd.v1.AgentCARotation
-	(*AgentCALag)(nil),                        // 98: bcd.v1.AgentCALag
-	(*GetAgentCARequest)(nil),                 // 99: bcd.v1.GetAgentCARequest
-	(*RotateAgentCARequest)(nil),              // 100: bcd.v1.RotateAgentCARequest
-	(*ActivateAgentCARequest)(nil),            // 101: bcd.v1.ActivateAgentCARequest
-	(*FinishAgentCARequest)(nil),              // 102: bcd.v1.FinishAgentCARequest
-	(*AgentCAResponse)(nil),                   // 103: bcd.v1.AgentCAResponse
-	(*DeployProfile)(nil),                     // 104: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 105: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 106: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 107: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 108: bcd.v1.ListDeployProfilesResponse
-	(*DeleteDeployProfileRequest)(nil),        // 109: bcd.v1.DeleteDeployProfileRequest
-	(*DeleteDeployProfileResponse)(nil),       // 110: bcd.v1.DeleteDeployProfileResponse
-	(*Token)(nil),                             // 111: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 112: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 113: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 114: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 115: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 116: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 117: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 118: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 119: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 120: bcd.v1.Signer
-	(*Image)(nil),                             // 121: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 122: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 123: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 124: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 125: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 126: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 127: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 128: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 129: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 130: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 131: bcd.v1.ListImagesResponse
-	nil,                                       // 132: bcd.v1.Node.DriversEntry
-	nil,                                       // 133: bcd.v1.Node.LabelsEntry
-	nil,                                       // 134: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 135: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 136: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 137: bcd.v1.Site.LabelsEntry
-	nil,                                       // 138: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 139: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 140: bcd.v1.PoolPolicy.BiosSettingsEntry
-	nil,                                       // 141: bcd.v1.PoolPolicy.FirmwareImagesEntry
-	nil,                                       // 142: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 143: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*ConsoleRequest)(nil),                    // 41: bcd.v1.ConsoleRequest
+	(*ConsoleOutput)(nil),                     // 42: bcd.v1.ConsoleOutput
+	(*ConsoleInputRequest)(nil),               // 43: bcd.v1.ConsoleInputRequest
+	(*ConsoleInputResponse)(nil),              // 44: bcd.v1.ConsoleInputResponse
+	(*ConfirmMacRequest)(nil),                 // 45: bcd.v1.ConfirmMacRequest
+	(*MacCandidate)(nil),                      // 46: bcd.v1.MacCandidate
+	(*ListMacCandidatesRequest)(nil),          // 47: bcd.v1.ListMacCandidatesRequest
+	(*ListMacCandidatesResponse)(nil),         // 48: bcd.v1.ListMacCandidatesResponse
+	(*ListPendingRequest)(nil),                // 49: bcd.v1.ListPendingRequest
+	(*AcceptRequest)(nil),                     // 50: bcd.v1.AcceptRequest
+	(*RejectRequest)(nil),                     // 51: bcd.v1.RejectRequest
+	(*RejectResponse)(nil),                    // 52: bcd.v1.RejectResponse
+	(*Batch)(nil),                             // 53: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 54: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 55: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 56: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 57: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 58: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 59: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 60: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 61: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 62: bcd.v1.GetBatchResponse
+	(*BatchDecisionRequest)(nil),              // 63: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 64: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 65: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 66: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 67: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 68: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 69: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 70: bcd.v1.Tenant
+	(*Site)(nil),                              // 71: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 72: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 73: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 74: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 75: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 76: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 77: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 78: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 79: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 80: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 81: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 82: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 83: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 84: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 85: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 86: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 87: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 88: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 89: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 90: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 91: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 92: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 93: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 94: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 95: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 96: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 97: bcd.v1.CreateSiteJoinTokenResponse
+	(*RevokeSiteAgentRequest)(nil),            // 98: bcd.v1.RevokeSiteAgentRequest
+	(*RevokeSiteAgentResponse)(nil),           // 99: bcd.v1.RevokeSiteAgentResponse
+	(*AgentCA)(nil),                           // 100: bcd.v1.AgentCA
+	(*AgentCARotation)(nil),                   // 101: bcd.v1.AgentCARotation
+	(*AgentCALag)(nil),                        // 102: bcd.v1.AgentCALag
+	(*GetAgentCARequest)(nil),                 // 103: bcd.v1.GetAgentCARequest
+	(*RotateAgentCARequest)(nil),              // 104: bcd.v1.RotateAgentCARequest
+	(*ActivateAgentCARequest)(nil),            // 105: bcd.v1.ActivateAgentCARequest
+	(*FinishAgentCARequest)(nil),              // 106: bcd.v1.FinishAgentCARequest
+	(*AgentCAResponse)(nil),                   // 107: bcd.v1.AgentCAResponse
+	(*DeployProfile)(nil),                     // 108: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 109: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 110: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 111: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 112: bcd.v1.ListDeployProfilesResponse
+	(*DeleteDeployProfileRequest)(nil),        // 113: bcd.v1.DeleteDeployProfileRequest
+	(*DeleteDeployProfileResponse)(nil),       // 114: bcd.v1.DeleteDeployProfileResponse
+	(*Token)(nil),                             // 115: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 116: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 117: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 118: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 119: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 120: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 121: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 122: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 123: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 124: bcd.v1.Signer
+	(*Image)(nil),                             // 125: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 126: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 127: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 128: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 129: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 130: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 131: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 132: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 133: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 134: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 135: bcd.v1.ListImagesResponse
+	nil,                                       // 136: bcd.v1.Node.DriversEntry
+	nil,                                       // 137: bcd.v1.Node.LabelsEntry
+	nil,                                       // 138: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 139: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 140: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 141: bcd.v1.Site.LabelsEntry
+	nil,                                       // 142: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 143: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 144: bcd.v1.PoolPolicy.BiosSettingsEntry
+	nil,                                       // 145: bcd.v1.PoolPolicy.FirmwareImagesEntry
+	nil,                                       // 146: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 147: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	132, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	136, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	133, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	137, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	134, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	138, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	135, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	139, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	1,   // 9: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
 	1,   // 10: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
@@ -9228,55 +9481,55 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	35,  // 18: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
 	32,  // 19: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
 	34,  // 20: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
-	97,  // 21: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
+	101, // 21: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
 	39,  // 22: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	42,  // 23: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	46,  // 23: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
 	4,   // 24: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	136, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
-	52,  // 26: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	53,  // 27: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	49,  // 28: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	49,  // 29: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	50,  // 30: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	49,  // 31: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	61,  // 32: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	61,  // 33: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	137, // 34: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	138, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	139, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	140, // 37: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	141, // 38: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
-	68,  // 39: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	142, // 40: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	66,  // 41: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	66,  // 42: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	143, // 43: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	67,  // 44: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	67,  // 45: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	68,  // 46: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	68,  // 47: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	69,  // 48: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	69,  // 49: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	70,  // 50: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	70,  // 51: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	70,  // 52: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	96,  // 53: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	96,  // 54: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	96,  // 55: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	98,  // 56: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	97,  // 57: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	104, // 58: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	104, // 59: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	104, // 60: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	111, // 61: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	111, // 62: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	111, // 63: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	111, // 64: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	120, // 65: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	120, // 66: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	121, // 67: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	121, // 68: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	121, // 69: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	140, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	56,  // 26: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	57,  // 27: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	53,  // 28: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	53,  // 29: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	54,  // 30: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	53,  // 31: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	65,  // 32: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	65,  // 33: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	141, // 34: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	142, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	143, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	144, // 37: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
+	145, // 38: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	72,  // 39: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	146, // 40: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	70,  // 41: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	70,  // 42: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	147, // 43: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	71,  // 44: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	71,  // 45: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	72,  // 46: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	72,  // 47: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	73,  // 48: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	73,  // 49: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	74,  // 50: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	74,  // 51: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	74,  // 52: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	100, // 53: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	100, // 54: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	100, // 55: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	102, // 56: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	101, // 57: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	108, // 58: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	108, // 59: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	108, // 60: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	115, // 61: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	115, // 62: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	115, // 63: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	115, // 64: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	124, // 65: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	124, // 66: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	125, // 67: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	125, // 68: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	125, // 69: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
 	25,  // 70: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
 	28,  // 71: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
 	5,   // 72: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
@@ -9300,115 +9553,119 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	20,  // 90: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
 	36,  // 91: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
 	38,  // 92: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	41,  // 93: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	43,  // 94: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	45,  // 95: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	46,  // 96: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	47,  // 97: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	51,  // 98: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	55,  // 99: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	57,  // 100: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	59,  // 101: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	59,  // 102: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	59,  // 103: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	62,  // 104: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	64,  // 105: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	105, // 106: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	107, // 107: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	109, // 108: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	92,  // 109: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	94,  // 110: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	99,  // 111: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	100, // 112: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	101, // 113: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	102, // 114: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	71,  // 115: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	73,  // 116: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	75,  // 117: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	77,  // 118: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	79,  // 119: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	81,  // 120: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	82,  // 121: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	84,  // 122: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	86,  // 123: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	88,  // 124: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	90,  // 125: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	112, // 126: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	114, // 127: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	116, // 128: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	118, // 129: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	122, // 130: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	124, // 131: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	126, // 132: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	128, // 133: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	130, // 134: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	27,  // 135: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	33,  // 136: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 137: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 138: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 139: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 140: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 141: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 142: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 143: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 144: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 145: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 146: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 147: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 148: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 149: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 150: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 151: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 152: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	18,  // 153: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	24,  // 154: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	22,  // 155: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	37,  // 156: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	40,  // 157: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 158: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	44,  // 159: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	27,  // 160: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 161: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	48,  // 162: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	54,  // 163: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	56,  // 164: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	58,  // 165: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	60,  // 166: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	60,  // 167: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	60,  // 168: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	63,  // 169: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	65,  // 170: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	106, // 171: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	108, // 172: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	110, // 173: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	93,  // 174: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	95,  // 175: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	103, // 176: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 177: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 178: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	103, // 179: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	72,  // 180: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	74,  // 181: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	76,  // 182: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	78,  // 183: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	80,  // 184: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	83,  // 185: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	83,  // 186: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	85,  // 187: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	87,  // 188: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	89,  // 189: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	91,  // 190: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	113, // 191: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	115, // 192: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	117, // 193: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	119, // 194: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	123, // 195: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	125, // 196: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	127, // 197: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	129, // 198: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	131, // 199: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	135, // [135:200] is the sub-list for method output_type
-	70,  // [70:135] is the sub-list for method input_type
+	45,  // 93: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	47,  // 94: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	49,  // 95: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	50,  // 96: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	51,  // 97: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	41,  // 98: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
+	43,  // 99: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
+	55,  // 100: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	59,  // 101: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	61,  // 102: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	63,  // 103: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	63,  // 104: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	63,  // 105: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	66,  // 106: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	68,  // 107: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	109, // 108: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	111, // 109: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	113, // 110: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	96,  // 111: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	98,  // 112: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	103, // 113: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	104, // 114: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	105, // 115: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	106, // 116: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	75,  // 117: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	77,  // 118: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	79,  // 119: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	81,  // 120: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	83,  // 121: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	85,  // 122: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	86,  // 123: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	88,  // 124: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	90,  // 125: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	92,  // 126: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	94,  // 127: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	116, // 128: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	118, // 129: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	120, // 130: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	122, // 131: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	126, // 132: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	128, // 133: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	130, // 134: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	132, // 135: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	134, // 136: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	27,  // 137: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	33,  // 138: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 139: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 140: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 141: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 142: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 143: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 144: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 145: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 146: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 147: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 148: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 150: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 151: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 152: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 153: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 154: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	18,  // 155: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	24,  // 156: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	22,  // 157: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	37,  // 158: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	40,  // 159: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 160: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	48,  // 161: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	27,  // 162: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 163: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	52,  // 164: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	42,  // 165: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
+	44,  // 166: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
+	58,  // 167: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	60,  // 168: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	62,  // 169: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	64,  // 170: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	64,  // 171: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	64,  // 172: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	67,  // 173: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	69,  // 174: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	110, // 175: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	112, // 176: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	114, // 177: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	97,  // 178: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	99,  // 179: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	107, // 180: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	107, // 181: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	107, // 182: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	107, // 183: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	76,  // 184: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	78,  // 185: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	80,  // 186: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	82,  // 187: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	84,  // 188: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	87,  // 189: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	87,  // 190: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	89,  // 191: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	91,  // 192: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	93,  // 193: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	95,  // 194: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	117, // 195: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	119, // 196: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	121, // 197: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	123, // 198: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	127, // 199: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	129, // 200: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	131, // 201: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	133, // 202: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	135, // 203: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	137, // [137:204] is the sub-list for method output_type
+	70,  // [70:137] is the sub-list for method input_type
 	70,  // [70:70] is the sub-list for extension type_name
 	70,  // [70:70] is the sub-list for extension extendee
 	0,   // [0:70] is the sub-list for field type_name
@@ -9426,7 +9683,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   144,
+			NumMessages:   148,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

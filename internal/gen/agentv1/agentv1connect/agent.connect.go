@@ -64,6 +64,8 @@ const (
 	// GatewayServiceReportPowerProcedure is the fully-qualified name of the GatewayService's
 	// ReportPower RPC.
 	GatewayServiceReportPowerProcedure = "/bcd.agent.v1.GatewayService/ReportPower"
+	// GatewayServiceConsoleProcedure is the fully-qualified name of the GatewayService's Console RPC.
+	GatewayServiceConsoleProcedure = "/bcd.agent.v1.GatewayService/Console"
 )
 
 // GatewayServiceClient is a client for the bcd.agent.v1.GatewayService service.
@@ -94,6 +96,11 @@ type GatewayServiceClient interface {
 	// ReportPower records power readings of the holder's poller: the node's power axis, and the
 	// BMC_UNREACHABLE condition after consecutive failures (raised and cleared with an event).
 	ReportPower(context.Context, *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error)
+	// Console relays one operator console session (a bmc.console command assigned to the calling
+	// site agent and running): the agent's first frame names the command; then the agent sends
+	// what the machine writes and the server sends what the operator types. The server ends the
+	// stream when the operator closes the session; the agent ends it when the BMC's does.
+	Console(context.Context) *connect.BidiStreamForClient[agentv1.ConsoleFrame, agentv1.ConsoleFrame]
 }
 
 // NewGatewayServiceClient constructs a client for the bcd.agent.v1.GatewayService service. By
@@ -143,6 +150,12 @@ func NewGatewayServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(gatewayServiceMethods.ByName("ReportPower")),
 			connect.WithClientOptions(opts...),
 		),
+		console: connect.NewClient[agentv1.ConsoleFrame, agentv1.ConsoleFrame](
+			httpClient,
+			baseURL+GatewayServiceConsoleProcedure,
+			connect.WithSchema(gatewayServiceMethods.ByName("Console")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -154,6 +167,7 @@ type gatewayServiceClient struct {
 	bootLease   *connect.Client[agentv1.BootLeaseRequest, agentv1.BootLeaseResponse]
 	pollSet     *connect.Client[agentv1.PollSetRequest, agentv1.PollSetResponse]
 	reportPower *connect.Client[agentv1.ReportPowerRequest, agentv1.ReportPowerResponse]
+	console     *connect.Client[agentv1.ConsoleFrame, agentv1.ConsoleFrame]
 }
 
 // Join calls bcd.agent.v1.GatewayService.Join.
@@ -186,6 +200,11 @@ func (c *gatewayServiceClient) ReportPower(ctx context.Context, req *connect.Req
 	return c.reportPower.CallUnary(ctx, req)
 }
 
+// Console calls bcd.agent.v1.GatewayService.Console.
+func (c *gatewayServiceClient) Console(ctx context.Context) *connect.BidiStreamForClient[agentv1.ConsoleFrame, agentv1.ConsoleFrame] {
+	return c.console.CallBidiStream(ctx)
+}
+
 // GatewayServiceHandler is an implementation of the bcd.agent.v1.GatewayService service.
 type GatewayServiceHandler interface {
 	// Join exchanges a one-time token and a CSR for a certificate. Unknown, used and expired
@@ -214,6 +233,11 @@ type GatewayServiceHandler interface {
 	// ReportPower records power readings of the holder's poller: the node's power axis, and the
 	// BMC_UNREACHABLE condition after consecutive failures (raised and cleared with an event).
 	ReportPower(context.Context, *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error)
+	// Console relays one operator console session (a bmc.console command assigned to the calling
+	// site agent and running): the agent's first frame names the command; then the agent sends
+	// what the machine writes and the server sends what the operator types. The server ends the
+	// stream when the operator closes the session; the agent ends it when the BMC's does.
+	Console(context.Context, *connect.BidiStream[agentv1.ConsoleFrame, agentv1.ConsoleFrame]) error
 }
 
 // NewGatewayServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -259,6 +283,12 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 		connect.WithSchema(gatewayServiceMethods.ByName("ReportPower")),
 		connect.WithHandlerOptions(opts...),
 	)
+	gatewayServiceConsoleHandler := connect.NewBidiStreamHandler(
+		GatewayServiceConsoleProcedure,
+		svc.Console,
+		connect.WithSchema(gatewayServiceMethods.ByName("Console")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bcd.agent.v1.GatewayService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case GatewayServiceJoinProcedure:
@@ -273,6 +303,8 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 			gatewayServicePollSetHandler.ServeHTTP(w, r)
 		case GatewayServiceReportPowerProcedure:
 			gatewayServiceReportPowerHandler.ServeHTTP(w, r)
+		case GatewayServiceConsoleProcedure:
+			gatewayServiceConsoleHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -304,4 +336,8 @@ func (UnimplementedGatewayServiceHandler) PollSet(context.Context, *connect.Requ
 
 func (UnimplementedGatewayServiceHandler) ReportPower(context.Context, *connect.Request[agentv1.ReportPowerRequest]) (*connect.Response[agentv1.ReportPowerResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.ReportPower is not implemented"))
+}
+
+func (UnimplementedGatewayServiceHandler) Console(context.Context, *connect.BidiStream[agentv1.ConsoleFrame, agentv1.ConsoleFrame]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("bcd.agent.v1.GatewayService.Console is not implemented"))
 }

@@ -103,6 +103,11 @@ const (
 	NodeServiceAcceptProcedure = "/bcd.v1.NodeService/Accept"
 	// NodeServiceRejectProcedure is the fully-qualified name of the NodeService's Reject RPC.
 	NodeServiceRejectProcedure = "/bcd.v1.NodeService/Reject"
+	// NodeServiceConsoleProcedure is the fully-qualified name of the NodeService's Console RPC.
+	NodeServiceConsoleProcedure = "/bcd.v1.NodeService/Console"
+	// NodeServiceConsoleInputProcedure is the fully-qualified name of the NodeService's ConsoleInput
+	// RPC.
+	NodeServiceConsoleInputProcedure = "/bcd.v1.NodeService/ConsoleInput"
 	// BatchServiceBulkProcedure is the fully-qualified name of the BatchService's Bulk RPC.
 	BatchServiceBulkProcedure = "/bcd.v1.BatchService/Bulk"
 	// BatchServiceListProcedure is the fully-qualified name of the BatchService's List RPC.
@@ -245,6 +250,14 @@ type NodeServiceClient interface {
 	Pending(context.Context, *connect.Request[bcdv1.ListPendingRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error)
 	Accept(context.Context, *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Reject(context.Context, *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error)
+	// The node's serial console (IPMI Serial-over-LAN, relayed by a site agent of its site), in
+	// any state: the stream's first message names the session (its bmc.console command); then
+	// status lines and what the machine writes, until the session ends (the stream's end closes
+	// it). Every session is an event naming who opened it. Operator role.
+	Console(context.Context, *connect.Request[bcdv1.ConsoleRequest]) (*connect.ServerStreamForClient[bcdv1.ConsoleOutput], error)
+	// Keystrokes for an open console session, from the operator who opened it (not read-only),
+	// to the server that holds its output stream.
+	ConsoleInput(context.Context, *connect.Request[bcdv1.ConsoleInputRequest]) (*connect.Response[bcdv1.ConsoleInputResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the bcd.v1.NodeService service. By default, it uses
@@ -435,6 +448,18 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("Reject")),
 			connect.WithClientOptions(opts...),
 		),
+		console: connect.NewClient[bcdv1.ConsoleRequest, bcdv1.ConsoleOutput](
+			httpClient,
+			baseURL+NodeServiceConsoleProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Console")),
+			connect.WithClientOptions(opts...),
+		),
+		consoleInput: connect.NewClient[bcdv1.ConsoleInputRequest, bcdv1.ConsoleInputResponse](
+			httpClient,
+			baseURL+NodeServiceConsoleInputProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ConsoleInput")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -468,6 +493,8 @@ type nodeServiceClient struct {
 	pending               *connect.Client[bcdv1.ListPendingRequest, bcdv1.ListDiscoveredResponse]
 	accept                *connect.Client[bcdv1.AcceptRequest, bcdv1.NodeResponse]
 	reject                *connect.Client[bcdv1.RejectRequest, bcdv1.RejectResponse]
+	console               *connect.Client[bcdv1.ConsoleRequest, bcdv1.ConsoleOutput]
+	consoleInput          *connect.Client[bcdv1.ConsoleInputRequest, bcdv1.ConsoleInputResponse]
 }
 
 // Discovered calls bcd.v1.NodeService.Discovered.
@@ -610,6 +637,16 @@ func (c *nodeServiceClient) Reject(ctx context.Context, req *connect.Request[bcd
 	return c.reject.CallUnary(ctx, req)
 }
 
+// Console calls bcd.v1.NodeService.Console.
+func (c *nodeServiceClient) Console(ctx context.Context, req *connect.Request[bcdv1.ConsoleRequest]) (*connect.ServerStreamForClient[bcdv1.ConsoleOutput], error) {
+	return c.console.CallServerStream(ctx, req)
+}
+
+// ConsoleInput calls bcd.v1.NodeService.ConsoleInput.
+func (c *nodeServiceClient) ConsoleInput(ctx context.Context, req *connect.Request[bcdv1.ConsoleInputRequest]) (*connect.Response[bcdv1.ConsoleInputResponse], error) {
+	return c.consoleInput.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the bcd.v1.NodeService service.
 type NodeServiceHandler interface {
 	// Machines a site's agents saw PXE-booting with no boot entry and whose MAC belongs to no node.
@@ -652,6 +689,14 @@ type NodeServiceHandler interface {
 	Pending(context.Context, *connect.Request[bcdv1.ListPendingRequest]) (*connect.Response[bcdv1.ListDiscoveredResponse], error)
 	Accept(context.Context, *connect.Request[bcdv1.AcceptRequest]) (*connect.Response[bcdv1.NodeResponse], error)
 	Reject(context.Context, *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error)
+	// The node's serial console (IPMI Serial-over-LAN, relayed by a site agent of its site), in
+	// any state: the stream's first message names the session (its bmc.console command); then
+	// status lines and what the machine writes, until the session ends (the stream's end closes
+	// it). Every session is an event naming who opened it. Operator role.
+	Console(context.Context, *connect.Request[bcdv1.ConsoleRequest], *connect.ServerStream[bcdv1.ConsoleOutput]) error
+	// Keystrokes for an open console session, from the operator who opened it (not read-only),
+	// to the server that holds its output stream.
+	ConsoleInput(context.Context, *connect.Request[bcdv1.ConsoleInputRequest]) (*connect.Response[bcdv1.ConsoleInputResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -838,6 +883,18 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("Reject")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceConsoleHandler := connect.NewServerStreamHandler(
+		NodeServiceConsoleProcedure,
+		svc.Console,
+		connect.WithSchema(nodeServiceMethods.ByName("Console")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceConsoleInputHandler := connect.NewUnaryHandler(
+		NodeServiceConsoleInputProcedure,
+		svc.ConsoleInput,
+		connect.WithSchema(nodeServiceMethods.ByName("ConsoleInput")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/bcd.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceDiscoveredProcedure:
@@ -896,6 +953,10 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceAcceptHandler.ServeHTTP(w, r)
 		case NodeServiceRejectProcedure:
 			nodeServiceRejectHandler.ServeHTTP(w, r)
+		case NodeServiceConsoleProcedure:
+			nodeServiceConsoleHandler.ServeHTTP(w, r)
+		case NodeServiceConsoleInputProcedure:
+			nodeServiceConsoleInputHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -1015,6 +1076,14 @@ func (UnimplementedNodeServiceHandler) Accept(context.Context, *connect.Request[
 
 func (UnimplementedNodeServiceHandler) Reject(context.Context, *connect.Request[bcdv1.RejectRequest]) (*connect.Response[bcdv1.RejectResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Reject is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Console(context.Context, *connect.Request[bcdv1.ConsoleRequest], *connect.ServerStream[bcdv1.ConsoleOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Console is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ConsoleInput(context.Context, *connect.Request[bcdv1.ConsoleInputRequest]) (*connect.Response[bcdv1.ConsoleInputResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.ConsoleInput is not implemented"))
 }
 
 // BatchServiceClient is a client for the bcd.v1.BatchService service.
