@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -22,7 +23,8 @@ const maxConsoleFrame = 64 << 10
 type ConsoleStream struct {
 	stream *connect.BidiStreamForClient[agentv1.ConsoleFrame, agentv1.ConsoleFrame]
 
-	in      chan []byte // frames received, by the one receiver; closed when it stops (err set)
+	in      chan []byte   // frames received, by the one receiver; closed when it stops (err set)
+	done    chan struct{} // closed when the receiver stopped
 	err     error
 	pending []byte // input received and not yet read
 
@@ -37,13 +39,14 @@ func (l *Link) Console(ctx context.Context, commandID string) (*ConsoleStream, e
 	if err := s.Send(&agentv1.ConsoleFrame{CommandId: commandID}); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("opening the console stream: %w", err)
 	}
-	c := &ConsoleStream{stream: s, in: make(chan []byte, 16)}
+	c := &ConsoleStream{stream: s, in: make(chan []byte, 16), done: make(chan struct{})}
 	go c.receive()
 	return c, nil
 }
 
 // receive pumps the gateway's frames to Read until the stream ends, then closes in.
 func (c *ConsoleStream) receive() {
+	defer close(c.done)
 	defer close(c.in)
 	for {
 		f, err := c.stream.Receive()
@@ -88,7 +91,15 @@ func (c *ConsoleStream) Write(p []byte) (int, error) {
 		chunk := p[off:min(off+maxConsoleFrame, len(p))]
 		if err := c.stream.Send(&agentv1.ConsoleFrame{Data: chunk}); err != nil {
 			if errors.Is(err, io.EOF) {
+				// The gateway ended the stream: its reason reaches the receiver.
 				err = errors.New("the gateway ended the stream")
+				select {
+				case <-c.done:
+					if c.err != nil {
+						err = c.err
+					}
+				case <-time.After(time.Second):
+				}
 			}
 			return off, fmt.Errorf("console stream: %w", err)
 		}

@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
 	"bcd/internal/bmc"
+	"bcd/internal/console"
 	"bcd/internal/gen/bcdv1"
 )
 
@@ -75,7 +74,7 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 			if in.ReadOnly {
 				say("read-only: leave with Ctrl-C")
 			} else {
-				restore := rawTerminal(stdin)
+				restore := console.RawTerminal(stdin)
 				defer restore()
 				say("type ~. at the start of a line to leave")
 				go func() {
@@ -132,11 +131,11 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 // bytes), in order.
 func sendTyped(ctx context.Context, c *clients, id string, stdin io.Reader, quit chan<- struct{}) error {
 	buf := make([]byte, bmc.MaxConsoleInput/2) // a filtered read grows by at most one byte per ~
-	var esc escaper
+	var esc console.Escaper
 	for {
 		n, err := stdin.Read(buf)
 		if n > 0 {
-			out, leave := esc.feed(buf[:n])
+			out, leave := esc.Feed(buf[:n])
 			if len(out) > 0 {
 				if _, serr := c.nodes.ConsoleInput(ctx, connect.NewRequest(&bcdv1.ConsoleInputRequest{SessionId: id, Data: out})); serr != nil {
 					if ctx.Err() != nil {
@@ -154,52 +153,4 @@ func sendTyped(ctx context.Context, c *clients, id string, stdin io.Reader, quit
 			return nil // stdin ended: keep watching until the session ends
 		}
 	}
-}
-
-// escaper is the terminal's escape filter, as ssh's: at the start of a line (the first byte,
-// or after CR or LF) a ~ is held; ~. leaves, ~~ sends one ~, ~ and anything else sends both.
-type escaper struct {
-	midLine bool // a byte other than CR/LF was passed since the last line end
-	tilde   bool // a ~ at a line's start is held
-}
-
-// feed filters typed bytes: what to send, and whether the operator asked to leave (the bytes
-// before ~. are still sent). Pure but for its own state.
-func (e *escaper) feed(in []byte) (out []byte, leave bool) {
-	for _, b := range in {
-		if e.tilde {
-			e.tilde = false
-			switch b {
-			case '.':
-				return out, true
-			case '~':
-				out = append(out, '~')
-				e.midLine = true
-				continue
-			default:
-				out = append(out, '~')
-				e.midLine = true
-			}
-		}
-		if b == '~' && !e.midLine {
-			e.tilde = true
-			continue
-		}
-		out = append(out, b)
-		e.midLine = b != '\r' && b != '\n'
-	}
-	return out, false
-}
-
-// rawTerminal puts stdin in raw mode when it is a terminal, and returns what restores it.
-func rawTerminal(stdin io.Reader) func() {
-	f, ok := stdin.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return func() {}
-	}
-	old, err := term.MakeRaw(int(f.Fd()))
-	if err != nil {
-		return func() {}
-	}
-	return func() { _ = term.Restore(int(f.Fd()), old) }
 }

@@ -53,7 +53,7 @@ func (s *Server) Console(ctx context.Context, stream *connect.BidiStream[agentv1
 	if s.cfg.Consoles == nil {
 		return connect.NewError(connect.CodeUnimplemented, errors.New("this control plane relays no consoles"))
 	}
-	a, err := s.siteAgent(ctx)
+	a, err := s.admitSiteAgent(ctx)
 	if err != nil {
 		return err
 	}

@@ -100,6 +100,11 @@ func (s *Server) siteAgent(ctx context.Context) (AgentRef, error) {
 	if s.cfg.Sites == nil {
 		return AgentRef{}, connect.NewError(connect.CodeUnimplemented, errors.New("this control plane keeps no boot lease"))
 	}
+	return s.admitSiteAgent(ctx)
+}
+
+// admitSiteAgent admits the caller only if it is a site agent not revoked.
+func (s *Server) admitSiteAgent(ctx context.Context) (AgentRef, error) {
 	id, err := s.peerIdentity(ctx)
 	if err != nil {
 		return AgentRef{}, err

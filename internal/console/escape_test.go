@@ -1,6 +1,8 @@
-package cli
+package console
 
 import (
+	"io"
+	"strings"
 	"testing"
 )
 
@@ -27,11 +29,11 @@ func TestConsoleEscape(t *testing.T) {
 		{"escape after double tilde line", []string{"~~\r~."}, "~\r", true},
 	}
 	for _, c := range cases {
-		var e escaper
+		var e Escaper
 		var out []byte
 		leave := false
 		for _, r := range c.reads {
-			o, l := e.feed([]byte(r))
+			o, l := e.Feed([]byte(r))
 			out = append(out, o...)
 			if l {
 				leave = true
@@ -40,6 +42,28 @@ func TestConsoleEscape(t *testing.T) {
 		}
 		if string(out) != c.out || leave != c.leave {
 			t.Errorf("%s: sent %q leave %v, want %q %v", c.name, out, leave, c.out, c.leave)
+		}
+	}
+}
+
+// EscapeReader: what comes before ~. is read, then io.EOF; reads of any size.
+func TestEscapeReader(t *testing.T) {
+	for _, size := range []int{1, 2, 3, 64} {
+		r := NewEscapeReader(strings.NewReader("ls ~/x\r~~y\r~.after"))
+		var got []byte
+		buf := make([]byte, size)
+		for {
+			n, err := r.Read(buf)
+			got = append(got, buf[:n]...)
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if string(got) != "ls ~/x\r~y\r" {
+			t.Errorf("reads of %d: %q", size, got)
 		}
 	}
 }
