@@ -129,7 +129,16 @@ func (s *Server) Console(ctx context.Context, stream *connect.BidiStream[agentv1
 			log.LogAttrs(ctx, slog.LevelInfo, "console ended by the site agent", slog.Any("reason", err))
 			return nil
 		case <-ctx.Done():
-			end.End(errors.New("the site agent's console stream went away"))
+			// The agent's last frame may have said why just before its stream closed.
+			why := errors.New("the site agent's console stream went away")
+			select {
+			case err := <-received:
+				if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, context.Canceled) {
+					why = err
+				}
+			default:
+			}
+			end.End(why)
 			return ctx.Err()
 		}
 	}

@@ -93,6 +93,10 @@ type VM struct {
 	// the VM's IPMI BMC, which listens on it (OpenIPMI VM protocol): in-band BMC provisioning.
 	InbandSocket string `json:"inbandSocket"`
 	Console      string `json:"console"` // serial console log
+	// SerialSocket: QEMU serves the VM's serial port on this unix socket (one client at a time;
+	// all output is logged to Console all the same). The VM's IPMI BMC connects to it while a
+	// SOL payload is active.
+	SerialSocket string `json:"serialSocket"`
 	QEMULog      string `json:"qemuLog"` // QEMU's own stdout/stderr
 
 	RedfishAddr string `json:"redfishAddr"` // host:port on the bridge (HTTPS)

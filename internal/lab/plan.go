@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 )
 
 // Defaults of a lab.
@@ -144,12 +145,12 @@ func Plan(o Options) (Spec, error) {
 			MemoryMiB: o.MemoryMiB, DiskBus: DiskBusFor(o.DiskBus, i), DiskSize: o.DiskSize,
 			Dir: dir, Disk: filepath.Join(dir, "disk.raw"),
 			QMPSocket: filepath.Join(dir, "qmp.sock"), QMPMonitor: filepath.Join(dir, "monitor.sock"), InbandSocket: filepath.Join(dir, "bmc-inband.sock"),
-			Console: filepath.Join(dir, "console.log"), QEMULog: filepath.Join(dir, "qemu.log"),
+			Console: filepath.Join(dir, "console.log"), SerialSocket: filepath.Join(dir, "serial.sock"), QEMULog: filepath.Join(dir, "qemu.log"),
 			RedfishAddr: netip.AddrPortFrom(v4.Addr(), uint16(DefaultRedfishPort+i)).String(),
 			IPMIAddr:    netip.AddrPortFrom(v4.Addr(), uint16(DefaultIPMIPort+i)).String(),
 		}
-		if len(vm.QMPMonitor) > maxSocketPath || len(vm.QMPSocket) > maxSocketPath || len(vm.InbandSocket) > maxSocketPath {
-			return Spec{}, fmt.Errorf("planning lab: directory %q is too long for QMP socket paths (at most %d bytes)", o.Dir, maxSocketPath)
+		if slices.ContainsFunc([]string{vm.QMPMonitor, vm.QMPSocket, vm.InbandSocket, vm.SerialSocket}, func(p string) bool { return len(p) > maxSocketPath }) {
+			return Spec{}, fmt.Errorf("planning lab: directory %q is too long for the VMs' unix socket paths (at most %d bytes)", o.Dir, maxSocketPath)
 		}
 		if vm.Firmware == FirmwareUEFI {
 			vm.OVMFVars = filepath.Join(dir, "OVMF_VARS.fd")

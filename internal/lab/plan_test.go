@@ -40,7 +40,7 @@ func TestPlanAllocation(t *testing.T) {
 					UUID: "bcd1ab00-0000-4000-8000-000000000001", Serial: "BCDLAB0001", Tap: "bcdtap1",
 					MemoryMiB: 1024, DiskBus: DiskVirtio, DiskSize: 4 << 30, Dir: "/lab/lab-1", Disk: "/lab/lab-1/disk.raw",
 					OVMFVars: "/lab/lab-1/OVMF_VARS.fd", QMPSocket: "/lab/lab-1/qmp.sock", QMPMonitor: "/lab/lab-1/monitor.sock", InbandSocket: "/lab/lab-1/bmc-inband.sock",
-					Console: "/lab/lab-1/console.log", QEMULog: "/lab/lab-1/qemu.log",
+					Console: "/lab/lab-1/console.log", SerialSocket: "/lab/lab-1/serial.sock", QEMULog: "/lab/lab-1/qemu.log",
 					RedfishAddr: "172.30.0.1:8001", IPMIAddr: "172.30.0.1:6231"}
 				if vm != want {
 					t.Errorf("vm 1 =\n%+v\nwant\n%+v", vm, want)
@@ -178,7 +178,8 @@ func TestQEMUArgs(t *testing.T) {
 		"-drive if=none,id=disk0-drive,file=/lab/lab-%d/disk.raw,format=raw,cache=unsafe,discard=unmap",
 		"-drive if=none,id=cd0-drive,media=cdrom,readonly=on",
 		"-device ide-cd,drive=cd0-drive,id=cd0,bus=ide.2,bootindex=3",
-		"-chardev file,id=console,path=/lab/lab-%d/console.log,append=on",
+		// The serial port: a socket for the IPMI BMC's SOL, logged to console.log all the same.
+		"-chardev socket,id=console,path=/lab/lab-%d/serial.sock,server=on,wait=off,logfile=/lab/lab-%d/console.log,logappend=on",
 		"-uuid bcd1ab00-0000-4000-8000-00000000000%d",
 		// The host's KCS interface, forwarded to the VM's IPMI BMC (in-band provisioning).
 		"-chardev socket,id=ipmi0,path=/lab/lab-%d/bmc-inband.sock,reconnect=1",

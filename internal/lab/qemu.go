@@ -39,7 +39,9 @@ func QEMUArgs(s Spec, vm VM) []string {
 		"-display", "none",
 		"-uuid", vm.UUID,
 		"-smbios", kv("type=1", "manufacturer=bcd", "product=bcd lab VM", "serial="+vm.Serial, "uuid="+vm.UUID),
-		"-chardev", kv("file", "id=console", "path="+vm.Console, "append=on"),
+		// The serial port: served on a unix socket (the VM's IPMI BMC connects to it for SOL;
+		// nobody connected, output is dropped, not held) and logged, whoever is connected.
+		"-chardev", kv("socket", "id=console", "path="+vm.SerialSocket, "server=on", "wait=off", "logfile="+vm.Console, "logappend=on"),
 		"-serial", "chardev:console",
 		"-qmp", kv("unix:"+vm.QMPSocket, "server=on", "wait=off"),
 		"-qmp", kv("unix:"+vm.QMPMonitor, "server=on", "wait=off"),

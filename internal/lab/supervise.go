@@ -340,7 +340,7 @@ func (v *runningVM) serveBMCs(ctx, bg context.Context, wg *sync.WaitGroup, cred 
 		return VMState{}, fmt.Errorf("IPMI BMC of %s: in-band socket: %w", vm.Name, err)
 	}
 	ib, err := ipmibmc.New(ipmibmc.Config{Addr: vm.IPMIAddr, Username: cred.Username, Password: cred.Password,
-		GUID: vm.UUID, Logger: log, InbandListener: inband}, m)
+		GUID: vm.UUID, Logger: log, InbandListener: inband, SerialSocket: vm.SerialSocket}, m)
 	if err != nil {
 		_ = inband.Close()
 		return VMState{}, fmt.Errorf("IPMI BMC of %s: %w", vm.Name, err)

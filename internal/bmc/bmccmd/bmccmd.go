@@ -74,7 +74,7 @@ func newCommand(d deps) *cobra.Command {
 	f := &flags{}
 	cmd := &cobra.Command{
 		Use:   "bmc --driver redfish|ipmi --address ADDR --username USER [--password-file FILE] COMMAND",
-		Short: "Talk to one BMC directly: power, boot device, inventory, BIOS settings, firmware (the site agent's drivers)",
+		Short: "Talk to one BMC directly: power, boot device, inventory, BIOS settings, firmware, serial console (the site agent's drivers)",
 		Long: `bcd bmc drives one BMC with the same Redfish and IPMI drivers the site agent uses,
 like ipmitool or redfishtool. The password is read from --password-file or $` + PasswordEnv + `,
 never from a flag value, and never printed.
@@ -95,7 +95,7 @@ PEM bundle, --insecure skips verification; without any of them the system roots 
 	pf.DurationVar(&f.timeout, "timeout", DefaultTimeout, "bound on the whole operation")
 	pf.StringVarP(&f.output, "output", "o", OutputTable, "output format: table or json")
 	pf.StringVar(&f.logLevel, "log-level", "warn", "driver log level on stderr: debug, info, warn or error")
-	cmd.AddCommand(powerCmd(f, d), bootdevCmd(f, d), inventoryCmd(f, d), biosCmd(f, d), firmwareCmd(f, d))
+	cmd.AddCommand(powerCmd(f, d), bootdevCmd(f, d), inventoryCmd(f, d), biosCmd(f, d), firmwareCmd(f, d), consoleCmd(f, d))
 	return cmd
 }
 

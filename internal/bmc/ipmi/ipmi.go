@@ -1,10 +1,11 @@
 // Package ipmi is the IPMI (RMCP+ / lanplus) BMC driver of the site agent. It implements
-// bmc.Power, bmc.BootDeviceSetter (with read-back), bmc.Inspector and bmc.CredentialRotator on
-// top of github.com/bougou/go-ipmi's client.
+// bmc.Power, bmc.BootDeviceSetter (with read-back), bmc.Inspector, bmc.CredentialRotator and
+// bmc.Consoler (Serial-over-LAN, console.go) on top of github.com/bougou/go-ipmi's client.
 //
 // Every operation opens one session (cipher suite 17 preferred, 3 as fallback), runs its
 // commands and closes it, under a Pacer shared by the whole site agent: at most N sessions per
-// BMC (default 1) and a minimum interval between commands to one BMC.
+// BMC (default 1) and a minimum interval between commands to one BMC. A console is the
+// exception: its session takes no slot (it lasts as long as the operator stays).
 package ipmi
 
 import (

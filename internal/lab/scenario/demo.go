@@ -165,6 +165,7 @@ Everything keeps running. The API is at %[1]s; the admin token (also kept in %[2
   %[3]s events --follow
   %[3]s node undeploy lab-1         # wipe it (attested) and return it to ready
   %[3]s node rescue lab-0           # boot it into the ramdisk, then: node unrescue lab-0
+  %[3]s node console lab-1          # its serial console over IPMI Serial-over-LAN (~. leaves)
   %[3]s lab status --dir %[4]s
   %[3]s doctor
 

@@ -233,12 +233,24 @@ func TestEndToEnd(t *testing.T) {
 	}
 	phase("unrescue → deployed", "deployed", 10*time.Minute, ids[0])
 
+	// The operator watches the IPMI VM's serial console through its BMC's Serial-over-LAN (site
+	// agent, gateway, API) while the release boots it into the ramdisk and wipes it.
+	sol := nodes[1]
+	watch, err := c.WatchConsole(ctx, sol.NodeID, "e2e: watch the release")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range ids {
 		if err := c.Verb(ctx, "undeploy", id, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
 	phase("undeploy → ready", "ready", 15*time.Minute, ids...)
+	if seen := watch.Stop(); !strings.Contains(seen, `msg="command started"`) || !strings.Contains(seen, "disk.wipe") {
+		t.Errorf("%s: the console session showed %d bytes without the ramdisk's wipe (last: %q)", sol.VM.Name, len(seen), tail(seen, 400))
+	} else {
+		t.Logf("%s: %d bytes of its serial console seen over Serial-over-LAN during the release", sol.VM.Name, len(seen))
+	}
 	t.Logf("whole life of both VMs: %.1f s", time.Since(start).Seconds())
 	for _, n := range nodes {
 		if err := diskWiped(n.VM.Disk, n.VM.DiskSize); err != nil {
@@ -380,6 +392,14 @@ func diskWiped(disk string, size int64) error {
 }
 
 // waitConsole waits (up to 3 minutes) for a line containing marker in a console log.
+// tail is the last n bytes of s.
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
 func waitConsole(ctx context.Context, t *testing.T, path, marker string) {
 	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)

@@ -5,6 +5,7 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,24 +32,102 @@ type Client struct {
 	Nodes     bcdv1connect.NodeServiceClient
 	Inventory bcdv1connect.InventoryServiceClient
 	Images    bcdv1connect.ImageServiceClient
+	// streams is Nodes without the calls' one-minute bound: console sessions last longer.
+	streams bcdv1connect.NodeServiceClient
 }
 
 // NewClient talks to the API at baseURL (http://host:port) with a bearer token.
 func NewClient(baseURL, token string) *Client {
 	hc := &http.Client{Timeout: time.Minute}
-	bearer := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			req.Header().Set("Authorization", "Bearer "+token)
-			return next(ctx, req)
-		}
-	})
 	base := strings.TrimSuffix(baseURL, "/")
-	opt := connect.WithInterceptors(bearer)
+	opt := connect.WithInterceptors(bearer(token))
 	return &Client{
 		Nodes:     bcdv1connect.NewNodeServiceClient(hc, base, opt),
 		Inventory: bcdv1connect.NewInventoryServiceClient(hc, base, opt),
 		Images:    bcdv1connect.NewImageServiceClient(hc, base, opt),
+		streams:   bcdv1connect.NewNodeServiceClient(&http.Client{}, base, opt),
 	}
+}
+
+// bearer sends the token with every call, unary and streaming.
+type bearer string
+
+func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		req.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, req)
+	}
+}
+
+func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, spec)
+		conn.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return conn
+	}
+}
+
+func (bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+// ConsoleWatch is a read-only console session that keeps what the machine writes.
+type ConsoleWatch struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	out    bytes.Buffer
+	err    error
+}
+
+// WatchConsole opens node's serial console read-only and returns once a site agent relays it
+// (within ctx); from then on it keeps what the machine writes, until Stop or the session's end.
+func (c *Client) WatchConsole(ctx context.Context, node, reason string) (*ConsoleWatch, error) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s, err := c.streams.Console(sctx, connect.NewRequest(&bcdv1.ConsoleRequest{Node: node, Reason: reason, ReadOnly: true}))
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("opening the console of %s: %w", node, err)
+	}
+	w := &ConsoleWatch{cancel: cancel, done: make(chan struct{})}
+	connected := make(chan struct{})
+	go func() {
+		defer close(w.done)
+		once := sync.OnceFunc(func() { close(connected) })
+		for s.Receive() {
+			m := s.Msg()
+			if strings.HasPrefix(m.Status, "connected") {
+				once()
+			}
+			w.mu.Lock()
+			w.out.Write(m.Data)
+			w.mu.Unlock()
+		}
+		w.mu.Lock()
+		w.err = s.Err()
+		w.mu.Unlock()
+		s.Close()
+	}()
+	select {
+	case <-connected:
+		return w, nil
+	case <-w.done:
+		cancel()
+		return nil, fmt.Errorf("the console of %s ended before a site agent relayed it: %v", node, w.err)
+	case <-ctx.Done():
+		cancel()
+		<-w.done
+		return nil, fmt.Errorf("the console of %s: no site agent relayed it: %w", node, ctx.Err())
+	}
+}
+
+// Stop ends the session and returns what the machine wrote.
+func (w *ConsoleWatch) Stop() string {
+	w.cancel()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.out.String()
 }
 
 // JoinToken mints a site agent's one-time join token and writes it to path (0600). It returns

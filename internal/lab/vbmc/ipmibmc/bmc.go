@@ -4,6 +4,10 @@
 // and 5, with faithful read-back), Get System GUID / Get Device GUID, and the user commands
 // (Set User Password for credential rotation).
 //
+// With Config.SerialSocket (or Config.Serial) it serves Serial-over-LAN: activating the SOL
+// payload connects to the machine's serial port (QEMU's chardev socket) and relays it both ways
+// through go-ipmi's SOL engine; deactivating the payload, or closing its session, disconnects.
+//
 // With Config.InbandListener it also serves the host's in-band face: QEMU's ipmi-bmc-extern
 // device (the guest's KCS interface) forwarded over a stream socket in OpenIPMI's VM protocol
 // (go-ipmi's vmproto), dispatching into the same BMC state: a user the guest creates in-band
@@ -19,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -71,6 +76,13 @@ type Config struct {
 	// InbandListener, when set, serves the in-band (system interface) face on it: QEMU's
 	// ipmi-bmc-extern connects here (chardev socket). Serve closes it.
 	InbandListener net.Listener
+	// SerialSocket is the unix stream socket on which QEMU serves the machine's serial port
+	// (-chardev socket,server=on). Activating the SOL payload (instance 1) connects to it and
+	// relays both ways; deactivating the payload, or closing its session, disconnects.
+	SerialSocket string
+	// Serial opens the machine's serial port instead of SerialSocket (tests: a net.Pipe end).
+	// With neither, SOL is not offered (Activate Payload answers "payload type disabled").
+	Serial func(ctx context.Context) (io.ReadWriteCloser, error)
 }
 
 // BMC is one running virtual IPMI BMC.
@@ -81,7 +93,8 @@ type BMC struct {
 	conn    *udp.Conn
 	srv     *server.Server
 	gobmc   *gobmc.BMC
-	vm      *vmproto.VMServer // the in-band face; nil without Config.InbandListener
+	vm      *vmproto.VMServer                                 // the in-band face; nil without Config.InbandListener
+	serial  func(context.Context) (io.ReadWriteCloser, error) // nil: no SOL
 	sysGUID [16]byte
 	actions chan powerAction
 	boot    bootStore
@@ -122,6 +135,10 @@ func New(cfg Config, m vbmc.Machine) (*BMC, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating IPMI BMC on %s: %w", cfg.Addr, err)
 	}
+	serial, err := serialOpener(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating IPMI BMC on %s: %w", cfg.Addr, err)
+	}
 	if cfg.DedupeWindow == 0 {
 		cfg.DedupeWindow = DefaultDedupeWindow
 	}
@@ -136,6 +153,7 @@ func New(cfg Config, m vbmc.Machine) (*BMC, error) {
 	b := &BMC{
 		cfg:     cfg,
 		m:       m,
+		serial:  serial,
 		sysGUID: sysGUID,
 		actions: make(chan powerAction, actionQueueLen),
 		dedupe:  newDedupe(cfg.DedupeWindow, time.Now),

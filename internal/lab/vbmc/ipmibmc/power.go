@@ -128,7 +128,7 @@ func (b *BMC) runAction(ctx context.Context, a powerAction) error {
 	return nil
 }
 
-// machineHAL is the go-ipmi HAL: only the chassis exists.
+// machineHAL is the go-ipmi HAL: the chassis, and the serial console when Config has one.
 type machineHAL struct{ b *BMC }
 
 func (h machineHAL) Chassis() hal.ChassisHAL { return chassisHAL(h) }
@@ -137,8 +137,13 @@ func (machineHAL) Storage() hal.StorageHAL   { return nil }
 func (h machineHAL) Network() hal.NetworkHAL { return networkHAL(h) }
 func (machineHAL) GPIO() hal.GPIOHAL         { return nil }
 func (machineHAL) I2C() hal.I2CHAL           { return nil }
-func (machineHAL) Console() hal.ConsoleHAL   { return nil }
-func (machineHAL) Close() error              { return nil }
+func (h machineHAL) Console() hal.ConsoleHAL {
+	if h.b.serial == nil {
+		return nil // SOL not offered
+	}
+	return consoleHAL(h)
+}
+func (machineHAL) Close() error { return nil }
 
 // chassisHAL maps go-ipmi's chassis calls onto the action queue. go-ipmi's Chassis Control
 // handler routes: power down → SetPower(false), power up → SetPower(true), cycle → PowerCycle,

@@ -1,0 +1,157 @@
+package site_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"bcd/internal/console"
+	"bcd/internal/gateway"
+	"bcd/internal/gateway/gatewaytest"
+	"bcd/internal/lab/vbmc"
+	"bcd/internal/lab/vbmc/ipmibmc"
+)
+
+// hubConsoles attaches agents' console streams to the hub's sessions, as the engine does
+// (without its check of the command's row: the test gateway's queue has none).
+type hubConsoles struct{ h *console.Hub }
+
+func (c hubConsoles) AttachConsole(ctx context.Context, a gateway.AgentRef, id string) (gateway.ConsoleEnd, error) {
+	end, err := c.h.Attach(ctx, id, a.AgentID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", gateway.ErrNoConsole, err)
+	}
+	return end, nil
+}
+
+// serialMachine is a machine's serial port at the end of a pipe: it prints a login prompt and
+// answers each line typed with "typed: LINE".
+func serialMachine(t *testing.T) func(ctx context.Context) (io.ReadWriteCloser, error) {
+	return func(ctx context.Context) (io.ReadWriteCloser, error) {
+		bmcEnd, machine := net.Pipe()
+		go func() {
+			defer machine.Close()
+			if _, err := machine.Write([]byte("\r\nbcd-lab login: ")); err != nil {
+				return
+			}
+			r := bufio.NewReader(machine)
+			for {
+				line, err := r.ReadString('\r')
+				if err != nil {
+					return
+				}
+				if _, err := fmt.Fprintf(machine, "\r\ntyped: %s\r\n", strings.TrimSuffix(line, "\r")); err != nil {
+					return
+				}
+			}
+		}()
+		return bmcEnd, nil
+	}
+}
+
+// readUntil reads the session's output until it holds want.
+func readUntil(ctx context.Context, t *testing.T, s *console.Session, want string, logs *syncBuffer) string {
+	t.Helper()
+	var got strings.Builder
+	for !strings.Contains(got.String(), want) {
+		b, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("console output %q, waiting for %q: %v\nlog:\n%s", got.String(), want, err, logs.String())
+		}
+		got.Write(b)
+	}
+	return got.String()
+}
+
+// An operator's console session through the real site agent, the real gateway stream and the
+// IPMI driver's Serial-over-LAN, against the virtual IPMI BMC bridged to a machine's serial
+// port: the machine's output reaches the session, what is typed reaches the machine, the BMC's
+// other calls go on during the session, and the operator's close ends the command with its
+// counts. A session the control plane does not hold fails its command.
+func TestConsoleThroughTheAgent(t *testing.T) {
+	hub := console.NewHub()
+	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, Consoles: hubConsoles{hub}})
+	logs := &syncBuffer{}
+	log := logger(t, logs)
+	cfg := agentConfig(t, env, "a1", t.TempDir(), log)
+	// The driver's default exchange timeout: the console takes a BMC silent for Timeout ×
+	// (1 + Retries) as gone, and a loaded test machine must not look like that.
+	cfg.IPMIOptions.Timeout = 2 * time.Second
+	ag := startAgent(t, cfg, "a1")
+	cert := ag.certDER(t)
+
+	m := vbmc.NewFakeMachine()
+	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: bmcUser, Password: bmcPass, Serial: serialMachine(t), Logger: log}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bctx, stopBMC := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(bctx) }()
+	t.Cleanup(func() {
+		stopBMC()
+		if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Errorf("ipmi bmc: %v", err)
+		}
+	})
+	ref := map[string]any{"driver": "ipmi", "address": b.Addr().String(), "usernameRef": "secret://u", "passwordRef": "secret://p"}
+	creds := credentials(t, cert, bmcUser, bmcPass)
+	args := map[string]any{"nodeId": "n1", "bmc": ref, "credentials": creds}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := hub.Open(console.Info{ID: "console-1", NodeID: "n1", Owner: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan gateway.Update, 1)
+	go func() { ended <- do(t, env, ag, "console-1", "bmc.console", "n1", args) }()
+	select {
+	case <-s.Attached():
+	case <-ctx.Done():
+		t.Fatalf("the site agent never attached; agent log:\n%s", logs.String())
+	}
+	if s.Agent() != "a1" {
+		t.Errorf("attached agent %q", s.Agent())
+	}
+	readUntil(ctx, t, s, "bcd-lab login: ", logs)
+	if err := s.Input(ctx, []byte("root\r")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(ctx, t, s, "typed: root", logs)
+
+	// The workflows' BMC calls are not held up by the session (no BMC lock, no pacer slot).
+	if u := do(t, env, ag, "power-1", "bmc.query", "n1", map[string]any{"nodeId": "n1", "bmc": ref, "credentials": creds, "query": "power"}); u.State != "succeeded" {
+		t.Fatalf("power query during a console session: %s %s", u.State, u.Error)
+	}
+
+	s.Close()
+	var u gateway.Update
+	select {
+	case u = <-ended:
+	case <-ctx.Done():
+		t.Fatal("the console command never ended after the operator closed the session")
+	}
+	var res struct {
+		BytesIn, BytesOut int64
+		Ended             string
+	}
+	if err := json.Unmarshal(u.Result, &res); u.State != "succeeded" || err != nil || res.BytesIn != 5 || res.BytesOut < int64(len("bcd-lab login: typed: root")) || res.Ended != "closed by the operator" {
+		t.Fatalf("console command: %s %s %s (%v)", u.State, u.Error, u.Result, err)
+	}
+
+	// A console command whose session this control plane does not hold fails, saying so.
+	if u := do(t, env, ag, "console-2", "bmc.console", "n1", args); u.State != "failed" || !strings.Contains(u.Error, "no console session") {
+		t.Fatalf("console without a session: %s %q", u.State, u.Error)
+	}
+	if strings.Contains(logs.String(), bmcPass) {
+		t.Error("the BMC password reached the logs")
+	}
+}
