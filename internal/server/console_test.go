@@ -90,7 +90,8 @@ func TestConsoleEndToEnd(t *testing.T) {
 		t.Helper()
 		for !strings.Contains(out.String(), want) {
 			if !s.Receive() {
-				t.Fatalf("console ended before %q (got %q): %v", want, out.String(), s.Err())
+				c, cerr := env.st.Command(env.ctx, id)
+				t.Fatalf("console ended before %q (got %q): %v; its command: %s target %q attempts %d error %q (%v)", want, out.String(), s.Err(), c.State, c.TargetAgent, c.Attempts, c.Error, cerr)
 			}
 			m := s.Msg()
 			if m.SessionId != "" {

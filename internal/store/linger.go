@@ -42,11 +42,12 @@ func (t *Tx) AgentConnected(ctx context.Context, id string) (bool, error) {
 
 // WithdrawDirectCommands fails the node's held and queued commands that no workflow sent (an
 // operator's power action waiting for its approval or an agent), except a BMC credential
-// rotation (two-phase: it settles itself), and returns their ids and kinds: a workflow that
-// takes the node must not have an operator's earlier action run in the middle of its steps.
+// rotation (two-phase: it settles itself) and a console session (it runs beside workflows, and
+// changes nothing by itself), and returns their ids and kinds: a workflow that takes the node
+// must not have an operator's earlier action run in the middle of its steps.
 func (t *Tx) WithdrawDirectCommands(ctx context.Context, nodeID, why string) ([][2]string, error) {
 	rows, err := t.query(ctx, `UPDATE commands SET state = 'failed', error = ?, finished_at = ?, updated_at = ?
-		WHERE node_id = ? AND workflow_id = '' AND state IN ('held', 'queued') AND kind <> 'bmc.rotate' RETURNING id, kind`,
+		WHERE node_id = ? AND workflow_id = '' AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console') RETURNING id, kind`,
 		why, t.at, t.at, nodeID)
 	if err != nil {
 		return nil, fmt.Errorf("withdrawing the direct commands of node %s: %w", nodeID, err)
