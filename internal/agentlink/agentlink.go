@@ -171,6 +171,10 @@ type Config struct {
 	MinBackoff        time.Duration // default 250ms
 	MaxBackoff        time.Duration // default 30s
 	MaxConcurrent     int           // commands running at once; default 64
+	// Sessions are command kinds that run beside the MaxConcurrent slots: an operator's
+	// interactive session (bmc.console) lasts as long as the operator stays, and must not hold
+	// a slot the workflows' commands need. The handler bounds them itself.
+	Sessions []string
 	// JournalRetain is how many confirmed command ids the journal keeps (a command re-sent
 	// after its id was forgotten would run again); default 100,000.
 	JournalRetain int

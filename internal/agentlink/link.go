@@ -671,10 +671,12 @@ func (l *Link) start(c Command, cancelled bool) {
 // execute runs c once it has a slot. ended is false when the link stopped, or began draining,
 // before c started: c stays in the journal, never started, for the next start to ask about.
 func (l *Link) execute(ctx context.Context, c Command, r *run) (_ Update, ended bool) {
-	select {
-	case l.sem <- struct{}{}:
-		defer func() { <-l.sem }()
-	case <-ctx.Done():
+	if !slices.Contains(l.cfg.Sessions, c.Kind) {
+		select {
+		case l.sem <- struct{}{}:
+			defer func() { <-l.sem }()
+		case <-ctx.Done():
+		}
 	}
 	// Checked again after taking the slot: when a slot frees as the link shuts down, select
 	// may pick the slot, and a command must not start once the link is stopping.

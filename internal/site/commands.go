@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"bcd/internal/agentlink"
 	"bcd/internal/bmc"
@@ -230,21 +231,22 @@ type ArtifactFetcher interface {
 
 // handler runs the site commands: a table from kind to function, built once.
 type handler struct {
-	kinds   map[string]func(ctx context.Context, a commandArgs) (any, error)
-	drivers map[string]DriverFactory
-	locks   *bmcLocks
-	entries *Entries
-	mounts  *mediaMounts
-	cache   ArtifactFetcher
-	ramdisk RamdiskConfig
-	local   string
-	key     func(ctx context.Context) (crypto.Signer, error)
-	baseURL string // the boot HTTP base URL (a BMC's virtual media fetches the cached ISO there)
-	changed func() // the entry table changed (status)
-	watch   func(nodeID string, ref BMCRef, jwe string)
-	console ConsoleDialer // nil: no consoles
-	metrics *metrics      // nil: nothing counted
-	log     *slog.Logger
+	kinds    map[string]func(ctx context.Context, a commandArgs) (any, error)
+	drivers  map[string]DriverFactory
+	locks    *bmcLocks
+	entries  *Entries
+	mounts   *mediaMounts
+	cache    ArtifactFetcher
+	ramdisk  RamdiskConfig
+	local    string
+	key      func(ctx context.Context) (crypto.Signer, error)
+	baseURL  string // the boot HTTP base URL (a BMC's virtual media fetches the cached ISO there)
+	changed  func() // the entry table changed (status)
+	watch    func(nodeID string, ref BMCRef, jwe string)
+	console  ConsoleDialer // nil: no consoles
+	consoles atomic.Int64  // console sessions running
+	metrics  *metrics      // nil: nothing counted
+	log      *slog.Logger
 }
 
 type handlerDeps struct {

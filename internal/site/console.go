@@ -3,6 +3,7 @@ package site
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,11 @@ type consoleResult struct {
 // errConsoleTimeUp ends a session at its command's deadline (the length the operator asked).
 var errConsoleTimeUp = errors.New("the session reached its maximum length")
 
+// MaxConsoleSessions bounds the console sessions one site agent relays at once. They run beside
+// the command slots (agentlink.Config.Sessions): each is a goroutine pair, an IPMI session and a
+// gateway stream, not a workflow's slot.
+const MaxConsoleSessions = 64
+
 // bmcConsole relays an operator's console session between the gateway and the BMC's
 // Serial-over-LAN until either side ends it. It takes no BMC lock: the console is a session of
 // its own beside the workflows' BMC calls, which it must never hold up for its length.
@@ -41,6 +47,11 @@ func (h *handler) bmcConsole(ctx context.Context, a commandArgs) (any, error) {
 	if h.console == nil {
 		return nil, errors.New("this site agent relays no consoles (it has no gateway link)")
 	}
+	if n := h.consoles.Add(1); n > MaxConsoleSessions {
+		h.consoles.Add(-1)
+		return nil, fmt.Errorf("this site agent relays %d console sessions already, the most it takes: close one", MaxConsoleSessions)
+	}
+	defer h.consoles.Add(-1)
 	ref, _, ep, err := h.endpoint(ctx, a)
 	if err != nil {
 		return nil, err

@@ -600,7 +600,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	link, err := agentlink.Dial(linkCtx, agentlink.Config{
 		GatewayURL: a.cfg.GatewayURL, CAPEM: a.cfg.CAPEM, DataDir: a.cfg.DataDir, Kind: agentlink.KindSite,
 		JoinToken: a.cfg.JoinToken, Logger: a.log, AgentVersion: a.cfg.AgentVersion,
-		Capabilities: a.handler.Kinds(), Drivers: driverNames(a.drivers),
+		Capabilities: a.handler.Kinds(), Drivers: driverNames(a.drivers), Sessions: []string{KindBMCConsole},
 		HeartbeatInterval: a.cfg.HeartbeatInterval, MinBackoff: a.cfg.MinBackoff, MaxBackoff: a.cfg.MaxBackoff,
 	}, a.handler)
 	if err != nil {
