@@ -39,50 +39,34 @@ func (h *nodes) Console(ctx context.Context, req *connect.Request[bcdv1.ConsoleR
 		return connect.NewError(connect.CodeInternal, err)
 	}
 	opened := time.Now()
-	why := "closed by the operator"
-	defer func() {
-		sess.Close()
-		in, out := sess.Bytes()
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if err := h.svc.CloseConsole(cctx, p, n, cmd.ID, time.Since(opened), in, out, why); err != nil {
-			h.log.LogAttrs(cctx, slog.LevelError, "recording a console session's end", slog.String("node", n.ID), slog.String("command", cmd.ID), slog.Any("error", err))
-		}
-	}()
-	status := func(s string) error { return stream.Send(&bcdv1.ConsoleOutput{SessionId: cmd.ID, Status: s}) }
-	if err := status("waiting for a site agent of the node's site"); err != nil {
-		return err
+	why, err := sess.Serve(ctx, consoleAttachTimeout, apiSender{stream: stream, id: cmd.ID})
+	sess.Close()
+	in, out := sess.Bytes()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if cerr := h.svc.CloseConsole(cctx, p, n, cmd.ID, time.Since(opened), in, out, why); cerr != nil {
+		h.log.LogAttrs(cctx, slog.LevelError, "recording a console session's end", slog.String("node", n.ID), slog.String("command", cmd.ID), slog.Any("error", cerr))
 	}
-	wait := time.NewTimer(consoleAttachTimeout)
-	defer wait.Stop()
-	select {
-	case <-sess.Attached():
-	case <-sess.Ended():
-	case <-wait.C:
-		why = "no site agent took it"
+	switch {
+	case errors.Is(err, console.ErrNoAgent):
 		return connect.NewError(connect.CodeDeadlineExceeded, fmt.Errorf("no site agent took the console of node %s within %s: is an agent of its site connected (bcd site agents)?", n.Name, consoleAttachTimeout))
-	case <-ctx.Done():
-		return ctx.Err()
+	case err != nil && ctx.Err() != nil:
+		return nil // the operator closed the session
 	}
-	if a := sess.Agent(); a != "" {
-		if err := status("connected through site agent " + a); err != nil {
-			return err
-		}
-	}
-	for {
-		b, err := sess.Next(ctx)
-		switch {
-		case errors.Is(err, console.ErrEnded):
-			why = err.Error()
-			return status("closed: " + err.Error())
-		case err != nil:
-			return err
-		}
-		if err := stream.Send(&bcdv1.ConsoleOutput{Data: b}); err != nil {
-			return err
-		}
-	}
+	return err
 }
+
+// apiSender sends a session's side to the API stream; every status names the session.
+type apiSender struct {
+	stream *connect.ServerStream[bcdv1.ConsoleOutput]
+	id     string
+}
+
+func (a apiSender) Status(s string) error {
+	return a.stream.Send(&bcdv1.ConsoleOutput{SessionId: a.id, Status: s})
+}
+
+func (a apiSender) Data(b []byte) error { return a.stream.Send(&bcdv1.ConsoleOutput{Data: b}) }
 
 // ConsoleInput implements bcd.v1.NodeService: see the proto.
 func (h *nodes) ConsoleInput(ctx context.Context, req *connect.Request[bcdv1.ConsoleInputRequest]) (*connect.Response[bcdv1.ConsoleInputResponse], error) {

@@ -77,8 +77,9 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 				restore := console.RawTerminal(stdin)
 				defer restore()
 				say("type ~. at the start of a line to leave")
+				id := sessionID
 				go func() {
-					err := sendTyped(ctx, c, sessionID, stdin, quit)
+					err := sendTyped(ctx, c, id, stdin, quit)
 					typed <- err
 					select {
 					case <-quit:
@@ -100,6 +101,9 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 		case <-quit:
 			say("left the console")
 			return nil
+		default:
+		}
+		select {
 		case err := <-typed:
 			if err != nil {
 				return fmt.Errorf("sending input: %w", err)
@@ -111,6 +115,9 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 	case <-quit:
 		say("left the console")
 		return nil
+	default:
+	}
+	select {
 	case err := <-typed:
 		if err != nil {
 			return fmt.Errorf("sending input: %w", err)

@@ -19,6 +19,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Errors.
@@ -283,5 +284,53 @@ func (s *Session) Next(ctx context.Context) ([]byte, error) {
 		return nil, ErrEnded
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// Sender is where Serve sends the operator's side of a session: status lines and the machine's
+// output.
+type Sender interface {
+	Status(s string) error
+	Data(b []byte) error
+}
+
+// ErrNoAgent: no site agent attached to the session within Serve's wait.
+var ErrNoAgent = errors.New("no site agent took the console")
+
+// Serve runs the operator's side of session s until it ends: it tells the operator it waits
+// for a site agent, then which agent relays it, then passes what the machine writes, and last
+// why the session ended. It returns why it ended, as the session's closing event records it,
+// and an error when the operator's side failed or no agent attached within wait (ErrNoAgent).
+// The caller closes the session afterwards.
+func (s *Session) Serve(ctx context.Context, wait time.Duration, out Sender) (why string, err error) {
+	if err := out.Status("waiting for a site agent of the node's site"); err != nil {
+		return "the operator's stream failed", err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-s.Attached():
+	case <-s.Ended():
+	case <-timer.C:
+		return "no site agent took it", ErrNoAgent
+	case <-ctx.Done():
+		return "closed by the operator", ctx.Err()
+	}
+	if a := s.Agent(); a != "" {
+		if err := out.Status("connected through site agent " + a); err != nil {
+			return "the operator's stream failed", err
+		}
+	}
+	for {
+		b, err := s.Next(ctx)
+		switch {
+		case errors.Is(err, ErrEnded):
+			return err.Error(), out.Status("closed: " + err.Error())
+		case err != nil:
+			return "closed by the operator", err
+		}
+		if err := out.Data(b); err != nil {
+			return "the operator's stream failed", err
+		}
 	}
 }

@@ -3412,7 +3412,7 @@ func (x *ConsoleRequest) GetMaxSeconds() int64 {
 
 type ConsoleOutput struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// First message: the session's id (its bmc.console command).
+	// The session's id (its bmc.console command), in every status message.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// What the machine wrote, as it arrived.
 	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
