@@ -150,7 +150,8 @@ type Server struct {
 	gwCert *pki.ServerCert
 	gw     http.Handler
 	// apiCert is the API's TLS certificate (nil: plain HTTP).
-	apiCert *apiCert
+	apiCert  *apiCert
+	consoles *console.Hub
 	// lock is the SQLite store's one-server lock (nil on PostgreSQL), released after the
 	// store closes.
 	lock io.Closer
@@ -267,10 +268,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	} else {
 		consoles = nil // no gateway: no agent can relay a console
 	}
+	s.consoles = consoles
 	mux := http.NewServeMux()
 	mux.Handle("/", api.Handler(svc, joiner, eng, consoles, log))
 	// The operator's web UI (docs/webui.md), on the API's listener and its TLS.
-	mux.Handle(webui.Prefix, webui.New(webui.Config{Service: svc, Verifier: eng, Secure: apiCert != nil, Log: log}))
+	mux.Handle(webui.Prefix, webui.New(webui.Config{Service: svc, Verifier: eng, Secure: apiCert != nil, Log: log, Consoles: consoles}))
 	mux.HandleFunc("/ui", webui.Redirect)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st),
@@ -352,6 +354,9 @@ func (s *Server) FirstAdminToken() string { return s.first }
 
 // Service is the node service (in-process callers: sim, tests).
 func (s *Server) Service() *metal.Service { return s.svc }
+
+// Consoles holds the operators' console sessions open on this server (nil without a gateway).
+func (s *Server) Consoles() *console.Hub { return s.consoles }
 
 // apiIdleTimeout closes an API client's keep-alive connection that has carried no request for
 // this long: idle connections of clients that went away do not pile up.

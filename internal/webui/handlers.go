@@ -262,8 +262,10 @@ type nodeView struct {
 	Allowed      []string
 	// The verb forms: shown to a token that may operate (the service's own check), for the
 	// verbs the node accepts now.
-	CanOperate   bool
-	Offered      []verbSpec
+	CanOperate bool
+	Offered    []verbSpec
+	// Console: the page links the node's console (an operator, a server that relays them).
+	Console      bool
 	Images       []string // the deploy form's deployable catalog images
 	Undeployable int      // catalog images whose signature does not verify
 	Profiles     []string // the deploy form's deploy profiles
@@ -303,6 +305,7 @@ func (u *UI) loadNode(ctx context.Context, s session, ref string) (nodeView, err
 		v.Allowed = append(v.Allowed, string(verb))
 	}
 	if v.CanOperate = metal.Require(s.p, auth.Operate) == nil; v.CanOperate {
+		v.Console = u.consoles != nil
 		v.Offered = offeredVerbs(v.Allowed)
 		if slices.Contains(v.Allowed, string(provision.VerbDeploy)) {
 			if err := u.loadVerbChoices(ctx, s.p, &v); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/a-h/templ"
 
 	"bcd/internal/auth"
+	"bcd/internal/console"
 	"bcd/internal/metal"
 	"bcd/internal/store"
 )
@@ -39,11 +40,14 @@ type Config struct {
 	// Secure marks the session cookie Secure: the listener is TLS.
 	Secure bool
 	Log    *slog.Logger
+	// Consoles holds the operators' console sessions (the API's hub); nil: no console page.
+	Consoles *console.Hub
 }
 
 // UI is the web UI's handler.
 type UI struct {
 	svc      *metal.Service
+	consoles *console.Hub
 	verifier Verifier
 	secure   bool
 	log      *slog.Logger
@@ -59,7 +63,7 @@ func New(cfg Config) *UI {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	u := &UI{svc: cfg.Service, verifier: cfg.Verifier, secure: cfg.Secure, log: log, mux: http.NewServeMux()}
+	u := &UI{svc: cfg.Service, consoles: cfg.Consoles, verifier: cfg.Verifier, secure: cfg.Secure, log: log, mux: http.NewServeMux()}
 	static, err := fs.Sub(staticFiles, "static")
 	if err != nil {
 		panic(err) // the embedded tree always has static/
@@ -72,6 +76,9 @@ func New(cfg Config) *UI {
 	u.mux.HandleFunc("GET /ui/nodes", u.authed(u.nodeList))
 	u.mux.HandleFunc("GET /ui/nodes/{ref}", u.authed(u.nodeDetail))
 	u.mux.HandleFunc("POST /ui/nodes/{ref}/verb/{verb}", u.authed(u.nodeVerb))
+	u.mux.HandleFunc("GET /ui/nodes/{ref}/console", u.authed(u.consolePage))
+	u.mux.HandleFunc("GET /ui/nodes/{ref}/console/stream", u.authedFor(0, u.consoleStream))
+	u.mux.HandleFunc("POST /ui/nodes/{ref}/console/input", u.authed(u.consoleInput))
 	u.mux.HandleFunc("GET /ui/batches", u.authed(u.batchList))
 	u.mux.HandleFunc("GET /ui/batches/{id}", u.authed(u.batchDetail))
 	u.mux.HandleFunc("POST /ui/batches/{id}/{action}", u.authed(u.batchDecide))
@@ -132,14 +139,21 @@ type handler func(w http.ResponseWriter, r *http.Request, s session)
 // authed resolves the session cookie to its principal (on every request: a revoked token stops
 // at once) and checks POSTs for their CSRF token and origin. Without a valid session the
 // browser goes to the login page.
-func (u *UI) authed(h handler) http.HandlerFunc {
+func (u *UI) authed(h handler) http.HandlerFunc { return u.authedFor(10*time.Second, h) }
+
+// authedFor is authed with the request's time bound (0: none, a stream that lasts as long as
+// its page: the console's).
+func (u *UI) authedFor(bound time.Duration, h handler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := sessionToken(r)
 		if !ok {
 			u.toLogin(w, r, "")
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+		ctx, cancel := context.WithCancel(r.Context())
+		if bound > 0 {
+			ctx, cancel = context.WithTimeout(r.Context(), bound)
+		}
 		defer cancel()
 		p, err := u.svc.Authenticate(ctx, tok)
 		if errors.Is(err, store.ErrNotFound) {

@@ -55,7 +55,10 @@ func newEnv(t *testing.T) *env { return newEnvWith(t, server.Config{}) }
 func newEnvWith(t *testing.T, cfg server.Config) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cfg.Listen, cfg.GatewayListen, cfg.DataDir = "127.0.0.1:0", "off", t.TempDir()
+	cfg.Listen, cfg.DataDir = "127.0.0.1:0", t.TempDir()
+	if cfg.GatewayListen == "" {
+		cfg.GatewayListen = "off"
+	}
 	srv, err := server.New(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		cancel()
