@@ -334,3 +334,20 @@ func (s *Session) Serve(ctx context.Context, wait time.Duration, out Sender) (wh
 		}
 	}
 }
+
+// ErrServerStopping ends the sessions of a server that stops (Hub.Shutdown).
+var ErrServerStopping = errors.New("the server is stopping")
+
+// Shutdown ends every open session as its agent's side ending would, with ErrServerStopping:
+// each operator is told, and each session's handler returns (its close then tells the agent).
+func (h *Hub) Shutdown() {
+	h.mu.Lock()
+	open := make([]*Session, 0, len(h.sessions))
+	for _, s := range h.sessions {
+		open = append(open, s)
+	}
+	h.mu.Unlock()
+	for _, s := range open {
+		(&AgentEnd{s: s}).End(ErrServerStopping)
+	}
+}

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -117,3 +118,33 @@ func TestHubReadOnlyAndBackpressure(t *testing.T) {
 		t.Error("input beyond the buffer with nobody reading was taken")
 	}
 }
+
+// A stopping server ends its sessions: each operator's Serve returns, told why.
+func TestHubShutdown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h := NewHub()
+	s, _ := h.Open(Info{ID: "c", NodeID: "n"})
+	if _, err := h.Attach(ctx, "c", "a"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string, 1)
+	go func() {
+		why, _ := s.Serve(ctx, time.Minute, discard{})
+		done <- why
+	}()
+	h.Shutdown()
+	select {
+	case why := <-done:
+		if !strings.Contains(why, "the server is stopping") {
+			t.Errorf("ended: %q", why)
+		}
+	case <-ctx.Done():
+		t.Fatal("Serve did not return when the server stopped")
+	}
+}
+
+type discard struct{}
+
+func (discard) Status(string) error { return nil }
+func (discard) Data([]byte) error   { return nil }

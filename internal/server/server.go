@@ -462,6 +462,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	<-caDone
 	shutCtx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer scancel()
+	if s.consoles != nil {
+		s.consoles.Shutdown() // their streams end now, not at the shutdown's deadline
+	}
 	err = errors.Join(err, s.http.Shutdown(shutCtx))
 	for range running {
 		if e := <-errc; e != nil && !errors.Is(e, http.ErrServerClosed) && !errors.Is(e, context.Canceled) {
