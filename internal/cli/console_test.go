@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,25 +16,8 @@ import (
 	"bcd/internal/secrets"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
+	"bcd/internal/testlog"
 )
-
-// syncBuf is a buffer the test reads while the command writes it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // `bcd node console` against the API, the site agent's side played through the hub: the status
 // lines on stderr, the machine's output on stdout, typed input through the escape filter (~~ sends
@@ -59,7 +41,7 @@ func TestNodeConsoleCommand(t *testing.T) {
 
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close()
-	stdout, stderr := &syncBuf{}, &syncBuf{}
+	stdout, stderr := &testlog.Buffer{}, &testlog.Buffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(context.Background(), Env{Args: []string{"node", "console", "sol1", "--reason", "test"}, Getenv: func(k string) string { return env[k] },
@@ -81,7 +63,7 @@ func TestNodeConsoleCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor := func(what string, s *syncBuf, want string) {
+	waitFor := func(what string, s *testlog.Buffer, want string) {
 		t.Helper()
 		for !strings.Contains(s.String(), want) {
 			if ctx.Err() != nil {

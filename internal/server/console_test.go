@@ -1,12 +1,9 @@
 package server_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -36,24 +33,7 @@ func TestConsoleEndToEnd(t *testing.T) {
 
 	const ipmiPass = "console-ipmi-pw" // IPMI passwords are at most 20 bytes
 	typed := make(chan string, 4)
-	serial := func(ctx context.Context) (io.ReadWriteCloser, error) {
-		bmcEnd, m := net.Pipe()
-		go func() {
-			defer m.Close()
-			fmt.Fprint(m, "\r\nm2 login: ")
-			r := bufio.NewReader(m)
-			for {
-				line, err := r.ReadString('\r')
-				if err != nil {
-					return
-				}
-				typed <- line
-				fmt.Fprintf(m, "\r\ntyped: %s\r\n", strings.TrimSuffix(line, "\r"))
-			}
-		}()
-		return bmcEnd, nil
-	}
-	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: bmcUser, Password: ipmiPass, Serial: serial, Logger: env.log}, vbmc.NewFakeMachine())
+	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: bmcUser, Password: ipmiPass, Serial: vbmc.FakeSerial("m2 login: ", typed), Logger: env.log}, vbmc.NewFakeMachine())
 	if err != nil {
 		t.Fatal(err)
 	}

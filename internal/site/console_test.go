@@ -1,13 +1,9 @@
 package site_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -29,31 +25,6 @@ func (c hubConsoles) AttachConsole(ctx context.Context, a gateway.AgentRef, id s
 		return nil, fmt.Errorf("%w: %w", gateway.ErrNoConsole, err)
 	}
 	return end, nil
-}
-
-// serialMachine is a machine's serial port at the end of a pipe: it prints a login prompt and
-// answers each line typed with "typed: LINE".
-func serialMachine(t *testing.T) func(ctx context.Context) (io.ReadWriteCloser, error) {
-	return func(ctx context.Context) (io.ReadWriteCloser, error) {
-		bmcEnd, machine := net.Pipe()
-		go func() {
-			defer machine.Close()
-			if _, err := machine.Write([]byte("\r\nbcd-lab login: ")); err != nil {
-				return
-			}
-			r := bufio.NewReader(machine)
-			for {
-				line, err := r.ReadString('\r')
-				if err != nil {
-					return
-				}
-				if _, err := fmt.Fprintf(machine, "\r\ntyped: %s\r\n", strings.TrimSuffix(line, "\r")); err != nil {
-					return
-				}
-			}
-		}()
-		return bmcEnd, nil
-	}
 }
 
 // readUntil reads the session's output until it holds want.
@@ -87,21 +58,8 @@ func TestConsoleThroughTheAgent(t *testing.T) {
 	ag := startAgent(t, cfg, "a1")
 	cert := ag.certDER(t)
 
-	m := vbmc.NewFakeMachine()
-	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: bmcUser, Password: bmcPass, Serial: serialMachine(t), Logger: log}, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stopBMC := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- b.Serve(bctx) }()
-	t.Cleanup(func() {
-		stopBMC()
-		if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Errorf("ipmi bmc: %v", err)
-		}
-	})
-	ref := map[string]any{"driver": "ipmi", "address": b.Addr().String(), "usernameRef": "secret://u", "passwordRef": "secret://p"}
+	addr := ipmiBMC(t, vbmc.NewFakeMachine(), bmcUser, bmcPass, log, func(c *ipmibmc.Config) { c.Serial = vbmc.FakeSerial("bcd-lab login: ", nil) })
+	ref := map[string]any{"driver": "ipmi", "address": addr, "usernameRef": "secret://u", "passwordRef": "secret://p"}
 	creds := credentials(t, cert, bmcUser, bmcPass)
 	args := map[string]any{"nodeId": "n1", "bmc": ref, "credentials": creds}
 

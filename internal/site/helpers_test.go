@@ -203,10 +203,14 @@ func redfishBMC(t *testing.T, m vbmc.Machine, user, pass string, macs []string, 
 }
 
 // ipmiBMC runs a virtual IPMI BMC on 127.0.0.1.
-func ipmiBMC(t *testing.T, m vbmc.Machine, user, pass string, log *slog.Logger) string {
+func ipmiBMC(t *testing.T, m vbmc.Machine, user, pass string, log *slog.Logger, opts ...func(*ipmibmc.Config)) string {
 	t.Helper()
-	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: user, Password: pass,
-		GUID: "66666666-7777-8888-9999-000000000000", Logger: log}, m)
+	cfg := ipmibmc.Config{Addr: "127.0.0.1:0", Username: user, Password: pass,
+		GUID: "66666666-7777-8888-9999-000000000000", Logger: log}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := ipmibmc.New(cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,80 +1,28 @@
 package bmccmd
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"bcd/internal/lab/vbmc"
 	"bcd/internal/lab/vbmc/ipmibmc"
+	"bcd/internal/testlog"
 )
-
-// lockedBuffer is a bytes.Buffer safe to read while the command writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // `bcd bmc console` against the virtual IPMI BMC bridged to a machine's serial port: the
 // machine's prompt shows, a typed line reaches it, ~. leaves with the payload released (a
 // second console then opens without --take-over); Redfish is refused with the advice.
 func TestConsoleAgainstVirtualBMC(t *testing.T) {
-	machine := func(ctx context.Context) (io.ReadWriteCloser, error) {
-		bmcEnd, m := net.Pipe()
-		go func() {
-			defer m.Close()
-			fmt.Fprint(m, "\r\nlab login: ")
-			r := bufio.NewReader(m)
-			for {
-				line, err := r.ReadString('\r')
-				if err != nil {
-					return
-				}
-				fmt.Fprintf(m, "\r\ntyped: %s\r\n", strings.TrimSuffix(line, "\r"))
-			}
-		}()
-		return bmcEnd, nil
-	}
-	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: testUser, Password: testPassword, GUID: testGUID,
-		Serial: machine, Logger: slog.New(slog.DiscardHandler)}, vbmc.NewFakeMachine())
-	if err != nil {
-		t.Fatal(err)
-	}
-	bctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- b.Serve(bctx) }()
-	t.Cleanup(func() {
-		stop()
-		if err := <-served; err != nil && !errors.Is(err, net.ErrClosed) {
-			t.Errorf("ipmi bmc: %v", err)
-		}
-	})
+	b := startIPMI(t, vbmc.NewFakeMachine(), func(c *ipmibmc.Config) { c.Serial = vbmc.FakeSerial("lab login: ", nil) })
 	conn := []string{"--driver", "ipmi", "--address", b.Addr().String()}
 
 	for round := range 2 {
 		stdinR, stdinW := io.Pipe()
-		out, errb := &lockedBuffer{}, &lockedBuffer{}
+		out, errb := &testlog.Buffer{}, &testlog.Buffer{}
 		cmd := newCommand(testDeps(nil))
 		cmd.SetArgs(args([]string{"console"}, conn, creds(t)))
 		cmd.SetIn(stdinR)

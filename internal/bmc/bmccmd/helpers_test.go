@@ -97,10 +97,14 @@ func startRedfish(t *testing.T, m vbmc.Machine, quirks redfishbmc.Quirks) redfis
 }
 
 // startIPMI runs a virtual IPMI BMC on 127.0.0.1 for the test's duration.
-func startIPMI(t *testing.T, m vbmc.Machine) *ipmibmc.BMC {
+func startIPMI(t *testing.T, m vbmc.Machine, opts ...func(*ipmibmc.Config)) *ipmibmc.BMC {
 	t.Helper()
-	b, err := ipmibmc.New(ipmibmc.Config{Addr: "127.0.0.1:0", Username: testUser, Password: testPassword,
-		GUID: testGUID, Logger: slog.New(slog.DiscardHandler)}, m)
+	cfg := ipmibmc.Config{Addr: "127.0.0.1:0", Username: testUser, Password: testPassword,
+		GUID: testGUID, Logger: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := ipmibmc.New(cfg, m)
 	if err != nil {
 		t.Fatal(err)
 	}
