@@ -107,8 +107,17 @@ func (s *Server) Console(ctx context.Context, stream *connect.BidiStream[agentv1
 			}
 		}
 	}()
+	recheck := time.NewTicker(s.cfg.RecheckInterval)
+	defer recheck.Stop()
 	for {
 		select {
+		case <-recheck.C:
+			// As on the agent's main stream: a certificate revoked or expired since ends it.
+			if _, err := s.admitSiteAgent(ctx); connect.CodeOf(err) == connect.CodePermissionDenied || connect.CodeOf(err) == connect.CodeUnauthenticated {
+				end.End(errors.New("the site agent's certificate is refused now"))
+				log.LogAttrs(ctx, slog.LevelWarn, "the agent's certificate is refused now: ending its console stream", slog.Any("error", err))
+				return err
+			}
 		case b := <-end.Input():
 			if err := stream.Send(&agentv1.ConsoleFrame{Data: b}); err != nil {
 				end.End(fmt.Errorf("the site agent's console stream failed: %w", err))
