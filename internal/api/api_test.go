@@ -51,7 +51,7 @@ func newEnvServing(t testing.TB, joiner SiteJoiner) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := console.NewHub()
+	hub := console.NewHub("")
 	srv := httptest.NewServer(Handler(svc, joiner, nil, hub, log))
 	t.Cleanup(srv.Close)
 	return &env{srv: srv, admin: tok, logs: logs, st: st, svc: svc, hub: hub}

@@ -30,7 +30,7 @@ func (h *nodes) Console(ctx context.Context, req *connect.Request[bcdv1.ConsoleR
 	p := principal(ctx)
 	m := req.Msg
 	n, cmd, err := h.svc.OpenConsole(ctx, p, metal.ConsoleInput{Node: m.Node, Reason: m.Reason, TakeOver: m.TakeOver, ReadOnly: m.ReadOnly,
-		Max: time.Duration(m.MaxSeconds) * time.Second})
+		Max: time.Duration(m.MaxSeconds) * time.Second, Server: h.consoles.Server()})
 	if err != nil {
 		return toConnect(err)
 	}

@@ -186,7 +186,26 @@ func TestConsoleThroughTheAPI(t *testing.T) {
 		t.Fatal("the operator left and the agent's side was never told")
 	}
 
-	// Both sessions are recorded: who opened them, why, and how they ended.
+	// A session the operator leaves before any agent took it withdraws its command.
+	wctx, wcancel := context.WithCancel(ctx)
+	ws, err := nodes.Console(wctx, consoleReq(e.admin, &bcdv1.ConsoleRequest{Node: "sol"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wid := next(t, ws).SessionId
+	wcancel()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c, err := e.st.Command(ctx, wid)
+		if err == nil && c.State == "failed" && strings.Contains(c.Error, "before a site agent took it") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the abandoned session's command: %s %q (%v)", c.State, c.Error, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The sessions are recorded: who opened them, why, and how they ended.
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		evs, err := e.st.Events(ctx, store.EventFilter{Limit: 100})
@@ -202,7 +221,7 @@ func TestConsoleThroughTheAPI(t *testing.T) {
 				closed = append(closed, ev)
 			}
 		}
-		if len(opened) == 2 && len(closed) == 2 {
+		if len(opened) == 3 && len(closed) == 3 {
 			if opened[0].Actor != "token:admin" || opened[0].Reason != "why it hangs" {
 				t.Errorf("opening event %+v", opened[0])
 			}

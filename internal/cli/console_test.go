@@ -31,7 +31,7 @@ func TestNodeConsoleCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hub := console.NewHub()
+	hub := console.NewHub("")
 	srv := httptest.NewServer(api.Handler(svc, nil, nil, hub, log))
 	t.Cleanup(srv.Close)
 	env := map[string]string{"BCD_SERVER": srv.URL, "BCD_TOKEN": tok, "BCD_BMC_PASSWORD": "pw"}

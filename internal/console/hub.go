@@ -49,13 +49,20 @@ type Info struct {
 
 // Hub holds the console sessions open on this server. Safe for concurrent use.
 type Hub struct {
+	server   string // the server's id (engine.Engine.ID): its sessions' commands name it
 	mu       sync.Mutex
 	sessions map[string]*Session
 	added    chan struct{} // closed and replaced whenever a session is opened
 }
 
-// NewHub returns an empty hub.
-func NewHub() *Hub { return &Hub{sessions: map[string]*Session{}, added: make(chan struct{})} }
+// NewHub returns an empty hub of the server named server (the engine's id: a session's
+// bmc.console command names it, so that only agents connected to this server take it).
+func NewHub(server string) *Hub {
+	return &Hub{server: server, sessions: map[string]*Session{}, added: make(chan struct{})}
+}
+
+// Server is the id of the server whose sessions the hub holds.
+func (h *Hub) Server() string { return h.server }
 
 // Session is one open console session.
 type Session struct {

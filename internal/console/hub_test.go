@@ -11,7 +11,7 @@ import (
 func TestHubPairsAndEnds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := NewHub()
+	h := NewHub("")
 
 	// An agent that comes first waits for the operator's side to open.
 	attached := make(chan *AgentEnd, 1)
@@ -100,7 +100,7 @@ func TestHubPairsAndEnds(t *testing.T) {
 func TestHubReadOnlyAndBackpressure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := NewHub()
+	h := NewHub("")
 	ro, _ := h.Open(Info{ID: "r", NodeID: "n", ReadOnly: true})
 	if err := ro.Input(ctx, []byte("x")); !errors.Is(err, ErrReadOnly) {
 		t.Errorf("read-only input: %v", err)
@@ -123,7 +123,7 @@ func TestHubReadOnlyAndBackpressure(t *testing.T) {
 func TestHubShutdown(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h := NewHub()
+	h := NewHub("")
 	s, _ := h.Open(Info{ID: "c", NodeID: "n"})
 	if _, err := h.Attach(ctx, "c", "a"); err != nil {
 		t.Fatal(err)

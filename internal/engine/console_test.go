@@ -20,8 +20,8 @@ func TestAttachConsole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	st := storetest.Open(t, store.SQLite)
-	hub := console.NewHub()
-	g := New(st, nil, slog.New(slog.DiscardHandler), Config{Consoles: hub}).Gateway()
+	e := New(st, nil, slog.New(slog.DiscardHandler), Config{RelayConsoles: true})
+	hub, g := e.Consoles(), e.Gateway()
 	ids := map[string]string{}
 	for _, c := range []struct{ name, kind, state, agent string }{
 		{"ok", "bmc.console", "running", "a1"},
@@ -59,5 +59,43 @@ func TestAttachConsole(t *testing.T) {
 	end, err := g.AttachConsole(ctx, a1, ids["ok"])
 	if err != nil || end == nil {
 		t.Fatalf("the agent's own console: %v", err)
+	}
+}
+
+// A console command is taken only by an agent connected to the server that holds its session
+// (its console stream must reach that server's hub); other commands by any.
+func TestConsoleClaimedThroughItsServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := storetest.Open(t, store.SQLite)
+	e := New(st, nil, slog.New(slog.DiscardHandler), Config{RelayConsoles: true})
+	ids := map[string]string{}
+	for _, c := range []struct{ name, kind, args string }{
+		{"ours", "bmc.console", `{"server":"` + e.ID() + `"}`},
+		{"another server's", "bmc.console", `{"server":"elsewhere-1"}`},
+		{"any server's", "bmc.console", `{}`},
+		{"power", "bmc.power", `{"action":"on"}`},
+	} {
+		cmd := store.Command{Kind: c.kind, Args: c.args, SiteID: "s1", RunsOn: "site", Reroutable: true}
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.InsertCommand(ctx, &cmd) }); err != nil {
+			t.Fatal(err)
+		}
+		ids[cmd.ID] = c.name
+	}
+	got, err := e.Claim(ctx, Agent{ID: "a1", Kind: "site", SiteID: "s1", ConnID: "c1"}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := map[string]bool{}
+	for _, c := range got {
+		taken[ids[c.ID]] = true
+	}
+	for _, name := range []string{"ours", "any server's", "power"} {
+		if !taken[name] {
+			t.Errorf("%s not taken (took %v)", name, taken)
+		}
+	}
+	if taken["another server's"] {
+		t.Error("a console of another server's session taken")
 	}
 }

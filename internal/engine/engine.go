@@ -85,9 +85,10 @@ type Config struct {
 	// (DefaultHistoryRetention, DefaultEventRetention); negative: kept for ever. At least
 	// MinRetention.
 	HistoryRetention, EventRetention time.Duration
-	// Consoles holds the operators' console sessions open on this server, which site agents'
-	// console streams attach to (Gateway.AttachConsole); nil: none are relayed.
-	Consoles *console.Hub
+	// RelayConsoles: the engine keeps a hub of the operators' console sessions open on this
+	// server (Consoles), which site agents' console streams attach to (Gateway.AttachConsole);
+	// false: none are relayed.
+	RelayConsoles bool
 }
 
 // DefaultApprovalTimeout is Config.ApprovalTimeout's default.
@@ -191,8 +192,10 @@ type Engine struct {
 	ca    *pki.CA
 	log   *slog.Logger
 	owner string
-	nudge chan struct{}
-	subs  *subscribers
+	// consoles: the operators' console sessions open on this server (nil: none relayed).
+	consoles *console.Hub
+	nudge    chan struct{}
+	subs     *subscribers
 	// sent holds, per connected agent, the commands offered on its current connection: a
 	// command is offered at most once per connection (a reconnect offers the assigned but
 	// unacknowledged ones again). It is keyed by agent and remembers the connection, so that
@@ -277,12 +280,20 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 	b := make([]byte, 6)
 	rand.Read(b)
 	cfg = cfg.withDefaults()
-	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: cfg.Name + "-" + hex.EncodeToString(b),
+	owner := cfg.Name + "-" + hex.EncodeToString(b)
+	var consoles *console.Hub
+	if cfg.RelayConsoles {
+		consoles = console.NewHub(owner)
+	}
+	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: owner, consoles: consoles,
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, cancels: newCancelBook(), osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
 		unknownSeen: cache.New[string, bool](maxUnknownSeen)}
 }
+
+// Consoles is the hub of the console sessions open on this server (nil: none are relayed).
+func (e *Engine) Consoles() *console.Hub { return e.consoles }
 
 // Nudge asks the reconciler to look for due work now (a verb just queued a wake-up).
 func (e *Engine) Nudge() {

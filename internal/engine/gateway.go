@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -269,7 +270,7 @@ func (g *Gateway) CurrentGeneration(ctx context.Context, nodeID string) (uint64,
 // assigned to it and not ended, and attaches to the operator's session it serves (open on
 // this server).
 func (g *Gateway) AttachConsole(ctx context.Context, a gateway.AgentRef, id string) (gateway.ConsoleEnd, error) {
-	hub := g.e.cfg.Consoles
+	hub := g.e.consoles
 	if hub == nil {
 		return nil, gateway.ErrNoConsole
 	}
@@ -291,4 +292,20 @@ func (g *Gateway) AttachConsole(ctx context.Context, a gateway.AgentRef, id stri
 		return nil, fmt.Errorf("%w: %w", gateway.ErrNoConsole, err)
 	}
 	return end, nil
+}
+
+// relaysConsole says whether this server's agents may take c: a bmc.console command goes only
+// to an agent connected to the server that holds its session (its console stream must reach
+// that server's hub); every other command, to any.
+func (e *Engine) relaysConsole(c store.Command) bool {
+	if c.Kind != "bmc.console" {
+		return true
+	}
+	var args struct {
+		Server string `json:"server"`
+	}
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+		return false
+	}
+	return args.Server == "" || args.Server == e.ID()
 }

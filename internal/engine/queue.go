@@ -652,7 +652,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	if err != nil {
 		return nil, err
 	}
-	cands = slices.DeleteFunc(cands, func(c store.Command) bool { return isOffered(c.ID) })
+	cands = slices.DeleteFunc(cands, func(c store.Command) bool { return isOffered(c.ID) || !e.relaysConsole(c) })
 	if len(cands) == 0 {
 		return nil, nil
 	}

@@ -30,7 +30,7 @@ func (c hubConsoles) AttachConsole(ctx context.Context, a gateway.AgentRef, id s
 // next re-check, and the operator is told.
 func TestConsoleStream(t *testing.T) {
 	var clock shiftedClock
-	hub := console.NewHub()
+	hub := console.NewHub("")
 	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, RecheckInterval: 50 * time.Millisecond, Now: clock.config(), Consoles: hubConsoles{hub}})
 	key, der := csr(t)
 	certDER, err := env.CA.IssueSiteAgent(der, "s1", "a1", time.Hour, time.Now())

@@ -30,6 +30,9 @@ type ConsoleInput struct {
 	ReadOnly bool
 	// Max is how long the session may last (0: DefaultConsoleDuration).
 	Max time.Duration
+	// Server is the id of the server that holds the session: only site agents connected to it
+	// take the command (their console stream must reach it). "": any.
+	Server string
 }
 
 // ConsoleBMC is the BMC binding a node's console session uses: IPMI Serial-over-LAN at the
@@ -107,7 +110,7 @@ func (s *Service) OpenConsole(ctx context.Context, p auth.Principal, in ConsoleI
 			return err
 		}
 		cmd = store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: kind.Name, Subject: "bmc:" + n.BMCAddress,
-			Args: jsonObject(map[string]any{"bmc": ref, "takeOver": in.TakeOver}), RunsOn: string(kind.RunsOn),
+			Args: jsonObject(map[string]any{"bmc": ref, "takeOver": in.TakeOver, "server": in.Server}), RunsOn: string(kind.RunsOn),
 			Destructive: kind.Destructive, Reroutable: kind.Reroutable, Generation: n.IdentityGeneration,
 			Deadline: tx.At() + in.Max.Microseconds()}
 		if err := tx.InsertCommand(ctx, &cmd); err != nil {
@@ -122,9 +125,12 @@ func (s *Service) OpenConsole(ctx context.Context, p auth.Principal, in ConsoleI
 }
 
 // CloseConsole records a session's end as an event: who had it, how long, how much crossed it,
-// and why it ended.
+// and why it ended. A command no site agent took yet is withdrawn: nothing would relay it.
 func (s *Service) CloseConsole(ctx context.Context, p auth.Principal, n store.Node, commandID string, took time.Duration, bytesIn, bytesOut int64, why string) error {
 	return s.st.Write(ctx, func(tx *store.Tx) error {
+		if _, _, err := tx.WithdrawCommand(ctx, commandID, "withdrawn: the operator's console session ended ("+why+") before a site agent took it"); err != nil {
+			return err
+		}
 		return tx.AppendEvent(ctx, store.Event{TenantID: n.TenantID, NodeID: n.ID, Actor: p.Actor(), Kind: "node.console.closed",
 			FromState: n.State, ToState: n.State, Data: jsonObject(map[string]any{"command": commandID, "seconds": int64(took.Seconds()),
 				"bytesIn": bytesIn, "bytesOut": bytesOut, "ended": why})})

@@ -240,11 +240,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.AutoEnroll = svc.AutoEnrollInband
 	ecfg.Watermarks = marks.save
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
-	consoles := console.NewHub()
-	if cfg.GatewayListen != "off" {
-		ecfg.Consoles = consoles
-	}
+	ecfg.RelayConsoles = cfg.GatewayListen != "off" // no gateway: no agent can relay a console
 	eng := engine.New(st, ca, log, ecfg)
+	consoles := eng.Consoles()
 	svc.OnWake(eng.Nudge)
 	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, cas: cas, first: first, lock: lock, apiCert: apiCert}
 	if cfg.GatewayListen != "off" {
@@ -265,8 +263,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	var joiner api.SiteJoiner
 	if s.gwLn != nil {
 		joiner = s
-	} else {
-		consoles = nil // no gateway: no agent can relay a console
 	}
 	s.consoles = consoles
 	mux := http.NewServeMux()

@@ -47,7 +47,7 @@ func readUntil(ctx context.Context, t *testing.T, s *console.Session, want strin
 // other calls go on during the session, and the operator's close ends the command with its
 // counts. A session the control plane does not hold fails its command.
 func TestConsoleThroughTheAgent(t *testing.T) {
-	hub := console.NewHub()
+	hub := console.NewHub("")
 	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, Consoles: hubConsoles{hub}})
 	logs := &syncBuffer{}
 	log := logger(t, logs)

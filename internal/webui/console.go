@@ -74,7 +74,7 @@ func (u *UI) consoleStream(w http.ResponseWriter, r *http.Request, s session) {
 	}
 	ctx := r.Context()
 	readOnly := r.URL.Query().Get("readOnly") == "true"
-	n, cmd, err := u.svc.OpenConsole(ctx, s.p, metal.ConsoleInput{Node: r.PathValue("ref"), Reason: "web UI console", ReadOnly: readOnly})
+	n, cmd, err := u.svc.OpenConsole(ctx, s.p, metal.ConsoleInput{Node: r.PathValue("ref"), Reason: "web UI console", ReadOnly: readOnly, Server: u.consoles.Server()})
 	if err != nil {
 		u.serviceError(w, r, &s, err)
 		return
