@@ -58,6 +58,24 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 	say := func(format string, a ...any) { fmt.Fprintf(g.env.Stderr, "[bcd] "+format+"\r\n", a...) }
 	quit := make(chan struct{})
 	typed := make(chan error, 1)
+	// left says whether the operator left (~.: nil) or the input failed (its error); ~. is
+	// looked at first, as it ends the input too.
+	left := func() (bool, error) {
+		select {
+		case <-quit:
+			say("left the console")
+			return true, nil
+		default:
+		}
+		select {
+		case err := <-typed:
+			if err != nil {
+				return true, fmt.Errorf("sending input: %w", err)
+			}
+		default:
+		}
+		return false, nil
+	}
 	started := false
 	var sessionID string
 	for stream.Receive() {
@@ -97,32 +115,12 @@ func runConsole(ctx context.Context, g *globals, c *clients, in *bcdv1.ConsoleRe
 				return err
 			}
 		}
-		select {
-		case <-quit:
-			say("left the console")
-			return nil
-		default:
-		}
-		select {
-		case err := <-typed:
-			if err != nil {
-				return fmt.Errorf("sending input: %w", err)
-			}
-		default:
+		if done, err := left(); done {
+			return err
 		}
 	}
-	select {
-	case <-quit:
-		say("left the console")
-		return nil
-	default:
-	}
-	select {
-	case err := <-typed:
-		if err != nil {
-			return fmt.Errorf("sending input: %w", err)
-		}
-	default:
+	if done, err := left(); done {
+		return err
 	}
 	if err := stream.Err(); err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,23 +14,13 @@ import (
 	"bcd/internal/pki"
 )
 
-type hubConsoles struct{ h *console.Hub }
-
-func (c hubConsoles) AttachConsole(ctx context.Context, a gateway.AgentRef, id string) (gateway.ConsoleEnd, error) {
-	end, err := c.h.Attach(ctx, id, a.AgentID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", gateway.ErrNoConsole, err)
-	}
-	return end, nil
-}
-
 // A site agent's console stream relays both ways; the agent's last frame tells the operator why
 // it ended; a certificate refused since (here: past its end) ends an open console stream at the
 // next re-check, and the operator is told.
 func TestConsoleStream(t *testing.T) {
 	var clock shiftedClock
 	hub := console.NewHub("")
-	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, RecheckInterval: 50 * time.Millisecond, Now: clock.config(), Consoles: hubConsoles{hub}})
+	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, RecheckInterval: 50 * time.Millisecond, Now: clock.config(), Consoles: gatewaytest.HubConsoles(hub)})
 	key, der := csr(t)
 	certDER, err := env.CA.IssueSiteAgent(der, "s1", "a1", time.Hour, time.Now())
 	if err != nil {

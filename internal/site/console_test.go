@@ -3,7 +3,6 @@ package site_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,18 +13,6 @@ import (
 	"bcd/internal/lab/vbmc"
 	"bcd/internal/lab/vbmc/ipmibmc"
 )
-
-// hubConsoles attaches agents' console streams to the hub's sessions, as the engine does
-// (without its check of the command's row: the test gateway's queue has none).
-type hubConsoles struct{ h *console.Hub }
-
-func (c hubConsoles) AttachConsole(ctx context.Context, a gateway.AgentRef, id string) (gateway.ConsoleEnd, error) {
-	end, err := c.h.Attach(ctx, id, a.AgentID)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", gateway.ErrNoConsole, err)
-	}
-	return end, nil
-}
 
 // readUntil reads the session's output until it holds want.
 func readUntil(ctx context.Context, t *testing.T, s *console.Session, want string, logs *syncBuffer) string {
@@ -48,7 +35,7 @@ func readUntil(ctx context.Context, t *testing.T, s *console.Session, want strin
 // counts. A session the control plane does not hold fails its command.
 func TestConsoleThroughTheAgent(t *testing.T) {
 	hub := console.NewHub("")
-	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, Consoles: hubConsoles{hub}})
+	env := gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond, Consoles: gatewaytest.HubConsoles(hub)})
 	logs := &syncBuffer{}
 	log := logger(t, logs)
 	cfg := agentConfig(t, env, "a1", t.TempDir(), log)
