@@ -20,6 +20,7 @@ import (
 	"bcd/internal/metal"
 	"bcd/internal/site"
 	"bcd/internal/store"
+	"bcd/internal/store/storetest"
 )
 
 // An operator's console, end to end without QEMU: the API's stream on a real server, the
@@ -28,7 +29,13 @@ import (
 // serial port, while the node's enroll workflow drives the same BMC. Closing the stream ends
 // the command with its counts, and the session is in the node's events.
 func TestConsoleEndToEnd(t *testing.T) {
-	env := startSiteEnv(t, store.SQLite)
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) { consoleEndToEnd(t, e) })
+	}
+}
+
+func consoleEndToEnd(t *testing.T, e store.Engine) {
+	env := startSiteEnv(t, e)
 	env.startAgent("a1", env.srv.GatewayURL(), 0, site.PollConfig{}, env.ramdisk)
 
 	const ipmiPass = "console-ipmi-pw" // IPMI passwords are at most 20 bytes
