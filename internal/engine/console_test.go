@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +98,43 @@ func TestConsoleClaimedThroughItsServer(t *testing.T) {
 	}
 	if taken["another server's"] {
 		t.Error("a console of another server's session taken")
+	}
+}
+
+// The sweep withdraws the console commands no agent took whose server is gone, and only those.
+func TestOrphanConsolesWithdrawn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st := storetest.Open(t, store.SQLite)
+	e := New(st, nil, slog.New(slog.DiscardHandler), Config{RelayConsoles: true})
+	if err := st.Write(ctx, func(tx *store.Tx) error { return tx.ServerAlive(ctx, "alive-1", 0) }); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, c := range []struct{ name, server, state string }{
+		{"ours", e.ID(), "queued"},
+		{"a live server's", "alive-1", "queued"},
+		{"any server's", "", "queued"},
+		{"a gone server's", "gone-1", "queued"},
+		{"a gone server's, taken", "gone-1", "running"},
+	} {
+		cmd := store.Command{Kind: "bmc.console", Args: `{"server":"` + c.server + `"}`, SiteID: "s1", RunsOn: "site", State: c.state, Reroutable: true}
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.InsertCommand(ctx, &cmd) }); err != nil {
+			t.Fatal(err)
+		}
+		ids[c.name] = cmd.ID
+	}
+	if _, err := e.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, id := range ids {
+		c, err := st.Command(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		withdrawn := c.State == "failed" && strings.Contains(c.Error, "is gone")
+		if withdrawn != (name == "a gone server's") {
+			t.Errorf("%s: %s %q", name, c.State, c.Error)
+		}
 	}
 }

@@ -460,8 +460,10 @@ func (e *Engine) Sweep(ctx context.Context) (int, error) {
 		if n > 0 {
 			e.log.Debug("deleted spent join tokens", "count", n, "older_than", joinTokenKeep)
 		}
-		_, err = tx.PurgeDHCPLeases(ctx, tx.At(), 1000)
-		return err
+		if _, err = tx.PurgeDHCPLeases(ctx, tx.At(), 1000); err != nil {
+			return err
+		}
+		return e.withdrawOrphanConsoles(ctx, tx)
 	}); err != nil {
 		return 0, err
 	}

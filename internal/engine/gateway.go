@@ -294,6 +294,41 @@ func (g *Gateway) AttachConsole(ctx context.Context, a gateway.AgentRef, id stri
 	return end, nil
 }
 
+// withdrawOrphanConsoles fails the console commands no agent took whose session's server is
+// gone (it stopped without closing them, or died): no other server offers them
+// (relaysConsole), so nothing else would end them.
+func (e *Engine) withdrawOrphanConsoles(ctx context.Context, tx *store.Tx) error {
+	queued, err := tx.QueuedConsoles(ctx)
+	if err != nil || len(queued) == 0 {
+		return err
+	}
+	alive, err := tx.ServersAliveSince(ctx, tx.At()-e.cfg.PeerTimeout.Microseconds())
+	if err != nil {
+		return err
+	}
+	for _, c := range queued {
+		server := consoleServer(c)
+		if server == "" || server == e.owner || slices.Contains(alive, server) {
+			continue
+		}
+		if _, _, err := tx.WithdrawCommand(ctx, c.ID, "withdrawn: the server that held its console session ("+server+") is gone"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// consoleServer is the server a console command's session is held by ("": any). Pure.
+func consoleServer(c store.Command) string {
+	var args struct {
+		Server string `json:"server"`
+	}
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
+		return ""
+	}
+	return args.Server
+}
+
 // relaysConsole says whether this server's agents may take c: a bmc.console command goes only
 // to an agent connected to the server that holds its session (its console stream must reach
 // that server's hub); every other command, to any.
@@ -301,11 +336,6 @@ func (e *Engine) relaysConsole(c store.Command) bool {
 	if c.Kind != "bmc.console" {
 		return true
 	}
-	var args struct {
-		Server string `json:"server"`
-	}
-	if err := json.Unmarshal([]byte(c.Args), &args); err != nil {
-		return false
-	}
-	return args.Server == "" || args.Server == e.ID()
+	server := consoleServer(c)
+	return server == "" || server == e.owner
 }

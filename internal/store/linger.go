@@ -74,3 +74,22 @@ func (t *Tx) RequestWorkflowAbort(ctx context.Context, nodeID string) error {
 	}
 	return nil
 }
+
+// QueuedConsoles lists the console commands no site agent took yet (their arguments name the
+// server that holds the session).
+func (t *Tx) QueuedConsoles(ctx context.Context) ([]Command, error) {
+	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE state = 'queued' AND runs_on = 'site' AND kind = 'bmc.console'`)
+	if err != nil {
+		return nil, fmt.Errorf("listing queued console commands: %w", err)
+	}
+	defer rows.Close()
+	var out []Command
+	for rows.Next() {
+		c, err := scanCommand(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing queued console commands: %w", err)
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
