@@ -249,3 +249,49 @@ func TestConsoleThroughTheAPI(t *testing.T) {
 		t.Error("password in the logs")
 	}
 }
+
+// A console open in another token's session is refused, naming who holds it, unless taken over;
+// the caller's own session left open is taken over without asking.
+func TestConsoleHeldByAnother(t *testing.T) {
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if code, body := e.post(t, enrollPath, e.admin, `{"name":"sol","pool":"default","macs":["52:54:00:00:00:21"],"bmc":{"driver":"ipmi","address":"10.0.0.21:623","username":"root","password":"`+password+`"}}`); code != 200 {
+		t.Fatalf("enroll: %d %s", code, body)
+	}
+	ops, _, err := e.svc.CreateToken(ctx, auth.Principal{Name: "admin", Role: auth.Admin}, "ops", auth.Operator, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := bcdv1connect.NewNodeServiceClient(e.srv.Client(), e.srv.URL)
+	open := func(tok string, takeOver bool) (*connect.ServerStreamForClient[bcdv1.ConsoleOutput], error) {
+		s, err := nodes.Console(ctx, consoleReq(tok, &bcdv1.ConsoleRequest{Node: "sol", TakeOver: takeOver}))
+		if err != nil {
+			return nil, err
+		}
+		if !s.Receive() {
+			return nil, s.Err()
+		}
+		return s, nil
+	}
+	held, err := open(ops, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if _, err := open(e.admin, false); connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), "open already") || !strings.Contains(err.Error(), "token:ops") {
+		t.Errorf("a second operator's console while one is open: %v", err)
+	}
+	own, err := open(ops, false)
+	if err != nil {
+		t.Errorf("the holder's own second session: %v", err)
+	} else {
+		own.Close()
+	}
+	taken, err := open(e.admin, true)
+	if err != nil {
+		t.Errorf("taking the console over: %v", err)
+	} else {
+		taken.Close()
+	}
+}

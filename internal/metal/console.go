@@ -1,7 +1,9 @@
 package metal
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/url"
@@ -109,8 +111,27 @@ func (s *Service) OpenConsole(ctx context.Context, p auth.Principal, in ConsoleI
 		if err != nil {
 			return err
 		}
+		open, err := tx.OpenConsolesOf(ctx, n.ID)
+		if err != nil {
+			return err
+		}
+		own := false
+		for _, c := range open {
+			by, held := consoleHolder(c)
+			switch {
+			case by == p.Actor():
+				own = true
+			case !in.TakeOver:
+				return &ConflictError{Msg: fmt.Sprintf("the console of node %s is open already: %s; take it over (--take-over ends that session), or wait for it to end", n.Name, held)}
+			}
+		}
+		if own {
+			// The caller's own session, ending or left behind: the new one takes the BMC's
+			// payload from it rather than fail on it.
+			in.TakeOver = true
+		}
 		cmd = store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: kind.Name, Subject: "bmc:" + n.BMCAddress,
-			Args: jsonObject(map[string]any{"bmc": ref, "takeOver": in.TakeOver, "server": in.Server}), RunsOn: string(kind.RunsOn),
+			Args: jsonObject(map[string]any{"bmc": ref, "takeOver": in.TakeOver, "server": in.Server, "by": p.Actor(), "readOnly": in.ReadOnly}), RunsOn: string(kind.RunsOn),
 			Destructive: kind.Destructive, Reroutable: kind.Reroutable, Generation: n.IdentityGeneration,
 			Deadline: tx.At() + in.Max.Microseconds()}
 		if err := tx.InsertCommand(ctx, &cmd); err != nil {
@@ -135,4 +156,19 @@ func (s *Service) CloseConsole(ctx context.Context, p auth.Principal, n store.No
 			FromState: n.State, ToState: n.State, Data: jsonObject(map[string]any{"command": commandID, "seconds": int64(took.Seconds()),
 				"bytesIn": bytesIn, "bytesOut": bytesOut, "ended": why})})
 	})
+}
+
+// consoleHolder says who holds an open console session, from its command: the actor, and a
+// line naming the session for an error. Pure.
+func consoleHolder(c store.Command) (by, line string) {
+	var args struct {
+		By       string `json:"by"`
+		ReadOnly bool   `json:"readOnly"`
+	}
+	_ = json.Unmarshal([]byte(c.Args), &args)
+	mode := ""
+	if args.ReadOnly {
+		mode = " (read-only)"
+	}
+	return args.By, fmt.Sprintf("session %s of %s%s since %s", c.ID, cmp.Or(args.By, "someone"), mode, time.UnixMicro(c.CreatedAt).UTC().Format(time.RFC3339))
 }

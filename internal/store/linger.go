@@ -93,3 +93,10 @@ func (t *Tx) QueuedConsoles(ctx context.Context) ([]Command, error) {
 	}
 	return out, rows.Err()
 }
+
+// OpenConsolesOf lists the node's console commands not ended (queued, delivered, running),
+// oldest first: the sessions open on its console.
+func (t *Tx) OpenConsolesOf(ctx context.Context, nodeID string) ([]Command, error) {
+	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE node_id = ? AND state IN ('queued', 'delivered', 'running') AND kind = 'bmc.console' ORDER BY created_at`, nodeID)
+	return collect(rows, err, "open console commands of a node", scanCommand)
+}
