@@ -163,8 +163,21 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The Redfish VM (0) commissions in a pool with BIOS settings its virtual BMC holds other
+	// values of: written as pending settings, applied by the reset that boots the ramdisk, read
+	// back once it is up. The IPMI VM (1) in the default pool.
+	biosSettings := map[string]string{"SriovGlobalEnable": "Enabled", "ProcCStates": "Disabled"}
+	if _, err := c.Inventory.CreatePool(ctx, connect.NewRequest(&bcdv1.CreatePoolRequest{Name: "bios", Site: "default",
+		Policy: &bcdv1.PoolPolicy{HardwareProfile: "redfish", BiosSettings: biosSettings}})); err != nil {
+		t.Fatal(err)
+	}
 	start := time.Now()
-	nodes, err := c.EnrollLab(ctx, st, creds, "default")
+	nodes, err := c.EnrollLabInto(ctx, st, creds, func(i int) string {
+		if DriverFor(i) == Redfish {
+			return "bios"
+		}
+		return "default"
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,6 +197,11 @@ func TestEndToEnd(t *testing.T) {
 		t.Logf("phase %-28s %6.1f s", name, time.Since(began).Seconds())
 	}
 	phase("enroll → ready", "ready", 15*time.Minute, ids...)
+
+	// The BIOS settings were written, applied by a reset of the VM and read back.
+	if err := biosApplied(ctx, c, nodes[0].NodeID, biosSettings); err != nil {
+		t.Errorf("%s: %v", nodes[0].VM.Name, err)
+	}
 
 	// Inspection matched the VMs: MACs and product UUIDs as QEMU has them.
 	for _, n := range nodes {
@@ -392,6 +410,42 @@ func diskWiped(disk string, size int64) error {
 }
 
 // waitConsole waits (up to 3 minutes) for a line containing marker in a console log.
+// biosApplied checks a node's node.bios events: one that wrote every attribute of want as
+// pending, then a read-back after the boot with want's values and no drift.
+func biosApplied(ctx context.Context, c *Client, node string, want map[string]string) error {
+	resp, err := c.Nodes.Events(ctx, connect.NewRequest(&bcdv1.ListEventsRequest{Node: node, Limit: 1000}))
+	if err != nil {
+		return fmt.Errorf("listing events: %w", err)
+	}
+	written := false
+	for _, ev := range resp.Msg.Events {
+		if ev.Kind != "node.bios" {
+			continue
+		}
+		var d struct {
+			Written    []string          `json:"written"`
+			Pending    bool              `json:"pending"`
+			Attributes map[string]string `json:"attributes"`
+			Drift      []string          `json:"drift"`
+		}
+		if err := json.Unmarshal([]byte(ev.Data), &d); err != nil {
+			return fmt.Errorf("node.bios event %q: %w", ev.Data, err)
+		}
+		switch {
+		case d.Pending && len(d.Written) == len(want):
+			written = true
+		case d.Attributes != nil && written:
+			for k, v := range want {
+				if d.Attributes[k] != v {
+					return fmt.Errorf("BIOS read back after the boot: %v, want %v (drift %v)", d.Attributes, want, d.Drift)
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no node.bios events that wrote %v and read them back applied", want)
+}
+
 // tail is the last n bytes of s.
 func tail(s string, n int) string {
 	if len(s) > n {

@@ -227,6 +227,11 @@ type Enrolled struct {
 
 // EnrollLab enrolls every VM of the lab into pool (DriverFor picks the BMC).
 func (c *Client) EnrollLab(ctx context.Context, st lab.State, creds lab.Credentials, pool string) ([]Enrolled, error) {
+	return c.EnrollLabInto(ctx, st, creds, func(int) string { return pool })
+}
+
+// EnrollLabInto enrolls VM i of the lab into pool(i) (DriverFor picks the BMC).
+func (c *Client) EnrollLabInto(ctx context.Context, st lab.State, creds lab.Credentials, pool func(i int) string) ([]Enrolled, error) {
 	var out []Enrolled
 	for i, vm := range st.VMs {
 		cred, ok := creds.For(vm.Name)
@@ -234,7 +239,7 @@ func (c *Client) EnrollLab(ctx context.Context, st lab.State, creds lab.Credenti
 			return nil, fmt.Errorf("enrolling %s: no credential in %s", vm.Name, st.Credentials)
 		}
 		d := DriverFor(i)
-		resp, err := c.Nodes.Enroll(ctx, connect.NewRequest(EnrollInput(vm, cred, d, pool)))
+		resp, err := c.Nodes.Enroll(ctx, connect.NewRequest(EnrollInput(vm, cred, d, pool(i))))
 		if err != nil {
 			return nil, fmt.Errorf("enrolling %s by %s: %w", vm.Name, d, err)
 		}
