@@ -227,9 +227,6 @@ func (h *Hub) Attach(ctx context.Context, id, agentID string) (*AgentEnd, error)
 	}
 }
 
-// Session is the session attached to.
-func (a *AgentEnd) Session() Info { return a.s.Info }
-
 // Input yields what the operator typed, in order.
 func (a *AgentEnd) Input() <-chan []byte { return a.s.in }
 
