@@ -35,6 +35,10 @@ func TestDeployUserDataOverJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A config drive with no kexec guest: cloud-init reads the user-data from the drive.
+	if err := e.svc.PutDeployProfile(ctx, admin, "drive", `{"steps": [{"use": "boot.prepareInstance"}, {"use": "deploy.configDrive"}, {"use": "boot.kexec"}]}`); err != nil {
+		t.Fatal(err)
+	}
 	site, err := e.st.Site(ctx, "default")
 	if err != nil {
 		t.Fatal(err)
@@ -61,6 +65,8 @@ func TestDeployUserDataOverJSON(t *testing.T) {
 		{"no cloud-init header", "cloud", "password: " + apiUserSecret, "does not start with a header cloud-init reads: accepted are #cloud-config, #!, #include"},
 		{"cloud-config not YAML", "cloud", "#cloud-config\nkey: [" + apiUserSecret, "is #cloud-config but not valid YAML"},
 		{"cloud-config not a mapping", "cloud", "#cloud-config\n- " + apiUserSecret, "not a mapping"},
+		{"config drive: cloud-init's rules", "drive", "password: " + apiUserSecret, "does not start with a header cloud-init reads"},
+		{"config drive: not Ignition", "drive", `{"ignition": {"version": "3.4.0"}}`, "does not start with a header cloud-init reads"},
 		{"ignition not JSON", "coreos", cloudConfig, "is not a JSON object"},
 		{"ignition spec 2", "coreos", `{"ignition": {"version": "2.2.0"}, "x": "` + apiUserSecret + `"}`, "accepted are 3.x.y"},
 	}

@@ -20,6 +20,7 @@ func TestKindTable(t *testing.T) {
 		"diag.dcgm":           "ramdisk . attested . .",
 		"disk.wipe":           "ramdisk destructive attested . .",
 		"deploy.image":        "ramdisk destructive . . .",
+		"deploy.configDrive":  "ramdisk destructive . . .",
 		"boot.kexec":          "ramdisk destructive . . selfterminating",
 		"ramdisk.powerOff":    "ramdisk . . . .",
 	}

@@ -83,6 +83,11 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 		// The credential's references; outgoing encrypts the values to the node's ramdisk.
 		args["bmc"] = n.BMC()
 	}
+	if kind.Name == "deploy.configDrive" {
+		// What the ramdisk checks the site's documents against before writing them: its node's
+		// meta-data, and the user-data this deploy gave ("": bcd's empty default).
+		args["nodeId"], args["userDataSha256"] = n.ID, n.UserDataSHA256
+	}
 	if kind.RunsOn == command.OnSite {
 		args["nodeId"] = n.ID
 		if strings.HasPrefix(kind.Name, "bmc.") {

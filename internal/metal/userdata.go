@@ -33,8 +33,8 @@ func cloudInitHeaders() []string {
 	return []string{"#cloud-config", "#!", "#include", "#cloud-boothook", "## template: jinja", "Content-Type:"}
 }
 
-// CheckUserData checks that b is user-data the guest reads: guest is the deploy profile's
-// boot.kexec guest ("" or "none": an image that reads none). Pure; the error never quotes b
+// CheckUserData checks that b is user-data the guest reads: guest is what reads it in the deploy
+// profile (workflow.UserDataGuest; "" or "none": an image that reads none). Pure; the error never quotes b
 // (it may hold secrets).
 func CheckUserData(guest string, b []byte) error {
 	if len(b) == 0 {
@@ -49,7 +49,7 @@ func CheckUserData(guest string, b []byte) error {
 	case GuestIgnition:
 		return checkIgnition(b)
 	case "", "none":
-		return invalid("userData", "the deploy profile's boot.kexec has no guest (it boots an image that runs bcd itself, which reads no user-data): user-data needs a profile whose boot.kexec has guest cloud-init or ignition")
+		return invalid("userData", "the deploy profile's boot.kexec has no guest (it boots an image that runs bcd itself, which reads no user-data): user-data needs a profile whose boot.kexec has guest cloud-init or ignition, or that writes a config drive (deploy.configDrive)")
 	}
 	return invalid("userData", "the deploy profile's boot.kexec guest %q reads no user-data: accepted are guests cloud-init and ignition", truncate(guest))
 }
@@ -123,9 +123,9 @@ func checkIgnition(b []byte) error {
 	return nil
 }
 
-// deployGuest is the boot.kexec guest of the deploy profile name as the reconciler will resolve
-// it (an operator profile stored through the API first, then the server's, then the built-in
-// ones): "" when no step of it names one.
+// deployGuest is what reads the user-data in the deploy profile name as the reconciler will
+// resolve it (an operator profile stored through the API first, then the server's, then the
+// built-in ones): its boot.kexec guest, else cloud-init where it writes a config drive, else "".
 func (s *Service) deployGuest(ctx context.Context, tx *store.Tx, name string) (string, error) {
 	var p workflow.Profile
 	def, ok, err := tx.Profile(ctx, name)
@@ -143,13 +143,7 @@ func (s *Service) deployGuest(ctx context.Context, tx *store.Tx, name string) (s
 	if err != nil {
 		return "", invalid("profile", "%s", err.Error())
 	}
-	guest := ""
-	for _, st := range res.Steps {
-		if g := st.Args["guest"]; g != "" && g != "none" {
-			guest = g
-		}
-	}
-	return guest, nil
+	return workflow.UserDataGuest(res.Steps), nil
 }
 
 // sealUserData checks b against the guest of the deploy profile and seals it for n's tenant:

@@ -949,6 +949,14 @@ func (s *Sim) ramdiskWork(m *Machine, kind string) (any, bool, error) {
 		m.Disk = "image"
 		m.mu.Unlock()
 		return map[string]any{"bytes": 1 << 30}, false, nil
+	case "deploy.configDrive":
+		m.mu.Lock()
+		disk := m.Disk
+		m.mu.Unlock()
+		if disk != "image" {
+			return nil, false, errors.New("the image has no partition table: a config drive needs one")
+		}
+		return map[string]any{"device": "/dev/vda", "table": "mbr", "partition": 2}, false, nil
 	case "bmc.provisionInband":
 		if m.InbandBMC == "" {
 			return nil, false, errors.New("opening the host's IPMI interface: no /dev/ipmi0")

@@ -86,3 +86,52 @@ func TestGuestValuesMatchTheRamdisk(t *testing.T) {
 		t.Fatalf("workflow accepts %v, the ramdisk %v", got, want)
 	}
 }
+
+// A config drive is placed where it can work: after boot.prepareInstance, among the steps,
+// beside a guest that reads NoCloud; and it makes cloud-init what reads the user-data.
+func TestConfigDriveInProfiles(t *testing.T) {
+	prof := func(steps ...Step) Profile {
+		return Profile{Name: "cloud", Steps: steps, Cleanup: []Step{s("boot.cleanUp")}}
+	}
+	ensure, image, prepare, drive := s("metal.ensureRamdisk"), s("deploy.image", "image", "$image"), s("boot.prepareInstance"), s("deploy.configDrive")
+	kexec := func(guest string) Step { return s("boot.kexec", "guest", guest) }
+	for _, tc := range []struct {
+		name  string
+		p     Profile
+		guest string // UserDataGuest
+		err   string
+	}{
+		{"no drive, no guest", prof(ensure, image, prepare, s("boot.kexec")), "", ""},
+		{"no drive, cloud-init", prof(ensure, image, prepare, kexec("cloud-init")), "cloud-init", ""},
+		{"no drive, ignition", prof(ensure, image, prepare, kexec("ignition")), "ignition", ""},
+		{"drive, no guest", prof(ensure, image, prepare, drive, s("boot.kexec")), "cloud-init", ""},
+		{"drive, guest none", prof(ensure, image, prepare, drive, kexec("none")), "cloud-init", ""},
+		{"drive, cloud-init", prof(ensure, image, prepare, drive, kexec("cloud-init")), "cloud-init", ""},
+		{"drive, site given", prof(ensure, image, prepare, s("deploy.configDrive", "guestSite", "http://10.0.0.1:8080"), s("boot.kexec")), "cloud-init", ""},
+		{"drive, no kexec (the BMC boots the disk)", prof(ensure, image, prepare, drive, s("power.cycle")), "cloud-init", ""},
+		{"drive, ignition", prof(ensure, image, prepare, drive, kexec("ignition")), "", "deploy.configDrive writes a cloud-init (NoCloud) config drive, which boot.kexec's guest ignition does not read"},
+		{"drive before prepareInstance", prof(ensure, image, drive, prepare, s("boot.kexec")), "", "put it after boot.prepareInstance"},
+		{"drive without prepareInstance", prof(ensure, image, drive, s("boot.kexec")), "", "put it after boot.prepareInstance"},
+		{"drive in cleanup", Profile{Name: "cloud", Steps: []Step{ensure, image, prepare}, Cleanup: []Step{drive}}, "", "deploy.configDrive is not a cleanup step"},
+		{"drive with an unknown argument", prof(ensure, image, prepare, s("deploy.configDrive", "label", "x")), "", "argument label"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Resolve(tc.p, map[string]string{"image": "img"})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g := UserDataGuest(r.Steps); g != tc.guest {
+				t.Fatalf("UserDataGuest %q, want %q", g, tc.guest)
+			}
+			if slices.ContainsFunc(r.Steps, func(st Step) bool { return st.Use == ConfigDriveStep }) != slices.Contains(r.CommandKinds, "deploy.configDrive") {
+				t.Fatalf("command kinds %v", r.CommandKinds)
+			}
+		})
+	}
+}

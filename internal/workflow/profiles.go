@@ -230,6 +230,11 @@ var stepKinds = []StepKind{
 	{Use: "diag.dcgm", Command: "diag.dcgm", Timeout: 2 * time.Hour},
 	{Use: "disk.wipe", Command: "disk.wipe", Timeout: 24 * time.Hour},
 	{Use: "deploy.image", Command: "deploy.image", Timeout: 2 * time.Hour},
+	// deploy.configDrive: the ramdisk reads the node's NoCloud documents from the site (served
+	// once boot.prepareInstance ran) and writes them to a config drive on the deployed disk, so
+	// that cloud-init finds them with no kernel parameter: on the BMC fallback's boot, at every
+	// later boot, and where no kexec can run (docs/drivers/cloud-init.md).
+	{Use: "deploy.configDrive", Command: "deploy.configDrive", Timeout: 5 * time.Minute, Retries: 2},
 	// boot.kexec: the ramdisk kexecs the written disk's kernel and the installed OS rejoins;
 	// when the kexec fails or the OS does not rejoin within 10 minutes (a kernel that cannot
 	// start after kexec on this hardware), the BMC power-cycles the node into its disk (the
@@ -477,6 +482,9 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 	if r.Cleanup, err = expand(p.Cleanup, 0); err != nil {
 		return Resolved{}, err
 	}
+	if err := checkConfigDrive(r.Steps, r.Cleanup); err != nil {
+		return Resolved{}, fmt.Errorf("profile %s: %w", p.Name, err)
+	}
 	for _, k := range p.Sends {
 		if _, err := command.Lookup(k); err != nil {
 			return Resolved{}, fmt.Errorf("profile %s declares sends: %w", p.Name, err)
@@ -485,6 +493,53 @@ func Resolve(p Profile, params map[string]string) (Resolved, error) {
 	}
 	r.CommandKinds = slices.Sorted(maps.Keys(kinds))
 	return r, nil
+}
+
+// checkConfigDrive refuses a deploy.configDrive that cannot work: before any
+// boot.prepareInstance (the site serves the node's documents only once it ran), in cleanup, or
+// beside a boot.kexec guest that reads none of it (Ignition). Pure.
+func checkConfigDrive(steps, cleanup []Step) error {
+	if slices.ContainsFunc(cleanup, func(st Step) bool { return st.Use == ConfigDriveStep }) {
+		return fmt.Errorf("%s is not a cleanup step: it belongs after boot.prepareInstance among the steps", ConfigDriveStep)
+	}
+	prepared := false
+	for _, st := range steps {
+		switch st.Use {
+		case "boot.prepareInstance":
+			prepared = true
+		case ConfigDriveStep:
+			if !prepared {
+				return fmt.Errorf("%s reads the node's NoCloud documents from the site, which serves them once boot.prepareInstance ran: put it after boot.prepareInstance", ConfigDriveStep)
+			}
+		case "boot.kexecOnce":
+			if g := st.Args["guest"]; g != "" && g != "none" && g != GuestCloudInit && slices.ContainsFunc(steps, func(st Step) bool { return st.Use == ConfigDriveStep }) {
+				return fmt.Errorf("%s writes a cloud-init (NoCloud) config drive, which boot.kexec's guest %s does not read: use guest cloud-init or none with it", ConfigDriveStep, g)
+			}
+		}
+	}
+	return nil
+}
+
+// ConfigDriveStep is the step that writes a config drive; GuestCloudInit the guest that reads it.
+const (
+	ConfigDriveStep = "deploy.configDrive"
+	GuestCloudInit  = "cloud-init"
+)
+
+// UserDataGuest is what reads the operator's user-data in a resolved deploy: boot.kexec's guest
+// when it names one, else cloud-init where a config drive carries it, else "" (nothing reads
+// any). Pure.
+func UserDataGuest(steps []Step) string {
+	guest := ""
+	for _, st := range steps {
+		if g := st.Args["guest"]; st.Use == "boot.kexecOnce" && g != "" && g != "none" {
+			guest = g
+		}
+	}
+	if guest == "" && slices.ContainsFunc(steps, func(st Step) bool { return st.Use == ConfigDriveStep }) {
+		guest = GuestCloudInit
+	}
+	return guest
 }
 
 // argRules are the values a step kind's command arguments may take ("" in a list: the argument
@@ -505,9 +560,10 @@ var argRules = map[string]map[string][]string{
 }
 
 // freeArgs are optional command arguments with no fixed values, checked where they are used:
-// boot.kexec's guestSite, the site's boot HTTP URL the guest parameters name (the ramdisk
-// refuses one that is not http(s)://host[:port]).
-var freeArgs = map[string][]string{"boot.kexec": {"guestSite"}}
+// boot.kexec's and deploy.configDrive's guestSite, the site's boot HTTP URL the guest parameters
+// name and the config drive is read from (the ramdisk refuses one that is not
+// http(s)://host[:port]).
+var freeArgs = map[string][]string{"boot.kexec": {"guestSite"}, "deploy.configDrive": {"guestSite"}}
 
 // takesArg says whether a step kind's command takes argument key (argRules or freeArgs).
 func takesArg(k StepKind, key string) bool {
@@ -559,6 +615,22 @@ func compositeArgs(k StepKind, st Step) ([]Step, error) {
 	return parts, nil
 }
 
+// describeArgs says which arguments a step kind takes. Pure.
+func describeArgs(k StepKind) string {
+	var keys []string
+	for key := range argRules[k.Command] {
+		if _, fixed := k.Args[key]; !fixed {
+			keys = append(keys, key)
+		}
+	}
+	keys = append(keys, freeArgs[k.Command]...)
+	if len(keys) == 0 {
+		return "it takes none"
+	}
+	slices.Sort(keys)
+	return "it takes " + strings.Join(keys, ", ")
+}
+
 func powerActions() []string {
 	out := make([]string, len(bmc.PowerActions))
 	for i, a := range bmc.PowerActions {
@@ -592,6 +664,12 @@ func checkStep(k StepKind, st, filled Step) error {
 	}
 	if k.Command == "" || k.Relays || st.When == WhenOverridden {
 		return nil // an overridden-off step's arguments are the override table's (level 0)
+	}
+	for _, key := range slices.Sorted(maps.Keys(st.Args)) {
+		if _, fixed := k.Args[key]; !fixed && !takesArg(k, key) {
+			// Dropped, a misspelt argument (disk.wipe{mdoe: full}) would silently do the default.
+			return fmt.Errorf("takes no argument %s: %s", key, describeArgs(k))
+		}
 	}
 	for key, accepted := range argRules[k.Command] {
 		v, given := filled.Args[key]

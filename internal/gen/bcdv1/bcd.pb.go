@@ -1155,7 +1155,8 @@ type DeployRequest struct {
 	// Operator user-data for the installed OS, at most 64 KiB, checked against the guest of the
 	// deploy profile's boot.kexec: cloud-init (#cloud-config, #!, #include, #cloud-boothook,
 	// ## template: jinja, or a MIME multipart Content-Type: header) or ignition (a JSON Ignition
-	// config, ignition.version 3.x). A profile without a guest refuses it. Sealed at once; never
+	// config, ignition.version 3.x); a profile with deploy.configDrive and no guest takes
+	// cloud-init's formats. A profile with neither refuses it. Sealed at once; never
 	// returned (Node shows only its size and SHA-256).
 	UserData      []byte `protobuf:"bytes,6,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -68,7 +68,7 @@ func GuestArgs(g Guest, site string) ([]string, error) {
 	if _, err := ParseGuest(string(g)); err != nil {
 		return nil, err
 	}
-	if err := checkSite(site); err != nil {
+	if err := CheckSite(site); err != nil {
 		return nil, err
 	}
 	switch g {
@@ -79,9 +79,9 @@ func GuestArgs(g Guest, site string) ([]string, error) {
 	}
 }
 
-// checkSite accepts http(s)://host[:port] with nothing a kernel parameter cannot carry
+// CheckSite accepts http(s)://host[:port] with nothing a kernel parameter cannot carry
 // unquoted (no space, quote or control character) and no path, query or user info.
-func checkSite(site string) error {
+func CheckSite(site string) error {
 	if strings.ContainsFunc(site, func(r rune) bool { return r <= ' ' || r > '~' || r == '"' || r == '\'' || r == '\\' }) {
 		return errors.New("the site URL holds a space, quote or non-printable character")
 	}
