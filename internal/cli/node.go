@@ -477,7 +477,7 @@ func deployCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&in.Image, "image", "", "catalog image name or id")
 	cmd.Flags().StringVar(&in.Profile, "profile", "default", "deploy profile")
-	cmd.Flags().StringVar(&userData, "user-data", "", "operator user-data for the installed OS (cloud-init or Ignition, by the profile's guest; at most 64 KiB): a file, or - for standard input")
+	cmd.Flags().StringVar(&userData, "user-data", "", "operator user-data for the installed OS (cloud-init or Ignition, by the profile's guest; cloud-init where the profile writes a config drive; at most 64 KiB): a file, or - for standard input")
 	cmd.Flags().StringVar(&in.Reason, "reason", "", "why (recorded in the event log)")
 	cmd.Flags().Uint64Var(&in.ExpectedVersion, "expected-version", 0, "apply only if the node is still at this version")
 	w.register(cmd)

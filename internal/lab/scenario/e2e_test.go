@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -211,18 +212,36 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 
-	for _, id := range ids {
+	// VM 0 deploys with a config drive and the operator's user-data: the ramdisk reads the
+	// node's NoCloud documents from the site agent, as a guest would, and writes them to a FAT
+	// partition after the image's own. VM 1 deploys with the built-in profile.
+	if _, err := c.Inventory.PutDeployProfile(ctx, connect.NewRequest(&bcdv1.PutDeployProfileRequest{Profile: &bcdv1.DeployProfile{Name: "lab-drive",
+		Definition: `{"steps":[{"use":"metal.ensureRamdisk"},{"use":"deploy.image","args":{"image":"$image"}},{"use":"management.setBootDevice","args":{"device":"disk","persistent":"true"}},` +
+			`{"use":"boot.prepareInstance"},{"use":"deploy.configDrive"},{"use":"boot.kexec"}],"cleanup":[{"use":"boot.cleanUp"}]}`}})); err != nil {
+		t.Fatal(err)
+	}
+	userData := []byte("#cloud-config\nhostname: lab-0\n")
+	if _, err := c.Nodes.Deploy(ctx, connect.NewRequest(&bcdv1.DeployRequest{Node: ids[0], Image: img.Name, Profile: "lab-drive", UserData: userData, Reason: "lab scenario"})); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids[1:] {
 		if err := c.Verb(ctx, "deploy", id, img.Name); err != nil {
 			t.Fatal(err)
 		}
 	}
 	phase("deploy → deployed", "deployed", 15*time.Minute, ids...)
-	for _, n := range nodes {
+	for i, n := range nodes {
 		if err := deployFastTracked(ctx, c, n.NodeID); err != nil {
 			t.Errorf("%s: %v", n.VM.Name, err)
 		}
-		if err := diskHas(n.VM.Disk, manifest.Size, manifest.DiskSHA256); err != nil {
+		drive := i == 0
+		if err := diskHas(n.VM.Disk, manifest.Size, manifest.DiskSHA256, drive); err != nil {
 			t.Errorf("%s after deploy: %v", n.VM.Name, err)
+		}
+		if drive {
+			if err := configDriveHas(n.VM.Disk, map[string][]byte{"meta-data": []byte("instance-id: \"" + n.NodeID + "\"\n"), "user-data": userData}); err != nil {
+				t.Errorf("%s: config drive: %v", n.VM.Name, err)
+			}
 		}
 		waitConsole(ctx, t, n.VM.Console, "bcd os: joined")
 		// The site agent's DHCP leased the VM its address; its renewals of the boot lease told
@@ -374,18 +393,68 @@ func contains(list []string, s string) bool {
 }
 
 // diskHas checks that the first size bytes of the VM's disk are the image (by digest).
-func diskHas(disk string, size int64, sha string) error {
+func diskHas(disk string, size int64, sha string, configDrive bool) error {
 	f, err := os.Open(disk)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	h := sha256.New()
-	if _, err := io.CopyN(h, f, size); err != nil {
+	head := make([]byte, 512)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return fmt.Errorf("reading %s: %w", disk, err)
+	}
+	if configDrive {
+		// The image has one partition; the config drive added the second entry.
+		if bytes.Equal(head[462:478], make([]byte, 16)) {
+			return errors.New("the partition table has no second entry: no config drive was added")
+		}
+		clear(head[462:478])
+	}
+	h.Write(head)
+	if _, err := io.CopyN(h, io.NewSectionReader(f, 512, size-512), size-512); err != nil {
 		return fmt.Errorf("reading %s: %w", disk, err)
 	}
 	if got := hex.EncodeToString(h.Sum(nil)); got != sha {
 		return fmt.Errorf("first %d bytes of the disk have sha256 %s, want the image's %s", size, got, sha)
+	}
+	return nil
+}
+
+// configDriveHas checks the config drive on a disk the lab image was deployed to: the MBR's
+// second partition is FAT16 (LBA), labelled CIDATA, and holds want's files (read with mtools,
+// independently of bcd's writer) and a vendor-data.
+func configDriveHas(disk string, want map[string][]byte) error {
+	f, err := os.Open(disk)
+	if err != nil {
+		return err
+	}
+	head := make([]byte, 512)
+	_, err = f.ReadAt(head, 0)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", disk, err)
+	}
+	e := head[462:478]
+	if e[4] != 0x0e {
+		return fmt.Errorf("partition 2 has type %#02x, want 0x0e (FAT16 LBA)", e[4])
+	}
+	at := fmt.Sprintf("%s@@%d", disk, int64(binary.LittleEndian.Uint32(e[8:]))*512)
+	label, err := exec.Command("mlabel", "-s", "-i", at, "::").CombinedOutput()
+	if err != nil || !strings.Contains(string(label), "CIDATA") {
+		return fmt.Errorf("mlabel: %v: %s", err, label)
+	}
+	for _, name := range []string{"meta-data", "user-data", "vendor-data"} {
+		got, err := exec.Command("mtype", "-i", at, "::"+name).Output()
+		if err != nil {
+			return fmt.Errorf("mtype %s: %w", name, err)
+		}
+		if w, ok := want[name]; ok && !bytes.Equal(got, w) {
+			return fmt.Errorf("%s holds %q, want %q", name, got, w)
+		}
+		if name == "vendor-data" && !bytes.Contains(got, []byte("bcd-rejoin.sh")) {
+			return fmt.Errorf("vendor-data holds no rejoin script: %q", got)
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -62,6 +63,10 @@ type Deps struct {
 	// OpenTarget opens the selected disk for deploy.image.
 	OpenTarget func(ctx context.Context, path string) (ImageTarget, error)
 	Image      image.Options
+	// OpenDisk opens the deployed disk for deploy.configDrive; HTTP reads the node's NoCloud
+	// documents from the site (default: a plain client; the calls have their own deadline).
+	OpenDisk func(ctx context.Context, path string) (DiskDevice, error)
+	HTTP     *http.Client
 	// Kexec: the written disk's name goes into KexecConfig.Disk.
 	KexecConfig kexec.Config
 	Mounter     kexec.Mounter
@@ -126,13 +131,17 @@ func NewCommands(d Deps) *Commands {
 	}
 	c := &Commands{d: d}
 	c.table = map[string]commandFunc{
-		KindInventory: c.inventoryRefresh,
-		KindWipe:      c.diskWipe,
-		KindDeploy:    c.deployImage,
-		KindKexec:     c.bootKexec,
-		KindDiag:      c.diagDCGM,
-		KindPowerOff:  c.powerOff,
-		KindInbandBMC: c.provisionInband,
+		KindInventory:   c.inventoryRefresh,
+		KindWipe:        c.diskWipe,
+		KindDeploy:      c.deployImage,
+		KindKexec:       c.bootKexec,
+		KindDiag:        c.diagDCGM,
+		KindPowerOff:    c.powerOff,
+		KindInbandBMC:   c.provisionInband,
+		KindConfigDrive: c.configDrive,
+	}
+	if c.d.HTTP == nil {
+		c.d.HTTP = &http.Client{}
 	}
 	if c.d.PowerOffDelay <= 0 {
 		c.d.PowerOffDelay = 2 * time.Second

@@ -104,7 +104,7 @@ func run(t *testing.T, c *Commands, kind, args string) ([]byte, error, *progress
 func TestUnknownKind(t *testing.T) {
 	c := NewCommands(testDeps(t, inventory.Inventory{}))
 	_, err, _ := run(t, c, "bmc.power", `{}`)
-	want := `unknown command kind "bmc.power": this ramdisk runs bmc.provisionInband, boot.kexec, deploy.image, diag.dcgm, disk.wipe, inventory.refresh, ramdisk.powerOff`
+	want := `unknown command kind "bmc.power": this ramdisk runs bmc.provisionInband, boot.kexec, deploy.configDrive, deploy.image, diag.dcgm, disk.wipe, inventory.refresh, ramdisk.powerOff`
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("err = %v", err)
 	}

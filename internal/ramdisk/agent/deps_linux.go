@@ -35,6 +35,9 @@ func LinuxDeps(log *slog.Logger) Deps {
 			// Buffered writes: the image pipeline's buffers are not aligned for O_DIRECT.
 			return wipe.Open(path, wipe.OpenOptions{NoDirect: true})
 		},
+		OpenDisk: func(_ context.Context, path string) (DiskDevice, error) {
+			return wipe.Open(path, wipe.OpenOptions{NoDirect: true})
+		},
 		Image:       image.Options{TempDir: imageTempDir},
 		KexecConfig: kexec.Config{MountDir: kexecMountDir},
 		Mounter:     kexec.SyscallMounter{},

@@ -1,0 +1,164 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"bcd/internal/netboot"
+	"bcd/internal/ramdisk/inventory"
+)
+
+// configDriveDisk is an 8 GiB sparse disk holding an MBR with one 16 MiB partition at 1 MiB,
+// as an image deploy.image wrote would.
+func configDriveDisk(t *testing.T) (inventory.Disk, []byte) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "vda")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mbr := make([]byte, 512)
+	e := mbr[446:]
+	e[0], e[4] = 0x80, 0x83
+	binary.LittleEndian.PutUint32(e[8:], 2048)
+	binary.LittleEndian.PutUint32(e[12:], 32768)
+	mbr[510], mbr[511] = 0x55, 0xaa
+	if _, err := f.WriteAt(mbr, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(8 << 30); err != nil {
+		t.Fatal(err)
+	}
+	return inventory.Disk{Name: "vda", Path: path, SizeBytes: 8 << 30, LogicalBlockSize: 512}, mbr
+}
+
+// guestSite serves NoCloud documents as a site agent does to the node's address; a nil map
+// answers 404 (no instance prepared).
+func guestSite(t *testing.T, docs map[string]string, status int) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name, ok := strings.CutPrefix(r.URL.Path, netboot.CloudInitPath)
+		if status != 0 {
+			w.WriteHeader(status)
+			return
+		}
+		if d, found := docs[name]; ok && found {
+			w.Write([]byte(d))
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// deploy.configDrive reads the node's documents from the site, refuses another node's or
+// another deploy's (leaving the disk as it was), writes them to a config drive on the disk, and
+// rewrites the same drive when retried.
+func TestConfigDrive(t *testing.T) {
+	const node = "0193a1b2-node"
+	userData := "#cloud-config\nhostname: n0\n"
+	sum := sha256.Sum256([]byte(userData))
+	userSum := hex.EncodeToString(sum[:])
+	vendor, err := netboot.VendorData("http://10.0.0.1:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := map[string]string{"meta-data": netboot.MetaData(node), "user-data": userData, "vendor-data": vendor}
+	with := func(name, v string) map[string]string {
+		m := map[string]string{}
+		for k, d := range good {
+			m[k] = d
+		}
+		m[name] = v
+		return m
+	}
+	args := func(site, sha string) string {
+		b, _ := json.Marshal(map[string]string{"nodeId": node, "userDataSha256": sha, "guestSite": site})
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name   string
+		docs   map[string]string
+		status int
+		args   func(site string) string
+		err    string
+	}{
+		{"the deploy's user-data", good, 0, func(s string) string { return args(s, userSum) }, ""},
+		{"no user-data: bcd's empty cloud-config", with("user-data", netboot.UserData), 0, func(s string) string { return args(s, "") }, ""},
+		{"another node's meta-data", with("meta-data", netboot.MetaData("other")), 0, func(s string) string { return args(s, userSum) }, "the site's meta-data is not node " + node + "'s"},
+		{"another deploy's user-data", with("user-data", "#cloud-config\n{}\n# older\n"), 0, func(s string) string { return args(s, userSum) }, "not the deploy's " + userSum},
+		{"user-data where the deploy gave none", good, 0, func(s string) string { return args(s, "") }, "where the deploy gave none"},
+		{"no instance prepared", nil, 0, func(s string) string { return args(s, userSum) }, "boot.prepareInstance has not run"},
+		{"user-data not yet on the site", good, http.StatusServiceUnavailable, func(s string) string { return args(s, userSum) }, "does not hold the deploy's user-data yet"},
+		{"no nodeId", good, 0, func(s string) string { return `{"guestSite":"` + s + `"}` }, "names no nodeId"},
+		{"no site", good, 0, func(string) string { return `{"nodeId":"` + node + `"}` }, "needs the site's boot HTTP URL"},
+		{"a site with a path", good, 0, func(s string) string { return args(s+"/x", userSum) }, "must be scheme://host[:port] with no path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			disk, mbr := configDriveDisk(t)
+			d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{disk}})
+			d.OpenDisk = func(_ context.Context, path string) (DiskDevice, error) { return os.OpenFile(path, os.O_RDWR, 0) }
+			cmds := NewCommands(d)
+			site := guestSite(t, tc.docs, tc.status)
+			res, err, _ := run(t, cmds, KindConfigDrive, tc.args(site))
+			head := make([]byte, 512)
+			f, ferr := os.Open(disk.Path)
+			if ferr != nil {
+				t.Fatal(ferr)
+			}
+			defer f.Close()
+			if _, err := f.ReadAt(head, 0); err != nil {
+				t.Fatal(err)
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				if strings.Contains(err.Error(), "hostname: n0") {
+					t.Fatalf("the error quotes the user-data: %v", err)
+				}
+				if !bytes.Equal(head, mbr) {
+					t.Fatal("a refused config drive changed the partition table")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got ConfigDriveResult
+			if err := json.Unmarshal(res, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Device != disk.Path || got.Table != "mbr" || got.Partition != 2 || got.Reused || got.Start < 17<<20 {
+				t.Fatalf("result %s", res)
+			}
+			for name, data := range tc.docs {
+				s := sha256.Sum256([]byte(data))
+				if got.Files[name] != hex.EncodeToString(s[:]) {
+					t.Errorf("%s: sha256 %s in the result, want %x", name, got.Files[name], s)
+				}
+			}
+			if bytes.Equal(head, mbr) || !bytes.Equal(head[446:462], mbr[446:462]) {
+				t.Fatal("the partition table has no new entry, or the image's own changed")
+			}
+			// A retry (a lost command run again) rewrites the same partition.
+			res, err, _ = run(t, cmds, KindConfigDrive, tc.args(site))
+			var again ConfigDriveResult
+			if err != nil || json.Unmarshal(res, &again) != nil || !again.Reused || again.Partition != got.Partition || again.Start != got.Start {
+				t.Fatalf("retry: %s %v", res, err)
+			}
+		})
+	}
+}
