@@ -239,9 +239,11 @@ func TestEndToEnd(t *testing.T) {
 			t.Errorf("%s after deploy: %v", n.VM.Name, err)
 		}
 		if drive {
-			if err := configDriveHas(n.VM.Disk, map[string][]byte{"meta-data": []byte("instance-id: \"" + n.NodeID + "\"\n"), "user-data": userData}); err != nil {
+			seen, err := configDriveHas(n.VM.Disk, map[string][]byte{"meta-data": []byte("instance-id: \"" + n.NodeID + "\"\n"), "user-data": userData})
+			if err != nil {
 				t.Errorf("%s: config drive: %v", n.VM.Name, err)
 			}
+			t.Logf("%s: config drive: %s", n.VM.Name, seen)
 		}
 		waitConsole(ctx, t, n.VM.Console, "bcd os: joined")
 		// The site agent's DHCP leased the VM its address; its renewals of the boot lease told
@@ -424,39 +426,42 @@ func diskHas(disk string, size int64, sha string, configDrive bool) error {
 // configDriveHas checks the config drive on a disk the lab image was deployed to: the MBR's
 // second partition is FAT16 (LBA), labelled CIDATA, and holds want's files (read with mtools,
 // independently of bcd's writer) and a vendor-data.
-func configDriveHas(disk string, want map[string][]byte) error {
+func configDriveHas(disk string, want map[string][]byte) (seen string, err error) {
 	f, err := os.Open(disk)
 	if err != nil {
-		return err
+		return "", err
 	}
 	head := make([]byte, 512)
 	_, err = f.ReadAt(head, 0)
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", disk, err)
+		return "", fmt.Errorf("reading %s: %w", disk, err)
 	}
 	e := head[462:478]
 	if e[4] != 0x0e {
-		return fmt.Errorf("partition 2 has type %#02x, want 0x0e (FAT16 LBA)", e[4])
+		return "", fmt.Errorf("partition 2 has type %#02x, want 0x0e (FAT16 LBA)", e[4])
 	}
-	at := fmt.Sprintf("%s@@%d", disk, int64(binary.LittleEndian.Uint32(e[8:]))*512)
+	start := int64(binary.LittleEndian.Uint32(e[8:])) * 512
+	at := fmt.Sprintf("%s@@%d", disk, start)
+	seen = fmt.Sprintf("partition 2 at byte %d, %d bytes", start, int64(binary.LittleEndian.Uint32(e[12:]))*512)
 	label, err := exec.Command("mlabel", "-s", "-i", at, "::").CombinedOutput()
 	if err != nil || !strings.Contains(string(label), "CIDATA") {
-		return fmt.Errorf("mlabel: %v: %s", err, label)
+		return seen, fmt.Errorf("mlabel: %v: %s", err, label)
 	}
 	for _, name := range []string{"meta-data", "user-data", "vendor-data"} {
 		got, err := exec.Command("mtype", "-i", at, "::"+name).Output()
 		if err != nil {
-			return fmt.Errorf("mtype %s: %w", name, err)
+			return seen, fmt.Errorf("mtype %s: %w", name, err)
 		}
 		if w, ok := want[name]; ok && !bytes.Equal(got, w) {
-			return fmt.Errorf("%s holds %q, want %q", name, got, w)
+			return seen, fmt.Errorf("%s holds %q, want %q", name, got, w)
 		}
 		if name == "vendor-data" && !bytes.Contains(got, []byte("bcd-rejoin.sh")) {
-			return fmt.Errorf("vendor-data holds no rejoin script: %q", got)
+			return seen, fmt.Errorf("vendor-data holds no rejoin script: %q", got)
 		}
+		seen += fmt.Sprintf(", %s %d bytes", name, len(got))
 	}
-	return nil
+	return seen + ", label CIDATA (read with mtools)", nil
 }
 
 // diskWiped checks a quick wipe: the first and last MiB read as zeros.
