@@ -38,8 +38,16 @@ func TestBatchServiceOverHTTP(t *testing.T) {
 	if code, body := e.post(t, svc+"SetApprovalPolicy", e.admin, `{"scope":"pool","ref":"default","required":1}`); code != 200 {
 		t.Fatalf("policy: %d %s", code, body)
 	}
-	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","nodes":["b0"],"reason":"x"}`); code != 400 || !strings.Contains(body, "accepted are manage, inspect") {
-		t.Fatalf("bulk deploy: %d %s", code, body)
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"enroll","nodes":["b0"],"reason":"x"}`); code != 400 || !strings.Contains(body, "accepted are manage, inspect, provide, deploy") {
+		t.Fatalf("bulk enroll: %d %s", code, body)
+	}
+	// A bulk deploy's fields reach the service: refused for its missing image, and a count the
+	// pool cannot fill is failed_precondition.
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","nodes":["b0"],"reason":"x"}`); code != 400 || !strings.Contains(body, "image: is required") {
+		t.Fatalf("bulk deploy without image: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"retire","nodes":["b0"],"count":2,"reason":"x"}`); code != 400 || !strings.Contains(body, "count: applies to deploy only") {
+		t.Fatalf("bulk retire with a count: %d %s", code, body)
 	}
 	// b0 ready (no engine runs here: the row is set by hand); b1 still enrolling; zz unknown.
 	err := e.st.Write(t.Context(), func(tx *store.Tx) error {

@@ -21,7 +21,7 @@ import (
 const MaxBulk = 10000
 
 // BulkVerbs are the verbs metal.bulk applies.
-var BulkVerbs = []provision.Verb{provision.VerbManage, provision.VerbInspect, provision.VerbProvide, provision.VerbUndeploy, provision.VerbRescue, provision.VerbRetire}
+var BulkVerbs = []provision.Verb{provision.VerbManage, provision.VerbInspect, provision.VerbProvide, provision.VerbDeploy, provision.VerbUndeploy, provision.VerbRescue, provision.VerbRetire}
 
 // Subject is batchSubject: the subject of a command of kind k on node nodeID, relayed through
 // site agent agentID (empty for ramdisk work). The subject follows where the command runs: the

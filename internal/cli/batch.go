@@ -16,13 +16,16 @@ import (
 
 func bulkCmd(g *globals) *cobra.Command {
 	var in bcdv1.BulkRequest
-	var nodes string
+	var nodes, userData string
+	var count int
 	cmd := &cobra.Command{
-		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value) --reason WHY",
-		Short: "Apply manage, inspect, provide, undeploy, rescue or retire to up to 10,000 nodes of one pool as one batch",
+		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value | deploy --count N) [deploy: --image IMG --profile P --user-data FILE] --reason WHY",
+		Short: "Apply manage, inspect, provide, deploy, undeploy, rescue or retire to up to 10,000 nodes of one pool as one batch",
 		Long: "Each node's move is decided as its own verb call; the accepted ones form one batch whose scope covers\n" +
 			"every destructive command of the verb's chain of workflows. Where approvals are required the batch is\n" +
-			"held until approvers approve it (bcd batch approve ID).",
+			"held until approvers approve it (bcd batch approve ID).\n" +
+			"deploy --count N takes N of the pool's nodes that can deploy now (ready, out of maintenance, matching\n" +
+			"the selectors if any; first by name), all or none; every node gets the image, profile and user-data.",
 		Args: exactArgs(1, "the VERB: "+bulkVerbs()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Verb = args[0]
@@ -33,11 +36,24 @@ func bulkCmd(g *globals) *cobra.Command {
 					}
 				}
 			}
+			if count < 0 || count > batch.MaxBulk {
+				return usagef("--count %d: from 1 to %d nodes are taken in one bulk deploy", count, batch.MaxBulk)
+			}
+			in.Count = int32(count)
+			if userData != "" {
+				b, err := readUserData(cmd.InOrStdin(), userData)
+				if err != nil {
+					return usage(err)
+				}
+				in.UserData = b
+			}
 			switch {
 			case in.Pool == "":
 				return usagef("--pool P is required: the pool whose nodes the verb applies to")
-			case (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
-				return usagef("give either --nodes a,b,… or --selector key=value (not both)")
+			case count != 0 && len(in.Nodes) > 0:
+				return usagef("--count takes nodes from the pool by itself: give --selector key=value or nothing, not --nodes")
+			case count == 0 && (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
+				return usagef("give either --nodes a,b,… or --selector key=value (not both), or deploy --count N")
 			case strings.TrimSpace(in.Reason) == "":
 				return usagef("--reason WHY is required: approvers read it")
 			}
@@ -80,11 +96,15 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&nodes, "nodes", "", "comma-separated node names or ids")
 	f.StringArrayVar(&in.Selectors, "selector", nil, "label selector key=value (repeatable; all must match)")
 	f.StringVar(&in.Wipe, "wipe", "", "undeploy: quick (default), full or secure")
+	f.StringVar(&in.Image, "image", "", "deploy: the catalog image (name or id)")
+	f.StringVar(&in.Profile, "profile", "", "deploy: the deploy profile (default: default)")
+	f.StringVar(&userData, "user-data", "", "deploy: operator user-data for every node's installed OS (as bcd node deploy --user-data; each node gets its own sealed copy): a file, or - for standard input")
+	f.IntVar(&count, "count", 0, "deploy: take this many of the pool's nodes that can deploy now (matching --selector, if given), all or none")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
 	return cmd
 }
 
-// bulkVerbs lists the verbs bcd bulk applies: "manage, inspect, provide, undeploy, rescue or retire".
+// bulkVerbs lists the verbs bcd bulk applies: "manage, inspect, provide, deploy, undeploy, rescue or retire".
 func bulkVerbs() string {
 	var vs []string
 	for _, v := range batch.BulkVerbs {

@@ -26,8 +26,12 @@ func TestBatchCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "0 of 2 nodes accepted") || !strings.Contains(out, "ghost") || !strings.Contains(out, "retire applies only in") {
 		t.Fatalf("bulk: %d %q %q", code, out, errs)
 	}
-	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--nodes", "n1", "--reason", "x"); code == 0 || !strings.Contains(errs, "cannot be applied in bulk") {
+	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--nodes", "n1", "--reason", "x"); code == 0 || !strings.Contains(errs, "image: is required") {
 		t.Fatalf("bulk deploy: %d %q", code, errs)
+	}
+	// The server takes none when the pool has fewer than --count nodes that can deploy.
+	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--count", "1", "--image", "img", "--reason", "x"); code == 0 || !strings.Contains(errs, "no catalog image") && !strings.Contains(errs, "nodes that can deploy now") {
+		t.Fatalf("bulk deploy --count: %d %q", code, errs)
 	}
 	if code, out, errs := run(t, env, "batch", "list"); code != 0 || !strings.Contains(out, "STATE") {
 		t.Fatalf("batch list: %d %q %q", code, out, errs)

@@ -55,7 +55,7 @@ func TestArgumentErrorsNameTheArguments(t *testing.T) {
 		{[]string{"node", "deploy", "a", "b"}, "bcd node deploy takes NODE; 2 given"},
 		{[]string{"node", "confirm-mac", "n1"}, "bcd node confirm-mac takes NODE and MAC; 1 given"},
 		{[]string{"events", "a", "b"}, "bcd events takes at most one NODE (none: the events of every node); 2 given"},
-		{[]string{"bulk"}, "bcd bulk takes the VERB: manage, inspect, provide, undeploy, rescue or retire; 0 given"},
+		{[]string{"bulk"}, "bcd bulk takes the VERB: manage, inspect, provide, deploy, undeploy, rescue or retire; 0 given"},
 		{[]string{"batch", "approvals", "set"}, "bcd batch approvals set takes N; 0 given"},
 	} {
 		code, _, errs := run(t, map[string]string{"BCD_SERVER": "http://127.0.0.1:1"}, tc.args...)
@@ -218,6 +218,8 @@ func TestBulkNeedsWhatTheAPINeeds(t *testing.T) {
 	}{
 		{[]string{"bulk", "retire", "--nodes", "n1", "--reason", "x"}, "--pool P is required"},
 		{[]string{"bulk", "retire", "--pool", "p", "--reason", "x"}, "give either --nodes a,b,… or --selector key=value (not both)"},
+		{[]string{"bulk", "deploy", "--pool", "p", "--count", "2", "--nodes", "n1", "--image", "i", "--reason", "x"}, "--count takes nodes from the pool by itself"},
+		{[]string{"bulk", "deploy", "--pool", "p", "--count", "10001", "--image", "i", "--reason", "x"}, "--count 10001: from 1 to 10000"},
 		{[]string{"bulk", "retire", "--pool", "p", "--nodes", " , ", "--reason", "x"}, "give either --nodes a,b,… or --selector key=value (not both)"},
 		{[]string{"bulk", "retire", "--pool", "p", "--nodes", "n1", "--selector", "rack=r1", "--reason", "x"}, "give either --nodes a,b,… or --selector key=value (not both)"},
 		{[]string{"bulk", "retire", "--pool", "p", "--nodes", "n1"}, "--reason WHY is required: approvers read it"},

@@ -2,6 +2,8 @@ package metal
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +12,11 @@ import (
 
 	"bcd/internal/auth"
 	"bcd/internal/batch"
+	"bcd/internal/catalog"
 	"bcd/internal/command"
 	"bcd/internal/provision"
 	"bcd/internal/store"
+	"bcd/internal/workflow"
 )
 
 // ---------------------------------------------------------------- approvals policy
@@ -391,7 +395,9 @@ func (s *Service) directBatch(ctx context.Context, tx *store.Tx, p auth.Principa
 // ---------------------------------------------------------------- bulk
 
 // BulkInput is metal.bulk's input: one verb on up to 10,000 nodes of one pool, named by id or
-// name, or selected by labels (key=value, all must match).
+// name, or selected by labels (key=value, all must match). A deploy names its image (and
+// profile, user-data); with Count it takes that many of the pool's nodes that can deploy
+// (matching the selectors, if any), all or none.
 type BulkInput struct {
 	Pool      string
 	Verb      string
@@ -399,6 +405,10 @@ type BulkInput struct {
 	Selectors []string
 	Wipe      string
 	Reason    string
+	// Deploy only.
+	Image, Profile string
+	UserData       []byte
+	Count          int
 }
 
 // BulkNode is one node's answer.
@@ -441,8 +451,22 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 	if strings.TrimSpace(in.Reason) == "" {
 		return BulkResult{}, invalid("reason", "is required for a bulk operation: approvers read it")
 	}
-	if (len(in.Nodes) == 0) == (len(in.Selectors) == 0) {
+	deploy := v == provision.VerbDeploy
+	switch {
+	case !deploy && (in.Image != "" || in.Profile != "" || len(in.UserData) > 0 || in.Count != 0):
+		return BulkResult{}, invalid(firstSet(map[string]bool{"image": in.Image != "", "profile": in.Profile != "", "userData": len(in.UserData) > 0, "count": in.Count != 0}),
+			"applies to deploy only")
+	case in.Count < 0 || in.Count > batch.MaxBulk:
+		return BulkResult{}, invalid("count", "%d: from 1 to %d nodes are taken in one bulk deploy", in.Count, batch.MaxBulk)
+	case in.Count > 0 && len(in.Nodes) > 0:
+		return BulkResult{}, invalid("nodes", "count takes nodes from the pool by itself: give label selectors or nothing, not node names")
+	case in.Count == 0 && (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
 		return BulkResult{}, invalid("nodes", "give either node names or ids, or label selectors (not both)")
+	}
+	if deploy {
+		if _, err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
+			return BulkResult{}, err
+		}
 	}
 	if len(in.Nodes) > batch.MaxBulk {
 		return BulkResult{}, invalid("nodes", "%d nodes: at most %d are accepted in one bulk", len(in.Nodes), batch.MaxBulk)
@@ -472,7 +496,24 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 	}
 	var picked []BulkNode
 	var rows []store.Node
-	if len(labels) > 0 {
+	if in.Count > 0 {
+		// The pool's nodes (matching the selectors) that can deploy now, by name: the first
+		// Count, or none.
+		slices.SortFunc(all, func(a, b store.Node) int { return strings.Compare(a.Name, b.Name) })
+		for _, n := range all {
+			if len(rows) == in.Count {
+				break
+			}
+			if _, err := provision.Decide(PNode(n), v); err == nil {
+				picked = append(picked, BulkNode{Node: n.ID, Name: n.Name})
+				rows = append(rows, n)
+			}
+		}
+		if len(rows) < in.Count {
+			return BulkResult{}, &ConflictError{Msg: fmt.Sprintf("pool %s has %d nodes that can deploy now%s (ready, out of maintenance): %d were asked for; nothing was deployed",
+				pool.Name, len(rows), selectedBy(in.Selectors), in.Count)}
+		}
+	} else if len(labels) > 0 {
 		if len(all) > batch.MaxBulk {
 			return BulkResult{}, invalid("selector", "selects %d nodes: at most %d are accepted in one bulk", len(all), batch.MaxBulk)
 		}
@@ -541,6 +582,32 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		if params["wipe"] == "" {
 			params["wipe"] = "quick"
 		}
+		profileOf := batch.BuiltinProfileOf(s.profiles)
+		var pinned string
+		if deploy {
+			// The scope covers the deploy profile's commands; the batch names the image its
+			// approvers approve, pinned as the catalog holds it now (as the deploy verb pins it).
+			dp, err := s.deployProfile(ctx, tx, in.Profile)
+			if err != nil {
+				return err
+			}
+			profileOf = deployProfileOf(dp, profileOf)
+			params["image"] = in.Image
+			now, err := tx.VerifiedImage(ctx, in.Image)
+			if err != nil {
+				return invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
+			}
+			pinned = batch.ImageDigest(now)
+			if len(in.UserData) > 0 {
+				guest, err := s.deployGuest(ctx, tx, in.Profile)
+				if err != nil {
+					return err
+				}
+				if err := CheckUserData(guest, in.UserData); err != nil {
+					return fmt.Errorf("deploy profile %s: %w", in.Profile, err)
+				}
+			}
+		}
 		for i := range rows {
 			if !picked[i].Accepted || !moves[i].Wakes {
 				continue
@@ -549,7 +616,7 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 			kinds, ok := kindsOf[key]
 			if !ok {
 				chain := batch.Chain(moves[i].To, moves[i].Target, v)
-				if kinds, err = batch.ChainKinds(chain, moves[i].Target, batch.BuiltinProfileOf(s.profiles), params); err != nil {
+				if kinds, err = batch.ChainKinds(chain, moves[i].Target, profileOf, params); err != nil {
 					return err
 				}
 				kindsOf[key] = kinds
@@ -562,6 +629,9 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		}
 		b = store.Batch{TenantID: pool.TenantID, SiteID: pool.SiteID, PoolID: pool.ID, Kind: "bulk", Verb: string(v), Reason: in.Reason,
 			RequestedBy: p.Actor(), Required: required, Size: accepted}
+		if deploy {
+			b.Image, b.ImageDigest = in.Image, pinned
+		}
 		if len(leaves) == 0 {
 			b.Required = 0 // nothing destructive: nothing to approve
 		}
@@ -569,8 +639,14 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 			return err
 		}
 		ev := make([]store.Event, 0, accepted+1)
-		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason,
-			Data: jsonObject(map[string]any{"batch": b.ID, "kind": "bulk", "verb": v, "pool": pool.Name, "size": accepted, "state": b.State, "required": b.Required, "leaves": b.Leaves})})
+		created := map[string]any{"batch": b.ID, "kind": "bulk", "verb": v, "pool": pool.Name, "size": accepted, "state": b.State, "required": b.Required, "leaves": b.Leaves}
+		if deploy {
+			created["image"], created["imageDigest"], created["profile"] = in.Image, pinned, in.Profile
+			if in.Count > 0 {
+				created["count"] = in.Count
+			}
+		}
+		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason, Data: jsonObject(created)})
 		// Nodes read in the same state move alike: one statement per 500 of them, conditioned on
 		// the state the decision was taken on (a node that changed meanwhile is refused).
 		type group struct {
@@ -592,14 +668,23 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 				g = &group{m: store.BulkMove{FromState: n.State, FromTarget: n.TargetState, FromMaintenance: n.Maintenance,
 					State: after.State, TargetState: after.TargetState, ChainVerb: after.ChainVerb, SetChain: after.ChainVerb != n.ChainVerb,
 					VerbFrom: n.State, VerbBy: p.Actor(), BatchID: b.ID, SetVerb: moves[i].Wakes, SetBatch: moves[i].Wakes,
-					WipeMode: in.Wipe, SetWipeMode: v == provision.VerbUndeploy}}
+					WipeMode: in.Wipe, SetWipeMode: v == provision.VerbUndeploy,
+					DeployProfile: in.Profile, DeployImage: in.Image, SetDeploy: deploy}}
 				groups[key] = g
 				order = append(order, key)
 			}
 			g.idx = append(g.idx, i)
 		}
 		var wake []string
-		evData := jsonObject(map[string]any{"batch": b.ID})
+		nodeData := map[string]any{"batch": b.ID}
+		if deploy {
+			nodeData["profile"], nodeData["image"], nodeData["imageDigest"] = in.Profile, in.Image, pinned
+			if len(in.UserData) > 0 {
+				sum := sha256.Sum256(in.UserData)
+				nodeData["userDataSize"], nodeData["userDataSha256"] = len(in.UserData), hex.EncodeToString(sum[:])
+			}
+		}
+		evData := jsonObject(nodeData)
 		for _, key := range order {
 			g := groups[key]
 			ids := make([]string, len(g.idx))
@@ -613,8 +698,17 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 			for _, i := range g.idx {
 				n := rows[i]
 				if !moved[n.ID] {
+					if in.Count > 0 {
+						// All or none: another call took or changed it since it was picked.
+						return fmt.Errorf("node %s changed while the bulk deploy took it; nothing was deployed, ask again: %w", n.Name, store.ErrStale)
+					}
 					picked[i].Accepted, picked[i].Error = false, "the node changed meanwhile; read it again"
 					continue
+				}
+				if deploy {
+					if err := s.bulkDeployNode(ctx, tx, n, pinned, in.UserData); err != nil {
+						return err
+					}
 				}
 				picked[i].State = g.m.State
 				if g.m.SetBatch {
@@ -638,4 +732,90 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 	s.log.LogAttrs(ctx, slog.LevelInfo, "bulk verb applied", slog.String("verb", string(v)), slog.String("batch", b.ID), slog.Int("accepted", accepted),
 		slog.Int("leaves", b.Leaves), slog.String("state", b.State), slog.String("actor", p.Actor()))
 	return res, nil
+}
+
+// checkDeploy checks a deploy's profile (default: "default", set in *profile), image and
+// user-data size as the deploy verb does, before anything is written; the image as the catalog
+// holds it now.
+func (s *Service) checkDeploy(ctx context.Context, profile *string, image string, userData []byte) (catalog.Image, error) {
+	if *profile == "" {
+		*profile = "default"
+	}
+	if err := ValidName("profile", *profile); err != nil {
+		return catalog.Image{}, err
+	}
+	if image == "" {
+		return catalog.Image{}, invalid("image", "is required: the name or id of a catalog image")
+	}
+	if err := ValidName("image", image); err != nil {
+		return catalog.Image{}, err
+	}
+	img, err := s.st.VerifiedImage(ctx, image)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return catalog.Image{}, invalid("image", "no catalog image named %q (bcd image list)", truncate(image))
+		}
+		return catalog.Image{}, invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
+	}
+	if img.Format == catalog.FormatFirmware {
+		return catalog.Image{}, invalid("image", "%s is a firmware image: a BMC installs it (a pool's firmwareImages); deploy writes raw, qcow2 or iso images", img.Name)
+	}
+	if err := s.knownDeployProfile(ctx, *profile); err != nil {
+		return catalog.Image{}, err
+	}
+	if len(userData) > MaxUserData {
+		return catalog.Image{}, CheckUserData("", userData)
+	}
+	return img, nil
+}
+
+// bulkDeployNode records what a bulk deploy gives node n beyond its move: the image's pin and
+// the user-data, sealed for the node alone (each node's is deleted with its deploy). The
+// user-data was checked against the profile's guest once for the bulk.
+func (s *Service) bulkDeployNode(ctx context.Context, tx *store.Tx, n store.Node, pinned string, userData []byte) error {
+	if err := tx.PinDeployImage(ctx, n.ID, pinned); err != nil {
+		return err
+	}
+	var ud store.UserData
+	if len(userData) > 0 {
+		ref, err := s.seal(ctx, tx, n.TenantID, string(userData))
+		if err != nil {
+			return fmt.Errorf("sealing user-data for node %s: %w", n.Name, err)
+		}
+		sum := sha256.Sum256(userData)
+		ud = store.UserData{Ref: ref, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(userData))}
+	}
+	if ud == (store.UserData{}) && n.UserDataRef == "" {
+		return nil
+	}
+	n.Version++ // MoveNodes moved it
+	return tx.SetNodeUserData(ctx, &n, ud)
+}
+
+// deployProfileOf is profileOf with the deploy profile dp for the deploying state.
+func deployProfileOf(dp workflow.Profile, profileOf batch.ProfileOf) batch.ProfileOf {
+	return func(state, target provision.State) (workflow.Profile, error) {
+		if state == provision.Deploying {
+			return dp, nil
+		}
+		return profileOf(state, target)
+	}
+}
+
+// firstSet names the first field set, in a fixed order.
+func firstSet(set map[string]bool) string {
+	for _, f := range []string{"image", "profile", "userData", "count"} {
+		if set[f] {
+			return f
+		}
+	}
+	return ""
+}
+
+// selectedBy says which selectors picked the nodes, for an error ("" when none did).
+func selectedBy(selectors []string) string {
+	if len(selectors) == 0 {
+		return ""
+	}
+	return " matching " + strings.Join(selectors, ", ")
 }

@@ -18,7 +18,6 @@ import (
 	"bcd/internal/auth"
 	"bcd/internal/batch"
 	"bcd/internal/bmc"
-	"bcd/internal/catalog"
 	"bcd/internal/command"
 	"bcd/internal/provision"
 	"bcd/internal/secrets"
@@ -471,33 +470,8 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 	var action bmc.PowerAction
 	switch v {
 	case provision.VerbDeploy:
-		if in.Profile == "" {
-			in.Profile = "default"
-		}
-		if err := ValidName("profile", in.Profile); err != nil {
+		if _, err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
 			return store.Node{}, "", err
-		}
-		if in.Image == "" {
-			return store.Node{}, "", invalid("image", "is required: the name or id of a catalog image")
-		}
-		if err := ValidName("image", in.Image); err != nil {
-			return store.Node{}, "", err
-		}
-		img, err := s.st.VerifiedImage(ctx, in.Image)
-		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				return store.Node{}, "", invalid("image", "no catalog image named %q (bcd image list)", truncate(in.Image))
-			}
-			return store.Node{}, "", invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
-		}
-		if img.Format == catalog.FormatFirmware {
-			return store.Node{}, "", invalid("image", "%s is a firmware image: a BMC installs it (a pool's firmwareImages); deploy writes raw, qcow2 or iso images", img.Name)
-		}
-		if err := s.knownDeployProfile(ctx, in.Profile); err != nil {
-			return store.Node{}, "", err
-		}
-		if len(in.UserData) > MaxUserData {
-			return store.Node{}, "", CheckUserData("", in.UserData)
 		}
 	case provision.VerbUndeploy:
 		if in.Wipe == "" {

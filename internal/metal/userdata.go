@@ -124,26 +124,38 @@ func checkIgnition(b []byte) error {
 }
 
 // deployGuest is what reads the user-data in the deploy profile name as the reconciler will
-// resolve it (an operator profile stored through the API first, then the server's, then the
-// built-in ones): its boot.kexec guest, else cloud-init where it writes a config drive, else "".
+// resolve it: its boot.kexec guest, else cloud-init where it writes a config drive, else "".
 func (s *Service) deployGuest(ctx context.Context, tx *store.Tx, name string) (string, error) {
-	var p workflow.Profile
-	def, ok, err := tx.Profile(ctx, name)
+	p, err := s.deployProfile(ctx, tx, name)
 	if err != nil {
 		return "", err
-	}
-	if ok && !workflow.Overridable(name) {
-		if p, err = workflow.ParseProfile(name, []byte(def)); err != nil {
-			return "", invalid("profile", "%s", err.Error())
-		}
-	} else if p, err = workflow.Find(name, s.profiles); err != nil {
-		return "", invalid("profile", "%s", err.Error())
 	}
 	res, err := workflow.Resolve(p, map[string]string{"image": "x", "wipe": "quick"})
 	if err != nil {
 		return "", invalid("profile", "%s", err.Error())
 	}
 	return workflow.UserDataGuest(res.Steps), nil
+}
+
+// deployProfile is the deploy profile name as the reconciler will resolve it: an operator
+// profile stored through the API first, then the server's, then the built-in ones.
+func (s *Service) deployProfile(ctx context.Context, tx *store.Tx, name string) (workflow.Profile, error) {
+	def, ok, err := tx.Profile(ctx, name)
+	if err != nil {
+		return workflow.Profile{}, err
+	}
+	if ok && !workflow.Overridable(name) {
+		p, err := workflow.ParseProfile(name, []byte(def))
+		if err != nil {
+			return workflow.Profile{}, invalid("profile", "%s", err.Error())
+		}
+		return p, nil
+	}
+	p, err := workflow.Find(name, s.profiles)
+	if err != nil {
+		return workflow.Profile{}, invalid("profile", "%s", err.Error())
+	}
+	return p, nil
 }
 
 // sealUserData checks b against the guest of the deploy profile and seals it for n's tenant:

@@ -434,6 +434,10 @@ type BulkMove struct {
 	State, TargetState, ChainVerb            string
 	VerbFrom, VerbBy, BatchID, WipeMode      string
 	SetChain, SetVerb, SetBatch, SetWipeMode bool
+	// SetDeploy sets the deploy's profile and image (a bulk deploy; the image's pin is
+	// PinDeployImage's).
+	DeployProfile, DeployImage string
+	SetDeploy                  bool
 }
 
 // MoveNodes applies m to the nodes of ids still in the state the move was decided on (many per
@@ -450,10 +454,12 @@ func (t *Tx) MoveNodes(ctx context.Context, ids []string, m BulkMove) (map[strin
 			verb_by = CASE WHEN ? THEN ? ELSE verb_by END,
 			batch_id = CASE WHEN ? THEN ? ELSE batch_id END,
 			wipe_mode = CASE WHEN ? THEN ? ELSE wipe_mode END,
+			deploy_profile = CASE WHEN ? THEN ? ELSE deploy_profile END,
+			deploy_image = CASE WHEN ? THEN ? ELSE deploy_image END,
 			version = version + 1, updated_at = ?
 			WHERE state = ? AND target_state = ? AND maintenance = ? AND id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `) RETURNING id`
 		args := []any{m.State, m.TargetState, m.SetChain, m.ChainVerb, m.SetVerb, m.VerbFrom, m.SetVerb, m.VerbBy, m.SetBatch, m.BatchID,
-			m.SetWipeMode, m.WipeMode, t.at, m.FromState, m.FromTarget, m.FromMaintenance}
+			m.SetWipeMode, m.WipeMode, m.SetDeploy, m.DeployProfile, m.SetDeploy, m.DeployImage, t.at, m.FromState, m.FromTarget, m.FromMaintenance}
 		for _, id := range chunk {
 			args = append(args, id)
 		}

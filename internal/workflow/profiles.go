@@ -562,8 +562,9 @@ var argRules = map[string]map[string][]string{
 // freeArgs are optional command arguments with no fixed values, checked where they are used:
 // boot.kexec's and deploy.configDrive's guestSite, the site's boot HTTP URL the guest parameters
 // name and the config drive is read from (the ramdisk refuses one that is not
-// http(s)://host[:port]).
-var freeArgs = map[string][]string{"boot.kexec": {"guestSite"}, "deploy.configDrive": {"guestSite"}}
+// http(s)://host[:port]); media.insert's image, the catalog ISO (checked when its command is
+// built).
+var freeArgs = map[string][]string{"boot.kexec": {"guestSite"}, "deploy.configDrive": {"guestSite"}, "bmc.media": {"image"}}
 
 // takesArg says whether a step kind's command takes argument key (argRules or freeArgs).
 func takesArg(k StepKind, key string) bool {

@@ -280,6 +280,8 @@ func TestResolveValidatesStepArgs(t *testing.T) {
 		{"dcgm level 4", Step{Use: "diag.dcgm", Args: map[string]string{"level": "4"}}, nil, ""},
 		{"image without image", Step{Use: "deploy.image"}, nil, "image is required"},
 		{"wipe with a misspelt mode", Step{Use: "disk.wipe", Args: map[string]string{"mode": "quick", "mdoe": "full"}}, nil, "takes no argument mdoe: it takes mode"},
+		{"media insert names its ISO", Step{Use: "media.insert", Args: map[string]string{"image": "rescue-iso"}}, nil, ""},
+		{"media insert with a device", Step{Use: "media.insert", Args: map[string]string{"image": "rescue-iso", "device": "cd"}}, nil, "takes no argument device: it takes image"},
 		{"inventory with an argument", Step{Use: "inventory.refresh", Args: map[string]string{"full": "true"}}, nil, "takes no argument full: it takes none"},
 		{"power off with an argument", Step{Use: "power.off", Args: map[string]string{"soft": "true"}}, nil, "takes no argument soft: it takes none"},
 		{"routed where it runs", Step{Use: "power.setPower", On: "site", Args: map[string]string{"action": "off"}}, nil, ""},

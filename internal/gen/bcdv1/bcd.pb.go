@@ -4339,13 +4339,22 @@ func (x *BatchLeaf) GetKind() string {
 type BulkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Pool  string                 `protobuf:"bytes,1,opt,name=pool,proto3" json:"pool,omitempty"`
-	// manage, inspect, provide, undeploy, rescue or retire.
+	// manage, inspect, provide, deploy, undeploy, rescue or retire.
 	Verb string `protobuf:"bytes,2,opt,name=verb,proto3" json:"verb,omitempty"`
 	// Node ids or names (at most 10,000), or label selectors (key=value, all must match).
-	Nodes         []string `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Selectors     []string `protobuf:"bytes,4,rep,name=selectors,proto3" json:"selectors,omitempty"`
-	Wipe          string   `protobuf:"bytes,5,opt,name=wipe,proto3" json:"wipe,omitempty"`     // undeploy only: quick (default), full, secure
-	Reason        string   `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"` // required
+	Nodes     []string `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Selectors []string `protobuf:"bytes,4,rep,name=selectors,proto3" json:"selectors,omitempty"`
+	Wipe      string   `protobuf:"bytes,5,opt,name=wipe,proto3" json:"wipe,omitempty"`     // undeploy only: quick (default), full, secure
+	Reason    string   `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"` // required
+	// Deploy only: the catalog image (required), the deploy profile (default "default") and the
+	// operator user-data (as DeployRequest.user_data; each node gets its own sealed copy).
+	Image    string `protobuf:"bytes,7,opt,name=image,proto3" json:"image,omitempty"`
+	Profile  string `protobuf:"bytes,8,opt,name=profile,proto3" json:"profile,omitempty"`
+	UserData []byte `protobuf:"bytes,9,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
+	// Deploy only: take this many of the pool's nodes that can deploy now (ready, out of
+	// maintenance; matching the selectors, if any; first by name), all or none (failed_precondition
+	// when the pool has fewer). Not with nodes.
+	Count         int32 `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4420,6 +4429,34 @@ func (x *BulkRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *BulkRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *BulkRequest) GetUserData() []byte {
+	if x != nil {
+		return x.UserData
+	}
+	return nil
+}
+
+func (x *BulkRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
 }
 
 type BulkBatch struct {
@@ -8937,14 +8974,19 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fimage_digest\x18\x15 \x01(\tR\vimageDigest\"9\n" +
 	"\tBatchLeaf\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"\x95\x01\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"\xf8\x01\n" +
 	"\vBulkRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x14\n" +
 	"\x05nodes\x18\x03 \x03(\tR\x05nodes\x12\x1c\n" +
 	"\tselectors\x18\x04 \x03(\tR\tselectors\x12\x12\n" +
 	"\x04wipe\x18\x05 \x01(\tR\x04wipe\x12\x16\n" +
-	"\x06reason\x18\x06 \x01(\tR\x06reason\"j\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05image\x18\a \x01(\tR\x05image\x12\x18\n" +
+	"\aprofile\x18\b \x01(\tR\aprofile\x12\x1b\n" +
+	"\tuser_data\x18\t \x01(\fR\buserData\x12\x14\n" +
+	"\x05count\x18\n" +
+	" \x01(\x05R\x05count\"j\n" +
 	"\tBulkBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12\x1a\n" +

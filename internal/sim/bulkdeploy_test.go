@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"bcd/internal/metal"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// A bulk deploy takes Count of the pool's ready nodes (first by name), all or none, under one
+// batch that names the image and covers the deploy profile's commands; each node gets the
+// profile, the pinned image and its own sealed copy of the user-data. Asking for more than the
+// pool can deploy now changes nothing.
+func TestBulkDeploy(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, ids := start(t, st, 5)
+		ready := rest(t, h, ids)
+		if err := h.Metal.PutDeployProfile(ctx, h.Admin, "drive", `{"steps":[{"use":"metal.ensureRamdisk"},{"use":"deploy.image","args":{"image":"$image"}},`+
+			`{"use":"boot.prepareInstance"},{"use":"deploy.configDrive"},{"use":"boot.kexec"}],"cleanup":[{"use":"boot.cleanUp"}]}`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+			t.Fatal(err)
+		}
+		names := make([]string, 0, len(ready))
+		byName := map[string]string{}
+		for id, n := range ready {
+			names = append(names, n.Name)
+			byName[n.Name] = id
+		}
+		slices.Sort(names)
+		userData := []byte("#cloud-config\nhostname: fleet\n")
+		sum := sha256.Sum256(userData)
+
+		res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Count: 3, Image: "img", Profile: "drive", UserData: userData, Reason: "rack 7 for the web tier"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var first []string
+		for i, n := range res.Nodes {
+			if !n.Accepted || n.Name != names[i] || n.State != "deploying" {
+				t.Fatalf("node %d of the answer: %+v (want %s accepted, deploying)", i, n, names[i])
+			}
+			first = append(first, n.Node)
+		}
+		if len(first) != 3 || !res.Held || res.Batch.Size != 3 || res.Batch.Image != "img" || !strings.HasPrefix(res.Batch.ImageDigest, "sha256:") {
+			t.Fatalf("bulk answer: %d nodes, held %v, batch %+v", len(first), res.Held, res.Batch)
+		}
+		_, leaves, err := h.Metal.Batch(ctx, h.Admin, res.Batch.ID, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kinds := map[string]int{}
+		for _, l := range leaves {
+			kinds[l.Kind]++
+		}
+		if kinds["deploy.image"] != 3 || kinds["deploy.configDrive"] != 3 || kinds["boot.kexec"] != 3 {
+			t.Fatalf("the batch's scope does not cover the deploy profile on each node: %v", kinds)
+		}
+		heldAtFirstStep(t, st, first)
+		if _, err := h.Metal.Approve(ctx, alice, res.Batch.ID, "web tier"); err != nil {
+			t.Fatal(err)
+		}
+		got := rest(t, h, ids)
+		refs := map[string]bool{}
+		for _, id := range ids {
+			n := got[id]
+			if !slices.Contains(first, id) {
+				if n.State != "ready" {
+					t.Fatalf("%s was not taken but is %s", n.Name, n.State)
+				}
+				continue
+			}
+			if n.State != "deployed" || n.DeployProfile != "drive" || n.DeployImage != "img" || n.UserDataSHA256 != hex.EncodeToString(sum[:]) || n.UserDataRef == "" || refs[n.UserDataRef] {
+				t.Fatalf("%s: %s profile %q image %q user-data %s %q (%s)", n.Name, n.State, n.DeployProfile, n.DeployImage, n.UserDataSHA256, n.UserDataRef, n.FaultMsg)
+			}
+			refs[n.UserDataRef] = true
+		}
+
+		// Two are left: asking for three takes none.
+		_, err = h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Count: 3, Image: "img", Reason: "more"})
+		var conflict *metal.ConflictError
+		if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "pool default has 2 nodes that can deploy now (ready, out of maintenance): 3 were asked for; nothing was deployed") {
+			t.Fatalf("count above what the pool has: %v", err)
+		}
+		for _, id := range ids {
+			if n, _ := st.Node(ctx, id, ""); !slices.Contains(first, id) && (n.State != "ready" || n.BatchID != "") {
+				t.Fatalf("a refused bulk deploy moved %s: %s batch %q", n.Name, n.State, n.BatchID)
+			}
+		}
+		// Refused before anything moves: what is wrong, and what is accepted.
+		for _, tc := range []struct {
+			in   metal.BulkInput
+			want string
+		}{
+			{metal.BulkInput{Verb: "retire", Nodes: ids, Image: "img"}, "image: applies to deploy only"},
+			{metal.BulkInput{Verb: "inspect", Selectors: []string{"a=b"}, Count: 2}, "count: applies to deploy only"},
+			{metal.BulkInput{Verb: "deploy", Count: 2}, "image: is required"},
+			{metal.BulkInput{Verb: "deploy", Count: 2, Image: "nope"}, `no catalog image named "nope"`},
+			{metal.BulkInput{Verb: "deploy", Count: 2, Image: "img", Profile: "nope"}, `unknown deploy profile "nope"`},
+			{metal.BulkInput{Verb: "deploy", Count: 1, Nodes: ids[:1], Image: "img"}, "count takes nodes from the pool by itself"},
+			{metal.BulkInput{Verb: "deploy", Count: -1, Image: "img"}, "count: -1: from 1 to 10000"},
+			{metal.BulkInput{Verb: "deploy", Image: "img"}, "give either node names or ids, or label selectors"},
+			// The built-in default profile boots an image that reads no user-data.
+			{metal.BulkInput{Verb: "deploy", Count: 2, Image: "img", UserData: userData}, "the deploy profile's boot.kexec has no guest"},
+		} {
+			tc.in.Pool, tc.in.Reason = "default", "test"
+			_, err := h.Metal.Bulk(ctx, h.Admin, tc.in)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%+v: %v, want %q", tc.in, err, tc.want)
+			}
+			if err != nil && strings.Contains(err.Error(), "hostname: fleet") {
+				t.Errorf("the refusal quotes the user-data: %v", err)
+			}
+		}
+		for _, id := range ids {
+			if n, _ := st.Node(ctx, id, ""); !slices.Contains(first, id) && (n.State != "ready" || n.UserDataRef != "") {
+				t.Fatalf("a refused bulk deploy changed %s: %s user-data %q", n.Name, n.State, n.UserDataRef)
+			}
+		}
+		// Deployed nodes named again are refused one by one; the ready ones are taken.
+		res, err = h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Nodes: ids, Image: "img", Reason: "the rest"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		accepted := 0
+		for _, n := range res.Nodes {
+			if n.Accepted == slices.Contains(first, n.Node) {
+				t.Fatalf("%+v", n)
+			}
+			if n.Accepted {
+				accepted++
+			}
+		}
+		if accepted != 2 {
+			t.Fatalf("accepted %d, want the 2 ready nodes", accepted)
+		}
+		if _, err := h.Metal.Approve(ctx, alice, res.Batch.ID, ""); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range rest(t, h, ids) {
+			if n.State != "deployed" {
+				t.Fatalf("%s: %s %s", n.Name, n.State, n.FaultMsg)
+			}
+		}
+	})
+}
