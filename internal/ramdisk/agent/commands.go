@@ -602,12 +602,7 @@ func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.
 	if err != nil {
 		return nil, fmt.Errorf("boot.kexec: %w", err)
 	}
-	site, from := a.GuestSite, "the command's guestSite"
-	if site == "" {
-		c.mu.Lock()
-		site, from = c.site, "the ramdisk command line's "+netboot.CmdlineSiteKey
-		c.mu.Unlock()
-	}
+	site, from := c.guestSite(a.GuestSite)
 	appendArgs, err := kexec.GuestArgs(guest, site)
 	switch {
 	case err != nil && site == "":
@@ -615,18 +610,9 @@ func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.
 	case err != nil:
 		return nil, fmt.Errorf("boot.kexec guest %s: the site's boot HTTP URL from %s: %w", guest, from, err)
 	}
-	c.mu.Lock()
-	disk := c.deployed
-	c.mu.Unlock()
-	if disk.Name == "" {
-		// Nothing written in this boot: the disk the image would have gone to.
-		inv, err := c.collect(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if disk, err = image.SelectDisk(inv.Disks, a.RootDeviceHints); err != nil {
-			return nil, err
-		}
+	disk, err := c.deployedDisk(ctx, a.RootDeviceHints)
+	if err != nil {
+		return nil, err
 	}
 	cfg := c.d.KexecConfig
 	cfg.Disk = disk.Name
@@ -642,6 +628,33 @@ func (c *Commands) bootKexec(ctx context.Context, args []byte, _ func(agentlink.
 		Device  string `json:"device"`
 		Booting bool   `json:"booting"`
 	}{disk.Path, true})
+}
+
+// guestSite is the site's boot HTTP URL a command names (guestSite), else the ramdisk command
+// line's, and where it came from (for errors).
+func (c *Commands) guestSite(fromCommand string) (site, from string) {
+	if fromCommand != "" {
+		return fromCommand, "the command's guestSite"
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.site, "the ramdisk command line's " + netboot.CmdlineSiteKey
+}
+
+// deployedDisk is the disk deploy.image wrote in this boot, else (nothing written in this boot)
+// the disk it would write.
+func (c *Commands) deployedDisk(ctx context.Context, hints image.Hints) (inventory.Disk, error) {
+	c.mu.Lock()
+	disk := c.deployed
+	c.mu.Unlock()
+	if disk.Name != "" {
+		return disk, nil
+	}
+	inv, err := c.collect(ctx)
+	if err != nil {
+		return inventory.Disk{}, err
+	}
+	return image.SelectDisk(inv.Disks, hints)
 }
 
 // PowerOffResult is ramdisk.powerOff's result.

@@ -68,12 +68,7 @@ func (c *Commands) configDrive(ctx context.Context, args []byte, report func(age
 	if a.NodeID == "" {
 		return nil, errors.New("deploy.configDrive: the command names no nodeId (its meta-data could not be checked): the control plane is older than the ramdisk")
 	}
-	site, from := a.GuestSite, "the command's guestSite"
-	if site == "" {
-		c.mu.Lock()
-		site, from = c.site, "the ramdisk command line's "+netboot.CmdlineSiteKey
-		c.mu.Unlock()
-	}
+	site, from := c.guestSite(a.GuestSite)
 	if site == "" {
 		return nil, fmt.Errorf("deploy.configDrive needs the site's boot HTTP URL (http://host:port): the command has no guestSite and the ramdisk's command line no %s", netboot.CmdlineSiteKey)
 	}
@@ -92,17 +87,9 @@ func (c *Commands) configDrive(ctx context.Context, args []byte, report func(age
 	if err := checkGuestDocuments(a, files); err != nil {
 		return nil, fmt.Errorf("deploy.configDrive: %w", err)
 	}
-	c.mu.Lock()
-	disk := c.deployed
-	c.mu.Unlock()
-	if disk.Name == "" {
-		inv, err := c.collect(ctx)
-		if err != nil {
-			return nil, err
-		}
-		if disk, err = image.SelectDisk(inv.Disks, a.RootDeviceHints); err != nil {
-			return nil, err
-		}
+	disk, err := c.deployedDisk(ctx, a.RootDeviceHints)
+	if err != nil {
+		return nil, err
 	}
 	report(agentlink.Progress{Message: "writing the config drive to " + disk.Path})
 	d, err := c.d.OpenDisk(ctx, disk.Path)
