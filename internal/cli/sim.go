@@ -174,7 +174,7 @@ func simCmd(g *globals) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.IntVar(&nodes, "nodes", 1000, "simulated machines")
-	f.StringVar(&bulk, "bulk", "", "instead of the lifecycle: enroll, then one metal.bulk of VERB (retire, inspect, manage) on every node, approved by --approvals approvers; times the answer and approval → rest")
+	f.StringVar(&bulk, "bulk", "", "instead of the lifecycle: enroll, then one metal.bulk of VERB (retire, inspect, manage, deploy) on every node, approved by --approvals approvers; times the answer and approval → rest")
 	f.IntVar(&approvals, "approvals", 1, "with --bulk: approvals the pool requires")
 	f.StringVar(&storeDSN, "store", "", "store DSN (default: SQLite in a temporary directory)")
 	f.BoolVar(&asJSON, "json", false, "print the figures as JSON")

@@ -261,7 +261,7 @@ type BulkReport struct {
 }
 
 // bulkRests is where each bulk verb leaves a ready node.
-var bulkRests = map[string]string{"retire": "retired", "inspect": "ready", "manage": "manageable"}
+var bulkRests = map[string]string{"retire": "retired", "inspect": "ready", "manage": "manageable", "deploy": "deployed"}
 
 // RunBulk seeds n ready nodes, requires `required` approvals on the pool, applies verb to
 // all of them with one metal.bulk, approves it as other approvers, and times the answer and
@@ -270,7 +270,7 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 	rep := BulkReport{Engine: string(h.Store.Engine()), Nodes: n, Verb: verb, Required: required}
 	want, ok := bulkRests[verb]
 	if !ok {
-		return rep, fmt.Errorf("bulk benchmark runs retire, inspect or manage on ready nodes, not %q", verb)
+		return rep, fmt.Errorf("bulk benchmark runs retire, inspect, manage or deploy on ready nodes, not %q", verb)
 	}
 	t0 := time.Now()
 	ids, err := h.SeedReady(ctx, "bulk", n)
@@ -282,7 +282,11 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 		return rep, err
 	}
 	t1, c1 := time.Now(), cpuTime()
-	res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: verb, Nodes: ids, Reason: "benchmark"})
+	in := metal.BulkInput{Pool: "default", Verb: verb, Nodes: ids, Reason: "benchmark"}
+	if verb == "deploy" {
+		in.Image = "img" // the catalog image every harness seeds
+	}
+	res, err := h.Metal.Bulk(ctx, h.Admin, in)
 	rep.Answer, rep.AnswerCPU = time.Since(t1), cpuTime()-c1
 	if err != nil {
 		return rep, err
