@@ -46,20 +46,36 @@ func TestConnectedRecordsCAsInOneWrite(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			before := st.WriterStats().Writes
-			if err := g.Connected(context.WithValue(ctx, connKey{}, conn{id: connID, cert: der}), a, hello); err != nil {
-				t.Fatalf("%s connecting: %v", id, err)
-			}
-			if st.Engine() == store.SQLite {
-				// SQLite's writer counts a group's writes once it answered them: a write made
-				// now runs after every earlier group was counted.
+			// The same connection made again (a reconnect records the same) is measured up to
+			// three times: a write of the store's own (a heartbeat) may land in one window on a
+			// loaded machine, not in three; two writes per connection would show in every one.
+			var counts []int64
+			for range 3 {
+				if st.Engine() == store.SQLite {
+					// SQLite's writer counts a group's writes once it answered them: a write made
+					// now runs after every earlier group was counted.
+					if err := st.Write(ctx, func(*store.Tx) error { return nil }); err != nil {
+						t.Fatal(err)
+					}
+				}
+				before := st.WriterStats().Writes
+				if err := g.Connected(context.WithValue(ctx, connKey{}, conn{id: connID, cert: der}), a, hello); err != nil {
+					t.Fatalf("%s connecting: %v", id, err)
+				}
+				if st.Engine() != store.SQLite {
+					break
+				}
 				var n int64
 				if err := st.Write(ctx, func(*store.Tx) error { n = st.WriterStats().Writes - before; return nil }); err != nil {
 					t.Fatal(err)
 				}
-				if n != 1 {
-					t.Errorf("%s's connection took %d writes; want 1", id, n)
+				counts = append(counts, n)
+				if n == 1 {
+					break
 				}
+			}
+			if st.Engine() == store.SQLite && !slices.Contains(counts, 1) {
+				t.Errorf("%s's connection took %v writes in three tries; want 1", id, counts)
 			}
 			return cert
 		}
