@@ -464,7 +464,7 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		return BulkResult{}, invalid("nodes", "give either node names or ids, or label selectors (not both)")
 	}
 	if deploy {
-		if _, err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
+		if err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
 			return BulkResult{}, err
 		}
 	}
@@ -735,38 +735,38 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 }
 
 // checkDeploy checks a deploy's profile (default: "default", set in *profile), image and
-// user-data size as the deploy verb does, before anything is written; the image as the catalog
-// holds it now.
-func (s *Service) checkDeploy(ctx context.Context, profile *string, image string, userData []byte) (catalog.Image, error) {
+// user-data size as the deploy verb does, before anything is written (the image as the catalog
+// holds it now; the write pins it again in its transaction).
+func (s *Service) checkDeploy(ctx context.Context, profile *string, image string, userData []byte) error {
 	if *profile == "" {
 		*profile = "default"
 	}
 	if err := ValidName("profile", *profile); err != nil {
-		return catalog.Image{}, err
+		return err
 	}
 	if image == "" {
-		return catalog.Image{}, invalid("image", "is required: the name or id of a catalog image")
+		return invalid("image", "is required: the name or id of a catalog image")
 	}
 	if err := ValidName("image", image); err != nil {
-		return catalog.Image{}, err
+		return err
 	}
 	img, err := s.st.VerifiedImage(ctx, image)
 	if err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return catalog.Image{}, invalid("image", "no catalog image named %q (bcd image list)", truncate(image))
+			return invalid("image", "no catalog image named %q (bcd image list)", truncate(image))
 		}
-		return catalog.Image{}, invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
+		return invalid("image", "%s: deploy writes only catalog images whose signature verifies", err.Error())
 	}
 	if img.Format == catalog.FormatFirmware {
-		return catalog.Image{}, invalid("image", "%s is a firmware image: a BMC installs it (a pool's firmwareImages); deploy writes raw, qcow2 or iso images", img.Name)
+		return invalid("image", "%s is a firmware image: a BMC installs it (a pool's firmwareImages); deploy writes raw, qcow2 or iso images", img.Name)
 	}
 	if err := s.knownDeployProfile(ctx, *profile); err != nil {
-		return catalog.Image{}, err
+		return err
 	}
 	if len(userData) > MaxUserData {
-		return catalog.Image{}, CheckUserData("", userData)
+		return CheckUserData("", userData)
 	}
-	return img, nil
+	return nil
 }
 
 // bulkDeployNode records what a bulk deploy gives node n beyond its move: the image's pin and

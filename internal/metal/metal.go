@@ -470,7 +470,7 @@ func (s *Service) Apply(ctx context.Context, p auth.Principal, v provision.Verb,
 	var action bmc.PowerAction
 	switch v {
 	case provision.VerbDeploy:
-		if _, err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
+		if err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
 			return store.Node{}, "", err
 		}
 	case provision.VerbUndeploy:
