@@ -25,6 +25,13 @@ func TestSessionsTakeNoSlot(t *testing.T) {
 		// Two sessions that last until the agent stops ("block" ids run until their context ends).
 		env.Queue.Enqueue(siteRef, gateway.Command{ID: "block-s1", Kind: "bmc.console", NodeID: "n1", Args: []byte(`{}`)},
 			gateway.Command{ID: "block-s2", Kind: "bmc.console", NodeID: "n2", Args: []byte(`{}`)})
+		// The commands come once a session was received: queued in the same frame, they could
+		// be run first and leave nothing to show.
+		actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
+		if err := env.Queue.WaitFor(actx, func(c gatewaytest.Counts) bool { return c.Acks >= 1 }); err != nil {
+			t.Fatalf("no session was acknowledged: %v", err)
+		}
+		acancel()
 		cmds := commands("q", 5)
 		env.Queue.Enqueue(siteRef, cmds...)
 		wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
