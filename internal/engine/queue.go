@@ -744,9 +744,21 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			cmds[i].Deadline = takenDeadline(cmds[i].CreatedAt, cmds[i].Deadline, tx.At())
 			out = append(out, cmds[i])
 		}
+		ids := make([]string, 0, len(out))
 		for _, c := range out {
-			offered[c.ID] = true
+			if !offered[c.ID] {
+				offered[c.ID] = true
+				ids = append(ids, c.ID)
+			}
 		}
+		// Offered only if assigned: a write undone (run again, or failed) offered nothing.
+		tx.OnUndo(func() {
+			e.sentMu.Lock()
+			defer e.sentMu.Unlock()
+			for _, id := range ids {
+				delete(offered, id)
+			}
+		})
 		return nil
 	})
 	return out, err
@@ -1169,6 +1181,7 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, l
 	})
 	if err == nil {
 		e.reconciled.Add(1)
+		tx.OnUndo(func() { e.reconciled.Add(-1) })
 	}
 	return fx, err
 }

@@ -337,6 +337,7 @@ func (h *Harness) SeedReady(ctx context.Context, prefix string, n int) ([]string
 	const per = 1000
 	for start := 0; start < n; start += per {
 		err := h.Store.Write(ctx, func(tx *store.Tx) error {
+			ids = ids[:start] // (a write may run again)
 			for i := start; i < min(start+per, n); i++ {
 				mac := fmt.Sprintf("02:5b:%02x:%02x:%02x:%02x", (i>>24)&0xff, (i>>16)&0xff, (i>>8)&0xff, i&0xff)
 				uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", i, i)

@@ -84,6 +84,11 @@ type Store struct {
 	// busy, groups and written count the writer's work (WriterStats), walRestarts the WAL's
 	// restarts.
 	busy, groups, written, walRestarts atomic.Int64
+	// reruns counts the groups the writer ran again with savepoints (a write of a pass
+	// without them failed; see commitPass).
+	reruns atomic.Int64
+	// rehearse: RehearseWrites.
+	rehearse atomic.Bool
 	// trips counts the round trips of PostgreSQL's write transactions (WriteRoundTrips).
 	trips atomic.Int64
 	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
@@ -113,12 +118,15 @@ type WriterStats struct {
 	// WALRestarts counts the times the writer checkpointed the whole WAL and began it again
 	// from its start (the WAL had reached its limit while writes went on).
 	WALRestarts int64
+	// Reruns counts the passes the writer rolled back and ran again because a write it ran
+	// without a savepoint failed (see commitPass).
+	Reruns int64
 }
 
 // WriterStats reports the single writer's work (zero on PostgreSQL).
 func (s *Store) WriterStats() WriterStats {
 	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()),
-		WALRestarts: s.walRestarts.Load()}
+		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load()}
 }
 
 // WriteRoundTrips is how many round trips to the database the write transactions of this store
@@ -665,6 +673,28 @@ type Tx struct {
 	// write fails with it even if the savepoint's caller goes on. depth: savepoints open.
 	broken error
 	depth  int
+	// optimistic: the write runs without a savepoint of its own (SQLite's writer, see
+	// commitPass), and so do its savepoints; spoiled says one of them failed, whose writes
+	// nothing can undo but the rollback of the whole pass.
+	optimistic, spoiled bool
+	// undo are what the transaction's functions kept outside it (OnUndo), undone, last first,
+	// when their writes are.
+	undo []func()
+}
+
+// OnUndo registers f, which undoes what the caller kept outside the transaction (in memory)
+// beside its writes: it runs if those writes are undone (the savepoint around them rolled
+// back, the write failed or is run again from its start, the commit failed), and never once
+// they are committed. A write function that marks state of its own as it writes registers its
+// undoing here: a function may run more than once before its outcome (see Write).
+func (t *Tx) OnUndo(f func()) { t.undo = append(t.undo, f) }
+
+// undoFrom runs, last first, and drops the undo functions registered since the mark'th.
+func (t *Tx) undoFrom(mark int) {
+	for i := len(t.undo) - 1; i >= mark; i-- {
+		t.undo[i]()
+	}
+	t.undo = t.undo[:mark]
 }
 
 // querier is what runs a transaction's statements: *sql.Tx or *sql.Conn.
@@ -1040,10 +1070,21 @@ func (t *Tx) savepoint(ctx context.Context, name string, f func() error) (ferr, 
 	if t.conn != nil {
 		return t.savepointLater(ctx, name, f)
 	}
+	if t.optimistic {
+		if ferr = f(); ferr != nil {
+			// Nothing undoes f's writes but the rollback of the pass: its caller must not go
+			// on and see them. The pass ends here (runCaught takes the panic) and runs again.
+			t.spoiled = true
+			panic(errSpoiled)
+		}
+		return nil, nil
+	}
 	if _, err := t.exec(ctx, "SAVEPOINT "+name); err != nil {
 		return nil, fmt.Errorf("opening savepoint: %w", err)
 	}
+	mark := len(t.undo)
 	if ferr = f(); ferr != nil {
+		t.undoFrom(mark)
 		if _, err := t.exec(ctx, "ROLLBACK TO SAVEPOINT "+name); err != nil {
 			return ferr, fmt.Errorf("rolling back savepoint after %v: %w", ferr, err)
 		}
@@ -1067,7 +1108,12 @@ func (t *Tx) savepointLater(ctx context.Context, name string, f func() error) (f
 			t.broken = err
 		}
 	}()
-	mark, held := t.queued, len(t.later)
+	mark, held, undone := t.queued, len(t.later), len(t.undo)
+	defer func() {
+		if ferr != nil || err != nil {
+			t.undoFrom(undone)
+		}
+	}()
 	name = fmt.Sprintf("%s_%d", name, t.depth)
 	t.depth++
 	defer func() { t.depth-- }()
@@ -1115,8 +1161,11 @@ func (t *Tx) forUpdate() string {
 }
 
 // Write runs f in one write transaction, retried on serialization failures. On SQLite, f may be
-// committed together with other writers' functions, each inside its own savepoint: an error
-// from f rolls back f's writes only. f must not call Write itself.
+// committed together with other writers' functions: an error from f rolls back f's writes
+// only. On either engine f may run more than once before its outcome is returned (PostgreSQL
+// retries it; SQLite's writer runs a group again, with savepoints, when a write of it failed
+// without one): f must keep nothing outside the transaction but what it sets afresh each
+// time it runs. f must not call Write itself.
 func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
 	if s.writes != nil {
 		req := &writeReq{ctx: ctx, f: f, done: make(chan error, 1)}
@@ -1157,9 +1206,11 @@ func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
 	t := &Tx{s: s, q: tx, tx: tx, at: s.nowMicros()}
 	if err := f(t); err != nil {
 		tx.Rollback()
+		t.undoFrom(0)
 		return err
 	}
 	if err := tx.Commit(); err != nil {
+		t.undoFrom(0)
 		return fmt.Errorf("committing transaction: %w", err)
 	}
 	return nil
@@ -1175,6 +1226,11 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 		return fmt.Errorf("taking a connection: %w", err)
 	}
 	t := &Tx{s: s, q: conn, conn: conn, at: s.nowMicros()}
+	defer func() {
+		if err != nil {
+			t.undoFrom(0) // (retried, or failed: either way not committed)
+		}
+	}()
 	t.later = append(t.later, laterStmt{q: "BEGIN", what: "beginning transaction"})
 	t.queued++
 	committed := false
@@ -1249,34 +1305,87 @@ func (s *Store) commitLoop() {
 }
 
 func (s *Store) commitGroup(group []*writeReq) {
-	errs := make([]error, len(group))
-	fail := func(err error) {
-		for _, r := range group {
-			r.done <- err
+	// Savepoints are from pessimistic on: the writes before it ran without (a first pass
+	// that met an error is run again from its start with the write that failed, and those after
+	// it, each in a savepoint). Each pass moves it down, so there are at most as many passes as
+	// writes; in practice one, or two.
+	pessimistic := len(group)
+	rehearse := s.rehearse.Load()
+	for {
+		redo, ok := s.commitPass(group, pessimistic, rehearse)
+		if ok {
+			return
 		}
+		if rehearse && redo == len(group) {
+			rehearse = false
+			continue
+		}
+		pessimistic, rehearse = redo, false
+		s.reruns.Add(1)
 	}
+}
+
+// commitPass runs group in one transaction and commits it, the writes from pessimistic on each
+// in a savepoint of its own (f's error undoes f's writes alone) and those before it without
+// one: a savepoint is two more statements and makes SQLite copy each page the write changes
+// first, a third of the writer's statements when every write has one, while a write that fails
+// is rare. If one of those before pessimistic fails, or a savepoint of its own (Tx.Savepoint)
+// does, the pass is rolled back, answers nobody, and returns that write's index: the group must
+// be run again with savepoints from there on. ok says the pass answered every caller. A
+// rehearsal is rolled back even if nothing failed (redo is then len(group)).
+func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (redo int, ok bool) {
+	errs := make([]error, len(group))
 	ctx := context.Background()
 	tx, err := s.write.BeginTx(ctx, nil)
 	if err != nil {
-		fail(fmt.Errorf("beginning transaction: %w", err))
-		return
+		for _, r := range group {
+			r.done <- fmt.Errorf("beginning transaction: %w", err)
+		}
+		return 0, true
 	}
 	t := &Tx{s: s, q: tx, tx: tx, at: s.nowMicros()}
+	// undo rolls the pass back: its writes, and what their functions kept beside them.
+	undo := func() {
+		tx.Rollback()
+		t.undoFrom(0)
+	}
+	fail := func(err error) (int, bool) {
+		undo()
+		for _, r := range group {
+			r.done <- err
+		}
+		return 0, true
+	}
 	for i, r := range group {
 		if err := r.ctx.Err(); err != nil {
 			errs[i] = err
 			continue
 		}
+		if i < pessimistic {
+			t.optimistic, t.spoiled = true, false
+			ferr := runCaught(r.f, t)
+			t.optimistic = false
+			if ferr != nil || t.spoiled {
+				undo()
+				return i, false
+			}
+			continue
+		}
 		var err error
 		if errs[i], err = t.savepoint(ctx, "w", func() error { return runCaught(r.f, t) }); err != nil {
-			tx.Rollback()
-			fail(err)
-			return
+			return fail(err)
 		}
 	}
+	if rehearsal {
+		undo()
+		return len(group), false
+	}
 	if err := tx.Commit(); err != nil {
-		fail(fmt.Errorf("committing transaction: %w", err))
-		return
+		t.undoFrom(0)
+		for _, r := range group {
+			r.done <- fmt.Errorf("committing transaction: %w", err)
+		}
+		return 0, true
 	}
 	for i, r := range group {
 		r.done <- errs[i]
@@ -1285,7 +1394,14 @@ func (s *Store) commitGroup(group []*writeReq) {
 	case s.committed <- struct{}{}:
 	default:
 	}
+	return 0, true
 }
+
+// RehearseWrites makes SQLite's writer, while on, roll back the first pass of every group it
+// runs and run the group again, as it does when a write of a pass fails: a test turns it on to
+// show that a write function keeps nothing outside its transaction that a second run would
+// find (and that what it keeps it undoes, OnUndo).
+func (s *Store) RehearseWrites(on bool) { s.rehearse.Store(on) }
 
 // writePanic is a panic of a write's function in SQLite's writer, as an error: the writer
 // survives it (it would otherwise end the process, and every write after it would wait for
@@ -1297,10 +1413,17 @@ type writePanic struct {
 
 func (p *writePanic) Error() string { return fmt.Sprintf("the write panicked: %v", p.value) }
 
+// errSpoiled ends a write run without savepoints once a savepoint of its failed (see savepoint).
+var errSpoiled = errors.New("a savepoint failed in a write run without savepoints: the pass runs again")
+
 // runCaught runs f(t), returning a panic of f's as a *writePanic.
 func runCaught(f func(*Tx) error, t *Tx) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
+			if v == errSpoiled && t.spoiled {
+				err = errSpoiled
+				return
+			}
 			err = &writePanic{value: v, stack: debug.Stack()}
 		}
 	}()
