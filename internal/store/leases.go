@@ -186,14 +186,14 @@ func (t *Tx) PutBootEntry(ctx context.Context, e *BootEntry) error {
 	if e.ISO != nil {
 		iso = mustJSON(e.ISO)
 	}
-	l, err := t.lockLease(ctx, e.SiteID)
-	if err != nil {
-		return err
-	}
-	e.Revision, e.UpdatedAt = l.EntriesRev+1, t.at
-	if _, err := t.exec(ctx, `UPDATE leases SET entries_rev = ? WHERE site_id = ?`, int64(e.Revision), e.SiteID); err != nil {
+	// One statement creates the site's lease row if need be, locks it (before any join token,
+	// as BootLease does) and bumps the entries' revision.
+	var rev int64
+	if err := t.queryRow(ctx, `INSERT INTO leases (site_id, entries_rev) VALUES (?, 1)
+		ON CONFLICT (site_id) DO UPDATE SET entries_rev = leases.entries_rev + 1 RETURNING entries_rev`, e.SiteID).Scan(&rev); err != nil {
 		return fmt.Errorf("bumping the boot entries of site %s: %w", e.SiteID, err)
 	}
+	e.Revision, e.UpdatedAt = uint64(rev), t.at
 	macs := e.MACs
 	if macs == nil {
 		macs = []string{}

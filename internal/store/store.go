@@ -87,6 +87,9 @@ type Store struct {
 	// reruns counts the groups the writer ran again with savepoints (a write of a pass
 	// without them failed; see commitPass).
 	reruns atomic.Int64
+	// lite is SQLite's writer connection, used by commitLoop alone (see liteConn); write
+	// (database/sql) migrates the schema and restarts the WAL.
+	lite *liteConn
 	// rehearse: RehearseWrites.
 	rehearse atomic.Bool
 	// trips counts the round trips of PostgreSQL's write transactions (WriteRoundTrips).
@@ -389,8 +392,18 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 			w.Close()
 			return nil, err
 		}
+		// The same settings as w's.
+		lite, err := openLite(target, []string{"journal_mode=WAL", fmt.Sprintf("busy_timeout=%d", busyTimeout.Milliseconds()),
+			"foreign_keys=1", "temp_store=MEMORY", "synchronous=FULL", "cache_size=-16384", "wal_autocheckpoint=0",
+			fmt.Sprintf("journal_size_limit=%d", walLimit)})
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		s.lite = lite
 		r, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(NORMAL)&_pragma=query_only(1)")
 		if err != nil {
+			lite.close()
 			w.Close()
 			return nil, fmt.Errorf("opening sqlite store %s for reading: %w", target, err)
 		}
@@ -401,6 +414,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		// WAL's flush, which this connection never writes.
 		c, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(NORMAL)")
 		if err != nil {
+			lite.close()
 			r.Close()
 			w.Close()
 			return nil, fmt.Errorf("opening sqlite store %s for checkpoints: %w", target, err)
@@ -479,6 +493,9 @@ func (s *Store) Close() error {
 	s.writeStmts.close()
 	s.readStmts.close()
 	var errs []error
+	if s.lite != nil {
+		errs = append(errs, s.lite.close())
+	}
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.Close())
 	}
@@ -654,6 +671,8 @@ type Tx struct {
 	// with the first and the last writes).
 	q  querier
 	tx *sql.Tx
+	// lc, on SQLite's writer, runs the statements instead of q (see liteConn).
+	lc *liteConn
 	at int64
 	// stmts are the cached statements bound to this transaction (SQLite): a group commit runs
 	// the same few statements many times.
@@ -786,6 +805,9 @@ func (t *Tx) stmtCtx(ctx context.Context) context.Context {
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
+	if t.lc != nil {
+		return t.lc.exec(q, args)
+	}
 	if len(t.later) > 0 {
 		// The held writes and this one, in one round trip.
 		t.later = append(t.later, laterStmt{q: q, args: args})
@@ -965,6 +987,9 @@ type rowsIter interface {
 func (t *Tx) query(ctx context.Context, q string, args ...any) (rowsIter, error) {
 	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
+	if t.lc != nil {
+		return t.lc.query(q, args)
+	}
 	if t.conn != nil && t.sendHeldFirst(q) {
 		// After what it must see, in the same pipeline (the transaction's BEGIN among them).
 		r := &pipelinedRows{}
@@ -1044,6 +1069,9 @@ func (r *pipelinedRows) Err() error   { return nil }
 func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)
+	if t.lc != nil {
+		return t.lc.queryRow(q, args)
+	}
 	if t.conn != nil && t.sendHeldFirst(q) {
 		return pipelinedRow{t: t, ctx: ctx, q: q, args: args}
 	}
@@ -1336,14 +1364,14 @@ func (s *Store) commitGroup(group []*writeReq) {
 func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (redo int, ok bool) {
 	errs := make([]error, len(group))
 	ctx := context.Background()
-	tx, err := s.write.BeginTx(ctx, nil)
+	tx, err := s.lite.begin()
 	if err != nil {
 		for _, r := range group {
 			r.done <- fmt.Errorf("beginning transaction: %w", err)
 		}
 		return 0, true
 	}
-	t := &Tx{s: s, q: tx, tx: tx, at: s.nowMicros()}
+	t := &Tx{s: s, lc: s.lite, at: s.nowMicros()}
 	// undo rolls the pass back: its writes, and what their functions kept beside them.
 	undo := func() {
 		tx.Rollback()

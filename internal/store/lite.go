@@ -1,0 +1,595 @@
+package store
+
+import (
+	"database/sql"
+	"database/sql/driver"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"unsafe"
+
+	"modernc.org/libc"
+	"modernc.org/libc/sys/types"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// liteConn is the SQLite writer's connection, opened through SQLite's own interface (modernc's
+// Go translation of it) rather than through database/sql and its driver. Only the writer's
+// goroutine uses it, one statement after another, so it is opened without SQLite's connection
+// mutex (SQLITE_OPEN_NOMUTEX), which its driver takes around every call (each column read,
+// each argument bound), and its statements skip database/sql's bookkeeping: together a fifth
+// of the writer's time when every write went through them. SQLite's own global mutexes (its
+// allocator, page cache, file locks) stay on: the readers and the checkpointer share them
+// through the driver.
+type liteConn struct {
+	tls *libc.TLS
+	db  uintptr
+	// out is C memory for the pointers SQLite's calls hand back (a statement, a database).
+	out   uintptr
+	stmts map[string]*liteStmt
+}
+
+// liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
+// it owns, and bound in place: they stay valid until it runs again or is finalized.
+type liteStmt struct {
+	c      *liteConn
+	p      uintptr
+	params int
+	buf    uintptr
+	bufCap int
+	// cached: kept in c.stmts for the next run of its text. busy: rows read from it are
+	// still open (a statement run again meanwhile gets a statement of its own).
+	cached, busy bool
+}
+
+// maxLiteStmts bounds the writer's prepared statements (a few dozen texts recur; a text built
+// with a variable number of placeholders varies).
+const maxLiteStmts = 512
+
+// openLite opens the database file at path, runs pragmas on it, and returns the connection.
+func openLite(path string, pragmas []string) (_ *liteConn, err error) {
+	c := &liteConn{tls: libc.NewTLS(), stmts: map[string]*liteStmt{}}
+	defer func() {
+		if err != nil {
+			c.close()
+		}
+	}()
+	if c.out = libc.Xmalloc(c.tls, 8); c.out == 0 {
+		return nil, errors.New("opening the SQLite writer: out of memory")
+	}
+	name, err := libc.CString(path)
+	if err != nil {
+		return nil, err
+	}
+	defer libc.Xfree(c.tls, name)
+	rc := sqlite3.Xsqlite3_open_v2(c.tls, name, c.out,
+		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, 0)
+	c.db = c.outPtr()
+	if rc != sqlite3.SQLITE_OK {
+		return nil, fmt.Errorf("opening the SQLite store %s for writing: %w", path, c.errorOf(rc))
+	}
+	for _, p := range pragmas {
+		if _, err := c.exec("PRAGMA "+p, nil); err != nil {
+			return nil, fmt.Errorf("setting PRAGMA %s on the SQLite writer: %w", p, err)
+		}
+	}
+	return c, nil
+}
+
+// outPtr reads the pointer SQLite's last call handed back in out.
+func (c *liteConn) outPtr() uintptr {
+	b := libc.GoBytes(c.out, 8)
+	if unsafe.Sizeof(uintptr(0)) == 4 {
+		return uintptr(binary.NativeEndian.Uint32(b))
+	}
+	return uintptr(binary.NativeEndian.Uint64(b))
+}
+
+func (c *liteConn) close() error {
+	var err error
+	for q, st := range c.stmts {
+		st.finalize()
+		delete(c.stmts, q)
+	}
+	if c.db != 0 {
+		if rc := sqlite3.Xsqlite3_close_v2(c.tls, c.db); rc != sqlite3.SQLITE_OK {
+			err = c.errorOf(rc)
+		}
+		c.db = 0
+	}
+	if c.out != 0 {
+		libc.Xfree(c.tls, c.out)
+		c.out = 0
+	}
+	if c.tls != nil {
+		c.tls.Close()
+		c.tls = nil
+	}
+	return err
+}
+
+// liteError is an error SQLite returned, worded as its database/sql driver words it
+// ("constraint failed: UNIQUE constraint failed: nodes.name (2067)"), which isUnique and
+// retryable read.
+type liteError struct {
+	msg  string
+	code int32
+}
+
+func (e *liteError) Error() string { return e.msg }
+
+func (c *liteConn) errorOf(rc int32) error {
+	str := libc.GoString(sqlite3.Xsqlite3_errstr(c.tls, rc))
+	busy := ""
+	if rc&0xff == sqlite3.SQLITE_BUSY {
+		busy = " (SQLITE_BUSY)"
+	}
+	if c.db == 0 {
+		return &liteError{msg: fmt.Sprintf("%s (%d)%s", str, rc, busy), code: rc}
+	}
+	if msg := libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls, c.db)); msg != str {
+		return &liteError{msg: fmt.Sprintf("%s: %s (%d)%s", str, msg, rc, busy), code: rc}
+	}
+	return &liteError{msg: fmt.Sprintf("%s (%d)%s", str, rc, busy), code: rc}
+}
+
+// prepare returns q's statement: the cached one if it is free, else a new one (cached when
+// there is room and q has none).
+func (c *liteConn) prepare(q string) (*liteStmt, error) {
+	st, ok := c.stmts[q]
+	if ok && !st.busy {
+		return st, nil
+	}
+	text, err := libc.CString(q)
+	if err != nil {
+		return nil, err
+	}
+	defer libc.Xfree(c.tls, text)
+	rc := sqlite3.Xsqlite3_prepare_v3(c.tls, c.db, text, -1, sqlite3.SQLITE_PREPARE_PERSISTENT, c.out, 0)
+	if rc != sqlite3.SQLITE_OK {
+		return nil, fmt.Errorf("preparing %.60q: %w", q, c.errorOf(rc))
+	}
+	p := c.outPtr()
+	if p == 0 {
+		return nil, fmt.Errorf("preparing %.60q: no statement in it", q)
+	}
+	st = &liteStmt{c: c, p: p, params: int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p))}
+	if !ok && len(c.stmts) < maxLiteStmts {
+		st.cached = true
+		c.stmts[q] = st
+	}
+	return st, nil
+}
+
+func (st *liteStmt) finalize() {
+	if st.p != 0 {
+		sqlite3.Xsqlite3_finalize(st.c.tls, st.p)
+		st.p = 0
+	}
+	if st.buf != 0 {
+		libc.Xfree(st.c.tls, st.buf)
+		st.buf, st.bufCap = 0, 0
+	}
+}
+
+// done ends a run of the statement: reset for the next one, or finalized if it is not cached.
+func (st *liteStmt) done() {
+	st.busy = false
+	if !st.cached {
+		st.finalize()
+		return
+	}
+	sqlite3.Xsqlite3_reset(st.c.tls, st.p)
+}
+
+// liteArg is an argument as SQLite binds it: one of int64, float64, string, []byte, nil.
+func liteArg(v any) (any, error) {
+	switch x := v.(type) {
+	case nil, int64, float64, string, []byte:
+		return x, nil
+	case int:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case bool:
+		if x {
+			return int64(1), nil
+		}
+		return int64(0), nil
+	}
+	dv, err := driver.DefaultParameterConverter.ConvertValue(v)
+	if err != nil {
+		return nil, err
+	}
+	switch x := dv.(type) {
+	case nil, int64, float64, string, []byte:
+		return x, nil
+	case bool:
+		return liteArg(x)
+	}
+	return nil, fmt.Errorf("a %T argument: the SQLite writer binds integers, floats, booleans, strings, bytes and nil", v)
+}
+
+// bind binds args to the statement's parameters, in order.
+func (st *liteStmt) bind(args []any) error {
+	if len(args) != st.params {
+		return fmt.Errorf("%d arguments for %d parameters", len(args), st.params)
+	}
+	vals := make([]any, len(args))
+	size, bytes := 0, false
+	for i, a := range args {
+		v, err := liteArg(a)
+		if err != nil {
+			return fmt.Errorf("argument %d: %w", i+1, err)
+		}
+		vals[i] = v
+		switch x := v.(type) {
+		case string:
+			size, bytes = size+len(x), true
+		case []byte:
+			size, bytes = size+len(x), true
+		}
+	}
+	// (An empty string is bound at an address in the buffer: at none it would be NULL.)
+	if bytes && (size > st.bufCap || st.buf == 0) {
+		if st.buf != 0 {
+			libc.Xfree(st.c.tls, st.buf)
+			st.buf, st.bufCap = 0, 0
+		}
+		n := max(size, 2*st.bufCap, 256)
+		if st.buf = libc.Xmalloc(st.c.tls, types.Size_t(n)); st.buf == 0 {
+			return fmt.Errorf("binding %d bytes of arguments: out of memory", size)
+		}
+		st.bufCap = n
+	}
+	tls, p, off := st.c.tls, st.p, 0
+	// place copies b into the statement's buffer and returns where.
+	place := func(b []byte) uintptr {
+		at := st.buf + uintptr(off)
+		copy(libc.GoBytes(at, len(b)), b)
+		off += len(b)
+		return at
+	}
+	for i, v := range vals {
+		n := int32(i + 1)
+		var rc int32
+		switch x := v.(type) {
+		case nil:
+			rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
+		case int64:
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, x)
+		case float64:
+			rc = sqlite3.Xsqlite3_bind_double(tls, p, n, x)
+		case string:
+			at := place(unsafe.Slice(unsafe.StringData(x), len(x)))
+			rc = sqlite3.Xsqlite3_bind_text(tls, p, n, at, int32(len(x)), 0)
+		case []byte:
+			if x == nil {
+				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
+			} else {
+				at := place(x)
+				rc = sqlite3.Xsqlite3_bind_blob(tls, p, n, at, int32(len(x)), 0)
+			}
+		}
+		if rc != sqlite3.SQLITE_OK {
+			return fmt.Errorf("binding argument %d: %w", n, st.c.errorOf(rc))
+		}
+	}
+	return nil
+}
+
+// liteResult is what a statement changed.
+type liteResult struct{ rows, id int64 }
+
+func (r liteResult) LastInsertId() (int64, error) { return r.id, nil }
+func (r liteResult) RowsAffected() (int64, error) { return r.rows, nil }
+
+// exec runs q to its end (the rows of a RETURNING clause are read and dropped).
+func (c *liteConn) exec(q string, args []any) (sql.Result, error) {
+	st, err := c.prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	defer st.done()
+	if err := st.bind(args); err != nil {
+		return nil, fmt.Errorf("running %.60q: %w", q, err)
+	}
+	for {
+		switch rc := sqlite3.Xsqlite3_step(c.tls, st.p); rc {
+		case sqlite3.SQLITE_ROW:
+		case sqlite3.SQLITE_DONE:
+			return liteResult{rows: sqlite3.Xsqlite3_changes64(c.tls, c.db), id: sqlite3.Xsqlite3_last_insert_rowid(c.tls, c.db)}, nil
+		default:
+			return nil, c.errorOf(rc)
+		}
+	}
+}
+
+// query runs q and returns its rows, read as the caller steps through them; the caller closes
+// them.
+func (c *liteConn) query(q string, args []any) (*liteRows, error) {
+	st, err := c.prepare(q)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.bind(args); err != nil {
+		st.done()
+		return nil, fmt.Errorf("running %.60q: %w", q, err)
+	}
+	st.busy = true
+	return &liteRows{st: st, cols: int(sqlite3.Xsqlite3_column_count(c.tls, st.p))}, nil
+}
+
+// liteRows are a query's rows (rowsIter).
+type liteRows struct {
+	st     *liteStmt
+	cols   int
+	err    error
+	row    bool // Next stepped onto a row that Scan may read
+	closed bool
+}
+
+func (r *liteRows) Next() bool {
+	if r.closed {
+		return false
+	}
+	switch rc := sqlite3.Xsqlite3_step(r.st.c.tls, r.st.p); rc {
+	case sqlite3.SQLITE_ROW:
+		r.row = true
+		return true
+	case sqlite3.SQLITE_DONE:
+	default:
+		r.err = r.st.c.errorOf(rc)
+	}
+	r.Close()
+	return false
+}
+
+func (r *liteRows) Err() error { return r.err }
+
+func (r *liteRows) Close() error {
+	if !r.closed {
+		r.closed, r.row = true, false
+		r.st.done()
+	}
+	return nil
+}
+
+func (r *liteRows) Scan(dest ...any) error {
+	if !r.row {
+		return errors.New("scanning rows: no row (Next was not called, or returned false)")
+	}
+	if len(dest) != r.cols {
+		return fmt.Errorf("scanning rows: %d columns into %d values", r.cols, len(dest))
+	}
+	tls, p := r.st.c.tls, r.st.p
+	for i, d := range dest {
+		n := int32(i)
+		var v any
+		switch sqlite3.Xsqlite3_column_type(tls, p, n) {
+		case sqlite3.SQLITE_INTEGER:
+			v = sqlite3.Xsqlite3_column_int64(tls, p, n)
+		case sqlite3.SQLITE_FLOAT:
+			v = sqlite3.Xsqlite3_column_double(tls, p, n)
+		case sqlite3.SQLITE_TEXT:
+			at := sqlite3.Xsqlite3_column_text(tls, p, n)
+			v = string(libc.GoBytes(at, int(sqlite3.Xsqlite3_column_bytes(tls, p, n))))
+		case sqlite3.SQLITE_BLOB:
+			at := sqlite3.Xsqlite3_column_blob(tls, p, n)
+			size := sqlite3.Xsqlite3_column_bytes(tls, p, n)
+			b := make([]byte, size)
+			if size > 0 {
+				copy(b, libc.GoBytes(at, int(size)))
+			}
+			v = b
+		}
+		if err := assignColumn(d, v); err != nil {
+			return fmt.Errorf("scanning column %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// queryRow runs q and returns its first row for Scan (sql.ErrNoRows when it has none).
+func (c *liteConn) queryRow(q string, args []any) liteRow {
+	rows, err := c.query(q, args)
+	return liteRow{rows: rows, err: err}
+}
+
+type liteRow struct {
+	rows *liteRows
+	err  error
+}
+
+func (r liteRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	return r.rows.Scan(dest...)
+}
+
+// assignColumn stores v, a column's value (int64, float64, string, []byte or nil), in dest,
+// converting it as database/sql's Scan does for the destinations the store reads into.
+func assignColumn(dest, v any) error {
+	switch d := dest.(type) {
+	case *any:
+		*d = v
+		return nil
+	case sql.Scanner:
+		return d.Scan(v)
+	case *string:
+		switch x := v.(type) {
+		case string:
+			*d = x
+		case []byte:
+			*d = string(x)
+		case int64:
+			*d = strconv.FormatInt(x, 10)
+		case float64:
+			*d = strconv.FormatFloat(x, 'g', -1, 64)
+		case nil:
+			return errors.New("converting NULL to string is unsupported")
+		}
+		return nil
+	case *[]byte:
+		switch x := v.(type) {
+		case []byte:
+			*d = x
+		case string:
+			*d = []byte(x)
+		case nil:
+			*d = nil
+		default:
+			*d = []byte(fmt.Sprint(x))
+		}
+		return nil
+	case *int64:
+		n, err := liteInt(v, 64)
+		*d = n
+		return err
+	case *int:
+		n, err := liteInt(v, strconv.IntSize)
+		*d = int(n)
+		return err
+	case *int32:
+		n, err := liteInt(v, 32)
+		*d = int32(n)
+		return err
+	case *bool:
+		switch x := v.(type) {
+		case int64:
+			*d = x != 0
+			return nil
+		case string:
+			b, err := strconv.ParseBool(x)
+			*d = b
+			return err
+		case nil:
+			return errors.New("converting NULL to bool is unsupported")
+		}
+		return fmt.Errorf("converting %T to bool is unsupported", v)
+	case *float64:
+		switch x := v.(type) {
+		case float64:
+			*d = x
+		case int64:
+			*d = float64(x)
+		case string:
+			f, err := strconv.ParseFloat(x, 64)
+			*d = f
+			return err
+		default:
+			return fmt.Errorf("converting %T to float64 is unsupported", v)
+		}
+		return nil
+	}
+	// A named type of a basic kind (type State string, …), as database/sql sets it.
+	rv := reflect.ValueOf(dest)
+	if rv.Kind() != reflect.Pointer || rv.IsNil() {
+		return fmt.Errorf("destination is a %T, not a pointer", dest)
+	}
+	e := rv.Elem()
+	switch e.Kind() {
+	case reflect.String:
+		var s string
+		if err := assignColumn(&s, v); err != nil {
+			return err
+		}
+		e.SetString(s)
+		return nil
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		n, err := liteInt(v, e.Type().Bits())
+		if err != nil {
+			return err
+		}
+		e.SetInt(n)
+		return nil
+	case reflect.Bool:
+		var b bool
+		if err := assignColumn(&b, v); err != nil {
+			return err
+		}
+		e.SetBool(b)
+		return nil
+	case reflect.Slice:
+		if e.Type().Elem().Kind() != reflect.Uint8 {
+			break
+		}
+		var b []byte
+		if err := assignColumn(&b, v); err != nil {
+			return err
+		}
+		e.SetBytes(b)
+		return nil
+	}
+	return fmt.Errorf("scanning a %T into a %T is unsupported by the SQLite writer", v, dest)
+}
+
+// liteInt reads v as an integer of bits bits.
+func liteInt(v any, bits int) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		if bits < 64 && (x < -1<<(bits-1) || x >= 1<<(bits-1)) {
+			return 0, fmt.Errorf("%d does not fit %d bits", x, bits)
+		}
+		return x, nil
+	case string:
+		return strconv.ParseInt(x, 10, bits)
+	case []byte:
+		return strconv.ParseInt(string(x), 10, bits)
+	case nil:
+		return 0, errors.New("converting NULL to an integer is unsupported")
+	}
+	return 0, fmt.Errorf("converting %T to an integer is unsupported", v)
+}
+
+// liteTx is a write transaction on the connection.
+type liteTx struct{ c *liteConn }
+
+// begin begins a write transaction, taking the database's write lock at once.
+func (c *liteConn) begin() (liteTx, error) {
+	_, err := c.exec("BEGIN IMMEDIATE", nil)
+	return liteTx{c}, err
+}
+
+// Commit commits the transaction. One that cannot commit is rolled back, so the connection is
+// never left inside it.
+func (t liteTx) Commit() error {
+	t.c.resetBusy()
+	if _, err := t.c.exec("COMMIT", nil); err != nil {
+		if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) == 0 {
+			t.c.exec("ROLLBACK", nil)
+		}
+		return err
+	}
+	return nil
+}
+
+// Rollback undoes the transaction.
+func (t liteTx) Rollback() error {
+	t.c.resetBusy()
+	if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) != 0 {
+		return nil // SQLite already rolled it back (an I/O error, a full disk)
+	}
+	_, err := t.c.exec("ROLLBACK", nil)
+	return err
+}
+
+// resetBusy resets the cached statements whose rows a caller left open: a transaction's end
+// ends its reads.
+func (c *liteConn) resetBusy() {
+	for _, st := range c.stmts {
+		if st.busy {
+			st.done()
+		}
+	}
+}
