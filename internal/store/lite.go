@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -217,12 +218,26 @@ func (st *liteStmt) bind(args []any) error {
 	if len(args) != st.params {
 		return fmt.Errorf("%d arguments for %d parameters", len(args), st.params)
 	}
-	vals := make([]any, len(args))
-	size, bytes := 0, false
+	// The arguments as bound: args itself unless one needs converting (a named type, a
+	// driver.Valuer), which vals then holds.
+	vals, size, bytes := args, 0, false
 	for i, a := range args {
+		switch x := a.(type) {
+		case nil, int64, float64, int, int32, bool:
+			continue
+		case string:
+			size, bytes = size+len(x), true
+			continue
+		case []byte:
+			size, bytes = size+len(x), true
+			continue
+		}
 		v, err := liteArg(a)
 		if err != nil {
 			return fmt.Errorf("argument %d: %w", i+1, err)
+		}
+		if &vals[0] == &args[0] {
+			vals = slices.Clone(args)
 		}
 		vals[i] = v
 		switch x := v.(type) {
@@ -260,6 +275,16 @@ func (st *liteStmt) bind(args []any) error {
 			rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
 		case int64:
 			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, x)
+		case int:
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, int64(x))
+		case int32:
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, int64(x))
+		case bool:
+			b := int64(0)
+			if x {
+				b = 1
+			}
+			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, b)
 		case float64:
 			rc = sqlite3.Xsqlite3_bind_double(tls, p, n, x)
 		case string:
@@ -367,8 +392,26 @@ func (r *liteRows) Scan(dest ...any) error {
 	tls, p := r.st.c.tls, r.st.p
 	for i, d := range dest {
 		n := int32(i)
+		ct := sqlite3.Xsqlite3_column_type(tls, p, n)
+		// The usual pairs, without boxing the value.
+		switch ct {
+		case sqlite3.SQLITE_INTEGER:
+			switch d := d.(type) {
+			case *int64:
+				*d = sqlite3.Xsqlite3_column_int64(tls, p, n)
+				continue
+			case *bool:
+				*d = sqlite3.Xsqlite3_column_int64(tls, p, n) != 0
+				continue
+			}
+		case sqlite3.SQLITE_TEXT:
+			if d, ok := d.(*string); ok {
+				*d = string(libc.GoBytes(sqlite3.Xsqlite3_column_text(tls, p, n), int(sqlite3.Xsqlite3_column_bytes(tls, p, n))))
+				continue
+			}
+		}
 		var v any
-		switch sqlite3.Xsqlite3_column_type(tls, p, n) {
+		switch ct {
 		case sqlite3.SQLITE_INTEGER:
 			v = sqlite3.Xsqlite3_column_int64(tls, p, n)
 		case sqlite3.SQLITE_FLOAT:
