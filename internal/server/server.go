@@ -303,7 +303,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				func() float64 { return float64(st.WriterStats().Writes) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_wal_restarts_total",
 				Help: "Times the writer restarted SQLite's write-ahead log once it passed its limit (64 MiB) while writes went on."},
-				func() float64 { return float64(st.WriterStats().WALRestarts) }))
+				func() float64 { return float64(st.WriterStats().WALRestarts) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writer_reruns_total",
+				Help: "Groups of writes SQLite's writer rolled back and ran again, with a savepoint around each write from the one that failed on: a group runs without savepoints until a write of it fails. A rate near its groups' means most groups hold a write that fails."},
+				func() float64 { return float64(st.WriterStats().Reruns) }))
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })

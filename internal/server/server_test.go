@@ -176,6 +176,7 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	}
 	counter(t, srv.Addr(), "bcd_store_writer_busy_seconds_total")
 	counter(t, srv.Addr(), "bcd_store_wal_restarts_total")
+	counter(t, srv.Addr(), "bcd_store_writer_reruns_total")
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0

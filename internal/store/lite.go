@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -27,7 +28,8 @@ import (
 type liteConn struct {
 	tls *libc.TLS
 	db  uintptr
-	// out is C memory for the pointers SQLite's calls hand back (a statement, a database).
+	// out is C memory for the pointers SQLite's calls hand back (a statement, a database; and
+	// at out+8, where a statement's text ends).
 	out   uintptr
 	stmts map[string]*liteStmt
 }
@@ -57,7 +59,7 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 			c.close()
 		}
 	}()
-	if c.out = libc.Xmalloc(c.tls, 8); c.out == 0 {
+	if c.out = libc.Xmalloc(c.tls, 16); c.out == 0 {
 		return nil, errors.New("opening the SQLite writer: out of memory")
 	}
 	name, err := libc.CString(path)
@@ -67,7 +69,7 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 	defer libc.Xfree(c.tls, name)
 	rc := sqlite3.Xsqlite3_open_v2(c.tls, name, c.out,
 		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, 0)
-	c.db = c.outPtr()
+	c.db = c.outPtr(0)
 	if rc != sqlite3.SQLITE_OK {
 		return nil, fmt.Errorf("opening the SQLite store %s for writing: %w", path, c.errorOf(rc))
 	}
@@ -79,9 +81,9 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 	return c, nil
 }
 
-// outPtr reads the pointer SQLite's last call handed back in out.
-func (c *liteConn) outPtr() uintptr {
-	b := libc.GoBytes(c.out, 8)
+// outPtr reads the pointer SQLite's last call handed back in out (at out+off).
+func (c *liteConn) outPtr(off uintptr) uintptr {
+	b := libc.GoBytes(c.out+off, 8)
 	if unsafe.Sizeof(uintptr(0)) == 4 {
 		return uintptr(binary.NativeEndian.Uint32(b))
 	}
@@ -148,13 +150,17 @@ func (c *liteConn) prepare(q string) (*liteStmt, error) {
 		return nil, err
 	}
 	defer libc.Xfree(c.tls, text)
-	rc := sqlite3.Xsqlite3_prepare_v3(c.tls, c.db, text, -1, sqlite3.SQLITE_PREPARE_PERSISTENT, c.out, 0)
+	rc := sqlite3.Xsqlite3_prepare_v3(c.tls, c.db, text, -1, sqlite3.SQLITE_PREPARE_PERSISTENT, c.out, c.out+8)
 	if rc != sqlite3.SQLITE_OK {
 		return nil, fmt.Errorf("preparing %.60q: %w", q, c.errorOf(rc))
 	}
-	p := c.outPtr()
+	p := c.outPtr(0)
 	if p == 0 {
 		return nil, fmt.Errorf("preparing %.60q: no statement in it", q)
+	}
+	if rest := strings.TrimSpace(strings.TrimRight(libc.GoString(c.outPtr(8)), "; \t\n")); rest != "" {
+		sqlite3.Xsqlite3_finalize(c.tls, p)
+		return nil, fmt.Errorf("preparing %.60q: it holds more than one statement (%.40q after the first); the writer runs one at a time", q, rest)
 	}
 	st = &liteStmt{c: c, p: p, params: int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p))}
 	if !ok && len(c.stmts) < maxLiteStmts {

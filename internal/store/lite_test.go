@@ -168,6 +168,15 @@ func TestLiteStatementsAndTransactions(t *testing.T) {
 	if _, err := c.exec(`INSERT INTO kv (k) VALUES (?)`, []any{"x", "y"}); err == nil || !strings.Contains(err.Error(), "2 arguments for 1 parameters") {
 		t.Errorf("too many arguments: %v", err)
 	}
+	if _, err := c.exec(`INSERT INTO kv (k) VALUES ('y'); DELETE FROM kv`, nil); err == nil || !strings.Contains(err.Error(), "more than one statement") {
+		t.Errorf("two statements in one text: %v", err)
+	}
+	if _, err := c.exec(`INSERT INTO kv (k) VALUES ('z');  `, nil); err != nil {
+		t.Errorf("one statement ending in a semicolon: %v", err)
+	}
+	if _, err := c.exec(`DELETE FROM kv WHERE k = 'z'`, nil); err != nil {
+		t.Fatal(err)
+	}
 
 	tx, err := c.begin()
 	if err != nil {
