@@ -116,10 +116,7 @@ func (c *liteConn) close() error {
 // liteError is an error SQLite returned, worded as its database/sql driver words it
 // ("constraint failed: UNIQUE constraint failed: nodes.name (2067)"), which isUnique and
 // retryable read.
-type liteError struct {
-	msg  string
-	code int32
-}
+type liteError struct{ msg string }
 
 func (e *liteError) Error() string { return e.msg }
 
@@ -130,12 +127,12 @@ func (c *liteConn) errorOf(rc int32) error {
 		busy = " (SQLITE_BUSY)"
 	}
 	if c.db == 0 {
-		return &liteError{msg: fmt.Sprintf("%s (%d)%s", str, rc, busy), code: rc}
+		return &liteError{msg: fmt.Sprintf("%s (%d)%s", str, rc, busy)}
 	}
 	if msg := libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls, c.db)); msg != str {
-		return &liteError{msg: fmt.Sprintf("%s: %s (%d)%s", str, msg, rc, busy), code: rc}
+		return &liteError{msg: fmt.Sprintf("%s: %s (%d)%s", str, msg, rc, busy)}
 	}
-	return &liteError{msg: fmt.Sprintf("%s (%d)%s", str, rc, busy), code: rc}
+	return &liteError{msg: fmt.Sprintf("%s (%d)%s", str, rc, busy)}
 }
 
 // prepare returns q's statement: the cached one if it is free, else a new one (cached when
@@ -191,30 +188,16 @@ func (st *liteStmt) done() {
 	sqlite3.Xsqlite3_reset(st.c.tls, st.p)
 }
 
-// liteArg is an argument as SQLite binds it: one of int64, float64, string, []byte, nil.
+// liteArg converts an argument of a type bind does not take as it is (a named type, a
+// driver.Valuer) as database/sql would: to an int64, float64, bool, string, []byte or nil.
 func liteArg(v any) (any, error) {
-	switch x := v.(type) {
-	case nil, int64, float64, string, []byte:
-		return x, nil
-	case int:
-		return int64(x), nil
-	case int32:
-		return int64(x), nil
-	case bool:
-		if x {
-			return int64(1), nil
-		}
-		return int64(0), nil
-	}
 	dv, err := driver.DefaultParameterConverter.ConvertValue(v)
 	if err != nil {
 		return nil, err
 	}
-	switch x := dv.(type) {
-	case nil, int64, float64, string, []byte:
-		return x, nil
-	case bool:
-		return liteArg(x)
+	switch dv.(type) {
+	case nil, int64, float64, bool, string, []byte:
+		return dv, nil
 	}
 	return nil, fmt.Errorf("a %T argument: the SQLite writer binds integers, floats, booleans, strings, bytes and nil", v)
 }

@@ -54,7 +54,7 @@ type Store struct {
 	binds  sync.Map
 	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
 	// per database (database/sql prepares them once per connection).
-	writeStmts, readStmts stmtCache
+	readStmts stmtCache
 	// now is the local clock (tests replace it while the store runs). On PostgreSQL the
 	// store's time is the database's: offset, measured by SyncClock, is added to the local
 	// clock, unless a test set the clock by hand (manual).
@@ -367,7 +367,11 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		} else if !errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("creating the SQLite store %s: %w", target, err)
 		}
-		pragmas := fmt.Sprintf("_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=temp_store(MEMORY)", busyTimeout.Milliseconds())
+		// Every connection's settings, and a driver DSN of the file with them and extra.
+		common := []string{"journal_mode(WAL)", fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()), "foreign_keys(1)", "temp_store(MEMORY)"}
+		dsn := func(extra ...string) string {
+			return "file:" + uriPath(target) + "?_pragma=" + strings.Join(append(slices.Clone(common), extra...), "&_pragma=")
+		}
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
 		// queued commands, the queue); SQLite's default is 2 MiB. Its commits are synchronous
 		// (FULL): the WAL is flushed to disk before a commit returns, so what a caller was told
@@ -376,13 +380,14 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		// journal_size_limit: the first commit after the WAL restarts cuts the file back to
 		// the limit (it would otherwise keep its largest size for ever).
 		s.wal, s.walLimit = target+"-wal", walLimit
-		w, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(FULL)&_pragma=cache_size(-16384)&_pragma=wal_autocheckpoint(0)"+
-			fmt.Sprintf("&_pragma=journal_size_limit(%d)", walLimit)+"&_txlock=immediate")
+		writer := append(slices.Clone(common), "synchronous(FULL)", "cache_size(-16384)", "wal_autocheckpoint(0)",
+			fmt.Sprintf("journal_size_limit(%d)", walLimit))
+		// w migrates the schema and restarts the WAL; the writes themselves go through lite,
+		// with the same settings, below.
+		w, err := sql.Open("sqlite", dsn(writer...)+"&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
-		// Only commitLoop begins write transactions, one at a time. The second connection lets
-		// the statement cache prepare a new statement while the first is inside a transaction.
 		w.SetMaxOpenConns(2)
 		w.SetMaxIdleConns(2)
 		w.SetConnMaxLifetime(0)
@@ -392,16 +397,13 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 			w.Close()
 			return nil, err
 		}
-		// The same settings as w's.
-		lite, err := openLite(target, []string{"journal_mode=WAL", fmt.Sprintf("busy_timeout=%d", busyTimeout.Milliseconds()),
-			"foreign_keys=1", "temp_store=MEMORY", "synchronous=FULL", "cache_size=-16384", "wal_autocheckpoint=0",
-			fmt.Sprintf("journal_size_limit=%d", walLimit)})
+		lite, err := openLite(target, writer)
 		if err != nil {
 			w.Close()
 			return nil, err
 		}
 		s.lite = lite
-		r, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(NORMAL)&_pragma=query_only(1)")
+		r, err := sql.Open("sqlite", dsn("synchronous(NORMAL)", "query_only(1)"))
 		if err != nil {
 			lite.close()
 			w.Close()
@@ -412,7 +414,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		s.read = r
 		// Checkpoints flush the database file whatever the setting; NORMAL skips only the
 		// WAL's flush, which this connection never writes.
-		c, err := sql.Open("sqlite", "file:"+uriPath(target)+"?"+pragmas+"&_pragma=synchronous(NORMAL)")
+		c, err := sql.Open("sqlite", dsn("synchronous(NORMAL)"))
 		if err != nil {
 			lite.close()
 			r.Close()
@@ -490,7 +492,6 @@ func (s *Store) Close() error {
 		close(s.stop)
 		s.loop.Wait()
 	}
-	s.writeStmts.close()
 	s.readStmts.close()
 	var errs []error
 	if s.lite != nil {
@@ -666,17 +667,12 @@ func (s *Store) bind(q string) string {
 // Tx is a write transaction.
 type Tx struct {
 	s *Store
-	// q runs the transaction's statements: tx on SQLite; on PostgreSQL the connection itself,
-	// where the transaction's BEGIN and COMMIT are statements like the others (held, and sent
-	// with the first and the last writes).
+	// q runs the transaction's statements on PostgreSQL: the connection itself, where the
+	// transaction's BEGIN and COMMIT are statements like the others (held, and sent with the
+	// first and the last writes). lc runs them on SQLite's writer (see liteConn).
 	q  querier
-	tx *sql.Tx
-	// lc, on SQLite's writer, runs the statements instead of q (see liteConn).
 	lc *liteConn
 	at int64
-	// stmts are the cached statements bound to this transaction (SQLite): a group commit runs
-	// the same few statements many times.
-	stmts map[string]*sql.Stmt
 	// PostgreSQL: conn is the transaction's connection, and later the writes whose outcome
 	// nothing reads (execLater), held to go out together with the next statement in one round
 	// trip (a pipeline: each statement prepared and bound as on its own, one Sync). sent counts
@@ -716,7 +712,7 @@ func (t *Tx) undoFrom(mark int) {
 	t.undo = t.undo[:mark]
 }
 
-// querier is what runs a transaction's statements: *sql.Tx or *sql.Conn.
+// querier is what runs a PostgreSQL transaction's statements: its *sql.Conn.
 type querier interface {
 	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error)
@@ -771,25 +767,6 @@ func (c *stmtCache) close() {
 	c.m = nil
 }
 
-func (t *Tx) stmt(ctx context.Context, q string) *sql.Stmt {
-	if t.s.engine != SQLite {
-		return nil // pgx caches prepared statements itself
-	}
-	if st, ok := t.stmts[q]; ok {
-		return st
-	}
-	st := t.s.writeStmts.get(ctx, t.s.write, q)
-	if st == nil {
-		return nil
-	}
-	st = t.tx.StmtContext(ctx, st)
-	if t.stmts == nil {
-		t.stmts = map[string]*sql.Stmt{}
-	}
-	t.stmts[q] = st
-	return st
-}
-
 // stmtCtx is the context a statement runs under. On SQLite, where the writer's transaction
 // holds a whole group of callers' writes, a statement is never interrupted by its caller's
 // context (an interrupted statement can roll back the group's transaction); the writer checks
@@ -812,9 +789,6 @@ func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error
 		// The held writes and this one, in one round trip.
 		t.later = append(t.later, laterStmt{q: q, args: args})
 		return t.flush(ctx)
-	}
-	if st := t.stmt(ctx, q); st != nil {
-		return st.ExecContext(ctx, args...)
 	}
 	t.queued++
 	t.trips++
@@ -998,9 +972,6 @@ func (t *Tx) query(ctx context.Context, q string, args ...any) (rowsIter, error)
 		}
 		return r, nil
 	}
-	if st := t.stmt(ctx, q); st != nil {
-		return st.QueryContext(ctx, args...)
-	}
 	t.trips++
 	return t.q.QueryContext(ctx, q, args...)
 }
@@ -1074,9 +1045,6 @@ func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 	}
 	if t.conn != nil && t.sendHeldFirst(q) {
 		return pipelinedRow{t: t, ctx: ctx, q: q, args: args}
-	}
-	if st := t.stmt(ctx, q); st != nil {
-		return st.QueryRowContext(ctx, args...)
 	}
 	t.trips++
 	return t.q.QueryRowContext(ctx, q, args...)
@@ -1216,32 +1184,11 @@ func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		err := s.writeOnce(ctx, f)
+		err := s.writePostgres(ctx, f) // (SQLite's writes all go through its writer: s.writes)
 		if err == nil || attempt >= 4 || !retryable(err) {
 			return err
 		}
 	}
-}
-
-func (s *Store) writeOnce(ctx context.Context, f func(*Tx) error) error {
-	if s.engine == Postgres {
-		return s.writePostgres(ctx, f)
-	}
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
-	}
-	t := &Tx{s: s, q: tx, tx: tx, at: s.nowMicros()}
-	if err := f(t); err != nil {
-		tx.Rollback()
-		t.undoFrom(0)
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		t.undoFrom(0)
-		return fmt.Errorf("committing transaction: %w", err)
-	}
-	return nil
 }
 
 // writePostgres runs f in a transaction on one connection of the pool, whose BEGIN goes out
