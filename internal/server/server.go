@@ -306,7 +306,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				func() float64 { return float64(st.WriterStats().WALRestarts) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writer_reruns_total",
 				Help: "Groups of writes SQLite's writer rolled back and ran again, with a savepoint around each write from the one that failed on: a group runs without savepoints until a write of it fails. A rate near its groups' means most groups hold a write that fails."},
-				func() float64 { return float64(st.WriterStats().Reruns) }))
+				func() float64 { return float64(st.WriterStats().Reruns) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_wal_flushes_total",
+				Help: "Flushes of SQLite's write-ahead log to disk (fdatasync) that answered committed writes: each takes every group the writer committed before it."},
+				func() float64 { return float64(st.WriterStats().Flushes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_wal_flush_seconds_total",
+				Help: "Time those flushes took, beside the writer. Divided by bcd_store_wal_flushes_total, the disk's flush latency, which every write's answer waits for."},
+				func() float64 { return st.WriterStats().FlushTime.Seconds() }))
 	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })

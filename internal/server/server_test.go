@@ -177,6 +177,10 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	counter(t, srv.Addr(), "bcd_store_writer_busy_seconds_total")
 	counter(t, srv.Addr(), "bcd_store_wal_restarts_total")
 	counter(t, srv.Addr(), "bcd_store_writer_reruns_total")
+	if n := counter(t, srv.Addr(), "bcd_store_wal_flushes_total"); n < 1 {
+		t.Errorf("bcd_store_wal_flushes_total = %v after writes, want at least 1", n)
+	}
+	counter(t, srv.Addr(), "bcd_store_wal_flush_seconds_total")
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0

@@ -90,6 +90,19 @@ type Store struct {
 	// lite is SQLite's writer connection, used by commitLoop alone (see liteConn); write
 	// (database/sql) migrates the schema and restarts the WAL.
 	lite *liteConn
+	// flush is SQLite's writes committed but not yet flushed to disk, which flushLoop answers
+	// once the WAL holding them is (see flushLoop); flushWake tells it there are some and
+	// flushQuit that the writer stopped. flushFailed is set for good by a flush that failed.
+	// flushes and flushBusy count the flushes and the time they took.
+	flush struct {
+		sync.Mutex
+		pending []committedGroup
+	}
+	flushWake, flushQuit chan struct{}
+	flushFailed          atomic.Pointer[error]
+	flushes, flushBusy   atomic.Int64
+	// syncWAL flushes the WAL file to disk (fdatasync); a test replaces it.
+	syncWAL atomic.Pointer[func(*os.File) error]
 	// rehearse: RehearseWrites.
 	rehearse atomic.Bool
 	// trips counts the round trips of PostgreSQL's write transactions (WriteRoundTrips).
@@ -124,12 +137,16 @@ type WriterStats struct {
 	// Reruns counts the passes the writer rolled back and ran again because a write it ran
 	// without a savepoint failed (see commitPass).
 	Reruns int64
+	// Flushes counts the flushes of the WAL to disk that answered committed writes, and
+	// FlushTime is the time they took (beside the writer, which goes on meanwhile).
+	Flushes   int64
+	FlushTime time.Duration
 }
 
 // WriterStats reports the single writer's work (zero on PostgreSQL).
 func (s *Store) WriterStats() WriterStats {
 	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()),
-		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load()}
+		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
 }
 
 // WriteRoundTrips is how many round trips to the database the write transactions of this store
@@ -373,18 +390,20 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 			return "file:" + uriPath(target) + "?_pragma=" + strings.Join(append(slices.Clone(common), extra...), "&_pragma=")
 		}
 		// The writer's page cache holds the hot rows of a large fleet (nodes, open workflows,
-		// queued commands, the queue); SQLite's default is 2 MiB. Its commits are synchronous
-		// (FULL): the WAL is flushed to disk before a commit returns, so what a caller was told
-		// is stored (an acknowledgement an agent then acts on, a one-time token spent, a wipe's
-		// proof) survives a power loss, not only a crash of the process.
+		// queued commands, the queue); SQLite's default is 2 MiB.
 		// journal_size_limit: the first commit after the WAL restarts cuts the file back to
 		// the limit (it would otherwise keep its largest size for ever).
 		s.wal, s.walLimit = target+"-wal", walLimit
-		writer := append(slices.Clone(common), "synchronous(FULL)", "cache_size(-16384)", "wal_autocheckpoint(0)",
+		writer := append(slices.Clone(common), "cache_size(-16384)", "wal_autocheckpoint(0)",
 			fmt.Sprintf("journal_size_limit(%d)", walLimit))
-		// w migrates the schema and restarts the WAL; the writes themselves go through lite,
-		// with the same settings, below.
-		w, err := sql.Open("sqlite", dsn(writer...)+"&_txlock=immediate")
+		// w migrates the schema and restarts the WAL, its commits synchronous (FULL: the WAL
+		// is flushed to disk before a commit returns). The writes themselves go through lite,
+		// below, whose commits do not wait for the disk (NORMAL): flushLoop flushes the WAL
+		// beside the writer and only then answers the writes it holds. What a caller was told
+		// is stored (an acknowledgement an agent then acts on, a one-time token spent, a
+		// wipe's proof) survives a power loss, not only a crash of the process, as with FULL;
+		// the writer meanwhile runs the next group.
+		w, err := sql.Open("sqlite", dsn(append(slices.Clone(writer), "synchronous(FULL)")...)+"&_txlock=immediate")
 		if err != nil {
 			return nil, fmt.Errorf("opening sqlite store %s: %w", target, err)
 		}
@@ -397,7 +416,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 			w.Close()
 			return nil, err
 		}
-		lite, err := openLite(target, writer)
+		lite, err := openLite(target, append(writer, "synchronous(NORMAL)"))
 		if err != nil {
 			w.Close()
 			return nil, err
@@ -424,8 +443,12 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		c.SetMaxOpenConns(1)
 		s.ckpt = c
 		s.writes, s.stop, s.committed = make(chan *writeReq), make(chan struct{}), make(chan struct{}, 1)
-		s.loop.Add(2)
+		s.flushWake, s.flushQuit = make(chan struct{}, 1), make(chan struct{})
+		flush := fdatasync
+		s.syncWAL.Store(&flush)
+		s.loop.Add(3)
 		go s.commitLoop()
+		go s.flushLoop()
 		go s.checkpointLoop()
 	case Postgres:
 		target, conns, err := poolOf(target)
@@ -1242,6 +1265,7 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 // each in a savepoint of one transaction, commits once, then answers every caller.
 func (s *Store) commitLoop() {
 	defer s.loop.Done()
+	defer close(s.flushQuit) // (flushLoop answers what it still holds, then ends)
 	// After a restart of the WAL that failed (readers held it, or an error), when to try again:
 	// walRetryAfter, doubled at each failure in a row up to walRetryMax.
 	var walRetry time.Time
@@ -1262,6 +1286,12 @@ func (s *Store) commitLoop() {
 			default:
 				break drain
 			}
+		}
+		if failed := s.flushFailed.Load(); failed != nil {
+			for _, r := range group {
+				r.done <- *failed
+			}
+			continue
 		}
 		t0 := time.Now()
 		if s.walOverLimit() && !t0.Before(walRetry) {
@@ -1362,14 +1392,98 @@ func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (
 		}
 		return 0, true
 	}
-	for i, r := range group {
-		r.done <- errs[i]
+	s.flush.Lock()
+	s.flush.pending = append(s.flush.pending, committedGroup{group, errs})
+	s.flush.Unlock()
+	select {
+	case s.flushWake <- struct{}{}:
+	default:
 	}
 	select {
 	case s.committed <- struct{}{}:
 	default:
 	}
 	return 0, true
+}
+
+// committedGroup is a group the writer committed, and each of its writes' outcome, not yet
+// answered: the WAL holding it may not be on disk yet.
+type committedGroup struct {
+	group []*writeReq
+	errs  []error
+}
+
+// flushLoop answers SQLite's committed writes once they are on disk. The writer commits
+// without waiting for the disk (synchronous NORMAL) and hands each committed group here; this
+// flushes the WAL file (fdatasync, which takes every group committed before it) and only then
+// answers their callers, while the writer runs the next groups. A caller is answered as it was
+// when each commit flushed the WAL itself (synchronous FULL): what it was told is stored
+// survives a power loss. Other readers may see a committed write a moment before it is on disk,
+// as they could see it before its caller was answered; a power loss in that moment loses it with
+// the writes after it (SQLite's WAL keeps its commits in order), none of them answered. A flush
+// that fails leaves the disk's state unknown: every write it held and every write after it
+// fail (flushFailed), and the store must be reopened (a restart of the server), which recovers
+// what the disk holds.
+func (s *Store) flushLoop() {
+	defer s.loop.Done()
+	var wal *os.File
+	defer func() {
+		if wal != nil {
+			wal.Close()
+		}
+	}()
+	for {
+		quit := false
+		select {
+		case <-s.flushWake:
+		case <-s.flushQuit:
+			quit = true // the writer stopped: what it committed is all in pending
+		}
+		s.flush.Lock()
+		pending := s.flush.pending
+		s.flush.pending = nil
+		s.flush.Unlock()
+		if len(pending) > 0 {
+			err := s.flushFailed.Load()
+			if err == nil {
+				t0 := time.Now()
+				if ferr := s.flushWAL(&wal); ferr != nil {
+					e := fmt.Errorf("flushing the SQLite store's write-ahead log to disk: %w (what was committed since the last flush may be lost; the store refuses writes until it is reopened)", ferr)
+					slog.Default().Error("the store's disk failed", "error", ferr)
+					s.flushFailed.Store(&e)
+					err = &e
+				}
+				s.flushBusy.Add(int64(time.Since(t0)))
+				s.flushes.Add(1)
+			}
+			for _, c := range pending {
+				for i, r := range c.group {
+					if err != nil {
+						r.done <- *err
+					} else {
+						r.done <- c.errs[i]
+					}
+				}
+			}
+		}
+		if quit {
+			return
+		}
+	}
+}
+
+// flushWAL flushes the WAL file to disk through *wal, which it opens the first time (the file
+// exists once the writer has committed in WAL mode, and keeps its inode while the store is open:
+// SQLite restarts and truncates it in place).
+func (s *Store) flushWAL(wal **os.File) error {
+	if *wal == nil {
+		f, err := os.Open(s.wal)
+		if err != nil {
+			return err
+		}
+		*wal = f
+	}
+	return (*s.syncWAL.Load())(*wal)
 }
 
 // RehearseWrites makes SQLite's writer, while on, roll back the first pass of every group it
