@@ -42,6 +42,13 @@ func (b *Bounded[K, V]) Put(k K, v V) {
 	b.m[k] = v
 }
 
+// Delete drops what is kept for k.
+func (b *Bounded[K, V]) Delete(k K) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, k)
+}
+
 // Len is how many entries are kept.
 func (b *Bounded[K, V]) Len() int {
 	b.mu.Lock()

@@ -56,3 +56,17 @@ func TestBoundedWithoutRoomKeepsNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestBoundedDelete(t *testing.T) {
+	b := New[string, int](3)
+	b.Put("a", 1)
+	b.Put("b", 2)
+	b.Delete("a")
+	b.Delete("z") // absent: nothing happens
+	if _, ok := b.Get("a"); ok || b.Len() != 1 {
+		t.Fatalf("after deleting a: len %d, a kept %v", b.Len(), ok)
+	}
+	if v, ok := b.Get("b"); !ok || v != 2 {
+		t.Fatalf("b = %d %v after deleting another key", v, ok)
+	}
+}

@@ -242,6 +242,10 @@ type Engine struct {
 	// unknownSeen: the commands unknown to the store that agents named, already recorded
 	// (noteUnknown).
 	unknownSeen *cache.Bounded[string, bool]
+	// attestedKinds: the kinds of the attested commands this server handed to node agents, by
+	// id, until their outcome: on SQLite, Report checks an outcome's signature from them before
+	// the writer, without reading the command's row (preverifyClaimed).
+	attestedKinds *cache.Bounded[string, string]
 	// mark is the store's watermark at this server's last beat (Watermark); restored, once
 	// set, what an agent showed of the store's restore (Witness): no command is sent.
 	mark     atomic.Pointer[store.Watermark]
@@ -289,7 +293,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, cancels: newCancelBook(), osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
-		unknownSeen: cache.New[string, bool](maxUnknownSeen)}
+		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds)}
 }
 
 // Consoles is the hub of the console sessions open on this server (nil: none are relayed).

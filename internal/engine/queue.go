@@ -761,8 +761,20 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		})
 		return nil
 	})
+	if err == nil && e.st.Engine() == store.SQLite {
+		for _, c := range out {
+			if c.Attested && a.Kind == "node" {
+				e.attestedKinds.Put(c.ID, c.Kind)
+			}
+		}
+	}
 	return out, err
 }
+
+// maxAttestedKinds bounds the attested commands whose kinds a server keeps for their outcomes'
+// early check (a few per machine in a workflow; emptied when full, which only skips the early
+// check of the outcomes still out).
+const maxAttestedKinds = 1 << 16
 
 // forget drops finished commands from an agent's offered set, and from what it is told to
 // cancel: it reported the command's end.
@@ -967,16 +979,25 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 // alone are undone and the node is woken for the reconciler instead.
 func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	final := command.State(u.State).Final()
-	// An outcome's command is read before the writer (and its attestation checked there): the
-	// writer then updates the row only if it is still as read, else reads it itself.
+	// On PostgreSQL an outcome's command is read before the writer (and its attestation checked
+	// there): the transaction then updates the row only if it is still as read, else reads it
+	// itself, and locks the node first. SQLite's writer reads the row itself: a read beside the
+	// one writer costs the process more than the writer's own (SQLite's shared page cache, whose
+	// lock the readers take too, held the writer back), and the attestation is checked before
+	// from what this server handed out (preverifyClaimed).
 	var pre *store.Command
 	if final {
-		if c, err := e.st.Command(ctx, u.CommandID); err == nil {
+		if e.st.Engine() == store.SQLite {
+			if len(u.NodeSig) > 0 {
+				e.preverifyClaimed(a, u) // (what it found, the engine's check finds again)
+			}
+		} else if c, err := e.st.Command(ctx, u.CommandID); err == nil {
 			pre = &c
 			if len(u.NodeSig) > 0 {
 				e.preverify(c, u)
 			}
 		}
+		defer e.attestedKinds.Delete(u.CommandID)
 	}
 	var fx effects
 	var ended store.Command // the command, if this report ended it
@@ -1201,12 +1222,27 @@ func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID strin
 // engine checks it again from the stored row when it takes the result, and then finds it
 // verified (pki remembers verified signatures). A failure here changes nothing: the engine's
 // check decides.
-func (e *Engine) preverify(c store.Command, u Update) {
+func (e *Engine) preverify(c store.Command, u Update) error {
 	if e.ca == nil || e.acceptIngested || len(u.SignerCertDER) == 0 {
-		return
+		return nil
 	}
 	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}
-	_ = pki.VerifyStatement(e.ca, u.SignerCertDER, st, u.NodeSig, c.Generation, time.Now())
+	return pki.VerifyStatement(e.ca, u.SignerCertDER, st, u.NodeSig, c.Generation, time.Now())
+}
+
+// preverifyClaimed is preverify for the outcome of an attested command this server handed to
+// the node agent a: the statement its signature covers is rebuilt from what the server handed
+// out (the command's kind) and the agent's identity (a node agent runs its node's commands, of
+// its identity generation). The engine's own check, from the stored row, decides; a statement
+// rebuilt wrong only fails here.
+// checked says whether it checked (the command was handed out here, to a node agent), err
+// what the check found.
+func (e *Engine) preverifyClaimed(a Agent, u Update) (checked bool, err error) {
+	kind, ok := e.attestedKinds.Get(u.CommandID)
+	if !ok || a.Kind != "node" {
+		return false, nil
+	}
+	return true, e.preverify(store.Command{ID: u.CommandID, NodeID: a.NodeID, Kind: kind, Generation: a.Generation}, u)
 }
 
 func progressJSON(u Update) string {
