@@ -338,3 +338,87 @@ func TestDeliverCommands(t *testing.T) {
 		}
 	})
 }
+
+// One command at a time (most claims and acknowledgements; SQLite runs them without
+// RETURNING): assigned only when still queued and free or already the agent's (a free one counts
+// an attempt), delivered only when queued, the acknowledging agent's and of its generation.
+func TestOneCommandAssignedAndDelivered(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		insert := func(agent, state string, gen uint64) string {
+			var id string
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				c := store.Command{NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, SiteID: nodes[0].SiteID, Kind: "inventory.collect",
+					Args: "{}", RunsOn: "ramdisk", TargetAgent: agent, State: state, Generation: gen}
+				err := tx.InsertCommand(ctx, &c)
+				id = c.ID
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return id
+		}
+		for _, tc := range []struct {
+			name         string
+			agent, state string
+			taken        bool
+			attempts     int
+		}{
+			{name: "free", agent: "", state: "queued", taken: true, attempts: 1},
+			{name: "already the agent's", agent: "a", state: "queued", taken: true, attempts: 0},
+			{name: "another agent's", agent: "b", state: "queued"},
+			{name: "no longer queued", agent: "", state: "failed"},
+		} {
+			id := insert(tc.agent, tc.state, 1)
+			var got []store.Command
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				c, err := tx.Command(ctx, id)
+				if err != nil {
+					return err
+				}
+				got, err = tx.AssignCommands(ctx, "a", []store.Command{c})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if taken := len(got) == 1; taken != tc.taken {
+				t.Errorf("assign %s: taken %v, want %v", tc.name, taken, tc.taken)
+				continue
+			}
+			if tc.taken && (got[0].Attempts != tc.attempts || got[0].TargetAgent != "a") {
+				t.Errorf("assign %s: attempts %d agent %q, want %d and a", tc.name, got[0].Attempts, got[0].TargetAgent, tc.attempts)
+			}
+			if c, _ := st.Command(ctx, id); tc.taken && c.Attempts != tc.attempts {
+				t.Errorf("assign %s: stored attempts %d, want %d", tc.name, c.Attempts, tc.attempts)
+			}
+		}
+		node := store.Acknowledger{AgentID: "a", Node: true, Generation: 1}
+		for _, tc := range []struct {
+			name         string
+			agent, state string
+			gen          uint64
+			by           store.Acknowledger
+			delivered    bool
+		}{
+			{name: "the agent's, queued", agent: "a", state: "queued", gen: 1, by: node, delivered: true},
+			{name: "another agent's", agent: "b", state: "queued", gen: 1, by: node},
+			{name: "of another generation", agent: "a", state: "queued", gen: 2, by: node},
+			{name: "acknowledged before", agent: "a", state: "delivered", gen: 1, by: node},
+			{name: "a site agent's, queued", agent: "a", state: "queued", gen: 7, by: store.Acknowledger{AgentID: "a"}, delivered: true},
+		} {
+			id := insert(tc.agent, tc.state, tc.gen)
+			var done map[string]bool
+			if err := st.Write(ctx, func(tx *store.Tx) (err error) {
+				done, err = tx.DeliverCommands(ctx, []string{id}, tc.by)
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			c, _ := st.Command(ctx, id)
+			if done[id] != tc.delivered || (c.State == "delivered" && tc.state != "delivered") != tc.delivered {
+				t.Errorf("deliver %s: marked %v, stored %s; want delivered %v", tc.name, done[id], c.State, tc.delivered)
+			}
+		}
+	})
+}

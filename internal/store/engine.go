@@ -390,9 +390,23 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 	done := map[string]bool{}
 	for i := 0; i < len(ids); i += idsPerStatement {
 		list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
-		rows, err := t.query(ctx, `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
-			WHERE id IN `+list+` AND `+plus+`target_agent = ? AND `+plus+`state = 'queued'`+genCond+` RETURNING id`,
-			append(append(append([]any{t.at, t.at}, args...), agentID), genArgs...)...)
+		set := `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
+			WHERE id IN ` + list + ` AND ` + plus + `target_agent = ? AND ` + plus + `state = 'queued'` + genCond
+		args = append(append(append([]any{t.at, t.at}, args...), agentID), genArgs...)
+		if len(args) == 4+len(genArgs) && t.s.engine == SQLite {
+			// One command: without RETURNING (see AssignCommands).
+			res, err := t.exec(ctx, set, args...)
+			if err != nil {
+				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
+			} else if n == 1 {
+				done[ids[i]] = true
+			}
+			continue
+		}
+		rows, err := t.query(ctx, set+` RETURNING id`, args...)
 		delivered, err := collect(rows, err, "delivered commands", scanID)
 		if err != nil {
 			return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
@@ -563,9 +577,22 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		list, listArgs := inList(ids)
 		args := append(append([]any{agentID, t.at}, listArgs...), agentID)
 		args = append(args, holderArgs...)
-		rows, err := t.query(ctx, `UPDATE commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
-			WHERE id IN `+list+` AND `+plus+`state = 'queued'
-			AND (`+plus+`target_agent = ? OR `+plus+`target_agent = ''`+holder+`) RETURNING id, attempts`, args...)
+		set := `UPDATE commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
+			WHERE id IN ` + list + ` AND ` + plus + `state = 'queued'
+			AND (` + plus + `target_agent = ? OR ` + plus + `target_agent = ''` + holder + `)`
+		if len(ids) == 1 && t.s.engine == SQLite {
+			// One command (most claims): SQLite's RETURNING builds two temporary tables, each
+			// with a page cache of its own, which cost more than reading the row again.
+			attempts, ok, err := t.assignOne(ctx, set, args, ids[0])
+			if err != nil {
+				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
+			}
+			if ok {
+				took[ids[0]] = attempts
+			}
+			continue
+		}
+		rows, err := t.query(ctx, set+` RETURNING id, attempts`, args...)
 		assigned, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (idAttempts, error) {
 			var a idAttempts
 			return a, r.Scan(&a.id, &a.attempts)
@@ -588,6 +615,19 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		delete(took, c.ID) // a candidate listed twice is returned once
 	}
 	return claimed, nil
+}
+
+// assignOne runs AssignCommands' statement set for the one command id, without RETURNING,
+// and reads the command's attempts when it was assigned.
+func (t *Tx) assignOne(ctx context.Context, set string, args []any, id string) (attempts int, ok bool, err error) {
+	res, err := t.exec(ctx, set, args...)
+	if err != nil {
+		return 0, false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return 0, false, err
+	}
+	return attempts, true, t.queryRow(ctx, `SELECT attempts FROM commands WHERE id = ?`, id).Scan(&attempts)
 }
 
 // ---------------------------------------------------------------- agents
