@@ -137,8 +137,10 @@ func StartReplicas(ctx context.Context, stores []*store.Store, cfg Config, ecfg 
 	h.cancel = cancel
 	go func() {
 		defer close(h.done)
-		go h.Sim.RunSiteAgent(rctx, "sim-site-1")
 		var wg sync.WaitGroup
+		// The site agent is waited for too: its last act, its departure, is a write that
+		// must not outlive Stop (and the store a test closes after it).
+		wg.Go(func() { h.Sim.RunSiteAgent(rctx, "sim-site-1") })
 		for _, e := range engines {
 			wg.Go(func() { e.Run(rctx) })
 		}
