@@ -389,20 +389,23 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 	}
 	done := map[string]bool{}
 	for i := 0; i < len(ids); i += idsPerStatement {
-		list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
+		chunk := ids[i:min(i+idsPerStatement, len(ids))]
+		list, listArgs := inList(chunk)
 		set := `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
 			WHERE id IN ` + list + ` AND ` + plus + `target_agent = ? AND ` + plus + `state = 'queued'` + genCond
-		args = append(append(append([]any{t.at, t.at}, args...), agentID), genArgs...)
-		if len(args) == 4+len(genArgs) && t.s.engine == SQLite {
+		args := append(append(append([]any{t.at, t.at}, listArgs...), agentID), genArgs...)
+		if len(chunk) == 1 && t.s.engine == SQLite {
 			// One command: without RETURNING (see AssignCommands).
 			res, err := t.exec(ctx, set, args...)
+			var n int64
+			if err == nil {
+				n, err = res.RowsAffected()
+			}
 			if err != nil {
 				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
 			}
-			if n, err := res.RowsAffected(); err != nil {
-				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
-			} else if n == 1 {
-				done[ids[i]] = true
+			if n == 1 {
+				done[chunk[0]] = true
 			}
 			continue
 		}
