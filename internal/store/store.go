@@ -66,7 +66,7 @@ type Store struct {
 	clock    anchoredClock
 	anchored atomic.Bool
 	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
-	// commitLoop), each in its own savepoint.
+	// commitLoop and commitPass) and answered once flushed (flushLoop).
 	writes chan *writeReq
 	stop   chan struct{}
 	loop   sync.WaitGroup
@@ -1262,7 +1262,8 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 }
 
 // commitLoop is SQLite's single writer: it takes the pending writes (up to maxGroup), runs
-// each in a savepoint of one transaction, commits once, then answers every caller.
+// them in one transaction (commitPass), commits once, and hands the group to flushLoop, which
+// answers every caller once the commit is on disk.
 func (s *Store) commitLoop() {
 	defer s.loop.Done()
 	defer close(s.flushQuit) // (flushLoop answers what it still holds, then ends)
