@@ -246,6 +246,10 @@ type Engine struct {
 	// id, until their outcome: on SQLite, Report checks an outcome's signature from them before
 	// the writer, without reading the command's row (preverifyClaimed).
 	attestedKinds *cache.Bounded[string, string]
+	// joinTokens: whom the node join tokens this server handed out in claims name, by the
+	// token's hash, until used: JoinNode signs the certificate before the writer from them
+	// without reading the token's row beside the writer.
+	joinTokens *cache.Bounded[string, tokenNode]
 	// mark is the store's watermark at this server's last beat (Watermark); restored, once
 	// set, what an agent showed of the store's restore (Witness): no command is sent.
 	mark     atomic.Pointer[store.Watermark]
@@ -293,7 +297,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, cancels: newCancelBook(), osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
-		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds)}
+		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds),
+		joinTokens: cache.New[string, tokenNode](maxJoinTokens)}
 }
 
 // Consoles is the hub of the console sessions open on this server (nil: none are relayed).

@@ -84,7 +84,16 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 	// transaction finds the same (else it signs again inside).
 	hash := pki.HashToken(token)
 	var preCert []byte
-	preNode, preTenant, preGen, err := e.st.JoinTokenNode(ctx, hash)
+	var preNode, preTenant string
+	var preGen uint64
+	if t, ok := e.joinTokens.Get(string(hash)); ok {
+		// Handed out by this server: whom it names is known without a read beside the
+		// writer (see Report).
+		preNode, preTenant, preGen = t.node, t.tenant, t.gen
+		defer e.joinTokens.Delete(string(hash))
+	} else {
+		preNode, preTenant, preGen, err = e.st.JoinTokenNode(ctx, hash)
+	}
 	if err == nil && preNode != "" {
 		preCert, _ = issue(preNode, preTenant, preGen)
 	}
@@ -111,6 +120,17 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 	})
 	return certDER, nodeID, gen, err
 }
+
+// tokenNode is whom a node join token names: its node, the node's tenant and identity
+// generation when the token was made (JoinNode checks them in the writer).
+type tokenNode struct {
+	node, tenant string
+	gen          uint64
+}
+
+// maxJoinTokens bounds the join tokens a server remembers having handed out (one per machine
+// booting; emptied when full, which only sends those joins' reads beside the writer).
+const maxJoinTokens = 1 << 16
 
 // CurrentGeneration is the node's identity generation; certificates of older ones are refused.
 func (e *Engine) CurrentGeneration(ctx context.Context, nodeID string) (uint64, error) {

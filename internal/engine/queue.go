@@ -828,6 +828,8 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 			Generation: c.Generation, ExpiresAt: tx.At() + (2 * time.Hour).Microseconds()}); err != nil {
 			return err
 		}
+		e.joinTokens.Put(string(hash), tokenNode{node: c.NodeID, tenant: c.TenantID, gen: c.Generation})
+		tx.OnUndo(func() { e.joinTokens.Delete(string(hash)) })
 		extra["token"] = plain
 	}
 	if len(extra) == 0 {
