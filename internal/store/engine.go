@@ -396,15 +396,11 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 		args := append(append(append([]any{t.at, t.at}, listArgs...), agentID), genArgs...)
 		if len(chunk) == 1 && t.s.engine == SQLite {
 			// One command: without RETURNING (see AssignCommands).
-			res, err := t.exec(ctx, set, args...)
-			var n int64
-			if err == nil {
-				n, err = res.RowsAffected()
-			}
+			ok, err := t.execOne(ctx, set, args)
 			if err != nil {
 				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
 			}
-			if n == 1 {
+			if ok {
 				done[chunk[0]] = true
 			}
 			continue
@@ -623,14 +619,20 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 // assignOne runs AssignCommands' statement set for the one command id, without RETURNING,
 // and reads the command's attempts when it was assigned.
 func (t *Tx) assignOne(ctx context.Context, set string, args []any, id string) (attempts int, ok bool, err error) {
-	res, err := t.exec(ctx, set, args...)
-	if err != nil {
-		return 0, false, err
-	}
-	if n, err := res.RowsAffected(); err != nil || n == 0 {
+	if ok, err = t.execOne(ctx, set, args); err != nil || !ok {
 		return 0, false, err
 	}
 	return attempts, true, t.queryRow(ctx, `SELECT attempts FROM commands WHERE id = ?`, id).Scan(&attempts)
+}
+
+// execOne runs an UPDATE of one row by id and reports whether it changed the row.
+func (t *Tx) execOne(ctx context.Context, q string, args []any) (bool, error) {
+	res, err := t.exec(ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // ---------------------------------------------------------------- agents
