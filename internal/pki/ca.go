@@ -56,6 +56,12 @@ type caState struct {
 	// sigs keeps signatures that verified, by the SHA-256 of (certificate, digest, signature):
 	// a result is checked when its report arrives and again when the engine takes it.
 	sigs *cache.Bounded[[32]byte, bool]
+	// issued keeps the certificates this CA signed (by the SHA-256 of their DER) with the
+	// fingerprint of the CA that signed them: Verify takes one of them without checking its
+	// signature and chain, which this process made (a node's certificate meets Verify first
+	// when its first attested result arrives, minutes after its join). Its validity windows
+	// and its issuer being trusted are checked at every call, as for certs.
+	issued *cache.Bounded[[32]byte, string]
 	// retired are the CAs finished rotations retired (SetRetired): trusted for nothing live,
 	// only for audits of what they certified (VerifyRecordedStatement).
 	retired atomic.Pointer[[]*authority]
@@ -125,12 +131,18 @@ type verifiedCert struct {
 // maxVerified bounds the verified certificates and signatures kept (each emptied when full).
 const maxVerified = 4096
 
+// maxIssued bounds the issued certificates remembered (a few per machine in a workflow: its
+// ramdisk's and its OS's; emptied when full, which only costs the next Verify of each its
+// checks). An entry is its hash and the issuer's fingerprint, about 100 bytes.
+const maxIssued = 1 << 16
+
 func authorityOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *authority {
 	return &authority{cert: cert, certPEM: EncodeCertPEM(der), key: key, fp: Fingerprint(der)}
 }
 
 func caOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *CA {
-	ca := &CA{st: &caState{certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.New[[32]byte, bool](maxVerified)}}
+	ca := &CA{st: &caState{certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.New[[32]byte, bool](maxVerified),
+		issued: cache.New[[32]byte, string](maxIssued)}}
 	ca.st.set.Store(newSet(authorityOf(cert, der, key), nil, nil))
 	return ca
 }
@@ -320,6 +332,17 @@ func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity
 			return v.cert, v.id, nil
 		}
 	}
+	if fp, ok := ca.st.issued.Get(key); ok {
+		if a := set.byFingerprint(fp); a != nil && valid(a.cert) {
+			if cert, err := x509.ParseCertificate(certDER); err == nil && valid(cert) {
+				if id, err := ParseIdentity(cert); err == nil {
+					ca.st.certs.Put(key, verifiedCert{cert: cert, id: id, issuer: fp})
+					return cert, id, nil
+				}
+			}
+		}
+		// (not trusted now, or out of its window: the checks below say why)
+	}
 	cert, id, issuer, err := verifyWith(set, certDER, now)
 	if err != nil {
 		return nil, Identity{}, err
@@ -445,10 +468,13 @@ func (ca *CA) issue(pub *ecdsa.PublicKey, id Identity, dnsNames []string, ips []
 		DNSNames:              dnsNames,
 		IPAddresses:           ips,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer.cert, pub, signer.key)
+	der, err := signedBy(signer.key, func(s crypto.Signer) ([]byte, error) {
+		return x509.CreateCertificate(rand.Reader, tmpl, signer.cert, pub, s)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("signing %s certificate: %w", id.Kind, err)
 	}
+	ca.st.issued.Put(sha256.Sum256(der), signer.fp)
 	return der, nil
 }
 

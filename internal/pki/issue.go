@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -135,9 +134,7 @@ func NewKeyAndCSR(commonName string) (crypto.Signer, []byte, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("making certificate request: generating key: %w", err)
 	}
-	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: commonName},
-	}, key)
+	csr, err := newCSR(key, commonName)
 	if err != nil {
 		return nil, nil, fmt.Errorf("making certificate request: %w", err)
 	}
