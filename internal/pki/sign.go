@@ -17,7 +17,7 @@ import (
 // Go's x509.CreateCertificate and CreateCertificateRequest check every signature they are
 // handed by verifying it: a guard against a faulty signer (a hardware module), and an ECDSA
 // verification costs about three signatures. Every join signs two (the agent's request, the
-// CA's certificate), so the guard was a tenth of the CPU of a simulated fleet's lifecycle.
+// CA's certificate): the guard was 7 % of the CPU of a simulated fleet's lifecycle.
 // signedBy keeps x509's encoding and drops the guard for keys in this process: x509 builds the
 // part to be signed and hands it to tbsSigner, which signs it with the key and stops x509
 // there (errTBSSigned); signedBy then wraps the part and its signature as x509 would.
