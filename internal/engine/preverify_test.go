@@ -44,6 +44,9 @@ func TestAttestedOutcomeCheckedBeforeTheWriter(t *testing.T) {
 		t.Fatalf("claimed %+v, %v; want the workflow's disk.wipe", cmds, err)
 	}
 	id := cmds[0].ID
+	if err := f.e.Ack(ctx, node, id); err != nil {
+		t.Fatal(err)
+	}
 	result := []byte(`{"devices":[]}`)
 	sig, err := pki.SignStatement(key, pki.Statement{CommandID: id, NodeID: f.node.ID, Kind: "disk.wipe", Generation: f.node.IdentityGeneration, ResultSHA256: pki.ResultDigest(result)})
 	if err != nil {

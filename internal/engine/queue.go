@@ -627,9 +627,10 @@ var ErrNotYours = errors.New("command is not assigned to this agent")
 // while its agent was away): the agent must not run it.
 var ErrFinished = errors.New("command has already ended")
 
-// Claim returns up to limit commands for a to run, assigning them to it. Tokens that must
-// reach only the agent (a boot entry's one-time discovery token) are minted here, stored as
-// hashes, and never written to the command row.
+// Claim returns up to limit commands for a to run: a site agent's are assigned to it, a node
+// agent's are only offered (its acknowledgement assigns them: offer). Tokens that must reach
+// only the agent (a boot entry's one-time discovery token) are minted here, stored as hashes,
+// and never written to the command row.
 func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command, error) {
 	if !e.sending() {
 		return nil, nil // an agent showed the store was restored (Witness)
@@ -678,6 +679,9 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		}
 	}
 	cands = slices.DeleteFunc(cands, func(c store.Command) bool { _, b := broken[c.ID]; return b })
+	if a.Kind == "node" && len(broken) == 0 && !slices.ContainsFunc(cands, takenInWriter) {
+		return e.offer(a, cands, creds, limit)
+	}
 	var out []store.Command
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		for id, why := range broken {
@@ -771,6 +775,59 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	return out, err
 }
 
+// takenInWriter says whether handing c out writes beside its assignment: a boot entry, or a
+// join token (outgoing). Such kinds run on the site; a node agent's claim of one goes through
+// the writer all the same.
+func takenInWriter(c store.Command) bool {
+	return bootEntryKind(c.Kind) != "" || c.Kind == "boot.prepareRamdisk" || c.Kind == "boot.prepareInstance"
+}
+
+// offer hands node agent a the candidates of its claim without a write. A node agent's claim
+// assigns nothing: its node's ramdisk commands go to no other agent (they are its node's and
+// generation's), so there is nothing to move elsewhere should it go. Its acknowledgement takes
+// them (AckAll: assigns each, gates a destructive one, marks it delivered, in one write), and
+// the agent runs only those whose acknowledgement was recorded: one withdrawn or cancelled
+// since this read is refused there and never runs. What is offered is recorded per connection
+// as by a claim through the writer, checked and marked under one lock, so that two claims of
+// one connection never offer a command twice.
+func (e *Engine) offer(a Agent, cands []store.Command, creds map[string]map[string]any, limit int) ([]store.Command, error) {
+	for i := range cands {
+		if err := withExtra(&cands[i], creds[cands[i].ID]); err != nil {
+			return nil, err
+		}
+	}
+	now := e.st.NowMicros()
+	var out []store.Command
+	e.sentMu.Lock()
+	o := e.sent[a.ID]
+	if o == nil {
+		// An agent whose connection was not announced (in-process callers).
+		o = &offered{conn: a.ConnID, ids: map[string]bool{}}
+		e.sent[a.ID] = o
+	}
+	if offered := o.on(a.ConnID); offered != nil {
+		for _, c := range cands {
+			if offered[c.ID] || len(out) == limit {
+				continue
+			}
+			offered[c.ID] = true
+			// The agent gets the command's whole time from now (as a claim through the writer).
+			c.Deadline = takenDeadline(c.CreatedAt, c.Deadline, now)
+			out = append(out, c)
+		}
+	}
+	// (else the connection ended or was replaced: what it would take goes to a dead stream)
+	e.sentMu.Unlock()
+	if e.st.Engine() == store.SQLite {
+		for _, c := range out {
+			if c.Attested {
+				e.attestedKinds.Put(c.ID, c.Kind)
+			}
+		}
+	}
+	return out, nil
+}
+
 // maxAttestedKinds bounds the attested commands whose kinds a server keeps for their outcomes'
 // early check (a few per machine in a workflow; emptied when full, which only skips the early
 // check of the outcomes still out).
@@ -832,6 +889,12 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 		tx.OnUndo(func() { e.joinTokens.Delete(string(hash)) })
 		extra["token"] = plain
 	}
+	return withExtra(c, extra)
+}
+
+// withExtra adds extra to c's arguments, for the agent only: the row keeps the arguments
+// without them.
+func withExtra(c *store.Command, extra map[string]any) error {
 	if len(extra) == 0 {
 		return nil
 	}
@@ -841,7 +904,7 @@ func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.C
 	}
 	maps.Copy(args, extra)
 	b, _ := json.Marshal(args)
-	c.Args = string(b) // outgoing only: the row keeps the arguments without them
+	c.Args = string(b)
 	return nil
 }
 
@@ -929,7 +992,8 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 	return refused[commandID]
 }
 
-// AckAll records that a received and durably recorded the commands ids, in one write. It
+// AckAll records that a received and durably recorded the commands ids, in one write (a node
+// agent's also takes them: assigned to it and, if destructive, gated; offer). It
 // returns, by id, the acknowledgements refused (a command unknown, not a's or ended:
 // ErrNotFound, ErrNotYours, ErrFinished) — the agent runs only those accepted; one
 // acknowledged before and not ended is accepted again (an agent back from a restart).
@@ -938,9 +1002,20 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 	var unknown []string
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		refused, unknown = map[string]error{}, nil
+		if a.Kind == "node" {
+			// Its claim assigned nothing and gated nothing (offer): a destructive command is
+			// gated here, before the agent may run it.
+			if err := e.gateTaken(ctx, tx, a, ids); err != nil {
+				return err
+			}
+		}
 		var done map[string]bool
 		var err error
-		done, err = tx.DeliverCommands(ctx, ids, store.Acknowledger{AgentID: a.ID, Node: a.Kind != "site", Generation: a.Generation})
+		by := store.Acknowledger{AgentID: a.ID, Node: a.Kind != "site", Generation: a.Generation}
+		if a.Kind == "node" {
+			by.NodeID = a.NodeID
+		}
+		done, err = tx.DeliverCommands(ctx, ids, by)
 		if err != nil {
 			return err
 		}
@@ -955,7 +1030,7 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 				unknown = append(unknown, id)
 			case err != nil:
 				return err
-			case !agentsCommand(a, c):
+			case !agentsCommand(a, c) && !nodeTakes(a, c):
 				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, ErrNotYours)
 			case command.State(c.State).Final():
 				refused[id] = fmt.Errorf("ack of %s by %s: %w (%s)", id, a.ID, ErrFinished, c.State)
@@ -967,6 +1042,39 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 		e.noteUnknown(ctx, a, "acknowledged", unknown)
 	}
 	return refused, err
+}
+
+// nodeTakes says whether node agent a's acknowledgement takes c, unassigned: a ramdisk command of
+// its node and identity generation (what its claim offers, Store.CommandCandidates). Pure.
+func nodeTakes(a Agent, c store.Command) bool {
+	return a.Kind == "node" && c.TargetAgent == "" && c.RunsOn == string(command.OnRamdisk) && c.NodeID == a.NodeID && c.Generation == a.Generation
+}
+
+// gateTaken gates the destructive commands among ids that node agent a's acknowledgement is
+// about to take (queued, its own or its node's unassigned): one refused fails there (gate), and
+// its acknowledgement is refused. Without any approvals policy nothing is read.
+func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []string) error {
+	anyPolicy, err := tx.AnyApprovalPolicy(ctx)
+	if err != nil || !anyPolicy {
+		return err
+	}
+	gc := &gateCache{batches: map[string]*store.Batch{}, approvals: map[string]int{}, required: map[string]int{}, policies: &anyPolicy}
+	for _, id := range ids {
+		c, err := tx.Command(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !c.Destructive || c.State != string(command.Queued) || !agentsCommand(a, c) && !nodeTakes(a, c) {
+			continue
+		}
+		if _, err := e.gate(ctx, tx, a, &c, gc); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Report records a command's progress or outcome and wakes its node. Reports are idempotent and

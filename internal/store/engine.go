@@ -363,15 +363,18 @@ func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool
 }
 
 // Acknowledger is the agent whose acknowledgements DeliverCommands records: a site agent by
-// its id, or a node agent (Node) by its id and identity generation.
+// its id, or a node agent (Node) by its id and identity generation, and the node it runs on.
 type Acknowledger struct {
 	AgentID    string
 	Node       bool
+	NodeID     string
 	Generation uint64
 }
 
 // DeliverCommands marks the queued commands of ids assigned to by (of its generation, for a
-// node agent) delivered (their agent acknowledged them) and returns those it marked. An id
+// node agent) delivered (their agent acknowledged them) and returns those it marked. A node
+// agent's claim assigns nothing (Engine.Claim): its acknowledgement also takes the unassigned
+// ramdisk commands of its node and generation, assigning them to it (an attempt each). An id
 // left out is not both (delivered already, another agent's or generation's, or unknown): the
 // caller reads it to tell which.
 func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger) (map[string]bool, error) {
@@ -387,13 +390,24 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 	if by.Node {
 		genCond, genArgs = ` AND generation = ?`, []any{int64(by.Generation)}
 	}
+	// Whose: the agent's; for a node agent, also its node's unassigned ramdisk commands.
+	take, whose, whoseArgs := "", plus+`target_agent = ?`, []any{agentID}
+	if by.Node && by.NodeID != "" {
+		take = `, target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END`
+		whose = `(` + plus + `target_agent = ? OR ` + plus + `target_agent = '' AND ` + plus + `runs_on = 'ramdisk' AND ` + plus + `node_id = ?)`
+		whoseArgs = []any{agentID, by.NodeID}
+	}
 	done := map[string]bool{}
 	for i := 0; i < len(ids); i += idsPerStatement {
 		chunk := ids[i:min(i+idsPerStatement, len(ids))]
 		list, listArgs := inList(chunk)
-		set := `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?
-			WHERE id IN ` + list + ` AND ` + plus + `target_agent = ? AND ` + plus + `state = 'queued'` + genCond
-		args := append(append(append([]any{t.at, t.at}, listArgs...), agentID), genArgs...)
+		set := `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?` + take + `
+			WHERE id IN ` + list + ` AND ` + whose + ` AND ` + plus + `state = 'queued'` + genCond
+		args := []any{t.at, t.at}
+		if take != "" {
+			args = append(args, agentID)
+		}
+		args = append(append(append(args, listArgs...), whoseArgs...), genArgs...)
 		if len(chunk) == 1 && t.s.engine == SQLite {
 			// One command: without RETURNING (see AssignCommands).
 			ok, err := t.execOne(ctx, set, args)

@@ -606,6 +606,10 @@ func (c *anchoredClock) drift() time.Duration { return (*c.wall.Load())().Round(
 // nowMicros is the store's clock in Unix microseconds.
 func (s *Store) nowMicros() int64 { return (*s.now.Load())().UnixMicro() + s.offset.Load() }
 
+// NowMicros is the store's clock in Unix microseconds: what a write starting now reads as its
+// time (Tx.At).
+func (s *Store) NowMicros() int64 { return s.nowMicros() }
+
 // maxClockRoundTrip bounds the round trip of a clock reading SyncClock trusts: the reading is
 // taken as of the middle of it.
 const maxClockRoundTrip = time.Second
