@@ -173,10 +173,7 @@ func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	w.ID = NewID(Micros(t.at))
 	w.CreatedAt, w.UpdatedAt = t.at, t.at
-	if t.lc != nil {
-		t.lc.rows.dropOpen(w.NodeID) // (the node's newest workflow is open now)
-	}
-	return t.execLater(ctx, "inserting workflow "+w.Profile+" for node "+w.NodeID, insertWorkflowStmt,
+	return t.execLater(ctx, "inserting workflow "+w.Profile+" for node "+w.NodeID, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, mustJSON(w.CommandKinds), w.State, w.Phase,
 		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
 		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID)
@@ -185,17 +182,11 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 // UpdateWorkflow writes a workflow's progress.
 func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 	w.UpdatedAt = t.at
-	err := t.execLater(ctx, "updating workflow "+w.ID, updateWorkflowStmt,
+	return t.execLater(ctx, "updating workflow "+w.ID, `UPDATE workflows SET state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
+		step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?, outcome_applied = ?,
+		updated_at = ?, finished_at = ? WHERE id = ?`,
 		w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested,
 		w.FaultCode, w.Error, w.OutcomeApplied, w.UpdatedAt, w.FinishedAt, w.ID)
-	if t.lc != nil {
-		if err != nil {
-			t.lc.rows.dropOpen(w.NodeID)
-		} else {
-			t.lc.rows.updatedWorkflow(w)
-		}
-	}
-	return err
 }
 
 // openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).
@@ -203,16 +194,7 @@ const openWorkflowQuery = `SELECT ` + workflowCols + ` FROM workflows WHERE node
 
 // OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
 func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, error) {
-	if t.lc != nil {
-		if w, open, ok := t.lc.rows.openWorkflow(nodeID); ok {
-			return w, open, nil
-		}
-	}
-	w, open, err := scanOpenWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false), nodeID)
-	if err == nil && t.lc != nil {
-		t.lc.rows.putOpen(nodeID, w, open)
-	}
-	return w, open, err
+	return scanOpenWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false), nodeID)
 }
 
 // scanOpenWorkflow scans the row of openWorkflowQuery: the workflow, and false if there is none.
@@ -978,15 +960,7 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
-	err := t.execLater(ctx, "recording the power of node "+nodeID, setPowerStmt, power, nodeID)
-	if t.lc != nil {
-		if err != nil {
-			t.lc.rows.dropNode(nodeID)
-		} else {
-			t.lc.rows.setPower(nodeID, power)
-		}
-	}
-	return err
+	return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
 }
 
 // SetBMCAddress records the BMC address a node's ramdisk reported after provisioning its

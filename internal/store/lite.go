@@ -32,9 +32,6 @@ type liteConn struct {
 	// at out+8, where a statement's text ends).
 	out   uintptr
 	stmts map[string]*liteStmt
-	// rows are the rows its transactions read that it keeps (rowCache); each statement
-	// empties what it may change of them (liteStmt.touch), a rollback all of them.
-	rows *rowCache
 }
 
 // liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
@@ -48,8 +45,6 @@ type liteStmt struct {
 	// cached: kept in c.stmts for the next run of its text. busy: rows read from it are
 	// still open (a statement run again meanwhile gets a statement of its own).
 	cached, busy bool
-	// touch is what running it may change of c.rows (classify).
-	touch touch
 }
 
 // maxLiteStmts bounds the writer's prepared statements (a few dozen texts recur; a text built
@@ -58,7 +53,7 @@ const maxLiteStmts = 512
 
 // openLite opens the database file at path, runs pragmas on it, and returns the connection.
 func openLite(path string, pragmas []string) (_ *liteConn, err error) {
-	c := &liteConn{tls: libc.NewTLS(), stmts: map[string]*liteStmt{}, rows: newRowCache()}
+	c := &liteConn{tls: libc.NewTLS(), stmts: map[string]*liteStmt{}}
 	defer func() {
 		if err != nil {
 			c.close()
@@ -141,12 +136,10 @@ func (c *liteConn) errorOf(rc int32) error {
 }
 
 // prepare returns q's statement: the cached one if it is free, else a new one (cached when
-// there is room and q has none). It empties what the statement may change of c.rows: every
-// statement the connection runs is prepared here first.
+// there is room and q has none).
 func (c *liteConn) prepare(q string) (*liteStmt, error) {
 	st, ok := c.stmts[q]
 	if ok && !st.busy {
-		c.rows.forget(st.touch)
 		return st, nil
 	}
 	text, err := libc.CString(q)
@@ -166,8 +159,7 @@ func (c *liteConn) prepare(q string) (*liteStmt, error) {
 		sqlite3.Xsqlite3_finalize(c.tls, p)
 		return nil, fmt.Errorf("preparing %.60q: it holds more than one statement (%.40q after the first); the writer runs one at a time", q, rest)
 	}
-	st = &liteStmt{c: c, p: p, params: int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p)), touch: classify(q)}
-	c.rows.forget(st.touch)
+	st = &liteStmt{c: c, p: p, params: int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p))}
 	if !ok && len(c.stmts) < maxLiteStmts {
 		st.cached = true
 		c.stmts[q] = st
@@ -606,7 +598,6 @@ func (c *liteConn) begin() (liteTx, error) {
 func (t liteTx) Commit() error {
 	t.c.resetBusy()
 	if _, err := t.c.exec("COMMIT", nil); err != nil {
-		t.c.rows.forget(touchAll)
 		if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) == 0 {
 			t.c.exec("ROLLBACK", nil)
 		}
@@ -618,7 +609,6 @@ func (t liteTx) Commit() error {
 // Rollback undoes the transaction.
 func (t liteTx) Rollback() error {
 	t.c.resetBusy()
-	t.c.rows.forget(touchAll)
 	if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) != 0 {
 		return nil // SQLite already rolled it back (an I/O error, a full disk)
 	}

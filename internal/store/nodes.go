@@ -87,18 +87,9 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 // LockNode reads a node by id or name for update (row-locked on PostgreSQL). tenantID, when not
 // empty, restricts the lookup to that tenant.
 func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
-	if t.lc != nil {
-		if n, ok := t.lc.rows.node(ref); ok && (tenantID == "" || n.TenantID == tenantID) {
-			return n, nil
-		}
-	}
-	n, err := t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
+	return t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return t.queryRow(ctx, q+t.forUpdate(), args...)
 	}, func(q string, args ...any) (rowsIter, error) { return t.query(ctx, q, args...) })
-	if err == nil && t.lc != nil {
-		t.lc.rows.putNode(n)
-	}
-	return n, err
 }
 
 // LockedNode is a node as a reconciliation that follows in the transaction takes it: its row,
@@ -209,27 +200,22 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 // UpdateNode writes the mutable fields of n if the stored version is still n.Version, and bumps
 // the version. The caller read n in the same transaction.
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
-	res, err := t.exec(ctx, updateNodeStmt,
+	res, err := t.exec(ctx, `UPDATE nodes SET state = ?, target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
+		fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
+		wipe_mode = ?, batch_id = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
+		linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?
+		WHERE id = ? AND version = ?`,
 		n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
 		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
 		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at, n.ID, int64(n.Version))
 	if err != nil {
-		if t.lc != nil {
-			t.lc.rows.dropNode(n.ID)
-		}
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
-		if t.lc != nil {
-			t.lc.rows.dropNode(n.ID)
-		}
 		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
 	}
 	n.Version++
 	n.UpdatedAt = t.at
-	if t.lc != nil {
-		t.lc.rows.updatedNode(n)
-	}
 	return nil
 }
 
