@@ -87,9 +87,28 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 // LockNode reads a node by id or name for update (row-locked on PostgreSQL). tenantID, when not
 // empty, restricts the lookup to that tenant.
 func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
-	return t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
+	n, err := t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return t.queryRow(ctx, q+t.forUpdate(), args...)
 	}, func(q string, args ...any) (rowsIter, error) { return t.query(ctx, q, args...) })
+	if err == nil && t.lc != nil {
+		t.readNode(n)
+	}
+	return n, err
+}
+
+// nodeKeys are a node's indexed columns that UpdateNode sets, as its row holds them at a
+// version: nodes_state and nodes_batch.
+type nodeKeys struct {
+	version      uint64
+	state, batch string
+}
+
+// readNode records what the transaction read of n's indexed columns (SQLite's writer).
+func (t *Tx) readNode(n Node) {
+	if t.nodes == nil {
+		t.nodes = map[string]nodeKeys{}
+	}
+	t.nodes[n.ID] = nodeKeys{version: n.Version, state: n.State, batch: n.BatchID}
 }
 
 // LockedNode is a node as a reconciliation that follows in the transaction takes it: its row,
@@ -200,6 +219,21 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 // UpdateNode writes the mutable fields of n if the stored version is still n.Version, and bumps
 // the version. The caller read n in the same transaction.
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
+	if k, ok := t.nodes[n.ID]; ok && k.version == n.Version && k.state == n.State && k.batch == n.BatchID {
+		// Its state and batch as the row holds them at this version (read in this transaction;
+		// every statement that sets either bumps the version): SQLite rewrites the entries of
+		// every index over a column an UPDATE sets, changed or not, so this leaves out the two
+		// that nodes_state and nodes_batch index.
+		res, err := t.exec(ctx, `UPDATE nodes SET target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
+			fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
+			wipe_mode = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
+			linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?
+			WHERE id = ? AND version = ?`,
+			n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
+			n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
+			n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at, n.ID, int64(n.Version))
+		return t.updatedNode(n, res, err)
+	}
 	res, err := t.exec(ctx, `UPDATE nodes SET state = ?, target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
 		fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
 		wipe_mode = ?, batch_id = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
@@ -208,6 +242,11 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 		n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
 		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
 		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at, n.ID, int64(n.Version))
+	return t.updatedNode(n, res, err)
+}
+
+// updatedNode is UpdateNode's outcome from its statement's.
+func (t *Tx) updatedNode(n *Node, res sql.Result, err error) error {
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
@@ -216,6 +255,9 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	}
 	n.Version++
 	n.UpdatedAt = t.at
+	if t.lc != nil {
+		t.readNode(*n)
+	}
 	return nil
 }
 

@@ -722,6 +722,9 @@ type Tx struct {
 	// undo are what the transaction's functions kept outside it (OnUndo), undone, last first,
 	// when their writes are.
 	undo []func()
+	// nodes are the indexed columns of the nodes the transaction read or wrote, by id, at the
+	// version it saw (SQLite's writer: UpdateNode).
+	nodes map[string]nodeKeys
 }
 
 // OnUndo registers f, which undoes what the caller kept outside the transaction (in memory)

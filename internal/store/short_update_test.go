@@ -1,0 +1,192 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// On SQLite's writer, UpdateWorkflow of a running workflow and UpdateNode that keeps the node's
+// state and batch leave the indexed columns out of the statement (SQLite rewrites an index's
+// entries whenever an UPDATE sets one of its columns); what is stored is what the whole
+// statement stores, whatever the row held.
+func TestUpdatesLeaveUnchangedIndexedColumnsOut(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var node Node
+	var wf Workflow
+	err = s.Write(ctx, func(tx *Tx) error {
+		if err := tx.PutHardwareProfile(ctx, HardwareProfile{Name: "redfish", Drivers: map[string]string{"power": "redfish"}, LocalBoot: "exit"}); err != nil {
+			return err
+		}
+		tn, err := tx.InsertTenant(ctx, "t")
+		if err != nil {
+			return err
+		}
+		site, err := tx.InsertSite(ctx, tn.ID, "s", nil)
+		if err != nil {
+			return err
+		}
+		pool, err := tx.InsertPool(ctx, Pool{TenantID: tn.ID, SiteID: site.ID, Name: "p", Policy: PoolPolicy{HardwareProfile: "redfish"}})
+		if err != nil {
+			return err
+		}
+		node = Node{ID: NewID(time.Now()), TenantID: tn.ID, SiteID: site.ID, PoolID: pool.ID, Name: "n", State: "enrolling",
+			HardwareProfile: "redfish", BMCDriver: "redfish", BMCAddress: "https://x", BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p"}
+		if err := tx.InsertNode(ctx, &node); err != nil {
+			return err
+		}
+		wf = Workflow{NodeID: node.ID, TenantID: tn.ID, Profile: "p", Owner: "metal", Steps: "[]", Cleanup: "[]", State: "running", Phase: "steps"}
+		return tx.InsertWorkflow(ctx, &wf)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// short says whether the writer prepared a statement that begins with prefix and holds part.
+	short := func(prefix, part string) bool {
+		for q := range s.lite.stmts {
+			if strings.HasPrefix(q, prefix) && strings.Contains(q, part) {
+				return true
+			}
+		}
+		return false
+	}
+	stored := func() (Node, Workflow) {
+		n, err := s.Node(ctx, node.ID, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, ok, err := scanOpenWorkflow(s.queryRow(ctx, `SELECT `+workflowCols+` FROM workflows WHERE id = ? AND ? = ?`, wf.ID, false, false), node.ID)
+		if err != nil || !ok {
+			t.Fatalf("workflow: %v %v", ok, err)
+		}
+		return n, w
+	}
+
+	// A step moves on: the short statement.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		w := wf
+		w.StepIndex, w.CurrentCommand = 3, "c1"
+		return tx.UpdateWorkflow(ctx, &w)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, w := stored(); w.StepIndex != 3 || w.CurrentCommand != "c1" || w.OutcomeApplied {
+		t.Fatalf("workflow after a step: %+v", w)
+	}
+	if !short("UPDATE workflows SET", "WHERE id = ? AND NOT outcome_applied AND finished_at = 0") {
+		t.Error("the running workflow's update was not the statement without outcome_applied and finished_at")
+	}
+	// Stored as ended meanwhile (another statement): the caller's open, unfinished row is
+	// written whole, as before.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(ctx, `UPDATE workflows SET outcome_applied = ?, finished_at = ? WHERE id = ?`, true, 77, wf.ID)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, func(tx *Tx) error {
+		w := wf
+		w.StepIndex = 4
+		return tx.UpdateWorkflow(ctx, &w)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, w := stored(); w.StepIndex != 4 || w.OutcomeApplied || w.FinishedAt != 0 {
+		t.Fatalf("workflow written over an ended row: step %d, applied %v, finished %d; want 4, false, 0", w.StepIndex, w.OutcomeApplied, w.FinishedAt)
+	}
+	// Its end: the whole statement.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		w := wf
+		w.State, w.OutcomeApplied, w.FinishedAt = "succeeded", true, 99
+		return tx.UpdateWorkflow(ctx, &w)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, w := stored(); w.State != "succeeded" || !w.OutcomeApplied || w.FinishedAt != 99 {
+		t.Fatalf("ended workflow: %+v", w)
+	}
+
+	// A node read and written with its state and batch kept: the short statement, twice in one
+	// transaction (the first write's version is the second's).
+	if err := s.Write(ctx, func(tx *Tx) error {
+		n, err := tx.LockNode(ctx, node.ID, "")
+		if err != nil {
+			return err
+		}
+		n.Power, n.DeployImage = "on", "img"
+		if err := tx.UpdateNode(ctx, &n); err != nil {
+			return err
+		}
+		n.FaultCode = "F"
+		return tx.UpdateNode(ctx, &n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := stored(); n.Power != "on" || n.DeployImage != "img" || n.FaultCode != "F" || n.State != "enrolling" || n.Version != 3 {
+		t.Fatalf("node: power %s image %s fault %s state %s version %d", n.Power, n.DeployImage, n.FaultCode, n.State, n.Version)
+	}
+	if !short("UPDATE nodes SET target_state = ?", "") {
+		t.Error("the node's update with its state and batch kept set them anyway")
+	}
+	// State and batch changed: written.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		n, err := tx.LockNode(ctx, node.ID, "")
+		if err != nil {
+			return err
+		}
+		n.State, n.BatchID = "ready", "b1"
+		if err := tx.UpdateNode(ctx, &n); err != nil {
+			return err
+		}
+		n.Maintenance = true // (short again: state and batch as just written)
+		return tx.UpdateNode(ctx, &n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := stored(); n.State != "ready" || n.BatchID != "b1" || !n.Maintenance || n.Version != 5 {
+		t.Fatalf("node: state %s batch %s maintenance %v version %d", n.State, n.BatchID, n.Maintenance, n.Version)
+	}
+	// A stale version is refused by the short statement too.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		n, err := tx.LockNode(ctx, node.ID, "")
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(ctx, `UPDATE nodes SET version = version + 1 WHERE id = ?`, n.ID); err != nil {
+			return err
+		}
+		return tx.UpdateNode(ctx, &n)
+	}); !errors.Is(err, ErrStale) {
+		t.Fatalf("update at a stale version: %v, want ErrStale", err)
+	}
+	// Written in a savepoint rolled back: the next update, from a fresh read, is stored whole.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		n, err := tx.LockNode(ctx, node.ID, "")
+		if err != nil {
+			return err
+		}
+		undone := errors.New("undone")
+		if err := tx.Savepoint(ctx, func() error {
+			m := n
+			m.State = "gone"
+			return errors.Join(tx.UpdateNode(ctx, &m), undone)
+		}); !errors.Is(err, undone) {
+			return err
+		}
+		n.TargetState = "deployed"
+		return tx.UpdateNode(ctx, &n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := stored(); n.State != "ready" || n.TargetState != "deployed" {
+		t.Fatalf("node after a savepoint rolled back: state %s target %s", n.State, n.TargetState)
+	}
+}
