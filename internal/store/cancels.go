@@ -94,7 +94,7 @@ func (t *Tx) LosePreviousBoot(ctx context.Context, agentID, why string) ([]Comma
 	// The state condition names commands_agent_active's own (SQLite uses a partial index only
 	// for a query that repeats its condition).
 	rows, err := t.query(ctx, `UPDATE commands SET state = 'lost', error = ?, finished_at = ?, updated_at = ?
-		WHERE target_agent = ? AND target_agent <> '' AND state IN ('queued', 'delivered', 'running') AND state <> 'queued'
+		WHERE target_agent = ? AND `+agentActiveCond+` AND state <> 'queued'
 		RETURNING `+commandCols, why, t.at, t.at, agentID)
 	lost, err := collect(rows, err, "commands of the previous boot of "+agentID, scanCommand)
 	if err != nil {

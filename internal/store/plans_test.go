@@ -133,3 +133,41 @@ func TestPostgresCommitsAreDurable(t *testing.T) {
 		}
 	}
 }
+
+// A command's every change of state or agent evaluates the conditions of the partial indexes
+// over those columns, on the old row and the new: none of them may be coded as a temporary
+// table (an IN list of more than two values is, built anew at each evaluation; migration 00045).
+func TestCommandUpdatesBuildNoTemporaryTable(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, q := range []string{
+		`UPDATE commands SET state = ?, target_agent = ?, updated_at = ? WHERE id = ?`,
+		`UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ? WHERE id = ?`,
+		`UPDATE commands SET target_agent = ?, cancel_requested_at = ? WHERE id = ?`,
+		`UPDATE workflows SET outcome_applied = ?, finished_at = ? WHERE id = ?`,
+		`UPDATE nodes SET state = ?, batch_id = ? WHERE id = ?`,
+	} {
+		rows, err := s.read.QueryContext(ctx, "EXPLAIN "+q, make([]any, strings.Count(q, "?"))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cols, _ := rows.Columns()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			for i := range vals {
+				vals[i] = new(any)
+			}
+			if err := rows.Scan(vals...); err != nil {
+				t.Fatal(err)
+			}
+			if op := fmt.Sprint(*vals[1].(*any)); op == "OpenEphemeral" {
+				t.Errorf("%.60q builds a temporary table (a partial index's condition with an IN list?)", q)
+			}
+		}
+		rows.Close()
+	}
+}
