@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -188,5 +190,38 @@ func TestUpdatesLeaveUnchangedIndexedColumnsOut(t *testing.T) {
 	}
 	if n, _ := stored(); n.State != "ready" || n.TargetState != "deployed" {
 		t.Fatalf("node after a savepoint rolled back: state %s target %s", n.State, n.TargetState)
+	}
+}
+
+// UpdateNode leaves a node's state and batch out of its statement when the version it read
+// them at is still the row's: every statement that sets either must bump the version.
+func TestNodeStateAndBatchChangeWithTheVersion(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setsKey := regexp.MustCompile(`(?s)UPDATE nodes SET(.*?)WHERE`)
+	checked := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range setsKey.FindAllStringSubmatch(string(src), -1) {
+			set := m[1]
+			if !regexp.MustCompile(`(^|[\s,])(state|batch_id)\s*=`).MatchString(set) {
+				continue
+			}
+			checked++
+			if !strings.Contains(set, "version = version + 1") {
+				t.Errorf("%s: UPDATE nodes SET %.80q… sets the state or batch without bumping the version", f, strings.Join(strings.Fields(set), " "))
+			}
+		}
+	}
+	if checked < 3 { // UpdateNode, MoveNodes, SetNodeFault
+		t.Fatalf("found %d statements that set a node's state or batch, want at least 3", checked)
 	}
 }
