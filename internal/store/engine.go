@@ -816,8 +816,8 @@ func (t *Tx) AgentGone(ctx context.Context, id, connID string) error {
 const PendingMark = `"pending":true`
 
 // LastBootCommandAt returns when the node was last sent a command that makes it boot or leave
-// its ramdisk (a BMC power action, a kexec, or a lingering ramdisk's power-off once offered to
-// it), or 0: an agent connection older than that belongs to a previous boot even while the
+// its ramdisk (a BMC power action, a kexec, or a lingering ramdisk's power-off once its ramdisk
+// took it: acknowledged, which assigns a node agent's command), or 0: an agent connection older than that belongs to a previous boot even while the
 // connection still looks alive (a reset machine sends no FIN). A bmc.bios that wrote settings
 // and a bmc.firmware that installed an image count too: they apply at the next reset, so the
 // ramdisk up before them must not be used as it is.

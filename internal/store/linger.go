@@ -6,8 +6,9 @@ import (
 )
 
 // WithdrawCommand fails a command no agent acknowledged yet (queued) with why. closed says it
-// did; offered says an agent had claimed it (it may hold it, but it is never offered again, to
-// it or to a later agent of the same id). A command acknowledged or finished meanwhile is left
+// did; offered says an agent had claimed it, assigned to it (it may hold it, but it is never
+// offered again, to it or to a later agent of the same id). A node agent's claim assigns
+// nothing: a command only offered to it is closed here, and its acknowledgement refused. A command acknowledged or finished meanwhile is left
 // alone. Each decision is one conditional update under the row's lock, so a concurrent claim or
 // acknowledgement and the withdrawal never both win.
 func (t *Tx) WithdrawCommand(ctx context.Context, id, why string) (closed, offered bool, err error) {
