@@ -182,16 +182,14 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 // UpdateWorkflow writes a workflow's progress.
 func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 	w.UpdatedAt = t.at
+	args := workflowStepArgs(w)
 	if t.lc != nil && !w.OutcomeApplied && w.FinishedAt == 0 {
 		// A running workflow's step moves on, its outcome and end as they are stored: SQLite
 		// rewrites the entries of every index over a column an UPDATE sets, changed or not
 		// (workflows_node_open, and workflows_open whose condition names outcome_applied: four
 		// b-tree writes), so this sets neither column while the row still holds these values.
-		res, err := t.exec(ctx, `UPDATE workflows SET state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
-			step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?,
-			updated_at = ? WHERE id = ? AND NOT outcome_applied AND finished_at = 0`,
-			w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested,
-			w.FaultCode, w.Error, w.UpdatedAt, w.ID)
+		res, err := t.exec(ctx, `UPDATE workflows SET `+workflowStepSet+` WHERE id = ? AND NOT outcome_applied AND finished_at = 0`,
+			append(args, w.ID)...)
 		if err != nil {
 			return fmt.Errorf("updating workflow %s: %w", w.ID, err)
 		}
@@ -200,11 +198,20 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		}
 		// (stored ended, or outcome applied: the whole update below)
 	}
-	return t.execLater(ctx, "updating workflow "+w.ID, `UPDATE workflows SET state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
-		step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?, outcome_applied = ?,
-		updated_at = ?, finished_at = ? WHERE id = ?`,
-		w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested,
-		w.FaultCode, w.Error, w.OutcomeApplied, w.UpdatedAt, w.FinishedAt, w.ID)
+	return t.execLater(ctx, "updating workflow "+w.ID, updateWorkflowWhole, append(args, w.OutcomeApplied, w.FinishedAt, w.ID)...)
+}
+
+// workflowStepSet is what UpdateWorkflow sets besides the workflow's outcome and end, with
+// workflowStepArgs; updateWorkflowWhole sets those too.
+const (
+	workflowStepSet = `state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
+	step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?, updated_at = ?`
+	updateWorkflowWhole = `UPDATE workflows SET ` + workflowStepSet + `, outcome_applied = ?, finished_at = ? WHERE id = ?`
+)
+
+func workflowStepArgs(w *Workflow) []any {
+	return []any{w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch,
+		w.AbortRequested, w.FaultCode, w.Error, w.UpdatedAt}
 }
 
 // openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).

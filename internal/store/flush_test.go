@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -16,11 +15,7 @@ import (
 func openFlushTest(t *testing.T) *Store {
 	t.Helper()
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openTempSQLite(t)
 	if err := s.Write(ctx, func(tx *Tx) error {
 		_, err := tx.exec(ctx, `CREATE TABLE flushed (id INTEGER PRIMARY KEY)`)
 		return err

@@ -219,34 +219,18 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 // UpdateNode writes the mutable fields of n if the stored version is still n.Version, and bumps
 // the version. The caller read n in the same transaction.
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
-	if k, ok := t.nodes[n.ID]; ok && k.version == n.Version && k.state == n.State && k.batch == n.BatchID {
-		// Its state and batch as the row holds them at this version (read in this transaction;
-		// every statement that sets either bumps the version): SQLite rewrites the entries of
-		// every index over a column an UPDATE sets, changed or not, so this leaves out the two
-		// that nodes_state and nodes_batch index.
-		res, err := t.exec(ctx, `UPDATE nodes SET target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
-			fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
-			wipe_mode = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
-			linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?
-			WHERE id = ? AND version = ?`,
-			n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
-			n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
-			n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at, n.ID, int64(n.Version))
-		return t.updatedNode(n, res, err)
+	set := nodeUpdateSet
+	args := []any{n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
+		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
+		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at}
+	if k, ok := t.nodes[n.ID]; !ok || k.version != n.Version || k.state != n.State || k.batch != n.BatchID {
+		// Unless the transaction read its state and batch at this version (every statement that
+		// sets either bumps the version) and they are kept: SQLite rewrites the entries of every
+		// index over a column an UPDATE sets, changed or not, so they are set only here
+		// (nodes_state, nodes_batch).
+		set, args = `state = ?, batch_id = ?, `+set, append([]any{n.State, n.BatchID}, args...)
 	}
-	res, err := t.exec(ctx, `UPDATE nodes SET state = ?, target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
-		fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
-		wipe_mode = ?, batch_id = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
-		linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?
-		WHERE id = ? AND version = ?`,
-		n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
-		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
-		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at, n.ID, int64(n.Version))
-	return t.updatedNode(n, res, err)
-}
-
-// updatedNode is UpdateNode's outcome from its statement's.
-func (t *Tx) updatedNode(n *Node, res sql.Result, err error) error {
+	res, err := t.exec(ctx, `UPDATE nodes SET `+set+` WHERE id = ? AND version = ?`, append(args, n.ID, int64(n.Version))...)
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
@@ -260,6 +244,12 @@ func (t *Tx) updatedNode(n *Node, res sql.Result, err error) error {
 	}
 	return nil
 }
+
+// nodeUpdateSet is what UpdateNode sets besides the node's state and batch.
+const nodeUpdateSet = `target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
+	fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
+	wipe_mode = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
+	linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?`
 
 // DeleteNode removes a node (its MACs and labels cascade) and its wake-up row; its events stay.
 // Its held and queued commands fail and its open workflows close with it; it is refused

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"testing"
 )
@@ -88,11 +87,7 @@ func TestGroupRunsWithoutSavepointsUntilAWriteFails(t *testing.T) {
 			reruns: 1,
 		},
 	}
-	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openTempSQLite(t)
 	if err := s.Write(ctx, func(tx *Tx) error {
 		_, err := tx.exec(ctx, `CREATE TABLE optimistic (id INTEGER PRIMARY KEY)`)
 		return err

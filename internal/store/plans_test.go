@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +15,7 @@ import (
 // ever run).
 func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTempSQLite(t)
 	site, siteArgs, err := claimQuery("agent", "site", "site", "", 0, 1, []string{"bmc.media"})
 	if err != nil {
 		t.Fatal(err)
@@ -69,15 +64,11 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 // order is TestWriteIsAnsweredOnceItsCommitIsOnDisk's).
 func TestWriterCommitsAreDurable(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTempSQLite(t)
 	var journal string
 	var synchronous int
 	before := s.WriterStats().Flushes
-	err = s.Write(ctx, func(tx *Tx) error {
+	err := s.Write(ctx, func(tx *Tx) error {
 		if err := tx.queryRow(ctx, "PRAGMA journal_mode").Scan(&journal); err != nil {
 			return err
 		}
@@ -139,11 +130,7 @@ func TestPostgresCommitsAreDurable(t *testing.T) {
 // table (an IN list of more than two values is, built anew at each evaluation; migration 00045).
 func TestCommandUpdatesBuildNoTemporaryTable(t *testing.T) {
 	ctx := context.Background()
-	s, err := Open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTempSQLite(t)
 	for _, q := range []string{
 		`UPDATE commands SET state = ?, target_agent = ?, updated_at = ? WHERE id = ?`,
 		`UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ? WHERE id = ?`,
