@@ -765,22 +765,29 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		})
 		return nil
 	})
-	if err == nil && e.st.Engine() == store.SQLite {
-		for _, c := range out {
-			if c.Attested && a.Kind == "node" {
-				e.attestedKinds.Put(c.ID, c.Kind)
-			}
-		}
+	if err == nil {
+		e.rememberAttested(a, out)
 	}
 	return out, err
 }
 
-// takenInWriter says whether handing c out writes beside its assignment: a boot entry, or a
-// join token (outgoing). Such kinds run on the site; a node agent's claim of one goes through
-// the writer all the same.
-func takenInWriter(c store.Command) bool {
-	return bootEntryKind(c.Kind) != "" || c.Kind == "boot.prepareRamdisk" || c.Kind == "boot.prepareInstance"
+// rememberAttested keeps, on SQLite, the kinds of the attested commands handed to node agent a,
+// for their outcomes' check before the writer (preverifyClaimed).
+func (e *Engine) rememberAttested(a Agent, out []store.Command) {
+	if e.st.Engine() != store.SQLite || a.Kind != "node" {
+		return
+	}
+	for _, c := range out {
+		if c.Attested {
+			e.attestedKinds.Put(c.ID, c.Kind)
+		}
+	}
 }
+
+// takenInWriter says whether handing c out writes beside its assignment: a boot entry
+// (recordBootEntry), and for the boot entries that boot something a join token (outgoing).
+// Such kinds run on the site; a node agent's claim of one goes through the writer all the same.
+func takenInWriter(c store.Command) bool { return bootEntryKind(c.Kind) != "" }
 
 // offer hands node agent a the candidates of its claim without a write. A node agent's claim
 // assigns nothing: its node's ramdisk commands go to no other agent (they are its node's and
@@ -818,13 +825,7 @@ func (e *Engine) offer(a Agent, cands []store.Command, creds map[string]map[stri
 	}
 	// (else the connection ended or was replaced: what it would take goes to a dead stream)
 	e.sentMu.Unlock()
-	if e.st.Engine() == store.SQLite {
-		for _, c := range out {
-			if c.Attested {
-				e.attestedKinds.Put(c.ID, c.Kind)
-			}
-		}
-	}
+	e.rememberAttested(a, out)
 	return out, nil
 }
 

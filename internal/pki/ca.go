@@ -332,16 +332,9 @@ func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity
 			return v.cert, v.id, nil
 		}
 	}
-	if fp, ok := ca.st.issued.Get(key); ok {
-		if a := set.byFingerprint(fp); a != nil && valid(a.cert) {
-			if cert, err := x509.ParseCertificate(certDER); err == nil && valid(cert) {
-				if id, err := ParseIdentity(cert); err == nil {
-					ca.st.certs.Put(key, verifiedCert{cert: cert, id: id, issuer: fp})
-					return cert, id, nil
-				}
-			}
-		}
-		// (not trusted now, or out of its window: the checks below say why)
+	if v, ok := ca.issuedCert(set, key, certDER, valid); ok {
+		ca.st.certs.Put(key, v)
+		return v.cert, v.id, nil
 	}
 	cert, id, issuer, err := verifyWith(set, certDER, now)
 	if err != nil {
@@ -349,6 +342,27 @@ func (ca *CA) Verify(certDER []byte, now time.Time) (*x509.Certificate, Identity
 	}
 	ca.st.certs.Put(key, verifiedCert{cert: cert, id: id, issuer: issuer.fp})
 	return cert, id, nil
+}
+
+// issuedCert is certDER (of SHA-256 key) as this CA issued it (caState.issued), parsed, if its
+// issuer is still trusted and both are valid now; false otherwise (the full checks then say why).
+func (ca *CA) issuedCert(set *caSet, key [32]byte, certDER []byte, valid func(*x509.Certificate) bool) (verifiedCert, bool) {
+	fp, ok := ca.st.issued.Get(key)
+	if !ok {
+		return verifiedCert{}, false
+	}
+	if a := set.byFingerprint(fp); a == nil || !valid(a.cert) {
+		return verifiedCert{}, false
+	}
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil || !valid(cert) {
+		return verifiedCert{}, false
+	}
+	id, err := ParseIdentity(cert)
+	if err != nil {
+		return verifiedCert{}, false
+	}
+	return verifiedCert{cert: cert, id: id, issuer: fp}, true
 }
 
 // verifySignature reports whether sig is the signature of digest by pub, the key of certDER's
