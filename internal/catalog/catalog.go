@@ -1,16 +1,20 @@
 // Package catalog is the image catalog's trust rule: an image is deployable only when an
 // Ed25519 signature by a registered, unrevoked signer covers every field that decides which
-// bytes end up on a disk (name, URL, size, format, compression, digests). Pure functions.
+// bytes end up on a disk (name, URL, size, format, compression, digests). Pure functions, and a
+// memo of the signatures that verified (VerifiedSignatures).
 package catalog
 
 import (
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
 	"slices"
+
+	"bcd/internal/cache"
 )
 
 // Image is a catalog entry.
@@ -136,7 +140,52 @@ var (
 )
 
 // Verify decides whether img may be deployed, given the registered signers.
-func Verify(img Image, signers []Signer) error {
+func Verify(img Image, signers []Signer) error { return VerifyRemembering(img, signers, nil) }
+
+// maxVerifiedSignatures bounds the image signatures a VerifiedSignatures remembers (one per
+// image in use, and one more each time an image or its signer's key is replaced).
+const maxVerifiedSignatures = 1 << 12
+
+// VerifiedSignatures remembers the image signatures that verified: the SHA-256 of the signer's
+// public key, the signing input and the signature together. Whether a signature verifies
+// depends on those three alone, so a remembered one is never wrong: a changed field, key or
+// signature is another entry. Every deploy step checks its image again (a revoked signer or
+// a changed row refuses the deploy), in the store's single writer; this spares it the
+// Ed25519 verification of an image it already verified. Safe for concurrent use.
+type VerifiedSignatures struct {
+	seen *cache.Bounded[[32]byte, bool]
+}
+
+// NewVerifiedSignatures returns an empty VerifiedSignatures.
+func NewVerifiedSignatures() *VerifiedSignatures {
+	return &VerifiedSignatures{seen: cache.New[[32]byte, bool](maxVerifiedSignatures)}
+}
+
+// verify reports whether sig is pub's signature of msg, remembering a signature that is.
+func (v *VerifiedSignatures) verify(pub ed25519.PublicKey, msg, sig []byte) bool {
+	if v == nil {
+		return ed25519.Verify(pub, msg, sig)
+	}
+	h := sha256.New()
+	for _, b := range [][]byte{pub, msg, sig} {
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
+		h.Write(b)
+	}
+	key := [32]byte(h.Sum(nil))
+	if ok, _ := v.seen.Get(key); ok {
+		return true
+	}
+	if !ed25519.Verify(pub, msg, sig) {
+		return false
+	}
+	v.seen.Put(key, true)
+	return true
+}
+
+// VerifyRemembering is Verify that skips the Ed25519 verification of a signature seen
+// verifying before (nil: none is remembered). The checks before it (the image's fields, a
+// signature present, its signer registered and not revoked) run every time.
+func VerifyRemembering(img Image, signers []Signer, seen *VerifiedSignatures) error {
 	if err := Check(img); err != nil {
 		return err
 	}
@@ -151,7 +200,7 @@ func Verify(img Image, signers []Signer) error {
 	if s.Revoked {
 		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrRevoked)
 	}
-	if len(s.PublicKey) != ed25519.PublicKeySize || !ed25519.Verify(s.PublicKey, SigningInput(img), img.Signature) {
+	if len(s.PublicKey) != ed25519.PublicKeySize || !seen.verify(s.PublicKey, SigningInput(img), img.Signature) {
 		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrBadSignature)
 	}
 	return nil

@@ -84,3 +84,51 @@ func TestSigningInputIsUnambiguous(t *testing.T) {
 		t.Fatal("field boundaries are ambiguous")
 	}
 }
+
+// A remembered signature spares only the Ed25519 verification of the same key, input and
+// signature: a changed field, signature or key, a signer revoked or removed since, are refused
+// as without the memo, and a signature that failed is not remembered.
+func TestVerifyRememberingRefusesAsVerify(t *testing.T) {
+	pub, key, _ := ed25519.GenerateKey(nil)
+	otherPub, _, _ := ed25519.GenerateKey(nil)
+	img := Image{Name: "debian-12", URL: "http://10.0.0.1/debian.raw.zst", Size: 1 << 30, Format: "raw", Compression: "zstd", SHA256: strings.Repeat("a", 64), Signer: "lab"}
+	img.Signature = Sign(img, key)
+	signers := []Signer{{Name: "lab", PublicKey: pub}}
+	seen := NewVerifiedSignatures()
+	for range 2 {
+		if err := VerifyRemembering(img, signers, seen); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := seen.seen.Len(); n != 1 {
+		t.Fatalf("remembered %d signatures, want 1", n)
+	}
+	flipped := img
+	flipped.Signature = append([]byte{}, img.Signature...)
+	flipped.Signature[5] ^= 1
+	moved := img
+	moved.URL = "http://10.0.0.2/debian.raw.zst"
+	for name, c := range map[string]struct {
+		img     Image
+		signers []Signer
+		want    error
+	}{
+		"a field changed":       {moved, signers, ErrBadSignature},
+		"the signature changed": {flipped, signers, ErrBadSignature},
+		"the signer's new key":  {img, []Signer{{Name: "lab", PublicKey: otherPub}}, ErrBadSignature},
+		"the signer revoked":    {img, []Signer{{Name: "lab", PublicKey: pub, Revoked: true}}, ErrRevoked},
+		"the signer removed":    {img, nil, ErrUnknownSigner},
+	} {
+		for range 2 {
+			if err := VerifyRemembering(c.img, c.signers, seen); !errors.Is(err, c.want) {
+				t.Errorf("%s: %v, want %v", name, err, c.want)
+			}
+		}
+	}
+	if n := seen.seen.Len(); n != 1 {
+		t.Errorf("remembered %d signatures after the refusals, want still 1", n)
+	}
+	if err := VerifyRemembering(img, signers, nil); err != nil {
+		t.Errorf("without a memo: %v", err)
+	}
+}

@@ -100,7 +100,7 @@ func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, err
 	if err != nil {
 		return catalog.Image{}, err
 	}
-	if err := catalog.Verify(img, signers); err != nil {
+	if err := catalog.VerifyRemembering(img, signers, t.s.imageSigs); err != nil {
 		return catalog.Image{}, err
 	}
 	return img, nil
@@ -117,7 +117,7 @@ func (s *Store) VerifiedImage(ctx context.Context, name string) (catalog.Image, 
 	if err != nil {
 		return catalog.Image{}, err
 	}
-	if err := catalog.Verify(img, signers); err != nil {
+	if err := catalog.VerifyRemembering(img, signers, s.imageSigs); err != nil {
 		return catalog.Image{}, err
 	}
 	return img, nil

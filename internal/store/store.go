@@ -33,6 +33,8 @@ import (
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"bcd/internal/catalog"
 )
 
 //go:embed migrations
@@ -55,6 +57,9 @@ type Store struct {
 	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
 	// per database (database/sql prepares them once per connection).
 	readStmts stmtCache
+	// imageSigs remembers the catalog signatures that verified (every deploy step checks its
+	// image again, in the writer).
+	imageSigs *catalog.VerifiedSignatures
 	// now is the local clock (tests replace it while the store runs). On PostgreSQL the
 	// store's time is the database's: offset, measured by SyncClock, is added to the local
 	// clock, unless a test set the clock by hand (manual).
@@ -368,7 +373,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{engine: engine}
+	s := &Store{engine: engine, imageSigs: catalog.NewVerifiedSignatures()}
 	s.SetWall(time.Now)
 	switch engine {
 	case SQLite:
