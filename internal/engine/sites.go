@@ -537,6 +537,9 @@ func (e *Engine) ReportPower(ctx context.Context, a Agent, epoch uint64, rs []Po
 }
 
 func mustData(v any) string {
+	if m, ok := v.(map[string]any); ok {
+		return eventJSON(m)
+	}
 	b, _ := json.Marshal(v)
 	return string(b)
 }

@@ -1,0 +1,42 @@
+package engine
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestEventJSONIsJSONMarshal(t *testing.T) {
+	for name, data := range map[string]map[string]any{
+		"nil":          nil,
+		"empty":        {},
+		"step":         {"workflow": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "phase": "steps", "step": 3, "use": "power.cycle", "command": "x", "result": "succeeded"},
+		"numbers":      {"int": -7, "int64": int64(1) << 62, "zero": 0, "float": 1.5, "uint": uint(9)},
+		"booleans":     {"yes": true, "no": false},
+		"escapes":      {"quote": `a"b`, "backslash": `a\b`, "html": "<a href='x'>&</a>", "newline": "a\nb\tc\rd\be\ff\x01"},
+		"unicode":      {"accent": "café", "line separator": "a\u2028b", "invalid": "a\xffb", "emoji": "🙂"},
+		"odd keys":     {"": 1, "<k>": "v", "ключ": true, "a\"b": "c"},
+		"nested":       {"list": []string{"a", "b"}, "map": map[string]any{"z": 1, "a": []any{nil, true}}, "null": nil},
+		"struct":       {"s": struct{ A, b int }{1, 2}},
+		"many keys":    {"k01": 1, "k02": 2, "k03": 3, "k04": 4, "k05": 5, "k06": 6, "k07": 7, "k08": 8, "k09": 9, "k10": 10, "k11": 11, "k12": 12, "k13": 13, "k14": 14, "k15": 15, "k16": 16, "k17": 17, "k18": 18},
+		"unencodable":  {"ok": "x", "ch": make(chan int)},
+		"keys in case": {"B": 1, "a": 2, "A": 3, "b": 4},
+	} {
+		want, _ := json.Marshal(data)
+		if got := eventJSON(data); got != string(want) {
+			t.Errorf("%s: %s, json.Marshal gives %s", name, got, want)
+		}
+	}
+}
+
+func FuzzEventJSONIsJSONMarshal(f *testing.F) {
+	f.Add("workflow", "0190a1b2", "step", int64(3), true)
+	f.Add("<x>", "a\"b\\c\u2028\xff", "", int64(-1), false)
+	f.Fuzz(func(t *testing.T, k1, v1, k2 string, n int64, yes bool) {
+		data := map[string]any{k1: v1, k2: n, strings.ToUpper(k1) + "!": yes}
+		want, _ := json.Marshal(data)
+		if got := eventJSON(data); got != string(want) {
+			t.Errorf("%q: %s, json.Marshal gives %s", data, got, want)
+		}
+	})
+}
