@@ -214,6 +214,8 @@ type Engine struct {
 	// steps keeps decoded step lists by their JSON: thousands of workflows of the same profile
 	// carry the same few lists, decoded once instead of at every decision. Entries are read-only.
 	steps *cache.Bounded[string, []workflow.Step]
+	// startables keeps the profiles workflows started with, resolved (run.resolveWorkflow).
+	startables *cache.Bounded[string, startable]
 	// running holds batches read as running, a state no batch leaves, so that the steps of a
 	// workflow under one do not each read it again.
 	running *cache.Bounded[string, bool]
@@ -298,7 +300,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
 		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds),
-		joinTokens: cache.New[string, tokenNode](maxJoinTokens)}
+		joinTokens: cache.New[string, tokenNode](maxJoinTokens), startables: cache.New[string, startable](maxStartables)}
 }
 
 // Consoles is the hub of the console sessions open on this server (nil: none are relayed).

@@ -17,18 +17,14 @@ func (r *run) conditionUnmet(wf *store.Workflow, st workflow.Step) error {
 	return r.nextStep(wf)
 }
 
-// storedProfile reads the profile named name stored through the API, when the node's state
-// takes one: a deploy profile (deploying), or an override of a built-in metal-* profile (any
-// other state; a deploy never runs one). Those take precedence over the server's profiles file.
-func (r *run) storedProfile(name string) (workflow.Profile, bool, error) {
+// storedProfile reads the definition of the profile named name stored through the API, when
+// the node's state takes one: a deploy profile (deploying), or an override of a built-in
+// metal-* profile (any other state; a deploy never runs one). Those take precedence over the
+// server's profiles file.
+func (r *run) storedProfile(name string) (def string, ok bool, err error) {
 	deploying := r.n.State == string(provision.Deploying)
 	if deploying == workflow.Overridable(name) {
-		return workflow.Profile{}, false, nil
+		return "", false, nil
 	}
-	def, ok, err := r.tx.Profile(r.ctx, name)
-	if err != nil || !ok {
-		return workflow.Profile{}, false, err
-	}
-	p, err := workflow.ParseProfile(name, []byte(def))
-	return p, err == nil, err
+	return r.tx.Profile(r.ctx, name)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -212,20 +213,20 @@ func provisionNode(n store.Node) provision.Node {
 }
 
 func (r *run) event(kind, from, to, reason string, data map[string]any) error {
-	b, _ := json.Marshal(data)
 	r.events = append(r.events, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
-		FromState: from, ToState: to, Reason: reason, Data: string(b)})
+		FromState: from, ToState: to, Reason: reason, Data: eventJSON(data)})
 	return nil
 }
 
-// profileFor chooses the workflow of the node's state.
-func (r *run) profileFor() (workflow.Profile, error) {
+// profileSource names the workflow of the node's state, and the definition stored through the
+// API that takes its place (stored false: the built-in or configured profile of that name).
+func (r *run) profileSource() (name, def string, stored bool, err error) {
 	n := r.n
 	info, ok := provision.Info(provision.State(n.State))
 	if !ok {
-		return workflow.Profile{}, fmt.Errorf("node %s is in unknown state %q", n.ID, n.State)
+		return "", "", false, fmt.Errorf("node %s is in unknown state %q", n.ID, n.State)
 	}
-	name := info.Profile(provision.State(n.TargetState))
+	name = info.Profile(provision.State(n.TargetState))
 	if n.State == string(provision.Enrolling) && n.BMCAddress == "" {
 		name = workflow.InbandEnrollProfile // accepted --inband: its ramdisk makes the BMC credential
 	}
@@ -234,19 +235,72 @@ func (r *run) profileFor() (workflow.Profile, error) {
 	}
 	// Operator profiles (and overrides of built-in ones) stored through the API take precedence
 	// over configured ones.
-	if p, ok, err := r.storedProfile(name); err != nil || ok {
-		return p, err
+	def, stored, err = r.storedProfile(name)
+	return name, def, stored, err
+}
+
+// startable is a workflow profile resolved for a node's parameters, with the JSON of its steps
+// that the workflow's row stores.
+type startable struct {
+	res            workflow.Resolved
+	steps, cleanup string
+}
+
+// maxStartables bounds the resolved profiles an engine keeps (a few per profile in use: one per
+// wipe mode and deploy image).
+const maxStartables = 1024
+
+// resolveWorkflow resolves the workflow of the node's state for its parameters. What it gives
+// depends on the profile's name, its stored definition and the parameters alone (configured
+// profiles are fixed for the engine's life), so it is kept under them (Engine.startables): a
+// workflow started in the single writer does not expand and encode the same profile again.
+// res.CommandKinds is shared by every workflow of the same key: read-only.
+func (r *run) resolveWorkflow() (startable, error) {
+	name, def, stored, err := r.profileSource()
+	if err != nil {
+		return startable{}, err
 	}
-	return workflow.Find(name, r.e.cfg.Profiles)
+	params := map[string]string{"wipe": r.n.WipeMode, "image": r.n.DeployImage}
+	var key strings.Builder
+	for _, part := range []string{name, strconv.FormatBool(stored), def, params["wipe"], params["image"]} {
+		key.WriteString(strconv.Itoa(len(part)))
+		key.WriteByte(':')
+		key.WriteString(part)
+	}
+	if s, ok := r.e.startables.Get(key.String()); ok {
+		return s, nil
+	}
+	var p workflow.Profile
+	if stored {
+		p, err = workflow.ParseProfile(name, []byte(def))
+	} else {
+		p, err = workflow.Find(name, r.e.cfg.Profiles)
+	}
+	if err != nil {
+		return startable{}, err
+	}
+	res, err := workflow.Resolve(p, params)
+	if err != nil {
+		return startable{}, err
+	}
+	res.CommandKinds = slices.Clip(res.CommandKinds) // an append by a reader copies
+	steps, err := json.Marshal(res.Steps)
+	if err != nil {
+		return startable{}, fmt.Errorf("encoding the steps of %s: %w", res.Profile, err)
+	}
+	cleanup, err := json.Marshal(res.Cleanup)
+	if err != nil {
+		return startable{}, fmt.Errorf("encoding the cleanup of %s: %w", res.Profile, err)
+	}
+	s := startable{res: res, steps: string(steps), cleanup: string(cleanup)}
+	r.e.startables.Put(key.String(), s)
+	return s, nil
 }
 
 func (r *run) startWorkflow() error {
 	n := &r.n
-	p, err := r.profileFor()
-	var res workflow.Resolved
-	if err == nil {
-		res, err = workflow.Resolve(p, map[string]string{"wipe": n.WipeMode, "image": n.DeployImage})
-	}
+	st, err := r.resolveWorkflow()
+	res := st.res
 	if err != nil {
 		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot start the workflow of %s: %v", n.State, err))
 	}
@@ -269,10 +323,8 @@ func (r *run) startWorkflow() error {
 	if err != nil {
 		return r.failNode(provision.FaultStepFailed, fmt.Sprintf("cannot compute the destructive scope of %s: %v", res.Profile, err))
 	}
-	steps, _ := json.Marshal(res.Steps)
-	cleanup, _ := json.Marshal(res.Cleanup)
 	wf := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: res.Profile, Owner: "metal", NodeState: n.State,
-		Steps: string(steps), Cleanup: string(cleanup), CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps", BatchID: batchID}
+		Steps: st.steps, Cleanup: st.cleanup, CommandKinds: res.CommandKinds, State: wfRunning, Phase: "steps", BatchID: batchID}
 	if err := r.flushWorkflow(); err != nil {
 		return err
 	}

@@ -108,3 +108,61 @@ func TestCommissionWithDCGMOverriddenOff(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkflowsFollowTheStoredProfileOfTheirStart: the engine keeps the profiles it resolved
+// (run.resolveWorkflow), and a workflow starts with the stored definition of its start, never
+// one kept from before: a node enrolled before an override sends diag.dcgm, one enrolled after
+// it does not, one enrolled after it is replaced by an override that keeps diag.dcgm sends it,
+// and so does one enrolled after the override is deleted. One engine runs the four.
+func TestWorkflowsFollowTheStoredProfileOfTheirStart(t *testing.T) {
+	const off = `{"override":{"diag.dcgm":{"args":{"level":"0"}}}}`
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	sentDCGM := func(prefix string) bool {
+		t.Helper()
+		h.salt++ // another MAC and product UUID than the last node's
+		ids, err := h.Enroll(ctx, prefix, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := rest(t, h, ids)[ids[0]]; n.State != "ready" {
+			t.Fatalf("%s: node %s %s: %s", prefix, n.State, n.FaultCode, n.FaultMsg)
+		}
+		cmds, err := st.Commands(ctx, ids[0], 500)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			if c.Kind == "diag.dcgm" {
+				return true
+			}
+		}
+		return false
+	}
+	if !sentDCGM("before") {
+		t.Error("enrolled before the override: no diag.dcgm sent")
+	}
+	if err := h.Metal.PutDeployProfile(ctx, h.Admin, "metal-commission", off); err != nil {
+		t.Fatal(err)
+	}
+	if sentDCGM("overridden") {
+		t.Error("enrolled after the override: diag.dcgm sent (a profile kept from before the override)")
+	}
+	if err := h.Metal.PutDeployProfile(ctx, h.Admin, "metal-commission", `{"override":{"disk.wipe":{"args":{"mode":"full"}}}}`); err != nil {
+		t.Fatal(err)
+	}
+	if !sentDCGM("replaced") {
+		t.Error("enrolled after the override was replaced by one that keeps diag.dcgm: no diag.dcgm sent (the first override's profile kept)")
+	}
+	if err := h.Metal.DeleteDeployProfile(ctx, h.Admin, "metal-commission"); err != nil {
+		t.Fatal(err)
+	}
+	if !sentDCGM("after") {
+		t.Error("enrolled after the override was deleted: no diag.dcgm sent (the override's profile kept)")
+	}
+}
