@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"bcd/internal/batch"
@@ -32,14 +34,13 @@ func (r *run) batchFor(first workflow.Resolved) (string, error) {
 		return n.BatchID, nil
 	}
 	chain := batch.Chain(provision.State(n.State), provision.State(n.TargetState), provision.Verb(n.ChainVerb))
-	builtin := batch.BuiltinProfileOf(r.e.cfg.Profiles)
 	kinds := first.CommandKinds
 	thisOnly := n.BMCAddress == ""
 	if thisOnly {
 		chain = chain[:min(len(chain), 1)]
 	}
 	if len(chain) > 1 {
-		more, err := batch.ChainKinds(chain[1:], provision.State(n.TargetState), builtin, map[string]string{"wipe": wipeOr(n.WipeMode), "image": n.DeployImage})
+		more, err := r.e.chainKinds(chain[1:], provision.State(n.TargetState), wipeOr(n.WipeMode), n.DeployImage)
 		if err != nil {
 			return "", err
 		}
@@ -87,6 +88,32 @@ func (r *run) batchFor(first workflow.Resolved) (string, error) {
 		data["image"], data["imageDigest"] = b.Image, b.ImageDigest
 	}
 	return b.ID, r.event("batch.create", n.State, n.State, "", data)
+}
+
+// maxChainKinds bounds the chains whose command kinds an engine keeps.
+const maxChainKinds = 1024
+
+// chainKinds is batch.ChainKinds of the rest of a node's chain with its built-in or configured
+// profiles (fixed for the engine's life), kept by the chain, target and parameters that alone
+// decide it (Engine.chains): each workflow that starts a chain would resolve its profiles
+// again in the writer. The slice is shared: read-only.
+func (e *Engine) chainKinds(rest []provision.State, target provision.State, wipe, image string) ([]string, error) {
+	var key strings.Builder
+	for _, part := range append(slices.Clone(rest), target, provision.State(wipe), provision.State(image)) {
+		key.WriteString(strconv.Itoa(len(part)))
+		key.WriteByte(':')
+		key.WriteString(string(part))
+	}
+	if kinds, ok := e.chains.Get(key.String()); ok {
+		return kinds, nil
+	}
+	kinds, err := batch.ChainKinds(rest, target, batch.BuiltinProfileOf(e.cfg.Profiles), map[string]string{"wipe": wipe, "image": image})
+	if err != nil {
+		return nil, err
+	}
+	kinds = slices.Clip(kinds)
+	e.chains.Put(key.String(), kinds)
+	return kinds, nil
 }
 
 func wipeOr(mode string) string {

@@ -216,6 +216,8 @@ type Engine struct {
 	steps *cache.Bounded[string, []workflow.Step]
 	// startables keeps the profiles workflows started with, resolved (run.resolveWorkflow).
 	startables *cache.Bounded[string, startable]
+	// chains keeps the command kinds of the rest of a chain (Engine.chainKinds).
+	chains *cache.Bounded[string, []string]
 	// running holds batches read as running, a state no batch leaves, so that the steps of a
 	// workflow under one do not each read it again.
 	running *cache.Bounded[string, bool]
@@ -300,7 +302,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
 		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds),
-		joinTokens: cache.New[string, tokenNode](maxJoinTokens), startables: cache.New[string, startable](maxStartables)}
+		joinTokens: cache.New[string, tokenNode](maxJoinTokens), startables: cache.New[string, startable](maxStartables),
+		chains: cache.New[string, []string](maxChainKinds)}
 }
 
 // Consoles is the hub of the console sessions open on this server (nil: none are relayed).

@@ -44,8 +44,9 @@ func (e *Engine) CreateSiteJoinToken(ctx context.Context, siteID string, ttl tim
 
 // JoinSite consumes a site bootstrap token and certifies the agent's key (from its CSR).
 func (e *Engine) JoinSite(ctx context.Context, token string, csrDER []byte) (certDER []byte, err error) {
+	keyHash := csrKeyHash(csrDER) // parsed before the single writer
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
-		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), "site", csrKeyHash(csrDER), joinRetryWindow)
+		jt, err := tx.UseJoinToken(ctx, pki.HashToken(token), "site", keyHash, joinRetryWindow)
 		if err != nil {
 			return err
 		}
@@ -97,8 +98,9 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 	if err == nil && preNode != "" {
 		preCert, _ = issue(preNode, preTenant, preGen)
 	}
+	keyHash := csrKeyHash(csrDER) // parsed before the single writer
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
-		jt, err := tx.UseJoinToken(ctx, hash, kind, csrKeyHash(csrDER), joinRetryWindow)
+		jt, err := tx.UseJoinToken(ctx, hash, kind, keyHash, joinRetryWindow)
 		if err != nil {
 			return err
 		}
