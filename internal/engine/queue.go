@@ -1056,17 +1056,20 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]error, error) {
 	var refused map[string]error
 	var unknown []string
-	// A site agent takes with its acknowledgement what it was offered on this connection (its
-	// claim assigned it nothing), and acknowledges the rest only if already its own.
-	offered := map[string]bool{}
+	// A site agent's claim assigned it nothing but boot entries' commands: its acknowledgement
+	// takes the site's free commands it names, unless this server offered one to a live
+	// connection of another agent, and on a live connection only (takeable). An agent restarted
+	// from its journal acknowledges again, on its new connection, what it journaled before its
+	// crash: that is its to take (the ack's answer decides whether it runs).
+	takeable := map[string]bool{}
 	take, own := ids, []string(nil)
 	if a.Kind == "site" {
 		take = nil
 		e.sentMu.Lock()
-		on := e.sent[a.ID].on(a.ConnID)
+		live := e.sent[a.ID] == nil || !e.sent[a.ID].departed(a.ConnID) && e.sent[a.ID].conn == a.ConnID
 		for _, id := range ids {
-			if on[id] {
-				offered[id] = true
+			if live && !e.offeredElsewhere(a, store.Command{ID: id}) {
+				takeable[id] = true
 				take = append(take, id)
 			} else {
 				own = append(own, id)
@@ -1078,7 +1081,7 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 		refused, unknown = map[string]error{}, nil
 		// What its claim offered was neither assigned nor gated: a destructive command is gated
 		// here, before the agent may run it.
-		if err := e.gateTaken(ctx, tx, a, take, offered); err != nil {
+		if err := e.gateTaken(ctx, tx, a, take, takeable); err != nil {
 			return err
 		}
 		by := store.Acknowledger{AgentID: a.ID, Node: a.Kind != "site", Generation: a.Generation}
@@ -1110,7 +1113,7 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 				unknown = append(unknown, id)
 			case err != nil:
 				return err
-			case !agentsCommand(a, c) && !nodeTakes(a, c) && !siteTakes(a, c, offered):
+			case !agentsCommand(a, c) && !nodeTakes(a, c) && !siteTakes(a, c, takeable):
 				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, ErrNotYours)
 			case command.State(c.State).Final():
 				refused[id] = fmt.Errorf("ack of %s by %s: %w (%s)", id, a.ID, ErrFinished, c.State)
@@ -1134,16 +1137,16 @@ func nodeTakes(a Agent, c store.Command) bool {
 }
 
 // siteTakes says whether site agent a's acknowledgement takes c, unassigned: a site command of
-// its site that was offered to it on this connection (offered). Pure.
-func siteTakes(a Agent, c store.Command, offered map[string]bool) bool {
-	return a.Kind == "site" && c.TargetAgent == "" && c.RunsOn == string(command.OnSite) && c.SiteID == a.SiteID && offered[c.ID]
+// its site that is takeable (AckAll). Pure.
+func siteTakes(a Agent, c store.Command, takeable map[string]bool) bool {
+	return a.Kind == "site" && c.TargetAgent == "" && c.RunsOn == string(command.OnSite) && c.SiteID == a.SiteID && takeable[c.ID]
 }
 
 // gateTaken gates the destructive commands among ids that agent a's acknowledgement is about to
-// take (queued, its own, its node's unassigned, or its site's unassigned it was offered): one
+// take (queued, its own, its node's unassigned, or its site's unassigned and takeable): one
 // refused fails there (gate), and its acknowledgement is refused. Without any approvals policy
 // nothing is read.
-func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []string, offered map[string]bool) error {
+func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []string, takeable map[string]bool) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -1160,7 +1163,7 @@ func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []str
 		if err != nil {
 			return err
 		}
-		if !c.Destructive || c.State != string(command.Queued) || !agentsCommand(a, c) && !nodeTakes(a, c) && !siteTakes(a, c, offered) {
+		if !c.Destructive || c.State != string(command.Queued) || !agentsCommand(a, c) && !nodeTakes(a, c) && !siteTakes(a, c, takeable) {
 			continue
 		}
 		if _, err := e.gate(ctx, tx, a, &c, gc); err != nil {

@@ -15,8 +15,9 @@ import (
 // (once per connection, and not to the site's other agents on this server while its connection
 // lives), and its acknowledgement takes it (assigned, an attempt counted, delivered) in one
 // write. What it was offered and did not acknowledge is the other agents' once it leaves; what
-// another agent took, or was withdrawn since, its acknowledgement cannot take. A command that
-// makes a boot entry is still assigned by the claim, with its entry.
+// another agent took, or was withdrawn since, its acknowledgement cannot take; what it acknowledges
+// again from its journal on a new connection (restarted) it takes. A command that makes a boot
+// entry is still assigned by the claim, with its entry.
 func TestSiteClaimOffersAndTheAckTakes(t *testing.T) {
 	for _, engine := range storetest.Engines {
 		t.Run(string(engine), func(t *testing.T) {
@@ -111,6 +112,30 @@ func TestSiteClaimOffersAndTheAckTakes(t *testing.T) {
 				if err := f.e.Ack(ctx, back, cmd.ID); !errors.Is(err, ErrNotYours) {
 					t.Fatalf("A's ack, back on a new connection, of what B took: %v, want ErrNotYours", err)
 				}
+			})
+
+			t.Run("acknowledged again after a restart, on a new connection: taken", func(t *testing.T) {
+				f, _, cmd := setup(t, query, "bmc.query")
+				a := f.site
+				if got, err := f.e.Claim(ctx, a, 10); err != nil || len(got) != 1 {
+					t.Fatalf("claim by A: %d %v", len(got), err)
+				}
+				// It journaled the command and crashed before its ack was answered.
+				if err := f.e.Disconnected(ctx, a); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.e.Ack(ctx, a, cmd.ID); !errors.Is(err, ErrNotYours) {
+					t.Fatalf("ack on the departed connection: %v, want ErrNotYours", err)
+				}
+				back := a
+				back.ConnID = "conn-2"
+				if err := f.e.Connected(ctx, back, "v"); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.e.Ack(ctx, back, cmd.ID); err != nil {
+					t.Fatalf("ack from the journal on the new connection: %v", err)
+				}
+				is(t, f, cmd.ID, "delivered", a.ID, 1)
 			})
 
 			t.Run("offered by two servers: the first acknowledgement takes it", func(t *testing.T) {
