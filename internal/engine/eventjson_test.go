@@ -40,3 +40,19 @@ func FuzzEventJSONIsJSONMarshal(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkEventJSON compares eventJSON with json.Marshal on a workflow step's event data.
+func BenchmarkEventJSON(b *testing.B) {
+	data := map[string]any{"workflow": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "phase": "steps", "step": 3,
+		"use": "power.cycle", "command": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5c", "result": "succeeded"}
+	b.Run("eventJSON", func(b *testing.B) {
+		for b.Loop() {
+			_ = eventJSON(data)
+		}
+	})
+	b.Run("json.Marshal", func(b *testing.B) {
+		for b.Loop() {
+			_, _ = json.Marshal(data)
+		}
+	})
+}
