@@ -202,9 +202,6 @@ type Engine struct {
 	// a claim or a departure of a replaced connection cannot touch its successor's set.
 	sentMu sync.Mutex
 	sent   map[string]*offered
-	// siteOffers: the site commands offered (not assigned) and to which connection, so that a
-	// site's other agents are not offered them while it lives (Engine.offer).
-	siteOffers map[string]agentConn
 	// cancels holds, per agent this server serves, the commands it is to cancel (given up
 	// while it held them): what the store lists (cancel_durable.go), and what this server
 	// gave up before the store was read again.
@@ -301,7 +298,7 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 		consoles = console.NewHub(owner)
 	}
 	return &Engine{cfg: cfg, st: st, ca: ca, log: log, owner: owner, consoles: consoles,
-		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, siteOffers: map[string]agentConn{}, cancels: newCancelBook(), osConns: map[string]bool{}, outbox: make(chan notice, 4096),
+		nudge: make(chan struct{}, 1), subs: newSubscribers(), sent: map[string]*offered{}, cancels: newCancelBook(), osConns: map[string]bool{}, outbox: make(chan notice, 4096),
 		steps: cache.New[string, []workflow.Step](maxCachedSteps), running: cache.New[string, bool](maxRunningBatches),
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
 		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds),

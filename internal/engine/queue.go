@@ -308,12 +308,7 @@ func (e *Engine) Disconnected(ctx context.Context, a Agent) error {
 		e.sent[a.ID] = &offered{conn: a.ConnID, gone: true}
 	}
 	e.sentMu.Unlock()
-	err := e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentGone(ctx, a.ID, a.ConnID) })
-	if a.Kind == "site" {
-		// What it was offered and did not acknowledge is the site's other agents' now.
-		e.publish([]notice{notice("site:" + a.SiteID)})
-	}
-	return err
+	return e.st.Write(ctx, func(tx *store.Tx) error { return tx.AgentGone(ctx, a.ID, a.ConnID) })
 }
 
 // Seen refreshes an agent's liveness (heartbeats).
@@ -687,28 +682,6 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	if a.Kind == "node" && len(broken) == 0 && !slices.ContainsFunc(cands, takenInWriter) {
 		return e.offer(a, cands, creds, limit)
 	}
-	var given []store.Command // offered, not assigned
-	if a.Kind == "site" && len(broken) == 0 {
-		// A site agent is offered what makes no boot entry (its acknowledgement takes it); what
-		// does is assigned below, in the writer, with its entry and token. So is a destructive
-		// command under an approvals policy: gated there, one refused is never offered.
-		gated := false
-		if slices.ContainsFunc(cands, func(c store.Command) bool { return c.Destructive }) {
-			if gated, err = e.st.AnyApprovalPolicy(ctx); err != nil {
-				return nil, err
-			}
-		}
-		inWriter := func(c store.Command) bool { return takenInWriter(c) || gated && c.Destructive }
-		given, err = e.offer(a, slices.DeleteFunc(slices.Clone(cands), inWriter), creds, limit)
-		if err != nil {
-			return nil, err
-		}
-		cands = slices.DeleteFunc(cands, func(c store.Command) bool { return !inWriter(c) })
-		if len(cands) == 0 || len(given) >= limit {
-			return given, nil
-		}
-		limit -= len(given)
-	}
 	var out []store.Command
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		for id, why := range broken {
@@ -795,7 +768,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	if err == nil {
 		e.rememberAttested(a, out)
 	}
-	return append(given, out...), err
+	return out, err
 }
 
 // rememberAttested keeps, on SQLite, the kinds of the attested commands handed to node agent a,
@@ -816,19 +789,14 @@ func (e *Engine) rememberAttested(a Agent, out []store.Command) {
 // Such kinds run on the site; a node agent's claim of one goes through the writer all the same.
 func takenInWriter(c store.Command) bool { return bootEntryKind(c.Kind) != "" }
 
-// offer hands agent a the candidates of its claim without a write. A node agent's claim
+// offer hands node agent a the candidates of its claim without a write. A node agent's claim
 // assigns nothing: its node's ramdisk commands go to no other agent (they are its node's and
-// generation's), so there is nothing to move elsewhere should it go. Nor does a site agent's,
-// but for the commands that make boot entries and, under an approvals policy, destructive ones
-// (Claim): what it was offered and did not acknowledge is another agent's to take as soon as
-// its connection ends. Its acknowledgement takes them (AckAll: assigns each, gates a
-// destructive one, marks it delivered, in one write), and the agent runs only those whose
-// acknowledgement was recorded: one withdrawn or cancelled since this read, or taken by another
-// agent of the site, is refused there and never runs. What is offered is recorded per
-// connection as by a claim through the writer, checked and marked under one lock, so that two
-// claims of one connection never offer a command twice; a site command offered to a live
-// connection of another agent is not offered again (on this server: agents connected to two
-// servers may both be offered it, and the first acknowledgement takes it).
+// generation's), so there is nothing to move elsewhere should it go. Its acknowledgement takes
+// them (AckAll: assigns each, gates a destructive one, marks it delivered, in one write), and
+// the agent runs only those whose acknowledgement was recorded: one withdrawn or cancelled
+// since this read is refused there and never runs. What is offered is recorded per connection
+// as by a claim through the writer, checked and marked under one lock, so that two claims of
+// one connection never offer a command twice.
 func (e *Engine) offer(a Agent, cands []store.Command, creds map[string]map[string]any, limit int) ([]store.Command, error) {
 	for i := range cands {
 		if err := withExtra(&cands[i], creds[cands[i].ID]); err != nil {
@@ -846,16 +814,10 @@ func (e *Engine) offer(a Agent, cands []store.Command, creds map[string]map[stri
 	}
 	if offered := o.on(a.ConnID); offered != nil {
 		for _, c := range cands {
-			if offered[c.ID] || len(out) == limit || a.Kind == "site" && e.offeredElsewhere(a, c) {
+			if offered[c.ID] || len(out) == limit {
 				continue
 			}
 			offered[c.ID] = true
-			if a.Kind == "site" && c.TargetAgent == "" {
-				if len(e.siteOffers) >= maxSiteOffers {
-					clear(e.siteOffers) // only spares a second agent an offer its ack would lose
-				}
-				e.siteOffers[c.ID] = agentConn{agent: a.ID, conn: a.ConnID}
-			}
 			// The agent gets the command's whole time from now (as a claim through the writer).
 			c.Deadline = takenDeadline(c.CreatedAt, c.Deadline, now)
 			out = append(out, c)
@@ -865,22 +827,6 @@ func (e *Engine) offer(a Agent, cands []store.Command, creds map[string]map[stri
 	e.sentMu.Unlock()
 	e.rememberAttested(a, out)
 	return out, nil
-}
-
-// agentConn is one connection of an agent.
-type agentConn struct{ agent, conn string }
-
-// maxSiteOffers bounds the site commands whose offer Engine.siteOffers remembers.
-const maxSiteOffers = 1 << 16
-
-// offeredElsewhere says whether site command c is offered to a live connection of an agent
-// other than a; sentMu is held.
-func (e *Engine) offeredElsewhere(a Agent, c store.Command) bool {
-	to, ok := e.siteOffers[c.ID]
-	if !ok || to == (agentConn{agent: a.ID, conn: a.ConnID}) {
-		return false
-	}
-	return e.sent[to.agent].on(to.conn)[c.ID]
 }
 
 // maxAttestedKinds bounds the attested commands whose kinds a server keeps for their outcomes'
@@ -895,7 +841,6 @@ func (e *Engine) forget(agentID, commandID string) {
 	if o := e.sent[agentID]; o != nil {
 		delete(o.ids, commandID)
 	}
-	delete(e.siteOffers, commandID)
 	e.sentMu.Unlock()
 	e.cancels.forget(agentID, commandID)
 }
@@ -1056,51 +1001,24 @@ func (e *Engine) Ack(ctx context.Context, a Agent, commandID string) error {
 func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]error, error) {
 	var refused map[string]error
 	var unknown []string
-	// A site agent's claim assigned it nothing but boot entries' commands: its acknowledgement
-	// takes the site's free commands it names, unless this server offered one to a live
-	// connection of another agent, and on a live connection only (takeable). An agent restarted
-	// from its journal acknowledges again, on its new connection, what it journaled before its
-	// crash: that is its to take (the ack's answer decides whether it runs).
-	takeable := map[string]bool{}
-	take, own := ids, []string(nil)
-	if a.Kind == "site" {
-		take = nil
-		e.sentMu.Lock()
-		live := e.sent[a.ID] == nil || !e.sent[a.ID].departed(a.ConnID) && e.sent[a.ID].conn == a.ConnID
-		for _, id := range ids {
-			if live && !e.offeredElsewhere(a, store.Command{ID: id}) {
-				takeable[id] = true
-				take = append(take, id)
-			} else {
-				own = append(own, id)
-			}
-		}
-		e.sentMu.Unlock()
-	}
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		refused, unknown = map[string]error{}, nil
-		// What its claim offered was neither assigned nor gated: a destructive command is gated
-		// here, before the agent may run it.
-		if err := e.gateTaken(ctx, tx, a, take, takeable); err != nil {
-			return err
-		}
-		by := store.Acknowledger{AgentID: a.ID, Node: a.Kind != "site", Generation: a.Generation}
-		switch a.Kind {
-		case "node":
-			by.NodeID = a.NodeID
-		case "site":
-			by.SiteID, by.HolderKinds = a.SiteID, holderKinds()
-		}
-		done, err := tx.DeliverCommands(ctx, take, by)
-		if err != nil {
-			return err
-		}
-		if len(own) > 0 {
-			more, err := tx.DeliverCommands(ctx, own, store.Acknowledger{AgentID: a.ID})
-			if err != nil {
+		if a.Kind == "node" {
+			// Its claim assigned nothing and gated nothing (offer): a destructive command is
+			// gated here, before the agent may run it.
+			if err := e.gateTaken(ctx, tx, a, ids); err != nil {
 				return err
 			}
-			maps.Copy(done, more)
+		}
+		var done map[string]bool
+		var err error
+		by := store.Acknowledger{AgentID: a.ID, Node: a.Kind != "site", Generation: a.Generation}
+		if a.Kind == "node" {
+			by.NodeID = a.NodeID
+		}
+		done, err = tx.DeliverCommands(ctx, ids, by)
+		if err != nil {
+			return err
 		}
 		for _, id := range ids {
 			if done[id] {
@@ -1113,13 +1031,10 @@ func (e *Engine) AckAll(ctx context.Context, a Agent, ids []string) (map[string]
 				unknown = append(unknown, id)
 			case err != nil:
 				return err
-			case !agentsCommand(a, c) && !nodeTakes(a, c) && !siteTakes(a, c, takeable):
+			case !agentsCommand(a, c) && !nodeTakes(a, c):
 				refused[id] = fmt.Errorf("ack of %s by %s: %w", id, a.ID, ErrNotYours)
 			case command.State(c.State).Final():
 				refused[id] = fmt.Errorf("ack of %s by %s: %w (%s)", id, a.ID, ErrFinished, c.State)
-			case c.TargetAgent != a.ID:
-				// Its to take, and not taken: another agent holds the boot lease its kind needs.
-				refused[id] = fmt.Errorf("ack of %s by %s: %w (the site's boot lease is another agent's)", id, a.ID, ErrNotYours)
 			}
 		}
 		return nil
@@ -1136,20 +1051,10 @@ func nodeTakes(a Agent, c store.Command) bool {
 	return a.Kind == "node" && c.TargetAgent == "" && c.RunsOn == string(command.OnRamdisk) && c.NodeID == a.NodeID && c.Generation == a.Generation
 }
 
-// siteTakes says whether site agent a's acknowledgement takes c, unassigned: a site command of
-// its site that is takeable (AckAll). Pure.
-func siteTakes(a Agent, c store.Command, takeable map[string]bool) bool {
-	return a.Kind == "site" && c.TargetAgent == "" && c.RunsOn == string(command.OnSite) && c.SiteID == a.SiteID && takeable[c.ID]
-}
-
-// gateTaken gates the destructive commands among ids that agent a's acknowledgement is about to
-// take (queued, its own, its node's unassigned, or its site's unassigned and takeable): one
-// refused fails there (gate), and its acknowledgement is refused. Without any approvals policy
-// nothing is read.
-func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []string, takeable map[string]bool) error {
-	if len(ids) == 0 {
-		return nil
-	}
+// gateTaken gates the destructive commands among ids that node agent a's acknowledgement is
+// about to take (queued, its own or its node's unassigned): one refused fails there (gate), and
+// its acknowledgement is refused. Without any approvals policy nothing is read.
+func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []string) error {
 	anyPolicy, err := tx.AnyApprovalPolicy(ctx)
 	if err != nil || !anyPolicy {
 		return err
@@ -1163,7 +1068,7 @@ func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []str
 		if err != nil {
 			return err
 		}
-		if !c.Destructive || c.State != string(command.Queued) || !agentsCommand(a, c) && !nodeTakes(a, c) && !siteTakes(a, c, takeable) {
+		if !c.Destructive || c.State != string(command.Queued) || !agentsCommand(a, c) && !nodeTakes(a, c) {
 			continue
 		}
 		if _, err := e.gate(ctx, tx, a, &c, gc); err != nil {

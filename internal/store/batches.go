@@ -415,20 +415,8 @@ func (t *Tx) HasApproval(ctx context.Context, id, approver string) (bool, error)
 
 // AnyApprovalPolicy reports whether any scope requires approvals (the queue's fast path).
 func (t *Tx) AnyApprovalPolicy(ctx context.Context) (bool, error) {
-	return anyApprovalPolicy(t.queryRow(ctx, anyApprovalPolicyQuery))
-}
-
-// AnyApprovalPolicy is Tx.AnyApprovalPolicy read outside any write (Engine.Claim: whether a
-// site agent's destructive commands are gated at its claim).
-func (s *Store) AnyApprovalPolicy(ctx context.Context) (bool, error) {
-	return anyApprovalPolicy(s.queryRow(ctx, anyApprovalPolicyQuery))
-}
-
-const anyApprovalPolicyQuery = `SELECT 1 FROM approval_policies WHERE required > 0 LIMIT 1`
-
-func anyApprovalPolicy(row interface{ Scan(...any) error }) (bool, error) {
 	var one int
-	err := row.Scan(&one)
+	err := t.queryRow(ctx, `SELECT 1 FROM approval_policies WHERE required > 0 LIMIT 1`).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}

@@ -389,25 +389,19 @@ func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool
 
 // Acknowledger is the agent whose acknowledgements DeliverCommands records: a site agent by
 // its id, or a node agent (Node) by its id and identity generation, and the node it runs on.
-// SiteID, for a site agent, has its acknowledgement take the unassigned site commands of that
-// site among the ids (those of HolderKinds only while no other agent holds the site's boot
-// lease, as AssignCommands).
 type Acknowledger struct {
-	AgentID     string
-	Node        bool
-	NodeID      string
-	Generation  uint64
-	SiteID      string
-	HolderKinds []string
+	AgentID    string
+	Node       bool
+	NodeID     string
+	Generation uint64
 }
 
 // DeliverCommands marks the queued commands of ids assigned to by (of its generation, for a
 // node agent) delivered (their agent acknowledged them) and returns those it marked. A node
 // agent's claim assigns nothing (Engine.Claim): its acknowledgement also takes the unassigned
-// ramdisk commands of its node and generation, assigning them to it (an attempt each); so does
-// a site agent's, given its site (by.SiteID), for the unassigned site commands of its site it
-// was offered. An id left out is not both (delivered already, another agent's or generation's,
-// held by another agent's boot lease, or unknown): the caller reads it to tell which.
+// ramdisk commands of its node and generation, assigning them to it (an attempt each). An id
+// left out is not both (delivered already, another agent's or generation's, or unknown): the
+// caller reads it to tell which.
 func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger) (map[string]bool, error) {
 	agentID := by.AgentID
 	// As in AssignCommands: SQLite reads the rows by id, not through an index on the agent.
@@ -423,21 +417,10 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 	}
 	// Whose: the agent's; for a node agent, also its node's unassigned ramdisk commands.
 	take, whose, whoseArgs := "", plus+`target_agent = ?`, []any{agentID}
-	const taking = `, target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END`
-	switch {
-	case by.Node && by.NodeID != "":
-		take = taking
+	if by.Node && by.NodeID != "" {
+		take = `, target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END`
 		whose = `(` + plus + `target_agent = ? OR ` + plus + `target_agent = '' AND ` + plus + `runs_on = 'ramdisk' AND ` + plus + `node_id = ?)`
 		whoseArgs = []any{agentID, by.NodeID}
-	case !by.Node && by.SiteID != "":
-		take = taking
-		whose = `(` + plus + `target_agent = ? OR ` + plus + `target_agent = '' AND ` + plus + `runs_on = 'site' AND ` + plus + `site_id = ?`
-		whoseArgs = []any{agentID, by.SiteID}
-		if holder, holderArgs := holderCondition(agentID, t.at, by.HolderKinds); holder != "" {
-			whose += ` AND (` + holder + `)`
-			whoseArgs = append(whoseArgs, holderArgs...)
-		}
-		whose += `)`
 	}
 	done := map[string]bool{}
 	for i := 0; i < len(ids); i += idsPerStatement {
