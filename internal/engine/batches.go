@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"bcd/internal/batch"
@@ -98,13 +96,12 @@ const maxChainKinds = 1024
 // decide it (Engine.chains): each workflow that starts a chain would resolve its profiles
 // again in the writer. The slice is shared: read-only.
 func (e *Engine) chainKinds(rest []provision.State, target provision.State, wipe, image string) ([]string, error) {
-	var key strings.Builder
-	for _, part := range append(slices.Clone(rest), target, provision.State(wipe), provision.State(image)) {
-		key.WriteString(strconv.Itoa(len(part)))
-		key.WriteByte(':')
-		key.WriteString(string(part))
+	parts := []string{string(target), wipe, image}
+	for _, st := range rest {
+		parts = append(parts, string(st))
 	}
-	if kinds, ok := e.chains.Get(key.String()); ok {
+	key := keptKey(parts...)
+	if kinds, ok := e.chains.Get(key); ok {
 		return kinds, nil
 	}
 	kinds, err := batch.ChainKinds(rest, target, batch.BuiltinProfileOf(e.cfg.Profiles), map[string]string{"wipe": wipe, "image": image})
@@ -112,7 +109,7 @@ func (e *Engine) chainKinds(rest []provision.State, target provision.State, wipe
 		return nil, err
 	}
 	kinds = slices.Clip(kinds)
-	e.chains.Put(key.String(), kinds)
+	e.chains.Put(key, kinds)
 	return kinds, nil
 }
 

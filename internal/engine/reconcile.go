@@ -261,13 +261,8 @@ func (r *run) resolveWorkflow() (startable, error) {
 		return startable{}, err
 	}
 	params := map[string]string{"wipe": r.n.WipeMode, "image": r.n.DeployImage}
-	var key strings.Builder
-	for _, part := range []string{name, strconv.FormatBool(stored), def, params["wipe"], params["image"]} {
-		key.WriteString(strconv.Itoa(len(part)))
-		key.WriteByte(':')
-		key.WriteString(part)
-	}
-	if s, ok := r.e.startables.Get(key.String()); ok {
+	key := keptKey(name, strconv.FormatBool(stored), def, params["wipe"], params["image"])
+	if s, ok := r.e.startables.Get(key); ok {
 		return s, nil
 	}
 	var p workflow.Profile
@@ -293,8 +288,20 @@ func (r *run) resolveWorkflow() (startable, error) {
 		return startable{}, fmt.Errorf("encoding the cleanup of %s: %w", res.Profile, err)
 	}
 	s := startable{res: res, steps: string(steps), cleanup: string(cleanup)}
-	r.e.startables.Put(key.String(), s)
+	r.e.startables.Put(key, s)
 	return s, nil
+}
+
+// keptKey joins parts into one key of what the engine keeps, each length-prefixed so that no two
+// lists of parts give the same key. Pure.
+func keptKey(parts ...string) string {
+	var key strings.Builder
+	for _, part := range parts {
+		key.WriteString(strconv.Itoa(len(part)))
+		key.WriteByte(':')
+		key.WriteString(part)
+	}
+	return key.String()
 }
 
 func (r *run) startWorkflow() error {
