@@ -70,3 +70,38 @@ func TestBoundedDelete(t *testing.T) {
 		t.Fatalf("b = %d %v after deleting another key", v, ok)
 	}
 }
+
+// A check that passed is not run again for the same inputs; one that failed is; inputs that
+// only concatenate alike are others; a nil Verified runs every check.
+func TestVerifiedRemembersWhatPassed(t *testing.T) {
+	v := NewVerified(8)
+	runs := 0
+	pass := func() bool { runs++; return true }
+	fail := func() bool { runs++; return false }
+	for range 2 {
+		if !v.Check(pass, []byte("key"), []byte("msg"), []byte("sig")) {
+			t.Fatal("a passing check failed")
+		}
+	}
+	if runs != 1 || v.Len() != 1 {
+		t.Fatalf("passing check run %d times, %d remembered; want 1 and 1", runs, v.Len())
+	}
+	if !v.Check(pass, []byte("keym"), []byte("sg"), []byte("sig")) || runs != 2 {
+		t.Fatalf("inputs that concatenate alike were taken for the same: %d runs", runs)
+	}
+	for range 2 {
+		if v.Check(fail, []byte("other")) {
+			t.Fatal("a failing check passed")
+		}
+	}
+	if runs != 4 || v.Len() != 2 {
+		t.Fatalf("failing check run %d times in all, %d remembered; want 4 and 2", runs, v.Len())
+	}
+	var none *Verified
+	for range 2 {
+		none.Check(pass, []byte("key"))
+	}
+	if runs != 6 {
+		t.Fatalf("a nil Verified ran %d checks, want every one", runs-4)
+	}
+}

@@ -6,7 +6,6 @@ package catalog
 
 import (
 	"crypto/ed25519"
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -146,41 +145,14 @@ func Verify(img Image, signers []Signer) error { return VerifyRemembering(img, s
 // image in use, and one more each time an image or its signer's key is replaced).
 const maxVerifiedSignatures = 1 << 12
 
-// VerifiedSignatures remembers the image signatures that verified: the SHA-256 of the signer's
-// public key, the signing input and the signature together. Whether a signature verifies
-// depends on those three alone, so a remembered one is never wrong: a changed field, key or
-// signature is another entry. Every deploy step checks its image again (a revoked signer or
-// a changed row refuses the deploy), in the store's single writer; this spares it the
-// Ed25519 verification of an image it already verified. Safe for concurrent use.
-type VerifiedSignatures struct {
-	seen *cache.Bounded[[32]byte, bool]
-}
+// VerifiedSignatures remembers the image signatures that verified, by signer's public key,
+// signing input and signature (cache.Verified). Every deploy step checks its image again (a
+// revoked signer or a changed row refuses the deploy), in the store's single writer; this
+// spares it the Ed25519 verification of an image it already verified.
+type VerifiedSignatures = cache.Verified
 
 // NewVerifiedSignatures returns an empty VerifiedSignatures.
-func NewVerifiedSignatures() *VerifiedSignatures {
-	return &VerifiedSignatures{seen: cache.New[[32]byte, bool](maxVerifiedSignatures)}
-}
-
-// verify reports whether sig is pub's signature of msg, remembering a signature that is.
-func (v *VerifiedSignatures) verify(pub ed25519.PublicKey, msg, sig []byte) bool {
-	if v == nil {
-		return ed25519.Verify(pub, msg, sig)
-	}
-	h := sha256.New()
-	for _, b := range [][]byte{pub, msg, sig} {
-		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(b))))
-		h.Write(b)
-	}
-	key := [32]byte(h.Sum(nil))
-	if ok, _ := v.seen.Get(key); ok {
-		return true
-	}
-	if !ed25519.Verify(pub, msg, sig) {
-		return false
-	}
-	v.seen.Put(key, true)
-	return true
-}
+func NewVerifiedSignatures() *VerifiedSignatures { return cache.NewVerified(maxVerifiedSignatures) }
 
 // VerifyRemembering is Verify that skips the Ed25519 verification of a signature seen
 // verifying before (nil: none is remembered). The checks before it (the image's fields, a
@@ -200,7 +172,9 @@ func VerifyRemembering(img Image, signers []Signer, seen *VerifiedSignatures) er
 	if s.Revoked {
 		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrRevoked)
 	}
-	if len(s.PublicKey) != ed25519.PublicKeySize || !seen.verify(s.PublicKey, SigningInput(img), img.Signature) {
+	in := SigningInput(img)
+	verify := func() bool { return ed25519.Verify(s.PublicKey, in, img.Signature) }
+	if len(s.PublicKey) != ed25519.PublicKeySize || !seen.Check(verify, s.PublicKey, in, img.Signature) {
 		return fmt.Errorf("%s (signer %s): %w", img.Name, img.Signer, ErrBadSignature)
 	}
 	return nil

@@ -100,7 +100,7 @@ func TestVerifyRememberingRefusesAsVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := seen.seen.Len(); n != 1 {
+	if n := seen.Len(); n != 1 {
 		t.Fatalf("remembered %d signatures, want 1", n)
 	}
 	flipped := img
@@ -125,7 +125,7 @@ func TestVerifyRememberingRefusesAsVerify(t *testing.T) {
 			}
 		}
 	}
-	if n := seen.seen.Len(); n != 1 {
+	if n := seen.Len(); n != 1 {
 		t.Errorf("remembered %d signatures after the refusals, want still 1", n)
 	}
 	if err := VerifyRemembering(img, signers, nil); err != nil {

@@ -55,7 +55,7 @@ type caState struct {
 	certs *cache.Bounded[[32]byte, verifiedCert]
 	// sigs keeps signatures that verified, by the SHA-256 of (certificate, digest, signature):
 	// a result is checked when its report arrives and again when the engine takes it.
-	sigs *cache.Bounded[[32]byte, bool]
+	sigs *cache.Verified
 	// issued keeps the certificates this CA signed (by the SHA-256 of their DER) with the
 	// fingerprint of the CA that signed them: Verify takes one of them without checking its
 	// signature and chain, which this process made (a node's certificate meets Verify first
@@ -141,7 +141,7 @@ func authorityOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *aut
 }
 
 func caOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *CA {
-	ca := &CA{st: &caState{certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.New[[32]byte, bool](maxVerified),
+	ca := &CA{st: &caState{certs: cache.New[[32]byte, verifiedCert](maxVerified), sigs: cache.NewVerified(maxVerified),
 		issued: cache.New[[32]byte, string](maxIssued)}}
 	ca.st.set.Store(newSet(authorityOf(cert, der, key), nil, nil))
 	return ca
@@ -368,21 +368,8 @@ func (ca *CA) issuedCert(set *caSet, key [32]byte, certDER []byte, valid func(*x
 // verifySignature reports whether sig is the signature of digest by pub, the key of certDER's
 // certificate; a signature once verified is remembered (by all three inputs).
 func (ca *CA) verifySignature(certDER []byte, pub *ecdsa.PublicKey, digest, sig []byte) bool {
-	h := sha256.New()
 	cd := sha256.Sum256(certDER)
-	h.Write(cd[:])
-	h.Write(digest)
-	h.Write(sig)
-	var key [32]byte
-	h.Sum(key[:0])
-	if _, ok := ca.st.sigs.Get(key); ok {
-		return true
-	}
-	if !ecdsa.VerifyASN1(pub, digest, sig) {
-		return false
-	}
-	ca.st.sigs.Put(key, true)
-	return true
+	return ca.st.sigs.Check(func() bool { return ecdsa.VerifyASN1(pub, digest, sig) }, cd[:], digest, sig)
 }
 
 // issuerIn is the CA of set that signed cert (nil: none).
