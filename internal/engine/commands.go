@@ -384,7 +384,7 @@ func (e *Engine) checkSignedBy(c store.Command, currentGeneration uint64, verify
 
 // verifiedWipe: releasing completes only with an attested wipe whose every disk read back.
 func (r *run) verifiedWipe(wf *store.Workflow) error {
-	cmds, err := r.tx.CommandsOfWorkflow(r.ctx, wf.ID, "disk.wipe")
+	cmds, err := r.tx.CommandsOfWorkflow(r.ctx, wf, "disk.wipe")
 	if err != nil {
 		return err
 	}

@@ -798,7 +798,7 @@ func (r *run) retryFrom(wf *store.Workflow, st workflow.Step, from string) (bool
 	if err != nil {
 		return false, err
 	}
-	sent, err := r.tx.CommandsOfWorkflow(r.ctx, wf.ID, kind.Command)
+	sent, err := r.tx.CommandsOfWorkflow(r.ctx, wf, kind.Command)
 	if err != nil {
 		return false, err
 	}

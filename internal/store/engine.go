@@ -1005,9 +1005,13 @@ func (t *Tx) SetBMCAddress(ctx context.Context, nodeID, addr string) error {
 	return nil
 }
 
-// CommandsOfWorkflow lists a workflow's commands of one kind, oldest first.
-func (t *Tx) CommandsOfWorkflow(ctx context.Context, workflowID, kind string) ([]Command, error) {
-	rows, err := t.query(ctx, `SELECT `+commandCols+` FROM commands WHERE workflow_id = ? AND kind = ? ORDER BY created_at`, workflowID, kind)
+// workflowCommandsQuery lists a workflow's commands of one kind, oldest first, through
+// commands_node (a workflow's commands are its node's).
+const workflowCommandsQuery = `SELECT ` + commandCols + ` FROM commands WHERE node_id = ? AND workflow_id = ? AND kind = ? ORDER BY created_at`
+
+// CommandsOfWorkflow lists the commands of one kind that wf sent, oldest first.
+func (t *Tx) CommandsOfWorkflow(ctx context.Context, wf *Workflow, kind string) ([]Command, error) {
+	rows, err := t.query(ctx, workflowCommandsQuery, wf.NodeID, wf.ID, kind)
 	return collect(rows, err, "commands of a workflow", scanCommand)
 }
 

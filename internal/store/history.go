@@ -40,7 +40,7 @@ const endedBatchesQuery = `SELECT id FROM batches WHERE state IN ('running', 're
 // operator's power command) and those an ended workflow left behind when it was deleted because a
 // row still named them then (PurgeHistory makes them loose). Those a row still names, and a
 // loose proof, are read and kept at each pass: a few per node. SQLite without statistics would
-// rather search commands_workflow for the empty id and sort every loose command: it is told.
+// rather search commands_node and sort every loose command: it is told.
 func looseCommandsQuery(e Engine) string {
 	from := "commands"
 	if e == SQLite {
@@ -51,10 +51,18 @@ func looseCommandsQuery(e Engine) string {
 }
 
 // endedWorkflowsQuery lists, oldest first, workflows that ended before a time (workflows_ended)
-// and hold no command still unfinished.
+// and hold no command still unfinished (a workflow's commands are found by its node and its id,
+// commands_node).
 const endedWorkflowsQuery = `SELECT id FROM workflows WHERE outcome_applied AND finished_at > 0 AND finished_at < ?
-	AND NOT EXISTS (SELECT 1 FROM commands c WHERE c.workflow_id = workflows.id AND c.state NOT IN ('succeeded', 'failed', 'lost'))
+	AND NOT EXISTS (SELECT 1 FROM commands c WHERE c.node_id = workflows.node_id AND c.workflow_id = workflows.id
+		AND c.state NOT IN ('succeeded', 'failed', 'lost'))
 	ORDER BY finished_at LIMIT ?`
+
+// ofWorkflows is the condition on commands that names those of the workflows in an IN list, by
+// node and workflow (commands_node: an IN list of workflow ids alone would scan the table).
+func ofWorkflows(list string) string {
+	return `(node_id, workflow_id) IN (SELECT node_id, id FROM workflows WHERE id IN ` + list + `)`
+}
 
 // PurgeHistory deletes history older than the retention: up to limit workflows that ended
 // before workflowsBefore, with their finished commands (see historyDeletableCommand), up to
@@ -76,22 +84,23 @@ func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int,
 		}
 		for i := 0; i < len(ids); i += idsPerStatement {
 			list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
-			res, err := t.exec(ctx, `DELETE FROM commands WHERE workflow_id IN `+list+` AND `+historyDeletableCommand, args...)
+			res, err := t.exec(ctx, `DELETE FROM commands WHERE `+ofWorkflows(list)+` AND `+historyDeletableCommand, args...)
 			if err != nil {
 				return p, fmt.Errorf("purging the commands of ended workflows: %w", err)
 			}
 			n, _ := res.RowsAffected()
 			p.Commands += int(n)
+			// What a row still names stays, loose: once nothing names it, the loose pass
+			// takes it. A proof keeps its workflow's id, for whoever reads it. (Before the
+			// workflows go: their rows name their commands' node.)
+			if _, err := t.exec(ctx, `UPDATE commands SET workflow_id = '' WHERE `+ofWorkflows(list)+` AND NOT (attested AND result_sig IS NOT NULL)`, args...); err != nil {
+				return p, fmt.Errorf("loosening the kept commands of ended workflows: %w", err)
+			}
 			if res, err = t.exec(ctx, `DELETE FROM workflows WHERE id IN `+list, args...); err != nil {
 				return p, fmt.Errorf("purging ended workflows: %w", err)
 			}
 			n, _ = res.RowsAffected()
 			p.Workflows += int(n)
-			// What a row still names stays, loose: once nothing names it, the loose pass
-			// takes it. A proof keeps its workflow's id, for whoever reads it.
-			if _, err := t.exec(ctx, `UPDATE commands SET workflow_id = '' WHERE workflow_id IN `+list+` AND NOT (attested AND result_sig IS NOT NULL)`, args...); err != nil {
-				return p, fmt.Errorf("loosening the kept commands of ended workflows: %w", err)
-			}
 		}
 		rows, err = t.query(ctx, looseCommandsQuery(t.s.engine), workflowsBefore, limit*LoosePerWorkflow)
 		ids, err = collect(rows, err, "loose commands", scanID)

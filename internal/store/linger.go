@@ -47,23 +47,49 @@ func (t *Tx) AgentConnected(ctx context.Context, id string) (bool, error) {
 // changes nothing by itself), and returns their ids and kinds: a workflow that takes the node
 // must not have an operator's earlier action run in the middle of its steps.
 func (t *Tx) WithdrawDirectCommands(ctx context.Context, nodeID, why string) ([][2]string, error) {
-	rows, err := t.query(ctx, `UPDATE commands SET state = 'failed', error = ?, finished_at = ?, updated_at = ?
-		WHERE node_id = ? AND workflow_id = '' AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console') RETURNING id, kind`,
-		why, t.at, t.at, nodeID)
-	if err != nil {
-		return nil, fmt.Errorf("withdrawing the direct commands of node %s: %w", nodeID, err)
+	scan := func(r interface{ Scan(...any) error }) ([2]string, error) {
+		var c [2]string
+		return c, r.Scan(&c[0], &c[1])
 	}
-	defer rows.Close()
-	var out [][2]string
-	for rows.Next() {
-		var id, kind string
-		if err := rows.Scan(&id, &kind); err != nil {
+	if t.s.engine != SQLite {
+		// Claims on other connections may take a queued command meanwhile: one statement.
+		rows, err := t.query(ctx, `UPDATE commands SET state = 'failed', error = ?, finished_at = ?, updated_at = ?
+			WHERE node_id = ? AND workflow_id = '' AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console') RETURNING id, kind`,
+			why, t.at, t.at, nodeID)
+		found, err := collect(rows, err, "direct commands", scan)
+		if err != nil {
 			return nil, fmt.Errorf("withdrawing the direct commands of node %s: %w", nodeID, err)
 		}
-		out = append(out, [2]string{id, kind})
+		return found, nil
 	}
-	return out, rows.Err()
+	// SQLite's one writer: read (commands_node; usually nothing), then fail what was read. An
+	// UPDATE … RETURNING builds temporary tables, at every workflow start.
+	rows, err := t.query(ctx, directCommandsQuery, nodeID)
+	found, err := collect(rows, err, "direct commands", scan)
+	if err != nil || len(found) == 0 {
+		if err != nil {
+			err = fmt.Errorf("withdrawing the direct commands of node %s: %w", nodeID, err)
+		}
+		return nil, err
+	}
+	ids := make([]string, len(found))
+	for i, c := range found {
+		ids[i] = c[0]
+	}
+	for i := 0; i < len(ids); i += idsPerStatement {
+		list, args := inList(ids[i:min(i+idsPerStatement, len(ids))])
+		if _, err := t.exec(ctx, `UPDATE commands SET state = 'failed', error = ?, finished_at = ?, updated_at = ? WHERE id IN `+list,
+			append([]any{why, t.at, t.at}, args...)...); err != nil {
+			return nil, fmt.Errorf("withdrawing the direct commands of node %s: %w", nodeID, err)
+		}
+	}
+	return found, nil
 }
+
+// directCommandsQuery lists a node's held and queued commands that no workflow sent, but
+// rotations and consoles (WithdrawDirectCommands), through commands_node.
+const directCommandsQuery = `SELECT id, kind FROM commands WHERE node_id = ? AND workflow_id = ''
+	AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console')`
 
 // RequestWorkflowAbort marks the node's running workflow to be aborted (the abort verb): the
 // reconciler then stops its step and runs its cleanup even if the node is back in the

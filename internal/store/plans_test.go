@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// The queries on the hot path of claims and departures must find their rows through the
-// partial indexes made for them, not by scanning the commands table (which holds every command
-// ever run).
+// The queries on the hot path of claims and departures, and those by node and workflow, must
+// find their rows through the indexes made for them, not by scanning the commands table (which
+// holds every command ever run).
 func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
@@ -32,6 +32,11 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		{"ramdisk claim", "commands_claim_ramdisk", ramdisk, append(ramdiskArgs, "node:n", 8)},
 		{"agent departure", "commands_agent_active", agentActiveQuery, []any{"agent"}},
 		{"ramdisk departure", "commands_claim_ramdisk", nodeWaitingForRamdiskQuery, []any{"node:n"}},
+		{"a workflow's commands of a kind", "commands_node", workflowCommandsQuery, []any{"n", "w", "disk.wipe"}},
+		{"a node's direct commands", "commands_node", directCommandsQuery, []any{"n"}},
+		{"ended workflows without unfinished commands", "commands_node", endedWorkflowsQuery, []any{1, 8}},
+		{"purging ended workflows' commands", "commands_node", `DELETE FROM commands WHERE ` + ofWorkflows("(?, ?)") + ` AND ` + historyDeletableCommand, []any{"w", "v"}},
+		{"loosening ended workflows' kept commands", "commands_node", `UPDATE commands SET workflow_id = '' WHERE ` + ofWorkflows("(?)"), []any{"w"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
