@@ -321,11 +321,20 @@ func (s *Store) CountCommandsByState(ctx context.Context) (map[string]int, error
 	return s.countBy(ctx, `SELECT state, COUNT(*) FROM commands GROUP BY state`, "commands per state")
 }
 
-// Commands lists commands of a node (or all when nodeID is empty), oldest first.
+// Commands lists commands of a node (or all when nodeID is empty), oldest first. A node's are
+// found through commands_node (one statement for both, whose condition named the empty node id
+// too, scanned the table).
 func (s *Store) Commands(ctx context.Context, nodeID string, limit int) ([]Command, error) {
-	rows, err := s.queryRows(ctx, `SELECT `+commandCols+` FROM commands WHERE ? = '' OR node_id = ? ORDER BY created_at, id LIMIT ?`, nodeID, nodeID, limit)
+	q, args := `SELECT `+commandCols+` FROM commands ORDER BY created_at, id LIMIT ?`, []any{limit}
+	if nodeID != "" {
+		q, args = nodeCommandsQuery, []any{nodeID, limit}
+	}
+	rows, err := s.queryRows(ctx, q, args...)
 	return collect(rows, err, "commands", scanCommand)
 }
+
+// nodeCommandsQuery lists a node's commands, oldest first (arguments: the node, a limit).
+const nodeCommandsQuery = `SELECT ` + commandCols + ` FROM commands WHERE node_id = ? ORDER BY created_at, id LIMIT ?`
 
 // AttestedResults lists the node's succeeded commands of the given attested kinds, newest first.
 func (s *Store) AttestedResults(ctx context.Context, nodeID string, kinds []string, limit int) ([]Command, error) {

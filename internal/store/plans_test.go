@@ -27,16 +27,18 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 	cases := []struct {
 		name, index, query string
 		args               []any
+		sorts              bool // sorts what it found (one node's rows), not the table
 	}{
-		{"site claim", "commands_claim_site", site, append(siteArgs, "agent", 8)},
-		{"ramdisk claim", "commands_claim_ramdisk", ramdisk, append(ramdiskArgs, "node:n", 8)},
-		{"agent departure", "commands_agent_active", agentActiveQuery, []any{"agent"}},
-		{"ramdisk departure", "commands_claim_ramdisk", nodeWaitingForRamdiskQuery, []any{"node:n"}},
-		{"a workflow's commands of a kind", "commands_node", workflowCommandsQuery, []any{"n", "w", "disk.wipe"}},
-		{"a node's direct commands", "commands_node", directCommandsQuery, []any{"n"}},
-		{"ended workflows without unfinished commands", "commands_node", endedWorkflowsQuery, []any{1, 8}},
-		{"purging ended workflows' commands", "commands_node", `DELETE FROM commands WHERE ` + ofWorkflows("(?, ?)") + ` AND ` + historyDeletableCommand, []any{"w", "v"}},
-		{"loosening ended workflows' kept commands", "commands_node", `UPDATE commands SET workflow_id = '' WHERE ` + ofWorkflows("(?)"), []any{"w"}},
+		{"site claim", "commands_claim_site", site, append(siteArgs, "agent", 8), false},
+		{"ramdisk claim", "commands_claim_ramdisk", ramdisk, append(ramdiskArgs, "node:n", 8), false},
+		{"agent departure", "commands_agent_active", agentActiveQuery, []any{"agent"}, false},
+		{"ramdisk departure", "commands_claim_ramdisk", nodeWaitingForRamdiskQuery, []any{"node:n"}, false},
+		{"a node's commands", "commands_node", nodeCommandsQuery, []any{"n", 8}, true},
+		{"a workflow's commands of a kind", "commands_node", workflowCommandsQuery, []any{"n", "w", "disk.wipe"}, false},
+		{"a node's direct commands", "commands_node", directCommandsQuery, []any{"n"}, false},
+		{"ended workflows without unfinished commands", "commands_node", endedWorkflowsQuery, []any{1, 8}, false},
+		{"purging ended workflows' commands", "commands_node", `DELETE FROM commands WHERE ` + ofWorkflows("(?, ?)") + ` AND ` + historyDeletableCommand, []any{"w", "v"}, false},
+		{"loosening ended workflows' kept commands", "commands_node", `UPDATE commands SET workflow_id = '' WHERE ` + ofWorkflows("(?)"), []any{"w"}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -55,7 +57,7 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 				plan = append(plan, detail)
 			}
 			got := strings.Join(plan, "; ")
-			if !strings.Contains(got, " INDEX "+c.index+" ") || strings.Contains(got, "TEMP B-TREE") { // USING [COVERING] INDEX
+			if !strings.Contains(got, " INDEX "+c.index+" ") || strings.Contains(got, "TEMP B-TREE") && !c.sorts { // USING [COVERING] INDEX
 				t.Errorf("plan %q, want a search of %s in order", got, c.index)
 			}
 		})
