@@ -103,3 +103,63 @@ func BenchmarkUpdateNode(b *testing.B) {
 		return tx.UpdateNode(ctx, &nd)
 	})
 }
+
+// BenchmarkNodeAgentConnected: whether a node's ramdisk is up (NodeAgentConnectedSince) among
+// 200 nodes that each booted 200 times before (an agent row a boot, 4 boots an identity
+// generation), through agents_node by node, kind and generation (migration 00047), then by
+// node alone (the index before it).
+func BenchmarkNodeAgentConnected(b *testing.B) {
+	ctx := context.Background()
+	s := openTempSQLite(b)
+	const nodes, boots = 200, 200
+	ids := make([]string, nodes)
+	if err := s.Write(ctx, func(tx *Tx) error {
+		for i := range ids {
+			ids[i] = NewID(time.Now())
+			for k := range boots {
+				a := Agent{ID: fmt.Sprintf("node:%s:%d", ids[i], k), Kind: "node", NodeID: ids[i], Generation: uint64(k/4 + 1)}
+				if err := tx.UpsertAgent(ctx, a); err != nil {
+					return err
+				}
+			}
+		}
+		_, err := tx.exec(ctx, `UPDATE agents SET connected = ? WHERE generation < ?`, false, boots/4)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	for _, by := range []struct{ name, index string }{
+		{"node,kind,generation", ""},
+		{"node", "CREATE INDEX agents_node ON agents (node_id)"},
+	} {
+		b.Run("by="+by.name, func(b *testing.B) {
+			if by.index != "" {
+				if err := s.Write(ctx, func(tx *Tx) error {
+					if _, err := tx.exec(ctx, `DROP INDEX agents_node`); err != nil {
+						return err
+					}
+					_, err := tx.exec(ctx, by.index)
+					return err
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			i := 0
+			for b.Loop() {
+				if err := s.Write(ctx, func(tx *Tx) error {
+					for range 100 {
+						i++
+						at, err := tx.NodeAgentConnectedSince(ctx, ids[(i*7919)%nodes], "node", boots/4)
+						if err != nil || at == 0 {
+							return fmt.Errorf("connected at %d: %v (want the current boot's)", at, err)
+						}
+					}
+					return nil
+				}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/query")
+		})
+	}
+}
