@@ -848,18 +848,12 @@ func (t *Tx) LastBootCommandAt(ctx context.Context, nodeID string) (int64, error
 	return at, nil
 }
 
-// nodeAgentConnectedQuery and nodeAgentsSeenQuery read the agents of a node of one kind and
-// identity generation (agents_node), not every agent the node ever had.
-const (
-	nodeAgentConnectedQuery = `SELECT COALESCE(MAX(connected_at), 0) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND connected = ?`
-	nodeAgentsSeenQuery     = `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR last_seen >= ?)`
-)
-
 // NodeAgentConnectedSince returns when the node's agent (ramdisk or OS, kind) at generation
 // last connected, or 0.
 func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, generation uint64) (int64, error) {
 	var at int64
-	err := t.queryRow(ctx, nodeAgentConnectedQuery, nodeID, kind, int64(generation), true).Scan(&at)
+	err := t.queryRow(ctx, `SELECT COALESCE(MAX(connected_at), 0) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND connected = ?`,
+		nodeID, kind, int64(generation), true).Scan(&at)
 	if err != nil {
 		return 0, fmt.Errorf("reading when the %s agent of %s connected: %w", kind, nodeID, err)
 	}
@@ -870,7 +864,8 @@ func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, g
 // seen at or after since (a reaped agent counts as unseen).
 func (t *Tx) NodeAgentGone(ctx context.Context, nodeID, kind string, generation uint64, since int64) (bool, error) {
 	var n int
-	err := t.queryRow(ctx, nodeAgentsSeenQuery, nodeID, kind, int64(generation), true, since).Scan(&n)
+	err := t.queryRow(ctx, `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR last_seen >= ?)`,
+		nodeID, kind, int64(generation), true, since).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("reading the %s agents of %s: %w", kind, nodeID, err)
 	}
