@@ -21,11 +21,14 @@ func (v *Verified) Check(check func() bool, inputs ...[]byte) bool {
 		return check()
 	}
 	h := sha256.New()
+	var size [8]byte
 	for _, in := range inputs {
-		h.Write(binary.BigEndian.AppendUint64(nil, uint64(len(in))))
+		binary.BigEndian.PutUint64(size[:], uint64(len(in)))
+		h.Write(size[:])
 		h.Write(in)
 	}
-	key := [32]byte(h.Sum(nil))
+	var key [32]byte
+	h.Sum(key[:0])
 	if ok, _ := v.seen.Get(key); ok {
 		return true
 	}

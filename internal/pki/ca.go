@@ -368,8 +368,7 @@ func (ca *CA) issuedCert(set *caSet, key [32]byte, certDER []byte, valid func(*x
 // verifySignature reports whether sig is the signature of digest by pub, the key of certDER's
 // certificate; a signature once verified is remembered (by all three inputs).
 func (ca *CA) verifySignature(certDER []byte, pub *ecdsa.PublicKey, digest, sig []byte) bool {
-	cd := sha256.Sum256(certDER)
-	return ca.st.sigs.Check(func() bool { return ecdsa.VerifyASN1(pub, digest, sig) }, cd[:], digest, sig)
+	return ca.st.sigs.Check(func() bool { return ecdsa.VerifyASN1(pub, digest, sig) }, certDER, digest, sig)
 }
 
 // issuerIn is the CA of set that signed cert (nil: none).

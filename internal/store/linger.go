@@ -54,8 +54,7 @@ func (t *Tx) WithdrawDirectCommands(ctx context.Context, nodeID, why string) ([]
 	if t.s.engine != SQLite {
 		// Claims on other connections may take a queued command meanwhile: one statement.
 		rows, err := t.query(ctx, `UPDATE commands SET state = 'failed', error = ?, finished_at = ?, updated_at = ?
-			WHERE node_id = ? AND workflow_id = '' AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console') RETURNING id, kind`,
-			why, t.at, t.at, nodeID)
+			WHERE `+directCommandsCond+` RETURNING id, kind`, why, t.at, t.at, nodeID)
 		found, err := collect(rows, err, "direct commands", scan)
 		if err != nil {
 			return nil, fmt.Errorf("withdrawing the direct commands of node %s: %w", nodeID, err)
@@ -86,10 +85,13 @@ func (t *Tx) WithdrawDirectCommands(ctx context.Context, nodeID, why string) ([]
 	return found, nil
 }
 
-// directCommandsQuery lists a node's held and queued commands that no workflow sent, but
-// rotations and consoles (WithdrawDirectCommands), through commands_node.
-const directCommandsQuery = `SELECT id, kind FROM commands WHERE node_id = ? AND workflow_id = ''
-	AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console')`
+// directCommandsCond names a node's held and queued commands that no workflow sent, but
+// rotations and consoles (WithdrawDirectCommands; argument: the node), found through
+// commands_node; directCommandsQuery lists them.
+const (
+	directCommandsCond  = `node_id = ? AND workflow_id = '' AND state IN ('held', 'queued') AND kind NOT IN ('bmc.rotate', 'bmc.console')`
+	directCommandsQuery = `SELECT id, kind FROM commands WHERE ` + directCommandsCond
+)
 
 // RequestWorkflowAbort marks the node's running workflow to be aborted (the abort verb): the
 // reconciler then stops its step and runs its cleanup even if the node is back in the
