@@ -284,6 +284,8 @@ type Sim struct {
 	deathMu    sync.Mutex
 	// deaths and ramdiskDeaths count the site agents and ramdisks that died (mortality).
 	deaths, ramdiskDeaths atomic.Int32
+	// conns numbers the simulated ramdisks' connections.
+	conns atomic.Int64
 }
 
 // SetSiteIdentity gives the in-process site agent the key and certificate it signs site
@@ -860,8 +862,12 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 		}
 		return
 	}
-	// Each boot is its own agent: a late departure of the previous boot must not mark this one gone.
-	a := engine.Agent{ID: fmt.Sprintf("node:%s:%x", nodeID, csr[len(csr)-4:]), Kind: "node", NodeID: nodeID, Generation: gen}
+	// Named as the gateway names a ramdisk (engine/gateway.go): one agent of the node, whose
+	// connection each boot opens anew, and whose certificate (its key made at this boot) tells
+	// the engine a new boot from a reconnect. A late departure of the previous boot names its
+	// own connection and does not mark this one gone.
+	a := engine.Agent{ID: "node:" + nodeID, Kind: "node", NodeID: nodeID, Generation: gen,
+		ConnID: fmt.Sprintf("sim-%d", s.conns.Add(1)), CertDER: cert}
 	if err := s.link.Connected(ctx, a, "sim-ramdisk"); err != nil {
 		if ctx.Err() == nil {
 			s.fail(err)
