@@ -64,9 +64,13 @@ func agentOf(ctx context.Context, a gateway.AgentRef, os bool) Agent {
 		if os {
 			kind = "os"
 		}
-		return Agent{ID: kind + ":" + a.NodeID, Kind: kind, NodeID: a.NodeID, Generation: a.Generation, ConnID: c.id, CertDER: c.cert}
+		return Agent{ID: NodeAgentID(kind, a.NodeID), Kind: kind, NodeID: a.NodeID, Generation: a.Generation, ConnID: c.id, CertDER: c.cert}
 	}
 }
+
+// NodeAgentID is the id of node nodeID's agent of kind "node" (its ramdisk) or "os" (its
+// installed OS): one per node and kind, whatever the boot; each connection has an id of its own.
+func NodeAgentID(kind, nodeID string) string { return kind + ":" + nodeID }
 
 // roles remembers, per connection, whether the node agent announced itself as the OS.
 func (g *Gateway) agent(ctx context.Context, a gateway.AgentRef) Agent {

@@ -710,7 +710,7 @@ func (s *Sim) powerOff(m *Machine) {
 	if m.osUp {
 		m.osUp = false
 		if s.link != nil { // in-process agents; over the gateway the stream's end says it
-			s.link.Disconnected(context.Background(), engine.Agent{ID: "os:" + m.NodeID, Kind: "os", NodeID: m.NodeID})
+			s.link.Disconnected(context.Background(), engine.Agent{ID: engine.NodeAgentID("os", m.NodeID), Kind: "os", NodeID: m.NodeID})
 		}
 	}
 }
@@ -835,7 +835,7 @@ func (s *Sim) bootOS(ctx context.Context, m *Machine, token string) {
 	}
 	m.osUp, m.osGeneration = true, gen
 	m.mu.Unlock()
-	if err := s.link.Connected(ctx, engine.Agent{ID: "os:" + nodeID, Kind: "os", NodeID: nodeID, Generation: gen}, "sim-os"); err != nil && ctx.Err() == nil {
+	if err := s.link.Connected(ctx, engine.Agent{ID: engine.NodeAgentID("os", nodeID), Kind: "os", NodeID: nodeID, Generation: gen}, "sim-os"); err != nil && ctx.Err() == nil {
 		s.fail(err)
 	}
 }
@@ -866,7 +866,7 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 	// connection each boot opens anew, and whose certificate (its key made at this boot) tells
 	// the engine a new boot from a reconnect. A late departure of the previous boot names its
 	// own connection and does not mark this one gone.
-	a := engine.Agent{ID: "node:" + nodeID, Kind: "node", NodeID: nodeID, Generation: gen,
+	a := engine.Agent{ID: engine.NodeAgentID("node", nodeID), Kind: "node", NodeID: nodeID, Generation: gen,
 		ConnID: fmt.Sprintf("sim-%d", s.conns.Add(1)), CertDER: cert}
 	if err := s.link.Connected(ctx, a, "sim-ramdisk"); err != nil {
 		if ctx.Err() == nil {

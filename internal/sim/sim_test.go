@@ -198,3 +198,38 @@ func TestLifecycleOnThreeServers(t *testing.T) {
 		}
 	}
 }
+
+// The simulated ramdisks connect as the gateway names a node's ramdisk (engine.NodeAgentID), one
+// agent per node whatever the boot, with the certificate they joined with: the engine recorded
+// the key of each node's last ramdisk (Tx.NodeAgentBoot), so another key is taken for another
+// boot, as over the gateway. Named per boot, or without a certificate, no such agent or key is
+// there.
+func TestSimulatedRamdisksAreTheGatewaysNodeAgents(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Stop()
+		ids, err := h.Enroll(ctx, "agent", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := rest(t, h, ids); states(got)["ready"] != len(ids) {
+			t.Fatalf("after enroll: %v", states(got))
+		}
+		for _, id := range ids {
+			var rebooted bool
+			err := st.Write(ctx, func(tx *store.Tx) error {
+				var err error
+				rebooted, err = tx.NodeAgentBoot(ctx, engine.NodeAgentID("node", id), "another key")
+				return err
+			})
+			if err != nil || !rebooted {
+				t.Errorf("node %s: the ramdisk agent %s with a key recorded: another key is another boot %v, %v; want true",
+					id, engine.NodeAgentID("node", id), rebooted, err)
+			}
+		}
+	})
+}
