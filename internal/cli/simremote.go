@@ -20,6 +20,7 @@ import (
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/sim"
+	"bcd/internal/store"
 )
 
 // simRunLabel marks the nodes of one remote simulation run (so that its measurements read only
@@ -139,7 +140,7 @@ func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTim
 }
 
 func (c *apiControl) Nudge()                    {}
-func (c *apiControl) WriterBusy() time.Duration { return 0 }
+func (c *apiControl) Writer() store.WriterStats { return store.WriterStats{} }
 
 func (c *apiControl) WriteRoundTrips() int64 { return 0 }
 

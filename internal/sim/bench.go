@@ -29,6 +29,11 @@ type Phase struct {
 	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL).
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
+	// WriterCommits are the groups of writes the writer committed during the phase, and
+	// WriterWrites the writes in them (0 on PostgreSQL): writes per commit is how well the
+	// writes shared their commits.
+	WriterCommits int64 `json:"writerCommits,omitempty"`
+	WriterWrites  int64 `json:"writerWrites,omitempty"`
 	// RoundTrips are the round trips to PostgreSQL the servers' write transactions took during
 	// the phase (0 on SQLite, and for a server elsewhere).
 	RoundTrips int64 `json:"storeRoundTrips,omitempty"`
@@ -49,6 +54,9 @@ func (p Phase) String() string {
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
+	}
+	if p.WriterCommits > 0 {
+		s += fmt.Sprintf("  %.1f writes/commit", float64(p.WriterWrites)/float64(p.WriterCommits))
 	}
 	if p.Nodes > 0 && p.RoundTrips > 0 {
 		s += fmt.Sprintf("  %.1f round trips/node", float64(p.RoundTrips)/float64(p.Nodes))
@@ -176,7 +184,8 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	}
 	p.Total = time.Since(start)
 	p.CPU = cpuTime() - m.cpu
-	p.WriterBusy = h.control().WriterBusy() - m.busy
+	w := h.control().Writer()
+	p.WriterBusy, p.WriterCommits, p.WriterWrites = w.Busy-m.writer.Busy, w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"
@@ -211,18 +220,19 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	return p, reached, nil
 }
 
-// mark is the start of a phase: the time, the process's CPU time, the writer's busy time, the
+// mark is the start of a phase: the time, the process's CPU time, the writer's work, the
 // store's round trips and the nodes per state.
 type mark struct {
-	at        time.Time
-	cpu, busy time.Duration
-	trips     int64
-	counts    map[string]int
+	at     time.Time
+	cpu    time.Duration
+	writer store.WriterStats
+	trips  int64
+	counts map[string]int
 }
 
 func (h *Harness) mark(ctx context.Context) (mark, error) {
 	counts, err := h.control().CountByState(ctx)
-	return mark{at: time.Now(), cpu: cpuTime(), busy: h.control().WriterBusy(), trips: h.control().WriteRoundTrips(), counts: counts}, err
+	return mark{at: time.Now(), cpu: cpuTime(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(), counts: counts}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).

@@ -13,13 +13,15 @@ import (
 	"bcd/internal/store"
 )
 
-// countingControl is a Control whose node counts are a script: the first call answers before,
-// every later one after; the phase's nodes are in states.
+// countingControl is a Control whose node counts and writer's work are scripts: the first call
+// answers before (writerBefore), every later one after (writerAfter); the phase's nodes are in
+// states.
 type countingControl struct {
-	mu            sync.Mutex
-	calls         int
-	before, after map[string]int
-	states        map[string]string
+	mu                        sync.Mutex
+	calls, writerCalls        int
+	before, after             map[string]int
+	writerBefore, writerAfter store.WriterStats
+	states                    map[string]string
 }
 
 func (c *countingControl) Engine() string { return "fake" }
@@ -46,9 +48,17 @@ func (c *countingControl) NodeTimes(context.Context, []string) ([]NodeTime, erro
 	slices.SortFunc(out, func(a, b NodeTime) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
-func (c *countingControl) Nudge()                    {}
-func (c *countingControl) WriterBusy() time.Duration { return 0 }
-func (c *countingControl) WriteRoundTrips() int64    { return 0 }
+func (c *countingControl) Nudge() {}
+func (c *countingControl) Writer() store.WriterStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writerCalls++
+	if c.writerCalls == 1 {
+		return c.writerBefore
+	}
+	return c.writerAfter
+}
+func (c *countingControl) WriteRoundTrips() int64 { return 0 }
 func (c *countingControl) ServerRSSMiB(context.Context) (float64, bool) {
 	return 0, false
 }
@@ -62,6 +72,9 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		before: map[string]int{"failed": 5, "deployed": 7},
 		after:  map[string]int{"failed": 6, "deployed": 9},
 		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed", "z": "failed"}, // z: failed in an earlier phase
+		// The writer's work before the phase, and after it: the phase's is the difference.
+		writerBefore: store.WriterStats{Busy: time.Second, Groups: 10, Writes: 100},
+		writerAfter:  store.WriterStats{Busy: 3 * time.Second, Groups: 14, Writes: 130},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -75,6 +88,12 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	}
 	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
 		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
+	}
+	if p.WriterBusy != 2*time.Second || p.WriterCommits != 4 || p.WriterWrites != 30 {
+		t.Errorf("writer busy %s, %d commits, %d writes in the phase: want 2s, 4, 30", p.WriterBusy, p.WriterCommits, p.WriterWrites)
+	}
+	if s := p.String(); !strings.Contains(s, "7.5 writes/commit") {
+		t.Errorf("phase line %q: want 7.5 writes/commit", s)
 	}
 }
 
