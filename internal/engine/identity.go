@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -209,15 +210,18 @@ func certTimes(c *x509.Certificate) (renewAt, notAfter int64) {
 	return pki.RenewAt(c.NotBefore, c.NotAfter).UnixMicro(), c.NotAfter.UnixMicro()
 }
 
-// certTimesOf is certTimes of a DER certificate: 0 and 0 for none (agents in process have
+// connectedCert is what a connecting agent's DER certificate tells, parsed once: certTimes, and
+// key, the hex SHA-256 of its public key. Zeros and "" for none (in-process agents may have
 // none) or for one that does not parse.
-func certTimesOf(certDER []byte) (renewAt, notAfter int64) {
+func connectedCert(certDER []byte) (renewAt, notAfter int64, key string) {
 	if len(certDER) == 0 {
-		return 0, 0
+		return 0, 0, ""
 	}
 	c, err := x509.ParseCertificate(certDER)
 	if err != nil {
-		return 0, 0
+		return 0, 0, ""
 	}
-	return certTimes(c)
+	renewAt, notAfter = certTimes(c)
+	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
+	return renewAt, notAfter, hex.EncodeToString(sum[:])
 }

@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -221,8 +218,7 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 	e.sentMu.Lock()
 	e.sent[a.ID] = &offered{conn: a.ConnID, ids: map[string]bool{}}
 	e.sentMu.Unlock()
-	renewAt, notAfter := certTimesOf(a.CertDER)
-	key := keyOf(a.CertDER)
+	renewAt, notAfter, key := connectedCert(a.CertDER)
 	var fx effects
 	var lost []store.Command
 	woken := false
@@ -283,19 +279,6 @@ func previousBoot(ctx context.Context, tx *store.Tx, a Agent, key string) ([]sto
 		return nil, err
 	}
 	return tx.LosePreviousBoot(ctx, a.ID, "the node's ramdisk booted again: the boot that acknowledged the command is gone; it is never sent twice")
-}
-
-// keyOf is the hex SHA-256 of the public key of certificate der, or "" (none, or unreadable).
-func keyOf(der []byte) string {
-	if len(der) == 0 {
-		return ""
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
-	return hex.EncodeToString(sum[:])
 }
 
 // Disconnected records an agent's departure. Its commands are released or lost only after the

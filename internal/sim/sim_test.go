@@ -207,15 +207,7 @@ func TestLifecycleOnThreeServers(t *testing.T) {
 func TestSimulatedRamdisksAreTheGatewaysNodeAgents(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
-		h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Stop()
-		ids, err := h.Enroll(ctx, "agent", 3)
-		if err != nil {
-			t.Fatal(err)
-		}
+		h, ids := start(t, st, 3)
 		if got := rest(t, h, ids); states(got)["ready"] != len(ids) {
 			t.Fatalf("after enroll: %v", states(got))
 		}
