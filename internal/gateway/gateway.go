@@ -252,9 +252,13 @@ type Config struct {
 	// Attested says whether a command kind's result is signed; default AttestedKinds.
 	Attested func(kind string) bool
 
-	BatchSize    int           // commands per frame; default 256
-	Window       int           // commands in flight (sent, unacknowledged) per stream; default 4096
-	Lanes        int           // concurrent ack/update lanes per site agent stream (a node's has one); default 8
+	BatchSize int // commands per frame; default 256
+	Window    int // commands in flight (sent, unacknowledged) per stream; default 4096
+	// Lanes: concurrent ack/update lanes per site agent stream (a node's has one); default 64.
+	// Each lane waits for the store's write of what it forwards, so a site agent's commands
+	// advance at most Lanes writes at a time: 8 held 1 000 simulated machines to 66–81 enrolled
+	// a second over the gateway, 64 ran them at 90–117.
+	Lanes        int
 	PollInterval time.Duration // claim without a Notify signal this often; default 2s
 	// RecheckInterval: an open stream's certificate is admitted again this often (a site
 	// agent revoked, a node's identity generation bumped, the certificate expired): one
@@ -300,7 +304,7 @@ func (c *Config) setDefaults() error {
 	}
 	def(&c.BatchSize, 256)
 	def(&c.Window, 4096)
-	def(&c.Lanes, 8)
+	def(&c.Lanes, 64)
 	def(&c.MaxMessageBytes, 16<<20)
 	defd(&c.PollInterval, 2*time.Second)
 	defd(&c.IdleTimeout, 45*time.Second)

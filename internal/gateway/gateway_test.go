@@ -298,9 +298,9 @@ func TestHelloFirst(t *testing.T) {
 func TestAcksOfAFrameAreRecordedTogether(t *testing.T) {
 	env := start(t)
 	site := gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: "s1", AgentID: "a1"}
-	const n = 40
+	const n, lanes = 400, 64 // the default lanes
 	for i := range n {
-		env.Queue.Enqueue(site, gateway.Command{ID: fmt.Sprintf("c%02d", i), Kind: "bmc.power"})
+		env.Queue.Enqueue(site, gateway.Command{ID: fmt.Sprintf("c%03d", i), Kind: "bmc.power"})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -333,12 +333,12 @@ func TestAcksOfAFrameAreRecordedTogether(t *testing.T) {
 		t.Fatalf("acknowledgements recorded: %v", err)
 	}
 	_ = s.CloseRequest()
-	if calls := env.Queue.Counts().AckCalls; calls > 8 {
-		t.Errorf("%d acknowledgements of one frame took %d AckAll calls, want at most one per lane (8)", n+1, calls)
+	if calls := env.Queue.Counts().AckCalls; calls > lanes {
+		t.Errorf("%d acknowledgements of one frame took %d AckAll calls, want at most one per lane (%d)", n+1, calls, lanes)
 	}
 	for i := range n {
-		if e, _ := env.Queue.Get(fmt.Sprintf("c%02d", i)); e.State != gatewaytest.Delivered || e.Acks != 1 {
-			t.Errorf("c%02d: %s, %d acks", i, e.State, e.Acks)
+		if e, _ := env.Queue.Get(fmt.Sprintf("c%03d", i)); e.State != gatewaytest.Delivered || e.Acks != 1 {
+			t.Errorf("c%03d: %s, %d acks", i, e.State, e.Acks)
 		}
 	}
 }

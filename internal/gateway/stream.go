@@ -501,6 +501,9 @@ func (ss *session) send() error {
 			if starved, err = ss.claimAndSend(); err != nil {
 				return err
 			}
+			// The poll is a fallback for a signal missed (a command queued by another server):
+			// PollInterval counts from the last claim, so a busy stream never claims for it.
+			poll.Reset(cfg.PollInterval)
 			if err := ss.sendCancels(); err != nil {
 				return err
 			}

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -100,6 +101,70 @@ func TestAssignCandidates(t *testing.T) {
 		}
 		if c, _ := st.Command(ctx, ids["boot"]); c.TargetAgent != "" {
 			t.Errorf("boot entry command went to %q while b holds the lease", c.TargetAgent)
+		}
+	})
+}
+
+// A claim on a connection that was offered some of its agent's assigned commands reads back only
+// those it was not offered, oldest first, then free ones up to the limit; an assigned command
+// acknowledged (no longer queued) is not a candidate.
+func TestCandidatesLeaveOutWhatWasOffered(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		at := time.Unix(1_800_000_000, 0)
+		st.SetClock(func() time.Time { return at })
+		var assigned, free []string
+		for i := range 9 {
+			at = at.Add(time.Second) // created in this order
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				c := store.Command{NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, SiteID: nodes[0].SiteID, Kind: "bmc.query", Args: "{}", RunsOn: "site"}
+				if i < 6 {
+					c.TargetAgent = "a"
+				}
+				if err := tx.InsertCommand(ctx, &c); err != nil {
+					return err
+				}
+				if i < 6 {
+					assigned = append(assigned, c.ID)
+				} else {
+					free = append(free, c.ID)
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Offered: assigned 0, 2, 3 and 5 on this connection; assigned 4 was acknowledged since.
+		offeredIDs := map[string]bool{assigned[0]: true, assigned[2]: true, assigned[3]: true, assigned[5]: true}
+		offered := func(id string) bool { return offeredIDs[id] }
+		if err := st.Write(ctx, func(tx *store.Tx) error {
+			_, err := tx.DeliverCommands(ctx, []string{assigned[4]}, store.Acknowledger{AgentID: "a"})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			limit int
+			want  []string
+		}{
+			{1, []string{assigned[1]}},
+			{2, []string{assigned[1], free[0]}},
+			{3, []string{assigned[1], free[0], free[1]}},
+			{10, []string{assigned[1], free[0], free[1], free[2]}},
+		}
+		for _, tc := range cases {
+			cands, err := st.CommandCandidates(ctx, "a", "site", nodes[0].SiteID, "", 0, tc.limit, offered, len(offeredIDs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, c := range cands {
+				got = append(got, c.ID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("limit %d: candidates %v, want %v", tc.limit, got, tc.want)
+			}
 		}
 	})
 }

@@ -16,11 +16,15 @@ import (
 func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
-	site, siteArgs, err := claimQuery("agent", "site", "site", "", 0, 1, []string{"bmc.media"})
+	site, siteArgs, err := claimQuery(commandCols, "agent", "site", "site", "", 0, 1, []string{"bmc.media"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ramdisk, ramdiskArgs, err := claimQuery("node:n", "node", "", "n", 1, 1, nil)
+	siteIDs, _, err := claimQuery("id", "agent", "site", "site", "", 0, 1, []string{"bmc.media"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ramdisk, ramdiskArgs, err := claimQuery(commandCols, "node:n", "node", "", "n", 1, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +34,7 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		sorts              bool // sorts what it found (one node's rows), not the table
 	}{
 		{"site claim", "commands_claim_site", site, append(siteArgs, "agent", 8), false},
+		{"site claim, ids", "commands_claim_site", siteIDs, append(siteArgs, "agent", 8), false},
 		{"ramdisk claim", "commands_claim_ramdisk", ramdisk, append(ramdiskArgs, "node:n", 8), false},
 		{"agent departure", "commands_agent_active", agentActiveQuery, []any{"agent"}, false},
 		{"ramdisk departure", "commands_claim_ramdisk", nodeWaitingForRamdiskQuery, []any{"node:n"}, false},
