@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -384,10 +386,29 @@ func (e *Engine) credentialsFor(ctx context.Context, a Agent, ref store.BMCRef) 
 		return "", fmt.Errorf("opening BMC password: %w", err)
 	}
 	plain, _ := json.Marshal(map[string]string{"username": string(user), "password": string(pass)})
+	return e.encryptCredentials(a, plain)
+}
+
+// maxCredentials bounds the credentials kept encrypted to agents (one per machine and agent
+// serving it; emptied when full, which only costs encrypting again).
+const maxCredentials = 1 << 14
+
+// encryptCredentials encrypts plain to agent a's certificate, or returns what it encrypted for
+// the same certificate and plaintext before. The key of what is kept holds no secret: the
+// certificate's digest and an HMAC of the plaintext under a key of this process.
+func (e *Engine) encryptCredentials(a Agent, plain []byte) (string, error) {
+	cert := sha256.Sum256(a.CertDER)
+	mac := hmac.New(sha256.New, e.credentialsKey)
+	mac.Write(plain)
+	key := string(cert[:]) + string(mac.Sum(nil))
+	if jwe, ok := e.credentials.Get(key); ok {
+		return jwe, nil
+	}
 	jwe, err := pki.EncryptToAgent(a.CertDER, plain)
 	if err != nil {
 		return "", fmt.Errorf("encrypting BMC credentials to agent %s: %w", a.ID, err)
 	}
+	e.credentials.Put(key, jwe)
 	return jwe, nil
 }
 
