@@ -11,8 +11,8 @@
 // # One stream
 //
 // A stream has one sender goroutine and one receiver goroutine. The sender claims work when the
-// queue signals it (Queue.Notify) or, as a fallback, every PollInterval, and packs up to
-// BatchSize commands into one frame; at most Window commands are in flight (sent, not yet
+// queue signals it (Queue.Notify) or, as a fallback, PollInterval after its last claim, and
+// packs up to BatchSize commands into one frame; at most Window commands are in flight (sent, not yet
 // acknowledged) at once, so a slow agent is never flooded. It also admits the stream's
 // certificate again every RecheckInterval. The receiver spreads acks and updates over Lanes
 // lanes keyed by command id: one command's messages stay in order while different commands
@@ -259,7 +259,7 @@ type Config struct {
 	// advance at most Lanes writes at a time: 8 held 1 000 simulated machines to 66–81 enrolled
 	// a second over the gateway, 64 ran them at 90–117.
 	Lanes        int
-	PollInterval time.Duration // claim without a Notify signal this often; default 2s
+	PollInterval time.Duration // claim without a Notify signal this long after the last claim; default 2s
 	// RecheckInterval: an open stream's certificate is admitted again this often (a site
 	// agent revoked, a node's identity generation bumped, the certificate expired): one
 	// refused ends the stream.
