@@ -574,44 +574,22 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 // queued, oldest first.
 func unofferedAssigned(ctx context.Context, query func(ctx context.Context, q string, args ...any) (rowsIter, error), q string, args []any, offered func(id string) bool, limit int) ([]Command, error) {
 	rows, err := query(ctx, q, args...)
+	assigned, err := collect(rows, err, "assigned commands", scanID)
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		if !offered(id) && len(ids) < limit {
-			ids = append(ids, id)
-		}
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
+	ids := slices.DeleteFunc(assigned, offered)
+	ids = ids[:min(len(ids), limit)]
 	var out []Command
 	for len(ids) > 0 {
 		in, inArgs := inList(ids[:min(len(ids), idsPerStatement)])
 		ids = ids[min(len(ids), idsPerStatement):]
 		rows, err := query(ctx, `SELECT `+commandCols+` FROM commands WHERE id IN `+in+` AND state = 'queued' ORDER BY created_at`, inArgs...)
+		cs, err := collect(rows, err, "assigned commands", scanCommand)
 		if err != nil {
 			return nil, err
 		}
-		for rows.Next() {
-			c, err := scanCommand(rows)
-			if err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out = append(out, c)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
+		out = append(out, cs...)
 	}
 	return out, nil
 }
