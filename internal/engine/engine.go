@@ -257,8 +257,9 @@ type Engine struct {
 	// credentials: BMC credentials encrypted to an agent (JWE), by the agent's certificate and
 	// an HMAC of the plaintext under credentialsKey (a key of this process): a site agent's
 	// claims carry the same node's credentials in command after command, and encrypting them
-	// (an ephemeral ECDH each) was a tenth of the server's CPU over the gateway. The secrets are
-	// still opened at every claim (a secret deleted since is refused as before).
+	// (an ephemeral ECDH each) took 1.7 s of the 64 s of CPU of a 1 000-node `bcd sim --gateway`
+	// (server and agents). The secrets are still opened at every claim (a secret deleted since
+	// is refused as before).
 	credentials    *cache.Bounded[string, string]
 	credentialsKey []byte
 	// mark is the store's watermark at this server's last beat (Watermark); restored, once

@@ -500,7 +500,7 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 // ClaimNewCommands is ClaimCommands for an agent that was already offered some of its assigned
 // commands on its connection (offered says which, sent how many): up to limit commands it was
 // not offered are returned (unassigned commands were never offered, so no more of them are read
-// than the limit leaves). Of its assigned commands only the ids are read until one was not
+// than the limit leaves). Its assigned commands are read as ids, and whole only those it was not
 // offered: a site agent's claim otherwise read again, whole, every command it had been offered
 // and not yet acknowledged (95 % of the rows its claims read over the gateway, 1 000 nodes).
 func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
@@ -527,6 +527,10 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 	if err != nil {
 		return nil, err
 	}
+	idsQ, _, err := claimQuery("id", agentID, kind, siteID, nodeID, generation, at, holderKinds)
+	if err != nil {
+		return nil, err
+	}
 	var out []Command
 	fresh := 0 // commands returned that were not offered before
 	for _, target := range []string{agentID, ""} {
@@ -538,7 +542,6 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 			break
 		}
 		if target != "" && offered != nil {
-			idsQ, _, _ := claimQuery("id", agentID, kind, siteID, nodeID, generation, at, holderKinds)
 			cs, err := unofferedAssigned(ctx, query, idsQ, append(append([]any{}, args...), target, want), offered, limit)
 			if err != nil {
 				return nil, fmt.Errorf("claiming commands for %s: %w", agentID, err)
