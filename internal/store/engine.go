@@ -523,14 +523,11 @@ func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, no
 
 func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Context, q string, args ...any) (rowsIter, error), at int64,
 	agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds []string) ([]Command, error) {
-	q, args, err := claimQuery(commandCols, agentID, kind, siteID, nodeID, generation, at, holderKinds)
+	from, args, err := claimQuery(agentID, kind, siteID, nodeID, generation, at, holderKinds)
 	if err != nil {
 		return nil, err
 	}
-	idsQ, _, err := claimQuery("id", agentID, kind, siteID, nodeID, generation, at, holderKinds)
-	if err != nil {
-		return nil, err
-	}
+	q, idsQ := `SELECT `+commandCols+` `+from, `SELECT id `+from
 	var out []Command
 	fresh := 0 // commands returned that were not offered before
 	for _, target := range []string{agentID, ""} {
@@ -597,9 +594,10 @@ func unofferedAssigned(ctx context.Context, query func(ctx context.Context, q st
 	return out, nil
 }
 
-// claimQuery is the query of cols of an agent's claim candidates, with its arguments but the
-// last two: the target agent ("" for unassigned commands) and the limit.
-func claimQuery(cols, agentID, kind, siteID, nodeID string, generation uint64, at int64, holderKinds []string) (string, []any, error) {
+// claimQuery is the query of an agent's claim candidates from its FROM on (the caller selects
+// the columns), with its arguments but the last two: the target agent ("" for unassigned
+// commands) and the limit.
+func claimQuery(agentID, kind, siteID, nodeID string, generation uint64, at int64, holderKinds []string) (string, []any, error) {
 	var where string
 	var args []any
 	switch kind {
@@ -617,7 +615,7 @@ func claimQuery(cols, agentID, kind, siteID, nodeID string, generation uint64, a
 	// First the commands already assigned to the agent (a reconnect), then unassigned ones,
 	// each oldest first: two range scans of commands_claim_site or commands_claim_ramdisk
 	// (both end with created_at) that stop at the limit, however many commands are queued.
-	return `SELECT ` + cols + ` FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
+	return `FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
 		ORDER BY created_at LIMIT ?`, args, nil
 }
 

@@ -16,18 +16,15 @@ import (
 func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
-	site, siteArgs, err := claimQuery(commandCols, "agent", "site", "site", "", 0, 1, []string{"bmc.media"})
+	siteFrom, siteArgs, err := claimQuery("agent", "site", "site", "", 0, 1, []string{"bmc.media"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	siteIDs, _, err := claimQuery("id", "agent", "site", "site", "", 0, 1, []string{"bmc.media"})
+	ramdiskFrom, ramdiskArgs, err := claimQuery("node:n", "node", "", "n", 1, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ramdisk, ramdiskArgs, err := claimQuery(commandCols, "node:n", "node", "", "n", 1, 1, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	site, siteIDs, ramdisk := `SELECT `+commandCols+` `+siteFrom, `SELECT id `+siteFrom, `SELECT `+commandCols+` `+ramdiskFrom
 	cases := []struct {
 		name, index, query string
 		args               []any
