@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +22,10 @@ import (
 
 // MaxJoinBytes bounds a Join request (a token, a CSR and a few hints).
 const MaxJoinBytes = 64 << 10
+
+// CompressMinBytes is the smallest message the gateway compresses for an agent that accepts
+// gzip: a smaller one goes as it is. What it compresses it compresses at gzip's best speed.
+const CompressMinBytes = 1 << 10
 
 // Server implements bcd.agent.v1.GatewayService.
 type Server struct {
@@ -42,7 +48,13 @@ func (s *Server) Handler() (string, http.Handler) {
 	// Messages are decoded only when they decode to at most MaxDecodedElements elements, and
 	// only from binary protobuf (codecs).
 	codecs := connect.WithHandlerOptions(connect.WithCodec(wirebound.NewProto(MaxDecodedElements)),
-		connect.WithCodec(noJSON{name: "json"}), connect.WithCodec(noJSON{name: "json; charset=utf-8"}))
+		connect.WithCodec(noJSON{name: "json"}), connect.WithCodec(noJSON{name: "json; charset=utf-8"}),
+		connect.WithCompressMinBytes(CompressMinBytes), connect.WithCompression("gzip",
+			func() connect.Decompressor { return &gzip.Reader{} },
+			func() connect.Compressor {
+				w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed) // (a valid level: no error)
+				return w
+			}))
 	path, h := agentv1connect.NewGatewayServiceHandler(s,
 		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes), codecs,
 	)
