@@ -4,11 +4,9 @@
 package api
 
 import (
-	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -66,10 +64,7 @@ func Handler(svc *metal.Service, joiner SiteJoiner, verifier ResultVerifier, con
 		connect.WithReadMaxBytes(MaxRequestBytes),
 		// Small answers are cheaper to send than to compress; large ones (listings) are
 		// compressed at gzip's fastest level.
-		connect.WithCompressMinBytes(16 << 10),
-		connect.WithCompression("gzip",
-			func() connect.Decompressor { return &gzip.Reader{} },
-			func() connect.Compressor { w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed); return w }),
+		wirebound.Gzip(16 << 10),
 		connect.WithInterceptors(authn.interceptor(), logErrors(log)),
 	}
 	mux := http.NewServeMux()

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -49,12 +47,7 @@ func (s *Server) Handler() (string, http.Handler) {
 	// only from binary protobuf (codecs).
 	codecs := connect.WithHandlerOptions(connect.WithCodec(wirebound.NewProto(MaxDecodedElements)),
 		connect.WithCodec(noJSON{name: "json"}), connect.WithCodec(noJSON{name: "json; charset=utf-8"}),
-		connect.WithCompressMinBytes(CompressMinBytes), connect.WithCompression("gzip",
-			func() connect.Decompressor { return &gzip.Reader{} },
-			func() connect.Compressor {
-				w, _ := gzip.NewWriterLevel(io.Discard, gzip.BestSpeed) // (a valid level: no error)
-				return w
-			}))
+		wirebound.Gzip(CompressMinBytes))
 	path, h := agentv1connect.NewGatewayServiceHandler(s,
 		connect.WithReadMaxBytes(s.cfg.MaxMessageBytes), codecs,
 	)

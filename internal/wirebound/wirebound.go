@@ -4,7 +4,7 @@
 // the wire (protobuf: Count; JSON: CountJSON) and refused, with an *ExceededError, when it would
 // decode to more than a limit of elements: messages, map entries and list elements, nested ones
 // included. The agent gateway and the API both decode through Proto; the API's JSON codec calls
-// CountJSON first.
+// CountJSON first. Both answer with Gzip.
 package wirebound
 
 import (
