@@ -103,8 +103,7 @@ func TestOnlyLargeFramesAreCompressed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			cmds := append(m.GetBatch().GetCommands(), m.GetCommand())
-			for _, c := range cmds {
+			for _, c := range commandsOf(m) {
 				if c.GetId() == id {
 					return
 				}
@@ -135,10 +134,8 @@ func TestOnlyLargeFramesAreCompressed(t *testing.T) {
 		if err := proto.Unmarshal(payload, &m); err != nil {
 			t.Fatalf("decoding an envelope: %v", err)
 		}
-		for _, c := range append(m.GetBatch().GetCommands(), m.GetCommand()) {
-			if c.GetId() != "" {
-				found[c.GetId()] = e
-			}
+		for _, c := range commandsOf(&m) {
+			found[c.GetId()] = e
 		}
 	}
 	if e, ok := found["small"]; !ok || e.flags&0x01 != 0 {

@@ -50,6 +50,14 @@ func httpClient(t *testing.T, env *gatewaytest.Env, cert tls.Certificate) *http.
 	return &http.Client{Transport: tr}
 }
 
+// commandsOf is the commands a server message carries: a batch's, or its single command.
+func commandsOf(m *agentv1.ServerMessage) []*agentv1.Command {
+	if c := m.GetCommand(); c != nil {
+		return []*agentv1.Command{c}
+	}
+	return m.GetBatch().GetCommands()
+}
+
 func csr(t *testing.T) (crypto.Signer, []byte) {
 	t.Helper()
 	key, der, err := pki.NewKeyAndCSR("test")
@@ -317,11 +325,7 @@ func TestAcksOfAFrameAreRecordedTogether(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmds := m.GetBatch().GetCommands()
-		if c := m.GetCommand(); c != nil {
-			cmds = append(cmds, c)
-		}
-		for _, c := range cmds {
+		for _, c := range commandsOf(m) {
 			acks = append(acks, &agentv1.CommandAck{CommandId: c.GetId()})
 		}
 	}

@@ -57,8 +57,7 @@ func TestNewGenerationsCommandNeverReachesTheRevokedStream(t *testing.T) {
 			for got == nil && err == nil {
 				var m *agentv1.ServerMessage
 				if m, err = s.Receive(); err == nil {
-					got = m.GetCommand()
-					if cs := m.GetBatch().GetCommands(); len(cs) > 0 {
+					if cs := commandsOf(m); len(cs) > 0 {
 						got = cs[0]
 					}
 				}
