@@ -39,6 +39,11 @@ type Config struct {
 	// AgentGrace is how long a disconnected agent may take to reconnect before its commands
 	// are released (never acknowledged) or lost (acknowledged).
 	AgentGrace time.Duration
+	// AssignedRescan is how often a connection's claims look in the store for commands assigned
+	// to its agent that it was not offered: a claim of the agent's previous connection on
+	// another server may still assign some after the new connection's first claim looked.
+	// Default 1s.
+	AssignedRescan time.Duration
 	// PeerTimeout is how long a server may go without recording that it is alive before the
 	// other servers sharing its store (or its own successor, after a restart) end its agents'
 	// connections; it records so every PeerTimeout/6. Default 30s.
@@ -160,6 +165,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeerTimeout <= 0 {
 		c.PeerTimeout = DefaultPeerTimeout
+	}
+	if c.AssignedRescan <= 0 {
+		c.AssignedRescan = time.Second
 	}
 	if c.MACWindow <= 0 {
 		c.MACWindow = MACWindow

@@ -619,8 +619,16 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		return nil, nil // an agent showed the store was restored (Witness)
 	}
 	e.sentMu.Lock()
-	sent := len(e.sent[a.ID].on(a.ConnID))
-	departed := e.sent[a.ID].departed(a.ConnID)
+	o := e.sent[a.ID]
+	sent := len(o.on(a.ConnID))
+	departed := o.departed(a.ConnID)
+	// The commands already assigned to the agent are looked for at a connection's first claim
+	// (what its previous connection took and never acknowledged) and then at most every
+	// AssignedRescan: every claim on the connection since offered what it assigned, and
+	// reading back what it offered and is not yet acknowledged cost a busy site agent's claims
+	// a read of thousands of rows each.
+	rescan := o.on(a.ConnID) == nil || time.Since(o.scanned) >= e.cfg.AssignedRescan
+	looked := time.Now()
 	e.sentMu.Unlock()
 	if departed {
 		return nil, nil // the connection ended: what it would take goes to a dead stream
@@ -632,9 +640,16 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	}
 	// The candidates are read outside the single writer (most claims find nothing new); the
 	// writer only takes those still free or still this agent's.
-	cands, err := e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, isOffered, sent, holderKinds()...)
+	cands, err := e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, rescan, isOffered, sent, holderKinds()...)
 	if err != nil {
 		return nil, err
+	}
+	if rescan {
+		e.sentMu.Lock()
+		if o := e.sent[a.ID]; o.on(a.ConnID) != nil {
+			o.scanned = looked
+		}
+		e.sentMu.Unlock()
 	}
 	cands = slices.DeleteFunc(cands, func(c store.Command) bool { return isOffered(c.ID) || !e.relaysConsole(c) })
 	if len(cands) == 0 {
@@ -680,12 +695,14 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			}
 		}
 		e.sentMu.Lock()
-		departed := e.sent[a.ID].departed(a.ConnID)
+		o := e.sent[a.ID]
+		departed, replaced := o.departed(a.ConnID), o != nil && o.conn != a.ConnID
 		e.sentMu.Unlock()
-		if departed {
+		if departed || replaced {
 			// The connection ended while this claim waited for the writer: nothing is assigned
 			// to an agent whose departure is applied (or about to be), which would hold the
-			// site's commands from its other agents.
+			// site's commands from its other agents. Or a new connection of the agent replaced
+			// it: nothing is assigned to go to a dead stream.
 			return nil
 		}
 		cmds, err := tx.AssignCommands(ctx, a.ID, cands, holderKinds()...)
@@ -695,14 +712,16 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		out = out[:0]
 		e.sentMu.Lock()
 		defer e.sentMu.Unlock()
-		o := e.sent[a.ID]
+		o = e.sent[a.ID]
 		if o == nil {
 			// An agent whose connection was not announced (in-process callers).
 			o = &offered{conn: a.ConnID, ids: map[string]bool{}}
 			e.sent[a.ID] = o
 		}
-		// A connection replaced while this claim waited for the writer records nothing: what
-		// it returns goes to a dead stream, and the successor must be offered it.
+		// A connection replaced since the check above records nothing: what it returns goes to
+		// a dead stream, and the successor must be offered it. Its first claim does: it reads
+		// the store after the successor's connection is written (Connected), a write that
+		// follows this one.
 		offered := o.on(a.ConnID)
 		if offered == nil {
 			offered = map[string]bool{}
@@ -834,6 +853,9 @@ type offered struct {
 	conn string
 	ids  map[string]bool
 	gone bool
+	// scanned: when a claim on conn last looked in the store for every command assigned to
+	// the agent (zero: never; Engine.Claim).
+	scanned time.Time
 }
 
 // on returns the set if it is connection conn's, else nil (read-only: a nil map reads empty).

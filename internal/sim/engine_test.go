@@ -483,20 +483,20 @@ func TestAckAllRefusesOnlyWhatIsNotTheAgents(t *testing.T) {
 // An agent whose stream breaks reconnects on a new connection; the old connection's last claim
 // and its departure may reach the engine after the new connection arrived. Neither may touch
 // what the new connection was offered.
-func TestReconnectOffersWhatTheOldConnectionTook(t *testing.T) {
+func TestReconnectGetsWhatTheOldConnectionClaimedLate(t *testing.T) {
 	ctx := context.Background()
 	_, h, node, eng, old, _ := byHand(t, engine.Config{}) // old: agent A's first connection
 	cur := engine.Agent{ID: old.ID, Kind: "site", SiteID: h.SiteID, ConnID: "c2"}
 	power(t, h, node, "off")
 	eng.Connected(ctx, cur, "t")
-	// The old connection's claim, late: it assigns the command, but its answer goes to a dead
-	// stream.
-	if got, err := eng.Claim(ctx, old, 10); err != nil || len(got) != 1 {
-		t.Fatalf("late claim of the old connection: %d %v", len(got), err)
+	// The old connection's claim, late: its answer would go to a dead stream, so it takes
+	// nothing.
+	if got, err := eng.Claim(ctx, old, 10); err != nil || len(got) != 0 {
+		t.Fatalf("late claim of the old connection: %d %v, want nothing taken", len(got), err)
 	}
 	got, err := eng.Claim(ctx, cur, 10)
 	if err != nil || len(got) != 1 {
-		t.Fatalf("the new connection was offered %d commands (%v), want the one the old connection took", len(got), err)
+		t.Fatalf("the new connection was offered %d commands (%v), want the one the old connection would have taken", len(got), err)
 	}
 	// The old connection's departure, late: the new one's offers stand.
 	if err := eng.Disconnected(ctx, old); err != nil {

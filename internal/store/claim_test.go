@@ -40,7 +40,7 @@ func TestAssignCandidates(t *testing.T) {
 			t.Fatal(err)
 		}
 		holder := []string{"boot.prepareRamdisk"}
-		cands, err := st.CommandCandidates(ctx, "a", "site", siteID, "", 0, 10, nil, 0, holder...)
+		cands, err := st.CommandCandidates(ctx, "a", "site", siteID, "", 0, 10, true, nil, 0, holder...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,17 +144,22 @@ func TestCandidatesLeaveOutWhatWasOffered(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		// Without assigned, the agent's assigned commands are not looked for: the unassigned
+		// ones alone, as many as the limit.
 		cases := []struct {
-			limit int
-			want  []string
+			limit    int
+			assigned bool
+			want     []string
 		}{
-			{1, []string{assigned[1]}},
-			{2, []string{assigned[1], free[0]}},
-			{3, []string{assigned[1], free[0], free[1]}},
-			{10, []string{assigned[1], free[0], free[1], free[2]}},
+			{1, true, []string{assigned[1]}},
+			{2, true, []string{assigned[1], free[0]}},
+			{3, true, []string{assigned[1], free[0], free[1]}},
+			{10, true, []string{assigned[1], free[0], free[1], free[2]}},
+			{1, false, []string{free[0]}},
+			{10, false, []string{free[0], free[1], free[2]}},
 		}
 		for _, tc := range cases {
-			cands, err := st.CommandCandidates(ctx, "a", "site", nodes[0].SiteID, "", 0, tc.limit, offered, len(offeredIDs))
+			cands, err := st.CommandCandidates(ctx, "a", "site", nodes[0].SiteID, "", 0, tc.limit, tc.assigned, offered, len(offeredIDs))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +168,7 @@ func TestCandidatesLeaveOutWhatWasOffered(t *testing.T) {
 				got = append(got, c.ID)
 			}
 			if !slices.Equal(got, tc.want) {
-				t.Errorf("limit %d: candidates %v, want %v", tc.limit, got, tc.want)
+				t.Errorf("limit %d, assigned %v: candidates %v, want %v", tc.limit, tc.assigned, got, tc.want)
 			}
 		}
 	})

@@ -504,7 +504,7 @@ func (t *Tx) ClaimCommands(ctx context.Context, agentID, kind, siteID, nodeID st
 // offered: a site agent's claim otherwise read again, whole, every command it had been offered
 // and not yet acknowledged (95 % of the rows its claims read over the gateway, 1 000 nodes).
 func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
-	cands, err := t.s.claimCandidates(ctx, t.query, t.at, agentID, kind, siteID, nodeID, generation, limit, offered, sent, holderKinds)
+	cands, err := t.s.claimCandidates(ctx, t.query, t.at, agentID, kind, siteID, nodeID, generation, limit, true, offered, sent, holderKinds)
 	if err != nil {
 		return nil, err
 	}
@@ -514,15 +514,17 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 // CommandCandidates reads, outside any write transaction, the commands ClaimNewCommands would
 // consider for the agent: a snapshot that may be a moment old, so AssignCommands takes them in
 // the writer only where they are still the agent's to take. An agent that finds none never
-// enters the writer.
-func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
+// enters the writer. With assigned false only unassigned commands are read: the caller knows
+// that every command assigned to the agent was offered on its connection, or looked for them
+// a moment ago (Engine.Claim).
+func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, assigned bool, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
 	return s.claimCandidates(ctx, func(ctx context.Context, q string, args ...any) (rowsIter, error) {
 		return s.queryRows(ctx, q, args...)
-	}, s.nowMicros(), agentID, kind, siteID, nodeID, generation, limit, offered, sent, holderKinds)
+	}, s.nowMicros(), agentID, kind, siteID, nodeID, generation, limit, assigned, offered, sent, holderKinds)
 }
 
 func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Context, q string, args ...any) (rowsIter, error), at int64,
-	agentID, kind, siteID, nodeID string, generation uint64, limit int, offered func(id string) bool, sent int, holderKinds []string) ([]Command, error) {
+	agentID, kind, siteID, nodeID string, generation uint64, limit int, assigned bool, offered func(id string) bool, sent int, holderKinds []string) ([]Command, error) {
 	from, args, err := claimQuery(agentID, kind, siteID, nodeID, generation, at, holderKinds)
 	if err != nil {
 		return nil, err
@@ -530,7 +532,11 @@ func (s *Store) claimCandidates(ctx context.Context, query func(ctx context.Cont
 	q, idsQ := `SELECT `+commandCols+` `+from, `SELECT id `+from
 	var out []Command
 	fresh := 0 // commands returned that were not offered before
-	for _, target := range []string{agentID, ""} {
+	targets := []string{agentID, ""}
+	if !assigned {
+		targets = targets[1:]
+	}
+	for _, target := range targets {
 		want := limit - fresh
 		if target != "" {
 			want += sent
