@@ -621,7 +621,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	e.sentMu.Lock()
 	o := e.sent[a.ID]
 	sent := len(o.on(a.ConnID))
-	departed := o.departed(a.ConnID)
+	departed := o.departed(a.ConnID) || o != nil && o.conn != a.ConnID
 	// The commands already assigned to the agent are looked for at a connection's first claim
 	// (what its previous connection took and never acknowledged) and then at most every
 	// AssignedRescan: every claim on the connection since offered what it assigned, and
@@ -631,7 +631,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	looked := time.Now()
 	e.sentMu.Unlock()
 	if departed {
-		return nil, nil // the connection ended: what it would take goes to a dead stream
+		return nil, nil // the connection ended or was replaced: what it would take goes to a dead stream
 	}
 	isOffered := func(id string) bool {
 		e.sentMu.Lock()
