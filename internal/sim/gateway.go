@@ -281,11 +281,12 @@ func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
 			return
 		}
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+	linkCtx, cancel := context.WithCancel(ctx)
+	link, err := dialRetrying(linkCtx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
 		DataDir: dir, DiscoveryToken: token, Capabilities: []string{engine.RoleOS}, Logger: quiet(), AgentVersion: "sim-os"}, h)
 	if err != nil {
 		cancel()
+		// Reported unless the simulation is ending (ctx, not linkCtx: cancel ended that).
 		if ctx.Err() == nil {
 			s.fail(fmt.Errorf("OS of %s dialing the gateway: %w", m.NodeID, err))
 		}
