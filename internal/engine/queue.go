@@ -621,7 +621,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	e.sentMu.Lock()
 	o := e.sent[a.ID]
 	sent := len(o.on(a.ConnID))
-	departed := o.departed(a.ConnID) || o != nil && o.conn != a.ConnID
+	departed := o.over(a.ConnID)
 	// The commands already assigned to the agent are looked for at a connection's first claim
 	// (what its previous connection took and never acknowledged) and then at most every
 	// AssignedRescan: every claim on the connection since offered what it assigned, and
@@ -695,10 +695,9 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			}
 		}
 		e.sentMu.Lock()
-		o := e.sent[a.ID]
-		departed, replaced := o.departed(a.ConnID), o != nil && o.conn != a.ConnID
+		departed := e.sent[a.ID].over(a.ConnID)
 		e.sentMu.Unlock()
-		if departed || replaced {
+		if departed {
 			// The connection ended while this claim waited for the writer: nothing is assigned
 			// to an agent whose departure is applied (or about to be), which would hold the
 			// site's commands from its other agents. Or a new connection of the agent replaced
@@ -712,7 +711,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		out = out[:0]
 		e.sentMu.Lock()
 		defer e.sentMu.Unlock()
-		o = e.sent[a.ID]
+		o := e.sent[a.ID]
 		if o == nil {
 			// An agent whose connection was not announced (in-process callers).
 			o = &offered{conn: a.ConnID, ids: map[string]bool{}}
@@ -866,8 +865,9 @@ func (o *offered) on(conn string) map[string]bool {
 	return o.ids
 }
 
-// departed reports whether connection conn ended.
-func (o *offered) departed(conn string) bool { return o != nil && o.gone && o.conn == conn }
+// over reports whether connection conn ended, or another connection of the agent replaced it:
+// what it takes would go to a dead stream.
+func (o *offered) over(conn string) bool { return o != nil && (o.gone || o.conn != conn) }
 
 // outgoing adds to a claimed command what must reach only the agent and is never written to
 // the row: a boot entry's one-time token (stored as a hash), and creds, the command's BMC
