@@ -15,6 +15,7 @@ import (
 
 	"bcd/internal/engine"
 	"bcd/internal/metal"
+	"bcd/internal/openfiles"
 	"bcd/internal/server"
 	"bcd/internal/sim"
 	"bcd/internal/store"
@@ -66,6 +67,13 @@ func simCmd(g *globals) *cobra.Command {
 				storeDSN = "sqlite:" + filepath.Join(dir, "bcd.db")
 			}
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+			if remote || overGateway {
+				// Each machine's agents hold their connections (and the installed OS its
+				// journal) open in this process: 10 000 machines pass a limit of 20 000.
+				if _, err := openfiles.Ensure(ctx, quiet, sim.OpenFiles(nodes, overGateway)); err != nil {
+					return fmt.Errorf("simulating %d machines whose agents speak the agent protocol: %w; simulate fewer machines, or raise the limit (ulimit -n; above the hard limit, ulimit -Hn, only a process with CAP_SYS_RESOURCE may)", nodes, err)
+				}
+			}
 			var h *sim.Harness
 			switch {
 			case grace < 0:
