@@ -32,6 +32,8 @@ type liteConn struct {
 	// at out+8, where a statement's text ends).
 	out   uintptr
 	stmts map[string]*liteStmt
+	// vfs is the VFS the connection writes through (walVFS), unregistered once it is closed.
+	vfs *walVFS
 }
 
 // liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
@@ -67,8 +69,11 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 		return nil, err
 	}
 	defer libc.Xfree(c.tls, name)
+	if c.vfs, err = newWALVFS(); err != nil {
+		return nil, err
+	}
 	rc := sqlite3.Xsqlite3_open_v2(c.tls, name, c.out,
-		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, 0)
+		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, c.vfs.name)
 	c.db = c.outPtr(0)
 	if rc != sqlite3.SQLITE_OK {
 		return nil, fmt.Errorf("opening the SQLite store %s for writing: %w", path, c.errorOf(rc))
@@ -97,10 +102,18 @@ func (c *liteConn) close() error {
 		delete(c.stmts, q)
 	}
 	if c.db != 0 {
-		if rc := sqlite3.Xsqlite3_close_v2(c.tls, c.db); rc != sqlite3.SQLITE_OK {
+		if rc := sqlite3.Xsqlite3_close(c.tls, c.db); rc != sqlite3.SQLITE_OK {
+			// A statement is still open: the connection lives on until it ends (close_v2),
+			// and writes through its VFS until then, which therefore stays.
 			err = c.errorOf(rc)
+			sqlite3.Xsqlite3_close_v2(c.tls, c.db)
+			c.vfs = nil
 		}
 		c.db = 0
+	}
+	if c.vfs != nil {
+		c.vfs.close()
+		c.vfs = nil
 	}
 	if c.out != 0 {
 		libc.Xfree(c.tls, c.out)
