@@ -11,9 +11,10 @@ import (
 )
 
 // walVFS is the SQLite writer's VFS: SQLite's own unix VFS, except that what the writer writes
-// to the WAL file is collected and handed to the kernel in one write per commit. SQLite writes
-// a WAL frame as two writes (its 24-byte header, then the page), so a commit of a hundred pages
-// was two hundred pwrite calls: a tenth of the writer's time at 10 000 nodes.
+// to the WAL file is collected and handed to the kernel at a commit's end, walWriteMax bytes a
+// call. SQLite writes a WAL frame as two writes (its 24-byte header, then the page), so a
+// commit of a hundred pages was two hundred pwrite calls, a tenth of the writer's time at
+// 10 000 nodes; now it is four or five.
 //
 // What is collected reaches the file before anything can depend on it:
 //   - before the write of a commit frame's page returns (a frame header with a database size
@@ -29,8 +30,8 @@ import (
 // went with its commit frame), only frames of a transaction that was rolled back, which SQLite
 // would have written and then ignored: an error writing them is dropped there.
 //
-// The VFS is registered under a name of its own and used by the one connection that opens it
-// by name (the writer's); its files are SQLite's unix files, wrapped.
+// The VFS is registered under a name of its own (name) and used by the one connection that
+// opens it by that name (the writer's); its files are SQLite's unix files, wrapped.
 type walVFS struct {
 	tls  *libc.TLS
 	vfs  uintptr // sqlite3_vfs, C memory
@@ -148,9 +149,6 @@ func newWALVFS() (*walVFS, error) {
 	return v, nil
 }
 
-// Name is the name a connection opens the VFS by.
-func (v *walVFS) Name() string { return libc.GoString(v.name) }
-
 // close unregisters the VFS: its connection must be closed first.
 func (v *walVFS) close() {
 	sqlite3.Xsqlite3_vfs_unregister(v.tls, v.vfs)
@@ -226,7 +224,7 @@ func walWrite(tls *libc.TLS, f, src uintptr, amt int32, off int64) int32 {
 		}
 	}
 	n, start := *i64(f + fLen), *i64(f + fStart)
-	if n > 0 && (off != start+n || n+int64(amt) > walBufCap) {
+	if n > 0 && (off != start+n || n+int64(amt) > walBufCap || int64(amt) > walWriteMax) {
 		if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
 			return rc
 		}
