@@ -26,9 +26,10 @@ import (
 //     another connection (the readers, the checkpointer, the migrating connection) never
 //     finds the file behind what it is told.
 //
-// What is held at those last points is never part of a published commit (a commit's frames
-// went with its commit frame), only frames of a transaction that was rolled back, which SQLite
-// would have written and then ignored: an error writing them is dropped there.
+// A write of what was held that fails loses it (SQLite believes it written: it may be frames of
+// the transaction still open), so from then on every call on the WAL file fails with that
+// error: the transaction cannot commit, and neither can any after it, until the store is
+// reopened, as when a flush of the WAL fails (Store.flushLoop).
 //
 // The VFS is registered under a name of its own (name) and used by the one connection that
 // opens it by that name (the writer's); its files are SQLite's unix files, wrapped.
@@ -55,7 +56,7 @@ const (
 
 // A wrapped file: its methods, the shared state, the buffer (C memory, walBufCap), the bytes it
 // holds, the file offset of its first byte, whether the next write completes a commit frame,
-// then SQLite's unix file.
+// the error that failed a write of what it held (0 none), then SQLite's unix file.
 const (
 	fMethods    = 0
 	fShared     = 8
@@ -63,7 +64,8 @@ const (
 	fLen        = 24
 	fStart      = 32
 	fCommitNext = 40
-	fHeader     = 48
+	fErr        = 48
+	fHeader     = 56
 )
 
 // at is the memory at address p, which SQLite or modernc's allocator handed over (never Go's
@@ -176,7 +178,7 @@ func walVFSOpen(tls *libc.TLS, pVfs, zName, f uintptr, flags int32, pOutFlags ui
 		*word(f + fMethods) = 0 // not opened: SQLite will not close it
 		return rc
 	}
-	*word(f + fShared), *word(f + fBuf), *i64(f + fLen), *i64(f + fStart), *i64(f + fCommitNext) = sh, 0, 0, 0, 0
+	*word(f + fShared), *word(f + fBuf), *i64(f + fLen), *i64(f + fStart), *i64(f + fCommitNext), *i64(f + fErr) = sh, 0, 0, 0, 0, 0
 	if flags&sqlite3.SQLITE_OPEN_WAL != 0 {
 		*word(f + fMethods) = *word(sh + shWALIO)
 		*word(sh + shWAL) = f
@@ -186,7 +188,8 @@ func walVFSOpen(tls *libc.TLS, pVfs, zName, f uintptr, flags int32, pOutFlags ui
 	return rc
 }
 
-// flush writes what f holds (f a wrapped WAL file).
+// flush writes what f holds (f a wrapped WAL file). A write that fails is f's error from then
+// on (walVFS).
 func flush(tls *libc.TLS, f uintptr) int32 {
 	n := *i64(f + fLen)
 	if n == 0 {
@@ -196,14 +199,19 @@ func flush(tls *libc.TLS, f uintptr) int32 {
 	buf, start := *word(f + fBuf), *i64(f + fStart)
 	for done := int64(0); done < n; done += walWriteMax {
 		if rc := passWrite(tls, f, buf+uintptr(done), int32(min(walWriteMax, n-done)), start+done); rc != sqlite3.SQLITE_OK {
+			*i64(f + fErr) = int64(rc)
 			return rc
 		}
 	}
 	return sqlite3.SQLITE_OK
 }
 
-// flushShared writes what the WAL file of f's connection holds; an error is dropped (see
-// walVFS: what is held there was never published).
+// failed is the error a write of what f held failed with (SQLITE_OK none).
+func failed(f uintptr) int32 { return int32(*i64(f + fErr)) }
+
+// flushShared writes what the WAL file of f's connection holds. Its error has no caller to go
+// to (a barrier returns nothing; a lock's caller is not writing): the WAL file's next call
+// returns it (flush).
 func flushShared(tls *libc.TLS, f uintptr) {
 	if w := *word(*word(f + fShared) + shWAL); w != 0 {
 		flush(tls, w)
@@ -211,6 +219,9 @@ func flushShared(tls *libc.TLS, f uintptr) {
 }
 
 func walWrite(tls *libc.TLS, f, src uintptr, amt int32, off int64) int32 {
+	if rc := failed(f); rc != sqlite3.SQLITE_OK {
+		return rc
+	}
 	commit := *i64(f + fCommitNext) != 0
 	*i64(f + fCommitNext) = 0
 	// A frame header (24 bytes) whose database size is set heads a commit frame: its page,
@@ -245,6 +256,9 @@ func walWrite(tls *libc.TLS, f, src uintptr, amt int32, off int64) int32 {
 }
 
 func walRead(tls *libc.TLS, f, dst uintptr, amt int32, off int64) int32 {
+	if rc := failed(f); rc != sqlite3.SQLITE_OK {
+		return rc
+	}
 	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
@@ -252,6 +266,9 @@ func walRead(tls *libc.TLS, f, dst uintptr, amt int32, off int64) int32 {
 }
 
 func walTruncate(tls *libc.TLS, f uintptr, size int64) int32 {
+	if rc := failed(f); rc != sqlite3.SQLITE_OK {
+		return rc
+	}
 	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
@@ -259,6 +276,9 @@ func walTruncate(tls *libc.TLS, f uintptr, size int64) int32 {
 }
 
 func walSync(tls *libc.TLS, f uintptr, flags int32) int32 {
+	if rc := failed(f); rc != sqlite3.SQLITE_OK {
+		return rc
+	}
 	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
@@ -266,6 +286,9 @@ func walSync(tls *libc.TLS, f uintptr, flags int32) int32 {
 }
 
 func walFileSize(tls *libc.TLS, f, pSize uintptr) int32 {
+	if rc := failed(f); rc != sqlite3.SQLITE_OK {
+		return rc
+	}
 	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}

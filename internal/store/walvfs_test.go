@@ -5,7 +5,13 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"unsafe"
+
+	"modernc.org/libc"
+	"modernc.org/libc/sys/types"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // The writer's WAL writes are collected (walVFS), yet every commit is in the file, whole, when
@@ -124,4 +130,71 @@ func TestWALVFSCommitsReachOtherConnectionsWhole(t *testing.T) {
 	}
 	defer again.Close()
 	check(again, fmt.Sprintf("reopened %s", filepath.Base(path)))
+}
+
+// A write of what the WAL file held that fails fails the write that needed it, and every call
+// on the WAL file after it: frames SQLite believes written are gone, so nothing may commit.
+func TestWALVFSAFailedWriteFailsEverythingAfter(t *testing.T) {
+	tls := libc.NewTLS()
+	defer tls.Close()
+	alloc := func(n int) uintptr {
+		p := libc.Xcalloc(tls, 1, types.Size_t(n))
+		if p == 0 {
+			t.Fatal("out of memory")
+		}
+		t.Cleanup(func() { libc.Xfree(tls, p) })
+		return p
+	}
+	// A wrapped WAL file whose unix file's writes succeed until fail is set.
+	io := alloc(int(unsafe.Sizeof(sqlite3.Tsqlite3_io_methods{})))
+	m := (*sqlite3.Tsqlite3_io_methods)(at(io))
+	m.FiVersion = 1
+	fail, writes := false, 0
+	write := func(_ *libc.TLS, _, _ uintptr, _ int32, _ int64) int32 {
+		if fail {
+			return sqlite3.SQLITE_IOERR_WRITE
+		}
+		writes++
+		return sqlite3.SQLITE_OK
+	}
+	sync := func(*libc.TLS, uintptr, int32) int32 { return sqlite3.SQLITE_OK }
+	// C memory hides the two from the garbage collector: they are kept alive to the end.
+	defer runtime.KeepAlive(write)
+	defer runtime.KeepAlive(sync)
+	*(*func(*libc.TLS, uintptr, uintptr, int32, int64) int32)(unsafe.Pointer(&m.FxWrite)) = write
+	*(*func(*libc.TLS, uintptr, int32) int32)(unsafe.Pointer(&m.FxSync)) = sync
+	sh := alloc(shSize)
+	f := alloc(fHeader + 16)
+	*word(f + fShared), *word(inner(f)) = sh, io
+	*word(sh + shWAL) = f
+	defer func() { libc.Xfree(tls, *word(f + fBuf)) }()
+
+	page, header := alloc(4096), alloc(24)
+	commitHeader := alloc(24)
+	copy((*[24]byte)(at(commitHeader))[4:8], []byte{0, 0, 0, 9}) // the database's size: a commit frame
+	step := func(what string, rc, want int32) {
+		t.Helper()
+		if rc != want {
+			t.Fatalf("%s: code %d, want %d", what, rc, want)
+		}
+	}
+	step("a frame's header", walWrite(tls, f, header, 24, 32), sqlite3.SQLITE_OK)
+	step("its page", walWrite(tls, f, page, 4096, 56), sqlite3.SQLITE_OK)
+	if writes != 0 {
+		t.Fatalf("%d writes reached the file before the commit", writes)
+	}
+	step("the commit frame's header", walWrite(tls, f, commitHeader, 24, 4152), sqlite3.SQLITE_OK)
+	step("the commit frame's page", walWrite(tls, f, page, 4096, 4176), sqlite3.SQLITE_OK)
+	if writes != 1 {
+		t.Fatalf("the commit reached the file in %d writes, want 1", writes)
+	}
+
+	// A spilled frame held when a barrier flushes and the file refuses it.
+	step("a spilled frame", walWrite(tls, f, header, 24, 8272), sqlite3.SQLITE_OK)
+	fail = true
+	flushShared(tls, f)
+	fail = false
+	step("the next frame", walWrite(tls, f, page, 4096, 8296), sqlite3.SQLITE_IOERR_WRITE)
+	step("the commit frame after it", walWrite(tls, f, commitHeader, 24, 12392), sqlite3.SQLITE_IOERR_WRITE)
+	step("a sync", walSync(tls, f, 0), sqlite3.SQLITE_IOERR_WRITE)
 }
