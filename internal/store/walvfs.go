@@ -209,6 +209,15 @@ func flush(tls *libc.TLS, f uintptr) int32 {
 // failed is the error a write of what f held failed with (SQLITE_OK none).
 func failed(f uintptr) int32 { return int32(*i64(f + fErr)) }
 
+// settle makes the WAL file whole before a call that reads it or its size, syncs or truncates
+// it: its error if a write failed, else what it holds written.
+func settle(tls *libc.TLS, f uintptr) int32 {
+	if rc := failed(f); rc != sqlite3.SQLITE_OK {
+		return rc
+	}
+	return flush(tls, f)
+}
+
 // flushShared writes what the WAL file of f's connection holds. Its error has no caller to go
 // to (a barrier returns nothing; a lock's caller is not writing): the WAL file's next call
 // returns it (flush).
@@ -256,40 +265,28 @@ func walWrite(tls *libc.TLS, f, src uintptr, amt int32, off int64) int32 {
 }
 
 func walRead(tls *libc.TLS, f, dst uintptr, amt int32, off int64) int32 {
-	if rc := failed(f); rc != sqlite3.SQLITE_OK {
-		return rc
-	}
-	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
+	if rc := settle(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
 	return passRead(tls, f, dst, amt, off)
 }
 
 func walTruncate(tls *libc.TLS, f uintptr, size int64) int32 {
-	if rc := failed(f); rc != sqlite3.SQLITE_OK {
-		return rc
-	}
-	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
+	if rc := settle(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
 	return passTruncate(tls, f, size)
 }
 
 func walSync(tls *libc.TLS, f uintptr, flags int32) int32 {
-	if rc := failed(f); rc != sqlite3.SQLITE_OK {
-		return rc
-	}
-	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
+	if rc := settle(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
 	return passSync(tls, f, flags)
 }
 
 func walFileSize(tls *libc.TLS, f, pSize uintptr) int32 {
-	if rc := failed(f); rc != sqlite3.SQLITE_OK {
-		return rc
-	}
-	if rc := flush(tls, f); rc != sqlite3.SQLITE_OK {
+	if rc := settle(tls, f); rc != sqlite3.SQLITE_OK {
 		return rc
 	}
 	return passFileSize(tls, f, pSize)
