@@ -1200,8 +1200,6 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	if errors.Is(err, store.ErrNotFound) && pre == nil {
 		e.noteUnknown(ctx, a, "reported", []string{u.CommandID})
 	}
-	if lost {
-	}
 	if err == nil && lost {
 		e.lost.Add(1)
 	}
