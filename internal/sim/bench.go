@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +30,12 @@ type Phase struct {
 	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL).
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
+	// GCCPU and GCAssist are the Go runtime's estimate of the CPU its garbage collector took
+	// during the phase, of CPU, and the part of it taken from the goroutines that allocated
+	// (mark assists: SQLite's writer among them); the process's own collector (the simulated
+	// agents' alone with --server).
+	GCCPU    time.Duration `json:"gcCpuNs"`
+	GCAssist time.Duration `json:"gcAssistNs"`
 	// WriterCommits are the groups of writes the writer committed during the phase, and
 	// WriterWrites the writes in them (0 on PostgreSQL): writes per commit is how well the
 	// writes shared their commits.
@@ -51,6 +58,9 @@ func (p Phase) String() string {
 			of = p.CPUOf + "' "
 		}
 		s += fmt.Sprintf("  %scpu %.1f ms/node", of, float64(p.CPU)/float64(time.Millisecond)/float64(p.Nodes))
+		if p.GCCPU > 0 {
+			s += fmt.Sprintf(" (gc %.0f%%)", 100*float64(p.GCCPU)/float64(p.CPU))
+		}
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
@@ -184,6 +194,8 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	}
 	p.Total = time.Since(start)
 	p.CPU = cpuTime() - m.cpu
+	gc := readGCTimes()
+	p.GCCPU, p.GCAssist = gc.total-m.gc.total, gc.assist-m.gc.assist
 	w := h.control().Writer()
 	p.WriterBusy, p.WriterCommits, p.WriterWrites = w.Busy-m.writer.Busy, w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
@@ -225,6 +237,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 type mark struct {
 	at     time.Time
 	cpu    time.Duration
+	gc     gcTimes
 	writer store.WriterStats
 	trips  int64
 	counts map[string]int
@@ -232,7 +245,7 @@ type mark struct {
 
 func (h *Harness) mark(ctx context.Context) (mark, error) {
 	counts, err := h.control().CountByState(ctx)
-	return mark{at: time.Now(), cpu: cpuTime(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(), counts: counts}, err
+	return mark{at: time.Now(), cpu: cpuTime(), gc: readGCTimes(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(), counts: counts}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).
@@ -377,6 +390,22 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// gcTimes are the garbage collector's CPU times so far, as the runtime estimates them: in all,
+// and in mark assists.
+type gcTimes struct{ total, assist time.Duration }
+
+func readGCTimes() gcTimes {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/assist:cpu-seconds"}}
+	metrics.Read(s)
+	d := make([]time.Duration, len(s))
+	for i := range s {
+		if s[i].Value.Kind() == metrics.KindFloat64 {
+			d[i] = time.Duration(s[i].Value.Float64() * float64(time.Second))
+		}
+	}
+	return gcTimes{total: d[0], assist: d[1]}
 }
 
 // Settled checks where a run left its nodes: each ready (out of maintenance, nothing pending),

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -118,5 +119,24 @@ func TestSettled(t *testing.T) {
 				t.Errorf("failed %d, unsettled %q; want %d failed, settled %v", failed, unsettled, tc.failed, tc.settled)
 			}
 		})
+	}
+}
+
+// The collector's CPU comes from the runtime's metrics by their names: a collection that
+// marks a live heap adds to it, assists never exceed it, and neither goes back.
+func TestReadGCTimes(t *testing.T) {
+	before := readGCTimes()
+	live := make([][]byte, 0, 1<<12)
+	for i := 0; i < cap(live); i++ {
+		live = append(live, make([]byte, 1<<10))
+	}
+	runtime.GC()
+	runtime.KeepAlive(live)
+	after := readGCTimes()
+	if after.total <= before.total {
+		t.Errorf("the collector's CPU went from %s to %s over a collection", before.total, after.total)
+	}
+	if after.assist < before.assist || after.assist > after.total {
+		t.Errorf("mark assists %s then %s, of %s in all", before.assist, after.assist, after.total)
 	}
 }
