@@ -27,9 +27,12 @@ type Phase struct {
 	P99         time.Duration `json:"p99Ns"`
 	Failed      int           `json:"failed"`
 	// CPU is the process's CPU time during the phase (the simulated agents' included);
-	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL).
+	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL),
+	// and WriterCPU the CPU time its thread used meanwhile (busy, less the time it waited for a
+	// core: the figure that varies least between runs on a shared machine).
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
+	WriterCPU  time.Duration `json:"writerCpuNs"`
 	// GCCPU and GCAssist are the Go runtime's estimate of the CPU its garbage collector took
 	// during the phase, of CPU, and the part of it taken from the goroutines that allocated
 	// (mark assists: SQLite's writer among them); the process's own collector (the simulated
@@ -64,6 +67,9 @@ func (p Phase) String() string {
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
+		if p.Nodes > 0 && p.WriterCPU > 0 {
+			s += fmt.Sprintf(" (cpu %.2f ms/node)", float64(p.WriterCPU)/float64(time.Millisecond)/float64(p.Nodes))
+		}
 	}
 	if p.WriterCommits > 0 {
 		s += fmt.Sprintf("  %.1f writes/commit", float64(p.WriterWrites)/float64(p.WriterCommits))
@@ -197,7 +203,8 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	gc := readGCTimes()
 	p.GCCPU, p.GCAssist = gc.total-m.gc.total, gc.assist-m.gc.assist
 	w := h.control().Writer()
-	p.WriterBusy, p.WriterCommits, p.WriterWrites = w.Busy-m.writer.Busy, w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
+	p.WriterBusy, p.WriterCPU = w.Busy-m.writer.Busy, w.CPU-m.writer.CPU
+	p.WriterCommits, p.WriterWrites = w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"

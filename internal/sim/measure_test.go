@@ -74,8 +74,8 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		after:  map[string]int{"failed": 6, "deployed": 9},
 		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed", "z": "failed"}, // z: failed in an earlier phase
 		// The writer's work before the phase, and after it: the phase's is the difference.
-		writerBefore: store.WriterStats{Busy: time.Second, Groups: 10, Writes: 100},
-		writerAfter:  store.WriterStats{Busy: 3 * time.Second, Groups: 14, Writes: 130},
+		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100},
+		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -90,11 +90,11 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
 		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
 	}
-	if p.WriterBusy != 2*time.Second || p.WriterCommits != 4 || p.WriterWrites != 30 {
-		t.Errorf("writer busy %s, %d commits, %d writes in the phase: want 2s, 4, 30", p.WriterBusy, p.WriterCommits, p.WriterWrites)
+	if p.WriterBusy != 2*time.Second || p.WriterCPU != 1500*time.Millisecond || p.WriterCommits != 4 || p.WriterWrites != 30 {
+		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes in the phase: want 2s (1.5s), 4, 30", p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites)
 	}
-	if s := p.String(); !strings.Contains(s, "7.5 writes/commit") {
-		t.Errorf("phase line %q: want 7.5 writes/commit", s)
+	if s := p.String(); !strings.Contains(s, "7.5 writes/commit") || !strings.Contains(s, "(cpu 500.00 ms/node)") {
+		t.Errorf("phase line %q: want 7.5 writes/commit and the writer's cpu 500.00 ms/node", s)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -86,9 +87,9 @@ type Store struct {
 	// wal is the WAL file's path and walLimit the size it is held to (see restartWAL).
 	wal      string
 	walLimit int64
-	// busy, groups and written count the writer's work (WriterStats), walRestarts the WAL's
-	// restarts.
-	busy, groups, written, walRestarts atomic.Int64
+	// busy, busyCPU, groups and written count the writer's work (WriterStats), walRestarts the
+	// WAL's restarts.
+	busy, busyCPU, groups, written, walRestarts atomic.Int64
 	// reruns counts the groups the writer ran again with savepoints (a write of a pass
 	// without them failed; see commitPass).
 	reruns atomic.Int64
@@ -134,8 +135,10 @@ func lockKey(name string) int64 {
 type WriterStats struct {
 	Groups, Writes int64
 	// Busy is the time it spent running and committing groups and restarting the WAL (the
-	// rest it waited for work).
-	Busy time.Duration
+	// rest it waited for work). CPU is the CPU time its thread used meanwhile: Busy less the
+	// time it waited for a core (other threads of the process, or of the machine, had them), the
+	// figure to compare between runs on a shared machine (0 where the platform does not tell).
+	Busy, CPU time.Duration
 	// WALRestarts counts the times the writer checkpointed the whole WAL and began it again
 	// from its start (the WAL had reached its limit while writes went on).
 	WALRestarts int64
@@ -150,7 +153,7 @@ type WriterStats struct {
 
 // WriterStats reports the single writer's work (zero on PostgreSQL).
 func (s *Store) WriterStats() WriterStats {
-	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()),
+	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
 		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
 }
 
@@ -1279,6 +1282,9 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 func (s *Store) commitLoop() {
 	defer s.loop.Done()
 	defer close(s.flushQuit) // (flushLoop answers what it still holds, then ends)
+	// One OS thread runs the writer, whose CPU time is then the writer's (WriterStats.CPU).
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	// After a restart of the WAL that failed (readers held it, or an error), when to try again:
 	// walRetryAfter, doubled at each failure in a row up to walRetryMax.
 	var walRetry time.Time
@@ -1307,6 +1313,7 @@ func (s *Store) commitLoop() {
 			continue
 		}
 		t0 := time.Now()
+		cpu0, cpuOK := threadCPU()
 		if s.walOverLimit() && !t0.Before(walRetry) {
 			if s.restartWAL() {
 				walBackoff = 0
@@ -1317,6 +1324,9 @@ func (s *Store) commitLoop() {
 		}
 		s.commitGroup(group)
 		s.busy.Add(int64(time.Since(t0)))
+		if cpu1, ok := threadCPU(); ok && cpuOK {
+			s.busyCPU.Add(int64(cpu1 - cpu0))
+		}
 		s.groups.Add(1)
 		s.written.Add(int64(len(group)))
 	}
