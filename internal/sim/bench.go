@@ -33,10 +33,10 @@ type Phase struct {
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
 	WriterCPU  time.Duration `json:"writerCpuNs"`
-	// GCCPU and GCAssist are the Go runtime's estimate of the CPU its garbage collector took
-	// during the phase, of CPU, and the part of it taken from the goroutines that allocated
-	// (mark assists: SQLite's writer among them); the process's own collector (the simulated
-	// agents' alone with --server).
+	// GCCPU is the Go runtime's estimate of the CPU time its garbage collector took during the
+	// phase (a part of CPU), and GCAssist the part of that taken from the goroutines that
+	// allocated (mark assists, SQLite's writer among them): this process's collector, the
+	// simulated agents' alone with --server.
 	GCCPU    time.Duration `json:"gcCpuNs"`
 	GCAssist time.Duration `json:"gcAssistNs"`
 	// WriterCommits are the groups of writes the writer committed during the phase, and
