@@ -39,6 +39,13 @@ type Phase struct {
 	// simulated agents' alone with --server.
 	GCCPU    time.Duration `json:"gcCpuNs"`
 	GCAssist time.Duration `json:"gcAssistNs"`
+	// AllocBytes and AllocObjects are what the process allocated on its heap during the
+	// phase (the simulated agents' included; theirs alone with --server), and WriterStatements
+	// the SQL statements SQLite's writer ran (0 on PostgreSQL): counts of work that, unlike
+	// times, do not depend on how busy the machine was, to compare builds with.
+	AllocBytes       int64 `json:"allocBytes"`
+	AllocObjects     int64 `json:"allocObjects"`
+	WriterStatements int64 `json:"writerStatements,omitempty"`
 	// WriterCommits are the groups of writes the writer committed during the phase, and
 	// WriterWrites the writes in them (0 on PostgreSQL): writes per commit is how well the
 	// writes shared their commits.
@@ -65,6 +72,9 @@ func (p Phase) String() string {
 			s += fmt.Sprintf(" (gc %.0f%%)", 100*float64(p.GCCPU)/float64(p.CPU))
 		}
 	}
+	if p.Nodes > 0 && p.AllocBytes > 0 {
+		s += fmt.Sprintf("  alloc %.0f KiB/node", float64(p.AllocBytes)/1024/float64(p.Nodes))
+	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
 		if p.Nodes > 0 && p.WriterCPU > 0 {
@@ -73,6 +83,9 @@ func (p Phase) String() string {
 	}
 	if p.WriterCommits > 0 {
 		s += fmt.Sprintf("  %.1f writes/commit", float64(p.WriterWrites)/float64(p.WriterCommits))
+	}
+	if p.Nodes > 0 && p.WriterStatements > 0 {
+		s += fmt.Sprintf("  %.0f statements/node", float64(p.WriterStatements)/float64(p.Nodes))
 	}
 	if p.Nodes > 0 && p.RoundTrips > 0 {
 		s += fmt.Sprintf("  %.1f round trips/node", float64(p.RoundTrips)/float64(p.Nodes))
@@ -200,11 +213,13 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	}
 	p.Total = time.Since(start)
 	p.CPU = cpuTime() - m.cpu
-	gc := readGCTimes()
-	p.GCCPU, p.GCAssist = gc.total-m.gc.total, gc.assist-m.gc.assist
+	rt := readRuntimeTotals()
+	p.GCCPU, p.GCAssist = rt.gc-m.rt.gc, rt.assist-m.rt.assist
+	p.AllocBytes, p.AllocObjects = rt.allocBytes-m.rt.allocBytes, rt.allocObjects-m.rt.allocObjects
 	w := h.control().Writer()
 	p.WriterBusy, p.WriterCPU = w.Busy-m.writer.Busy, w.CPU-m.writer.CPU
 	p.WriterCommits, p.WriterWrites = w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
+	p.WriterStatements = w.Statements - m.writer.Statements
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"
@@ -244,7 +259,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 type mark struct {
 	at     time.Time
 	cpu    time.Duration
-	gc     gcTimes
+	rt     runtimeTotals
 	writer store.WriterStats
 	trips  int64
 	counts map[string]int
@@ -252,7 +267,7 @@ type mark struct {
 
 func (h *Harness) mark(ctx context.Context) (mark, error) {
 	counts, err := h.control().CountByState(ctx)
-	return mark{at: time.Now(), cpu: cpuTime(), gc: readGCTimes(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(), counts: counts}, err
+	return mark{at: time.Now(), cpu: cpuTime(), rt: readRuntimeTotals(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(), counts: counts}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).
@@ -399,20 +414,32 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// gcTimes are the garbage collector's CPU times so far, as the runtime estimates them: in all,
-// and in mark assists.
-type gcTimes struct{ total, assist time.Duration }
+// runtimeTotals are the Go runtime's counts so far: its garbage collector's CPU time, in all
+// and in mark assists (as the runtime estimates them), and the bytes and objects allocated on
+// the heap (the runtime's tiny allocations, under 16 bytes and packed together, are not
+// counted as objects).
+type runtimeTotals struct {
+	gc, assist               time.Duration
+	allocBytes, allocObjects int64
+}
 
-func readGCTimes() gcTimes {
-	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/assist:cpu-seconds"}}
+func readRuntimeTotals() runtimeTotals {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/gc/mark/assist:cpu-seconds"},
+		{Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/heap/allocs:objects"}}
 	metrics.Read(s)
-	d := make([]time.Duration, len(s))
-	for i := range s {
-		if s[i].Value.Kind() == metrics.KindFloat64 {
-			d[i] = time.Duration(s[i].Value.Float64() * float64(time.Second))
+	seconds := func(v metrics.Value) time.Duration {
+		if v.Kind() != metrics.KindFloat64 {
+			return 0
 		}
+		return time.Duration(v.Float64() * float64(time.Second))
 	}
-	return gcTimes{total: d[0], assist: d[1]}
+	count := func(v metrics.Value) int64 {
+		if v.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return int64(v.Uint64())
+	}
+	return runtimeTotals{gc: seconds(s[0].Value), assist: seconds(s[1].Value), allocBytes: count(s[2].Value), allocObjects: count(s[3].Value)}
 }
 
 // Settled checks where a run left its nodes: each ready (out of maintenance, nothing pending),

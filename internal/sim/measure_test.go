@@ -74,8 +74,8 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		after:  map[string]int{"failed": 6, "deployed": 9},
 		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed", "z": "failed"}, // z: failed in an earlier phase
 		// The writer's work before the phase, and after it: the phase's is the difference.
-		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100},
-		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130},
+		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100, Statements: 1000},
+		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130, Statements: 1390},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -90,11 +90,17 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
 		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
 	}
-	if p.WriterBusy != 2*time.Second || p.WriterCPU != 1500*time.Millisecond || p.WriterCommits != 4 || p.WriterWrites != 30 {
-		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes in the phase: want 2s (1.5s), 4, 30", p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites)
+	if p.WriterBusy != 2*time.Second || p.WriterCPU != 1500*time.Millisecond || p.WriterCommits != 4 || p.WriterWrites != 30 || p.WriterStatements != 390 {
+		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes, %d statements in the phase: want 2s (1.5s), 4, 30, 390",
+			p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites, p.WriterStatements)
 	}
-	if s := p.String(); !strings.Contains(s, "7.5 writes/commit") || !strings.Contains(s, "(cpu 500.00 ms/node)") {
-		t.Errorf("phase line %q: want 7.5 writes/commit and the writer's cpu 500.00 ms/node", s)
+	// (The heap's allocations, read as the collector's times are, are the runtime's counts.)
+	p.AllocBytes = 3 * 40 << 10
+	s := p.String()
+	for _, want := range []string{"7.5 writes/commit", "(cpu 500.00 ms/node)", "130 statements/node", "alloc 40 KiB/node"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("phase line %q: want %q in it", s, want)
+		}
 	}
 }
 
@@ -122,21 +128,29 @@ func TestSettled(t *testing.T) {
 	}
 }
 
-// The collector's CPU comes from the runtime's metrics by their names: a collection that
-// marks a live heap adds to it, assists never exceed it, and neither goes back.
-func TestReadGCTimes(t *testing.T) {
-	before := readGCTimes()
-	live := make([][]byte, 0, 1<<12)
+// The runtime's totals come from its metrics by their names: a collection that marks a live
+// heap adds to the collector's CPU, assists never exceed it, and the heap's allocations count
+// what was allocated (at least the bytes and objects this test made); none goes back.
+func TestReadRuntimeTotals(t *testing.T) {
+	before := readRuntimeTotals()
+	const objects, size = 1 << 12, 1 << 10
+	live := make([][]byte, 0, objects)
 	for i := 0; i < cap(live); i++ {
-		live = append(live, make([]byte, 1<<10))
+		live = append(live, make([]byte, size))
 	}
 	runtime.GC()
 	runtime.KeepAlive(live)
-	after := readGCTimes()
-	if after.total <= before.total {
-		t.Errorf("the collector's CPU went from %s to %s over a collection", before.total, after.total)
+	after := readRuntimeTotals()
+	if after.gc <= before.gc {
+		t.Errorf("the collector's CPU went from %s to %s over a collection", before.gc, after.gc)
 	}
-	if after.assist < before.assist || after.assist > after.total {
-		t.Errorf("mark assists %s then %s, of %s in all", before.assist, after.assist, after.total)
+	if after.assist < before.assist || after.assist > after.gc {
+		t.Errorf("mark assists %s then %s, of %s in all", before.assist, after.assist, after.gc)
+	}
+	if got := after.allocBytes - before.allocBytes; got < objects*size {
+		t.Errorf("the heap's allocations grew by %d bytes while the test allocated %d", got, objects*size)
+	}
+	if got := after.allocObjects - before.allocObjects; got < objects {
+		t.Errorf("the heap's allocations grew by %d objects while the test allocated %d", got, objects)
 	}
 }

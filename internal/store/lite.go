@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"modernc.org/libc"
@@ -34,6 +35,8 @@ type liteConn struct {
 	stmts map[string]*liteStmt
 	// vfs is the VFS the connection writes through (walVFS), unregistered once it is closed.
 	vfs *walVFS
+	// statements counts the statements run (exec, query): read by other goroutines.
+	statements atomic.Int64
 }
 
 // liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
@@ -315,6 +318,7 @@ func (r liteResult) RowsAffected() (int64, error) { return r.rows, nil }
 
 // exec runs q to its end (the rows of a RETURNING clause are read and dropped).
 func (c *liteConn) exec(q string, args []any) (sql.Result, error) {
+	c.statements.Add(1)
 	st, err := c.prepare(q)
 	if err != nil {
 		return nil, err
@@ -337,6 +341,7 @@ func (c *liteConn) exec(q string, args []any) (sql.Result, error) {
 // query runs q and returns its rows, read as the caller steps through them; the caller closes
 // them.
 func (c *liteConn) query(q string, args []any) (*liteRows, error) {
+	c.statements.Add(1)
 	st, err := c.prepare(q)
 	if err != nil {
 		return nil, err

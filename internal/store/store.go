@@ -149,12 +149,19 @@ type WriterStats struct {
 	// FlushTime is the time they took (beside the writer, which goes on meanwhile).
 	Flushes   int64
 	FlushTime time.Duration
+	// Statements counts the SQL statements the writer ran (its transactions' BEGIN and COMMIT
+	// included): a count of its work that does not depend on how fast the machine is.
+	Statements int64
 }
 
 // WriterStats reports the single writer's work (zero on PostgreSQL).
 func (s *Store) WriterStats() WriterStats {
-	return WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
+	w := WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
 		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
+	if s.lite != nil {
+		w.Statements = s.lite.statements.Load()
+	}
+	return w
 }
 
 // WriteRoundTrips is how many round trips to the database the write transactions of this store

@@ -54,3 +54,39 @@ func TestWriterCPUIsItsThreads(t *testing.T) {
 		t.Errorf("the writer used %s of CPU in %s busy (%d groups): more than it was busy", cpu, busy, groups)
 	}
 }
+
+// The writer counts the statements it runs: a write of one insert is its transaction's BEGIN,
+// the insert and COMMIT, a write that reads a row adds its query, and a write that fails adds
+// the ROLLBACK of its pass, and its run again (the write alone, in a savepoint).
+func TestWriterCountsItsStatements(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	count := func(f func(*Tx) error) int64 {
+		t.Helper()
+		before := s.WriterStats().Statements
+		_ = s.Write(ctx, f)
+		return s.WriterStats().Statements - before
+	}
+	insert := func(name string) func(*Tx) error {
+		return func(tx *Tx) error {
+			_, err := tx.InsertTenant(ctx, name)
+			return err
+		}
+	}
+	if got := count(insert("a")); got != 3 {
+		t.Errorf("a write of one insert ran %d statements: want 3 (BEGIN, INSERT, COMMIT)", got)
+	}
+	if got := count(func(tx *Tx) error {
+		_, err := tx.InsertTenant(ctx, "b")
+		if err != nil {
+			return err
+		}
+		var n int
+		return tx.queryRow(ctx, "SELECT count(*) FROM tenants").Scan(&n)
+	}); got != 4 {
+		t.Errorf("a write of one insert and one query ran %d statements: want 4", got)
+	}
+	if got := count(insert("a")); got <= 4 {
+		t.Errorf("a write that failed (tenant a exists) ran %d statements: want more than 4 (its pass rolled back, then run again in a savepoint)", got)
+	}
+}
