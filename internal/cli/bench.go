@@ -115,6 +115,28 @@ func startTrace(path string) (stop func(), err error) {
 	return startRecording(path, "execution trace", trace.Start, trace.Stop)
 }
 
+// startAllocsProfile writes, when stop is called, a profile of the heap allocations made since
+// the process started (go tool pprof -sample_index=alloc_space) to path, and says on errw if
+// that failed; "" does nothing.
+func startAllocsProfile(path string, errw io.Writer) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("creating allocations profile: %w", err)
+	}
+	return func() {
+		err := pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			fmt.Fprintf(errw, "writing allocations profile %s: %v\n", path, err)
+		}
+	}, nil
+}
+
 func startRecording(path, what string, start func(io.Writer) error, end func()) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil

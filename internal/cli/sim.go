@@ -30,7 +30,7 @@ func simCmd(g *globals) *cobra.Command {
 	var workers, replicas int
 	var grace time.Duration
 	var overGateway bool
-	var profile, tracePath string
+	var profile, allocsPath, tracePath string
 	var bulk, site string
 	var approvals int
 	cmd := &cobra.Command{
@@ -52,6 +52,11 @@ func simCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer stop()
+			stopAllocs, err := startAllocsProfile(allocsPath, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			defer stopAllocs()
 			stopTrace, err := startTrace(tracePath)
 			if err != nil {
 				return err
@@ -197,6 +202,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.IntVar(&replicas, "replicas", 1, "servers sharing the store, in this process (PostgreSQL only): the site agent on the first, each machine's agents spread over them")
 	f.DurationVar(&grace, "agent-grace", 0, "how long a departed agent may take to reconnect before what it never acknowledged moves to another agent and what it acknowledged is lost (0: the engine's default, 15s)")
 	f.StringVar(&profile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	f.StringVar(&allocsPath, "allocsprofile", "", "write a profile of the run's heap allocations to this file at its end (go tool pprof -sample_index=alloc_space)")
 	f.StringVar(&tracePath, "trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
 	f.StringVar(&site, "site", "default", "with --server: the site whose pool \"default\" the simulated machines are enrolled in")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
