@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -113,4 +116,67 @@ func TestConnectedRecordsCAsInOneWrite(t *testing.T) {
 			t.Errorf("a2, out of bounds, recorded %+v; want connected, unreported", a)
 		}
 	})
+}
+
+// The CA that issued an agent's certificate is read from the chain the TLS handshake verified
+// (Wrap), not checked a second time; a connection whose handshake verified no chain has the
+// certificate's issuer looked up among the CAs (CA.IssuerOf), and one without a certificate
+// has none.
+func TestConnectionIssuerComesFromTheHandshake(t *testing.T) {
+	now := time.Now()
+	ca, err := pki.CreateCA("test CA", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, csr, err := pki.NewKeyAndCSR("n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := ca.IssueNode(csr, "n1", 1, time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := pki.BundleCerts(ca.CertPEM())[0]
+	g := New(nil, ca, nil, Config{}).Gateway()
+	for _, tc := range []struct {
+		name       string
+		state      *tls.ConnectionState
+		wantIssuer string // conn.issuer, as Wrap records it
+	}{
+		{"verified chain", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}, VerifiedChains: [][]*x509.Certificate{{leaf, root}}}, ca.Fingerprint()},
+		{"certificate, no verified chain", &tls.ConnectionState{PeerCertificates: []*x509.Certificate{leaf}}, ""},
+		{"no certificate", &tls.ConnectionState{}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c conn
+			g.Wrap(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+				c, _ = r.Context().Value(connKey{}).(conn)
+			})).ServeHTTP(httptest.NewRecorder(), (&http.Request{TLS: tc.state}).WithContext(context.Background()))
+			if c.id == "" || c.issuer != tc.wantIssuer {
+				t.Fatalf("Wrap gave the connection id %q, issuer %q; want an id, issuer %q", c.id, c.issuer, tc.wantIssuer)
+			}
+			// Whichever way it was found, the recorded issuer is the CA's.
+			want := ca.Fingerprint()
+			if len(tc.state.PeerCertificates) == 0 {
+				want = ""
+			}
+			cas := g.saidCAs(context.Background(), Agent{ID: "node:n1"}, c, gateway.Hello{})
+			if cas == nil || cas.Issuer != want {
+				t.Errorf("recorded CAs %+v; want issuer %q", cas, want)
+			}
+		})
+	}
+	// What the handshake verified is taken as it is: no signature is checked again (here a
+	// fingerprint the certificate's own signature would not give).
+	next, err := pki.CreateCA("next CA", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cas := g.saidCAs(context.Background(), Agent{ID: "node:n1"}, conn{id: "c", cert: der, issuer: next.Fingerprint()}, gateway.Hello{}); cas == nil || cas.Issuer != next.Fingerprint() {
+		t.Errorf("recorded CAs %+v for a connection the handshake said %s issued; want that issuer", cas, next.Fingerprint())
+	}
 }

@@ -30,6 +30,9 @@ type connKey struct{}
 type conn struct {
 	id   string
 	cert []byte
+	// issuer is the fingerprint of the CA that verified cert in the TLS handshake (the chain's
+	// second certificate); "" when the connection did not say (then the CA is looked up again).
+	issuer string
 }
 
 // Wrap gives every HTTP request (one agent stream) a connection id and the peer certificate, so
@@ -41,6 +44,9 @@ func (g *Gateway) Wrap(h http.Handler) http.Handler {
 		c := conn{id: hex.EncodeToString(b)}
 		if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 			c.cert = r.TLS.PeerCertificates[0].Raw
+		}
+		if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.VerifiedChains[0]) > 1 {
+			c.issuer = pki.Fingerprint(r.TLS.VerifiedChains[0][1].Raw)
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), connKey{}, c)))
 	})
@@ -174,8 +180,9 @@ func (g *Gateway) Connected(ctx context.Context, a gateway.AgentRef, hello gatew
 // is listed as never having said, which holds a rotation's stage back, and the connection goes
 // on.
 func (g *Gateway) saidCAs(ctx context.Context, ag Agent, c conn, hello gateway.Hello) *store.AgentCAs {
-	cas := store.AgentCAs{Trusted: hello.CAs}
-	if g.e.ca != nil && len(c.cert) > 0 {
+	cas := store.AgentCAs{Trusted: hello.CAs, Issuer: c.issuer}
+	if cas.Issuer == "" && g.e.ca != nil && len(c.cert) > 0 {
+		// (The handshake's chain says it without checking the signature a second time.)
 		cas.Issuer = g.e.ca.IssuerOf(c.cert)
 	}
 	if err := cas.Check(); err != nil {
