@@ -134,10 +134,18 @@ func agentCARotation(t *testing.T, e store.Engine) {
 	if issuerOf(fresh) != oldFP {
 		t.Fatal("staged: the fresh agent's certificate was issued by the next CA")
 	}
-	// Only the stale agent holds the activation back, and doctor says so.
-	waitFor(t, 10*time.Second, "doctor listing only the stale agent", func() bool {
-		return slices.Equal(lagging(doctor()), []string{stale.Identity().AgentID})
-	})
+	// Only the stale agent holds the activation back, and doctor says so. (The fresh agent's
+	// renewal and its reconnection with both CAs come first: in a CI run, -race with the other
+	// packages' tests beside it, that once took more than 10 s; the failure says what was seen.)
+	var lastLag []*bcdv1.AgentCALag
+	if !pollUntil(30*time.Second, func() bool {
+		lastLag = doctor().GetLagging()
+		return slices.Equal(lagging(&bcdv1.AgentCARotation{Lagging: lastLag}), []string{stale.Identity().AgentID})
+	}) {
+		trust, err := st.ConnectedAgentsCATrust(ctx)
+		t.Fatalf("timed out after 30s waiting for doctor listing only %s: it lists %v; the connected agents recorded %+v (%v)",
+			stale.Identity().AgentID, lastLag, trust, err)
+	}
 	_, err = inv.ActivateAgentCA(ctx, connect.NewRequest(&bcdv1.ActivateAgentCARequest{Reason: "go"}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !strings.Contains(err.Error(), stale.Identity().AgentID) || strings.Contains(err.Error(), fresh.Identity().AgentID) {
 		t.Fatalf("activate with the stale agent connected: %v; want FAILED_PRECONDITION naming it alone", err)

@@ -222,13 +222,21 @@ func ramdiskToken(code int, body string) string {
 // waitFor polls cond every 20 ms until it holds or d passed.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !pollUntil(d, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
+	}
+}
+
+// pollUntil polls cond until it holds (true) or d has passed (false).
+func pollUntil(d time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond) // poll with a deadline: HTTP answers have no change signal
 	}
+	return true
 }
 
 // cuttable is a TCP proxy to the gateway that the test can cut, as a power loss or a network
