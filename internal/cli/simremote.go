@@ -49,6 +49,11 @@ type serverMetrics struct {
 	states map[string]int // bcd_nodes
 	rssMiB float64        // process_resident_memory_bytes
 	lost   int            // bcd_commands_lost_total
+	// cpu and allocBytes: process_cpu_seconds_total and go_memstats_alloc_bytes_total, each
+	// there when its ok is.
+	cpu            time.Duration
+	allocBytes     int64
+	cpuOK, allocOK bool
 }
 
 func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
@@ -149,6 +154,12 @@ func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
 	return m.rssMiB, err == nil
 }
 
+// ServerWork is the server's CPU time and heap allocations since it started.
+func (c *apiControl) ServerWork(ctx context.Context) (sim.ServerWork, bool) {
+	m, err := c.scrape(ctx)
+	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes}, err == nil && m.cpuOK && m.allocOK
+}
+
 // CommandsLost is the server's count of lost commands since it started.
 func (c *apiControl) CommandsLost(ctx context.Context) (int, bool) {
 	m, err := c.scrape(ctx)
@@ -182,8 +193,9 @@ func (c *apiControl) scrape(ctx context.Context) (serverMetrics, error) {
 	return m, nil
 }
 
-// parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes and
-// bcd_commands_lost_total from a Prometheus text exposition.
+// parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes,
+// bcd_commands_lost_total, process_cpu_seconds_total and go_memstats_alloc_bytes_total from a
+// Prometheus text exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	m := serverMetrics{states: map[string]int{}}
 	value := func(line, v string) (float64, error) {
@@ -218,6 +230,18 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 				return serverMetrics{}, err
 			}
 			m.lost = int(f)
+		case strings.HasPrefix(line, "process_cpu_seconds_total "):
+			f, err := value(line, strings.TrimPrefix(line, "process_cpu_seconds_total "))
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true
+		case strings.HasPrefix(line, "go_memstats_alloc_bytes_total "):
+			f, err := value(line, strings.TrimPrefix(line, "go_memstats_alloc_bytes_total "))
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			m.allocBytes, m.allocOK = int64(f), true
 		}
 	}
 	return m, sc.Err()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 )
 
 // bcd sim --server drives a running server: its simulated agents join through the server's
@@ -80,12 +81,21 @@ process_resident_memory_bytes 1.048576e+08
 # TYPE bcd_commands_lost_total counter
 bcd_commands_lost_total 42
 go_goroutines 12
+process_cpu_seconds_total 12.34
+go_memstats_alloc_bytes_total 3.96772e+06
 `
 	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
-	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 {
+	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 ||
+		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK {
 		t.Fatalf("%+v %v", m, err)
 	}
-	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`} {
+	// A server that does not give its CPU or allocations has none read.
+	m, err = parseMetrics(bufio.NewScanner(strings.NewReader("process_cpu_seconds_total 1\n")))
+	if err != nil || !m.cpuOK || m.allocOK {
+		t.Errorf("only the CPU given: %+v %v", m, err)
+	}
+	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`,
+		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`} {
 		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
 			t.Errorf("accepted %q", bad)
 		}

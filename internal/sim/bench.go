@@ -57,6 +57,12 @@ type Phase struct {
 	// CPUOf is "agents" when the server runs elsewhere (--server): CPU is the simulated
 	// agents' alone.
 	CPUOf string `json:"cpuOf,omitempty"`
+	// ServerCPU and ServerAllocBytes are the CPU time the server used and the bytes its heap
+	// allocated during the phase, read from its metrics, when it runs elsewhere (--server; 0
+	// in this process, whose own are CPU and AllocBytes): the server's cost per node over the
+	// agent gateway, apart from the simulated agents'.
+	ServerCPU        time.Duration `json:"serverCpuNs,omitempty"`
+	ServerAllocBytes int64         `json:"serverAllocBytes,omitempty"`
 }
 
 func (p Phase) String() string {
@@ -74,6 +80,10 @@ func (p Phase) String() string {
 	}
 	if p.Nodes > 0 && p.AllocBytes > 0 {
 		s += fmt.Sprintf("  alloc %.0f KiB/node", float64(p.AllocBytes)/1024/float64(p.Nodes))
+	}
+	if p.Nodes > 0 && (p.ServerCPU > 0 || p.ServerAllocBytes > 0) {
+		s += fmt.Sprintf("  server cpu %.1f ms/node, alloc %.0f KiB/node",
+			float64(p.ServerCPU)/float64(time.Millisecond)/float64(p.Nodes), float64(p.ServerAllocBytes)/1024/float64(p.Nodes))
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
@@ -224,6 +234,11 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	if h.remote() {
 		p.CPUOf = "agents"
 	}
+	if m.serverOK {
+		if sw, ok := h.control().ServerWork(ctx); ok {
+			p.ServerCPU, p.ServerAllocBytes = sw.CPU-m.server.CPU, sw.AllocBytes-m.server.AllocBytes
+		}
+	}
 	p.NodesPerSec = float64(len(ids)) / p.Total.Seconds()
 	var lat []time.Duration
 	nodes, err := h.control().NodeTimes(ctx, ids)
@@ -255,19 +270,26 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 }
 
 // mark is the start of a phase: the time, the process's CPU time, the writer's work, the
-// store's round trips and the nodes per state.
+// store's round trips, the nodes per state, and a server's work when it runs elsewhere
+// (serverOK).
 type mark struct {
-	at     time.Time
-	cpu    time.Duration
-	rt     runtimeTotals
-	writer store.WriterStats
-	trips  int64
-	counts map[string]int
+	at       time.Time
+	cpu      time.Duration
+	rt       runtimeTotals
+	writer   store.WriterStats
+	trips    int64
+	counts   map[string]int
+	server   ServerWork
+	serverOK bool
 }
 
 func (h *Harness) mark(ctx context.Context) (mark, error) {
 	counts, err := h.control().CountByState(ctx)
-	return mark{at: time.Now(), cpu: cpuTime(), rt: readRuntimeTotals(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(), counts: counts}, err
+	// (The server's work is read with the counts: a server elsewhere answers both from one
+	// reading of its metrics.)
+	sw, ok := h.control().ServerWork(ctx)
+	return mark{at: time.Now(), cpu: cpuTime(), rt: readRuntimeTotals(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(),
+		counts: counts, server: sw, serverOK: ok}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).

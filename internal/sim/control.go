@@ -35,9 +35,19 @@ type Control interface {
 	// ServerRSSMiB is the server's resident memory now, when the server is not this process
 	// (false: measure this process instead).
 	ServerRSSMiB(ctx context.Context) (float64, bool)
+	// ServerWork is what the server has used since it started, when it is not this process
+	// (false: it is this process, or the server does not say).
+	ServerWork(ctx context.Context) (ServerWork, bool)
 	// CommandsLost is how many commands the server recorded lost since it started (false:
 	// not known).
 	CommandsLost(ctx context.Context) (int, bool)
+}
+
+// ServerWork is what a server elsewhere used since it started, as its metrics count it: its
+// process's CPU time and the bytes its Go heap allocated.
+type ServerWork struct {
+	CPU        time.Duration
+	AllocBytes int64
 }
 
 // NodeTime is a node's state and last update.
@@ -105,6 +115,8 @@ func (c inProcess) WriteRoundTrips() int64 {
 }
 
 func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
+
+func (c inProcess) ServerWork(context.Context) (ServerWork, bool) { return ServerWork{}, false }
 
 func (c inProcess) CommandsLost(context.Context) (int, bool) {
 	n := int64(0)

@@ -23,6 +23,11 @@ type countingControl struct {
 	before, after             map[string]int
 	writerBefore, writerAfter store.WriterStats
 	states                    map[string]string
+	// server: a server elsewhere whose work is serverBefore at the first reading and
+	// serverAfter at every later one.
+	server                    bool
+	serverCalls               int
+	serverBefore, serverAfter ServerWork
 }
 
 func (c *countingControl) Engine() string { return "fake" }
@@ -64,6 +69,18 @@ func (c *countingControl) ServerRSSMiB(context.Context) (float64, bool) {
 	return 0, false
 }
 func (c *countingControl) CommandsLost(context.Context) (int, bool) { return 0, false }
+func (c *countingControl) ServerWork(context.Context) (ServerWork, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.server {
+		return ServerWork{}, false
+	}
+	c.serverCalls++
+	if c.serverCalls == 1 {
+		return c.serverBefore, true
+	}
+	return c.serverAfter, true
+}
 
 // A phase counts the nodes that reached its state or failed since its mark, taken before its
 // verbs: nodes that failed in an earlier phase neither end it early nor count among its
@@ -101,6 +118,39 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("phase line %q: want %q in it", s, want)
 		}
+	}
+	if p.ServerCPU != 0 || p.ServerAllocBytes != 0 || strings.Contains(s, "server") {
+		t.Errorf("in process: server cpu %s, %d bytes, line %q: want none", p.ServerCPU, p.ServerAllocBytes, s)
+	}
+}
+
+// With a server elsewhere, a phase has the server's CPU and allocations from its mark to its
+// end, and its line gives them per node.
+func TestMeasureTakesAServersWorkSinceTheMark(t *testing.T) {
+	ctl := &countingControl{
+		before: map[string]int{"ready": 1},
+		after:  map[string]int{"ready": 3},
+		states: map[string]string{"a": "ready", "b": "ready"},
+		server: true,
+		// The server's work before the phase, and after it.
+		serverBefore: ServerWork{CPU: 40 * time.Second, AllocBytes: 1 << 30},
+		serverAfter:  ServerWork{CPU: 40*time.Second + 25*time.Millisecond, AllocBytes: 1<<30 + 2*300<<10},
+	}
+	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
+	ctx := context.Background()
+	m, err := h.mark(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _, err := h.measure(ctx, "undeploy → ready", []string{"a", "b"}, m, "ready", 5*time.Second, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ServerCPU != 25*time.Millisecond || p.ServerAllocBytes != 2*300<<10 {
+		t.Errorf("server cpu %s, %d bytes allocated in the phase: want 25ms, %d", p.ServerCPU, p.ServerAllocBytes, 2*300<<10)
+	}
+	if s := p.String(); !strings.Contains(s, "server cpu 12.5 ms/node, alloc 300 KiB/node") {
+		t.Errorf("phase line %q: want the server's cpu and allocations per node in it", s)
 	}
 }
 
