@@ -27,7 +27,8 @@ const CompressMinBytes = 1 << 10
 
 // Server implements bcd.agent.v1.GatewayService.
 type Server struct {
-	cfg Config
+	cfg    Config
+	counts counters
 }
 
 var _ agentv1connect.GatewayServiceHandler = (*Server)(nil)
@@ -131,9 +132,11 @@ func (s *Server) peerIdentity(ctx context.Context) (pki.Identity, error) {
 func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error) {
 	m := req.Msg
 	if m.GetToken() == "" {
+		s.counts.joinsRefused.Add(1)
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a join token is required"))
 	}
 	if len(m.GetCsrDer()) == 0 {
+		s.counts.joinsRefused.Add(1)
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a certificate request (csr_der) is required"))
 	}
 	var (
@@ -146,10 +149,19 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequ
 	case agentv1.AgentKind_AGENT_KIND_NODE:
 		der, err = s.cfg.Identities.JoinNode(ctx, m.GetToken(), m.GetCsrDer(), hintsOf(m.GetHints()))
 	default:
+		s.counts.joinsRefused.Add(1)
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unknown agent kind %v", m.GetKind()))
+	}
+	if err != nil {
+		s.counts.joinsRefused.Add(1)
 	}
 	switch {
 	case err == nil:
+		if m.GetKind() == agentv1.AgentKind_AGENT_KIND_SITE {
+			s.counts.joins.add(pki.KindSiteAgent, 1)
+		} else {
+			s.counts.joins.add(pki.KindNode, 1)
+		}
 	case errors.Is(err, ErrTokenRefused):
 		// One answer for unknown, used and expired tokens: no oracle for a token guesser.
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "agent join refused", slog.String("kind", m.GetKind().String()), slog.String("peer", req.Peer().Addr))
@@ -230,6 +242,16 @@ func (s *Server) siteAgentAllowed(ctx context.Context, id pki.Identity) error {
 // verified against the CA when presented (pki.ServerTLSConfig). Handlers' contexts end with
 // ctx, so long-lived streams close at shutdown.
 func ServeTLS(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http.Handler, log *slog.Logger) error {
+	return serveTLS(ctx, ln, cert, h, log, nil)
+}
+
+// Serve is ServeTLS counting the connections in the gateway's Stats: h is the gateway's
+// Handler, or a handler around it.
+func (s *Server) Serve(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http.Handler, log *slog.Logger) error {
+	return serveTLS(ctx, ln, cert, h, log, s.counts.connState)
+}
+
+func serveTLS(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http.Handler, log *slog.Logger, connState func(net.Conn, http.ConnState)) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -244,6 +266,7 @@ func ServeTLS(ctx context.Context, ln net.Listener, cert *pki.ServerCert, h http
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
 		BaseContext:       func(net.Listener) context.Context { return ctx },
+		ConnState:         connState,
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: 256,
 			// Dead peers (power loss, NAT timeout) are found by HTTP/2 pings.

@@ -37,8 +37,12 @@ const maxFrameArgs = 4 << 20
 func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1.AgentMessage, agentv1.ServerMessage]) error {
 	a, err := s.admit(ctx)
 	if err != nil {
+		s.counts.streamsRefused.Add(1)
 		return err
 	}
+	s.counts.streamsOpened.add(a.Kind, 1)
+	s.counts.streams.add(a.Kind, 1)
+	defer s.counts.streams.add(a.Kind, -1)
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// A site agent runs thousands of commands at once; a node's ramdisk or OS one or two. Its
@@ -428,6 +432,7 @@ func (ss *session) forward(it laneItem) bool {
 		return ss.control(&agentv1.ServerMessage{Msg: &agentv1.ServerMessage_Batch{Batch: &agentv1.ServerBatch{AckResults: results}}})
 	case it.update != nil:
 		u := *it.update
+		ss.s.counts.updates.Add(1)
 		err := q.Update(ss.ctx, ss.a, u)
 		if err != nil && !errors.Is(err, ErrRejected) {
 			ss.cancel(fmt.Errorf("recording %s update of command %s: %w", u.State, u.CommandID, err))
@@ -567,6 +572,9 @@ func (ss *session) sendCommands(cmds []Command) error {
 			return nil
 		}
 		err := ss.write(&agentv1.ServerBatch{Commands: batch})
+		if err == nil {
+			ss.s.counts.commandsSent.Add(int64(len(batch)))
+		}
 		batch, size = batch[:0:0], 0
 		return err
 	}

@@ -149,6 +149,8 @@ type Server struct {
 	gwURL  string
 	gwCert *pki.ServerCert
 	gw     http.Handler
+	// gwServer is the gateway behind gw: it serves gwLn and counts (Stats, /metrics).
+	gwServer *gateway.Server
 	// apiCert is the API's TLS certificate (nil: plain HTTP).
 	apiCert  *apiCert
 	consoles *console.Hub
@@ -293,6 +295,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				return float64(consoles.Count())
 			}),
 		durations.commands, durations.workflows)
+	if s.gwServer != nil {
+		reg.MustRegister(newGatewayCollector(s.gwServer))
+	}
 	if st.Engine() == store.SQLite {
 		reg.MustRegister(
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writer_busy_seconds_total",
@@ -396,7 +401,7 @@ func (s *Server) listenGateway() error {
 		return err
 	}
 	_, h := gw.Handler()
-	s.gwLn, s.gwCert, s.gw = ln, cert, s.eng.Gateway().Wrap(h)
+	s.gwLn, s.gwCert, s.gw, s.gwServer = ln, cert, s.eng.Gateway().Wrap(h), gw
 	s.gwURL = s.cfg.GatewayURL
 	if s.gwURL == "" {
 		s.gwURL = "https://" + ln.Addr().String()
@@ -443,7 +448,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	if s.gwLn != nil {
 		running++
 		go func() {
-			errc <- gateway.ServeTLS(ctx, s.gwLn, s.gwCert, s.gw, s.log)
+			errc <- s.gwServer.Serve(ctx, s.gwLn, s.gwCert, s.gw, s.log)
 		}()
 	}
 	if s.warnInClear() {
@@ -518,6 +523,65 @@ func (d *durations) WorkflowFinished(profile, state string, took time.Duration) 
 type nodeCollector struct {
 	st   *store.Store
 	desc *prometheus.Desc
+}
+
+// gatewayCollector exposes the agent gateway's counts (gateway.Stats).
+type gatewayCollector struct {
+	gw                                     *gateway.Server
+	conns, open, tlsFailures               *prometheus.Desc
+	joins, joinsRefused                    *prometheus.Desc
+	streams, streamsOpened, streamsRefused *prometheus.Desc
+	commandsSent, updates                  *prometheus.Desc
+}
+
+func newGatewayCollector(gw *gateway.Server) *gatewayCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &gatewayCollector{gw: gw,
+		conns: d("bcd_gateway_connections_total", "TCP connections the agent gateway accepted since the server started. Each agent boot makes two (its join, then its stream): a rate well above the boots' means agents reconnecting."),
+		open:  d("bcd_gateway_connections", "Connections open on the agent gateway now: about one per connected agent. Each holds a file descriptor."),
+		tlsFailures: d("bcd_gateway_tls_failures_total",
+			"Connections to the agent gateway that closed before their TLS handshake completed: a client certificate its CAs did not sign or that expired, or a client that is not an agent."),
+		joins:         d("bcd_gateway_joins_total", "Agents that joined (traded a join token for a certificate) since the server started, by kind: site-agent, node (a ramdisk or an installed OS).", "kind"),
+		joinsRefused:  d("bcd_gateway_join_refusals_total", "Joins refused since the server started: a token unknown, used or expired (one answer for all three), a bad request, or the store out. A steady rate with no boots is someone guessing tokens."),
+		streams:       d("bcd_gateway_streams", "Agents' streams open on this server now, by the kind of their certificate: site-agent, node (a ramdisk), node-tenant (a lessee's installed OS).", "kind"),
+		streamsOpened: d("bcd_gateway_streams_opened_total", "Agents' streams admitted since the server started, by the kind of their certificate.", "kind"),
+		streamsRefused: d("bcd_gateway_stream_refusals_total",
+			"Streams refused since the server started: a revoked site agent or identity generation, an unknown node, a certificate of another kind."),
+		commandsSent: d("bcd_gateway_commands_sent_total", "Commands the gateway sent down agents' streams since the server started."),
+		updates:      d("bcd_gateway_command_updates_total", "Command updates (progress and results) agents sent up since the server started."),
+	}
+}
+
+func (c *gatewayCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.conns, c.open, c.tlsFailures, c.joins, c.joinsRefused, c.streams, c.streamsOpened, c.streamsRefused, c.commandsSent, c.updates} {
+		ch <- d
+	}
+}
+
+func (c *gatewayCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.gw.Stats()
+	counter := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	counter(c.conns, st.Connections)
+	gauge(c.open, st.OpenConnections)
+	counter(c.tlsFailures, st.TLSFailures)
+	counter(c.joinsRefused, st.JoinsRefused)
+	counter(c.streamsRefused, st.StreamsRefused)
+	counter(c.commandsSent, st.CommandsSent)
+	counter(c.updates, st.Updates)
+	for _, kind := range slices.Sorted(maps.Keys(st.Streams)) {
+		gauge(c.streams, st.Streams[kind], kind)
+		counter(c.streamsOpened, st.StreamsOpened[kind], kind)
+	}
+	for _, kind := range slices.Sorted(maps.Keys(st.Joins)) {
+		counter(c.joins, st.Joins[kind], kind)
+	}
 }
 
 func newNodeCollector(st *store.Store) *nodeCollector {

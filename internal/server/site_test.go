@@ -509,3 +509,32 @@ func TestCleanStopHandsTheLeaseBack(t *testing.T) {
 		})
 	}
 }
+
+// The server's /metrics carries its agent gateway's counts: a site agent that joined and holds
+// its stream is one join and one open stream of its kind, on an open connection, and nothing
+// failed its handshake.
+func TestGatewayMetrics(t *testing.T) {
+	env := startSiteEnv(t, storetest.Engines[0])
+	a := env.startAgent("a", env.srv.GatewayURL(), 5*time.Second, site.PollConfig{}, env.ramdisk)
+	waitFor(t, 10*time.Second, "the agent to hold the lease", a.HoldsBootLease)
+	api := env.srv.Addr()
+	for _, c := range []struct {
+		name string
+		want func(int) bool
+		says string
+	}{
+		{`bcd_gateway_joins_total{kind="site-agent"}`, func(n int) bool { return n == 1 }, "1"},
+		{`bcd_gateway_joins_total{kind="node"}`, func(n int) bool { return n == 0 }, "0"},
+		{`bcd_gateway_streams{kind="site-agent"}`, func(n int) bool { return n == 1 }, "1"},
+		{`bcd_gateway_streams_opened_total{kind="site-agent"}`, func(n int) bool { return n >= 1 }, "at least 1"},
+		{`bcd_gateway_connections`, func(n int) bool { return n >= 1 }, "at least 1"},
+		{`bcd_gateway_connections_total`, func(n int) bool { return n >= 2 }, "at least 2 (the join's, the stream's)"},
+		{`bcd_gateway_tls_failures_total`, func(n int) bool { return n == 0 }, "0"},
+		{`bcd_gateway_join_refusals_total`, func(n int) bool { return n == 0 }, "0"},
+		{`bcd_gateway_stream_refusals_total`, func(n int) bool { return n == 0 }, "0"},
+	} {
+		if n := counter(t, api, c.name); !c.want(n) {
+			t.Errorf("%s %d, want %s", c.name, n, c.says)
+		}
+	}
+}

@@ -19,7 +19,9 @@ type Env struct {
 	Queue      *Queue
 	Identities *Identities
 	URL        string // https://127.0.0.1:port
-	ln         *trackingListener
+	// Server is the gateway (its Stats count what it served).
+	Server *gateway.Server
+	ln     *trackingListener
 }
 
 // Start runs a gateway until the test ends. cfg's Queue, Identities and CA are filled in.
@@ -46,6 +48,7 @@ func StartFor(tb testing.TB, cfg gateway.Config, hosts ...string) *Env {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	e.Server = srv
 	raw, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
@@ -56,7 +59,7 @@ func StartFor(tb testing.TB, cfg gateway.Config, hosts ...string) *Env {
 	mux.Handle(srv.Handler())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- gateway.ServeTLS(ctx, e.ln, cert, mux, cfg.Logger) }()
+	go func() { done <- srv.Serve(ctx, e.ln, cert, mux, cfg.Logger) }()
 	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, net.ErrClosed) {
