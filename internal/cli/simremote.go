@@ -54,6 +54,8 @@ type serverMetrics struct {
 	cpu            time.Duration
 	allocBytes     int64
 	cpuOK, allocOK bool
+	// gwConns: bcd_gateway_connections_total (0 from a server without its gateway's counts).
+	gwConns int64
 }
 
 func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
@@ -157,7 +159,7 @@ func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
 // ServerWork is the server's CPU time and heap allocations since it started.
 func (c *apiControl) ServerWork(ctx context.Context) (sim.ServerWork, bool) {
 	m, err := c.scrape(ctx)
-	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes}, err == nil && m.cpuOK && m.allocOK
+	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes, Connections: m.gwConns}, err == nil && m.cpuOK && m.allocOK
 }
 
 // CommandsLost is the server's count of lost commands since it started.
@@ -194,8 +196,8 @@ func (c *apiControl) scrape(ctx context.Context) (serverMetrics, error) {
 }
 
 // parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes,
-// bcd_commands_lost_total, process_cpu_seconds_total and go_memstats_alloc_bytes_total from a
-// Prometheus text exposition.
+// bcd_commands_lost_total, process_cpu_seconds_total, go_memstats_alloc_bytes_total and
+// bcd_gateway_connections_total from a Prometheus text exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	m := serverMetrics{states: map[string]int{}}
 	value := func(line, v string) (float64, error) {
@@ -242,6 +244,12 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 				return serverMetrics{}, err
 			}
 			m.allocBytes, m.allocOK = int64(f), true
+		case strings.HasPrefix(line, "bcd_gateway_connections_total "):
+			f, err := value(line, strings.TrimPrefix(line, "bcd_gateway_connections_total "))
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			m.gwConns = int64(f)
 		}
 	}
 	return m, sc.Err()

@@ -83,10 +83,12 @@ bcd_commands_lost_total 42
 go_goroutines 12
 process_cpu_seconds_total 12.34
 go_memstats_alloc_bytes_total 3.96772e+06
+bcd_gateway_connections_total 5
+bcd_gateway_connections 2
 `
 	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
 	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 ||
-		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK {
+		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 {
 		t.Fatalf("%+v %v", m, err)
 	}
 	// A server that does not give its CPU or allocations has none read.
@@ -95,7 +97,7 @@ go_memstats_alloc_bytes_total 3.96772e+06
 		t.Errorf("only the CPU given: %+v %v", m, err)
 	}
 	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`,
-		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`} {
+		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`} {
 		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
 			t.Errorf("accepted %q", bad)
 		}

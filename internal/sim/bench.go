@@ -63,6 +63,9 @@ type Phase struct {
 	// agent gateway, apart from the simulated agents'.
 	ServerCPU        time.Duration `json:"serverCpuNs,omitempty"`
 	ServerAllocBytes int64         `json:"serverAllocBytes,omitempty"`
+	// ServerConnections are the connections the server's agent gateway accepted during the
+	// phase (bcd_gateway_connections_total): a TLS handshake each, two per agent boot.
+	ServerConnections int64 `json:"serverConnections,omitempty"`
 }
 
 func (p Phase) String() string {
@@ -82,8 +85,9 @@ func (p Phase) String() string {
 		s += fmt.Sprintf("  alloc %.0f KiB/node", float64(p.AllocBytes)/1024/float64(p.Nodes))
 	}
 	if p.Nodes > 0 && (p.ServerCPU > 0 || p.ServerAllocBytes > 0) {
-		s += fmt.Sprintf("  server cpu %.1f ms/node, alloc %.0f KiB/node",
-			float64(p.ServerCPU)/float64(time.Millisecond)/float64(p.Nodes), float64(p.ServerAllocBytes)/1024/float64(p.Nodes))
+		s += fmt.Sprintf("  server cpu %.1f ms/node, alloc %.0f KiB/node, %.1f connections/node",
+			float64(p.ServerCPU)/float64(time.Millisecond)/float64(p.Nodes), float64(p.ServerAllocBytes)/1024/float64(p.Nodes),
+			float64(p.ServerConnections)/float64(p.Nodes))
 	}
 	if p.Total > 0 && p.WriterBusy > 0 {
 		s += fmt.Sprintf("  writer busy %.0f%%", 100*float64(p.WriterBusy)/float64(p.Total))
@@ -237,6 +241,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	if m.serverOK {
 		if sw, ok := h.control().ServerWork(ctx); ok {
 			p.ServerCPU, p.ServerAllocBytes = sw.CPU-m.server.CPU, sw.AllocBytes-m.server.AllocBytes
+			p.ServerConnections = sw.Connections - m.server.Connections
 		}
 	}
 	p.NodesPerSec = float64(len(ids)) / p.Total.Seconds()

@@ -44,10 +44,12 @@ type Control interface {
 }
 
 // ServerWork is what a server elsewhere used since it started, as its metrics count it: its
-// process's CPU time and the bytes its Go heap allocated.
+// process's CPU time, the bytes its Go heap allocated, and the connections its agent gateway
+// accepted (each a TLS handshake).
 type ServerWork struct {
-	CPU        time.Duration
-	AllocBytes int64
+	CPU         time.Duration
+	AllocBytes  int64
+	Connections int64
 }
 
 // NodeTime is a node's state and last update.

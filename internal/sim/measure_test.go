@@ -133,8 +133,8 @@ func TestMeasureTakesAServersWorkSinceTheMark(t *testing.T) {
 		states: map[string]string{"a": "ready", "b": "ready"},
 		server: true,
 		// The server's work before the phase, and after it.
-		serverBefore: ServerWork{CPU: 40 * time.Second, AllocBytes: 1 << 30},
-		serverAfter:  ServerWork{CPU: 40*time.Second + 25*time.Millisecond, AllocBytes: 1<<30 + 2*300<<10},
+		serverBefore: ServerWork{CPU: 40 * time.Second, AllocBytes: 1 << 30, Connections: 100},
+		serverAfter:  ServerWork{CPU: 40*time.Second + 25*time.Millisecond, AllocBytes: 1<<30 + 2*300<<10, Connections: 109},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -146,10 +146,10 @@ func TestMeasureTakesAServersWorkSinceTheMark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.ServerCPU != 25*time.Millisecond || p.ServerAllocBytes != 2*300<<10 {
-		t.Errorf("server cpu %s, %d bytes allocated in the phase: want 25ms, %d", p.ServerCPU, p.ServerAllocBytes, 2*300<<10)
+	if p.ServerCPU != 25*time.Millisecond || p.ServerAllocBytes != 2*300<<10 || p.ServerConnections != 9 {
+		t.Errorf("server cpu %s, %d bytes allocated, %d connections in the phase: want 25ms, %d, 9", p.ServerCPU, p.ServerAllocBytes, p.ServerConnections, 2*300<<10)
 	}
-	if s := p.String(); !strings.Contains(s, "server cpu 12.5 ms/node, alloc 300 KiB/node") {
+	if s := p.String(); !strings.Contains(s, "server cpu 12.5 ms/node, alloc 300 KiB/node, 4.5 connections/node") {
 		t.Errorf("phase line %q: want the server's cpu and allocations per node in it", s)
 	}
 }
