@@ -80,6 +80,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.Engine.SiteCertTTL, "site-cert-ttl", engine.DefaultSiteCertTTL, "lifetime of site agents' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
+	f.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback host:port serving Go's runtime profiles for go tool pprof: /debug/pprof/profile, heap, allocs, goroutine, trace (env BCD_DEBUG_LISTEN; default: none)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (env BCD_LOG_LEVEL)")
 	flagconfig.AddConfigFlag(f, serverSpec())
 	return cmd

@@ -61,6 +61,9 @@ type Config struct {
 	// APITLSCert and APITLSKey are the PEM files of the API's TLS certificate (chain) and key:
 	// both, or neither for plain HTTP. The server loads them again when they change.
 	APITLSCert, APITLSKey string
+	// DebugListen is a loopback host:port serving Go's runtime profiles (CPU, heap, execution
+	// trace: debugHandler); "" serves none.
+	DebugListen string
 }
 
 // loadProfiles reads the profiles file: operator-defined deploy profiles, and overrides of
@@ -151,6 +154,8 @@ type Server struct {
 	gw     http.Handler
 	// gwServer is the gateway behind gw: it serves gwLn and counts (Stats, /metrics).
 	gwServer *gateway.Server
+	// dbgLn serves the runtime's profiles (Config.DebugListen; nil: none).
+	dbgLn net.Listener
 	// apiCert is the API's TLS certificate (nil: plain HTTP).
 	apiCert  *apiCert
 	consoles *console.Hub
@@ -262,6 +267,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
 	s.ln = ln
+	if cfg.DebugListen != "" {
+		if s.dbgLn, err = listenDebug(cfg.DebugListen); err != nil {
+			st.Close()
+			ln.Close()
+			if s.gwLn != nil {
+				s.gwLn.Close()
+			}
+			return nil, err
+		}
+	}
 	var joiner api.SiteJoiner
 	if s.gwLn != nil {
 		joiner = s
@@ -350,6 +365,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 
 // Addr is the API's address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// DebugAddr is the address serving the runtime's profiles ("" when there is none).
+func (s *Server) DebugAddr() string {
+	if s.dbgLn == nil {
+		return ""
+	}
+	return s.dbgLn.Addr().String()
+}
 
 // URL is the API's base URL (https:// with a TLS certificate).
 func (s *Server) URL() string {
@@ -450,6 +473,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() {
 			errc <- s.gwServer.Serve(ctx, s.gwLn, s.gwCert, s.gw, s.log)
 		}()
+	}
+	if s.dbgLn != nil {
+		// Its own server, closed at shutdown (a profile in progress is cut off there).
+		dbg := &http.Server{Handler: debugHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+		go dbg.Serve(s.dbgLn)
+		defer dbg.Close()
+		s.log.Info("serving runtime profiles", "debug", "http://"+s.DebugAddr()+"/debug/pprof/")
 	}
 	if s.warnInClear() {
 		s.log.Warn("the API is served over plain HTTP on an address other hosts reach: API tokens and BMC passwords cross the network in clear; "+
