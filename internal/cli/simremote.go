@@ -156,7 +156,8 @@ func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
 	return m.rssMiB, err == nil
 }
 
-// ServerWork is the server's CPU time and heap allocations since it started.
+// ServerWork is the server's CPU time, heap allocations and gateway connections since it
+// started.
 func (c *apiControl) ServerWork(ctx context.Context) (sim.ServerWork, bool) {
 	m, err := c.scrape(ctx)
 	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes, Connections: m.gwConns}, err == nil && m.cpuOK && m.allocOK
