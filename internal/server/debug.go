@@ -20,18 +20,27 @@ const maxProfileSeconds = 300
 // its data, but they are for an operator at the machine (or through an SSH tunnel), not for the
 // network.
 func listenDebug(addr string) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("--debug-listen %q: %w (give a loopback host:port, e.g. 127.0.0.1:7482)", addr, err)
-	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return nil, fmt.Errorf("--debug-listen %s: the profiles are served on loopback only (127.0.0.1, ::1, localhost); reach them from elsewhere through an SSH tunnel", addr)
+	if err := checkDebugAddr(addr); err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening for profiles on %s: %w", addr, err)
 	}
 	return ln, nil
+}
+
+// checkDebugAddr refuses a debug address that is not a loopback host:port, saying what is
+// accepted.
+func checkDebugAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--debug-listen %q: %w (give a loopback host:port, e.g. 127.0.0.1:7482)", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("--debug-listen %s: the profiles are served on loopback only (127.0.0.1, ::1, localhost); reach them from elsewhere through an SSH tunnel", addr)
+	}
+	return nil
 }
 
 // debugHandler serves the runtime's profiles, as `go tool pprof` reads them:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -67,9 +69,14 @@ func TestDebugListenerServesProfiles(t *testing.T) {
 // what is accepted; without the flag there is no debug listener.
 func TestDebugListenerOnLoopbackOnly(t *testing.T) {
 	for _, addr := range []string{"0.0.0.0:0", "192.0.2.1:7482", ":7482", "no-port"} {
-		_, err := server.New(context.Background(), server.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", GatewayListen: "off", DebugListen: addr}, testLog(t))
+		dir := filepath.Join(t.TempDir(), "data")
+		_, err := server.New(context.Background(), server.Config{DataDir: dir, Listen: "127.0.0.1:0", GatewayListen: "off", DebugListen: addr}, testLog(t))
 		if err == nil || !strings.Contains(err.Error(), "loopback") {
 			t.Errorf("--debug-listen %s: %v, want a refusal naming loopback", addr, err)
+		}
+		// Refused before anything was opened or created.
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("--debug-listen %s: the data directory was made before the refusal (%v)", addr, err)
 		}
 	}
 	srv, _ := serve(t, server.Config{}, testLog(t))

@@ -170,6 +170,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Engine.Check(); err != nil {
 		return nil, fmt.Errorf("configuring the engine: %w", err)
 	}
+	if cfg.DebugListen != "" {
+		if err := checkDebugAddr(cfg.DebugListen); err != nil {
+			return nil, err // before anything is opened or created
+		}
+	}
 	apiCert, tlsErr := newAPICert(cfg.APITLSCert, cfg.APITLSKey, log)
 	if tlsErr != nil {
 		return nil, fmt.Errorf("loading the API's TLS certificate: %w", tlsErr)
