@@ -208,6 +208,14 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 		}
 		return f, nil
 	}
+	// The metrics without labels, each a name, a space and its value.
+	plain := map[string]func(float64){
+		"process_resident_memory_bytes": func(f float64) { m.rssMiB = f / (1 << 20) },
+		"bcd_commands_lost_total":       func(f float64) { m.lost = int(f) },
+		"process_cpu_seconds_total":     func(f float64) { m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true },
+		"go_memstats_alloc_bytes_total": func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
+		"bcd_gateway_connections_total": func(f float64) { m.gwConns = int64(f) },
+	}
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
@@ -221,36 +229,15 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 				return serverMetrics{}, err
 			}
 			m.states[state] = int(f)
-		case strings.HasPrefix(line, "process_resident_memory_bytes "):
-			f, err := value(line, strings.TrimPrefix(line, "process_resident_memory_bytes "))
-			if err != nil {
-				return serverMetrics{}, err
+		default:
+			name, v, ok := strings.Cut(line, " ")
+			if set := plain[name]; ok && set != nil {
+				f, err := value(line, v)
+				if err != nil {
+					return serverMetrics{}, err
+				}
+				set(f)
 			}
-			m.rssMiB = f / (1 << 20)
-		case strings.HasPrefix(line, "bcd_commands_lost_total "):
-			f, err := value(line, strings.TrimPrefix(line, "bcd_commands_lost_total "))
-			if err != nil {
-				return serverMetrics{}, err
-			}
-			m.lost = int(f)
-		case strings.HasPrefix(line, "process_cpu_seconds_total "):
-			f, err := value(line, strings.TrimPrefix(line, "process_cpu_seconds_total "))
-			if err != nil {
-				return serverMetrics{}, err
-			}
-			m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true
-		case strings.HasPrefix(line, "go_memstats_alloc_bytes_total "):
-			f, err := value(line, strings.TrimPrefix(line, "go_memstats_alloc_bytes_total "))
-			if err != nil {
-				return serverMetrics{}, err
-			}
-			m.allocBytes, m.allocOK = int64(f), true
-		case strings.HasPrefix(line, "bcd_gateway_connections_total "):
-			f, err := value(line, strings.TrimPrefix(line, "bcd_gateway_connections_total "))
-			if err != nil {
-				return serverMetrics{}, err
-			}
-			m.gwConns = int64(f)
 		}
 	}
 	return m, sc.Err()

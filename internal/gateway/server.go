@@ -129,14 +129,23 @@ func (s *Server) peerIdentity(ctx context.Context) (pki.Identity, error) {
 }
 
 // Join exchanges a one-time token and a CSR for a certificate.
-func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequest]) (*connect.Response[agentv1.JoinResponse], error) {
+func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequest]) (_ *connect.Response[agentv1.JoinResponse], joinErr error) {
 	m := req.Msg
+	// Every join is counted once, by its outcome: a certificate of its kind, or a refusal.
+	defer func() {
+		switch {
+		case joinErr != nil:
+			s.counts.joinsRefused.Add(1)
+		case m.GetKind() == agentv1.AgentKind_AGENT_KIND_SITE:
+			s.counts.joins.add(pki.KindSiteAgent, 1)
+		default:
+			s.counts.joins.add(pki.KindNode, 1)
+		}
+	}()
 	if m.GetToken() == "" {
-		s.counts.joinsRefused.Add(1)
 		return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("a join token is required"))
 	}
 	if len(m.GetCsrDer()) == 0 {
-		s.counts.joinsRefused.Add(1)
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("a certificate request (csr_der) is required"))
 	}
 	var (
@@ -149,19 +158,10 @@ func (s *Server) Join(ctx context.Context, req *connect.Request[agentv1.JoinRequ
 	case agentv1.AgentKind_AGENT_KIND_NODE:
 		der, err = s.cfg.Identities.JoinNode(ctx, m.GetToken(), m.GetCsrDer(), hintsOf(m.GetHints()))
 	default:
-		s.counts.joinsRefused.Add(1)
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("unknown agent kind %v", m.GetKind()))
-	}
-	if err != nil {
-		s.counts.joinsRefused.Add(1)
 	}
 	switch {
 	case err == nil:
-		if m.GetKind() == agentv1.AgentKind_AGENT_KIND_SITE {
-			s.counts.joins.add(pki.KindSiteAgent, 1)
-		} else {
-			s.counts.joins.add(pki.KindNode, 1)
-		}
 	case errors.Is(err, ErrTokenRefused):
 		// One answer for unknown, used and expired tokens: no oracle for a token guesser.
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "agent join refused", slog.String("kind", m.GetKind().String()), slog.String("peer", req.Peer().Addr))

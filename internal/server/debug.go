@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"runtime/pprof"
@@ -67,32 +68,8 @@ func debugHandler() http.Handler {
 			fmt.Fprintf(w, "  %s\n", n)
 		}
 	})
-	mux.HandleFunc("GET /debug/pprof/profile", func(w http.ResponseWriter, r *http.Request) {
-		d, ok := profileSeconds(w, r, 30)
-		if !ok {
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if err := pprof.StartCPUProfile(w); err != nil {
-			http.Error(w, "starting a CPU profile: "+err.Error()+" (one runs at a time)", http.StatusConflict)
-			return
-		}
-		wait(r, d)
-		pprof.StopCPUProfile()
-	})
-	mux.HandleFunc("GET /debug/pprof/trace", func(w http.ResponseWriter, r *http.Request) {
-		d, ok := profileSeconds(w, r, 1)
-		if !ok {
-			return
-		}
-		w.Header().Set("Content-Type", "application/octet-stream")
-		if err := trace.Start(w); err != nil {
-			http.Error(w, "starting an execution trace: "+err.Error()+" (one runs at a time)", http.StatusConflict)
-			return
-		}
-		wait(r, d)
-		trace.Stop()
-	})
+	mux.HandleFunc("GET /debug/pprof/profile", recording("a CPU profile", 30, pprof.StartCPUProfile, pprof.StopCPUProfile))
+	mux.HandleFunc("GET /debug/pprof/trace", recording("an execution trace", 1, trace.Start, trace.Stop))
 	mux.HandleFunc("GET /debug/pprof/{name}", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		p := pprof.Lookup(name)
@@ -117,6 +94,24 @@ func debugHandler() http.Handler {
 		p.WriteTo(w, debug)
 	})
 	return mux
+}
+
+// recording serves what start writes until stop, over ?seconds= (def when absent): a CPU
+// profile or an execution trace, one at a time in the process.
+func recording(what string, def int, start func(io.Writer) error, stop func()) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		d, ok := profileSeconds(w, r, def)
+		if !ok {
+			return
+		}
+		w.Header().Set("Content-Type", "application/octet-stream")
+		if err := start(w); err != nil {
+			http.Error(w, "starting "+what+": "+err.Error()+" (one runs at a time)", http.StatusConflict)
+			return
+		}
+		wait(r, d)
+		stop()
+	}
 }
 
 // profileSeconds reads ?seconds= (def when absent), answering a bad value itself.
