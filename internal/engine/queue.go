@@ -1096,11 +1096,11 @@ func (e *Engine) gateTaken(ctx context.Context, tx *store.Tx, a Agent, ids []str
 func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	final := command.State(u.State).Final()
 	// On PostgreSQL an outcome's command is read before the writer (and its attestation checked
-	// there): the transaction then updates the row only if it is still as read, else reads it
-	// itself, and locks the node first. SQLite's writer reads the row itself: a read beside the
-	// one writer costs the process more than the writer's own (SQLite's shared page cache, whose
-	// lock the readers take too, held the writer back), and the attestation is checked before
-	// from what this server handed out (preverifyClaimed).
+	// there): the transaction then locks the node and updates the row only if it is still as
+	// read (both in one round trip), else reads it itself. SQLite's writer reads the row
+	// itself: a read beside the one writer costs the process more than the writer's own
+	// (SQLite's shared page cache, whose lock the readers take too, held the writer back), and
+	// the attestation is checked before from what this server handed out (preverifyClaimed).
 	var pre *store.Command
 	if final {
 		if e.st.Engine() == store.SQLite {
@@ -1122,12 +1122,23 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	err := e.st.Write(ctx, func(tx *store.Tx) error {
 		fx, ended, woken, lost = effects{}, store.Command{}, false, false
 		var locked *lockedNode
+		// withLock: the update the row as read before calls for went out with the node's lock
+		// (sentNext), and applied says whether the row was still as read.
+		var withLock, applied bool
+		var sentNext store.Command
 		if lockNode {
 			// The node before the command, as the reconciler locks them (a command's node
 			// never changes, so the row read before names it). The reconciliation below
 			// takes the row, its wake sequence and its open workflow as read here: nothing
 			// in between writes them but this transaction's command update.
-			ln, err := tx.LockNodeForReconcile(ctx, pre.NodeID)
+			var ln store.LockedNode
+			var err error
+			if next, write, rerr := reported(*pre, a, u, tx.At()); rerr == nil && write {
+				sentNext, withLock = next, true
+				ln, applied, err = tx.LockNodeForReconcileAndUpdateCommand(ctx, pre.NodeID, &sentNext, *pre)
+			} else {
+				ln, err = tx.LockNodeForReconcile(ctx, pre.NodeID)
+			}
 			if err != nil && !errors.Is(err, store.ErrNotFound) {
 				return err
 			}
@@ -1136,7 +1147,7 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			}
 		}
 		var c store.Command
-		read := pre == nil
+		read := pre == nil || withLock && !applied // (the row changed since: read it here)
 		if read {
 			var err error
 			if c, err = tx.Command(ctx, u.CommandID); err != nil {
@@ -1163,11 +1174,15 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			if err != nil || !write {
 				return err
 			}
-			if read {
+			switch {
+			case read:
 				if err := tx.ReportCommand(ctx, &next); err != nil {
 					return err
 				}
-			} else {
+			case withLock:
+				// The row as read before, as decided before the node's lock: written with it.
+				next = sentNext
+			default:
 				ok, err := tx.UpdateCommandIf(ctx, &next, c)
 				if err != nil {
 					return err

@@ -380,11 +380,8 @@ func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
 // the row changed since.
 func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool, error) {
 	updated := t.at
-	res, err := t.exec(ctx, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
-		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?
-		AND state = ? AND target_agent = ? AND updated_at = ? AND delivered_at = ? AND finished_at = ?`,
-		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, updated, c.ID,
-		was.State, was.TargetAgent, was.UpdatedAt, was.DeliveredAt, was.FinishedAt)
+	q, args := updateCommandIf(c, was, updated)
+	res, err := t.exec(ctx, q, args...)
 	if err != nil {
 		return false, fmt.Errorf("updating command %s: %w", c.ID, err)
 	}
@@ -394,6 +391,15 @@ func (t *Tx) UpdateCommandIf(ctx context.Context, c *Command, was Command) (bool
 	}
 	c.UpdatedAt = updated
 	return true, nil
+}
+
+// updateCommandIf is UpdateCommandIf's statement, its row updated at the given time.
+func updateCommandIf(c *Command, was Command, updated int64) (string, []any) {
+	return `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?
+		AND state = ? AND target_agent = ? AND updated_at = ? AND delivered_at = ? AND finished_at = ?`,
+		[]any{c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, updated, c.ID,
+			was.State, was.TargetAgent, was.UpdatedAt, was.DeliveredAt, was.FinishedAt}
 }
 
 // Acknowledger is the agent whose acknowledgements DeliverCommands records: a site agent by

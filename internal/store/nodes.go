@@ -124,15 +124,31 @@ type LockedNode struct {
 // LockNodeForReconcile locks and reads node id (an id, not a name), its wake sequence and its
 // open workflow: on PostgreSQL the two reads go out in one round trip, after what is held.
 func (t *Tx) LockNodeForReconcile(ctx context.Context, id string) (LockedNode, error) {
+	ln, _, err := t.lockNodeForReconcile(ctx, id, nil, Command{})
+	return ln, err
+}
+
+// LockNodeForReconcileAndUpdateCommand is LockNodeForReconcile followed by UpdateCommandIf(c,
+// was), on PostgreSQL in the same round trip: the node's lock is taken before the command's
+// row, as every transaction that takes both takes them. updated says whether the command's row
+// was as was and is now c; a node that does not exist (ErrNotFound) leaves the update made.
+func (t *Tx) LockNodeForReconcileAndUpdateCommand(ctx context.Context, id string, c *Command, was Command) (ln LockedNode, updated bool, err error) {
+	return t.lockNodeForReconcile(ctx, id, c, was)
+}
+
+func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, was Command) (LockedNode, bool, error) {
 	nodeQ := t.s.bind(`SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
 		FROM nodes WHERE id = ?` + t.forUpdate())
 	wfQ := t.s.bind(openWorkflowQuery)
 	var ln LockedNode
+	found, updated := true, false
+	// A node not found is no error of the pipeline: the reads after it are still taken.
 	takeNode := func(r rowScanner) error {
 		var err error
 		ln.Node, err = scanNode(withExtra{r, []any{&ln.Seq}})
 		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("node %q: %w", id, ErrNotFound)
+			found = false
+			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("reading node %q: %w", id, err)
@@ -147,16 +163,37 @@ func (t *Tx) LockNodeForReconcile(ctx context.Context, id string) (LockedNode, e
 	var err error
 	if t.conn != nil {
 		// Each result is read before the next (pgx reads a batch's results in order).
-		_, err = t.send(ctx,
-			&batchRead{q: nodeQ, args: []any{id}, take: func(br pgx.BatchResults) error { return takeNode(br.QueryRow()) }},
-			&batchRead{q: wfQ, args: []any{id, false}, take: func(br pgx.BatchResults) error { return takeWorkflow(br.QueryRow()) }})
+		reads := []*batchRead{
+			{q: nodeQ, args: []any{id}, take: func(br pgx.BatchResults) error { return takeNode(br.QueryRow()) }},
+			{q: wfQ, args: []any{id, false}, take: func(br pgx.BatchResults) error { return takeWorkflow(br.QueryRow()) }},
+		}
+		if c != nil {
+			q, args := updateCommandIf(c, was, t.at)
+			reads = append(reads, &batchRead{q: t.s.bind(q), args: args, take: func(br pgx.BatchResults) error {
+				tag, err := br.Exec()
+				if err != nil {
+					return fmt.Errorf("updating command %s: %w", c.ID, err)
+				}
+				updated = tag.RowsAffected() == 1
+				return nil
+			}})
+		}
+		_, err = t.send(ctx, reads...)
+		if err == nil && updated {
+			c.UpdatedAt = t.at
+		}
 	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
-		err = takeWorkflow(t.queryRow(ctx, wfQ, id, false))
+		if err = takeWorkflow(t.queryRow(ctx, wfQ, id, false)); err == nil && c != nil {
+			updated, err = t.UpdateCommandIf(ctx, c, was)
+		}
 	}
 	if err != nil {
-		return LockedNode{}, err
+		return LockedNode{}, false, err
 	}
-	return ln, nil
+	if !found {
+		return LockedNode{}, updated, fmt.Errorf("node %q: %w", id, ErrNotFound)
+	}
+	return ln, updated, nil
 }
 
 // withExtra scans a row's columns past what its scanner takes into extra.

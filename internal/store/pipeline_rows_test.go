@@ -21,15 +21,16 @@ func TestPipelinedRows(t *testing.T) {
 		ctx := context.Background()
 		pg := st.Engine() == store.Postgres
 		insert, ids := heldTable(t, st, "rows_t")
+		var run runChecks
 		pairs := func(tx *store.Tx, q string, args ...any) string {
-			t.Helper()
 			got, err := tx.QueryPairsForTests(ctx, q, args...)
 			if err != nil {
-				t.Fatalf("%s: %v", q, err)
+				run.Errorf("%s: %v", q, err)
 			}
 			return strings.Join(got, " ")
 		}
 		if err := st.Write(ctx, func(tx *store.Tx) error {
+			run.start()
 			for id := 1; id <= 3; id++ {
 				if err := insert(tx, id); err != nil {
 					return err
@@ -37,14 +38,14 @@ func TestPipelinedRows(t *testing.T) {
 			}
 			// BEGIN, three inserts and the read: one round trip.
 			if got := pairs(tx, `SELECT id, v FROM rows_t ORDER BY id`); got != "1=v 2=v 3=v" {
-				t.Errorf("read after held writes: %q", got)
+				run.Errorf("read after held writes: %q", got)
 			}
 			if pg && (tx.TripsForTests() != 1 || tx.HeldForTests() != 0) {
-				t.Errorf("a read after held writes: %d round trips, %d held; want 1, 0", tx.TripsForTests(), tx.HeldForTests())
+				run.Errorf("a read after held writes: %d round trips, %d held; want 1, 0", tx.TripsForTests(), tx.HeldForTests())
 			}
 			// Nothing found; a read after many held writes.
 			if got := pairs(tx, `SELECT id, v FROM rows_t WHERE id > 99`); got != "" {
-				t.Errorf("read of no row: %q", got)
+				run.Errorf("read of no row: %q", got)
 			}
 			for id := 4; id <= 30; id++ {
 				if err := insert(tx, id); err != nil {
@@ -52,7 +53,7 @@ func TestPipelinedRows(t *testing.T) {
 				}
 			}
 			if got := pairs(tx, `SELECT id, v FROM rows_t WHERE id >= 28 ORDER BY id`); got != "28=v 29=v 30=v" {
-				t.Errorf("read after 27 held writes: %q", got)
+				run.Errorf("read after 27 held writes: %q", got)
 			}
 			// A write returning rows, after a held write: both in one round trip.
 			before := tx.TripsForTests()
@@ -60,10 +61,10 @@ func TestPipelinedRows(t *testing.T) {
 				return err
 			}
 			if got := pairs(tx, `UPDATE rows_t SET v = 'u' WHERE id IN (1, 31) RETURNING id, v`); got != "1=u 31=u" && got != "31=u 1=u" {
-				t.Errorf("UPDATE … RETURNING after a held write: %q", got)
+				run.Errorf("UPDATE … RETURNING after a held write: %q", got)
 			}
 			if pg && tx.TripsForTests()-before != 1 {
-				t.Errorf("UPDATE … RETURNING after a held write: %d round trips, want 1", tx.TripsForTests()-before)
+				run.Errorf("UPDATE … RETURNING after a held write: %d round trips, want 1", tx.TripsForTests()-before)
 			}
 			// Its failure is the statement's, and the transaction is then rolled back to the
 			// savepoint around it, which undoes the held write before it as well.
@@ -73,12 +74,12 @@ func TestPipelinedRows(t *testing.T) {
 					return err
 				}
 				if _, err := tx.QueryPairsForTests(ctx, `UPDATE rows_t SET id = 2 WHERE id = 3 RETURNING id, v`); err == nil {
-					t.Error("an UPDATE … RETURNING breaking the primary key succeeded")
+					run.Errorf("an UPDATE … RETURNING breaking the primary key succeeded")
 				}
 				return errNo
 			})
 			if !errors.Is(err, errNo) {
-				t.Errorf("savepoint: %v, want its function's error", err)
+				run.Errorf("savepoint: %v, want its function's error", err)
 			}
 			err = tx.Savepoint(ctx, func() error {
 				if _, err := tx.QueryPairsForTests(ctx, `UPDATE rows_t SET v = 'x' WHERE id = 2 RETURNING id, v`); err != nil {
@@ -87,15 +88,16 @@ func TestPipelinedRows(t *testing.T) {
 				return errNo
 			})
 			if !errors.Is(err, errNo) {
-				t.Errorf("savepoint: %v, want its function's error", err)
+				run.Errorf("savepoint: %v, want its function's error", err)
 			}
 			if got := pairs(tx, `SELECT id, v FROM rows_t WHERE id IN (1, 2, 3, 32) ORDER BY id`); got != "1=u 2=v 3=v" {
-				t.Errorf("after the rolled back savepoints: %q, want 1=u 2=v 3=v", got)
+				run.Errorf("after the rolled back savepoints: %q, want 1=u 2=v 3=v", got)
 			}
 			return nil
 		}); err != nil {
 			t.Fatal(err)
 		}
+		run.report(t)
 		want := make([]int, 0, 31)
 		for id := 1; id <= 31; id++ {
 			want = append(want, id)

@@ -91,7 +91,8 @@ type Store struct {
 	// WAL's restarts.
 	busy, busyCPU, groups, written, walRestarts atomic.Int64
 	// reruns counts the groups the writer ran again with savepoints (a write of a pass
-	// without them failed; see commitPass).
+	// without them failed; see commitPass), and on PostgreSQL the writes run again so
+	// (speculate).
 	reruns atomic.Int64
 	// lite is SQLite's writer connection, used by commitLoop alone (see liteConn); write
 	// (database/sql) migrates the schema and restarts the WAL.
@@ -143,7 +144,8 @@ type WriterStats struct {
 	// from its start (the WAL had reached its limit while writes went on).
 	WALRestarts int64
 	// Reruns counts the passes the writer rolled back and ran again because a write it ran
-	// without a savepoint failed (see commitPass).
+	// without a savepoint failed (see commitPass); on PostgreSQL, the writes run again because
+	// a savepoint run without one failed (see speculate).
 	Reruns int64
 	// Flushes counts the flushes of the WAL to disk that answered committed writes, and
 	// FlushTime is the time they took (beside the writer, which goes on meanwhile).
@@ -154,7 +156,7 @@ type WriterStats struct {
 	Statements int64
 }
 
-// WriterStats reports the single writer's work (zero on PostgreSQL).
+// WriterStats reports the single writer's work (on PostgreSQL only Reruns: see speculate).
 func (s *Store) WriterStats() WriterStats {
 	w := WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
 		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
@@ -731,8 +733,9 @@ type Tx struct {
 	broken error
 	depth  int
 	// optimistic: the write runs without a savepoint of its own (SQLite's writer, see
-	// commitPass), and so do its savepoints; spoiled says one of them failed, whose writes
-	// nothing can undo but the rollback of the whole pass.
+	// commitPass), and so do its savepoints (on both engines; PostgreSQL: speculate);
+	// spoiled says one of them failed, whose writes nothing can undo but the rollback of the
+	// whole pass (SQLite) or transaction (PostgreSQL), which then runs again with savepoints.
 	optimistic, spoiled bool
 	// undo are what the transaction's functions kept outside it (OnUndo), undone, last first,
 	// when their writes are.
@@ -766,10 +769,13 @@ type querier interface {
 
 // laterStmt is a write held by execLater: its statement (bound), its arguments, and what it
 // does, for its error. A held savepoint changes nothing a read sees: reads do not send it.
+// speculative: held inside a savepoint of a write run without them (see speculate), whose
+// failure spoils the run.
 type laterStmt struct {
-	q, what   string
-	args      []any
-	savepoint bool
+	q, what     string
+	args        []any
+	savepoint   bool
+	speculative bool
 }
 
 // stmtCache holds prepared statements of one *sql.DB, bounded so that generated queries (label
@@ -832,7 +838,7 @@ func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error
 	}
 	if len(t.later) > 0 {
 		// The held writes and this one, in one round trip.
-		t.later = append(t.later, laterStmt{q: q, args: args})
+		t.later = append(t.later, laterStmt{q: q, args: args, speculative: t.speculating()})
 		return t.flush(ctx)
 	}
 	t.queued++
@@ -856,10 +862,14 @@ func (t *Tx) execLater(ctx context.Context, what, q string, args ...any) error {
 		}
 		return nil
 	}
-	t.later = append(t.later, laterStmt{q: t.s.bind(q), what: what, args: args})
+	t.later = append(t.later, laterStmt{q: t.s.bind(q), what: what, args: args, speculative: t.speculating()})
 	t.queued++
 	return nil
 }
+
+// speculating says whether the transaction is inside a savepoint that was not opened
+// (PostgreSQL, see speculate).
+func (t *Tx) speculating() bool { return t.optimistic && t.depth > 0 }
 
 // flush sends the held writes (PostgreSQL) in one round trip, and returns the last one's
 // result. After an error the transaction is aborted: only a rollback (to a savepoint) follows.
@@ -937,6 +947,14 @@ func (t *Tx) send(ctx context.Context, reads ...*batchRead) (rows int64, err err
 		}
 		return br.Close()
 	})
+	var pe *pgconn.PgError
+	if failed := t.sent < sent+len(held) || errors.As(err, &pe); failed && t.optimistic &&
+		(t.depth > 0 || slices.ContainsFunc(held, func(st laterStmt) bool { return st.speculative })) {
+		// A statement sent in a savepoint that was not opened failed, or one it held, or may
+		// have: nothing undoes it but the whole transaction's rollback (see speculate). (A
+		// read that found no row aborts nothing.)
+		t.spoiled = true
+	}
 	if t.sent < sent+len(held) && t.depth == 0 && t.broken == nil {
 		// Held writes did not all run (failed, or never sent): the write fails even if its
 		// caller goes on (in a savepoint, savepointLater decides).
@@ -1143,6 +1161,9 @@ func (t *Tx) savepoint(ctx context.Context, name string, f func() error) (ferr, 
 // that an outer savepoint's rollback does not stop at an inner one left unreleased. An
 // outermost savepoint that leaves the transaction unusable breaks it (Tx.broken).
 func (t *Tx) savepointLater(ctx context.Context, name string, f func() error) (ferr, err error) {
+	if t.optimistic {
+		return t.speculate(f), nil
+	}
 	defer func() {
 		// (An inner savepoint's error is its outer one's f's, which that one may undo.)
 		if err != nil && t.broken == nil && t.depth == 0 {
@@ -1193,6 +1214,31 @@ func (t *Tx) savepointLater(ctx context.Context, name string, f func() error) (f
 	}
 }
 
+// speculate runs f as a savepoint of a PostgreSQL write run without them (Tx.optimistic, the
+// first run of every write: see Store.Write). No SAVEPOINT goes out, nor does f's end send what
+// f held: its writes go with the transaction's next statement, its COMMIT at the latest. That
+// saves the round trip a savepoint's end costs to learn whether its writes failed, which they
+// rarely do. f's error is returned as a savepoint's would be while nothing of f's reached the
+// database (what f held is dropped); otherwise, and when one of f's writes or of the statements
+// sent while f ran fails later, the run is spoiled: its transaction is rolled back and the write
+// runs again with savepoints.
+func (t *Tx) speculate(f func() error) error {
+	trips, held, queued, undone := t.trips, len(t.later), t.queued, len(t.undo)
+	t.depth++
+	ferr := f()
+	t.depth--
+	if ferr == nil {
+		return nil
+	}
+	t.undoFrom(undone)
+	if t.trips == trips && !t.spoiled {
+		t.later, t.queued = t.later[:held], queued
+		return ferr
+	}
+	t.spoiled = true
+	return ferr
+}
+
 // forUpdate is the row-lock suffix: PostgreSQL locks the row, SQLite's writer is already alone.
 func (t *Tx) forUpdate() string {
 	if t.s.engine == Postgres {
@@ -1228,11 +1274,20 @@ func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
 		}
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		err := s.writePostgres(ctx, f) // (SQLite's writes all go through its writer: s.writes)
+	// (SQLite's writes all go through its writer: s.writes.) A write runs first without
+	// savepoints (speculate), and again with them if one of them failed.
+	optimistic := true
+	for attempt := 0; ; {
+		err := s.writePostgres(ctx, f, optimistic)
+		if optimistic && errors.Is(err, errSpoiled) {
+			optimistic = false
+			s.reruns.Add(1)
+			continue
+		}
 		if err == nil || attempt >= 4 || !retryable(err) {
 			return err
 		}
+		attempt++
 	}
 }
 
@@ -1240,13 +1295,16 @@ func (s *Store) Write(ctx context.Context, f func(*Tx) error) error {
 // with the transaction's first statement and whose COMMIT with its last held writes: a write
 // transaction costs the round trips of its reads, of the writes whose outcome it reads, and
 // one more.
-func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error) {
+func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error, optimistic bool) (err error) {
 	conn, err := s.write.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("taking a connection: %w", err)
 	}
-	t := &Tx{s: s, q: conn, conn: conn, at: s.nowMicros()}
+	t := &Tx{s: s, q: conn, conn: conn, at: s.nowMicros(), optimistic: optimistic}
 	defer func() {
+		if t.spoiled && !errors.Is(err, errSpoiled) {
+			err = fmt.Errorf("%w: %w", errSpoiled, cmp.Or(err, errors.New("a savepoint's caller went on")))
+		}
 		if err != nil {
 			t.undoFrom(0) // (retried, or failed: either way not committed)
 		}
@@ -1267,6 +1325,9 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error) (err error
 	}()
 	if err := f(t); err != nil {
 		return err
+	}
+	if t.spoiled {
+		return errSpoiled // (not committed: the write runs again, with savepoints)
 	}
 	if t.broken != nil {
 		return t.broken // a savepoint left the transaction unusable; its caller went on
