@@ -109,12 +109,19 @@ func (r *run) flush() error {
 }
 
 // openWorkflow returns the node's open workflow: the run's copy while it is open, else read.
+// Once the run applied the outcome of the open workflow it holds, the node has none (written
+// first, for what reads the workflows next): only startWorkflow opens one, when none is open,
+// under the node's lock (SQLite's one writer; PostgreSQL's row lock).
 func (r *run) openWorkflow() (*store.Workflow, bool, error) {
 	if r.wfLoaded && (!r.wfOpen || !r.wf.OutcomeApplied) {
 		return &r.wf, r.wfOpen, nil
 	}
 	if err := r.flushWorkflow(); err != nil {
 		return nil, false, err
+	}
+	if r.wfLoaded {
+		r.wfOpen = false
+		return &r.wf, false, nil
 	}
 	wf, open, err := r.tx.OpenWorkflow(r.ctx, r.n.ID)
 	if err != nil {
