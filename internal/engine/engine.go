@@ -219,6 +219,10 @@ type Engine struct {
 	// acceptIngested makes attested results count without signature checks. Only tests set it
 	// (AcceptIngestedAttestationForTests); no configuration reaches it.
 	acceptIngested bool
+	// afterPreRead runs in Report between its read of the command before the writer
+	// (PostgreSQL) and its transaction. Only tests in this package set it: what another
+	// server may change meanwhile.
+	afterPreRead func()
 	// steps keeps decoded step lists by their JSON: thousands of workflows of the same profile
 	// carry the same few lists, decoded once instead of at every decision. Entries are read-only.
 	steps *cache.Bounded[string, []workflow.Step]

@@ -1112,6 +1112,9 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 			if len(u.NodeSig) > 0 {
 				e.preverify(c, u)
 			}
+			if e.afterPreRead != nil {
+				e.afterPreRead()
+			}
 		}
 		defer e.attestedKinds.Delete(u.CommandID)
 	}

@@ -1302,8 +1302,8 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error, optimistic
 	}
 	t := &Tx{s: s, q: conn, conn: conn, at: s.nowMicros(), optimistic: optimistic}
 	defer func() {
-		if t.spoiled && !errors.Is(err, errSpoiled) {
-			err = fmt.Errorf("%w: %w", errSpoiled, cmp.Or(err, errors.New("a savepoint's caller went on")))
+		if err != nil && t.spoiled && !errors.Is(err, errSpoiled) {
+			err = fmt.Errorf("%w: %w", errSpoiled, err) // (run again, with savepoints)
 		}
 		if err != nil {
 			t.undoFrom(0) // (retried, or failed: either way not committed)
