@@ -10,7 +10,6 @@ import (
 	"bcd/internal/pki"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
-	"bcd/internal/workflow"
 )
 
 // A workflow aborted (or a step timed out) while an agent runs the step's command gives the
@@ -35,20 +34,8 @@ func TestAbortedCommandIsCancelledOnItsAgent(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.Each(t, func(t *testing.T, st *store.Store) {
 				ctx := context.Background()
-				f := newWFFixture(t, st, "rescue", "deployed", []workflow.Step{{Use: "power.getPower"}}, []workflow.Step{{Use: "boot.cleanUp"}}, Config{})
-				f.run(t)
+				f, id := siteAgentTakesStep(t, st)
 				a := f.site
-				if err := f.e.Connected(ctx, a, "v"); err != nil {
-					t.Fatal(err)
-				}
-				cmds, err := f.e.Claim(ctx, a, 10)
-				if err != nil || len(cmds) != 1 {
-					t.Fatalf("claimed %d, %v", len(cmds), err)
-				}
-				id := cmds[0].ID
-				if err := f.e.Ack(ctx, a, id); err != nil {
-					t.Fatal(err)
-				}
 				if err := f.e.Report(ctx, a, Update{CommandID: id, State: "running"}); err != nil {
 					t.Fatal(err)
 				}

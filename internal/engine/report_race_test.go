@@ -23,20 +23,8 @@ func TestReportOnACommandGivenUpSinceItWasRead(t *testing.T) {
 			t.Skip("the read before the writer is PostgreSQL's")
 		}
 		ctx := context.Background()
-		f := newWFFixture(t, st, "rescue", "deployed", []workflow.Step{{Use: "power.getPower"}}, []workflow.Step{{Use: "boot.cleanUp"}}, Config{})
-		f.run(t)
+		f, id := siteAgentTakesStep(t, st)
 		a := f.site
-		if err := f.e.Connected(ctx, a, "v"); err != nil {
-			t.Fatal(err)
-		}
-		cmds, err := f.e.Claim(ctx, a, 10)
-		if err != nil || len(cmds) != 1 {
-			t.Fatalf("claimed %d, %v", len(cmds), err)
-		}
-		id := cmds[0].ID
-		if err := f.e.Ack(ctx, a, id); err != nil {
-			t.Fatal(err)
-		}
 		f.e.afterPreRead = func() {
 			f.e.afterPreRead = nil
 			abortNode(t, f.st, f.node.ID)
@@ -61,4 +49,26 @@ func TestReportOnACommandGivenUpSinceItWasRead(t *testing.T) {
 			t.Errorf("cancels the store holds after the agent's report: %+v %v, want none", pending, err)
 		}
 	})
+}
+
+// siteAgentTakesStep starts a workflow whose one step (power.getPower) sends the site agent a
+// command, and has the agent connect, claim it and acknowledge it: the fixture, and the
+// command's id.
+func siteAgentTakesStep(t *testing.T, st *store.Store) (*wfFixture, string) {
+	t.Helper()
+	ctx := context.Background()
+	f := newWFFixture(t, st, "rescue", "deployed", []workflow.Step{{Use: "power.getPower"}}, []workflow.Step{{Use: "boot.cleanUp"}}, Config{})
+	f.run(t)
+	a := f.site
+	if err := f.e.Connected(ctx, a, "v"); err != nil {
+		t.Fatal(err)
+	}
+	cmds, err := f.e.Claim(ctx, a, 10)
+	if err != nil || len(cmds) != 1 {
+		t.Fatalf("claimed %d, %v", len(cmds), err)
+	}
+	if err := f.e.Ack(ctx, a, cmds[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	return f, cmds[0].ID
 }
