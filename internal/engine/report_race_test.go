@@ -15,8 +15,8 @@ import (
 // On PostgreSQL a report's transaction updates its command's row in the round trip of the
 // node's lock only if the row is still as read before the transaction. A command given up
 // in between (the workflow aborted, on another server) is read again in the transaction: the
-// agent's late success is not recorded over it, nor taken as the step's outcome, and it ends
-// the cancel the agent was told of.
+// agent's late success is not recorded over it, and it ends the cancel the agent was told of
+// (which the store would otherwise keep).
 func TestReportOnACommandGivenUpSinceItWasRead(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		if st.Engine() != store.Postgres {
