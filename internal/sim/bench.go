@@ -51,6 +51,10 @@ type Phase struct {
 	// writes shared their commits.
 	WriterCommits int64 `json:"writerCommits,omitempty"`
 	WriterWrites  int64 `json:"writerWrites,omitempty"`
+	// WriterCachedReads are the reads of a node or of its open workflow SQLite's writer looked
+	// up in its cache of rows during the phase, and WriterCacheHits those it found there.
+	WriterCachedReads int64 `json:"writerCachedReads,omitempty"`
+	WriterCacheHits   int64 `json:"writerCacheHits,omitempty"`
 	// RoundTrips are the round trips to PostgreSQL the servers' write transactions took during
 	// the phase (0 on SQLite, and for a server elsewhere).
 	RoundTrips int64 `json:"storeRoundTrips,omitempty"`
@@ -234,6 +238,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	p.WriterBusy, p.WriterCPU = w.Busy-m.writer.Busy, w.CPU-m.writer.CPU
 	p.WriterCommits, p.WriterWrites = w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
 	p.WriterStatements = w.Statements - m.writer.Statements
+	p.WriterCachedReads, p.WriterCacheHits = w.CachedReads-m.writer.CachedReads, w.CacheHits-m.writer.CacheHits
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"

@@ -173,10 +173,30 @@ func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	w.ID = NewID(Micros(t.at))
 	w.CreatedAt, w.UpdatedAt = t.at, t.at
-	return t.execLater(ctx, "inserting workflow "+w.Profile+" for node "+w.NodeID, `INSERT INTO workflows (`+workflowCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, mustJSON(w.CommandKinds), w.State, w.Phase,
+	const q = `INSERT INTO workflows (` + workflowCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	kinds := mustJSON(w.CommandKinds)
+	args := []any{w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, kinds, w.State, w.Phase,
 		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
-		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID)
+		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID}
+	what := "inserting workflow " + w.Profile + " for node " + w.NodeID
+	rc := t.rows()
+	if rc == nil {
+		return t.execLater(ctx, what, q, args...)
+	}
+	was, cached := rc.peekWorkflow(w.NodeID)
+	res, err := t.exec(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if cached && !was.ok && !w.OutcomeApplied {
+		// The node had none open: this one is, as a read would return it.
+		now := *w
+		if err := decodeStringSlice(kinds, &now.CommandKinds); err == nil {
+			row, _ := res.LastInsertId()
+			rc.putWorkflow(now, row)
+		}
+	}
+	return nil
 }
 
 // UpdateWorkflow writes a workflow's progress.
@@ -188,12 +208,18 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		// rewrites the entries of every index over a column an UPDATE sets, changed or not
 		// (workflows_node_open, and workflows_open whose condition names outcome_applied: four
 		// b-tree writes), so this sets neither column while the row still holds these values.
+		rc := t.rows()
+		was, cached := rc.peekWorkflow(w.NodeID)
 		res, err := t.exec(ctx, `UPDATE workflows SET `+workflowStepSet+` WHERE id = ? AND NOT outcome_applied AND finished_at = 0`,
 			append(args, w.ID)...)
 		if err != nil {
 			return fmt.Errorf("updating workflow %s: %w", w.ID, err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
+			if cached && was.ok && was.w.ID == w.ID {
+				// Still the node's open workflow, as cached with what the update set.
+				rc.putWorkflow(steppedWorkflow(was.w, w), was.row)
+			}
 			return nil
 		}
 		// (stored ended, or outcome applied: the whole update below)
@@ -209,6 +235,15 @@ const (
 	updateWorkflowWhole = `UPDATE workflows SET ` + workflowStepSet + `, outcome_applied = ?, finished_at = ? WHERE id = ?`
 )
 
+// steppedWorkflow is the row UpdateWorkflow's step update leaves where it found was: w's
+// fields of workflowStepSet.
+func steppedWorkflow(was Workflow, w *Workflow) Workflow {
+	was.State, was.Phase, was.StepIndex, was.StepAttempt, was.StepStartedAt = w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt
+	was.StepDeadline, was.CurrentCommand, was.BootEpoch, was.AbortRequested = w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested
+	was.FaultCode, was.Error, was.UpdatedAt = w.FaultCode, w.Error, w.UpdatedAt
+	return was
+}
+
 func workflowStepArgs(w *Workflow) []any {
 	return []any{w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch,
 		w.AbortRequested, w.FaultCode, w.Error, w.UpdatedAt}
@@ -217,9 +252,29 @@ func workflowStepArgs(w *Workflow) []any {
 // openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).
 const openWorkflowQuery = `SELECT ` + workflowCols + ` FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`
 
+// openWorkflowRowidQuery is openWorkflowQuery with the row's rowid (SQLite's writer, for its
+// cache).
+const openWorkflowRowidQuery = `SELECT ` + workflowCols + `, rowid FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`
+
 // OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
 func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, error) {
-	return scanOpenWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false), nodeID)
+	rc := t.rows()
+	if rc == nil {
+		return scanOpenWorkflow(t.queryRow(ctx, openWorkflowQuery, nodeID, false), nodeID)
+	}
+	if w, open, cached := rc.workflow(nodeID); cached {
+		return w, open, nil
+	}
+	var row int64
+	w, ok, err := scanOpenWorkflow(withExtra{t.queryRow(ctx, openWorkflowRowidQuery, nodeID, false), []any{&row}}, nodeID)
+	switch {
+	case err != nil:
+	case ok:
+		rc.putWorkflow(w, row)
+	default:
+		rc.putNoWorkflow(nodeID)
+	}
+	return w, ok, err
 }
 
 // scanOpenWorkflow scans the row of openWorkflowQuery: the workflow, and false if there is none.
@@ -1047,7 +1102,16 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
-	return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
+	rc := t.rows()
+	was, cached := rc.peekNode(nodeID)
+	if err := t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID); err != nil {
+		return err
+	}
+	if cached {
+		was.n.Power = power // (the row the statement left)
+		rc.putNode(was.n, was.row)
+	}
+	return nil
 }
 
 // SetBMCAddress records the BMC address a node's ramdisk reported after provisioning its

@@ -37,6 +37,8 @@ type liteConn struct {
 	vfs *walVFS
 	// statements counts the statements run (exec, query): read by other goroutines.
 	statements atomic.Int64
+	// cache holds rows the connection read or wrote (nil: none, see rowCache).
+	cache *rowCache
 }
 
 // liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
@@ -86,7 +88,27 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 			return nil, fmt.Errorf("setting PRAGMA %s on the SQLite writer: %w", p, err)
 		}
 	}
+	if err := c.cacheRows(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// cacheRows gives the connection its rowCache, with the pre-update hook that keeps it true.
+func (c *liteConn) cacheRows() error {
+	var col any
+	if err := c.queryRow(`SELECT (SELECT cid FROM pragma_table_info('workflows') WHERE name = 'node_id')`, nil).Scan(&col); err != nil {
+		return fmt.Errorf("reading the column the SQLite writer's cache finds a workflow's node in: %w", err)
+	}
+	wfCol, ok := col.(int64)
+	if !ok {
+		return nil // (a database without the table: nothing to cache)
+	}
+	if c.cache = newRowCache(c.tls, int32(wfCol)); c.cache == nil {
+		return errors.New("opening the SQLite writer: out of memory")
+	}
+	sqlite3.Xsqlite3_preupdate_hook(c.tls, c.db, cFunc(rowChanged), c.cache.changes)
+	return nil
 }
 
 // outPtr reads the pointer SQLite's last call handed back in out (at out+off).
@@ -105,6 +127,9 @@ func (c *liteConn) close() error {
 		delete(c.stmts, q)
 	}
 	if c.db != 0 {
+		if c.cache != nil {
+			sqlite3.Xsqlite3_preupdate_hook(c.tls, c.db, 0, 0)
+		}
 		if rc := sqlite3.Xsqlite3_close(c.tls, c.db); rc != sqlite3.SQLITE_OK {
 			// A statement is still open: the connection lives on until it ends (close_v2),
 			// and writes through its VFS until then, which therefore stays.
@@ -114,6 +139,7 @@ func (c *liteConn) close() error {
 		}
 		c.db = 0
 	}
+	c.cache.free(c.tls) // (kept: WriterStats reads its counts)
 	if c.vfs != nil {
 		c.vfs.close()
 		c.vfs = nil
@@ -327,6 +353,9 @@ func (c *liteConn) exec(q string, args []any) (sql.Result, error) {
 	if err := st.bind(args); err != nil {
 		return nil, fmt.Errorf("running %.60q: %w", q, err)
 	}
+	if c.cache != nil {
+		defer c.cache.ran(q)
+	}
 	for {
 		switch rc := sqlite3.Xsqlite3_step(c.tls, st.p); rc {
 		case sqlite3.SQLITE_ROW:
@@ -385,6 +414,9 @@ func (r *liteRows) Close() error {
 	if !r.closed {
 		r.closed, r.row = true, false
 		r.st.done()
+		if c := r.st.c; c.cache != nil {
+			c.cache.apply()
+		}
 	}
 	return nil
 }
@@ -606,16 +638,29 @@ func liteInt(v any, bits int) (int64, error) {
 type liteTx struct{ c *liteConn }
 
 // begin begins a write transaction, taking the database's write lock at once.
+// The writer's cache is emptied if another connection committed since its last transaction.
 func (c *liteConn) begin() (liteTx, error) {
 	_, err := c.exec("BEGIN IMMEDIATE", nil)
+	if err == nil && c.cache != nil {
+		c.cache.began(c.tls, c.db)
+	}
 	return liteTx{c}, err
+}
+
+// ended records, for the writer's cache, where a transaction's end left the database.
+func (c *liteConn) ended() {
+	if c.cache != nil {
+		c.cache.ended(c.tls, c.db)
+	}
 }
 
 // Commit commits the transaction. One that cannot commit is rolled back, so the connection is
 // never left inside it.
 func (t liteTx) Commit() error {
 	t.c.resetBusy()
+	defer t.c.ended()
 	if _, err := t.c.exec("COMMIT", nil); err != nil {
+		t.c.cache.clear() // (what the transaction wrote is gone)
 		if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) == 0 {
 			t.c.exec("ROLLBACK", nil)
 		}
@@ -627,6 +672,8 @@ func (t liteTx) Commit() error {
 // Rollback undoes the transaction.
 func (t liteTx) Rollback() error {
 	t.c.resetBusy()
+	t.c.cache.clear()
+	defer t.c.ended()
 	if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) != 0 {
 		return nil // SQLite already rolled it back (an I/O error, a full disk)
 	}

@@ -154,6 +154,9 @@ type WriterStats struct {
 	// Statements counts the SQL statements the writer ran (its transactions' BEGIN and COMMIT
 	// included): a count of its work that does not depend on how fast the machine is.
 	Statements int64
+	// CachedReads counts the reads of a node or of a node's open workflow the writer looked up
+	// in its cache of rows (SQLite, see rowCache), and CacheHits those it found there.
+	CachedReads, CacheHits int64
 }
 
 // WriterStats reports the single writer's work (on PostgreSQL only Reruns: see speculate).
@@ -162,6 +165,9 @@ func (s *Store) WriterStats() WriterStats {
 		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
 	if s.lite != nil {
 		w.Statements = s.lite.statements.Load()
+		if rc := s.lite.cache; rc != nil {
+			w.CachedReads, w.CacheHits = rc.reads.Load(), rc.hits.Load()
+		}
 	}
 	return w
 }
