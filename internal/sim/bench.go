@@ -51,8 +51,8 @@ type Phase struct {
 	// writes shared their commits.
 	WriterCommits int64 `json:"writerCommits,omitempty"`
 	WriterWrites  int64 `json:"writerWrites,omitempty"`
-	// WriterCachedReads are the reads of a node or of its open workflow SQLite's writer looked
-	// up in its cache of rows during the phase, and WriterCacheHits those it found there.
+	// WriterCachedReads are the reads of a node's open workflow SQLite's writer looked up in its
+	// cache during the phase, and WriterCacheHits those it found there.
 	WriterCachedReads int64 `json:"writerCachedReads,omitempty"`
 	WriterCacheHits   int64 `json:"writerCacheHits,omitempty"`
 	// RoundTrips are the round trips to PostgreSQL the servers' write transactions took during

@@ -256,6 +256,14 @@ const openWorkflowQuery = `SELECT ` + workflowCols + ` FROM workflows WHERE node
 // cache).
 const openWorkflowRowidQuery = `SELECT ` + workflowCols + `, rowid FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`
 
+// rows is the writer's cache of open workflows (nil: none, on PostgreSQL).
+func (t *Tx) rows() *workflowCache {
+	if t.lc == nil {
+		return nil
+	}
+	return t.lc.cache
+}
+
 // OpenWorkflow returns the node's workflow whose outcome the reconciler has not applied yet.
 func (t *Tx) OpenWorkflow(ctx context.Context, nodeID string) (Workflow, bool, error) {
 	rc := t.rows()
@@ -1102,16 +1110,7 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
-	rc := t.rows()
-	was, cached := rc.peekNode(nodeID)
-	if err := t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID); err != nil {
-		return err
-	}
-	if cached {
-		was.n.Power = power // (the row the statement left)
-		rc.putNode(was.n, was.row)
-	}
-	return nil
+	return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
 }
 
 // SetBMCAddress records the BMC address a node's ramdisk reported after provisioning its

@@ -37,8 +37,9 @@ type liteConn struct {
 	vfs *walVFS
 	// statements counts the statements run (exec, query): read by other goroutines.
 	statements atomic.Int64
-	// cache holds rows the connection read or wrote (nil: none, see rowCache).
-	cache *rowCache
+	// cache holds the open workflows the connection read or wrote (nil: none, see
+	// workflowCache).
+	cache *workflowCache
 }
 
 // liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
@@ -88,14 +89,15 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 			return nil, fmt.Errorf("setting PRAGMA %s on the SQLite writer: %w", p, err)
 		}
 	}
-	if err := c.cacheRows(); err != nil {
+	if err := c.cacheWorkflows(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
-// cacheRows gives the connection its rowCache, with the pre-update hook that keeps it true.
-func (c *liteConn) cacheRows() error {
+// cacheWorkflows gives the connection its workflowCache, with the pre-update hook that keeps it
+// true.
+func (c *liteConn) cacheWorkflows() error {
 	var col any
 	if err := c.queryRow(`SELECT (SELECT cid FROM pragma_table_info('workflows') WHERE name = 'node_id')`, nil).Scan(&col); err != nil {
 		return fmt.Errorf("reading the column the SQLite writer's cache finds a workflow's node in: %w", err)
@@ -104,7 +106,7 @@ func (c *liteConn) cacheRows() error {
 	if !ok {
 		return nil // (a database without the table: nothing to cache)
 	}
-	if c.cache = newRowCache(c.tls, int32(wfCol)); c.cache == nil {
+	if c.cache = newWorkflowCache(c.tls, int32(wfCol)); c.cache == nil {
 		return errors.New("opening the SQLite writer: out of memory")
 	}
 	sqlite3.Xsqlite3_preupdate_hook(c.tls, c.db, cFunc(rowChanged), c.cache.changes)

@@ -87,25 +87,6 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 // LockNode reads a node by id or name for update (row-locked on PostgreSQL). tenantID, when not
 // empty, restricts the lookup to that tenant.
 func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
-	if rc := t.rows(); rc != nil {
-		if n, ok := rc.node(ref); ok && (tenantID == "" || n.TenantID == tenantID) {
-			t.readNode(n)
-			return n, nil
-		}
-		// By id, with the rowid the cache knows the row by (SQLite locks no rows).
-		var row int64
-		n, err := scanNode(withExtra{t.queryRow(ctx, `SELECT `+nodeCols+`, rowid FROM nodes WHERE id = ? AND (? = '' OR tenant_id = ?)`,
-			ref, tenantID, tenantID), []any{&row}})
-		if err == nil {
-			t.readNode(n)
-			rc.putNode(n, row)
-			return n, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return Node{}, fmt.Errorf("reading node %q: %w", ref, err)
-		}
-		// (by name, below)
-	}
 	n, err := t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return t.queryRow(ctx, q+t.forUpdate(), args...)
 	}, func(q string, args ...any) (rowsIter, error) { return t.query(ctx, q, args...) })
@@ -113,14 +94,6 @@ func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
 		t.readNode(n)
 	}
 	return n, err
-}
-
-// rows is the writer's cache of rows (nil: none, on PostgreSQL).
-func (t *Tx) rows() *rowCache {
-	if t.lc == nil {
-		return nil
-	}
-	return t.lc.cache
 }
 
 // nodeKeys are a node's indexed columns that UpdateNode sets, as its row holds them at a
@@ -164,8 +137,8 @@ func (t *Tx) LockNodeForReconcileAndUpdateCommand(ctx context.Context, id string
 }
 
 func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, was Command) (LockedNode, bool, error) {
-	nodeSel := `SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)`
-	nodeQ := t.s.bind(nodeSel + ` FROM nodes WHERE id = ?` + t.forUpdate())
+	nodeQ := t.s.bind(`SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
+		FROM nodes WHERE id = ?` + t.forUpdate())
 	wfQ := t.s.bind(openWorkflowQuery)
 	var ln LockedNode
 	found, updated := true, false
@@ -209,18 +182,15 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 		if err == nil && updated {
 			c.UpdatedAt = t.at
 		}
-	} else {
-		// SQLite: the rows' rowids too, which the writer's cache knows them by.
-		var nodeRow, wfRow int64
-		if err = takeNode(withExtra{t.queryRow(ctx, nodeSel+`, nodes.rowid FROM nodes WHERE id = ?`, id), []any{&nodeRow}}); err == nil {
-			if err = takeWorkflow(withExtra{t.queryRow(ctx, openWorkflowRowidQuery, id, false), []any{&wfRow}}); err == nil && c != nil {
-				updated, err = t.UpdateCommandIf(ctx, c, was)
-			}
+	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
+		// SQLite: the workflow's rowid too, which the writer's cache knows it by.
+		var row int64
+		if err = takeWorkflow(withExtra{t.queryRow(ctx, openWorkflowRowidQuery, id, false), []any{&row}}); err == nil && c != nil {
+			updated, err = t.UpdateCommandIf(ctx, c, was)
 		}
 		if rc := t.rows(); err == nil && found {
-			rc.putNode(ln.Node, nodeRow)
 			if ln.Open {
-				rc.putWorkflow(ln.Workflow, wfRow)
+				rc.putWorkflow(ln.Workflow, row)
 			} else {
 				rc.putNoWorkflow(id)
 			}
@@ -296,9 +266,8 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 // the version. The caller read n in the same transaction.
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	set := nodeUpdateSet
-	conds := labelsJSON(n.Conditions)
 	args := []any{n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
-		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, conds,
+		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
 		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at}
 	if k, ok := t.nodes[n.ID]; !ok || k.version != n.Version || k.state != n.State || k.batch != n.BatchID {
 		// Unless the transaction read its state and batch at this version (every statement that
@@ -307,8 +276,6 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 		// (nodes_state, nodes_batch).
 		set, args = `state = ?, batch_id = ?, `+set, append([]any{n.State, n.BatchID}, args...)
 	}
-	rc := t.rows()
-	was, cached := rc.peekNode(n.ID)
 	res, err := t.exec(ctx, `UPDATE nodes SET `+set+` WHERE id = ? AND version = ?`, append(args, n.ID, int64(n.Version))...)
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
@@ -321,30 +288,7 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	if t.lc != nil {
 		t.readNode(*n)
 	}
-	if cached && was.n.Version+1 == n.Version {
-		// The row the update left: the cached one with what the update set.
-		if now, err := updatedNode(was.n, n, conds); err == nil {
-			rc.putNode(now, was.row)
-		}
-	}
 	return nil
-}
-
-// updatedNode is the row UpdateNode leaves where it found was: n's mutable fields (conds: its
-// conditions as stored), its version and time of update.
-func updatedNode(was Node, n *Node, conds string) (Node, error) {
-	now := was
-	if err := decodeStringMap(conds, &now.Conditions); err != nil {
-		return Node{}, err
-	}
-	now.State, now.BatchID = n.State, n.BatchID
-	now.TargetState, now.ChainVerb, now.FailedFrom, now.FaultCode, now.FaultMsg = n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg
-	now.Maintenance, now.MaintenanceReason, now.Power = n.Maintenance, n.MaintenanceReason, n.Power
-	now.DeployProfile, now.DeployImage, now.WipeMode, now.IdentityGeneration = n.DeployProfile, n.DeployImage, n.WipeMode, n.IdentityGeneration
-	now.VerbFrom, now.VerbBy, now.BMCUsernameRef, now.BMCPasswordRef = n.VerbFrom, n.VerbBy, n.BMCUsernameRef, n.BMCPasswordRef
-	now.LingerUntil, now.LingerCommand, now.BootMode = n.LingerUntil, n.LingerCommand, n.BootMode
-	now.Version, now.UpdatedAt = n.Version, n.UpdatedAt
-	return now, nil
 }
 
 // nodeUpdateSet is what UpdateNode sets besides the node's state and batch.

@@ -154,8 +154,8 @@ type WriterStats struct {
 	// Statements counts the SQL statements the writer ran (its transactions' BEGIN and COMMIT
 	// included): a count of its work that does not depend on how fast the machine is.
 	Statements int64
-	// CachedReads counts the reads of a node or of a node's open workflow the writer looked up
-	// in its cache of rows (SQLite, see rowCache), and CacheHits those it found there.
+	// CachedReads counts the reads of a node's open workflow the writer looked up in its cache
+	// (SQLite, see workflowCache), and CacheHits those it found there.
 	CachedReads, CacheHits int64
 }
 
