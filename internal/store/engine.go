@@ -218,7 +218,7 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		if n, _ := res.RowsAffected(); n > 0 {
 			if cached && was.ok && was.w.ID == w.ID {
 				// Still the node's open workflow, as cached with what the update set.
-				rc.putWorkflow(steppedWorkflow(was.w, w), was.row)
+				rc.putStepped(was, steppedWorkflow(was.w, w))
 			}
 			return nil
 		}

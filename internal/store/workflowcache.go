@@ -153,7 +153,7 @@ func cStringIs(p uintptr, s string) bool {
 	return *(*byte)(at(p + uintptr(len(s)))) == 0
 }
 
-// apply drops the rows the hook logged since the last call.
+// apply drops the entries of the nodes whose workflows the hook logged since the last call.
 func (rc *workflowCache) apply() {
 	if rc.changes == 0 {
 		return // (freed with its connection)
@@ -270,6 +270,17 @@ func (rc *workflowCache) putWorkflow(w Workflow, row int64) {
 	c.w = w
 	rc.open[w.NodeID] = c
 	rc.knowWorkflow(row, w.NodeID)
+}
+
+// putStepped caches w, what a step's update left of was, the cached row it updated (its steps
+// and command kinds, which the update does not set, are was's).
+func (rc *workflowCache) putStepped(was cachedWorkflow, w Workflow) {
+	if rc == nil {
+		return
+	}
+	rc.apply()
+	was.w = w
+	rc.open[w.NodeID] = was
 }
 
 // putNoWorkflow caches that node nodeID has no open workflow.
