@@ -68,6 +68,17 @@ func TestWriterCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 		}
 		return w, err
 	}
+	// end ends the node's open workflow, its outcome applied.
+	end := func(state string) func(tx *Tx) error {
+		return func(tx *Tx) error {
+			w, err := open(tx)
+			if err != nil {
+				return err
+			}
+			w.State, w.OutcomeApplied, w.FinishedAt = state, true, tx.at
+			return tx.UpdateWorkflow(ctx, &w)
+		}
+	}
 	errUndone := errors.New("undone")
 	steps := []struct {
 		name  string
@@ -102,26 +113,12 @@ func TestWriterCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 			}
 			return errUndone
 		}, true},
-		{"the workflow ends, its outcome applied", func(tx *Tx) error {
-			w, err := open(tx)
-			if err != nil {
-				return err
-			}
-			w.State, w.OutcomeApplied, w.FinishedAt = "succeeded", true, 5
-			return tx.UpdateWorkflow(ctx, &w)
-		}, false},
+		{"the workflow ends, its outcome applied", end("succeeded"), false},
 		{"a workflow opens for a node cached with none", func(tx *Tx) error {
 			w := Workflow{NodeID: node.ID, TenantID: node.TenantID, Profile: "q", Owner: "metal", Steps: "[]", Cleanup: "[]", State: "running", Phase: "steps"}
 			return tx.InsertWorkflow(ctx, &w)
 		}, false},
-		{"the new workflow ends", func(tx *Tx) error {
-			w, err := open(tx)
-			if err != nil {
-				return err
-			}
-			w.State, w.OutcomeApplied, w.FinishedAt = "failed", true, 6
-			return tx.UpdateWorkflow(ctx, &w)
-		}, false},
+		{"the new workflow ends", end("failed"), false},
 		{"a statement inserts a workflow for a node cached with none", func(tx *Tx) error {
 			_, err := tx.exec(ctx, `INSERT INTO workflows (id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase, created_at, updated_at)
 				VALUES ('w-raw', ?, ?, 'r', 'metal', '', '[]', '[]', '[]', 'running', 'steps', 1, 1)`, node.ID, node.TenantID)
