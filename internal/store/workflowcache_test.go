@@ -175,3 +175,56 @@ func TestWriterCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 		t.Errorf("a workflow moved to another node: %v, want refused", err)
 	}
 }
+
+// A statement that changes more workflows than the hook's log holds empties the cache: the
+// node's open workflow, changed last, is read again.
+func TestWriterCacheOfManyChangesAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	var node Node
+	if err := s.Write(ctx, func(tx *Tx) error {
+		pool, err := seedPool(ctx, tx)
+		if err != nil {
+			return err
+		}
+		node = redfishNode(pool, "n", "enrolling")
+		other := redfishNode(pool, "o", "enrolling")
+		for _, n := range []*Node{&node, &other} {
+			if err := tx.InsertNode(ctx, n); err != nil {
+				return err
+			}
+		}
+		for i := range logCap + 10 {
+			w := Workflow{NodeID: other.ID, TenantID: pool.TenantID, Profile: "p", Owner: "metal", Steps: "[]", Cleanup: "[]", State: "succeeded",
+				Phase: "steps", OutcomeApplied: true, FinishedAt: int64(i + 1)}
+			if err := tx.InsertWorkflow(ctx, &w); err != nil {
+				return err
+			}
+		}
+		w := Workflow{NodeID: node.ID, TenantID: pool.TenantID, Profile: "p", Owner: "metal", Steps: "[]", Cleanup: "[]", State: "running", Phase: "steps"}
+		return tx.InsertWorkflow(ctx, &w)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (w Workflow) {
+		t.Helper()
+		if err := s.Write(ctx, func(tx *Tx) error {
+			var err error
+			w, _, err = tx.OpenWorkflow(ctx, node.ID)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	read()
+	if err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(ctx, `UPDATE workflows SET abort_requested = ?`, true)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if w := read(); !w.AbortRequested {
+		t.Errorf("the writer reads the open workflow as before a statement that changed %d workflows", logCap+11)
+	}
+}
