@@ -139,7 +139,6 @@ func (t *Tx) LockNodeForReconcileAndUpdateCommand(ctx context.Context, id string
 func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, was Command) (LockedNode, bool, error) {
 	nodeQ := t.s.bind(`SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
 		FROM nodes WHERE id = ?` + t.forUpdate())
-	wfQ := t.s.bind(openWorkflowQuery)
 	var ln LockedNode
 	found, updated := true, false
 	// A node not found is no error of the pipeline: the reads after it are still taken.
@@ -165,7 +164,7 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 		// Each result is read before the next (pgx reads a batch's results in order).
 		reads := []*batchRead{
 			{q: nodeQ, args: []any{id}, take: func(br pgx.BatchResults) error { return takeNode(br.QueryRow()) }},
-			{q: wfQ, args: []any{id, false}, take: func(br pgx.BatchResults) error { return takeWorkflow(br.QueryRow()) }},
+			{q: t.s.bind(openWorkflowQuery), args: []any{id, false}, take: func(br pgx.BatchResults) error { return takeWorkflow(br.QueryRow()) }},
 		}
 		if c != nil {
 			q, args := updateCommandIf(c, was, t.at)
@@ -183,17 +182,9 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 			c.UpdatedAt = t.at
 		}
 	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
-		// SQLite: the workflow's rowid too, which the writer's cache knows it by.
-		var row int64
-		if err = takeWorkflow(withExtra{t.queryRow(ctx, openWorkflowRowidQuery, id, false), []any{&row}}); err == nil && c != nil {
+		// SQLite: the open workflow as OpenWorkflow reads it (from the writer's cache first).
+		if ln.Workflow, ln.Open, err = t.OpenWorkflow(ctx, id); err == nil && c != nil {
 			updated, err = t.UpdateCommandIf(ctx, c, was)
-		}
-		if rc := t.rows(); err == nil && found {
-			if ln.Open {
-				rc.putWorkflow(ln.Workflow, row)
-			} else {
-				rc.putNoWorkflow(id)
-			}
 		}
 	}
 	if err != nil {
