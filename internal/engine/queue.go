@@ -1314,7 +1314,7 @@ func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, l
 		// A rotation's outcome is taken once its bmc.rotate command finishes, which only a
 		// report (this path, with that command known) or an agent's departure (the reconciler,
 		// which always looks) makes happen: other runs here need not look for one.
-		r := &run{e: e, tx: tx, ctx: ctx, cmds: map[string]store.Command{}, rotationSettled: true, locked: node}
+		r := &run{e: e, tx: tx, ctx: ctx, rotationSettled: true, locked: node}
 		if node != nil && locked.wf != nil {
 			// Read with the node's row, by the same transaction: nothing wrote it since.
 			r.wf, r.wfLoaded, r.wfOpen = *locked.wf, true, locked.wfOpen

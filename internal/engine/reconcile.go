@@ -42,8 +42,9 @@ type run struct {
 	// one run read it once and write it once however many steps they take.
 	wf                        store.Workflow
 	wfLoaded, wfOpen, wfDirty bool
-	// cmds are the commands this run read or wrote, by id; batches likewise.
-	cmds    map[string]store.Command
+	// cmds are the commands this run read or wrote (a run touches one or two: a slice costs
+	// the collector less than a map); batches likewise, by id.
+	cmds    []store.Command
 	batches map[string]store.Batch
 	// events are appended together when the run ends (flush), in the order taken.
 	events []store.Event
@@ -151,8 +152,10 @@ func (r *run) flushWorkflow() error {
 
 // command reads a command once per run.
 func (r *run) command(id string) (store.Command, error) {
-	if c, ok := r.cmds[id]; ok {
-		return c, nil
+	for _, c := range r.cmds {
+		if c.ID == id {
+			return c, nil
+		}
 	}
 	c, err := r.tx.Command(r.ctx, id)
 	if err != nil {
@@ -164,10 +167,13 @@ func (r *run) command(id string) (store.Command, error) {
 
 // keep remembers a command as the run read or wrote it.
 func (r *run) keep(c store.Command) {
-	if r.cmds == nil {
-		r.cmds = map[string]store.Command{}
+	for i := range r.cmds {
+		if r.cmds[i].ID == c.ID {
+			r.cmds[i] = c
+			return
+		}
 	}
-	r.cmds[c.ID] = c
+	r.cmds = append(r.cmds, c)
 }
 
 // updateCommand writes a command and keeps the run's copy.

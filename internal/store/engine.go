@@ -330,13 +330,29 @@ const commandCols = `id, node_id, tenant_id, site_id, kind, subject, state, args
 	progress, result_sig, signer_cert, created_at, updated_at, batch_id`
 
 func scanCommand(r interface{ Scan(...any) error }) (Command, error) {
+	if sc := scratchOf(r); sc != nil {
+		sc.busy = true
+		err := scanCommandInto(r, &sc.cmd, &sc.cmdGen, sc.dst[:0])
+		c := sc.cmd
+		sc.cmd, sc.cmdGen, sc.busy = Command{}, 0, false
+		clear(sc.dst[:])
+		return c, err
+	}
 	var c Command
 	var gen int64
-	err := r.Scan(&c.ID, &c.NodeID, &c.TenantID, &c.SiteID, &c.Kind, &c.Subject, &c.State, &c.Args, &c.TargetAgent, &c.Attempts,
-		&c.Result, &c.Error, &c.WorkflowID, &c.StepIndex, &c.RunsOn, &c.Destructive, &c.Attested, &c.Reroutable, &gen,
-		&c.Deadline, &c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.CreatedAt, &c.UpdatedAt, &c.BatchID)
-	c.Generation = uint64(gen)
+	err := scanCommandInto(r, &c, &gen, nil)
 	return c, err
+}
+
+// scanCommandInto scans a command's row into c, with gen and dst (reused: appended to from
+// empty) for the scan's own use.
+func scanCommandInto(r rowScanner, c *Command, gen *int64, dst []any) error {
+	dst = append(dst, &c.ID, &c.NodeID, &c.TenantID, &c.SiteID, &c.Kind, &c.Subject, &c.State, &c.Args, &c.TargetAgent, &c.Attempts,
+		&c.Result, &c.Error, &c.WorkflowID, &c.StepIndex, &c.RunsOn, &c.Destructive, &c.Attested, &c.Reroutable, gen,
+		&c.Deadline, &c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.CreatedAt, &c.UpdatedAt, &c.BatchID)
+	err := r.Scan(dst...)
+	c.Generation = uint64(*gen)
+	return err
 }
 
 // InsertCommand queues a command.

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"reflect"
 	"slices"
 	"strconv"
@@ -40,6 +41,83 @@ type liteConn struct {
 	// cache holds the open workflows the connection read or wrote (nil: none, see
 	// workflowCache).
 	cache *workflowCache
+	// texts holds the text values the connection read last, to hand out again (textCache).
+	texts textCache
+	// scan is where its rows' nodes and commands are scanned (scanScratch).
+	scan scanScratch
+}
+
+// scanScratch is where the writer's connection scans the rows it reads most, a node's and a
+// command's: scanning into a value on the stack would move it, and the list of its fields
+// handed to Scan, to the heap at every read (they pass through an interface). The row is then
+// copied out and the scratch emptied. busy marks it taken, so a scan inside another (none
+// today) would allocate instead of sharing it.
+type scanScratch struct {
+	node     Node
+	nodeCols nodeTextCols
+	cmd      Command
+	cmdGen   int64
+	dst      [48]any
+	busy     bool
+}
+
+// scratchOf is the scratch of r's connection when r is the writer's row or rows and the
+// scratch is free; nil otherwise (a reader's rows: the scan allocates).
+func scratchOf(r rowScanner) *scanScratch {
+	s, ok := r.(interface{ scratch() *scanScratch })
+	if !ok {
+		return nil
+	}
+	sc := s.scratch()
+	if sc == nil || sc.busy {
+		return nil
+	}
+	return sc
+}
+
+func (r *liteRows) scratch() *scanScratch { return &r.st.c.scan }
+
+func (r liteRow) scratch() *scanScratch {
+	if r.rows == nil {
+		return nil
+	}
+	return r.rows.scratch()
+}
+
+// textCache hands out a text column's value as the string it gave for the same bytes before,
+// when it still holds it: most of what the writer reads recurs (a tenant's, a site's and a
+// pool's ids on every node, states, kinds, drivers), and each string is an allocation the
+// collector then pays for. It is direct-mapped by a hash of the bytes; a value that misses
+// replaces its slot's.
+type textCache struct {
+	seed  maphash.Seed
+	slots *[textCacheSlots]string
+}
+
+const (
+	textCacheSlots = 1024 // a power of two
+	// textCacheMax is the longest value kept: longer ones (arguments, results, steps) rarely
+	// recur byte for byte.
+	textCacheMax = 160
+)
+
+// text returns b as a string.
+func (c *textCache) text(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(b) > textCacheMax {
+		return string(b)
+	}
+	if c.slots == nil {
+		c.seed, c.slots = maphash.MakeSeed(), new([textCacheSlots]string)
+	}
+	slot := &c.slots[maphash.Bytes(c.seed, b)&(textCacheSlots-1)]
+	if *slot == string(b) {
+		return *slot
+	}
+	*slot = string(b)
+	return *slot
 }
 
 // liteStmt is a prepared statement. Its text and blob arguments are copied into buf, C memory
@@ -447,7 +525,7 @@ func (r *liteRows) Scan(dest ...any) error {
 			}
 		case sqlite3.SQLITE_TEXT:
 			if d, ok := d.(*string); ok {
-				*d = string(libc.GoBytes(sqlite3.Xsqlite3_column_text(tls, p, n), int(sqlite3.Xsqlite3_column_bytes(tls, p, n))))
+				*d = r.st.c.texts.text(libc.GoBytes(sqlite3.Xsqlite3_column_text(tls, p, n), int(sqlite3.Xsqlite3_column_bytes(tls, p, n))))
 				continue
 			}
 		}
@@ -459,7 +537,7 @@ func (r *liteRows) Scan(dest ...any) error {
 			v = sqlite3.Xsqlite3_column_double(tls, p, n)
 		case sqlite3.SQLITE_TEXT:
 			at := sqlite3.Xsqlite3_column_text(tls, p, n)
-			v = string(libc.GoBytes(at, int(sqlite3.Xsqlite3_column_bytes(tls, p, n))))
+			v = r.st.c.texts.text(libc.GoBytes(at, int(sqlite3.Xsqlite3_column_bytes(tls, p, n))))
 		case sqlite3.SQLITE_BLOB:
 			at := sqlite3.Xsqlite3_column_blob(tls, p, n)
 			size := sqlite3.Xsqlite3_column_bytes(tls, p, n)

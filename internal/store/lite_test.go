@@ -1,13 +1,16 @@
 package store
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // openLiteForTest opens a writer connection on a new database with table kv.
@@ -209,5 +212,108 @@ func TestLiteStatementsAndTransactions(t *testing.T) {
 	}
 	if want := []string{"a", "b", "c", "e"}; !slices.Equal(ks, want) {
 		t.Errorf("keys %v, want %v (d rolled back, e committed)", ks, want)
+	}
+}
+
+// The writer's text cache gives the string it gave before for the same bytes, a string of its
+// own (not a view of the bytes), and never a string of other bytes.
+func TestTextCacheGivesTheSameStringForTheSameBytes(t *testing.T) {
+	var c textCache
+	same := func(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+	buf := []byte("provisioning")
+	first := c.text(buf)
+	if first != "provisioning" {
+		t.Fatalf("text = %q", first)
+	}
+	if again := c.text([]byte("provisioning")); again != first || !same(again, first) {
+		t.Errorf("the same bytes again gave another string (%q)", again)
+	}
+	buf[0] = 'X' // what SQLite's buffer holds next must not reach a string handed out
+	if first != "provisioning" {
+		t.Errorf("the string changed with the bytes it came from: %q", first)
+	}
+	long := strings.Repeat("a", textCacheMax+1)
+	if a, b := c.text([]byte(long)), c.text([]byte(long)); a != long || same(a, b) {
+		t.Errorf("a value over %d bytes: %d bytes, kept: %v", textCacheMax, len(a), same(a, b))
+	}
+	if c.text(nil) != "" || c.text([]byte{}) != "" {
+		t.Error("empty bytes gave a non-empty string")
+	}
+	// Many distinct values through 1 024 slots: each comes back as its own bytes.
+	for i := range 5000 {
+		want := fmt.Sprintf("value-%d", i)
+		if got := c.text([]byte(want)); got != want {
+			t.Fatalf("text(%q) = %q", want, got)
+		}
+	}
+	for i := range 5000 {
+		want := fmt.Sprintf("value-%d", i%37)
+		if got := c.text([]byte(want)); got != want {
+			t.Fatalf("text(%q) = %q", want, got)
+		}
+	}
+}
+
+// The writer scans nodes and commands into its connection's scratch and copies them out: each
+// read is a value of its own, what a caller changes in one does not reach the next, and the
+// scratch is left empty (holding nothing of the row).
+func TestWriterScansIntoItsScratchAndCopiesOut(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	var node Node
+	cmd := Command{Kind: "power.on", Subject: "bmc", RunsOn: "site", Args: `{"a":"b"}`}
+	if err := s.Write(ctx, func(tx *Tx) error {
+		pool, err := seedPool(ctx, tx)
+		if err != nil {
+			return err
+		}
+		node = redfishNode(pool, "n", "ready")
+		node.Labels = map[string]string{"rack": "r1"}
+		node.MACs = []string{"02:00:00:00:00:01"}
+		if err := tx.InsertNode(ctx, &node); err != nil {
+			return err
+		}
+		cmd.NodeID, cmd.TenantID, cmd.SiteID = node.ID, node.TenantID, node.SiteID
+		return tx.InsertCommand(ctx, &cmd)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, func(tx *Tx) error {
+		first, err := tx.LockNode(ctx, node.ID, "")
+		if err != nil {
+			return err
+		}
+		firstCmd, err := tx.Command(ctx, cmd.ID)
+		if err != nil {
+			return err
+		}
+		first.Name, first.Labels["rack"], first.MACs[0] = "changed", "r2", "changed"
+		firstCmd.Args = "changed"
+		second, err := tx.LockNode(ctx, node.ID, "")
+		if err != nil {
+			return err
+		}
+		secondCmd, err := tx.Command(ctx, cmd.ID)
+		if err != nil {
+			return err
+		}
+		if second.Name != "n" || second.Labels["rack"] != "r1" || second.MACs[0] != "02:00:00:00:00:01" || second.ID != node.ID {
+			t.Errorf("second read of the node = %q %v %v: the first read's changes reached it", second.Name, second.Labels, second.MACs)
+		}
+		if secondCmd.Args != `{"a":"b"}` || secondCmd.ID != cmd.ID || secondCmd.Kind != "power.on" {
+			t.Errorf("second read of the command = %+v", secondCmd)
+		}
+		sc := &tx.lc.scan
+		if sc.busy || !reflect.DeepEqual(sc.node, Node{}) || !reflect.DeepEqual(sc.cmd, Command{}) || sc.nodeCols != (nodeTextCols{}) {
+			t.Error("the scratch was left holding a row")
+		}
+		for i, d := range sc.dst {
+			if d != nil {
+				t.Errorf("the scratch's destination %d was left set", i)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

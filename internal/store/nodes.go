@@ -17,32 +17,53 @@ const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, ch
 	linger_until, linger_command, boot_mode, user_data_ref, user_data_sha256, user_data_size`
 
 func scanNode(r interface{ Scan(...any) error }) (Node, error) {
+	if sc := scratchOf(r); sc != nil {
+		sc.busy = true
+		err := scanNodeInto(r, &sc.node, &sc.nodeCols, sc.dst[:0])
+		n := sc.node
+		sc.node, sc.nodeCols, sc.busy = Node{}, nodeTextCols{}, false
+		clear(sc.dst[:])
+		return n, err
+	}
 	var n Node
-	var drivers, labels, macs, conds string
-	var gen, ver int64
-	err := r.Scan(&n.ID, &n.TenantID, &n.SiteID, &n.PoolID, &n.Name, &n.State, &n.TargetState, &n.ChainVerb,
+	var x nodeTextCols
+	err := scanNodeInto(r, &n, &x, nil)
+	return n, err
+}
+
+// nodeTextCols are the columns of a node's row that are decoded after the scan.
+type nodeTextCols struct {
+	drivers, labels, macs, conds string
+	gen, ver                     int64
+}
+
+// scanNodeInto scans a node's row into n, with x and dst (reused: appended to from empty) for
+// the scan's own use.
+func scanNodeInto(r rowScanner, n *Node, x *nodeTextCols, dst []any) error {
+	dst = append(dst, &n.ID, &n.TenantID, &n.SiteID, &n.PoolID, &n.Name, &n.State, &n.TargetState, &n.ChainVerb,
 		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.Maintenance, &n.MaintenanceReason, &n.Power, &n.HardwareProfile,
-		&drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
-		&n.ProductUUID, &labels, &macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &gen, &ver,
-		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode,
+		&x.drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
+		&n.ProductUUID, &x.labels, &x.macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &x.gen, &x.ver,
+		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &x.conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode,
 		&n.UserDataRef, &n.UserDataSHA256, &n.UserDataSize)
-	if err != nil {
-		return Node{}, err
+	if err := r.Scan(dst...); err != nil {
+		*n = Node{}
+		return err
 	}
-	if err := decodeStringMap(conds, &n.Conditions); err != nil {
-		return Node{}, fmt.Errorf("decoding conditions of node %s: %w", n.ID, err)
+	if err := decodeStringMap(x.conds, &n.Conditions); err != nil {
+		return fmt.Errorf("decoding conditions of node %s: %w", n.ID, err)
 	}
-	n.IdentityGeneration, n.Version = uint64(gen), uint64(ver)
-	if err := decodeStringMap(drivers, &n.Drivers); err != nil {
-		return Node{}, fmt.Errorf("decoding drivers of node %s: %w", n.ID, err)
+	n.IdentityGeneration, n.Version = uint64(x.gen), uint64(x.ver)
+	if err := decodeStringMap(x.drivers, &n.Drivers); err != nil {
+		return fmt.Errorf("decoding drivers of node %s: %w", n.ID, err)
 	}
-	if err := decodeStringMap(labels, &n.Labels); err != nil {
-		return Node{}, fmt.Errorf("decoding labels of node %s: %w", n.ID, err)
+	if err := decodeStringMap(x.labels, &n.Labels); err != nil {
+		return fmt.Errorf("decoding labels of node %s: %w", n.ID, err)
 	}
-	if err := decodeStringSlice(macs, &n.MACs); err != nil {
-		return Node{}, fmt.Errorf("decoding MACs of node %s: %w", n.ID, err)
+	if err := decodeStringSlice(x.macs, &n.MACs); err != nil {
+		return fmt.Errorf("decoding MACs of node %s: %w", n.ID, err)
 	}
-	return n, nil
+	return nil
 }
 
 // InsertNode creates a node with its MACs and labels. A MAC that belongs to another node or a
@@ -204,6 +225,8 @@ type withExtra struct {
 
 func (w withExtra) Scan(dest ...any) error { return w.r.Scan(append(dest, w.extra...)...) }
 
+func (w withExtra) scratch() *scanScratch { return scratchOf(w.r) }
+
 // Node reads a node by id or name.
 func (s *Store) Node(ctx context.Context, ref, tenantID string) (Node, error) {
 	return s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
@@ -256,18 +279,19 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 // UpdateNode writes the mutable fields of n if the stored version is still n.Version, and bumps
 // the version. The caller read n in the same transaction.
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
-	set := nodeUpdateSet
-	args := []any{n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
+	q := nodeUpdate
+	args := make([]any, 0, 25)
+	args = append(args, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
 		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
-		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at}
+		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at)
 	if k, ok := t.nodes[n.ID]; !ok || k.version != n.Version || k.state != n.State || k.batch != n.BatchID {
 		// Unless the transaction read its state and batch at this version (every statement that
 		// sets either bumps the version) and they are kept: SQLite rewrites the entries of every
 		// index over a column an UPDATE sets, changed or not, so they are set only here
 		// (nodes_state, nodes_batch).
-		set, args = `state = ?, batch_id = ?, `+set, append([]any{n.State, n.BatchID}, args...)
+		q, args = nodeUpdateWithState, append(args, n.State, n.BatchID)
 	}
-	res, err := t.exec(ctx, `UPDATE nodes SET `+set+` WHERE id = ? AND version = ?`, append(args, n.ID, int64(n.Version))...)
+	res, err := t.exec(ctx, q, append(args, n.ID, int64(n.Version))...)
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
@@ -282,11 +306,16 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	return nil
 }
 
-// nodeUpdateSet is what UpdateNode sets besides the node's state and batch.
-const nodeUpdateSet = `target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
+// nodeUpdateSet is what UpdateNode sets besides the node's state and batch; nodeUpdate and
+// nodeUpdateWithState are its statements without and with them.
+const (
+	nodeUpdateSet = `target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
 	fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
 	wipe_mode = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
 	linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?`
+	nodeUpdate          = `UPDATE nodes SET ` + nodeUpdateSet + ` WHERE id = ? AND version = ?`
+	nodeUpdateWithState = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ?, batch_id = ? WHERE id = ? AND version = ?`
+)
 
 // DeleteNode removes a node (its MACs and labels cascade) and its wake-up row; its events stay.
 // Its held and queued commands fail and its open workflows close with it; it is refused

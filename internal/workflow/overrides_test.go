@@ -287,3 +287,35 @@ func TestOverrideLevelZero(t *testing.T) {
 		t.Errorf("default: %v", err)
 	}
 }
+
+// builtinName answers for Builtin without building it: both name the same profiles.
+func TestBuiltinNamesAreTheBuiltinProfiles(t *testing.T) {
+	names := map[string]bool{}
+	for _, p := range Builtin() {
+		names[p.Name] = true
+		if !builtinName(p.Name) {
+			t.Errorf("builtinName(%q) = false for a built-in profile", p.Name)
+		}
+		if got, want := Overridable(p.Name), strings.HasPrefix(p.Name, "metal-"); got != want {
+			t.Errorf("Overridable(%q) = %v, want %v", p.Name, got, want)
+		}
+		found, err := Find(p.Name, nil)
+		if err != nil || found.Name != p.Name || len(found.Steps) != len(p.Steps) {
+			t.Errorf("Find(%q) = %v, %v", p.Name, found.Name, err)
+		}
+	}
+	for _, name := range []string{"metal-enroll", InbandEnrollProfile, "metal-inspect", "metal-commission", "metal-release",
+		"metal-retire", "metal-rescue", "metal-unrescue", "default", "metal-", "metal-deploy", "Default", ""} {
+		if builtinName(name) != names[name] {
+			t.Errorf("builtinName(%q) = %v, Builtin has it: %v", name, builtinName(name), names[name])
+		}
+	}
+	// A configured profile of a built-in's name is found first.
+	mine := Profile{Name: "default", Steps: []Step{{Use: "power.on"}}}
+	if p, err := Find("default", []Profile{mine}); err != nil || len(p.Steps) != 1 {
+		t.Errorf("Find(default) with a configured default = %+v, %v", p, err)
+	}
+	if _, err := Find("nope", nil); err == nil {
+		t.Error("Find(nope) found a profile")
+	}
+}

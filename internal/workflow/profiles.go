@@ -696,10 +696,13 @@ func checkStep(k StepKind, st, filled Step) error {
 
 // Find returns the built-in or operator profile named name.
 func Find(name string, extra []Profile) (Profile, error) {
-	for _, p := range slices.Concat(extra, Builtin()) {
+	for _, p := range extra {
 		if p.Name == name {
 			return p, nil
 		}
+	}
+	if p, ok := builtin(name); ok {
+		return p, nil
 	}
 	return Profile{}, fmt.Errorf("unknown profile %q", name)
 }
