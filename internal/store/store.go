@@ -395,6 +395,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 	s.SetWall(time.Now)
 	switch engine {
 	case SQLite:
+		separatePageCaches()
 		if err := os.MkdirAll(filepath.Dir(target), 0o700); err != nil {
 			return nil, fmt.Errorf("creating store directory: %w", err)
 		}
