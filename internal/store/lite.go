@@ -139,6 +139,7 @@ const maxLiteStmts = 512
 
 // openLite opens the database file at path, runs pragmas on it, and returns the connection.
 func openLite(path string, pragmas []string) (_ *liteConn, err error) {
+	separatePageCaches() // (Open did; a test may open the writer alone)
 	c := &liteConn{tls: libc.NewTLS(), stmts: map[string]*liteStmt{}}
 	defer func() {
 		if err != nil {
