@@ -1098,8 +1098,9 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	// On PostgreSQL an outcome's command is read before the writer (and its attestation checked
 	// there): the transaction then locks the node and updates the row only if it is still as
 	// read (both in one round trip), else reads it itself. SQLite's writer reads the row
-	// itself: a read beside the one writer costs the process more than the writer's own
-	// (SQLite's shared page cache, whose lock the readers take too, held the writer back), and
+	// itself: a read beside the one writer cost the process more than the writer's own (when
+	// measured, SQLite's page cache was shared and its lock held the writer back; not measured
+	// again since each connection has its own), and
 	// the attestation is checked before from what this server handed out (preverifyClaimed).
 	var pre *store.Command
 	if final {
