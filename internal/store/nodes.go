@@ -23,12 +23,17 @@ func scanNode(r interface{ Scan(...any) error }) (Node, error) {
 		n := sc.node
 		sc.node, sc.nodeCols, sc.busy = Node{}, nodeTextCols{}, false
 		clear(sc.dst[:])
-		return n, err
+		if err != nil {
+			return Node{}, err
+		}
+		return n, nil
 	}
 	var n Node
 	var x nodeTextCols
-	err := scanNodeInto(r, &n, &x, nil)
-	return n, err
+	if err := scanNodeInto(r, &n, &x, nil); err != nil {
+		return Node{}, err
+	}
+	return n, nil
 }
 
 // nodeTextCols are the columns of a node's row that are decoded after the scan.
@@ -47,7 +52,6 @@ func scanNodeInto(r rowScanner, n *Node, x *nodeTextCols, dst []any) error {
 		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &x.conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode,
 		&n.UserDataRef, &n.UserDataSHA256, &n.UserDataSize)
 	if err := r.Scan(dst...); err != nil {
-		*n = Node{}
 		return err
 	}
 	if err := decodeStringMap(x.conds, &n.Conditions); err != nil {
