@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	rtrace "runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
@@ -1351,6 +1352,9 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error, optimistic
 	return nil
 }
 
+// writerGroupRegion names the region of each of the writer's groups in an execution trace.
+const writerGroupRegion = "store.writer.group"
+
 // commitLoop is SQLite's single writer: it takes the pending writes (up to maxGroup), runs
 // them in one transaction (commitPass), commits once, and hands the group to flushLoop, which
 // answers every caller once the commit is on disk.
@@ -1397,7 +1401,11 @@ func (s *Store) commitLoop() {
 				walRetry = t0.Add(walBackoff)
 			}
 		}
+		// A region of its own in an execution trace (`bcd sim --trace`): the writer's waits
+		// inside its groups are read from the trace's goroutine states within them.
+		region := rtrace.StartRegion(context.Background(), writerGroupRegion)
 		s.commitGroup(group)
+		region.End()
 		s.busy.Add(int64(time.Since(t0)))
 		if cpu1, ok := threadCPU(); ok && cpuOK {
 			s.busyCPU.Add(int64(cpu1 - cpu0))

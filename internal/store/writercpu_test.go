@@ -1,9 +1,11 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
+	rtrace "runtime/trace"
 	"testing"
 	"time"
 )
@@ -88,5 +90,32 @@ func TestWriterCountsItsStatements(t *testing.T) {
 	}
 	if got := count(insert("a")); got <= 4 {
 		t.Errorf("a write that failed (tenant a exists) ran %d statements: want more than 4 (its pass rolled back, then run again in a savepoint)", got)
+	}
+}
+
+// While an execution trace runs, each of the writer's groups is a region of its own (what
+// `bcd sim --trace` is read for): the trace names it once a group ran.
+func TestWriterGroupsAreTraceRegions(t *testing.T) {
+	if rtrace.IsEnabled() {
+		t.Skip("a trace is already running (go test -trace)")
+	}
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	var buf bytes.Buffer
+	if err := rtrace.Start(&buf); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if err := s.Write(ctx, func(tx *Tx) error {
+			_, err := tx.InsertTenant(ctx, fmt.Sprintf("t%d", i))
+			return err
+		}); err != nil {
+			rtrace.Stop()
+			t.Fatal(err)
+		}
+	}
+	rtrace.Stop()
+	if !bytes.Contains(buf.Bytes(), []byte(writerGroupRegion)) {
+		t.Errorf("a trace of %d bytes over three writes does not name the region %q", buf.Len(), writerGroupRegion)
 	}
 }
