@@ -330,13 +330,10 @@ const commandCols = `id, node_id, tenant_id, site_id, kind, subject, state, args
 	progress, result_sig, signer_cert, created_at, updated_at, batch_id`
 
 func scanCommand(r interface{ Scan(...any) error }) (Command, error) {
-	if sc := scratchOf(r); sc != nil {
-		sc.busy = true
+	if sc := takeScratch(r); sc != nil {
+		defer sc.release()
 		err := scanCommandInto(r, &sc.cmd, &sc.cmdGen, sc.dst[:0])
-		c := sc.cmd
-		sc.cmd, sc.cmdGen, sc.busy = Command{}, 0, false
-		clear(sc.dst[:])
-		return c, err
+		return sc.cmd, err // (copied out before the release)
 	}
 	var c Command
 	var gen int64

@@ -50,8 +50,8 @@ type liteConn struct {
 // scanScratch is where the writer's connection scans the rows it reads most, a node's and a
 // command's: scanning into a value on the stack would move it, and the list of its fields
 // handed to Scan, to the heap at every read (they pass through an interface). The row is then
-// copied out and the scratch emptied. busy marks it taken, so a scan inside another (none
-// today) would allocate instead of sharing it.
+// copied out and the scratch emptied (release). busy marks it taken, so a scan inside another
+// (none today) would allocate instead of sharing it.
 type scanScratch struct {
 	node     Node
 	nodeCols nodeTextCols
@@ -74,6 +74,18 @@ func scratchOf(r rowScanner) *scanScratch {
 	}
 	return sc
 }
+
+// takeScratch is scratchOf, taken (busy) until its release.
+func takeScratch(r rowScanner) *scanScratch {
+	sc := scratchOf(r)
+	if sc != nil {
+		sc.busy = true
+	}
+	return sc
+}
+
+// release empties the scratch, holding nothing of the row it scanned, and frees it.
+func (sc *scanScratch) release() { *sc = scanScratch{} }
 
 func (r *liteRows) scratch() *scanScratch { return &r.st.c.scan }
 

@@ -17,16 +17,12 @@ const nodeCols = `id, tenant_id, site_id, pool_id, name, state, target_state, ch
 	linger_until, linger_command, boot_mode, user_data_ref, user_data_sha256, user_data_size`
 
 func scanNode(r interface{ Scan(...any) error }) (Node, error) {
-	if sc := scratchOf(r); sc != nil {
-		sc.busy = true
-		err := scanNodeInto(r, &sc.node, &sc.nodeCols, sc.dst[:0])
-		n := sc.node
-		sc.node, sc.nodeCols, sc.busy = Node{}, nodeTextCols{}, false
-		clear(sc.dst[:])
-		if err != nil {
+	if sc := takeScratch(r); sc != nil {
+		defer sc.release()
+		if err := scanNodeInto(r, &sc.node, &sc.nodeCols, sc.dst[:0]); err != nil {
 			return Node{}, err
 		}
-		return n, nil
+		return sc.node, nil // (copied out before the release)
 	}
 	var n Node
 	var x nodeTextCols
