@@ -204,6 +204,8 @@ type Engine struct {
 	consoles *console.Hub
 	nudge    chan struct{}
 	subs     *subscribers
+	// cpu admits the CPU-heavy work done for agents beside the writer (cpuGate).
+	cpu *cpuGate
 	// sent holds, per connected agent, the commands offered on its current connection: a
 	// command is offered at most once per connection (a reconnect offers the assigned but
 	// unacknowledged ones again). It is keyed by agent and remembers the connection, so that
@@ -325,7 +327,8 @@ func New(st *store.Store, ca *pki.CA, log *slog.Logger, cfg Config) *Engine {
 		withheldSeen: cache.New[string, bool](maxWithheldSeen), bootServices: cache.New[string, string](maxBootServices),
 		unknownSeen: cache.New[string, bool](maxUnknownSeen), attestedKinds: cache.New[string, string](maxAttestedKinds),
 		joinTokens: cache.New[string, tokenNode](maxJoinTokens), startables: cache.New[string, startable](maxStartables),
-		chains: cache.New[string, []string](maxChainKinds), credentials: cache.New[string, string](maxCredentials), credentialsKey: credentialsKey}
+		chains: cache.New[string, []string](maxChainKinds), credentials: cache.New[string, string](maxCredentials), credentialsKey: credentialsKey,
+		cpu: newCPUGate(0)}
 }
 
 // Consoles is the hub of the console sessions open on this server (nil: none are relayed).

@@ -97,7 +97,9 @@ func (e *Engine) JoinNode(ctx context.Context, token string, csrDER []byte, kind
 		preNode, preTenant, preGen, err = e.st.JoinTokenNode(ctx, hash)
 	}
 	if err == nil && preNode != "" {
-		preCert, _ = issue(preNode, preTenant, preGen)
+		if err := e.cpu.run(ctx, func() { preCert, _ = issue(preNode, preTenant, preGen) }); err != nil {
+			return nil, "", 0, err
+		}
 	}
 	keyHash := csrKeyHash(csrDER) // parsed before the single writer
 	err = e.st.Write(ctx, func(tx *store.Tx) error {

@@ -640,7 +640,13 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	}
 	// The candidates are read outside the single writer (most claims find nothing new); the
 	// writer only takes those still free or still this agent's.
-	cands, err := e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, rescan, isOffered, sent, holderKinds()...)
+	var cands []store.Command
+	var err error
+	if gerr := e.cpu.run(ctx, func() {
+		cands, err = e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, rescan, isOffered, sent, holderKinds()...)
+	}); gerr != nil {
+		return nil, gerr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -1360,7 +1366,13 @@ func (e *Engine) preverify(c store.Command, u Update) error {
 		return nil
 	}
 	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}
-	return pki.VerifyStatement(e.ca, u.SignerCertDER, st, u.NodeSig, c.Generation, time.Now())
+	var err error
+	if gerr := e.cpu.run(context.Background(), func() {
+		err = pki.VerifyStatement(e.ca, u.SignerCertDER, st, u.NodeSig, c.Generation, time.Now())
+	}); gerr != nil {
+		return gerr
+	}
+	return err
 }
 
 // preverifyClaimed is preverify for the outcome of an attested command this server handed to

@@ -196,6 +196,9 @@ func (s spread) JoinNode(ctx context.Context, token string, csrDER []byte, kind 
 
 func (s spread) Subscribe(a engine.Agent) (<-chan struct{}, func()) { return s.of(a).Subscribe(a) }
 
+// CPUBound is the first server's (cpuBounder): the simulated machines share its gate.
+func (s spread) CPUBound(ctx context.Context, f func()) error { return s[0].CPUBound(ctx, f) }
+
 func (s spread) RecordDiscovered(ctx context.Context, a engine.Agent, ds []engine.Discovery) error {
 	return s.of(a).RecordDiscovered(ctx, a, ds)
 }

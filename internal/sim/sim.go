@@ -39,6 +39,31 @@ type Link interface {
 	RecordDiscovered(ctx context.Context, a engine.Agent, ds []engine.Discovery) error
 }
 
+// cpuBounder is a link in this process whose CPU-heavy work goes through a gate that leaves the
+// store's writer a processor (engine.Engine.CPUBound): the simulated machines' own cryptography
+// (keys, certificate requests, signed results), which real machines do on their own processors,
+// goes through it too, so the simulation does not take from the server what a fleet would not.
+type cpuBounder interface {
+	CPUBound(ctx context.Context, f func()) error
+}
+
+// cpuBound runs f through the link's gate, if it has one (in process), else at once.
+func (s *Sim) cpuBound(ctx context.Context, f func()) error {
+	if g, ok := s.link.(cpuBounder); ok {
+		return g.CPUBound(ctx, f)
+	}
+	f()
+	return nil
+}
+
+// keyAndCSR makes a simulated machine's key and certificate request named name (cpuBound).
+func (s *Sim) keyAndCSR(ctx context.Context, name string) (key crypto.Signer, csr []byte, err error) {
+	if gerr := s.cpuBound(ctx, func() { key, csr, err = pki.NewKeyAndCSR(name) }); gerr != nil {
+		return nil, nil, gerr
+	}
+	return key, csr, err
+}
+
 // Faults injects failures.
 type Faults struct {
 	// Hang makes agents acknowledge these kinds and never report on them.
@@ -817,9 +842,11 @@ func (s *Sim) bootOS(ctx context.Context, m *Machine, token string) {
 	m.mu.Unlock()
 	nodeID := m.NodeID
 	if gen == 0 {
-		_, csr, err := pki.NewKeyAndCSR("os-" + m.NodeID)
+		_, csr, err := s.keyAndCSR(ctx, "os-"+m.NodeID)
 		if err != nil {
-			s.fail(err)
+			if ctx.Err() == nil {
+				s.fail(err)
+			}
 			return
 		}
 		if _, nodeID, gen, err = s.link.JoinNode(ctx, token, csr, "os"); err != nil {
@@ -850,9 +877,11 @@ func (s *Sim) runRamdisk(ctx context.Context, m *Machine, token string) {
 		case <-t.C:
 		}
 	}
-	key, csr, err := pki.NewKeyAndCSR("ramdisk-" + m.NodeID)
+	key, csr, err := s.keyAndCSR(ctx, "ramdisk-"+m.NodeID)
 	if err != nil {
-		s.fail(err)
+		if ctx.Err() == nil {
+			s.fail(err)
+		}
 		return
 	}
 	cert, nodeID, gen, err := s.link.JoinNode(ctx, token, csr, "node")
@@ -889,12 +918,17 @@ type ramdisk struct {
 	gen  uint64
 }
 
-func (r *ramdisk) signed(c store.Command, result any) engine.Update {
+func (r *ramdisk) signed(ctx context.Context, c store.Command, result any) engine.Update {
 	u := ok(result)
 	if r.s.faults().UnsignedWipe && c.Kind == "disk.wipe" {
 		return u
 	}
-	sig, err := pki.SignStatement(r.key, pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)})
+	var sig []byte
+	var err error
+	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}
+	if gerr := r.s.cpuBound(ctx, func() { sig, err = pki.SignStatement(r.key, st) }); gerr != nil {
+		err = gerr
+	}
 	if err != nil {
 		return failed("signing: " + err.Error())
 	}
@@ -928,7 +962,7 @@ func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engi
 		return failed(err.Error())
 	}
 	if attested {
-		return r.signed(c, result)
+		return r.signed(ctx, c, result)
 	}
 	return ok(result)
 }
