@@ -176,6 +176,7 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	}
 	counter(t, srv.Addr(), "bcd_store_writer_busy_seconds_total")
 	counter(t, srv.Addr(), "bcd_store_wal_restarts_total")
+	counter(t, srv.Addr(), "bcd_store_wal_restarts_waited_total")
 	counter(t, srv.Addr(), "bcd_store_writer_reruns_total")
 	if n := counter(t, srv.Addr(), "bcd_store_wal_flushes_total"); n < 1 {
 		t.Errorf("bcd_store_wal_flushes_total = %v after writes, want at least 1", n)

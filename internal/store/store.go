@@ -79,9 +79,13 @@ type Store struct {
 	loop   sync.WaitGroup
 	// ckpt is SQLite's checkpointer connection: the writer does not checkpoint as it commits
 	// (that copied the WAL into the database inside a commit, on the one writer); checkpointLoop
-	// does, beside it. The writer only restarts the WAL once it passes walLimit (restartWAL).
+	// does, beside it. The writer only restarts the WAL once it passes walLimit (walBound).
 	ckpt      *sql.DB
 	committed chan struct{}
+	// ckptNow asks checkpointLoop to catch up with the writer at once (the WAL is over its
+	// limit: walBound), and ckptCatchUps counts the times it did.
+	ckptNow      chan struct{}
+	ckptCatchUps atomic.Int64
 	// ckptMu is held by whoever checkpoints (checkpointLoop, restartWAL): SQLite runs one
 	// checkpoint at a time and would answer the other "busy".
 	ckptMu sync.Mutex
@@ -89,8 +93,8 @@ type Store struct {
 	wal      string
 	walLimit int64
 	// busy, busyCPU, groups and written count the writer's work (WriterStats), walRestarts the
-	// WAL's restarts.
-	busy, busyCPU, groups, written, walRestarts atomic.Int64
+	// WAL's restarts and walWaited those the writer waited for readers for.
+	busy, busyCPU, groups, written, walRestarts, walWaited atomic.Int64
 	// reruns counts the groups the writer ran again with savepoints (a write of a pass
 	// without them failed; see commitPass), and on PostgreSQL the writes run again so
 	// (speculate).
@@ -141,9 +145,10 @@ type WriterStats struct {
 	// time it waited for a core (other threads of the process, or of the machine, had them), the
 	// figure to compare between runs on a shared machine (0 where the platform does not tell).
 	Busy, CPU time.Duration
-	// WALRestarts counts the times the writer checkpointed the whole WAL and began it again
-	// from its start (the WAL had reached its limit while writes went on).
-	WALRestarts int64
+	// WALRestarts counts the times the WAL began again from its start after it had reached its
+	// limit while writes went on (walBound), and WALRestartsWaited those of them for which the
+	// writer waited for readers to leave the WAL.
+	WALRestarts, WALRestartsWaited int64
 	// Reruns counts the passes the writer rolled back and ran again because a write it ran
 	// without a savepoint failed (see commitPass); on PostgreSQL, the writes run again because
 	// a savepoint run without one failed (see speculate).
@@ -163,7 +168,7 @@ type WriterStats struct {
 // WriterStats reports the single writer's work (on PostgreSQL only Reruns: see speculate).
 func (s *Store) WriterStats() WriterStats {
 	w := WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
-		WALRestarts: s.walRestarts.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
+		WALRestarts: s.walRestarts.Load(), WALRestartsWaited: s.walWaited.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
 	if s.lite != nil {
 		w.Statements = s.lite.statements.Load()
 		if rc := s.lite.cache; rc != nil {
@@ -467,7 +472,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		}
 		c.SetMaxOpenConns(1)
 		s.ckpt = c
-		s.writes, s.stop, s.committed = make(chan *writeReq), make(chan struct{}), make(chan struct{}, 1)
+		s.writes, s.stop, s.committed, s.ckptNow = make(chan *writeReq), make(chan struct{}), make(chan struct{}, 1), make(chan struct{}, 1)
 		s.flushWake, s.flushQuit = make(chan struct{}, 1), make(chan struct{})
 		flush := fdatasync
 		s.syncWAL.Store(&flush)
@@ -1364,10 +1369,7 @@ func (s *Store) commitLoop() {
 	// One OS thread runs the writer, whose CPU time is then the writer's (WriterStats.CPU).
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	// After a restart of the WAL that failed (readers held it, or an error), when to try again:
-	// walRetryAfter, doubled at each failure in a row up to walRetryMax.
-	var walRetry time.Time
-	var walBackoff time.Duration
+	var wal walBound
 	for {
 		var group []*writeReq
 		select {
@@ -1393,14 +1395,7 @@ func (s *Store) commitLoop() {
 		}
 		t0 := time.Now()
 		cpu0, cpuOK := threadCPU()
-		if s.walOverLimit() && !t0.Before(walRetry) {
-			if s.restartWAL() {
-				walBackoff = 0
-			} else {
-				walBackoff = min(max(2*walBackoff, walRetryAfter), walRetryMax)
-				walRetry = t0.Add(walBackoff)
-			}
-		}
+		s.boundWAL(&wal, t0)
 		// A region of its own in an execution trace (`bcd sim --trace`): the writer's waits
 		// inside its groups are read from the trace's goroutine states within them.
 		region := rtrace.StartRegion(context.Background(), writerGroupRegion)
@@ -1647,9 +1642,10 @@ const (
 const walReaderWait = 100 * time.Millisecond
 
 // restartWAL checkpoints the whole WAL and makes the next commit begin it again from its start,
-// on the writer's connection between two groups, so no write adds to it meanwhile. Most of the
-// WAL is already in the database file (checkpointLoop copied it): what is left to copy is what
-// came since its last pass. It reports false if readers held the WAL past walReaderWait.
+// between two groups, so no write adds to it meanwhile, waiting up to walReaderWait for readers
+// still reading it (SQLite's busy handler sleeps the writer between its looks). It is walBound's
+// last resort, when restarts that do not wait kept finding a reader in the WAL. It reports false
+// if readers held the WAL past walReaderWait.
 func (s *Store) restartWAL() bool {
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
@@ -1676,7 +1672,6 @@ func (s *Store) restartWAL() bool {
 			"frames", frames, "copied", copied)
 		return false
 	}
-	s.walRestarts.Add(1)
 	return true
 }
 
@@ -1694,25 +1689,61 @@ func (s *Store) checkpointLoop() {
 	defer s.loop.Done()
 	t := time.NewTimer(0)
 	defer t.Stop()
+	asked := false // the writer asked to catch up (ckptNow)
 	for {
-		select {
-		case <-s.committed:
-		case <-s.stop:
-			return
+		if !asked {
+			select {
+			case <-s.committed:
+			case <-s.ckptNow:
+				asked = true
+			case <-s.stop:
+				return
+			}
 		}
-		s.ckptMu.Lock()
-		_, err := s.ckpt.Exec("PRAGMA wal_checkpoint(PASSIVE)")
-		s.ckptMu.Unlock()
-		if err != nil {
-			// Not fatal: the WAL grows until the next one succeeds.
-			slog.Default().Warn("checkpointing the store's write-ahead log", "error", err)
+		s.checkpoint(asked)
+		if asked {
+			s.ckptCatchUps.Add(1)
+			asked = false
 		}
 		t.Reset(checkpointInterval)
 		select {
 		case <-t.C:
+		case <-s.ckptNow:
+			asked = true
 		case <-s.stop:
 			return
 		}
+	}
+}
+
+// Catching up with the writer (checkpoint), the checkpointer stops once a pass found fewer
+// than walCatchUpFrames frames added since the last one, or after walCatchUpPasses passes.
+const (
+	walCatchUpFrames = 256
+	walCatchUpPasses = 8
+)
+
+// checkpoint copies the WAL into the database file: one passive pass or, catching up with the
+// writer, passes one after the other, each copying what the writer added during the last (a
+// pass copies thousands of frames in the time the writer adds hundreds, so they shrink fast)
+// until what a pass found added since the last is small: what the writer then copies itself
+// before SQLite restarts the WAL (walBackfill) is a few groups' frames.
+func (s *Store) checkpoint(catchUp bool) {
+	var last int64
+	for range walCatchUpPasses {
+		var busy, frames, copied int64
+		s.ckptMu.Lock()
+		err := s.ckpt.QueryRow("PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &frames, &copied)
+		s.ckptMu.Unlock()
+		if err != nil {
+			// Not fatal: the WAL grows until the next one succeeds.
+			slog.Default().Warn("checkpointing the store's write-ahead log", "error", err)
+			return
+		}
+		if !catchUp || frames-last < walCatchUpFrames {
+			return
+		}
+		last = frames
 	}
 }
 

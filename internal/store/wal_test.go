@@ -92,5 +92,5 @@ func TestWALStaysBoundedUnderSteadyWrites(t *testing.T) {
 	if st := s.WriterStats(); st.WALRestarts == 0 {
 		t.Errorf("the WAL was never restarted (%d writes in %d groups)", st.Writes, st.Groups)
 	}
-	t.Logf("largest WAL %d KiB, %d restarts, %d groups", largest>>10, s.WriterStats().WALRestarts, s.WriterStats().Groups)
+	t.Logf("largest WAL %d KiB, %d restarts (%d waited for readers), %d groups", largest>>10, s.WriterStats().WALRestarts, s.WriterStats().WALRestartsWaited, s.WriterStats().Groups)
 }

@@ -1,0 +1,73 @@
+package store
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// What the writer does about the WAL before a group, for each state it can be in.
+func TestWALBoundDecides(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	asked := walBound{over: true, asked: true, askedAt: t0, catchUps: 3}
+	for _, c := range []struct {
+		name     string
+		w        walBound
+		over     bool
+		now      time.Time
+		catchUps int64
+		want     walAction
+	}{
+		{"under the limit", walBound{}, false, t0, 0, walNothing},
+		{"under the limit, asked before", asked, false, t0, 3, walNothing},
+		{"over: ask the checkpointer to catch up", walBound{}, true, t0, 0, walAsk},
+		{"over, after a restart that waited failed: not before the retry", walBound{retry: t0.Add(time.Second)}, true, t0, 0, walNothing},
+		{"over, the retry's time come", walBound{retry: t0}, true, t0, 0, walAsk},
+		{"asked, catching up", asked, true, t0.Add(walAskWait / 2), 3, walNothing},
+		{"asked, caught up", asked, true, t0.Add(time.Millisecond), 4, walBackfill},
+		{"asked, caught up twice meanwhile", asked, true, t0.Add(time.Millisecond), 5, walBackfill},
+		{"asked, not caught up within walAskWait", asked, true, t0.Add(walAskWait), 3, walBackfill},
+		{"copied what was left before, not restarted yet", walBound{over: true, asked: true, askedAt: t0, catchUps: 3, backfills: walBackfills - 1}, true, t0, 4, walBackfill},
+		{"copied what was left walBackfills times: wait for the readers", walBound{over: true, asked: true, askedAt: t0, catchUps: 3, backfills: walBackfills}, true, t0, 4, walRestart},
+		{"readers kept it busy, waiting for the checkpointer", walBound{over: true, asked: true, askedAt: t0, catchUps: 3, backfills: walBackfills}, true, t0, 3, walNothing},
+	} {
+		if got := c.w.next(c.over, c.now, c.catchUps); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// With no reader in the WAL, the writer never waits to restart it: the checkpointer catches up,
+// the writer copies what is left, and SQLite begins the WAL again at the next group's write.
+func TestWALRestartsWithoutWaitingWhenNoReaderIsInIt(t *testing.T) {
+	ctx := context.Background()
+	const limit = 1 << 20
+	s, err := open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"), limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(ctx, "CREATE TABLE wal_test (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	body := strings.Repeat("x", 8192)
+	for i := 0; s.WriterStats().WALRestarts < 3; i++ {
+		if i == 4000 {
+			t.Fatalf("the WAL restarted %d times in %d writes of 8 KiB (limit 1 MiB)", s.WriterStats().WALRestarts, i)
+		}
+		if err := s.Write(ctx, func(tx *Tx) error {
+			_, err := tx.exec(ctx, "INSERT INTO wal_test (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", i%200, body)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := s.WriterStats(); st.WALRestartsWaited != 0 {
+		t.Errorf("%d of %d restarts waited for readers; no reader was in the WAL", st.WALRestartsWaited, st.WALRestarts)
+	}
+}
