@@ -24,8 +24,20 @@ func (t *Tx) ExecLaterForTests(ctx context.Context, what, q string, args ...any)
 	return t.execLater(ctx, what, q, args...)
 }
 
+// heldForTests inserts the events SQLite's writer holds (holdEvents), so that a statement of a
+// test sees them.
+func (t *Tx) heldForTests(ctx context.Context) error {
+	if t.lc == nil {
+		return nil
+	}
+	return t.insertHeldEvents(ctx)
+}
+
 // ExecForTests runs a write now (with what is held before it) and returns its rows affected.
 func (t *Tx) ExecForTests(ctx context.Context, q string, args ...any) (int64, error) {
+	if err := t.heldForTests(ctx); err != nil {
+		return 0, err
+	}
 	res, err := t.exec(ctx, q, args...)
 	if err != nil {
 		return 0, err
@@ -35,6 +47,9 @@ func (t *Tx) ExecForTests(ctx context.Context, q string, args ...any) (int64, er
 
 // QueryIntForTests reads one integer.
 func (t *Tx) QueryIntForTests(ctx context.Context, q string, args ...any) (int64, error) {
+	if err := t.heldForTests(ctx); err != nil {
+		return 0, err
+	}
 	var n int64
 	err := t.queryRow(ctx, q, args...).Scan(&n)
 	return n, err
@@ -46,6 +61,9 @@ func (t *Tx) TripsForTests() int { return t.trips }
 // QueryPairsForTests reads rows of an integer and a string through the transaction's read of
 // several rows (Tx.query).
 func (t *Tx) QueryPairsForTests(ctx context.Context, q string, args ...any) ([]string, error) {
+	if err := t.heldForTests(ctx); err != nil {
+		return nil, err
+	}
 	rows, err := t.query(ctx, q, args...)
 	return collect(rows, err, "pairs", func(r interface{ Scan(...any) error }) (string, error) {
 		var id int64

@@ -527,6 +527,10 @@ func (t *Tx) LockInstallation(ctx context.Context) error {
 
 // AppendEvent adds an event row in the transaction.
 func (t *Tx) AppendEvent(ctx context.Context, e Event) error {
+	if t.lc != nil {
+		t.holdEvents(e)
+		return nil
+	}
 	if e.Data == "" {
 		e.Data = "{}"
 	}

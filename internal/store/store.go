@@ -99,6 +99,10 @@ type Store struct {
 	// without them failed; see commitPass), and on PostgreSQL the writes run again so
 	// (speculate).
 	reruns atomic.Int64
+	// heldEvents is the array the writer's passes hold their events in (Tx.holdEvents), and
+	// heldEventInserts the statements that insert them, one per size in heldEventChunks.
+	heldEvents       []Event
+	heldEventInserts [len(heldEventChunks)]string
 	// lite is SQLite's writer connection, used by commitLoop alone (see liteConn); write
 	// (database/sql) migrates the schema and restarts the WAL.
 	lite *liteConn
@@ -756,6 +760,9 @@ type Tx struct {
 	// nodes are the indexed columns of the nodes the transaction read or wrote, by id, at the
 	// version it saw (SQLite's writer: UpdateNode).
 	nodes map[string]nodeKeys
+	// events are the events the writes of SQLite's writer appended, inserted together before
+	// the commit (holdEvents).
+	events []Event
 }
 
 // OnUndo registers f, which undoes what the caller kept outside the transaction (in memory)
@@ -1449,7 +1456,8 @@ func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (
 		}
 		return 0, true
 	}
-	t := &Tx{s: s, lc: s.lite, at: s.nowMicros()}
+	t := &Tx{s: s, lc: s.lite, at: s.nowMicros(), events: s.heldEvents}
+	defer func() { clear(t.events); s.heldEvents = t.events[:0] }()
 	// undo rolls the pass back: its writes, and what their functions kept beside them.
 	undo := func() {
 		tx.Rollback()
@@ -1481,6 +1489,9 @@ func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (
 		if errs[i], err = t.savepoint(ctx, "w", func() error { return runCaught(r.f, t) }); err != nil {
 			return fail(err)
 		}
+	}
+	if err := t.insertHeldEvents(ctx); err != nil {
+		return fail(err)
 	}
 	if rehearsal {
 		undo()
