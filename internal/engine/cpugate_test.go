@@ -141,7 +141,7 @@ func TestAgentWorkGoesThroughTheCPUGate(t *testing.T) {
 	}
 	through("a node's join")
 	c := store.Command{ID: cmds[0].ID, NodeID: f.node.ID, Kind: "disk.wipe", Generation: f.node.IdentityGeneration}
-	if err := f.e.preverify(c, Update{CommandID: c.ID, State: "succeeded", NodeSig: []byte("sig"), SignerCertDER: []byte("not a certificate")}); err == nil {
+	if err := f.e.preverify(ctx, c, Update{CommandID: c.ID, State: "succeeded", NodeSig: []byte("sig"), SignerCertDER: []byte("not a certificate")}); err == nil {
 		t.Error("an attestation by no certificate passed the early check")
 	}
 	through("an attested result's early check")

@@ -69,7 +69,7 @@ func TestAttestedOutcomeCheckedBeforeTheWriter(t *testing.T) {
 		{name: "a command not handed out here", a: node, u: unknown},
 		{name: "reported by a site agent", a: f.site, u: honest},
 	} {
-		checked, err := f.e.preverifyClaimed(c.a, c.u)
+		checked, err := f.e.preverifyClaimed(ctx, c.a, c.u)
 		if checked != c.checked || (err != nil) != c.bad {
 			t.Errorf("%s: checked %v, %v; want checked %v, refused %v", c.name, checked, err, c.checked, c.bad)
 		}
@@ -89,7 +89,7 @@ func TestAttestedOutcomeCheckedBeforeTheWriter(t *testing.T) {
 	if c := f.commands(t, "disk.wipe")[0]; c.State != "succeeded" || string(c.ResultSig) != string(sig) {
 		t.Fatalf("after the outcome the wipe is %s (signature kept: %v)", c.State, string(c.ResultSig) == string(sig))
 	}
-	if checked, _ := f.e.preverifyClaimed(node, honest); checked {
+	if checked, _ := f.e.preverifyClaimed(ctx, node, honest); checked {
 		t.Error("the kind is still kept after the outcome")
 	}
 }

@@ -1112,12 +1112,12 @@ func (e *Engine) Report(ctx context.Context, a Agent, u Update) error {
 	if final {
 		if e.st.Engine() == store.SQLite {
 			if len(u.NodeSig) > 0 {
-				e.preverifyClaimed(a, u) // (what it found, the engine's check finds again)
+				e.preverifyClaimed(ctx, a, u) // (what it found, the engine's check finds again)
 			}
 		} else if c, err := e.st.Command(ctx, u.CommandID); err == nil {
 			pre = &c
 			if len(u.NodeSig) > 0 {
-				e.preverify(c, u)
+				e.preverify(ctx, c, u)
 			}
 			if e.afterPreRead != nil {
 				e.afterPreRead()
@@ -1361,13 +1361,13 @@ func (e *Engine) wakeOrReconcile(ctx context.Context, tx *store.Tx, nodeID strin
 // engine checks it again from the stored row when it takes the result, and then finds it
 // verified (pki remembers verified signatures). A failure here changes nothing: the engine's
 // check decides.
-func (e *Engine) preverify(c store.Command, u Update) error {
+func (e *Engine) preverify(ctx context.Context, c store.Command, u Update) error {
 	if e.ca == nil || e.acceptIngested || len(u.SignerCertDER) == 0 {
 		return nil
 	}
 	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}
 	var err error
-	if gerr := e.cpu.run(context.Background(), func() {
+	if gerr := e.cpu.run(ctx, func() {
 		err = pki.VerifyStatement(e.ca, u.SignerCertDER, st, u.NodeSig, c.Generation, time.Now())
 	}); gerr != nil {
 		return gerr
@@ -1382,12 +1382,12 @@ func (e *Engine) preverify(c store.Command, u Update) error {
 // rebuilt wrong only fails here.
 // checked says whether it checked (the command was handed out here, to a node agent), err
 // what the check found.
-func (e *Engine) preverifyClaimed(a Agent, u Update) (checked bool, err error) {
+func (e *Engine) preverifyClaimed(ctx context.Context, a Agent, u Update) (checked bool, err error) {
 	kind, ok := e.attestedKinds.Get(u.CommandID)
 	if !ok || a.Kind != "node" {
 		return false, nil
 	}
-	return true, e.preverify(store.Command{ID: u.CommandID, NodeID: a.NodeID, Kind: kind, Generation: a.Generation}, u)
+	return true, e.preverify(ctx, store.Command{ID: u.CommandID, NodeID: a.NodeID, Kind: kind, Generation: a.Generation}, u)
 }
 
 func progressJSON(u Update) string {

@@ -31,7 +31,6 @@ func TestWALBoundDecides(t *testing.T) {
 		{"asked, not caught up within walAskWait", asked, true, t0.Add(walAskWait), 3, walBackfill},
 		{"copied what was left before, not restarted yet", walBound{over: true, asked: true, askedAt: t0, catchUps: 3, backfills: walBackfills - 1}, true, t0, 4, walBackfill},
 		{"copied what was left walBackfills times: wait for the readers", walBound{over: true, asked: true, askedAt: t0, catchUps: 3, backfills: walBackfills}, true, t0, 4, walRestart},
-		{"readers kept it busy, waiting for the checkpointer", walBound{over: true, asked: true, askedAt: t0, catchUps: 3, backfills: walBackfills}, true, t0, 3, walNothing},
 	} {
 		if got := c.w.next(c.over, c.now, c.catchUps); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
