@@ -16,19 +16,8 @@ import (
 // keeps adding to (it grew to 3 GB beside a 600 MB database in a 10 000-node simulation).
 func TestWALStaysBoundedUnderSteadyWrites(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "bcd.db")
 	const limit = 1 << 20
-	s, err := open(ctx, "sqlite://"+path, limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Write(ctx, func(tx *Tx) error {
-		_, err := tx.exec(ctx, "CREATE TABLE wal_test (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s, path := walTestStore(t, limit)
 
 	// Readers read all the while, as claims do: short reads by key.
 	stop := make(chan struct{})
@@ -93,4 +82,24 @@ func TestWALStaysBoundedUnderSteadyWrites(t *testing.T) {
 		t.Errorf("the WAL was never restarted (%d writes in %d groups)", st.Writes, st.Groups)
 	}
 	t.Logf("largest WAL %d KiB, %d restarts (%d waited for readers), %d groups", largest>>10, s.WriterStats().WALRestarts, s.WriterStats().WALRestartsWaited, s.WriterStats().Groups)
+}
+
+// walTestStore opens a SQLite store whose WAL is held to limit, with a table wal_test (id, body)
+// to write to, closed when the test ends; path is its database file.
+func walTestStore(t *testing.T, limit int64) (s *Store, path string) {
+	t.Helper()
+	ctx := context.Background()
+	path = filepath.Join(t.TempDir(), "bcd.db")
+	s, err := open(ctx, "sqlite://"+path, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(ctx, "CREATE TABLE wal_test (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return s, path
 }

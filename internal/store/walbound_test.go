@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -42,18 +41,7 @@ func TestWALBoundDecides(t *testing.T) {
 // the writer copies what is left, and SQLite begins the WAL again at the next group's write.
 func TestWALRestartsWithoutWaitingWhenNoReaderIsInIt(t *testing.T) {
 	ctx := context.Background()
-	const limit = 1 << 20
-	s, err := open(ctx, "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"), limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Write(ctx, func(tx *Tx) error {
-		_, err := tx.exec(ctx, "CREATE TABLE wal_test (id INTEGER PRIMARY KEY, body TEXT NOT NULL)")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := walTestStore(t, 1<<20)
 	body := strings.Repeat("x", 8192)
 	for i := 0; s.WriterStats().WALRestarts < 3; i++ {
 		if i == 4000 {
