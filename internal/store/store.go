@@ -1457,11 +1457,14 @@ func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (
 		return 0, true
 	}
 	t := &Tx{s: s, lc: s.lite, at: s.nowMicros(), events: s.heldEvents}
-	defer func() { clear(t.events); s.heldEvents = t.events[:0] }()
+	// keep hands the array the pass held its events in to the next pass, before any of the
+	// pass's writes is answered (a test's commitGroup after an answer then sees it kept).
+	keep := func() { clear(t.events); s.heldEvents = t.events[:0] }
 	// undo rolls the pass back: its writes, and what their functions kept beside them.
 	undo := func() {
 		tx.Rollback()
 		t.undoFrom(0)
+		keep()
 	}
 	fail := func(err error) (int, bool) {
 		undo()
@@ -1499,11 +1502,13 @@ func (s *Store) commitPass(group []*writeReq, pessimistic int, rehearsal bool) (
 	}
 	if err := tx.Commit(); err != nil {
 		t.undoFrom(0)
+		keep()
 		for _, r := range group {
 			r.done <- fmt.Errorf("committing transaction: %w", err)
 		}
 		return 0, true
 	}
+	keep()
 	s.flush.Lock()
 	s.flush.pending = append(s.flush.pending, committedGroup{group, errs})
 	s.flush.Unlock()
