@@ -109,11 +109,7 @@ func TestAgentWorkGoesThroughTheCPUGate(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
 	f := newWFFixture(t, st, "inspecting", "ready", []workflow.Step{{Use: "boot.prepareRamdisk", Timeout: time.Hour}}, nil, Config{})
-	ca, err := pki.CreateCA("test", time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.e = New(st, ca, nil, Config{AgentGrace: time.Second})
+	f.checkAttestations(t, time.Now())
 	f.run(t)
 	admitted := f.e.cpu.admitted.Load()
 	through := func(what string) {

@@ -31,11 +31,7 @@ func TestJoinTokenHandedOutIsRemembered(t *testing.T) {
 			ctx := context.Background()
 			st := storetest.Open(t, store.SQLite)
 			f := newWFFixture(t, st, "inspecting", "ready", []workflow.Step{{Use: "boot.prepareRamdisk", Timeout: time.Hour}}, nil, Config{})
-			ca, err := pki.CreateCA("test", time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			f.e = New(st, ca, nil, Config{AgentGrace: time.Second})
+			f.checkAttestations(t, time.Now())
 			f.run(t)
 			st.RehearseWrites(tc.rehearse)
 			cmds, err := f.e.Claim(ctx, f.site, 10)

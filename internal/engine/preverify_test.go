@@ -20,11 +20,7 @@ func TestAttestedOutcomeCheckedBeforeTheWriter(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
 	f := newWFFixture(t, st, "inspecting", "ready", []workflow.Step{{Use: "disk.wipe", Args: map[string]string{"mode": "quick"}, Timeout: time.Hour}}, nil, Config{})
-	ca, err := pki.CreateCA("test", f.clock.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.e = New(st, ca, nil, Config{AgentGrace: time.Second}) // attestations checked for real
+	ca := f.checkAttestations(t, f.clock.Now())
 	f.run(t)
 	key, csr, err := pki.NewKeyAndCSR("agent")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/pki"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -96,6 +97,18 @@ func insertTestNode(ctx context.Context, tx *store.Tx, c *clock, state, target s
 		State: state, TargetState: target, Power: "on", BMCDriver: "redfish", BMCAddress: "https://10.0.0.9",
 		BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p", MACs: []string{"52:54:00:00:00:01"}}
 	return n, tx.InsertNode(ctx, &n)
+}
+
+// checkAttestations gives f an engine that checks attestations for real, against a CA made at
+// at, which it returns.
+func (f *wfFixture) checkAttestations(t *testing.T, at time.Time) *pki.CA {
+	t.Helper()
+	ca, err := pki.CreateCA("test", at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.e = New(f.st, ca, nil, Config{AgentGrace: time.Second})
+	return ca
 }
 
 // run reconciles every due node.
