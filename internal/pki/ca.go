@@ -128,12 +128,14 @@ type verifiedCert struct {
 	issuer string // fingerprint of the CA that issued it
 }
 
-// maxVerified bounds the verified certificates and signatures kept (each emptied when full).
+// maxVerified bounds the verified certificates and signatures kept (cache.Bounded: the older
+// half dropped when full; a signature checked before its report enters the writer is still
+// kept when the writer checks it, unless 2 048 others were checked meanwhile).
 const maxVerified = 4096
 
 // maxIssued bounds the issued certificates remembered (a few per machine in a workflow: its
-// ramdisk's and its OS's; emptied when full, which only costs the next Verify of each its
-// checks). An entry is its hash and the issuer's fingerprint, about 100 bytes.
+// ramdisk's and its OS's; the older half dropped when full, which only costs the next Verify of
+// each its checks). An entry is its hash and the issuer's fingerprint, about 100 bytes.
 const maxIssued = 1 << 16
 
 func authorityOf(cert *x509.Certificate, der []byte, key *ecdsa.PrivateKey) *authority {
