@@ -573,11 +573,20 @@ func (t *Tx) holdEvents(evs ...Event) {
 // statements of fixed shape, each kept prepared.
 var heldEventChunks = [...]int{64, 32, 16, 8, 4, 2, 1}
 
-// insertHeldEvents inserts the events held (holdEvents), in the order appended.
+// eventRowParams are the parameters of one event's row in an insert (at, then 8 texts).
+const eventRowParams = 9
+
+// insertHeldEvents inserts the events held (holdEvents), in the order appended. Only SQLite's
+// writer holds events: its connection binds them as they are (liteConn.execEvents).
 func (t *Tx) insertHeldEvents(ctx context.Context) error {
 	held, evs := t.events, t.events
 	defer func() { clear(held); t.events = held[:0] }() // (the next pass holds its events in the same array)
-	args := make([]any, 0, 9*min(len(evs), heldEventChunks[0]))
+	if len(evs) == 0 {
+		return nil
+	}
+	if t.lc == nil {
+		return fmt.Errorf("appending %d events: held outside SQLite's writer", len(evs))
+	}
 	for i, per := range heldEventChunks {
 		q := &t.s.heldEventInserts[i]
 		if *q == "" {
@@ -585,14 +594,7 @@ func (t *Tx) insertHeldEvents(ctx context.Context) error {
 				strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", per-1) + `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		}
 		for ; len(evs) >= per; evs = evs[per:] {
-			args = args[:0]
-			for _, e := range evs[:per] {
-				if e.Data == "" {
-					e.Data = "{}"
-				}
-				args = append(args, t.at, e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, e.Data)
-			}
-			if _, err := t.exec(ctx, *q, args...); err != nil {
+			if err := t.lc.execEvents(t.s.bind(*q), t.at, evs[:per]); err != nil {
 				return fmt.Errorf("appending %d events: %w", per, err)
 			}
 		}

@@ -92,3 +92,42 @@ func TestWriterInsertsHeldEventsAtTheCommit(t *testing.T) {
 		}
 	})
 }
+
+// Every column of a held event reaches its row as appended (SQLite's writer binds them without
+// database/sql's arguments): texts of any length and content, empty ones as empty (not NULL),
+// an empty data as {}, across statements of several sizes (67 events: 64, 2 and 1 rows).
+func TestWriterInsertsHeldEventsWhole(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		want := make([]store.Event, 67)
+		for i := range want {
+			want[i] = store.Event{TenantID: "tenant-é", NodeID: fmt.Sprintf("node-%d", i%5), Actor: "test",
+				Kind: fmt.Sprintf("k%03d", i), FromState: "", ToState: "ready", Reason: fmt.Sprintf("%*s", i*37, "«r»"),
+				Data: fmt.Sprintf(`{"i":%d}`, i)}
+			if i%4 == 0 {
+				want[i].Data, want[i].FromState = "", "enrolling"
+			}
+		}
+		if err := st.Write(ctx, func(tx *store.Tx) error { return tx.AppendEvents(ctx, want) }); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.Events(ctx, store.EventFilter{TenantID: "tenant-é", Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, func(a, b store.Event) int { return int(a.ID) - int(b.ID) })
+		if len(got) != len(want) {
+			t.Fatalf("%d events, want %d", len(got), len(want))
+		}
+		for i, g := range got {
+			w := want[i]
+			if w.Data == "" {
+				w.Data = "{}"
+			}
+			w.ID, w.At = g.ID, g.At
+			if g != w || g.At == 0 {
+				t.Errorf("event %d:\n got %+v\nwant %+v", i, g, w)
+			}
+		}
+	})
+}

@@ -371,17 +371,10 @@ func (st *liteStmt) bind(args []any) error {
 			size, bytes = size+len(x), true
 		}
 	}
-	// (An empty string is bound at an address in the buffer: at none it would be NULL.)
-	if bytes && (size > st.bufCap || st.buf == 0) {
-		if st.buf != 0 {
-			libc.Xfree(st.c.tls, st.buf)
-			st.buf, st.bufCap = 0, 0
+	if bytes {
+		if err := st.reserve(size); err != nil {
+			return err
 		}
-		n := max(size, 2*st.bufCap, 256)
-		if st.buf = libc.Xmalloc(st.c.tls, types.Size_t(n)); st.buf == 0 {
-			return fmt.Errorf("binding %d bytes of arguments: out of memory", size)
-		}
-		st.bufCap = n
 	}
 	tls, p, off := st.c.tls, st.p, 0
 	// place copies b into the statement's buffer and returns where.
@@ -427,6 +420,97 @@ func (st *liteStmt) bind(args []any) error {
 		}
 	}
 	return nil
+}
+
+// reserve makes the statement's buffer hold at least size bytes of text and blob arguments,
+// which SQLite reads from it until the next binding (they are bound without a copy). An empty
+// string is bound at an address in the buffer (at none it would be NULL): the buffer exists
+// even for size 0.
+func (st *liteStmt) reserve(size int) error {
+	if st.buf != 0 && size <= st.bufCap {
+		return nil
+	}
+	if st.buf != 0 {
+		libc.Xfree(st.c.tls, st.buf)
+		st.buf, st.bufCap = 0, 0
+	}
+	n := max(size, 2*st.bufCap, 256)
+	if st.buf = libc.Xmalloc(st.c.tls, types.Size_t(n)); st.buf == 0 {
+		return fmt.Errorf("binding %d bytes of arguments: out of memory", size)
+	}
+	st.bufCap = n
+	return nil
+}
+
+// bindEvents binds the rows of an insert of events (at, then the columns of
+// eventRowColumns) without holding each value in an interface, as bind's arguments are: nine
+// allocations an event, the most numerous of the writer's.
+func (st *liteStmt) bindEvents(at int64, evs []Event) error {
+	if want := len(evs) * eventRowParams; want != st.params {
+		return fmt.Errorf("%d events (%d arguments) for %d parameters", len(evs), want, st.params)
+	}
+	size := 0
+	for i := range evs {
+		e := &evs[i]
+		size += len(e.TenantID) + len(e.NodeID) + len(e.Actor) + len(e.Kind) + len(e.FromState) + len(e.ToState) + len(e.Reason) + max(len(e.Data), 2)
+	}
+	if err := st.reserve(size); err != nil {
+		return err
+	}
+	tls, p, off := st.c.tls, st.p, uintptr(0)
+	n := int32(0)
+	text := func(s string) int32 {
+		n++
+		where := st.buf + off
+		copy(libc.GoBytes(where, len(s)), s)
+		off += uintptr(len(s))
+		return sqlite3.Xsqlite3_bind_text(tls, p, n, where, int32(len(s)), 0)
+	}
+	for i := range evs {
+		e := &evs[i]
+		data := e.Data
+		if data == "" {
+			data = "{}"
+		}
+		n++
+		rc := sqlite3.Xsqlite3_bind_int64(tls, p, n, at)
+		for _, s := range [...]string{e.TenantID, e.NodeID, e.Actor, e.Kind, e.FromState, e.ToState, e.Reason, data} {
+			if rc != sqlite3.SQLITE_OK {
+				break
+			}
+			rc = text(s)
+		}
+		if rc != sqlite3.SQLITE_OK {
+			return fmt.Errorf("binding argument %d: %w", n, st.c.errorOf(rc))
+		}
+	}
+	return nil
+}
+
+// execEvents runs q, an insert of len(evs) events' rows (eventRowParams each), bound by
+// bindEvents.
+func (c *liteConn) execEvents(q string, at int64, evs []Event) error {
+	c.statements.Add(1)
+	st, err := c.prepare(q)
+	if err != nil {
+		return err
+	}
+	defer st.done()
+	if err := st.bindEvents(at, evs); err != nil {
+		return fmt.Errorf("running %.60q: %w", q, err)
+	}
+	if c.cache != nil {
+		defer c.cache.ran(q)
+	}
+	for {
+		switch rc := sqlite3.Xsqlite3_step(c.tls, st.p); rc {
+		case sqlite3.SQLITE_ROW:
+		case sqlite3.SQLITE_DONE:
+			return nil
+		default:
+			return c.errorOf(rc)
+		}
+	}
 }
 
 // liteResult is what a statement changed.
