@@ -188,6 +188,35 @@ func TestPreviousBootsCommandsLost(t *testing.T) {
 	})
 }
 
+// On SQLite a boot that left nothing behind costs its successor one read: the updates that would
+// end the previous boot's commands and cancels run only for what there is (each collects its
+// rows into a temporary table first, even for none).
+func TestPreviousBootWithNothingLeftOnlyReads(t *testing.T) {
+	st := storetest.Open(t, store.SQLite)
+	ctx := context.Background()
+	_, nodes := seed(t, st)
+	agent := "node:" + nodes[0].ID
+	lose := func() (lost []store.Command, statements int64) {
+		t.Helper()
+		before := st.WriterStats().Statements
+		writeCancels(t, st, func(tx *store.Tx) error {
+			var err error
+			lost, err = tx.LosePreviousBoot(ctx, agent, "rebooted")
+			return err
+		})
+		return lost, st.WriterStats().Statements - before
+	}
+	if lost, n := lose(); len(lost) != 0 || n != 3 {
+		t.Errorf("nothing left: lost %d commands in %d statements, want none in 3 (BEGIN, the read, COMMIT)", len(lost), n)
+	}
+	c := &store.Command{NodeID: nodes[0].ID, TenantID: nodes[0].TenantID, SiteID: nodes[0].SiteID, Kind: "disk.wipe", Args: "{}",
+		RunsOn: "ramdisk", TargetAgent: agent, State: "running"}
+	writeCancels(t, st, func(tx *store.Tx) error { return tx.InsertCommand(ctx, c) })
+	if lost, n := lose(); len(lost) != 1 || lost[0].ID != c.ID || n != 4 {
+		t.Errorf("a running command left: lost %d commands in %d statements, want it in 4 (and the update)", len(lost), n)
+	}
+}
+
 func writeCancels(t *testing.T, st *store.Store, f func(tx *store.Tx) error) {
 	t.Helper()
 	if err := st.Write(context.Background(), f); err != nil {
