@@ -490,27 +490,8 @@ func (st *liteStmt) bindEvents(at int64, evs []Event) error {
 // execEvents runs q, an insert of len(evs) events' rows (eventRowParams each), bound by
 // bindEvents.
 func (c *liteConn) execEvents(q string, at int64, evs []Event) error {
-	c.statements.Add(1)
-	st, err := c.prepare(q)
-	if err != nil {
-		return err
-	}
-	defer st.done()
-	if err := st.bindEvents(at, evs); err != nil {
-		return fmt.Errorf("running %.60q: %w", q, err)
-	}
-	if c.cache != nil {
-		defer c.cache.ran(q)
-	}
-	for {
-		switch rc := sqlite3.Xsqlite3_step(c.tls, st.p); rc {
-		case sqlite3.SQLITE_ROW:
-		case sqlite3.SQLITE_DONE:
-			return nil
-		default:
-			return c.errorOf(rc)
-		}
-	}
+	_, err := c.run(q, func(st *liteStmt) error { return st.bindEvents(at, evs) })
+	return err
 }
 
 // liteResult is what a statement changed.
@@ -521,13 +502,18 @@ func (r liteResult) RowsAffected() (int64, error) { return r.rows, nil }
 
 // exec runs q to its end (the rows of a RETURNING clause are read and dropped).
 func (c *liteConn) exec(q string, args []any) (sql.Result, error) {
+	return c.run(q, func(st *liteStmt) error { return st.bind(args) })
+}
+
+// run prepares q, binds its arguments (bind) and runs it to its end.
+func (c *liteConn) run(q string, bind func(*liteStmt) error) (sql.Result, error) {
 	c.statements.Add(1)
 	st, err := c.prepare(q)
 	if err != nil {
 		return nil, err
 	}
 	defer st.done()
-	if err := st.bind(args); err != nil {
+	if err := bind(st); err != nil {
 		return nil, fmt.Errorf("running %.60q: %w", q, err)
 	}
 	if c.cache != nil {
