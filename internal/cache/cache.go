@@ -1,6 +1,7 @@
-// Package cache holds Bounded, the small concurrency-safe map, bounded in two generations, the engine and the CA keep what
-// they computed in (decoded step lists, batches seen running, verified certificates), and
-// Verified, the signature checks that passed (the CA's, the image catalog's).
+// Package cache holds Bounded, the small concurrency-safe map (bounded, in two generations) the
+// engine and the CA keep what they computed in (decoded step lists, batches seen running,
+// verified certificates), and Verified, the signature checks that passed (the CA's, the image
+// catalog's).
 package cache
 
 import "sync"
