@@ -134,8 +134,7 @@ type tokenNode struct {
 }
 
 // maxJoinTokens bounds the join tokens a server remembers having handed out (one per machine
-// booting; the older half dropped when full, which only sends those joins' reads beside the
-// writer).
+// booting; emptied when full, which only sends those joins' reads beside the writer).
 const maxJoinTokens = 1 << 16
 
 // CurrentGeneration is the node's identity generation; certificates of older ones are refused.

@@ -837,8 +837,8 @@ func (e *Engine) offer(a Agent, cands []store.Command, creds map[string]map[stri
 }
 
 // maxAttestedKinds bounds the attested commands whose kinds a server keeps for their outcomes'
-// early check (a few per machine in a workflow; the older half dropped when full, which only
-// skips the early check of the outcomes still out).
+// early check (a few per machine in a workflow; emptied when full, which only skips the early
+// check of the outcomes still out).
 const maxAttestedKinds = 1 << 16
 
 // forget drops finished commands from an agent's offered set, and from what it is told to

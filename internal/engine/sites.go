@@ -390,7 +390,7 @@ func (e *Engine) credentialsFor(ctx context.Context, a Agent, ref store.BMCRef) 
 }
 
 // maxCredentials bounds the credentials kept encrypted to agents (one per machine and agent
-// serving it; the older half dropped when full, which only costs encrypting again).
+// serving it; emptied when full, which only costs encrypting again).
 const maxCredentials = 1 << 14
 
 // encryptCredentials encrypts plain to agent a's certificate, or returns what it encrypted for
