@@ -430,11 +430,11 @@ func (st *liteStmt) reserve(size int) error {
 	if st.buf != 0 && size <= st.bufCap {
 		return nil
 	}
+	n := max(size, 2*st.bufCap, 256)
 	if st.buf != 0 {
 		libc.Xfree(st.c.tls, st.buf)
 		st.buf, st.bufCap = 0, 0
 	}
-	n := max(size, 2*st.bufCap, 256)
 	if st.buf = libc.Xmalloc(st.c.tls, types.Size_t(n)); st.buf == 0 {
 		return fmt.Errorf("binding %d bytes of arguments: out of memory", size)
 	}
