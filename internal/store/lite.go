@@ -442,8 +442,8 @@ func (st *liteStmt) reserve(size int) error {
 	return nil
 }
 
-// bindEvents binds the rows of an insert of events (at, then the columns of
-// eventRowColumns) without holding each value in an interface, as bind's arguments are: nine
+// bindEvents binds the rows of an insert of events (eventRowParams each: at, then the event's
+// eight texts) without holding each value in an interface, as bind's arguments are: nine
 // allocations an event, the most numerous of the writer's.
 func (st *liteStmt) bindEvents(at int64, evs []Event) error {
 	if want := len(evs) * eventRowParams; want != st.params {
