@@ -20,3 +20,6 @@ func AppendReceived(t *testing.T, dir, id string) {
 		t.Fatal(err)
 	}
 }
+
+// OpenConns is how many of the link's gateway connections are open.
+func (l *Link) OpenConns() int { return l.conns.open() }

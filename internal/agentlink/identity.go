@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -103,8 +104,9 @@ func (i *identity) store(dir string) error {
 }
 
 // transport is an HTTP/2-only client transport trusting caPEM, presenting the certificate
-// cert returns at each handshake (nil: none, to join).
-func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate) (*http.Transport, error) {
+// cert returns at each handshake (nil: none, to join). With conns, its connections are
+// recorded there (a link's, which closes them all when it ends).
+func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate, conns *connSet) (*http.Transport, error) {
 	u, err := url.Parse(cfg.GatewayURL)
 	if err != nil || u.Scheme != "https" || u.Host == "" {
 		return nil, fmt.Errorf("gateway URL %q: must be https://host[:port]", cfg.GatewayURL)
@@ -122,7 +124,13 @@ func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate) (*http.Tr
 	}
 	var protos http.Protocols
 	protos.SetHTTP2(true)
+	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	if conns != nil {
+		// As http.DefaultTransport dials.
+		dial = conns.dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+	}
 	return &http.Transport{
+		DialContext:         dial,
 		TLSClientConfig:     tc,
 		Protocols:           &protos,
 		ForceAttemptHTTP2:   true,
@@ -168,7 +176,7 @@ func join(ctx context.Context, cfg *Config) (*identity, error) {
 		return nil, fmt.Errorf("joining: %w", err)
 	}
 	req.CsrDer = csr
-	tr, err := transport(cfg, cfg.CAPEM, nil)
+	tr, err := transport(cfg, cfg.CAPEM, nil, nil)
 	if err != nil {
 		return nil, fmt.Errorf("joining: %w", err)
 	}

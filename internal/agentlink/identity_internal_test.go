@@ -10,7 +10,7 @@ import (
 // that was only slow (a loaded host) cut joins with "http2: client connection lost".
 func TestTransportConnectionDeadAfterThreeSilentIntervals(t *testing.T) {
 	for _, hb := range []time.Duration{250 * time.Millisecond, time.Second, 10 * time.Second} {
-		tr, err := transport(&Config{GatewayURL: "https://127.0.0.1:8443", HeartbeatInterval: hb}, nil, nil)
+		tr, err := transport(&Config{GatewayURL: "https://127.0.0.1:8443", HeartbeatInterval: hb}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -148,15 +148,19 @@ type jentry struct {
 func (e *jentry) ran() bool { return e.started || !e.starts }
 
 // journal is the at-most-once record. Appends from concurrent callers share one write and one
-// fsync (group commit). With no file it lives in RAM only (the ramdisk).
+// fsync (group commit). With no path it lives in RAM only (the ramdisk). The file is open only
+// while a batch is written: an agent holds no descriptor for its journal between commands
+// (`bcd sim --server` runs thousands of installed OSes' agents in one process, each with its
+// own journal, under one limit of open files), and a compaction's new file is simply the one
+// the next batch opens.
 type journal struct {
 	retain     int // confirmed entries kept
 	minCompact int // records before compaction is considered
 
 	mu        sync.Mutex
 	cond      *sync.Cond
-	f         *os.File
 	path      string
+	closed    bool // close ran: nothing more is written
 	entries   map[string]*jentry
 	confirmed []string // confirmation order, oldest first
 	// lastID is the last command received, lastMark the store and fences it came under.
@@ -200,31 +204,32 @@ func openJournal(dir string, retain int) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
-	if data == nil {
-		// Created now (or empty): its name must outlive a power loss, or the records synced
-		// into it could go with it.
-		if err := durable.SyncDir(dir); err != nil {
-			_ = f.Close()
-			return nil, fmt.Errorf("creating journal %s: %w", j.path, err)
-		}
-	}
 	if good < len(data) {
+		// Appends go to the file's end: a torn record there must go first.
 		if err := f.Truncate(int64(good)); err != nil {
 			_ = f.Close()
 			return nil, fmt.Errorf("truncating torn journal record: %w", err)
 		}
+		if err := f.Sync(); err != nil {
+			_ = f.Close()
+			return nil, fmt.Errorf("truncating torn journal record: %w", err)
+		}
 	}
-	if _, err := f.Seek(int64(good), 0); err != nil {
-		_ = f.Close()
+	if err := f.Close(); err != nil {
 		return nil, fmt.Errorf("opening journal: %w", err)
 	}
-	j.f = f
+	if data == nil {
+		// Created now (or empty): its name must outlive a power loss, or the records synced
+		// into it could go with it.
+		if err := durable.SyncDir(dir); err != nil {
+			return nil, fmt.Errorf("creating journal %s: %w", j.path, err)
+		}
+	}
 	j.mu.Lock()
 	j.pruneLocked()
 	err = j.err
 	j.mu.Unlock()
 	if err != nil {
-		_ = f.Close()
 		return nil, err
 	}
 	return j, nil
@@ -417,13 +422,19 @@ func (j *journal) last() (string, storeMark) {
 	return j.lastID, j.lastMark
 }
 
+// errJournalClosed refuses what is journaled after the journal was closed.
+var errJournalClosed = errors.New("journal closed")
+
 // writeLocked appends buf to the file; with wait, returns once it is written and fsync'd.
 // Called with j.mu held; may release it while writing.
 func (j *journal) writeLocked(buf []byte, wait bool) error {
 	if j.err != nil {
 		return j.err
 	}
-	if j.f == nil {
+	if j.closed {
+		return errJournalClosed
+	}
+	if j.path == "" {
 		return nil
 	}
 	j.records++
@@ -446,12 +457,8 @@ func (j *journal) writeLocked(buf []byte, wait bool) error {
 func (j *journal) flushLocked() {
 	buf, my := j.pending, j.seq
 	j.pending, j.seq, j.flushing = nil, j.seq+1, true
-	f := j.f
 	j.mu.Unlock()
-	_, err := f.Write(buf)
-	if err == nil {
-		err = f.Sync()
-	}
+	err := appendFile(j.path, buf)
 	j.mu.Lock()
 	j.flushing = false
 	j.done = my
@@ -468,7 +475,7 @@ func (j *journal) pruneLocked() {
 		delete(j.entries, j.confirmed[0])
 		j.confirmed = j.confirmed[1:]
 	}
-	if j.f == nil || j.flushing || j.err != nil {
+	if j.path == "" || j.flushing || j.err != nil || j.closed {
 		return
 	}
 	spent := j.spentArgs > 0 && time.Since(j.compactedAt) >= argsCompaction
@@ -528,42 +535,50 @@ func (j *journal) compactLocked() error {
 	if err := replaceFiles(filepath.Dir(j.path), namedFile{filepath.Base(j.path), buf}); err != nil {
 		return fmt.Errorf("compacting journal: %w", err)
 	}
-	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("compacting journal: reopening: %w", err)
-	}
-	_ = j.f.Close()
-	j.f = f
 	j.pending = nil
 	j.records = n
 	j.spentArgs, j.compactedAt = 0, time.Now()
 	return nil
 }
 
+// close writes what is pending (records not waited for: confirmations, forgotten commands);
+// nothing is journaled after it.
 func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for j.flushing {
 		j.cond.Wait()
 	}
-	if j.f == nil {
+	if j.closed {
 		return nil
 	}
-	var err error
-	if len(j.pending) > 0 && j.err == nil {
-		if _, err = j.f.Write(j.pending); err == nil {
-			err = j.f.Sync()
-		}
-		j.pending = nil
+	j.closed = true
+	if j.path == "" || len(j.pending) == 0 || j.err != nil {
+		return nil
 	}
-	if cerr := j.f.Close(); err == nil {
-		err = cerr
-	}
-	j.f = nil
+	err := appendFile(j.path, j.pending)
+	j.pending = nil
 	if err != nil {
 		return fmt.Errorf("closing journal: %w", err)
 	}
 	return nil
+}
+
+// appendFile appends buf to the file at path and flushes it to disk (fsync), opening it for
+// this write only.
+func appendFile(path string, buf []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(buf)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // namedFile is a file's name in its directory and its content.

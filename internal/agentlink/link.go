@@ -37,7 +37,9 @@ type Link struct {
 	// that the next connection presents the renewed certificate (a connection keeps its
 	// handshake's).
 	wire atomic.Pointer[wire]
-	log  *slog.Logger
+	// conns are the connections of every wire the link had: closed when it ends.
+	conns *connSet
+	log   *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -145,7 +147,7 @@ func Dial(ctx context.Context, cfg Config, h Handler) (*Link, error) {
 		return nil, err
 	}
 	l := &Link{
-		cfg: cfg, h: h, j: j,
+		cfg: cfg, h: h, j: j, conns: newConnSet(),
 		log:     cfg.Logger.With(slog.String("agent", id.id.String())),
 		done:    make(chan struct{}),
 		sem:     make(chan struct{}, cfg.MaxConcurrent),
@@ -297,6 +299,7 @@ func (l *Link) loop() {
 		l.err = err
 	}
 	l.wire.Load().tr.CloseIdleConnections()
+	l.conns.closeAll() // (the stream's, and calls of replaced wires still open)
 }
 
 // wire is a transport to the gateway and the client over it.
@@ -312,7 +315,7 @@ func (l *Link) client() agentv1connect.GatewayServiceClient { return l.wire.Load
 // current at their handshake, and closes the old one's idle connections (calls in flight on it
 // end as they would have; its connections close once idle).
 func (l *Link) rewire() error {
-	tr, err := transport(&l.cfg, l.id.Load().caPEM, func() tls.Certificate { return l.id.Load().tls })
+	tr, err := transport(&l.cfg, l.id.Load().caPEM, func() tls.Certificate { return l.id.Load().tls }, l.conns)
 	if err != nil {
 		return fmt.Errorf("dialing gateway: %w", err)
 	}

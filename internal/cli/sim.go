@@ -73,8 +73,8 @@ func simCmd(g *globals) *cobra.Command {
 			}
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 			if remote || overGateway {
-				// Each machine's agents hold their connections (and the installed OS its
-				// journal) open in this process: 10 000 machines pass a limit of 20 000.
+				// Each machine's agent holds its connection open in this process (and the
+				// server's end of it with --gateway): sim.OpenFiles.
 				if _, err := openfiles.Ensure(ctx, quiet, sim.OpenFiles(nodes, overGateway)); err != nil {
 					return fmt.Errorf("simulating %d machines whose agents speak the agent protocol: %w; simulate fewer machines, or raise the limit (ulimit -n; above the hard limit, ulimit -Hn, only a process with CAP_SYS_RESOURCE may)", nodes, err)
 				}
