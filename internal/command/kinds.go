@@ -126,12 +126,19 @@ func CanMove(from, to State) bool { return slices.Contains(transitions[from], to
 
 // AgentGone is what happens to a command whose agent went away: one the agent never acknowledged
 // is released for another agent when its kind is reroutable (or stays for the same agent, e.g.
-// a node's ramdisk); one it acknowledged is lost (never sent twice).
+// a node's ramdisk); one it acknowledged is lost (never sent twice), unless its kind is
+// self-terminating: its agent going away is how it runs (a kexec ends the ramdisk), and it
+// stays as it is until its step settles it, succeeded when the awaited agent joins (an
+// installed OS can take minutes, longer than the agents' grace period), failed at the step's
+// deadline.
 func AgentGone(s State, k Kind) (next State, release bool) {
 	switch s {
 	case Queued:
 		return Queued, k.Reroutable
 	case Delivered, Running:
+		if k.SelfTerminating {
+			return s, false
+		}
 		return Lost, false
 	}
 	return s, false

@@ -75,6 +75,7 @@ func TestLife(t *testing.T) {
 	}
 	power, _ := Lookup("bmc.power")
 	wipe, _ := Lookup("disk.wipe")
+	kexec, _ := Lookup("boot.kexec")
 	cases := []struct {
 		s       State
 		k       Kind
@@ -87,11 +88,34 @@ func TestLife(t *testing.T) {
 		{Queued, wipe, Queued, false}, // a node's ramdisk command waits for the same node
 		{Running, wipe, Lost, false},
 		{Succeeded, power, Succeeded, false},
+		{Queued, kexec, Queued, false},       // never taken: waits for the node's ramdisk
+		{Delivered, kexec, Delivered, false}, // its ramdisk leaving is how it runs: its step settles it
+		{Running, kexec, Running, false},
+		{Failed, kexec, Failed, false},
 	}
 	for _, c := range cases {
 		next, rel := AgentGone(c.s, c.k)
 		if next != c.next || rel != c.release {
 			t.Errorf("%s %s: %s %v, want %s %v", c.k.Name, c.s, next, rel, c.next, c.release)
+		}
+	}
+	// Every kind in every state: an acknowledged command is never released (never sent
+	// twice), and only a self-terminating one is not lost; a final one stays as it is.
+	for _, k := range Kinds() {
+		for _, s := range []State{Queued, Delivered, Running, Succeeded, Failed, Lost} {
+			next, rel := AgentGone(s, k)
+			switch {
+			case s == Queued && (next != Queued || rel != k.Reroutable):
+				t.Errorf("%s %s: %s %v, want queued, released if reroutable", k.Name, s, next, rel)
+			case s != Queued && rel:
+				t.Errorf("%s %s: released once acknowledged", k.Name, s)
+			case s.Final() && next != s:
+				t.Errorf("%s %s: moved to %s", k.Name, s, next)
+			case (s == Delivered || s == Running) && k.SelfTerminating && next != s:
+				t.Errorf("%s %s: %s, want left for its step", k.Name, s, next)
+			case (s == Delivered || s == Running) && !k.SelfTerminating && next != Lost:
+				t.Errorf("%s %s: %s, want lost", k.Name, s, next)
+			}
 		}
 	}
 }
