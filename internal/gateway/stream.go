@@ -118,7 +118,15 @@ func (s *Server) Connect(ctx context.Context, stream *connect.BidiStream[agentv1
 func (ss *session) recheck() error {
 	_, err := ss.s.admit(ss.ctx)
 	if c := connect.CodeOf(err); c == connect.CodePermissionDenied || c == connect.CodeUnauthenticated {
-		ss.log.LogAttrs(ss.ctx, slog.LevelWarn, "the agent's certificate is refused now: ending its stream", slog.Any("error", err))
+		// A node's identity generation moves on as its workflows go (metal.revokeIdentity at
+		// every release, rescue and retire): the stream of the generation before ends as
+		// expected, while its OS or ramdisk is still up. Anything else refused (a revoked site
+		// agent, a certificate past its end) is worth an operator's look.
+		level := slog.LevelWarn
+		if errors.Is(err, pki.ErrIdentityRevoked) {
+			level = slog.LevelInfo
+		}
+		ss.log.LogAttrs(ss.ctx, level, "the agent's certificate is refused now: ending its stream", slog.Any("error", err))
 		return err
 	}
 	return nil
