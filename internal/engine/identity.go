@@ -139,11 +139,7 @@ const maxJoinTokens = 1 << 16
 
 // CurrentGeneration is the node's identity generation; certificates of older ones are refused.
 func (e *Engine) CurrentGeneration(ctx context.Context, nodeID string) (uint64, error) {
-	n, err := e.st.Node(ctx, nodeID, "")
-	if errors.Is(err, store.ErrNotFound) {
-		return 0, fmt.Errorf("node %s: %w", nodeID, err)
-	}
-	return n.IdentityGeneration, err
+	return e.st.NodeGeneration(ctx, nodeID)
 }
 
 // renewTTL is the lifetime of a renewed certificate: that of the one it replaces (lifetime),

@@ -260,6 +260,13 @@ type Config struct {
 	// a second over the gateway; with 64 (nothing else changed), at 90–101.
 	Lanes        int
 	PollInterval time.Duration // claim without a Notify signal this long after the last claim; default 2s
+	// IdlePollInterval bounds how far a node's stream (ramdisk, installed OS) stretches its
+	// poll while its polls find nothing: each such poll doubles the next one's wait, and a
+	// signal or a claim that finds work brings it back to PollInterval (nextPoll). A fleet's
+	// installed OSes stay connected for as long as they run, with nothing to take: 10 000 of
+	// them polling every 2 s were 5 000 claims a second, a store read each. Default 16 ×
+	// PollInterval (32 s).
+	IdlePollInterval time.Duration
 	// RecheckInterval: an open stream's certificate is admitted again this often (a site
 	// agent revoked, a node's identity generation bumped, the certificate expired): one
 	// refused ends the stream.
@@ -307,8 +314,12 @@ func (c *Config) setDefaults() error {
 	def(&c.Lanes, 64)
 	def(&c.MaxMessageBytes, 16<<20)
 	defd(&c.PollInterval, 2*time.Second)
+	defd(&c.IdlePollInterval, 16*c.PollInterval)
 	defd(&c.IdleTimeout, 45*time.Second)
 	defd(&c.RecheckInterval, 30*time.Second)
+	if c.IdlePollInterval < c.PollInterval {
+		return fmt.Errorf("configuring agent gateway: IdlePollInterval %s shorter than PollInterval %s", c.IdlePollInterval, c.PollInterval)
+	}
 	if c.Window < c.BatchSize {
 		return fmt.Errorf("configuring agent gateway: Window %d smaller than BatchSize %d", c.Window, c.BatchSize)
 	}

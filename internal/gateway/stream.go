@@ -507,20 +507,25 @@ func (ss *session) send() error {
 			queued = false
 		}
 	}
-	claim, starved := true, false
+	node := ss.a.Kind == pki.KindNode || ss.a.Kind == pki.KindNodeTenant
+	every := cfg.PollInterval
+	claim, polled, starved := true, false, false
 	for {
 		if claim {
-			var err error
-			if starved, err = ss.claimAndSend(); err != nil {
+			sent, st, err := ss.claimAndSend()
+			if err != nil {
 				return err
 			}
-			// The poll is a fallback for a signal missed (a command queued by another server):
-			// PollInterval counts from the last claim, so a busy stream never claims for it.
-			poll.Reset(cfg.PollInterval)
+			starved = st
+			// The poll is a fallback for a signal missed (a command queued by another server
+			// whose notice was dropped): it counts from the last claim, so a busy stream never
+			// claims for it, and an idle node's stream stretches it (nextPoll).
+			every = nextPoll(every, cfg.PollInterval, cfg.IdlePollInterval, node, polled, sent > 0)
+			poll.Reset(every)
 			if err := ss.sendCancels(); err != nil {
 				return err
 			}
-			claim = false
+			claim, polled = false, false
 		}
 		select {
 		case <-ss.ctx.Done():
@@ -528,7 +533,7 @@ func (ss *session) send() error {
 		case <-notify:
 			claim = true
 		case <-poll.C:
-			claim = true
+			claim, polled = true, true
 		case <-ss.freed:
 			claim = starved
 		case m := <-ss.ctl:
@@ -547,24 +552,36 @@ func (ss *session) send() error {
 	}
 }
 
+// nextPoll is how long a stream waits for its next poll after a claim, from the last wait
+// (every): PollInterval (base) after a signal or a claim that found work (found), and for a
+// site agent's stream; a node's stream whose poll found nothing waits twice as long as before,
+// up to idleMax. Pure.
+func nextPoll(every, base, idleMax time.Duration, node, polled, found bool) time.Duration {
+	if !node || !polled || found {
+		return base
+	}
+	return max(base, min(2*every, idleMax))
+}
+
 // claimAndSend claims and sends commands until the queue has none or the window is full;
-// starved reports the latter.
-func (ss *session) claimAndSend() (starved bool, err error) {
+// sent counts the commands claimed, starved reports a full window.
+func (ss *session) claimAndSend() (sent int, starved bool, err error) {
 	cfg := ss.s.cfg
 	for {
 		room := min(ss.room(), cfg.BatchSize)
 		if room <= 0 {
-			return true, nil
+			return sent, true, nil
 		}
 		cmds, err := cfg.Queue.Claim(ss.ctx, ss.a, room)
 		if err != nil {
-			return false, fmt.Errorf("claiming commands: %w", err)
+			return sent, false, fmt.Errorf("claiming commands: %w", err)
 		}
 		if err := ss.sendCommands(cmds); err != nil {
-			return false, err
+			return sent, false, err
 		}
+		sent += len(cmds)
 		if len(cmds) < room {
-			return false, nil
+			return sent, false, nil
 		}
 	}
 }

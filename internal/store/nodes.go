@@ -234,6 +234,21 @@ func (s *Store) Node(ctx context.Context, ref, tenantID string) (Node, error) {
 	}, func(q string, args ...any) (rowsIter, error) { return s.queryRows(ctx, q, args...) })
 }
 
+// NodeGeneration reads node id's identity generation (ErrNotFound: no node has that id; names
+// are not looked at). The gateway admits a node's certificate by it at every stream and every
+// re-check of an open one: one column, not the node's row with its maps.
+func (s *Store) NodeGeneration(ctx context.Context, id string) (uint64, error) {
+	var gen int64
+	err := s.queryRow(ctx, `SELECT identity_generation FROM nodes WHERE id = ?`, id).Scan(&gen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, fmt.Errorf("node %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the identity generation of node %s: %w", id, err)
+	}
+	return uint64(gen), nil
+}
+
 // ErrAmbiguous is a node name that exists in several tenants of an all-tenant caller.
 var ErrAmbiguous = errors.New("ambiguous")
 

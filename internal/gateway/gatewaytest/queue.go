@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"bcd/internal/gateway"
 	"bcd/internal/pki"
@@ -62,9 +63,10 @@ type Queue struct {
 	hellos    []gateway.Hello
 	statuses  map[string][]gateway.Status
 	finals    int
-	ackCalls  int             // AckAll calls (frames' acks, per lane)
-	cancelled map[string]bool // ids cancelled and not yet final
-	changed   chan struct{}   // closed and replaced on every change
+	ackCalls  int                    // AckAll calls (frames' acks, per lane)
+	cancelled map[string]bool        // ids cancelled and not yet final
+	changed   chan struct{}          // closed and replaced on every change
+	claimed   map[string][]time.Time // agent key → when each Claim was called
 }
 
 var (
@@ -78,6 +80,7 @@ func NewQueue() *Queue {
 		cmds: map[string]*Entry{}, pending: map[string][]string{}, resend: map[string][]string{},
 		subs: map[string]map[int]chan struct{}{}, connected: map[string]int{}, open: map[string]int{},
 		statuses: map[string][]gateway.Status{}, changed: make(chan struct{}), cancelled: map[string]bool{},
+		claimed: map[string][]time.Time{},
 	}
 }
 
@@ -92,6 +95,16 @@ func AgentKey(a gateway.AgentRef) string {
 
 // Enqueue adds commands for agent to, and wakes its streams.
 func (q *Queue) Enqueue(to gateway.AgentRef, cmds ...gateway.Command) {
+	q.enqueue(to, true, cmds)
+}
+
+// EnqueueQuietly adds commands for agent to without waking its streams, as a command whose
+// notice was lost: only a stream's poll finds them.
+func (q *Queue) EnqueueQuietly(to gateway.AgentRef, cmds ...gateway.Command) {
+	q.enqueue(to, false, cmds)
+}
+
+func (q *Queue) enqueue(to gateway.AgentRef, wake bool, cmds []gateway.Command) {
 	key := AgentKey(to)
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -99,8 +112,20 @@ func (q *Queue) Enqueue(to gateway.AgentRef, cmds ...gateway.Command) {
 		q.cmds[c.ID] = &Entry{Command: c, Target: key, State: Queued}
 		q.pending[key] = append(q.pending[key], c.ID)
 	}
-	q.wakeLocked(key)
+	if wake {
+		q.wakeLocked(key)
+	}
 	q.changedLocked()
+}
+
+// maxClaimTimes bounds the claim times kept per agent (the latest half are kept when full).
+const maxClaimTimes = 256
+
+// Claimed returns when each of agent a's latest claims was made, oldest first.
+func (q *Queue) Claimed(a gateway.AgentRef) []time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return slices.Clone(q.claimed[AgentKey(a)])
 }
 
 // Cancel marks a command cancelled; the gateway sends Cancel to its agent.
@@ -133,6 +158,10 @@ func (q *Queue) Claim(_ context.Context, a gateway.AgentRef, limit int) ([]gatew
 	key := AgentKey(a)
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if c := q.claimed[key]; len(c) >= maxClaimTimes {
+		q.claimed[key] = append(c[:0], c[len(c)-maxClaimTimes/2:]...)
+	}
+	q.claimed[key] = append(q.claimed[key], time.Now())
 	var out []gateway.Command
 	take := func(list []string, want string) []string {
 		i := 0
