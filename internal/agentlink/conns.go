@@ -51,13 +51,6 @@ func (s *connSet) closeAll() {
 	}
 }
 
-// open is how many of the set's connections are open.
-func (s *connSet) open() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
-
 // trackedConn leaves its set when closed.
 type trackedConn struct {
 	net.Conn

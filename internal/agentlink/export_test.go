@@ -22,4 +22,8 @@ func AppendReceived(t *testing.T, dir, id string) {
 }
 
 // OpenConns is how many of the link's gateway connections are open.
-func (l *Link) OpenConns() int { return l.conns.open() }
+func (l *Link) OpenConns() int {
+	l.conns.mu.Lock()
+	defer l.conns.mu.Unlock()
+	return len(l.conns.conns)
+}

@@ -32,6 +32,20 @@ func start(t *testing.T) *gatewaytest.Env {
 	return gatewaytest.Start(t, gateway.Config{PollInterval: 100 * time.Millisecond})
 }
 
+// helloNode opens a stream as generation 1 of node n1 (its certificate issued now) and sends
+// its Hello; the stream is closed when the test ends.
+func helloNode(t *testing.T, ctx context.Context, env *gatewaytest.Env) *connect.BidiStreamForClient[agentv1.AgentMessage, agentv1.ServerMessage] {
+	t.Helper()
+	env.Identities.SetGeneration("n1", 1)
+	cert := certFor(t, env, func(der []byte) ([]byte, error) { return env.CA.IssueNode(der, "n1", 1, time.Hour, time.Now()) })
+	s := rawClient(t, env, cert).Connect(ctx)
+	t.Cleanup(func() { _ = s.CloseResponse() })
+	if err := s.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{}}}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // rawClient is a GatewayService client presenting cert (none when zero).
 func rawClient(t *testing.T, env *gatewaytest.Env, cert tls.Certificate) agentv1connect.GatewayServiceClient {
 	t.Helper()

@@ -31,17 +31,9 @@ func TestNewGenerationsCommandNeverReachesTheRevokedStream(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env := gatewaytest.Start(t, gateway.Config{PollInterval: 50 * time.Millisecond, RecheckInterval: time.Hour})
-			env.Identities.SetGeneration("n1", 1)
-			cert := certFor(t, env, func(der []byte) ([]byte, error) {
-				return env.CA.IssueNode(der, "n1", 1, time.Hour, time.Now())
-			})
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			s := rawClient(t, env, cert).Connect(ctx)
-			defer func() { _ = s.CloseResponse() }()
-			if err := s.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{}}}); err != nil {
-				t.Fatal(err)
-			}
+			s := helloNode(t, ctx, env)
 			if err := env.Queue.WaitFor(ctx, func(c gatewaytest.Counts) bool { return c.Open["node/n1"] == 1 }); err != nil {
 				t.Fatal(err)
 			}

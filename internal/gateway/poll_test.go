@@ -9,7 +9,6 @@ import (
 
 	"bcd/internal/gateway"
 	"bcd/internal/gateway/gatewaytest"
-	agentv1 "bcd/internal/gen/agentv1"
 	"bcd/internal/pki"
 )
 
@@ -22,16 +21,10 @@ func TestIdleNodeStreamPollsLessOften(t *testing.T) {
 	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
 	const poll, idle = 20 * time.Millisecond, 160 * time.Millisecond
 	env := gatewaytest.Start(t, gateway.Config{PollInterval: poll, IdlePollInterval: idle, RecheckInterval: time.Hour})
-	env.Identities.SetGeneration("n1", 1)
 	node := gateway.AgentRef{Kind: pki.KindNode, NodeID: "n1", Generation: 1}
-	cert := certFor(t, env, func(der []byte) ([]byte, error) { return env.CA.IssueNode(der, "n1", 1, time.Hour, time.Now()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := rawClient(t, env, cert).Connect(ctx)
-	defer func() { _ = s.CloseResponse() }()
-	if err := s.Send(&agentv1.AgentMessage{Msg: &agentv1.AgentMessage_Hello{Hello: &agentv1.Hello{}}}); err != nil {
-		t.Fatal(err)
-	}
+	s := helloNode(t, ctx, env)
 	// The stream's first claim, then six polls that find nothing: 20, 40, 80, 160, 160, 160 ms
 	// apart (the first poll waits the base, each that found nothing doubles the next).
 	for len(env.Queue.Claimed(node)) < 7 {
