@@ -181,7 +181,15 @@ func simCmd(g *globals) *cobra.Command {
 			if rep.RSSOf != "" {
 				of = " (" + rep.RSSOf + ")"
 			}
-			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d, lost: %d; deaths: %d site agents, %d ramdisks; peak RSS %.0f MiB%s\n", rep.Commands, rep.RanTwice, rep.Lost, rep.SiteAgentDeaths, rep.RamdiskDeaths, rep.PeakRSSMiB, of)
+			restarts := ""
+			switch rep.ServerRestarts {
+			case 0:
+			case 1:
+				restarts = "; the server restarted once during the run"
+			default:
+				restarts = fmt.Sprintf("; the server restarted %d times during the run", rep.ServerRestarts)
+			}
+			fmt.Fprintf(g.env.Stdout, "commands: %d, run twice: %d, lost: %d; deaths: %d site agents, %d ramdisks; peak RSS %.0f MiB%s%s\n", rep.Commands, rep.RanTwice, rep.Lost, rep.SiteAgentDeaths, rep.RamdiskDeaths, rep.PeakRSSMiB, of, restarts)
 			return nil
 		},
 	}

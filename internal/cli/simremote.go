@@ -6,11 +6,14 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,10 +42,25 @@ type apiControl struct {
 	// assumed still while it runs).
 	baseline map[string]int
 
+	// tell is where the run says that the server stopped answering, answers again, or
+	// restarted (nil: nowhere).
+	tell io.Writer
+	// outage is how long the run waits for a server that stopped answering (serverOutage).
+	outage time.Duration
+
 	mu      sync.Mutex
 	scraped time.Time
-	last    serverMetrics
+	// last is the last reading as the run reports it: raw, the server's last reading as it
+	// gave it, plus carried, the counters of its earlier lives (restarts counts them).
+	last, raw, carried serverMetrics
+	restarts           int
+	// down is when the server first failed to answer, zero while it answers.
+	down time.Time
 }
+
+// serverOutage is how long a run against a server waits for it to answer again (a restart, a
+// crash drill) before it gives up.
+const serverOutage = 2 * time.Minute
 
 // serverMetrics is what the simulation reads from the server's /metrics.
 type serverMetrics struct {
@@ -56,6 +74,33 @@ type serverMetrics struct {
 	cpuOK, allocOK bool
 	// gwConns: bcd_gateway_connections_total (0 from a server without its gateway's counts).
 	gwConns int64
+	// started: process_start_time_seconds, there when startedOK is (a new value: the server
+	// restarted).
+	started   float64
+	startedOK bool
+}
+
+// restartedSince reports whether the server that gave m is another process than the one that
+// gave prev: its start time moved, or a counter went down (counters only grow within a
+// process). Pure.
+func (m serverMetrics) restartedSince(prev serverMetrics) bool {
+	switch {
+	case m.startedOK && prev.startedOK:
+		return m.started != prev.started
+	case m.cpuOK && prev.cpuOK && m.cpu < prev.cpu, m.allocOK && prev.allocOK && m.allocBytes < prev.allocBytes:
+		return true
+	default:
+		return m.lost < prev.lost || m.gwConns < prev.gwConns
+	}
+}
+
+// plus is m with the counters of c added (the gauges, nodes by state and RSS, are m's). Pure.
+func (m serverMetrics) plus(c serverMetrics) serverMetrics {
+	m.cpu += c.cpu
+	m.allocBytes += c.allocBytes
+	m.lost += c.lost
+	m.gwConns += c.gwConns
+	return m
 }
 
 func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
@@ -69,7 +114,8 @@ func newAPIControl(ctx context.Context, g *globals) (*apiControl, error) {
 	}
 	b := make([]byte, 3)
 	rand.Read(b)
-	c := &apiControl{cl: cl, images: cl.images, hc: hc, base: strings.TrimSuffix(g.server, "/"), run: "r" + hex.EncodeToString(b), salt: b[0]}
+	c := &apiControl{cl: cl, images: cl.images, hc: hc, base: strings.TrimSuffix(g.server, "/"), run: "r" + hex.EncodeToString(b), salt: b[0],
+		tell: g.env.Stderr, outage: serverOutage}
 	if c.salt == 0 || c.salt == 0x5a {
 		c.salt = 1
 	}
@@ -88,27 +134,69 @@ func (c *apiControl) Run() string { return c.run }
 func (c *apiControl) Engine() string { return "the server at " + c.base }
 
 func (c *apiControl) Enroll(ctx context.Context, in metal.EnrollInput) (string, error) {
-	resp, err := c.cl.nodes.Enroll(ctx, connect.NewRequest(&bcdv1.EnrollRequest{
-		Name: c.run + "-" + in.Name, Pool: in.Pool, Macs: in.MACs, ProductUuid: in.ProductUUID,
-		Bmc:    &bcdv1.BmcCredentials{Address: in.BMC.Address, Username: in.BMC.Username, Password: in.BMC.Password},
-		Labels: map[string]string{simRunLabel: c.run}, Reason: "bcd sim"}))
-	if err != nil {
-		return "", err
-	}
-	return resp.Msg.Node.GetId(), nil
+	var id string
+	err := c.retry(ctx, unsent, func() error {
+		resp, err := c.cl.nodes.Enroll(ctx, connect.NewRequest(&bcdv1.EnrollRequest{
+			Name: c.run + "-" + in.Name, Pool: in.Pool, Macs: in.MACs, ProductUuid: in.ProductUUID,
+			Bmc:    &bcdv1.BmcCredentials{Address: in.BMC.Address, Username: in.BMC.Username, Password: in.BMC.Password},
+			Labels: map[string]string{simRunLabel: c.run}, Reason: "bcd sim"}))
+		if err == nil {
+			id = resp.Msg.Node.GetId()
+		}
+		return err
+	})
+	return id, err
 }
 
 func (c *apiControl) Apply(ctx context.Context, v provision.Verb, in metal.VerbInput) error {
-	var err error
+	var call func() error
 	switch v {
 	case provision.VerbDeploy:
-		_, err = c.cl.nodes.Deploy(ctx, connect.NewRequest(&bcdv1.DeployRequest{Node: in.Node, Image: in.Image, Profile: in.Profile, Reason: "bcd sim"}))
+		call = func() error {
+			_, err := c.cl.nodes.Deploy(ctx, connect.NewRequest(&bcdv1.DeployRequest{Node: in.Node, Image: in.Image, Profile: in.Profile, Reason: "bcd sim"}))
+			return err
+		}
 	case provision.VerbUndeploy:
-		_, err = c.cl.nodes.Undeploy(ctx, connect.NewRequest(&bcdv1.UndeployRequest{Node: in.Node, Wipe: in.Wipe, Reason: "bcd sim"}))
+		call = func() error {
+			_, err := c.cl.nodes.Undeploy(ctx, connect.NewRequest(&bcdv1.UndeployRequest{Node: in.Node, Wipe: in.Wipe, Reason: "bcd sim"}))
+			return err
+		}
 	default:
 		return fmt.Errorf("a remote simulation applies deploy and undeploy, not %s", v)
 	}
-	return err
+	return c.retry(ctx, unsent, call)
+}
+
+// unsent reports whether err says a call never reached a server (its connection was refused:
+// the server is down or restarting), so that sending it again cannot apply it twice. Pure.
+func unsent(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// unanswered reports whether a read failed for want of a server (unsent, or the connection
+// broke or the server was unavailable): reading again is harmless. Pure.
+func unanswered(err error) bool { return unsent(err) || connect.CodeOf(err) == connect.CodeUnavailable }
+
+// retry runs call until it succeeds, fails for another reason than again says, or the server
+// has not answered for c.outage: a server restarting mid-run (a crash drill) is waited for.
+func (c *apiControl) retry(ctx context.Context, again func(error) bool, call func() error) error {
+	var since time.Time
+	wait := 50 * time.Millisecond
+	for {
+		err := call()
+		if err == nil || !again(err) {
+			return err
+		}
+		if since.IsZero() {
+			since = time.Now()
+		} else if time.Since(since) > c.outage {
+			return fmt.Errorf("no server answered for %s: %w", c.outage, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
 }
 
 // CountByState counts the server's nodes by state, less those it had before the run.
@@ -129,7 +217,11 @@ func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTim
 	var out []sim.NodeTime
 	token := ""
 	for {
-		resp, err := c.cl.nodes.List(ctx, connect.NewRequest(&bcdv1.ListNodesRequest{Labels: []string{simRunLabel + "=" + c.run}, PageSize: 10000, PageToken: token}))
+		var resp *connect.Response[bcdv1.ListNodesResponse]
+		err := c.retry(ctx, unanswered, func() (err error) {
+			resp, err = c.cl.nodes.List(ctx, connect.NewRequest(&bcdv1.ListNodesRequest{Labels: []string{simRunLabel + "=" + c.run}, PageSize: 10000, PageToken: token}))
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("listing the run's nodes: %w", err)
 		}
@@ -163,19 +255,61 @@ func (c *apiControl) ServerWork(ctx context.Context) (sim.ServerWork, bool) {
 	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes, Connections: m.gwConns}, err == nil && m.cpuOK && m.allocOK
 }
 
-// CommandsLost is the server's count of lost commands since it started.
+// CommandsLost is the server's count of lost commands since it started (over its restarts
+// during the run).
 func (c *apiControl) CommandsLost(ctx context.Context) (int, bool) {
 	m, err := c.scrape(ctx)
 	return m.lost, err == nil
 }
 
-// scrape reads the server's /metrics (serverMetrics), at most every 100 ms.
+// ServerRestarts is how many times the server was seen to restart during the run.
+func (c *apiControl) ServerRestarts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restarts
+}
+
+// scrape reads the server's /metrics (serverMetrics), at most every 100 ms. A server that stops
+// answering after it once did is waited for, for c.outage, with its last reading; one that
+// answers as another process (restarted) has its counters carried on from its last reading,
+// so that what the run measures spans the restart (less what the server did between that
+// reading and its end).
 func (c *apiControl) scrape(ctx context.Context) (serverMetrics, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Since(c.scraped) < 100*time.Millisecond {
 		return c.last, nil
 	}
+	m, err := c.readMetrics(ctx)
+	now := time.Now()
+	if err != nil {
+		switch {
+		case c.scraped.IsZero() || ctx.Err() != nil:
+			return serverMetrics{}, err
+		case c.down.IsZero():
+			c.down = now
+			c.say("the server does not answer (%v): waiting up to %s for it", err, c.outage)
+		case now.Sub(c.down) > c.outage:
+			return serverMetrics{}, fmt.Errorf("%w (no answer for %s)", err, now.Sub(c.down).Round(time.Second))
+		}
+		return c.last, nil
+	}
+	if !c.down.IsZero() {
+		c.say("the server answers again after %s", now.Sub(c.down).Round(time.Millisecond))
+		c.down = time.Time{}
+	}
+	if !c.scraped.IsZero() && m.restartedSince(c.raw) {
+		c.carried = c.carried.plus(c.raw)
+		c.restarts++
+		c.say("the server restarted (restart %d seen by this run): its figures are counted on from its last reading before", c.restarts)
+	}
+	c.raw = m
+	c.scraped, c.last = now, m.plus(c.carried)
+	return c.last, nil
+}
+
+// readMetrics reads the server's /metrics once.
+func (c *apiControl) readMetrics(ctx context.Context) (serverMetrics, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/metrics", nil)
 	if err != nil {
 		return serverMetrics{}, err
@@ -188,17 +322,20 @@ func (c *apiControl) scrape(ctx context.Context) (serverMetrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return serverMetrics{}, fmt.Errorf("reading the server's metrics: %s", resp.Status)
 	}
-	m, err := parseMetrics(bufio.NewScanner(resp.Body))
-	if err != nil {
-		return serverMetrics{}, err
+	return parseMetrics(bufio.NewScanner(resp.Body))
+}
+
+// say tells the run's user what happened to the server, on a line of its own.
+func (c *apiControl) say(format string, args ...any) {
+	if c.tell != nil {
+		fmt.Fprintf(c.tell, "\n%s: "+format+"\n", append([]any{time.Now().Format(time.TimeOnly)}, args...)...)
 	}
-	c.scraped, c.last = time.Now(), m
-	return m, nil
 }
 
 // parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes,
-// bcd_commands_lost_total, process_cpu_seconds_total, go_memstats_alloc_bytes_total and
-// bcd_gateway_connections_total from a Prometheus text exposition.
+// bcd_commands_lost_total, process_cpu_seconds_total, go_memstats_alloc_bytes_total,
+// bcd_gateway_connections_total and process_start_time_seconds from a Prometheus text
+// exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	m := serverMetrics{states: map[string]int{}}
 	value := func(line, v string) (float64, error) {
@@ -215,6 +352,7 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 		"process_cpu_seconds_total":     func(f float64) { m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true },
 		"go_memstats_alloc_bytes_total": func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
 		"bcd_gateway_connections_total": func(f float64) { m.gwConns = int64(f) },
+		"process_start_time_seconds":    func(f float64) { m.started, m.startedOK = f, true },
 	}
 	for sc.Scan() {
 		line := sc.Text()

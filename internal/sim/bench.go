@@ -129,7 +129,13 @@ type Report struct {
 	SiteAgentDeaths int `json:"siteAgentDeaths"`
 	RamdiskDeaths   int `json:"ramdiskDeaths"`
 	Lost            int `json:"commandsLost"`
+	// ServerRestarts is how many times a server elsewhere was seen to restart while the run
+	// went on (a crash drill): its counts (CPU, lost commands) run on across each restart.
+	ServerRestarts int `json:"serverRestarts,omitempty"`
 }
+
+// restartCounter is a Control that sees its server restart (a server elsewhere).
+type restartCounter interface{ ServerRestarts() int }
 
 // RunPhases enrolls n nodes and takes them through enroll → ready, deploy → deployed and
 // undeploy → ready, timing each phase from the verbs to the last node resting. A node that
@@ -184,6 +190,9 @@ func (h *Harness) finish(ctx context.Context, rep *Report, lost0 int) {
 	rep.SiteAgentDeaths, rep.RamdiskDeaths = h.Sim.SiteAgentDeaths(), h.Sim.RamdiskDeaths()
 	if lost, ok := h.control().CommandsLost(ctx); ok {
 		rep.Lost = lost - lost0
+	}
+	if rc, ok := h.control().(restartCounter); ok {
+		rep.ServerRestarts = rc.ServerRestarts()
 	}
 	rep.PeakRSSMiB = peakRSSMiB()
 	if h.remote() {
