@@ -15,7 +15,7 @@ import (
 
 func serverCmd(g *globals) *cobra.Command {
 	var cfg server.Config
-	var logLevel string
+	var logLevel, budget string
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run the control plane (API, store, reconciler)",
@@ -28,6 +28,11 @@ func serverCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			mem, err := startMemoryBudget(g, budget, log)
+			if err != nil {
+				return err
+			}
+			defer mem.Stop()
 			cfg.Key = g.env.Getenv("BCD_SEAL_KEY")
 			if fw := cfg.Engine.FastTrackWindow; fw < 0 || fw > workflow.MaxFastTrackWindow {
 				return usagef("--fast-track-window %s: use a duration from 0s (off) to %s", fw, workflow.MaxFastTrackWindow)
@@ -82,6 +87,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
 	f.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback host:port serving Go's runtime profiles for go tool pprof: /debug/pprof/profile, heap, allocs, goroutine, trace (env BCD_DEBUG_LISTEN; default: none)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (env BCD_LOG_LEVEL)")
+	f.StringVar(&budget, "memory-budget", defaultMemoryBudget, "heap the Go collector lets the server reach before it collects at every doubling of its live heap (GOGC=100), e.g. 512MiB; 0: Go's default collector; GOGC or GOMEMLIMIT in the environment win (env BCD_MEMORY_BUDGET)")
 	flagconfig.AddConfigFlag(f, serverSpec())
 	return cmd
 }

@@ -1,0 +1,141 @@
+// Package gcbudget gives Go's collector a memory budget: a process whose heap is small next to
+// the budget collects only when it reaches the budget, not at every doubling of its live heap
+// (GOGC=100, Go's default), and one whose heap has outgrown half the budget collects exactly as
+// often as GOGC=100 would. A server that keeps a few tens of MiB live while it moves thousands of
+// machines otherwise spends a tenth of its CPU collecting a heap that turns over every few
+// hundred milliseconds (docs/benchmarks.md, session 44).
+//
+// It works through the runtime's two settings: GOGC off (debug.SetGCPercent(-1)) and a memory
+// limit (debug.SetMemoryLimit) set after every collection to Limit of what the collection left.
+package gcbudget
+
+import (
+	"log/slog"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+)
+
+// Limit is the memory limit for a process whose last collection left live bytes of live heap
+// objects, with stacks bytes of goroutine stacks and other bytes of the runtime's other memory
+// (metadata, buffers, the heap's spans' unused room): the budget, or, once GOGC=100 would let the
+// process grow past it, what GOGC=100 lets it reach: the heap twice what was live (with the
+// stacks, which GOGC also counts), and the rest beside it. So the collector never runs more
+// often than without a budget. Pure.
+func Limit(budget int64, live, stacks, other uint64) int64 {
+	paced := 2*(float64(live)+float64(stacks)) + float64(other)
+	if paced >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return max(budget, int64(paced))
+}
+
+// sampleNames are the runtime metrics measure reads, in this order.
+var sampleNames = [...]string{
+	"/gc/heap/live:bytes",
+	"/memory/classes/heap/stacks:bytes",
+	"/memory/classes/total:bytes",
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/released:bytes",
+}
+
+// measure reads what Limit needs from the runtime: the live heap its last collection marked,
+// the stacks, and the rest: what the runtime holds outside the heap (its metadata, buffers,
+// system stacks) and the heap's spans' unused room. Free spans are left out: the heap's
+// growth reuses them before it asks the system for more.
+func measure() (live, stacks, other uint64) {
+	s := make([]metrics.Sample, len(sampleNames))
+	for i, n := range sampleNames {
+		s[i].Name = n
+	}
+	metrics.Read(s)
+	v := func(i int) uint64 {
+		if s[i].Value.Kind() != metrics.KindUint64 {
+			return 0
+		}
+		return s[i].Value.Uint64()
+	}
+	live, stacks = v(0), v(1)
+	total, objects, unused, free, released := v(2), v(3), v(4), v(5), v(6)
+	if heap := stacks + objects + unused + free + released; total > heap {
+		other = total - heap
+	}
+	return live, stacks, other + unused
+}
+
+// Budget is a running budget (Start); Stop gives the collector back its settings from before.
+type Budget struct {
+	budget    int64
+	oldGC     int
+	oldLimit  int64
+	collected atomic.Int64 // collections seen (each set the limit again)
+
+	// mu orders a collection's new limit and Stop: a limit set after Stop would outlive it.
+	mu      sync.Mutex
+	stopped bool
+}
+
+// sentinel is garbage the collector finds at each collection: its cleanup sets the limit again,
+// then leaves a new one. (It holds a pointer, so the runtime gives it an allocation of its own.)
+type sentinel struct{ _ *int }
+
+// Start sets the collector to budget bytes (at least 1 MiB) and keeps the limit at Limit after
+// each collection until Stop. fromEnv says the process's environment sets the collector itself
+// (GOGC or GOMEMLIMIT): the operator's setting is then left as it is, and Start returns nil.
+func Start(budget int64, fromEnv bool, log *slog.Logger) *Budget {
+	if fromEnv {
+		log.Info("the collector is left as GOGC and GOMEMLIMIT set it; the memory budget is not applied")
+		return nil
+	}
+	b := &Budget{budget: max(budget, 1<<20)}
+	b.oldLimit = debug.SetMemoryLimit(b.limit())
+	b.oldGC = debug.SetGCPercent(-1)
+	b.arm()
+	log.Info("the collector's memory budget", "budget_mib", b.budget>>20)
+	return b
+}
+
+func (b *Budget) limit() int64 {
+	live, stacks, other := measure()
+	return Limit(b.budget, live, stacks, other)
+}
+
+// arm leaves a sentinel for the next collection.
+func (b *Budget) arm() {
+	s := &sentinel{}
+	runtime.AddCleanup(s, func(*Budget) { b.collected.Add(1); b.afterCollection() }, b)
+}
+
+func (b *Budget) afterCollection() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
+	debug.SetMemoryLimit(b.limit())
+	b.arm()
+}
+
+// Collections is how many collections the budget has seen since Start.
+func (b *Budget) Collections() int64 { return b.collected.Load() }
+
+// Stop gives the collector back the settings it had before Start. A nil Budget (Start left the
+// environment's settings) does nothing.
+func (b *Budget) Stop() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		return
+	}
+	b.stopped = true
+	debug.SetGCPercent(b.oldGC)
+	debug.SetMemoryLimit(b.oldLimit)
+}
