@@ -1,7 +1,7 @@
 // Package gcbudget gives Go's collector a memory budget: a process whose heap is small next to
 // the budget collects only when it reaches the budget, not at every doubling of its live heap
-// (GOGC=100, Go's default), and one whose heap has outgrown half the budget collects exactly as
-// often as GOGC=100 would. A server that keeps a few tens of MiB live while it moves thousands of
+// (GOGC=100, Go's default), and one whose heap has outgrown half the budget collects at
+// GOGC=100's pace, never more often. A server that keeps a few tens of MiB live while it moves thousands of
 // machines otherwise spends a tenth of its CPU collecting a heap that turns over every few
 // hundred milliseconds (docs/benchmarks.md, session 44).
 //
@@ -33,24 +33,22 @@ func Limit(budget int64, live, stacks, other uint64) int64 {
 	return max(budget, int64(paced))
 }
 
-// sampleNames are the runtime metrics measure reads, in this order.
-var sampleNames = [...]string{
-	"/gc/heap/live:bytes",
-	"/memory/classes/heap/stacks:bytes",
-	"/memory/classes/total:bytes",
-	"/memory/classes/heap/objects:bytes",
-	"/memory/classes/heap/unused:bytes",
-	"/memory/classes/heap/free:bytes",
-	"/memory/classes/heap/released:bytes",
-}
-
 // measure reads what Limit needs from the runtime: the live heap its last collection marked,
 // the stacks, and the rest: what the runtime holds outside the heap (its metadata, buffers,
 // system stacks) and the heap's spans' unused room. Free spans are left out: the heap's
 // growth reuses them before it asks the system for more.
 func measure() (live, stacks, other uint64) {
-	s := make([]metrics.Sample, len(sampleNames))
-	for i, n := range sampleNames {
+	names := [...]string{
+		"/gc/heap/live:bytes",
+		"/memory/classes/heap/stacks:bytes",
+		"/memory/classes/total:bytes",
+		"/memory/classes/heap/objects:bytes",
+		"/memory/classes/heap/unused:bytes",
+		"/memory/classes/heap/free:bytes",
+		"/memory/classes/heap/released:bytes",
+	}
+	s := make([]metrics.Sample, len(names))
+	for i, n := range names {
 		s[i].Name = n
 	}
 	metrics.Read(s)
@@ -80,16 +78,26 @@ type Budget struct {
 	stopped bool
 }
 
+// running says a Budget holds the collector's settings. They are the process's, as the
+// runtime's are (so this is the package's one variable, as store's pcache switch is): a second Start while one runs would
+// save the first's settings as the ones to give back, and leave them behind at its Stop.
+var running atomic.Bool
+
 // sentinel is garbage the collector finds at each collection: its cleanup sets the limit again,
 // then leaves a new one. (It holds a pointer, so the runtime gives it an allocation of its own.)
 type sentinel struct{ _ *int }
 
 // Start sets the collector to budget bytes (at least 1 MiB) and keeps the limit at Limit after
 // each collection until Stop. fromEnv says the process's environment sets the collector itself
-// (GOGC or GOMEMLIMIT): the operator's setting is then left as it is, and Start returns nil.
+// (GOGC or GOMEMLIMIT): the operator's setting is then left as it is, and Start returns nil, as
+// it does while another Budget runs.
 func Start(budget int64, fromEnv bool, log *slog.Logger) *Budget {
 	if fromEnv {
 		log.Info("the collector is left as GOGC and GOMEMLIMIT set it; the memory budget is not applied")
+		return nil
+	}
+	if !running.CompareAndSwap(false, true) {
+		log.Info("a memory budget already runs in this process; this one is not applied")
 		return nil
 	}
 	b := &Budget{budget: max(budget, 1<<20)}
@@ -138,4 +146,5 @@ func (b *Budget) Stop() {
 	b.stopped = true
 	debug.SetGCPercent(b.oldGC)
 	debug.SetMemoryLimit(b.oldLimit)
+	running.Store(false)
 }

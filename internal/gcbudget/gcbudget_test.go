@@ -111,3 +111,29 @@ func TestEnvironmentWins(t *testing.T) {
 		t.Errorf("logged %q", logs.String())
 	}
 }
+
+// One budget at a time: the collector's settings are the process's. A second Start while one
+// runs changes nothing and says so; once the first stops, a budget can start again.
+func TestOneBudgetAtATime(t *testing.T) {
+	gc0, limit0 := collector()
+	quiet := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+	first := Start(32*mib, false, quiet)
+	gc1, limit1 := collector()
+	var logs bytes.Buffer
+	if second := Start(8*mib, false, slog.New(slog.NewTextHandler(&logs, nil))); second != nil {
+		second.Stop()
+		t.Fatal("a second budget started while one runs")
+	}
+	if gc, l := collector(); gc != gc1 || l != limit1 || !strings.Contains(logs.String(), "already runs") {
+		t.Errorf("the second Start changed GOGC %d → %d, limit %d → %d; logged %q", gc1, gc, limit1, l, logs.String())
+	}
+	first.Stop()
+	if gc, l := collector(); gc != gc0 || l != limit0 {
+		t.Errorf("after the first's Stop: GOGC %d, limit %d; want %d and %d", gc, l, gc0, limit0)
+	}
+	again := Start(8*mib, false, quiet)
+	if again == nil {
+		t.Fatal("no budget after the first stopped")
+	}
+	again.Stop()
+}
