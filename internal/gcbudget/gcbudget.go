@@ -1,9 +1,9 @@
 // Package gcbudget gives Go's collector a memory budget: a process whose heap is small next to
 // the budget collects only when it reaches the budget, not at every doubling of its live heap
 // (GOGC=100, Go's default), and one whose heap has outgrown half the budget collects at
-// GOGC=100's pace, never more often. A server that keeps a few tens of MiB live while it moves thousands of
-// machines otherwise spends a tenth of its CPU collecting a heap that turns over every few
-// hundred milliseconds (docs/benchmarks.md, session 44).
+// GOGC=100's pace, never more often. A server that keeps a few tens of MiB live while it moves
+// thousands of machines otherwise spends a tenth of its CPU collecting a heap that turns over
+// every few hundred milliseconds (docs/benchmarks.md, session 44).
 //
 // It works through the runtime's two settings: GOGC off (debug.SetGCPercent(-1)) and a memory
 // limit (debug.SetMemoryLimit) set after every collection to Limit of what the collection left.
