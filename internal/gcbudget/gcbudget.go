@@ -79,8 +79,9 @@ type Budget struct {
 }
 
 // running says a Budget holds the collector's settings. They are the process's, as the
-// runtime's are (so this is the package's one variable, as store's pcache switch is): a second Start while one runs would
-// save the first's settings as the ones to give back, and leave them behind at its Stop.
+// runtime's are (so this is the package's one variable, as store's page-cache switch is): a
+// second Start while one runs would save the first's settings as the ones to give back, and
+// leave them behind at its Stop.
 var running atomic.Bool
 
 // sentinel is garbage the collector finds at each collection: its cleanup sets the limit again,
@@ -116,7 +117,7 @@ func (b *Budget) limit() int64 {
 // arm leaves a sentinel for the next collection.
 func (b *Budget) arm() {
 	s := &sentinel{}
-	runtime.AddCleanup(s, func(*Budget) { b.collected.Add(1); b.afterCollection() }, b)
+	runtime.AddCleanup(s, func(b *Budget) { b.collected.Add(1); b.afterCollection() }, b)
 }
 
 func (b *Budget) afterCollection() {
