@@ -211,7 +211,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.Float64Var(&cfg.Faults.RamdiskDeath, "ramdisk-death-rate", 0, "fraction of commands whose ramdisk crashes holding them (the machine stays on, hung); once the grace period has passed the step starts again on a new ramdisk if it has retries left, else fails")
 	f.Float64Var(&cfg.Faults.SiteAgentDeath, "site-agent-death-rate", 0, "fraction of commands whose site agent dies holding them (as it receives them, before running them or after; never reporting). In process a standby agent takes over and the engine's grace period decides what was lost; with --gateway or --server the agent is killed and restarts from its journal, reporting what it had started as interrupted")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "give up on a phase after this long")
-	f.StringVar(&budget, "memory-budget", defaultMemoryBudget, "as bcd server's: heap the Go collector lets this process reach before it collects at every doubling of its live heap; 0: Go's default collector")
+	f.StringVar(&budget, "memory-budget", defaultMemoryBudget, "as bcd server's: memory Go's collector lets this process reach before it collects, while its live heap is small; 0: Go's default collector")
 	f.IntVar(&workers, "workers", 0, "reconciler workers (0: the engine's default)")
 	f.IntVar(&replicas, "replicas", 1, "servers sharing the store, in this process (PostgreSQL only): the site agent on the first, each machine's agents spread over them")
 	f.DurationVar(&grace, "agent-grace", 0, "how long a departed agent may take to reconnect before what it never acknowledged moves to another agent and what it acknowledged is lost (0: the engine's default, 15s)")

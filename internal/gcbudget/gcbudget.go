@@ -1,17 +1,17 @@
 // Package gcbudget gives Go's collector a memory budget: a process whose heap is small next to
 // the budget collects only when it reaches the budget, not at every doubling of its live heap
-// (GOGC=100, Go's default), and one whose heap has outgrown half the budget collects at
-// GOGC=100's pace, never more often. A server that keeps a few tens of MiB live while it moves
+// (GOGC=100, Go's default), and one whose heap has outgrown the budget is collected exactly as
+// Go would without it. A server that keeps a few tens of MiB live while it moves
 // thousands of machines otherwise spends a tenth of its CPU collecting a heap that turns over
 // every few hundred milliseconds (docs/benchmarks.md, session 44).
 //
-// It works through the runtime's two settings: GOGC off (debug.SetGCPercent(-1)) and a memory
-// limit (debug.SetMemoryLimit) set after every collection to Limit of what the collection left.
+// It works through the runtime's two settings, chosen again after every collection (Settings):
+// GOGC off (debug.SetGCPercent(-1)) and the budget as the memory limit (debug.SetMemoryLimit)
+// while the heap is small, the process's own settings once it is not.
 package gcbudget
 
 import (
 	"log/slog"
-	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -19,21 +19,27 @@ import (
 	"sync/atomic"
 )
 
-// Limit is the memory limit for a process whose last collection left live bytes of live heap
-// objects, with stacks bytes of goroutine stacks and other bytes of the runtime's other memory
-// (metadata, buffers, the heap's spans' unused room): the budget, or, once GOGC=100 would let the
-// process grow past it, what GOGC=100 lets it reach: the heap twice what was live (with the
-// stacks, which GOGC also counts), and the rest beside it. So the collector never runs more
-// often than without a budget. Pure.
-func Limit(budget int64, live, stacks, other uint64) int64 {
-	paced := 2*(float64(live)+float64(stacks)) + float64(other)
-	if paced >= math.MaxInt64 {
-		return math.MaxInt64
+// Settings are the collector's settings for a process whose last collection left live bytes
+// of live heap objects, with stacks bytes of goroutine stacks and other bytes of the runtime's
+// other memory (metadata, buffers, the heap's spans' unused room), under a budget, where the
+// process's own settings (Go's default, or its environment's) are gcPercent and limit: while
+// what those let the process reach before they collect (the heap twice what was live, the
+// stacks counted as GOGC counts them, and the rest beside it) fits in the budget, GOGC off and
+// the budget as the memory limit; once it does not, the process's own settings, untouched. So
+// the collector never runs more often than without a budget, and a heap that outgrows the
+// budget is collected, scavenged and held exactly as Go would. Pure.
+func Settings(budget int64, live, stacks, other uint64, gcPercent int, limit int64) (int, int64) {
+	if gcPercent < 0 {
+		return gcPercent, limit // (the process collects only at its own limit: nothing to pace)
 	}
-	return max(budget, int64(paced))
+	heapGoal := float64(live) + (float64(live)+float64(stacks))*float64(gcPercent)/100
+	if reach := heapGoal + float64(stacks) + float64(other); reach < float64(budget) {
+		return -1, budget
+	}
+	return gcPercent, limit
 }
 
-// measure reads what Limit needs from the runtime: the live heap its last collection marked,
+// measure reads what Settings needs from the runtime: the live heap its last collection marked,
 // the stacks, and the rest: what the runtime holds outside the heap (its metadata, buffers,
 // system stacks) and the heap's spans' unused room. Free spans are left out: the heap's
 // growth reuses them before it asks the system for more.
@@ -71,9 +77,9 @@ type Budget struct {
 	budget    int64
 	oldGC     int
 	oldLimit  int64
-	collected atomic.Int64 // collections seen (each set the limit again)
+	collected atomic.Int64 // collections seen (each chose the settings again)
 
-	// mu orders a collection's new limit and Stop: a limit set after Stop would outlive it.
+	// mu orders a collection's new settings and Stop: settings made after Stop would outlive it.
 	mu      sync.Mutex
 	stopped bool
 }
@@ -84,12 +90,12 @@ type Budget struct {
 // leave them behind at its Stop.
 var running atomic.Bool
 
-// sentinel is garbage the collector finds at each collection: its cleanup sets the limit again,
-// then leaves a new one. (It holds a pointer, so the runtime gives it an allocation of its own.)
+// sentinel is garbage the collector finds at each collection: its cleanup chooses the settings
+// again, then leaves a new one. (It holds a pointer, so the runtime gives it an allocation of its own.)
 type sentinel struct{ _ *int }
 
-// Start sets the collector to budget bytes (at least 1 MiB) and keeps the limit at Limit after
-// each collection until Stop. fromEnv says the process's environment sets the collector itself
+// Start sets the collector to budget bytes (at least 1 MiB), as Settings says after each
+// collection until Stop. fromEnv says the process's environment sets the collector itself
 // (GOGC or GOMEMLIMIT): the operator's setting is then left as it is, and Start returns nil, as
 // it does while another Budget runs.
 func Start(budget int64, fromEnv bool, log *slog.Logger) *Budget {
@@ -102,16 +108,20 @@ func Start(budget int64, fromEnv bool, log *slog.Logger) *Budget {
 		return nil
 	}
 	b := &Budget{budget: max(budget, 1<<20)}
-	b.oldLimit = debug.SetMemoryLimit(b.limit())
 	b.oldGC = debug.SetGCPercent(-1)
+	b.oldLimit = debug.SetMemoryLimit(b.budget)
+	b.apply()
 	b.arm()
 	log.Info("the collector's memory budget", "budget_mib", b.budget>>20)
 	return b
 }
 
-func (b *Budget) limit() int64 {
+// apply sets the collector as Settings says for what the last collection left.
+func (b *Budget) apply() {
 	live, stacks, other := measure()
-	return Limit(b.budget, live, stacks, other)
+	gc, limit := Settings(b.budget, live, stacks, other, b.oldGC, b.oldLimit)
+	debug.SetGCPercent(gc)
+	debug.SetMemoryLimit(limit)
 }
 
 // arm leaves a sentinel for the next collection.
@@ -126,7 +136,7 @@ func (b *Budget) afterCollection() {
 	if b.stopped {
 		return
 	}
-	debug.SetMemoryLimit(b.limit())
+	b.apply()
 	b.arm()
 }
 

@@ -13,22 +13,29 @@ import (
 
 const mib = 1 << 20
 
-func TestLimit(t *testing.T) {
+func TestSettings(t *testing.T) {
+	const noLimit = math.MaxInt64
 	for _, tc := range []struct {
 		name                string
 		budget              int64
 		live, stacks, other uint64
-		want                int64
+		gcPercent           int
+		limit               int64
+		wantGC              int
+		wantLimit           int64
 	}{
-		{"a small heap: the budget", 192 * mib, 20 * mib, 2 * mib, 10 * mib, 192 * mib},
-		{"just under half the budget", 100 * mib, 40 * mib, 5 * mib, 9 * mib, 100 * mib},
-		{"past half: GOGC=100's pace", 100 * mib, 45 * mib, 5 * mib, 10 * mib, 110 * mib},
-		{"a large heap", 192 * mib, 600 * mib, 40 * mib, 60 * mib, 1340 * mib},
-		{"nothing measured", 192 * mib, 0, 0, 0, 192 * mib},
-		{"beyond int64", 1, math.MaxUint64 / 2, math.MaxUint64 / 2, 0, math.MaxInt64},
+		{"a small heap: the budget", 192 * mib, 20 * mib, 2 * mib, 10 * mib, 100, noLimit, -1, 192 * mib},
+		{"GOGC=100 reaches just under the budget", 100 * mib, 40 * mib, 5 * mib, 9 * mib, 100, noLimit, -1, 100 * mib},
+		{"GOGC=100 reaches the budget: Go's own", 100 * mib, 40 * mib, 5 * mib, 10 * mib, 100, noLimit, 100, noLimit},
+		{"a large heap: Go's own", 192 * mib, 600 * mib, 40 * mib, 60 * mib, 100, noLimit, 100, noLimit},
+		{"a large heap under GOGC=50 and a limit", 192 * mib, 600 * mib, 40 * mib, 60 * mib, 50, 4096 * mib, 50, 4096 * mib},
+		{"GOGC=400 reaches the budget sooner", 192 * mib, 40 * mib, 2 * mib, 10 * mib, 400, noLimit, 400, noLimit},
+		{"nothing measured yet", 192 * mib, 0, 0, 0, 100, noLimit, -1, 192 * mib},
+		{"the process's own GOGC off: left", 192 * mib, 1 * mib, 0, 0, -1, 512 * mib, -1, 512 * mib},
 	} {
-		if got := Limit(tc.budget, tc.live, tc.stacks, tc.other); got != tc.want {
-			t.Errorf("%s: %d MiB, want %d MiB", tc.name, got/mib, tc.want/mib)
+		gc, limit := Settings(tc.budget, tc.live, tc.stacks, tc.other, tc.gcPercent, tc.limit)
+		if gc != tc.wantGC || limit != tc.wantLimit {
+			t.Errorf("%s: GOGC %d, limit %d MiB; want %d, %d MiB", tc.name, gc, limit/mib, tc.wantGC, tc.wantLimit/mib)
 		}
 	}
 }
@@ -40,49 +47,48 @@ func collector() (gcPercent int, limit int64) {
 	return gcPercent, debug.SetMemoryLimit(-1)
 }
 
-// waitLimit collects until the limit satisfies ok, or fails the test after a deadline.
-func waitLimit(t *testing.T, b *Budget, what string, ok func(int64) bool) {
+// waitSettings collects until the collector's settings satisfy ok, or fails the test after a
+// deadline.
+func waitSettings(t *testing.T, b *Budget, what string, ok func(gc int, limit int64) bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		seen := b.Collections()
 		runtime.GC()
-		// The cleanup runs on its own goroutine after the collection: wait for it.
-		for b.Collections() == seen && time.Now().Before(deadline) {
+		// The cleanup runs on its own goroutine after the collection: wait for it a moment (a
+		// sentinel left while this collection marked lives until the next one, collected above).
+		for wait := time.Now().Add(100 * time.Millisecond); b.Collections() == seen && time.Now().Before(wait); {
 			runtime.Gosched()
 		}
-		t.Logf("%s: %d collections seen", what, b.Collections())
-		if _, l := collector(); ok(l) {
+		if gc, l := collector(); ok(gc, l) {
 			return
 		}
 		if time.Now().After(deadline) {
-			_, l := collector()
-			t.Fatalf("%s: limit %d MiB after %d collections", what, l/mib, b.Collections())
+			gc, l := collector()
+			t.Fatalf("%s: GOGC %d, limit %d MiB after %d collections", what, gc, l/mib, b.Collections())
 		}
 	}
 }
 
 var keep [][]byte
 
-// A running budget turns GOGC off and holds the limit at the budget while the live heap is
-// small; past half of it the limit follows twice the live heap (GOGC=100's pace), and comes back
-// when the heap does. Stop gives back the settings from before.
+// A running budget turns GOGC off with the budget as the limit while the heap is small; once
+// GOGC=100 would let it pass the budget, the process's own settings come back, and the budget
+// when the heap shrinks again. Stop gives back the settings from before.
 func TestBudgetFollowsTheLiveHeap(t *testing.T) {
 	gc0, limit0 := collector()
 	var logs bytes.Buffer
-	b := Start(8*mib, false, slog.New(slog.NewTextHandler(&logs, nil)))
-	if gc, l := collector(); gc != -1 || l < 8*mib {
-		t.Fatalf("started: GOGC %d, limit %d MiB; want off and at least the budget", gc, l/mib)
-	}
-	if !strings.Contains(logs.String(), "budget_mib=8") {
+	b := Start(32*mib, false, slog.New(slog.NewTextHandler(&logs, nil)))
+	waitSettings(t, b, "a small heap", func(gc int, l int64) bool { return gc == -1 && l == 32*mib })
+	if !strings.Contains(logs.String(), "budget_mib=32") {
 		t.Errorf("logged %q", logs.String())
 	}
 	for range 64 {
 		keep = append(keep, make([]byte, mib))
 	}
-	waitLimit(t, b, "64 MiB live", func(l int64) bool { return l >= 128*mib })
+	waitSettings(t, b, "64 MiB live", func(gc int, l int64) bool { return gc == gc0 && l == limit0 })
 	keep = nil
-	waitLimit(t, b, "the heap released", func(l int64) bool { return l < 64*mib })
+	waitSettings(t, b, "the heap released", func(gc int, l int64) bool { return gc == -1 && l == 32*mib })
 	b.Stop()
 	b.Stop() // (twice is once)
 	if gc, l := collector(); gc != gc0 || l != limit0 {
