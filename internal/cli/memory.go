@@ -7,9 +7,9 @@ import (
 	"bcd/internal/site/sitecmd"
 )
 
-// defaultMemoryBudget is --memory-budget's default: what the collector may let the heap reach
-// before it collects more often than every doubling of the live heap. (10 000 simulated
-// machines in one process peaked at 267 MiB resident with it: docs/benchmarks.md.)
+// defaultMemoryBudget is --memory-budget's default: the memory Go's collector lets the process
+// reach before it collects, while its live heap is small (gcbudget). 10 000 simulated machines
+// in one process peaked at 265–274 MiB resident with it (docs/benchmarks.md, session 44).
 const defaultMemoryBudget = "192MiB"
 
 // minMemoryBudget is the smallest budget accepted (other than 0, off).
