@@ -78,6 +78,10 @@ type Budget struct {
 	oldGC     int
 	oldLimit  int64
 	collected atomic.Int64 // collections seen (each chose the settings again)
+	// gc and limit are the settings made last (each change waits for a collection's marking
+	// to end, when GOGC goes off: made only when they change).
+	gc    int
+	limit int64
 
 	// mu orders a collection's new settings and Stop: settings made after Stop would outlive it.
 	mu      sync.Mutex
@@ -91,7 +95,8 @@ type Budget struct {
 var running atomic.Bool
 
 // sentinel is garbage the collector finds at each collection: its cleanup chooses the settings
-// again, then leaves a new one. (It holds a pointer, so the runtime gives it an allocation of its own.)
+// again, then leaves a new one. (It holds a pointer, so the runtime gives it an allocation of
+// its own.)
 type sentinel struct{ _ *int }
 
 // Start sets the collector to budget bytes (at least 1 MiB), as Settings says after each
@@ -107,8 +112,9 @@ func Start(budget int64, fromEnv bool, log *slog.Logger) *Budget {
 		log.Info("a memory budget already runs in this process; this one is not applied")
 		return nil
 	}
-	b := &Budget{budget: max(budget, 1<<20)}
+	b := &Budget{budget: max(budget, 1<<20), gc: -1}
 	b.oldGC = debug.SetGCPercent(-1)
+	b.limit = b.budget
 	b.oldLimit = debug.SetMemoryLimit(b.budget)
 	b.apply()
 	b.arm()
@@ -120,8 +126,14 @@ func Start(budget int64, fromEnv bool, log *slog.Logger) *Budget {
 func (b *Budget) apply() {
 	live, stacks, other := measure()
 	gc, limit := Settings(b.budget, live, stacks, other, b.oldGC, b.oldLimit)
-	debug.SetGCPercent(gc)
-	debug.SetMemoryLimit(limit)
+	if gc != b.gc {
+		debug.SetGCPercent(gc)
+		b.gc = gc
+	}
+	if limit != b.limit {
+		debug.SetMemoryLimit(limit)
+		b.limit = limit
+	}
 }
 
 // arm leaves a sentinel for the next collection.
