@@ -1,0 +1,191 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"bcd/internal/gen/bcdv1"
+	"bcd/internal/gen/bcdv1/bcdv1connect"
+)
+
+// TestSimDrillServerProcess is the child of TestSimOutlivesItsServersRestart: `bcd server` on the
+// data directory and addresses its environment gives, until it is killed. It does nothing in a
+// normal test run.
+func TestSimDrillServerProcess(t *testing.T) {
+	dir := os.Getenv("BCD_SIM_DRILL_DIR")
+	if dir == "" {
+		t.Skip("child process of TestSimOutlivesItsServersRestart only")
+	}
+	os.Exit(Run(context.Background(), Env{Args: []string{"server", "--data-dir", dir, "--listen", os.Getenv("BCD_SIM_DRILL_API"),
+		"--gateway-listen", os.Getenv("BCD_SIM_DRILL_GATEWAY"), "--log-level", "warn"}, Getenv: func(string) string { return "" }, Stdout: os.Stdout, Stderr: os.Stderr}))
+}
+
+// drillServer is `bcd server` in a child process (TestSimDrillServerProcess).
+type drillServer struct {
+	t            *testing.T
+	dir, api, gw string
+	cmd          *exec.Cmd
+	exited       chan struct{}
+}
+
+// start starts the server and returns once its API answers.
+func (s *drillServer) start() {
+	s.t.Helper()
+	s.cmd = exec.Command(os.Args[0], "-test.run=^TestSimDrillServerProcess$", "-test.count=1")
+	s.cmd.Env = append(os.Environ(), "BCD_SIM_DRILL_DIR="+s.dir, "BCD_SIM_DRILL_API="+s.api, "BCD_SIM_DRILL_GATEWAY="+s.gw)
+	out, err := os.OpenFile(filepath.Join(s.dir, "server.out"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer out.Close()
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	s.exited = make(chan struct{})
+	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(s.cmd, s.exited)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if resp, err := http.Get("http://" + s.api + "/healthz"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		select {
+		case <-s.exited:
+			b, _ := os.ReadFile(out.Name())
+			s.t.Fatalf("the server exited before it answered: %s", b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(out.Name())
+			s.t.Fatalf("the server did not answer: %s", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill SIGKILLs the server, if it runs, and waits for it to end.
+func (s *drillServer) kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGKILL)
+	<-s.exited
+	s.cmd = nil
+}
+
+func loopbackPort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// A crash drill: `bcd sim --server` against a server that is killed (SIGKILL) while the
+// simulated machines deploy and started again on the same data. The run goes on across the
+// restart, says so, counts it, and ends with every machine through every phase and no command
+// run twice.
+func TestSimOutlivesItsServersRestart(t *testing.T) {
+	s := &drillServer{t: t, dir: t.TempDir(), api: loopbackPort(t), gw: loopbackPort(t)}
+	t.Cleanup(s.kill)
+	s.start()
+	out, err := os.ReadFile(filepath.Join(s.dir, "server.out"))
+	token := regexp.MustCompile(`BCD_TOKEN=(\S+)`).FindSubmatch(out)
+	if err != nil || token == nil {
+		t.Fatalf("no admin token in the server's output: %v %s", err, out)
+	}
+	url := "http://" + s.api
+	type result struct {
+		code      int
+		out, errs string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, out, errs := run2(t, url, string(token[1]), "sim", "--server", url, "--token", string(token[1]), "--nodes", "4",
+			"--json", "--timeout", "3m")
+		done <- result{code, out, errs}
+	}()
+
+	// Kill it while the machines deploy: once one is deploying and none is still ready, every
+	// deploy verb has been answered (one cut off in flight would end the run: it may have been
+	// applied, so the run does not send it again).
+	nodes := bcdv1connect.NewNodeServiceClient(http.DefaultClient, url, connect.WithInterceptors(connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
+			r.Header().Set("Authorization", "Bearer "+string(token[1]))
+			return next(ctx, r)
+		}
+	})))
+	for deadline := time.Now().Add(2 * time.Minute); ; {
+		deploying, ready := 0, 0
+		if resp, err := nodes.List(context.Background(), connect.NewRequest(&bcdv1.ListNodesRequest{})); err == nil {
+			for _, n := range resp.Msg.Nodes {
+				switch n.State {
+				case "deploying":
+					deploying++
+				case "ready":
+					ready++
+				}
+			}
+		}
+		if deploying > 0 && ready == 0 {
+			break
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("the run ended before a machine deployed: %d %s %s", r.code, r.out, r.errs)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no machine deploying after 2 minutes")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.kill()
+	// Down for a second: the phase cannot end without the server, so the run reads its metrics
+	// while it is down (every 0.2 s), and waits.
+	time.Sleep(time.Second)
+	s.start()
+
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("the run failed across the restart: %d %s", r.code, r.errs)
+	}
+	var rep struct {
+		Phases []struct {
+			Name          string
+			Nodes, Failed int
+		}
+		RanTwice int `json:"commandsRunTwice"`
+		Commands int
+		Restarts int `json:"serverRestarts"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &rep); err != nil {
+		t.Fatalf("%v in %q", err, r.out)
+	}
+	if rep.Restarts != 1 || rep.RanTwice != 0 || rep.Commands == 0 || len(rep.Phases) != 3 {
+		t.Fatalf("restarts %d, run twice %d, commands %d, phases %d; want 1, 0, some, 3: %s", rep.Restarts, rep.RanTwice, rep.Commands, len(rep.Phases), r.out)
+	}
+	for _, p := range rep.Phases {
+		if p.Nodes != 4 || p.Failed != 0 {
+			t.Errorf("%s: %d nodes, %d failed; want 4 and 0", p.Name, p.Nodes, p.Failed)
+		}
+	}
+	for _, said := range []string{"the server does not answer", "the server answers again", "the server restarted"} {
+		if !strings.Contains(r.errs, said) {
+			t.Errorf("the run did not say %q: %q", said, r.errs)
+		}
+	}
+}
