@@ -1294,8 +1294,9 @@ type lockedNode struct {
 
 // reconcileIn reconciles nodeID inside tx, which just wrote why (a command's outcome, passed as
 // known, or a node agent's arrival), in a savepoint of its own, and returns the notices for
-// agents. The node is due again at the nearest deadline its workflow waits for, and at no
-// other time, unless it was woken by a write this reconciliation may not have seen. locked is
+// agents. The node is due again at the nearest deadline its workflow waits for (or at an
+// earlier one still ahead that its wake-up row holds: store.Tx.SetWakeUp), and at no other
+// time, unless it was woken by a write this reconciliation may not have seen. locked is
 // the node as tx locked and read it, if it did (nil: the run reads it).
 func (e *Engine) reconcileIn(ctx context.Context, tx *store.Tx, nodeID string, locked *lockedNode, known ...store.Command) (effects, error) {
 	var fx effects

@@ -46,6 +46,10 @@ type Phase struct {
 	AllocBytes       int64 `json:"allocBytes"`
 	AllocObjects     int64 `json:"allocObjects"`
 	WriterStatements int64 `json:"writerStatements,omitempty"`
+	// WriterWALPages are the pages SQLite's writer's commits wrote to its write-ahead log
+	// during the phase (a changed page once a commit, however many rows it took): the other
+	// count of the writer's work, which rows that share pages lower.
+	WriterWALPages int64 `json:"writerWalPages,omitempty"`
 	// WriterCommits are the groups of writes the writer committed during the phase, and
 	// WriterWrites the writes in them (0 on PostgreSQL): writes per commit is how well the
 	// writes shared their commits.
@@ -104,6 +108,9 @@ func (p Phase) String() string {
 	}
 	if p.Nodes > 0 && p.WriterStatements > 0 {
 		s += fmt.Sprintf("  %.0f statements/node", float64(p.WriterStatements)/float64(p.Nodes))
+	}
+	if p.Nodes > 0 && p.WriterWALPages > 0 {
+		s += fmt.Sprintf("  %.0f WAL pages/node", float64(p.WriterWALPages)/float64(p.Nodes))
 	}
 	if p.Nodes > 0 && p.RoundTrips > 0 {
 		s += fmt.Sprintf("  %.1f round trips/node", float64(p.RoundTrips)/float64(p.Nodes))
@@ -246,7 +253,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	w := h.control().Writer()
 	p.WriterBusy, p.WriterCPU = w.Busy-m.writer.Busy, w.CPU-m.writer.CPU
 	p.WriterCommits, p.WriterWrites = w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
-	p.WriterStatements = w.Statements - m.writer.Statements
+	p.WriterStatements, p.WriterWALPages = w.Statements-m.writer.Statements, w.WALPages-m.writer.WALPages
 	p.WriterCachedReads, p.WriterCacheHits = w.CachedReads-m.writer.CachedReads, w.CacheHits-m.writer.CacheHits
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {

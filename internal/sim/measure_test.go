@@ -91,8 +91,8 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		after:  map[string]int{"failed": 6, "deployed": 9},
 		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed", "z": "failed"}, // z: failed in an earlier phase
 		// The writer's work before the phase, and after it: the phase's is the difference.
-		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100, Statements: 1000},
-		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130, Statements: 1390},
+		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100, Statements: 1000, WALPages: 5000},
+		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130, Statements: 1390, WALPages: 5600},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -107,9 +107,9 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
 		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
 	}
-	if p.WriterBusy != 2*time.Second || p.WriterCPU != 1500*time.Millisecond || p.WriterCommits != 4 || p.WriterWrites != 30 || p.WriterStatements != 390 {
-		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes, %d statements in the phase: want 2s (1.5s), 4, 30, 390",
-			p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites, p.WriterStatements)
+	if p.WriterBusy != 2*time.Second || p.WriterCPU != 1500*time.Millisecond || p.WriterCommits != 4 || p.WriterWrites != 30 || p.WriterStatements != 390 || p.WriterWALPages != 600 {
+		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes, %d statements, %d WAL pages in the phase: want 2s (1.5s), 4, 30, 390, 600",
+			p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites, p.WriterStatements, p.WriterWALPages)
 	}
 	// (The heap's allocations, read as the collector's times are, are the runtime's counts.)
 	p.AllocBytes = 3 * 40 << 10

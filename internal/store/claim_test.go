@@ -351,6 +351,79 @@ func TestSetWakeUp(t *testing.T) {
 	})
 }
 
+// SetWakeUp keeps a wake-up still ahead that comes no later than the one it sets: the
+// reconciler, woken at it, finds nothing due and sets the next (a node that moves from step to
+// step writes no wake-up row for each). One that comes later, one already due, and one that
+// ends a run of failures are replaced.
+func TestSetWakeUpKeepsAnEarlierOneAhead(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		id := nodes[0].ID
+		type row struct {
+			due      int64
+			failures int
+		}
+		read := func() row {
+			t.Helper()
+			ws, err := st.WakeUps(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range ws {
+				if w.NodeID == id {
+					f, _, err := st.ReconcileFailuresOf(ctx, id)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return row{w.DueAt, f.Count}
+				}
+			}
+			t.Fatalf("node %s has no wake-up", id)
+			return row{}
+		}
+		// set runs SetWakeUp after prepare, in one transaction, and returns its clock.
+		set := func(again time.Duration, prepare string) (at int64) {
+			t.Helper()
+			if err := st.Write(ctx, func(tx *store.Tx) error {
+				at = tx.At()
+				if prepare != "" {
+					if _, err := tx.ExecForTests(ctx, prepare, id); err != nil {
+						return err
+					}
+				}
+				return tx.SetWakeUp(ctx, id, "deadline", again, -1)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return at
+		}
+		at := set(time.Minute, "")
+		first := at + time.Minute.Microseconds()
+		steps := []struct {
+			name    string
+			again   time.Duration
+			prepare string // run on the row first (id bound)
+			want    func(at int64) row
+		}{
+			{"a later deadline keeps the earlier one", time.Hour, "",
+				func(int64) row { return row{first, 0} }},
+			{"an earlier deadline replaces it", 10 * time.Second, "",
+				func(at int64) row { return row{at + (10 * time.Second).Microseconds(), 0} }},
+			{"one already due is replaced", time.Hour, `UPDATE reconcile_queue SET due_at = 1 WHERE node_id = ?`,
+				func(at int64) row { return row{at + time.Hour.Microseconds(), 0} }},
+			{"one ending a run of failures is replaced", 2 * time.Hour, `UPDATE reconcile_queue SET failures = 3, failing_since = 1, last_error = 'boom' WHERE node_id = ?`,
+				func(at int64) row { return row{at + (2 * time.Hour).Microseconds(), 0} }},
+		}
+		for _, s := range steps {
+			at = set(s.again, s.prepare)
+			if got, want := read(), s.want(at); got != want {
+				t.Errorf("%s: %+v, want %+v", s.name, got, want)
+			}
+		}
+	})
+}
+
 // DeliverCommands marks delivered exactly the queued commands assigned to the acknowledging
 // agent, across statements (more ids than one IN list holds), and returns them.
 func TestDeliverCommands(t *testing.T) {

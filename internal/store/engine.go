@@ -88,6 +88,11 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 // reconciliation may not have seen. With seq < 0 the row is replaced whatever it holds: for
 // SQLite's single writer, under which the reconciliation saw every write before it. A
 // replaced row's run of failed reconciliations ends: this one succeeded.
+//
+// A row still ahead that is due no later than again is kept as it is (unless it holds a run of
+// failures): the reconciler, woken at it, finds nothing due yet and sets the next. A node that
+// goes from step to step, each with its own deadline, then writes its wake-up row (and the
+// index over due times) once, not at every step.
 func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration, seq int64) error {
 	delGuard, setGuard, args := "", "", []any(nil)
 	if seq >= 0 {
@@ -102,8 +107,9 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 	default:
 		return t.execLater(ctx, what, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at, `+noFailures+`
-			WHERE reconcile_queue.leased_by = ''`+setGuard,
-			append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...)...)
+			WHERE reconcile_queue.leased_by = ''`+setGuard+`
+			AND NOT (reconcile_queue.due_at > ? AND reconcile_queue.due_at <= excluded.due_at AND reconcile_queue.failures = 0)`,
+			append(append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...), t.at)...)
 	}
 }
 

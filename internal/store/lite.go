@@ -38,6 +38,9 @@ type liteConn struct {
 	vfs *walVFS
 	// statements counts the statements run (exec, query): read by other goroutines.
 	statements atomic.Int64
+	// walFrames is the count of pages the connection's commits wrote to the WAL, as its last
+	// commit left it (walVFS.frames, read by other goroutines).
+	walFrames atomic.Int64
 	// cache holds the open workflows the connection read or wrote (nil: none, see
 	// workflowCache).
 	cache *workflowCache
@@ -822,7 +825,11 @@ func (c *liteConn) ended() {
 func (t liteTx) Commit() error {
 	t.c.resetBusy()
 	defer t.c.ended()
-	if _, err := t.c.exec("COMMIT", nil); err != nil {
+	_, err := t.c.exec("COMMIT", nil)
+	if t.c.vfs != nil {
+		t.c.walFrames.Store(t.c.vfs.frames())
+	}
+	if err != nil {
 		t.c.cache.clear() // (what the transaction wrote is gone)
 		if sqlite3.Xsqlite3_get_autocommit(t.c.tls, t.c.db) == 0 {
 			t.c.exec("ROLLBACK", nil)

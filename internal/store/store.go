@@ -163,7 +163,9 @@ type WriterStats struct {
 	FlushTime time.Duration
 	// Statements counts the SQL statements the writer ran (its transactions' BEGIN and COMMIT
 	// included): a count of its work that does not depend on how fast the machine is.
-	Statements int64
+	// WALPages counts the pages its commits wrote to the write-ahead log (SQLite): a commit
+	// writes each page it changed once, so rows that share pages cost less.
+	Statements, WALPages int64
 	// CachedReads counts the reads of a node's open workflow the writer looked up in its cache
 	// (SQLite, see workflowCache), and CacheHits those it found there.
 	CachedReads, CacheHits int64
@@ -174,7 +176,7 @@ func (s *Store) WriterStats() WriterStats {
 	w := WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
 		WALRestarts: s.walRestarts.Load(), WALRestartsWaited: s.walWaited.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
 	if s.lite != nil {
-		w.Statements = s.lite.statements.Load()
+		w.Statements, w.WALPages = s.lite.statements.Load(), s.lite.walFrames.Load()
 		if rc := s.lite.cache; rc != nil {
 			w.CachedReads, w.CacheHits = rc.reads.Load(), rc.hits.Load()
 		}

@@ -41,13 +41,15 @@ type walVFS struct {
 	io   [2]uintptr
 }
 
-// The shared state: the real VFS, the open WAL file (0 none) and the two method tables.
+// The shared state: the real VFS, the open WAL file (0 none), the two method tables and the
+// frames written to the WAL (walVFS.frames).
 const (
 	shReal    = 0
 	shWAL     = 8
 	shPass    = 16
 	shWALIO   = 24
-	shSize    = 32
+	shFrames  = 32
+	shSize    = 40
 	walBufCap = 4 << 20
 	// walWriteMax is the most one write hands the unix file: it writes at most 128 KiB - 1
 	// bytes a call (it masks the length, as its pages are at most 64 KiB).
@@ -151,6 +153,10 @@ func newWALVFS() (*walVFS, error) {
 	return v, nil
 }
 
+// frames is the count of frames (a page each) written to the WAL through the VFS. Only the
+// goroutine of the connection that writes through it may call it.
+func (v *walVFS) frames() int64 { return *i64(v.sh + shFrames) }
+
 // close unregisters the VFS: its connection must be closed first.
 func (v *walVFS) close() {
 	sqlite3.Xsqlite3_vfs_unregister(v.tls, v.vfs)
@@ -235,8 +241,11 @@ func walWrite(tls *libc.TLS, f, src uintptr, amt int32, off int64) int32 {
 	*i64(f + fCommitNext) = 0
 	// A frame header (24 bytes) whose database size is set heads a commit frame: its page,
 	// the next write, ends the commit.
-	if amt == 24 && binary.BigEndian.Uint32((*[4]byte)(at(src + 4))[:]) != 0 {
-		*i64(f + fCommitNext) = 1
+	if amt == 24 {
+		*i64(*word(f + fShared) + shFrames)++
+		if binary.BigEndian.Uint32((*[4]byte)(at(src + 4))[:]) != 0 {
+			*i64(f + fCommitNext) = 1
+		}
 	}
 	if *word(f + fBuf) == 0 {
 		if *word(f + fBuf) = libc.Xmalloc(tls, types.Size_t(walBufCap)); *word(f + fBuf) == 0 {

@@ -93,6 +93,45 @@ func TestWriterCountsItsStatements(t *testing.T) {
 	}
 }
 
+// The writer counts the pages its commits write to the WAL: a commit writes each page it
+// changed once, however many rows it took; a write that reads only writes none.
+func TestWriterCountsItsWALPages(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	pages := func(f func(*Tx) error) int64 {
+		t.Helper()
+		before := s.WriterStats().WALPages
+		if err := s.Write(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		return s.WriterStats().WALPages - before
+	}
+	tenants := func(names ...string) func(*Tx) error {
+		return func(tx *Tx) error {
+			for _, n := range names {
+				if _, err := tx.InsertTenant(ctx, n); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	one := pages(tenants("a"))
+	if one < 1 {
+		t.Fatalf("a commit of one insert wrote %d WAL pages: want at least 1", one)
+	}
+	// Ten more rows of the same small table share its pages.
+	if ten := pages(tenants("b", "c", "d", "e", "f", "g", "h", "i", "j", "k")); ten < 1 || ten > one {
+		t.Errorf("a commit of ten inserts wrote %d WAL pages, one of one insert %d: want as many", ten, one)
+	}
+	if got := pages(func(tx *Tx) error {
+		var n int
+		return tx.queryRow(ctx, "SELECT count(*) FROM tenants").Scan(&n)
+	}); got != 0 {
+		t.Errorf("a write that only read wrote %d WAL pages: want 0", got)
+	}
+}
+
 // While an execution trace runs, each of the writer's groups is a region of its own (what
 // `bcd sim --trace` is read for): the trace names it once a group ran.
 func TestWriterGroupsAreTraceRegions(t *testing.T) {
