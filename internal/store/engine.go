@@ -882,7 +882,7 @@ func (t *Tx) UpsertAgent(ctx context.Context, a Agent) error {
 	_, err := t.exec(ctx, `INSERT INTO agents (id, kind, site_id, node_id, generation, connected, connected_at, last_seen, version, conn_id, server_id, cert_renew_at, cert_not_after,
 		trusted_cas, issuer_ca, ca_reported_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET generation = excluded.generation, connected = excluded.connected,
-		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id, server_id = excluded.server_id,
+		connected_at = excluded.connected_at, last_seen = excluded.last_seen, conn_id = excluded.conn_id, server_id = excluded.server_id, reaped_at = 0,
 		version = CASE WHEN excluded.version = '' THEN agents.version ELSE excluded.version END,
 		cert_renew_at = excluded.cert_renew_at, cert_not_after = excluded.cert_not_after,
 		trusted_cas = excluded.trusted_cas, issuer_ca = excluded.issuer_ca, ca_reported_at = excluded.ca_reported_at`,
@@ -995,7 +995,7 @@ func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, g
 // seen at or after since (a reaped agent counts as unseen).
 func (t *Tx) NodeAgentGone(ctx context.Context, nodeID, kind string, generation uint64, since int64) (bool, error) {
 	var n int
-	err := t.queryRow(ctx, `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR last_seen >= ?)`,
+	err := t.queryRow(ctx, `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR last_seen >= ? AND reaped_at = 0)`,
 		nodeID, kind, int64(generation), true, since).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("reading the %s agents of %s: %w", kind, nodeID, err)
@@ -1232,7 +1232,7 @@ func (t *Tx) UseJoinToken(ctx context.Context, hash []byte, kind string, keyHash
 // AgentsGoneSince lists agents disconnected since before t whose commands were not yet applied,
 // by id (the order in which every server's reaper locks them: StillGoneSince).
 func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error) {
-	rows, err := t.query(ctx, `SELECT id FROM agents WHERE connected = ? AND last_seen < ? AND last_seen > 0 ORDER BY id`, false, before)
+	rows, err := t.query(ctx, `SELECT id FROM agents WHERE connected = ? AND last_seen < ? AND last_seen > 0 AND reaped_at = 0 ORDER BY id`, false, before)
 	if err != nil {
 		return nil, fmt.Errorf("listing departed agents: %w", err)
 	}
@@ -1257,15 +1257,15 @@ func (t *Tx) AgentsGoneSince(ctx context.Context, before int64) ([]string, error
 // the row is locked, a new connection (UpsertAgent) waits for the departure's transaction.
 func (t *Tx) StillGoneSince(ctx context.Context, id string, before int64) (bool, error) {
 	var connected bool
-	var lastSeen int64
-	err := t.queryRow(ctx, `SELECT connected, last_seen FROM agents WHERE id = ?`+t.forUpdate(), id).Scan(&connected, &lastSeen)
+	var lastSeen, reaped int64
+	err := t.queryRow(ctx, `SELECT connected, last_seen, reaped_at FROM agents WHERE id = ?`+t.forUpdate(), id).Scan(&connected, &lastSeen, &reaped)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reading whether agent %s is still departed: %w", id, err)
 	}
-	return !connected && lastSeen > 0 && lastSeen < before, nil
+	return !connected && reaped == 0 && lastSeen > 0 && lastSeen < before, nil
 }
 
 // ServerAlive records that server id is alive now (its heartbeat).
@@ -1579,9 +1579,10 @@ func (t *Tx) ServerLeaving(ctx context.Context, id string) error {
 // server ended (EndDeadServersConnections) while server could not show it was alive (it was cut
 // off from the store): the connection counted as departed at server's last heartbeat,
 // lastAlive, or before. A connection that departed after it (the agent left) stays ended. The
-// decisions taken meanwhile on the agent's commands stand.
+// decisions taken meanwhile on the agent's commands stand; its next departure is dealt with as
+// any (its mark as reaped goes).
 func (t *Tx) ReassertConnection(ctx context.Context, id, connID, server string, lastAlive int64) error {
-	_, err := t.exec(ctx, `UPDATE agents SET connected = ?, last_seen = ? WHERE id = ? AND conn_id = ? AND server_id = ? AND connected = ? AND last_seen <= ?`,
+	_, err := t.exec(ctx, `UPDATE agents SET connected = ?, last_seen = ?, reaped_at = 0 WHERE id = ? AND conn_id = ? AND server_id = ? AND connected = ? AND last_seen <= ?`,
 		true, t.at, id, connID, server, false, lastAlive)
 	if err != nil {
 		return fmt.Errorf("recording again the connection of agent %s: %w", id, err)
@@ -1589,9 +1590,10 @@ func (t *Tx) ReassertConnection(ctx context.Context, id, connID, server string, 
 	return nil
 }
 
-// MarkAgentReaped records that a departed agent's commands were dealt with.
+// MarkAgentReaped records that a departed agent's commands were dealt with (its last_seen, when
+// it went away, stays for an operator to read).
 func (t *Tx) MarkAgentReaped(ctx context.Context, id string) error {
-	if _, err := t.exec(ctx, `UPDATE agents SET last_seen = 0 WHERE id = ? AND connected = ?`, id, false); err != nil {
+	if _, err := t.exec(ctx, `UPDATE agents SET reaped_at = ? WHERE id = ? AND connected = ?`, t.at, id, false); err != nil {
 		return fmt.Errorf("recording that the commands of agent %s were dealt with: %w", id, err)
 	}
 	return nil

@@ -75,3 +75,67 @@ func TestStillGoneSince(t *testing.T) {
 		}
 	})
 }
+
+// A departed agent dealt with by the reaper keeps when it was last seen (what an operator reads
+// in the site agents' list); back on a new connection and gone again, it is the reaper's again.
+func TestReapedAgentKeepsItsLastSeen(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+		st.SetClock(func() time.Time { return now })
+		write := func(f func(tx *store.Tx) error) {
+			t.Helper()
+			if err := st.Write(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		}
+		const id = "site-agent-1"
+		connect := func(conn string) {
+			write(func(tx *store.Tx) error {
+				return tx.UpsertAgent(ctx, store.Agent{ID: id, Kind: "site", SiteID: "s", ConnID: conn})
+			})
+		}
+		gone := func() []string {
+			t.Helper()
+			var listed []string
+			write(func(tx *store.Tx) error {
+				var err error
+				listed, err = tx.AgentsGoneSince(ctx, now.Add(-15*time.Second).UnixMicro())
+				return err
+			})
+			return listed
+		}
+		lastSeen := func() int64 {
+			t.Helper()
+			as, err := st.SiteAgents(ctx)
+			if err != nil || len(as) != 1 {
+				t.Fatalf("site agents %+v: %v", as, err)
+			}
+			return as[0].LastSeen
+		}
+		for i, conn := range []string{"c1", "c2"} {
+			connect(conn)
+			left := now.UnixMicro()
+			write(func(tx *store.Tx) error { return tx.AgentGone(ctx, id, conn) })
+			now = now.Add(20 * time.Second)
+			if got := gone(); !slices.Equal(got, []string{id}) {
+				t.Fatalf("departure %d: the reaper lists %v, want the agent", i+1, got)
+			}
+			write(func(tx *store.Tx) error { return tx.MarkAgentReaped(ctx, id) })
+			if got := gone(); len(got) != 0 {
+				t.Errorf("departure %d, reaped: the reaper lists %v, want none", i+1, got)
+			}
+			if got := lastSeen(); got != left {
+				t.Errorf("departure %d, reaped: last seen %d, want %d (when it left)", i+1, got, left)
+			}
+			var still bool
+			write(func(tx *store.Tx) (err error) {
+				still, err = tx.StillGoneSince(ctx, id, now.UnixMicro())
+				return err
+			})
+			if still {
+				t.Errorf("departure %d, reaped: still gone for the reaper", i+1)
+			}
+		}
+	})
+}
