@@ -995,7 +995,7 @@ func (t *Tx) NodeAgentConnectedSince(ctx context.Context, nodeID, kind string, g
 // seen at or after since (a reaped agent counts as unseen).
 func (t *Tx) NodeAgentGone(ctx context.Context, nodeID, kind string, generation uint64, since int64) (bool, error) {
 	var n int
-	err := t.queryRow(ctx, `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR last_seen >= ? AND reaped_at = 0)`,
+	err := t.queryRow(ctx, `SELECT COUNT(*) FROM agents WHERE node_id = ? AND kind = ? AND generation = ? AND (connected = ? OR (last_seen >= ? AND reaped_at = 0))`,
 		nodeID, kind, int64(generation), true, since).Scan(&n)
 	if err != nil {
 		return false, fmt.Errorf("reading the %s agents of %s: %w", kind, nodeID, err)
