@@ -78,6 +78,9 @@ type serverMetrics struct {
 	// restarted).
 	started   float64
 	startedOK bool
+	// writer: the SQLite writer's counters (bcd_store_writer_busy_seconds_total and the
+	// others, store.WriterStats' names; zero from a server on PostgreSQL).
+	writer store.WriterStats
 }
 
 // restartedSince reports whether the server that gave m is another process than the one that
@@ -100,6 +103,9 @@ func (m serverMetrics) plus(c serverMetrics) serverMetrics {
 	m.allocBytes += c.allocBytes
 	m.lost += c.lost
 	m.gwConns += c.gwConns
+	w, cw := &m.writer, c.writer
+	w.Busy, w.CPU, w.Groups, w.Writes = w.Busy+cw.Busy, w.CPU+cw.CPU, w.Groups+cw.Groups, w.Writes+cw.Writes
+	w.Statements, w.WALPages = w.Statements+cw.Statements, w.WALPages+cw.WALPages
 	return m
 }
 
@@ -239,7 +245,12 @@ func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTim
 }
 
 func (c *apiControl) Nudge()                    {}
-func (c *apiControl) Writer() store.WriterStats { return store.WriterStats{} }
+// Writer is the server's SQLite writer's work since it started (over its restarts during the
+// run), from its metrics: zero if they cannot be read, or on PostgreSQL.
+func (c *apiControl) Writer(ctx context.Context) store.WriterStats {
+	m, _ := c.scrape(ctx)
+	return m.writer
+}
 
 func (c *apiControl) WriteRoundTrips() int64 { return 0 }
 
@@ -334,8 +345,8 @@ func (c *apiControl) say(format string, args ...any) {
 
 // parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes,
 // bcd_commands_lost_total, process_cpu_seconds_total, go_memstats_alloc_bytes_total,
-// bcd_gateway_connections_total and process_start_time_seconds from a Prometheus text
-// exposition.
+// bcd_gateway_connections_total, process_start_time_seconds and the SQLite writer's counters
+// from a Prometheus text exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	m := serverMetrics{states: map[string]int{}}
 	value := func(line, v string) (float64, error) {
@@ -353,6 +364,12 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 		"go_memstats_alloc_bytes_total": func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
 		"bcd_gateway_connections_total": func(f float64) { m.gwConns = int64(f) },
 		"process_start_time_seconds":    func(f float64) { m.started, m.startedOK = f, true },
+		"bcd_store_writer_busy_seconds_total": func(f float64) { m.writer.Busy = time.Duration(f * float64(time.Second)) },
+		"bcd_store_writer_cpu_seconds_total":  func(f float64) { m.writer.CPU = time.Duration(f * float64(time.Second)) },
+		"bcd_store_writer_commits_total":      func(f float64) { m.writer.Groups = int64(f) },
+		"bcd_store_writes_total":              func(f float64) { m.writer.Writes = int64(f) },
+		"bcd_store_writer_statements_total":   func(f float64) { m.writer.Statements = int64(f) },
+		"bcd_store_wal_pages_total":           func(f float64) { m.writer.WALPages = int64(f) },
 	}
 	for sc.Scan() {
 		line := sc.Text()

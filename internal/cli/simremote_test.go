@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"bcd/internal/store"
 )
 
 // bcd sim --server drives a running server: its simulated agents join through the server's
@@ -26,6 +28,10 @@ func TestSimAgainstARunningServer(t *testing.T) {
 				NodesPerSec float64
 				Failed      int
 				CPUOf       string `json:"cpuOf"`
+				// The server's writer's, from its metrics.
+				WriterStatements int64 `json:"writerStatements"`
+				WriterWALPages   int64 `json:"writerWalPages"`
+				WriterCommits    int64 `json:"writerCommits"`
 			}
 			PeakRSSMiB float64 `json:"peakRssMiB"`
 			RSSOf      string  `json:"rssOf"`
@@ -39,7 +45,7 @@ func TestSimAgainstARunningServer(t *testing.T) {
 			t.Fatalf("run %d: %+v", run+1, rep)
 		}
 		for _, p := range rep.Phases {
-			if p.Nodes != 6 || p.Failed != 0 || p.NodesPerSec <= 0 || p.CPUOf != "agents" {
+			if p.Nodes != 6 || p.Failed != 0 || p.NodesPerSec <= 0 || p.CPUOf != "agents" || p.WriterStatements <= 0 || p.WriterWALPages <= 0 || p.WriterCommits <= 0 {
 				t.Errorf("run %d, %s: %+v", run+1, p.Name, p)
 			}
 		}
@@ -85,10 +91,17 @@ process_cpu_seconds_total 12.34
 go_memstats_alloc_bytes_total 3.96772e+06
 bcd_gateway_connections_total 5
 bcd_gateway_connections 2
+bcd_store_writer_busy_seconds_total 3.5
+bcd_store_writer_cpu_seconds_total 2.25
+bcd_store_writer_commits_total 40
+bcd_store_writes_total 400
+bcd_store_writer_statements_total 5200
+bcd_store_wal_pages_total 1300
 `
 	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
 	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 ||
-		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 {
+		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 ||
+		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300}) {
 		t.Fatalf("%+v %v", m, err)
 	}
 	// A server that does not give its CPU or allocations has none read.
@@ -97,7 +110,7 @@ bcd_gateway_connections 2
 		t.Errorf("only the CPU given: %+v %v", m, err)
 	}
 	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`,
-		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`} {
+		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`, `bcd_store_wal_pages_total y`} {
 		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
 			t.Errorf("accepted %q", bad)
 		}

@@ -38,9 +38,12 @@ func (m *metricsServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // life is one reading of a server process: its start time and its counters.
+// (Its writer ran as many statements as it allocated bytes, and wrote ten WAL pages a lost
+// command.)
 func life(started float64, cpu float64, alloc, lost, conns int) string {
 	return fmt.Sprintf("bcd_nodes{state=\"ready\"} 4\nprocess_resident_memory_bytes 1048576\nprocess_start_time_seconds %g\nprocess_cpu_seconds_total %g\n"+
-		"go_memstats_alloc_bytes_total %d\nbcd_commands_lost_total %d\nbcd_gateway_connections_total %d\n", started, cpu, alloc, lost, conns)
+		"go_memstats_alloc_bytes_total %d\nbcd_commands_lost_total %d\nbcd_gateway_connections_total %d\n"+
+		"bcd_store_writer_statements_total %d\nbcd_store_wal_pages_total %d\n", started, cpu, alloc, lost, conns, alloc, 10*lost)
 }
 
 func testControl(t *testing.T, ms *metricsServer) (*apiControl, *httptest.Server, *bytes.Buffer) {
@@ -63,8 +66,8 @@ func scrapeNow(t *testing.T, c *apiControl) (serverMetrics, error) {
 }
 
 // A server that restarts during a run (a crash drill): what the run measures of it, its CPU,
-// allocations, lost commands and gateway connections, runs on across the restart from its last
-// reading before, and the restart is counted and told.
+// allocations, lost commands, gateway connections and writer's work, runs on across the restart
+// from its last reading before, and the restart is counted and told.
 func TestScrapeCarriesCountersAcrossARestart(t *testing.T) {
 	ms := &metricsServer{}
 	c, _, said := testControl(t, ms)
@@ -84,7 +87,7 @@ func TestScrapeCarriesCountersAcrossARestart(t *testing.T) {
 		ms.set("%s", step.text)
 		m, err := scrapeNow(t, c)
 		if err != nil || m.cpu != step.cpu || m.allocBytes != int64(step.alloc) || m.lost != step.lost || m.gwConns != int64(step.conns) || m.states["ready"] != 4 ||
-			c.ServerRestarts() != step.re {
+			m.writer.Statements != int64(step.alloc) || m.writer.WALPages != 10*int64(step.lost) || c.ServerRestarts() != step.re {
 			t.Fatalf("after %q: %+v (restarts %d) %v, want cpu %s alloc %d lost %d conns %d restarts %d", step.text, m, c.ServerRestarts(), err, step.cpu, step.alloc, step.lost, step.conns, step.re)
 		}
 	}

@@ -250,7 +250,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	rt := readRuntimeTotals()
 	p.GCCPU, p.GCAssist = rt.gc-m.rt.gc, rt.assist-m.rt.assist
 	p.AllocBytes, p.AllocObjects = rt.allocBytes-m.rt.allocBytes, rt.allocObjects-m.rt.allocObjects
-	w := h.control().Writer()
+	w := h.control().Writer(ctx)
 	p.WriterBusy, p.WriterCPU = w.Busy-m.writer.Busy, w.CPU-m.writer.CPU
 	p.WriterCommits, p.WriterWrites = w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
 	p.WriterStatements, p.WriterWALPages = w.Statements-m.writer.Statements, w.WALPages-m.writer.WALPages
@@ -314,7 +314,7 @@ func (h *Harness) mark(ctx context.Context) (mark, error) {
 	// (The server's work is read with the counts: a server elsewhere answers both from one
 	// reading of its metrics.)
 	sw, ok := h.control().ServerWork(ctx)
-	return mark{at: time.Now(), cpu: cpuTime(), rt: readRuntimeTotals(), writer: h.control().Writer(), trips: h.control().WriteRoundTrips(),
+	return mark{at: time.Now(), cpu: cpuTime(), rt: readRuntimeTotals(), writer: h.control().Writer(ctx), trips: h.control().WriteRoundTrips(),
 		counts: counts, server: sw, serverOK: ok}, err
 }
 

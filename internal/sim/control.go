@@ -27,8 +27,9 @@ type Control interface {
 	// Nudge tells an in-process engine that work is due (a no-op over the API).
 	Nudge()
 	// Writer is what SQLite's single writer has done so far: its busy time, the groups it
-	// committed and the writes in them (zero when unknown, and on PostgreSQL).
-	Writer() store.WriterStats
+	// committed and the writes in them (zero when unknown, and on PostgreSQL). A server
+	// elsewhere tells it in its metrics.
+	Writer(ctx context.Context) store.WriterStats
 	// WriteRoundTrips is how many round trips to PostgreSQL the servers' write transactions
 	// have taken so far (0 when unknown, or on SQLite).
 	WriteRoundTrips() int64
@@ -103,7 +104,7 @@ func (c inProcess) NodeTimes(ctx context.Context, ids []string) ([]NodeTime, err
 
 func (c inProcess) Nudge() { c.h.nudge() }
 
-func (c inProcess) Writer() store.WriterStats { return c.h.Store.WriterStats() }
+func (c inProcess) Writer(context.Context) store.WriterStats { return c.h.Store.WriterStats() }
 
 func (c inProcess) WriteRoundTrips() int64 {
 	if len(c.h.stores) == 0 {

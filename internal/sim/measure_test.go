@@ -55,7 +55,7 @@ func (c *countingControl) NodeTimes(context.Context, []string) ([]NodeTime, erro
 	return out, nil
 }
 func (c *countingControl) Nudge() {}
-func (c *countingControl) Writer() store.WriterStats {
+func (c *countingControl) Writer(context.Context) store.WriterStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.writerCalls++
