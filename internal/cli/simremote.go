@@ -244,7 +244,8 @@ func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTim
 	}
 }
 
-func (c *apiControl) Nudge()                    {}
+func (c *apiControl) Nudge() {}
+
 // Writer is the server's SQLite writer's work since it started (over its restarts during the
 // run), from its metrics: zero if they cannot be read, or on PostgreSQL.
 func (c *apiControl) Writer(ctx context.Context) store.WriterStats {
@@ -358,12 +359,12 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	}
 	// The metrics without labels, each a name, a space and its value.
 	plain := map[string]func(float64){
-		"process_resident_memory_bytes": func(f float64) { m.rssMiB = f / (1 << 20) },
-		"bcd_commands_lost_total":       func(f float64) { m.lost = int(f) },
-		"process_cpu_seconds_total":     func(f float64) { m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true },
-		"go_memstats_alloc_bytes_total": func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
-		"bcd_gateway_connections_total": func(f float64) { m.gwConns = int64(f) },
-		"process_start_time_seconds":    func(f float64) { m.started, m.startedOK = f, true },
+		"process_resident_memory_bytes":       func(f float64) { m.rssMiB = f / (1 << 20) },
+		"bcd_commands_lost_total":             func(f float64) { m.lost = int(f) },
+		"process_cpu_seconds_total":           func(f float64) { m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true },
+		"go_memstats_alloc_bytes_total":       func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
+		"bcd_gateway_connections_total":       func(f float64) { m.gwConns = int64(f) },
+		"process_start_time_seconds":          func(f float64) { m.started, m.startedOK = f, true },
 		"bcd_store_writer_busy_seconds_total": func(f float64) { m.writer.Busy = time.Duration(f * float64(time.Second)) },
 		"bcd_store_writer_cpu_seconds_total":  func(f float64) { m.writer.CPU = time.Duration(f * float64(time.Second)) },
 		"bcd_store_writer_commits_total":      func(f float64) { m.writer.Groups = int64(f) },
