@@ -18,13 +18,7 @@ func TestStillGoneSince(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-		st.SetClock(func() time.Time { return now })
-		write := func(f func(tx *store.Tx) error) {
-			t.Helper()
-			if err := st.Write(ctx, f); err != nil {
-				t.Fatal(err)
-			}
-		}
+		write := clockedWrites(t, st, &now)
 		connect := func(id, conn string) {
 			write(func(tx *store.Tx) error { return tx.UpsertAgent(ctx, store.Agent{ID: id, Kind: "node", ConnID: conn}) })
 		}
@@ -82,13 +76,7 @@ func TestReapedAgentKeepsItsLastSeen(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
 		now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-		st.SetClock(func() time.Time { return now })
-		write := func(f func(tx *store.Tx) error) {
-			t.Helper()
-			if err := st.Write(ctx, f); err != nil {
-				t.Fatal(err)
-			}
-		}
+		write := clockedWrites(t, st, &now)
 		const id = "site-agent-1"
 		connect := func(conn string) {
 			write(func(tx *store.Tx) error {
@@ -138,4 +126,16 @@ func TestReapedAgentKeepsItsLastSeen(t *testing.T) {
 			}
 		}
 	})
+}
+
+// clockedWrites sets st's clock to *now (as the test moves it) and returns a write that fails
+// the test on an error.
+func clockedWrites(t *testing.T, st *store.Store, now *time.Time) func(f func(tx *store.Tx) error) {
+	st.SetClock(func() time.Time { return *now })
+	return func(f func(tx *store.Tx) error) {
+		t.Helper()
+		if err := st.Write(context.Background(), f); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
