@@ -6,15 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"bcd/internal/agentlink"
 	"bcd/internal/gateway/gatewaytest"
+	"bcd/internal/testproc"
 )
 
 // TestAgentProcess is the child of TestKilledAgentRunsNothingTwice: a site agent that logs
@@ -71,15 +70,14 @@ func TestKilledAgentRunsNothingTwice(t *testing.T) {
 	cmds := commands("k", n)
 	env.Queue.Enqueue(siteRef, cmds...)
 	token := env.Identities.SiteToken(siteRef.SiteID, siteRef.AgentID, time.Hour)
-	run := func() *exec.Cmd {
+	run := func() *testproc.Proc {
 		t.Helper()
-		c := exec.Command(os.Args[0], "-test.run=^TestAgentProcess$", "-test.count=1")
-		c.Env = append(os.Environ(), "BCD_AGENT_KILL_DIR="+dir, "BCD_AGENT_KILL_URL="+env.URL,
-			"BCD_AGENT_KILL_CA="+string(env.CA.CertPEM()), "BCD_AGENT_KILL_TOKEN="+token)
-		if err := c.Start(); err != nil {
+		p, err := testproc.Start("TestAgentProcess", []string{"BCD_AGENT_KILL_DIR=" + dir, "BCD_AGENT_KILL_URL=" + env.URL,
+			"BCD_AGENT_KILL_CA=" + string(env.CA.CertPEM()), "BCD_AGENT_KILL_TOKEN=" + token}, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return c
+		return p
 	}
 	kills := 0
 	life := 50 * time.Millisecond // grows while lives end before the agent got anything done
@@ -98,8 +96,7 @@ func TestKilledAgentRunsNothingTwice(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), life+time.Duration(rand.IntN(200))*time.Millisecond)
 		_ = env.Queue.WaitFor(ctx, func(c gatewaytest.Counts) bool { return c.Final >= n })
 		cancel()
-		_ = child.Process.Signal(syscall.SIGKILL)
-		_ = child.Wait()
+		child.Kill()
 		kills++
 		if env.Queue.Counts().Final == before {
 			life = min(2*life, 2*time.Second) // a loaded machine: the agent needs longer to join

@@ -3,16 +3,14 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"bcd/internal/testproc"
 )
 
 // TestSimDrillServerProcess is the child of TestSimOutlivesItsServersRestart: `bcd server` on the
@@ -31,62 +29,34 @@ func TestSimDrillServerProcess(t *testing.T) {
 type drillServer struct {
 	t            *testing.T
 	dir, api, gw string
-	cmd          *exec.Cmd
-	exited       chan struct{}
+	proc         *testproc.Proc // nil: not started, or killed
 }
 
-// start starts the server and returns once its API answers.
+// start starts the server and returns once its API answers. Its output goes on in one file
+// over its restarts.
 func (s *drillServer) start() {
 	s.t.Helper()
-	s.cmd = exec.Command(os.Args[0], "-test.run=^TestSimDrillServerProcess$", "-test.count=1")
-	s.cmd.Env = append(os.Environ(), "BCD_SIM_DRILL_DIR="+s.dir, "BCD_SIM_DRILL_API="+s.api, "BCD_SIM_DRILL_GATEWAY="+s.gw)
 	out, err := os.OpenFile(filepath.Join(s.dir, "server.out"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	defer out.Close()
-	s.cmd.Stdout, s.cmd.Stderr = out, out
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
+	proc, err := testproc.StartHTTP("TestSimDrillServerProcess", []string{"BCD_SIM_DRILL_DIR=" + s.dir, "BCD_SIM_DRILL_API=" + s.api, "BCD_SIM_DRILL_GATEWAY=" + s.gw}, out, s.api)
+	if proc != nil {
+		s.proc = proc
 	}
-	s.exited = make(chan struct{})
-	go func(cmd *exec.Cmd, exited chan struct{}) { cmd.Wait(); close(exited) }(s.cmd, s.exited)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if resp, err := http.Get("http://" + s.api + "/healthz"); err == nil {
-			resp.Body.Close()
-			return
-		}
-		select {
-		case <-s.exited:
-			b, _ := os.ReadFile(out.Name())
-			s.t.Fatalf("the server exited before it answered: %s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(out.Name())
-			s.t.Fatalf("the server did not answer: %s", b)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err != nil {
+		s.t.Fatal(err)
 	}
 }
 
 // kill SIGKILLs the server, if it runs, and waits for it to end.
 func (s *drillServer) kill() {
-	if s.cmd == nil {
+	if s.proc == nil {
 		return
 	}
-	s.cmd.Process.Signal(syscall.SIGKILL)
-	<-s.exited
-	s.cmd = nil
-}
-
-func loopbackPort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	s.proc.Kill()
+	s.proc = nil
 }
 
 // A crash drill: `bcd sim --server` against a server that is killed (SIGKILL) while the
@@ -94,7 +64,7 @@ func loopbackPort(t *testing.T) string {
 // restart, says so, counts it, and ends with every machine through every phase and no command
 // run twice.
 func TestSimOutlivesItsServersRestart(t *testing.T) {
-	s := &drillServer{t: t, dir: t.TempDir(), api: loopbackPort(t), gw: loopbackPort(t)}
+	s := &drillServer{t: t, dir: t.TempDir(), api: testproc.LoopbackAddr(t), gw: testproc.LoopbackAddr(t)}
 	t.Cleanup(s.kill)
 	s.start()
 	out, err := os.ReadFile(filepath.Join(s.dir, "server.out"))

@@ -5,14 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +23,7 @@ import (
 	"bcd/internal/sim"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
+	"bcd/internal/testproc"
 )
 
 // TestServerProcess is the child of TestCrashSafety and TestReplicas: a bcd server on fixed
@@ -62,14 +60,7 @@ func TestServerProcess(t *testing.T) {
 	srv.Serve(context.Background()) // until SIGKILL
 }
 
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freePort(t *testing.T) string { return testproc.LoopbackAddr(t) }
 
 // serverProc is a bcd server in a child process (TestServerProcess), on its own data dir and
 // ports.
@@ -77,8 +68,7 @@ type serverProc struct {
 	t            *testing.T
 	dir, api, gw string
 	env          []string
-	cmd          *exec.Cmd
-	exited       chan struct{} // closed when cmd has exited
+	proc         *testproc.Proc // nil: not started, or killed
 }
 
 func newServerProc(t *testing.T, dsn, api, gw string, env ...string) *serverProc {
@@ -91,49 +81,25 @@ func newServerProc(t *testing.T, dsn, api, gw string, env ...string) *serverProc
 // start starts the server process and returns once its API answers, or why it did not (with
 // the process's output).
 func (p *serverProc) start() error {
-	p.cmd = exec.Command(os.Args[0], "-test.run=^TestServerProcess$", "-test.count=1")
-	p.cmd.Env = append(os.Environ(), p.env...)
 	out, err := os.Create(filepath.Join(p.dir, "server.out"))
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	p.cmd.Stdout, p.cmd.Stderr = out, out
-	if err := p.cmd.Start(); err != nil {
-		return err
+	proc, err := testproc.StartHTTP("TestServerProcess", p.env, out, p.api)
+	if proc != nil {
+		p.proc = proc
 	}
-	exited := make(chan struct{})
-	p.exited = exited
-	go func() { p.cmd.Wait(); close(exited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get("http://" + p.api + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		select {
-		case <-exited:
-			b, _ := os.ReadFile(out.Name())
-			return fmt.Errorf("server exited before it answered; its output: %s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(out.Name())
-			return fmt.Errorf("server did not start: %v; its output: %s", err, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return err
 }
 
 // kill SIGKILLs the server process, if it runs.
 func (p *serverProc) kill() {
-	if p.cmd == nil {
+	if p.proc == nil {
 		return
 	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-	p.cmd = nil
+	p.proc.Kill()
+	p.proc = nil
 }
 
 // adminToken is the admin token the server minted at the installation's first start, if this
