@@ -65,12 +65,13 @@ func (e *Engine) PurgeHistory(ctx context.Context) (store.Purged, error) {
 		total.Events += p.Events
 		total.Batches += p.Batches
 		total.Loose += p.Loose
+		total.Plans += p.Plans
 		if p.Workflows < historyWorkflowsPerPass && p.Loose < historyWorkflowsPerPass*store.LoosePerWorkflow && p.Events < historyEventsPerPass {
 			break
 		}
 	}
 	if total != (store.Purged{}) {
-		e.log.Info("deleted history past its retention", "workflows", total.Workflows, "commands", total.Commands, "loose_commands", total.Loose, "events", total.Events, "batches", total.Batches,
+		e.log.Info("deleted history past its retention", "workflows", total.Workflows, "commands", total.Commands, "loose_commands", total.Loose, "events", total.Events, "batches", total.Batches, "plans", total.Plans,
 			"history_retention", e.cfg.HistoryRetention, "event_retention", e.cfg.EventRetention)
 	}
 	return total, nil

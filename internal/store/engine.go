@@ -3,7 +3,9 @@ package store
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -156,9 +158,38 @@ type Workflow struct {
 	BatchID string
 }
 
-const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase,
+// workflowCols are the columns of a workflow's row, in the order of InsertWorkflow's arguments.
+const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, plan, command_kinds, state, phase,
 	step_index, step_attempt, step_started_at, step_deadline, current_command, boot_epoch, abort_requested, fault_code, error,
 	outcome_applied, created_at, updated_at, finished_at, batch_id`
+
+// selectWorkflows reads workflows (w) with their plan's steps and cleanup (p), as scanWorkflow
+// scans them; a query adds its conditions on w (AND ...) and its order. The workflow is read
+// first (CROSS JOIN: SQLite keeps that order), then its plan by its key.
+const selectWorkflows = `SELECT w.id, w.node_id, w.tenant_id, w.profile, w.owner, w.node_state, p.steps, p.cleanup, w.command_kinds,
+	w.state, w.phase, w.step_index, w.step_attempt, w.step_started_at, w.step_deadline, w.current_command, w.boot_epoch,
+	w.abort_requested, w.fault_code, w.error, w.outcome_applied, w.created_at, w.updated_at, w.finished_at, w.batch_id`
+
+const fromWorkflows = ` FROM workflows w CROSS JOIN workflow_plans p WHERE p.digest = w.plan`
+
+// planDigest is the key a workflow's plan (its steps and cleanup, JSON) is kept under in
+// workflow_plans: the SHA-256 of both, in hex.
+func planDigest(steps, cleanup string) string {
+	h := sha256.New()
+	h.Write([]byte(steps))
+	h.Write([]byte{0})
+	h.Write([]byte(cleanup))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// planTouchEvery is how long a plan's used_at may lag behind the workflows that begin on it:
+// an insert that finds it older moves it on. History retention deletes only plans unused for
+// longer than twice that (see purgePlans).
+const planTouchEvery = int64(time.Hour / time.Microsecond)
+
+// insertPlanQuery keeps a workflow's plan once (see planDigest and planTouchEvery).
+const insertPlanQuery = `INSERT INTO workflow_plans (digest, steps, cleanup, used_at) VALUES (?, ?, ?, ?)
+	ON CONFLICT (digest) DO UPDATE SET used_at = excluded.used_at WHERE workflow_plans.used_at < excluded.used_at - ?`
 
 func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 	var w Workflow
@@ -179,12 +210,16 @@ func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	w.ID = NewID(Micros(t.at))
 	w.CreatedAt, w.UpdatedAt = t.at, t.at
-	const q = `INSERT INTO workflows (` + workflowCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	const q = `INSERT INTO workflows (` + workflowCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	kinds := mustJSON(w.CommandKinds)
-	args := []any{w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, w.Steps, w.Cleanup, kinds, w.State, w.Phase,
+	plan := planDigest(w.Steps, w.Cleanup)
+	args := []any{w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, plan, kinds, w.State, w.Phase,
 		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
 		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID}
 	what := "inserting workflow " + w.Profile + " for node " + w.NodeID
+	if err := t.execLater(ctx, "keeping the plan of "+what, insertPlanQuery, plan, w.Steps, w.Cleanup, t.at, planTouchEvery); err != nil {
+		return err
+	}
 	rc := t.rows()
 	if rc == nil {
 		return t.execLater(ctx, what, q, args...)
@@ -256,11 +291,11 @@ func workflowStepArgs(w *Workflow) []any {
 }
 
 // openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).
-const openWorkflowQuery = `SELECT ` + workflowCols + ` FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`
+const openWorkflowQuery = selectWorkflows + fromWorkflows + ` AND w.node_id = ? AND w.outcome_applied = ? ORDER BY w.created_at DESC LIMIT 1`
 
 // openWorkflowRowidQuery is openWorkflowQuery with the row's rowid (SQLite's writer, for its
 // cache).
-const openWorkflowRowidQuery = `SELECT ` + workflowCols + `, rowid FROM workflows WHERE node_id = ? AND outcome_applied = ? ORDER BY created_at DESC LIMIT 1`
+const openWorkflowRowidQuery = selectWorkflows + `, w.rowid` + fromWorkflows + ` AND w.node_id = ? AND w.outcome_applied = ? ORDER BY w.created_at DESC LIMIT 1`
 
 // rows is the writer's cache of open workflows (nil: none, on PostgreSQL).
 func (t *Tx) rows() *workflowCache {
@@ -305,7 +340,7 @@ func scanOpenWorkflow(r rowScanner, nodeID string) (Workflow, bool, error) {
 
 // Workflows lists a node's workflows, newest first.
 func (s *Store) Workflows(ctx context.Context, nodeID string, limit int) ([]Workflow, error) {
-	rows, err := s.queryRows(ctx, `SELECT `+workflowCols+` FROM workflows WHERE node_id = ? ORDER BY created_at DESC LIMIT ?`, nodeID, limit)
+	rows, err := s.queryRows(ctx, selectWorkflows+fromWorkflows+` AND w.node_id = ? ORDER BY w.created_at DESC LIMIT ?`, nodeID, limit)
 	return collect(rows, err, "workflows", scanWorkflow)
 }
 

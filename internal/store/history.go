@@ -8,6 +8,8 @@ import (
 // Purged counts what one PurgeHistory call deleted.
 type Purged struct {
 	Workflows, Commands, Events, Batches int
+	// Plans counts the workflow plans deleted: those no workflow names any more (purgePlans).
+	Plans int
 	// Loose counts, among Commands, those deleted as no workflow's (looseCommandsQuery).
 	Loose int
 }
@@ -64,8 +66,27 @@ func ofWorkflows(list string) string {
 	return `(node_id, workflow_id) IN (SELECT node_id, id FROM workflows WHERE id IN ` + list + `)`
 }
 
+// purgePlansQuery deletes the workflow plans used before a time that no workflow names
+// (workflows_plan).
+const purgePlansQuery = `DELETE FROM workflow_plans WHERE used_at < ?
+	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.plan = workflow_plans.digest)`
+
+// purgePlans deletes the workflow plans that no workflow names and none began on since before
+// (and not for twice planTouchEvery): an insert of a workflow on a plan moves the plan's used_at
+// on once it is older than planTouchEvery, so that on PostgreSQL a purge that read the plan
+// as unused before that insert committed finds it used when it comes to delete it.
+func (t *Tx) purgePlans(ctx context.Context, before int64) (int, error) {
+	res, err := t.exec(ctx, purgePlansQuery, min(before, t.at-2*planTouchEvery))
+	if err != nil {
+		return 0, fmt.Errorf("purging the plans of ended workflows: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	return int(n), nil
+}
+
 // PurgeHistory deletes history older than the retention: up to limit workflows that ended
-// before workflowsBefore, with their finished commands (see historyDeletableCommand), up to
+// before workflowsBefore, with their finished commands (see historyDeletableCommand) and the
+// plans no workflow names any more (purgePlans), up to
 // limit×LoosePerWorkflow loose commands that finished before it (looseCommandsQuery), and up to
 // eventLimit events recorded before eventsBefore (0: none), and as many batches created before
 // it that nothing names any more (endedBatchesQuery), with their leaves and approvals: the
@@ -101,6 +122,9 @@ func (t *Tx) PurgeHistory(ctx context.Context, workflowsBefore int64, limit int,
 			}
 			n, _ = res.RowsAffected()
 			p.Workflows += int(n)
+		}
+		if p.Plans, err = t.purgePlans(ctx, workflowsBefore); err != nil {
+			return p, err
 		}
 		rows, err = t.query(ctx, looseCommandsQuery(t.s.engine), workflowsBefore, limit*LoosePerWorkflow)
 		ids, err = collect(rows, err, "loose commands", scanID)

@@ -698,7 +698,7 @@ var ErrBadCursor = errors.New("not an event cursor")
 // had), and two dumps of the same rows must be the same text.
 func (s *Store) Dump(ctx context.Context) (string, error) {
 	var b strings.Builder
-	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens", "workflows", "agents", "node_inventory",
+	for _, table := range []string{"tenants", "sites", "hardware_profiles", "pools", "secrets", "nodes", "node_macs", "node_labels", "events", "reconcile_queue", "commands", "api_tokens", "workflows", "workflow_plans", "agents", "node_inventory",
 		"join_tokens", "deploy_profiles", "signers", "images", "discovered", "mac_candidates"} {
 		lines, err := s.dumpTable(ctx, table)
 		if err != nil {

@@ -12,7 +12,7 @@ import (
 
 // The queries on the hot path of claims and departures, and those by node and workflow, must
 // find their rows through the indexes made for them, not by scanning the commands table (which
-// holds every command ever run).
+// holds every command ever run) or the workflows table.
 func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
@@ -41,6 +41,9 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		{"ended workflows without unfinished commands", "commands_node", endedWorkflowsQuery, []any{1, 8}, false},
 		{"purging ended workflows' commands", "commands_node", `DELETE FROM commands WHERE ` + ofWorkflows("(?, ?)") + ` AND ` + historyDeletableCommand, []any{"w", "v"}, false},
 		{"loosening ended workflows' kept commands", "commands_node", `UPDATE commands SET workflow_id = '' WHERE ` + ofWorkflows("(?)"), []any{"w"}, false},
+		{"a node's open workflow", "workflows_node_open", openWorkflowQuery, []any{"n", false}, false},
+		{"a node's open workflow's plan", "sqlite_autoindex_workflow_plans_1", openWorkflowQuery, []any{"n", false}, false},
+		{"plans no workflow names", "workflows_plan", purgePlansQuery, []any{1}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

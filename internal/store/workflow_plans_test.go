@@ -1,0 +1,186 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// A workflow's steps and cleanup are kept once per plan (workflow_plans): workflows of the same
+// plan share its row, each reads back its own, an insert on a plan unused for an hour marks it
+// used, and history retention deletes a plan once no workflow names it, never one a workflow
+// still names or began on lately.
+func TestWorkflowPlans(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		n := nodes[0]
+		const (
+			steps1   = `[{"use":"power.on","timeout":60000000000}]`
+			steps2   = `[{"use":"power.off","timeout":60000000000}]`
+			cleanup1 = `[{"use":"boot.cleanUp"}]`
+		)
+		insert := func(steps, cleanup string, ended bool) store.Workflow {
+			t.Helper()
+			w := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: "p", Owner: "metal", NodeState: "inspecting",
+				Steps: steps, Cleanup: cleanup, State: "running", Phase: "steps"}
+			if ended {
+				w.State, w.Phase, w.FinishedAt, w.OutcomeApplied = "succeeded", "done", 100, true
+			}
+			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.InsertWorkflow(ctx, &w) }); err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		count := func(q string, args ...any) int64 {
+			t.Helper()
+			var v int64
+			if err := st.Write(ctx, func(tx *store.Tx) (err error) { v, err = tx.QueryIntForTests(ctx, q, args...); return err }); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+			return v
+		}
+		exec := func(q string, args ...any) {
+			t.Helper()
+			if err := st.Write(ctx, func(tx *store.Tx) error { _, err := tx.ExecForTests(ctx, q, args...); return err }); err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+
+		a := insert(steps1, cleanup1, true)
+		b := insert(steps1, cleanup1, true)
+		c := insert(steps2, cleanup1, true)
+		if got := count(`SELECT COUNT(*) FROM workflow_plans`); got != 2 {
+			t.Errorf("three workflows of two plans left %d plans", got)
+		}
+		read, err := st.Workflows(ctx, n.ID, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string][2]string{a.ID: {steps1, cleanup1}, b.ID: {steps1, cleanup1}, c.ID: {steps2, cleanup1}}
+		if len(read) != len(want) {
+			t.Fatalf("read %d workflows, want %d", len(read), len(want))
+		}
+		for _, w := range read {
+			if got := [2]string{w.Steps, w.Cleanup}; got != want[w.ID] {
+				t.Errorf("workflow %s reads back steps and cleanup %q, want %q", w.ID, got, want[w.ID])
+			}
+		}
+
+		// A plan last used long ago is marked used again; one used 10 minutes ago is left.
+		now := time.Now().UnixMicro()
+		tenMinutesAgo := now - int64(10*time.Minute/time.Microsecond)
+		exec(`UPDATE workflow_plans SET used_at = ? WHERE steps = ?`, 1, steps1)
+		exec(`UPDATE workflow_plans SET used_at = ? WHERE steps = ?`, tenMinutesAgo, steps2)
+		open := insert(steps1, cleanup1, false)
+		insert(steps2, cleanup1, true)
+		if got := count(`SELECT used_at FROM workflow_plans WHERE steps = ?`, steps1); got < now {
+			t.Errorf("a plan unused since 1 still says used at %d after a workflow began on it (at or after %d)", got, now)
+		}
+		if got := count(`SELECT used_at FROM workflow_plans WHERE steps = ?`, steps2); got != tenMinutesAgo {
+			t.Errorf("a plan used 10 minutes ago was rewritten to %d", got)
+		}
+
+		// Retention: the ended workflows go. steps1's plan stays (the open workflow names it),
+		// steps2's stays while it was used lately (even under a retention that ends now), and
+		// goes once it was not.
+		purge := func(before int64) store.Purged {
+			t.Helper()
+			var p store.Purged
+			if err := st.Write(ctx, func(tx *store.Tx) (err error) { p, err = tx.PurgeHistory(ctx, before, 100, 0, 0); return err }); err != nil {
+				t.Fatal(err)
+			}
+			return p
+		}
+		exec(`UPDATE workflow_plans SET used_at = ?`, 1)
+		exec(`UPDATE workflow_plans SET used_at = ? WHERE steps = ?`, tenMinutesAgo, steps2)
+		if p := purge(time.Now().UnixMicro()); p.Workflows != 4 || p.Plans != 0 {
+			t.Errorf("purge deleted %d workflows and %d plans, want 4 and 0 (one plan named, one used lately)", p.Workflows, p.Plans)
+		}
+		exec(`UPDATE workflow_plans SET used_at = ?`, 1)
+		if p := purge(1000); p.Plans != 1 {
+			t.Errorf("purge deleted %d plans, want steps2's alone", p.Plans)
+		}
+		if got := count(`SELECT COUNT(*) FROM workflow_plans WHERE steps = ?`, steps1); got != 1 {
+			t.Errorf("the open workflow's plan was purged")
+		}
+		read, err = st.Workflows(ctx, n.ID, 10)
+		if err != nil || len(read) != 1 || read[0].ID != open.ID || read[0].Steps != steps1 {
+			t.Errorf("after the purge the node's workflows read %+v, %v; want the open one with its steps", read, err)
+		}
+	})
+}
+
+// TestWorkflowPlansMigration: migration 00049 moves the steps and cleanup of the workflows
+// already stored into workflow_plans, one plan for the workflows of the same ones, and its Down
+// puts them back into each workflow's row.
+func TestWorkflowPlansMigration(t *testing.T) {
+	for _, e := range storetest.Engines {
+		t.Run(string(e), func(t *testing.T) {
+			ctx := context.Background()
+			dsn, db, p := migrationProvider(t, e)
+			if _, err := p.UpTo(ctx, 48); err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range [][3]string{{"w1", "[1]", "[c]"}, {"w2", "[1]", "[c]"}, {"w3", "[2]", "[c]"}} {
+				if _, err := db.ExecContext(ctx, `INSERT INTO workflows (id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase, created_at, updated_at)
+					VALUES ($1, 'n1', 't', 'p', 'metal', '', $2, $3, '[]', 'running', 'steps', 5, 5)`, w[0], w[1], w[2]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			read := func(q string) []string {
+				t.Helper()
+				rows, err := db.QueryContext(ctx, q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer rows.Close()
+				var out []string
+				for rows.Next() {
+					var a, b, c string
+					if err := rows.Scan(&a, &b, &c); err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, a+" "+b+" "+c)
+				}
+				return out
+			}
+			if _, err := p.UpTo(ctx, 49); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(`SELECT digest, steps, cleanup FROM workflow_plans ORDER BY digest`); !slices.Equal(got, []string{"w1 [1] [c]", "w3 [2] [c]"}) {
+				t.Errorf("after 00049 the plans are %q", got)
+			}
+			if got := read(`SELECT id, plan, '' FROM workflows ORDER BY id`); !slices.Equal(got, []string{"w1 w1 ", "w2 w1 ", "w3 w3 "}) {
+				t.Errorf("after 00049 the workflows name the plans %q", got)
+			}
+			if _, err := p.DownTo(ctx, 48); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(`SELECT id, steps, cleanup FROM workflows ORDER BY id`); !slices.Equal(got, []string{"w1 [1] [c]", "w2 [1] [c]", "w3 [2] [c]"}) {
+				t.Errorf("after 00049's Down the workflows hold %q", got)
+			}
+			db.Close()
+
+			// The store migrates on and reads each workflow with its steps.
+			st, err := store.Open(ctx, dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			ws, err := st.Workflows(ctx, "n1", 10)
+			if err != nil || len(ws) != 3 {
+				t.Fatalf("read %+v, %v", ws, err)
+			}
+			for _, w := range ws {
+				if want := map[string]string{"w1": "[1]", "w2": "[1]", "w3": "[2]"}[w.ID]; w.Steps != want || w.Cleanup != "[c]" {
+					t.Errorf("workflow %s reads steps %q and cleanup %q, want %q and [c]", w.ID, w.Steps, w.Cleanup, want)
+				}
+			}
+		})
+	}
+}
