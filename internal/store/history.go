@@ -66,8 +66,8 @@ func ofWorkflows(list string) string {
 	return `(node_id, workflow_id) IN (SELECT node_id, id FROM workflows WHERE id IN ` + list + `)`
 }
 
-// purgePlansQuery deletes the workflow plans used before a time that no workflow names
-// (workflows_plan).
+// purgePlansQuery deletes the workflow plans used before a time (workflow_plans_used) that no
+// workflow names (workflows_plan).
 const purgePlansQuery = `DELETE FROM workflow_plans WHERE used_at < ?
 	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.plan = workflow_plans.digest)`
 

@@ -43,6 +43,7 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		{"loosening ended workflows' kept commands", "commands_node", `UPDATE commands SET workflow_id = '' WHERE ` + ofWorkflows("(?)"), []any{"w"}, false},
 		{"a node's open workflow", "workflows_node_open", openWorkflowQuery, []any{"n", false}, false},
 		{"a node's open workflow's plan", "sqlite_autoindex_workflow_plans_1", openWorkflowQuery, []any{"n", false}, false},
+		{"plans used before", "workflow_plans_used", purgePlansQuery, []any{1}, false},
 		{"plans no workflow names", "workflows_plan", purgePlansQuery, []any{1}, false},
 	}
 	for _, c := range cases {

@@ -115,9 +115,9 @@ func TestWorkflowPlans(t *testing.T) {
 	})
 }
 
-// TestWorkflowPlansMigration: migration 00049 moves the steps and cleanup of the workflows
-// already stored into workflow_plans, one plan for the workflows of the same ones, and its Down
-// puts them back into each workflow's row.
+// TestWorkflowPlansMigration: migration 00049 moves the steps and cleanup of each workflow
+// already stored into a plan of its own (under its id), and its Down puts them back into each
+// workflow's row.
 func TestWorkflowPlansMigration(t *testing.T) {
 	for _, e := range storetest.Engines {
 		t.Run(string(e), func(t *testing.T) {
@@ -152,10 +152,10 @@ func TestWorkflowPlansMigration(t *testing.T) {
 			if _, err := p.UpTo(ctx, 49); err != nil {
 				t.Fatal(err)
 			}
-			if got := read(`SELECT digest, steps, cleanup FROM workflow_plans ORDER BY digest`); !slices.Equal(got, []string{"w1 [1] [c]", "w3 [2] [c]"}) {
+			if got := read(`SELECT digest, steps, cleanup FROM workflow_plans ORDER BY digest`); !slices.Equal(got, []string{"w1 [1] [c]", "w2 [1] [c]", "w3 [2] [c]"}) {
 				t.Errorf("after 00049 the plans are %q", got)
 			}
-			if got := read(`SELECT id, plan, '' FROM workflows ORDER BY id`); !slices.Equal(got, []string{"w1 w1 ", "w2 w1 ", "w3 w3 "}) {
+			if got := read(`SELECT id, plan, '' FROM workflows ORDER BY id`); !slices.Equal(got, []string{"w1 w1 ", "w2 w2 ", "w3 w3 "}) {
 				t.Errorf("after 00049 the workflows name the plans %q", got)
 			}
 			if _, err := p.DownTo(ctx, 48); err != nil {
