@@ -159,18 +159,22 @@ type Workflow struct {
 }
 
 // workflowCols are the columns of a workflow's row, in the order of InsertWorkflow's arguments.
-const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, plan, command_kinds, state, phase,
+// steps and cleanup hold those of a workflow stored before plans (its plan ”: see
+// selectWorkflows); a workflow's are in its plan's row.
+const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, plan, command_kinds, state, phase,
 	step_index, step_attempt, step_started_at, step_deadline, current_command, boot_epoch, abort_requested, fault_code, error,
 	outcome_applied, created_at, updated_at, finished_at, batch_id`
 
-// selectWorkflows reads workflows (w) with their plan's steps and cleanup (p), as scanWorkflow
-// scans them; a query adds its conditions on w (AND ...) and its order. The workflow is read
-// first (CROSS JOIN: SQLite keeps that order), then its plan by its key.
-const selectWorkflows = `SELECT w.id, w.node_id, w.tenant_id, w.profile, w.owner, w.node_state, p.steps, p.cleanup, w.command_kinds,
-	w.state, w.phase, w.step_index, w.step_attempt, w.step_started_at, w.step_deadline, w.current_command, w.boot_epoch,
-	w.abort_requested, w.fault_code, w.error, w.outcome_applied, w.created_at, w.updated_at, w.finished_at, w.batch_id`
+// selectWorkflows reads workflows (w) with their plan's steps and cleanup (p; a workflow stored
+// before plans names none and holds its own), as scanWorkflow scans them. A query adds its
+// conditions on w (WHERE ...) and its order. The workflow is read first (a LEFT JOIN keeps
+// that order), then its plan by its key.
+const selectWorkflows = `SELECT w.id, w.node_id, w.tenant_id, w.profile, w.owner, w.node_state,
+	COALESCE(p.steps, w.steps), COALESCE(p.cleanup, w.cleanup), w.command_kinds, w.state, w.phase, w.step_index,
+	w.step_attempt, w.step_started_at, w.step_deadline, w.current_command, w.boot_epoch, w.abort_requested, w.fault_code,
+	w.error, w.outcome_applied, w.created_at, w.updated_at, w.finished_at, w.batch_id`
 
-const fromWorkflows = ` FROM workflows w CROSS JOIN workflow_plans p WHERE p.digest = w.plan`
+const fromWorkflows = ` FROM workflows w LEFT JOIN workflow_plans p ON p.digest = w.plan`
 
 // planDigest is the key a workflow's plan (its steps and cleanup, JSON) is kept under in
 // workflow_plans: the SHA-256 of both, in hex.
@@ -210,7 +214,7 @@ func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	w.ID = NewID(Micros(t.at))
 	w.CreatedAt, w.UpdatedAt = t.at, t.at
-	const q = `INSERT INTO workflows (` + workflowCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	const q = `INSERT INTO workflows (` + workflowCols + `) VALUES (?, ?, ?, ?, ?, ?, '', '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	kinds := mustJSON(w.CommandKinds)
 	plan := planDigest(w.Steps, w.Cleanup)
 	args := []any{w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, plan, kinds, w.State, w.Phase,
@@ -291,11 +295,11 @@ func workflowStepArgs(w *Workflow) []any {
 }
 
 // openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).
-const openWorkflowQuery = selectWorkflows + fromWorkflows + ` AND w.node_id = ? AND w.outcome_applied = ? ORDER BY w.created_at DESC LIMIT 1`
+const openWorkflowQuery = selectWorkflows + fromWorkflows + ` WHERE w.node_id = ? AND w.outcome_applied = ? ORDER BY w.created_at DESC LIMIT 1`
 
 // openWorkflowRowidQuery is openWorkflowQuery with the row's rowid (SQLite's writer, for its
 // cache).
-const openWorkflowRowidQuery = selectWorkflows + `, w.rowid` + fromWorkflows + ` AND w.node_id = ? AND w.outcome_applied = ? ORDER BY w.created_at DESC LIMIT 1`
+const openWorkflowRowidQuery = selectWorkflows + `, w.rowid` + fromWorkflows + ` WHERE w.node_id = ? AND w.outcome_applied = ? ORDER BY w.created_at DESC LIMIT 1`
 
 // rows is the writer's cache of open workflows (nil: none, on PostgreSQL).
 func (t *Tx) rows() *workflowCache {
@@ -340,7 +344,7 @@ func scanOpenWorkflow(r rowScanner, nodeID string) (Workflow, bool, error) {
 
 // Workflows lists a node's workflows, newest first.
 func (s *Store) Workflows(ctx context.Context, nodeID string, limit int) ([]Workflow, error) {
-	rows, err := s.queryRows(ctx, selectWorkflows+fromWorkflows+` AND w.node_id = ? ORDER BY w.created_at DESC LIMIT ?`, nodeID, limit)
+	rows, err := s.queryRows(ctx, selectWorkflows+fromWorkflows+` WHERE w.node_id = ? ORDER BY w.created_at DESC LIMIT ?`, nodeID, limit)
 	return collect(rows, err, "workflows", scanWorkflow)
 }
 

@@ -69,7 +69,7 @@ func ofWorkflows(list string) string {
 // purgePlansQuery deletes the workflow plans used before a time (workflow_plans_used) that no
 // workflow names (workflows_plan).
 const purgePlansQuery = `DELETE FROM workflow_plans WHERE used_at < ?
-	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.plan = workflow_plans.digest)`
+	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.plan = workflow_plans.digest AND workflows.plan <> '')`
 
 // purgePlans deletes the workflow plans that no workflow names and none began on since before
 // (and not for twice planTouchEvery): an insert of a workflow on a plan moves the plan's used_at

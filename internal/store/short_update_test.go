@@ -48,7 +48,7 @@ func TestUpdatesLeaveUnchangedIndexedColumnsOut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, ok, err := scanOpenWorkflow(s.queryRow(ctx, selectWorkflows+fromWorkflows+` AND w.id = ? AND ? = ?`, wf.ID, false, false), node.ID)
+		w, ok, err := scanOpenWorkflow(s.queryRow(ctx, selectWorkflows+fromWorkflows+` WHERE w.id = ? AND ? = ?`, wf.ID, false, false), node.ID)
 		if err != nil || !ok {
 			t.Fatalf("workflow: %v %v", ok, err)
 		}

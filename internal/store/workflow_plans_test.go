@@ -115,9 +115,9 @@ func TestWorkflowPlans(t *testing.T) {
 	})
 }
 
-// TestWorkflowPlansMigration: migration 00049 moves the steps and cleanup of each workflow
-// already stored into a plan of its own (under its id), and its Down puts them back into each
-// workflow's row.
+// TestWorkflowPlansMigration: migration 00049 rewrites no stored workflow: each keeps its steps
+// and cleanup in its row and reads them from there, beside a workflow begun since on a plan;
+// its Down puts a plan's steps and cleanup back into the rows of its workflows.
 func TestWorkflowPlansMigration(t *testing.T) {
 	for _, e := range storetest.Engines {
 		t.Run(string(e), func(t *testing.T) {
@@ -126,60 +126,58 @@ func TestWorkflowPlansMigration(t *testing.T) {
 			if _, err := p.UpTo(ctx, 48); err != nil {
 				t.Fatal(err)
 			}
-			for _, w := range [][3]string{{"w1", "[1]", "[c]"}, {"w2", "[1]", "[c]"}, {"w3", "[2]", "[c]"}} {
+			for _, w := range [][3]string{{"w1", "[1]", "[c]"}, {"w2", "[2]", "[c]"}} {
 				if _, err := db.ExecContext(ctx, `INSERT INTO workflows (id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase, created_at, updated_at)
 					VALUES ($1, 'n1', 't', 'p', 'metal', '', $2, $3, '[]', 'running', 'steps', 5, 5)`, w[0], w[1], w[2]); err != nil {
 					t.Fatal(err)
 				}
 			}
-			read := func(q string) []string {
-				t.Helper()
-				rows, err := db.QueryContext(ctx, q)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer rows.Close()
-				var out []string
-				for rows.Next() {
-					var a, b, c string
-					if err := rows.Scan(&a, &b, &c); err != nil {
-						t.Fatal(err)
-					}
-					out = append(out, a+" "+b+" "+c)
-				}
-				return out
-			}
 			if _, err := p.UpTo(ctx, 49); err != nil {
 				t.Fatal(err)
 			}
-			if got := read(`SELECT digest, steps, cleanup FROM workflow_plans ORDER BY digest`); !slices.Equal(got, []string{"w1 [1] [c]", "w2 [1] [c]", "w3 [2] [c]"}) {
-				t.Errorf("after 00049 the plans are %q", got)
-			}
-			if got := read(`SELECT id, plan, '' FROM workflows ORDER BY id`); !slices.Equal(got, []string{"w1 w1 ", "w2 w2 ", "w3 w3 "}) {
-				t.Errorf("after 00049 the workflows name the plans %q", got)
-			}
-			if _, err := p.DownTo(ctx, 48); err != nil {
-				t.Fatal(err)
-			}
-			if got := read(`SELECT id, steps, cleanup FROM workflows ORDER BY id`); !slices.Equal(got, []string{"w1 [1] [c]", "w2 [1] [c]", "w3 [2] [c]"}) {
-				t.Errorf("after 00049's Down the workflows hold %q", got)
-			}
-			db.Close()
 
-			// The store migrates on and reads each workflow with its steps.
+			// The store reads each workflow with its steps, and keeps a new one's in a plan.
 			st, err := store.Open(ctx, dsn)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer st.Close()
+			w3 := store.Workflow{NodeID: "n1", TenantID: "t", Profile: "p", Owner: "metal", Steps: "[3]", Cleanup: "[c]", State: "running", Phase: "steps"}
+			if err := st.Write(ctx, func(tx *store.Tx) error { return tx.InsertWorkflow(ctx, &w3) }); err != nil {
+				t.Fatal(err)
+			}
 			ws, err := st.Workflows(ctx, "n1", 10)
 			if err != nil || len(ws) != 3 {
 				t.Fatalf("read %+v, %v", ws, err)
 			}
 			for _, w := range ws {
-				if want := map[string]string{"w1": "[1]", "w2": "[1]", "w3": "[2]"}[w.ID]; w.Steps != want || w.Cleanup != "[c]" {
+				if want := map[string]string{"w1": "[1]", "w2": "[2]", w3.ID: "[3]"}[w.ID]; w.Steps != want || w.Cleanup != "[c]" {
 					t.Errorf("workflow %s reads steps %q and cleanup %q, want %q and [c]", w.ID, w.Steps, w.Cleanup, want)
 				}
+			}
+			st.Close()
+			var inRow string
+			if err := db.QueryRowContext(ctx, `SELECT steps || cleanup FROM workflows WHERE id = $1`, w3.ID).Scan(&inRow); err != nil || inRow != "" {
+				t.Errorf("a new workflow's row holds steps and cleanup %q (%v), want none", inRow, err)
+			}
+
+			if _, err := p.DownTo(ctx, 48); err != nil {
+				t.Fatal(err)
+			}
+			rows, err := db.QueryContext(ctx, `SELECT id, steps, cleanup FROM workflows ORDER BY id`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rows.Close()
+			var got []string
+			for rows.Next() {
+				var id, steps, cleanup string
+				if err := rows.Scan(&id, &steps, &cleanup); err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, steps+" "+cleanup)
+			}
+			if slices.Sort(got); !slices.Equal(got, []string{"[1] [c]", "[2] [c]", "[3] [c]"}) {
+				t.Errorf("after 00049's Down the workflows hold %q", got)
 			}
 		})
 	}

@@ -120,9 +120,8 @@ func TestWriterCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 		}, false},
 		{"the new workflow ends", end("failed"), false},
 		{"a statement inserts a workflow for a node cached with none", func(tx *Tx) error {
-			// (its plan, that of "[]" and "[]", kept by the InsertWorkflow above)
-			_, err := tx.exec(ctx, `INSERT INTO workflows (id, node_id, tenant_id, profile, owner, node_state, plan, command_kinds, state, phase, created_at, updated_at)
-				VALUES ('w-raw', ?, ?, 'r', 'metal', '', ?, '[]', 'running', 'steps', 1, 1)`, node.ID, node.TenantID, planDigest("[]", "[]"))
+			_, err := tx.exec(ctx, `INSERT INTO workflows (id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, command_kinds, state, phase, created_at, updated_at)
+				VALUES ('w-raw', ?, ?, 'r', 'metal', '', '[]', '[]', '[]', 'running', 'steps', 1, 1)`, node.ID, node.TenantID)
 			return err
 		}, false},
 		{"a closed workflow the cache does not know opens again", func(tx *Tx) error {
