@@ -159,7 +159,7 @@ type Workflow struct {
 }
 
 // workflowCols are the columns of a workflow's row, in the order of InsertWorkflow's arguments.
-// steps and cleanup hold those of a workflow stored before plans (its plan ”: see
+// steps and cleanup hold those of a workflow stored before plans (whose plan is empty: see
 // selectWorkflows); a workflow's are in its plan's row.
 const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, plan, command_kinds, state, phase,
 	step_index, step_attempt, step_started_at, step_deadline, current_command, boot_epoch, abort_requested, fault_code, error,
