@@ -158,7 +158,7 @@ type Workflow struct {
 	BatchID string
 }
 
-// workflowCols are the columns of a workflow's row, in the order of InsertWorkflow's arguments.
+// workflowCols are the columns of a workflow's row, in the order InsertWorkflow gives them.
 // steps and cleanup hold those of a workflow stored before plans (whose plan is empty: see
 // selectWorkflows); a workflow's are in its plan's row.
 const workflowCols = `id, node_id, tenant_id, profile, owner, node_state, steps, cleanup, plan, command_kinds, state, phase,
