@@ -187,13 +187,22 @@ func planDigest(steps, cleanup string) string {
 }
 
 // planTouchEvery is how long a plan's used_at may lag behind the workflows that begin on it:
-// an insert that finds it older moves it on. History retention deletes only plans unused for
-// longer than twice that (see purgePlans).
+// a workflow that begins on a plan older than that moves it on. History retention deletes only
+// plans unused for longer than twice that (see purgePlans).
 const planTouchEvery = int64(time.Hour / time.Microsecond)
 
-// insertPlanQuery keeps a workflow's plan once (see planDigest and planTouchEvery).
-const insertPlanQuery = `INSERT INTO workflow_plans (digest, steps, cleanup, used_at) VALUES (?, ?, ?, ?)
-	ON CONFLICT (digest) DO UPDATE SET used_at = excluded.used_at WHERE workflow_plans.used_at < excluded.used_at - ?`
+// A workflow's plan is kept by two statements, in this order (see planDigest and
+// planTouchEvery): touchPlanQuery moves on a plan last used more than planTouchEvery ago
+// (locking its row on PostgreSQL, so that a purge that read it as unused finds it used when
+// it comes to delete it), then insertPlanQuery inserts it if it is not there. A plan used
+// lately is neither written nor locked: with ON CONFLICT DO UPDATE every transaction beginning
+// a workflow on PostgreSQL would hold its plan's row lock until it commits, one after another.
+// The other order would leave a window: an insert that found the plan there, then a purge that
+// deletes it, then a touch that finds nothing.
+const (
+	touchPlanQuery  = `UPDATE workflow_plans SET used_at = ? WHERE digest = ? AND used_at < ?`
+	insertPlanQuery = `INSERT INTO workflow_plans (digest, steps, cleanup, used_at) VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING`
+)
 
 func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 	var w Workflow
@@ -221,7 +230,10 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
 		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID}
 	what := "inserting workflow " + w.Profile + " for node " + w.NodeID
-	if err := t.execLater(ctx, "keeping the plan of "+what, insertPlanQuery, plan, w.Steps, w.Cleanup, t.at, planTouchEvery); err != nil {
+	if err := t.execLater(ctx, "marking the plan of "+what+" used", touchPlanQuery, t.at, plan, t.at-planTouchEvery); err != nil {
+		return err
+	}
+	if err := t.execLater(ctx, "keeping the plan of "+what, insertPlanQuery, plan, w.Steps, w.Cleanup, t.at); err != nil {
 		return err
 	}
 	rc := t.rows()

@@ -72,9 +72,10 @@ const purgePlansQuery = `DELETE FROM workflow_plans WHERE used_at < ?
 	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.plan = workflow_plans.digest AND workflows.plan <> '')`
 
 // purgePlans deletes the workflow plans that no workflow names and no workflow began on since
-// before, nor in the last two planTouchEvery. An insert of a workflow on a plan moves the
-// plan's used_at on once it is older than planTouchEvery, so that on PostgreSQL a purge that
-// read the plan as unused before that insert committed finds it used when it comes to delete it.
+// before, nor in the last two planTouchEvery. A workflow that begins on a plan moves the
+// plan's used_at on once it is older than planTouchEvery (touchPlanQuery), so that on
+// PostgreSQL a purge that read the plan as unused before that workflow committed finds it used
+// when it comes to delete it.
 func (t *Tx) purgePlans(ctx context.Context, before int64) (int, error) {
 	res, err := t.exec(ctx, purgePlansQuery, min(before, t.at-2*planTouchEvery))
 	if err != nil {

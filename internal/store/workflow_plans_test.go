@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"database/sql"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -180,5 +182,107 @@ func TestWorkflowPlansMigration(t *testing.T) {
 				t.Errorf("after 00049's Down the workflows hold %q", got)
 			}
 		})
+	}
+}
+
+// On PostgreSQL a purge that reads a plan as unused while a workflow begins on it in another
+// transaction waits for that transaction and leaves the plan: the workflow's start touches a
+// plan last used long ago (touchPlanQuery), and its row lock holds the purge's delete, which
+// then finds the plan used.
+func TestPurgeWaitsForAWorkflowBegunOnItsPlan(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.Postgres)
+	db, err := sql.Open("pgx", os.Getenv(storetest.EnvPostgresDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, nodes := seed(t, st)
+	n := nodes[0]
+	const steps = `[{"use":"power.on"}]`
+	workflow := func(ended bool) store.Workflow {
+		w := store.Workflow{NodeID: n.ID, TenantID: n.TenantID, Profile: "p", Owner: "metal", Steps: steps, Cleanup: "[]", State: "running", Phase: "steps"}
+		if ended {
+			w.State, w.Phase, w.FinishedAt, w.OutcomeApplied = "succeeded", "done", 100, true
+		}
+		return w
+	}
+	// The plan's only workflow ended long ago, and the plan was last used long ago.
+	old := workflow(true)
+	if err := st.Write(ctx, func(tx *store.Tx) error {
+		if err := tx.InsertWorkflow(ctx, &old); err != nil {
+			return err
+		}
+		_, err := tx.ExecForTests(ctx, `UPDATE workflow_plans SET used_at = 1`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A workflow begins on the plan and its transaction stays open.
+	began, release := make(chan int, 1), make(chan struct{})
+	fresh := workflow(false)
+	wrote := make(chan error, 1)
+	go func() {
+		wrote <- st.Write(ctx, func(tx *store.Tx) error {
+			if err := tx.InsertWorkflow(ctx, &fresh); err != nil {
+				return err
+			}
+			pid, err := tx.QueryIntForTests(ctx, `SELECT pg_backend_pid()`) // (sends the held writes)
+			if err != nil {
+				return err
+			}
+			began <- int(pid)
+			<-release
+			return nil
+		})
+	}()
+	var holder int
+	select {
+	case holder = <-began:
+	case err := <-wrote:
+		t.Fatalf("the workflow's transaction ended early: %v", err)
+	}
+
+	// The purge deletes the old workflow, reads the plan as unused and waits for its row.
+	purged := make(chan store.Purged, 1)
+	purgeErr := make(chan error, 1)
+	go func() {
+		var p store.Purged
+		err := st.Write(ctx, func(tx *store.Tx) (err error) { p, err = tx.PurgeHistory(ctx, 1000, 100, 0, 0); return err })
+		purged <- p
+		purgeErr <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var waiting int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting > 0 {
+			break
+		}
+		select {
+		case p := <-purged:
+			close(release)
+			t.Fatalf("the purge ended while the workflow's transaction was open: %+v, %v", p, <-purgeErr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("the purge never waited for the workflow's transaction")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	p, err := <-purged, <-purgeErr
+	if err != nil || p.Workflows != 1 || p.Plans != 0 {
+		t.Fatalf("purge deleted %d workflows and %d plans (%v), want the old workflow alone", p.Workflows, p.Plans, err)
+	}
+	ws, err := st.Workflows(ctx, n.ID, 10)
+	if err != nil || len(ws) != 1 || ws[0].ID != fresh.ID || ws[0].Steps != steps {
+		t.Fatalf("the node's workflows read %+v, %v; want the new one with its steps", ws, err)
 	}
 }
