@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,24 +75,14 @@ func TestReaperLeavesAnAgentBackSinceItsList(t *testing.T) {
 	}
 	reaped := make(chan error, 1)
 	go func() { reaped <- f.e.reapAgents(ctx) }()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		var waiting int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
+	storetest.AwaitBlocked(t, db, holder, func() error {
 		select {
 		case err := <-reaped:
-			t.Fatalf("the reaper ended without waiting for the held command: %v", err)
+			return fmt.Errorf("the reaper returned (%v) before it reached the held command", err)
 		default:
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the reaper never waited for the held command")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 
 	// Meanwhile the ramdisk connects again and acknowledges its wipe.
 	second := first

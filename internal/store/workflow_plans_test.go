@@ -3,8 +3,10 @@ package store_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,6 +223,7 @@ func TestPurgeWaitsForAWorkflowBegunOnItsPlan(t *testing.T) {
 
 	// A workflow begins on the plan and its transaction stays open.
 	began, release := make(chan int, 1), make(chan struct{})
+	t.Cleanup(sync.OnceFunc(func() { close(release) })) // (a failure leaves it waiting otherwise)
 	fresh := workflow(false)
 	wrote := make(chan error, 1)
 	go func() {
@@ -253,27 +256,15 @@ func TestPurgeWaitsForAWorkflowBegunOnItsPlan(t *testing.T) {
 		purged <- p
 		purgeErr <- err
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		var waiting int
-		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting > 0 {
-			break
-		}
+	storetest.AwaitBlocked(t, db, holder, func() error {
 		select {
 		case p := <-purged:
-			close(release)
-			t.Fatalf("the purge ended while the workflow's transaction was open: %+v, %v", p, <-purgeErr)
+			return fmt.Errorf("the purge ended while the workflow's transaction was open: %+v, %v", p, <-purgeErr)
 		default:
+			return nil
 		}
-		if time.Now().After(deadline) {
-			close(release)
-			t.Fatal("the purge never waited for the workflow's transaction")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(release)
+	})
+	release <- struct{}{}
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
 	}

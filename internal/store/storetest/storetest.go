@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"bcd/internal/store"
 )
@@ -79,5 +80,29 @@ func Each(t *testing.T, f func(t *testing.T, st *store.Store)) {
 		t.Run(string(e), func(t *testing.T) {
 			f(t, Open(t, e))
 		})
+	}
+}
+
+// AwaitBlocked waits, up to 20 s, until a session of the PostgreSQL server behind db waits for
+// a lock that the backend holder (its pg_backend_pid) holds. ended says, with an error, that
+// the session meant to wait ended instead; the test fails then, and when the time is up.
+func AwaitBlocked(t testing.TB, db *sql.DB, holder int, ended func() error) {
+	t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		var waiting int
+		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))`, holder).Scan(&waiting); err != nil {
+			t.Fatalf("reading who waits for backend %d: %v", holder, err)
+		}
+		if waiting > 0 {
+			return
+		}
+		if err := ended(); err != nil {
+			t.Fatalf("ended without waiting for backend %d's lock: %v", holder, err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing waited for backend %d's lock within 20 s", holder)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
