@@ -539,6 +539,16 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := p.Up(ctx); err != nil {
 		return fmt.Errorf("applying migrations: %w", err)
 	}
+	// A database a newer bcd migrated has tables and columns this one does not know, or no
+	// longer finds what this one reads (00049: a workflow's steps): refused here rather than
+	// failing its work later, node by node.
+	current, known, err := p.GetVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the database's schema version: %w", err)
+	}
+	if current > known {
+		return fmt.Errorf("the database's schema is at version %d, newer than this bcd knows (%d): a newer bcd migrated it, and only that version or a later one can run on it", current, known)
+	}
 	return nil
 }
 
