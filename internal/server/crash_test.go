@@ -60,8 +60,6 @@ func TestServerProcess(t *testing.T) {
 	srv.Serve(context.Background()) // until SIGKILL
 }
 
-func freePort(t *testing.T) string { return testproc.LoopbackAddr(t) }
-
 // serverProc is a bcd server in a child process (TestServerProcess), on its own data dir and
 // ports.
 type serverProc struct {
@@ -339,7 +337,7 @@ func TestCrashSafety(t *testing.T) {
 }
 
 func crashSafety(t *testing.T, dsn string) {
-	p := newServerProc(t, dsn, freePort(t), freePort(t))
+	p := newServerProc(t, dsn, testproc.LoopbackAddr(t), testproc.LoopbackAddr(t))
 	restart := func() {
 		t.Helper()
 		p.kill()

@@ -20,6 +20,7 @@ import (
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
+	"bcd/internal/testproc"
 )
 
 // front is a TCP load balancer on loopback, as operators put in front of several servers: each
@@ -188,7 +189,7 @@ func startPair(t *testing.T, dsn string) pair {
 	rand.Read(key)
 	// The balancers' ports are known before the servers start: the gateway's goes into the
 	// join tokens and the servers' certificates.
-	apiA, apiB, gwA, gwB := freePort(t), freePort(t), freePort(t), freePort(t)
+	apiA, apiB, gwA, gwB := testproc.LoopbackAddr(t), testproc.LoopbackAddr(t), testproc.LoopbackAddr(t), testproc.LoopbackAddr(t)
 	c := pair{apiFront: newFront(t, apiA, apiB), gwFront: newFront(t, gwA, gwB)}
 	env := []string{"BCD_CRASH_KEY=" + base64.StdEncoding.EncodeToString(key), "BCD_CRASH_GATEWAY_URL=https://" + c.gwFront.addr(), "BCD_CRASH_LEASE=2s", "BCD_CRASH_PEER_TIMEOUT=5s"}
 	c.a, c.b = newServerProc(t, dsn, apiA, gwA, env...), newServerProc(t, dsn, apiB, gwB, env...)
