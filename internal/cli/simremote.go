@@ -105,7 +105,7 @@ func (m serverMetrics) plus(c serverMetrics) serverMetrics {
 	m.gwConns += c.gwConns
 	w, cw := &m.writer, c.writer
 	w.Busy, w.CPU, w.Groups, w.Writes = w.Busy+cw.Busy, w.CPU+cw.CPU, w.Groups+cw.Groups, w.Writes+cw.Writes
-	w.Statements, w.WALPages = w.Statements+cw.Statements, w.WALPages+cw.WALPages
+	w.Statements, w.WALPages, w.Reprepares = w.Statements+cw.Statements, w.WALPages+cw.WALPages, w.Reprepares+cw.Reprepares
 	return m
 }
 
@@ -371,6 +371,7 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 		"bcd_store_writes_total":              func(f float64) { m.writer.Writes = int64(f) },
 		"bcd_store_writer_statements_total":   func(f float64) { m.writer.Statements = int64(f) },
 		"bcd_store_wal_pages_total":           func(f float64) { m.writer.WALPages = int64(f) },
+		"bcd_store_writer_reprepares_total":   func(f float64) { m.writer.Reprepares = int64(f) },
 	}
 	for sc.Scan() {
 		line := sc.Text()

@@ -50,6 +50,9 @@ type Phase struct {
 	// during the phase (a changed page once a commit, however many rows it took): the other
 	// count of the writer's work, which rows that share pages lower.
 	WriterWALPages int64 `json:"writerWalPages,omitempty"`
+	// WriterReprepares are the times SQLite prepared one of the writer's statements again as it
+	// ran during the phase (store.Store.RepreparedStatements): none, unless the schema changed.
+	WriterReprepares int64 `json:"writerReprepares,omitempty"`
 	// WriterCommits are the groups of writes the writer committed during the phase, and
 	// WriterWrites the writes in them (0 on PostgreSQL): writes per commit is how well the
 	// writes shared their commits.
@@ -111,6 +114,9 @@ func (p Phase) String() string {
 	}
 	if p.Nodes > 0 && p.WriterWALPages > 0 {
 		s += fmt.Sprintf("  %.0f WAL pages/node", float64(p.WriterWALPages)/float64(p.Nodes))
+	}
+	if p.WriterReprepares > 0 {
+		s += fmt.Sprintf("  %d statements prepared again", p.WriterReprepares)
 	}
 	if p.Nodes > 0 && p.RoundTrips > 0 {
 		s += fmt.Sprintf("  %.1f round trips/node", float64(p.RoundTrips)/float64(p.Nodes))
@@ -254,6 +260,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	p.WriterBusy, p.WriterCPU = w.Busy-m.writer.Busy, w.CPU-m.writer.CPU
 	p.WriterCommits, p.WriterWrites = w.Groups-m.writer.Groups, w.Writes-m.writer.Writes
 	p.WriterStatements, p.WriterWALPages = w.Statements-m.writer.Statements, w.WALPages-m.writer.WALPages
+	p.WriterReprepares = w.Reprepares - m.writer.Reprepares
 	p.WriterCachedReads, p.WriterCacheHits = w.CachedReads-m.writer.CachedReads, w.CacheHits-m.writer.CacheHits
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -38,6 +39,14 @@ type liteConn struct {
 	vfs *walVFS
 	// statements counts the statements run (exec, query): read by other goroutines.
 	statements atomic.Int64
+	// reprepares counts the times SQLite prepared a statement again as it ran, and reprepared
+	// by the statement's text (under repMu: read by other goroutines). SQLite does that when the
+	// schema changed, and at every run of a statement whose plan it chose by the value bound to
+	// one of its parameters (a parameter compared with a column a partial index's WHERE names):
+	// tens of microseconds each time, in the writer.
+	reprepares atomic.Int64
+	repMu      sync.Mutex
+	reprepared map[string]int64
 	// walFrames is the count of pages the connection's commits wrote to the WAL, as its last
 	// commit left it (walVFS.frames, read by other goroutines).
 	walFrames atomic.Int64
@@ -140,6 +149,7 @@ func (c *textCache) text(b []byte) string {
 type liteStmt struct {
 	c      *liteConn
 	p      uintptr
+	q      string // its text
 	params int
 	buf    uintptr
 	bufCap int
@@ -297,7 +307,7 @@ func (c *liteConn) prepare(q string) (*liteStmt, error) {
 		sqlite3.Xsqlite3_finalize(c.tls, p)
 		return nil, fmt.Errorf("preparing %.60q: it holds more than one statement (%.40q after the first); the writer runs one at a time", q, rest)
 	}
-	st = &liteStmt{c: c, p: p, params: int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p))}
+	st = &liteStmt{c: c, p: p, q: q, params: int(sqlite3.Xsqlite3_bind_parameter_count(c.tls, p))}
 	if !ok && len(c.stmts) < maxLiteStmts {
 		st.cached = true
 		c.stmts[q] = st
@@ -319,11 +329,27 @@ func (st *liteStmt) finalize() {
 // done ends a run of the statement: reset for the next one, or finalized if it is not cached.
 func (st *liteStmt) done() {
 	st.busy = false
+	if n := sqlite3.Xsqlite3_stmt_status(st.c.tls, st.p, sqlite3.SQLITE_STMTSTATUS_REPREPARE, 1); n != 0 {
+		st.c.noteReprepared(st.q, int64(n))
+	}
 	if !st.cached {
 		st.finalize()
 		return
 	}
 	sqlite3.Xsqlite3_reset(st.c.tls, st.p)
+}
+
+// noteReprepared counts n preparations again of the statement q.
+func (c *liteConn) noteReprepared(q string, n int64) {
+	c.reprepares.Add(n)
+	c.repMu.Lock()
+	defer c.repMu.Unlock()
+	if c.reprepared == nil {
+		c.reprepared = map[string]int64{}
+	}
+	if _, ok := c.reprepared[q]; ok || len(c.reprepared) < maxLiteStmts {
+		c.reprepared[q] += n
+	}
 }
 
 // liteArg converts an argument of a type bind does not take as it is (a named type, a

@@ -36,7 +36,7 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		{"agent departure", "commands_agent_active", agentActiveQuery, []any{"agent"}, false},
 		{"ramdisk departure", "commands_claim_ramdisk", nodeWaitingForRamdiskQuery, []any{"node:n"}, false},
 		{"a node's commands", "commands_node", nodeCommandsQuery, []any{"n", 8}, true},
-		{"a workflow's commands of a kind", "commands_node", workflowCommandsQuery, []any{"n", "w", "disk.wipe"}, false},
+		{"a workflow's commands of a kind", "commands_node", workflowCommandsQuery(SQLite), []any{"n", "w", "disk.wipe"}, false},
 		{"a node's direct commands", "commands_node", directCommandsQuery, []any{"n"}, false},
 		{"ended workflows without unfinished commands", "commands_node", endedWorkflowsQuery, []any{1, 8}, false},
 		{"purging ended workflows' commands", "commands_node", `DELETE FROM commands WHERE ` + ofWorkflows("(?, ?)") + ` AND ` + historyDeletableCommand, []any{"w", "v"}, false},

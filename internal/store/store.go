@@ -15,6 +15,7 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -166,6 +167,10 @@ type WriterStats struct {
 	// WALPages counts the pages its commits wrote to the write-ahead log (SQLite): a commit
 	// writes each page it changed once, so rows that share pages cost less.
 	Statements, WALPages int64
+	// Reprepares counts the times SQLite prepared one of the writer's statements again as it
+	// ran (see RepreparedStatements): after a change of schema, else a statement whose text
+	// should change.
+	Reprepares int64
 	// CachedReads counts the reads of a node's open workflow the writer looked up in its cache
 	// (SQLite, see workflowCache), and CacheHits those it found there.
 	CachedReads, CacheHits int64
@@ -176,12 +181,25 @@ func (s *Store) WriterStats() WriterStats {
 	w := WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
 		WALRestarts: s.walRestarts.Load(), WALRestartsWaited: s.walWaited.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
 	if s.lite != nil {
-		w.Statements, w.WALPages = s.lite.statements.Load(), s.lite.walFrames.Load()
+		w.Statements, w.WALPages, w.Reprepares = s.lite.statements.Load(), s.lite.walFrames.Load(), s.lite.reprepares.Load()
 		if rc := s.lite.cache; rc != nil {
 			w.CachedReads, w.CacheHits = rc.reads.Load(), rc.hits.Load()
 		}
 	}
 	return w
+}
+
+// RepreparedStatements reports, by their text, the writer's statements that SQLite prepared
+// again as they ran, and how many times (SQLite; nil when none was). Once after a change of
+// schema is expected; a statement prepared again at each run has a plan that hangs on a value
+// bound to it, and its text should say what it searches (INDEXED BY) instead.
+func (s *Store) RepreparedStatements() map[string]int64 {
+	if s.lite == nil {
+		return nil
+	}
+	s.lite.repMu.Lock()
+	defer s.lite.repMu.Unlock()
+	return maps.Clone(s.lite.reprepared)
 }
 
 // WriteRoundTrips is how many round trips to the database the write transactions of this store
