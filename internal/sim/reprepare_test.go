@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,9 +36,10 @@ func TestWriterStatementsKeepTheirPlans(t *testing.T) {
 	}
 	// SQLite prepares a statement again now and then on its own: after a change of schema, and
 	// here the two lookups of agents by node and by last contact, once or twice each, however
-	// many machines. Once a machine or more is a plan chosen by the value bound.
+	// many machines; and a PRAGMA at each run (the writer's checkpoint before it restarts the
+	// WAL, rare). Once a machine or more is a plan chosen by the value bound.
 	for q, times := range st.RepreparedStatements() {
-		if times > 2 {
+		if times > 2 && !strings.HasPrefix(q, "PRAGMA ") {
 			t.Errorf("prepared again %d times as it ran: %.200s", times, q)
 		}
 	}
