@@ -329,6 +329,9 @@ func (st *liteStmt) finalize() {
 // done ends a run of the statement: reset for the next one, or finalized if it is not cached.
 func (st *liteStmt) done() {
 	st.busy = false
+	if st.p == 0 {
+		return // (finalized: the connection closed)
+	}
 	if n := sqlite3.Xsqlite3_stmt_status(st.c.tls, st.p, sqlite3.SQLITE_STMTSTATUS_REPREPARE, 1); n != 0 {
 		st.c.noteReprepared(st.q, int64(n))
 	}
