@@ -51,7 +51,8 @@ type Phase struct {
 	// count of the writer's work, which rows that share pages lower.
 	WriterWALPages int64 `json:"writerWalPages,omitempty"`
 	// WriterReprepares are the times SQLite prepared one of the writer's statements again as it
-	// ran during the phase (store.Store.RepreparedStatements): none, unless the schema changed.
+	// ran during the phase (store.Store.RepreparedStatements): a few of SQLite's own; one per
+	// machine is a statement whose plan hangs on a value bound to it.
 	WriterReprepares int64 `json:"writerReprepares,omitempty"`
 	// WriterCommits are the groups of writes the writer committed during the phase, and
 	// WriterWrites the writes in them (0 on PostgreSQL): writes per commit is how well the

@@ -1198,9 +1198,9 @@ func (t *Tx) SetBMCAddress(ctx context.Context, nodeID, addr string) error {
 
 // workflowCommandsQuery lists a workflow's commands of one kind, oldest first, through
 // commands_node (a workflow's commands are its node's). SQLite is told the index: left to
-// choose, it weighs commands_loose (whose WHERE asks for an empty workflow_id) against the value bound to
-// workflow_id, and so prepares the statement again at each run (80 µs of the writer's time at
-// each release's read of its wipe).
+// choose, it weighs commands_loose (whose WHERE asks for an empty workflow_id) against the
+// value bound to workflow_id, and so prepares the statement again at each run (80 µs of the
+// writer's time at each release's read of its wipe).
 func workflowCommandsQuery(e Engine) string {
 	from := "commands"
 	if e == SQLite {
