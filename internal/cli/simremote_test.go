@@ -97,11 +97,12 @@ bcd_store_writer_commits_total 40
 bcd_store_writes_total 400
 bcd_store_writer_statements_total 5200
 bcd_store_wal_pages_total 1300
+bcd_store_writer_reprepares_total 3
 `
 	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
 	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 ||
 		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 ||
-		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300}) {
+		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300, Reprepares: 3}) {
 		t.Fatalf("%+v %v", m, err)
 	}
 	// A server that does not give its CPU or allocations has none read.
