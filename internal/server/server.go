@@ -336,7 +336,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				Help: "SQL statements SQLite's single writer ran, its transactions' BEGIN and COMMIT included: a count of its work that does not depend on how fast the machine is."},
 				func() float64 { return float64(st.WriterStats().Statements) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writer_reprepares_total",
-				Help: "Times SQLite prepared one of its writer's statements again as it ran: once per statement after a schema change; growing with the writes, a statement whose plan hangs on a value bound to it (a bug: tens of microseconds of the writer each time)."},
+				Help: "Times SQLite prepared one of its writer's statements again as it ran: a few of SQLite's own (after a schema change, the checkpoint before a WAL restart); growing with the writes, a statement whose plan hangs on a value bound to it (a bug: tens of microseconds of the writer each time)."},
 				func() float64 { return float64(st.WriterStats().Reprepares) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_wal_pages_total",
 				Help: "Pages SQLite's writer's commits wrote to the write-ahead log (a page it changed once a commit): its rate times the page size (4 KiB) is the store's write load on its disk, before checkpoints copy them into the database file."},

@@ -67,7 +67,8 @@ func ofWorkflows(list string) string {
 }
 
 // purgePlansQuery deletes the workflow plans used before a time (workflow_plans_used) that no
-// workflow names (workflows_plan).
+// workflow names (workflows_plan: the condition that plan is not empty, always true of a
+// digest, lets the search use that partial index).
 const purgePlansQuery = `DELETE FROM workflow_plans WHERE used_at < ?
 	AND NOT EXISTS (SELECT 1 FROM workflows WHERE workflows.plan = workflow_plans.digest AND workflows.plan <> '')`
 

@@ -168,8 +168,8 @@ type WriterStats struct {
 	// writes each page it changed once, so rows that share pages cost less.
 	Statements, WALPages int64
 	// Reprepares counts the times SQLite prepared one of the writer's statements again as it
-	// ran (see RepreparedStatements): after a change of schema, else a statement whose text
-	// should change.
+	// ran (see RepreparedStatements): a few of SQLite's own (after a change of schema, a PRAGMA
+	// at each run), else a statement whose text should change.
 	Reprepares int64
 	// CachedReads counts the reads of a node's open workflow the writer looked up in its cache
 	// (SQLite, see workflowCache), and CacheHits those it found there.
@@ -191,8 +191,9 @@ func (s *Store) WriterStats() WriterStats {
 
 // RepreparedStatements reports, by their text, the writer's statements that SQLite prepared
 // again as they ran, and how many times (SQLite; nil when none was). Once after a change of
-// schema is expected; a statement prepared again at each run has a plan that hangs on a value
-// bound to it, and its text should say what it searches (INDEXED BY) instead.
+// schema is expected, and a PRAGMA at each run; any other statement prepared again at each run
+// has a plan that hangs on a value bound to it, and its text should say what it searches
+// (INDEXED BY) instead.
 func (s *Store) RepreparedStatements() map[string]int64 {
 	if s.lite == nil {
 		return nil
