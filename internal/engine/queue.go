@@ -231,11 +231,12 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 		if a.NodeID == "" {
 			return nil
 		}
+		var locked *lockedNode
 		var err error
-		if lost, err = previousBoot(ctx, tx, a, key); err != nil {
+		if lost, locked, err = previousBoot(ctx, tx, a, key); err != nil {
 			return err
 		}
-		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, nil, a.Kind+" agent connected", lost...)
+		fx, woken, err = e.wakeOrReconcile(ctx, tx, a.NodeID, locked, a.Kind+" agent connected", lost...)
 		return err
 	})
 	if err == nil {
@@ -264,21 +265,29 @@ func (e *Engine) Connected(ctx context.Context, a Agent, version string) error {
 // period did not end because the node's ramdisk (one agent id) came back within it. What the
 // previous boot was offered and never acknowledged stays queued for the new one: it never
 // ran. A site agent resumes its journal across reconnects and restarts, and an installed OS
-// runs nothing: only ramdisks. Returns the commands lost.
-func previousBoot(ctx context.Context, tx *store.Tx, a Agent, key string) ([]store.Command, error) {
+// runs nothing: only ramdisks. Returns the commands lost, and the node as it locked and read it
+// (nil: it did not), for the reconciliation that follows in tx: what it writes (commands)
+// changes neither the node's row, nor its wake-up, nor its workflows.
+func previousBoot(ctx context.Context, tx *store.Tx, a Agent, key string) ([]store.Command, *lockedNode, error) {
 	if a.Kind != "node" || key == "" {
-		return nil, nil // in-process agents have no certificate
+		return nil, nil, nil // in-process agents have no certificate
 	}
 	rebooted, err := tx.NodeAgentBoot(ctx, a.ID, key)
 	if err != nil || !rebooted {
-		return nil, err
+		return nil, nil, err
 	}
 	// The node before its commands, as reports and the reconciler lock them (PostgreSQL):
 	// the old boot's last report may be on its way through another server.
-	if _, err := tx.LockNode(ctx, a.NodeID, ""); err != nil && !errors.Is(err, store.ErrNotFound) {
-		return nil, err
+	var locked *lockedNode
+	ln, err := tx.LockNodeForReconcile(ctx, a.NodeID)
+	switch {
+	case err == nil:
+		locked = &lockedNode{n: ln.Node, seq: ln.Seq, wf: &ln.Workflow, wfOpen: ln.Open}
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, nil, err
 	}
-	return tx.LosePreviousBoot(ctx, a.ID, "the node's ramdisk booted again: the boot that acknowledged the command is gone; it is never sent twice")
+	lost, err := tx.LosePreviousBoot(ctx, a.ID, "the node's ramdisk booted again: the boot that acknowledged the command is gone; it is never sent twice")
+	return lost, locked, err
 }
 
 // Disconnected records an agent's departure. Its commands are released or lost only after the

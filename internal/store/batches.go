@@ -590,7 +590,8 @@ func (t *Tx) insertHeldEvents(ctx context.Context) error {
 	for i, per := range heldEventChunks {
 		q := &t.s.heldEventInserts[i]
 		if *q == "" {
-			*q = `INSERT INTO events (at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data) VALUES ` +
+			// (OR FAIL: no statement journal for its many rows; Store.orFail.)
+			*q = `INSERT OR FAIL INTO events (at, tenant_id, node_id, actor, kind, from_state, to_state, reason, data) VALUES ` +
 				strings.Repeat("(?, ?, ?, ?, ?, ?, ?, ?, ?), ", per-1) + `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
 		}
 		for ; len(evs) >= per; evs = evs[per:] {

@@ -354,9 +354,13 @@ func scanOpenWorkflow(r rowScanner, nodeID string) (Workflow, bool, error) {
 	return w, true, nil
 }
 
+// nodeWorkflowsQuery lists a node's workflows, newest first: found through workflows_node_open
+// (by its node, whatever their outcome), and then sorted.
+const nodeWorkflowsQuery = selectWorkflows + fromWorkflows + ` WHERE w.node_id = ? ORDER BY w.created_at DESC LIMIT ?`
+
 // Workflows lists a node's workflows, newest first.
 func (s *Store) Workflows(ctx context.Context, nodeID string, limit int) ([]Workflow, error) {
-	rows, err := s.queryRows(ctx, selectWorkflows+fromWorkflows+` WHERE w.node_id = ? ORDER BY w.created_at DESC LIMIT ?`, nodeID, limit)
+	rows, err := s.queryRows(ctx, nodeWorkflowsQuery, nodeID, limit)
 	return collect(rows, err, "workflows", scanWorkflow)
 }
 
@@ -574,7 +578,7 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 	for i := 0; i < len(ids); i += idsPerStatement {
 		chunk := ids[i:min(i+idsPerStatement, len(ids))]
 		list, listArgs := inList(chunk)
-		set := `UPDATE commands SET state = 'delivered', delivered_at = ?, updated_at = ?` + take + `
+		set := `UPDATE ` + t.s.orFail() + `commands SET state = 'delivered', delivered_at = ?, updated_at = ?` + take + `
 			WHERE id IN ` + list + ` AND ` + whose + ` AND ` + plus + `state = 'queued'` + genCond
 		args := []any{t.at, t.at}
 		if take != "" {
@@ -806,7 +810,7 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		list, listArgs := inList(ids)
 		args := append(append([]any{agentID, t.at}, listArgs...), agentID)
 		args = append(args, holderArgs...)
-		set := `UPDATE commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
+		set := `UPDATE ` + t.s.orFail() + `commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
 			WHERE id IN ` + list + ` AND ` + plus + `state = 'queued'
 			AND (` + plus + `target_agent = ? OR ` + plus + `target_agent = ''` + holder + `)`
 		if len(ids) == 1 && t.s.engine == SQLite {

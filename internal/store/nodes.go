@@ -203,6 +203,9 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 			c.UpdatedAt = t.at
 		}
 	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
+		if found && t.lc != nil {
+			t.readNode(ln.Node) // (as LockNode does)
+		}
 		// SQLite: the open workflow as OpenWorkflow reads it (from the writer's cache first).
 		if ln.Workflow, ln.Open, err = t.OpenWorkflow(ctx, id); err == nil && c != nil {
 			updated, err = t.UpdateCommandIf(ctx, c, was)

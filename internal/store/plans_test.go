@@ -42,6 +42,7 @@ func TestCommandQueriesUseTheirIndexes(t *testing.T) {
 		{"purging ended workflows' commands", "commands_node", `DELETE FROM commands WHERE ` + ofWorkflows("(?, ?)") + ` AND ` + historyDeletableCommand, []any{"w", "v"}, false},
 		{"loosening ended workflows' kept commands", "commands_node", `UPDATE commands SET workflow_id = '' WHERE ` + ofWorkflows("(?)"), []any{"w"}, false},
 		{"a node's open workflow", "workflows_node_open", openWorkflowQuery, []any{"n", false}, false},
+		{"a node's workflows", "workflows_node_open", nodeWorkflowsQuery, []any{"n", 8}, true},
 		{"a node's open workflow's plan", "sqlite_autoindex_workflow_plans_1", openWorkflowQuery, []any{"n", false}, false},
 		{"plans used before", "workflow_plans_used", purgePlansQuery, []any{1}, false},
 		{"plans no workflow names", "workflows_plan", purgePlansQuery, []any{1}, false},

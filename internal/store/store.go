@@ -732,6 +732,23 @@ func (s *Store) MeasureClock(ctx context.Context) (off time.Duration, measured b
 // MeasureClock read).
 func (s *Store) SetClockOffset(off time.Duration) { s.offset.Store(off.Microseconds()) }
 
+// orFail is the conflict clause of a statement that writes many rows in the writer's
+// transaction: on SQLite "OR FAIL ", on PostgreSQL nothing (it has no such clause).
+//
+// SQLite runs a statement that may write several rows and may abort (a NOT NULL or unique
+// constraint's default, ABORT, undoes the statement's own rows) inside a statement journal:
+// every page the statement changes is copied first, so that its rows can be undone alone. FAIL
+// stops at the failing row and keeps the rows before it, which SQLite needs no journal for.
+// Nothing is lost by it here: a statement that fails fails its write, whose savepoint (or the
+// whole pass) is rolled back with every row it wrote (Store.commitPass), and no caller of such a
+// statement goes on in the same transaction after its error.
+func (s *Store) orFail() string {
+	if s.engine == SQLite {
+		return "OR FAIL "
+	}
+	return ""
+}
+
 // bind rewrites ? placeholders to $n for PostgreSQL (queries never hold a literal '?').
 func (s *Store) bind(q string) string {
 	if s.engine != Postgres {
