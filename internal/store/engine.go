@@ -107,11 +107,44 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 	case again <= 0:
 		return t.execLater(ctx, what, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
 	default:
-		return t.execLater(ctx, what, `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
-			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at, `+noFailures+`
-			WHERE reconcile_queue.leased_by = ''`+setGuard+`
-			AND NOT (reconcile_queue.due_at > ? AND reconcile_queue.due_at <= excluded.due_at AND reconcile_queue.failures = 0)`,
-			append(append([]any{nodeID, t.at + again.Microseconds(), reason, t.at}, args...), t.at)...)
+		due := t.at + again.Microseconds()
+		q := `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
+			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at, ` + noFailures + `
+			WHERE reconcile_queue.leased_by = ''` + setGuard + `
+			AND NOT (reconcile_queue.due_at > ? AND reconcile_queue.due_at <= excluded.due_at AND reconcile_queue.failures = 0)`
+		args := append(append([]any{nodeID, due, reason, t.at}, args...), t.at)
+		rc := t.rows()
+		if rc == nil || seq >= 0 {
+			return t.execLater(ctx, what, q, args...)
+		}
+		// SQLite's writer: what the statement would keep is kept without it. The row is the
+		// cache's, else read (one writer: nothing changes it in between).
+		if d, known := rc.wake(nodeID); known {
+			if wakeKeeps(d, 0, t.at, due) {
+				return nil
+			}
+		} else {
+			var failures int
+			var leased bool
+			err := t.queryRow(ctx, `SELECT due_at, failures, leased_by <> '' FROM reconcile_queue WHERE node_id = ?`, nodeID).Scan(&d, &failures, &leased)
+			switch {
+			case err == nil && leased:
+				return nil // (left to its holder)
+			case err == nil && wakeKeeps(d, failures, t.at, due):
+				rc.putWake(nodeID, d)
+				return nil
+			case err != nil && !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("reading the wake-up of node %s: %w", nodeID, err)
+			}
+		}
+		res, err := t.exec(ctx, q, args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if n, err := res.RowsAffected(); err == nil && n == 1 {
+			rc.putWake(nodeID, due)
+		}
+		return nil
 	}
 }
 

@@ -30,8 +30,19 @@ import (
 //
 // Nodes are not cached: a node's row, its maps decoded, held for 10 000 nodes, made the heap
 // (and the collector's work on it) larger by more than reading it saved.
+//
+// The same hook keeps wakes true: each node's wake-up row as the writer's SetWakeUp last set it
+// (due at wakes[node], no failures, not leased). The hook logs the node of every wake-up row any
+// statement changes, inserts or deletes, and the entry goes; a rollback or another connection's
+// commit empties it with the rest. A reconciliation ends by setting its node's wake-up, and most
+// find it already due sooner (the step before set it): SetWakeUp then knows its statement would
+// change nothing, and does not run it (measured: 9 of 10 such statements changed nothing in
+// enroll at 1 000 nodes, 6 of 8 in deploy, 4 of 6 in undeploy). A row it does not know it reads
+// first, which costs less than the statement.
 type workflowCache struct {
 	open map[string]cachedWorkflow // by node id
+	// wakes: the due time of each node's wake-up row the writer set, by node id.
+	wakes map[string]int64
 	// wfNodes are the nodes of the workflows the cache read or saw inserted, open or not, by
 	// the workflow's rowid.
 	wfNodes map[int64]string
@@ -65,6 +76,7 @@ const (
 	logCount    = 0  // int32: entries written
 	logOverflow = 4  // int32: a change the log could not take (the cache must be emptied)
 	logWfCol    = 8  // int32: the column of workflows holding the node's id
+	logWakeCol  = 12 // int32: the column of reconcile_queue holding the node's id
 	logValue    = 16 // a sqlite3_value* slot for sqlite3_preupdate_new
 	logMain     = 24 // "main", the schema whose data version is read
 	logVersion  = 32 // uint32: the data version SQLITE_FCNTL_DATA_VERSION wrote
@@ -77,16 +89,18 @@ const (
 
 	tagWorkflowRow = 2 // a workflow's rowid, changed or deleted
 	tagWorkflowFor = 3 // a workflow inserted: its rowid, and the id of its node
+	tagWakeNode    = 4 // a wake-up row inserted, changed or deleted: the id of its node
 )
 
-func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
+func newWorkflowCache(tls *libc.TLS, wfCol, wakeCol int32) *workflowCache {
 	p := libc.Xcalloc(tls, 1, logSize)
 	if p == 0 {
 		return nil
 	}
 	*(*int32)(at(p + logWfCol)) = wfCol
+	*(*int32)(at(p + logWakeCol)) = wakeCol
 	copy(unsafe.Slice((*byte)(at(p+logMain)), 5), "main\x00")
-	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, changes: p}
+	return &workflowCache{open: map[string]cachedWorkflow{}, wakes: map[string]int64{}, wfNodes: map[int64]string{}, changes: p}
 }
 
 func (rc *workflowCache) free(tls *libc.TLS) {
@@ -101,30 +115,52 @@ func (rc *workflowCache) free(tls *libc.TLS) {
 func cFunc[T any](f T) uintptr { return *(*uintptr)(unsafe.Pointer(&struct{ f T }{f})) }
 
 // rowChanged is the writer's pre-update hook (sqlite3_preupdate_hook): it logs the rowid of a
-// workflow row about to change or go, and the rowid and node of a workflow inserted.
+// workflow row about to change or go, the rowid and node of a workflow inserted, and the node of
+// a wake-up row inserted, changed or deleted.
 func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, oldRow, newRow int64) {
-	if cStringIs(zTab, "workflows") {
+	switch {
+	case cStringIs(zTab, "workflows"):
 		if op != sqlite3.SQLITE_INSERT {
 			logRow(log, tagWorkflowRow, oldRow)
 			return
 		}
-		n := (*int32)(at(log + logCount))
-		if sqlite3.Xsqlite3_preupdate_new(tls, db, *(*int32)(at(log + logWfCol)), log+logValue) != sqlite3.SQLITE_OK || *n >= logCap {
+		if sqlite3.Xsqlite3_preupdate_new(tls, db, *(*int32)(at(log + logWfCol)), log+logValue) != sqlite3.SQLITE_OK {
 			*(*int32)(at(log + logOverflow)) = 1
 			return
 		}
-		v := *word(log + logValue)
-		text, size := sqlite3.Xsqlite3_value_text(tls, v), sqlite3.Xsqlite3_value_bytes(tls, v)
-		if text == 0 || size > logKeyMax {
+		logKey(tls, log, tagWorkflowFor, newRow)
+	case cStringIs(zTab, "reconcile_queue"):
+		// (Its node id is its primary key: an update never changes it.)
+		col := *(*int32)(at(log + logWakeCol))
+		rc := int32(sqlite3.SQLITE_OK)
+		if op == sqlite3.SQLITE_INSERT {
+			rc = sqlite3.Xsqlite3_preupdate_new(tls, db, col, log+logValue)
+		} else {
+			rc = sqlite3.Xsqlite3_preupdate_old(tls, db, col, log+logValue)
+		}
+		if rc != sqlite3.SQLITE_OK {
 			*(*int32)(at(log + logOverflow)) = 1
 			return
 		}
-		e := log + logEntries + uintptr(*n)*logEntry
-		*(*byte)(at(e)), *(*byte)(at(e + 1)) = tagWorkflowFor, byte(size)
-		copy(unsafe.Slice((*byte)(at(e+2)), size), unsafe.Slice((*byte)(at(text)), size))
-		*(*int64)(at(e + logRowAt)) = newRow
-		*n++
+		logKey(tls, log, tagWakeNode, 0)
 	}
+}
+
+// logKey appends to the log an entry of tag whose key is the text value the hook's last
+// sqlite3_preupdate_new or _old call left at logValue, with rowid row.
+func logKey(tls *libc.TLS, log uintptr, tag byte, row int64) {
+	n := (*int32)(at(log + logCount))
+	v := *word(log + logValue)
+	text, size := sqlite3.Xsqlite3_value_text(tls, v), sqlite3.Xsqlite3_value_bytes(tls, v)
+	if *n >= logCap || text == 0 || size > logKeyMax {
+		*(*int32)(at(log + logOverflow)) = 1
+		return
+	}
+	e := log + logEntries + uintptr(*n)*logEntry
+	*(*byte)(at(e)), *(*byte)(at(e + 1)) = tag, byte(size)
+	copy(unsafe.Slice((*byte)(at(e+2)), size), unsafe.Slice((*byte)(at(text)), size))
+	*(*int64)(at(e + logRowAt)) = row
+	*n++
 }
 
 // logRow appends a rowid to the log.
@@ -180,6 +216,11 @@ func (rc *workflowCache) apply() {
 				id := string(unsafe.Slice((*byte)(at(e+2)), *(*byte)(at(e + 1))))
 				rc.knowWorkflow(row, id)
 				delete(rc.open, id)
+			case tagWakeNode:
+				key := unsafe.Slice((*byte)(at(e+2)), *(*byte)(at(e + 1)))
+				if _, ok := rc.wakes[string(key)]; ok {
+					delete(rc.wakes, string(key))
+				}
 			}
 		}
 	}
@@ -219,6 +260,7 @@ func (rc *workflowCache) clear() {
 func (rc *workflowCache) clearMaps() {
 	clear(rc.open)
 	clear(rc.wfNodes)
+	clear(rc.wakes)
 }
 
 // ran takes what statement q changed; a rollback (of the transaction, or to a savepoint)
@@ -301,4 +343,35 @@ func (rc *workflowCache) knowWorkflow(row int64, nodeID string) {
 		clear(rc.wfNodes)
 	}
 	rc.wfNodes[row] = nodeID
+}
+
+// wake returns the due time of node nodeID's wake-up row as the cache knows it (a row without
+// failures, not leased), and whether it knows it.
+func (rc *workflowCache) wake(nodeID string) (int64, bool) {
+	if rc == nil {
+		return 0, false
+	}
+	rc.apply()
+	d, ok := rc.wakes[nodeID]
+	return d, ok
+}
+
+// wakeKeeps says whether SetWakeUp's statement, run at time at for a wake-up due at due, keeps a
+// row due at d with failures failed runs (not leased): one still ahead, due no later, without
+// failures. Pure.
+func wakeKeeps(d int64, failures int, at, due int64) bool {
+	return d > at && d <= due && failures == 0
+}
+
+// putWake records that node nodeID's wake-up row is due at due, without failures, not leased:
+// as SetWakeUp's statement left it, or read it.
+func (rc *workflowCache) putWake(nodeID string, due int64) {
+	if rc == nil {
+		return
+	}
+	rc.apply()
+	if len(rc.wakes) >= maxCachedRows {
+		clear(rc.wakes)
+	}
+	rc.wakes[nodeID] = due
 }
