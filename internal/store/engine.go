@@ -119,21 +119,24 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 		}
 		// SQLite's writer: what the statement would keep is kept without it. The row is the
 		// cache's, else read (one writer: nothing changes it in between).
-		if d, known := rc.wake(nodeID); known {
-			if wakeKeeps(d, 0, t.at, due) {
-				return nil
-			}
-		} else {
+		w, known := rc.wake(nodeID)
+		if known && wakeKeeps(w.due, 0, t.at, due) {
+			return nil
+		}
+		inserts := false
+		if !known {
 			var failures int
 			var leased bool
-			err := t.queryRow(ctx, `SELECT due_at, failures, leased_by <> '' FROM reconcile_queue WHERE node_id = ?`, nodeID).Scan(&d, &failures, &leased)
+			err := t.queryRow(ctx, `SELECT rowid, due_at, failures, leased_by <> '' FROM reconcile_queue WHERE node_id = ?`, nodeID).Scan(&w.row, &w.due, &failures, &leased)
 			switch {
 			case err == nil && leased:
 				return nil // (left to its holder)
-			case err == nil && wakeKeeps(d, failures, t.at, due):
-				rc.putWake(nodeID, d)
+			case err == nil && wakeKeeps(w.due, failures, t.at, due):
+				rc.putWake(nodeID, w.due, w.row)
 				return nil
-			case err != nil && !errors.Is(err, sql.ErrNoRows):
+			case errors.Is(err, sql.ErrNoRows):
+				inserts = true
+			case err != nil:
 				return fmt.Errorf("reading the wake-up of node %s: %w", nodeID, err)
 			}
 		}
@@ -142,7 +145,10 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if n, err := res.RowsAffected(); err == nil && n == 1 {
-			rc.putWake(nodeID, due)
+			if inserts {
+				w.row, _ = res.LastInsertId()
+			}
+			rc.putWake(nodeID, due, w.row)
 		}
 		return nil
 	}

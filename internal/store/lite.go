@@ -202,17 +202,15 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 // cacheWorkflows gives the connection its workflowCache, with the pre-update hook that keeps it
 // true.
 func (c *liteConn) cacheWorkflows() error {
-	var col, wakeCol any
-	if err := c.queryRow(`SELECT (SELECT cid FROM pragma_table_info('workflows') WHERE name = 'node_id'),
-		(SELECT cid FROM pragma_table_info('reconcile_queue') WHERE name = 'node_id')`, nil).Scan(&col, &wakeCol); err != nil {
-		return fmt.Errorf("reading the columns the SQLite writer's cache finds a workflow's and a wake-up's node in: %w", err)
+	var col any
+	if err := c.queryRow(`SELECT (SELECT cid FROM pragma_table_info('workflows') WHERE name = 'node_id')`, nil).Scan(&col); err != nil {
+		return fmt.Errorf("reading the column the SQLite writer's cache finds a workflow's node in: %w", err)
 	}
 	wfCol, ok := col.(int64)
-	wakeAt, wakeOK := wakeCol.(int64)
-	if !ok || !wakeOK {
-		return nil // (a database without the tables: nothing to cache)
+	if !ok {
+		return nil // (a database without the table: nothing to cache)
 	}
-	if c.cache = newWorkflowCache(c.tls, int32(wfCol), int32(wakeAt)); c.cache == nil {
+	if c.cache = newWorkflowCache(c.tls, int32(wfCol)); c.cache == nil {
 		return errors.New("opening the SQLite writer: out of memory")
 	}
 	sqlite3.Xsqlite3_preupdate_hook(c.tls, c.db, cFunc(rowChanged), c.cache.changes)

@@ -31,18 +31,21 @@ import (
 // Nodes are not cached: a node's row, its maps decoded, held for 10 000 nodes, made the heap
 // (and the collector's work on it) larger by more than reading it saved.
 //
-// The same hook keeps wakes true: each node's wake-up row as the writer's SetWakeUp last set it
-// (due at wakes[node], no failures, not leased). The hook logs the node of every wake-up row any
-// statement changes, inserts or deletes, and the entry goes; a rollback or another connection's
-// commit empties it with the rest. A reconciliation ends by setting its node's wake-up, and most
+// The same hook keeps wakes true: each node's wake-up row as the writer's SetWakeUp last set or
+// read it (due at wakes[node], no failures, not leased), with its rowid. The hook logs the rowid
+// of every wake-up row any statement changes, inserts or deletes, and the entry of that row goes
+// (a row the cache holds no entry for is no entry's); a rollback or another connection's commit
+// empties it with the rest. A reconciliation ends by setting its node's wake-up, and most
 // find it already due sooner (the step before set it): SetWakeUp then knows its statement would
 // change nothing, and does not run it (measured: 9 of 10 such statements changed nothing in
 // enroll at 1 000 nodes, 6 of 8 in deploy, 4 of 6 in undeploy). A row it does not know it reads
 // first, which costs less than the statement.
 type workflowCache struct {
 	open map[string]cachedWorkflow // by node id
-	// wakes: the due time of each node's wake-up row the writer set, by node id.
-	wakes map[string]int64
+	// wakes: each node's wake-up row the writer set or read, by node id; wakeRows the node of
+	// each of their rows, by rowid.
+	wakes    map[string]cachedWake
+	wakeRows map[int64]string
 	// wfNodes are the nodes of the workflows the cache read or saw inserted, open or not, by
 	// the workflow's rowid.
 	wfNodes map[int64]string
@@ -76,7 +79,6 @@ const (
 	logCount    = 0  // int32: entries written
 	logOverflow = 4  // int32: a change the log could not take (the cache must be emptied)
 	logWfCol    = 8  // int32: the column of workflows holding the node's id
-	logWakeCol  = 12 // int32: the column of reconcile_queue holding the node's id
 	logValue    = 16 // a sqlite3_value* slot for sqlite3_preupdate_new
 	logMain     = 24 // "main", the schema whose data version is read
 	logVersion  = 32 // uint32: the data version SQLITE_FCNTL_DATA_VERSION wrote
@@ -89,18 +91,18 @@ const (
 
 	tagWorkflowRow = 2 // a workflow's rowid, changed or deleted
 	tagWorkflowFor = 3 // a workflow inserted: its rowid, and the id of its node
-	tagWakeNode    = 4 // a wake-up row inserted, changed or deleted: the id of its node
+	tagWakeRow     = 4 // a wake-up row's rowid, inserted, changed or deleted
 )
 
-func newWorkflowCache(tls *libc.TLS, wfCol, wakeCol int32) *workflowCache {
+func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	p := libc.Xcalloc(tls, 1, logSize)
 	if p == 0 {
 		return nil
 	}
 	*(*int32)(at(p + logWfCol)) = wfCol
-	*(*int32)(at(p + logWakeCol)) = wakeCol
 	copy(unsafe.Slice((*byte)(at(p+logMain)), 5), "main\x00")
-	return &workflowCache{open: map[string]cachedWorkflow{}, wakes: map[string]int64{}, wfNodes: map[int64]string{}, changes: p}
+	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, wakes: map[string]cachedWake{}, wakeRows: map[int64]string{},
+		changes: p}
 }
 
 func (rc *workflowCache) free(tls *libc.TLS) {
@@ -115,8 +117,8 @@ func (rc *workflowCache) free(tls *libc.TLS) {
 func cFunc[T any](f T) uintptr { return *(*uintptr)(unsafe.Pointer(&struct{ f T }{f})) }
 
 // rowChanged is the writer's pre-update hook (sqlite3_preupdate_hook): it logs the rowid of a
-// workflow row about to change or go, the rowid and node of a workflow inserted, and the node of
-// a wake-up row inserted, changed or deleted.
+// workflow row about to change or go, the rowid and node of a workflow inserted, and the rowid
+// of a wake-up row inserted, changed or deleted.
 func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, oldRow, newRow int64) {
 	switch {
 	case cStringIs(zTab, "workflows"):
@@ -130,19 +132,13 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 		}
 		logKey(tls, log, tagWorkflowFor, newRow)
 	case cStringIs(zTab, "reconcile_queue"):
-		// (Its node id is its primary key: an update never changes it.)
-		col := *(*int32)(at(log + logWakeCol))
-		rc := int32(sqlite3.SQLITE_OK)
+		// (The rowid alone: reading a column here copies the row, in memory SQLite allocates
+		// for the call.)
 		if op == sqlite3.SQLITE_INSERT {
-			rc = sqlite3.Xsqlite3_preupdate_new(tls, db, col, log+logValue)
+			logRow(log, tagWakeRow, newRow)
 		} else {
-			rc = sqlite3.Xsqlite3_preupdate_old(tls, db, col, log+logValue)
+			logRow(log, tagWakeRow, oldRow)
 		}
-		if rc != sqlite3.SQLITE_OK {
-			*(*int32)(at(log + logOverflow)) = 1
-			return
-		}
-		logKey(tls, log, tagWakeNode, 0)
 	}
 }
 
@@ -216,10 +212,10 @@ func (rc *workflowCache) apply() {
 				id := string(unsafe.Slice((*byte)(at(e+2)), *(*byte)(at(e + 1))))
 				rc.knowWorkflow(row, id)
 				delete(rc.open, id)
-			case tagWakeNode:
-				key := unsafe.Slice((*byte)(at(e+2)), *(*byte)(at(e + 1)))
-				if _, ok := rc.wakes[string(key)]; ok {
-					delete(rc.wakes, string(key))
+			case tagWakeRow:
+				if id, ok := rc.wakeRows[row]; ok {
+					delete(rc.wakeRows, row)
+					delete(rc.wakes, id)
 				}
 			}
 		}
@@ -261,6 +257,7 @@ func (rc *workflowCache) clearMaps() {
 	clear(rc.open)
 	clear(rc.wfNodes)
 	clear(rc.wakes)
+	clear(rc.wakeRows)
 }
 
 // ran takes what statement q changed; a rollback (of the transaction, or to a savepoint)
@@ -345,15 +342,18 @@ func (rc *workflowCache) knowWorkflow(row int64, nodeID string) {
 	rc.wfNodes[row] = nodeID
 }
 
-// wake returns the due time of node nodeID's wake-up row as the cache knows it (a row without
-// failures, not leased), and whether it knows it.
-func (rc *workflowCache) wake(nodeID string) (int64, bool) {
+// cachedWake is a node's wake-up row as SetWakeUp left or read it: due at due, no failures, not
+// leased, at rowid row.
+type cachedWake struct{ due, row int64 }
+
+// wake returns node nodeID's wake-up row as the cache knows it, and whether it knows it.
+func (rc *workflowCache) wake(nodeID string) (cachedWake, bool) {
 	if rc == nil {
-		return 0, false
+		return cachedWake{}, false
 	}
 	rc.apply()
-	d, ok := rc.wakes[nodeID]
-	return d, ok
+	w, ok := rc.wakes[nodeID]
+	return w, ok
 }
 
 // wakeKeeps says whether SetWakeUp's statement, run at time at for a wake-up due at due, keeps a
@@ -363,15 +363,23 @@ func wakeKeeps(d int64, failures int, at, due int64) bool {
 	return d > at && d <= due && failures == 0
 }
 
-// putWake records that node nodeID's wake-up row is due at due, without failures, not leased:
-// as SetWakeUp's statement left it, or read it.
-func (rc *workflowCache) putWake(nodeID string, due int64) {
+// putWake records that node nodeID's wake-up row, at rowid row, is due at due, without
+// failures, not leased: as SetWakeUp's statement left it, or read it.
+func (rc *workflowCache) putWake(nodeID string, due, row int64) {
 	if rc == nil {
 		return
 	}
 	rc.apply()
 	if len(rc.wakes) >= maxCachedRows {
 		clear(rc.wakes)
+		clear(rc.wakeRows)
 	}
-	rc.wakes[nodeID] = due
+	if was, ok := rc.wakes[nodeID]; ok && was.row != row {
+		delete(rc.wakeRows, was.row)
+	}
+	if id, ok := rc.wakeRows[row]; ok && id != nodeID {
+		delete(rc.wakes, id) // (not the row the cache took it for)
+	}
+	rc.wakes[nodeID] = cachedWake{due: due, row: row}
+	rc.wakeRows[row] = nodeID
 }
