@@ -33,8 +33,9 @@ import (
 //
 // The same hook keeps wakes true: each node's wake-up row as the writer's SetWakeUp last set or
 // read it (due at wakes[node], no failures, not leased), with its rowid. The hook logs the rowid
-// of every wake-up row any statement changes, inserts or deletes, and the entry of that row goes
-// (a row the cache holds no entry for is no entry's); a rollback or another connection's commit
+// of every wake-up row any statement changes, inserts or deletes, and the entry holding that
+// rowid goes (a row keeps its rowid until it is deleted: the writer never vacuums, and another
+// connection's vacuum changes the data version); a rollback or another connection's commit
 // empties it with the rest. A reconciliation ends by setting its node's wake-up, and most
 // find it already due sooner (the step before set it): SetWakeUp then knows its statement would
 // change nothing, and does not run it (measured: 9 of 10 such statements changed nothing in
@@ -143,7 +144,7 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 }
 
 // logKey appends to the log an entry of tag whose key is the text value the hook's last
-// sqlite3_preupdate_new or _old call left at logValue, with rowid row.
+// sqlite3_preupdate_new call left at logValue, with rowid row.
 func logKey(tls *libc.TLS, log uintptr, tag byte, row int64) {
 	n := (*int32)(at(log + logCount))
 	v := *word(log + logValue)
