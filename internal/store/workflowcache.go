@@ -127,11 +127,22 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 			logRow(log, tagWorkflowRow, oldRow)
 			return
 		}
-		if sqlite3.Xsqlite3_preupdate_new(tls, db, *(*int32)(at(log + logWfCol)), log+logValue) != sqlite3.SQLITE_OK {
+		n := (*int32)(at(log + logCount))
+		if sqlite3.Xsqlite3_preupdate_new(tls, db, *(*int32)(at(log + logWfCol)), log+logValue) != sqlite3.SQLITE_OK || *n >= logCap {
 			*(*int32)(at(log + logOverflow)) = 1
 			return
 		}
-		logKey(tls, log, tagWorkflowFor, newRow)
+		v := *word(log + logValue)
+		text, size := sqlite3.Xsqlite3_value_text(tls, v), sqlite3.Xsqlite3_value_bytes(tls, v)
+		if text == 0 || size > logKeyMax {
+			*(*int32)(at(log + logOverflow)) = 1
+			return
+		}
+		e := log + logEntries + uintptr(*n)*logEntry
+		*(*byte)(at(e)), *(*byte)(at(e + 1)) = tagWorkflowFor, byte(size)
+		copy(unsafe.Slice((*byte)(at(e+2)), size), unsafe.Slice((*byte)(at(text)), size))
+		*(*int64)(at(e + logRowAt)) = newRow
+		*n++
 	case cStringIs(zTab, "reconcile_queue"):
 		// (The rowid alone: reading a column here copies the row, in memory SQLite allocates
 		// for the call.)
@@ -141,23 +152,6 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 			logRow(log, tagWakeRow, oldRow)
 		}
 	}
-}
-
-// logKey appends to the log an entry of tag whose key is the text value the hook's last
-// sqlite3_preupdate_new call left at logValue, with rowid row.
-func logKey(tls *libc.TLS, log uintptr, tag byte, row int64) {
-	n := (*int32)(at(log + logCount))
-	v := *word(log + logValue)
-	text, size := sqlite3.Xsqlite3_value_text(tls, v), sqlite3.Xsqlite3_value_bytes(tls, v)
-	if *n >= logCap || text == 0 || size > logKeyMax {
-		*(*int32)(at(log + logOverflow)) = 1
-		return
-	}
-	e := log + logEntries + uintptr(*n)*logEntry
-	*(*byte)(at(e)), *(*byte)(at(e + 1)) = tag, byte(size)
-	copy(unsafe.Slice((*byte)(at(e+2)), size), unsafe.Slice((*byte)(at(text)), size))
-	*(*int64)(at(e + logRowAt)) = row
-	*n++
 }
 
 // logRow appends a rowid to the log.
