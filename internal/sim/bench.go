@@ -63,6 +63,10 @@ type Phase struct {
 	// cache during the phase, and WriterCacheHits those it found there.
 	WriterCachedReads int64 `json:"writerCachedReads,omitempty"`
 	WriterCacheHits   int64 `json:"writerCacheHits,omitempty"`
+	// WriterCommandReads are the reads of a command by id SQLite's writer looked up in its
+	// cache during the phase, and WriterCommandHits those it found there.
+	WriterCommandReads int64 `json:"writerCommandReads,omitempty"`
+	WriterCommandHits  int64 `json:"writerCommandHits,omitempty"`
 	// RoundTrips are the round trips to PostgreSQL the servers' write transactions took during
 	// the phase (0 on SQLite, and for a server elsewhere).
 	RoundTrips int64 `json:"storeRoundTrips,omitempty"`
@@ -263,6 +267,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	p.WriterStatements, p.WriterWALPages = w.Statements-m.writer.Statements, w.WALPages-m.writer.WALPages
 	p.WriterReprepares = w.Reprepares - m.writer.Reprepares
 	p.WriterCachedReads, p.WriterCacheHits = w.CachedReads-m.writer.CachedReads, w.CacheHits-m.writer.CacheHits
+	p.WriterCommandReads, p.WriterCommandHits = w.CommandReads-m.writer.CommandReads, w.CommandHits-m.writer.CommandHits
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -58,13 +59,18 @@ func (s *Store) ApprovalPolicies(ctx context.Context) ([]ApprovalPolicy, error) 
 // pool need: the largest of the installation's, the site's and the pool's policies (a pool
 // cannot lower what its site or the installation requires).
 func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int, error) {
-	var n sql.NullInt64
-	err := t.queryRow(ctx, `SELECT MAX(required) FROM approval_policies WHERE scope IN ('installation', ?, ?)`,
+	// Three lookups by key: with scope IN (…) SQLite built a table of the three scopes at each
+	// run to search the key with.
+	var n int
+	err := t.queryRow(ctx, `SELECT max(
+		COALESCE((SELECT required FROM approval_policies WHERE scope = 'installation'), 0),
+		COALESCE((SELECT required FROM approval_policies WHERE scope = ?), 0),
+		COALESCE((SELECT required FROM approval_policies WHERE scope = ?), 0))`,
 		ApprovalScope("site", siteID), ApprovalScope("pool", poolID)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("reading approvals policy: %w", err)
 	}
-	return int(n.Int64), nil
+	return n, nil
 }
 
 // ---------------------------------------------------------------- batches
@@ -326,14 +332,13 @@ func (t *Tx) FailHeldCommands(ctx context.Context, id, why string) ([]Command, e
 	return cmds, nil
 }
 
-// SiteAgentIDs lists the ids of every site agent of a site that ever joined.
+// SiteAgentIDs lists the ids of every site agent of a site that ever joined, in order. (Sorted
+// here: SQLite sorted the few rows in a sorter of its own, which cost more than the search.)
 func (t *Tx) SiteAgentIDs(ctx context.Context, siteID string) ([]string, error) {
-	rows, err := t.query(ctx, `SELECT id FROM agents WHERE kind = 'site' AND site_id = ? ORDER BY id`, siteID)
-	return collect(rows, err, "site agents", func(r interface{ Scan(...any) error }) (string, error) {
-		var s string
-		err := r.Scan(&s)
-		return s, err
-	})
+	rows, err := t.query(ctx, `SELECT id FROM agents WHERE kind = 'site' AND site_id = ?`, siteID)
+	ids, err := collect(rows, err, "site agents", scanID)
+	slices.Sort(ids)
+	return ids, err
 }
 
 // NodePlacement returns the site and pool of a node.

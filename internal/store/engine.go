@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"bcd/internal/command"
 )
 
 // ---------------------------------------------------------------- reconciler leases
@@ -462,20 +464,54 @@ func (t *Tx) InsertCommand(ctx context.Context, c *Command) error {
 	if c.Args == "" {
 		c.Args = "{}"
 	}
-	return t.execLater(ctx, "queueing command "+c.Kind+" for node "+c.NodeID, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		c.ID, c.NodeID, c.TenantID, c.SiteID, c.Kind, c.Subject, c.State, c.Args, c.TargetAgent, c.Attempts, c.Result, c.Error,
+	what, q := "queueing command "+c.Kind+" for node "+c.NodeID, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	args := []any{c.ID, c.NodeID, c.TenantID, c.SiteID, c.Kind, c.Subject, c.State, c.Args, c.TargetAgent, c.Attempts, c.Result, c.Error,
 		c.WorkflowID, c.StepIndex, c.RunsOn, c.Destructive, c.Attested, c.Reroutable, int64(c.Generation), c.Deadline,
-		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt, c.BatchID)
+		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt, c.BatchID}
+	rc := t.rows()
+	if rc == nil {
+		return t.execLater(ctx, what, q, args...)
+	}
+	// SQLite's writer keeps the row it inserted: its agent's claim, acknowledgement and reports
+	// then read it from memory (workflowCache.cmds).
+	res, err := t.exec(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	row, err := res.LastInsertId()
+	if err == nil {
+		rc.putCommand(*c, row)
+	}
+	return nil
 }
 
-// Command reads a command in the transaction.
+// commandRowQuery reads a command's row with its rowid (SQLite's writer, which caches it).
+const commandRowQuery = `SELECT rowid, ` + commandCols + ` FROM commands WHERE id = ?`
+
+// Command reads a command in the transaction. SQLite's writer takes it from its cache when it
+// holds the row, and caches a row it reads.
 func (t *Tx) Command(ctx context.Context, id string) (Command, error) {
-	c, err := scanCommand(t.queryRow(ctx, `SELECT `+commandCols+` FROM commands WHERE id = ?`+t.forUpdate(), id))
+	rc := t.rows()
+	if c, ok := rc.command(id); ok {
+		return c, nil
+	}
+	var c Command
+	var err error
+	var row int64
+	if rc == nil {
+		c, err = scanCommand(t.queryRow(ctx, `SELECT `+commandCols+` FROM commands WHERE id = ?`+t.forUpdate(), id))
+	} else {
+		var gen int64
+		err = scanCommandInto(t.queryRow(ctx, commandRowQuery, id), &c, &gen, []any{&row})
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return Command{}, fmt.Errorf("command %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return Command{}, fmt.Errorf("reading command %s: %w", id, err)
+	}
+	if rc != nil {
+		rc.putCommand(c, row)
 	}
 	return c, nil
 }
@@ -546,9 +582,23 @@ func (t *Tx) UpdateCommand(ctx context.Context, c *Command) error {
 // UpdateCommand does without requesting a cancel: the agent itself ended it.
 func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
 	c.UpdatedAt = t.at
-	return t.execLater(ctx, "recording the report on command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+	rc := t.rows()
+	e, known := rc.takeCommand(c.ID)
+	if err := t.execLater(ctx, "recording the report on command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
 		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?`,
-		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID)
+		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID); err != nil {
+		return err
+	}
+	if known && !command.State(c.State).Final() {
+		// The cached row (which exists: a deleted one leaves the cache) with what the statement
+		// set; an ended command is not read again in the writer, and leaves the cache.
+		n := &e.c
+		n.State, n.TargetAgent, n.Attempts, n.Result, n.Error, n.DeliveredAt = c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt
+		n.FinishedAt, n.Progress, n.UpdatedAt = c.FinishedAt, c.Progress, c.UpdatedAt
+		n.ResultSig, n.SignerCert = slices.Clone(c.ResultSig), slices.Clone(c.SignerCert)
+		rc.restoreCommand(e)
+	}
+	return nil
 }
 
 // UpdateCommandIf writes c as UpdateCommand does, provided the row is still as was read
@@ -614,8 +664,26 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 		whoseArgs = []any{agentID, by.NodeID}
 	}
 	done := map[string]bool{}
+	rc := t.rows()
+	// delivered caches the row of command id as the statement left it, from the row before.
+	delivered := func(taken map[string]*cachedCommand, id string) {
+		done[id] = true
+		e, ok := taken[id]
+		if !ok {
+			return
+		}
+		delete(taken, id)
+		c := &e.c
+		c.State, c.DeliveredAt, c.UpdatedAt = "delivered", t.at, t.at
+		if take != "" {
+			c.Attempts += assignAttempt(c.TargetAgent)
+			c.TargetAgent = agentID
+		}
+		rc.restoreCommand(e)
+	}
 	for i := 0; i < len(ids); i += idsPerStatement {
 		chunk := ids[i:min(i+idsPerStatement, len(ids))]
+		taken := rc.takeCommands(chunk)
 		list, listArgs := inList(chunk)
 		set := `UPDATE ` + t.s.orFail() + `commands SET state = 'delivered', delivered_at = ?, updated_at = ?` + take + `
 			WHERE id IN ` + list + ` AND ` + whose + ` AND ` + plus + `state = 'queued'` + genCond
@@ -631,18 +699,20 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
 			}
 			if ok {
-				done[chunk[0]] = true
+				delivered(taken, chunk[0])
 			}
+			rc.restoreUnchanged(taken)
 			continue
 		}
 		rows, err := t.query(ctx, set+` RETURNING id`, args...)
-		delivered, err := collect(rows, err, "delivered commands", scanID)
+		marked, err := collect(rows, err, "delivered commands", scanID)
 		if err != nil {
 			return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
 		}
-		for _, id := range delivered {
-			done[id] = true
+		for _, id := range marked {
+			delivered(taken, id)
 		}
+		rc.restoreUnchanged(taken)
 	}
 	return done, nil
 }
@@ -840,12 +910,14 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 	if holder != "" {
 		holder = ` AND (` + holder + `)`
 	}
+	rc := t.rows()
 	for i := 0; i < len(cands); i += idsPerStatement {
 		chunk := cands[i:min(i+idsPerStatement, len(cands))]
 		ids := make([]string, len(chunk))
 		for j, c := range chunk {
 			ids[j] = c.ID
 		}
+		taken := rc.takeCommands(ids)
 		list, listArgs := inList(ids)
 		args := append(append([]any{agentID, t.at}, listArgs...), agentID)
 		args = append(args, holderArgs...)
@@ -854,14 +926,27 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 			AND (` + plus + `target_agent = ? OR ` + plus + `target_agent = ''` + holder + `)`
 		if len(ids) == 1 && t.s.engine == SQLite {
 			// One command (most claims): SQLite's RETURNING builds two temporary tables, each
-			// with a page cache of its own, which cost more than reading the row again.
-			attempts, ok, err := t.assignOne(ctx, set, args, ids[0])
+			// with a page cache of its own, which cost more than reading the row again (or
+			// taking it from the cache).
+			was, known := taken[ids[0]]
+			var attempts int
+			var ok bool
+			var err error
+			if known {
+				if ok, err = t.execOne(ctx, set, args); ok {
+					attempts = was.c.Attempts + assignAttempt(was.c.TargetAgent)
+				}
+			} else {
+				attempts, ok, err = t.assignOne(ctx, set, args, ids[0])
+			}
 			if err != nil {
 				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
 			}
 			if ok {
 				took[ids[0]] = attempts
+				rc.restoreAssigned(taken, ids[0], agentID, attempts, t.at)
 			}
+			rc.restoreUnchanged(taken)
 			continue
 		}
 		rows, err := t.query(ctx, set+` RETURNING id, attempts`, args...)
@@ -874,7 +959,9 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		}
 		for _, a := range assigned {
 			took[a.id] = a.attempts
+			rc.restoreAssigned(taken, a.id, agentID, a.attempts, t.at)
 		}
+		rc.restoreUnchanged(taken)
 	}
 	claimed := make([]Command, 0, len(took))
 	for _, c := range cands {
@@ -887,6 +974,15 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 		delete(took, c.ID) // a candidate listed twice is returned once
 	}
 	return claimed, nil
+}
+
+// assignAttempt is the attempt an assignment counts for a command assigned to agent target
+// before it: one when it was free (AssignCommands' and DeliverCommands' statements). Pure.
+func assignAttempt(target string) int {
+	if target == "" {
+		return 1
+	}
+	return 0
 }
 
 // assignOne runs AssignCommands' statement set for the one command id, without RETURNING,

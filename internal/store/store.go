@@ -174,6 +174,9 @@ type WriterStats struct {
 	// CachedReads counts the reads of a node's open workflow the writer looked up in its cache
 	// (SQLite, see workflowCache), and CacheHits those it found there.
 	CachedReads, CacheHits int64
+	// CommandReads counts the reads of a command by id the writer looked up in its cache, and
+	// CommandHits those it found there.
+	CommandReads, CommandHits int64
 }
 
 // WriterStats reports the single writer's work (on PostgreSQL only Reruns: see speculate).
@@ -184,6 +187,7 @@ func (s *Store) WriterStats() WriterStats {
 		w.Statements, w.WALPages, w.Reprepares = s.lite.statements.Load(), s.lite.walFrames.Load(), s.lite.reprepares.Load()
 		if rc := s.lite.cache; rc != nil {
 			w.CachedReads, w.CacheHits = rc.reads.Load(), rc.hits.Load()
+			w.CommandReads, w.CommandHits = rc.cmdReads.Load(), rc.cmdHits.Load()
 		}
 	}
 	return w

@@ -50,14 +50,19 @@ type workflowCache struct {
 	// wfNodes are the nodes of the workflows the cache read or saw inserted, open or not, by
 	// the workflow's rowid.
 	wfNodes map[int64]string
+	// cmds: commands as the writer inserted, read or changed them, by id; cmdRows the id of each
+	// of their rows, by rowid.
+	cmds    map[string]*cachedCommand
+	cmdRows map[int64]string
 	// changes is C memory the pre-update hook writes to (see logCount and the others); version
 	// the database's data version the writer's last transaction left (see began).
 	changes      uintptr
 	version      uint32
 	versionKnown bool
 	// reads and hits count lookups, and those that found the node's entry (read by other
-	// goroutines).
-	hits, reads atomic.Int64
+	// goroutines); cmdReads and cmdHits the same of commands.
+	hits, reads       atomic.Int64
+	cmdHits, cmdReads atomic.Int64
 }
 
 // cachedWorkflow is a node's open workflow, at rowid row; or, ok false, that it has none.
@@ -86,13 +91,14 @@ const (
 	logEntries  = 40
 	logEntry    = 64 // tag, length, key; and at logRowAt a rowid
 	logKeyMax   = 54
-	logRowAt    = 56 // (8-aligned: the entries begin at a multiple of 8, each 64 long)
-	logCap      = 256
+	logRowAt    = 56   // (8-aligned: the entries begin at a multiple of 8, each 64 long)
+	logCap      = 1024 // (a claim changes up to idsPerStatement commands in one statement)
 	logSize     = logEntries + logCap*logEntry
 
 	tagWorkflowRow = 2 // a workflow's rowid, changed or deleted
 	tagWorkflowFor = 3 // a workflow inserted: its rowid, and the id of its node
 	tagWakeRow     = 4 // a wake-up row's rowid, inserted, changed or deleted
+	tagCommandRow  = 5 // a command's rowid, changed or deleted
 )
 
 func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
@@ -103,7 +109,7 @@ func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	*(*int32)(at(p + logWfCol)) = wfCol
 	copy(unsafe.Slice((*byte)(at(p+logMain)), 5), "main\x00")
 	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, wakes: map[string]cachedWake{}, wakeRows: map[int64]string{},
-		changes: p}
+		cmds: map[string]*cachedCommand{}, cmdRows: map[int64]string{}, changes: p}
 }
 
 func (rc *workflowCache) free(tls *libc.TLS) {
@@ -143,6 +149,11 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 		copy(unsafe.Slice((*byte)(at(e+2)), size), unsafe.Slice((*byte)(at(text)), size))
 		*(*int64)(at(e + logRowAt)) = newRow
 		*n++
+	case cStringIs(zTab, "commands"):
+		// A row inserted is no entry's: an entry's row is one the cache saw inserted or read.
+		if op != sqlite3.SQLITE_INSERT {
+			logRow(log, tagCommandRow, oldRow)
+		}
 	case cStringIs(zTab, "reconcile_queue"):
 		// (The rowid alone: reading a column here copies the row, in memory SQLite allocates
 		// for the call.)
@@ -212,6 +223,11 @@ func (rc *workflowCache) apply() {
 					delete(rc.wakeRows, row)
 					delete(rc.wakes, id)
 				}
+			case tagCommandRow:
+				if id, ok := rc.cmdRows[row]; ok {
+					delete(rc.cmdRows, row)
+					delete(rc.cmds, id)
+				}
 			}
 		}
 	}
@@ -253,6 +269,8 @@ func (rc *workflowCache) clearMaps() {
 	clear(rc.wfNodes)
 	clear(rc.wakes)
 	clear(rc.wakeRows)
+	clear(rc.cmds)
+	clear(rc.cmdRows)
 }
 
 // ran takes what statement q changed; a rollback (of the transaction, or to a savepoint)
@@ -377,4 +395,108 @@ func (rc *workflowCache) putWake(nodeID string, due, row int64) {
 	}
 	rc.wakes[nodeID] = cachedWake{due: due, row: row}
 	rc.wakeRows[row] = nodeID
+}
+
+// cachedCommand is a command's row as the writer inserted, read or last changed it, at rowid row.
+type cachedCommand struct {
+	c   Command
+	row int64
+}
+
+// command returns the cached row of command id (a copy), and whether the cache knows it.
+func (rc *workflowCache) command(id string) (Command, bool) {
+	if rc == nil {
+		return Command{}, false
+	}
+	rc.apply()
+	e, ok := rc.cmds[id]
+	rc.cmdReads.Add(1)
+	if !ok {
+		return Command{}, false
+	}
+	rc.cmdHits.Add(1)
+	c := e.c
+	c.ResultSig, c.SignerCert = slices.Clone(c.ResultSig), slices.Clone(c.SignerCert)
+	return c, true
+}
+
+// putCommand caches c, the command's row at rowid row, as a statement of the writer just left it
+// or read it.
+func (rc *workflowCache) putCommand(c Command, row int64) {
+	if rc == nil {
+		return
+	}
+	c.ResultSig, c.SignerCert = slices.Clone(c.ResultSig), slices.Clone(c.SignerCert)
+	rc.restoreCommand(&cachedCommand{c: c, row: row})
+}
+
+// takeCommand takes command id's entry out of the cache, for a statement that changes its row:
+// the caller puts back what the statement left (restoreCommand), or nothing.
+func (rc *workflowCache) takeCommand(id string) (*cachedCommand, bool) {
+	if rc == nil {
+		return nil, false
+	}
+	rc.apply()
+	e, ok := rc.cmds[id]
+	if ok {
+		delete(rc.cmds, id)
+		delete(rc.cmdRows, e.row)
+	}
+	return e, ok
+}
+
+// takeCommands is takeCommand of each of ids, by id (nil: none cached).
+func (rc *workflowCache) takeCommands(ids []string) map[string]*cachedCommand {
+	var out map[string]*cachedCommand
+	for _, id := range ids {
+		if e, ok := rc.takeCommand(id); ok {
+			if out == nil {
+				out = make(map[string]*cachedCommand, len(ids))
+			}
+			out[id] = e
+		}
+	}
+	return out
+}
+
+// restoreCommand puts e in the cache: its row as a statement of the writer just left it (its
+// slices the cache's own).
+func (rc *workflowCache) restoreCommand(e *cachedCommand) {
+	if rc == nil {
+		return
+	}
+	rc.apply()
+	if len(rc.cmds) >= maxCachedRows {
+		clear(rc.cmds)
+		clear(rc.cmdRows)
+	}
+	if was, ok := rc.cmds[e.c.ID]; ok && was.row != e.row {
+		delete(rc.cmdRows, was.row)
+	}
+	if id, ok := rc.cmdRows[e.row]; ok && id != e.c.ID {
+		delete(rc.cmds, id) // (not the row the cache took it for)
+	}
+	rc.cmds[e.c.ID] = e
+	rc.cmdRows[e.row] = e.c.ID
+}
+
+// restoreAssigned puts back the entry of command id taken before AssignCommands' statement
+// (taken[id], if any) as the statement left it: assigned to agentID, with attempts, updated at
+// at.
+func (rc *workflowCache) restoreAssigned(taken map[string]*cachedCommand, id, agentID string, attempts int, at int64) {
+	e, ok := taken[id]
+	if !ok {
+		return
+	}
+	delete(taken, id)
+	e.c.TargetAgent, e.c.Attempts, e.c.UpdatedAt = agentID, attempts, at
+	rc.restoreCommand(e)
+}
+
+// restoreUnchanged puts back the entries taken before a statement that left their rows as they
+// were (taken holds what is left of them once the changed ones were restored).
+func (rc *workflowCache) restoreUnchanged(taken map[string]*cachedCommand) {
+	for _, e := range taken {
+		rc.restoreCommand(e)
+	}
 }
