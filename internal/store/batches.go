@@ -62,10 +62,10 @@ func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int,
 	// Three lookups by key: with scope IN (…) SQLite built a table of the three scopes at each
 	// run to search the key with.
 	var n int
-	err := t.queryRow(ctx, `SELECT max(
-		COALESCE((SELECT required FROM approval_policies WHERE scope = 'installation'), 0),
-		COALESCE((SELECT required FROM approval_policies WHERE scope = ?), 0),
-		COALESCE((SELECT required FROM approval_policies WHERE scope = ?), 0))`,
+	err := t.queryRow(ctx, `SELECT COALESCE(MAX(required), 0) FROM (
+		SELECT required FROM approval_policies WHERE scope = 'installation'
+		UNION ALL SELECT required FROM approval_policies WHERE scope = ?
+		UNION ALL SELECT required FROM approval_policies WHERE scope = ?) AS p`,
 		ApprovalScope("site", siteID), ApprovalScope("pool", poolID)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("reading approvals policy: %w", err)
