@@ -282,6 +282,18 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 		return t.execLater(ctx, what, q, args...)
 	}
 	was, cached := rc.peekWorkflow(w.NodeID)
+	if !cached && !w.OutcomeApplied {
+		// A node whose open workflow the cache does not know (its last one just ended, and
+		// left the cache): whether it has one is a search of an index, cheaper than the read
+		// of the new one (with its plan) that the next report on the node would make.
+		var one int
+		switch err := t.queryRow(ctx, `SELECT 1 FROM workflows WHERE node_id = ? AND outcome_applied = ? LIMIT 1`, w.NodeID, false).Scan(&one); {
+		case errors.Is(err, sql.ErrNoRows):
+			cached = true // (and none open: was.ok false)
+		case err != nil:
+			return fmt.Errorf("%s: looking for its node's open workflow: %w", what, err)
+		}
+	}
 	res, err := t.exec(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("%s: %w", what, err)

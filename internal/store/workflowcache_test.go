@@ -228,3 +228,54 @@ func TestWriterCacheOfManyChangesAtOnce(t *testing.T) {
 		t.Errorf("the writer reads the open workflow as before a statement that changed %d workflows", logCap+11)
 	}
 }
+
+// A workflow opened for a node whose open workflow the cache does not know (its last one just
+// ended, and left the cache) is cached as its node's open one when the node has no other: the
+// next report on the node reads nothing.
+func TestWriterCachesAWorkflowOpenedForANodeItDidNotKnow(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	var node Node
+	if err := s.Write(ctx, func(tx *Tx) error {
+		pool, err := seedPool(ctx, tx)
+		if err != nil {
+			return err
+		}
+		node = redfishNode(pool, "n", "enrolling")
+		return tx.InsertNode(ctx, &node)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// insert opens a workflow of profile p for the node, the cache emptied first, and returns
+	// what the cache then holds of the node.
+	insert := func(p string) (cachedWorkflow, bool) {
+		t.Helper()
+		var c cachedWorkflow
+		var ok bool
+		if err := s.Write(ctx, func(tx *Tx) error {
+			tx.rows().clear()
+			w := Workflow{NodeID: node.ID, TenantID: node.TenantID, Profile: p, Owner: "metal", Steps: `[{"name":"a"}]`, Cleanup: "[]", State: "running",
+				Phase: "steps", CommandKinds: []string{"power.on"}}
+			if err := tx.InsertWorkflow(ctx, &w); err != nil {
+				return err
+			}
+			c, ok = tx.rows().peekWorkflow(node.ID)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return c, ok
+	}
+	c, ok := insert("first")
+	stored, open, err := scanOpenWorkflow(s.queryRow(ctx, openWorkflowQuery, node.ID, false), node.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok || !c.ok || !open || !reflect.DeepEqual(c.w, stored) {
+		t.Errorf("a node with no other open workflow: cached %v (open %v)\n%+v\nthe database holds (%v)\n%+v", ok, c.ok, c.w, open, stored)
+	}
+	// Another, with the first still open: the cache does not guess which a read returns.
+	if _, ok := insert("second"); ok {
+		t.Error("a node with another open workflow: the new one was cached")
+	}
+}
