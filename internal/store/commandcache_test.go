@@ -14,18 +14,7 @@ import (
 // the cache holds is the row the database holds, and it holds the rows the writer knows.
 func TestWriterCommandCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 	ctx := context.Background()
-	s := openTempSQLite(t)
-	var node Node
-	if err := s.Write(ctx, func(tx *Tx) error {
-		pool, err := seedPool(ctx, tx)
-		if err != nil {
-			return err
-		}
-		node = redfishNode(pool, "n", "enrolling")
-		return tx.InsertNode(ctx, &node)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s, node := openWithNode(t)
 	const site, nodeAgent = "site-a", "node-n"
 	ids := map[string]string{} // by name: a, b (site commands), r (the node's ramdisk's)
 	byNode := Acknowledger{AgentID: nodeAgent, Node: true, NodeID: node.ID, Generation: 1}
@@ -187,20 +176,9 @@ func TestWriterCommandCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 // report take the row from memory, and the claim of one command no longer reads its attempts.
 func TestWriterReportsOnACachedCommandReadNothing(t *testing.T) {
 	ctx := context.Background()
-	s := openTempSQLite(t)
-	var c Command
-	if err := s.Write(ctx, func(tx *Tx) error {
-		pool, err := seedPool(ctx, tx)
-		if err != nil {
-			return err
-		}
-		node := redfishNode(pool, "n", "enrolling")
-		if err := tx.InsertNode(ctx, &node); err != nil {
-			return err
-		}
-		c = Command{NodeID: node.ID, TenantID: node.TenantID, SiteID: node.SiteID, Kind: "bmc.power", Subject: node.ID, RunsOn: "site"}
-		return tx.InsertCommand(ctx, &c)
-	}); err != nil {
+	s, node := openWithNode(t)
+	c := Command{NodeID: node.ID, TenantID: node.TenantID, SiteID: node.SiteID, Kind: "bmc.power", Subject: node.ID, RunsOn: "site"}
+	if err := s.Write(ctx, func(tx *Tx) error { return tx.InsertCommand(ctx, &c) }); err != nil {
 		t.Fatal(err)
 	}
 	// ran runs f in a write and returns the statements it ran.

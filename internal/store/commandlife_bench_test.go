@@ -11,18 +11,7 @@ import (
 // command (Store.WriterStats), which the wait for the WAL's flush does not count.
 func BenchmarkCommandLife(b *testing.B) {
 	ctx := context.Background()
-	s := openTempSQLite(b)
-	var node Node
-	if err := s.Write(ctx, func(tx *Tx) error {
-		pool, err := seedPool(ctx, tx)
-		if err != nil {
-			return err
-		}
-		node = redfishNode(pool, "n", "enrolling")
-		return tx.InsertNode(ctx, &node)
-	}); err != nil {
-		b.Fatal(err)
-	}
+	s, node := openWithNode(b)
 	const perWrite = 64
 	site := Acknowledger{AgentID: "site-a"}
 	life := func(tx *Tx) error {

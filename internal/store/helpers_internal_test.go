@@ -39,3 +39,23 @@ func redfishNode(p Pool, name, state string) Node {
 	return Node{ID: NewID(time.Now()), TenantID: p.TenantID, SiteID: p.SiteID, PoolID: p.ID, Name: name, State: state,
 		HardwareProfile: "redfish", BMCDriver: "redfish", BMCAddress: "https://x", BMCUsernameRef: "secret://u", BMCPasswordRef: "secret://p"}
 }
+
+// openWithNode opens a temporary SQLite store (openTempSQLite) holding a pool (seedPool) and
+// one node "n" of it in state enrolling (redfishNode), and returns both.
+func openWithNode(tb testing.TB) (*Store, Node) {
+	tb.Helper()
+	ctx := context.Background()
+	s := openTempSQLite(tb)
+	var node Node
+	if err := s.Write(ctx, func(tx *Tx) error {
+		pool, err := seedPool(ctx, tx)
+		if err != nil {
+			return err
+		}
+		node = redfishNode(pool, "n", "enrolling")
+		return tx.InsertNode(ctx, &node)
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return s, node
+}

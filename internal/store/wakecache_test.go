@@ -14,18 +14,7 @@ import (
 // each step is the one the statement would have left, and the cache was not trusted for it.
 func TestWriterSetsOnlyWakeUpsItWouldChange(t *testing.T) {
 	ctx := context.Background()
-	s := openTempSQLite(t)
-	var node Node
-	if err := s.Write(ctx, func(tx *Tx) error {
-		pool, err := seedPool(ctx, tx)
-		if err != nil {
-			return err
-		}
-		node = redfishNode(pool, "n", "enrolling")
-		return tx.InsertNode(ctx, &node)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s, node := openWithNode(t)
 	type row struct {
 		due      int64
 		failures int

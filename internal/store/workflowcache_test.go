@@ -234,18 +234,7 @@ func TestWriterCacheOfManyChangesAtOnce(t *testing.T) {
 // next report on the node reads nothing.
 func TestWriterCachesAWorkflowOpenedForANodeItDidNotKnow(t *testing.T) {
 	ctx := context.Background()
-	s := openTempSQLite(t)
-	var node Node
-	if err := s.Write(ctx, func(tx *Tx) error {
-		pool, err := seedPool(ctx, tx)
-		if err != nil {
-			return err
-		}
-		node = redfishNode(pool, "n", "enrolling")
-		return tx.InsertNode(ctx, &node)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	s, node := openWithNode(t)
 	// insert opens a workflow of profile p for the node, the cache emptied first, and returns
 	// what the cache then holds of the node.
 	insert := func(p string) (cachedWorkflow, bool) {
