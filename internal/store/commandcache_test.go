@@ -144,7 +144,7 @@ func TestWriterCommandCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 		if err := s.Write(ctx, func(tx *Tx) error {
 			rc := tx.rows()
 			rc.apply()
-			for id, c := range rc.cmds {
+			for id, c := range rc.cmds.byKey {
 				var row int64
 				var stored Command
 				var gen int64

@@ -49,17 +49,13 @@ import (
 // acknowledgement and reports then read nothing (10 reads a node in enroll).
 type workflowCache struct {
 	open map[string]cachedWorkflow // by node id
-	// wakes: each node's wake-up row the writer set or read, by node id; wakeRows the node of
-	// each of their rows, by rowid.
-	wakes    map[string]cachedWake
-	wakeRows map[int64]string
+	// wakes: each node's wake-up row the writer set or read, by node id.
+	wakes rowEntries[cachedWake]
 	// wfNodes are the nodes of the workflows the cache read or saw inserted, open or not, by
 	// the workflow's rowid.
 	wfNodes map[int64]string
-	// cmds: commands as the writer inserted, read or changed them, by id; cmdRows the id of each
-	// of their rows, by rowid.
-	cmds    map[string]*cachedCommand
-	cmdRows map[int64]string
+	// cmds: commands as the writer inserted, read or changed them, by id.
+	cmds rowEntries[*cachedCommand]
 	// changes is C memory the pre-update hook writes to (see logCount and the others); version
 	// the database's data version the writer's last transaction left (see began).
 	changes      uintptr
@@ -114,8 +110,8 @@ func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	}
 	*(*int32)(at(p + logWfCol)) = wfCol
 	copy(unsafe.Slice((*byte)(at(p+logMain)), 5), "main\x00")
-	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, wakes: map[string]cachedWake{}, wakeRows: map[int64]string{},
-		cmds: map[string]*cachedCommand{}, cmdRows: map[int64]string{}, changes: p}
+	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, wakes: newRowEntries[cachedWake](),
+		cmds: newRowEntries[*cachedCommand](), changes: p}
 }
 
 func (rc *workflowCache) free(tls *libc.TLS) {
@@ -225,15 +221,9 @@ func (rc *workflowCache) apply() {
 				rc.knowWorkflow(row, id)
 				delete(rc.open, id)
 			case tagWakeRow:
-				if id, ok := rc.wakeRows[row]; ok {
-					delete(rc.wakeRows, row)
-					delete(rc.wakes, id)
-				}
+				rc.wakes.dropRow(row)
 			case tagCommandRow:
-				if id, ok := rc.cmdRows[row]; ok {
-					delete(rc.cmdRows, row)
-					delete(rc.cmds, id)
-				}
+				rc.cmds.dropRow(row)
 			}
 		}
 	}
@@ -273,10 +263,8 @@ func (rc *workflowCache) clear() {
 func (rc *workflowCache) clearMaps() {
 	clear(rc.open)
 	clear(rc.wfNodes)
-	clear(rc.wakes)
-	clear(rc.wakeRows)
-	clear(rc.cmds)
-	clear(rc.cmdRows)
+	rc.wakes.clear()
+	rc.cmds.clear()
 }
 
 // ran takes what statement q changed; a rollback (of the transaction, or to a savepoint)
@@ -365,14 +353,15 @@ func (rc *workflowCache) knowWorkflow(row int64, nodeID string) {
 // leased, at rowid row.
 type cachedWake struct{ due, row int64 }
 
+func (w cachedWake) rowid() int64 { return w.row }
+
 // wake returns node nodeID's wake-up row as the cache knows it, and whether it knows it.
 func (rc *workflowCache) wake(nodeID string) (cachedWake, bool) {
 	if rc == nil {
 		return cachedWake{}, false
 	}
 	rc.apply()
-	w, ok := rc.wakes[nodeID]
-	return w, ok
+	return rc.wakes.get(nodeID)
 }
 
 // wakeKeeps says whether SetWakeUp's statement, run at time at for a wake-up due at due, keeps a
@@ -389,18 +378,7 @@ func (rc *workflowCache) putWake(nodeID string, due, row int64) {
 		return
 	}
 	rc.apply()
-	if len(rc.wakes) >= maxCachedRows {
-		clear(rc.wakes)
-		clear(rc.wakeRows)
-	}
-	if was, ok := rc.wakes[nodeID]; ok && was.row != row {
-		delete(rc.wakeRows, was.row)
-	}
-	if id, ok := rc.wakeRows[row]; ok && id != nodeID {
-		delete(rc.wakes, id) // (not the row the cache took it for)
-	}
-	rc.wakes[nodeID] = cachedWake{due: due, row: row}
-	rc.wakeRows[row] = nodeID
+	rc.wakes.put(nodeID, cachedWake{due: due, row: row})
 }
 
 // cachedCommand is a command's row as the writer inserted, read or last changed it, at rowid row.
@@ -409,13 +387,15 @@ type cachedCommand struct {
 	row int64
 }
 
+func (e *cachedCommand) rowid() int64 { return e.row }
+
 // command returns the cached row of command id (a copy), and whether the cache knows it.
 func (rc *workflowCache) command(id string) (Command, bool) {
 	if rc == nil {
 		return Command{}, false
 	}
 	rc.apply()
-	e, ok := rc.cmds[id]
+	e, ok := rc.cmds.get(id)
 	rc.cmdReads.Add(1)
 	if !ok {
 		return Command{}, false
@@ -443,12 +423,7 @@ func (rc *workflowCache) takeCommand(id string) (*cachedCommand, bool) {
 		return nil, false
 	}
 	rc.apply()
-	e, ok := rc.cmds[id]
-	if ok {
-		delete(rc.cmds, id)
-		delete(rc.cmdRows, e.row)
-	}
-	return e, ok
+	return rc.cmds.take(id)
 }
 
 // takeCommands is takeCommand of each of ids, by id (nil: none cached).
@@ -472,18 +447,7 @@ func (rc *workflowCache) restoreCommand(e *cachedCommand) {
 		return
 	}
 	rc.apply()
-	if len(rc.cmds) >= maxCachedRows {
-		clear(rc.cmds)
-		clear(rc.cmdRows)
-	}
-	if was, ok := rc.cmds[e.c.ID]; ok && was.row != e.row {
-		delete(rc.cmdRows, was.row)
-	}
-	if id, ok := rc.cmdRows[e.row]; ok && id != e.c.ID {
-		delete(rc.cmds, id) // (not the row the cache took it for)
-	}
-	rc.cmds[e.c.ID] = e
-	rc.cmdRows[e.row] = e.c.ID
+	rc.cmds.put(e.c.ID, e)
 }
 
 // restoreAssigned puts back the entry of command id taken before AssignCommands' statement
@@ -505,4 +469,60 @@ func (rc *workflowCache) restoreUnchanged(taken map[string]*cachedCommand) {
 	for _, e := range taken {
 		rc.restoreCommand(e)
 	}
+}
+
+// rowEntries holds entries by key, each the cache's copy of one row, and the key of each row by
+// its rowid: a statement's change to a row, which the pre-update hook logs by rowid, drops the
+// entry of that row (dropRow). It holds at most maxCachedRows entries (emptied past that).
+type rowEntries[V interface{ rowid() int64 }] struct {
+	byKey map[string]V
+	keyOf map[int64]string
+}
+
+func newRowEntries[V interface{ rowid() int64 }]() rowEntries[V] {
+	return rowEntries[V]{byKey: map[string]V{}, keyOf: map[int64]string{}}
+}
+
+func (m rowEntries[V]) get(key string) (V, bool) {
+	v, ok := m.byKey[key]
+	return v, ok
+}
+
+// put holds v, the row at v.rowid(), as key's entry.
+func (m rowEntries[V]) put(key string, v V) {
+	if len(m.byKey) >= maxCachedRows {
+		m.clear()
+	}
+	row := v.rowid()
+	if was, ok := m.byKey[key]; ok && was.rowid() != row {
+		delete(m.keyOf, was.rowid())
+	}
+	if k, ok := m.keyOf[row]; ok && k != key {
+		delete(m.byKey, k) // (not the row the cache took it for)
+	}
+	m.byKey[key] = v
+	m.keyOf[row] = key
+}
+
+// take removes key's entry and returns it.
+func (m rowEntries[V]) take(key string) (V, bool) {
+	v, ok := m.byKey[key]
+	if ok {
+		delete(m.byKey, key)
+		delete(m.keyOf, v.rowid())
+	}
+	return v, ok
+}
+
+// dropRow removes the entry of the row at rowid row, if one holds it.
+func (m rowEntries[V]) dropRow(row int64) {
+	if k, ok := m.keyOf[row]; ok {
+		delete(m.keyOf, row)
+		delete(m.byKey, k)
+	}
+}
+
+func (m rowEntries[V]) clear() {
+	clear(m.byKey)
+	clear(m.keyOf)
 }
