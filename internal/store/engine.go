@@ -940,17 +940,7 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 			// One command (most claims): SQLite's RETURNING builds two temporary tables, each
 			// with a page cache of its own, which cost more than reading the row again (or
 			// taking it from the cache).
-			was, known := taken[ids[0]]
-			var attempts int
-			var ok bool
-			var err error
-			if known {
-				if ok, err = t.execOne(ctx, set, args); ok {
-					attempts = was.c.Attempts + assignAttempt(was.c.TargetAgent)
-				}
-			} else {
-				attempts, ok, err = t.assignOne(ctx, set, args, ids[0])
-			}
+			attempts, ok, err := t.assignOne(ctx, set, args, ids[0], taken[ids[0]])
 			if err != nil {
 				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
 			}
@@ -998,10 +988,14 @@ func assignAttempt(target string) int {
 }
 
 // assignOne runs AssignCommands' statement set for the one command id, without RETURNING,
-// and reads the command's attempts when it was assigned.
-func (t *Tx) assignOne(ctx context.Context, set string, args []any, id string) (attempts int, ok bool, err error) {
+// and returns the command's attempts when it was assigned: computed as the statement does from
+// was, the row before as the writer's cache held it, else read.
+func (t *Tx) assignOne(ctx context.Context, set string, args []any, id string, was *cachedCommand) (attempts int, ok bool, err error) {
 	if ok, err = t.execOne(ctx, set, args); err != nil || !ok {
 		return 0, false, err
+	}
+	if was != nil {
+		return was.c.Attempts + assignAttempt(was.c.TargetAgent), true, nil
 	}
 	return attempts, true, t.queryRow(ctx, `SELECT attempts FROM commands WHERE id = ?`, id).Scan(&attempts)
 }
