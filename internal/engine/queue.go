@@ -695,6 +695,10 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	if a.Kind == "node" && len(broken) == 0 && !slices.ContainsFunc(cands, takenInWriter) {
 		return e.offer(a, cands, creds, limit)
 	}
+	hand, err := handouts(cands, creds)
+	if err != nil {
+		return nil, err
+	}
 	var out []store.Command
 	err = e.st.Write(ctx, func(tx *store.Tx) error {
 		for id, why := range broken {
@@ -756,7 +760,7 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 			if err := e.recordBootEntry(ctx, tx, a, cmds[i]); err != nil {
 				return err
 			}
-			if err := e.outgoing(ctx, tx, a, &cmds[i], creds[cmds[i].ID]); err != nil {
+			if err := e.outgoing(ctx, tx, &cmds[i], hand[cmds[i].ID]); err != nil {
 				return err
 			}
 			// The agent gets the command's whole time from now: its wait in the queue is not
@@ -884,33 +888,71 @@ func (o *offered) on(conn string) map[string]bool {
 // what it takes would go to a dead stream.
 func (o *offered) over(conn string) bool { return o != nil && (o.gone || o.conn != conn) }
 
-// outgoing adds to a claimed command what must reach only the agent and is never written to
-// the row: a boot entry's one-time token (stored as a hash), and creds, the command's BMC
-// credentials encrypted to the claiming agent (commandCredentials, prepared before the writer).
-func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, a Agent, c *store.Command, creds map[string]any) error {
-	extra := maps.Clone(creds)
-	if extra == nil {
-		extra = map[string]any{}
+// handout is what a claimed command carries to its agent beyond its row: its arguments with
+// what must reach only the agent (its BMC credentials or the node's user-data encrypted to the
+// agent, a boot entry's one-time join token), and that token, whose hash the claim stores. It
+// is made before the single writer (handouts), for every candidate of the claim.
+type handout struct {
+	args  string // "": the row's
+	token *joinToken
+}
+
+// joinToken is a boot entry's one-time token: what the agent gets, and what the store keeps.
+type joinToken struct {
+	plain, kind string
+	hash        []byte
+}
+
+// handouts makes, before the single writer, what each of cands carries to its agent: creds (by
+// command, commandCredentials) and, for a boot entry's command, a new join token, merged into
+// its arguments. A candidate the claim does not take leaves its token unused and unstored.
+func handouts(cands []store.Command, creds map[string]map[string]any) (map[string]handout, error) {
+	out := make(map[string]handout, len(cands))
+	for _, c := range cands {
+		extra := maps.Clone(creds[c.ID])
+		var h handout
+		switch c.Kind {
+		case "boot.prepareRamdisk", "boot.prepareInstance":
+			prefix, kind := pki.DiscoveryTokenPrefix, "node"
+			if c.Kind == "boot.prepareInstance" {
+				prefix, kind = pki.InstanceTokenPrefix, "os"
+			}
+			plain, hash, err := pki.NewToken(prefix)
+			if err != nil {
+				return nil, err
+			}
+			h.token = &joinToken{plain: plain, kind: kind, hash: hash}
+			if extra == nil {
+				extra = map[string]any{}
+			}
+			extra["token"] = plain
+		}
+		if len(extra) > 0 {
+			if err := withExtra(&c, extra); err != nil {
+				return nil, err
+			}
+			h.args = c.Args
+		}
+		out[c.ID] = h
 	}
-	switch c.Kind {
-	case "boot.prepareRamdisk", "boot.prepareInstance":
-		prefix, kind := pki.DiscoveryTokenPrefix, "node"
-		if c.Kind == "boot.prepareInstance" {
-			prefix, kind = pki.InstanceTokenPrefix, "os"
-		}
-		plain, hash, err := pki.NewToken(prefix)
-		if err != nil {
-			return err
-		}
-		if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: hash, Kind: kind, SiteID: c.SiteID, NodeID: c.NodeID, CommandID: c.ID,
+	return out, nil
+}
+
+// outgoing hands claimed command c out as h says: it stores h's join token (its hash) and puts
+// in c the arguments for the agent. The row keeps its arguments without them.
+func (e *Engine) outgoing(ctx context.Context, tx *store.Tx, c *store.Command, h handout) error {
+	if t := h.token; t != nil {
+		if err := tx.InsertJoinToken(ctx, store.JoinToken{Hash: t.hash, Kind: t.kind, SiteID: c.SiteID, NodeID: c.NodeID, CommandID: c.ID,
 			Generation: c.Generation, ExpiresAt: tx.At() + (2 * time.Hour).Microseconds()}); err != nil {
 			return err
 		}
-		e.joinTokens.Put(string(hash), tokenNode{node: c.NodeID, tenant: c.TenantID, gen: c.Generation})
-		tx.OnUndo(func() { e.joinTokens.Delete(string(hash)) })
-		extra["token"] = plain
+		e.joinTokens.Put(string(t.hash), tokenNode{node: c.NodeID, tenant: c.TenantID, gen: c.Generation})
+		tx.OnUndo(func() { e.joinTokens.Delete(string(t.hash)) })
 	}
-	return withExtra(c, extra)
+	if h.args != "" {
+		c.Args = h.args
+	}
+	return nil
 }
 
 // withExtra adds extra to c's arguments, for the agent only: the row keeps the arguments
