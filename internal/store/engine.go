@@ -83,6 +83,19 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 	return nil
 }
 
+// setWakeUpQuery is SetWakeUp's upsert of a node's wake-up row (arguments: the node, its due
+// time, the reason, now, and now again); setWakeUpOfSeqQuery the same of a row still at a wake
+// sequence (the sequence before the second now).
+const (
+	setWakeUpHead = `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
+			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at, ` + noFailures + `
+			WHERE reconcile_queue.leased_by = ''`
+	setWakeUpTail = `
+			AND NOT (reconcile_queue.due_at > ? AND reconcile_queue.due_at <= excluded.due_at AND reconcile_queue.failures = 0)`
+	setWakeUpQuery      = setWakeUpHead + setWakeUpTail
+	setWakeUpOfSeqQuery = setWakeUpHead + ` AND reconcile_queue.seq = ?` + setWakeUpTail
+)
+
 // SetWakeUp replaces the node's wake-up by one due after again, or removes it with again == 0,
 // for a reconciliation that ran outside a lease. A row leased by a worker is left to it
 // (FinishWakeUp ends it after the worker's own reconciliation).
@@ -98,9 +111,9 @@ func (t *Tx) FinishWakeUp(ctx context.Context, l Lease, owner string, again time
 // goes from step to step, each with its own deadline, then writes its wake-up row (and the
 // index over due times) once, not at every step.
 func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration, seq int64) error {
-	delGuard, setGuard, args := "", "", []any(nil)
+	delGuard, set, args := "", setWakeUpQuery, []any(nil)
 	if seq >= 0 {
-		delGuard, setGuard, args = " AND seq = ?", " AND reconcile_queue.seq = ?", []any{seq}
+		delGuard, set, args = " AND seq = ?", setWakeUpOfSeqQuery, []any{seq}
 	}
 	what := "setting the wake-up of node " + nodeID
 	switch {
@@ -110,11 +123,7 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 		return t.execLater(ctx, what, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
 	default:
 		due := t.at + again.Microseconds()
-		q := `INSERT INTO reconcile_queue (node_id, due_at, reason, enqueued_at, seq) VALUES (?, ?, ?, ?, 1)
-			ON CONFLICT (node_id) DO UPDATE SET due_at = excluded.due_at, reason = excluded.reason, enqueued_at = excluded.enqueued_at, ` + noFailures + `
-			WHERE reconcile_queue.leased_by = ''` + setGuard + `
-			AND NOT (reconcile_queue.due_at > ? AND reconcile_queue.due_at <= excluded.due_at AND reconcile_queue.failures = 0)`
-		args := append(append([]any{nodeID, due, reason, t.at}, args...), t.at)
+		q, args := set, append(append([]any{nodeID, due, reason, t.at}, args...), t.at)
 		rc := t.rows()
 		if rc == nil || seq >= 0 {
 			return t.execLater(ctx, what, q, args...)
