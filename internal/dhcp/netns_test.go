@@ -184,25 +184,40 @@ func TestFullModeDhclientInNetns(t *testing.T) {
 	defer logf.Close()
 	cctx, ccancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer ccancel()
-	// -1: try once; without -d it daemonizes once bound, so stop the daemon we started by its pid.
-	cmd := exec.CommandContext(cctx, "ip", "netns", "exec", ns, dhclient, "-1", "-v", "-sf", script,
+	// -1: try once; -d: stay in the foreground once bound, as this test's child, so that it is
+	// killed and reaped before the test's directory is removed (a daemon stopped by its pid
+	// could still be writing its files there as the removal ran).
+	cmd := exec.CommandContext(cctx, "ip", "netns", "exec", ns, dhclient, "-d", "-1", "-v", "-sf", script,
 		"-lf", filepath.Join(dir, "leases"), "-pf", pidFile, "cli0")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	t.Cleanup(func() {
-		if b, err := os.ReadFile(pidFile); err == nil {
-			var pid int
-			if _, err := fmt.Sscanf(strings.TrimSpace(string(b)), "%d", &pid); err == nil && pid > 1 {
-				_ = unix.Kill(pid, unix.SIGTERM)
-			}
-		}
-	})
-	if err := cmd.Run(); err != nil {
-		log, _ := os.ReadFile(logf.Name())
-		t.Fatalf("dhclient: %v\n%s", err, log)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting dhclient: %v", err)
 	}
-	out, err := os.ReadFile(record)
-	if err != nil {
-		t.Fatal(err)
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	// Registered after t.TempDir's removal, so run before it (cleanups run last first).
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	var out []byte
+	deadline := time.After(45 * time.Second)
+	for {
+		out, _ = os.ReadFile(record)
+		// The script's one line for the lease, whole.
+		if i := strings.Index(string(out), "reason=BOUND"); i >= 0 && strings.Contains(string(out[i:]), "\n") {
+			break
+		}
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("dhclient exited without a lease: %v\n%s", waitErr, log)
+		case <-deadline:
+			log, _ := os.ReadFile(logf.Name())
+			t.Fatalf("dhclient got no lease in 45 s:\n%s", log)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	t.Logf("dhclient:\n%s", out)
 	for _, want := range []string{"reason=BOUND", "ip=192.168.77.100", "mask=255.255.255.0", "router=192.168.77.1", "domain=lab.test", "lease=3600"} {
