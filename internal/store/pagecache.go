@@ -56,7 +56,7 @@ func separatePageCaches() {
 // write transaction the pager drops the pages past the database's end from its cache, and a
 // cache whose largest number lies that far past the end (a database under 1 GiB) is searched
 // slot by slot: the writer's 16 MiB cache, 4 096 pages and their hash table, at every commit
-// that followed a split (most of them), 0.22 s of the writer's 9 s at 3 000 simulated nodes.
+// that followed a split (a third of them), 0.22 s of the writer's 9 s at 3 000 simulated nodes.
 //
 // rekeyPage renumbers as pcache1 does, and a move to the temporary number leaves the cache's
 // largest number as it was: SQLite moves the page on to its final number in its next
