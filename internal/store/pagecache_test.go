@@ -42,7 +42,7 @@ func TestStoreConnectionsHaveTheirOwnPageCaches(t *testing.T) {
 
 // A page split's swap of its siblings' numbers leaves no mark on the writer's page cache: the
 // cache's largest page number stays within the database (a cache whose bound lies past it is
-// searched slot by slot at every commit), and the database stays whole.
+// searched slot by slot at the commit), and the database stays whole.
 func TestPageSplitsLeaveTheCacheBoundInTheDatabase(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
