@@ -78,3 +78,21 @@ func TestHandoutsCarryWhatOnlyTheAgentGets(t *testing.T) {
 		}
 	}
 }
+
+// Which boot entries carry a join token, of which prefix and stored kind.
+func TestEntryTokenOfEachBootEntry(t *testing.T) {
+	for _, tc := range []struct {
+		entry, prefix, kind string
+		ok                  bool
+	}{
+		{store.BootEntryRamdisk, pki.DiscoveryTokenPrefix, "node", true},
+		{store.BootEntryInstance, pki.InstanceTokenPrefix, "os", true},
+		{store.BootEntryRemoved, "", "", false},
+		{"", "", "", false},
+	} {
+		prefix, kind, ok := entryToken(tc.entry)
+		if prefix != tc.prefix || kind != tc.kind || ok != tc.ok {
+			t.Errorf("entryToken(%q) = %q, %q, %v; want %q, %q, %v", tc.entry, prefix, kind, ok, tc.prefix, tc.kind, tc.ok)
+		}
+	}
+}

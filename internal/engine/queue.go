@@ -911,12 +911,7 @@ func handouts(cands []store.Command, creds map[string]map[string]any) (map[strin
 	for _, c := range cands {
 		extra := maps.Clone(creds[c.ID])
 		var h handout
-		switch c.Kind {
-		case "boot.prepareRamdisk", "boot.prepareInstance":
-			prefix, kind := pki.DiscoveryTokenPrefix, "node"
-			if c.Kind == "boot.prepareInstance" {
-				prefix, kind = pki.InstanceTokenPrefix, "os"
-			}
+		if prefix, kind, ok := entryToken(bootEntryKind(c.Kind)); ok {
 			plain, hash, err := pki.NewToken(prefix)
 			if err != nil {
 				return nil, err

@@ -196,12 +196,8 @@ func (e *Engine) BootLease(ctx context.Context, a Agent, req LeaseRequest) (Leas
 // the earlier one valid).
 func (e *Engine) pushEntry(ctx context.Context, tx *store.Tx, r store.BootEntry) (PushedEntry, error) {
 	p := PushedEntry{NodeID: r.NodeID, Kind: r.Kind, MACs: r.MACs, Local: r.Local, ISO: r.ISO}
-	prefix, kind := pki.DiscoveryTokenPrefix, "node"
-	switch r.Kind {
-	case store.BootEntryRamdisk:
-	case store.BootEntryInstance:
-		prefix, kind = pki.InstanceTokenPrefix, "os"
-	default:
+	prefix, kind, ok := entryToken(r.Kind)
+	if !ok {
 		return p, nil
 	}
 	plain, hash, err := pki.NewToken(prefix)
@@ -245,6 +241,19 @@ func (e *Engine) pushUserData(ctx context.Context, a Agent, entries []PushedEntr
 type bootEntryArgs struct {
 	MACs  []string `json:"macs"`
 	Local string   `json:"local"`
+}
+
+// entryToken is the one-time join token a boot entry of kind entryKind carries: the token's
+// prefix and its kind as stored (store.JoinToken.Kind); ok false for an entry that carries
+// none. Pure.
+func entryToken(entryKind string) (prefix, kind string, ok bool) {
+	switch entryKind {
+	case store.BootEntryRamdisk:
+		return pki.DiscoveryTokenPrefix, "node", true
+	case store.BootEntryInstance:
+		return pki.InstanceTokenPrefix, "os", true
+	}
+	return "", "", false
 }
 
 // bootEntryKind is the entry a succeeded boot command leaves, "" for other kinds. Pure.
