@@ -67,6 +67,10 @@ type Phase struct {
 	// cache during the phase, and WriterCommandHits those it found there.
 	WriterCommandReads int64 `json:"writerCommandReads,omitempty"`
 	WriterCommandHits  int64 `json:"writerCommandHits,omitempty"`
+	// WriterNodeReads are the reads of a node by id SQLite's writer looked up in its cache
+	// during the phase, and WriterNodeHits those it found there.
+	WriterNodeReads int64 `json:"writerNodeReads,omitempty"`
+	WriterNodeHits  int64 `json:"writerNodeHits,omitempty"`
 	// RoundTrips are the round trips to PostgreSQL the servers' write transactions took during
 	// the phase (0 on SQLite, and for a server elsewhere).
 	RoundTrips int64 `json:"storeRoundTrips,omitempty"`
@@ -268,6 +272,7 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 	p.WriterReprepares = w.Reprepares - m.writer.Reprepares
 	p.WriterCachedReads, p.WriterCacheHits = w.CachedReads-m.writer.CachedReads, w.CacheHits-m.writer.CacheHits
 	p.WriterCommandReads, p.WriterCommandHits = w.CommandReads-m.writer.CommandReads, w.CommandHits-m.writer.CommandHits
+	p.WriterNodeReads, p.WriterNodeHits = w.NodeReads-m.writer.NodeReads, w.NodeHits-m.writer.NodeHits
 	p.RoundTrips = h.control().WriteRoundTrips() - m.trips
 	if h.remote() {
 		p.CPUOf = "agents"

@@ -40,16 +40,22 @@ type nodeTextCols struct {
 
 // scanNodeInto scans a node's row into n, with x and dst (reused: appended to from empty) for
 // the scan's own use.
-func scanNodeInto(r rowScanner, n *Node, x *nodeTextCols, dst []any) error {
+func scanNodeInto(r rowScanner, n *Node, x *nodeTextCols, dst []any, extra ...any) error {
 	dst = append(dst, &n.ID, &n.TenantID, &n.SiteID, &n.PoolID, &n.Name, &n.State, &n.TargetState, &n.ChainVerb,
 		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.Maintenance, &n.MaintenanceReason, &n.Power, &n.HardwareProfile,
 		&x.drivers, &n.BMCDriver, &n.BMCAddress, &n.BMCUsernameRef, &n.BMCPasswordRef, &n.BMCInsecure, &n.BMCFingerprint,
 		&n.ProductUUID, &x.labels, &x.macs, &n.DeployProfile, &n.DeployImage, &n.WipeMode, &n.BatchID, &x.gen, &x.ver,
 		&n.CreatedAt, &n.UpdatedAt, &n.VerbFrom, &n.VerbBy, &x.conds, &n.LingerUntil, &n.LingerCommand, &n.BootMode,
 		&n.UserDataRef, &n.UserDataSHA256, &n.UserDataSize)
-	if err := r.Scan(dst...); err != nil {
+	if err := r.Scan(append(dst, extra...)...); err != nil {
 		return err
 	}
+	return decodeNodeCols(n, *x)
+}
+
+// decodeNodeCols sets n's maps, MACs, identity generation and version from x, its row's
+// columns of them.
+func decodeNodeCols(n *Node, x nodeTextCols) error {
 	if err := decodeStringMap(x.conds, &n.Conditions); err != nil {
 		return fmt.Errorf("decoding conditions of node %s: %w", n.ID, err)
 	}
@@ -76,18 +82,23 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 	if n.MACs == nil {
 		n.MACs = []string{}
 	}
-	_, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	x := nodeTextCols{drivers: labelsJSON(n.Drivers), labels: labelsJSON(n.Labels), macs: mustJSON(n.MACs), conds: labelsJSON(n.Conditions)}
+	res, err := t.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.TenantID, n.SiteID, n.PoolID, n.Name, n.State, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode,
-		n.FaultMsg, n.Maintenance, n.MaintenanceReason, n.Power, n.HardwareProfile, labelsJSON(n.Drivers), n.BMCDriver, n.BMCAddress,
-		n.BMCUsernameRef, n.BMCPasswordRef, n.BMCInsecure, n.BMCFingerprint, n.ProductUUID, labelsJSON(n.Labels), mustJSON(n.MACs),
+		n.FaultMsg, n.Maintenance, n.MaintenanceReason, n.Power, n.HardwareProfile, x.drivers, n.BMCDriver, n.BMCAddress,
+		n.BMCUsernameRef, n.BMCPasswordRef, n.BMCInsecure, n.BMCFingerprint, n.ProductUUID, x.labels, x.macs,
 		n.DeployProfile, n.DeployImage, n.WipeMode, n.BatchID, int64(n.IdentityGeneration), int64(n.Version), n.CreatedAt, n.UpdatedAt,
-		n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions), n.LingerUntil, n.LingerCommand, n.BootMode,
+		n.VerbFrom, n.VerbBy, x.conds, n.LingerUntil, n.LingerCommand, n.BootMode,
 		n.UserDataRef, n.UserDataSHA256, n.UserDataSize)
 	if err != nil {
 		if isUnique(err) {
 			return fmt.Errorf("a node named %q already exists in this tenant: %w", n.Name, ErrConflict)
 		}
 		return fmt.Errorf("inserting node %q: %w", n.Name, err)
+	}
+	if rc := t.rows(); rc != nil {
+		row, _ := res.LastInsertId()
+		rc.putNode(*n, x, row)
 	}
 	for _, mac := range n.MACs {
 		if _, err := t.exec(ctx, `INSERT INTO node_macs (mac, node_id) VALUES (?, ?)`, mac, n.ID); err != nil {
@@ -108,6 +119,17 @@ func (t *Tx) InsertNode(ctx context.Context, n *Node) error {
 // LockNode reads a node by id or name for update (row-locked on PostgreSQL). tenantID, when not
 // empty, restricts the lookup to that tenant.
 func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
+	if rc := t.rows(); rc != nil {
+		n, found, err := t.writerNode(ctx, rc, ref, tenantID)
+		if err != nil {
+			return Node{}, err
+		}
+		if found {
+			t.readNode(n)
+			return n, nil
+		}
+		// (Not an id of the tenant: a name, or nothing.)
+	}
 	n, err := t.s.resolveNode(ctx, ref, tenantID, func(q string, args ...any) rowScanner {
 		return t.queryRow(ctx, q+t.forUpdate(), args...)
 	}, func(q string, args ...any) (rowsIter, error) { return t.query(ctx, q, args...) })
@@ -115,6 +137,28 @@ func (t *Tx) LockNode(ctx context.Context, ref, tenantID string) (Node, error) {
 		t.readNode(n)
 	}
 	return n, err
+}
+
+// nodeRowQuery reads a node of a tenant ("" any) by id, with its rowid (SQLite's writer).
+const nodeRowQuery = `SELECT ` + nodeCols + `, rowid FROM nodes WHERE id = ? AND (? = '' OR tenant_id = ?)`
+
+// writerNode reads node id of tenant tenantID ("" any) in SQLite's writer: from its cache, else
+// its row, which the cache then holds. found false: no node has that id in the tenant.
+func (t *Tx) writerNode(ctx context.Context, rc *workflowCache, id, tenantID string) (n Node, found bool, err error) {
+	if n, _, ok := rc.node(id); ok && (tenantID == "" || n.TenantID == tenantID) {
+		return n, true, nil
+	}
+	var x nodeTextCols
+	var row int64
+	err = scanNodeInto(t.queryRow(ctx, nodeRowQuery, id, tenantID, tenantID), &n, &x, nil, &row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Node{}, false, nil
+	}
+	if err != nil {
+		return Node{}, false, fmt.Errorf("reading node %q: %w", id, err)
+	}
+	rc.putNode(n, x, row)
+	return n, true, nil
 }
 
 // nodeKeys are a node's indexed columns that UpdateNode sets, as its row holds them at a
@@ -298,23 +342,34 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 // the version. The caller read n in the same transaction.
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	q := nodeUpdate
+	conds := labelsJSON(n.Conditions)
 	args := make([]any, 0, 25)
 	args = append(args, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
-		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, labelsJSON(n.Conditions),
+		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, conds,
 		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at)
+	withState := false
 	if k, ok := t.nodes[n.ID]; !ok || k.version != n.Version || k.state != n.State || k.batch != n.BatchID {
 		// Unless the transaction read its state and batch at this version (every statement that
 		// sets either bumps the version) and they are kept: SQLite rewrites the entries of every
 		// index over a column an UPDATE sets, changed or not, so they are set only here
 		// (nodes_state, nodes_batch).
-		q, args = nodeUpdateWithState, append(args, n.State, n.BatchID)
+		q, args, withState = nodeUpdateWithState, append(args, n.State, n.BatchID), true
 	}
+	// The writer's cache takes the row it holds out, and puts back what the statement leaves.
+	rc := t.rows()
+	was, _ := rc.takeNode(n.ID)
 	res, err := t.exec(ctx, q, append(args, n.ID, int64(n.Version))...)
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
+		rc.restoreNode(was)
 		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
+	}
+	if was != nil {
+		wn, wx := was.fields()
+		wn, wx = nodeUpdated(wn, wx, n, conds, withState, t.at)
+		rc.putNode(wn, wx, was.row)
 	}
 	n.Version++
 	n.UpdatedAt = t.at

@@ -177,6 +177,9 @@ type WriterStats struct {
 	// CommandReads counts the reads of a command by id the writer looked up in its cache, and
 	// CommandHits those it found there.
 	CommandReads, CommandHits int64
+	// NodeReads counts the reads of a node by id the writer looked up in its cache, and
+	// NodeHits those it found there.
+	NodeReads, NodeHits int64
 }
 
 // WriterStats reports the single writer's work (on PostgreSQL only Reruns: see speculate).
@@ -188,6 +191,7 @@ func (s *Store) WriterStats() WriterStats {
 		if rc := s.lite.cache; rc != nil {
 			w.CachedReads, w.CacheHits = rc.reads.Load(), rc.hits.Load()
 			w.CommandReads, w.CommandHits = rc.cmdReads.Load(), rc.cmdHits.Load()
+			w.NodeReads, w.NodeHits = rc.nodeReads.Load(), rc.nodeHits.Load()
 		}
 	}
 	return w
