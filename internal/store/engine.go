@@ -1334,7 +1334,7 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
-	return t.onNode(nodeID, func(n *Node) { n.Power = power }, func() error {
+	return t.onNode(nodeID, func(n Node) Node { n.Power = power; return n }, func() error {
 		return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
 	})
 }

@@ -12,18 +12,18 @@ import (
 
 func decodeStringMap(s string, out *map[string]string) error {
 	if !fastPath(s) || len(s) < 2 || s[0] != '{' || s[len(s)-1] != '}' {
-		return json.Unmarshal([]byte(s), out)
+		return unmarshalInto(s, out)
 	}
 	body := strings.TrimSpace(s[1 : len(s)-1])
 	m := make(map[string]string, strings.Count(body, ",")+1)
 	for body != "" {
 		k, rest, ok := quoted(body)
 		if !ok || !strings.HasPrefix(rest, ":") {
-			return json.Unmarshal([]byte(s), out)
+			return unmarshalInto(s, out)
 		}
 		v, rest, ok := quoted(rest[1:])
 		if !ok {
-			return json.Unmarshal([]byte(s), out)
+			return unmarshalInto(s, out)
 		}
 		m[k] = v
 		body = strings.TrimPrefix(rest, ",")
@@ -34,19 +34,31 @@ func decodeStringMap(s string, out *map[string]string) error {
 
 func decodeStringSlice(s string, out *[]string) error {
 	if !fastPath(s) || len(s) < 2 || s[0] != '[' || s[len(s)-1] != ']' {
-		return json.Unmarshal([]byte(s), out)
+		return unmarshalInto(s, out)
 	}
 	body := s[1 : len(s)-1]
 	l := make([]string, 0, strings.Count(body, ",")+1)
 	for body != "" {
 		v, rest, ok := quoted(body)
 		if !ok {
-			return json.Unmarshal([]byte(s), out)
+			return unmarshalInto(s, out)
 		}
 		l = append(l, v)
 		body = strings.TrimPrefix(rest, ",")
 	}
 	*out = l
+	return nil
+}
+
+// unmarshalInto decodes s with encoding/json into a value of its own, then stores it in out: out
+// is not handed to encoding/json, so a caller's value that holds it (a node being read) need not
+// move to the heap.
+func unmarshalInto[T any](s string, out *T) error {
+	var v T
+	if err := json.Unmarshal([]byte(s), &v); err != nil {
+		return err
+	}
+	*out = v
 	return nil
 }
 

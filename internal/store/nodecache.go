@@ -152,7 +152,7 @@ func (rc *workflowCache) restoreNode(e *cachedNode) {
 // onNode runs stmt, a statement of the writer on node id's row that changes only columns the
 // cache does not hold, or those that change sets: the cache's entry is taken out before it and
 // put back after it, changed by change (nil: as it was). On PostgreSQL it runs stmt alone.
-func (t *Tx) onNode(id string, change func(*Node), stmt func() error) error {
+func (t *Tx) onNode(id string, change func(Node) Node, stmt func() error) error {
 	rc := t.rows()
 	was, _ := rc.takeNode(id)
 	if err := stmt(); err != nil {
@@ -166,7 +166,6 @@ func (t *Tx) onNode(id string, change func(*Node), stmt func() error) error {
 		return nil
 	}
 	n, x := was.fields()
-	change(&n)
-	rc.putNode(n, x, was.row)
+	rc.putNode(change(n), x, was.row)
 	return nil
 }

@@ -144,10 +144,16 @@ const nodeRowQuery = `SELECT ` + nodeCols + `, rowid FROM nodes WHERE id = ? AND
 
 // writerNode reads node id of tenant tenantID ("" any) in SQLite's writer: from its cache, else
 // its row, which the cache then holds. found false: no node has that id in the tenant.
-func (t *Tx) writerNode(ctx context.Context, rc *workflowCache, id, tenantID string) (n Node, found bool, err error) {
+func (t *Tx) writerNode(ctx context.Context, rc *workflowCache, id, tenantID string) (Node, bool, error) {
 	if n, _, ok := rc.node(id); ok && (tenantID == "" || n.TenantID == tenantID) {
 		return n, true, nil
 	}
+	return t.writerNodeRow(ctx, rc, id, tenantID)
+}
+
+// writerNodeRow is writerNode's read of the row (apart: the node it scans into moves to the
+// heap, which a read from the cache need not).
+func (t *Tx) writerNodeRow(ctx context.Context, rc *workflowCache, id, tenantID string) (n Node, found bool, err error) {
 	var x nodeTextCols
 	var row int64
 	err = scanNodeInto(t.queryRow(ctx, nodeRowQuery, id, tenantID, tenantID), &n, &x, nil, &row)
