@@ -83,16 +83,20 @@ func (e *cachedNode) fields() (Node, nodeTextCols) {
 
 // nodeUpdated is the node row UpdateNode leaves when it writes n over was (the row as stored,
 // at n's version), with conditions conds (n's, encoded) at time at: the columns its statement
-// sets are n's, state and batch too when withState, and the rest stay was's. Pure.
-func nodeUpdated(was Node, wasCols nodeTextCols, n *Node, conds string, withState bool, at int64) (Node, nodeTextCols) {
+// sets are n's, the state too when setState and the batch when setBatch, and the rest stay
+// was's. Pure.
+func nodeUpdated(was Node, wasCols nodeTextCols, n *Node, conds string, setState, setBatch bool, at int64) (Node, nodeTextCols) {
 	w := was
 	w.TargetState, w.ChainVerb, w.FailedFrom, w.FaultCode, w.FaultMsg = n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg
 	w.Maintenance, w.MaintenanceReason, w.Power, w.DeployProfile, w.DeployImage = n.Maintenance, n.MaintenanceReason, n.Power, n.DeployProfile, n.DeployImage
 	w.WipeMode, w.IdentityGeneration, w.VerbFrom, w.VerbBy = n.WipeMode, n.IdentityGeneration, n.VerbFrom, n.VerbBy
 	w.BMCUsernameRef, w.BMCPasswordRef, w.LingerUntil, w.LingerCommand, w.BootMode = n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode
 	w.Version, w.UpdatedAt = was.Version+1, at
-	if withState {
-		w.State, w.BatchID = n.State, n.BatchID
+	if setState {
+		w.State = n.State
+	}
+	if setBatch {
+		w.BatchID = n.BatchID
 	}
 	x := wasCols
 	x.conds = conds

@@ -353,13 +353,20 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	args = append(args, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
 		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, conds,
 		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at)
-	withState := false
-	if k, ok := t.nodes[n.ID]; !ok || k.version != n.Version || k.state != n.State || k.batch != n.BatchID {
-		// Unless the transaction read its state and batch at this version (every statement that
-		// sets either bumps the version) and they are kept: SQLite rewrites the entries of every
-		// index over a column an UPDATE sets, changed or not, so they are set only here
-		// (nodes_state, nodes_batch).
-		q, args, withState = nodeUpdateWithState, append(args, n.State, n.BatchID), true
+	// The state and batch are set unless the transaction read them at this version (every
+	// statement that sets either bumps the version) and they are kept: SQLite rewrites the
+	// entries of every index over a column an UPDATE sets, changed or not (nodes_state,
+	// nodes_batch). A run changes the state four times a phase, the batch once.
+	k, known := t.nodes[n.ID]
+	known = known && k.version == n.Version
+	setState, setBatch := !known || k.state != n.State, !known || k.batch != n.BatchID
+	switch {
+	case setState && setBatch:
+		q, args = nodeUpdateWithState, append(args, n.State, n.BatchID)
+	case setState:
+		q, args = nodeUpdateState, append(args, n.State)
+	case setBatch:
+		q, args = nodeUpdateBatch, append(args, n.BatchID)
 	}
 	// The writer's cache takes the row it holds out, and puts back what the statement leaves.
 	rc := t.rows()
@@ -374,7 +381,7 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	}
 	if was != nil {
 		wn, wx := was.fields()
-		wn, wx = nodeUpdated(wn, wx, n, conds, withState, t.at)
+		wn, wx = nodeUpdated(wn, wx, n, conds, setState, setBatch, t.at)
 		rc.putNode(wn, wx, was.row)
 	}
 	n.Version++
@@ -386,7 +393,8 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 }
 
 // nodeUpdateSet is what UpdateNode sets besides the node's state and batch; nodeUpdate and
-// nodeUpdateWithState are its statements without and with them.
+// nodeUpdateWithState are its statements without and with them, nodeUpdateState and
+// nodeUpdateBatch with one of them.
 const (
 	nodeUpdateSet = `target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
 	fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
@@ -394,6 +402,8 @@ const (
 	linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?`
 	nodeUpdate          = `UPDATE nodes SET ` + nodeUpdateSet + ` WHERE id = ? AND version = ?`
 	nodeUpdateWithState = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ?, batch_id = ? WHERE id = ? AND version = ?`
+	nodeUpdateState     = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ? WHERE id = ? AND version = ?`
+	nodeUpdateBatch     = `UPDATE nodes SET ` + nodeUpdateSet + `, batch_id = ? WHERE id = ? AND version = ?`
 )
 
 // DeleteNode removes a node (its MACs and labels cascade) and its wake-up row; its events stay.

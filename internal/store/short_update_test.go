@@ -174,6 +174,28 @@ func TestUpdatesLeaveUnchangedIndexedColumnsOut(t *testing.T) {
 	if n, _ := stored(); n.State != "ready" || n.TargetState != "deployed" {
 		t.Fatalf("node after a savepoint rolled back: state %s target %s", n.State, n.TargetState)
 	}
+	// The state changed alone, then the batch alone: each statement sets its own column only.
+	for _, c := range []struct{ state, batch, sets string }{
+		{"deploying", "b1", ", state = ? WHERE"},
+		{"deploying", "b2", ", batch_id = ? WHERE"},
+	} {
+		if err := s.Write(ctx, func(tx *Tx) error {
+			n, err := tx.LockNode(ctx, node.ID, "")
+			if err != nil {
+				return err
+			}
+			n.State, n.BatchID = c.state, c.batch
+			return tx.UpdateNode(ctx, &n)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := stored(); n.State != c.state || n.BatchID != c.batch {
+			t.Fatalf("node: state %s batch %s, want %s %s", n.State, n.BatchID, c.state, c.batch)
+		}
+		if !short("UPDATE nodes SET target_state = ?", c.sets) {
+			t.Errorf("no update of the node ending %q was prepared", c.sets)
+		}
+	}
 }
 
 // UpdateNode leaves a node's state and batch out of its statement when the version it read
