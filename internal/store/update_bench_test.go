@@ -70,6 +70,18 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 // nodes: with them left out of the statement (read in the same transaction, what UpdateNode
 // does) and with the whole statement (as for a node not read in the transaction).
 func BenchmarkUpdateNode(b *testing.B) {
+	benchUpdateNode(b, func(nd *Node, i int) { nd.Power = fmt.Sprint(i) })
+}
+
+// BenchmarkUpdateNodeState: the same with the node's state changed and its batch kept: the
+// statement that sets the state alone (what UpdateNode runs) and the one that sets both.
+func BenchmarkUpdateNodeState(b *testing.B) {
+	benchUpdateNode(b, func(nd *Node, i int) {
+		nd.State = map[string]string{"ready": "deploying", "deploying": "enrolling", "enrolling": "ready"}[nd.State]
+	})
+}
+
+func benchUpdateNode(b *testing.B, change func(nd *Node, i int)) {
 	ctx := context.Background()
 	s := openTempSQLite(b)
 	const n = 10000
@@ -99,7 +111,7 @@ func BenchmarkUpdateNode(b *testing.B) {
 		if whole {
 			delete(tx.nodes, id)
 		}
-		nd.Power = fmt.Sprint(i)
+		change(&nd, i)
 		return tx.UpdateNode(ctx, &nd)
 	})
 }
