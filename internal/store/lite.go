@@ -213,6 +213,7 @@ func (c *liteConn) cacheWorkflows() error {
 	if c.cache = newWorkflowCache(c.tls, int32(wfCol)); c.cache == nil {
 		return errors.New("opening the SQLite writer: out of memory")
 	}
+	c.cache.texts = &c.texts
 	sqlite3.Xsqlite3_preupdate_hook(c.tls, c.db, cFunc(rowChanged), c.cache.changes)
 	return nil
 }

@@ -1,16 +1,26 @@
 package store
 
-// cachedNode is a node's row as the SQLite writer read or last changed it, at rowid row: its
-// text columns (the JSON of its maps and MACs as stored) in texts, its numbers in nums, its flags
-// in flags. A node read from it shares its strings (they do not change) and decodes its maps and
-// MACs from their JSON, as a read of the row does, so each read has maps of its own.
+import (
+	"strings"
+	"unsafe"
+)
+
+// cachedNode is a node's row as the SQLite writer read or last changed it, at rowid row, held
+// so that the collector has little to do with it: its text columns one after another in text
+// (the JSON of its maps and MACs as stored; each column ends at ends[i]), its numbers in nums,
+// its flags in flags: one object without pointers besides the entry. A node read from it gets
+// strings of its own (see fields), and decodes its maps and MACs from their JSON, as a read of
+// the row does, so each read has maps of its own.
 //
-// (A node held as its Node value, maps decoded, added about 60 MiB of resident memory at 10 000
-// nodes, and the collector's work on it. Its text columns held as one string, each column a
-// slice of it, made every string handed out keep the whole row alive: commands, events and
-// workflows that kept a node's id kept its rows, 35 to 90 MiB at 10 000 nodes.)
+// (Measured at 10 000 nodes: a node held as its Node value, maps decoded, added about 60 MiB of
+// resident memory. Its text columns as strings of their own, shared with the nodes read from
+// it, made the collector's work per phase up to twice as long (10 000 entries of 34 pointers,
+// and the strings they hold). Its text columns handed out as slices of one string kept the
+// whole row alive with any of them (an id kept by a command, an event, a workflow): peak RSS 35
+// to 90 MiB higher.)
 type cachedNode struct {
-	texts [nodeTextCount]string
+	text  string
+	ends  [nodeTextCount]uint32
 	nums  [nodeNumCount]int64
 	flags uint8
 	row   int64
@@ -27,7 +37,7 @@ const (
 )
 
 // nodeTexts are pointers to n's text columns, and to x's JSON ones (drivers, labels, MACs,
-// conditions), in the order the cache packs them.
+// conditions), in the order the cache packs them; the id first.
 func nodeTexts(n *Node, x *nodeTextCols) [nodeTextCount]*string {
 	return [nodeTextCount]*string{&n.ID, &n.TenantID, &n.SiteID, &n.PoolID, &n.Name, &n.State, &n.TargetState, &n.ChainVerb,
 		&n.FailedFrom, &n.FaultCode, &n.FaultMsg, &n.MaintenanceReason, &n.Power, &n.HardwareProfile, &n.BMCDriver,
@@ -45,9 +55,18 @@ func nodeNums(n *Node, x *nodeTextCols) [nodeNumCount]*int64 {
 func packNode(n Node, x nodeTextCols, row int64) *cachedNode {
 	x.gen, x.ver = int64(n.IdentityGeneration), int64(n.Version)
 	e := &cachedNode{row: row}
-	for i, p := range nodeTexts(&n, &x) {
-		e.texts[i] = *p
+	texts := nodeTexts(&n, &x)
+	size := 0
+	for _, p := range texts {
+		size += len(*p)
 	}
+	var b strings.Builder
+	b.Grow(size)
+	for i, p := range texts {
+		b.WriteString(*p)
+		e.ends[i] = uint32(b.Len())
+	}
+	e.text = b.String()
 	for i, p := range nodeNums(&n, &x) {
 		e.nums[i] = *p
 	}
@@ -60,18 +79,38 @@ func packNode(n Node, x nodeTextCols, row int64) *cachedNode {
 	return e
 }
 
-// unpack returns the node e holds, its maps and MACs decoded (its own), and its JSON columns.
-func (e *cachedNode) unpack() (Node, nodeTextCols, error) {
-	n, x := e.fields()
+// unpack returns the node e holds, node id's (its maps and MACs decoded, its own), and its JSON
+// columns, its strings from texts (see fields).
+func (e *cachedNode) unpack(id string, texts *textCache) (Node, nodeTextCols, error) {
+	n, x := e.fields(id, texts)
 	return n, x, decodeNodeCols(&n, x)
 }
 
-// fields returns the node e holds without its maps and MACs (nil), and its JSON columns.
-func (e *cachedNode) fields() (Node, nodeTextCols) {
+// fields returns the node e holds, node id's, without its maps and MACs (nil), and its JSON
+// columns. Its id is id; every other text column is a string of its own from texts (the string
+// it handed out for the same bytes before, for values that recur: a tenant, a state), never a
+// slice of e.text: any string handed out would keep the whole row alive (a command, an event, a
+// workflow keeps the node's id, and the maps decoded from the JSON keep slices of it). With
+// texts nil they are slices of e.text, for a row packed again at once (repack).
+func (e *cachedNode) fields(id string, texts *textCache) (Node, nodeTextCols) {
 	var n Node
 	var x nodeTextCols
+	start := e.ends[0]
 	for i, p := range nodeTexts(&n, &x) {
-		*p = e.texts[i]
+		if i == 0 {
+			*p = id
+			continue
+		}
+		end := e.ends[i]
+		if end > start {
+			v := e.text[start:end]
+			if texts != nil {
+				*p = texts.text(unsafe.Slice(unsafe.StringData(v), len(v)))
+			} else {
+				*p = v
+			}
+		}
+		start = end
 	}
 	for i, p := range nodeNums(&n, &x) {
 		*p = e.nums[i]
@@ -114,7 +153,7 @@ func (rc *workflowCache) node(id string) (Node, nodeTextCols, bool) {
 	if !ok {
 		return Node{}, nodeTextCols{}, false
 	}
-	n, x, err := e.unpack()
+	n, x, err := e.unpack(id, rc.texts)
 	if err != nil {
 		// (It decoded as the row was read: never, but a read of the row says what is wrong.)
 		rc.nodes.take(id)
@@ -144,13 +183,21 @@ func (rc *workflowCache) takeNode(id string) (*cachedNode, bool) {
 	return rc.nodes.take(id)
 }
 
-// restoreNode puts e back in the cache: the row as a statement of the writer left it unchanged.
-func (rc *workflowCache) restoreNode(e *cachedNode) {
+// restoreNode puts e, node id's entry, back in the cache: the row as a statement of the writer
+// left it unchanged.
+func (rc *workflowCache) restoreNode(id string, e *cachedNode) {
 	if rc == nil || e == nil {
 		return
 	}
 	rc.apply()
-	rc.nodes.put(e.texts[0], e)
+	rc.nodes.put(id, e)
+}
+
+// repack is the entry of node id's row as change leaves e's, at the same rowid.
+func (e *cachedNode) repack(id string, change func(Node, nodeTextCols) (Node, nodeTextCols)) *cachedNode {
+	n, x := e.fields(id, nil) // (packed again at once: slices of e.text do)
+	n, x = change(n, x)
+	return packNode(n, x, e.row)
 }
 
 // onNode runs stmt, a statement of the writer on node id's row that changes only columns the
@@ -166,10 +213,10 @@ func (t *Tx) onNode(id string, change func(Node) Node, stmt func() error) error 
 		return nil
 	}
 	if change == nil {
-		rc.restoreNode(was)
+		rc.restoreNode(id, was)
 		return nil
 	}
-	n, x := was.fields()
-	rc.putNode(change(n), x, was.row)
+	rc.apply()
+	rc.nodes.put(id, was.repack(id, func(n Node, x nodeTextCols) (Node, nodeTextCols) { return change(n), x }))
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // fillNode sets every field of n to a value made of tag and the field's name (strings, maps,
@@ -43,7 +44,7 @@ func TestNodePackedAsItWas(t *testing.T) {
 	fillNode(t, &n, "a", 7)
 	x := nodeTextCols{drivers: labelsJSON(n.Drivers), labels: labelsJSON(n.Labels), macs: mustJSON(n.MACs), conds: labelsJSON(n.Conditions)}
 	e := packNode(n, x, 42)
-	got, gotX, err := e.unpack()
+	got, gotX, err := e.unpack(n.ID, new(textCache))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,10 +54,38 @@ func TestNodePackedAsItWas(t *testing.T) {
 	if x.gen, x.ver = int64(n.IdentityGeneration), int64(n.Version); gotX != x || e.rowid() != 42 {
 		t.Errorf("unpacked columns %+v at row %d, want %+v at 42", gotX, e.rowid(), x)
 	}
+	// None of its strings is a slice of the entry's text, which would keep the whole row alive
+	// as long as the string: an id kept by a command or an event, a label's value.
+	lo := uintptr(unsafe.Pointer(unsafe.StringData(e.text)))
+	hi := lo + uintptr(len(e.text))
+	inText := func(v string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(v)))
+		return len(v) > 0 && p >= lo && p < hi
+	}
+	v := reflect.ValueOf(got)
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		var strs []string
+		switch f.Kind() {
+		case reflect.String:
+			strs = []string{f.String()}
+		case reflect.Map:
+			for _, k := range f.MapKeys() {
+				strs = append(strs, k.String(), f.MapIndex(k).String())
+			}
+		case reflect.Slice:
+			strs = f.Interface().([]string)
+		}
+		for _, s := range strs {
+			if inText(s) {
+				t.Errorf("Node.%s holds %q, a slice of the cache's entry", name, s)
+			}
+		}
+	}
 	// Unpacked twice, the node's maps are its own: a caller that changes them changes no other.
-	again, _, _ := e.unpack()
+	again, _, _ := e.unpack(n.ID, new(textCache))
 	again.Labels["b"], again.MACs[0] = "changed", "changed"
-	if got, _, _ := e.unpack(); !reflect.DeepEqual(got, n) {
+	if got, _, _ := e.unpack(n.ID, new(textCache)); !reflect.DeepEqual(got, n) {
 		t.Errorf("a change to an unpacked node's maps reached the cache: %+v", got)
 	}
 }
@@ -198,7 +227,7 @@ func TestWriterNodeCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 					t.Errorf("%s: cached node %s: %v", st.name, id, err)
 					continue
 				}
-				got, gotX, err := e.unpack()
+				got, gotX, err := e.unpack(id, new(textCache))
 				if err != nil {
 					t.Errorf("%s: cached node %s: %v", st.name, id, err)
 					continue

@@ -376,13 +376,14 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
-		rc.restoreNode(was)
+		rc.restoreNode(n.ID, was)
 		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
 	}
 	if was != nil {
-		wn, wx := was.fields()
-		wn, wx = nodeUpdated(wn, wx, n, conds, setState, setBatch, t.at)
-		rc.putNode(wn, wx, was.row)
+		rc.apply()
+		rc.nodes.put(n.ID, was.repack(n.ID, func(w Node, x nodeTextCols) (Node, nodeTextCols) {
+			return nodeUpdated(w, x, n, conds, setState, setBatch, t.at)
+		}))
 	}
 	n.Version++
 	n.UpdatedAt = t.at

@@ -73,6 +73,8 @@ type workflowCache struct {
 	hits, reads         atomic.Int64
 	cmdHits, cmdReads   atomic.Int64
 	nodeHits, nodeReads atomic.Int64
+	// texts is the connection's textCache: the strings of the nodes read from the cache.
+	texts *textCache
 }
 
 // cachedWorkflow is a node's open workflow, at rowid row; or, ok false, that it has none.
