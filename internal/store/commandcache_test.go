@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"slices"
 	"testing"
 )
 
@@ -33,13 +32,7 @@ func TestWriterCommandCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 		}
 	}
 	errUndone := errors.New("undone")
-	steps := []struct {
-		name  string
-		write func(tx *Tx) error
-		fails bool
-		// cached: the commands the cache holds after the step, by name.
-		cached []string
-	}{
+	steps := []cacheStep{ // (cached: the commands the cache holds after the step)
 		{"commands queued", func(tx *Tx) error {
 			for _, c := range []Command{
 				{NodeID: node.ID, TenantID: node.TenantID, SiteID: node.SiteID, Kind: "bmc.power", Subject: node.ID, RunsOn: "site", Args: `{"op":"on"}`, Deadline: 9},
@@ -134,42 +127,23 @@ func TestWriterCommandCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 			return err
 		}, false, nil},
 	}
-	for _, st := range steps {
-		err := s.Write(ctx, st.write)
-		if st.fails != (err != nil) {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		// Every cached row is the stored one, and the cache holds what the step says.
-		var cached []string
-		if err := s.Write(ctx, func(tx *Tx) error {
-			rc := tx.rows()
-			rc.apply()
-			for id, c := range rc.cmds.byKey {
-				var row int64
-				var stored Command
-				var gen int64
-				if err := scanCommandInto(tx.queryRow(ctx, commandRowQuery, id), &stored, &gen, []any{&row}); err != nil {
-					t.Errorf("%s: cached command %s: %v", st.name, id, err)
-					continue
-				}
-				if !reflect.DeepEqual(c.c, stored) || c.row != row {
-					t.Errorf("%s: cached command %s at row %d\n %+v\nstored at row %d\n %+v", st.name, id, c.row, c.c, row, stored)
-				}
-				for n, nid := range ids {
-					if nid == id {
-						cached = append(cached, n)
-					}
-				}
+	// Every cached row is the stored one, and the cache holds what the step says.
+	runCacheSteps(t, s, ids, steps, func(tx *Tx, step string) (held []string) {
+		for id, c := range tx.rows().cmds.byKey {
+			var row int64
+			var stored Command
+			var gen int64
+			if err := scanCommandInto(tx.queryRow(ctx, commandRowQuery, id), &stored, &gen, []any{&row}); err != nil {
+				t.Errorf("%s: cached command %s: %v", step, id, err)
+				continue
 			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
+			if !reflect.DeepEqual(c.c, stored) || c.row != row {
+				t.Errorf("%s: cached command %s at row %d\n %+v\nstored at row %d\n %+v", step, id, c.row, c.c, row, stored)
+			}
+			held = append(held, id)
 		}
-		slices.Sort(cached)
-		if !slices.Equal(cached, st.cached) {
-			t.Errorf("%s: cached %v, want %v", st.name, cached, st.cached)
-		}
-	}
+		return held
+	})
 }
 
 // A report on a command the writer holds reads nothing: the claim, the acknowledgement and each

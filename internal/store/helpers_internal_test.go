@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -58,4 +59,45 @@ func openWithNode(tb testing.TB) (*Store, Node) {
 		tb.Fatal(err)
 	}
 	return s, node
+}
+
+// cacheStep is a write of a test of the SQLite writer's caches (runCacheSteps): whether it fails,
+// and the entries the cache holds after it, by name.
+type cacheStep struct {
+	name   string
+	write  func(tx *Tx) error
+	fails  bool
+	cached []string
+}
+
+// runCacheSteps runs each step's write in a write of its own, then, in another, held: it checks
+// every entry the cache holds against the database (failing t for each that differs) and returns
+// the ids of those it holds, which must be the step's (ids gives each name's id).
+func runCacheSteps(t *testing.T, s *Store, ids map[string]string, steps []cacheStep, held func(tx *Tx, step string) []string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, st := range steps {
+		err := s.Write(ctx, st.write)
+		if st.fails != (err != nil) {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		var cached []string
+		if err := s.Write(ctx, func(tx *Tx) error {
+			tx.rows().apply()
+			for _, id := range held(tx, st.name) {
+				for name, nid := range ids {
+					if nid == id {
+						cached = append(cached, name)
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(cached)
+		if !slices.Equal(cached, st.cached) {
+			t.Errorf("%s: cached %v, want %v", st.name, cached, st.cached)
+		}
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 	"unsafe"
@@ -101,13 +100,7 @@ func TestWriterNodeCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 	var other Node
 	lock := func(tx *Tx, name string) (Node, error) { return tx.LockNode(ctx, ids[name], "") }
 	errUndone := errors.New("undone")
-	steps := []struct {
-		name  string
-		write func(tx *Tx) error
-		fails bool
-		// cached: the nodes the cache holds after the step, by name.
-		cached []string
-	}{
+	steps := []cacheStep{ // (cached: the nodes the cache holds after the step)
 		{"a node inserted by another statement", func(tx *Tx) error {
 			pool, err := tx.Pool(ctx, node.PoolID)
 			if err != nil {
@@ -209,47 +202,28 @@ func TestWriterNodeCacheHoldsWhatTheDatabaseHolds(t *testing.T) {
 			return tx.DeleteNode(ctx, n)
 		}, false, nil},
 	}
-	for _, st := range steps {
-		err := s.Write(ctx, st.write)
-		if st.fails != (err != nil) {
-			t.Fatalf("%s: %v", st.name, err)
-		}
-		// Every cached row is the stored one, and the cache holds what the step says.
-		var cached []string
-		if err := s.Write(ctx, func(tx *Tx) error {
-			rc := tx.rows()
-			rc.apply()
-			for id, e := range rc.nodes.byKey {
-				var stored Node
-				var x nodeTextCols
-				var row int64
-				if err := scanNodeInto(tx.queryRow(ctx, nodeRowQuery, id, "", ""), &stored, &x, nil, &row); err != nil {
-					t.Errorf("%s: cached node %s: %v", st.name, id, err)
-					continue
-				}
-				got, gotX, err := e.unpack(id, new(textCache))
-				if err != nil {
-					t.Errorf("%s: cached node %s: %v", st.name, id, err)
-					continue
-				}
-				if !reflect.DeepEqual(got, stored) || gotX != x || e.row != row {
-					t.Errorf("%s: cached node %s at row %d\n %+v\n %+v\nstored at row %d\n %+v\n %+v", st.name, id, e.row, got, gotX, row, stored, x)
-				}
-				for name, nid := range ids {
-					if nid == id {
-						cached = append(cached, name)
-					}
-				}
+	// Every cached row is the stored one, and the cache holds what the step says.
+	runCacheSteps(t, s, ids, steps, func(tx *Tx, step string) (held []string) {
+		for id, e := range tx.rows().nodes.byKey {
+			var stored Node
+			var x nodeTextCols
+			var row int64
+			if err := scanNodeInto(tx.queryRow(ctx, nodeRowQuery, id, "", ""), &stored, &x, nil, &row); err != nil {
+				t.Errorf("%s: cached node %s: %v", step, id, err)
+				continue
 			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
+			got, gotX, err := e.unpack(id, new(textCache))
+			if err != nil {
+				t.Errorf("%s: cached node %s: %v", step, id, err)
+				continue
+			}
+			if !reflect.DeepEqual(got, stored) || gotX != x || e.row != row {
+				t.Errorf("%s: cached node %s at row %d\n %+v\n %+v\nstored at row %d\n %+v\n %+v", step, id, e.row, got, gotX, row, stored, x)
+			}
+			held = append(held, id)
 		}
-		slices.Sort(cached)
-		if !slices.Equal(cached, st.cached) {
-			t.Errorf("%s: cached %v, want %v", st.name, cached, st.cached)
-		}
-	}
+		return held
+	})
 }
 
 // A node the writer holds is read without a statement, a copy of its own each time.
