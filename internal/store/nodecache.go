@@ -155,7 +155,8 @@ func (rc *workflowCache) node(id string) (Node, nodeTextCols, bool) {
 	}
 	n, x, err := e.unpack(id, rc.texts)
 	if err != nil {
-		// (It decoded as the row was read: never, but a read of the row says what is wrong.)
+		// (Its JSON decoded when its row was read, so this does not happen; a read of the row
+		// would say what is wrong.)
 		rc.nodes.take(id)
 		return Node{}, nodeTextCols{}, false
 	}
