@@ -14,7 +14,7 @@ import (
 //
 // (Measured at 10 000 nodes: a node held as its Node value, maps decoded, added about 60 MiB of
 // resident memory. Its text columns as strings of their own, shared with the nodes read from
-// it, made the collector's work per phase up to twice as long (10 000 entries of 34 pointers,
+// it, made the collector's work per phase up to nearly twice as long (10 000 entries of 34 pointers,
 // and the strings they hold). Its text columns handed out as slices of one string kept the
 // whole row alive with any of them (an id kept by a command, an event, a workflow): peak RSS 35
 // to 90 MiB higher.)
@@ -31,7 +31,10 @@ func (e *cachedNode) rowid() int64 { return e.row }
 const (
 	nodeTextCount = 34
 	nodeNumCount  = 6
+)
 
+// A cached node's flags.
+const (
 	flagMaintenance = 1 << iota
 	flagBMCInsecure
 )
@@ -143,25 +146,25 @@ func nodeUpdated(was Node, wasCols nodeTextCols, n *Node, conds string, setState
 }
 
 // node returns node id's row as the cache holds it (its own copy), and whether it holds it.
-func (rc *workflowCache) node(id string) (Node, nodeTextCols, bool) {
+func (rc *workflowCache) node(id string) (Node, bool) {
 	if rc == nil {
-		return Node{}, nodeTextCols{}, false
+		return Node{}, false
 	}
 	rc.apply()
 	rc.nodeReads.Add(1)
 	e, ok := rc.nodes.get(id)
 	if !ok {
-		return Node{}, nodeTextCols{}, false
+		return Node{}, false
 	}
-	n, x, err := e.unpack(id, rc.texts)
+	n, _, err := e.unpack(id, rc.texts)
 	if err != nil {
 		// (Its JSON decoded when its row was read, so this does not happen; a read of the row
 		// would say what is wrong.)
 		rc.nodes.take(id)
-		return Node{}, nodeTextCols{}, false
+		return Node{}, false
 	}
 	rc.nodeHits.Add(1)
-	return n, x, true
+	return n, true
 }
 
 // putNode caches n, with its JSON columns x, as the row at rowid row: as a statement of the
@@ -175,7 +178,7 @@ func (rc *workflowCache) putNode(n Node, x nodeTextCols, row int64) {
 }
 
 // takeNode takes node id's entry out of the cache, for a statement that changes its row: the
-// caller puts back what the statement left (putNode), or nothing.
+// caller puts back what the statement left (keepNode), or nothing.
 func (rc *workflowCache) takeNode(id string) (*cachedNode, bool) {
 	if rc == nil {
 		return nil, false
@@ -184,9 +187,9 @@ func (rc *workflowCache) takeNode(id string) (*cachedNode, bool) {
 	return rc.nodes.take(id)
 }
 
-// restoreNode puts e, node id's entry, back in the cache: the row as a statement of the writer
-// left it unchanged.
-func (rc *workflowCache) restoreNode(id string, e *cachedNode) {
+// keepNode puts e in the cache as node id's entry: its row as a statement of the writer just
+// left it (taken out before the statement, and repacked if it changed the row).
+func (rc *workflowCache) keepNode(id string, e *cachedNode) {
 	if rc == nil || e == nil {
 		return
 	}
@@ -213,11 +216,9 @@ func (t *Tx) onNode(id string, change func(Node) Node, stmt func() error) error 
 	if was == nil {
 		return nil
 	}
-	if change == nil {
-		rc.restoreNode(id, was)
-		return nil
+	if change != nil {
+		was = was.repack(id, func(n Node, x nodeTextCols) (Node, nodeTextCols) { return change(n), x })
 	}
-	rc.apply()
-	rc.nodes.put(id, was.repack(id, func(n Node, x nodeTextCols) (Node, nodeTextCols) { return change(n), x }))
+	rc.keepNode(id, was)
 	return nil
 }

@@ -145,7 +145,7 @@ const nodeRowQuery = `SELECT ` + nodeCols + `, rowid FROM nodes WHERE id = ? AND
 // writerNode reads node id of tenant tenantID ("" any) in SQLite's writer: from its cache, else
 // its row, which the cache then holds. found false: no node has that id in the tenant.
 func (t *Tx) writerNode(ctx context.Context, rc *workflowCache, id, tenantID string) (Node, bool, error) {
-	if n, _, ok := rc.node(id); ok && (tenantID == "" || n.TenantID == tenantID) {
+	if n, ok := rc.node(id); ok && (tenantID == "" || n.TenantID == tenantID) {
 		return n, true, nil
 	}
 	return t.writerNodeRow(ctx, rc, id, tenantID)
@@ -376,12 +376,11 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
 	if c, _ := res.RowsAffected(); c == 0 {
-		rc.restoreNode(n.ID, was)
+		rc.keepNode(n.ID, was)
 		return fmt.Errorf("node %s at version %d: %w", n.ID, n.Version, ErrStale)
 	}
 	if was != nil {
-		rc.apply()
-		rc.nodes.put(n.ID, was.repack(n.ID, func(w Node, x nodeTextCols) (Node, nodeTextCols) {
+		rc.keepNode(n.ID, was.repack(n.ID, func(w Node, x nodeTextCols) (Node, nodeTextCols) {
 			return nodeUpdated(w, x, n, conds, setState, setBatch, t.at)
 		}))
 	}
