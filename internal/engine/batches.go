@@ -18,8 +18,11 @@ import (
 
 // batchFor is the batch a workflow starting now runs under: the batch parked on the node (a
 // bulk batch, or the one-node batch of the chain's first workflow), else a new one-node batch
-// whose scope covers what is left of the chain, held until approved where approvals are
-// required. A chain that sends nothing destructive needs no batch.
+// whose scope covers what is left of the chain, held until approved. A chain that sends nothing
+// destructive needs no batch, and neither does one whose site and pool require no approval now:
+// there is nothing to approve. The queue's gate checks a command without a batch against the
+// policy as it is when the command is claimed (Engine.gate), and the chain's next workflow looks
+// again, so a policy raised meanwhile holds that workflow for approval.
 //
 // A node whose BMC address is not known yet (accepted --inband: its ramdisk provisions the BMC
 // and reports the address) cannot have the rest of its chain's BMC work listed: its batch
@@ -48,7 +51,7 @@ func (r *run) batchFor(first workflow.Resolved) (string, error) {
 		return "", nil
 	}
 	required, err := r.tx.RequiredApprovals(r.ctx, n.SiteID, n.PoolID)
-	if err != nil {
+	if err != nil || required == 0 {
 		return "", err
 	}
 	agents, err := r.tx.SiteAgentIDs(r.ctx, n.SiteID)

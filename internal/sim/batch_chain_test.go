@@ -278,3 +278,103 @@ func TestDirectBatchRunsOnceSent(t *testing.T) {
 		t.Error("a batch rejected after its command was sent")
 	}
 }
+
+// Without an approval policy a node's chains make no batch: nothing would be approved. Its
+// destructive commands (power cycles, wipes) still go out, through the queue's gate.
+func TestNoBatchWithoutApprovals(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, ids := start(t, st, 2)
+	rest(t, h, ids)
+	if err := h.Apply(ctx, provision.VerbDeploy, ids, metal.VerbInput{Image: "img"}); err != nil {
+		t.Fatal(err)
+	}
+	rest(t, h, ids)
+	if err := h.Apply(ctx, provision.VerbUndeploy, ids, metal.VerbInput{}); err != nil {
+		t.Fatal(err)
+	}
+	for id, n := range rest(t, h, ids) {
+		if n.State != "ready" || n.BatchID != "" {
+			t.Fatalf("node %s after its life: %s, batch %q", id, n.State, n.BatchID)
+		}
+		destructive := 0
+		cmds, err := st.Commands(ctx, id, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cmds {
+			if c.BatchID != "" {
+				t.Errorf("command %s %s runs under batch %s", c.ID, c.Kind, c.BatchID)
+			}
+			if c.Destructive && c.State == "succeeded" {
+				destructive++
+			}
+		}
+		if destructive == 0 {
+			t.Errorf("node %s: no destructive command ran", id)
+		}
+		for _, wf := range workflowsOf(t, st, id) {
+			if wf.BatchID != "" {
+				t.Errorf("workflow %s (%s) runs under batch %s", wf.ID, wf.Profile, wf.BatchID)
+			}
+		}
+		evs, err := st.Events(ctx, store.EventFilter{NodeID: id, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.Kind == "batch.create" {
+				t.Errorf("node %s: %s %s", id, e.Kind, e.Data)
+			}
+		}
+	}
+	if bs, err := st.Batches(ctx, store.BatchFilter{}); err != nil || len(bs) != 0 {
+		t.Fatalf("%d batches (%v), want none", len(bs), err)
+	}
+}
+
+// A policy raised while a chain runs without a batch holds the chain's next workflow for
+// approval; approved, the rest of the chain runs under that batch.
+func TestPolicyRaisedMidChainHoldsTheNextWorkflow(t *testing.T) {
+	ctx := context.Background()
+	st := storetest.Open(t, store.SQLite)
+	h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	// The site agent takes nothing: enroll's first workflow waits at its power query.
+	h.Sim.SetFaults(Faults{SitePaused: true})
+	ids, err := h.Enroll(ctx, "e", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "metal-enroll started", func() bool {
+		wfs := workflowsOf(t, st, ids[0])
+		return len(wfs) == 1 && wfs[0].Profile == "metal-enroll" && wfs[0].CurrentCommand != ""
+	})
+	if wf := workflowsOf(t, st, ids[0])[0]; wf.BatchID != "" {
+		t.Fatalf("metal-enroll runs under batch %s with no policy", wf.BatchID)
+	}
+	if _, err := h.Metal.SetApprovalPolicy(ctx, h.Admin, "pool", "default", 1); err != nil {
+		t.Fatal(err)
+	}
+	h.Sim.SetFaults(Faults{})
+	heldAtFirstStep(t, st, ids)
+	wf := workflowsOf(t, st, ids[0])[0]
+	b, err := st.Batch(ctx, wf.BatchID)
+	if err != nil || wf.Profile != "metal-inspect" || b.State != store.BatchPending || b.Required != 1 {
+		t.Fatalf("after the policy: %s held under batch %s %s, required %d (%v); want metal-inspect, pending, 1", wf.Profile, b.ID, b.State, b.Required, err)
+	}
+	if _, err := h.Metal.Approve(ctx, alice, b.ID, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	if n := rest(t, h, ids)[ids[0]]; n.State != "ready" {
+		t.Fatalf("after the approval: %s %s %s", n.State, n.FaultCode, n.FaultMsg)
+	}
+	for _, wf := range workflowsOf(t, st, ids[0]) {
+		if want := map[string]string{"metal-enroll": "", "metal-inspect": b.ID, "metal-commission": b.ID}[wf.Profile]; wf.BatchID != want {
+			t.Errorf("%s runs under batch %q, want %q", wf.Profile, wf.BatchID, want)
+		}
+	}
+}
