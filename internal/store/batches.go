@@ -543,8 +543,8 @@ func (t *Tx) UnwatchedPendingBatches(ctx context.Context, createdBy int64, limit
 // PinDeployImage records the digest of the catalog image a deploy verb asked for, as the
 // catalog held it then ("" clears it).
 func (t *Tx) PinDeployImage(ctx context.Context, nodeID, digest string) error {
-	return t.onNode(nodeID, nil, func() error {
-		if _, err := t.exec(ctx, `UPDATE nodes SET deploy_image_digest = ? WHERE id = ?`, digest, nodeID); err != nil {
+	return t.onNode(nodeID, nil, func(row int64) error {
+		if _, err := t.updateByRow(ctx, `UPDATE nodes SET deploy_image_digest = ? WHERE id = ?`, `UPDATE nodes SET deploy_image_digest = ? WHERE rowid = ? AND id = ?`, row, []any{digest}, nodeID); err != nil {
 			return fmt.Errorf("pinning the deploy image of node %s: %w", nodeID, err)
 		}
 		return nil

@@ -329,8 +329,13 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		// b-tree writes), so this sets neither column while the row still holds these values.
 		rc := t.rows()
 		was, cached := rc.peekWorkflow(w.NodeID)
-		res, err := t.exec(ctx, `UPDATE workflows SET `+workflowStepSet+` WHERE id = ? AND NOT outcome_applied AND finished_at = 0`,
-			append(args, w.ID)...)
+		// By its rowid where the cache holds it (updateByRow; the whole update below if that
+		// changed nothing).
+		q, qArgs := `UPDATE workflows SET `+workflowStepSet+` WHERE id = ? AND NOT outcome_applied AND finished_at = 0`, append(args, w.ID)
+		if cached && was.ok && was.w.ID == w.ID && was.row > 0 {
+			q, qArgs = `UPDATE workflows SET `+workflowStepSet+` WHERE rowid = ? AND id = ? AND NOT outcome_applied AND finished_at = 0`, append(args, was.row, w.ID)
+		}
+		res, err := t.exec(ctx, q, qArgs...)
 		if err != nil {
 			return fmt.Errorf("updating workflow %s: %w", w.ID, err)
 		}
@@ -605,9 +610,13 @@ func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
 	c.UpdatedAt = t.at
 	rc := t.rows()
 	e, known := rc.takeCommand(c.ID)
-	if err := t.execLater(ctx, "recording the report on command "+c.ID, `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
-		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ? WHERE id = ?`,
-		c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt, c.ID); err != nil {
+	args := []any{c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt}
+	if known {
+		// (SQLite's writer, which knows the row)
+		if _, err := t.updateByRow(ctx, reportCommand+` WHERE id = ?`, reportCommand+` WHERE rowid = ? AND id = ?`, e.row, args, c.ID); err != nil {
+			return fmt.Errorf("recording the report on command %s: %w", c.ID, err)
+		}
+	} else if err := t.execLater(ctx, "recording the report on command "+c.ID, reportCommand+` WHERE id = ?`, append(args, c.ID)...); err != nil {
 		return err
 	}
 	if known && !command.State(c.State).Final() {
@@ -621,6 +630,10 @@ func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
 	}
 	return nil
 }
+
+// reportCommand is ReportCommand's statement, without its condition.
+const reportCommand = `UPDATE commands SET state = ?, target_agent = ?, attempts = ?, result = ?, error = ?, delivered_at = ?,
+		finished_at = ?, progress = ?, result_sig = ?, signer_cert = ?, updated_at = ?`
 
 // UpdateCommandIf writes c as UpdateCommand does, provided the row is still as was read
 // outside the writer (was): same state, agent and times. It reports false, writing nothing, when
@@ -1334,8 +1347,14 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
-	return t.onNode(nodeID, func(n Node) Node { n.Power = power; return n }, func() error {
-		return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
+	return t.onNode(nodeID, func(n Node) Node { n.Power = power; return n }, func(row int64) error {
+		if row == 0 {
+			return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)
+		}
+		if _, err := t.updateByRow(ctx, `UPDATE nodes SET power = ? WHERE id = ?`, `UPDATE nodes SET power = ? WHERE rowid = ? AND id = ?`, row, []any{power}, nodeID); err != nil {
+			return fmt.Errorf("recording the power of node %s: %w", nodeID, err)
+		}
+		return nil
 	})
 }
 

@@ -206,11 +206,16 @@ func (e *cachedNode) repack(id string, change func(Node, nodeTextCols) (Node, no
 
 // onNode runs stmt, a statement of the writer on node id's row that changes only columns the
 // cache does not hold, or those that change sets: the cache's entry is taken out before it and
-// put back after it, changed by change (nil: as it was). On PostgreSQL it runs stmt alone.
-func (t *Tx) onNode(id string, change func(Node) Node, stmt func() error) error {
+// put back after it, changed by change (nil: as it was). stmt gets the row's rowid where the
+// cache held it (0: not known; see updateByRow). On PostgreSQL it runs stmt alone.
+func (t *Tx) onNode(id string, change func(Node) Node, stmt func(row int64) error) error {
 	rc := t.rows()
 	was, _ := rc.takeNode(id)
-	if err := stmt(); err != nil {
+	var row int64
+	if was != nil {
+		row = was.row
+	}
+	if err := stmt(row); err != nil {
 		return err
 	}
 	if was == nil {

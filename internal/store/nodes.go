@@ -349,7 +349,7 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	q := nodeUpdate
 	conds := labelsJSON(n.Conditions)
-	args := make([]any, 0, 25)
+	args := make([]any, 0, 26)
 	args = append(args, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
 		n.Power, n.DeployProfile, n.DeployImage, n.WipeMode, int64(n.IdentityGeneration), n.VerbFrom, n.VerbBy, conds,
 		n.BMCUsernameRef, n.BMCPasswordRef, n.LingerUntil, n.LingerCommand, n.BootMode, t.at)
@@ -360,18 +360,23 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	k, known := t.nodes[n.ID]
 	known = known && k.version == n.Version
 	setState, setBatch := !known || k.state != n.State, !known || k.batch != n.BatchID
+	qRow := nodeUpdateRow
 	switch {
 	case setState && setBatch:
-		q, args = nodeUpdateWithState, append(args, n.State, n.BatchID)
+		q, qRow, args = nodeUpdateWithState, nodeUpdateWithStateRow, append(args, n.State, n.BatchID)
 	case setState:
-		q, args = nodeUpdateState, append(args, n.State)
+		q, qRow, args = nodeUpdateState, nodeUpdateStateRow, append(args, n.State)
 	case setBatch:
-		q, args = nodeUpdateBatch, append(args, n.BatchID)
+		q, qRow, args = nodeUpdateBatch, nodeUpdateBatchRow, append(args, n.BatchID)
 	}
 	// The writer's cache takes the row it holds out, and puts back what the statement leaves.
 	rc := t.rows()
 	was, _ := rc.takeNode(n.ID)
-	res, err := t.exec(ctx, q, append(args, n.ID, int64(n.Version))...)
+	var row int64
+	if was != nil {
+		row = was.row
+	}
+	res, err := t.updateByRow(ctx, q, qRow, row, args, n.ID, int64(n.Version))
 	if err != nil {
 		return fmt.Errorf("updating node %s: %w", n.ID, err)
 	}
@@ -394,16 +399,20 @@ func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 
 // nodeUpdateSet is what UpdateNode sets besides the node's state and batch; nodeUpdate and
 // nodeUpdateWithState are its statements without and with them, nodeUpdateState and
-// nodeUpdateBatch with one of them.
+// nodeUpdateBatch with one of them; each ...Row the same by the row's rowid (updateByRow).
 const (
 	nodeUpdateSet = `target_state = ?, chain_verb = ?, failed_from = ?, fault_code = ?,
 	fault_message = ?, maintenance = ?, maintenance_reason = ?, power = ?, deploy_profile = ?, deploy_image = ?,
 	wipe_mode = ?, identity_generation = ?, verb_from = ?, verb_by = ?, conditions = ?, bmc_username_ref = ?, bmc_password_ref = ?,
 	linger_until = ?, linger_command = ?, boot_mode = ?, version = version + 1, updated_at = ?`
-	nodeUpdate          = `UPDATE nodes SET ` + nodeUpdateSet + ` WHERE id = ? AND version = ?`
-	nodeUpdateWithState = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ?, batch_id = ? WHERE id = ? AND version = ?`
-	nodeUpdateState     = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ? WHERE id = ? AND version = ?`
-	nodeUpdateBatch     = `UPDATE nodes SET ` + nodeUpdateSet + `, batch_id = ? WHERE id = ? AND version = ?`
+	nodeUpdate             = `UPDATE nodes SET ` + nodeUpdateSet + ` WHERE id = ? AND version = ?`
+	nodeUpdateWithState    = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ?, batch_id = ? WHERE id = ? AND version = ?`
+	nodeUpdateState        = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ? WHERE id = ? AND version = ?`
+	nodeUpdateBatch        = `UPDATE nodes SET ` + nodeUpdateSet + `, batch_id = ? WHERE id = ? AND version = ?`
+	nodeUpdateRow          = `UPDATE nodes SET ` + nodeUpdateSet + ` WHERE rowid = ? AND id = ? AND version = ?`
+	nodeUpdateWithStateRow = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ?, batch_id = ? WHERE rowid = ? AND id = ? AND version = ?`
+	nodeUpdateStateRow     = `UPDATE nodes SET ` + nodeUpdateSet + `, state = ? WHERE rowid = ? AND id = ? AND version = ?`
+	nodeUpdateBatchRow     = `UPDATE nodes SET ` + nodeUpdateSet + `, batch_id = ? WHERE rowid = ? AND id = ? AND version = ?`
 )
 
 // DeleteNode removes a node (its MACs and labels cascade) and its wake-up row; its events stay.

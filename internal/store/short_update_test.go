@@ -66,7 +66,7 @@ func TestUpdatesLeaveUnchangedIndexedColumnsOut(t *testing.T) {
 	if _, w := stored(); w.StepIndex != 3 || w.CurrentCommand != "c1" || w.OutcomeApplied {
 		t.Fatalf("workflow after a step: %+v", w)
 	}
-	if !short("UPDATE workflows SET", "WHERE id = ? AND NOT outcome_applied AND finished_at = 0") {
+	if !short("UPDATE workflows SET", "id = ? AND NOT outcome_applied AND finished_at = 0") {
 		t.Error("the running workflow's update was not the statement without outcome_applied and finished_at")
 	}
 	// Stored as ended meanwhile (another statement): the caller's open, unfinished row is
