@@ -243,3 +243,113 @@ func rowidOf(tx *Tx, table, id string) (int64, error) {
 	err := tx.queryRow(context.Background(), `SELECT rowid FROM `+table+` WHERE id = ?`, id).Scan(&row)
 	return row, err
 }
+
+// A claim and an acknowledgement of commands the writer's cache holds take them by their rowids
+// (inRows), one command or several; with a wrong rowid in the cache (another node's command's)
+// they still take every command asked for, and leave the other command alone.
+func TestWriterClaimsAndDeliversCachedCommandsByTheirRowid(t *testing.T) {
+	ctx := context.Background()
+	for _, n := range []int{1, 3} {
+		for _, wrong := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%d commands, wrong rowid %v", n, wrong), func(t *testing.T) {
+				s := openTempSQLite(t)
+				var ids []string
+				var other Command
+				if err := s.Write(ctx, func(tx *Tx) error {
+					pool, err := seedPool(ctx, tx)
+					if err != nil {
+						return err
+					}
+					for i, name := range []string{"a", "b"} {
+						node := redfishNode(pool, name, "enrolling")
+						if err := tx.InsertNode(ctx, &node); err != nil {
+							return err
+						}
+						for range []int{n, 1}[i] {
+							c := Command{NodeID: node.ID, TenantID: pool.TenantID, SiteID: pool.SiteID, Kind: "bmc.power", Subject: node.ID, RunsOn: "site"}
+							if err := tx.InsertCommand(ctx, &c); err != nil {
+								return err
+							}
+							if i == 0 {
+								ids = append(ids, c.ID)
+							} else {
+								other = c
+							}
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				// prepare reads the commands into the writer's cache and, if wrong, puts the
+				// other command's rowid in the first one's entry.
+				prepare := func(tx *Tx) ([]Command, error) {
+					var cands []Command
+					for _, id := range append([]string{other.ID}, ids...) {
+						c, err := tx.Command(ctx, id)
+						if err != nil {
+							return nil, err
+						}
+						if id != other.ID {
+							cands = append(cands, c)
+						}
+					}
+					if wrong {
+						rc := tx.rows()
+						e, ok := rc.cmds.get(ids[0])
+						if !ok {
+							return nil, errors.New("the command is not cached")
+						}
+						var err error
+						e.row, err = rowidOf(tx, "commands", other.ID)
+						return cands, err
+					}
+					return cands, nil
+				}
+				var claimed int
+				var delivered map[string]bool
+				if err := s.Write(ctx, func(tx *Tx) error {
+					cands, err := prepare(tx)
+					if err != nil {
+						return err
+					}
+					got, err := tx.AssignCommands(ctx, "site-a", cands)
+					claimed = len(got)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Write(ctx, func(tx *Tx) error {
+					if _, err := prepare(tx); err != nil {
+						return err
+					}
+					var err error
+					delivered, err = tx.DeliverCommands(ctx, ids, Acknowledger{AgentID: "site-a"})
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				if claimed != n || len(delivered) != n {
+					t.Errorf("claimed %d, delivered %d, want %d", claimed, len(delivered), n)
+				}
+				for _, id := range ids {
+					if got, err := s.Command(ctx, id); err != nil || got.State != "delivered" || got.TargetAgent != "site-a" || got.Attempts != 1 {
+						t.Errorf("command %s: %s to %q, %d attempts (%v); want delivered to site-a, 1", id, got.State, got.TargetAgent, got.Attempts, err)
+					}
+				}
+				if got, err := s.Command(ctx, other.ID); err != nil || got.State != "queued" || got.TargetAgent != "" || got.Attempts != 0 {
+					t.Errorf("the other command: %s to %q, %d attempts (%v); want it queued, free", got.State, got.TargetAgent, got.Attempts, err)
+				}
+				for _, prefix := range []string{"UPDATE OR FAIL commands SET target_agent = ?", "UPDATE OR FAIL commands SET state = 'delivered'"} {
+					byRow := false
+					for q := range s.lite.stmts {
+						byRow = byRow || strings.HasPrefix(q, prefix) && strings.Contains(q, "rowid IN (")
+					}
+					if !byRow {
+						t.Errorf("no statement %q… by rowid was prepared", prefix)
+					}
+				}
+			})
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -718,33 +719,35 @@ func (t *Tx) DeliverCommands(ctx context.Context, ids []string, by Acknowledger)
 	for i := 0; i < len(ids); i += idsPerStatement {
 		chunk := ids[i:min(i+idsPerStatement, len(ids))]
 		taken := rc.takeCommands(chunk)
-		list, listArgs := inList(chunk)
-		set := `UPDATE ` + t.s.orFail() + `commands SET state = 'delivered', delivered_at = ?, updated_at = ?` + take + `
-			WHERE id IN ` + list + ` AND ` + whose + ` AND ` + plus + `state = 'queued'` + genCond
-		args := []any{t.at, t.at}
-		if take != "" {
-			args = append(args, agentID)
-		}
-		args = append(append(append(args, listArgs...), whoseArgs...), genArgs...)
-		if len(chunk) == 1 && t.s.engine == SQLite {
-			// One command: without RETURNING (see AssignCommands).
-			ok, err := t.execOne(ctx, set, args)
-			if err != nil {
-				return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
+		err := inRows(chunk, taken, func(in string, inArgs []any, chunk []string) ([]string, error) {
+			set := `UPDATE ` + t.s.orFail() + `commands SET state = 'delivered', delivered_at = ?, updated_at = ?` + take + `
+			WHERE ` + in + ` AND ` + whose + ` AND ` + plus + `state = 'queued'` + genCond
+			args := []any{t.at, t.at}
+			if take != "" {
+				args = append(args, agentID)
 			}
-			if ok {
+			args = append(append(append(args, inArgs...), whoseArgs...), genArgs...)
+			if len(chunk) == 1 && t.s.engine == SQLite {
+				// One command: without RETURNING (see AssignCommands).
+				ok, err := t.execOne(ctx, set, args)
+				if err != nil || !ok {
+					return nil, err
+				}
 				delivered(taken, chunk[0])
+				return chunk, nil
 			}
-			rc.restoreUnchanged(taken)
-			continue
-		}
-		rows, err := t.query(ctx, set+` RETURNING id`, args...)
-		marked, err := collect(rows, err, "delivered commands", scanID)
+			rows, err := t.query(ctx, set+` RETURNING id`, args...)
+			marked, err := collect(rows, err, "delivered commands", scanID)
+			if err != nil {
+				return nil, err
+			}
+			for _, id := range marked {
+				delivered(taken, id)
+			}
+			return marked, nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("recording delivery of %d commands to %s: %w", len(ids), agentID, err)
-		}
-		for _, id := range marked {
-			delivered(taken, id)
 		}
 		rc.restoreUnchanged(taken)
 	}
@@ -759,6 +762,53 @@ type idAttempts struct {
 
 // idsPerStatement bounds the ids of one IN list.
 const idsPerStatement = 256
+
+// inRows runs stmt on the commands ids (at most idsPerStatement), its condition in "id IN (…)"
+// with inArgs; or, where the writer's cache holds every one of them (taken), "rowid IN (…) AND
+// +id IN (…)": SQLite then finds each row through the table's b-tree alone, not first through
+// the index of the ids (see updateByRow), and still checks the ids. stmt returns the ids it
+// changed. stmt runs again by id for those it did not change by rowid (their entries out of
+// taken meanwhile): that changes what a rowid the cache got wrong (its invariant rules that out)
+// kept from it, whose entry then leaves the cache, and nothing a run by id alone would not have;
+// the entries of the rows it left as they were go back to taken.
+func inRows(ids []string, taken map[string]*cachedCommand, stmt func(in string, inArgs []any, ids []string) ([]string, error)) error {
+	list, args := inList(ids)
+	if len(taken) != len(ids) {
+		_, err := stmt("id IN "+list, args, ids)
+		return err
+	}
+	rowArgs := make([]any, len(args), 2*len(args))
+	for j := range args {
+		rowArgs[j] = taken[args[j].(string)].row
+	}
+	changed, err := stmt("rowid IN "+list+" AND +id IN "+list, append(rowArgs, args...), ids)
+	if err != nil || len(changed) == len(ids) {
+		return err
+	}
+	done := make(map[string]bool, len(changed))
+	for _, id := range changed {
+		done[id] = true
+	}
+	var rest []string
+	unchanged := map[string]*cachedCommand{}
+	for _, id := range ids {
+		if !done[id] {
+			rest = append(rest, id)
+			unchanged[id] = taken[id]
+			delete(taken, id)
+		}
+	}
+	list, args = inList(rest)
+	again, err := stmt("id IN "+list, args, rest)
+	if err != nil {
+		return err
+	}
+	for _, id := range again {
+		delete(unchanged, id) // (its entry's rowid was not its row's: the entry goes)
+	}
+	maps.Copy(taken, unchanged) // (left as they were: put back by the caller)
+	return nil
+}
 
 // inList is an IN list of ids with its arguments, padded to a power of two with the last id so
 // that a few statements (prepared once) serve every size. ids must not be empty.
@@ -952,38 +1002,42 @@ func (t *Tx) AssignCommands(ctx context.Context, agentID string, cands []Command
 			ids[j] = c.ID
 		}
 		taken := rc.takeCommands(ids)
-		list, listArgs := inList(ids)
-		args := append(append([]any{agentID, t.at}, listArgs...), agentID)
-		args = append(args, holderArgs...)
-		set := `UPDATE ` + t.s.orFail() + `commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
-			WHERE id IN ` + list + ` AND ` + plus + `state = 'queued'
+		err := inRows(ids, taken, func(in string, inArgs []any, ids []string) ([]string, error) {
+			args := append(append([]any{agentID, t.at}, inArgs...), agentID)
+			args = append(args, holderArgs...)
+			set := `UPDATE ` + t.s.orFail() + `commands SET target_agent = ?, attempts = attempts + CASE WHEN target_agent = '' THEN 1 ELSE 0 END, updated_at = ?
+			WHERE ` + in + ` AND ` + plus + `state = 'queued'
 			AND (` + plus + `target_agent = ? OR ` + plus + `target_agent = ''` + holder + `)`
-		if len(ids) == 1 && t.s.engine == SQLite {
-			// One command (most claims): SQLite's RETURNING builds two temporary tables, each
-			// with a page cache of its own, which cost more than reading the row again (or
-			// taking it from the cache).
-			attempts, ok, err := t.assignOne(ctx, set, args, ids[0], taken[ids[0]])
-			if err != nil {
-				return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
-			}
-			if ok {
+			if len(ids) == 1 && t.s.engine == SQLite {
+				// One command (most claims): SQLite's RETURNING builds two temporary tables,
+				// each with a page cache of its own, which cost more than reading the row again
+				// (or taking it from the cache).
+				attempts, ok, err := t.assignOne(ctx, set, args, ids[0], taken[ids[0]])
+				if err != nil || !ok {
+					return nil, err
+				}
 				took[ids[0]] = attempts
 				rc.restoreAssigned(taken, ids[0], agentID, attempts, t.at)
+				return ids, nil
 			}
-			rc.restoreUnchanged(taken)
-			continue
-		}
-		rows, err := t.query(ctx, set+` RETURNING id, attempts`, args...)
-		assigned, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (idAttempts, error) {
-			var a idAttempts
-			return a, r.Scan(&a.id, &a.attempts)
+			rows, err := t.query(ctx, set+` RETURNING id, attempts`, args...)
+			assigned, err := collect(rows, err, "assigned commands", func(r interface{ Scan(...any) error }) (idAttempts, error) {
+				var a idAttempts
+				return a, r.Scan(&a.id, &a.attempts)
+			})
+			if err != nil {
+				return nil, err
+			}
+			changed := make([]string, len(assigned))
+			for k, a := range assigned {
+				took[a.id] = a.attempts
+				rc.restoreAssigned(taken, a.id, agentID, a.attempts, t.at)
+				changed[k] = a.id
+			}
+			return changed, nil
 		})
 		if err != nil {
 			return nil, fmt.Errorf("assigning commands to %s: %w", agentID, err)
-		}
-		for _, a := range assigned {
-			took[a.id] = a.attempts
-			rc.restoreAssigned(taken, a.id, agentID, a.attempts, t.at)
 		}
 		rc.restoreUnchanged(taken)
 	}
