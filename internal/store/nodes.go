@@ -252,6 +252,19 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 		if err == nil && updated {
 			c.UpdatedAt = t.at
 		}
+	} else if rc := t.rows(); rc != nil {
+		// SQLite's writer: the node as LockNode reads it (from the cache first), and its wake
+		// sequence as WakeUpSeq does.
+		if ln.Node, found, err = t.writerNode(ctx, rc, id, ""); err == nil && found {
+			t.readNode(ln.Node)
+			ln.Seq, err = t.WakeUpSeq(ctx, id)
+		}
+		if err == nil {
+			ln.Workflow, ln.Open, err = t.OpenWorkflow(ctx, id)
+		}
+		if err == nil && c != nil {
+			updated, err = t.UpdateCommandIf(ctx, c, was)
+		}
 	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
 		if found && t.lc != nil {
 			t.readNode(ln.Node) // (as LockNode does)

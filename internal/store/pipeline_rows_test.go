@@ -163,6 +163,19 @@ func TestLockNodeForReconcile(t *testing.T) {
 					if ln.Open && (ln.Workflow.NodeState != "inspecting" || ln.Workflow.State != "running") {
 						t.Errorf("workflow read as %+v", ln.Workflow)
 					}
+					if !pg {
+						// Again: SQLite's writer takes the node from its cache (and reads its
+						// wake sequence alone), as LockNode does.
+						hits := st.WriterStats().NodeHits
+						again, err := tx.LockNodeForReconcile(ctx, c.node)
+						if err != nil {
+							return err
+						}
+						if st.WriterStats().NodeHits != hits+1 || again.Seq != ln.Seq || again.Version != ln.Version {
+							t.Errorf("read again: %d node hits, want 1; seq %d version %d, want %d %d",
+								st.WriterStats().NodeHits-hits, again.Seq, again.Version, ln.Seq, ln.Version)
+						}
+					}
 					return nil
 				}); err != nil {
 					t.Fatal(err)
