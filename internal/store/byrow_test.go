@@ -43,7 +43,7 @@ func TestWriterUpdatesCachedRowsByTheirRowid(t *testing.T) {
 				n.FaultMsg, n.State = "updated", "inspecting"
 				return tx.UpdateNode(ctx, &n)
 			},
-			mangle: func(tx *Tx, r, other *rowSet) error { return mangleNode(tx, r, other) },
+			mangle: mangleNode,
 			stored: func(tx *Tx, r rowSet) (string, error) {
 				return storedCols(tx, `SELECT state || ' ' || fault_message || ' ' || version FROM nodes WHERE id = ?`, r.node.ID)
 			},
@@ -55,7 +55,7 @@ func TestWriterUpdatesCachedRowsByTheirRowid(t *testing.T) {
 			update: func(tx *Tx, r *rowSet) error {
 				return tx.SetPower(ctx, r.node.ID, "on")
 			},
-			mangle: func(tx *Tx, r, other *rowSet) error { return mangleNode(tx, r, other) },
+			mangle: mangleNode,
 			stored: func(tx *Tx, r rowSet) (string, error) {
 				return storedCols(tx, `SELECT power FROM nodes WHERE id = ?`, r.node.ID)
 			},
@@ -93,22 +93,25 @@ func TestWriterUpdatesCachedRowsByTheirRowid(t *testing.T) {
 				w.StepIndex, w.CurrentCommand = 4, "c4"
 				return tx.UpdateWorkflow(ctx, &w)
 			},
-			mangle: func(tx *Tx, r, other *rowSet) error {
-				rc := tx.rows()
-				rc.apply()
-				w, ok := rc.open[r.node.ID]
-				if !ok || !w.ok {
-					return errors.New("the workflow is not cached")
-				}
-				var err error
-				w.row, err = rowidOf(tx, "workflows", other.wf.ID)
-				rc.open[r.node.ID] = w
-				return err
-			},
+			mangle: mangleWorkflow,
 			stored: func(tx *Tx, r rowSet) (string, error) {
 				return storedCols(tx, `SELECT step_index || ' ' || current_command FROM workflows WHERE id = ?`, r.wf.ID)
 			},
 			want: "4 c4",
+		},
+		{
+			name:  "workflow end",
+			byRow: "UPDATE workflows SET state = ?",
+			update: func(tx *Tx, r *rowSet) error {
+				w := r.wf
+				w.State, w.OutcomeApplied, w.FinishedAt = "succeeded", true, 77
+				return tx.UpdateWorkflow(ctx, &w)
+			},
+			mangle: mangleWorkflow,
+			stored: func(tx *Tx, r rowSet) (string, error) {
+				return storedCols(tx, `SELECT state || ' ' || outcome_applied || ' ' || finished_at FROM workflows WHERE id = ?`, r.wf.ID)
+			},
+			want: "succeeded 1 77",
 		},
 	}
 	for _, c := range cases {
@@ -225,6 +228,21 @@ func mangleNode(tx *Tx, r, other *rowSet) error {
 	}
 	var err error
 	e.row, err = rowidOf(tx, "nodes", other.node.ID)
+	return err
+}
+
+// mangleWorkflow puts the rowid of other's workflow in the cache's entry of r's node's open
+// workflow.
+func mangleWorkflow(tx *Tx, r, other *rowSet) error {
+	rc := tx.rows()
+	rc.apply()
+	w, ok := rc.open[r.node.ID]
+	if !ok || !w.ok {
+		return errors.New("the workflow is not cached")
+	}
+	var err error
+	w.row, err = rowidOf(tx, "workflows", other.wf.ID)
+	rc.open[r.node.ID] = w
 	return err
 }
 

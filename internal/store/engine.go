@@ -349,6 +349,13 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		}
 		// (stored ended, or outcome applied: the whole update below)
 	}
+	if was, cached := t.rows().peekWorkflow(w.NodeID); cached && was.ok && was.w.ID == w.ID && was.row > 0 {
+		// SQLite's writer, which holds the row: by its rowid (updateByRow).
+		if _, err := t.updateByRow(ctx, updateWorkflowWhole, updateWorkflowWholeRow, was.row, append(args, w.OutcomeApplied, w.FinishedAt), w.ID); err != nil {
+			return fmt.Errorf("updating workflow %s: %w", w.ID, err)
+		}
+		return nil
+	}
 	return t.execLater(ctx, "updating workflow "+w.ID, updateWorkflowWhole, append(args, w.OutcomeApplied, w.FinishedAt, w.ID)...)
 }
 
@@ -357,7 +364,8 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 const (
 	workflowStepSet = `state = ?, phase = ?, step_index = ?, step_attempt = ?, step_started_at = ?,
 	step_deadline = ?, current_command = ?, boot_epoch = ?, abort_requested = ?, fault_code = ?, error = ?, updated_at = ?`
-	updateWorkflowWhole = `UPDATE workflows SET ` + workflowStepSet + `, outcome_applied = ?, finished_at = ? WHERE id = ?`
+	updateWorkflowWhole    = `UPDATE workflows SET ` + workflowStepSet + `, outcome_applied = ?, finished_at = ? WHERE id = ?`
+	updateWorkflowWholeRow = `UPDATE workflows SET ` + workflowStepSet + `, outcome_applied = ?, finished_at = ? WHERE rowid = ? AND id = ?`
 )
 
 // steppedWorkflow is the row UpdateWorkflow's step update leaves where it found was: w's
