@@ -16,17 +16,23 @@ import (
 // so that, say, an aborted workflow's cleanup (boot.cleanUp on the site agent) takes a moment.
 func startSlow(t *testing.T, st *store.Store, n int, lat time.Duration) (*Harness, []string) {
 	t.Helper()
-	ctx := context.Background()
-	h, err := Start(ctx, st, Config{Latency: lat}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
-	ids, err := h.Enroll(ctx, "e", n)
+	h := startEmpty(t, st, lat)
+	ids, err := h.Enroll(context.Background(), "e", n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h, ids
+}
+
+// startEmpty starts a harness with no node, whose every command takes lat (start: none).
+func startEmpty(t *testing.T, st *store.Store, lat time.Duration) *Harness {
+	t.Helper()
+	h, err := Start(context.Background(), st, Config{Latency: lat}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
 }
 
 func workflowsOf(t *testing.T, st *store.Store, id string) []store.Workflow {
@@ -338,11 +344,7 @@ func TestNoBatchWithoutApprovals(t *testing.T) {
 func TestPolicyRaisedMidChainHoldsTheNextWorkflow(t *testing.T) {
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
+	h := startEmpty(t, st, 0)
 	// The site agent takes nothing: enroll's first workflow waits at its power query.
 	h.Sim.SetFaults(Faults{SitePaused: true})
 	ids, err := h.Enroll(ctx, "e", 1)

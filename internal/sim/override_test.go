@@ -118,11 +118,7 @@ func TestWorkflowsFollowTheStoredProfileOfTheirStart(t *testing.T) {
 	const off = `{"override":{"diag.dcgm":{"args":{"level":"0"}}}}`
 	ctx := context.Background()
 	st := storetest.Open(t, store.SQLite)
-	h, err := Start(ctx, st, Config{}, engine.Config{Poll: 20 * time.Millisecond, AgentGrace: 300 * time.Millisecond}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Stop)
+	h := startEmpty(t, st, 0)
 	sentDCGM := func(prefix string) bool {
 		t.Helper()
 		h.salt++ // another MAC and product UUID than the last node's
