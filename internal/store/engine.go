@@ -323,25 +323,32 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 	w.UpdatedAt = t.at
 	args := workflowStepArgs(w)
+	// SQLite's writer: the node's open workflow as its cache holds it, and the row's rowid when
+	// that is this workflow (0: not known; see updateByRow).
+	rc := t.rows()
+	was, cached := rc.peekWorkflow(w.NodeID)
+	held := cached && was.ok && was.w.ID == w.ID
+	var row int64
+	if held {
+		row = was.row
+	}
 	if t.lc != nil && !w.OutcomeApplied && w.FinishedAt == 0 {
 		// A running workflow's step moves on, its outcome and end as they are stored: SQLite
 		// rewrites the entries of every index over a column an UPDATE sets, changed or not
 		// (workflows_node_open, and workflows_open whose condition names outcome_applied: four
 		// b-tree writes), so this sets neither column while the row still holds these values.
-		rc := t.rows()
-		was, cached := rc.peekWorkflow(w.NodeID)
-		// By its rowid where the cache holds it (updateByRow; the whole update below if that
-		// changed nothing).
+		// By its rowid where the cache holds it (the whole update below if that changed
+		// nothing).
 		q, qArgs := `UPDATE workflows SET `+workflowStepSet+` WHERE id = ? AND NOT outcome_applied AND finished_at = 0`, append(args, w.ID)
-		if cached && was.ok && was.w.ID == w.ID && was.row > 0 {
-			q, qArgs = `UPDATE workflows SET `+workflowStepSet+` WHERE rowid = ? AND id = ? AND NOT outcome_applied AND finished_at = 0`, append(args, was.row, w.ID)
+		if row > 0 {
+			q, qArgs = `UPDATE workflows SET `+workflowStepSet+` WHERE rowid = ? AND id = ? AND NOT outcome_applied AND finished_at = 0`, append(args, row, w.ID)
 		}
 		res, err := t.exec(ctx, q, qArgs...)
 		if err != nil {
 			return fmt.Errorf("updating workflow %s: %w", w.ID, err)
 		}
 		if n, _ := res.RowsAffected(); n > 0 {
-			if cached && was.ok && was.w.ID == w.ID {
+			if held {
 				// Still the node's open workflow, as cached with what the update set.
 				rc.putStepped(was, steppedWorkflow(was.w, w))
 			}
@@ -349,9 +356,8 @@ func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 		}
 		// (stored ended, or outcome applied: the whole update below)
 	}
-	if was, cached := t.rows().peekWorkflow(w.NodeID); cached && was.ok && was.w.ID == w.ID && was.row > 0 {
-		// SQLite's writer, which holds the row: by its rowid (updateByRow).
-		if _, err := t.updateByRow(ctx, updateWorkflowWhole, updateWorkflowWholeRow, was.row, append(args, w.OutcomeApplied, w.FinishedAt), w.ID); err != nil {
+	if row > 0 {
+		if _, err := t.updateByRow(ctx, updateWorkflowWhole, updateWorkflowWholeRow, row, append(args, w.OutcomeApplied, w.FinishedAt), w.ID); err != nil {
 			return fmt.Errorf("updating workflow %s: %w", w.ID, err)
 		}
 		return nil

@@ -208,30 +208,30 @@ func (t *Tx) LockNodeForReconcileAndUpdateCommand(ctx context.Context, id string
 }
 
 func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, was Command) (LockedNode, bool, error) {
-	nodeQ := t.s.bind(`SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
-		FROM nodes WHERE id = ?` + t.forUpdate())
 	var ln LockedNode
 	found, updated := true, false
-	// A node not found is no error of the pipeline: the reads after it are still taken.
-	takeNode := func(r rowScanner) error {
-		var err error
-		ln.Node, err = scanNode(withExtra{r, []any{&ln.Seq}})
-		if errors.Is(err, sql.ErrNoRows) {
-			found = false
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("reading node %q: %w", id, err)
-		}
-		return nil
-	}
-	takeWorkflow := func(r rowScanner) error {
-		var err error
-		ln.Workflow, ln.Open, err = scanOpenWorkflow(r, id)
-		return err
-	}
 	var err error
 	if t.conn != nil {
+		nodeQ := t.s.bind(`SELECT ` + nodeCols + `, COALESCE((SELECT q.seq FROM reconcile_queue q WHERE q.node_id = nodes.id), 0)
+		FROM nodes WHERE id = ?` + t.forUpdate())
+		// A node not found is no error of the pipeline: the reads after it are still taken.
+		takeNode := func(r rowScanner) error {
+			var err error
+			ln.Node, err = scanNode(withExtra{r, []any{&ln.Seq}})
+			if errors.Is(err, sql.ErrNoRows) {
+				found = false
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("reading node %q: %w", id, err)
+			}
+			return nil
+		}
+		takeWorkflow := func(r rowScanner) error {
+			var err error
+			ln.Workflow, ln.Open, err = scanOpenWorkflow(r, id)
+			return err
+		}
 		// Each result is read before the next (pgx reads a batch's results in order).
 		reads := []*batchRead{
 			{q: nodeQ, args: []any{id}, take: func(br pgx.BatchResults) error { return takeNode(br.QueryRow()) }},
@@ -252,10 +252,10 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 		if err == nil && updated {
 			c.UpdatedAt = t.at
 		}
-	} else if rc := t.rows(); rc != nil {
-		// SQLite's writer: the node as LockNode reads it (from the cache first), and its wake
-		// sequence as WakeUpSeq does.
-		if ln.Node, found, err = t.writerNode(ctx, rc, id, ""); err == nil && found {
+	} else {
+		// SQLite's writer: the node as LockNode reads it (from the cache first), its wake
+		// sequence as WakeUpSeq does, and its open workflow as OpenWorkflow does.
+		if ln.Node, found, err = t.writerNode(ctx, t.rows(), id, ""); err == nil && found {
 			t.readNode(ln.Node)
 			ln.Seq, err = t.WakeUpSeq(ctx, id)
 		}
@@ -263,14 +263,6 @@ func (t *Tx) lockNodeForReconcile(ctx context.Context, id string, c *Command, wa
 			ln.Workflow, ln.Open, err = t.OpenWorkflow(ctx, id)
 		}
 		if err == nil && c != nil {
-			updated, err = t.UpdateCommandIf(ctx, c, was)
-		}
-	} else if err = takeNode(t.queryRow(ctx, nodeQ, id)); err == nil {
-		if found && t.lc != nil {
-			t.readNode(ln.Node) // (as LockNode does)
-		}
-		// SQLite: the open workflow as OpenWorkflow reads it (from the writer's cache first).
-		if ln.Workflow, ln.Open, err = t.OpenWorkflow(ctx, id); err == nil && c != nil {
 			updated, err = t.UpdateCommandIf(ctx, c, was)
 		}
 	}
