@@ -103,7 +103,7 @@ func (r *run) buildCommand(wf *store.Workflow, st workflow.Step, kindName string
 			args["userDataRef"], args["userDataSha256"] = n.UserDataRef, n.UserDataSHA256
 		}
 	}
-	b, err := json.Marshal(args)
+	b, err := mapJSON(args)
 	if err != nil {
 		return store.Command{}, fmt.Errorf("encoding arguments of %s: %w", kind.Name, err)
 	}

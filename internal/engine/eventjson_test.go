@@ -29,6 +29,42 @@ func TestEventJSONIsJSONMarshal(t *testing.T) {
 	}
 }
 
+// TestMapJSONFailsAsJSONMarshal: a command's arguments that json.Marshal cannot encode give its
+// error (buildCommand refuses the step), not an empty or partial encoding.
+func TestMapJSONFailsAsJSONMarshal(t *testing.T) {
+	data := map[string]any{"ok": "x", "ch": make(chan int)}
+	_, want := json.Marshal(data)
+	got, err := mapJSON(data)
+	if err == nil || want == nil || err.Error() != want.Error() || got != nil {
+		t.Errorf("mapJSON gave %q, %v; json.Marshal fails with %v", got, err, want)
+	}
+}
+
+// TestStepJSONIsTheStepEventsMap: a step event's data built without a map is what eventJSON
+// (json.Marshal) gives for the map the engine used to build, with and without its command.
+func TestStepJSONIsTheStepEventsMap(t *testing.T) {
+	for _, c := range []struct {
+		workflow, phase string
+		step            int
+		use             string
+		withCommand     bool
+		command, result string
+	}{
+		{"0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", "steps", 3, "power.cycle{action: cycle}", true, "0190a1b2-0000-7000-8000-000000000001", "succeeded"},
+		{"w", "cleanup", 0, "boot.cleanUp", true, "", "succeeded"},
+		{"w", "steps", 12, "management.setBootDevice?noMacs{device: pxe}", false, "", "skipped"},
+		{"<w&>", "a\"b", -1, "use\u2028\xff", true, "c\nd", "succeeded"},
+	} {
+		m := map[string]any{"workflow": c.workflow, "phase": c.phase, "step": c.step, "use": c.use, "result": c.result}
+		if c.withCommand {
+			m["command"] = c.command
+		}
+		if got, want := stepJSON(c.workflow, c.phase, c.step, c.use, c.withCommand, c.command, c.result), eventJSON(m); got != want {
+			t.Errorf("stepJSON %s, the map gives %s", got, want)
+		}
+	}
+}
+
 func FuzzEventJSONIsJSONMarshal(f *testing.F) {
 	f.Add("workflow", "0190a1b2", "step", int64(3), true)
 	f.Add("<x>", "a\"b\\c\u2028\xff", "", int64(-1), false)

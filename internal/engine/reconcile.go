@@ -226,9 +226,14 @@ func provisionNode(n store.Node) provision.Node {
 }
 
 func (r *run) event(kind, from, to, reason string, data map[string]any) error {
-	r.events = append(r.events, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
-		FromState: from, ToState: to, Reason: reason, Data: eventJSON(data)})
+	r.eventJSON(kind, from, to, reason, eventJSON(data))
 	return nil
+}
+
+// eventJSON is event with its data encoded.
+func (r *run) eventJSON(kind, from, to, reason, data string) {
+	r.events = append(r.events, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
+		FromState: from, ToState: to, Reason: reason, Data: data})
 }
 
 // profileSource names the workflow of the node's state, and the definition stored through the
@@ -712,9 +717,7 @@ func lostAnswer(result, field string) (string, error) {
 
 // stepSkipped moves past a step that has nothing to do, recording why.
 func (r *run) stepSkipped(wf *store.Workflow, st workflow.Step, why string) error {
-	if err := r.event("workflow.step", r.n.State, r.n.State, why, map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "result": "skipped"}); err != nil {
-		return err
-	}
+	r.eventJSON("workflow.step", r.n.State, r.n.State, why, stepJSON(wf.ID, wf.Phase, wf.StepIndex, st.String(), false, "", "skipped"))
 	return r.nextStep(wf)
 }
 
@@ -734,9 +737,7 @@ func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) e
 			}
 		}
 	}
-	if err := r.event("workflow.step", r.n.State, r.n.State, "", map[string]any{"workflow": wf.ID, "phase": wf.Phase, "step": wf.StepIndex, "use": st.String(), "command": commandID, "result": "succeeded"}); err != nil {
-		return err
-	}
+	r.eventJSON("workflow.step", r.n.State, r.n.State, "", stepJSON(wf.ID, wf.Phase, wf.StepIndex, st.String(), true, commandID, "succeeded"))
 	return r.nextStep(wf)
 }
 

@@ -15,16 +15,17 @@ import (
 // which the cache's invariant rules out), q runs after it, so what the caller gets is q's
 // result either way.
 func (t *Tx) updateByRow(ctx context.Context, q, qRow string, row int64, args []any, key ...any) (sql.Result, error) {
+	// One slice for both statements' arguments (the second's are a suffix of the first's).
+	all := make([]any, 0, len(args)+1+len(key))
+	all = append(all, args...)
 	if row > 0 && t.lc != nil {
-		n := len(args)
-		res, err := t.exec(ctx, qRow, append(append(args, row), key...)...)
+		res, err := t.exec(ctx, qRow, append(append(all, row), key...)...)
 		if err != nil {
 			return nil, err
 		}
 		if c, _ := res.RowsAffected(); c > 0 {
 			return res, nil
 		}
-		args = args[:n]
 	}
-	return t.exec(ctx, q, append(args, key...)...)
+	return t.exec(ctx, q, append(all, key...)...)
 }

@@ -112,22 +112,24 @@ const (
 // goes from step to step, each with its own deadline, then writes its wake-up row (and the
 // index over due times) once, not at every step.
 func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Duration, seq int64) error {
-	delGuard, set, args := "", setWakeUpQuery, []any(nil)
-	if seq >= 0 {
-		delGuard, set, args = " AND seq = ?", setWakeUpOfSeqQuery, []any{seq}
-	}
-	what := "setting the wake-up of node " + nodeID
+	// (The statements' arguments and what is said on an error are built only for a statement
+	// that runs: the writer's cache makes most calls write nothing.)
+	what := func() string { return "setting the wake-up of node " + nodeID }
 	switch {
 	case again <= 0 && seq == 0:
 		return nil // no row to remove; one that appeared since is owed
+	case again <= 0 && seq > 0:
+		return t.execLater(ctx, what(), `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = '' AND seq = ?`, nodeID, seq)
 	case again <= 0:
-		return t.execLater(ctx, what, `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`+delGuard, append([]any{nodeID}, args...)...)
+		return t.execLater(ctx, what(), `DELETE FROM reconcile_queue WHERE node_id = ? AND leased_by = ''`, nodeID)
 	default:
 		due := t.at + again.Microseconds()
-		q, args := set, append(append([]any{nodeID, due, reason, t.at}, args...), t.at)
 		rc := t.rows()
-		if rc == nil || seq >= 0 {
-			return t.execLater(ctx, what, q, args...)
+		if seq >= 0 {
+			return t.execLater(ctx, what(), setWakeUpOfSeqQuery, nodeID, due, reason, t.at, seq, t.at)
+		}
+		if rc == nil {
+			return t.execLater(ctx, what(), setWakeUpQuery, nodeID, due, reason, t.at, t.at)
 		}
 		// SQLite's writer: what the statement would keep is kept without it. The row is the
 		// cache's, else read (one writer: nothing changes it in between).
@@ -152,9 +154,9 @@ func (t *Tx) SetWakeUp(ctx context.Context, nodeID, reason string, again time.Du
 				return fmt.Errorf("reading the wake-up of node %s: %w", nodeID, err)
 			}
 		}
-		res, err := t.exec(ctx, q, args...)
+		res, err := t.exec(ctx, setWakeUpQuery, nodeID, due, reason, t.at, t.at)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return fmt.Errorf("%s: %w", what(), err)
 		}
 		if n, err := res.RowsAffected(); err == nil && n == 1 {
 			if inserts {
@@ -277,9 +279,9 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 	const q = `INSERT INTO workflows (` + workflowCols + `) VALUES (?, ?, ?, ?, ?, ?, '', '', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	kinds := mustJSON(w.CommandKinds)
 	plan := planDigest(w.Steps, w.Cleanup)
-	args := []any{w.ID, w.NodeID, w.TenantID, w.Profile, w.Owner, w.NodeState, plan, kinds, w.State, w.Phase,
-		w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch, w.AbortRequested, w.FaultCode, w.Error,
-		w.OutcomeApplied, w.CreatedAt, w.UpdatedAt, w.FinishedAt, w.BatchID}
+	args := t.args(&w.ID, &w.NodeID, &w.TenantID, &w.Profile, &w.Owner, &w.NodeState, plan, kinds, &w.State, &w.Phase,
+		&w.StepIndex, &w.StepAttempt, &w.StepStartedAt, &w.StepDeadline, &w.CurrentCommand, &w.BootEpoch, &w.AbortRequested, &w.FaultCode, &w.Error,
+		&w.OutcomeApplied, &w.CreatedAt, &w.UpdatedAt, &w.FinishedAt, &w.BatchID)
 	what := "inserting workflow " + w.Profile + " for node " + w.NodeID
 	if err := t.execLater(ctx, "marking the plan of "+what+" used", touchPlanQuery, t.at, plan, t.at-planTouchEvery); err != nil {
 		return err
@@ -322,7 +324,7 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 // UpdateWorkflow writes a workflow's progress.
 func (t *Tx) UpdateWorkflow(ctx context.Context, w *Workflow) error {
 	w.UpdatedAt = t.at
-	args := workflowStepArgs(w)
+	args := workflowStepArgs(w, 3)
 	// SQLite's writer: the node's open workflow as its cache holds it, and the row's rowid when
 	// that is this workflow (0: not known; see updateByRow).
 	rc := t.rows()
@@ -383,9 +385,11 @@ func steppedWorkflow(was Workflow, w *Workflow) Workflow {
 	return was
 }
 
-func workflowStepArgs(w *Workflow) []any {
-	return []any{w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch,
-		w.AbortRequested, w.FaultCode, w.Error, w.UpdatedAt}
+// (Values, not pointers to w's fields (Tx.args): the engine's run holds the workflow it updates,
+// and pointers to its fields would move every run to the heap.)
+func workflowStepArgs(w *Workflow, extra int) []any {
+	return append(make([]any, 0, 12+extra), w.State, w.Phase, w.StepIndex, w.StepAttempt, w.StepStartedAt, w.StepDeadline, w.CurrentCommand, w.BootEpoch,
+		w.AbortRequested, w.FaultCode, w.Error, w.UpdatedAt)
 }
 
 // openWorkflowQuery reads a node's open workflow (arguments: the node's id, false).
@@ -505,19 +509,19 @@ func (t *Tx) InsertCommand(ctx context.Context, c *Command) error {
 	if c.Args == "" {
 		c.Args = "{}"
 	}
-	what, q := "queueing command "+c.Kind+" for node "+c.NodeID, `INSERT INTO commands (`+commandCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	args := []any{c.ID, c.NodeID, c.TenantID, c.SiteID, c.Kind, c.Subject, c.State, c.Args, c.TargetAgent, c.Attempts, c.Result, c.Error,
-		c.WorkflowID, c.StepIndex, c.RunsOn, c.Destructive, c.Attested, c.Reroutable, int64(c.Generation), c.Deadline,
-		c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.CreatedAt, c.UpdatedAt, c.BatchID}
+	q := `INSERT INTO commands (` + commandCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	args := t.args(&c.ID, &c.NodeID, &c.TenantID, &c.SiteID, &c.Kind, &c.Subject, &c.State, &c.Args, &c.TargetAgent, &c.Attempts, &c.Result, &c.Error,
+		&c.WorkflowID, &c.StepIndex, &c.RunsOn, &c.Destructive, &c.Attested, &c.Reroutable, &c.Generation, &c.Deadline,
+		&c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.CreatedAt, &c.UpdatedAt, &c.BatchID)
 	rc := t.rows()
 	if rc == nil {
-		return t.execLater(ctx, what, q, args...)
+		return t.execLater(ctx, "queueing command "+c.Kind+" for node "+c.NodeID, q, args...)
 	}
 	// SQLite's writer keeps the row it inserted: its agent's claim, acknowledgement and reports
 	// then read it from memory (workflowCache.cmds).
 	res, err := t.exec(ctx, q, args...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("queueing command %s for node %s: %w", c.Kind, c.NodeID, err)
 	}
 	row, err := res.LastInsertId()
 	if err == nil {
@@ -625,10 +629,10 @@ func (t *Tx) ReportCommand(ctx context.Context, c *Command) error {
 	c.UpdatedAt = t.at
 	rc := t.rows()
 	e, known := rc.takeCommand(c.ID)
-	args := []any{c.State, c.TargetAgent, c.Attempts, c.Result, c.Error, c.DeliveredAt, c.FinishedAt, c.Progress, c.ResultSig, c.SignerCert, c.UpdatedAt}
+	args := t.args(&c.State, &c.TargetAgent, &c.Attempts, &c.Result, &c.Error, &c.DeliveredAt, &c.FinishedAt, &c.Progress, &c.ResultSig, &c.SignerCert, &c.UpdatedAt)
 	if known {
 		// (SQLite's writer, which knows the row)
-		if _, err := t.updateByRow(ctx, reportCommand+` WHERE id = ?`, reportCommand+` WHERE rowid = ? AND id = ?`, e.row, args, c.ID); err != nil {
+		if _, err := t.updateByRow(ctx, reportCommand+` WHERE id = ?`, reportCommand+` WHERE rowid = ? AND id = ?`, e.row, args, &c.ID); err != nil {
 			return fmt.Errorf("recording the report on command %s: %w", c.ID, err)
 		}
 	} else if err := t.execLater(ctx, "recording the report on command "+c.ID, reportCommand+` WHERE id = ?`, append(args, c.ID)...); err != nil {
@@ -1481,7 +1485,7 @@ func (t *Tx) InsertJoinToken(ctx context.Context, jt JoinToken) error {
 		}
 	}
 	_, err := t.exec(ctx, `INSERT INTO join_tokens (hash, kind, site_id, node_id, generation, expires_at, created_at, command_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-		jt.Hash, jt.Kind, jt.SiteID, jt.NodeID, int64(jt.Generation), jt.ExpiresAt, t.at, jt.CommandID)
+		t.args(&jt.Hash, &jt.Kind, &jt.SiteID, &jt.NodeID, &jt.Generation, &jt.ExpiresAt, &t.at, &jt.CommandID)...)
 	if err != nil {
 		return fmt.Errorf("storing join token: %w", err)
 	}

@@ -202,7 +202,7 @@ func (t *Tx) PutBootEntry(ctx context.Context, e *BootEntry) error {
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (site_id, node_id) DO UPDATE SET kind = excluded.kind, macs = excluded.macs,
 		local_boot = excluded.local_boot, generation = excluded.generation, command_id = excluded.command_id, agent_id = excluded.agent_id,
 		revision = excluded.revision, updated_at = excluded.updated_at, iso = excluded.iso`,
-		e.SiteID, e.NodeID, e.Kind, mustJSON(macs), e.Local, int64(e.Generation), e.CommandID, e.AgentID, int64(e.Revision), t.at, iso)
+		t.args(&e.SiteID, &e.NodeID, &e.Kind, mustJSON(macs), &e.Local, &e.Generation, &e.CommandID, &e.AgentID, &e.Revision, &t.at, iso)...)
 }
 
 const bootEntryCols = `site_id, node_id, kind, macs, local_boot, generation, command_id, agent_id, revision, updated_at, iso`

@@ -380,13 +380,23 @@ func (st *liteStmt) bind(args []any) error {
 	vals, size, bytes := args, 0, false
 	for i, a := range args {
 		switch x := a.(type) {
-		case nil, int64, float64, int, int32, bool:
+		case nil, int64, float64, int, int32, bool, *int64, *int, *bool, *uint64:
 			continue
 		case string:
 			size, bytes = size+len(x), true
 			continue
 		case []byte:
 			size, bytes = size+len(x), true
+			continue
+		case *string:
+			if x != nil {
+				size, bytes = size+len(*x), true
+			}
+			continue
+		case *[]byte:
+			if x != nil {
+				size, bytes = size+len(*x), true
+			}
 			continue
 		}
 		v, err := liteArg(a)
@@ -417,8 +427,16 @@ func (st *liteStmt) bind(args []any) error {
 		off += len(b)
 		return at
 	}
+	// blob binds b to parameter n (nil: NULL).
+	var n int32
+	blob := func(b []byte) int32 {
+		if b == nil {
+			return sqlite3.Xsqlite3_bind_null(tls, p, n)
+		}
+		return sqlite3.Xsqlite3_bind_blob(tls, p, n, place(b), int32(len(b)), 0)
+	}
 	for i, v := range vals {
-		n := int32(i + 1)
+		n = int32(i + 1)
 		var rc int32
 		switch x := v.(type) {
 		case nil:
@@ -441,11 +459,25 @@ func (st *liteStmt) bind(args []any) error {
 			at := place(unsafe.Slice(unsafe.StringData(x), len(x)))
 			rc = sqlite3.Xsqlite3_bind_text(tls, p, n, at, int32(len(x)), 0)
 		case []byte:
+			rc = blob(x)
+		case *string:
 			if x == nil {
 				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
 			} else {
-				at := place(x)
-				rc = sqlite3.Xsqlite3_bind_blob(tls, p, n, at, int32(len(x)), 0)
+				at := place(unsafe.Slice(unsafe.StringData(*x), len(*x)))
+				rc = sqlite3.Xsqlite3_bind_text(tls, p, n, at, int32(len(*x)), 0)
+			}
+		case *[]byte:
+			if x == nil {
+				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
+			} else {
+				rc = blob(*x)
+			}
+		case *int64, *int, *uint64, *bool:
+			if i, ok := intAt(x); ok {
+				rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, i)
+			} else {
+				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
 			}
 		}
 		if rc != sqlite3.SQLITE_OK {
@@ -453,6 +485,33 @@ func (st *liteStmt) bind(args []any) error {
 		}
 	}
 	return nil
+}
+
+// intAt is the integer a pointer argument points at (a bool as 0 or 1), and false for a nil
+// pointer (bound as NULL, as database/sql binds one). Pure.
+func intAt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case *int64:
+		if x != nil {
+			return *x, true
+		}
+	case *int:
+		if x != nil {
+			return int64(*x), true
+		}
+	case *uint64:
+		if x != nil {
+			return int64(*x), true
+		}
+	case *bool:
+		if x != nil {
+			if *x {
+				return 1, true
+			}
+			return 0, true
+		}
+	}
+	return 0, false
 }
 
 // reserve makes the statement's buffer hold at least size bytes of text and blob arguments,

@@ -62,6 +62,18 @@ func TestLiteBindsAndScansAsDatabaseSQL(t *testing.T) {
 		{"nil bytes are NULL", []byte(nil), "b", func() any { return new(any) }, "<nil>"},
 		{"named bytes", namedBytes("key"), "b", func() any { return new(namedBytes) }, "[107 101 121]"},
 		{"nil", nil, "s", func() any { return new(sql.NullString) }, "{ false}"},
+		// Pointers (Tx.args) are bound as what they point at, a nil one as NULL.
+		{"pointer to string", ptr("node-1"), "s", func() any { return new(string) }, "node-1"},
+		{"pointer to empty string is not NULL", ptr(""), "s", func() any { return new(any) }, ""},
+		{"pointer to int64", ptr(int64(-1) << 40), "i", func() any { return new(int64) }, "-1099511627776"},
+		{"pointer to int", ptr(300), "i", func() any { return new(int) }, "300"},
+		{"pointer to uint64", ptr(uint64(1) << 40), "i", func() any { return new(int64) }, "1099511627776"},
+		{"pointer to bool", ptr(true), "i", func() any { return new(bool) }, "true"},
+		{"pointer to bytes", ptr([]byte{7, 8}), "b", func() any { return new([]byte) }, "[7 8]"},
+		{"pointer to nil bytes is NULL", ptr([]byte(nil)), "b", func() any { return new(any) }, "<nil>"},
+		{"nil pointer to string is NULL", (*string)(nil), "s", func() any { return new(sql.NullString) }, "{ false}"},
+		{"nil pointer to int64 is NULL", (*int64)(nil), "i", func() any { return new(any) }, "<nil>"},
+		{"nil pointer to bytes is NULL", (*[]byte)(nil), "b", func() any { return new(any) }, "<nil>"},
 		{"NULL into string", nil, "s", func() any { return new(string) }, "error: scanning column 0: converting NULL to string"},
 		{"text into int", "x1", "s", func() any { return new(int64) }, "error: scanning column 0: strconv.ParseInt"},
 		{"unsupported argument", struct{}{}, "s", func() any { return new(string) }, "error: running"},
@@ -84,6 +96,50 @@ func TestLiteBindsAndScansAsDatabaseSQL(t *testing.T) {
 				t.Errorf("error %v, want %s", err, tc.want)
 			}
 		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestLiteBindsPointersWithoutAllocating: binding pointers to a row's fields (Tx.args) holds
+// nothing new in an interface and copies nothing but the texts into the statement's buffer.
+func TestLiteBindsPointersWithoutAllocating(t *testing.T) {
+	c := openLiteForTest(t)
+	st, err := c.prepare(`INSERT INTO kv (k, s, i, f, b) VALUES (?, ?, ?, ?, ?)`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, s, i, b := "k", "text", int64(1)<<40, []byte{1, 2}
+	n := 1 << 20
+	args := []any{&k, &s, &i, &n, &b}
+	if err := st.bind(args); err != nil {
+		t.Fatal(err)
+	}
+	if a := testing.AllocsPerRun(100, func() { _ = st.bind(args) }); a != 0 {
+		t.Errorf("binding pointers allocated %v times a statement, want 0", a)
+	}
+}
+
+// TestTxArgsOffTheWriterAreValues: a transaction that is not SQLite's writer's (PostgreSQL's,
+// whose writes may go out later) gets the values the pointers point at when args is called, as
+// the statement would have bound them then; the writer's gets the pointers themselves.
+func TestTxArgsOffTheWriterAreValues(t *testing.T) {
+	s, i, u, b, by := "queued", int64(1)<<40, uint64(7), true, []byte{1}
+	n := 3
+	off := (&Tx{}).args(&s, &i, &n, &u, &b, &by, "as is", int64(5))
+	s, i, n, u, b, by = "changed", 0, 0, 0, false, nil
+	want := []any{"queued", int64(1) << 40, 3, int64(7), true, []byte{1}, "as is", int64(5)}
+	if fmt.Sprint(off) != fmt.Sprint(want) {
+		t.Errorf("args off the writer: %v, want %v", off, want)
+	}
+	for k, v := range off {
+		if fmt.Sprintf("%T", v) != fmt.Sprintf("%T", want[k]) {
+			t.Errorf("argument %d is a %T, want a %T", k, v, want[k])
+		}
+	}
+	on := (&Tx{lc: &liteConn{}}).args(&s, &i)
+	if on[0] != any(&s) || on[1] != any(&i) {
+		t.Errorf("args on the writer: %v, want the pointers", on)
 	}
 }
 

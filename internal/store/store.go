@@ -906,6 +906,44 @@ func (t *Tx) stmtCtx(ctx context.Context) context.Context {
 	return ctx
 }
 
+// args returns a statement's arguments given as pointers to their values (a row's fields).
+// SQLite's writer binds each as it is when the statement runs, at once (liteStmt.bind): no
+// allocation for each value held in an interface, the most numerous of the writer's. Elsewhere
+// the values are taken now: PostgreSQL's writes may go out later (execLater), after the fields
+// changed. A pointer to an unsigned integer gives an int64; anything not a pointer is itself.
+func (t *Tx) args(ptrs ...any) []any {
+	if t.lc != nil {
+		return ptrs
+	}
+	return t.appendArgs(make([]any, 0, len(ptrs)), ptrs...)
+}
+
+// appendArgs appends to dst the arguments given as pointers (see args).
+func (t *Tx) appendArgs(dst []any, ptrs ...any) []any {
+	if t.lc != nil {
+		return append(dst, ptrs...)
+	}
+	for _, p := range ptrs {
+		switch x := p.(type) {
+		case *string:
+			dst = append(dst, *x)
+		case *int64:
+			dst = append(dst, *x)
+		case *int:
+			dst = append(dst, *x)
+		case *uint64:
+			dst = append(dst, int64(*x))
+		case *bool:
+			dst = append(dst, *x)
+		case *[]byte:
+			dst = append(dst, *x)
+		default:
+			dst = append(dst, p)
+		}
+	}
+	return dst
+}
+
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = t.stmtCtx(ctx)
 	q = t.s.bind(q)

@@ -59,7 +59,7 @@ func BenchmarkUpdateWorkflow(b *testing.B) {
 		w := wfs[(i*7919)%n]
 		w.StepIndex = i
 		if whole {
-			_, err := tx.exec(ctx, updateWorkflowWhole, append(workflowStepArgs(&w), w.OutcomeApplied, w.FinishedAt, w.ID)...)
+			_, err := tx.exec(ctx, updateWorkflowWhole, append(workflowStepArgs(&w, 0), w.OutcomeApplied, w.FinishedAt, w.ID)...)
 			return err
 		}
 		return tx.UpdateWorkflow(ctx, &w)
