@@ -58,3 +58,26 @@ func TestWALRestartsWithoutWaitingWhenNoReaderIsInIt(t *testing.T) {
 		t.Errorf("%d of %d restarts waited for readers; no reader was in the WAL", st.WALRestartsWaited, st.WALRestarts)
 	}
 }
+
+// TestWALSizeLookedAtEveryFewMilliseconds: under its limit the WAL file's size is read at most
+// every walLookEvery; over it, before every group (and at the first group, and if the clock
+// went back).
+func TestWALSizeLookedAtEveryFewMilliseconds(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, c := range []struct {
+		name string
+		w    walBound
+		now  time.Time
+		want bool
+	}{
+		{"never looked", walBound{}, t0, true},
+		{"looked just now, under", walBound{looked: t0}, t0.Add(time.Millisecond), false},
+		{"looked a while ago, under", walBound{looked: t0}, t0.Add(walLookEvery), true},
+		{"over: every group", walBound{over: true, looked: t0}, t0.Add(time.Millisecond), true},
+		{"the clock went back", walBound{looked: t0}, t0.Add(-time.Second), true},
+	} {
+		if got := c.w.look(c.now); got != c.want {
+			t.Errorf("%s: look %v, want %v", c.name, got, c.want)
+		}
+	}
+}
