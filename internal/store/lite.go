@@ -376,7 +376,8 @@ func (st *liteStmt) bind(args []any) error {
 		return fmt.Errorf("%d arguments for %d parameters", len(args), st.params)
 	}
 	// The arguments as bound: args itself unless one needs converting (a named type, a
-	// driver.Valuer), which vals then holds.
+	// driver.Valuer), which vals then holds. A pointer to a string, bytes, an integer or a
+	// boolean (Tx.args) is bound as what it points at now, a nil one as NULL.
 	vals, size, bytes := args, 0, false
 	for i, a := range args {
 		switch x := a.(type) {

@@ -137,6 +137,9 @@ func TestTxArgsOffTheWriterAreValues(t *testing.T) {
 			t.Errorf("argument %d is a %T, want a %T", k, v, want[k])
 		}
 	}
+	if nils := (&Tx{}).args((*string)(nil), (*[]byte)(nil)); nils[0] != nil || nils[1] != nil {
+		t.Errorf("nil pointers off the writer: %v, want NULLs", nils)
+	}
 	on := (&Tx{lc: &liteConn{}}).args(&s, &i)
 	if on[0] != any(&s) || on[1] != any(&i) {
 		t.Errorf("args on the writer: %v, want the pointers", on)

@@ -924,22 +924,36 @@ func (t *Tx) appendArgs(dst []any, ptrs ...any) []any {
 		return append(dst, ptrs...)
 	}
 	for _, p := range ptrs {
+		var v any // (a nil pointer: NULL, as the writer binds it)
 		switch x := p.(type) {
 		case *string:
-			dst = append(dst, *x)
+			if x != nil {
+				v = *x
+			}
 		case *int64:
-			dst = append(dst, *x)
+			if x != nil {
+				v = *x
+			}
 		case *int:
-			dst = append(dst, *x)
+			if x != nil {
+				v = *x
+			}
 		case *uint64:
-			dst = append(dst, int64(*x))
+			if x != nil {
+				v = int64(*x)
+			}
 		case *bool:
-			dst = append(dst, *x)
+			if x != nil {
+				v = *x
+			}
 		case *[]byte:
-			dst = append(dst, *x)
+			if x != nil {
+				v = *x
+			}
 		default:
-			dst = append(dst, p)
+			v = p
 		}
+		dst = append(dst, v)
 	}
 	return dst
 }
