@@ -354,7 +354,7 @@ func (s *Store) resolveNode(ctx context.Context, ref, tenantID string, row func(
 func (t *Tx) UpdateNode(ctx context.Context, n *Node) error {
 	q := nodeUpdate
 	conds := labelsJSON(n.Conditions)
-	// (Values, not pointers to n's fields (Args): the engine's run holds the node it updates,
+	// (Values, not pointers to n's fields (Tx.args): the engine's run holds the node it updates,
 	// and pointers to its fields would move every run to the heap.)
 	args := make([]any, 0, 26)
 	args = append(args, n.TargetState, n.ChainVerb, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance, n.MaintenanceReason,
