@@ -1419,6 +1419,9 @@ func (t *Tx) SetProductUUID(ctx context.Context, nodeID, uuid string) error {
 
 // SetPower records the power axis.
 func (t *Tx) SetPower(ctx context.Context, nodeID, power string) error {
+	if t.rows().nodeHolds(nodeID, nodePowerText, power) {
+		return nil // (the row, as the writer's cache holds it, has that power: nothing to change)
+	}
 	return t.onNode(nodeID, func(n Node) Node { n.Power = power; return n }, func(row int64) error {
 		if row == 0 {
 			return t.execLater(ctx, "recording the power of node "+nodeID, `UPDATE nodes SET power = ? WHERE id = ?`, power, nodeID)

@@ -49,6 +49,9 @@ func nodeTexts(n *Node, x *nodeTextCols) [nodeTextCount]*string {
 		&n.UserDataSHA256, &x.drivers, &x.labels, &x.macs, &x.conds}
 }
 
+// nodePowerText is the power's place in nodeTexts.
+const nodePowerText = 12
+
 // nodeNums are pointers to n's numbers (its identity generation and version as x holds them).
 func nodeNums(n *Node, x *nodeTextCols) [nodeNumCount]*int64 {
 	return [nodeNumCount]*int64{&n.LingerUntil, &n.CreatedAt, &n.UpdatedAt, &n.UserDataSize, &x.gen, &x.ver}
@@ -165,6 +168,17 @@ func (rc *workflowCache) node(id string) (Node, bool) {
 	}
 	rc.nodeHits.Add(1)
 	return n, true
+}
+
+// nodeHolds says whether the cache holds node id's row with text column col (its place in
+// nodeTexts, not the id's) equal to v: a statement that would set it to v changes nothing.
+func (rc *workflowCache) nodeHolds(id string, col int, v string) bool {
+	if rc == nil || col < 1 || col >= nodeTextCount {
+		return false
+	}
+	rc.apply()
+	e, ok := rc.nodes.get(id)
+	return ok && e.text[e.ends[col-1]:e.ends[col]] == v
 }
 
 // putNode caches n, with its JSON columns x, as the row at rowid row: as a statement of the

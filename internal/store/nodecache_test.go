@@ -257,6 +257,56 @@ func TestWriterReadsACachedNodeWithoutAStatement(t *testing.T) {
 	}
 }
 
+// A power the node already has, as the writer's cache holds its row, runs no statement; another
+// does, and lands; a node the cache does not hold runs the statement whatever its power.
+func TestSetPowerTheNodeHasRunsNoStatement(t *testing.T) {
+	var n Node
+	var x nodeTextCols
+	if nodeTexts(&n, &x)[nodePowerText] != &n.Power {
+		t.Fatal("nodePowerText is not the power's place in nodeTexts")
+	}
+	ctx := context.Background()
+	s, node := openWithNode(t)
+	if err := s.Write(ctx, func(tx *Tx) error {
+		power := func() string {
+			var p string
+			if err := tx.queryRow(ctx, `SELECT power FROM nodes WHERE id = ?`, node.ID).Scan(&p); err != nil {
+				t.Error(err)
+			}
+			return p
+		}
+		for _, c := range []struct {
+			name     string
+			power    string
+			uncached bool
+			ran      bool
+		}{
+			{"the power it has", node.Power, false, false},
+			{"another power", "on", false, true},
+			{"that power again", "on", false, false},
+			{"the power it has, not cached", "on", true, true},
+			{"back", "off", false, true},
+		} {
+			if c.uncached {
+				tx.rows().takeNode(node.ID)
+			}
+			before := s.WriterStats().Statements
+			if err := tx.SetPower(ctx, node.ID, c.power); err != nil {
+				return err
+			}
+			if ran := s.WriterStats().Statements - before; (ran > 0) != c.ran {
+				t.Errorf("%s: %d statements ran, want some: %v", c.name, ran, c.ran)
+			}
+			if got := power(); got != c.power {
+				t.Errorf("%s: the row's power is %q, want %q", c.name, got, c.power)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // BenchmarkWriterNodeRead: reads of nodes by id in SQLite's writer among 10 000 nodes, in no
 // order, 100 a write: from the writer's cache (cached=true) and from their rows (the entry
 // dropped before each read). It reports the writer thread's CPU per read.
