@@ -61,6 +61,14 @@ func (s *Store) ApprovalPolicies(ctx context.Context) ([]ApprovalPolicy, error) 
 func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int, error) {
 	// Three lookups by key: with scope IN (…) SQLite built a table of the three scopes at each
 	// run to search the key with.
+	// SQLite's writer keeps what it read until a statement changes the policies.
+	rc, key := t.rows(), [2]string{siteID, poolID}
+	if rc != nil {
+		rc.apply()
+		if n, ok := rc.required[key]; ok {
+			return n, nil
+		}
+	}
 	var n int
 	err := t.queryRow(ctx, `SELECT COALESCE(MAX(required), 0) FROM (
 		SELECT required FROM approval_policies WHERE scope = 'installation'
@@ -69,6 +77,12 @@ func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int,
 		ApprovalScope("site", siteID), ApprovalScope("pool", poolID)).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("reading approvals policy: %w", err)
+	}
+	if rc != nil {
+		if len(rc.required) >= maxCachedSettings {
+			clear(rc.required)
+		}
+		rc.required[key] = n
 	}
 	return n, nil
 }
@@ -424,15 +438,27 @@ func (t *Tx) HasApproval(ctx context.Context, id, approver string) (bool, error)
 
 // AnyApprovalPolicy reports whether any scope requires approvals (the queue's fast path).
 func (t *Tx) AnyApprovalPolicy(ctx context.Context) (bool, error) {
+	// SQLite's writer keeps what it read until a statement changes the policies.
+	rc := t.rows()
+	if rc != nil {
+		rc.apply()
+		if rc.anyPolicy != 0 {
+			return rc.anyPolicy == 2, nil
+		}
+	}
 	var one int
 	err := t.queryRow(ctx, `SELECT 1 FROM approval_policies WHERE required > 0 LIMIT 1`).Scan(&one)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return false, fmt.Errorf("reading approvals policies: %w", err)
 	}
-	return true, nil
+	some := err == nil
+	if rc != nil {
+		rc.anyPolicy = 1
+		if some {
+			rc.anyPolicy = 2
+		}
+	}
+	return some, nil
 }
 
 // BulkMove is one move applied to many nodes that were read in the same state (a bulk verb):

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -352,6 +353,14 @@ func (s *Store) Pool(ctx context.Context, ref string) (Pool, error) {
 
 // Pool reads a pool inside a transaction.
 func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
+	// SQLite's writer keeps the pools it read until a statement changes the table.
+	rc := t.rows()
+	if rc != nil {
+		rc.apply()
+		if p, ok := rc.pools[ref]; ok {
+			return p.clone(), nil
+		}
+	}
 	p, err := scanPool(t.queryRow(ctx, `SELECT `+poolCols+` FROM pools WHERE id = ? OR name = ?`, ref, ref))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Pool{}, fmt.Errorf("pool %q: %w", ref, ErrNotFound)
@@ -359,7 +368,21 @@ func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
 	if err != nil {
 		return Pool{}, fmt.Errorf("reading pool %q: %w", ref, err)
 	}
+	if rc != nil {
+		if len(rc.pools) >= maxCachedSettings {
+			clear(rc.pools)
+		}
+		rc.pools[ref] = p.clone()
+	}
 	return p, nil
+}
+
+// clone is p with maps of its own.
+func (p Pool) clone() Pool {
+	q := p
+	q.Policy.Labels, q.Policy.FirmwareBaseline = maps.Clone(p.Policy.Labels), maps.Clone(p.Policy.FirmwareBaseline)
+	q.Policy.FirmwareImages, q.Policy.BIOSSettings = maps.Clone(p.Policy.FirmwareImages), maps.Clone(p.Policy.BIOSSettings)
+	return q
 }
 
 func (s *Store) Pools(ctx context.Context, tenantID, siteID string) ([]Pool, error) {

@@ -63,6 +63,13 @@ type workflowCache struct {
 	cmds rowEntries[*cachedCommand]
 	// nodes: nodes' rows as the writer read or changed them, by id (cachedNode).
 	nodes rowEntries[*cachedNode]
+	// pools as the writer read them, by the id or name read (Tx.Pool); required the approvals
+	// required by scope (Tx.RequiredApprovals, by site and pool); anyPolicy whether any policy
+	// requires one (Tx.AnyApprovalPolicy: 0 not known, 1 none, 2 some). A change to either
+	// table (the hook) empties what was read of it.
+	pools     map[string]Pool
+	required  map[[2]string]int
+	anyPolicy int8
 	// changes is C memory the pre-update hook writes to (see logCount and the others); version
 	// the database's data version the writer's last transaction left (see began).
 	changes      uintptr
@@ -112,7 +119,12 @@ const (
 	tagWakeRow     = 4 // a wake-up row's rowid, inserted, changed or deleted
 	tagCommandRow  = 5 // a command's rowid, changed or deleted
 	tagNodeRow     = 6 // a node's rowid, changed or deleted
+	tagPools       = 7 // a pool inserted, changed or deleted (no rowid)
+	tagPolicies    = 8 // an approvals policy inserted, changed or deleted (no rowid)
 )
+
+// maxCachedSettings bounds the pools and approvals policies the cache holds (emptied past it).
+const maxCachedSettings = 1024
 
 func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	p := libc.Xcalloc(tls, 1, logSize)
@@ -122,7 +134,8 @@ func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	*(*int32)(at(p + logWfCol)) = wfCol
 	copy(unsafe.Slice((*byte)(at(p+logMain)), 5), "main\x00")
 	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, wakes: newRowEntries[cachedWake](),
-		cmds: newRowEntries[*cachedCommand](), nodes: newRowEntries[*cachedNode](), changes: p}
+		cmds: newRowEntries[*cachedCommand](), nodes: newRowEntries[*cachedNode](), pools: map[string]Pool{}, required: map[[2]string]int{},
+		changes: p}
 }
 
 func (rc *workflowCache) free(tls *libc.TLS) {
@@ -172,6 +185,10 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 		if op != sqlite3.SQLITE_INSERT {
 			logRow(log, tagNodeRow, oldRow)
 		}
+	case cStringIs(zTab, "pools"):
+		logRow(log, tagPools, 0)
+	case cStringIs(zTab, "approval_policies"):
+		logRow(log, tagPolicies, 0)
 	case cStringIs(zTab, "reconcile_queue"):
 		// (The rowid alone: reading a column here copies the row, in memory SQLite allocates
 		// for the call.)
@@ -242,6 +259,11 @@ func (rc *workflowCache) apply() {
 				rc.cmds.dropRow(row)
 			case tagNodeRow:
 				rc.nodes.dropRow(row)
+			case tagPools:
+				clear(rc.pools)
+			case tagPolicies:
+				clear(rc.required)
+				rc.anyPolicy = 0
 			}
 		}
 	}
@@ -284,6 +306,9 @@ func (rc *workflowCache) clearMaps() {
 	rc.wakes.clear()
 	rc.cmds.clear()
 	rc.nodes.clear()
+	clear(rc.pools)
+	clear(rc.required)
+	rc.anyPolicy = 0
 }
 
 // ran takes what statement q changed; a rollback (of the transaction, or to a savepoint)
