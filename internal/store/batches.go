@@ -62,12 +62,9 @@ func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int,
 	// Three lookups by key: with scope IN (…) SQLite built a table of the three scopes at each
 	// run to search the key with.
 	// SQLite's writer keeps what it read until a statement changes the policies.
-	rc, key := t.rows(), [2]string{siteID, poolID}
-	if rc != nil {
-		rc.apply()
-		if n, ok := rc.required[key]; ok {
-			return n, nil
-		}
+	rc, key := t.rows(), siteID+"\x00"+poolID
+	if v, ok := rc.memo(memoPolicies, key); ok {
+		return v.(int), nil
 	}
 	var n int
 	err := t.queryRow(ctx, `SELECT COALESCE(MAX(required), 0) FROM (
@@ -78,12 +75,7 @@ func (t *Tx) RequiredApprovals(ctx context.Context, siteID, poolID string) (int,
 	if err != nil {
 		return 0, fmt.Errorf("reading approvals policy: %w", err)
 	}
-	if rc != nil {
-		if len(rc.required) >= maxCachedSettings {
-			clear(rc.required)
-		}
-		rc.required[key] = n
-	}
+	rc.remember(memoPolicies, key, n)
 	return n, nil
 }
 
@@ -440,11 +432,8 @@ func (t *Tx) HasApproval(ctx context.Context, id, approver string) (bool, error)
 func (t *Tx) AnyApprovalPolicy(ctx context.Context) (bool, error) {
 	// SQLite's writer keeps what it read until a statement changes the policies.
 	rc := t.rows()
-	if rc != nil {
-		rc.apply()
-		if rc.anyPolicy != 0 {
-			return rc.anyPolicy == 2, nil
-		}
+	if v, ok := rc.memo(memoPolicies, ""); ok { // (a site and pool key holds a NUL)
+		return v.(bool), nil
 	}
 	var one int
 	err := t.queryRow(ctx, `SELECT 1 FROM approval_policies WHERE required > 0 LIMIT 1`).Scan(&one)
@@ -452,12 +441,7 @@ func (t *Tx) AnyApprovalPolicy(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("reading approvals policies: %w", err)
 	}
 	some := err == nil
-	if rc != nil {
-		rc.anyPolicy = 1
-		if some {
-			rc.anyPolicy = 2
-		}
-	}
+	rc.remember(memoPolicies, "", some)
 	return some, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"bcd/internal/catalog"
 )
@@ -88,17 +89,35 @@ func (s *Store) Images(ctx context.Context) ([]catalog.Image, error) {
 // VerifiedImage (in a transaction) returns a catalog image only when its signature still
 // verifies.
 func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, error) {
-	img, err := scanImage(t.queryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = ?`, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return catalog.Image{}, fmt.Errorf("image %q: %w", name, ErrNotFound)
+	// SQLite's writer keeps the image's row and its signer's rows as read until a statement
+	// changes their table (a revoked signer is read again); the signature is checked each time.
+	rc := t.rows()
+	var img catalog.Image
+	if v, ok := rc.memo(memoImages, name); ok {
+		img = v.(catalog.Image)
+		img.Signature = slices.Clone(img.Signature)
+	} else {
+		var err error
+		img, err = scanImage(t.queryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = ?`, name))
+		if errors.Is(err, sql.ErrNoRows) {
+			return catalog.Image{}, fmt.Errorf("image %q: %w", name, ErrNotFound)
+		}
+		if err != nil {
+			return catalog.Image{}, err
+		}
+		kept := img
+		kept.Signature = slices.Clone(img.Signature)
+		rc.remember(memoImages, name, kept)
 	}
-	if err != nil {
-		return catalog.Image{}, err
-	}
-	rows, err := t.query(ctx, `SELECT name, public_key, revoked_at FROM signers WHERE name = ?`, img.Signer)
-	signers, err := collect(rows, err, "signers", scanSigner)
-	if err != nil {
-		return catalog.Image{}, err
+	var signers []catalog.Signer
+	if v, ok := rc.memo(memoSigners, img.Signer); ok {
+		signers = slices.Clone(v.([]catalog.Signer))
+	} else {
+		rows, err := t.query(ctx, `SELECT name, public_key, revoked_at FROM signers WHERE name = ?`, img.Signer)
+		if signers, err = collect(rows, err, "signers", scanSigner); err != nil {
+			return catalog.Image{}, err
+		}
+		rc.remember(memoSigners, img.Signer, slices.Clone(signers))
 	}
 	if err := catalog.VerifyRemembering(img, signers, t.s.imageSigs); err != nil {
 		return catalog.Image{}, err

@@ -2038,13 +2038,28 @@ func (s *Store) Profiles(ctx context.Context) (map[string]string, error) {
 
 // Profile reads one operator-defined profile inside a transaction.
 func (t *Tx) Profile(ctx context.Context, name string) (string, bool, error) {
+	// SQLite's writer keeps what it read (a definition, or none) until a statement changes the
+	// table.
+	rc := t.rows()
+	if v, ok := rc.memo(memoDeployProfiles, name); ok {
+		d := v.(storedProfile)
+		return d.definition, d.ok, nil
+	}
 	var d string
 	err := t.queryRow(ctx, `SELECT definition FROM deploy_profiles WHERE name = ?`, name).Scan(&d)
 	if errors.Is(err, sql.ErrNoRows) {
+		rc.remember(memoDeployProfiles, name, storedProfile{})
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("reading profile %s: %w", name, err)
 	}
+	rc.remember(memoDeployProfiles, name, storedProfile{d, true})
 	return d, true, nil
+}
+
+// storedProfile is what Tx.Profile read: the definition, or ok false for none.
+type storedProfile struct {
+	definition string
+	ok         bool
 }

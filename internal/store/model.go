@@ -355,11 +355,8 @@ func (s *Store) Pool(ctx context.Context, ref string) (Pool, error) {
 func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
 	// SQLite's writer keeps the pools it read until a statement changes the table.
 	rc := t.rows()
-	if rc != nil {
-		rc.apply()
-		if p, ok := rc.pools[ref]; ok {
-			return p.clone(), nil
-		}
+	if v, ok := rc.memo(memoPools, ref); ok {
+		return v.(Pool).clone(), nil
 	}
 	p, err := scanPool(t.queryRow(ctx, `SELECT `+poolCols+` FROM pools WHERE id = ? OR name = ?`, ref, ref))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -368,12 +365,7 @@ func (t *Tx) Pool(ctx context.Context, ref string) (Pool, error) {
 	if err != nil {
 		return Pool{}, fmt.Errorf("reading pool %q: %w", ref, err)
 	}
-	if rc != nil {
-		if len(rc.pools) >= maxCachedSettings {
-			clear(rc.pools)
-		}
-		rc.pools[ref] = p.clone()
-	}
+	rc.remember(memoPools, ref, p.clone())
 	return p, nil
 }
 
@@ -416,6 +408,13 @@ func scanProfile(r interface{ Scan(...any) error }) (HardwareProfile, error) {
 }
 
 func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile, error) {
+	// SQLite's writer keeps the profiles it read until a statement changes the table.
+	rc := t.rows()
+	if v, ok := rc.memo(memoHardwareProfiles, name); ok {
+		hp := v.(HardwareProfile)
+		hp.Drivers = maps.Clone(hp.Drivers)
+		return hp, nil
+	}
 	hp, err := scanProfile(t.queryRow(ctx, `SELECT name, drivers, local_boot FROM hardware_profiles WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
 		return HardwareProfile{}, fmt.Errorf("hardware profile %q: %w", name, ErrNotFound)
@@ -423,6 +422,9 @@ func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile,
 	if err != nil {
 		return HardwareProfile{}, fmt.Errorf("reading hardware profile %q: %w", name, err)
 	}
+	kept := hp
+	kept.Drivers = maps.Clone(hp.Drivers)
+	rc.remember(memoHardwareProfiles, name, kept)
 	return hp, nil
 }
 

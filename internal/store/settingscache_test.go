@@ -2,9 +2,14 @@ package store
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+
+	"bcd/internal/catalog"
 )
 
 // SQLite's writer keeps the pools and approvals policies it read: read again they run no
@@ -104,6 +109,125 @@ func TestWriterKeepsPoolsAndPoliciesUntilTheyChange(t *testing.T) {
 		}
 		if err := s.Write(ctx, func(tx *Tx) error { return check(tx, step.name+" (after)", step.rack, step.any, step.required) }); err != nil {
 			t.Fatalf("%s: %v", step.name, err)
+		}
+	}
+}
+
+// SQLite's writer keeps the images, signers, deploy profiles and hardware profiles it read: read
+// again they run no statement, and a change to the table is read at once: a signer revoked
+// refuses its image in the same write, a profile changed or removed is read as it is.
+func TestWriterKeepsCatalogRowsUntilTheyChange(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := catalog.Image{Name: "img", URL: "http://127.0.0.1/img.raw", Size: 1, Format: "raw", Compression: "none", SHA256: strings.Repeat("ab", 32), Signer: "s"}
+	img.Signature = catalog.Sign(img, key)
+	// twice runs read twice, the second running no statement. A read that finds what it should
+	// not is an error of the test at once, not of the write: the writer would run a write that
+	// failed again, with its cache emptied, and a stale read would pass the second time.
+	twice := func(tx *Tx, step string, read func() error) error {
+		for i := range 2 {
+			before := s.WriterStats().Statements
+			if err := read(); err != nil {
+				t.Errorf("%s (read %d): %v", step, i+1, err)
+			}
+			if ran := s.WriterStats().Statements - before; i == 1 && ran != 0 {
+				t.Errorf("%s: read again, %d statements ran, want 0", step, ran)
+			}
+		}
+		return nil
+	}
+	steps := []struct {
+		name  string
+		write func(tx *Tx) error
+		read  func(tx *Tx) error
+	}{
+		{"an image signed by a signer", func(tx *Tx) error {
+			if err := tx.PutSigner(ctx, "s", pub); err != nil {
+				return err
+			}
+			return tx.PutImage(ctx, img)
+		}, func(tx *Tx) error {
+			got, err := tx.VerifiedImage(ctx, "img")
+			if err == nil && got.SHA256 != img.SHA256 {
+				err = fmt.Errorf("read %+v", got)
+			}
+			return err
+		}},
+		{"the image replaced", func(tx *Tx) error {
+			img.SHA256 = strings.Repeat("cd", 32)
+			img.Signature = catalog.Sign(img, key)
+			return tx.PutImage(ctx, img)
+		}, func(tx *Tx) error {
+			got, err := tx.VerifiedImage(ctx, "img")
+			if err == nil && got.SHA256 != img.SHA256 {
+				err = fmt.Errorf("read %+v", got)
+			}
+			return err
+		}},
+		{"its signer revoked", func(tx *Tx) error { return tx.RevokeSigner(ctx, "s") }, func(tx *Tx) error {
+			if _, err := tx.VerifiedImage(ctx, "img"); err == nil {
+				return errors.New("the image of a revoked signer verified")
+			}
+			return nil
+		}},
+		{"a deploy profile", func(tx *Tx) error { return tx.PutProfile(ctx, "p", `{"steps":["a"]}`) }, func(tx *Tx) error {
+			d, ok, err := tx.Profile(ctx, "p")
+			if err == nil && (!ok || d != `{"steps":["a"]}`) {
+				err = fmt.Errorf("read %q %v", d, ok)
+			}
+			return err
+		}},
+		{"changed", func(tx *Tx) error { return tx.PutProfile(ctx, "p", `{"steps":["b"]}`) }, func(tx *Tx) error {
+			d, ok, err := tx.Profile(ctx, "p")
+			if err == nil && (!ok || d != `{"steps":["b"]}`) {
+				err = fmt.Errorf("read %q %v", d, ok)
+			}
+			return err
+		}},
+		{"removed", func(tx *Tx) error { return tx.DeleteProfile(ctx, "p") }, func(tx *Tx) error {
+			if _, ok, err := tx.Profile(ctx, "p"); err != nil || ok {
+				return fmt.Errorf("a removed profile read: %v %v", ok, err)
+			}
+			return nil
+		}},
+		{"a hardware profile", func(tx *Tx) error {
+			return tx.PutHardwareProfile(ctx, HardwareProfile{Name: "h", Drivers: map[string]string{"power": "redfish"}})
+		}, func(tx *Tx) error {
+			hp, err := tx.HardwareProfile(ctx, "h")
+			if err == nil && hp.Drivers["power"] != "redfish" {
+				err = fmt.Errorf("read %+v", hp)
+			}
+			if err == nil {
+				hp.Drivers["power"] = "changed by the caller" // (must not reach the next read)
+			}
+			return err
+		}},
+		{"its drivers changed", func(tx *Tx) error {
+			return tx.PutHardwareProfile(ctx, HardwareProfile{Name: "h", Drivers: map[string]string{"power": "ipmi"}})
+		}, func(tx *Tx) error {
+			hp, err := tx.HardwareProfile(ctx, "h")
+			if err == nil && hp.Drivers["power"] != "ipmi" {
+				err = fmt.Errorf("read %+v", hp)
+			}
+			return err
+		}},
+	}
+	for _, step := range steps {
+		for _, where := range []string{"in the write", "after it"} {
+			if err := s.Write(ctx, func(tx *Tx) error {
+				if where == "in the write" {
+					if err := step.write(tx); err != nil {
+						return err
+					}
+				}
+				return twice(tx, step.name+" ("+where+")", func() error { return step.read(tx) })
+			}); err != nil {
+				t.Fatalf("%s (%s): %v", step.name, where, err)
+			}
 		}
 	}
 }

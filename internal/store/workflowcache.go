@@ -63,13 +63,10 @@ type workflowCache struct {
 	cmds rowEntries[*cachedCommand]
 	// nodes: nodes' rows as the writer read or changed them, by id (cachedNode).
 	nodes rowEntries[*cachedNode]
-	// pools as the writer read them, by the id or name read (Tx.Pool); required the approvals
-	// required by scope (Tx.RequiredApprovals, by site and pool); anyPolicy whether any policy
-	// requires one (Tx.AnyApprovalPolicy: 0 not known, 1 none, 2 some). A change to either
-	// table (the hook) empties what was read of it.
-	pools     map[string]Pool
-	required  map[[2]string]int
-	anyPolicy int8
+	// settings: what the writer read of small tables that rarely change (memoTables), by
+	// table and the key it was read by; a change to a table (the hook) empties what was read
+	// of it (memo, remember).
+	settings [memoCount]map[string]any
 	// changes is C memory the pre-update hook writes to (see logCount and the others); version
 	// the database's data version the writer's last transaction left (see began).
 	changes      uintptr
@@ -119,12 +116,52 @@ const (
 	tagWakeRow     = 4 // a wake-up row's rowid, inserted, changed or deleted
 	tagCommandRow  = 5 // a command's rowid, changed or deleted
 	tagNodeRow     = 6 // a node's rowid, changed or deleted
-	tagPools       = 7 // a pool inserted, changed or deleted (no rowid)
-	tagPolicies    = 8 // an approvals policy inserted, changed or deleted (no rowid)
+	tagMemo        = 7 // a row of a memoTables table inserted, changed or deleted (its index as the rowid)
 )
 
-// maxCachedSettings bounds the pools and approvals policies the cache holds (emptied past it).
-const maxCachedSettings = 1024
+// A table of settings whose rows the writer keeps as read (workflowCache.settings).
+type memoTable int
+
+const (
+	memoPools            memoTable = iota // Tx.Pool: by the id or name read
+	memoPolicies                          // Tx.AnyApprovalPolicy, Tx.RequiredApprovals
+	memoImages                            // Tx.VerifiedImage: the image's row, by name
+	memoSigners                           // Tx.VerifiedImage: the signer's rows, by name
+	memoDeployProfiles                    // Tx.Profile: a definition or none, by name
+	memoHardwareProfiles                  // Tx.HardwareProfile: by name
+	memoCount
+)
+
+// memoTables are the tables' names, by memoTable.
+var memoTables = [memoCount]string{"pools", "approval_policies", "images", "signers", "deploy_profiles", "hardware_profiles"}
+
+// maxMemoKeys bounds what the writer keeps of one such table (emptied past it).
+const maxMemoKeys = 1024
+
+// memo returns what the writer read of table by key, if it holds it (rc nil: never). A value
+// holding maps is the caller's to copy.
+func (rc *workflowCache) memo(table memoTable, key string) (any, bool) {
+	if rc == nil {
+		return nil, false
+	}
+	rc.apply()
+	v, ok := rc.settings[table][key]
+	return v, ok
+}
+
+// remember keeps v, what the writer just read of table by key (rc nil: nothing).
+func (rc *workflowCache) remember(table memoTable, key string, v any) {
+	if rc == nil {
+		return
+	}
+	rc.apply()
+	m := rc.settings[table]
+	if m == nil || len(m) >= maxMemoKeys {
+		m = map[string]any{}
+		rc.settings[table] = m
+	}
+	m[key] = v
+}
 
 func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	p := libc.Xcalloc(tls, 1, logSize)
@@ -134,8 +171,7 @@ func newWorkflowCache(tls *libc.TLS, wfCol int32) *workflowCache {
 	*(*int32)(at(p + logWfCol)) = wfCol
 	copy(unsafe.Slice((*byte)(at(p+logMain)), 5), "main\x00")
 	return &workflowCache{open: map[string]cachedWorkflow{}, wfNodes: map[int64]string{}, wakes: newRowEntries[cachedWake](),
-		cmds: newRowEntries[*cachedCommand](), nodes: newRowEntries[*cachedNode](), pools: map[string]Pool{}, required: map[[2]string]int{},
-		changes: p}
+		cmds: newRowEntries[*cachedCommand](), nodes: newRowEntries[*cachedNode](), changes: p}
 }
 
 func (rc *workflowCache) free(tls *libc.TLS) {
@@ -151,8 +187,8 @@ func cFunc[T any](f T) uintptr { return *(*uintptr)(unsafe.Pointer(&struct{ f T 
 
 // rowChanged is the writer's pre-update hook (sqlite3_preupdate_hook): it logs the rowid of a
 // workflow row about to change or go, the rowid and node of a workflow inserted, the rowid of a
-// wake-up row inserted, changed or deleted, and the rowid of a command's or node's row about to
-// change or go.
+// wake-up row inserted, changed or deleted, the rowid of a command's or node's row about to
+// change or go, and the table of a change to a row of memoTables.
 func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, oldRow, newRow int64) {
 	switch {
 	case cStringIs(zTab, "workflows"):
@@ -185,10 +221,6 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 		if op != sqlite3.SQLITE_INSERT {
 			logRow(log, tagNodeRow, oldRow)
 		}
-	case cStringIs(zTab, "pools"):
-		logRow(log, tagPools, 0)
-	case cStringIs(zTab, "approval_policies"):
-		logRow(log, tagPolicies, 0)
 	case cStringIs(zTab, "reconcile_queue"):
 		// (The rowid alone: reading a column here copies the row, in memory SQLite allocates
 		// for the call.)
@@ -196,6 +228,13 @@ func rowChanged(tls *libc.TLS, log, db uintptr, op int32, zDb, zTab uintptr, old
 			logRow(log, tagWakeRow, newRow)
 		} else {
 			logRow(log, tagWakeRow, oldRow)
+		}
+	default:
+		for i, name := range memoTables {
+			if cStringIs(zTab, name) {
+				logRow(log, tagMemo, int64(i))
+				return
+			}
 		}
 	}
 }
@@ -259,11 +298,10 @@ func (rc *workflowCache) apply() {
 				rc.cmds.dropRow(row)
 			case tagNodeRow:
 				rc.nodes.dropRow(row)
-			case tagPools:
-				clear(rc.pools)
-			case tagPolicies:
-				clear(rc.required)
-				rc.anyPolicy = 0
+			case tagMemo:
+				if row >= 0 && row < int64(memoCount) {
+					rc.settings[row] = nil
+				}
 			}
 		}
 	}
@@ -306,9 +344,7 @@ func (rc *workflowCache) clearMaps() {
 	rc.wakes.clear()
 	rc.cmds.clear()
 	rc.nodes.clear()
-	clear(rc.pools)
-	clear(rc.required)
-	rc.anyPolicy = 0
+	rc.settings = [memoCount]map[string]any{}
 }
 
 // ran takes what statement q changed; a rollback (of the transaction, or to a savepoint)
