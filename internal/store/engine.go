@@ -257,6 +257,41 @@ const (
 	insertPlanQuery = `INSERT INTO workflow_plans (digest, steps, cleanup, used_at) VALUES (?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING`
 )
 
+// keepPlan keeps w's plan (digest plan) for a workflow beginning on it (touchPlanQuery, then
+// insertPlanQuery). SQLite's writer remembers when the plan was last used as it found or left it
+// (memoPlans; any change to the table, a purge's too, forgets it), and runs neither statement
+// while that is within planTouchEvery: both would change nothing.
+func (t *Tx) keepPlan(ctx context.Context, rc *workflowCache, plan string, w *Workflow, what string) error {
+	if rc == nil {
+		if err := t.execLater(ctx, "marking the plan of "+what+" used", touchPlanQuery, t.at, plan, t.at-planTouchEvery); err != nil {
+			return err
+		}
+		return t.execLater(ctx, "keeping the plan of "+what, insertPlanQuery, plan, w.Steps, w.Cleanup, t.at)
+	}
+	if v, ok := rc.memo(memoPlans, plan); ok && v.(int64) >= t.at-planTouchEvery {
+		return nil
+	}
+	touched, err := t.exec(ctx, touchPlanQuery, t.at, plan, t.at-planTouchEvery)
+	if err != nil {
+		return fmt.Errorf("marking the plan of %s used: %w", what, err)
+	}
+	inserted, err := t.exec(ctx, insertPlanQuery, plan, w.Steps, w.Cleanup, t.at)
+	if err != nil {
+		return fmt.Errorf("keeping the plan of %s: %w", what, err)
+	}
+	usedAt := t.at
+	if a, _ := touched.RowsAffected(); a == 0 {
+		if b, _ := inserted.RowsAffected(); b == 0 {
+			// (There, used lately: when, read once.)
+			if err := t.queryRow(ctx, `SELECT used_at FROM workflow_plans WHERE digest = ?`, plan).Scan(&usedAt); err != nil {
+				return fmt.Errorf("reading the plan of %s: %w", what, err)
+			}
+		}
+	}
+	rc.remember(memoPlans, plan, usedAt)
+	return nil
+}
+
 func scanWorkflow(r interface{ Scan(...any) error }) (Workflow, error) {
 	var w Workflow
 	var kinds string
@@ -283,13 +318,10 @@ func (t *Tx) InsertWorkflow(ctx context.Context, w *Workflow) error {
 		&w.StepIndex, &w.StepAttempt, &w.StepStartedAt, &w.StepDeadline, &w.CurrentCommand, &w.BootEpoch, &w.AbortRequested, &w.FaultCode, &w.Error,
 		&w.OutcomeApplied, &w.CreatedAt, &w.UpdatedAt, &w.FinishedAt, &w.BatchID)
 	what := "inserting workflow " + w.Profile + " for node " + w.NodeID
-	if err := t.execLater(ctx, "marking the plan of "+what+" used", touchPlanQuery, t.at, plan, t.at-planTouchEvery); err != nil {
-		return err
-	}
-	if err := t.execLater(ctx, "keeping the plan of "+what, insertPlanQuery, plan, w.Steps, w.Cleanup, t.at); err != nil {
-		return err
-	}
 	rc := t.rows()
+	if err := t.keepPlan(ctx, rc, plan, w, what); err != nil {
+		return err
+	}
 	if rc == nil {
 		return t.execLater(ctx, what, q, args...)
 	}

@@ -231,3 +231,53 @@ func TestWriterKeepsCatalogRowsUntilTheyChange(t *testing.T) {
 		}
 	}
 }
+
+// SQLite's writer keeps a workflow's plan with no statement while it knows the plan there and
+// used within planTouchEvery; a plan whose row changed (purged, or its use long ago) is kept by
+// the statements again: inserted back, or moved on.
+func TestWriterKeepsAPlanItKnowsWithoutAStatement(t *testing.T) {
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	w := &Workflow{Steps: `[{"use":"a"}]`, Cleanup: `[]`}
+	plan := planDigest(w.Steps, w.Cleanup)
+	usedAt := func(tx *Tx) int64 {
+		var at int64
+		if err := tx.queryRow(ctx, `SELECT used_at FROM workflow_plans WHERE digest = ?`, plan).Scan(&at); err != nil {
+			t.Errorf("reading the plan: %v", err)
+		}
+		return at
+	}
+	for _, step := range []struct {
+		name    string
+		before  string // a statement on the plan's row first ("" none)
+		ran     bool   // keepPlan runs statements
+		touched bool   // the row's used_at is the write's time after it
+	}{
+		{"a new plan", "", true, true},
+		{"kept again", "", false, true},
+		{"its row removed", `DELETE FROM workflow_plans WHERE digest = ?`, true, true},
+		{"used long ago", `UPDATE workflow_plans SET used_at = 1 WHERE digest = ?`, true, true},
+		{"kept again, used just now", "", false, true},
+	} {
+		if err := s.Write(ctx, func(tx *Tx) error {
+			if step.before != "" {
+				if _, err := tx.exec(ctx, step.before, plan); err != nil {
+					return err
+				}
+			}
+			before := s.WriterStats().Statements
+			if err := tx.keepPlan(ctx, tx.rows(), plan, w, "test"); err != nil {
+				return err
+			}
+			if ran := s.WriterStats().Statements - before; (ran > 0) != step.ran {
+				t.Errorf("%s: %d statements ran, want some: %v", step.name, ran, step.ran)
+			}
+			if at := usedAt(tx); step.touched && at < tx.at-planTouchEvery {
+				t.Errorf("%s: the plan's used_at is %d, more than planTouchEvery before %d", step.name, at, tx.at)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+	}
+}

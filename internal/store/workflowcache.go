@@ -129,11 +129,12 @@ const (
 	memoSigners                           // Tx.VerifiedImage: the signer's rows, by name
 	memoDeployProfiles                    // Tx.Profile: a definition or none, by name
 	memoHardwareProfiles                  // Tx.HardwareProfile: by name
+	memoPlans                             // Tx.InsertWorkflow (keepPlan): a plan's used_at, by digest
 	memoCount
 )
 
 // memoTables are the tables' names, by memoTable.
-var memoTables = [memoCount]string{"pools", "approval_policies", "images", "signers", "deploy_profiles", "hardware_profiles"}
+var memoTables = [memoCount]string{"pools", "approval_policies", "images", "signers", "deploy_profiles", "hardware_profiles", "workflow_plans"}
 
 // maxMemoKeys bounds what the writer keeps of one such table (emptied past it).
 const maxMemoKeys = 1024
