@@ -140,6 +140,41 @@ func TestWriterKeepsCatalogRowsUntilTheyChange(t *testing.T) {
 		}
 		return nil
 	}
+	// The reads: each finds what it is given, and changes what it was handed (which must not
+	// reach the next read).
+	readImage := func(tx *Tx) error {
+		got, err := tx.VerifiedImage(ctx, "img")
+		if err == nil && got.SHA256 != img.SHA256 {
+			err = fmt.Errorf("read %+v", got)
+		}
+		return err
+	}
+	readProfile := func(want string) func(tx *Tx) error {
+		return func(tx *Tx) error {
+			d, ok, err := tx.Profile(ctx, "p")
+			if err == nil && (ok != (want != "") || d != want) {
+				err = fmt.Errorf("profile read %q %v, want %q", d, ok, want)
+			}
+			return err
+		}
+	}
+	putHardware := func(power string) func(tx *Tx) error {
+		return func(tx *Tx) error {
+			return tx.PutHardwareProfile(ctx, HardwareProfile{Name: "h", Drivers: map[string]string{"power": power}})
+		}
+	}
+	readHardware := func(power string) func(tx *Tx) error {
+		return func(tx *Tx) error {
+			hp, err := tx.HardwareProfile(ctx, "h")
+			if err == nil && hp.Drivers["power"] != power {
+				err = fmt.Errorf("read %+v", hp)
+			}
+			if err == nil {
+				hp.Drivers["power"] = "changed by the caller"
+			}
+			return err
+		}
+	}
 	steps := []struct {
 		name  string
 		write func(tx *Tx) error
@@ -150,71 +185,23 @@ func TestWriterKeepsCatalogRowsUntilTheyChange(t *testing.T) {
 				return err
 			}
 			return tx.PutImage(ctx, img)
-		}, func(tx *Tx) error {
-			got, err := tx.VerifiedImage(ctx, "img")
-			if err == nil && got.SHA256 != img.SHA256 {
-				err = fmt.Errorf("read %+v", got)
-			}
-			return err
-		}},
+		}, readImage},
 		{"the image replaced", func(tx *Tx) error {
 			img.SHA256 = strings.Repeat("cd", 32)
 			img.Signature = catalog.Sign(img, key)
 			return tx.PutImage(ctx, img)
-		}, func(tx *Tx) error {
-			got, err := tx.VerifiedImage(ctx, "img")
-			if err == nil && got.SHA256 != img.SHA256 {
-				err = fmt.Errorf("read %+v", got)
-			}
-			return err
-		}},
+		}, readImage},
 		{"its signer revoked", func(tx *Tx) error { return tx.RevokeSigner(ctx, "s") }, func(tx *Tx) error {
 			if _, err := tx.VerifiedImage(ctx, "img"); err == nil {
 				return errors.New("the image of a revoked signer verified")
 			}
 			return nil
 		}},
-		{"a deploy profile", func(tx *Tx) error { return tx.PutProfile(ctx, "p", `{"steps":["a"]}`) }, func(tx *Tx) error {
-			d, ok, err := tx.Profile(ctx, "p")
-			if err == nil && (!ok || d != `{"steps":["a"]}`) {
-				err = fmt.Errorf("read %q %v", d, ok)
-			}
-			return err
-		}},
-		{"changed", func(tx *Tx) error { return tx.PutProfile(ctx, "p", `{"steps":["b"]}`) }, func(tx *Tx) error {
-			d, ok, err := tx.Profile(ctx, "p")
-			if err == nil && (!ok || d != `{"steps":["b"]}`) {
-				err = fmt.Errorf("read %q %v", d, ok)
-			}
-			return err
-		}},
-		{"removed", func(tx *Tx) error { return tx.DeleteProfile(ctx, "p") }, func(tx *Tx) error {
-			if _, ok, err := tx.Profile(ctx, "p"); err != nil || ok {
-				return fmt.Errorf("a removed profile read: %v %v", ok, err)
-			}
-			return nil
-		}},
-		{"a hardware profile", func(tx *Tx) error {
-			return tx.PutHardwareProfile(ctx, HardwareProfile{Name: "h", Drivers: map[string]string{"power": "redfish"}})
-		}, func(tx *Tx) error {
-			hp, err := tx.HardwareProfile(ctx, "h")
-			if err == nil && hp.Drivers["power"] != "redfish" {
-				err = fmt.Errorf("read %+v", hp)
-			}
-			if err == nil {
-				hp.Drivers["power"] = "changed by the caller" // (must not reach the next read)
-			}
-			return err
-		}},
-		{"its drivers changed", func(tx *Tx) error {
-			return tx.PutHardwareProfile(ctx, HardwareProfile{Name: "h", Drivers: map[string]string{"power": "ipmi"}})
-		}, func(tx *Tx) error {
-			hp, err := tx.HardwareProfile(ctx, "h")
-			if err == nil && hp.Drivers["power"] != "ipmi" {
-				err = fmt.Errorf("read %+v", hp)
-			}
-			return err
-		}},
+		{"a deploy profile", func(tx *Tx) error { return tx.PutProfile(ctx, "p", `{"steps":["a"]}`) }, readProfile(`{"steps":["a"]}`)},
+		{"changed", func(tx *Tx) error { return tx.PutProfile(ctx, "p", `{"steps":["b"]}`) }, readProfile(`{"steps":["b"]}`)},
+		{"removed", func(tx *Tx) error { return tx.DeleteProfile(ctx, "p") }, readProfile("")},
+		{"a hardware profile", putHardware("redfish"), readHardware("redfish")},
+		{"its drivers changed", putHardware("ipmi"), readHardware("ipmi")},
 	}
 	for _, step := range steps {
 		for _, where := range []string{"in the write", "after it"} {
