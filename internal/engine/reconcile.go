@@ -226,12 +226,12 @@ func provisionNode(n store.Node) provision.Node {
 }
 
 func (r *run) event(kind, from, to, reason string, data map[string]any) error {
-	r.eventJSON(kind, from, to, reason, eventJSON(data))
+	r.addEvent(kind, from, to, reason, eventJSON(data))
 	return nil
 }
 
-// eventJSON is event with its data encoded.
-func (r *run) eventJSON(kind, from, to, reason, data string) {
+// addEvent is event with its data encoded.
+func (r *run) addEvent(kind, from, to, reason, data string) {
 	r.events = append(r.events, store.Event{TenantID: r.n.TenantID, NodeID: r.n.ID, Actor: "reconciler", Kind: kind,
 		FromState: from, ToState: to, Reason: reason, Data: data})
 }
@@ -717,7 +717,7 @@ func lostAnswer(result, field string) (string, error) {
 
 // stepSkipped moves past a step that has nothing to do, recording why.
 func (r *run) stepSkipped(wf *store.Workflow, st workflow.Step, why string) error {
-	r.eventJSON("workflow.step", r.n.State, r.n.State, why, stepJSON(wf.ID, wf.Phase, wf.StepIndex, st.String(), false, "", "skipped"))
+	r.addEvent("workflow.step", r.n.State, r.n.State, why, stepJSON(wf.ID, wf.Phase, wf.StepIndex, st.String(), false, "", "skipped"))
 	return r.nextStep(wf)
 }
 
@@ -737,7 +737,7 @@ func (r *run) stepDone(wf *store.Workflow, st workflow.Step, commandID string) e
 			}
 		}
 	}
-	r.eventJSON("workflow.step", r.n.State, r.n.State, "", stepJSON(wf.ID, wf.Phase, wf.StepIndex, st.String(), true, commandID, "succeeded"))
+	r.addEvent("workflow.step", r.n.State, r.n.State, "", stepJSON(wf.ID, wf.Phase, wf.StepIndex, st.String(), true, commandID, "succeeded"))
 	return r.nextStep(wf)
 }
 
