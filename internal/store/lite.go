@@ -428,11 +428,15 @@ func (st *liteStmt) bind(args []any) error {
 		off += len(b)
 		return at
 	}
-	// blob binds b to parameter n (nil: NULL).
+	// text binds s, blob b (nil: NULL), null NULL, each to parameter n.
 	var n int32
+	text := func(s string) int32 {
+		return sqlite3.Xsqlite3_bind_text(tls, p, n, place(unsafe.Slice(unsafe.StringData(s), len(s))), int32(len(s)), 0)
+	}
+	null := func() int32 { return sqlite3.Xsqlite3_bind_null(tls, p, n) }
 	blob := func(b []byte) int32 {
 		if b == nil {
-			return sqlite3.Xsqlite3_bind_null(tls, p, n)
+			return null()
 		}
 		return sqlite3.Xsqlite3_bind_blob(tls, p, n, place(b), int32(len(b)), 0)
 	}
@@ -441,44 +445,26 @@ func (st *liteStmt) bind(args []any) error {
 		var rc int32
 		switch x := v.(type) {
 		case nil:
-			rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
-		case int64:
-			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, x)
-		case int:
-			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, int64(x))
-		case int32:
-			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, int64(x))
-		case bool:
-			b := int64(0)
-			if x {
-				b = 1
-			}
-			rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, b)
+			rc = null()
 		case float64:
 			rc = sqlite3.Xsqlite3_bind_double(tls, p, n, x)
 		case string:
-			at := place(unsafe.Slice(unsafe.StringData(x), len(x)))
-			rc = sqlite3.Xsqlite3_bind_text(tls, p, n, at, int32(len(x)), 0)
+			rc = text(x)
 		case []byte:
 			rc = blob(x)
 		case *string:
-			if x == nil {
-				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
-			} else {
-				at := place(unsafe.Slice(unsafe.StringData(*x), len(*x)))
-				rc = sqlite3.Xsqlite3_bind_text(tls, p, n, at, int32(len(*x)), 0)
+			if rc = null(); x != nil {
+				rc = text(*x)
 			}
 		case *[]byte:
-			if x == nil {
-				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
-			} else {
+			if rc = null(); x != nil {
 				rc = blob(*x)
 			}
-		case *int64, *int, *uint64, *bool:
+		default: // (an integer or a boolean, or a pointer to one)
 			if i, ok := intAt(x); ok {
 				rc = sqlite3.Xsqlite3_bind_int64(tls, p, n, i)
 			} else {
-				rc = sqlite3.Xsqlite3_bind_null(tls, p, n)
+				rc = null()
 			}
 		}
 		if rc != sqlite3.SQLITE_OK {
@@ -488,10 +474,21 @@ func (st *liteStmt) bind(args []any) error {
 	return nil
 }
 
-// intAt is the integer a pointer argument points at (a bool as 0 or 1), and false for a nil
-// pointer (bound as NULL, as database/sql binds one). Pure.
+// intAt is the integer an argument is or points at (a boolean as 0 or 1), and false for a nil
+// pointer (bound as NULL, as database/sql binds one) or a value of another type. Pure.
 func intAt(v any) (int64, bool) {
 	switch x := v.(type) {
+	case int64:
+		return x, true
+	case int:
+		return int64(x), true
+	case int32:
+		return int64(x), true
+	case bool:
+		if x {
+			return 1, true
+		}
+		return 0, true
 	case *int64:
 		if x != nil {
 			return *x, true
@@ -506,10 +503,7 @@ func intAt(v any) (int64, bool) {
 		}
 	case *bool:
 		if x != nil {
-			if *x {
-				return 1, true
-			}
-			return 0, true
+			return intAt(*x)
 		}
 	}
 	return 0, false
