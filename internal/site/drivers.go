@@ -25,9 +25,13 @@ const (
 )
 
 // builtinDrivers is the registry of the drivers the agent ships: one shared IPMI pacer for the
-// whole agent (so concurrent commands never storm one BMC).
+// whole agent (so concurrent commands never storm one BMC), and one memory of the Redfish BMCs
+// whose sessions cannot be logged out (so none leaks a session per command).
 func builtinDrivers(rf redfish.Options, ip ipmi.Options, pacer *ipmi.Pacer) map[string]DriverFactory {
 	ip.Pacer = pacer
+	if rf.Sessions == nil {
+		rf.Sessions = &redfish.SessionMemory{}
+	}
 	return map[string]DriverFactory{
 		DriverRedfish: func(ctx context.Context, ep bmc.Endpoint) (any, error) { return redfish.New(ctx, ep, rf) },
 		DriverIPMI:    func(_ context.Context, ep bmc.Endpoint) (any, error) { return ipmi.New(ep, ip) },

@@ -50,6 +50,10 @@ type Options struct {
 	// RequestTimeout bounds one HTTP request (default 30 s).
 	RequestTimeout time.Duration
 	Log            *slog.Logger
+	// Sessions remembers the BMCs whose sessions cannot be logged out, for every client given the
+	// same one (the site agent shares one among its drivers). Nil remembers nothing: each client
+	// tries a session first.
+	Sessions *SessionMemory
 }
 
 func (o Options) withDefaults() Options {
@@ -219,7 +223,7 @@ func (c *Client) connect(ctx context.Context, password string) (*gofish.APIClien
 	if c.opts.BasicAuth {
 		return gofish.ConnectContext(ctx, cfg)
 	}
-	if _, ok := sessionsUndeletable.Load(c.base); ok {
+	if c.opts.Sessions.undeletable(c.base) {
 		return c.connectBasic(ctx, cfg)
 	}
 	sess, err := c.login(ctx, password)
@@ -233,8 +237,8 @@ func (c *Client) connect(ctx context.Context, password string) (*gofish.APIClien
 		}
 		return api, nil
 	case errors.Is(err, errSessionUndeletable):
-		sessionsUndeletable.Store(c.base, struct{}{})
-		c.log.WarnContext(ctx, "redfish session has no URI to log out with (no Location header, no @odata.id); using basic auth for this BMC from now on")
+		c.opts.Sessions.rememberUndeletable(c.base)
+		c.log.WarnContext(ctx, "redfish session has no URI to log out with (no Location header, no @odata.id); using basic auth for this BMC (from now on, for clients sharing a session memory)")
 	case isStatus(err, http.StatusUnauthorized) || !isRedfishError(err):
 		return nil, err
 	default:
@@ -259,9 +263,24 @@ func (c *Client) connectBasic(ctx context.Context, cfg gofish.ClientConfig) (*go
 	return api, err
 }
 
-// sessionsUndeletable remembers, per base URL, the BMCs whose sessions cannot be logged out: every
-// later client there uses basic auth rather than leaking one session per operation.
-var sessionsUndeletable sync.Map
+// SessionMemory remembers, per base URL, the BMCs whose sessions cannot be logged out: every later
+// client there given the same memory uses basic auth rather than leaking one session per
+// operation. The zero value is ready; a nil one remembers nothing.
+type SessionMemory struct{ undeletableAt sync.Map }
+
+func (m *SessionMemory) undeletable(base string) bool {
+	if m == nil {
+		return false
+	}
+	_, ok := m.undeletableAt.Load(base)
+	return ok
+}
+
+func (m *SessionMemory) rememberUndeletable(base string) {
+	if m != nil {
+		m.undeletableAt.Store(base, struct{}{})
+	}
+}
 
 // errSessionUndeletable: the BMC created a session but named no URI to delete it with.
 var errSessionUndeletable = errors.New("the BMC created a session without naming its URI")

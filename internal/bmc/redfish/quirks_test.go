@@ -592,24 +592,26 @@ func TestVirtualMediaLocations(t *testing.T) {
 }
 
 // TestSessionLogout: a session is logged out with the URI the BMC gave, from the Location header or
-// else the body's @odata.id; a BMC that names neither gets basic auth from then on instead of one
-// leaked session per operation.
+// else the body's @odata.id; a BMC that names neither gets basic auth from then on, for the clients
+// that share a session memory, instead of one leaked session per operation.
 func TestSessionLogout(t *testing.T) {
 	tests := []struct {
 		name         string
 		location     string
 		body         string
+		noMemory     bool     // the clients share no SessionMemory
 		wantSessions int      // sessions created over three clients
 		wantDeletes  []string // DELETE requests
 		wantBasic    bool     // the later clients authenticate with basic auth
 	}{
-		{"Location header", "/redfish/v1/SessionService/Sessions/1", `{}`, 3,
+		{"Location header", "/redfish/v1/SessionService/Sessions/1", `{}`, false, 3,
 			[]string{"DELETE /redfish/v1/SessionService/Sessions/1 ", "DELETE /redfish/v1/SessionService/Sessions/1 ", "DELETE /redfish/v1/SessionService/Sessions/1 "}, false},
-		{"absolute Location header", "http://192.0.2.1/redfish/v1/SessionService/Sessions/2", `{}`, 3,
+		{"absolute Location header", "http://192.0.2.1/redfish/v1/SessionService/Sessions/2", `{}`, false, 3,
 			[]string{"DELETE /redfish/v1/SessionService/Sessions/2 ", "DELETE /redfish/v1/SessionService/Sessions/2 ", "DELETE /redfish/v1/SessionService/Sessions/2 "}, false},
-		{"@odata.id in the body", "", `{"@odata.id":"/redfish/v1/SessionService/Sessions/7","Id":"7"}`, 3,
+		{"@odata.id in the body", "", `{"@odata.id":"/redfish/v1/SessionService/Sessions/7","Id":"7"}`, false, 3,
 			[]string{"DELETE /redfish/v1/SessionService/Sessions/7 ", "DELETE /redfish/v1/SessionService/Sessions/7 ", "DELETE /redfish/v1/SessionService/Sessions/7 "}, false},
-		{"neither", "", `{"Id":"7"}`, 1, nil, true},
+		{"neither", "", `{"Id":"7"}`, false, 1, nil, true},
+		{"neither, no shared memory: each client tries a session", "", `{"Id":"7"}`, true, 3, nil, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -617,8 +619,12 @@ func TestSessionLogout(t *testing.T) {
 			s.sessionLocation, s.sessionBody = tt.location, tt.body
 			withMachine(s, &machine{state: "On"})
 			url := serve(t, s)
+			opts := quirkOpts()
+			if !tt.noMemory {
+				opts.Sessions = &redfish.SessionMemory{}
+			}
 			for i := range 3 {
-				c, err := redfish.New(ctx(t), bmc.Endpoint{Address: url, Username: "u", Password: "p"}, quirkOpts())
+				c, err := redfish.New(ctx(t), bmc.Endpoint{Address: url, Username: "u", Password: "p"}, opts)
 				if err != nil {
 					t.Fatalf("client %d: %v", i, err)
 				}
