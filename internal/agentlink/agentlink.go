@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"bcd/internal/gateway"
@@ -146,6 +147,10 @@ type Config struct {
 	GatewayURL string
 	// ServerName is the TLS name to check; default the host of GatewayURL.
 	ServerName string
+	// Dial makes the connections to the gateway (TLS runs over them); nil dials TCP to
+	// GatewayURL's host and port. bcd sim gives the in-memory network of the server it runs
+	// (memnet).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// CAPEM is the CA the agent trusts before it has joined (from its configuration or the
 	// kernel command line). Not needed when DataDir already holds ca.pem.
 	CAPEM []byte

@@ -19,11 +19,11 @@ type connSet struct {
 
 func newConnSet() *connSet { return &connSet{conns: map[*trackedConn]struct{}{}} }
 
-// dialer wraps d's DialContext: each connection is recorded until it is closed. A dial after
-// closeAll fails.
-func (s *connSet) dialer(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// dialer wraps dial: each connection is recorded until it is closed. A dial after closeAll
+// fails.
+func (s *connSet) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := d.DialContext(ctx, network, addr)
+		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}

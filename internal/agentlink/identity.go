@@ -124,10 +124,13 @@ func transport(cfg *Config, caPEM []byte, cert func() tls.Certificate, conns *co
 	}
 	var protos http.Protocols
 	protos.SetHTTP2(true)
-	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	if conns != nil {
+	dial := cfg.Dial
+	if dial == nil {
 		// As http.DefaultTransport dials.
-		dial = conns.dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+		dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	if conns != nil {
+		dial = conns.dialer(dial)
 	}
 	return &http.Transport{
 		DialContext:         dial,

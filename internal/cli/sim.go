@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bcd/internal/engine"
+	"bcd/internal/memnet"
 	"bcd/internal/metal"
 	"bcd/internal/openfiles"
 	"bcd/internal/server"
@@ -77,10 +78,10 @@ func simCmd(g *globals) *cobra.Command {
 				storeDSN = "sqlite:" + filepath.Join(dir, "bcd.db")
 			}
 			quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-			if remote || overGateway {
-				// Each machine's agent holds its connection open in this process (and the
-				// server's end of it with --gateway): sim.OpenFiles.
-				if _, err := openfiles.Ensure(ctx, quiet, sim.OpenFiles(nodes, overGateway)); err != nil {
+			if remote {
+				// Each machine's agent holds its connection open in this process: sim.OpenFiles.
+				// (With --gateway they are in memory.)
+				if _, err := openfiles.Ensure(ctx, quiet, sim.OpenFiles(nodes)); err != nil {
 					return fmt.Errorf("simulating %d machines whose agents speak the agent protocol: %w; simulate fewer machines, or raise the limit (ulimit -n; above the hard limit, ulimit -Hn, only a process with CAP_SYS_RESOURCE may)", nodes, err)
 				}
 			}
@@ -113,15 +114,22 @@ func simCmd(g *globals) *cobra.Command {
 					return err
 				}
 				defer os.RemoveAll(dir)
-				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", DataDir: dir, StoreDSN: storeDSN,
-					Engine: engine.Config{Workers: workers, AgentGrace: grace}}, quiet)
+				// The agents reach the gateway over an in-memory network: TLS and HTTP/2 as over
+				// TCP, without the two descriptors a loopback connection takes in this process.
+				// (Its address is a loopback port nothing listens on: a connection that went to
+				// TCP by mistake would be refused on this machine.)
+				gwLn := memnet.Listen("127.0.0.1:1")
+				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", GatewayListener: gwLn,
+					DataDir: dir, StoreDSN: storeDSN, Engine: engine.Config{Workers: workers, AgentGrace: grace}}, quiet)
 				if err != nil {
+					gwLn.Close()
 					return err
 				}
 				sctx, cancel := context.WithCancel(ctx)
 				served := make(chan error, 1)
 				go func() { served <- srv.Serve(sctx) }()
 				defer func() { cancel(); <-served }()
+				cfg.Gateway = &sim.GatewayTarget{Dial: gwLn.DialContext}
 				if h, err = sim.StartOnServer(ctx, srv, cfg, dir); err != nil {
 					return err
 				}

@@ -50,6 +50,10 @@ type Config struct {
 	GatewayURL string
 	// GatewayHosts are extra DNS names/IPs for the gateway's certificate.
 	GatewayHosts []string
+	// GatewayListener, when set, is where the gateway accepts agents instead of listening on
+	// GatewayListen (which must not be "off"): bcd sim's in-memory network (memnet), whose
+	// agents dial it in the same process. The server closes it when it stops.
+	GatewayListener net.Listener
 	// Engine tunes the reconciler.
 	Engine engine.Config
 	// ProfilesFile is a JSON object of operator-defined deploy profiles by name (each as
@@ -424,9 +428,12 @@ const gatewayCertTTL = 90 * 24 * time.Hour
 
 // listenGateway binds the agent gateway with a server certificate from the CA.
 func (s *Server) listenGateway() error {
-	ln, err := net.Listen("tcp", s.cfg.GatewayListen)
-	if err != nil {
-		return fmt.Errorf("listening for agents on %s: %w", s.cfg.GatewayListen, err)
+	ln := s.cfg.GatewayListener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.cfg.GatewayListen); err != nil {
+			return fmt.Errorf("listening for agents on %s: %w", s.cfg.GatewayListen, err)
+		}
 	}
 	host, _, _ := net.SplitHostPort(ln.Addr().String())
 	hosts := append([]string{host, "localhost", "127.0.0.1"}, s.cfg.GatewayHosts...)

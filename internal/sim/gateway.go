@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,6 +25,8 @@ import (
 type GatewayTarget struct {
 	URL   string
 	CAPEM []byte
+	// Dial makes the agents' connections to the gateway; nil dials TCP to URL (agentlink.Config).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DataDir holds each installed OS's identity (a directory per node), which survives its
 	// reboots and is lost when its disk is wiped.
 	DataDir string
@@ -118,7 +121,7 @@ func (s *Sim) RunSiteAgentOverGateway(ctx context.Context, joinToken, dataDir st
 	}
 	// Machines powered on by a command outlive the command and the agent: they run under ctx.
 	machines := ctx
-	cfg := agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, DataDir: dataDir,
+	cfg := agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Dial: s.cfg.Gateway.Dial, DataDir: dataDir,
 		Kind: agentlink.KindSite, JoinToken: joinToken, Key: key, Logger: quiet(), AgentVersion: "sim-site"}
 	dial := func() (*agentlink.Link, error) {
 		life, die := context.WithCancel(ctx)
@@ -214,7 +217,7 @@ func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) 
 	h := s.handler(boot, g, func(ctx context.Context, cmd agentlink.Command) ([]byte, error) {
 		return s.ramdiskCommand(ctx, boot, m, cmd)
 	})
-	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Dial: s.cfg.Gateway.Dial, Kind: agentlink.KindNode,
 		DiscoveryToken: token, Hints: agentlink.NodeHints{ProductUUID: m.UUID, MACs: m.MACs}, Logger: quiet(), AgentVersion: "sim-ramdisk",
 		Received: s.received(boot, g)}, h)
 	if err != nil {
@@ -282,7 +285,7 @@ func (s *Sim) osOverGateway(ctx context.Context, m *Machine, token string) {
 		}
 	}
 	linkCtx, cancel := context.WithCancel(ctx)
-	link, err := dialRetrying(linkCtx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Kind: agentlink.KindNode,
+	link, err := dialRetrying(linkCtx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Dial: s.cfg.Gateway.Dial, Kind: agentlink.KindNode,
 		DataDir: dir, DiscoveryToken: token, Capabilities: []string{engine.RoleOS}, Logger: quiet(), AgentVersion: "sim-os"}, h)
 	if err != nil {
 		cancel()

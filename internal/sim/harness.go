@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"sync"
 	"time"
@@ -48,7 +49,9 @@ type Harness struct {
 
 // StartOnServer builds a harness whose simulated agents use the real agent gateway of srv
 // (mTLS, join tokens, agentlink): a site agent joined with a bootstrap token, ramdisks joined
-// with their boot entries' tokens. The caller runs srv.Serve.
+// with their boot entries' tokens. The caller runs srv.Serve. The agents dial with
+// cfg.Gateway's Dial when there is one (srv's in-memory network); the rest of the target is
+// srv's.
 func StartOnServer(ctx context.Context, srv ServerSide, cfg Config, dataDir string) (*Harness, error) {
 	st := srv.Service().Store()
 	site, err := st.Site(ctx, "default")
@@ -56,7 +59,11 @@ func StartOnServer(ctx context.Context, srv ServerSide, cfg Config, dataDir stri
 		return nil, err
 	}
 	cfg.SiteID = site.ID
-	cfg.Gateway = &GatewayTarget{URL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: filepath.Join(dataDir, "os")}
+	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	if cfg.Gateway != nil {
+		dial = cfg.Gateway.Dial
+	}
+	cfg.Gateway = &GatewayTarget{URL: srv.GatewayURL(), CAPEM: srv.CAPEM(), DataDir: filepath.Join(dataDir, "os"), Dial: dial}
 	h := &Harness{Store: st, Metal: srv.Service(), Engine: srv.Engine(), engines: spread{srv.Engine()}, Sim: New(cfg, srv.Engine()), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, done: make(chan struct{})}
 	if err := SeedImages(ctx, srv.Service(), h.Admin, "img", "debian-12", "sim-image"); err != nil {
 		return nil, err

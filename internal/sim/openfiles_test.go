@@ -7,19 +7,17 @@ import "testing"
 func TestOpenFilesEstimate(t *testing.T) {
 	for _, tc := range []struct {
 		n        int
-		inProc   bool
 		measured uint64 // peak measured (0: not)
 		atMost   uint64
 	}{
-		{0, false, 0, 1024},
-		{-5, true, 0, 1024},
-		{1000, false, 1073, 3000},
-		{1000, true, 2096, 4000},
-		{10000, false, 0, 20000},
+		{0, 0, 1024},
+		{-5, 0, 1024},
+		{1000, 1073, 3000},
+		{10000, 0, 20000},
 	} {
-		got := OpenFiles(tc.n, tc.inProc)
+		got := OpenFiles(tc.n)
 		if got < tc.measured || got > tc.atMost {
-			t.Errorf("OpenFiles(%d, %v) = %d, want between %d and %d", tc.n, tc.inProc, got, tc.measured, tc.atMost)
+			t.Errorf("OpenFiles(%d) = %d, want between %d and %d", tc.n, got, tc.measured, tc.atMost)
 		}
 	}
 }
