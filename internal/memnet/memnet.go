@@ -126,6 +126,9 @@ type conn struct {
 	writeDL       deadline
 	closed        chan struct{}
 	once          sync.Once
+	// writing is held through a Write: writes of several goroutines do not interleave their
+	// bytes, as on a TCP connection.
+	writing sync.Mutex
 }
 
 func newConn(in, out *half, local, remote Addr) *conn {
@@ -178,6 +181,8 @@ func (c *conn) Read(b []byte) (int, error) {
 }
 
 func (c *conn) Write(b []byte) (int, error) {
+	c.writing.Lock()
+	defer c.writing.Unlock()
 	h := c.out
 	n := 0
 	for {

@@ -228,3 +228,31 @@ func TestTLS13AndHTTP2(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestWritesDoNotInterleave: writes of several goroutines, each larger than the buffer, reach
+// the reader whole, one after the other, as on a TCP connection.
+func TestWritesDoNotInterleave(t *testing.T) {
+	c, s := dialPair(t, memnet.Listen("gw"))
+	const writers, size = 4, 600 << 10
+	var wg sync.WaitGroup
+	for i := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Write(bytes.Repeat([]byte{byte('a' + i)}, size)); err != nil {
+				t.Errorf("writer %d: %v", i, err)
+			}
+		}()
+	}
+	got := make([]byte, writers*size)
+	if _, err := io.ReadFull(s, got); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i := 0; i < len(got); i += size {
+		run := got[i : i+size]
+		if n := bytes.Count(run, run[:1]); n != size {
+			t.Errorf("bytes %d to %d mix the writers' bytes (%d of %q)", i, i+size, n, run[:1])
+		}
+	}
+}
