@@ -22,7 +22,7 @@ func TestLifeOverAnInMemoryGateway(t *testing.T) {
 	}
 	ln := memnet.Listen("127.0.0.1:1") // a connection that went to TCP instead would be refused
 	dir := t.TempDir()
-	srv, ctx := serve(t, server.Config{DataDir: dir, GatewayListener: ln}, testLog(t))
+	srv, ctx := serve(t, server.Config{DataDir: dir, GatewayListener: ln}, testLog(t)) // (serve sets GatewayListen too)
 	if got := srv.GatewayURL(); got != "https://127.0.0.1:1" {
 		t.Fatalf("gateway URL %q, want the in-memory listener's address", got)
 	}

@@ -50,9 +50,9 @@ type Config struct {
 	GatewayURL string
 	// GatewayHosts are extra DNS names/IPs for the gateway's certificate.
 	GatewayHosts []string
-	// GatewayListener, when set, is where the gateway accepts agents instead of listening on
-	// GatewayListen (which must not be "off"): bcd sim's in-memory network (memnet), whose
-	// agents dial it in the same process. The server closes it when it stops.
+	// GatewayListener, when set, is where the gateway accepts agents, in place of
+	// GatewayListen: bcd sim's in-memory network (memnet), whose agents dial it in the same
+	// process. The server closes it when it stops.
 	GatewayListener net.Listener
 	// Engine tunes the reconciler.
 	Engine engine.Config
@@ -256,12 +256,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	ecfg.AutoEnroll = svc.AutoEnrollInband
 	ecfg.Watermarks = marks.save
 	ecfg.Profiles = append(ecfg.Profiles, profiles...)
-	ecfg.RelayConsoles = cfg.GatewayListen != "off" // no gateway: no agent can relay a console
+	withGateway := cfg.GatewayListener != nil || cfg.GatewayListen != "off"
+	ecfg.RelayConsoles = withGateway // no gateway: no agent can relay a console
 	eng := engine.New(st, ca, log, ecfg)
 	consoles := eng.Consoles()
 	svc.OnWake(eng.Nudge)
 	s := &Server{cfg: cfg, log: log, st: st, svc: svc, eng: eng, ca: ca, cas: cas, first: first, lock: lock, apiCert: apiCert}
-	if cfg.GatewayListen != "off" {
+	if withGateway {
 		if err := s.listenGateway(); err != nil {
 			st.Close()
 			return nil, err
