@@ -238,7 +238,7 @@ func (c *Client) connect(ctx context.Context, password string) (*gofish.APIClien
 		return api, nil
 	case errors.Is(err, errSessionUndeletable):
 		c.opts.Sessions.rememberUndeletable(c.base)
-		c.log.WarnContext(ctx, "redfish session has no URI to log out with (no Location header, no @odata.id); using basic auth for this BMC (from now on, for clients sharing a session memory)")
+		c.log.WarnContext(ctx, "redfish session has no URI to log out with (no Location header, no @odata.id); using basic auth for this BMC")
 	case isStatus(err, http.StatusUnauthorized) || !isRedfishError(err):
 		return nil, err
 	default:
