@@ -86,6 +86,12 @@ func (s *Store) Images(ctx context.Context) ([]catalog.Image, error) {
 	return collect(rows, err, "images", scanImage)
 }
 
+// imageCopy is img with a signature of its own (the writer keeps images it read).
+func imageCopy(img catalog.Image) catalog.Image {
+	img.Signature = slices.Clone(img.Signature)
+	return img
+}
+
 // VerifiedImage (in a transaction) returns a catalog image only when its signature still
 // verifies.
 func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, error) {
@@ -94,8 +100,7 @@ func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, err
 	rc := t.rows()
 	var img catalog.Image
 	if v, ok := rc.memo(memoImages, name); ok {
-		img = v.(catalog.Image)
-		img.Signature = slices.Clone(img.Signature)
+		img = imageCopy(v.(catalog.Image))
 	} else {
 		var err error
 		img, err = scanImage(t.queryRow(ctx, `SELECT `+imageCols+` FROM images WHERE name = ?`, name))
@@ -105,9 +110,7 @@ func (t *Tx) VerifiedImage(ctx context.Context, name string) (catalog.Image, err
 		if err != nil {
 			return catalog.Image{}, err
 		}
-		kept := img
-		kept.Signature = slices.Clone(img.Signature)
-		rc.remember(memoImages, name, kept)
+		rc.remember(memoImages, name, imageCopy(img))
 	}
 	var signers []catalog.Signer
 	if v, ok := rc.memo(memoSigners, img.Signer); ok {

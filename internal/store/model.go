@@ -411,9 +411,7 @@ func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile,
 	// SQLite's writer keeps the profiles it read until a statement changes the table.
 	rc := t.rows()
 	if v, ok := rc.memo(memoHardwareProfiles, name); ok {
-		hp := v.(HardwareProfile)
-		hp.Drivers = maps.Clone(hp.Drivers)
-		return hp, nil
+		return v.(HardwareProfile).clone(), nil
 	}
 	hp, err := scanProfile(t.queryRow(ctx, `SELECT name, drivers, local_boot FROM hardware_profiles WHERE name = ?`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -422,10 +420,14 @@ func (t *Tx) HardwareProfile(ctx context.Context, name string) (HardwareProfile,
 	if err != nil {
 		return HardwareProfile{}, fmt.Errorf("reading hardware profile %q: %w", name, err)
 	}
-	kept := hp
-	kept.Drivers = maps.Clone(hp.Drivers)
-	rc.remember(memoHardwareProfiles, name, kept)
+	rc.remember(memoHardwareProfiles, name, hp.clone())
 	return hp, nil
+}
+
+// clone is hp with a map of its own.
+func (hp HardwareProfile) clone() HardwareProfile {
+	hp.Drivers = maps.Clone(hp.Drivers)
+	return hp
 }
 
 func (s *Store) HardwareProfiles(ctx context.Context) ([]HardwareProfile, error) {

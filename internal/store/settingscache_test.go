@@ -147,6 +147,9 @@ func TestWriterKeepsCatalogRowsUntilTheyChange(t *testing.T) {
 		if err == nil && got.SHA256 != img.SHA256 {
 			err = fmt.Errorf("read %+v", got)
 		}
+		if err == nil && len(got.Signature) > 0 {
+			got.Signature[0] ^= 0xff
+		}
 		return err
 	}
 	readProfile := func(want string) func(tx *Tx) error {

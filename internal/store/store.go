@@ -924,38 +924,36 @@ func (t *Tx) appendArgs(dst []any, ptrs ...any) []any {
 		return append(dst, ptrs...)
 	}
 	for _, p := range ptrs {
-		var v any // (a nil pointer: NULL, as the writer binds it)
+		var v any
 		switch x := p.(type) {
 		case *string:
-			if x != nil {
-				v = *x
-			}
+			v = pointee(x)
 		case *int64:
-			if x != nil {
-				v = *x
-			}
+			v = pointee(x)
 		case *int:
-			if x != nil {
-				v = *x
-			}
+			v = pointee(x)
 		case *uint64:
 			if x != nil {
 				v = int64(*x)
 			}
 		case *bool:
-			if x != nil {
-				v = *x
-			}
+			v = pointee(x)
 		case *[]byte:
-			if x != nil {
-				v = *x
-			}
+			v = pointee(x)
 		default:
 			v = p
 		}
 		dst = append(dst, v)
 	}
 	return dst
+}
+
+// pointee is what p points at, or nil (NULL, as the writer binds a nil pointer) for a nil p.
+func pointee[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error) {
