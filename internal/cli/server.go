@@ -86,6 +86,7 @@ func serverCmd(g *globals) *cobra.Command {
 	f.DurationVar(&cfg.Engine.NodeCertTTL, "node-cert-ttl", engine.DefaultNodeCertTTL, "lifetime of ramdisks' certificates (renewed after two thirds of it, at most 2 years)")
 	f.DurationVar(&cfg.Engine.OSCertTTL, "os-cert-ttl", engine.DefaultOSCertTTL, "lifetime of installed OSes' certificates: how long a deployed machine may stay off and still reconnect (at most 2 years)")
 	f.StringVar(&cfg.DebugListen, "debug-listen", "", "loopback host:port serving Go's runtime profiles for go tool pprof: /debug/pprof/profile, heap, allocs, goroutine, trace (env BCD_DEBUG_LISTEN; default: none)")
+	f.BoolVar(&cfg.WriterCPU, "writer-cpu", false, "count the CPU time of SQLite's single writer (bcd_store_writer_cpu_seconds_total): locks it to one OS thread, which costs it about 8 % of its throughput (env BCD_WRITER_CPU)")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error (env BCD_LOG_LEVEL)")
 	f.StringVar(&budget, "memory-budget", defaultMemoryBudget, "memory Go's collector lets the server reach before it collects, while its live heap is small (a larger one is collected at Go's default pace, GOGC=100), e.g. 512MiB; 0: Go's default collector; GOGC or GOMEMLIMIT in the environment win (env BCD_MEMORY_BUDGET)")
 	flagconfig.AddConfigFlag(f, serverSpec())

@@ -30,7 +30,7 @@ func simCmd(g *globals) *cobra.Command {
 	var timeout time.Duration
 	var workers, replicas int
 	var grace time.Duration
-	var overGateway bool
+	var overGateway, writerCPU bool
 	var profile, allocsPath, tracePath string
 	var bulk, site, budget string
 	var approvals int
@@ -93,8 +93,8 @@ func simCmd(g *globals) *cobra.Command {
 				return usagef("--replicas %d: accepted are 1 to 16 servers", replicas)
 			case replicas > 1 && (remote || overGateway || !strings.HasPrefix(storeDSN, "postgres")):
 				return usagef("--replicas %d: several servers share a PostgreSQL store, in this process: give --store postgres://… (not --server or --gateway)", replicas)
-			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0):
-				return usagef("--server runs the lifecycle against that server: --bulk, --store, --gateway, --workers and --agent-grace are for a server this command runs")
+			case remote && (bulk != "" || storeDSN != "" || overGateway || workers != 0 || grace != 0 || writerCPU):
+				return usagef("--server runs the lifecycle against that server: --bulk, --store, --gateway, --workers, --agent-grace and --writer-cpu are for a server this command runs (a running server counts its writer's CPU with its own --writer-cpu)")
 			case remote:
 				dir, err := os.MkdirTemp("", "bcd-sim-remote-")
 				if err != nil {
@@ -120,7 +120,7 @@ func simCmd(g *globals) *cobra.Command {
 				// TCP by mistake would be refused on this machine.)
 				gwLn := memnet.Listen("127.0.0.1:1")
 				srv, err := server.New(ctx, server.Config{Listen: "127.0.0.1:0", GatewayListen: "127.0.0.1:0", GatewayListener: gwLn,
-					DataDir: dir, StoreDSN: storeDSN, Engine: engine.Config{Workers: workers, AgentGrace: grace}}, quiet)
+					DataDir: dir, StoreDSN: storeDSN, Engine: engine.Config{Workers: workers, AgentGrace: grace}, WriterCPU: writerCPU}, quiet)
 				if err != nil {
 					gwLn.Close()
 					return err
@@ -141,6 +141,7 @@ func simCmd(g *globals) *cobra.Command {
 						return err
 					}
 					defer st.Close()
+					st.MeasureWriterCPU(writerCPU)
 					stores = append(stores, st)
 				}
 				if h, err = sim.StartReplicas(ctx, stores, cfg, engine.Config{Workers: workers, AgentGrace: grace}, quiet); err != nil {
@@ -227,6 +228,7 @@ func simCmd(g *globals) *cobra.Command {
 	f.StringVar(&allocsPath, "allocsprofile", "", "write a profile of the run's heap allocations to this file at its end (go tool pprof -sample_index=alloc_space)")
 	f.StringVar(&tracePath, "trace", "", "write a runtime execution trace of the run to this file (go tool trace)")
 	f.StringVar(&site, "site", "default", "with --server: the site whose pool \"default\" the simulated machines are enrolled in")
+	f.BoolVar(&writerCPU, "writer-cpu", false, "count the CPU time of SQLite's single writer (writerCpuNs), as bcd server's --writer-cpu: locks it to one OS thread, which costs it about 8 % of its throughput")
 	f.BoolVar(&overGateway, "gateway", false, "simulated agents speak the real agent protocol (mTLS gateway, join tokens, agentlink) instead of in-process calls")
 	return cmd
 }

@@ -68,6 +68,9 @@ type Config struct {
 	// DebugListen is a loopback host:port serving Go's runtime profiles (CPU, heap, execution
 	// trace: debugHandler); "" serves none.
 	DebugListen string
+	// WriterCPU counts the CPU time of SQLite's single writer (bcd_store_writer_cpu_seconds_total,
+	// store.MeasureWriterCPU), which locks it to one OS thread at a cost to its throughput.
+	WriterCPU bool
 }
 
 // loadProfiles reads the profiles file: operator-defined deploy profiles, and overrides of
@@ -214,6 +217,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.MeasureWriterCPU(cfg.WriterCPU)
 	marks := &watermarkKeeper{path: filepath.Join(cfg.DataDir, watermarkName), log: log}
 	if err := checkWatermark(ctx, st, marks.path, log); err != nil {
 		st.Close()
@@ -329,7 +333,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				Help: "Time SQLite's single writer spent running and committing groups of writes. Its rate is the writer's load: near 1, the store is at its capacity and writes wait in its queue."},
 				func() float64 { return st.WriterStats().Busy.Seconds() }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writer_cpu_seconds_total",
-				Help: "CPU time the writer's thread used while it was busy: its busy time less its waits for a processor (0 where the platform does not tell)."},
+				Help: "CPU time the writer's thread used while it was busy: its busy time less its waits for a processor. Counted only with --writer-cpu (0 without, and where the platform does not tell)."},
 				func() float64 { return st.WriterStats().CPU.Seconds() }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_store_writes_total",
 				Help: "Writes (transactions) SQLite's single writer committed."},

@@ -29,10 +29,11 @@ type Phase struct {
 	// CPU is the process's CPU time during the phase (the simulated agents' included);
 	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL),
 	// and WriterCPU the CPU time its thread used meanwhile (busy, less the time it waited for a
-	// core: the figure that varies least between runs on a shared machine).
+	// core: the figure that varies least between runs on a shared machine), counted only with
+	// --writer-cpu (store.MeasureWriterCPU), else 0 and left out.
 	CPU        time.Duration `json:"cpuNs"`
 	WriterBusy time.Duration `json:"writerBusyNs"`
-	WriterCPU  time.Duration `json:"writerCpuNs"`
+	WriterCPU  time.Duration `json:"writerCpuNs,omitempty"`
 	// GCCPU is the Go runtime's estimate of the CPU time its garbage collector took during the
 	// phase (a part of CPU), and GCAssist the part of that taken from the goroutines that
 	// allocated (mark assists, SQLite's writer among them): this process's collector, the

@@ -10,15 +10,16 @@ import (
 	"time"
 )
 
-// The writer's CPU time is its own thread's, taken while it runs groups: some for groups that
-// did work, never more than the time it was busy (a reading on another thread, or the process's
-// CPU, would exceed it with the other goroutines' work).
+// The writer's CPU time, while measured, is its own thread's, taken while it runs groups: some
+// for groups that did work, never more than the time it was busy (a reading on another thread,
+// or the process's CPU, would exceed it with the other goroutines' work).
 func TestWriterCPUIsItsThreads(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("the writer's thread CPU time is read on Linux")
 	}
 	ctx := context.Background()
 	s := openTempSQLite(t)
+	s.MeasureWriterCPU(true)
 	before := s.WriterStats()
 	// Other goroutines burn CPU meanwhile: none of it may count as the writer's.
 	stop := make(chan struct{})
@@ -54,6 +55,50 @@ func TestWriterCPUIsItsThreads(t *testing.T) {
 	// busy interval.
 	if slack := time.Duration(groups) * 50 * time.Microsecond; cpu > busy+slack {
 		t.Errorf("the writer used %s of CPU in %s busy (%d groups): more than it was busy", cpu, busy, groups)
+	}
+}
+
+// The writer's CPU is counted only while it is measured (MeasureWriterCPU): not by default,
+// then from the group after it is turned on, and no longer once it is turned off. Its busy time
+// is counted throughout.
+func TestWriterCPUOnlyWhileMeasured(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the writer's thread CPU time is read on Linux")
+	}
+	ctx := context.Background()
+	s := openTempSQLite(t)
+	writes := func(n int, prefix string) {
+		t.Helper()
+		for i := range n {
+			if err := s.Write(ctx, func(tx *Tx) error {
+				_, err := tx.InsertTenant(ctx, fmt.Sprintf("%s%d", prefix, i))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		measure *bool // nil: as it was
+		wantCPU bool
+	}{
+		{"by default", nil, false},
+		{"turned on", ptr(true), true},
+		{"turned off", ptr(false), false},
+	} {
+		if c.measure != nil {
+			s.MeasureWriterCPU(*c.measure)
+		}
+		before := s.WriterStats()
+		writes(50, c.name)
+		after := s.WriterStats()
+		if busy := after.Busy - before.Busy; busy <= 0 {
+			t.Errorf("%s: 50 writes took %s of the writer's busy time: want some", c.name, busy)
+		}
+		if cpu := after.CPU - before.CPU; (cpu > 0) != c.wantCPU {
+			t.Errorf("%s: 50 writes counted %s of the writer's CPU: want some %v", c.name, cpu, c.wantCPU)
+		}
 	}
 }
 
