@@ -9,9 +9,12 @@ import (
 	"strings"
 )
 
-// File is one file of the drive, in the root directory.
+// File is one file of the drive.
 type File struct {
-	Name string // e.g. "user-data": 1–64 chars of [A-Za-z0-9._-], not starting with '.'
+	// Name is its path from the root directory, e.g. "user-data" or
+	// "openstack/latest/meta_data.json": at most 8 parts separated by '/', each 1–64 chars of
+	// [A-Za-z0-9._-], not starting or ending with '.'. The directories are made as needed.
+	Name string
 	Data []byte
 }
 
@@ -23,9 +26,12 @@ type Disk interface {
 
 // Options tune Write. Zero values take the defaults.
 type Options struct {
-	Label      string // filesystem label, default "CIDATA" (≤ 11 chars, upper-cased)
-	Size       int64  // partition size in bytes, default DefaultSize (16 MiB); a multiple of 1 MiB, ≥ 8 MiB
-	SectorSize int    // the disk's logical sector size: 512 (default) or 4096
+	Label string // filesystem label, default "CIDATA" (≤ 11 chars, upper-cased unless LabelAsGiven)
+	// LabelAsGiven writes Label with its lower-case letters kept: OpenStack's "config-2", which
+	// Ignition finds by that exact label (cloud-init by either case).
+	LabelAsGiven bool
+	Size         int64 // partition size in bytes, default DefaultSize (16 MiB); a multiple of 1 MiB, ≥ 8 MiB
+	SectorSize   int   // the disk's logical sector size: 512 (default) or 4096
 }
 
 // DefaultSize is the size of a new config-drive partition when Options.Size is 0.
@@ -35,11 +41,17 @@ const DefaultSize = 16 << 20
 // data source looks for.
 const DefaultLabel = "CIDATA"
 
+// OpenStackLabel is the label of an OpenStack config drive (written with LabelAsGiven), whose
+// files are under openstack/latest/: what cloud-init's ConfigDrive data source, cloudbase-init
+// and Ignition's OpenStack provider look for.
+const OpenStackLabel = "config-2"
+
 const (
 	mib          = 1 << 20
 	minSize      = 8 * mib
 	maxFileData  = 1 * mib // all files together
 	maxNameLen   = 64
+	maxDepth     = 8
 	maxLabelLen  = 11
 	gptPartName  = "config-drive"
 	tableGPT     = "gpt"
@@ -164,12 +176,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Label == "" {
 		o.Label = DefaultLabel
 	}
-	o.Label = strings.ToUpper(o.Label)
+	if !o.LabelAsGiven {
+		o.Label = strings.ToUpper(o.Label)
+	}
 	if len(o.Label) > maxLabelLen {
 		return o, fmt.Errorf("config drive: label %q: at most %d characters", o.Label, maxLabelLen)
 	}
 	for _, c := range o.Label {
-		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 			return o, fmt.Errorf("config drive: label %q: labels use letters, digits, '_', '-'", o.Label)
 		}
 	}
@@ -192,15 +206,39 @@ func checkFiles(files []File) error {
 	if len(files) == 0 {
 		return errors.New("config drive: no files: a config drive holds at least meta-data")
 	}
-	seen := make(map[string]string, len(files))
+	seen := make(map[string]string, len(files)) // a file's path, upper-cased → as given
+	dirs := map[string]string{}                 // a directory's path, upper-cased → a file in it
 	total := 0
 	for _, f := range files {
-		if err := checkName(f.Name); err != nil {
-			return fmt.Errorf("config drive: file %q: %w", f.Name, err)
+		parts := strings.Split(f.Name, "/")
+		if len(parts) > maxDepth {
+			return fmt.Errorf("config drive: file %q: at most %d parts separated by '/' are accepted", f.Name, maxDepth)
+		}
+		for _, part := range parts {
+			if err := checkName(part); err != nil && len(parts) == 1 {
+				return fmt.Errorf("config drive: file %q: %w", f.Name, err)
+			} else if err != nil {
+				return fmt.Errorf("config drive: file %q: part %q: %w", f.Name, part, err)
+			}
 		}
 		k := strings.ToUpper(f.Name)
 		if prev, ok := seen[k]; ok {
 			return fmt.Errorf("config drive: file %q: same name as %q (FAT names ignore case)", f.Name, prev)
+		}
+		if in, ok := dirs[k]; ok {
+			return fmt.Errorf("config drive: file %q: a directory of that name holds %q", f.Name, in)
+		}
+		for i := 1; i < len(parts); i++ {
+			d := strings.Join(parts[:i], "/")
+			if prev, ok := seen[strings.ToUpper(d)]; ok {
+				return fmt.Errorf("config drive: file %q: %q is a file, not a directory", f.Name, prev)
+			}
+			in, ok := dirs[strings.ToUpper(d)]
+			if !ok {
+				dirs[strings.ToUpper(d)] = f.Name
+			} else if other := strings.Join(strings.Split(in, "/")[:i], "/"); other != d {
+				return fmt.Errorf("config drive: file %q: directory %q is %q in %q (FAT names ignore case)", f.Name, d, other, in)
+			}
 		}
 		seen[k] = f.Name
 		total += len(f.Data)

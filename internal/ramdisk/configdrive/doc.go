@@ -1,13 +1,17 @@
-// Package configdrive writes a cloud-init NoCloud config drive onto a disk that an OS image was
-// just written to, in pure Go (the ramdisk has no mkfs, parted or sgdisk).
+// Package configdrive writes a config drive onto a disk that an OS image was just written to,
+// in pure Go (the ramdisk has no mkfs, parted or sgdisk): cloud-init's NoCloud layout, or
+// OpenStack's.
 //
 // # What Write does
 //
 // Write adds one partition in the free space after the disk's last partition and formats it as
-// FAT16 with the volume label CIDATA (Options.Label), holding the given files in its root
-// directory. cloud-init's ds-identify finds the NoCloud data source by that label (compared
-// case-insensitively; the filesystem must be vfat or iso9660), then reads meta-data, user-data
-// and vendor-data from it. This is what Ironic calls a config drive partition.
+// FAT16 with the volume label CIDATA (Options.Label), holding the given files. cloud-init's
+// ds-identify finds the NoCloud data source by that label (compared case-insensitively; the
+// filesystem must be vfat or iso9660), then reads meta-data, user-data and vendor-data from its
+// root directory. An OpenStack config drive is labelled config-2 (OpenStackLabel, written in
+// lower case with Options.LabelAsGiven: Ignition looks for that exact label) and holds
+// openstack/latest/meta_data.json, user_data and vendor_data.json: a file's name is its path,
+// and the directories are made as needed. This is what Ironic calls a config drive partition.
 //
 // The partition table is the image's:
 //
@@ -42,8 +46,11 @@
 // cluster grow with the partition size), logical sectors of Options.SectorSize bytes, one
 // reserved sector, two FATs, 512 root directory entries, media 0xF8, hidden sectors = the
 // partition's start LBA (0 if it does not fit 32 bits). The root directory holds the volume
-// label entry and, for each file, a VFAT long-name entry sequence (names kept as given,
-// lowercase) plus an 8.3 alias such as META-D~1. Timestamps are fixed (2020-01-01 00:00) and
+// label entry and, for each file or directory in it, a VFAT long-name entry sequence (names kept
+// as given, lowercase) plus an 8.3 alias such as META-D~1; any other directory holds "." and
+// ".." and then its files' and directories' entries, in clusters of its own (a chain in the
+// FAT, as a file's). A directory's clusters come before those of what it holds, each in the
+// order its first file was given. Timestamps are fixed (2020-01-01 00:00) and
 // the volume serial number is derived from the label and the files, so the same input gives the
 // same filesystem bytes. A 4096-byte sector size needs a partition of at least 16 MiB (FAT16
 // needs 4085 clusters, and a cluster is at least one sector).

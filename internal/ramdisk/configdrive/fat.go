@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -23,6 +24,7 @@ const (
 	fatEOC          = 0xFFFF
 	lfnChars        = 13
 	attrVolumeLabel = 0x08
+	attrDirectory   = 0x10
 	attrArchive     = 0x20
 	attrLFN         = 0x0F
 	lfnLast         = 0x40
@@ -73,21 +75,84 @@ func fatLayout(size int64, ss int) (fatGeometry, error) {
 	return fatGeometry{}, fmt.Errorf("FAT16 of %d bytes: too large for %d clusters of at most 32 KiB", size, fatMaxClusters)
 }
 
-// buildFAT returns the filesystem's head: boot sector, FATs, root directory and the files'
-// clusters, zero-padded to at least 1 MiB (or the whole filesystem if smaller). The output
-// depends only on the arguments.
+// fatNode is a file or directory of the filesystem being built: the tree of File names.
+type fatNode struct {
+	name     string // its own name, the last part of its path ("" for the root)
+	dir      bool
+	data     []byte
+	children []*fatNode // in the order their files were given
+	parent   *fatNode   // nil for the root
+	first    int64      // its first cluster; 0 for the root and for an empty file
+	clusters int64
+}
+
+// fatTree makes the directory tree of files, whose names are paths ("openstack/latest/x"):
+// a directory comes before the files in it, each in the order its first file was given.
+// checkFiles has refused names that collide.
+func fatTree(files []File) *fatNode {
+	root := &fatNode{dir: true}
+	for _, f := range files {
+		parts := strings.Split(f.Name, "/")
+		at := root
+		for _, dir := range parts[:len(parts)-1] {
+			i := slices.IndexFunc(at.children, func(c *fatNode) bool { return c.dir && c.name == dir })
+			if i < 0 {
+				at.children = append(at.children, &fatNode{name: dir, dir: true, parent: at})
+				i = len(at.children) - 1
+			}
+			at = at.children[i]
+		}
+		at.children = append(at.children, &fatNode{name: parts[len(parts)-1], data: f.Data, parent: at})
+	}
+	return root
+}
+
+// walk calls f on n and everything under it, a directory before what it holds.
+func (n *fatNode) walk(f func(*fatNode)) {
+	f(n)
+	for _, c := range n.children {
+		c.walk(f)
+	}
+}
+
+// dirEntries is the number of 32-byte entries a directory's listing takes: its children's
+// long-name entries and 8.3 aliases, and "." and ".." (none in the root, which holds the
+// volume label instead).
+func (n *fatNode) dirEntries() int64 {
+	e := int64(2)
+	for _, c := range n.children {
+		e += int64((len(c.name)+lfnChars-1)/lfnChars) + 1
+	}
+	return e
+}
+
+// buildFAT returns the filesystem's head: boot sector, FATs, root directory, and the clusters
+// of the directories and files, zero-padded to at least 1 MiB (or the whole filesystem if
+// smaller). The output depends only on the arguments.
 func buildFAT(g fatGeometry, label string, hidden uint32, files []File) ([]byte, error) {
 	ss, cb := int64(g.sectorSize), int64(g.clusterBytes())
-	// Cluster allocation: files in order, each contiguous from cluster 2.
-	firstClus := make([]int64, len(files))
-	next := int64(2)
-	for i, f := range files {
-		n := (int64(len(f.Data)) + cb - 1) / cb
-		if n > 0 {
-			firstClus[i] = next
-		}
-		next += n
+	root := fatTree(files)
+	if e := root.dirEntries() - 1; e > fatRootEntries {
+		return nil, fmt.Errorf("config drive: the file names need %d directory entries, the root directory holds %d: fewer or shorter names are needed",
+			e, fatRootEntries)
 	}
+	// Cluster allocation: each directory, then each file, contiguous from cluster 2, a
+	// directory before what it holds.
+	next := int64(2)
+	root.walk(func(n *fatNode) {
+		switch {
+		case n == root:
+			return
+		case n.dir:
+			n.clusters = (n.dirEntries()*dirEntrySize + cb - 1) / cb
+		default:
+			n.clusters = (int64(len(n.data)) + cb - 1) / cb
+		}
+		if n.clusters > 0 {
+			n.first = next
+		}
+		next += n.clusters
+	})
 	if next-2 > g.clusters {
 		return nil, fmt.Errorf("config drive: the files need %d clusters, the filesystem has %d", next-2, g.clusters)
 	}
@@ -121,41 +186,49 @@ func buildFAT(g fatGeometry, label string, hidden uint32, files []File) ([]byte,
 	copy(b[62:], []byte{0xCD, 0x18}) // not bootable: int 18h hands back to the firmware
 	b[mbrSigOff], b[mbrSigOff+1] = 0x55, 0xAA
 
-	// FATs.
+	// FATs: each directory's and file's clusters chained.
 	fat := make([]byte, g.fatSectors*ss)
 	binary.LittleEndian.PutUint16(fat[0:], 0xFF00|fatMedia)
 	binary.LittleEndian.PutUint16(fat[2:], fatEOC) // clean shutdown, no I/O errors
-	for i, f := range files {
-		n := (int64(len(f.Data)) + cb - 1) / cb
-		for c := firstClus[i]; c < firstClus[i]+n; c++ {
+	root.walk(func(n *fatNode) {
+		for c := n.first; c < n.first+n.clusters; c++ {
 			v := uint16(c + 1)
-			if c == firstClus[i]+n-1 {
+			if c == n.first+n.clusters-1 {
 				v = fatEOC
 			}
 			binary.LittleEndian.PutUint16(fat[2*c:], v)
 		}
-	}
+	})
 	for i := range int64(fatCount) {
 		copy(head[(fatReserved+i*g.fatSectors)*ss:], fat)
 	}
 
-	// Root directory.
-	dir, err := rootDir(label, files, firstClus)
+	// Directories: the root in its fixed region, the others in their clusters.
+	var err error
+	root.walk(func(n *fatNode) {
+		if !n.dir || err != nil {
+			return
+		}
+		var dir []byte
+		if dir, err = n.listing(label); err != nil {
+			return
+		}
+		at := (fatReserved + fatCount*g.fatSectors) * ss
+		if n != root {
+			at = g.dataStart()*ss + (n.first-2)*cb
+		}
+		copy(head[at:], dir)
+	})
 	if err != nil {
 		return nil, err
 	}
-	if len(dir) > fatRootEntries*dirEntrySize {
-		return nil, fmt.Errorf("config drive: the file names need %d directory entries, the root directory holds %d: fewer or shorter names are needed",
-			len(dir)/dirEntrySize, fatRootEntries)
-	}
-	copy(head[(fatReserved+fatCount*g.fatSectors)*ss:], dir)
 
-	// Data.
-	for i, f := range files {
-		if firstClus[i] != 0 {
-			copy(head[g.dataStart()*ss+(firstClus[i]-2)*cb:], f.Data)
+	// Files.
+	root.walk(func(n *fatNode) {
+		if !n.dir && n.first != 0 {
+			copy(head[g.dataStart()*ss+(n.first-2)*cb:], n.data)
 		}
-	}
+	})
 	return head, nil
 }
 
@@ -177,31 +250,48 @@ func padName(s string, n int) []byte {
 	return b
 }
 
-// rootDir builds the root directory's entries: the volume label, then each file's long-name
-// entries followed by its 8.3 alias.
-func rootDir(label string, files []File, firstClus []int64) ([]byte, error) {
+// listing builds directory n's entries: in the root the volume label first, elsewhere "."
+// and ".." (the parent's first cluster, 0 for the root, as FAT has it); then each child's
+// long-name entries followed by its 8.3 alias.
+func (n *fatNode) listing(label string) ([]byte, error) {
 	var dir []byte
-	lab := make([]byte, dirEntrySize)
-	copy(lab, padName(label, 11))
-	lab[11] = attrVolumeLabel
-	putTimes(lab)
-	dir = append(dir, lab...)
+	if n.parent == nil {
+		lab := make([]byte, dirEntrySize)
+		copy(lab, padName(label, 11))
+		lab[11] = attrVolumeLabel
+		putTimes(lab)
+		dir = append(dir, lab...)
+	}
+	if n.parent != nil {
+		dir = append(dir, shortEntry([]byte(".          "), n)...)
+		dir = append(dir, shortEntry([]byte("..         "), n.parent)...)
+	}
 	used := map[string]bool{}
-	for i, f := range files {
-		short, err := shortName(f.Name, used)
+	for _, c := range n.children {
+		short, err := shortName(c.name, used)
 		if err != nil {
 			return nil, err
 		}
-		dir = append(dir, lfnEntries(f.Name, lfnChecksum(short))...)
-		e := make([]byte, dirEntrySize)
-		copy(e, short)
-		e[11] = attrArchive
-		putTimes(e)
-		binary.LittleEndian.PutUint16(e[26:], uint16(firstClus[i]))
-		binary.LittleEndian.PutUint32(e[28:], uint32(len(f.Data)))
-		dir = append(dir, e...)
+		dir = append(dir, lfnEntries(c.name, lfnChecksum(short))...)
+		dir = append(dir, shortEntry(short, c)...)
 	}
 	return dir, nil
+}
+
+// shortEntry is the 8.3 directory entry of n named short (11 bytes): a file's size and first
+// cluster, or a directory's first cluster (0 for the root, as ".." names it).
+func shortEntry(short []byte, n *fatNode) []byte {
+	e := make([]byte, dirEntrySize)
+	copy(e, short)
+	e[11] = attrArchive
+	if n.dir {
+		e[11] = attrDirectory
+	} else {
+		binary.LittleEndian.PutUint32(e[28:], uint32(len(n.data)))
+	}
+	putTimes(e)
+	binary.LittleEndian.PutUint16(e[26:], uint16(n.first))
+	return e
 }
 
 // putTimes sets an entry's creation, access and write dates to fatDate, times to 00:00.

@@ -216,3 +216,20 @@ func testFiles() []File {
 		{Name: "network-config", Data: []byte("version: 2\nethernets: {}\n")},
 	}
 }
+
+// openStackFiles is an OpenStack config drive's layout: files two directories down, a name
+// longer than 13 characters (two long-name entries), an empty file, and enough entries in
+// openstack/latest that its listing spans more than one 512-byte cluster.
+func openStackFiles() []File {
+	files := []File{
+		{Name: "openstack/latest/meta_data.json", Data: []byte(`{"uuid":"node-1"}`)},
+		{Name: "openstack/latest/user_data", Data: testFiles()[1].Data},
+		{Name: "openstack/latest/vendor_data.json", Data: []byte(`{"cloud-init":"#cloud-config\n{}\n"}`)},
+		{Name: "openstack/latest/network_data.json", Data: nil},
+		{Name: "openstack/content/0000", Data: []byte("a file in another directory\n")},
+	}
+	for i := range 12 {
+		files = append(files, File{Name: fmt.Sprintf("openstack/latest/extra-file-%02d.txt", i), Data: []byte(fmt.Sprintf("extra %d\n", i))})
+	}
+	return files
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -73,23 +74,30 @@ func TestWriteTools(t *testing.T) {
 		o     Options // SectorSize is set from ss
 		big   bool    // add a 900 KiB file
 		make  func(t *testing.T, img string)
+		files []File // nil: testFiles()
 	}{
 		{"gpt sgdisk 512", 512, "gpt", Options{}, false, func(t *testing.T, img string) {
 			run(t, "", "sgdisk", "-n", "1:2048:+40M", "-t", "1:8300", "-c", "1:root", img)
-		}},
+		}, nil},
 		{"gpt sfdisk 512 two partitions, 64 MiB, label given in lowercase", 512, "gpt", Options{Size: 64 * mib, Label: "cidata"}, true, func(t *testing.T, img string) {
 			run(t, "label: gpt\nstart=2048, size=20480, type="+linux+", name=boot\nstart=40960, size=40960, type="+linux+", name=root\n",
 				"sfdisk", img)
-		}},
+		}, nil},
 		{"gpt fdisk 4096", 4096, "gpt", Options{}, false, func(t *testing.T, img string) {
 			run(t, "g\nn\n1\n256\n+40M\nw\n", "fdisk", "-b", "4096", img)
-		}},
+		}, nil},
 		{"mbr sfdisk 512", 512, "mbr", Options{}, true, func(t *testing.T, img string) {
 			run(t, "label: dos\nstart=2048, size=81920, type=83, bootable\n", "sfdisk", img)
-		}},
+		}, nil},
 		{"mbr fdisk 4096 32 MiB", 4096, "mbr", Options{Size: 32 * mib}, false, func(t *testing.T, img string) {
 			run(t, "o\nn\np\n1\n256\n+40M\nw\n", "fdisk", "-b", "4096", img)
-		}},
+		}, nil},
+		{"gpt sgdisk 512, OpenStack layout", 512, "gpt", Options{Label: OpenStackLabel, LabelAsGiven: true}, true, func(t *testing.T, img string) {
+			run(t, "", "sgdisk", "-n", "1:2048:+40M", "-t", "1:8300", "-c", "1:root", img)
+		}, openStackFiles()},
+		{"mbr fdisk 4096, OpenStack layout", 4096, "mbr", Options{Label: OpenStackLabel, LabelAsGiven: true}, false, func(t *testing.T, img string) {
+			run(t, "o\nn\np\n1\n256\n+40M\nw\n", "fdisk", "-b", "4096", img)
+		}, openStackFiles()},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -134,7 +142,10 @@ func TestWriteTools(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			files := testFiles()
+			files := c.files
+			if files == nil {
+				files = testFiles()
+			}
 			if c.big {
 				b := make([]byte, 900<<10)
 				rand.Read(b)
@@ -151,7 +162,14 @@ func TestWriteTools(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("result: %+v", res)
-			if res.Table != c.table || res.Reused || res.Label != "CIDATA" || res.Size != size || res.Start%mib != 0 {
+			wantLabel := "CIDATA"
+			if c.o.Label != "" {
+				wantLabel = c.o.Label
+				if !c.o.LabelAsGiven {
+					wantLabel = strings.ToUpper(wantLabel)
+				}
+			}
+			if res.Table != c.table || res.Reused || res.Label != wantLabel || res.Size != size || res.Start%mib != 0 {
 				t.Fatalf("result %+v", res)
 			}
 			for i, s := range spans {
@@ -297,7 +315,7 @@ func checkImage(t *testing.T, img string, ss int, table string, res Result, file
 
 	// Filesystem, probed in place and in an extracted copy.
 	out = run(t, "", "blkid", "-p", "-O", fmt.Sprint(res.Start), "-o", "export", img)
-	for _, want := range []string{"TYPE=vfat", "LABEL=CIDATA", "VERSION=FAT16"} {
+	for _, want := range []string{"TYPE=vfat", "LABEL=" + res.Label, "VERSION=FAT16"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Fatalf("blkid at offset %d: no %s:\n%s", res.Start, want, out)
 		}
@@ -305,7 +323,7 @@ func checkImage(t *testing.T, img string, ss int, table string, res Result, file
 	part := filepath.Join(filepath.Dir(img), "part.img")
 	extract(t, img, part, res.Start, res.Size)
 	out = run(t, "", "blkid", "-p", "-o", "export", part)
-	for _, want := range []string{"TYPE=vfat", "LABEL=CIDATA", "VERSION=FAT16"} {
+	for _, want := range []string{"TYPE=vfat", "LABEL=" + res.Label, "VERSION=FAT16"} {
 		if !strings.Contains(out, want+"\n") {
 			t.Fatalf("blkid: no %s:\n%s", want, out)
 		}
@@ -324,12 +342,25 @@ func checkImage(t *testing.T, img string, ss int, table string, res Result, file
 	if err != nil {
 		t.Fatalf("mdir: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "Volume in drive : is CIDATA") {
+	if !strings.Contains(out, "Volume in drive : is "+res.Label) {
 		t.Fatalf("mdir: no label:\n%s", out)
 	}
+	root := out
 	for _, f := range files {
-		if !strings.Contains(out, " "+f.Name+"\n") {
-			t.Fatalf("mdir: no long name %q:\n%s", f.Name, out)
+		dir, name := path.Split(f.Name)
+		out = root
+		if dir != "" {
+			if out, err = runErr("", mt, "mdir", "-i", part, "::"+dir); err != nil {
+				t.Fatalf("mdir %s: %v\n%s", dir, err, out)
+			}
+			for _, dots := range []string{"\n.            <DIR>", "\n..           <DIR>"} {
+				if !strings.Contains(out, dots) {
+					t.Fatalf("mdir %s: no %q entry:\n%s", dir, strings.TrimSpace(dots), out)
+				}
+			}
+		}
+		if !strings.Contains(out, " "+name+"\n") {
+			t.Fatalf("mdir %s: no long name %q:\n%s", dir, name, out)
 		}
 		got, err := runErr("", mt, "mtype", "-i", part, "::"+f.Name)
 		if err != nil {
