@@ -69,9 +69,10 @@ var kinds = []Kind{
 	{Name: "diag.dcgm", RunsOn: OnRamdisk, Attested: true},
 	{Name: "disk.wipe", RunsOn: OnRamdisk, Destructive: true, Attested: true},
 	{Name: "deploy.image", RunsOn: OnRamdisk, Destructive: true},
-	// deploy.configDrive adds a cloud-init NoCloud config drive (a FAT partition labelled
-	// CIDATA after the image's last one) holding the node's meta-data, user-data and
-	// vendor-data as the site serves them. Destructive: it changes the disk's partition table.
+	// deploy.configDrive adds a config drive (a FAT partition after the image's last one)
+	// holding the node's meta-data, user-data and vendor-data as the site serves them:
+	// cloud-init's NoCloud layout (labelled CIDATA), or OpenStack's (config-2, openstack/latest/).
+	// Destructive: it changes the disk's partition table.
 	{Name: "deploy.configDrive", RunsOn: OnRamdisk, Destructive: true},
 	{Name: "boot.kexec", RunsOn: OnRamdisk, Destructive: true, SelfTerminating: true},
 	// ramdisk.powerOff ends a lingering ramdisk's fast-track window: the ramdisk powers its own

@@ -15,7 +15,8 @@ import (
 
 // TestConfigDriveStep: deploy.configDrive of an operator profile reaches the node's ramdisk
 // after boot.prepareInstance, naming the node and the SHA-256 of the deploy's user-data (what
-// the ramdisk checks the site's documents against), or none when the deploy gave none.
+// the ramdisk checks the site's documents against), or none when the deploy gave none, and
+// the format the profile gives it (none: NoCloud's).
 func TestConfigDriveStep(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
@@ -25,12 +26,16 @@ func TestConfigDriveStep(t *testing.T) {
 			`{"use":"boot.prepareInstance"},{"use":"deploy.configDrive"},{"use":"boot.kexec"}],"cleanup":[{"use":"boot.cleanUp"}]}`); err != nil {
 			t.Fatal(err)
 		}
+		if err := h.Metal.PutDeployProfile(ctx, h.Admin, "drive-openstack", `{"steps":[{"use":"metal.ensureRamdisk"},{"use":"deploy.image","args":{"image":"$image"}},`+
+			`{"use":"boot.prepareInstance"},{"use":"deploy.configDrive","args":{"format":"openstack"}},{"use":"boot.kexec"}],"cleanup":[{"use":"boot.cleanUp"}]}`); err != nil {
+			t.Fatal(err)
+		}
 		userData := []byte("#cloud-config\nhostname: n0\n")
 		sum := sha256.Sum256(userData)
 		if err := h.Apply(ctx, provision.VerbDeploy, ids[:1], metal.VerbInput{Profile: "drive", Image: "img", UserData: userData}); err != nil {
 			t.Fatal(err)
 		}
-		if err := h.Apply(ctx, provision.VerbDeploy, ids[1:], metal.VerbInput{Profile: "drive", Image: "img"}); err != nil {
+		if err := h.Apply(ctx, provision.VerbDeploy, ids[1:], metal.VerbInput{Profile: "drive-openstack", Image: "img"}); err != nil {
 			t.Fatal(err)
 		}
 		got := rest(t, h, ids)
@@ -53,12 +58,12 @@ func TestConfigDriveStep(t *testing.T) {
 					json.Unmarshal([]byte(c.Args), &args)
 				}
 			}
-			want := ""
+			want, format := "", any("openstack")
 			if i == 0 {
-				want = hex.EncodeToString(sum[:])
+				want, format = hex.EncodeToString(sum[:]), nil
 			}
-			if args == nil || args["nodeId"] != id || args["userDataSha256"] != want {
-				t.Fatalf("node %d: config drive args %v (commands %v), want nodeId %s and userDataSha256 %q", i, args, kinds, id, want)
+			if args == nil || args["nodeId"] != id || args["userDataSha256"] != want || args["format"] != format {
+				t.Fatalf("node %d: config drive args %v (commands %v), want nodeId %s, userDataSha256 %q and format %v", i, args, kinds, id, want, format)
 			}
 			// Oldest first: the drive is written after the instance is prepared and before the
 			// kexec.

@@ -109,11 +109,15 @@ func TestConfigDriveInProfiles(t *testing.T) {
 		{"drive, cloud-init", prof(ensure, image, prepare, drive, kexec("cloud-init")), "cloud-init", ""},
 		{"drive, site given", prof(ensure, image, prepare, s("deploy.configDrive", "guestSite", "http://10.0.0.1:8080"), s("boot.kexec")), "cloud-init", ""},
 		{"drive, no kexec (the BMC boots the disk)", prof(ensure, image, prepare, drive, s("power.cycle")), "cloud-init", ""},
-		{"drive, ignition", prof(ensure, image, prepare, drive, kexec("ignition")), "", "deploy.configDrive writes a cloud-init (NoCloud) config drive, which boot.kexec's guest ignition does not read"},
+		{"drive, ignition", prof(ensure, image, prepare, drive, kexec("ignition")), "", "deploy.configDrive writes a cloud-init config drive (NoCloud or OpenStack), which boot.kexec's guest ignition does not read"},
 		{"drive before prepareInstance", prof(ensure, image, drive, prepare, s("boot.kexec")), "", "put it after boot.prepareInstance"},
 		{"drive without prepareInstance", prof(ensure, image, drive, s("boot.kexec")), "", "put it after boot.prepareInstance"},
 		{"drive in cleanup", Profile{Name: "cloud", Steps: []Step{ensure, image, prepare}, Cleanup: []Step{drive}}, "", "deploy.configDrive is not a cleanup step"},
 		{"drive with an unknown argument", prof(ensure, image, prepare, s("deploy.configDrive", "label", "x")), "", "argument label"},
+		{"drive, OpenStack's format", prof(ensure, image, prepare, s("deploy.configDrive", "format", "openstack"), s("boot.kexec")), "cloud-init", ""},
+		{"drive, NoCloud's format named", prof(ensure, image, prepare, s("deploy.configDrive", "format", "nocloud"), kexec("cloud-init")), "cloud-init", ""},
+		{"drive, a format nothing writes", prof(ensure, image, prepare, s("deploy.configDrive", "format", "iso9660"), s("boot.kexec")), "", `"iso9660"`},
+		{"drive, OpenStack's format, ignition", prof(ensure, image, prepare, s("deploy.configDrive", "format", "openstack"), kexec("ignition")), "", "which boot.kexec's guest ignition does not read"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Resolve(tc.p, map[string]string{"image": "img"})

@@ -233,7 +233,9 @@ var stepKinds = []StepKind{
 	// deploy.configDrive: the ramdisk reads the node's NoCloud documents from the site (served
 	// once boot.prepareInstance ran) and writes them to a config drive on the deployed disk, so
 	// that cloud-init finds them with no kernel parameter: on the BMC fallback's boot, at every
-	// later boot, and where no kexec can run (docs/drivers/cloud-init.md).
+	// later boot, and where no kexec can run (docs/drivers/cloud-init.md). Its format is
+	// NoCloud's (CIDATA) or, with {format: openstack}, OpenStack's (config-2), which
+	// cloudbase-init reads too.
 	{Use: "deploy.configDrive", Command: "deploy.configDrive", Timeout: 5 * time.Minute, Retries: 2},
 	// boot.kexec: the ramdisk kexecs the written disk's kernel and the installed OS rejoins;
 	// when the kexec fails or the OS does not rejoin within 10 minutes (a kernel that cannot
@@ -513,7 +515,7 @@ func checkConfigDrive(steps, cleanup []Step) error {
 			}
 		case "boot.kexecOnce":
 			if g := st.Args["guest"]; g != "" && g != "none" && g != GuestCloudInit && slices.ContainsFunc(steps, func(st Step) bool { return st.Use == ConfigDriveStep }) {
-				return fmt.Errorf("%s writes a cloud-init (NoCloud) config drive, which boot.kexec's guest %s does not read: use guest cloud-init or none with it", ConfigDriveStep, g)
+				return fmt.Errorf("%s writes a cloud-init config drive (NoCloud or OpenStack), which boot.kexec's guest %s does not read: use guest cloud-init or none with it", ConfigDriveStep, g)
 			}
 		}
 	}
@@ -557,6 +559,9 @@ var argRules = map[string]map[string][]string{
 	// bcd's agent finds the site's datasource and proves it booted (docs/drivers/cloud-init.md;
 	// kexec.Guests, a test pins them equal).
 	"boot.kexec": {"guest": {"", "none", "cloud-init", "ignition"}},
+	// deploy.configDrive's format: cloud-init's NoCloud layout (the default) or OpenStack's
+	// (agent.FormatNoCloud, FormatOpenStack; a test pins them equal).
+	"deploy.configDrive": {"format": {"", "nocloud", "openstack"}},
 }
 
 // freeArgs are optional command arguments with no fixed values, checked where they are used:

@@ -18,8 +18,20 @@ import (
 	"bcd/internal/ramdisk/kexec"
 )
 
-// KindConfigDrive writes a cloud-init NoCloud config drive onto the deployed disk.
+// KindConfigDrive writes a config drive onto the deployed disk: cloud-init's NoCloud layout,
+// or OpenStack's.
 const KindConfigDrive = "deploy.configDrive"
+
+// The layouts of a config drive (ConfigDriveArgs.Format).
+const (
+	// FormatNoCloud is cloud-init's NoCloud data source: meta-data, user-data and vendor-data
+	// in the root of a FAT labelled CIDATA.
+	FormatNoCloud = "nocloud"
+	// FormatOpenStack is OpenStack's config drive: openstack/latest/meta_data.json, user_data
+	// and vendor_data.json in a FAT labelled config-2, which cloud-init's ConfigDrive data
+	// source and cloudbase-init (Windows) read.
+	FormatOpenStack = "openstack"
+)
 
 // DiskDevice is a whole disk opened read-write for deploy.configDrive.
 type DiskDevice interface {
@@ -40,6 +52,8 @@ type ConfigDriveArgs struct {
 	// line's bcd_site.
 	GuestSite       string      `json:"guestSite"`
 	RootDeviceHints image.Hints `json:"rootDeviceHints"`
+	// Format is the drive's layout: FormatNoCloud ("" too) or FormatOpenStack.
+	Format string `json:"format"`
 }
 
 // ConfigDriveResult is deploy.configDrive's result: where the drive went and the SHA-256 of
@@ -58,12 +72,15 @@ var configDriveFiles = []string{"meta-data", "user-data", "vendor-data"}
 
 // configDrive reads the node's NoCloud documents from the site (the same bytes a guest would
 // read over the network once boot.prepareInstance ran), checks that they are this node's and
-// this deploy's, and writes them to a config drive on the disk deploy.image wrote in this boot
-// (else the disk it would write).
+// this deploy's, and writes them, in the layout of the command's format, to a config drive on
+// the disk deploy.image wrote in this boot (else the disk it would write).
 func (c *Commands) configDrive(ctx context.Context, args []byte, report func(agentlink.Progress)) ([]byte, error) {
 	var a ConfigDriveArgs
 	if err := decodeArgs(args, &a); err != nil {
 		return nil, err
+	}
+	if a.Format != "" && a.Format != FormatNoCloud && a.Format != FormatOpenStack {
+		return nil, fmt.Errorf("deploy.configDrive: format %q: %s or %s is accepted", a.Format, FormatNoCloud, FormatOpenStack)
 	}
 	if a.NodeID == "" {
 		return nil, errors.New("deploy.configDrive: the command names no nodeId (its meta-data could not be checked): the control plane is older than the ramdisk")
@@ -87,6 +104,14 @@ func (c *Commands) configDrive(ctx context.Context, args []byte, report func(age
 	if err := checkGuestDocuments(a, files); err != nil {
 		return nil, fmt.Errorf("deploy.configDrive: %w", err)
 	}
+	var opts configdrive.Options
+	if a.Format == FormatOpenStack {
+		var err error
+		if files, err = openStackFiles(a.NodeID, files); err != nil {
+			return nil, fmt.Errorf("deploy.configDrive: %w", err)
+		}
+		opts.Label, opts.LabelAsGiven = configdrive.OpenStackLabel, true
+	}
 	disk, err := c.deployedDisk(ctx, a.RootDeviceHints)
 	if err != nil {
 		return nil, err
@@ -96,7 +121,8 @@ func (c *Commands) configDrive(ctx context.Context, args []byte, report func(age
 	if err != nil {
 		return nil, fmt.Errorf("deploy.configDrive: opening %s: %w", disk.Path, err)
 	}
-	res, err := configdrive.Write(d, int64(disk.SizeBytes), files, configdrive.Options{SectorSize: int(disk.LogicalBlockSize)})
+	opts.SectorSize = int(disk.LogicalBlockSize)
+	res, err := configdrive.Write(d, int64(disk.SizeBytes), files, opts)
 	if err == nil {
 		if err = d.Sync(); err != nil {
 			err = fmt.Errorf("flushing %s: %w", disk.Path, err)
@@ -134,6 +160,32 @@ func checkGuestDocuments(a ConfigDriveArgs, files []configdrive.File) error {
 		}
 	}
 	return nil
+}
+
+// openStackFiles are an OpenStack config drive's files made from the node's NoCloud documents
+// (checked by checkGuestDocuments): meta_data.json names the node as the instance (its uuid,
+// which cloud-init's ConfigDrive data source takes as the instance id, as NoCloud's
+// instance-id), user_data is the user-data as it is, and vendor_data.json carries bcd's
+// vendor-data under "cloud-init", where cloud-init's OpenStack vendor data is read from. Pure.
+func openStackFiles(nodeID string, nocloud []configdrive.File) ([]configdrive.File, error) {
+	docs := map[string][]byte{}
+	for _, f := range nocloud {
+		docs[f.Name] = f.Data
+	}
+	meta, err := json.Marshal(map[string]string{"uuid": nodeID})
+	if err != nil {
+		return nil, err
+	}
+	vendor, err := json.Marshal(map[string]string{"cloud-init": string(docs["vendor-data"])})
+	if err != nil {
+		return nil, err
+	}
+	const dir = "openstack/latest/"
+	return []configdrive.File{
+		{Name: dir + "meta_data.json", Data: meta},
+		{Name: dir + "user_data", Data: docs["user-data"]},
+		{Name: dir + "vendor_data.json", Data: vendor},
+	}, nil
 }
 
 // guestDocument GETs one document from the site, as a guest would from this address.

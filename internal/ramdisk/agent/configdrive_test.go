@@ -16,6 +16,7 @@ import (
 
 	"bcd/internal/netboot"
 	"bcd/internal/ramdisk/inventory"
+	"bcd/internal/workflow"
 )
 
 // configDriveDisk is an 8 GiB sparse disk holding an MBR with one 16 MiB partition at 1 MiB,
@@ -160,5 +161,111 @@ func TestConfigDrive(t *testing.T) {
 				t.Fatalf("retry: %s %v", res, err)
 			}
 		})
+	}
+}
+
+// With format openstack, deploy.configDrive checks the same NoCloud documents and writes them
+// in OpenStack's layout: a FAT labelled config-2 (lower case) holding openstack/latest/
+// meta_data.json naming the node as the instance (uuid), user_data as the deploy gave it, and
+// vendor_data.json carrying bcd's vendor-data under "cloud-init". A retry rewrites the same
+// drive; a format it does not know is refused before the disk is touched.
+func TestConfigDriveOpenStack(t *testing.T) {
+	const node = "0193a1b2-node"
+	userData := "#cloud-config\nhostname: n0\n"
+	sum := sha256.Sum256([]byte(userData))
+	vendor, err := netboot.VendorData("http://10.0.0.1:8080")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{"meta-data": netboot.MetaData(node), "user-data": userData, "vendor-data": vendor}
+	meta, _ := json.Marshal(map[string]string{"uuid": node})
+	vendorJSON, _ := json.Marshal(map[string]string{"cloud-init": vendor})
+	want := map[string][]byte{
+		"openstack/latest/meta_data.json":   meta,
+		"openstack/latest/user_data":        []byte(userData),
+		"openstack/latest/vendor_data.json": vendorJSON,
+	}
+	for _, tc := range []struct {
+		name, format, err string
+	}{
+		{"openstack", FormatOpenStack, ""},
+		{"a format it does not know", "iso9660", `format "iso9660": nocloud or openstack is accepted`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			disk, mbr := configDriveDisk(t)
+			d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{disk}})
+			d.OpenDisk = func(_ context.Context, path string) (DiskDevice, error) { return os.OpenFile(path, os.O_RDWR, 0) }
+			cmds := NewCommands(d)
+			args, _ := json.Marshal(map[string]string{"nodeId": node, "userDataSha256": hex.EncodeToString(sum[:]),
+				"guestSite": guestSite(t, docs, 0), "format": tc.format})
+			res, err, _ := run(t, cmds, KindConfigDrive, string(args))
+			head := make([]byte, 512)
+			f, ferr := os.Open(disk.Path)
+			if ferr != nil {
+				t.Fatal(ferr)
+			}
+			defer f.Close()
+			if _, err := f.ReadAt(head, 0); err != nil {
+				t.Fatal(err)
+			}
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				if !bytes.Equal(head, mbr) {
+					t.Fatal("a refused config drive changed the partition table")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got ConfigDriveResult
+			if err := json.Unmarshal(res, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Label != "config-2" || got.Table != "mbr" || got.Partition != 2 || got.Reused || len(got.Files) != len(want) {
+				t.Fatalf("result %s", res)
+			}
+			for name, data := range want {
+				s := sha256.Sum256(data)
+				if got.Files[name] != hex.EncodeToString(s[:]) {
+					t.Errorf("%s: sha256 %s in the result, want that of %q", name, got.Files[name], data)
+				}
+			}
+			// The FAT's boot sector carries the label in lower case.
+			boot := make([]byte, 512)
+			if _, err := f.ReadAt(boot, got.Start); err != nil {
+				t.Fatal(err)
+			}
+			if l := string(boot[43:54]); l != "config-2   " {
+				t.Fatalf("boot sector label %q, want %q", l, "config-2   ")
+			}
+			res, err, _ = run(t, cmds, KindConfigDrive, string(args))
+			var again ConfigDriveResult
+			if err != nil || json.Unmarshal(res, &again) != nil || !again.Reused || again.Partition != got.Partition || again.Start != got.Start {
+				t.Fatalf("retry: %s %v", res, err)
+			}
+		})
+	}
+}
+
+// The formats a profile's deploy.configDrive may name are those the ramdisk writes: each of
+// them resolves, and any other is refused when the profile is stored.
+func TestConfigDriveFormatsMatchTheWorkflow(t *testing.T) {
+	profile := func(format string) workflow.Profile {
+		return workflow.Profile{Name: "cloud", Steps: []workflow.Step{
+			{Use: "metal.ensureRamdisk"}, {Use: "deploy.image", Args: map[string]string{"image": "$image"}}, {Use: "boot.prepareInstance"},
+			{Use: "deploy.configDrive", Args: map[string]string{"format": format}}, {Use: "boot.kexec"},
+		}, Cleanup: []workflow.Step{{Use: "boot.cleanUp"}}}
+	}
+	for _, tc := range []struct {
+		format string
+		ok     bool
+	}{{FormatNoCloud, true}, {FormatOpenStack, true}, {"iso9660", false}, {"OpenStack", false}} {
+		_, err := workflow.Resolve(profile(tc.format), map[string]string{"image": "img"})
+		if (err == nil) != tc.ok {
+			t.Errorf("format %q: the workflow says %v, want accepted %v", tc.format, err, tc.ok)
+		}
 	}
 }
