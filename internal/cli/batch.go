@@ -19,13 +19,15 @@ func bulkCmd(g *globals) *cobra.Command {
 	var nodes, userData string
 	var count int
 	cmd := &cobra.Command{
-		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value | deploy --count N) [deploy: --image IMG --profile P --user-data FILE] --reason WHY",
+		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value | deploy --count N [--spread LABEL]) [deploy: --image IMG --profile P --user-data FILE] --reason WHY",
 		Short: "Apply manage, inspect, provide, deploy, undeploy, rescue or retire to up to 10,000 nodes of one pool as one batch",
 		Long: "Each node's move is decided as its own verb call; the accepted ones form one batch whose scope covers\n" +
 			"every destructive command of the verb's chain of workflows. Where approvals are required the batch is\n" +
 			"held until approvers approve it (bcd batch approve ID).\n" +
 			"deploy --count N takes N of the pool's nodes that can deploy now (ready, out of maintenance, matching\n" +
-			"the selectors if any; first by name), all or none; every node gets the image, profile and user-data.",
+			"the selectors if any; first by name), all or none; every node gets the image, profile and user-data.\n" +
+			"With --spread LABEL (rack, row, power feed) the N are taken in turn from each of the label's values,\n" +
+			"the nodes without it last: as evenly as the pool allows.",
 		Args: exactArgs(1, "the VERB: "+bulkVerbs()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Verb = args[0]
@@ -54,6 +56,8 @@ func bulkCmd(g *globals) *cobra.Command {
 				return usagef("--count takes nodes from the pool by itself: give --selector key=value or nothing, not --nodes")
 			case count == 0 && (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
 				return usagef("give either --nodes a,b,… or --selector key=value (not both), or deploy --count N")
+			case in.Spread != "" && count == 0:
+				return usagef("--spread applies with deploy --count N only: it chooses which of the pool's nodes the count takes")
 			case strings.TrimSpace(in.Reason) == "":
 				return usagef("--reason WHY is required: approvers read it")
 			}
@@ -100,6 +104,7 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Profile, "profile", "", "deploy: the deploy profile (default: default)")
 	f.StringVar(&userData, "user-data", "", "deploy: operator user-data for every node's installed OS (as bcd node deploy --user-data; each node gets its own sealed copy): a file, or - for standard input")
 	f.IntVar(&count, "count", 0, "deploy: take this many of the pool's nodes that can deploy now (matching --selector, if given), all or none")
+	f.StringVar(&in.Spread, "spread", "", "deploy --count: a label key (rack, row, power feed); the count is taken in turn from each of its values, the nodes without it last")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
 	return cmd
 }

@@ -33,6 +33,10 @@ func TestBatchCommands(t *testing.T) {
 	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--count", "1", "--image", "img", "--reason", "x"); code == 0 || !strings.Contains(errs, "no catalog image") && !strings.Contains(errs, "nodes that can deploy now") {
 		t.Fatalf("bulk deploy --count: %d %q", code, errs)
 	}
+	// --spread reaches the server, which checks its label key.
+	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--count", "1", "--spread", "Rack!", "--image", "img", "--reason", "x"); code == 0 || !strings.Contains(errs, `spread: label key "Rack!" is not valid`) {
+		t.Fatalf("bulk deploy --spread: %d %q", code, errs)
+	}
 	if code, out, errs := run(t, env, "batch", "list"); code != 0 || !strings.Contains(out, "STATE") {
 		t.Fatalf("batch list: %d %q %q", code, out, errs)
 	}

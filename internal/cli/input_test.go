@@ -220,6 +220,7 @@ func TestBulkNeedsWhatTheAPINeeds(t *testing.T) {
 		{[]string{"bulk", "retire", "--pool", "p", "--reason", "x"}, "give either --nodes a,b,… or --selector key=value (not both)"},
 		{[]string{"bulk", "deploy", "--pool", "p", "--count", "2", "--nodes", "n1", "--image", "i", "--reason", "x"}, "--count takes nodes from the pool by itself"},
 		{[]string{"bulk", "deploy", "--pool", "p", "--count", "10001", "--image", "i", "--reason", "x"}, "--count 10001: from 1 to 10000"},
+		{[]string{"bulk", "deploy", "--pool", "p", "--selector", "rack=r1", "--spread", "rack", "--image", "i", "--reason", "x"}, "--spread applies with deploy --count N only"},
 		{[]string{"bulk", "retire", "--pool", "p", "--nodes", " , ", "--reason", "x"}, "give either --nodes a,b,… or --selector key=value (not both)"},
 		{[]string{"bulk", "retire", "--pool", "p", "--nodes", "n1", "--selector", "rack=r1", "--reason", "x"}, "give either --nodes a,b,… or --selector key=value (not both)"},
 		{[]string{"bulk", "retire", "--pool", "p", "--nodes", "n1"}, "--reason WHY is required: approvers read it"},

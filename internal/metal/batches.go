@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -397,7 +398,8 @@ func (s *Service) directBatch(ctx context.Context, tx *store.Tx, p auth.Principa
 // BulkInput is metal.bulk's input: one verb on up to 10,000 nodes of one pool, named by id or
 // name, or selected by labels (key=value, all must match). A deploy names its image (and
 // profile, user-data); with Count it takes that many of the pool's nodes that can deploy
-// (matching the selectors, if any), all or none.
+// (matching the selectors, if any), all or none: first by name, or, with Spread (a label key),
+// in turn from each of that label's values (spreadPick).
 type BulkInput struct {
 	Pool      string
 	Verb      string
@@ -409,6 +411,7 @@ type BulkInput struct {
 	Image, Profile string
 	UserData       []byte
 	Count          int
+	Spread         string
 }
 
 // BulkNode is one node's answer.
@@ -424,6 +427,56 @@ type BulkResult struct {
 	Batch store.Batch
 	Held  bool
 	Nodes []BulkNode
+}
+
+// spreadPick takes count of nodes (fewer if there are fewer): with key "", the first by name;
+// else in turn from each value of label key, the values in order and the nodes without the
+// label (or with it empty) last, each value's nodes by name, so that the count spreads as evenly as the nodes
+// allow over racks, rows or power feeds (a value that runs out drops out of the turn). The
+// nodes are returned in the order taken. Pure.
+func spreadPick(nodes []store.Node, key string, count int) []store.Node {
+	byName := func(a, b store.Node) int { return strings.Compare(a.Name, b.Name) }
+	if key == "" {
+		sorted := slices.SortedFunc(slices.Values(nodes), byName)
+		return sorted[:min(count, len(sorted))]
+	}
+	if len(nodes) == 0 {
+		return nil
+	}
+	groups := map[string][]store.Node{}
+	for _, n := range nodes {
+		groups[n.Labels[key]] = append(groups[n.Labels[key]], n)
+	}
+	values := slices.Sorted(maps.Keys(groups))
+	if values[0] == "" && len(values) > 1 { // (nodes without the label: last)
+		values = append(values[1:], "")
+	}
+	for _, v := range values {
+		slices.SortFunc(groups[v], byName)
+	}
+	out := make([]store.Node, 0, min(count, len(nodes)))
+	for len(out) < count && len(out) < len(nodes) {
+		for _, v := range values {
+			if g := groups[v]; len(g) > 0 && len(out) < count {
+				out, groups[v] = append(out, g[0]), g[1:]
+			}
+		}
+	}
+	return out
+}
+
+// spreadCounts counts nodes by the value of their label key, "(none)" for those without it
+// (a label value has no parentheses). Pure.
+func spreadCounts(nodes []store.Node, key string) map[string]int {
+	out := map[string]int{}
+	for _, n := range nodes {
+		v := n.Labels[key]
+		if v == "" {
+			v = "(none)"
+		}
+		out[v]++
+	}
+	return out
 }
 
 // Bulk applies a verb to many nodes of one pool as one batch: each node's move is decided as its
@@ -462,6 +515,10 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		return BulkResult{}, invalid("nodes", "count takes nodes from the pool by itself: give label selectors or nothing, not node names")
 	case in.Count == 0 && (len(in.Nodes) == 0) == (len(in.Selectors) == 0):
 		return BulkResult{}, invalid("nodes", "give either node names or ids, or label selectors (not both)")
+	case in.Spread != "" && in.Count == 0:
+		return BulkResult{}, invalid("spread", "applies with count only: it chooses which of the pool's nodes a count takes")
+	case in.Spread != "" && !labelKeyRe.MatchString(in.Spread):
+		return BulkResult{}, invalid("spread", "label key %q is not valid: use 1-63 characters of a-z, 0-9, '.', '_', '/' and '-'", truncate(in.Spread))
 	}
 	if deploy {
 		if err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
@@ -497,17 +554,17 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 	var picked []BulkNode
 	var rows []store.Node
 	if in.Count > 0 {
-		// The pool's nodes (matching the selectors) that can deploy now, by name: the first
-		// Count, or none.
-		slices.SortFunc(all, func(a, b store.Node) int { return strings.Compare(a.Name, b.Name) })
+		// The pool's nodes (matching the selectors) that can deploy now: the first Count by
+		// name, or spread over a label's values; or none.
+		var can []store.Node
 		for _, n := range all {
-			if len(rows) == in.Count {
-				break
-			}
 			if _, err := provision.Decide(PNode(n), v); err == nil {
-				picked = append(picked, BulkNode{Node: n.ID, Name: n.Name})
-				rows = append(rows, n)
+				can = append(can, n)
 			}
+		}
+		rows = spreadPick(can, in.Spread, in.Count)
+		for _, n := range rows {
+			picked = append(picked, BulkNode{Node: n.ID, Name: n.Name})
 		}
 		if len(rows) < in.Count {
 			return BulkResult{}, &ConflictError{Msg: fmt.Sprintf("pool %s has %d nodes that can deploy now%s (ready, out of maintenance): %d were asked for; nothing was deployed",
@@ -644,6 +701,9 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 			created["image"], created["imageDigest"], created["profile"] = in.Image, pinned, in.Profile
 			if in.Count > 0 {
 				created["count"] = in.Count
+			}
+			if in.Spread != "" {
+				created["spread"] = map[string]any{"label": in.Spread, "taken": spreadCounts(rows, in.Spread)}
 			}
 		}
 		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason, Data: jsonObject(created)})

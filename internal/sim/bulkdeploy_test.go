@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +112,8 @@ func TestBulkDeploy(t *testing.T) {
 			{metal.BulkInput{Verb: "deploy", Count: 1, Nodes: ids[:1], Image: "img"}, "count takes nodes from the pool by itself"},
 			{metal.BulkInput{Verb: "deploy", Count: -1, Image: "img"}, "count: -1: from 1 to 10000"},
 			{metal.BulkInput{Verb: "deploy", Image: "img"}, "give either node names or ids, or label selectors"},
+			{metal.BulkInput{Verb: "deploy", Selectors: []string{"a=b"}, Image: "img", Spread: "rack"}, "spread: applies with count only"},
+			{metal.BulkInput{Verb: "deploy", Count: 2, Image: "img", Spread: "Rack!"}, `spread: label key "Rack!" is not valid: use 1-63 characters`},
 			// The built-in default profile boots an image that reads no user-data.
 			{metal.BulkInput{Verb: "deploy", Count: 2, Image: "img", UserData: userData}, "the deploy profile's boot.kexec has no guest"},
 		} {
@@ -150,6 +155,67 @@ func TestBulkDeploy(t *testing.T) {
 			if n.State != "deployed" {
 				t.Fatalf("%s: %s %s", n.Name, n.State, n.FaultMsg)
 			}
+		}
+	})
+}
+
+// A bulk deploy with Spread takes its Count in turn from each value of the label (the values
+// in order, the nodes without it last, each value's nodes by name), and its batch's creation
+// event says how many it took of each.
+func TestBulkDeploySpread(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h := startEmpty(t, st, 0)
+		racks := []string{"r1", "r1", "r1", "r2", "r3", "r3", ""}
+		var ids []string
+		for i, rack := range racks {
+			var labels map[string]string
+			if rack != "" {
+				labels = map[string]string{"rack": rack}
+			}
+			mac := fmt.Sprintf("02:5b:00:00:00:%02x", i)
+			uuid := fmt.Sprintf("%08x-005b-4000-8000-%012x", i, i)
+			n, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: fmt.Sprintf("m%d", i), Pool: "default", MACs: []string{mac}, ProductUUID: uuid, Labels: labels,
+				BMC: metal.BMCInput{Address: "https://10.9.0.1", Username: "admin", Password: "sim-password"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Sim.Add(&Machine{NodeID: n.ID, UUID: uuid, MACs: []string{mac}})
+			ids = append(ids, n.ID)
+		}
+		h.nudge()
+		rest(t, h, ids)
+		res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Count: 5, Spread: "rack", Image: "img", Reason: "spread over racks"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, n := range res.Nodes {
+			if !n.Accepted {
+				t.Fatalf("%+v refused", n)
+			}
+			got = append(got, n.Name)
+		}
+		if want := []string{"m0", "m3", "m4", "m6", "m1"}; !slices.Equal(got, want) {
+			t.Fatalf("took %v, want %v (r1, r2, r3, no rack, r1)", got, want)
+		}
+		all, err := st.Events(ctx, store.EventFilter{Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := slices.DeleteFunc(all, func(e store.Event) bool { return e.Kind != "batch.create" })
+		var created struct {
+			Count  int
+			Spread struct {
+				Label string
+				Taken map[string]int
+			}
+		}
+		if len(evs) != 1 || json.Unmarshal([]byte(evs[0].Data), &created) != nil {
+			t.Fatalf("batch.create events: %+v", evs)
+		}
+		if want := map[string]int{"r1": 2, "r2": 1, "r3": 1, "(none)": 1}; created.Count != 5 || created.Spread.Label != "rack" || !maps.Equal(created.Spread.Taken, want) {
+			t.Fatalf("batch.create data %s, want count 5 and spread over rack %v", evs[0].Data, want)
 		}
 	})
 }

@@ -4352,9 +4352,13 @@ type BulkRequest struct {
 	Profile  string `protobuf:"bytes,8,opt,name=profile,proto3" json:"profile,omitempty"`
 	UserData []byte `protobuf:"bytes,9,opt,name=user_data,json=userData,proto3" json:"user_data,omitempty"`
 	// Deploy only: take this many of the pool's nodes that can deploy now (ready, out of
-	// maintenance; matching the selectors, if any; first by name), all or none (failed_precondition
-	// when the pool has fewer). Not with nodes.
-	Count         int32 `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
+	// maintenance; matching the selectors, if any; first by name, or as spread says), all or none
+	// (failed_precondition when the pool has fewer). Not with nodes.
+	Count int32 `protobuf:"varint,10,opt,name=count,proto3" json:"count,omitempty"`
+	// With count only: a label key (rack, row, power feed). The count is taken in turn from each
+	// of the label's values (in order; the nodes without it last), each value's nodes by name, so
+	// it spreads as evenly as the pool allows; the batch's creation event says how many each gave.
+	Spread        string `protobuf:"bytes,11,opt,name=spread,proto3" json:"spread,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4457,6 +4461,13 @@ func (x *BulkRequest) GetCount() int32 {
 		return x.Count
 	}
 	return 0
+}
+
+func (x *BulkRequest) GetSpread() string {
+	if x != nil {
+		return x.Spread
+	}
+	return ""
 }
 
 type BulkBatch struct {
@@ -8974,7 +8985,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fimage_digest\x18\x15 \x01(\tR\vimageDigest\"9\n" +
 	"\tBatchLeaf\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"\xf8\x01\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"\x90\x02\n" +
 	"\vBulkRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x14\n" +
@@ -8986,7 +8997,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\aprofile\x18\b \x01(\tR\aprofile\x12\x1b\n" +
 	"\tuser_data\x18\t \x01(\fR\buserData\x12\x14\n" +
 	"\x05count\x18\n" +
-	" \x01(\x05R\x05count\"j\n" +
+	" \x01(\x05R\x05count\x12\x16\n" +
+	"\x06spread\x18\v \x01(\tR\x06spread\"j\n" +
 	"\tBulkBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12\x1a\n" +
