@@ -431,9 +431,9 @@ type BulkResult struct {
 
 // spreadPick takes count of nodes (fewer if there are fewer): with key "", the first by name;
 // else in turn from each value of label key, the values in order and the nodes without the
-// label (or with it empty) last, each value's nodes by name, so that the count spreads as evenly as the nodes
-// allow over racks, rows or power feeds (a value that runs out drops out of the turn). The
-// nodes are returned in the order taken. Pure.
+// label (or with it empty) last, each value's nodes by name, so that the count spreads as
+// evenly as the nodes allow over racks, rows or power feeds (a value that runs out drops out
+// of the turn). The nodes are returned in the order taken. Pure.
 func spreadPick(nodes []store.Node, key string, count int) []store.Node {
 	byName := func(a, b store.Node) int { return strings.Compare(a.Name, b.Name) }
 	if key == "" {

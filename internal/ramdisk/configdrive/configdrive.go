@@ -215,9 +215,10 @@ func checkFiles(files []File) error {
 			return fmt.Errorf("config drive: file %q: at most %d parts separated by '/' are accepted", f.Name, maxDepth)
 		}
 		for _, part := range parts {
-			if err := checkName(part); err != nil && len(parts) == 1 {
+			switch err := checkName(part); {
+			case err != nil && len(parts) == 1:
 				return fmt.Errorf("config drive: file %q: %w", f.Name, err)
-			} else if err != nil {
+			case err != nil:
 				return fmt.Errorf("config drive: file %q: part %q: %w", f.Name, part, err)
 			}
 		}

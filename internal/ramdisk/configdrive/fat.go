@@ -261,8 +261,7 @@ func (n *fatNode) listing(label string) ([]byte, error) {
 		lab[11] = attrVolumeLabel
 		putTimes(lab)
 		dir = append(dir, lab...)
-	}
-	if n.parent != nil {
+	} else {
 		dir = append(dir, shortEntry([]byte(".          "), n)...)
 		dir = append(dir, shortEntry([]byte("..         "), n.parent)...)
 	}
