@@ -7,10 +7,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -44,6 +47,29 @@ func configDriveDisk(t *testing.T) (inventory.Disk, []byte) {
 	return inventory.Disk{Name: "vda", Path: path, SizeBytes: 8 << 30, LogicalBlockSize: 512}, mbr
 }
 
+// configDriveCommands are the ramdisk's commands with disk its only disk, opened read-write.
+func configDriveCommands(t *testing.T, disk inventory.Disk) *Commands {
+	t.Helper()
+	d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{disk}})
+	d.OpenDisk = func(_ context.Context, path string) (DiskDevice, error) { return os.OpenFile(path, os.O_RDWR, 0) }
+	return NewCommands(d)
+}
+
+// readSector reads the 512 bytes at byte off of the file at path.
+func readSector(t *testing.T, path string, off int64) []byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 512)
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 // guestSite serves NoCloud documents as a site agent does to the node's address; a nil map
 // answers 404 (no instance prepared).
 func guestSite(t *testing.T, docs map[string]string, status int) string {
@@ -66,7 +92,10 @@ func guestSite(t *testing.T, docs map[string]string, status int) string {
 
 // deploy.configDrive reads the node's documents from the site, refuses another node's or
 // another deploy's (leaving the disk as it was), writes them to a config drive on the disk, and
-// rewrites the same drive when retried.
+// rewrites the same drive when retried. With format openstack it writes the same documents in
+// OpenStack's layout: a FAT labelled config-2 (lower case) holding openstack/latest/
+// meta_data.json naming the node as the instance (uuid), user_data as the deploy gave it, and
+// vendor_data.json carrying bcd's vendor-data under "cloud-init".
 func TestConfigDrive(t *testing.T) {
 	const node = "0193a1b2-node"
 	userData := "#cloud-config\nhostname: n0\n"
@@ -89,40 +118,45 @@ func TestConfigDrive(t *testing.T) {
 		b, _ := json.Marshal(map[string]string{"nodeId": node, "userDataSha256": sha, "guestSite": site})
 		return string(b)
 	}
+	inFormat := func(format string) func(site string) string {
+		return func(site string) string {
+			b, _ := json.Marshal(map[string]string{"nodeId": node, "userDataSha256": userSum, "guestSite": site, "format": format})
+			return string(b)
+		}
+	}
+	meta, _ := json.Marshal(map[string]string{"uuid": node})
+	vendorJSON, _ := json.Marshal(map[string]string{"cloud-init": vendor})
+	openStack := map[string]string{"openstack/latest/meta_data.json": string(meta), "openstack/latest/user_data": userData,
+		"openstack/latest/vendor_data.json": string(vendorJSON)}
 	for _, tc := range []struct {
 		name   string
 		docs   map[string]string
 		status int
 		args   func(site string) string
 		err    string
+		files  map[string]string // on the drive (nil: docs, in NoCloud's layout)
 	}{
-		{"the deploy's user-data", good, 0, func(s string) string { return args(s, userSum) }, ""},
-		{"no user-data: bcd's empty cloud-config", with("user-data", netboot.UserData), 0, func(s string) string { return args(s, "") }, ""},
-		{"another node's meta-data", with("meta-data", netboot.MetaData("other")), 0, func(s string) string { return args(s, userSum) }, "the site's meta-data is not node " + node + "'s"},
-		{"another deploy's user-data", with("user-data", "#cloud-config\n{}\n# older\n"), 0, func(s string) string { return args(s, userSum) }, "not the deploy's " + userSum},
-		{"user-data where the deploy gave none", good, 0, func(s string) string { return args(s, "") }, "where the deploy gave none"},
-		{"no instance prepared", nil, 0, func(s string) string { return args(s, userSum) }, "boot.prepareInstance has not run"},
-		{"user-data not yet on the site", good, http.StatusServiceUnavailable, func(s string) string { return args(s, userSum) }, "does not hold the deploy's user-data yet"},
-		{"no nodeId", good, 0, func(s string) string { return `{"guestSite":"` + s + `"}` }, "names no nodeId"},
-		{"no site", good, 0, func(string) string { return `{"nodeId":"` + node + `"}` }, "needs the site's boot HTTP URL"},
-		{"a site with a path", good, 0, func(s string) string { return args(s+"/x", userSum) }, "must be scheme://host[:port] with no path"},
+		{"the deploy's user-data", good, 0, func(s string) string { return args(s, userSum) }, "", nil},
+		{"no user-data: bcd's empty cloud-config", with("user-data", netboot.UserData), 0, func(s string) string { return args(s, "") }, "", nil},
+		{"another node's meta-data", with("meta-data", netboot.MetaData("other")), 0, func(s string) string { return args(s, userSum) }, "the site's meta-data is not node " + node + "'s", nil},
+		{"another deploy's user-data", with("user-data", "#cloud-config\n{}\n# older\n"), 0, func(s string) string { return args(s, userSum) }, "not the deploy's " + userSum, nil},
+		{"user-data where the deploy gave none", good, 0, func(s string) string { return args(s, "") }, "where the deploy gave none", nil},
+		{"no instance prepared", nil, 0, func(s string) string { return args(s, userSum) }, "boot.prepareInstance has not run", nil},
+		{"user-data not yet on the site", good, http.StatusServiceUnavailable, func(s string) string { return args(s, userSum) }, "does not hold the deploy's user-data yet", nil},
+		{"no nodeId", good, 0, func(s string) string { return `{"guestSite":"` + s + `"}` }, "names no nodeId", nil},
+		{"no site", good, 0, func(string) string { return `{"nodeId":"` + node + `"}` }, "needs the site's boot HTTP URL", nil},
+		{"a site with a path", good, 0, func(s string) string { return args(s+"/x", userSum) }, "must be scheme://host[:port] with no path", nil},
+		{"NoCloud's layout named", good, 0, inFormat("nocloud"), "", nil},
+		{"OpenStack's layout", good, 0, inFormat("openstack"), "", openStack},
+		{"OpenStack's layout, another node's meta-data", with("meta-data", netboot.MetaData("other")), 0, inFormat("openstack"), "the site's meta-data is not node " + node + "'s", nil},
+		{"a layout it does not know", good, 0, inFormat("iso9660"), `format "iso9660": nocloud or openstack is accepted`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			disk, mbr := configDriveDisk(t)
-			d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{disk}})
-			d.OpenDisk = func(_ context.Context, path string) (DiskDevice, error) { return os.OpenFile(path, os.O_RDWR, 0) }
-			cmds := NewCommands(d)
+			cmds := configDriveCommands(t, disk)
 			site := guestSite(t, tc.docs, tc.status)
 			res, err, _ := run(t, cmds, KindConfigDrive, tc.args(site))
-			head := make([]byte, 512)
-			f, ferr := os.Open(disk.Path)
-			if ferr != nil {
-				t.Fatal(ferr)
-			}
-			defer f.Close()
-			if _, err := f.ReadAt(head, 0); err != nil {
-				t.Fatal(err)
-			}
+			head := readSector(t, disk.Path, 0)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want %q", err, tc.err)
@@ -145,103 +179,28 @@ func TestConfigDrive(t *testing.T) {
 			if got.Device != disk.Path || got.Table != "mbr" || got.Partition != 2 || got.Reused || got.Start < 17<<20 {
 				t.Fatalf("result %s", res)
 			}
-			for name, data := range tc.docs {
+			files, label := tc.docs, "CIDATA"
+			if tc.files != nil {
+				files, label = tc.files, "config-2"
+			}
+			if len(got.Files) != len(files) || got.Label != label {
+				t.Fatalf("result %s: want label %s and files %v", res, label, slices.Sorted(maps.Keys(files)))
+			}
+			for name, data := range files {
 				s := sha256.Sum256([]byte(data))
 				if got.Files[name] != hex.EncodeToString(s[:]) {
-					t.Errorf("%s: sha256 %s in the result, want %x", name, got.Files[name], s)
+					t.Errorf("%s: sha256 %s in the result, want that of %q", name, got.Files[name], data)
 				}
+			}
+			// The FAT's boot sector carries the label as written (config-2 in lower case).
+			if l := string(readSector(t, disk.Path, got.Start)[43:54]); l != fmt.Sprintf("%-11s", label) {
+				t.Fatalf("boot sector label %q, want %q", l, label)
 			}
 			if bytes.Equal(head, mbr) || !bytes.Equal(head[446:462], mbr[446:462]) {
 				t.Fatal("the partition table has no new entry, or the image's own changed")
 			}
 			// A retry (a lost command run again) rewrites the same partition.
 			res, err, _ = run(t, cmds, KindConfigDrive, tc.args(site))
-			var again ConfigDriveResult
-			if err != nil || json.Unmarshal(res, &again) != nil || !again.Reused || again.Partition != got.Partition || again.Start != got.Start {
-				t.Fatalf("retry: %s %v", res, err)
-			}
-		})
-	}
-}
-
-// With format openstack, deploy.configDrive checks the same NoCloud documents and writes them
-// in OpenStack's layout: a FAT labelled config-2 (lower case) holding openstack/latest/
-// meta_data.json naming the node as the instance (uuid), user_data as the deploy gave it, and
-// vendor_data.json carrying bcd's vendor-data under "cloud-init". A retry rewrites the same
-// drive; a format it does not know is refused before the disk is touched.
-func TestConfigDriveOpenStack(t *testing.T) {
-	const node = "0193a1b2-node"
-	userData := "#cloud-config\nhostname: n0\n"
-	sum := sha256.Sum256([]byte(userData))
-	vendor, err := netboot.VendorData("http://10.0.0.1:8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs := map[string]string{"meta-data": netboot.MetaData(node), "user-data": userData, "vendor-data": vendor}
-	meta, _ := json.Marshal(map[string]string{"uuid": node})
-	vendorJSON, _ := json.Marshal(map[string]string{"cloud-init": vendor})
-	want := map[string][]byte{
-		"openstack/latest/meta_data.json":   meta,
-		"openstack/latest/user_data":        []byte(userData),
-		"openstack/latest/vendor_data.json": vendorJSON,
-	}
-	for _, tc := range []struct {
-		name, format, err string
-	}{
-		{"openstack", FormatOpenStack, ""},
-		{"a format it does not know", "iso9660", `format "iso9660": nocloud or openstack is accepted`},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			disk, mbr := configDriveDisk(t)
-			d := testDeps(t, inventory.Inventory{Disks: []inventory.Disk{disk}})
-			d.OpenDisk = func(_ context.Context, path string) (DiskDevice, error) { return os.OpenFile(path, os.O_RDWR, 0) }
-			cmds := NewCommands(d)
-			args, _ := json.Marshal(map[string]string{"nodeId": node, "userDataSha256": hex.EncodeToString(sum[:]),
-				"guestSite": guestSite(t, docs, 0), "format": tc.format})
-			res, err, _ := run(t, cmds, KindConfigDrive, string(args))
-			head := make([]byte, 512)
-			f, ferr := os.Open(disk.Path)
-			if ferr != nil {
-				t.Fatal(ferr)
-			}
-			defer f.Close()
-			if _, err := f.ReadAt(head, 0); err != nil {
-				t.Fatal(err)
-			}
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err %v, want %q", err, tc.err)
-				}
-				if !bytes.Equal(head, mbr) {
-					t.Fatal("a refused config drive changed the partition table")
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got ConfigDriveResult
-			if err := json.Unmarshal(res, &got); err != nil {
-				t.Fatal(err)
-			}
-			if got.Label != "config-2" || got.Table != "mbr" || got.Partition != 2 || got.Reused || len(got.Files) != len(want) {
-				t.Fatalf("result %s", res)
-			}
-			for name, data := range want {
-				s := sha256.Sum256(data)
-				if got.Files[name] != hex.EncodeToString(s[:]) {
-					t.Errorf("%s: sha256 %s in the result, want that of %q", name, got.Files[name], data)
-				}
-			}
-			// The FAT's boot sector carries the label in lower case.
-			boot := make([]byte, 512)
-			if _, err := f.ReadAt(boot, got.Start); err != nil {
-				t.Fatal(err)
-			}
-			if l := string(boot[43:54]); l != "config-2   " {
-				t.Fatalf("boot sector label %q, want %q", l, "config-2   ")
-			}
-			res, err, _ = run(t, cmds, KindConfigDrive, string(args))
 			var again ConfigDriveResult
 			if err != nil || json.Unmarshal(res, &again) != nil || !again.Reused || again.Partition != got.Partition || again.Start != got.Start {
 				t.Fatalf("retry: %s %v", res, err)
