@@ -41,6 +41,12 @@ func (h *batches) Bulk(ctx context.Context, req *connect.Request[bcdv1.BulkReque
 	for i, n := range res.Nodes {
 		out.Nodes[i] = &bcdv1.BulkNodeResult{Node: n.Node, Name: n.Name, Accepted: n.Accepted, Error: n.Error, State: n.State}
 	}
+	if len(res.SpreadTaken) > 0 {
+		out.SpreadTaken = make(map[string]int32, len(res.SpreadTaken))
+		for v, n := range res.SpreadTaken {
+			out.SpreadTaken[v] = int32(n)
+		}
+	}
 	return connect.NewResponse(out), nil
 }
 

@@ -1,11 +1,14 @@
 package api
 
 import (
+	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"strings"
 	"testing"
 	"time"
 
+	"bcd/internal/catalog"
 	"bcd/internal/store"
 )
 
@@ -100,6 +103,34 @@ func TestBatchServiceOverHTTP(t *testing.T) {
 	}
 	if code, body := e.post(t, svc+"Get", alice, `{"id":"`+id+`"}`); code != 200 || !strings.Contains(body, `"kind":"disk.wipe"`) {
 		t.Fatalf("get: %d %s", code, body)
+	}
+
+	// b0 ready again (by hand: no engine runs here to apply the rejection): a spread bulk deploy
+	// takes it, and the answer counts it under the value of a label it lacks.
+	if err := e.st.Write(t.Context(), func(tx *store.Tx) error {
+		n, err := tx.LockNode(t.Context(), "b0", "")
+		if err != nil {
+			return err
+		}
+		n.State, n.TargetState, n.ChainVerb, n.BatchID = "ready", "", "", ""
+		return tx.UpdateNode(t.Context(), &n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	pub, key, _ := ed25519.GenerateKey(nil)
+	if code, body := e.post(t, "/bcd.v1.ImageService/AddSigner", e.admin, `{"signer":{"name":"corp","publicKey":"`+base64.StdEncoding.EncodeToString(pub)+`"}}`); code != 200 {
+		t.Fatalf("add signer: %d %s", code, body)
+	}
+	img := catalog.Image{Name: "debian-12", URL: "http://mirror.corp/debian-12.raw", Size: 10, Format: "raw", Compression: "none", SHA256: strings.Repeat("a", 64), Signer: "corp"}
+	img.Signature = catalog.Sign(img, key)
+	if code, body := e.post(t, "/bcd.v1.ImageService/AddImage", e.admin, imageJSON(img)); code != 200 {
+		t.Fatalf("add image: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"spread":"rack","image":"debian-12","reason":"x"}`); code != 200 || !strings.Contains(body, `"spreadTaken":{"(none)":1}`) {
+		t.Fatalf("spread bulk deploy: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"spread":"Rack!","image":"debian-12","reason":"x"}`); code != 400 || !strings.Contains(body, `spread: label key \"Rack!\" is not valid`) {
+		t.Fatalf("spread with a bad label key: %d %s", code, body)
 	}
 }
 

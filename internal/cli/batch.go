@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -84,6 +86,9 @@ func bulkCmd(g *globals) *cobra.Command {
 			}
 			tw.Flush()
 			fmt.Fprintf(g.env.Stdout, "%d of %d nodes accepted\n", accepted, len(m.Nodes))
+			if len(m.SpreadTaken) > 0 {
+				fmt.Fprintln(g.env.Stdout, spreadLine(in.Spread, m.SpreadTaken))
+			}
 			if m.Batch.GetBatchId() == "" {
 				return nil
 			}
@@ -107,6 +112,21 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Spread, "spread", "", "deploy --count: a label key (rack, row, power feed); the count is taken in turn from each of its values, the nodes without it last")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
 	return cmd
+}
+
+// spreadLine says how many nodes each value of label gave a spread bulk deploy: "spread over
+// rack: r1 57, r2 57, r3 30, (none) 56", the values in order, those without the label last.
+// Pure.
+func spreadLine(label string, taken map[string]int32) string {
+	values := slices.Sorted(maps.Keys(taken))
+	if i := slices.Index(values, "(none)"); i >= 0 {
+		values = append(slices.Delete(values, i, i+1), "(none)")
+	}
+	parts := make([]string, len(values))
+	for i, v := range values {
+		parts[i] = fmt.Sprintf("%s %d", v, taken[v])
+	}
+	return "spread over " + label + ": " + strings.Join(parts, ", ")
 }
 
 // bulkVerbs lists the verbs bcd bulk applies: "manage, inspect, provide, deploy, undeploy, rescue or retire".

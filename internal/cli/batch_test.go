@@ -47,3 +47,20 @@ func TestBatchCommands(t *testing.T) {
 		t.Fatalf("doctor: %d %q", code, out)
 	}
 }
+
+// A spread bulk deploy's answer is summed up by value, in order, the nodes without the label
+// last.
+func TestSpreadLine(t *testing.T) {
+	for _, tc := range []struct {
+		taken map[string]int32
+		want  string
+	}{
+		{map[string]int32{"r2": 57, "(none)": 56, "r1": 57, "r3": 30}, "spread over rack: r1 57, r2 57, r3 30, (none) 56"},
+		{map[string]int32{"(none)": 3}, "spread over rack: (none) 3"},
+		{map[string]int32{"b": 1, "a": 2}, "spread over rack: a 2, b 1"},
+	} {
+		if got := spreadLine("rack", tc.taken); got != tc.want {
+			t.Errorf("spreadLine(%v) = %q, want %q", tc.taken, got, tc.want)
+		}
+	}
+}

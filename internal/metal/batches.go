@@ -422,11 +422,13 @@ type BulkNode struct {
 	State      string
 }
 
-// BulkResult is metal.bulk's answer.
+// BulkResult is metal.bulk's answer. SpreadTaken, with BulkInput.Spread, counts the nodes taken
+// by the label's value ("(none)": without it).
 type BulkResult struct {
-	Batch store.Batch
-	Held  bool
-	Nodes []BulkNode
+	Batch       store.Batch
+	Held        bool
+	Nodes       []BulkNode
+	SpreadTaken map[string]int
 }
 
 // spreadPick takes count of nodes (fewer if there are fewer): with key "", the first by name;
@@ -619,6 +621,9 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		accepted++
 	}
 	res := BulkResult{Nodes: picked}
+	if in.Spread != "" {
+		res.SpreadTaken = spreadCounts(rows, in.Spread)
+	}
 	if accepted == 0 {
 		return res, nil
 	}
@@ -703,7 +708,7 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 				created["count"] = in.Count
 			}
 			if in.Spread != "" {
-				created["spread"] = map[string]any{"label": in.Spread, "taken": spreadCounts(rows, in.Spread)}
+				created["spread"] = map[string]any{"label": in.Spread, "taken": res.SpreadTaken}
 			}
 		}
 		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason, Data: jsonObject(created)})

@@ -160,8 +160,8 @@ func TestBulkDeploy(t *testing.T) {
 }
 
 // A bulk deploy with Spread takes its Count in turn from each value of the label (the values
-// in order, the nodes without it last, each value's nodes by name), and its batch's creation
-// event says how many it took of each.
+// in order, the nodes without it last, each value's nodes by name); its answer and its batch's
+// creation event say how many it took of each.
 func TestBulkDeploySpread(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, st *store.Store) {
 		ctx := context.Background()
@@ -198,6 +198,9 @@ func TestBulkDeploySpread(t *testing.T) {
 		}
 		if want := []string{"m0", "m3", "m4", "m6", "m1"}; !slices.Equal(got, want) {
 			t.Fatalf("took %v, want %v (r1, r2, r3, no rack, r1)", got, want)
+		}
+		if want := map[string]int{"r1": 2, "r2": 1, "r3": 1, "(none)": 1}; !maps.Equal(res.SpreadTaken, want) {
+			t.Fatalf("the answer's counts by rack %v, want %v", res.SpreadTaken, want)
 		}
 		all, err := st.Events(ctx, store.EventFilter{Limit: 10000})
 		if err != nil {

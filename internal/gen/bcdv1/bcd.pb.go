@@ -4617,9 +4617,11 @@ func (x *BulkNodeResult) GetState() string {
 }
 
 type BulkResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batch         *BulkBatch             `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
-	Nodes         []*BulkNodeResult      `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Batch *BulkBatch             `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Nodes []*BulkNodeResult      `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	// With spread: how many nodes each value of the label gave ("(none)": those without it).
+	SpreadTaken   map[string]int32 `protobuf:"bytes,3,rep,name=spread_taken,json=spreadTaken,proto3" json:"spread_taken,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4664,6 +4666,13 @@ func (x *BulkResponse) GetBatch() *BulkBatch {
 func (x *BulkResponse) GetNodes() []*BulkNodeResult {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+func (x *BulkResponse) GetSpreadTaken() map[string]int32 {
+	if x != nil {
+		return x.SpreadTaken
 	}
 	return nil
 }
@@ -9009,10 +9018,14 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
 	"\baccepted\x18\x03 \x01(\bR\baccepted\x12\x14\n" +
 	"\x05error\x18\x04 \x01(\tR\x05error\x12\x14\n" +
-	"\x05state\x18\x05 \x01(\tR\x05state\"e\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\"\xef\x01\n" +
 	"\fBulkResponse\x12'\n" +
 	"\x05batch\x18\x01 \x01(\v2\x11.bcd.v1.BulkBatchR\x05batch\x12,\n" +
-	"\x05nodes\x18\x02 \x03(\v2\x16.bcd.v1.BulkNodeResultR\x05nodes\"@\n" +
+	"\x05nodes\x18\x02 \x03(\v2\x16.bcd.v1.BulkNodeResultR\x05nodes\x12H\n" +
+	"\fspread_taken\x18\x03 \x03(\v2%.bcd.v1.BulkResponse.SpreadTakenEntryR\vspreadTaken\x1a>\n" +
+	"\x10SpreadTakenEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"@\n" +
 	"\x12ListBatchesRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x05R\x05limit\">\n" +
@@ -9363,7 +9376,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 148)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 149)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -9506,13 +9519,14 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	nil,                                       // 138: bcd.v1.Node.ConditionsEntry
 	nil,                                       // 139: bcd.v1.EnrollRequest.LabelsEntry
 	nil,                                       // 140: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 141: bcd.v1.Site.LabelsEntry
-	nil,                                       // 142: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 143: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 144: bcd.v1.PoolPolicy.BiosSettingsEntry
-	nil,                                       // 145: bcd.v1.PoolPolicy.FirmwareImagesEntry
-	nil,                                       // 146: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 147: bcd.v1.CreateSiteRequest.LabelsEntry
+	nil,                                       // 141: bcd.v1.BulkResponse.SpreadTakenEntry
+	nil,                                       // 142: bcd.v1.Site.LabelsEntry
+	nil,                                       // 143: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 144: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 145: bcd.v1.PoolPolicy.BiosSettingsEntry
+	nil,                                       // 146: bcd.v1.PoolPolicy.FirmwareImagesEntry
+	nil,                                       // 147: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 148: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	136, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
@@ -9543,187 +9557,188 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	140, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
 	56,  // 26: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
 	57,  // 27: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	53,  // 28: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	53,  // 29: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	54,  // 30: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	53,  // 31: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	65,  // 32: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	65,  // 33: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	141, // 34: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	142, // 35: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	143, // 36: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	144, // 37: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	145, // 38: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
-	72,  // 39: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	146, // 40: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	70,  // 41: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	70,  // 42: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	147, // 43: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	71,  // 44: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	71,  // 45: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	72,  // 46: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	72,  // 47: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	73,  // 48: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	73,  // 49: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	74,  // 50: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	74,  // 51: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	74,  // 52: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	100, // 53: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	100, // 54: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	100, // 55: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	102, // 56: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	101, // 57: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	108, // 58: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	108, // 59: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	108, // 60: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	115, // 61: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	115, // 62: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	115, // 63: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	115, // 64: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	124, // 65: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	124, // 66: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	125, // 67: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	125, // 68: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	125, // 69: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	25,  // 70: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	28,  // 71: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 72: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 73: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	8,   // 74: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	10,  // 75: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 76: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 77: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	11,  // 78: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	12,  // 79: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	10,  // 80: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 81: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 82: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 83: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 84: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 85: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	16,  // 86: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	15,  // 87: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
-	17,  // 88: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	23,  // 89: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	20,  // 90: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	36,  // 91: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	38,  // 92: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	45,  // 93: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	47,  // 94: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	49,  // 95: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	50,  // 96: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	51,  // 97: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	41,  // 98: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
-	43,  // 99: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
-	55,  // 100: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	59,  // 101: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	61,  // 102: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	63,  // 103: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	63,  // 104: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	63,  // 105: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	66,  // 106: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	68,  // 107: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	109, // 108: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	111, // 109: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	113, // 110: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	96,  // 111: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	98,  // 112: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	103, // 113: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	104, // 114: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	105, // 115: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	106, // 116: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	75,  // 117: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	77,  // 118: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	79,  // 119: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	81,  // 120: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	83,  // 121: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	85,  // 122: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	86,  // 123: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	88,  // 124: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	90,  // 125: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	92,  // 126: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	94,  // 127: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	116, // 128: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	118, // 129: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	120, // 130: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	122, // 131: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	126, // 132: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	128, // 133: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	130, // 134: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	132, // 135: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	134, // 136: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	27,  // 137: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	33,  // 138: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 139: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 140: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 141: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 142: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 143: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 144: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 145: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 146: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 147: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 148: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 149: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 150: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 151: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 152: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 153: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 154: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	18,  // 155: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	24,  // 156: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	22,  // 157: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	37,  // 158: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	40,  // 159: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 160: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	48,  // 161: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	27,  // 162: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 163: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	52,  // 164: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	42,  // 165: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
-	44,  // 166: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
-	58,  // 167: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	60,  // 168: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	62,  // 169: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	64,  // 170: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	64,  // 171: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	64,  // 172: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	67,  // 173: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	69,  // 174: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	110, // 175: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	112, // 176: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	114, // 177: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	97,  // 178: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	99,  // 179: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	107, // 180: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	107, // 181: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	107, // 182: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	107, // 183: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	76,  // 184: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	78,  // 185: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	80,  // 186: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	82,  // 187: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	84,  // 188: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	87,  // 189: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	87,  // 190: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	89,  // 191: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	91,  // 192: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	93,  // 193: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	95,  // 194: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	117, // 195: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	119, // 196: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	121, // 197: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	123, // 198: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	127, // 199: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	129, // 200: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	131, // 201: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	133, // 202: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	135, // 203: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	137, // [137:204] is the sub-list for method output_type
-	70,  // [70:137] is the sub-list for method input_type
-	70,  // [70:70] is the sub-list for extension type_name
-	70,  // [70:70] is the sub-list for extension extendee
-	0,   // [0:70] is the sub-list for field type_name
+	141, // 28: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
+	53,  // 29: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	53,  // 30: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	54,  // 31: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	53,  // 32: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	65,  // 33: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	65,  // 34: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	142, // 35: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	143, // 36: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	144, // 37: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	145, // 38: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
+	146, // 39: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	72,  // 40: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	147, // 41: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	70,  // 42: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	70,  // 43: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	148, // 44: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	71,  // 45: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	71,  // 46: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	72,  // 47: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	72,  // 48: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	73,  // 49: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	73,  // 50: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	74,  // 51: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	74,  // 52: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	74,  // 53: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	100, // 54: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	100, // 55: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	100, // 56: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	102, // 57: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	101, // 58: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	108, // 59: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	108, // 60: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	108, // 61: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	115, // 62: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	115, // 63: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	115, // 64: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	115, // 65: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	124, // 66: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	124, // 67: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	125, // 68: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	125, // 69: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	125, // 70: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	25,  // 71: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	28,  // 72: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 73: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 74: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	8,   // 75: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	10,  // 76: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 77: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 78: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	11,  // 79: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	12,  // 80: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	10,  // 81: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 82: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 83: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 84: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	10,  // 85: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 86: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	16,  // 87: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	15,  // 88: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	17,  // 89: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	23,  // 90: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	20,  // 91: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	36,  // 92: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	38,  // 93: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	45,  // 94: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	47,  // 95: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	49,  // 96: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	50,  // 97: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	51,  // 98: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	41,  // 99: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
+	43,  // 100: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
+	55,  // 101: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	59,  // 102: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	61,  // 103: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	63,  // 104: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	63,  // 105: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	63,  // 106: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	66,  // 107: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	68,  // 108: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	109, // 109: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	111, // 110: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	113, // 111: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	96,  // 112: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	98,  // 113: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	103, // 114: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	104, // 115: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	105, // 116: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	106, // 117: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	75,  // 118: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	77,  // 119: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	79,  // 120: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	81,  // 121: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	83,  // 122: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	85,  // 123: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	86,  // 124: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	88,  // 125: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	90,  // 126: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	92,  // 127: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	94,  // 128: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	116, // 129: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	118, // 130: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	120, // 131: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	122, // 132: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	126, // 133: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	128, // 134: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	130, // 135: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	132, // 136: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	134, // 137: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	27,  // 138: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	33,  // 139: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 140: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 141: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	9,   // 142: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 143: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 144: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 145: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 146: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 147: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 148: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 150: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 151: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 152: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	14,  // 153: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 154: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 155: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	18,  // 156: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	24,  // 157: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	22,  // 158: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	37,  // 159: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	40,  // 160: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 161: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	48,  // 162: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	27,  // 163: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 164: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	52,  // 165: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	42,  // 166: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
+	44,  // 167: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
+	58,  // 168: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	60,  // 169: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	62,  // 170: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	64,  // 171: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	64,  // 172: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	64,  // 173: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	67,  // 174: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	69,  // 175: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	110, // 176: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	112, // 177: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	114, // 178: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	97,  // 179: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	99,  // 180: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	107, // 181: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	107, // 182: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	107, // 183: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	107, // 184: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	76,  // 185: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	78,  // 186: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	80,  // 187: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	82,  // 188: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	84,  // 189: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	87,  // 190: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	87,  // 191: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	89,  // 192: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	91,  // 193: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	93,  // 194: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	95,  // 195: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	117, // 196: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	119, // 197: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	121, // 198: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	123, // 199: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	127, // 200: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	129, // 201: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	131, // 202: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	133, // 203: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	135, // 204: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	138, // [138:205] is the sub-list for method output_type
+	71,  // [71:138] is the sub-list for method input_type
+	71,  // [71:71] is the sub-list for extension type_name
+	71,  // [71:71] is the sub-list for extension extendee
+	0,   // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -9738,7 +9753,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   148,
+			NumMessages:   149,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
