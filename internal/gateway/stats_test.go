@@ -97,7 +97,10 @@ func TestStatsCountWhatTheGatewayServed(t *testing.T) {
 		}
 		got = len(commandsOf(m)) > 0
 	}
-	st = waitStats(t, env, "while a site agent's stream is open", func(st gateway.Stats) bool { return st.Streams["site-agent"] == 1 })
+	// The command is counted once its write returns, which may be after the agent read it.
+	st = waitStats(t, env, "while a site agent's stream is open", func(st gateway.Stats) bool {
+		return st.Streams["site-agent"] == 1 && st.CommandsSent == 1
+	})
 	if st.StreamsOpened["site-agent"] != 1 || st.StreamsRefused != 1 || st.CommandsSent != 1 || st.Streams["node"] != 0 {
 		t.Errorf("streams open %v, opened %v, %d refused, %d commands sent: want a site agent's open and opened, 1 refused, 1 sent",
 			st.Streams, st.StreamsOpened, st.StreamsRefused, st.CommandsSent)
