@@ -32,7 +32,7 @@ func (h *batches) batchProto(ctx context.Context, b store.Batch) (*bcdv1.Batch, 
 func (h *batches) Bulk(ctx context.Context, req *connect.Request[bcdv1.BulkRequest]) (*connect.Response[bcdv1.BulkResponse], error) {
 	m := req.Msg
 	res, err := h.svc.Bulk(ctx, principal(ctx), metal.BulkInput{Pool: m.Pool, Verb: m.Verb, Nodes: m.Nodes, Selectors: m.Selectors, Wipe: m.Wipe, Reason: m.Reason,
-		Image: m.Image, Profile: m.Profile, UserData: m.UserData, Count: int(m.Count), Spread: m.Spread})
+		Image: m.Image, Profile: m.Profile, UserData: m.UserData, Count: int(m.Count), Spread: m.Spread, Require: m.Require})
 	if err != nil {
 		return nil, toConnect(err)
 	}

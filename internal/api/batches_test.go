@@ -126,7 +126,32 @@ func TestBatchServiceOverHTTP(t *testing.T) {
 	if code, body := e.post(t, "/bcd.v1.ImageService/AddImage", e.admin, imageJSON(img)); code != 200 {
 		t.Fatalf("add image: %d %s", code, body)
 	}
-	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"spread":"rack","image":"debian-12","reason":"x"}`); code != 200 || !strings.Contains(body, `"spreadTaken":{"(none)":1}`) {
+	// Hardware requirements: b0 has no inventory yet, then 8 GiB.
+	for _, c := range []struct {
+		require string
+		code    int
+		want    string
+	}{
+		{`"memory>=1GiB"`, 400, `"failed_precondition","message":"pool default has 0 nodes that can deploy now matching memory\u003e=1GiB (ready, out of maintenance): 1 were asked for; nothing was deployed; 1 node of the selection has no inventory to check`},
+		{`"ram>=1GiB"`, 400, `"invalid_argument","message":"require: requirement \"ram\u003e=1GiB\": unknown key`},
+	} {
+		if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"require":[`+c.require+`],"image":"debian-12","reason":"x"}`); code != c.code || !strings.Contains(body, c.want) {
+			t.Fatalf("bulk deploy requiring %s: %d %s, want %d with %q", c.require, code, body, c.code, c.want)
+		}
+	}
+	if err := e.st.Write(t.Context(), func(tx *store.Tx) error {
+		n, err := tx.LockNode(t.Context(), "b0", "")
+		if err != nil {
+			return err
+		}
+		return tx.PutInventory(t.Context(), n.ID, json.RawMessage(`{"memory":{"totalBytes":8589934592}}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"require":["memory>=16GiB"],"image":"debian-12","reason":"x"}`); code != 400 || !strings.Contains(body, `has 0 nodes that can deploy now matching memory\u003e=16GiB (ready, out of maintenance): 1 were asked for; nothing was deployed"`) {
+		t.Fatalf("bulk deploy requiring 16 GiB of an 8 GiB node: %d %s", code, body)
+	}
+	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"spread":"rack","require":["memory>=8GiB"],"image":"debian-12","reason":"x"}`); code != 200 || !strings.Contains(body, `"spreadTaken":{"(none)":1}`) {
 		t.Fatalf("spread bulk deploy: %d %s", code, body)
 	}
 	if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"spread":"Rack!","image":"debian-12","reason":"x"}`); code != 400 || !strings.Contains(body, `spread: label key \"Rack!\" is not valid`) {

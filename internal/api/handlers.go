@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -197,6 +198,24 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 		out.Events[i] = eventProto(e, nm)
 	}
 	return connect.NewResponse(out), nil
+}
+
+func (h *nodes) Inventory(ctx context.Context, req *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error) {
+	inv, err := h.svc.Inventory(ctx, principal(ctx), req.Msg.Node)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	raw, err := json.Marshal(inv.Inventory)
+	if err != nil {
+		return nil, toConnect(fmt.Errorf("writing the inventory of node %s: %w", inv.Node.Name, err))
+	}
+	f := inv.Facts
+	return connect.NewResponse(&bcdv1.NodeInventoryResponse{Node: inv.Node.ID, Name: inv.Node.Name,
+		UpdatedAt: store.Micros(inv.UpdatedAt).UTC().Format(time.RFC3339), Inventory: string(raw),
+		Facts: &bcdv1.HardwareFacts{CpuModel: f.CPUModel, Sockets: int32(f.Sockets), Cores: int32(f.Cores), Threads: int32(f.Threads),
+			CpuFlags: f.CPUFlags, MemoryBytes: f.MemoryBytes, Disks: int32(f.Disks), DiskBytes: f.DiskBytes, LargestDiskBytes: f.LargestDiskBytes,
+			Ssds: int32(f.SSDs), Nvme: int32(f.NVMe), Gpus: int32(f.GPUs), NvidiaGpus: int32(f.NVIDIAGPUs), Nics: int32(f.NICs),
+			FastestNicMbps: int32(f.FastestNICMbps), BootMode: f.BootMode, Vendor: f.Vendor, Product: f.Product}}), nil
 }
 
 func (h *nodes) Attestations(ctx context.Context, req *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {

@@ -13,6 +13,7 @@ import (
 
 	"bcd/internal/batch"
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/hardware"
 	"bcd/internal/metal"
 )
 
@@ -21,7 +22,7 @@ func bulkCmd(g *globals) *cobra.Command {
 	var nodes, userData string
 	var count int
 	cmd := &cobra.Command{
-		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value | deploy --count N [--spread LABEL]) [deploy: --image IMG --profile P --user-data FILE] --reason WHY",
+		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value | deploy --count N [--spread LABEL]) [--require KEY>=VALUE] [deploy: --image IMG --profile P --user-data FILE] --reason WHY",
 		Short: "Apply manage, inspect, provide, deploy, undeploy, rescue or retire to up to 10,000 nodes of one pool as one batch",
 		Long: "Each node's move is decided as its own verb call; the accepted ones form one batch whose scope covers\n" +
 			"every destructive command of the verb's chain of workflows. Where approvals are required the batch is\n" +
@@ -29,7 +30,10 @@ func bulkCmd(g *globals) *cobra.Command {
 			"deploy --count N takes N of the pool's nodes that can deploy now (ready, out of maintenance, matching\n" +
 			"the selectors if any; first by name), all or none; every node gets the image, profile and user-data.\n" +
 			"With --spread LABEL (rack, row, power feed) the N are taken in turn from each of the label's values,\n" +
-			"the nodes without it last: as evenly as the pool allows.",
+			"the nodes without it last: as evenly as the pool allows.\n" +
+			"--require KEY OP VALUE (repeatable) narrows what --count or --selector choose to the nodes whose inventory\n" +
+			"(reported when they were inspected) meets every requirement, as memory>=256GiB, gpus.nvidia>=2,\n" +
+			"disk.largest>=1.92TB, nic.mbps>=25000, boot=uefi, cpu.flag=avx512f. Keys: " + hardware.KeyNames() + ".",
 		Args: exactArgs(1, "the VERB: "+bulkVerbs()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Verb = args[0]
@@ -60,7 +64,13 @@ func bulkCmd(g *globals) *cobra.Command {
 				return usagef("give either --nodes a,b,… or --selector key=value (not both), or deploy --count N")
 			case in.Spread != "" && count == 0:
 				return usagef("--spread applies with deploy --count N only: it chooses which of the pool's nodes the count takes")
-			case strings.TrimSpace(in.Reason) == "":
+			case len(in.Require) > 0 && len(in.Nodes) > 0:
+				return usagef("--require narrows what --count or --selector choose: give it with them, not with --nodes")
+			}
+			if _, err := hardware.ParseAll(in.Require); err != nil {
+				return usage(err)
+			}
+			if strings.TrimSpace(in.Reason) == "" {
 				return usagef("--reason WHY is required: approvers read it")
 			}
 			c, err := g.clients()
@@ -110,6 +120,7 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&userData, "user-data", "", "deploy: operator user-data for every node's installed OS (as bcd node deploy --user-data; each node gets its own sealed copy): a file, or - for standard input")
 	f.IntVar(&count, "count", 0, "deploy: take this many of the pool's nodes that can deploy now (matching --selector, if given), all or none")
 	f.StringVar(&in.Spread, "spread", "", "deploy --count: a label key (rack, row, power feed); the count is taken in turn from each of its values, the nodes without it last")
+	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as memory>=256GiB (repeatable; all must hold): only inspected nodes meeting them are chosen")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
 	return cmd
 }

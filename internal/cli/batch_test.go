@@ -37,6 +37,23 @@ func TestBatchCommands(t *testing.T) {
 	if code, _, errs := run(t, env, "bulk", "deploy", "--pool", "default", "--count", "1", "--spread", "Rack!", "--image", "img", "--reason", "x"); code == 0 || !strings.Contains(errs, `spread: label key "Rack!" is not valid`) {
 		t.Fatalf("bulk deploy --spread: %d %q", code, errs)
 	}
+	// --require is checked before anything is sent; the server's answer names what it left out.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--count", "1", "--require", "ram>=1GiB"}, `unknown key "ram"`},
+		{[]string{"--nodes", "n1", "--require", "gpus>=1"}, "not with --nodes"},
+		{[]string{"--count", "1", "--require", "memory>=1GiB"}, "no catalog image"},
+	} {
+		args := append([]string{"bulk", "deploy", "--pool", "default", "--image", "img", "--reason", "x"}, c.args...)
+		if code, _, errs := run(t, env, args...); code == 0 || !strings.Contains(errs, c.want) {
+			t.Errorf("%v: %d %q, want %q", c.args, code, errs, c.want)
+		}
+	}
+	if code, _, errs := run(t, env, "node", "inventory", "n1"); code == 0 || !strings.Contains(errs, "not_found") || !strings.Contains(errs, "no inventory yet") {
+		t.Errorf("the inventory of a node never inspected: %d %q", code, errs)
+	}
 	if code, out, errs := run(t, env, "batch", "list"); code != 0 || !strings.Contains(out, "STATE") {
 		t.Fatalf("batch list: %d %q %q", code, out, errs)
 	}

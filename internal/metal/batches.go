@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +16,9 @@ import (
 	"bcd/internal/batch"
 	"bcd/internal/catalog"
 	"bcd/internal/command"
+	"bcd/internal/hardware"
 	"bcd/internal/provision"
+	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -399,12 +402,15 @@ func (s *Service) directBatch(ctx context.Context, tx *store.Tx, p auth.Principa
 // name, or selected by labels (key=value, all must match). A deploy names its image (and
 // profile, user-data); with Count it takes that many of the pool's nodes that can deploy
 // (matching the selectors, if any), all or none: first by name, or, with Spread (a label key),
-// in turn from each of that label's values (spreadPick).
+// in turn from each of that label's values (spreadPick). Require (hardware requirements, as
+// "memory>=256GiB") narrows what count or selectors choose to the nodes whose inventory meets
+// every one; a node that never reported an inventory meets none.
 type BulkInput struct {
 	Pool      string
 	Verb      string
 	Nodes     []string
 	Selectors []string
+	Require   []string
 	Wipe      string
 	Reason    string
 	// Deploy only.
@@ -521,6 +527,12 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 		return BulkResult{}, invalid("spread", "applies with count only: it chooses which of the pool's nodes a count takes")
 	case in.Spread != "" && !labelKeyRe.MatchString(in.Spread):
 		return BulkResult{}, invalid("spread", "label key %q is not valid: use 1-63 characters of a-z, 0-9, '.', '_', '/' and '-'", truncate(in.Spread))
+	case len(in.Require) > 0 && len(in.Nodes) > 0:
+		return BulkResult{}, invalid("require", "narrows what count or selectors choose: give it with them, not with node names")
+	}
+	reqs, err := hardware.ParseAll(in.Require)
+	if err != nil {
+		return BulkResult{}, invalid("require", "%s", err)
 	}
 	if deploy {
 		if err := s.checkDeploy(ctx, &in.Profile, in.Image, in.UserData); err != nil {
@@ -564,15 +576,22 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 				can = append(can, n)
 			}
 		}
+		uninspected := 0
+		if can, uninspected, err = s.meeting(ctx, pool.ID, can, reqs); err != nil {
+			return BulkResult{}, err
+		}
 		rows = spreadPick(can, in.Spread, in.Count)
 		for _, n := range rows {
 			picked = append(picked, BulkNode{Node: n.ID, Name: n.Name})
 		}
 		if len(rows) < in.Count {
-			return BulkResult{}, &ConflictError{Msg: fmt.Sprintf("pool %s has %d nodes that can deploy now%s (ready, out of maintenance): %d were asked for; nothing was deployed",
-				pool.Name, len(rows), selectedBy(in.Selectors), in.Count)}
+			return BulkResult{}, &ConflictError{Msg: fmt.Sprintf("pool %s has %d nodes that can deploy now%s (ready, out of maintenance): %d were asked for; nothing was deployed%s",
+				pool.Name, len(rows), selectedBy(append(slices.Clone(in.Selectors), in.Require...)), in.Count, uninspectedNote(uninspected))}
 		}
 	} else if len(labels) > 0 {
+		if all, _, err = s.meeting(ctx, pool.ID, all, reqs); err != nil {
+			return BulkResult{}, err
+		}
 		if len(all) > batch.MaxBulk {
 			return BulkResult{}, invalid("selector", "selects %d nodes: at most %d are accepted in one bulk", len(all), batch.MaxBulk)
 		}
@@ -710,6 +729,9 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 			if in.Spread != "" {
 				created["spread"] = map[string]any{"label": in.Spread, "taken": res.SpreadTaken}
 			}
+		}
+		if len(reqs) > 0 {
+			created["require"] = requirementStrings(reqs)
 		}
 		ev = append(ev, store.Event{TenantID: pool.TenantID, Actor: p.Actor(), Kind: "batch.create", Reason: in.Reason, Data: jsonObject(created)})
 		// Nodes read in the same state move alike: one statement per 500 of them, conditioned on
@@ -878,6 +900,55 @@ func firstSet(set map[string]bool) string {
 }
 
 // selectedBy says which selectors picked the nodes, for an error ("" when none did).
+// meeting returns the nodes of pool (of nodes) whose stored inventory meets every requirement,
+// and how many of the others never reported an inventory: all of them, without requirements.
+func (s *Service) meeting(ctx context.Context, poolID string, nodes []store.Node, reqs []hardware.Requirement) ([]store.Node, int, error) {
+	if len(reqs) == 0 {
+		return nodes, 0, nil
+	}
+	invs, err := s.st.PoolInventories(ctx, poolID)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []store.Node
+	uninspected := 0
+	for _, n := range nodes {
+		stored, ok := invs[n.ID]
+		if !ok {
+			uninspected++
+			continue
+		}
+		var inv inventory.Inventory
+		if err := json.Unmarshal([]byte(stored.JSON), &inv); err != nil {
+			return nil, 0, fmt.Errorf("reading the inventory of node %s: %w", n.Name, err)
+		}
+		if _, unmet := hardware.Unmet(hardware.Summarize(inv), reqs); !unmet {
+			out = append(out, n)
+		}
+	}
+	return out, uninspected, nil
+}
+
+// uninspectedNote tells of the nodes left out for want of an inventory.
+func uninspectedNote(n int) string {
+	switch n {
+	case 0:
+		return ""
+	case 1:
+		return "; 1 node of the selection has no inventory to check (bcd node inspect it)"
+	}
+	return fmt.Sprintf("; %d nodes of the selection have no inventory to check (bcd node inspect them)", n)
+}
+
+// requirementStrings writes requirements as they are recorded (sizes in bytes).
+func requirementStrings(reqs []hardware.Requirement) []string {
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.String()
+	}
+	return out
+}
+
 func selectedBy(selectors []string) string {
 	if len(selectors) == 0 {
 		return ""

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"bcd/internal/metal"
+	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 	"bcd/internal/store/storetest"
 )
@@ -219,6 +220,112 @@ func TestBulkDeploySpread(t *testing.T) {
 		}
 		if want := map[string]int{"r1": 2, "r2": 1, "r3": 1, "(none)": 1}; created.Count != 5 || created.Spread.Label != "rack" || !maps.Equal(created.Spread.Taken, want) {
 			t.Fatalf("batch.create data %s, want count 5 and spread over rack %v", evs[0].Data, want)
+		}
+	})
+}
+
+// A bulk deploy with Require takes its Count from the nodes whose inventory, as their ramdisks
+// reported it at inspection, meets every requirement; a node never inspected meets none, and a
+// count the pool cannot meet says how many such nodes it left out. The node's inventory reads
+// back as reported, with its facts.
+func TestBulkDeployRequire(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h := startEmpty(t, st, 0)
+		gpu := SimHardware()
+		gpu.Memory.TotalBytes = 512 << 30
+		gpu.PCI = []inventory.PCIDevice{{Address: "0000:41:00.0", Vendor: "10de", GPU: true, NVIDIA: true}, {Address: "0000:c1:00.0", Vendor: "10de", GPU: true, NVIDIA: true}}
+		small := SimHardware()
+		small.Memory.TotalBytes = 64 << 30
+		// m0 and m2 have two NVIDIA GPUs and 512 GiB, m1 and m3 64 GiB and none; m1 is in row 9.
+		hardware := []*inventory.Inventory{&gpu, &small, &gpu, &small}
+		var ids []string
+		for i, hw := range hardware {
+			mac := fmt.Sprintf("02:5c:00:00:00:%02x", i)
+			uuid := fmt.Sprintf("%08x-005c-4000-8000-%012x", i, i)
+			var labels map[string]string
+			if i == 1 {
+				labels = map[string]string{"row": "9"}
+			}
+			n, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: fmt.Sprintf("m%d", i), Pool: "default", MACs: []string{mac}, ProductUUID: uuid, Labels: labels,
+				BMC: metal.BMCInput{Address: "https://10.9.0.1", Username: "admin", Password: "sim-password"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.Sim.Add(&Machine{NodeID: n.ID, UUID: uuid, MACs: []string{mac}, Hardware: hw})
+			ids = append(ids, n.ID)
+		}
+		h.nudge()
+		rest(t, h, ids)
+
+		inv, err := h.Metal.Inventory(ctx, h.Admin, "m0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := inv.Facts; f.MemoryBytes != 512<<30 || f.NVIDIAGPUs != 2 || f.Cores != 8 || f.Disks != 1 || f.NICs != 1 || f.FastestNICMbps != 25000 || f.BootMode != "uefi" ||
+			inv.Inventory.DMI.ProductUUID != "00000000-005c-4000-8000-000000000000" || inv.UpdatedAt == 0 {
+			t.Fatalf("m0's inventory: facts %+v, DMI %+v, updated at %d", f, inv.Inventory.DMI, inv.UpdatedAt)
+		}
+
+		require := []string{"memory>=256GiB", "gpus.nvidia>=2"}
+		res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Count: 2, Require: require, Image: "img", Reason: "the training cluster"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, n := range res.Nodes {
+			if !n.Accepted {
+				t.Fatalf("%+v refused", n)
+			}
+			got = append(got, n.Name)
+		}
+		if want := []string{"m0", "m2"}; !slices.Equal(got, want) {
+			t.Fatalf("took %v, want %v (the two GPU machines)", got, want)
+		}
+		all, err := st.Events(ctx, store.EventFilter{Limit: 10000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := slices.DeleteFunc(all, func(e store.Event) bool { return e.Kind != "batch.create" })
+		var created struct{ Require []string }
+		if len(evs) != 1 || json.Unmarshal([]byte(evs[0].Data), &created) != nil ||
+			!slices.Equal(created.Require, []string{"memory>=274877906944", "gpus.nvidia>=2"}) {
+			t.Fatalf("batch.create events %+v: want the requirements recorded, sizes in bytes", evs)
+		}
+
+		// The pool's two small machines cannot make a count of 3.
+		_, err = h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Count: 3, Require: []string{"memory<128GiB"}, Image: "img", Reason: "small ones"})
+		var conflict *metal.ConflictError
+		if !errors.As(err, &conflict) || !strings.Contains(err.Error(), "has 2 nodes that can deploy now matching memory<128GiB") {
+			t.Fatalf("two small machines for a count of 3: %v", err)
+		}
+		// A node enrolled since, never inspected, meets no requirement: what selectors choose
+		// leaves it out, and the small machine they choose moves.
+		if _, err := h.Metal.Enroll(ctx, h.Admin, metal.EnrollInput{Name: "m9", Pool: "default", MACs: []string{"02:5c:00:00:00:99"}, Labels: map[string]string{"row": "9"},
+			BMC: metal.BMCInput{Address: "https://10.9.0.99", Username: "admin", Password: "sim-password"}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err = h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "manage", Selectors: []string{"row=9"}, Require: []string{"gpus=0"}, Reason: "row 9 out"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Nodes) != 1 || res.Nodes[0].Name != "m1" || !res.Nodes[0].Accepted {
+			t.Fatalf("row 9 without GPUs: %+v, want m1 alone, accepted", res.Nodes)
+		}
+		if _, err := h.Metal.Inventory(ctx, h.Admin, "m9"); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "bcd node inspect") {
+			t.Fatalf("the inventory of a node never inspected: %v", err)
+		}
+		for _, c := range []struct {
+			in   metal.BulkInput
+			want string
+		}{
+			{metal.BulkInput{Pool: "default", Verb: "deploy", Count: 1, Require: []string{"ram>=1GiB"}, Image: "img", Reason: "r"}, `unknown key "ram"`},
+			{metal.BulkInput{Pool: "default", Verb: "retire", Nodes: []string{"m1"}, Require: []string{"gpus=0"}, Reason: "r"}, "not with node names"},
+		} {
+			var invalid *metal.InvalidError
+			if _, err := h.Metal.Bulk(ctx, h.Admin, c.in); !errors.As(err, &invalid) || invalid.Field != "require" || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%+v: %v, want require invalid with %q", c.in, err, c.want)
+			}
 		}
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"bcd/internal/bmc"
 	"bcd/internal/engine"
 	"bcd/internal/pki"
+	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 )
 
@@ -231,6 +232,9 @@ type Machine struct {
 	// FirmwareUpdateFails: the BMC's update task ends in an error (bmc.firmware fails);
 	// FirmwareUpdateIgnored: it ends well and the old version still runs after the reset.
 	FirmwareUpdateFails, FirmwareUpdateIgnored bool
+	// Hardware is what the machine's ramdisk reports of it (inventory.refresh), beside its UUID
+	// and MACs (which the report always carries); nil: SimHardware.
+	Hardware *inventory.Inventory
 
 	mu            sync.Mutex
 	power         bool
@@ -967,12 +971,44 @@ func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engi
 	return ok(result)
 }
 
+// SimHardware is a simulated machine's hardware unless it says otherwise (Machine.Hardware): one
+// socket, 8 cores, 32 GiB, a 480 GB SATA SSD, a 25 Gbit/s link, booted by UEFI.
+func SimHardware() inventory.Inventory {
+	return inventory.Inventory{
+		CPU:      inventory.CPU{Model: "Simulated CPU", Sockets: 1, Cores: 8, Threads: 16, Flags: []string{"avx2"}},
+		Memory:   inventory.Memory{TotalBytes: 32 << 30},
+		Disks:    []inventory.Disk{{Name: "sda", Path: "/dev/sda", Model: "SIM SSD", SizeBytes: 480e9, LogicalBlockSize: 512, PhysicalBlockSize: 4096, Transport: inventory.TransportSATA}},
+		DMI:      inventory.DMI{SysVendor: "bcd", ProductName: "Simulated Machine"},
+		BootMode: inventory.BootUEFI,
+	}
+}
+
+// inventoryReport is inventory.refresh's result as a ramdisk writes it (the agent's
+// InventoryResult): the identity the engine checks first, then the machine's hardware, its
+// NICs those of its MACs.
+func inventoryReport(m *Machine) any {
+	hw := SimHardware()
+	if m.Hardware != nil {
+		hw = *m.Hardware
+	}
+	hw.DMI.ProductUUID = m.UUID
+	hw.NICs = make([]inventory.NIC, len(m.MACs))
+	for i, mac := range m.MACs {
+		hw.NICs[i] = inventory.NIC{Name: fmt.Sprintf("eth%d", i), MAC: mac, Driver: "sim", SpeedMbps: 25000, Carrier: i == 0}
+	}
+	return struct {
+		SystemUUID string   `json:"systemUuid"`
+		MACs       []string `json:"macs"`
+		inventory.Inventory
+	}{m.UUID, m.MACs, hw}
+}
+
 // ramdiskWork does what a ramdisk command does to the simulated machine and returns its result
 // and whether the kind is attested.
 func (s *Sim) ramdiskWork(m *Machine, kind string) (any, bool, error) {
 	switch kind {
 	case "inventory.refresh":
-		return map[string]any{"systemUuid": m.UUID, "macs": m.MACs, "disks": []map[string]any{{"name": "vda", "size": 8 << 30}}}, false, nil
+		return inventoryReport(m), false, nil
 	case "diag.dcgm":
 		return map[string]any{"result": "not applicable", "reason": "no NVIDIA GPU"}, true, nil
 	case "disk.wipe":

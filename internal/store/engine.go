@@ -1406,6 +1406,46 @@ func (t *Tx) ReleaseAgentCommands(ctx context.Context, agentID string, decide fu
 
 // ---------------------------------------------------------------- inventory
 
+// StoredInventory is a node's inventory as its ramdisk last reported it (inventory.refresh):
+// JSON, and when it was stored (microseconds).
+type StoredInventory struct {
+	NodeID    string
+	JSON      string
+	UpdatedAt int64
+}
+
+// Inventory returns the node's stored inventory (ErrNotFound: it never reported one).
+func (s *Store) Inventory(ctx context.Context, nodeID string) (StoredInventory, error) {
+	inv := StoredInventory{NodeID: nodeID}
+	err := s.queryRow(ctx, `SELECT inventory, updated_at FROM node_inventory WHERE node_id = ?`, nodeID).Scan(&inv.JSON, &inv.UpdatedAt)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return inv, fmt.Errorf("the inventory of node %s: %w", nodeID, ErrNotFound)
+	case err != nil:
+		return inv, fmt.Errorf("reading the inventory of node %s: %w", nodeID, err)
+	}
+	return inv, nil
+}
+
+// PoolInventories returns the stored inventories of the pool's nodes, by node id (a node that
+// never reported one is absent).
+func (s *Store) PoolInventories(ctx context.Context, poolID string) (map[string]StoredInventory, error) {
+	rows, err := s.queryRows(ctx, `SELECT i.node_id, i.inventory, i.updated_at FROM node_inventory i JOIN nodes n ON n.id = i.node_id WHERE n.pool_id = ?`, poolID)
+	invs, err := collect(rows, err, "the inventories of pool "+poolID, func(r interface{ Scan(...any) error }) (StoredInventory, error) {
+		var inv StoredInventory
+		return inv, r.Scan(&inv.NodeID, &inv.JSON, &inv.UpdatedAt)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]StoredInventory, len(invs))
+	for _, inv := range invs {
+		out[inv.NodeID] = inv
+	}
+	return out, nil
+}
+
+// PutInventory stores the inventory a node's ramdisk reported, in place of the one before.
 func (t *Tx) PutInventory(ctx context.Context, nodeID string, inv json.RawMessage) error {
 	_, err := t.exec(ctx, `INSERT INTO node_inventory (node_id, inventory, updated_at) VALUES (?, ?, ?)
 		ON CONFLICT (node_id) DO UPDATE SET inventory = excluded.inventory, updated_at = excluded.updated_at`, nodeID, string(inv), t.at)

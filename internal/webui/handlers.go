@@ -3,6 +3,7 @@ package webui
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"bcd/internal/auth"
+	"bcd/internal/hardware"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
@@ -259,7 +261,11 @@ type nodeView struct {
 	Workflow     *workflowView
 	Events       []store.Event
 	Attestations []attestationView
-	Allowed      []string
+	// Hardware describes the node's inventory as its ramdisk last reported it (reported at
+	// HardwareAt); none before it was inspected.
+	Hardware   []hardware.Line
+	HardwareAt int64
+	Allowed    []string
 	// The verb forms: shown to a token that may operate (the service's own check), for the
 	// verbs the node accepts now.
 	CanOperate bool
@@ -331,6 +337,12 @@ func (u *UI) loadNode(ctx context.Context, s session, ref string) (nodeView, err
 		return u.svc.Events(ctx, s.p, n.ID, after, limit)
 	}, nodeEvents)
 	if err != nil {
+		return v, err
+	}
+	switch inv, err := u.svc.Inventory(ctx, s.p, n.ID); {
+	case err == nil:
+		v.Hardware, v.HardwareAt = hardware.Describe(inv.Facts), inv.UpdatedAt
+	case !errors.Is(err, store.ErrNotFound):
 		return v, err
 	}
 	cmds, err := u.svc.Attestations(ctx, s.p, n.ID, "", 20)

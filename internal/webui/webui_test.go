@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -551,6 +552,19 @@ func TestPagesShowNoSecret(t *testing.T) {
 	p := e.do(t, "GET", "/ui/nodes/"+n.ID, cookie, nil)
 	if !strings.Contains(p.body, "https://10.99.0.3") || !strings.Contains(p.body, "metal-enroll") {
 		t.Fatalf("node page lacks its BMC address or workflow: %.2000s", p.body)
+	}
+	// Its hardware: none before an inspection, then as its ramdisk reported it.
+	if !strings.Contains(p.body, "No inventory yet") {
+		t.Fatalf("node page of a node never inspected: %.3000s", p.body)
+	}
+	if err := e.svc.Store().Write(e.ctx, func(tx *store.Tx) error {
+		return tx.PutInventory(e.ctx, n.ID, json.RawMessage(`{"memory":{"totalBytes":549755813888},"dmi":{"sysVendor":"Dell Inc.","productName":"XE8640"},"bootMode":"uefi"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if hw := e.do(t, "GET", "/ui/nodes/"+n.ID, cookie, nil); !strings.Contains(hw.body, "<tr><th>memory</th><td>512GiB</td></tr>") || !strings.Contains(hw.body, "Dell Inc. XE8640") ||
+		strings.Contains(hw.body, "No inventory yet") {
+		t.Fatalf("node page of an inspected node: %.5000s", hw.body)
 	}
 	// The node's verb forms (an admin may operate) and a refused verb's page.
 	if !strings.Contains(p.body, `action="/ui/nodes/`+n.ID+`/verb/abort"`) || !strings.Contains(p.body, `name="confirm"`) {

@@ -928,6 +928,308 @@ func (x *GetNodeRequest) GetNode() string {
 	return ""
 }
 
+type GetNodeInventoryRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetNodeInventoryRequest) Reset() {
+	*x = GetNodeInventoryRequest{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetNodeInventoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetNodeInventoryRequest) ProtoMessage() {}
+
+func (x *GetNodeInventoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetNodeInventoryRequest.ProtoReflect.Descriptor instead.
+func (*GetNodeInventoryRequest) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetNodeInventoryRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+// A machine's figures as hardware requirements (BulkRequest.require) compare them.
+type HardwareFacts struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	CpuModel         string                 `protobuf:"bytes,1,opt,name=cpu_model,json=cpuModel,proto3" json:"cpu_model,omitempty"`
+	Sockets          int32                  `protobuf:"varint,2,opt,name=sockets,proto3" json:"sockets,omitempty"`
+	Cores            int32                  `protobuf:"varint,3,opt,name=cores,proto3" json:"cores,omitempty"`
+	Threads          int32                  `protobuf:"varint,4,opt,name=threads,proto3" json:"threads,omitempty"`
+	CpuFlags         []string               `protobuf:"bytes,5,rep,name=cpu_flags,json=cpuFlags,proto3" json:"cpu_flags,omitempty"` // of the flags the ramdisk looks for, those the CPU has
+	MemoryBytes      uint64                 `protobuf:"varint,6,opt,name=memory_bytes,json=memoryBytes,proto3" json:"memory_bytes,omitempty"`
+	Disks            int32                  `protobuf:"varint,7,opt,name=disks,proto3" json:"disks,omitempty"`                          // whole disks, not removable or read-only
+	DiskBytes        uint64                 `protobuf:"varint,8,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"` // their total
+	LargestDiskBytes uint64                 `protobuf:"varint,9,opt,name=largest_disk_bytes,json=largestDiskBytes,proto3" json:"largest_disk_bytes,omitempty"`
+	Ssds             int32                  `protobuf:"varint,10,opt,name=ssds,proto3" json:"ssds,omitempty"` // of them, not rotating
+	Nvme             int32                  `protobuf:"varint,11,opt,name=nvme,proto3" json:"nvme,omitempty"` // of them, on NVMe
+	Gpus             int32                  `protobuf:"varint,12,opt,name=gpus,proto3" json:"gpus,omitempty"` // PCI display controllers
+	NvidiaGpus       int32                  `protobuf:"varint,13,opt,name=nvidia_gpus,json=nvidiaGpus,proto3" json:"nvidia_gpus,omitempty"`
+	Nics             int32                  `protobuf:"varint,14,opt,name=nics,proto3" json:"nics,omitempty"`
+	FastestNicMbps   int32                  `protobuf:"varint,15,opt,name=fastest_nic_mbps,json=fastestNicMbps,proto3" json:"fastest_nic_mbps,omitempty"` // the fastest link up
+	BootMode         string                 `protobuf:"bytes,16,opt,name=boot_mode,json=bootMode,proto3" json:"boot_mode,omitempty"`                      // uefi, bios, or empty
+	Vendor           string                 `protobuf:"bytes,17,opt,name=vendor,proto3" json:"vendor,omitempty"`                                          // SMBIOS system vendor
+	Product          string                 `protobuf:"bytes,18,opt,name=product,proto3" json:"product,omitempty"`                                        // SMBIOS product name
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HardwareFacts) Reset() {
+	*x = HardwareFacts{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HardwareFacts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HardwareFacts) ProtoMessage() {}
+
+func (x *HardwareFacts) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HardwareFacts.ProtoReflect.Descriptor instead.
+func (*HardwareFacts) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HardwareFacts) GetCpuModel() string {
+	if x != nil {
+		return x.CpuModel
+	}
+	return ""
+}
+
+func (x *HardwareFacts) GetSockets() int32 {
+	if x != nil {
+		return x.Sockets
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetCores() int32 {
+	if x != nil {
+		return x.Cores
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetThreads() int32 {
+	if x != nil {
+		return x.Threads
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetCpuFlags() []string {
+	if x != nil {
+		return x.CpuFlags
+	}
+	return nil
+}
+
+func (x *HardwareFacts) GetMemoryBytes() uint64 {
+	if x != nil {
+		return x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetDisks() int32 {
+	if x != nil {
+		return x.Disks
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetDiskBytes() uint64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetLargestDiskBytes() uint64 {
+	if x != nil {
+		return x.LargestDiskBytes
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetSsds() int32 {
+	if x != nil {
+		return x.Ssds
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetNvme() int32 {
+	if x != nil {
+		return x.Nvme
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetGpus() int32 {
+	if x != nil {
+		return x.Gpus
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetNvidiaGpus() int32 {
+	if x != nil {
+		return x.NvidiaGpus
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetNics() int32 {
+	if x != nil {
+		return x.Nics
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetFastestNicMbps() int32 {
+	if x != nil {
+		return x.FastestNicMbps
+	}
+	return 0
+}
+
+func (x *HardwareFacts) GetBootMode() string {
+	if x != nil {
+		return x.BootMode
+	}
+	return ""
+}
+
+func (x *HardwareFacts) GetVendor() string {
+	if x != nil {
+		return x.Vendor
+	}
+	return ""
+}
+
+func (x *HardwareFacts) GetProduct() string {
+	if x != nil {
+		return x.Product
+	}
+	return ""
+}
+
+type NodeInventoryResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Node      string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	UpdatedAt string                 `protobuf:"bytes,3,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"` // RFC 3339: when the ramdisk reported it
+	Facts     *HardwareFacts         `protobuf:"bytes,4,opt,name=facts,proto3" json:"facts,omitempty"`
+	// The inventory as reported (JSON text: cpu, memory, disks, nics, pci, dmi, bootMode, …).
+	Inventory     string `protobuf:"bytes,5,opt,name=inventory,proto3" json:"inventory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeInventoryResponse) Reset() {
+	*x = NodeInventoryResponse{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeInventoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeInventoryResponse) ProtoMessage() {}
+
+func (x *NodeInventoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeInventoryResponse.ProtoReflect.Descriptor instead.
+func (*NodeInventoryResponse) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NodeInventoryResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *NodeInventoryResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *NodeInventoryResponse) GetUpdatedAt() string {
+	if x != nil {
+		return x.UpdatedAt
+	}
+	return ""
+}
+
+func (x *NodeInventoryResponse) GetFacts() *HardwareFacts {
+	if x != nil {
+		return x.Facts
+	}
+	return nil
+}
+
+func (x *NodeInventoryResponse) GetInventory() string {
+	if x != nil {
+		return x.Inventory
+	}
+	return ""
+}
+
 type ListNodesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	State string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
@@ -946,7 +1248,7 @@ type ListNodesRequest struct {
 
 func (x *ListNodesRequest) Reset() {
 	*x = ListNodesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1260,7 @@ func (x *ListNodesRequest) String() string {
 func (*ListNodesRequest) ProtoMessage() {}
 
 func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[8]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1273,7 @@ func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
 func (*ListNodesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{8}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListNodesRequest) GetState() string {
@@ -1040,7 +1342,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1354,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[9]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1367,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{9}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -1096,7 +1398,7 @@ type NodeVerbRequest struct {
 
 func (x *NodeVerbRequest) Reset() {
 	*x = NodeVerbRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1410,7 @@ func (x *NodeVerbRequest) String() string {
 func (*NodeVerbRequest) ProtoMessage() {}
 
 func (x *NodeVerbRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[10]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1423,7 @@ func (x *NodeVerbRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeVerbRequest.ProtoReflect.Descriptor instead.
 func (*NodeVerbRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{10}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *NodeVerbRequest) GetNode() string {
@@ -1165,7 +1467,7 @@ type DeployRequest struct {
 
 func (x *DeployRequest) Reset() {
 	*x = DeployRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1479,7 @@ func (x *DeployRequest) String() string {
 func (*DeployRequest) ProtoMessage() {}
 
 func (x *DeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[11]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1492,7 @@ func (x *DeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployRequest.ProtoReflect.Descriptor instead.
 func (*DeployRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{11}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeployRequest) GetNode() string {
@@ -1247,7 +1549,7 @@ type UndeployRequest struct {
 
 func (x *UndeployRequest) Reset() {
 	*x = UndeployRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1561,7 @@ func (x *UndeployRequest) String() string {
 func (*UndeployRequest) ProtoMessage() {}
 
 func (x *UndeployRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[12]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1574,7 @@ func (x *UndeployRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UndeployRequest.ProtoReflect.Descriptor instead.
 func (*UndeployRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{12}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UndeployRequest) GetNode() string {
@@ -1314,7 +1616,7 @@ type PowerRequest struct {
 
 func (x *PowerRequest) Reset() {
 	*x = PowerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1628,7 @@ func (x *PowerRequest) String() string {
 func (*PowerRequest) ProtoMessage() {}
 
 func (x *PowerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[13]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1641,7 @@ func (x *PowerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerRequest.ProtoReflect.Descriptor instead.
 func (*PowerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{13}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PowerRequest) GetNode() string {
@@ -1373,7 +1675,7 @@ type PowerResponse struct {
 
 func (x *PowerResponse) Reset() {
 	*x = PowerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1687,7 @@ func (x *PowerResponse) String() string {
 func (*PowerResponse) ProtoMessage() {}
 
 func (x *PowerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[14]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1700,7 @@ func (x *PowerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PowerResponse.ProtoReflect.Descriptor instead.
 func (*PowerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{14}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PowerResponse) GetNode() *Node {
@@ -1429,7 +1731,7 @@ type UpdateNodeRequest struct {
 
 func (x *UpdateNodeRequest) Reset() {
 	*x = UpdateNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1743,7 @@ func (x *UpdateNodeRequest) String() string {
 func (*UpdateNodeRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[15]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1756,7 @@ func (x *UpdateNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{15}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateNodeRequest) GetNode() string {
@@ -1489,7 +1791,7 @@ type MaintenanceRequest struct {
 
 func (x *MaintenanceRequest) Reset() {
 	*x = MaintenanceRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1803,7 @@ func (x *MaintenanceRequest) String() string {
 func (*MaintenanceRequest) ProtoMessage() {}
 
 func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[16]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1816,7 @@ func (x *MaintenanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintenanceRequest.ProtoReflect.Descriptor instead.
 func (*MaintenanceRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{16}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *MaintenanceRequest) GetNode() string {
@@ -1548,7 +1850,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1862,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[17]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1875,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{17}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteNodeRequest) GetNode() string {
@@ -1598,7 +1900,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1912,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[18]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1925,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{18}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
 }
 
 type Event struct {
@@ -1645,7 +1947,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1959,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[19]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1972,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{19}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Event) GetId() uint64 {
@@ -1754,7 +2056,7 @@ type ListAttestationsRequest struct {
 
 func (x *ListAttestationsRequest) Reset() {
 	*x = ListAttestationsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +2068,7 @@ func (x *ListAttestationsRequest) String() string {
 func (*ListAttestationsRequest) ProtoMessage() {}
 
 func (x *ListAttestationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[20]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +2081,7 @@ func (x *ListAttestationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttestationsRequest.ProtoReflect.Descriptor instead.
 func (*ListAttestationsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{20}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListAttestationsRequest) GetNode() string {
@@ -1829,7 +2131,7 @@ type Attestation struct {
 
 func (x *Attestation) Reset() {
 	*x = Attestation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1841,7 +2143,7 @@ func (x *Attestation) String() string {
 func (*Attestation) ProtoMessage() {}
 
 func (x *Attestation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[21]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1854,7 +2156,7 @@ func (x *Attestation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attestation.ProtoReflect.Descriptor instead.
 func (*Attestation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{21}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Attestation) GetCommandId() string {
@@ -1944,7 +2246,7 @@ type ListAttestationsResponse struct {
 
 func (x *ListAttestationsResponse) Reset() {
 	*x = ListAttestationsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2258,7 @@ func (x *ListAttestationsResponse) String() string {
 func (*ListAttestationsResponse) ProtoMessage() {}
 
 func (x *ListAttestationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[22]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2271,7 @@ func (x *ListAttestationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAttestationsResponse.ProtoReflect.Descriptor instead.
 func (*ListAttestationsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{22}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListAttestationsResponse) GetAttestations() []*Attestation {
@@ -2003,7 +2305,7 @@ type ListEventsRequest struct {
 
 func (x *ListEventsRequest) Reset() {
 	*x = ListEventsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2317,7 @@ func (x *ListEventsRequest) String() string {
 func (*ListEventsRequest) ProtoMessage() {}
 
 func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[23]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2330,7 @@ func (x *ListEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsRequest.ProtoReflect.Descriptor instead.
 func (*ListEventsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{23}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListEventsRequest) GetNode() string {
@@ -2077,7 +2379,7 @@ type ListEventsResponse struct {
 
 func (x *ListEventsResponse) Reset() {
 	*x = ListEventsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2089,7 +2391,7 @@ func (x *ListEventsResponse) String() string {
 func (*ListEventsResponse) ProtoMessage() {}
 
 func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[24]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2102,7 +2404,7 @@ func (x *ListEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventsResponse.ProtoReflect.Descriptor instead.
 func (*ListEventsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{24}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListEventsResponse) GetEvents() []*Event {
@@ -2129,7 +2431,7 @@ type ListDiscoveredRequest struct {
 
 func (x *ListDiscoveredRequest) Reset() {
 	*x = ListDiscoveredRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2141,7 +2443,7 @@ func (x *ListDiscoveredRequest) String() string {
 func (*ListDiscoveredRequest) ProtoMessage() {}
 
 func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[25]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2154,7 +2456,7 @@ func (x *ListDiscoveredRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredRequest.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{25}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListDiscoveredRequest) GetSite() string {
@@ -2190,7 +2492,7 @@ type DiscoveredMachine struct {
 
 func (x *DiscoveredMachine) Reset() {
 	*x = DiscoveredMachine{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2202,7 +2504,7 @@ func (x *DiscoveredMachine) String() string {
 func (*DiscoveredMachine) ProtoMessage() {}
 
 func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[26]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2215,7 +2517,7 @@ func (x *DiscoveredMachine) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoveredMachine.ProtoReflect.Descriptor instead.
 func (*DiscoveredMachine) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{26}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DiscoveredMachine) GetMac() string {
@@ -2290,7 +2592,7 @@ type ListDiscoveredResponse struct {
 
 func (x *ListDiscoveredResponse) Reset() {
 	*x = ListDiscoveredResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2604,7 @@ func (x *ListDiscoveredResponse) String() string {
 func (*ListDiscoveredResponse) ProtoMessage() {}
 
 func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[27]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2617,7 @@ func (x *ListDiscoveredResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDiscoveredResponse.ProtoReflect.Descriptor instead.
 func (*ListDiscoveredResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{27}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListDiscoveredResponse) GetMachines() []*DiscoveredMachine {
@@ -2333,7 +2635,7 @@ type DoctorRequest struct {
 
 func (x *DoctorRequest) Reset() {
 	*x = DoctorRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2345,7 +2647,7 @@ func (x *DoctorRequest) String() string {
 func (*DoctorRequest) ProtoMessage() {}
 
 func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[28]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2358,7 +2660,7 @@ func (x *DoctorRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRequest.ProtoReflect.Descriptor instead.
 func (*DoctorRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{28}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
 }
 
 type DoctorFinding struct {
@@ -2376,7 +2678,7 @@ type DoctorFinding struct {
 
 func (x *DoctorFinding) Reset() {
 	*x = DoctorFinding{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2388,7 +2690,7 @@ func (x *DoctorFinding) String() string {
 func (*DoctorFinding) ProtoMessage() {}
 
 func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[29]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2401,7 +2703,7 @@ func (x *DoctorFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorFinding.ProtoReflect.Descriptor instead.
 func (*DoctorFinding) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{29}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DoctorFinding) GetNode() string {
@@ -2485,7 +2787,7 @@ type DoctorAgent struct {
 
 func (x *DoctorAgent) Reset() {
 	*x = DoctorAgent{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2799,7 @@ func (x *DoctorAgent) String() string {
 func (*DoctorAgent) ProtoMessage() {}
 
 func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[30]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2812,7 @@ func (x *DoctorAgent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorAgent.ProtoReflect.Descriptor instead.
 func (*DoctorAgent) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{30}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DoctorAgent) GetId() string {
@@ -2610,7 +2912,7 @@ type DoctorArtifactCache struct {
 
 func (x *DoctorArtifactCache) Reset() {
 	*x = DoctorArtifactCache{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2924,7 @@ func (x *DoctorArtifactCache) String() string {
 func (*DoctorArtifactCache) ProtoMessage() {}
 
 func (x *DoctorArtifactCache) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[31]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2937,7 @@ func (x *DoctorArtifactCache) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorArtifactCache.ProtoReflect.Descriptor instead.
 func (*DoctorArtifactCache) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{31}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DoctorArtifactCache) GetArtifacts() int64 {
@@ -2692,7 +2994,7 @@ type DoctorServer struct {
 
 func (x *DoctorServer) Reset() {
 	*x = DoctorServer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +3006,7 @@ func (x *DoctorServer) String() string {
 func (*DoctorServer) ProtoMessage() {}
 
 func (x *DoctorServer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[32]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +3019,7 @@ func (x *DoctorServer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorServer.ProtoReflect.Descriptor instead.
 func (*DoctorServer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{32}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DoctorServer) GetId() string {
@@ -2780,7 +3082,7 @@ type DoctorResponse struct {
 
 func (x *DoctorResponse) Reset() {
 	*x = DoctorResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +3094,7 @@ func (x *DoctorResponse) String() string {
 func (*DoctorResponse) ProtoMessage() {}
 
 func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[33]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +3107,7 @@ func (x *DoctorResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorResponse.ProtoReflect.Descriptor instead.
 func (*DoctorResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{33}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DoctorResponse) GetFailed() []*DoctorFinding {
@@ -2873,7 +3175,7 @@ type DoctorRestoreWitness struct {
 
 func (x *DoctorRestoreWitness) Reset() {
 	*x = DoctorRestoreWitness{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2885,7 +3187,7 @@ func (x *DoctorRestoreWitness) String() string {
 func (*DoctorRestoreWitness) ProtoMessage() {}
 
 func (x *DoctorRestoreWitness) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[34]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2898,7 +3200,7 @@ func (x *DoctorRestoreWitness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRestoreWitness.ProtoReflect.Descriptor instead.
 func (*DoctorRestoreWitness) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{34}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DoctorRestoreWitness) GetAgentId() string {
@@ -2954,7 +3256,7 @@ type DoctorBatch struct {
 
 func (x *DoctorBatch) Reset() {
 	*x = DoctorBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2966,7 +3268,7 @@ func (x *DoctorBatch) String() string {
 func (*DoctorBatch) ProtoMessage() {}
 
 func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[35]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2979,7 +3281,7 @@ func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorBatch.ProtoReflect.Descriptor instead.
 func (*DoctorBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{35}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DoctorBatch) GetId() string {
@@ -3055,7 +3357,7 @@ type RotateBmcCredentialRequest struct {
 
 func (x *RotateBmcCredentialRequest) Reset() {
 	*x = RotateBmcCredentialRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3369,7 @@ func (x *RotateBmcCredentialRequest) String() string {
 func (*RotateBmcCredentialRequest) ProtoMessage() {}
 
 func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[36]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3382,7 @@ func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{36}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *RotateBmcCredentialRequest) GetNode() string {
@@ -3111,7 +3413,7 @@ type RotateBmcCredentialResponse struct {
 
 func (x *RotateBmcCredentialResponse) Reset() {
 	*x = RotateBmcCredentialResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3123,7 +3425,7 @@ func (x *RotateBmcCredentialResponse) String() string {
 func (*RotateBmcCredentialResponse) ProtoMessage() {}
 
 func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[37]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3136,7 +3438,7 @@ func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{37}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RotateBmcCredentialResponse) GetCommandId() string {
@@ -3169,7 +3471,7 @@ type ListBmcCredentialVersionsRequest struct {
 
 func (x *ListBmcCredentialVersionsRequest) Reset() {
 	*x = ListBmcCredentialVersionsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3181,7 +3483,7 @@ func (x *ListBmcCredentialVersionsRequest) String() string {
 func (*ListBmcCredentialVersionsRequest) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[38]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3194,7 +3496,7 @@ func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBmcCredentialVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{38}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListBmcCredentialVersionsRequest) GetNode() string {
@@ -3218,7 +3520,7 @@ type BmcCredentialVersion struct {
 
 func (x *BmcCredentialVersion) Reset() {
 	*x = BmcCredentialVersion{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3230,7 +3532,7 @@ func (x *BmcCredentialVersion) String() string {
 func (*BmcCredentialVersion) ProtoMessage() {}
 
 func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[39]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3243,7 +3545,7 @@ func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCredentialVersion.ProtoReflect.Descriptor instead.
 func (*BmcCredentialVersion) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{39}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *BmcCredentialVersion) GetVersion() uint64 {
@@ -3297,7 +3599,7 @@ type ListBmcCredentialVersionsResponse struct {
 
 func (x *ListBmcCredentialVersionsResponse) Reset() {
 	*x = ListBmcCredentialVersionsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3309,7 +3611,7 @@ func (x *ListBmcCredentialVersionsResponse) String() string {
 func (*ListBmcCredentialVersionsResponse) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3322,7 +3624,7 @@ func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListBmcCredentialVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersion {
@@ -3348,7 +3650,7 @@ type ConsoleRequest struct {
 
 func (x *ConsoleRequest) Reset() {
 	*x = ConsoleRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3360,7 +3662,7 @@ func (x *ConsoleRequest) String() string {
 func (*ConsoleRequest) ProtoMessage() {}
 
 func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3373,7 +3675,7 @@ func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ConsoleRequest) GetNode() string {
@@ -3425,7 +3727,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +3739,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +3752,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ConsoleOutput) GetSessionId() string {
@@ -3484,7 +3786,7 @@ type ConsoleInputRequest struct {
 
 func (x *ConsoleInputRequest) Reset() {
 	*x = ConsoleInputRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3798,7 @@ func (x *ConsoleInputRequest) String() string {
 func (*ConsoleInputRequest) ProtoMessage() {}
 
 func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3811,7 @@ func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInputRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleInputRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ConsoleInputRequest) GetSessionId() string {
@@ -3534,7 +3836,7 @@ type ConsoleInputResponse struct {
 
 func (x *ConsoleInputResponse) Reset() {
 	*x = ConsoleInputResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3848,7 @@ func (x *ConsoleInputResponse) String() string {
 func (*ConsoleInputResponse) ProtoMessage() {}
 
 func (x *ConsoleInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3861,7 @@ func (x *ConsoleInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInputResponse.ProtoReflect.Descriptor instead.
 func (*ConsoleInputResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 type ConfirmMacRequest struct {
@@ -3573,7 +3875,7 @@ type ConfirmMacRequest struct {
 
 func (x *ConfirmMacRequest) Reset() {
 	*x = ConfirmMacRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3585,7 +3887,7 @@ func (x *ConfirmMacRequest) String() string {
 func (*ConfirmMacRequest) ProtoMessage() {}
 
 func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3598,7 +3900,7 @@ func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmMacRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmMacRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ConfirmMacRequest) GetNode() string {
@@ -3639,7 +3941,7 @@ type MacCandidate struct {
 
 func (x *MacCandidate) Reset() {
 	*x = MacCandidate{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3651,7 +3953,7 @@ func (x *MacCandidate) String() string {
 func (*MacCandidate) ProtoMessage() {}
 
 func (x *MacCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3664,7 +3966,7 @@ func (x *MacCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacCandidate.ProtoReflect.Descriptor instead.
 func (*MacCandidate) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MacCandidate) GetNode() string {
@@ -3740,7 +4042,7 @@ type ListMacCandidatesRequest struct {
 
 func (x *ListMacCandidatesRequest) Reset() {
 	*x = ListMacCandidatesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3752,7 +4054,7 @@ func (x *ListMacCandidatesRequest) String() string {
 func (*ListMacCandidatesRequest) ProtoMessage() {}
 
 func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3765,7 +4067,7 @@ func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesRequest.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListMacCandidatesRequest) GetSite() string {
@@ -3791,7 +4093,7 @@ type ListMacCandidatesResponse struct {
 
 func (x *ListMacCandidatesResponse) Reset() {
 	*x = ListMacCandidatesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3803,7 +4105,7 @@ func (x *ListMacCandidatesResponse) String() string {
 func (*ListMacCandidatesResponse) ProtoMessage() {}
 
 func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3816,7 +4118,7 @@ func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesResponse.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListMacCandidatesResponse) GetCandidates() []*MacCandidate {
@@ -3836,7 +4138,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3848,7 +4150,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3861,7 +4163,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListPendingRequest) GetSite() string {
@@ -3896,7 +4198,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4210,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4223,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AcceptRequest) GetSite() string {
@@ -3991,7 +4293,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4305,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4318,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RejectRequest) GetSite() string {
@@ -4048,7 +4350,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4060,7 +4362,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4073,7 +4375,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 type Batch struct {
@@ -4109,7 +4411,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4121,7 +4423,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4134,7 +4436,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Batch) GetId() string {
@@ -4294,7 +4596,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4306,7 +4608,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4319,7 +4621,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *BatchLeaf) GetSubject() string {
@@ -4358,14 +4660,18 @@ type BulkRequest struct {
 	// With count only: a label key (rack, row, power feed). The count is taken in turn from each
 	// of the label's values (in order; the nodes without it last), each value's nodes by name, so
 	// it spreads as evenly as the pool allows; the batch's creation event says how many each gave.
-	Spread        string `protobuf:"bytes,11,opt,name=spread,proto3" json:"spread,omitempty"`
+	Spread string `protobuf:"bytes,11,opt,name=spread,proto3" json:"spread,omitempty"`
+	// Hardware requirements (KEY OP VALUE, as memory>=256GiB, gpus.nvidia>=2, boot=uefi; keys in
+	// docs/operations.md): what count or selectors choose is narrowed to the nodes whose stored
+	// inventory meets every one (a node never inspected meets none). Not with nodes.
+	Require       []string `protobuf:"bytes,12,rep,name=require,proto3" json:"require,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4377,7 +4683,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4390,7 +4696,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BulkRequest) GetPool() string {
@@ -4470,6 +4776,13 @@ func (x *BulkRequest) GetSpread() string {
 	return ""
 }
 
+func (x *BulkRequest) GetRequire() []string {
+	if x != nil {
+		return x.Require
+	}
+	return nil
+}
+
 type BulkBatch struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	BatchId string                 `protobuf:"bytes,1,opt,name=batch_id,json=batchId,proto3" json:"batch_id,omitempty"`
@@ -4483,7 +4796,7 @@ type BulkBatch struct {
 
 func (x *BulkBatch) Reset() {
 	*x = BulkBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4495,7 +4808,7 @@ func (x *BulkBatch) String() string {
 func (*BulkBatch) ProtoMessage() {}
 
 func (x *BulkBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4508,7 +4821,7 @@ func (x *BulkBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
 func (*BulkBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *BulkBatch) GetBatchId() string {
@@ -4553,7 +4866,7 @@ type BulkNodeResult struct {
 
 func (x *BulkNodeResult) Reset() {
 	*x = BulkNodeResult{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4565,7 +4878,7 @@ func (x *BulkNodeResult) String() string {
 func (*BulkNodeResult) ProtoMessage() {}
 
 func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4578,7 +4891,7 @@ func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
 func (*BulkNodeResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *BulkNodeResult) GetNode() string {
@@ -4628,7 +4941,7 @@ type BulkResponse struct {
 
 func (x *BulkResponse) Reset() {
 	*x = BulkResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4640,7 +4953,7 @@ func (x *BulkResponse) String() string {
 func (*BulkResponse) ProtoMessage() {}
 
 func (x *BulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4653,7 +4966,7 @@ func (x *BulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
 func (*BulkResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BulkResponse) GetBatch() *BulkBatch {
@@ -4687,7 +5000,7 @@ type ListBatchesRequest struct {
 
 func (x *ListBatchesRequest) Reset() {
 	*x = ListBatchesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4699,7 +5012,7 @@ func (x *ListBatchesRequest) String() string {
 func (*ListBatchesRequest) ProtoMessage() {}
 
 func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4712,7 +5025,7 @@ func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListBatchesRequest) GetState() string {
@@ -4738,7 +5051,7 @@ type ListBatchesResponse struct {
 
 func (x *ListBatchesResponse) Reset() {
 	*x = ListBatchesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4750,7 +5063,7 @@ func (x *ListBatchesResponse) String() string {
 func (*ListBatchesResponse) ProtoMessage() {}
 
 func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4763,7 +5076,7 @@ func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListBatchesResponse) GetBatches() []*Batch {
@@ -4783,7 +5096,7 @@ type GetBatchRequest struct {
 
 func (x *GetBatchRequest) Reset() {
 	*x = GetBatchRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4795,7 +5108,7 @@ func (x *GetBatchRequest) String() string {
 func (*GetBatchRequest) ProtoMessage() {}
 
 func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4808,7 +5121,7 @@ func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetBatchRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *GetBatchRequest) GetId() string {
@@ -4835,7 +5148,7 @@ type GetBatchResponse struct {
 
 func (x *GetBatchResponse) Reset() {
 	*x = GetBatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4847,7 +5160,7 @@ func (x *GetBatchResponse) String() string {
 func (*GetBatchResponse) ProtoMessage() {}
 
 func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4860,7 +5173,7 @@ func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetBatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GetBatchResponse) GetBatch() *Batch {
@@ -4887,7 +5200,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4899,7 +5212,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4912,7 +5225,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -4938,7 +5251,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5263,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5276,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -4985,7 +5298,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4997,7 +5310,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5010,7 +5323,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -5052,7 +5365,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5064,7 +5377,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5077,7 +5390,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -5110,7 +5423,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5122,7 +5435,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5135,7 +5448,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -5153,7 +5466,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5165,7 +5478,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5178,7 +5491,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -5190,7 +5503,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5202,7 +5515,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5215,7 +5528,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -5236,7 +5549,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5248,7 +5561,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5261,7 +5574,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *Tenant) GetId() string {
@@ -5298,7 +5611,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5310,7 +5623,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5323,7 +5636,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Site) GetId() string {
@@ -5396,7 +5709,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5408,7 +5721,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5421,7 +5734,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -5501,7 +5814,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5513,7 +5826,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5526,7 +5839,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *Pool) GetId() string {
@@ -5584,7 +5897,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5596,7 +5909,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5609,7 +5922,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -5642,7 +5955,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5654,7 +5967,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5667,7 +5980,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -5686,7 +5999,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5698,7 +6011,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5711,7 +6024,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -5729,7 +6042,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5741,7 +6054,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5754,7 +6067,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 type ListTenantsResponse struct {
@@ -5766,7 +6079,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5778,7 +6091,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5791,7 +6104,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -5812,7 +6125,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5824,7 +6137,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5837,7 +6150,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -5870,7 +6183,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5882,7 +6195,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5895,7 +6208,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -5914,7 +6227,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5926,7 +6239,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5939,7 +6252,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -5958,7 +6271,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5970,7 +6283,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5983,7 +6296,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -6002,7 +6315,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6014,7 +6327,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6027,7 +6340,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -6045,7 +6358,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6057,7 +6370,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6070,7 +6383,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 type CreatePoolRequest struct {
@@ -6084,7 +6397,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6096,7 +6409,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6109,7 +6422,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -6143,7 +6456,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6155,7 +6468,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6168,7 +6481,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -6194,7 +6507,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6206,7 +6519,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6219,7 +6532,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -6239,7 +6552,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6251,7 +6564,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6264,7 +6577,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -6290,7 +6603,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6302,7 +6615,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6315,7 +6628,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -6334,7 +6647,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6346,7 +6659,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6359,7 +6672,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -6377,7 +6690,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6389,7 +6702,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6402,7 +6715,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 type PutHardwareProfileRequest struct {
@@ -6414,7 +6727,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6426,7 +6739,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6439,7 +6752,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -6458,7 +6771,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6470,7 +6783,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6483,7 +6796,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -6501,7 +6814,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6513,7 +6826,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6526,7 +6839,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -6538,7 +6851,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6550,7 +6863,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6563,7 +6876,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -6584,7 +6897,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6596,7 +6909,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6609,7 +6922,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -6640,7 +6953,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6652,7 +6965,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6665,7 +6978,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -6707,7 +7020,7 @@ type RevokeSiteAgentRequest struct {
 
 func (x *RevokeSiteAgentRequest) Reset() {
 	*x = RevokeSiteAgentRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6719,7 +7032,7 @@ func (x *RevokeSiteAgentRequest) String() string {
 func (*RevokeSiteAgentRequest) ProtoMessage() {}
 
 func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6732,7 +7045,7 @@ func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *RevokeSiteAgentRequest) GetAgent() string {
@@ -6759,7 +7072,7 @@ type RevokeSiteAgentResponse struct {
 
 func (x *RevokeSiteAgentResponse) Reset() {
 	*x = RevokeSiteAgentResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6771,7 +7084,7 @@ func (x *RevokeSiteAgentResponse) String() string {
 func (*RevokeSiteAgentResponse) ProtoMessage() {}
 
 func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6784,7 +7097,7 @@ func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *RevokeSiteAgentResponse) GetAgent() string {
@@ -6816,7 +7129,7 @@ type AgentCA struct {
 
 func (x *AgentCA) Reset() {
 	*x = AgentCA{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6828,7 +7141,7 @@ func (x *AgentCA) String() string {
 func (*AgentCA) ProtoMessage() {}
 
 func (x *AgentCA) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6841,7 +7154,7 @@ func (x *AgentCA) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCA.ProtoReflect.Descriptor instead.
 func (*AgentCA) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *AgentCA) GetSha256() string {
@@ -6887,7 +7200,7 @@ type AgentCARotation struct {
 
 func (x *AgentCARotation) Reset() {
 	*x = AgentCARotation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6899,7 +7212,7 @@ func (x *AgentCARotation) String() string {
 func (*AgentCARotation) ProtoMessage() {}
 
 func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6912,7 +7225,7 @@ func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCARotation.ProtoReflect.Descriptor instead.
 func (*AgentCARotation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *AgentCARotation) GetStage() string {
@@ -6963,7 +7276,7 @@ type AgentCALag struct {
 
 func (x *AgentCALag) Reset() {
 	*x = AgentCALag{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6975,7 +7288,7 @@ func (x *AgentCALag) String() string {
 func (*AgentCALag) ProtoMessage() {}
 
 func (x *AgentCALag) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6988,7 +7301,7 @@ func (x *AgentCALag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCALag.ProtoReflect.Descriptor instead.
 func (*AgentCALag) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *AgentCALag) GetAgent() string {
@@ -7034,7 +7347,7 @@ type GetAgentCARequest struct {
 
 func (x *GetAgentCARequest) Reset() {
 	*x = GetAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7046,7 +7359,7 @@ func (x *GetAgentCARequest) String() string {
 func (*GetAgentCARequest) ProtoMessage() {}
 
 func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7059,7 +7372,7 @@ func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentCARequest.ProtoReflect.Descriptor instead.
 func (*GetAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 type RotateAgentCARequest struct {
@@ -7071,7 +7384,7 @@ type RotateAgentCARequest struct {
 
 func (x *RotateAgentCARequest) Reset() {
 	*x = RotateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7083,7 +7396,7 @@ func (x *RotateAgentCARequest) String() string {
 func (*RotateAgentCARequest) ProtoMessage() {}
 
 func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7096,7 +7409,7 @@ func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*RotateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RotateAgentCARequest) GetReason() string {
@@ -7117,7 +7430,7 @@ type ActivateAgentCARequest struct {
 
 func (x *ActivateAgentCARequest) Reset() {
 	*x = ActivateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7129,7 +7442,7 @@ func (x *ActivateAgentCARequest) String() string {
 func (*ActivateAgentCARequest) ProtoMessage() {}
 
 func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7142,7 +7455,7 @@ func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*ActivateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *ActivateAgentCARequest) GetReason() string {
@@ -7169,7 +7482,7 @@ type FinishAgentCARequest struct {
 
 func (x *FinishAgentCARequest) Reset() {
 	*x = FinishAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7181,7 +7494,7 @@ func (x *FinishAgentCARequest) String() string {
 func (*FinishAgentCARequest) ProtoMessage() {}
 
 func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7194,7 +7507,7 @@ func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishAgentCARequest.ProtoReflect.Descriptor instead.
 func (*FinishAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *FinishAgentCARequest) GetReason() string {
@@ -7220,7 +7533,7 @@ type AgentCAResponse struct {
 
 func (x *AgentCAResponse) Reset() {
 	*x = AgentCAResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7232,7 +7545,7 @@ func (x *AgentCAResponse) String() string {
 func (*AgentCAResponse) ProtoMessage() {}
 
 func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7245,7 +7558,7 @@ func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCAResponse.ProtoReflect.Descriptor instead.
 func (*AgentCAResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AgentCAResponse) GetRotation() *AgentCARotation {
@@ -7268,7 +7581,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7280,7 +7593,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7293,7 +7606,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -7319,7 +7632,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7331,7 +7644,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7344,7 +7657,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -7363,7 +7676,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7375,7 +7688,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7388,7 +7701,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -7406,7 +7719,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7418,7 +7731,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7431,7 +7744,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 type ListDeployProfilesResponse struct {
@@ -7443,7 +7756,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7455,7 +7768,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7468,7 +7781,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -7489,7 +7802,7 @@ type DeleteDeployProfileRequest struct {
 
 func (x *DeleteDeployProfileRequest) Reset() {
 	*x = DeleteDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7501,7 +7814,7 @@ func (x *DeleteDeployProfileRequest) String() string {
 func (*DeleteDeployProfileRequest) ProtoMessage() {}
 
 func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7514,7 +7827,7 @@ func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *DeleteDeployProfileRequest) GetName() string {
@@ -7532,7 +7845,7 @@ type DeleteDeployProfileResponse struct {
 
 func (x *DeleteDeployProfileResponse) Reset() {
 	*x = DeleteDeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7544,7 +7857,7 @@ func (x *DeleteDeployProfileResponse) String() string {
 func (*DeleteDeployProfileResponse) ProtoMessage() {}
 
 func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7557,7 +7870,7 @@ func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 type Token struct {
@@ -7574,7 +7887,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7586,7 +7899,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7599,7 +7912,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *Token) GetId() string {
@@ -7655,7 +7968,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7667,7 +7980,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7680,7 +7993,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -7715,7 +8028,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7727,7 +8040,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7740,7 +8053,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -7765,7 +8078,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7777,7 +8090,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7790,7 +8103,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
 }
 
 type ListTokensResponse struct {
@@ -7802,7 +8115,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7814,7 +8127,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7827,7 +8140,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -7846,7 +8159,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7858,7 +8171,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7871,7 +8184,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -7890,7 +8203,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7902,7 +8215,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7915,7 +8228,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -7933,7 +8246,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7945,7 +8258,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7958,7 +8271,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
 }
 
 type WhoAmIResponse struct {
@@ -7970,7 +8283,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7982,7 +8295,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7995,7 +8308,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -8016,7 +8329,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8028,7 +8341,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8041,7 +8354,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *Signer) GetName() string {
@@ -8084,7 +8397,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8096,7 +8409,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8109,7 +8422,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *Image) GetName() string {
@@ -8191,7 +8504,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8203,7 +8516,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8216,7 +8529,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -8234,7 +8547,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8246,7 +8559,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8259,7 +8572,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
 }
 
 type RevokeSignerRequest struct {
@@ -8271,7 +8584,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8283,7 +8596,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8296,7 +8609,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -8314,7 +8627,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8326,7 +8639,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8339,7 +8652,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
 }
 
 type ListSignersRequest struct {
@@ -8350,7 +8663,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8362,7 +8675,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8375,7 +8688,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
 }
 
 type ListSignersResponse struct {
@@ -8387,7 +8700,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8399,7 +8712,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8412,7 +8725,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -8431,7 +8744,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8443,7 +8756,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8456,7 +8769,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -8475,7 +8788,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8487,7 +8800,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8500,7 +8813,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -8518,7 +8831,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8530,7 +8843,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8543,7 +8856,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{137}
 }
 
 type ListImagesResponse struct {
@@ -8555,7 +8868,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8567,7 +8880,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8580,7 +8893,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -8699,7 +9012,38 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fNodeResponse\x12 \n" +
 	"\x04node\x18\x01 \x01(\v2\f.bcd.v1.NodeR\x04node\"$\n" +
 	"\x0eGetNodeRequest\x12\x12\n" +
-	"\x04node\x18\x01 \x01(\tR\x04node\"\xde\x01\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"-\n" +
+	"\x17GetNodeInventoryRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\"\x83\x04\n" +
+	"\rHardwareFacts\x12\x1b\n" +
+	"\tcpu_model\x18\x01 \x01(\tR\bcpuModel\x12\x18\n" +
+	"\asockets\x18\x02 \x01(\x05R\asockets\x12\x14\n" +
+	"\x05cores\x18\x03 \x01(\x05R\x05cores\x12\x18\n" +
+	"\athreads\x18\x04 \x01(\x05R\athreads\x12\x1b\n" +
+	"\tcpu_flags\x18\x05 \x03(\tR\bcpuFlags\x12!\n" +
+	"\fmemory_bytes\x18\x06 \x01(\x04R\vmemoryBytes\x12\x14\n" +
+	"\x05disks\x18\a \x01(\x05R\x05disks\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\b \x01(\x04R\tdiskBytes\x12,\n" +
+	"\x12largest_disk_bytes\x18\t \x01(\x04R\x10largestDiskBytes\x12\x12\n" +
+	"\x04ssds\x18\n" +
+	" \x01(\x05R\x04ssds\x12\x12\n" +
+	"\x04nvme\x18\v \x01(\x05R\x04nvme\x12\x12\n" +
+	"\x04gpus\x18\f \x01(\x05R\x04gpus\x12\x1f\n" +
+	"\vnvidia_gpus\x18\r \x01(\x05R\n" +
+	"nvidiaGpus\x12\x12\n" +
+	"\x04nics\x18\x0e \x01(\x05R\x04nics\x12(\n" +
+	"\x10fastest_nic_mbps\x18\x0f \x01(\x05R\x0efastestNicMbps\x12\x1b\n" +
+	"\tboot_mode\x18\x10 \x01(\tR\bbootMode\x12\x16\n" +
+	"\x06vendor\x18\x11 \x01(\tR\x06vendor\x12\x18\n" +
+	"\aproduct\x18\x12 \x01(\tR\aproduct\"\xa9\x01\n" +
+	"\x15NodeInventoryResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"updated_at\x18\x03 \x01(\tR\tupdatedAt\x12+\n" +
+	"\x05facts\x18\x04 \x01(\v2\x15.bcd.v1.HardwareFactsR\x05facts\x12\x1c\n" +
+	"\tinventory\x18\x05 \x01(\tR\tinventory\"\xde\x01\n" +
 	"\x10ListNodesRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -8994,7 +9338,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fimage_digest\x18\x15 \x01(\tR\vimageDigest\"9\n" +
 	"\tBatchLeaf\x12\x18\n" +
 	"\asubject\x18\x01 \x01(\tR\asubject\x12\x12\n" +
-	"\x04kind\x18\x02 \x01(\tR\x04kind\"\x90\x02\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\"\xaa\x02\n" +
 	"\vBulkRequest\x12\x12\n" +
 	"\x04pool\x18\x01 \x01(\tR\x04pool\x12\x12\n" +
 	"\x04verb\x18\x02 \x01(\tR\x04verb\x12\x14\n" +
@@ -9007,7 +9351,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\tuser_data\x18\t \x01(\fR\buserData\x12\x14\n" +
 	"\x05count\x18\n" +
 	" \x01(\x05R\x05count\x12\x16\n" +
-	"\x06spread\x18\v \x01(\tR\x06spread\"j\n" +
+	"\x06spread\x18\v \x01(\tR\x06spread\x12\x18\n" +
+	"\arequire\x18\f \x03(\tR\arequire\"j\n" +
 	"\tBulkBatch\x12\x19\n" +
 	"\bbatch_id\x18\x01 \x01(\tR\abatchId\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12\x1a\n" +
@@ -9281,7 +9626,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x05image\x18\x01 \x01(\v2\r.bcd.v1.ImageR\x05image\"\x13\n" +
 	"\x11ListImagesRequest\";\n" +
 	"\x12ListImagesResponse\x12%\n" +
-	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xcf\x0f\n" +
+	"\x06images\x18\x01 \x03(\v2\r.bcd.v1.ImageR\x06images2\xa1\x10\n" +
 	"\vNodeService\x12P\n" +
 	"\n" +
 	"Discovered\x12\x1d.bcd.v1.ListDiscoveredRequest\x1a\x1e.bcd.v1.ListDiscoveredResponse\"\x03\x90\x02\x01\x12<\n" +
@@ -9304,7 +9649,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x06Update\x12\x19.bcd.v1.UpdateNodeRequest\x1a\x14.bcd.v1.NodeResponse\x12?\n" +
 	"\x06Delete\x12\x19.bcd.v1.DeleteNodeRequest\x1a\x1a.bcd.v1.DeleteNodeResponse\x12D\n" +
 	"\x06Events\x12\x19.bcd.v1.ListEventsRequest\x1a\x1a.bcd.v1.ListEventsResponse\"\x03\x90\x02\x01\x12V\n" +
-	"\fAttestations\x12\x1f.bcd.v1.ListAttestationsRequest\x1a .bcd.v1.ListAttestationsResponse\"\x03\x90\x02\x01\x12^\n" +
+	"\fAttestations\x12\x1f.bcd.v1.ListAttestationsRequest\x1a .bcd.v1.ListAttestationsResponse\"\x03\x90\x02\x01\x12P\n" +
+	"\tInventory\x12\x1f.bcd.v1.GetNodeInventoryRequest\x1a\x1d.bcd.v1.NodeInventoryResponse\"\x03\x90\x02\x01\x12^\n" +
 	"\x13RotateBmcCredential\x12\".bcd.v1.RotateBmcCredentialRequest\x1a#.bcd.v1.RotateBmcCredentialResponse\x12q\n" +
 	"\x15BmcCredentialVersions\x12(.bcd.v1.ListBmcCredentialVersionsRequest\x1a).bcd.v1.ListBmcCredentialVersionsResponse\"\x03\x90\x02\x01\x12=\n" +
 	"\n" +
@@ -9376,7 +9722,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 149)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 152)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -9386,359 +9732,365 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*EnrollRequest)(nil),                     // 5: bcd.v1.EnrollRequest
 	(*NodeResponse)(nil),                      // 6: bcd.v1.NodeResponse
 	(*GetNodeRequest)(nil),                    // 7: bcd.v1.GetNodeRequest
-	(*ListNodesRequest)(nil),                  // 8: bcd.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),                 // 9: bcd.v1.ListNodesResponse
-	(*NodeVerbRequest)(nil),                   // 10: bcd.v1.NodeVerbRequest
-	(*DeployRequest)(nil),                     // 11: bcd.v1.DeployRequest
-	(*UndeployRequest)(nil),                   // 12: bcd.v1.UndeployRequest
-	(*PowerRequest)(nil),                      // 13: bcd.v1.PowerRequest
-	(*PowerResponse)(nil),                     // 14: bcd.v1.PowerResponse
-	(*UpdateNodeRequest)(nil),                 // 15: bcd.v1.UpdateNodeRequest
-	(*MaintenanceRequest)(nil),                // 16: bcd.v1.MaintenanceRequest
-	(*DeleteNodeRequest)(nil),                 // 17: bcd.v1.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),                // 18: bcd.v1.DeleteNodeResponse
-	(*Event)(nil),                             // 19: bcd.v1.Event
-	(*ListAttestationsRequest)(nil),           // 20: bcd.v1.ListAttestationsRequest
-	(*Attestation)(nil),                       // 21: bcd.v1.Attestation
-	(*ListAttestationsResponse)(nil),          // 22: bcd.v1.ListAttestationsResponse
-	(*ListEventsRequest)(nil),                 // 23: bcd.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),                // 24: bcd.v1.ListEventsResponse
-	(*ListDiscoveredRequest)(nil),             // 25: bcd.v1.ListDiscoveredRequest
-	(*DiscoveredMachine)(nil),                 // 26: bcd.v1.DiscoveredMachine
-	(*ListDiscoveredResponse)(nil),            // 27: bcd.v1.ListDiscoveredResponse
-	(*DoctorRequest)(nil),                     // 28: bcd.v1.DoctorRequest
-	(*DoctorFinding)(nil),                     // 29: bcd.v1.DoctorFinding
-	(*DoctorAgent)(nil),                       // 30: bcd.v1.DoctorAgent
-	(*DoctorArtifactCache)(nil),               // 31: bcd.v1.DoctorArtifactCache
-	(*DoctorServer)(nil),                      // 32: bcd.v1.DoctorServer
-	(*DoctorResponse)(nil),                    // 33: bcd.v1.DoctorResponse
-	(*DoctorRestoreWitness)(nil),              // 34: bcd.v1.DoctorRestoreWitness
-	(*DoctorBatch)(nil),                       // 35: bcd.v1.DoctorBatch
-	(*RotateBmcCredentialRequest)(nil),        // 36: bcd.v1.RotateBmcCredentialRequest
-	(*RotateBmcCredentialResponse)(nil),       // 37: bcd.v1.RotateBmcCredentialResponse
-	(*ListBmcCredentialVersionsRequest)(nil),  // 38: bcd.v1.ListBmcCredentialVersionsRequest
-	(*BmcCredentialVersion)(nil),              // 39: bcd.v1.BmcCredentialVersion
-	(*ListBmcCredentialVersionsResponse)(nil), // 40: bcd.v1.ListBmcCredentialVersionsResponse
-	(*ConsoleRequest)(nil),                    // 41: bcd.v1.ConsoleRequest
-	(*ConsoleOutput)(nil),                     // 42: bcd.v1.ConsoleOutput
-	(*ConsoleInputRequest)(nil),               // 43: bcd.v1.ConsoleInputRequest
-	(*ConsoleInputResponse)(nil),              // 44: bcd.v1.ConsoleInputResponse
-	(*ConfirmMacRequest)(nil),                 // 45: bcd.v1.ConfirmMacRequest
-	(*MacCandidate)(nil),                      // 46: bcd.v1.MacCandidate
-	(*ListMacCandidatesRequest)(nil),          // 47: bcd.v1.ListMacCandidatesRequest
-	(*ListMacCandidatesResponse)(nil),         // 48: bcd.v1.ListMacCandidatesResponse
-	(*ListPendingRequest)(nil),                // 49: bcd.v1.ListPendingRequest
-	(*AcceptRequest)(nil),                     // 50: bcd.v1.AcceptRequest
-	(*RejectRequest)(nil),                     // 51: bcd.v1.RejectRequest
-	(*RejectResponse)(nil),                    // 52: bcd.v1.RejectResponse
-	(*Batch)(nil),                             // 53: bcd.v1.Batch
-	(*BatchLeaf)(nil),                         // 54: bcd.v1.BatchLeaf
-	(*BulkRequest)(nil),                       // 55: bcd.v1.BulkRequest
-	(*BulkBatch)(nil),                         // 56: bcd.v1.BulkBatch
-	(*BulkNodeResult)(nil),                    // 57: bcd.v1.BulkNodeResult
-	(*BulkResponse)(nil),                      // 58: bcd.v1.BulkResponse
-	(*ListBatchesRequest)(nil),                // 59: bcd.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),               // 60: bcd.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),                   // 61: bcd.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),                  // 62: bcd.v1.GetBatchResponse
-	(*BatchDecisionRequest)(nil),              // 63: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 64: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 65: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 66: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 67: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 68: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 69: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 70: bcd.v1.Tenant
-	(*Site)(nil),                              // 71: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 72: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 73: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 74: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 75: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 76: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 77: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 78: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 79: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 80: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 81: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 82: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 83: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 84: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 85: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 86: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 87: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 88: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 89: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 90: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 91: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 92: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 93: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 94: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 95: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 96: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 97: bcd.v1.CreateSiteJoinTokenResponse
-	(*RevokeSiteAgentRequest)(nil),            // 98: bcd.v1.RevokeSiteAgentRequest
-	(*RevokeSiteAgentResponse)(nil),           // 99: bcd.v1.RevokeSiteAgentResponse
-	(*AgentCA)(nil),                           // 100: bcd.v1.AgentCA
-	(*AgentCARotation)(nil),                   // 101: bcd.v1.AgentCARotation
-	(*AgentCALag)(nil),                        // 102: bcd.v1.AgentCALag
-	(*GetAgentCARequest)(nil),                 // 103: bcd.v1.GetAgentCARequest
-	(*RotateAgentCARequest)(nil),              // 104: bcd.v1.RotateAgentCARequest
-	(*ActivateAgentCARequest)(nil),            // 105: bcd.v1.ActivateAgentCARequest
-	(*FinishAgentCARequest)(nil),              // 106: bcd.v1.FinishAgentCARequest
-	(*AgentCAResponse)(nil),                   // 107: bcd.v1.AgentCAResponse
-	(*DeployProfile)(nil),                     // 108: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 109: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 110: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 111: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 112: bcd.v1.ListDeployProfilesResponse
-	(*DeleteDeployProfileRequest)(nil),        // 113: bcd.v1.DeleteDeployProfileRequest
-	(*DeleteDeployProfileResponse)(nil),       // 114: bcd.v1.DeleteDeployProfileResponse
-	(*Token)(nil),                             // 115: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 116: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 117: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 118: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 119: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 120: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 121: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 122: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 123: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 124: bcd.v1.Signer
-	(*Image)(nil),                             // 125: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 126: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 127: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 128: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 129: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 130: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 131: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 132: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 133: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 134: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 135: bcd.v1.ListImagesResponse
-	nil,                                       // 136: bcd.v1.Node.DriversEntry
-	nil,                                       // 137: bcd.v1.Node.LabelsEntry
-	nil,                                       // 138: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 139: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 140: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 141: bcd.v1.BulkResponse.SpreadTakenEntry
-	nil,                                       // 142: bcd.v1.Site.LabelsEntry
-	nil,                                       // 143: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 144: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 145: bcd.v1.PoolPolicy.BiosSettingsEntry
-	nil,                                       // 146: bcd.v1.PoolPolicy.FirmwareImagesEntry
-	nil,                                       // 147: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 148: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*GetNodeInventoryRequest)(nil),           // 8: bcd.v1.GetNodeInventoryRequest
+	(*HardwareFacts)(nil),                     // 9: bcd.v1.HardwareFacts
+	(*NodeInventoryResponse)(nil),             // 10: bcd.v1.NodeInventoryResponse
+	(*ListNodesRequest)(nil),                  // 11: bcd.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),                 // 12: bcd.v1.ListNodesResponse
+	(*NodeVerbRequest)(nil),                   // 13: bcd.v1.NodeVerbRequest
+	(*DeployRequest)(nil),                     // 14: bcd.v1.DeployRequest
+	(*UndeployRequest)(nil),                   // 15: bcd.v1.UndeployRequest
+	(*PowerRequest)(nil),                      // 16: bcd.v1.PowerRequest
+	(*PowerResponse)(nil),                     // 17: bcd.v1.PowerResponse
+	(*UpdateNodeRequest)(nil),                 // 18: bcd.v1.UpdateNodeRequest
+	(*MaintenanceRequest)(nil),                // 19: bcd.v1.MaintenanceRequest
+	(*DeleteNodeRequest)(nil),                 // 20: bcd.v1.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 21: bcd.v1.DeleteNodeResponse
+	(*Event)(nil),                             // 22: bcd.v1.Event
+	(*ListAttestationsRequest)(nil),           // 23: bcd.v1.ListAttestationsRequest
+	(*Attestation)(nil),                       // 24: bcd.v1.Attestation
+	(*ListAttestationsResponse)(nil),          // 25: bcd.v1.ListAttestationsResponse
+	(*ListEventsRequest)(nil),                 // 26: bcd.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),                // 27: bcd.v1.ListEventsResponse
+	(*ListDiscoveredRequest)(nil),             // 28: bcd.v1.ListDiscoveredRequest
+	(*DiscoveredMachine)(nil),                 // 29: bcd.v1.DiscoveredMachine
+	(*ListDiscoveredResponse)(nil),            // 30: bcd.v1.ListDiscoveredResponse
+	(*DoctorRequest)(nil),                     // 31: bcd.v1.DoctorRequest
+	(*DoctorFinding)(nil),                     // 32: bcd.v1.DoctorFinding
+	(*DoctorAgent)(nil),                       // 33: bcd.v1.DoctorAgent
+	(*DoctorArtifactCache)(nil),               // 34: bcd.v1.DoctorArtifactCache
+	(*DoctorServer)(nil),                      // 35: bcd.v1.DoctorServer
+	(*DoctorResponse)(nil),                    // 36: bcd.v1.DoctorResponse
+	(*DoctorRestoreWitness)(nil),              // 37: bcd.v1.DoctorRestoreWitness
+	(*DoctorBatch)(nil),                       // 38: bcd.v1.DoctorBatch
+	(*RotateBmcCredentialRequest)(nil),        // 39: bcd.v1.RotateBmcCredentialRequest
+	(*RotateBmcCredentialResponse)(nil),       // 40: bcd.v1.RotateBmcCredentialResponse
+	(*ListBmcCredentialVersionsRequest)(nil),  // 41: bcd.v1.ListBmcCredentialVersionsRequest
+	(*BmcCredentialVersion)(nil),              // 42: bcd.v1.BmcCredentialVersion
+	(*ListBmcCredentialVersionsResponse)(nil), // 43: bcd.v1.ListBmcCredentialVersionsResponse
+	(*ConsoleRequest)(nil),                    // 44: bcd.v1.ConsoleRequest
+	(*ConsoleOutput)(nil),                     // 45: bcd.v1.ConsoleOutput
+	(*ConsoleInputRequest)(nil),               // 46: bcd.v1.ConsoleInputRequest
+	(*ConsoleInputResponse)(nil),              // 47: bcd.v1.ConsoleInputResponse
+	(*ConfirmMacRequest)(nil),                 // 48: bcd.v1.ConfirmMacRequest
+	(*MacCandidate)(nil),                      // 49: bcd.v1.MacCandidate
+	(*ListMacCandidatesRequest)(nil),          // 50: bcd.v1.ListMacCandidatesRequest
+	(*ListMacCandidatesResponse)(nil),         // 51: bcd.v1.ListMacCandidatesResponse
+	(*ListPendingRequest)(nil),                // 52: bcd.v1.ListPendingRequest
+	(*AcceptRequest)(nil),                     // 53: bcd.v1.AcceptRequest
+	(*RejectRequest)(nil),                     // 54: bcd.v1.RejectRequest
+	(*RejectResponse)(nil),                    // 55: bcd.v1.RejectResponse
+	(*Batch)(nil),                             // 56: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 57: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 58: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 59: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 60: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 61: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 62: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 63: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 64: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 65: bcd.v1.GetBatchResponse
+	(*BatchDecisionRequest)(nil),              // 66: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 67: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 68: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 69: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 70: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 71: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 72: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 73: bcd.v1.Tenant
+	(*Site)(nil),                              // 74: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 75: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 76: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 77: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 78: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 79: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 80: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 81: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 82: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 83: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 84: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 85: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 86: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 87: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 88: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 89: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 90: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 91: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 92: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 93: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 94: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 95: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 96: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 97: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 98: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 99: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 100: bcd.v1.CreateSiteJoinTokenResponse
+	(*RevokeSiteAgentRequest)(nil),            // 101: bcd.v1.RevokeSiteAgentRequest
+	(*RevokeSiteAgentResponse)(nil),           // 102: bcd.v1.RevokeSiteAgentResponse
+	(*AgentCA)(nil),                           // 103: bcd.v1.AgentCA
+	(*AgentCARotation)(nil),                   // 104: bcd.v1.AgentCARotation
+	(*AgentCALag)(nil),                        // 105: bcd.v1.AgentCALag
+	(*GetAgentCARequest)(nil),                 // 106: bcd.v1.GetAgentCARequest
+	(*RotateAgentCARequest)(nil),              // 107: bcd.v1.RotateAgentCARequest
+	(*ActivateAgentCARequest)(nil),            // 108: bcd.v1.ActivateAgentCARequest
+	(*FinishAgentCARequest)(nil),              // 109: bcd.v1.FinishAgentCARequest
+	(*AgentCAResponse)(nil),                   // 110: bcd.v1.AgentCAResponse
+	(*DeployProfile)(nil),                     // 111: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 112: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 113: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 114: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 115: bcd.v1.ListDeployProfilesResponse
+	(*DeleteDeployProfileRequest)(nil),        // 116: bcd.v1.DeleteDeployProfileRequest
+	(*DeleteDeployProfileResponse)(nil),       // 117: bcd.v1.DeleteDeployProfileResponse
+	(*Token)(nil),                             // 118: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 119: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 120: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 121: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 122: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 123: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 124: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 125: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 126: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 127: bcd.v1.Signer
+	(*Image)(nil),                             // 128: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 129: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 130: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 131: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 132: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 133: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 134: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 135: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 136: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 137: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 138: bcd.v1.ListImagesResponse
+	nil,                                       // 139: bcd.v1.Node.DriversEntry
+	nil,                                       // 140: bcd.v1.Node.LabelsEntry
+	nil,                                       // 141: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 142: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 143: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 144: bcd.v1.BulkResponse.SpreadTakenEntry
+	nil,                                       // 145: bcd.v1.Site.LabelsEntry
+	nil,                                       // 146: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 147: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 148: bcd.v1.PoolPolicy.BiosSettingsEntry
+	nil,                                       // 149: bcd.v1.PoolPolicy.FirmwareImagesEntry
+	nil,                                       // 150: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 151: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	136, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	139, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	137, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	140, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	138, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	141, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	139, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	142, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
-	1,   // 9: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
-	1,   // 10: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
-	21,  // 11: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
-	19,  // 12: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	26,  // 13: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
-	31,  // 14: bcd.v1.DoctorAgent.artifact_cache:type_name -> bcd.v1.DoctorArtifactCache
-	29,  // 15: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	29,  // 16: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	30,  // 17: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	35,  // 18: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
-	32,  // 19: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
-	34,  // 20: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
-	101, // 21: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
-	39,  // 22: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	46,  // 23: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
-	4,   // 24: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	140, // 25: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
-	56,  // 26: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	57,  // 27: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	141, // 28: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
-	53,  // 29: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	53,  // 30: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	54,  // 31: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	53,  // 32: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	65,  // 33: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	65,  // 34: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	142, // 35: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	143, // 36: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	144, // 37: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	145, // 38: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	146, // 39: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
-	72,  // 40: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	147, // 41: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	70,  // 42: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	70,  // 43: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	148, // 44: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	71,  // 45: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	71,  // 46: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	72,  // 47: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	72,  // 48: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	73,  // 49: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	73,  // 50: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	74,  // 51: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	74,  // 52: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	74,  // 53: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	100, // 54: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	100, // 55: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	100, // 56: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	102, // 57: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	101, // 58: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	108, // 59: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	108, // 60: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	108, // 61: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	115, // 62: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	115, // 63: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	115, // 64: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	115, // 65: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	124, // 66: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	124, // 67: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	125, // 68: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	125, // 69: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	125, // 70: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	25,  // 71: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	28,  // 72: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 73: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 74: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	8,   // 75: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	10,  // 76: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 77: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 78: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	11,  // 79: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	12,  // 80: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	10,  // 81: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 82: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 83: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 84: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	10,  // 85: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 86: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	16,  // 87: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	15,  // 88: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
-	17,  // 89: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	23,  // 90: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	20,  // 91: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	36,  // 92: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	38,  // 93: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	45,  // 94: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	47,  // 95: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	49,  // 96: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	50,  // 97: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	51,  // 98: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	41,  // 99: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
-	43,  // 100: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
-	55,  // 101: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	59,  // 102: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	61,  // 103: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	63,  // 104: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	63,  // 105: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	63,  // 106: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	66,  // 107: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	68,  // 108: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	109, // 109: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	111, // 110: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	113, // 111: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	96,  // 112: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	98,  // 113: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	103, // 114: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	104, // 115: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	105, // 116: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	106, // 117: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	75,  // 118: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	77,  // 119: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	79,  // 120: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	81,  // 121: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	83,  // 122: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	85,  // 123: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	86,  // 124: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	88,  // 125: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	90,  // 126: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	92,  // 127: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	94,  // 128: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	116, // 129: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	118, // 130: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	120, // 131: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	122, // 132: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	126, // 133: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	128, // 134: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	130, // 135: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	132, // 136: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	134, // 137: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	27,  // 138: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	33,  // 139: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 140: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 141: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	9,   // 142: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 143: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 144: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 145: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 146: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 147: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 148: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 149: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 150: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 151: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 152: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	14,  // 153: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 154: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 155: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	18,  // 156: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	24,  // 157: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	22,  // 158: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	37,  // 159: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	40,  // 160: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 161: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	48,  // 162: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	27,  // 163: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 164: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	52,  // 165: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	42,  // 166: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
-	44,  // 167: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
-	58,  // 168: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	60,  // 169: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	62,  // 170: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	64,  // 171: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	64,  // 172: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	64,  // 173: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	67,  // 174: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	69,  // 175: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	110, // 176: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	112, // 177: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	114, // 178: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	97,  // 179: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	99,  // 180: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	107, // 181: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	107, // 182: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	107, // 183: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	107, // 184: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	76,  // 185: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	78,  // 186: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	80,  // 187: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	82,  // 188: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	84,  // 189: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	87,  // 190: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	87,  // 191: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	89,  // 192: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	91,  // 193: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	93,  // 194: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	95,  // 195: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	117, // 196: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	119, // 197: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	121, // 198: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	123, // 199: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	127, // 200: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	129, // 201: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	131, // 202: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	133, // 203: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	135, // 204: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	138, // [138:205] is the sub-list for method output_type
-	71,  // [71:138] is the sub-list for method input_type
-	71,  // [71:71] is the sub-list for extension type_name
-	71,  // [71:71] is the sub-list for extension extendee
-	0,   // [0:71] is the sub-list for field type_name
+	9,   // 9: bcd.v1.NodeInventoryResponse.facts:type_name -> bcd.v1.HardwareFacts
+	1,   // 10: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
+	1,   // 11: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
+	24,  // 12: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
+	22,  // 13: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
+	29,  // 14: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	34,  // 15: bcd.v1.DoctorAgent.artifact_cache:type_name -> bcd.v1.DoctorArtifactCache
+	32,  // 16: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	32,  // 17: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	33,  // 18: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	38,  // 19: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
+	35,  // 20: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
+	37,  // 21: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
+	104, // 22: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
+	42,  // 23: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
+	49,  // 24: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	4,   // 25: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	143, // 26: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	59,  // 27: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	60,  // 28: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	144, // 29: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
+	56,  // 30: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	56,  // 31: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	57,  // 32: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	56,  // 33: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	68,  // 34: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	68,  // 35: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	145, // 36: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	146, // 37: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	147, // 38: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	148, // 39: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
+	149, // 40: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	75,  // 41: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	150, // 42: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	73,  // 43: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	73,  // 44: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	151, // 45: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	74,  // 46: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	74,  // 47: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	75,  // 48: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	75,  // 49: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	76,  // 50: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	76,  // 51: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	77,  // 52: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	77,  // 53: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	77,  // 54: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	103, // 55: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	103, // 56: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	103, // 57: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	105, // 58: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	104, // 59: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	111, // 60: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	111, // 61: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	111, // 62: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	118, // 63: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	118, // 64: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	118, // 65: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	118, // 66: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	127, // 67: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	127, // 68: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	128, // 69: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	128, // 70: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	128, // 71: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	28,  // 72: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	31,  // 73: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 74: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 75: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	11,  // 76: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	13,  // 77: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 78: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 79: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	14,  // 80: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	15,  // 81: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	13,  // 82: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 83: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 84: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 85: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 86: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	16,  // 87: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	19,  // 88: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	18,  // 89: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	20,  // 90: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	26,  // 91: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	23,  // 92: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	8,   // 93: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
+	39,  // 94: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	41,  // 95: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	48,  // 96: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	50,  // 97: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	52,  // 98: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	53,  // 99: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	54,  // 100: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	44,  // 101: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
+	46,  // 102: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
+	58,  // 103: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	62,  // 104: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	64,  // 105: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	66,  // 106: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	66,  // 107: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	66,  // 108: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	69,  // 109: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	71,  // 110: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	112, // 111: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	114, // 112: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	116, // 113: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	99,  // 114: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	101, // 115: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	106, // 116: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	107, // 117: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	108, // 118: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	109, // 119: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	78,  // 120: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	80,  // 121: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	82,  // 122: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	84,  // 123: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	86,  // 124: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	88,  // 125: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	89,  // 126: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	91,  // 127: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	93,  // 128: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	95,  // 129: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	97,  // 130: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	119, // 131: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	121, // 132: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	123, // 133: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	125, // 134: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	129, // 135: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	131, // 136: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	133, // 137: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	135, // 138: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	137, // 139: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	30,  // 140: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	36,  // 141: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 142: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 143: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	12,  // 144: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 145: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 146: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 147: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 148: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 150: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 151: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 152: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 153: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 154: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	17,  // 155: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 156: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 157: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	21,  // 158: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	27,  // 159: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	25,  // 160: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	10,  // 161: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
+	40,  // 162: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	43,  // 163: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 164: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	51,  // 165: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	30,  // 166: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 167: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	55,  // 168: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	45,  // 169: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
+	47,  // 170: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
+	61,  // 171: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	63,  // 172: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	65,  // 173: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	67,  // 174: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	67,  // 175: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	67,  // 176: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	70,  // 177: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	72,  // 178: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	113, // 179: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	115, // 180: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	117, // 181: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	100, // 182: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	102, // 183: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	110, // 184: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	110, // 185: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	110, // 186: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	110, // 187: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	79,  // 188: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	81,  // 189: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	83,  // 190: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	85,  // 191: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	87,  // 192: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	90,  // 193: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	90,  // 194: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	92,  // 195: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	94,  // 196: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	96,  // 197: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	98,  // 198: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	120, // 199: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	122, // 200: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	124, // 201: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	126, // 202: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	130, // 203: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	132, // 204: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	134, // 205: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	136, // 206: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	138, // 207: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	140, // [140:208] is the sub-list for method output_type
+	72,  // [72:140] is the sub-list for method input_type
+	72,  // [72:72] is the sub-list for extension type_name
+	72,  // [72:72] is the sub-list for extension extendee
+	0,   // [0:72] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -9746,14 +10098,14 @@ func file_bcd_v1_bcd_proto_init() {
 	if File_bcd_v1_bcd_proto != nil {
 		return
 	}
-	file_bcd_v1_bcd_proto_msgTypes[15].OneofWrappers = []any{}
+	file_bcd_v1_bcd_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   149,
+			NumMessages:   152,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

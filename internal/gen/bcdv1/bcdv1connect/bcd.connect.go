@@ -86,6 +86,8 @@ const (
 	// NodeServiceAttestationsProcedure is the fully-qualified name of the NodeService's Attestations
 	// RPC.
 	NodeServiceAttestationsProcedure = "/bcd.v1.NodeService/Attestations"
+	// NodeServiceInventoryProcedure is the fully-qualified name of the NodeService's Inventory RPC.
+	NodeServiceInventoryProcedure = "/bcd.v1.NodeService/Inventory"
 	// NodeServiceRotateBmcCredentialProcedure is the fully-qualified name of the NodeService's
 	// RotateBmcCredential RPC.
 	NodeServiceRotateBmcCredentialProcedure = "/bcd.v1.NodeService/RotateBmcCredential"
@@ -236,6 +238,9 @@ type NodeServiceClient interface {
 	// needs to check it without bcd: the bytes the node signed, the signature, the node's
 	// certificate, and the agent CA.
 	Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error)
+	// The node's inventory as its ramdisk last reported it (at inspection), and the figures
+	// hardware requirements compare. not_found: the node never reported one.
+	Inventory(context.Context, *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error)
 	// Two-phase BMC password rotation: a generated password, sealed, becomes current only when a
 	// site agent's signed result says it applied it and logged in with it.
 	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
@@ -403,6 +408,13 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		inventory: connect.NewClient[bcdv1.GetNodeInventoryRequest, bcdv1.NodeInventoryResponse](
+			httpClient,
+			baseURL+NodeServiceInventoryProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Inventory")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		rotateBmcCredential: connect.NewClient[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse](
 			httpClient,
 			baseURL+NodeServiceRotateBmcCredentialProcedure,
@@ -486,6 +498,7 @@ type nodeServiceClient struct {
 	delete                *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
 	events                *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
 	attestations          *connect.Client[bcdv1.ListAttestationsRequest, bcdv1.ListAttestationsResponse]
+	inventory             *connect.Client[bcdv1.GetNodeInventoryRequest, bcdv1.NodeInventoryResponse]
 	rotateBmcCredential   *connect.Client[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse]
 	bmcCredentialVersions *connect.Client[bcdv1.ListBmcCredentialVersionsRequest, bcdv1.ListBmcCredentialVersionsResponse]
 	confirmMac            *connect.Client[bcdv1.ConfirmMacRequest, bcdv1.NodeResponse]
@@ -602,6 +615,11 @@ func (c *nodeServiceClient) Attestations(ctx context.Context, req *connect.Reque
 	return c.attestations.CallUnary(ctx, req)
 }
 
+// Inventory calls bcd.v1.NodeService.Inventory.
+func (c *nodeServiceClient) Inventory(ctx context.Context, req *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error) {
+	return c.inventory.CallUnary(ctx, req)
+}
+
 // RotateBmcCredential calls bcd.v1.NodeService.RotateBmcCredential.
 func (c *nodeServiceClient) RotateBmcCredential(ctx context.Context, req *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error) {
 	return c.rotateBmcCredential.CallUnary(ctx, req)
@@ -675,6 +693,9 @@ type NodeServiceHandler interface {
 	// needs to check it without bcd: the bytes the node signed, the signature, the node's
 	// certificate, and the agent CA.
 	Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error)
+	// The node's inventory as its ramdisk last reported it (at inspection), and the figures
+	// hardware requirements compare. not_found: the node never reported one.
+	Inventory(context.Context, *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error)
 	// Two-phase BMC password rotation: a generated password, sealed, becomes current only when a
 	// site agent's signed result says it applied it and logged in with it.
 	RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error)
@@ -838,6 +859,13 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceInventoryHandler := connect.NewUnaryHandler(
+		NodeServiceInventoryProcedure,
+		svc.Inventory,
+		connect.WithSchema(nodeServiceMethods.ByName("Inventory")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceRotateBmcCredentialHandler := connect.NewUnaryHandler(
 		NodeServiceRotateBmcCredentialProcedure,
 		svc.RotateBmcCredential,
@@ -939,6 +967,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceEventsHandler.ServeHTTP(w, r)
 		case NodeServiceAttestationsProcedure:
 			nodeServiceAttestationsHandler.ServeHTTP(w, r)
+		case NodeServiceInventoryProcedure:
+			nodeServiceInventoryHandler.ServeHTTP(w, r)
 		case NodeServiceRotateBmcCredentialProcedure:
 			nodeServiceRotateBmcCredentialHandler.ServeHTTP(w, r)
 		case NodeServiceBmcCredentialVersionsProcedure:
@@ -1048,6 +1078,10 @@ func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[
 
 func (UnimplementedNodeServiceHandler) Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Attestations is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Inventory(context.Context, *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Inventory is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) RotateBmcCredential(context.Context, *connect.Request[bcdv1.RotateBmcCredentialRequest]) (*connect.Response[bcdv1.RotateBmcCredentialResponse], error) {
