@@ -83,7 +83,7 @@ func (h *nodes) Get(ctx context.Context, req *connect.Request[bcdv1.GetNodeReque
 func (h *nodes) List(ctx context.Context, req *connect.Request[bcdv1.ListNodesRequest]) (*connect.Response[bcdv1.ListNodesResponse], error) {
 	m := req.Msg
 	list, next, err := h.svc.List(ctx, principal(ctx), metal.ListInput{Tenant: m.Tenant, State: m.State, Pool: m.Pool, Site: m.Site,
-		Maintenance: m.Maintenance, Labels: m.Labels, PageSize: int(m.PageSize), PageToken: m.PageToken})
+		Maintenance: m.Maintenance, Labels: m.Labels, Require: m.Require, PageSize: int(m.PageSize), PageToken: m.PageToken})
 	if err != nil {
 		return nil, toConnect(err)
 	}

@@ -184,7 +184,7 @@ func nodeListCmd(g *globals) *cobra.Command {
 	var all bool
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List nodes (filters: --state --pool --site --maintenance --label)",
+		Short: "List nodes (filters: --state --pool --site --maintenance --label --require)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := g.clients()
@@ -227,6 +227,7 @@ func nodeListCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Site, "site", "", "only nodes of this site")
 	f.StringVar(&in.Maintenance, "maintenance", "", "true or false")
 	f.StringArrayVar(&in.Labels, "label", nil, "key=value (repeatable; all must match)")
+	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as gpus.nvidia>=2 (repeatable; all must hold; keys as bcd bulk --require): only inspected nodes meeting them")
 	f.StringVar(&in.Tenant, "tenant", "", "only nodes of this tenant")
 	f.Int32Var(&in.PageSize, "page-size", 0, "nodes per page (default 500, max 10000)")
 	f.StringVar(&in.PageToken, "page-token", "", "continue a listing")

@@ -577,7 +577,7 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 			}
 		}
 		uninspected := 0
-		if can, uninspected, err = s.meeting(ctx, pool.ID, can, reqs); err != nil {
+		if can, uninspected, err = s.meeting(ctx, can, reqs); err != nil {
 			return BulkResult{}, err
 		}
 		rows = spreadPick(can, in.Spread, in.Count)
@@ -589,7 +589,7 @@ func (s *Service) Bulk(ctx context.Context, p auth.Principal, in BulkInput) (Bul
 				pool.Name, len(rows), selectedBy(append(slices.Clone(in.Selectors), in.Require...)), in.Count, uninspectedNote(uninspected))}
 		}
 	} else if len(labels) > 0 {
-		if all, _, err = s.meeting(ctx, pool.ID, all, reqs); err != nil {
+		if all, _, err = s.meeting(ctx, all, reqs); err != nil {
 			return BulkResult{}, err
 		}
 		if len(all) > batch.MaxBulk {
@@ -900,13 +900,17 @@ func firstSet(set map[string]bool) string {
 }
 
 // selectedBy says which selectors picked the nodes, for an error ("" when none did).
-// meeting returns the nodes of pool (of nodes) whose stored inventory meets every requirement,
-// and how many of the others never reported an inventory: all of them, without requirements.
-func (s *Service) meeting(ctx context.Context, poolID string, nodes []store.Node, reqs []hardware.Requirement) ([]store.Node, int, error) {
+// meeting returns the nodes (of nodes) whose stored inventory meets every requirement, and how
+// many of the others never reported an inventory: all of them, without requirements.
+func (s *Service) meeting(ctx context.Context, nodes []store.Node, reqs []hardware.Requirement) ([]store.Node, int, error) {
 	if len(reqs) == 0 {
 		return nodes, 0, nil
 	}
-	invs, err := s.st.PoolInventories(ctx, poolID)
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		ids[i] = n.ID
+	}
+	invs, err := s.st.Inventories(ctx, ids)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -738,10 +738,12 @@ func (s *Service) Inventory(ctx context.Context, p auth.Principal, ref string) (
 	return out, nil
 }
 
-// ListInput filters a listing.
+// ListInput filters a listing. Require (hardware requirements, as "gpus>=1") keeps the nodes
+// whose stored inventory meets every one.
 type ListInput struct {
 	Tenant, State, Pool, Site, Maintenance string
 	Labels                                 []string
+	Require                                []string
 	PageSize                               int
 	PageToken                              string
 }
@@ -802,6 +804,10 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 		return nil, "", err
 	}
 	f.Labels = append(f.Labels, labels...)
+	reqs, err := hardware.ParseAll(in.Require)
+	if err != nil {
+		return nil, "", invalid("require", "%s", err)
+	}
 	if in.PageToken != "" {
 		after, err := decodePageToken(in.PageToken)
 		if err != nil {
@@ -809,14 +815,32 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 		}
 		f.AfterID = after
 	}
+	page := f.Limit
 	f.Limit++ // one more tells whether a next page exists
-	nodes, err := s.st.Nodes(ctx, f)
-	if err != nil {
-		return nil, "", err
+	var nodes []store.Node
+	for {
+		read, err := s.st.Nodes(ctx, f)
+		if err != nil {
+			return nil, "", err
+		}
+		end := len(read) < f.Limit
+		if len(read) > 0 {
+			f.AfterID = read[len(read)-1].ID
+		}
+		// With requirements, the nodes that meet them, read on until the page is full or the
+		// nodes end (what did not meet them is read again by the next page's call: nothing is
+		// skipped).
+		if read, _, err = s.meeting(ctx, read, reqs); err != nil {
+			return nil, "", err
+		}
+		nodes = append(nodes, read...)
+		if len(nodes) > page || end {
+			break
+		}
 	}
 	next := ""
-	if len(nodes) == f.Limit {
-		nodes = nodes[:f.Limit-1]
+	if len(nodes) > page {
+		nodes = nodes[:page]
 		next = encodePageToken(nodes[len(nodes)-1].ID)
 	}
 	return nodes, next, nil

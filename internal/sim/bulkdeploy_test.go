@@ -267,6 +267,32 @@ func TestBulkDeployRequire(t *testing.T) {
 			t.Fatalf("m0's inventory: facts %+v, DMI %+v, updated at %d", f, inv.Inventory.DMI, inv.UpdatedAt)
 		}
 
+		// A listing with requirements, a node a page: the GPU machines, each page reading on
+		// past the nodes that do not meet them.
+		var listed []string
+		for tok := ""; ; {
+			page, next, err := h.Metal.List(ctx, h.Admin, metal.ListInput{Require: []string{"gpus.nvidia>=2"}, PageSize: 1, PageToken: tok})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range page {
+				listed = append(listed, n.Name)
+			}
+			if tok = next; tok == "" || len(listed) > 4 {
+				break
+			}
+		}
+		if want := []string{"m0", "m2"}; !slices.Equal(listed, want) {
+			t.Fatalf("the GPU machines, a page at a time: %v, want %v", listed, want)
+		}
+		if page, _, err := h.Metal.List(ctx, h.Admin, metal.ListInput{Require: []string{"memory<128GiB"}}); err != nil || len(page) != 2 || page[0].Name != "m1" || page[1].Name != "m3" {
+			t.Fatalf("the small machines: %+v, %v", page, err)
+		}
+		var invalid *metal.InvalidError
+		if _, _, err := h.Metal.List(ctx, h.Admin, metal.ListInput{Require: []string{"gpus>>1"}}); !errors.As(err, &invalid) || invalid.Field != "require" {
+			t.Fatalf("a listing with a bad requirement: %v", err)
+		}
+
 		require := []string{"memory>=256GiB", "gpus.nvidia>=2"}
 		res, err := h.Metal.Bulk(ctx, h.Admin, metal.BulkInput{Pool: "default", Verb: "deploy", Count: 2, Require: require, Image: "img", Reason: "the training cluster"})
 		if err != nil {
@@ -322,7 +348,6 @@ func TestBulkDeployRequire(t *testing.T) {
 			{metal.BulkInput{Pool: "default", Verb: "deploy", Count: 1, Require: []string{"ram>=1GiB"}, Image: "img", Reason: "r"}, `unknown key "ram"`},
 			{metal.BulkInput{Pool: "default", Verb: "retire", Nodes: []string{"m1"}, Require: []string{"gpus=0"}, Reason: "r"}, "not with node names"},
 		} {
-			var invalid *metal.InvalidError
 			if _, err := h.Metal.Bulk(ctx, h.Admin, c.in); !errors.As(err, &invalid) || invalid.Field != "require" || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%+v: %v, want require invalid with %q", c.in, err, c.want)
 			}

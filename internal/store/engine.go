@@ -1427,20 +1427,23 @@ func (s *Store) Inventory(ctx context.Context, nodeID string) (StoredInventory, 
 	return inv, nil
 }
 
-// PoolInventories returns the stored inventories of the pool's nodes, by node id (a node that
-// never reported one is absent).
-func (s *Store) PoolInventories(ctx context.Context, poolID string) (map[string]StoredInventory, error) {
-	rows, err := s.queryRows(ctx, `SELECT i.node_id, i.inventory, i.updated_at FROM node_inventory i JOIN nodes n ON n.id = i.node_id WHERE n.pool_id = ?`, poolID)
-	invs, err := collect(rows, err, "the inventories of pool "+poolID, func(r interface{ Scan(...any) error }) (StoredInventory, error) {
-		var inv StoredInventory
-		return inv, r.Scan(&inv.NodeID, &inv.JSON, &inv.UpdatedAt)
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]StoredInventory, len(invs))
-	for _, inv := range invs {
-		out[inv.NodeID] = inv
+// Inventories returns the stored inventories of the nodes ids, by node id (a node that never
+// reported one is absent).
+func (s *Store) Inventories(ctx context.Context, ids []string) (map[string]StoredInventory, error) {
+	out := make(map[string]StoredInventory, len(ids))
+	for chunk := range slices.Chunk(ids, 512) {
+		in, args := inList(chunk)
+		rows, err := s.queryRows(ctx, `SELECT node_id, inventory, updated_at FROM node_inventory WHERE node_id IN `+in, args...)
+		invs, err := collect(rows, err, "inventories", func(r interface{ Scan(...any) error }) (StoredInventory, error) {
+			var inv StoredInventory
+			return inv, r.Scan(&inv.NodeID, &inv.JSON, &inv.UpdatedAt)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, inv := range invs {
+			out[inv.NodeID] = inv
+		}
 	}
 	return out, nil
 }

@@ -1238,10 +1238,13 @@ type ListNodesRequest struct {
 	// "true" / "false"; empty means either.
 	Maintenance string `protobuf:"bytes,4,opt,name=maintenance,proto3" json:"maintenance,omitempty"`
 	// key=value; every selector must match.
-	Labels        []string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
-	PageSize      int32    `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 500, max 10000
-	PageToken     string   `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
-	Tenant        string   `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Labels    []string `protobuf:"bytes,5,rep,name=labels,proto3" json:"labels,omitempty"`
+	PageSize  int32    `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"` // default 500, max 10000
+	PageToken string   `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	Tenant    string   `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Hardware requirements (as BulkRequest.require): only the nodes whose stored inventory
+	// meets every one (a node never inspected meets none).
+	Require       []string `protobuf:"bytes,9,rep,name=require,proto3" json:"require,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1330,6 +1333,13 @@ func (x *ListNodesRequest) GetTenant() string {
 		return x.Tenant
 	}
 	return ""
+}
+
+func (x *ListNodesRequest) GetRequire() []string {
+	if x != nil {
+		return x.Require
+	}
+	return nil
 }
 
 type ListNodesResponse struct {
@@ -9043,7 +9053,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x03 \x01(\tR\tupdatedAt\x12+\n" +
 	"\x05facts\x18\x04 \x01(\v2\x15.bcd.v1.HardwareFactsR\x05facts\x12\x1c\n" +
-	"\tinventory\x18\x05 \x01(\tR\tinventory\"\xde\x01\n" +
+	"\tinventory\x18\x05 \x01(\tR\tinventory\"\xf8\x01\n" +
 	"\x10ListNodesRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -9053,7 +9063,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\tpage_size\x18\x06 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
 	"page_token\x18\a \x01(\tR\tpageToken\x12\x16\n" +
-	"\x06tenant\x18\b \x01(\tR\x06tenant\"_\n" +
+	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x18\n" +
+	"\arequire\x18\t \x03(\tR\arequire\"_\n" +
 	"\x11ListNodesResponse\x12\"\n" +
 	"\x05nodes\x18\x01 \x03(\v2\f.bcd.v1.NodeR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"h\n" +
