@@ -132,7 +132,7 @@ func TestBatchServiceOverHTTP(t *testing.T) {
 		code    int
 		want    string
 	}{
-		{`"memory>=1GiB"`, 400, `"failed_precondition","message":"pool default has 0 nodes that can deploy now matching memory\u003e=1GiB (ready, out of maintenance): 1 were asked for; nothing was deployed; 1 node of the selection has no inventory to check`},
+		{`"memory>=1GiB"`, 400, `"failed_precondition","message":"pool default has 0 nodes that can deploy now matching memory\u003e=1GiB (ready, out of maintenance): 1 were asked for; nothing was deployed; 1 node that can deploy now has no inventory to check (bcd node inspect it)"`},
 		{`"ram>=1GiB"`, 400, `"invalid_argument","message":"require: requirement \"ram\u003e=1GiB\": unknown key`},
 	} {
 		if code, body := e.post(t, svc+"Bulk", ops, `{"pool":"default","verb":"deploy","count":1,"require":[`+c.require+`],"image":"debian-12","reason":"x"}`); code != c.code || !strings.Contains(body, c.want) {

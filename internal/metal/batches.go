@@ -899,9 +899,9 @@ func firstSet(set map[string]bool) string {
 	return ""
 }
 
-// selectedBy says which selectors picked the nodes, for an error ("" when none did).
 // meeting returns the nodes (of nodes) whose stored inventory meets every requirement, and how
-// many of the others never reported an inventory: all of them, without requirements.
+// many of the others have none to check (never reported one, or one this server cannot read):
+// all of them, without requirements.
 func (s *Service) meeting(ctx context.Context, nodes []store.Node, reqs []hardware.Requirement) ([]store.Node, int, error) {
 	if len(reqs) == 0 {
 		return nodes, 0, nil
@@ -918,13 +918,10 @@ func (s *Service) meeting(ctx context.Context, nodes []store.Node, reqs []hardwa
 	uninspected := 0
 	for _, n := range nodes {
 		stored, ok := invs[n.ID]
-		if !ok {
+		var inv inventory.Inventory
+		if !ok || json.Unmarshal([]byte(stored.JSON), &inv) != nil {
 			uninspected++
 			continue
-		}
-		var inv inventory.Inventory
-		if err := json.Unmarshal([]byte(stored.JSON), &inv); err != nil {
-			return nil, 0, fmt.Errorf("reading the inventory of node %s: %w", n.Name, err)
 		}
 		if _, unmet := hardware.Unmet(hardware.Summarize(inv), reqs); !unmet {
 			out = append(out, n)
@@ -939,9 +936,9 @@ func uninspectedNote(n int) string {
 	case 0:
 		return ""
 	case 1:
-		return "; 1 node of the selection has no inventory to check (bcd node inspect it)"
+		return "; 1 node that can deploy now has no inventory to check (bcd node inspect it)"
 	}
-	return fmt.Sprintf("; %d nodes of the selection have no inventory to check (bcd node inspect them)", n)
+	return fmt.Sprintf("; %d nodes that can deploy now have no inventory to check (bcd node inspect them)", n)
 }
 
 // requirementStrings writes requirements as they are recorded (sizes in bytes).
@@ -953,6 +950,7 @@ func requirementStrings(reqs []hardware.Requirement) []string {
 	return out
 }
 
+// selectedBy says which selectors picked the nodes, for an error ("" when none did).
 func selectedBy(selectors []string) string {
 	if len(selectors) == 0 {
 		return ""

@@ -62,3 +62,16 @@ func TestSpreadPick(t *testing.T) {
 		t.Fatalf("spreadCounts %v, want %v", counts, want)
 	}
 }
+
+// A short count says how many of the nodes that could deploy had no inventory to check.
+func TestUninspectedNote(t *testing.T) {
+	for n, want := range map[int]string{
+		0: "",
+		1: "; 1 node that can deploy now has no inventory to check (bcd node inspect it)",
+		7: "; 7 nodes that can deploy now have no inventory to check (bcd node inspect them)",
+	} {
+		if got := uninspectedNote(n); got != want {
+			t.Errorf("uninspectedNote(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -212,6 +212,19 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 
+	// The inventories read back as QEMU made the VMs (firmware, disk bus and size, memory, NIC),
+	// and a listing with a hardware requirement picks the NVMe VM alone.
+	for _, n := range nodes {
+		if err := inventoryMatches(ctx, c, n.NodeID, n.VM.VM); err != nil {
+			t.Errorf("%s: %v", n.VM.Name, err)
+		}
+	}
+	if resp, err := c.Nodes.List(ctx, connect.NewRequest(&bcdv1.ListNodesRequest{Require: []string{"disks.nvme>=1"}})); err != nil {
+		t.Errorf("nodes with an NVMe disk: %v", err)
+	} else if len(resp.Msg.Nodes) != 1 || resp.Msg.Nodes[0].Id != nodes[1].NodeID {
+		t.Errorf("nodes with an NVMe disk: %d listed, want %s (%s) alone", len(resp.Msg.Nodes), nodes[1].VM.Name, nodes[1].VM.DiskBus)
+	}
+
 	// VM 0 deploys with a config drive and the operator's user-data: the ramdisk reads the
 	// node's NoCloud documents from the site agent, as a guest would, and writes them to a FAT
 	// partition after the image's own. VM 1 deploys with the built-in profile.
@@ -374,6 +387,35 @@ func portOf(gatewayURL string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(u.Port())
+}
+
+// inventoryMatches checks what the node's ramdisk reported against the VM QEMU runs: its
+// firmware, its one disk (bus and size), its memory (the kernel keeps some for itself) and its
+// NIC.
+func inventoryMatches(ctx context.Context, c *Client, nodeID string, vm lab.VM) error {
+	resp, err := c.Nodes.Inventory(ctx, connect.NewRequest(&bcdv1.GetNodeInventoryRequest{Node: nodeID}))
+	if err != nil {
+		return fmt.Errorf("reading the inventory: %w", err)
+	}
+	f := resp.Msg.GetFacts()
+	nvme := int32(0)
+	if vm.DiskBus == lab.DiskNVMe {
+		nvme = 1
+	}
+	memory := uint64(vm.MemoryMiB) << 20
+	switch {
+	case f.BootMode != string(vm.Firmware):
+		return fmt.Errorf("boot mode %q, want %q", f.BootMode, vm.Firmware)
+	case f.Disks != 1 || f.LargestDiskBytes != uint64(vm.DiskSize) || f.Nvme != nvme:
+		return fmt.Errorf("%d disks, the largest %d bytes, %d on NVMe: want the VM's %s disk of %d bytes", f.Disks, f.LargestDiskBytes, f.Nvme, vm.DiskBus, vm.DiskSize)
+	case f.MemoryBytes > memory || f.MemoryBytes < memory/2:
+		return fmt.Errorf("memory %d bytes, want at most the VM's %d and more than half of it", f.MemoryBytes, memory)
+	case f.Nics < 1 || f.Sockets < 1 || f.Threads < 1:
+		return fmt.Errorf("%d NICs, %d sockets, %d threads: want one of each at least", f.Nics, f.Sockets, f.Threads)
+	case !strings.Contains(resp.Msg.Inventory, `"mac":"`+vm.MAC+`"`):
+		return fmt.Errorf("no NIC with the VM's MAC %s in %.500s", vm.MAC, resp.Msg.Inventory)
+	}
+	return nil
 }
 
 func get(ctx context.Context, t *testing.T, c *Client, id string) *bcdv1.Node {
