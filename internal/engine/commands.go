@@ -9,7 +9,9 @@ import (
 
 	"bcd/internal/bmc"
 	"bcd/internal/command"
+	"bcd/internal/hardware"
 	"bcd/internal/pki"
+	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -137,6 +139,31 @@ type WipeResult struct {
 	} `json:"disks"`
 }
 
+// hardwareChanged records a node.hardware.changed event when an inventory differs in hardware
+// from the one the node reported before (hardware.Diff): a DIMM, a disk or a GPU lost, a disk
+// or a NIC replaced, a board swapped. A first inventory, or one the same byte for byte, is
+// compared with nothing.
+func (r *run) hardwareChanged(c store.Command) error {
+	prev, had, err := r.tx.Inventory(r.ctx, r.n.ID)
+	if err != nil || !had || prev.JSON == c.Result {
+		return err
+	}
+	var before, after inventory.Inventory
+	if json.Unmarshal([]byte(prev.JSON), &before) != nil || json.Unmarshal([]byte(c.Result), &after) != nil {
+		return nil // (an inventory this server cannot read is compared with nothing)
+	}
+	changes := hardware.Diff(before, after)
+	if len(changes) == 0 {
+		return nil
+	}
+	what := make([]string, len(changes))
+	for i, ch := range changes {
+		what[i] = ch.What
+	}
+	return r.event("node.hardware.changed", r.n.State, r.n.State, "the inventory differs from the one reported before in "+strings.Join(what, ", "),
+		map[string]any{"command": c.ID, "changes": changes, "previousAt": store.Micros(prev.UpdatedAt).UTC().Format(time.RFC3339)})
+}
+
 // takeResult reads a succeeded command's result into the node.
 func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) error {
 	if c.Attested {
@@ -194,6 +221,9 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 			return fmt.Errorf("inventory result is not JSON: %w", err)
 		}
 		if err := InventoryMatches(r.n, res.SystemUUID, res.MACs); err != nil {
+			return err
+		}
+		if err := r.hardwareChanged(c); err != nil {
 			return err
 		}
 		return r.tx.PutInventory(r.ctx, r.n.ID, json.RawMessage(c.Result))

@@ -356,3 +356,79 @@ func Describe(f Facts) []Line {
 		{"system", or(strings.TrimSpace(f.Vendor + " " + f.Product))},
 	}
 }
+
+// Change is one way a machine's hardware differs between two inventories.
+type Change struct {
+	What string `json:"what"`
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Diff lists how a machine's hardware changed between two of its inventories: its processors,
+// memory, disks (by serial where they report one), GPUs, NICs (by MAC), boot mode and SMBIOS
+// identity. What comes and goes with links and firmware (a link's speed or carrier, a version)
+// is not hardware and is not compared, nor a change of memory under 1 %. Pure.
+func Diff(before, after inventory.Inventory) []Change {
+	b, a := Summarize(before), Summarize(after)
+	var out []Change
+	add := func(what, from, to string) {
+		if from != to {
+			out = append(out, Change{What: what, From: from, To: to})
+		}
+	}
+	itoa := strconv.Itoa
+	add("cpu.model", b.CPUModel, a.CPUModel)
+	add("cpu.sockets", itoa(b.Sockets), itoa(a.Sockets))
+	add("cpu.cores", itoa(b.Cores), itoa(a.Cores))
+	add("cpu.threads", itoa(b.Threads), itoa(a.Threads))
+	// The kernel's share of memory moves a little from boot to boot: a change under 1 % is not
+	// a DIMM.
+	if lo, hi := min(b.MemoryBytes, a.MemoryBytes), max(b.MemoryBytes, a.MemoryBytes); hi-lo > hi/100 {
+		add("memory", FormatBytes(b.MemoryBytes), FormatBytes(a.MemoryBytes))
+	}
+	add("disks", itoa(b.Disks), itoa(a.Disks))
+	add("disk.total", strconv.FormatUint(b.DiskBytes, 10)+"B", strconv.FormatUint(a.DiskBytes, 10)+"B")
+	add("disks.serial", strings.Join(setMinus(diskSerials(before), diskSerials(after)), " "), strings.Join(setMinus(diskSerials(after), diskSerials(before)), " "))
+	add("gpus", itoa(b.GPUs), itoa(a.GPUs))
+	add("gpus.nvidia", itoa(b.NVIDIAGPUs), itoa(a.NVIDIAGPUs))
+	add("nics", itoa(b.NICs), itoa(a.NICs))
+	add("nics.mac", strings.Join(setMinus(nicMACs(before), nicMACs(after)), " "), strings.Join(setMinus(nicMACs(after), nicMACs(before)), " "))
+	add("boot", b.BootMode, a.BootMode)
+	add("vendor", b.Vendor, a.Vendor)
+	add("product", b.Product, a.Product)
+	return out
+}
+
+// diskSerials are the serials of the machine's disks (as Summarize counts them) that report one.
+func diskSerials(inv inventory.Inventory) []string {
+	var out []string
+	for _, d := range inv.Disks {
+		if !d.Removable && !d.ReadOnly && d.Serial != "" {
+			out = append(out, d.Serial)
+		}
+	}
+	return out
+}
+
+// nicMACs are the machine's NICs' MACs, lower case.
+func nicMACs(inv inventory.Inventory) []string {
+	var out []string
+	for _, n := range inv.NICs {
+		if n.MAC != "" {
+			out = append(out, strings.ToLower(n.MAC))
+		}
+	}
+	return out
+}
+
+// setMinus is what of a is not in b, sorted, each once.
+func setMinus(a, b []string) []string {
+	var out []string
+	for _, v := range a {
+		if !slices.Contains(b, v) && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -240,3 +240,47 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestDiff(t *testing.T) {
+	change := func(edit func(*inventory.Inventory)) inventory.Inventory {
+		inv := gpuServer()
+		inv.Disks = append([]inventory.Disk(nil), inv.Disks...)
+		inv.NICs = append([]inventory.NIC(nil), inv.NICs...)
+		inv.PCI = append([]inventory.PCIDevice(nil), inv.PCI...)
+		inv.Disks[0].Serial, inv.Disks[1].Serial = "S0", "S1"
+		inv.NICs[0].MAC, inv.NICs[1].MAC = "b8:ce:f6:00:00:01", "b8:ce:f6:00:00:02"
+		edit(&inv)
+		return inv
+	}
+	same := change(func(*inventory.Inventory) {})
+	for _, c := range []struct {
+		name string
+		edit func(*inventory.Inventory)
+		want []Change
+	}{
+		{"nothing", func(*inventory.Inventory) {}, nil},
+		{"links and firmware are not hardware", func(inv *inventory.Inventory) {
+			inv.NICs[0].Carrier, inv.NICs[0].SpeedMbps, inv.NICs[0].Firmware, inv.Disks[0].Firmware = false, 0, "22.1", "2.0"
+		}, nil},
+		{"the kernel's share of memory", func(inv *inventory.Inventory) { inv.Memory.TotalBytes -= 64 << 20 }, nil},
+		{"a DIMM lost", func(inv *inventory.Inventory) { inv.Memory.TotalBytes -= 32 << 30 },
+			[]Change{{"memory", "512GiB", "480GiB"}}},
+		{"a disk replaced by a larger one", func(inv *inventory.Inventory) { inv.Disks[1].Serial, inv.Disks[1].SizeBytes = "S9", 7680e9 },
+			[]Change{{"disk.total", "8160000000000B", "12000000000000B"}, {"disks.serial", "S1", "S9"}}},
+		{"a disk gone", func(inv *inventory.Inventory) { inv.Disks = inv.Disks[1:] },
+			[]Change{{"disks", "3", "2"}, {"disk.total", "8160000000000B", "4320000000000B"}, {"disks.serial", "S0", ""}}},
+		{"a GPU gone and a NIC swapped", func(inv *inventory.Inventory) {
+			inv.PCI = inv.PCI[1:]
+			inv.NICs[1].MAC = "B8:CE:F6:00:00:09"
+		}, []Change{{"gpus", "3", "2"}, {"gpus.nvidia", "2", "1"}, {"nics.mac", "b8:ce:f6:00:00:02", "b8:ce:f6:00:00:09"}}},
+		{"booted another way, a board swapped", func(inv *inventory.Inventory) {
+			inv.BootMode, inv.CPU.Model, inv.CPU.Cores, inv.DMI.ProductName = inventory.BootBIOS, "AMD EPYC 9554", 128, "XE9680"
+		}, []Change{{"cpu.model", "AMD EPYC 9354", "AMD EPYC 9554"}, {"cpu.cores", "64", "128"}, {"boot", "uefi", "bios"}, {"product", "PowerEdge XE8640", "XE9680"}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Diff(same, change(c.edit)); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Diff:\n got %+v\nwant %+v", got, c.want)
+			}
+		})
+	}
+}

@@ -233,7 +233,8 @@ type Machine struct {
 	// FirmwareUpdateIgnored: it ends well and the old version still runs after the reset.
 	FirmwareUpdateFails, FirmwareUpdateIgnored bool
 	// Hardware is what the machine's ramdisk reports of it (inventory.refresh), beside its UUID
-	// and MACs (which the report always carries); nil: SimHardware.
+	// and MACs (which the report always carries); nil: SimHardware. Once the machine is added,
+	// SetHardware changes it.
 	Hardware *inventory.Inventory
 
 	mu            sync.Mutex
@@ -971,6 +972,14 @@ func (r *ramdisk) run(ctx context.Context, a engine.Agent, c store.Command) engi
 	return ok(result)
 }
 
+// SetHardware changes what the machine's ramdisk reports of it from its next inventory on (a
+// DIMM lost, a disk replaced).
+func (m *Machine) SetHardware(hw inventory.Inventory) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.Hardware = &hw
+}
+
 // SimHardware is a simulated machine's hardware unless it says otherwise (Machine.Hardware): one
 // socket, 8 cores, 32 GiB, a 480 GB SATA SSD, a 25 Gbit/s link, booted by UEFI.
 func SimHardware() inventory.Inventory {
@@ -988,9 +997,11 @@ func SimHardware() inventory.Inventory {
 // NICs those of its MACs.
 func inventoryReport(m *Machine) any {
 	hw := SimHardware()
+	m.mu.Lock()
 	if m.Hardware != nil {
 		hw = *m.Hardware
 	}
+	m.mu.Unlock()
 	hw.DMI.ProductUUID = m.UUID
 	hw.NICs = make([]inventory.NIC, len(m.MACs))
 	for i, mac := range m.MACs {

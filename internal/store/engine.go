@@ -1448,6 +1448,19 @@ func (s *Store) Inventories(ctx context.Context, ids []string) (map[string]Store
 	return out, nil
 }
 
+// Inventory returns the node's stored inventory in the transaction, and whether it has one.
+func (t *Tx) Inventory(ctx context.Context, nodeID string) (StoredInventory, bool, error) {
+	inv := StoredInventory{NodeID: nodeID}
+	err := t.queryRow(ctx, `SELECT inventory, updated_at FROM node_inventory WHERE node_id = ?`, nodeID).Scan(&inv.JSON, &inv.UpdatedAt)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return inv, false, nil
+	case err != nil:
+		return inv, false, fmt.Errorf("reading the inventory of node %s: %w", nodeID, err)
+	}
+	return inv, true, nil
+}
+
 // PutInventory stores the inventory a node's ramdisk reported, in place of the one before.
 func (t *Tx) PutInventory(ctx context.Context, nodeID string, inv json.RawMessage) error {
 	_, err := t.exec(ctx, `INSERT INTO node_inventory (node_id, inventory, updated_at) VALUES (?, ?, ?)

@@ -1,0 +1,75 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"bcd/internal/hardware"
+	"bcd/internal/metal"
+	"bcd/internal/provision"
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
+)
+
+// A node inspected again after a DIMM was lost and a disk replaced records what changed
+// (node.hardware.changed, from the inventory before to the new one); inspected again with
+// nothing changed, it records nothing; its inventory is the newest.
+func TestHardwareChangedOnInspection(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, ids := start(t, st, 1)
+		rest(t, h, ids)
+		m := h.Sim.Machine(ids[0])
+		changed := func() []store.Event {
+			t.Helper()
+			all, err := st.Events(ctx, store.EventFilter{NodeID: ids[0], Limit: 10000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return slices.DeleteFunc(all, func(e store.Event) bool { return e.Kind != "node.hardware.changed" })
+		}
+		if evs := changed(); len(evs) != 0 {
+			t.Fatalf("a first inventory recorded changes: %+v", evs)
+		}
+		inspect := func() {
+			t.Helper()
+			if err := h.Apply(ctx, provision.VerbInspect, ids, metal.VerbInput{Reason: "after a repair"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := rest(t, h, ids); got[ids[0]].State != "ready" {
+				t.Fatalf("after inspection: %+v", got[ids[0]])
+			}
+		}
+		// Nothing changed: nothing recorded.
+		inspect()
+		if evs := changed(); len(evs) != 0 {
+			t.Fatalf("an unchanged inventory recorded changes: %+v", evs)
+		}
+		hw := SimHardware()
+		hw.Memory.TotalBytes -= 8 << 30
+		hw.Disks[0].Serial, hw.Disks[0].SizeBytes = "NEW-1", 960e9
+		m.SetHardware(hw)
+		inspect()
+		evs := changed()
+		if len(evs) != 1 || evs[0].FromState != "inspecting" {
+			t.Fatalf("node.hardware.changed events: %+v, want one, while inspecting", evs)
+		}
+		var data struct {
+			Changes    []hardware.Change
+			PreviousAt string
+		}
+		if err := json.Unmarshal([]byte(evs[0].Data), &data); err != nil {
+			t.Fatal(err)
+		}
+		want := []hardware.Change{{What: "memory", From: "32GiB", To: "24GiB"}, {What: "disk.total", From: "480000000000B", To: "960000000000B"}, {What: "disks.serial", From: "", To: "NEW-1"}}
+		if !slices.Equal(data.Changes, want) || data.PreviousAt == "" || evs[0].Reason != "the inventory differs from the one reported before in memory, disk.total, disks.serial" {
+			t.Fatalf("the event: %s (%s), want changes %+v", evs[0].Data, evs[0].Reason, want)
+		}
+		inv, err := h.Metal.Inventory(ctx, h.Admin, ids[0])
+		if err != nil || inv.Facts.MemoryBytes != 24<<30 || inv.Facts.LargestDiskBytes != 960e9 {
+			t.Fatalf("the stored inventory after the change: %+v, %v", inv.Facts, err)
+		}
+	})
+}
