@@ -122,10 +122,10 @@ func policyFromProto(p *bcdv1.PoolPolicy) store.PoolPolicy {
 		return store.PoolPolicy{}
 	}
 	return store.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept, AutoAcceptInband: p.AutoAcceptInband, FastTrackWindow: p.FastTrackWindow,
-		BIOSSettings: p.BiosSettings, FirmwareImages: p.FirmwareImages}
+		BIOSSettings: p.BiosSettings, FirmwareImages: p.FirmwareImages, HardwareRequirements: p.HardwareRequirements}
 }
 
 func policyProto(p store.PoolPolicy) *bcdv1.PoolPolicy {
 	return &bcdv1.PoolPolicy{HardwareProfile: p.HardwareProfile, TrustProvisioningNetwork: p.TrustProvisioningNetwork, Labels: p.Labels, FirmwareBaseline: p.FirmwareBaseline, AutoAccept: p.AutoAccept, AutoAcceptInband: p.AutoAcceptInband, FastTrackWindow: p.FastTrackWindow,
-		BiosSettings: p.BIOSSettings, FirmwareImages: p.FirmwareImages}
+		BiosSettings: p.BIOSSettings, FirmwareImages: p.FirmwareImages, HardwareRequirements: p.HardwareRequirements}
 }

@@ -127,6 +127,7 @@ func poolCmd(g *globals) *cobra.Command {
 		c.Flags().StringArrayVar(labels, "label", nil, "label applied to every node that joins (key=value, repeatable)")
 		c.Flags().StringArrayVar(baseline, "firmware-baseline", nil, "component=version the pool's machines must run, as their BMC names it (BIOS, BMC, NIC.Slot.1-1-1); checked at commissioning and release, a difference fails the node with FIRMWARE_DRIFT (repeatable)")
 		c.Flags().StringArrayVar(bios, "bios-setting", nil, "attribute=value the pool's machines' BIOS must have, as their Redfish BMC names it (ProcVirtualization=Enabled); written at commissioning and release, applied by the ramdisk's boot and read back, a difference fails the node with BIOS_DRIFT (repeatable; no passwords; redfish profiles only)")
+		c.Flags().StringArrayVar(&pol.HardwareRequirements, "require", nil, "hardware requirement KEY OP VALUE the pool's machines must meet, as memory>=256GiB (keys as bcd bulk --require); checked at every inspection, a machine that does not fails with HARDWARE_MISMATCH (repeatable)")
 		c.Flags().StringArrayVar(images, "firmware-image", nil, "component=image: the catalog firmware image (bcd image add --format firmware) that brings a --firmware-baseline component to its version; at commissioning and release the BMC installs it where the component runs another version, before the ramdisk boots, and the baseline is checked after that boot (repeatable; redfish profiles only)")
 	}
 	var create bcdv1.CreatePoolRequest

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,5 +47,29 @@ func TestPrintInventory(t *testing.T) {
 	out.Reset()
 	if err := printInventory(&out, &bcdv1.NodeInventoryResponse{Name: "bare", Inventory: "{}", Facts: &bcdv1.HardwareFacts{}}); err != nil || !strings.Contains(out.String(), "cpu     (not reported): 0 sockets") || strings.Contains(out.String(), "DISK") {
 		t.Errorf("an empty inventory: %v\n%s", err, out.String())
+	}
+}
+
+// A pool's hardware requirements reach the server, which checks them and keeps them in the
+// policy.
+func TestPoolRequire(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token}
+	if code, _, errs := run(t, env, "pool", "update", "default", "--require", "ram>=1GiB"); code == 0 || !strings.Contains(errs, "policy.hardware_requirements") || !strings.Contains(errs, `unknown key "ram"`) {
+		t.Fatalf("a pool requiring ram: %d %q", code, errs)
+	}
+	if code, _, errs := run(t, env, "pool", "update", "default", "--require", "memory>=256GiB", "--require", "gpus.nvidia>=2"); code != 0 {
+		t.Fatalf("pool update --require: %d %q", code, errs)
+	}
+	code, out, errs := run(t, env, "pool", "list", "-o", "json")
+	var list struct {
+		Pools []struct {
+			Name   string
+			Policy struct{ HardwareRequirements []string }
+		}
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || len(list.Pools) != 1 ||
+		!slices.Equal(list.Pools[0].Policy.HardwareRequirements, []string{"memory>=256GiB", "gpus.nvidia>=2"}) {
+		t.Fatalf("pool list: %d %s %q", code, out, errs)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"bcd/internal/command"
 	"bcd/internal/hardware"
 	"bcd/internal/pki"
+	"bcd/internal/provision"
 	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
@@ -164,6 +165,29 @@ func (r *run) hardwareChanged(c store.Command) error {
 		map[string]any{"command": c.ID, "changes": changes, "previousAt": store.Micros(prev.UpdatedAt).UTC().Format(time.RFC3339)})
 }
 
+// checkHardware compares an inventory with the node's pool's hardware requirements as they are
+// now: a machine that does not meet them fails the step with HARDWARE_MISMATCH, saying what it
+// has instead (its inventory is kept, for bcd node inventory).
+func (r *run) checkHardware(c store.Command) error {
+	p, ok, err := r.nodePool()
+	if err != nil || !ok || len(p.Policy.HardwareRequirements) == 0 {
+		return err
+	}
+	reqs, err := hardware.ParseAll(p.Policy.HardwareRequirements)
+	if err != nil {
+		return fmt.Errorf("pool %s's hardware requirements: %w", p.Name, err)
+	}
+	var inv inventory.Inventory
+	if err := json.Unmarshal([]byte(c.Result), &inv); err != nil {
+		return fmt.Errorf("inventory result: %w", err)
+	}
+	if unmet := hardware.Unmets(hardware.Summarize(inv), reqs); len(unmet) > 0 {
+		return &driftError{fault: provision.FaultHardwareMismatch, what: "the machine does not meet pool " + p.Name + "'s hardware requirements", lines: unmet,
+			hint: "bcd node inventory shows what it has: repair it and bcd node recover, or move it to a pool it fits"}
+	}
+	return nil
+}
+
 // takeResult reads a succeeded command's result into the node.
 func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) error {
 	if c.Attested {
@@ -226,7 +250,10 @@ func (r *run) takeResult(wf *store.Workflow, st workflow.Step, c store.Command) 
 		if err := r.hardwareChanged(c); err != nil {
 			return err
 		}
-		return r.tx.PutInventory(r.ctx, r.n.ID, json.RawMessage(c.Result))
+		if err := r.tx.PutInventory(r.ctx, r.n.ID, json.RawMessage(c.Result)); err != nil {
+			return err
+		}
+		return r.checkHardware(c)
 	case c.Kind == "disk.wipe":
 		return wipeVerified(c)
 	case c.Kind == "bmc.media":

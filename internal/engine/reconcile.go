@@ -478,7 +478,7 @@ func (r *run) advance(wf *store.Workflow) (time.Duration, bool, error) {
 					if c.Kind == "disk.wipe" {
 						fault = provision.FaultUnverifiedWipe // not attested, or a disk did not read back
 					}
-					fault = driftFault(err, fault) // FIRMWARE_DRIFT, BIOS_DRIFT
+					fault = driftFault(err, fault) // FIRMWARE_DRIFT, BIOS_DRIFT, HARDWARE_MISMATCH
 					return 0, true, r.stepFailed(wf, st, fault, err.Error(), false)
 				}
 				return 0, true, r.stepDone(wf, st, c.ID)

@@ -146,10 +146,11 @@ func opsOf(k Kind) []string {
 
 // Requirement is one condition on a machine's facts.
 type Requirement struct {
-	Key Key
-	Op  string
-	num uint64
-	txt string
+	Key   Key
+	Op    string
+	num   uint64
+	txt   string
+	given string // as Parse read it, trimmed
 }
 
 // MaxLength bounds a requirement's text.
@@ -181,7 +182,7 @@ func Parse(s string) (Requirement, error) {
 	if i < 0 {
 		return Requirement{}, fmt.Errorf("requirement %q: unknown key %q: accepted are %s", s, name, KeyNames())
 	}
-	r := Requirement{Key: Keys()[i], Op: op}
+	r := Requirement{Key: Keys()[i], Op: op, given: strings.TrimSpace(s)}
 	if !slices.Contains(opsOf(r.Key.Kind), op) {
 		return Requirement{}, fmt.Errorf("requirement %q: %s takes %s only", s, name, strings.Join(opsOf(r.Key.Kind), " "))
 	}
@@ -292,6 +293,40 @@ func (r Requirement) String() string {
 		return r.Key.Name + r.Op + r.txt
 	}
 	return r.Key.Name + r.Op + strconv.FormatUint(r.num, 10)
+}
+
+// Given is the requirement as it was written (String writes sizes in bytes).
+func (r Requirement) Given() string { return r.given }
+
+// Has writes what the machine has of the requirement's key: "64GiB", "2", "uefi", "avx2 svm".
+func (r Requirement) Has(f Facts) string {
+	switch r.Key.Kind {
+	case Text:
+		if v := r.Key.text(f); v != "" {
+			return v
+		}
+		return "nothing reported"
+	case Flag:
+		if fs := r.Key.set(f); len(fs) > 0 {
+			return strings.Join(fs, " ")
+		}
+		return "none"
+	case Bytes:
+		return FormatBytes(r.Key.num(f))
+	}
+	return strconv.FormatUint(r.Key.num(f), 10)
+}
+
+// Unmets says which requirements the facts do not meet and what the machine has instead, one
+// line each: "memory>=256GiB: it has 64GiB".
+func Unmets(f Facts, reqs []Requirement) []string {
+	var out []string
+	for _, r := range reqs {
+		if !r.Holds(f) {
+			out = append(out, r.Given()+": it has "+r.Has(f))
+		}
+	}
+	return out
 }
 
 // Holds reports whether the facts meet the requirement.

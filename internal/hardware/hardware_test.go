@@ -186,6 +186,21 @@ func TestHolds(t *testing.T) {
 	}
 }
 
+func TestUnmets(t *testing.T) {
+	f := Summarize(gpuServer())
+	reqs, err := ParseAll([]string{" memory >= 1TiB ", "gpus.nvidia>=2", "boot=bios", "cpu.flag=vmx", "disk.largest>4TB", "vendor!=dell inc."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"memory >= 1TiB: it has 512GiB", "boot=bios: it has uefi", "cpu.flag=vmx: it has avx2 avx512f svm", "disk.largest>4TB: it has 3.5TiB", "vendor!=dell inc.: it has Dell Inc."}
+	if got := Unmets(f, reqs); !reflect.DeepEqual(got, want) {
+		t.Errorf("Unmets:\n got %q\nwant %q", got, want)
+	}
+	if got := Unmets(Facts{}, reqs[2:4]); !reflect.DeepEqual(got, []string{"boot=bios: it has nothing reported", "cpu.flag=vmx: it has none"}) {
+		t.Errorf("Unmets of nothing reported: %q", got)
+	}
+}
+
 func TestUnmet(t *testing.T) {
 	f := Summarize(gpuServer())
 	reqs, err := ParseAll([]string{"memory>=256GiB", "gpus.nvidia>=4", "boot=bios"})

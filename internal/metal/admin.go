@@ -14,6 +14,7 @@ import (
 
 	"bcd/internal/auth"
 	"bcd/internal/catalog"
+	"bcd/internal/hardware"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -165,6 +166,9 @@ func (s *Service) validPolicy(ctx context.Context, pol store.PoolPolicy) error {
 	}
 	if err := ValidBIOSSettings("policy.bios_settings", pol.BIOSSettings); err != nil {
 		return err
+	}
+	if _, err := hardware.ParseAll(pol.HardwareRequirements); err != nil {
+		return invalid("policy.hardware_requirements", "%s", err)
 	}
 	if err := s.validFirmwareImages(ctx, pol); err != nil {
 		return err

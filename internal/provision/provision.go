@@ -404,7 +404,10 @@ const (
 	FaultFirmwareDrift  Fault = "FIRMWARE_DRIFT"
 	// FaultBIOSDrift: after the reset that should have applied the pool's BIOS settings, the
 	// BMC reports other values (it took the write and did not apply it).
-	FaultBIOSDrift        Fault = "BIOS_DRIFT"
+	FaultBIOSDrift Fault = "BIOS_DRIFT"
+	// FaultHardwareMismatch: the inventory an inspection reported does not meet the pool's
+	// hardware requirements (a machine in the wrong pool, or hardware lost).
+	FaultHardwareMismatch Fault = "HARDWARE_MISMATCH"
 	FaultWorkflowTimeout  Fault = "WORKFLOW_TIMEOUT"
 	FaultBMCUnreachable   Fault = "BMC_UNREACHABLE"
 	FaultAborted          Fault = "ABORTED"

@@ -3,7 +3,9 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"bcd/internal/hardware"
@@ -70,6 +72,50 @@ func TestHardwareChangedOnInspection(t *testing.T) {
 		inv, err := h.Metal.Inventory(ctx, h.Admin, ids[0])
 		if err != nil || inv.Facts.MemoryBytes != 24<<30 || inv.Facts.LargestDiskBytes != 960e9 {
 			t.Fatalf("the stored inventory after the change: %+v, %v", inv.Facts, err)
+		}
+	})
+}
+
+// A pool's hardware requirements are checked at every inspection: a machine short of memory
+// fails enrolment with HARDWARE_MISMATCH, saying what it has, its inventory kept; once its
+// memory is back, recover inspects it again and it becomes ready. A policy with a requirement
+// that does not parse is refused.
+func TestPoolHardwareRequirements(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h, err := Start(ctx, st, Config{}, engineConfig(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(h.Stop)
+		var invalid *metal.InvalidError
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "default", store.PoolPolicy{HardwareProfile: "redfish", HardwareRequirements: []string{"ram>=1GiB"}}); !errors.As(err, &invalid) ||
+			invalid.Field != "policy.hardware_requirements" || !strings.Contains(err.Error(), `unknown key "ram"`) {
+			t.Fatalf("a policy requiring ram: %v", err)
+		}
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "default", store.PoolPolicy{HardwareProfile: "redfish", HardwareRequirements: []string{"memory>=64GiB", "cpu.cores>=8"}}); err != nil {
+			t.Fatal(err)
+		}
+		ids, err := h.Enroll(ctx, "hwreq", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := rest(t, h, ids)[ids[0]]
+		if n.State != "failed" || n.FailedFrom != "inspecting" || n.FaultCode != string(provision.FaultHardwareMismatch) || !n.Maintenance ||
+			!strings.Contains(n.FaultMsg, "does not meet pool default's hardware requirements: memory>=64GiB: it has 32GiB (bcd node inventory") || strings.Contains(n.FaultMsg, "cpu.cores") {
+			t.Fatalf("enrolment of a 32 GiB machine: %s from %s, %s %q (maintenance %v)", n.State, n.FailedFrom, n.FaultCode, n.FaultMsg, n.Maintenance)
+		}
+		if inv, err := h.Metal.Inventory(ctx, h.Admin, ids[0]); err != nil || inv.Facts.MemoryBytes != 32<<30 {
+			t.Fatalf("the inventory of the machine that failed: %+v, %v", inv.Facts, err)
+		}
+		hw := SimHardware()
+		hw.Memory.TotalBytes = 128 << 30
+		h.Sim.Machine(ids[0]).SetHardware(hw)
+		if err := h.Apply(ctx, provision.VerbRecover, ids, metal.VerbInput{Reason: "DIMMs fitted"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := rest(t, h, ids)[ids[0]]; n.State != "ready" {
+			t.Fatalf("recover after the repair: %s %s %s", n.State, n.FaultCode, n.FaultMsg)
 		}
 	})
 }

@@ -81,6 +81,9 @@ type PoolPolicy struct {
 	// inspection for a workflow to use it without a boot (a Go duration, "10m"); "0s": off
 	// (powered off at once); empty: the server's default.
 	FastTrackWindow string `json:"fastTrackWindow,omitempty"`
+	// HardwareRequirements (hardware.Parse's text) are what the pool's machines must have:
+	// checked at every inspection against the inventory their ramdisk reports.
+	HardwareRequirements []string `json:"hardwareRequirements,omitempty"`
 }
 
 type Pool struct {

@@ -5713,8 +5713,12 @@ type PoolPolicy struct {
 	// runs another version, the site agent has the BMC install it before the ramdisk boots (the
 	// boot applies it) and the baseline is checked after that boot. Redfish nodes only.
 	FirmwareImages map[string]string `protobuf:"bytes,9,rep,name=firmware_images,json=firmwareImages,proto3" json:"firmware_images,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Hardware requirements (as BulkRequest.require: memory>=256GiB, gpus.nvidia>=2) the pool's
+	// machines must meet: checked against the inventory at every inspection (enrolment inspects),
+	// a machine that does not fails with HARDWARE_MISMATCH. At most 32.
+	HardwareRequirements []string `protobuf:"bytes,10,rep,name=hardware_requirements,json=hardwareRequirements,proto3" json:"hardware_requirements,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PoolPolicy) Reset() {
@@ -5806,6 +5810,13 @@ func (x *PoolPolicy) GetBiosSettings() map[string]string {
 func (x *PoolPolicy) GetFirmwareImages() map[string]string {
 	if x != nil {
 		return x.FirmwareImages
+	}
+	return nil
+}
+
+func (x *PoolPolicy) GetHardwareRequirements() []string {
+	if x != nil {
+		return x.HardwareRequirements
 	}
 	return nil
 }
@@ -9429,7 +9440,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"created_at\x18\x05 \x01(\tR\tcreatedAt\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9f\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd4\x06\n" +
 	"\n" +
 	"PoolPolicy\x12)\n" +
 	"\x10hardware_profile\x18\x01 \x01(\tR\x0fhardwareProfile\x12<\n" +
@@ -9441,7 +9452,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x11fast_track_window\x18\x06 \x01(\tR\x0ffastTrackWindow\x12,\n" +
 	"\x12auto_accept_inband\x18\a \x01(\bR\x10autoAcceptInband\x12I\n" +
 	"\rbios_settings\x18\b \x03(\v2$.bcd.v1.PoolPolicy.BiosSettingsEntryR\fbiosSettings\x12O\n" +
-	"\x0ffirmware_images\x18\t \x03(\v2&.bcd.v1.PoolPolicy.FirmwareImagesEntryR\x0efirmwareImages\x1a9\n" +
+	"\x0ffirmware_images\x18\t \x03(\v2&.bcd.v1.PoolPolicy.FirmwareImagesEntryR\x0efirmwareImages\x123\n" +
+	"\x15hardware_requirements\x18\n" +
+	" \x03(\tR\x14hardwareRequirements\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aC\n" +
