@@ -160,6 +160,20 @@ func TestBulkDeploy(t *testing.T) {
 	})
 }
 
+// acceptedNames are the names of a bulk's nodes, in the answer's order; a refused one fails the
+// test.
+func acceptedNames(t *testing.T, res metal.BulkResult) []string {
+	t.Helper()
+	var names []string
+	for _, n := range res.Nodes {
+		if !n.Accepted {
+			t.Fatalf("%+v refused", n)
+		}
+		names = append(names, n.Name)
+	}
+	return names
+}
+
 // A bulk deploy with Spread takes its Count in turn from each value of the label (the values
 // in order, the nodes without it last, each value's nodes by name); its answer and its batch's
 // creation event say how many it took of each.
@@ -190,13 +204,7 @@ func TestBulkDeploySpread(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, n := range res.Nodes {
-			if !n.Accepted {
-				t.Fatalf("%+v refused", n)
-			}
-			got = append(got, n.Name)
-		}
+		got := acceptedNames(t, res)
 		if want := []string{"m0", "m3", "m4", "m6", "m1"}; !slices.Equal(got, want) {
 			t.Fatalf("took %v, want %v (r1, r2, r3, no rack, r1)", got, want)
 		}
@@ -298,13 +306,7 @@ func TestBulkDeployRequire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, n := range res.Nodes {
-			if !n.Accepted {
-				t.Fatalf("%+v refused", n)
-			}
-			got = append(got, n.Name)
-		}
+		got := acceptedNames(t, res)
 		if want := []string{"m0", "m2"}; !slices.Equal(got, want) {
 			t.Fatalf("took %v, want %v (the two GPU machines)", got, want)
 		}

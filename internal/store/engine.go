@@ -1414,17 +1414,28 @@ type StoredInventory struct {
 	UpdatedAt int64
 }
 
+// inventoryOf reads a node's stored inventory from row (of the query inventoryQuery), and
+// whether it has one.
+func inventoryOf(nodeID string, row rowScanner) (StoredInventory, bool, error) {
+	inv := StoredInventory{NodeID: nodeID}
+	switch err := row.Scan(&inv.JSON, &inv.UpdatedAt); {
+	case errors.Is(err, sql.ErrNoRows):
+		return inv, false, nil
+	case err != nil:
+		return inv, false, fmt.Errorf("reading the inventory of node %s: %w", nodeID, err)
+	}
+	return inv, true, nil
+}
+
+const inventoryQuery = `SELECT inventory, updated_at FROM node_inventory WHERE node_id = ?`
+
 // Inventory returns the node's stored inventory (ErrNotFound: it never reported one).
 func (s *Store) Inventory(ctx context.Context, nodeID string) (StoredInventory, error) {
-	inv := StoredInventory{NodeID: nodeID}
-	err := s.queryRow(ctx, `SELECT inventory, updated_at FROM node_inventory WHERE node_id = ?`, nodeID).Scan(&inv.JSON, &inv.UpdatedAt)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return inv, fmt.Errorf("the inventory of node %s: %w", nodeID, ErrNotFound)
-	case err != nil:
-		return inv, fmt.Errorf("reading the inventory of node %s: %w", nodeID, err)
+	inv, ok, err := inventoryOf(nodeID, s.queryRow(ctx, inventoryQuery, nodeID))
+	if err == nil && !ok {
+		err = fmt.Errorf("the inventory of node %s: %w", nodeID, ErrNotFound)
 	}
-	return inv, nil
+	return inv, err
 }
 
 // Inventories returns the stored inventories of the nodes ids, by node id (a node that never
@@ -1450,15 +1461,7 @@ func (s *Store) Inventories(ctx context.Context, ids []string) (map[string]Store
 
 // Inventory returns the node's stored inventory in the transaction, and whether it has one.
 func (t *Tx) Inventory(ctx context.Context, nodeID string) (StoredInventory, bool, error) {
-	inv := StoredInventory{NodeID: nodeID}
-	err := t.queryRow(ctx, `SELECT inventory, updated_at FROM node_inventory WHERE node_id = ?`, nodeID).Scan(&inv.JSON, &inv.UpdatedAt)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return inv, false, nil
-	case err != nil:
-		return inv, false, fmt.Errorf("reading the inventory of node %s: %w", nodeID, err)
-	}
-	return inv, true, nil
+	return inventoryOf(nodeID, t.queryRow(ctx, inventoryQuery, nodeID))
 }
 
 // PutInventory stores the inventory a node's ramdisk reported, in place of the one before.
