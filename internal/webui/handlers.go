@@ -204,6 +204,18 @@ type nodeListView struct {
 	FirstURL string // "" on the first page
 }
 
+// splitRequirements reads the node list's hardware filter: requirements separated by commas
+// ("gpus>=1, memory>=256GiB"). Pure.
+func splitRequirements(s string) []string {
+	var out []string
+	for _, r := range strings.Split(s, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 func (u *UI) nodeList(w http.ResponseWriter, r *http.Request, s session) {
 	q := r.URL.Query()
 	size, err := parsePageSize(q.Get("page_size"))
@@ -212,7 +224,7 @@ func (u *UI) nodeList(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	in := metal.ListInput{State: q.Get("state"), Pool: q.Get("pool"), Site: q.Get("site"), Maintenance: q.Get("maintenance"),
-		PageSize: size, PageToken: q.Get("page")}
+		Require: splitRequirements(q.Get("require")), PageSize: size, PageToken: q.Get("page")}
 	ctx := r.Context()
 	list, next, err := u.svc.List(ctx, s.p, in)
 	if err != nil {

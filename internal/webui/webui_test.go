@@ -306,6 +306,22 @@ func TestNodeListFiltersAndPages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Inventories: node-00 without a GPU, node-03 with two and 64 GiB, node-06 with one and 8 GiB.
+	for name, inv := range map[string]string{
+		"node-00": `{"memory":{"totalBytes":68719476736}}`,
+		"node-03": `{"memory":{"totalBytes":68719476736},"pci":[{"gpu":true},{"gpu":true}]}`,
+		"node-06": `{"memory":{"totalBytes":8589934592},"pci":[{"gpu":true}]}`,
+	} {
+		if err := e.svc.Store().Write(e.ctx, func(tx *store.Tx) error {
+			n, err := tx.LockNode(e.ctx, name, "")
+			if err != nil {
+				return err
+			}
+			return tx.PutInventory(e.ctx, n.ID, json.RawMessage(inv))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	cookie := e.login(t, e.token(t, "viewer", auth.Viewer, ""))
 	names := regexp.MustCompile(`>(node-\d\d)</a>`)
 	list := func(t *testing.T, query string) ([]string, resp) {
@@ -336,6 +352,9 @@ func TestNodeListFiltersAndPages(t *testing.T) {
 		{"bad page size", "page_size=lots", 400, nil, "page_size &#34;lots&#34;: accepted are whole numbers from 1 to 1000"},
 		{"page size too large", "page_size=5000", 400, nil, "accepted are whole numbers from 1 to 1000"},
 		{"bad page token", "page=%21%21", 400, nil, "page_token"},
+		{"hardware", "require=gpus%3E%3D1", 200, []string{"node-03", "node-06"}, `value="gpus&gt;=1"`},
+		{"hardware, two requirements", "require=gpus%3E%3D1%2C+memory%3E%3D16GiB%2C", 200, []string{"node-03"}, `value="gpus&gt;=1, memory&gt;=16GiB"`},
+		{"bad requirement", "require=ram%3E1", 400, nil, "unknown key &#34;ram&#34;"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, r := list(t, tc.query)
