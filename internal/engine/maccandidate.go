@@ -2,13 +2,16 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"bcd/internal/hardware"
 	"bcd/internal/provision"
+	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -220,20 +223,55 @@ func (r *run) awaitMAC(wf *store.Workflow, st workflow.Step) (time.Duration, boo
 	return 0, false, fmt.Errorf("await.macCandidate: unknown outcome %d", d.Outcome)
 }
 
-// autoAccept accepts a machine a discovery-mode ramdisk just reported when a pool of its site
-// says autoAccept (off by default): its acceptance is recorded as the pool's. It returns the
-// pool when the acceptance is new and the pool also enrolls in-band (autoAcceptInband);
-// otherwise enrolling it takes an operator (bcd node accept).
-func autoAccept(ctx context.Context, tx *store.Tx, siteID, mac string) (store.Pool, bool, error) {
-	pool, ok, err := tx.AutoAcceptPool(ctx, siteID)
-	if err != nil || !ok {
+// autoAccept accepts a machine a discovery-mode ramdisk just reported (its self-asserted
+// inventory inv) when a pool of its site says autoAccept (off by default): its acceptance is
+// recorded as the pool's (AcceptingPool chooses among several). It returns the pool when the
+// acceptance is new and the pool also enrolls in-band (autoAcceptInband); otherwise enrolling
+// it takes an operator (bcd node accept).
+func autoAccept(ctx context.Context, tx *store.Tx, siteID, mac, inv string) (store.Pool, bool, error) {
+	pools, err := tx.AutoAcceptPools(ctx, siteID)
+	if err != nil {
 		return store.Pool{}, false, err
+	}
+	pool, ok := AcceptingPool(pools, inv)
+	if !ok {
+		return store.Pool{}, false, nil
 	}
 	accepted, err := tx.AcceptPending(ctx, siteID, mac, "autoAccept:"+pool.Name)
 	if err != nil || !accepted {
 		return store.Pool{}, false, err
 	}
 	return pool, pool.Policy.AutoAcceptInband, nil
+}
+
+// AcceptingPool chooses, of a site's auto-accepting pools (by name), the one a machine that
+// reported inventory inv (self-asserted, a discovery-mode ramdisk's) is accepted into: the most
+// specific whose hardware requirements it meets (the most requirements; then by name), so that
+// GPU machines go to the pool that requires GPUs and the rest to one that requires nothing. A
+// machine that meets no pool's is left for an operator; so is one whose inventory cannot be read
+// where every pool has requirements. Its inspection as a node checks the requirements again
+// against what its own ramdisk reports. Pure.
+func AcceptingPool(pools []store.Pool, inv string) (store.Pool, bool) {
+	var facts hardware.Facts
+	var known bool
+	var parsed inventory.Inventory
+	if json.Unmarshal([]byte(inv), &parsed) == nil {
+		facts, known = hardware.Summarize(parsed), true
+	}
+	best, found := store.Pool{}, false
+	for _, p := range pools {
+		reqs, err := hardware.ParseAll(p.Policy.HardwareRequirements)
+		if err != nil || len(reqs) > 0 && !known {
+			continue
+		}
+		if _, unmet := hardware.Unmet(facts, reqs); unmet {
+			continue
+		}
+		if !found || len(reqs) > len(best.Policy.HardwareRequirements) {
+			best, found = p, true
+		}
+	}
+	return best, found
 }
 
 // autoEnroll is an acceptance autoAccept recorded that its pool enrolls in-band.

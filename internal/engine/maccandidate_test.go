@@ -166,3 +166,41 @@ func TestDecideMAC(t *testing.T) {
 		})
 	}
 }
+
+// An auto-accepted machine goes to the most specific auto-accepting pool whose hardware
+// requirements its self-asserted inventory meets (the most requirements, then by name).
+func TestAcceptingPool(t *testing.T) {
+	pool := func(name string, reqs ...string) store.Pool {
+		return store.Pool{Name: name, Policy: store.PoolPolicy{AutoAccept: true, HardwareRequirements: reqs}}
+	}
+	general, gpu, large := pool("general"), pool("gpu", "gpus>=1"), pool("gpu-large", "gpus>=8", "memory>=1TiB")
+	const (
+		plain   = `{"memory":{"totalBytes":68719476736}}`
+		twoGPUs = `{"memory":{"totalBytes":549755813888},"pci":[{"gpu":true},{"gpu":true}]}`
+		eight   = `{"memory":{"totalBytes":2199023255552},"pci":[{"gpu":true},{"gpu":true},{"gpu":true},{"gpu":true},{"gpu":true},{"gpu":true},{"gpu":true},{"gpu":true}]}`
+	)
+	for _, c := range []struct {
+		name  string
+		pools []store.Pool
+		inv   string
+		want  string // "" none
+	}{
+		{"no pool auto-accepts", nil, plain, ""},
+		{"one pool that requires nothing", []store.Pool{general}, plain, "general"},
+		{"a plain machine: the pool that requires nothing", []store.Pool{general, gpu, large}, plain, "general"},
+		{"two GPUs: the GPU pool", []store.Pool{general, gpu, large}, twoGPUs, "gpu"},
+		{"eight GPUs and 2 TiB: the most specific", []store.Pool{general, gpu, large}, eight, "gpu-large"},
+		{"eight GPUs, the large pool listed first", []store.Pool{large, gpu}, eight, "gpu-large"},
+		{"no pool fits: an operator decides", []store.Pool{gpu, large}, plain, ""},
+		{"as specific: by name", []store.Pool{pool("a", "gpus>=1"), pool("b", "memory>=1GiB")}, twoGPUs, "a"},
+		{"an inventory not read: only a pool that requires nothing", []store.Pool{general, gpu}, "not json", "general"},
+		{"an inventory not read, every pool requires", []store.Pool{gpu}, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := AcceptingPool(c.pools, c.inv)
+			if ok != (c.want != "") || got.Name != c.want {
+				t.Errorf("AcceptingPool = %q, %v; want %q", got.Name, ok, c.want)
+			}
+		})
+	}
+}

@@ -1510,7 +1510,7 @@ func (e *Engine) RecordDiscovered(ctx context.Context, a Agent, ds []Discovery) 
 				return err
 			}
 			if inv != "" {
-				pool, in, err := autoAccept(ctx, tx, a.SiteID, hw.String())
+				pool, in, err := autoAccept(ctx, tx, a.SiteID, hw.String(), inv)
 				if err != nil {
 					return err
 				}

@@ -252,5 +252,23 @@ func TestAcceptanceFlow(t *testing.T) {
 		if len(nodes) != 1 {
 			t.Errorf("%d nodes: only the one an operator accepted may be enrolled", len(nodes))
 		}
+
+		// Two pools auto-accept: the GPU pool requires a GPU, default nothing; each machine goes
+		// to the most specific pool it fits, by its self-asserted inventory.
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "gpu", store.PoolPolicy{HardwareProfile: "redfish", AutoAccept: true, HardwareRequirements: []string{"gpus>=1"}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "default", store.PoolPolicy{HardwareProfile: "redfish", AutoAccept: true}); err != nil {
+			t.Fatal(err)
+		}
+		const withGPU, without = "52:54:00:aa:00:04", "52:54:00:aa:00:05"
+		gpuReport := report(withGPU, "66666666-1111-4222-8333-000000000006")
+		gpuReport.Inventory = `{"bootMac":"` + withGPU + `","systemUuid":"66666666-1111-4222-8333-000000000006","macs":["` + withGPU + `"],"pci":[{"address":"0000:41:00.0","gpu":true,"nvidia":true}]}`
+		if err := h.Engine.RecordDiscovered(ctx, site, []engine.Discovery{gpuReport, report(without, "55555555-1111-4222-8333-000000000005")}); err != nil {
+			t.Fatal(err)
+		}
+		if got := pendingMACs(); got[withGPU] != "accepted/autoAccept:gpu" || got[without] != "accepted/autoAccept:default" {
+			t.Fatalf("pending with two auto-accepting pools: %v", got)
+		}
 	})
 }

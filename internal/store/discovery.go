@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // MAC candidate states.
@@ -183,19 +184,14 @@ func (t *Tx) decided(ctx context.Context, siteID, mac string, res sql.Result) (D
 	return d, false, nil
 }
 
-// AutoAcceptPool returns the site's pool (first by name) whose policy says autoAccept.
-func (t *Tx) AutoAcceptPool(ctx context.Context, siteID string) (Pool, bool, error) {
+// AutoAcceptPools returns the site's pools whose policy says autoAccept, by name.
+func (t *Tx) AutoAcceptPools(ctx context.Context, siteID string) ([]Pool, error) {
 	rows, err := t.query(ctx, `SELECT `+poolCols+` FROM pools WHERE site_id = ? ORDER BY name`, siteID)
 	pools, err := collect(rows, err, "pools of a site", scanPool)
 	if err != nil {
-		return Pool{}, false, err
+		return nil, err
 	}
-	for _, p := range pools {
-		if p.Policy.AutoAccept {
-			return p, true, nil
-		}
-	}
-	return Pool{}, false, nil
+	return slices.DeleteFunc(pools, func(p Pool) bool { return !p.Policy.AutoAccept }), nil
 }
 
 // AcceptPending marks a discovered machine accepted by actor when nobody decided on it yet;

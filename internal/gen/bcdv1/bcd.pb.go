@@ -5693,7 +5693,8 @@ type PoolPolicy struct {
 	// release (a difference fails the node with FIRMWARE_DRIFT).
 	FirmwareBaseline map[string]string `protobuf:"bytes,4,rep,name=firmware_baseline,json=firmwareBaseline,proto3" json:"firmware_baseline,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Acceptance flow: machines a discovery-mode ramdisk reports at the pool's site are accepted
-	// into this pool without an operator. Off by default.
+	// into this pool without an operator (where several pools of the site do, into the most
+	// specific whose hardware_requirements the report meets). Off by default.
 	AutoAccept bool `protobuf:"varint,5,opt,name=auto_accept,json=autoAccept,proto3" json:"auto_accept,omitempty"`
 	// Fast track: how long the ramdisk stays up after commissioning, release or inspection so that
 	// a workflow started meanwhile (a deploy) needs no boot; a Go duration from "0s" (off: powered
