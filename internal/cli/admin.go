@@ -109,12 +109,13 @@ func siteCmd(g *globals) *cobra.Command {
 func poolRows(pools ...*bcdv1.Pool) [][]string {
 	var rows [][]string
 	for _, p := range pools {
-		rows = append(rows, []string{p.Name, p.Site, p.Tenant, p.Policy.GetHardwareProfile(), yesNo(p.Policy.GetTrustProvisioningNetwork()), kv(p.Policy.GetLabels()), p.Id})
+		rows = append(rows, []string{p.Name, p.Site, p.Tenant, p.Policy.GetHardwareProfile(), yesNo(p.Policy.GetTrustProvisioningNetwork()), kv(p.Policy.GetLabels()),
+			dash(strings.Join(p.Policy.GetHardwareRequirements(), " ")), p.Id})
 	}
 	return rows
 }
 
-const poolHeader = "NAME\tSITE\tTENANT\tHARDWARE PROFILE\tTRUST PXE NET\tLABELS\tID"
+const poolHeader = "NAME\tSITE\tTENANT\tHARDWARE PROFILE\tTRUST PXE NET\tLABELS\tREQUIRES\tID"
 
 func poolCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "pool", Short: "Pools: machines of one site sharing a policy"}

@@ -61,6 +61,9 @@ func TestPoolRequire(t *testing.T) {
 	if code, _, errs := run(t, env, "pool", "update", "default", "--require", "memory>=256GiB", "--require", "gpus.nvidia>=2"); code != 0 {
 		t.Fatalf("pool update --require: %d %q", code, errs)
 	}
+	if code, out, errs := run(t, env, "pool", "list"); code != 0 || !strings.Contains(out, "REQUIRES") || !strings.Contains(out, "memory>=256GiB gpus.nvidia>=2") {
+		t.Fatalf("pool list: %d %s %q", code, out, errs)
+	}
 	code, out, errs := run(t, env, "pool", "list", "-o", "json")
 	var list struct {
 		Pools []struct {
