@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -291,6 +292,13 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		if p.CanSeeTenant(n.TenantID) {
 			out.Stranded = append(out.Stranded, &bcdv1.DoctorFinding{Node: n.ID, Name: n.Name, State: n.State, Message: "no active workflow and no wake-up queued", Since: ts(n.UpdatedAt)})
 		}
+	}
+	short, err := h.svc.HardwareShort(ctx, p, 1000)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, f := range short {
+		out.HardwareShort = append(out.HardwareShort, &bcdv1.DoctorFinding{Node: f.Node.ID, Name: f.Node.Name, State: f.Node.State, Message: strings.Join(f.Unmet, "; "), Since: ts(f.Node.UpdatedAt)})
 	}
 	nm, err := h.names.get(ctx, "", "", "")
 	if err != nil {

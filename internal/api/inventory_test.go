@@ -66,6 +66,24 @@ func TestNodeInventoryOverHTTP(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with %q", c.body, code, body, c.code, c.want)
 		}
 	}
+	// The doctor names a machine at rest that its pool's requirements, raised since, exclude.
+	if err := e.st.Write(t.Context(), func(tx *store.Tx) error {
+		n, err := tx.LockNode(t.Context(), "h0", "")
+		if err != nil {
+			return err
+		}
+		n.State, n.TargetState, n.ChainVerb = "ready", "", ""
+		return tx.UpdateNode(t.Context(), &n)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.post(t, "/bcd.v1.InventoryService/UpdatePool", e.admin, `{"pool":"default","policy":{"hardwareProfile":"redfish","hardwareRequirements":["memory>=1TiB"]}}`); code != 200 {
+		t.Fatalf("pool requirements: %d %s", code, body)
+	}
+	if code, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); code != 200 || !strings.Contains(body, `"hardwareShort":[{"node":"`) ||
+		!strings.Contains(body, `"name":"h0","state":"ready","message":"memory>=1TiB: it has 512GiB"`) || strings.Contains(body, `"name":"h1"`) {
+		t.Errorf("doctor: %d %s", code, body)
+	}
 	// Another tenant's token finds no such node.
 	if code, body := e.post(t, "/bcd.v1.InventoryService/CreateTenant", e.admin, `{"name":"acme"}`); code != 200 {
 		t.Fatalf("tenant: %d %s", code, body)

@@ -471,6 +471,13 @@ func doctorCmd(g *globals) *cobra.Command {
 				fmt.Fprintf(tw, "  %s\t%s\tsince %s\n", f.Name, f.State, f.Since)
 			}
 			tw.Flush()
+			if len(resp.Msg.HardwareShort) > 0 {
+				fmt.Fprintf(out, "machines short of their pool's hardware requirements (their next inspection fails them): %d\n", len(resp.Msg.HardwareShort))
+				for _, f := range resp.Msg.HardwareShort {
+					fmt.Fprintf(tw, "  %s\t%s\t%s\n", f.Name, f.State, f.Message)
+				}
+				tw.Flush()
+			}
 			fmt.Fprintf(out, "servers: %d\n", len(resp.Msg.Servers))
 			for _, s := range resp.Msg.Servers {
 				fmt.Fprintf(tw, "  %s\tstarted %s\tlast alive %s\t%d agents\tclock offset %s\n", s.Id, s.StartedAt, s.LastSeen, s.Agents, dash(s.ClockOffset))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,7 +17,6 @@ import (
 	"bcd/internal/command"
 	"bcd/internal/hardware"
 	"bcd/internal/provision"
-	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -897,57 +895,6 @@ func firstSet(set map[string]bool) string {
 		}
 	}
 	return ""
-}
-
-// meeting returns the nodes (of nodes) whose stored inventory meets every requirement, and how
-// many of the others have none to check (never reported one, or one this server cannot read):
-// all of them, without requirements.
-func (s *Service) meeting(ctx context.Context, nodes []store.Node, reqs []hardware.Requirement) ([]store.Node, int, error) {
-	if len(reqs) == 0 {
-		return nodes, 0, nil
-	}
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		ids[i] = n.ID
-	}
-	invs, err := s.st.Inventories(ctx, ids)
-	if err != nil {
-		return nil, 0, err
-	}
-	var out []store.Node
-	uninspected := 0
-	for _, n := range nodes {
-		stored, ok := invs[n.ID]
-		var inv inventory.Inventory
-		if !ok || json.Unmarshal([]byte(stored.JSON), &inv) != nil {
-			uninspected++
-			continue
-		}
-		if _, unmet := hardware.Unmet(hardware.Summarize(inv), reqs); !unmet {
-			out = append(out, n)
-		}
-	}
-	return out, uninspected, nil
-}
-
-// uninspectedNote tells of the nodes left out for want of an inventory.
-func uninspectedNote(n int) string {
-	switch n {
-	case 0:
-		return ""
-	case 1:
-		return "; 1 node that can deploy now has no inventory to check (bcd node inspect it)"
-	}
-	return fmt.Sprintf("; %d nodes that can deploy now have no inventory to check (bcd node inspect them)", n)
-}
-
-// requirementStrings writes requirements as they are recorded (sizes in bytes).
-func requirementStrings(reqs []hardware.Requirement) []string {
-	out := make([]string, len(reqs))
-	for i, r := range reqs {
-		out[i] = r.String()
-	}
-	return out
 }
 
 // selectedBy says which selectors picked the nodes, for an error ("" when none did).

@@ -21,7 +21,6 @@ import (
 	"bcd/internal/command"
 	"bcd/internal/hardware"
 	"bcd/internal/provision"
-	"bcd/internal/ramdisk/inventory"
 	"bcd/internal/secrets"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
@@ -705,37 +704,6 @@ func (s *Service) Get(ctx context.Context, p auth.Principal, ref string) (store.
 		return store.Node{}, invalid("node", "is required: a node id or name")
 	}
 	return s.st.Node(ctx, ref, p.TenantID)
-}
-
-// NodeInventory is a node's inventory as its ramdisk last reported it (inventory.refresh, at
-// inspection), and the figures requirements compare (hardware.Facts).
-type NodeInventory struct {
-	Node      store.Node
-	UpdatedAt int64 // microseconds
-	Inventory inventory.Inventory
-	Facts     hardware.Facts
-}
-
-// Inventory returns a node's inventory: not_found for a node that never reported one (inspect
-// it).
-func (s *Service) Inventory(ctx context.Context, p auth.Principal, ref string) (NodeInventory, error) {
-	n, err := s.Get(ctx, p, ref)
-	if err != nil {
-		return NodeInventory{}, err
-	}
-	stored, err := s.st.Inventory(ctx, n.ID)
-	if errors.Is(err, store.ErrNotFound) {
-		return NodeInventory{}, fmt.Errorf("node %s has no inventory yet: its ramdisk reports one when it is inspected (bcd node inspect): %w", n.Name, store.ErrNotFound)
-	}
-	if err != nil {
-		return NodeInventory{}, err
-	}
-	out := NodeInventory{Node: n, UpdatedAt: stored.UpdatedAt}
-	if err := json.Unmarshal([]byte(stored.JSON), &out.Inventory); err != nil {
-		return NodeInventory{}, fmt.Errorf("reading the inventory of node %s: %w", n.Name, err)
-	}
-	out.Facts = hardware.Summarize(out.Inventory)
-	return out, nil
 }
 
 // ListInput filters a listing. Require (hardware requirements, as "gpus>=1") keeps the nodes

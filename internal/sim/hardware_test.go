@@ -117,5 +117,17 @@ func TestPoolHardwareRequirements(t *testing.T) {
 		if n := rest(t, h, ids)[ids[0]]; n.State != "ready" {
 			t.Fatalf("recover after the repair: %s %s %s", n.State, n.FaultCode, n.FaultMsg)
 		}
+		if short, err := h.Metal.HardwareShort(ctx, h.Admin, 10); err != nil || len(short) != 0 {
+			t.Fatalf("the doctor's machines short of their pool's requirements, all met: %+v, %v", short, err)
+		}
+		// A requirement raised after the inspection: the ready machine keeps working, and the
+		// doctor names it with what it has.
+		if _, err := h.Metal.UpdatePool(ctx, h.Admin, "default", store.PoolPolicy{HardwareProfile: "redfish", HardwareRequirements: []string{"memory>=256GiB", "cpu.cores>=8"}}); err != nil {
+			t.Fatal(err)
+		}
+		short, err := h.Metal.HardwareShort(ctx, h.Admin, 10)
+		if err != nil || len(short) != 1 || short[0].Node.ID != ids[0] || !slices.Equal(short[0].Unmet, []string{"memory>=256GiB: it has 128GiB"}) {
+			t.Fatalf("the doctor's machines short of their pool's requirements: %+v, %v", short, err)
+		}
 	})
 }
