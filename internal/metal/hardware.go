@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"bcd/internal/auth"
 	"bcd/internal/hardware"
@@ -45,21 +46,24 @@ func (s *Service) Inventory(ctx context.Context, p auth.Principal, ref string) (
 }
 
 // factsOf reads the stored inventories of nodes and summarises each: a node that never
-// reported one, or whose inventory this server cannot read, is absent.
+// reported one, or whose inventory this server cannot read, is absent. It reads 512 nodes'
+// inventories at a time (a real one is several KiB: a fleet's at once would be a large heap).
 func (s *Service) factsOf(ctx context.Context, nodes []store.Node) (map[string]hardware.Facts, error) {
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		ids[i] = n.ID
-	}
-	invs, err := s.st.Inventories(ctx, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]hardware.Facts, len(invs))
-	for id, stored := range invs {
-		var inv inventory.Inventory
-		if json.Unmarshal([]byte(stored.JSON), &inv) == nil {
-			out[id] = hardware.Summarize(inv)
+	out := make(map[string]hardware.Facts, len(nodes))
+	for chunk := range slices.Chunk(nodes, 512) {
+		ids := make([]string, len(chunk))
+		for i, n := range chunk {
+			ids[i] = n.ID
+		}
+		invs, err := s.st.Inventories(ctx, ids)
+		if err != nil {
+			return nil, err
+		}
+		for id, stored := range invs {
+			var inv inventory.Inventory
+			if json.Unmarshal([]byte(stored.JSON), &inv) == nil {
+				out[id] = hardware.Summarize(inv)
+			}
 		}
 	}
 	return out, nil
