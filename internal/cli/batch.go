@@ -33,7 +33,8 @@ func bulkCmd(g *globals) *cobra.Command {
 			"the nodes without it last: as evenly as the pool allows.\n" +
 			"--require KEY OP VALUE (repeatable) narrows what --count or --selector choose to the nodes whose inventory\n" +
 			"(reported when they were inspected) meets every requirement, as memory>=256GiB, gpus.nvidia>=2,\n" +
-			"disk.largest>=1.92TB, nic.mbps>=25000, boot=uefi, cpu.flag=avx512f. Keys: " + hardware.KeyNames() + ".",
+			"disk.largest>=1.92TB, nic.mbps>=25000, boot=uefi, cpu.flag=avx512f; sizes take B, kB, MB, GB, TB, PB, KiB, MiB,\n" +
+			"GiB, TiB, PiB. Keys:\n" + hardware.KeyHelp(),
 		Args: exactArgs(1, "the VERB: "+bulkVerbs()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Verb = args[0]

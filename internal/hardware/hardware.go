@@ -133,8 +133,18 @@ func KeyNames() string {
 	return strings.Join(names, ", ")
 }
 
-// Operators, longest first (so that ">=" is not read as ">").
-var operators = []string{">=", "<=", "!=", "=", ">", "<"}
+// KeyHelp lists the keys, one a line, each with what it is and the operators it takes (the CLI's
+// help).
+func KeyHelp() string {
+	var b strings.Builder
+	for _, k := range Keys() {
+		fmt.Fprintf(&b, "  %-13s %s (%s)\n", k.Name, k.Doc, strings.Join(opsOf(k.Kind), " "))
+	}
+	return b.String()
+}
+
+// operators are the operators Parse reads, longest first (so that ">=" is not read as ">").
+func operators() []string { return []string{">=", "<=", "!=", "=", ">", "<"} }
 
 // opsOf are the operators a kind of key takes.
 func opsOf(k Kind) []string {
@@ -164,7 +174,7 @@ func Parse(s string) (Requirement, error) {
 	}
 	at, op := -1, ""
 	for i := range len(s) {
-		for _, o := range operators {
+		for _, o := range operators() {
 			if strings.HasPrefix(s[i:], o) {
 				at, op = i, o
 				break

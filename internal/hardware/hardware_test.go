@@ -1,6 +1,7 @@
 package hardware
 
 import (
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -222,7 +223,7 @@ func TestUnmet(t *testing.T) {
 func TestKeysTakeTheirOperators(t *testing.T) {
 	for _, k := range Keys() {
 		value := map[Kind]string{Count: "1", Bytes: "1GiB", Text: "x", Flag: "x"}[k.Kind]
-		for _, op := range operators {
+		for _, op := range operators() {
 			_, err := Parse(k.Name + op + value)
 			want := strings.Contains(" "+strings.Join(opsOf(k.Kind), " ")+" ", " "+op+" ")
 			if (err == nil) != want {
@@ -297,5 +298,18 @@ func TestDiff(t *testing.T) {
 				t.Errorf("Diff:\n got %+v\nwant %+v", got, c.want)
 			}
 		})
+	}
+}
+
+// The operations guide's table of keys names every key.
+func TestKeysAreDocumented(t *testing.T) {
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range Keys() {
+		if !strings.Contains(string(b), "`"+k.Name+"`") {
+			t.Errorf("docs/operations.md does not name key %s", k.Name)
+		}
 	}
 }
