@@ -431,7 +431,7 @@ const (
 
 // Faults lists every fault code.
 func Faults() []Fault {
-	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultBIOSDrift, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected,
+	return []Fault{FaultStepFailed, FaultUnverifiedWipe, FaultFirmwareDrift, FaultBIOSDrift, FaultHardwareMismatch, FaultWorkflowTimeout, FaultBMCUnreachable, FaultAborted, FaultNoActiveWorkflow, FaultBatchRejected,
 		FaultMACNotDiscovered, FaultMACAmbiguous, FaultMACConflict, FaultMACUnconfirmed, FaultReconcileFailed}
 }
 
