@@ -18,6 +18,7 @@ import (
 	"bcd/internal/console"
 	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/hardware"
 	"bcd/internal/metal"
 	"bcd/internal/pki"
 	"bcd/internal/provision"
@@ -93,8 +94,17 @@ func (h *nodes) List(ctx context.Context, req *connect.Request[bcdv1.ListNodesRe
 		return nil, toConnect(err)
 	}
 	out := &bcdv1.ListNodesResponse{Nodes: make([]*bcdv1.Node, len(list)), NextPageToken: next}
+	var facts map[string]hardware.Facts
+	if m.Hardware {
+		if facts, err = h.svc.HardwareOf(ctx, principal(ctx), list); err != nil {
+			return nil, toConnect(err)
+		}
+	}
 	for i, n := range list {
 		out.Nodes[i] = nodeProto(n, nm)
+		if f, ok := facts[n.ID]; ok {
+			out.Nodes[i].Hardware = factsProto(f)
+		}
 	}
 	return connect.NewResponse(out), nil
 }
@@ -210,13 +220,16 @@ func (h *nodes) Inventory(ctx context.Context, req *connect.Request[bcdv1.GetNod
 	if err != nil {
 		return nil, toConnect(fmt.Errorf("writing the inventory of node %s: %w", inv.Node.Name, err))
 	}
-	f := inv.Facts
 	return connect.NewResponse(&bcdv1.NodeInventoryResponse{Node: inv.Node.ID, Name: inv.Node.Name,
-		UpdatedAt: store.Micros(inv.UpdatedAt).UTC().Format(time.RFC3339), Inventory: string(raw),
-		Facts: &bcdv1.HardwareFacts{CpuModel: f.CPUModel, Sockets: int32(f.Sockets), Cores: int32(f.Cores), Threads: int32(f.Threads),
-			CpuFlags: f.CPUFlags, MemoryBytes: f.MemoryBytes, Disks: int32(f.Disks), DiskBytes: f.DiskBytes, LargestDiskBytes: f.LargestDiskBytes,
-			Ssds: int32(f.SSDs), Nvme: int32(f.NVMe), Gpus: int32(f.GPUs), NvidiaGpus: int32(f.NVIDIAGPUs), Nics: int32(f.NICs),
-			FastestNicMbps: int32(f.FastestNICMbps), BootMode: f.BootMode, Vendor: f.Vendor, Product: f.Product}}), nil
+		UpdatedAt: store.Micros(inv.UpdatedAt).UTC().Format(time.RFC3339), Inventory: string(raw), Facts: factsProto(inv.Facts)}), nil
+}
+
+// factsProto is a machine's hardware facts as the API answers them.
+func factsProto(f hardware.Facts) *bcdv1.HardwareFacts {
+	return &bcdv1.HardwareFacts{CpuModel: f.CPUModel, Sockets: int32(f.Sockets), Cores: int32(f.Cores), Threads: int32(f.Threads),
+		CpuFlags: f.CPUFlags, MemoryBytes: f.MemoryBytes, Disks: int32(f.Disks), DiskBytes: f.DiskBytes, LargestDiskBytes: f.LargestDiskBytes,
+		Ssds: int32(f.SSDs), Nvme: int32(f.NVMe), Gpus: int32(f.GPUs), NvidiaGpus: int32(f.NVIDIAGPUs), Nics: int32(f.NICs),
+		FastestNicMbps: int32(f.FastestNICMbps), BootMode: f.BootMode, Vendor: f.Vendor, Product: f.Product}
 }
 
 func (h *nodes) Attestations(ctx context.Context, req *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {

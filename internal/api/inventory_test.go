@@ -66,6 +66,28 @@ func TestNodeInventoryOverHTTP(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d with %q", c.body, code, body, c.code, c.want)
 		}
 	}
+	// A listing with hardware: h0's facts, none for h1.
+	code, body = e.post(t, "/bcd.v1.NodeService/List", e.admin, `{"hardware":true}`)
+	var list struct {
+		Nodes []struct {
+			Name     string
+			Hardware *struct {
+				Cores       int
+				MemoryBytes string
+			}
+		}
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Nodes) != 2 {
+		t.Fatalf("a listing with hardware: %d %s", code, body)
+	}
+	for _, n := range list.Nodes {
+		if hw := n.Hardware; (n.Name == "h0") != (hw != nil) || hw != nil && (hw.Cores != 64 || hw.MemoryBytes != "549755813888") {
+			t.Errorf("%s listed with hardware %+v", n.Name, hw)
+		}
+	}
+	if _, body := e.post(t, "/bcd.v1.NodeService/List", e.admin, `{}`); strings.Contains(body, `"hardware"`) {
+		t.Errorf("a listing without hardware has it: %s", body)
+	}
 	// The doctor names a machine at rest that its pool's requirements, raised since, exclude.
 	if err := e.st.Write(t.Context(), func(tx *store.Tx) error {
 		n, err := tx.LockNode(t.Context(), "h0", "")

@@ -76,3 +76,20 @@ func TestPoolRequire(t *testing.T) {
 		t.Fatalf("pool list: %d %s %q", code, out, errs)
 	}
 }
+
+// node list --hardware's columns: a node's threads, memory, disks and GPUs, dashes without an
+// inventory.
+func TestHardwareColumns(t *testing.T) {
+	for _, c := range []struct {
+		f    *bcdv1.HardwareFacts
+		want string
+	}{
+		{nil, "\t-\t-\t-\t-"},
+		{&bcdv1.HardwareFacts{Threads: 128, MemoryBytes: 512 << 30, Disks: 2, DiskBytes: 7680e9, Gpus: 8}, "\t128\t512GiB\t2 (7.0TiB)\t8"},
+		{&bcdv1.HardwareFacts{}, "\t0\t0B\t0 (0B)\t0"},
+	} {
+		if got := hardwareColumns(c.f); got != c.want {
+			t.Errorf("hardwareColumns(%v) = %q, want %q", c.f, got, c.want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 
 	"bcd/internal/bmc"
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/hardware"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/metal"
 )
@@ -179,6 +180,14 @@ built from now on carry it; a profile step that names a mode keeps its own.`,
 	return cmd
 }
 
+// hardwareColumns are node list --hardware's columns of a node's facts (dashes for none). Pure.
+func hardwareColumns(f *bcdv1.HardwareFacts) string {
+	if f == nil {
+		return "\t-\t-\t-\t-"
+	}
+	return fmt.Sprintf("\t%d\t%s\t%d (%s)\t%d", f.Threads, hardware.FormatBytes(f.MemoryBytes), f.Disks, hardware.FormatBytes(f.DiskBytes), f.Gpus)
+}
+
 func nodeListCmd(g *globals) *cobra.Command {
 	var in bcdv1.ListNodesRequest
 	var all bool
@@ -208,9 +217,17 @@ func nodeListCmd(g *globals) *cobra.Command {
 				return g.printJSON(out)
 			}
 			tw := tabwriter.NewWriter(g.env.Stdout, 2, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tTARGET\tPOWER\tMAINT\tFAULT\tPOOL\tBMC\tID")
+			header, hwHeader := "NAME\tSTATE\tTARGET\tPOWER\tMAINT\tFAULT\tPOOL\tBMC", ""
+			if in.Hardware {
+				hwHeader = "\tTHREADS\tMEMORY\tDISKS\tGPUS"
+			}
+			fmt.Fprintln(tw, header+hwHeader+"\tID")
 			for _, n := range out.Nodes {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.State, dash(n.TargetState), n.Power, yesNo(n.Maintenance), dash(n.FaultCode), n.Pool, n.Bmc.GetAddress(), n.Id)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", n.Name, n.State, dash(n.TargetState), n.Power, yesNo(n.Maintenance), dash(n.FaultCode), n.Pool, n.Bmc.GetAddress())
+				if in.Hardware {
+					fmt.Fprint(tw, hardwareColumns(n.Hardware))
+				}
+				fmt.Fprintf(tw, "\t%s\n", n.Id)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -227,6 +244,7 @@ func nodeListCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Site, "site", "", "only nodes of this site")
 	f.StringVar(&in.Maintenance, "maintenance", "", "true or false")
 	f.StringArrayVar(&in.Labels, "label", nil, "key=value (repeatable; all must match)")
+	f.BoolVar(&in.Hardware, "hardware", false, "with each node's threads, memory, disks (count and total) and GPUs from its last inventory (- for a node never inspected)")
 	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as gpus.nvidia>=2 (repeatable; all must hold; keys as bcd bulk --require): only inspected nodes meeting them")
 	f.StringVar(&in.Tenant, "tenant", "", "only nodes of this tenant")
 	f.Int32Var(&in.PageSize, "page-size", 0, "nodes per page (default 500, max 10000)")

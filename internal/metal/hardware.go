@@ -45,6 +45,15 @@ func (s *Service) Inventory(ctx context.Context, p auth.Principal, ref string) (
 	return out, nil
 }
 
+// HardwareOf returns the hardware facts of nodes (already read as p may see them) from their
+// stored inventories, by node id: a node without one is absent.
+func (s *Service) HardwareOf(ctx context.Context, p auth.Principal, nodes []store.Node) (map[string]hardware.Facts, error) {
+	if err := Require(p, auth.Read); err != nil {
+		return nil, err
+	}
+	return s.factsOf(ctx, nodes)
+}
+
 // factsOf reads the stored inventories of nodes and summarises each: a node that never
 // reported one, or whose inventory this server cannot read, is absent. It reads 512 nodes'
 // inventories at a time (a real one is several KiB: a fleet's at once would be a large heap).

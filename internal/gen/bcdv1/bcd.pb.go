@@ -161,8 +161,11 @@ type Node struct {
 	// in bytes and hex SHA-256, 0 and empty when none is set. Deleted when the node is released.
 	UserDataSize   int64  `protobuf:"varint,33,opt,name=user_data_size,json=userDataSize,proto3" json:"user_data_size,omitempty"`
 	UserDataSha256 string `protobuf:"bytes,34,opt,name=user_data_sha256,json=userDataSha256,proto3" json:"user_data_sha256,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The node's hardware as its last inventory reported it: set by List with hardware, for the
+	// nodes that have one.
+	Hardware      *HardwareFacts `protobuf:"bytes,35,opt,name=hardware,proto3" json:"hardware,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -431,6 +434,13 @@ func (x *Node) GetUserDataSha256() string {
 		return x.UserDataSha256
 	}
 	return ""
+}
+
+func (x *Node) GetHardware() *HardwareFacts {
+	if x != nil {
+		return x.Hardware
+	}
+	return nil
 }
 
 type NodeAddress struct {
@@ -1244,7 +1254,9 @@ type ListNodesRequest struct {
 	Tenant    string   `protobuf:"bytes,8,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// Hardware requirements (as BulkRequest.require): only the nodes whose stored inventory
 	// meets every one (a node never inspected meets none).
-	Require       []string `protobuf:"bytes,9,rep,name=require,proto3" json:"require,omitempty"`
+	Require []string `protobuf:"bytes,9,rep,name=require,proto3" json:"require,omitempty"`
+	// Each node with its hardware facts (Node.hardware), from its stored inventory.
+	Hardware      bool `protobuf:"varint,10,opt,name=hardware,proto3" json:"hardware,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1340,6 +1352,13 @@ func (x *ListNodesRequest) GetRequire() []string {
 		return x.Require
 	}
 	return nil
+}
+
+func (x *ListNodesRequest) GetHardware() bool {
+	if x != nil {
+		return x.Hardware
+	}
+	return false
 }
 
 type ListNodesResponse struct {
@@ -8949,8 +8968,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fusername_ref\x18\x03 \x01(\tR\vusernameRef\x12!\n" +
 	"\fpassword_ref\x18\x04 \x01(\tR\vpasswordRef\x12!\n" +
 	"\finsecure_tls\x18\x05 \x01(\bR\vinsecureTls\x124\n" +
-	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\xd0\n" +
-	"\n" +
+	"\x16tls_fingerprint_sha256\x18\x06 \x01(\tR\x14tlsFingerprintSha256\"\x83\v\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -8992,7 +9010,8 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\taddresses\x18\x1f \x03(\v2\x13.bcd.v1.NodeAddressR\taddresses\x12\x1b\n" +
 	"\tboot_mode\x18  \x01(\tR\bbootMode\x12$\n" +
 	"\x0euser_data_size\x18! \x01(\x03R\fuserDataSize\x12(\n" +
-	"\x10user_data_sha256\x18\" \x01(\tR\x0euserDataSha256\x1a:\n" +
+	"\x10user_data_sha256\x18\" \x01(\tR\x0euserDataSha256\x121\n" +
+	"\bhardware\x18# \x01(\v2\x15.bcd.v1.HardwareFactsR\bhardware\x1a:\n" +
 	"\fDriversEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a9\n" +
@@ -9077,7 +9096,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"updated_at\x18\x03 \x01(\tR\tupdatedAt\x12+\n" +
 	"\x05facts\x18\x04 \x01(\v2\x15.bcd.v1.HardwareFactsR\x05facts\x12\x1c\n" +
-	"\tinventory\x18\x05 \x01(\tR\tinventory\"\xf8\x01\n" +
+	"\tinventory\x18\x05 \x01(\tR\tinventory\"\x94\x02\n" +
 	"\x10ListNodesRequest\x12\x14\n" +
 	"\x05state\x18\x01 \x01(\tR\x05state\x12\x12\n" +
 	"\x04pool\x18\x02 \x01(\tR\x04pool\x12\x12\n" +
@@ -9088,7 +9107,9 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\a \x01(\tR\tpageToken\x12\x16\n" +
 	"\x06tenant\x18\b \x01(\tR\x06tenant\x12\x18\n" +
-	"\arequire\x18\t \x03(\tR\arequire\"_\n" +
+	"\arequire\x18\t \x03(\tR\arequire\x12\x1a\n" +
+	"\bhardware\x18\n" +
+	" \x01(\bR\bhardware\"_\n" +
 	"\x11ListNodesResponse\x12\"\n" +
 	"\x05nodes\x18\x01 \x03(\v2\f.bcd.v1.NodeR\x05nodes\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"h\n" +
@@ -9922,214 +9943,215 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
 	141, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
-	4,   // 6: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	142, // 7: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
-	1,   // 8: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
-	9,   // 9: bcd.v1.NodeInventoryResponse.facts:type_name -> bcd.v1.HardwareFacts
-	1,   // 10: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
-	1,   // 11: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
-	24,  // 12: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
-	22,  // 13: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
-	29,  // 14: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
-	34,  // 15: bcd.v1.DoctorAgent.artifact_cache:type_name -> bcd.v1.DoctorArtifactCache
-	32,  // 16: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
-	32,  // 17: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
-	33,  // 18: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	38,  // 19: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
-	35,  // 20: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
-	37,  // 21: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
-	104, // 22: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
-	32,  // 23: bcd.v1.DoctorResponse.hardware_short:type_name -> bcd.v1.DoctorFinding
-	42,  // 24: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	49,  // 25: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
-	4,   // 26: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	143, // 27: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
-	59,  // 28: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	60,  // 29: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	144, // 30: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
-	56,  // 31: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	56,  // 32: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	57,  // 33: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	56,  // 34: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	68,  // 35: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	68,  // 36: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	145, // 37: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	146, // 38: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	147, // 39: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	148, // 40: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	149, // 41: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
-	75,  // 42: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	150, // 43: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	73,  // 44: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	73,  // 45: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	151, // 46: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	74,  // 47: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	74,  // 48: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	75,  // 49: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	75,  // 50: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	76,  // 51: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	76,  // 52: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	77,  // 53: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	77,  // 54: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	77,  // 55: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	103, // 56: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	103, // 57: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	103, // 58: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	105, // 59: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	104, // 60: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	111, // 61: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	111, // 62: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	111, // 63: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	118, // 64: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	118, // 65: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	118, // 66: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	118, // 67: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	127, // 68: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	127, // 69: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	128, // 70: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	128, // 71: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	128, // 72: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	28,  // 73: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	31,  // 74: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 75: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 76: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	11,  // 77: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	13,  // 78: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 79: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 80: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	14,  // 81: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	15,  // 82: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	13,  // 83: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 84: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 85: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 86: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 87: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	16,  // 88: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	19,  // 89: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	18,  // 90: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
-	20,  // 91: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	26,  // 92: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	23,  // 93: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	8,   // 94: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
-	39,  // 95: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	41,  // 96: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	48,  // 97: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	50,  // 98: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	52,  // 99: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	53,  // 100: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	54,  // 101: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	44,  // 102: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
-	46,  // 103: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
-	58,  // 104: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	62,  // 105: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	64,  // 106: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	66,  // 107: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	66,  // 108: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	66,  // 109: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	69,  // 110: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	71,  // 111: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	112, // 112: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	114, // 113: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	116, // 114: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	99,  // 115: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	101, // 116: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	106, // 117: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	107, // 118: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	108, // 119: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	109, // 120: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	78,  // 121: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	80,  // 122: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	82,  // 123: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	84,  // 124: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	86,  // 125: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	88,  // 126: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	89,  // 127: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	91,  // 128: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	93,  // 129: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	95,  // 130: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	97,  // 131: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	119, // 132: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	121, // 133: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	123, // 134: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	125, // 135: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	129, // 136: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	131, // 137: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	133, // 138: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	135, // 139: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	137, // 140: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	30,  // 141: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	36,  // 142: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 143: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 144: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	12,  // 145: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 146: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 147: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 148: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 149: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 150: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 151: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 152: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 153: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 154: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 155: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	17,  // 156: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 157: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 158: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	21,  // 159: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	27,  // 160: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	25,  // 161: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	10,  // 162: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
-	40,  // 163: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	43,  // 164: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 165: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	51,  // 166: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	30,  // 167: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 168: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	55,  // 169: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	45,  // 170: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
-	47,  // 171: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
-	61,  // 172: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	63,  // 173: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	65,  // 174: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	67,  // 175: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	67,  // 176: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	67,  // 177: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	70,  // 178: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	72,  // 179: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	113, // 180: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	115, // 181: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	117, // 182: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	100, // 183: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	102, // 184: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	110, // 185: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	110, // 186: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	110, // 187: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	110, // 188: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	79,  // 189: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	81,  // 190: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	83,  // 191: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	85,  // 192: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	87,  // 193: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	90,  // 194: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	90,  // 195: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	92,  // 196: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	94,  // 197: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	96,  // 198: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	98,  // 199: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	120, // 200: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	122, // 201: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	124, // 202: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	126, // 203: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	130, // 204: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	132, // 205: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	134, // 206: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	136, // 207: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	138, // 208: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	141, // [141:209] is the sub-list for method output_type
-	73,  // [73:141] is the sub-list for method input_type
-	73,  // [73:73] is the sub-list for extension type_name
-	73,  // [73:73] is the sub-list for extension extendee
-	0,   // [0:73] is the sub-list for field type_name
+	9,   // 6: bcd.v1.Node.hardware:type_name -> bcd.v1.HardwareFacts
+	4,   // 7: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	142, // 8: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	1,   // 9: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
+	9,   // 10: bcd.v1.NodeInventoryResponse.facts:type_name -> bcd.v1.HardwareFacts
+	1,   // 11: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
+	1,   // 12: bcd.v1.PowerResponse.node:type_name -> bcd.v1.Node
+	24,  // 13: bcd.v1.ListAttestationsResponse.attestations:type_name -> bcd.v1.Attestation
+	22,  // 14: bcd.v1.ListEventsResponse.events:type_name -> bcd.v1.Event
+	29,  // 15: bcd.v1.ListDiscoveredResponse.machines:type_name -> bcd.v1.DiscoveredMachine
+	34,  // 16: bcd.v1.DoctorAgent.artifact_cache:type_name -> bcd.v1.DoctorArtifactCache
+	32,  // 17: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
+	32,  // 18: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
+	33,  // 19: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
+	38,  // 20: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
+	35,  // 21: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
+	37,  // 22: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
+	104, // 23: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
+	32,  // 24: bcd.v1.DoctorResponse.hardware_short:type_name -> bcd.v1.DoctorFinding
+	42,  // 25: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
+	49,  // 26: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	4,   // 27: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	143, // 28: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	59,  // 29: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	60,  // 30: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	144, // 31: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
+	56,  // 32: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	56,  // 33: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	57,  // 34: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	56,  // 35: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	68,  // 36: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	68,  // 37: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	145, // 38: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	146, // 39: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	147, // 40: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	148, // 41: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
+	149, // 42: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	75,  // 43: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	150, // 44: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	73,  // 45: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	73,  // 46: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	151, // 47: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	74,  // 48: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	74,  // 49: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	75,  // 50: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	75,  // 51: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	76,  // 52: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	76,  // 53: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	77,  // 54: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	77,  // 55: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	77,  // 56: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	103, // 57: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	103, // 58: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	103, // 59: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	105, // 60: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	104, // 61: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	111, // 62: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	111, // 63: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	111, // 64: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	118, // 65: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	118, // 66: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	118, // 67: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	118, // 68: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	127, // 69: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	127, // 70: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	128, // 71: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	128, // 72: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	128, // 73: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	28,  // 74: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	31,  // 75: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 76: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 77: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	11,  // 78: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	13,  // 79: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 80: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 81: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	14,  // 82: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	15,  // 83: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	13,  // 84: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 85: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 86: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 87: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 88: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	16,  // 89: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	19,  // 90: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	18,  // 91: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	20,  // 92: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	26,  // 93: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	23,  // 94: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	8,   // 95: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
+	39,  // 96: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	41,  // 97: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	48,  // 98: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	50,  // 99: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	52,  // 100: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	53,  // 101: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	54,  // 102: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	44,  // 103: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
+	46,  // 104: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
+	58,  // 105: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	62,  // 106: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	64,  // 107: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	66,  // 108: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	66,  // 109: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	66,  // 110: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	69,  // 111: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	71,  // 112: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	112, // 113: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	114, // 114: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	116, // 115: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	99,  // 116: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	101, // 117: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	106, // 118: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	107, // 119: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	108, // 120: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	109, // 121: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	78,  // 122: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	80,  // 123: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	82,  // 124: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	84,  // 125: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	86,  // 126: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	88,  // 127: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	89,  // 128: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	91,  // 129: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	93,  // 130: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	95,  // 131: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	97,  // 132: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	119, // 133: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	121, // 134: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	123, // 135: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	125, // 136: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	129, // 137: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	131, // 138: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	133, // 139: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	135, // 140: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	137, // 141: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	30,  // 142: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	36,  // 143: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 144: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 145: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	12,  // 146: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 147: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 148: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 150: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 151: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 152: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 153: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 154: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 155: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 156: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	17,  // 157: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 158: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 159: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	21,  // 160: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	27,  // 161: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	25,  // 162: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	10,  // 163: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
+	40,  // 164: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	43,  // 165: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 166: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	51,  // 167: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	30,  // 168: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 169: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	55,  // 170: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	45,  // 171: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
+	47,  // 172: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
+	61,  // 173: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	63,  // 174: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	65,  // 175: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	67,  // 176: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	67,  // 177: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	67,  // 178: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	70,  // 179: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	72,  // 180: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	113, // 181: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	115, // 182: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	117, // 183: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	100, // 184: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	102, // 185: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	110, // 186: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	110, // 187: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	110, // 188: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	110, // 189: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	79,  // 190: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	81,  // 191: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	83,  // 192: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	85,  // 193: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	87,  // 194: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	90,  // 195: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	90,  // 196: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	92,  // 197: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	94,  // 198: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	96,  // 199: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	98,  // 200: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	120, // 201: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	122, // 202: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	124, // 203: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	126, // 204: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	130, // 205: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	132, // 206: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	134, // 207: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	136, // 208: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	138, // 209: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	142, // [142:210] is the sub-list for method output_type
+	74,  // [74:142] is the sub-list for method input_type
+	74,  // [74:74] is the sub-list for extension type_name
+	74,  // [74:74] is the sub-list for extension extendee
+	0,   // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
