@@ -17,8 +17,8 @@ import (
 
 	"bcd/internal/bmc"
 	"bcd/internal/gen/bcdv1"
-	"bcd/internal/hardware"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
+	"bcd/internal/hardware"
 	"bcd/internal/metal"
 )
 
