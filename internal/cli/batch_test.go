@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -53,6 +54,9 @@ func TestBatchCommands(t *testing.T) {
 	}
 	if code, _, errs := run(t, env, "node", "inventory", "n1"); code == 0 || !strings.Contains(errs, "not_found") || !strings.Contains(errs, "no inventory yet") {
 		t.Errorf("the inventory of a node never inspected: %d %q", code, errs)
+	}
+	if code, out, errs := run(t, env, "node", "list", "--hardware"); code != 0 || !strings.Contains(out, "THREADS  MEMORY  DISKS  GPUS") || !regexp.MustCompile(`n1 .* -\s+-\s+-\s+-\s+\S+\n`).MatchString(out) {
+		t.Errorf("node list --hardware of a node never inspected: %d %q %q", code, out, errs)
 	}
 	if code, out, errs := run(t, env, "batch", "list"); code != 0 || !strings.Contains(out, "STATE") {
 		t.Fatalf("batch list: %d %q %q", code, out, errs)
