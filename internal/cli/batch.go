@@ -32,9 +32,9 @@ func bulkCmd(g *globals) *cobra.Command {
 			"With --spread LABEL (rack, row, power feed) the N are taken in turn from each of the label's values,\n" +
 			"the nodes without it last: as evenly as the pool allows.\n" +
 			"--require KEY OP VALUE (repeatable) narrows what --count or --selector choose to the nodes whose inventory\n" +
-			"(reported when they were inspected) meets every requirement, as memory>=256GiB, gpus.nvidia>=2,\n" +
-			"disk.largest>=1.92TB, nic.mbps>=25000, boot=uefi, cpu.flag=avx512f; sizes take B, kB, MB, GB, TB, PB, KiB, MiB,\n" +
-			"GiB, TiB, PiB. Keys:\n" + hardware.KeyHelp(),
+			"(reported when they were inspected) meets every requirement, as 'memory>=256GiB', 'gpus.nvidia>=2',\n" +
+			"'disk.largest>=1.92TB', 'nic.mbps>=25000', boot=uefi, cpu.flag=avx512f (quote them: > and < are the shell's);\n" +
+			"sizes take B, kB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB. Keys:\n" + hardware.KeyHelp(),
 		Args: exactArgs(1, "the VERB: "+bulkVerbs()),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Verb = args[0]
@@ -121,7 +121,7 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&userData, "user-data", "", "deploy: operator user-data for every node's installed OS (as bcd node deploy --user-data; each node gets its own sealed copy): a file, or - for standard input")
 	f.IntVar(&count, "count", 0, "deploy: take this many of the pool's nodes that can deploy now (matching --selector, if given), all or none")
 	f.StringVar(&in.Spread, "spread", "", "deploy --count: a label key (rack, row, power feed); the count is taken in turn from each of its values, the nodes without it last")
-	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as memory>=256GiB (repeatable; all must hold): only inspected nodes meeting them are chosen")
+	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as 'memory>=256GiB' (quoted: > and < are the shell's; repeatable; all must hold): only inspected nodes meeting them are chosen")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
 	return cmd
 }

@@ -245,7 +245,7 @@ func nodeListCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Maintenance, "maintenance", "", "true or false")
 	f.StringArrayVar(&in.Labels, "label", nil, "key=value (repeatable; all must match)")
 	f.BoolVar(&in.Hardware, "hardware", false, "with each node's threads, memory, disks (count and total) and GPUs from its last inventory (- for a node never inspected)")
-	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as gpus.nvidia>=2 (repeatable; all must hold; keys as bcd bulk --require): only inspected nodes meeting them")
+	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as 'gpus.nvidia>=2' (quoted: > and < are the shell's; repeatable; all must hold; keys as bcd bulk --require): only inspected nodes meeting them")
 	f.StringVar(&in.Tenant, "tenant", "", "only nodes of this tenant")
 	f.Int32Var(&in.PageSize, "page-size", 0, "nodes per page (default 500, max 10000)")
 	f.StringVar(&in.PageToken, "page-token", "", "continue a listing")
