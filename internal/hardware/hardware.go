@@ -188,11 +188,12 @@ func Parse(s string) (Requirement, error) {
 		return Requirement{}, fmt.Errorf("requirement %q has no operator: write KEY OP VALUE, as memory>=256GiB (operators: = != < <= > >=)", s)
 	}
 	name, value := strings.TrimSpace(s[:at]), strings.TrimSpace(s[at+len(op):])
-	i := slices.IndexFunc(Keys(), func(k Key) bool { return k.Name == name })
+	keys := Keys()
+	i := slices.IndexFunc(keys, func(k Key) bool { return k.Name == name })
 	if i < 0 {
 		return Requirement{}, fmt.Errorf("requirement %q: unknown key %q: accepted are %s", s, name, KeyNames())
 	}
-	r := Requirement{Key: Keys()[i], Op: op, given: strings.TrimSpace(s)}
+	r := Requirement{Key: keys[i], Op: op, given: strings.TrimSpace(s)}
 	if !slices.Contains(opsOf(r.Key.Kind), op) {
 		return Requirement{}, fmt.Errorf("requirement %q: %s takes %s only", s, name, strings.Join(opsOf(r.Key.Kind), " "))
 	}

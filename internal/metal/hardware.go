@@ -154,24 +154,23 @@ func (s *Service) HardwareShort(ctx context.Context, p auth.Principal, limit int
 		if err != nil || len(reqs) == 0 {
 			continue
 		}
-		for _, st := range checkedStates {
-			nodes, err := s.st.Nodes(ctx, store.NodeFilter{PoolID: pool.ID, State: string(st), Limit: 1000000})
-			if err != nil {
-				return nil, err
+		nodes, err := s.st.Nodes(ctx, store.NodeFilter{PoolID: pool.ID, Limit: 1000000})
+		if err != nil {
+			return nil, err
+		}
+		nodes = slices.DeleteFunc(nodes, func(n store.Node) bool { return !slices.Contains(checkedStates, provision.State(n.State)) })
+		facts, err := s.factsOf(ctx, nodes)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range nodes {
+			if f, ok := facts[n.ID]; !ok {
+				out = append(out, HardwareFinding{Node: n, Unmet: []string{"no inventory to check (bcd node inspect it)"}})
+			} else if unmet := hardware.Unmets(f, reqs); len(unmet) > 0 {
+				out = append(out, HardwareFinding{Node: n, Unmet: unmet})
 			}
-			facts, err := s.factsOf(ctx, nodes)
-			if err != nil {
-				return nil, err
-			}
-			for _, n := range nodes {
-				if f, ok := facts[n.ID]; !ok {
-					out = append(out, HardwareFinding{Node: n, Unmet: []string{"no inventory to check (bcd node inspect it)"}})
-				} else if unmet := hardware.Unmets(f, reqs); len(unmet) > 0 {
-					out = append(out, HardwareFinding{Node: n, Unmet: unmet})
-				}
-				if len(out) >= limit {
-					return out, nil
-				}
+			if len(out) >= limit {
+				return out, nil
 			}
 		}
 	}
