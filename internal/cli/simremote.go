@@ -236,7 +236,7 @@ func (c *apiControl) NodeTimes(ctx context.Context, ids []string) ([]sim.NodeTim
 			if err != nil {
 				return nil, fmt.Errorf("node %s: update time %q: %w", n.Id, n.UpdatedAt, err)
 			}
-			out = append(out, sim.NodeTime{ID: n.Id, State: n.State, UpdatedAt: at})
+			out = append(out, sim.NodeTime{ID: n.Id, State: n.State, FaultCode: n.FaultCode, UpdatedAt: at})
 		}
 		if token = resp.Msg.NextPageToken; token == "" {
 			return out, nil

@@ -1,8 +1,10 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"runtime/metrics"
 	"slices"
@@ -26,6 +28,8 @@ type Phase struct {
 	P50         time.Duration `json:"p50Ns"`
 	P99         time.Duration `json:"p99Ns"`
 	Failed      int           `json:"failed"`
+	// Faults counts the failed nodes by their fault code (provision.Faults).
+	Faults map[string]int `json:"faults,omitempty"`
 	// CPU is the process's CPU time during the phase (the simulated agents' included);
 	// WriterBusy the part of the phase SQLite's single writer was at work (0 on PostgreSQL),
 	// and WriterCPU the CPU time its thread used meanwhile (busy, less the time it waited for a
@@ -92,6 +96,14 @@ type Phase struct {
 func (p Phase) String() string {
 	s := fmt.Sprintf("%-22s %6d nodes in %8s = %7.0f nodes/s  p50 %8s  p99 %8s  failed %d",
 		p.Name, p.Nodes, p.Total.Round(time.Millisecond), p.NodesPerSec, p.P50.Round(time.Millisecond), p.P99.Round(time.Millisecond), p.Failed)
+	if len(p.Faults) > 0 {
+		codes := slices.Sorted(maps.Keys(p.Faults))
+		parts := make([]string, len(codes))
+		for i, c := range codes {
+			parts[i] = fmt.Sprintf("%s %d", c, p.Faults[c])
+		}
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
 	if p.Nodes > 0 && p.CPU > 0 {
 		of := ""
 		if p.CPUOf != "" {
@@ -302,6 +314,10 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 		switch n.State {
 		case "failed":
 			p.Failed++
+			if p.Faults == nil {
+				p.Faults = map[string]int{}
+			}
+			p.Faults[cmp.Or(n.FaultCode, "(none)")]++
 		case want:
 			reached = append(reached, n.ID)
 		}

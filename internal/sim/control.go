@@ -53,10 +53,10 @@ type ServerWork struct {
 	Connections int64
 }
 
-// NodeTime is a node's state and last update.
+// NodeTime is a node's state, last update and, when it failed, its fault code.
 type NodeTime struct {
-	ID, State string
-	UpdatedAt time.Time
+	ID, State, FaultCode string
+	UpdatedAt            time.Time
 }
 
 // inProcess is Control over the harness's own node service and store.
@@ -92,7 +92,7 @@ func (c inProcess) NodeTimes(ctx context.Context, ids []string) ([]NodeTime, err
 		}
 		for _, n := range nodes {
 			if want[n.ID] {
-				out = append(out, NodeTime{ID: n.ID, State: n.State, UpdatedAt: store.Micros(n.UpdatedAt)})
+				out = append(out, NodeTime{ID: n.ID, State: n.State, FaultCode: n.FaultCode, UpdatedAt: store.Micros(n.UpdatedAt)})
 			}
 		}
 		if len(nodes) < 5000 {

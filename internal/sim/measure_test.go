@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ type countingControl struct {
 	before, after             map[string]int
 	writerBefore, writerAfter store.WriterStats
 	states                    map[string]string
+	faults                    map[string]string // the fault codes of failed nodes
 	// server: a server elsewhere whose work is serverBefore at the first reading and
 	// serverAfter at every later one.
 	server                    bool
@@ -49,7 +51,7 @@ func (c *countingControl) CountByState(context.Context) (map[string]int, error) 
 func (c *countingControl) NodeTimes(context.Context, []string) ([]NodeTime, error) {
 	var out []NodeTime
 	for id, st := range c.states {
-		out = append(out, NodeTime{ID: id, State: st, UpdatedAt: time.Now()})
+		out = append(out, NodeTime{ID: id, State: st, FaultCode: c.faults[id], UpdatedAt: time.Now()})
 	}
 	slices.SortFunc(out, func(a, b NodeTime) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
@@ -90,6 +92,7 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		before: map[string]int{"failed": 5, "deployed": 7},
 		after:  map[string]int{"failed": 6, "deployed": 9},
 		states: map[string]string{"a": "deployed", "b": "failed", "c": "deployed", "z": "failed"}, // z: failed in an earlier phase
+		faults: map[string]string{"b": "STEP_FAILED", "z": "POWER_FAILED"},
 		// The writer's work before the phase, and after it: the phase's is the difference.
 		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100, Statements: 1000, WALPages: 5000},
 		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130, Statements: 1390, WALPages: 5600},
@@ -107,6 +110,9 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	if p.Nodes != 3 || p.Failed != 1 || !slices.Equal(reached, []string{"a", "c"}) {
 		t.Errorf("phase of %d nodes, %d failed, reached %v: want 3, 1 failed, a and c reached", p.Nodes, p.Failed, reached)
 	}
+	if !maps.Equal(p.Faults, map[string]int{"STEP_FAILED": 1}) {
+		t.Errorf("faults %v: want the phase's failed node's code alone, STEP_FAILED 1", p.Faults)
+	}
 	if p.WriterBusy != 2*time.Second || p.WriterCPU != 1500*time.Millisecond || p.WriterCommits != 4 || p.WriterWrites != 30 || p.WriterStatements != 390 || p.WriterWALPages != 600 {
 		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes, %d statements, %d WAL pages in the phase: want 2s (1.5s), 4, 30, 390, 600",
 			p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites, p.WriterStatements, p.WriterWALPages)
@@ -114,7 +120,7 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	// (The heap's allocations, read as the collector's times are, are the runtime's counts.)
 	p.AllocBytes = 3 * 40 << 10
 	s := p.String()
-	for _, want := range []string{"7.5 writes/commit", "(cpu 500.00 ms/node)", "130 statements/node", "alloc 40 KiB/node"} {
+	for _, want := range []string{"failed 1 (STEP_FAILED 1)", "7.5 writes/commit", "(cpu 500.00 ms/node)", "130 statements/node", "alloc 40 KiB/node"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("phase line %q: want %q in it", s, want)
 		}
