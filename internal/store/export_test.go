@@ -78,3 +78,7 @@ func (t *Tx) HeldForTests() int { return len(t.later) }
 
 // OpenWriteConnsForTests is the number of connections the writer's pool holds open.
 func (s *Store) OpenWriteConnsForTests() int { return s.write.Stats().OpenConnections }
+
+// SetEventScanWindowForTests makes event listings by kind read n ids (events, following on
+// PostgreSQL) a statement.
+func (s *Store) SetEventScanWindowForTests(n int) { s.eventWindow = n }

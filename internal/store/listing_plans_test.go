@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -142,14 +143,14 @@ func TestEventListingsUseTheNodeIndex(t *testing.T) {
 				{NodeID: "node-0007", Limit: 500},
 				{NodeID: "node-0007", TenantID: "tn", AfterID: 3, Limit: 500},
 			} {
-				q, args := eventsQuery(f)
+				q, args := eventsQuery(f, "", nil, "id")
 				cases = append(cases, struct {
 					name string
 					q    string
 					args []any
 				}{fmt.Sprintf("events %+v", f), q, args})
 				if engine == Postgres {
-					q, args := eventsSinceQuery(f, "0", 0)
+					q, args := eventsSinceQuery(f, "0", 0, nil)
 					cases = append(cases, struct {
 						name string
 						q    string
@@ -157,6 +158,19 @@ func TestEventListingsUseTheNodeIndex(t *testing.T) {
 					}{fmt.Sprintf("events since %+v", f), q, args})
 				}
 			}
+			// A node's newest events (read backwards), and its events of some kinds.
+			q, args := eventsQuery(EventFilter{NodeID: "node-0007", Newest: true, Limit: 20}, ` AND id <= ?`, []any{int64(math.MaxInt64)}, "id DESC")
+			cases = append(cases, struct {
+				name string
+				q    string
+				args []any
+			}{"newest events of a node", q, args})
+			q, args = eventsQuery(EventFilter{NodeID: "node-0007", Kinds: []string{"node.*", "workflow.step"}, Limit: 20}, "", nil, "id")
+			cases = append(cases, struct {
+				name string
+				q    string
+				args []any
+			}{"events of a node by kind", q, args})
 			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					if plan := planOf(t, s, c.q, c.args...); !strings.Contains(plan, "events_node") {

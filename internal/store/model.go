@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -601,6 +603,13 @@ type EventFilter struct {
 	TenantID string
 	AfterID  uint64
 	Limit    int
+	// Kinds keeps the events of these kinds only, each exact ("node.fail") or every kind
+	// under a prefix ("node.*"): see EventKindPattern.
+	Kinds []string
+	// Newest: the last Limit events before BeforeID (0: the newest there are), oldest first,
+	// instead of the first Limit after AfterID (ignored).
+	Newest   bool
+	BeforeID uint64
 }
 
 // eventCols are the columns scanEvent reads.
@@ -615,9 +624,111 @@ func scanEvent(r interface{ Scan(...any) error }, extra ...any) (Event, error) {
 	return e, err
 }
 
+// Events lists the events f selects in id order. Filtered by kind over every node, it reads the
+// log in windows of eventScanWindow ids (short statements: no read holds a snapshot for the
+// whole log), until it has f.Limit events or reached the end.
 func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
-	q, args := eventsQuery(f)
-	rows, err := s.queryRows(ctx, q, args...)
+	if f.Newest {
+		upTo := uint64(math.MaxInt64)
+		if f.BeforeID > 0 {
+			upTo = f.BeforeID - 1
+		}
+		return s.newestEvents(ctx, f, upTo, "", nil)
+	}
+	if !f.windowed() {
+		return s.eventRows(ctx, f, "", nil, "id")
+	}
+	top, err := s.topEventID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	evs, _, err := s.eventsUpTo(ctx, f, top)
+	return evs, err
+}
+
+// windowed reports whether f's events are read in windows of ids: filtered by kind over
+// every node. A node's events are read through events_node, and every event is one that a
+// listing wants: either way each row read is one answered.
+func (f EventFilter) windowed() bool { return len(f.Kinds) > 0 && f.NodeID == "" }
+
+// eventScanWindow is how many ids a statement of a windowed listing reads at most.
+const eventScanWindow = 50_000
+
+// scanWindow is s.eventWindow, or eventScanWindow.
+func (s *Store) scanWindow() uint64 { return uint64(cmp.Or(s.eventWindow, eventScanWindow)) }
+
+// topEventID is the largest event id (0: none).
+func (s *Store) topEventID(ctx context.Context) (uint64, error) {
+	var top int64
+	if err := s.queryRow(ctx, `SELECT COALESCE(MAX(id), 0) FROM events`).Scan(&top); err != nil {
+		return 0, fmt.Errorf("reading the newest event id: %w", err)
+	}
+	return uint64(top), nil
+}
+
+// eventsUpTo lists f's events after f.AfterID up to id top, window by window, and returns the
+// id up to which it looked: top, or the last event's when it stopped at f.Limit.
+func (s *Store) eventsUpTo(ctx context.Context, f EventFilter, top uint64) ([]Event, uint64, error) {
+	var out []Event
+	lo := f.AfterID
+	for lo < top && len(out) < f.Limit {
+		hi := min(lo+s.scanWindow(), top)
+		g := f
+		g.Limit = f.Limit - len(out)
+		evs, err := s.eventRows(ctx, g, ` AND id > ? AND id <= ?`, []any{int64(lo), int64(hi)}, "id")
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, evs...)
+		lo = hi
+	}
+	if len(out) == f.Limit && f.Limit > 0 {
+		return out, out[len(out)-1].ID, nil
+	}
+	return out, max(lo, f.AfterID), nil
+}
+
+// newestEvents lists the last f.Limit of f's events with ids up to upTo (and the extra
+// condition where, with args), oldest first; by kind over every node, window by window
+// downwards.
+func (s *Store) newestEvents(ctx context.Context, f EventFilter, upTo uint64, where string, args []any) ([]Event, error) {
+	if upTo > math.MaxInt64 {
+		upTo = math.MaxInt64
+	}
+	var out []Event
+	if !f.windowed() {
+		evs, err := s.eventRows(ctx, f, where+` AND id <= ?`, append(slices.Clone(args), int64(upTo)), "id DESC")
+		if err != nil {
+			return nil, err
+		}
+		out = evs
+	} else {
+		top, err := s.topEventID(ctx)
+		if err != nil {
+			return nil, err
+		}
+		hi := min(upTo, top)
+		for hi > 0 && len(out) < f.Limit {
+			lo := hi - min(hi, s.scanWindow())
+			g := f
+			g.Limit = f.Limit - len(out)
+			evs, err := s.eventRows(ctx, g, where+` AND id > ? AND id <= ?`, append(slices.Clone(args), int64(lo), int64(hi)), "id DESC")
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, evs...)
+			hi = lo
+		}
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// eventRows runs eventsQuery: f's events with the extra condition where (its arguments
+// args), in the order given.
+func (s *Store) eventRows(ctx context.Context, f EventFilter, where string, args []any, order string) ([]Event, error) {
+	q, all := eventsQuery(f, where, args, order)
+	rows, err := s.queryRows(ctx, q, all...)
 	if err != nil {
 		return nil, fmt.Errorf("listing events: %w", err)
 	}
@@ -633,10 +744,26 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	return out, rows.Err()
 }
 
-// eventFilterWhere is f's node and tenant conditions, each only when set: a condition that
-// holds for an empty filter as well ("? = ” OR node_id = ?") keeps both engines from reading a
-// node's events through events_node, and a node's listing would read the whole events table
-// (SQLite always; PostgreSQL once it plans the statement generically).
+// eventsQuery is the query of f's node, tenant and kinds, with the extra condition where (its
+// arguments args), in the order given, at most f.Limit rows; after f.AfterID unless f.Newest.
+func eventsQuery(f EventFilter, where string, args []any, order string) (string, []any) {
+	fw, fargs := eventFilterWhere(f)
+	q := `SELECT ` + eventCols + ` FROM events WHERE `
+	var all []any
+	if f.Newest {
+		q += `TRUE`
+	} else {
+		q += `id > ?`
+		all = append(all, int64(f.AfterID))
+	}
+	all = append(append(append(all, fargs...), args...), f.Limit)
+	return q + fw + where + ` ORDER BY ` + order + ` LIMIT ?`, all
+}
+
+// eventFilterWhere is f's node, tenant and kind conditions, each only when set: a condition
+// that holds for an empty filter as well ("? = ” OR node_id = ?") keeps both engines from
+// reading a node's events through events_node, and a node's listing would read the whole
+// events table (SQLite always; PostgreSQL once it plans the statement generically).
 func eventFilterWhere(f EventFilter) (string, []any) {
 	var where string
 	var args []any
@@ -648,75 +775,227 @@ func eventFilterWhere(f EventFilter) (string, []any) {
 		where += ` AND tenant_id = ?`
 		args = append(args, f.TenantID)
 	}
+	if len(f.Kinds) > 0 {
+		kw, kargs := kindsWhere(f.Kinds)
+		where += ` AND ` + kw
+		args = append(args, kargs...)
+	}
 	return where, args
 }
 
-// eventsQuery is the query of Events, with its arguments.
-func eventsQuery(f EventFilter) (string, []any) {
-	where, args := eventFilterWhere(f)
-	return `SELECT ` + eventCols + ` FROM events WHERE id > ?` + where + ` ORDER BY id LIMIT ?`,
-		append(append([]any{int64(f.AfterID)}, args...), f.Limit)
+// kindsWhere is the condition of kind patterns (EventKindPattern): exact kinds compared
+// equal, prefixes ("node.*") by the kind's first characters (equality: no collation of
+// either engine reorders it, and no LIKE wildcard or case folding to escape).
+func kindsWhere(kinds []string) (string, []any) {
+	var terms []string
+	var args []any
+	for _, k := range kinds {
+		if prefix, ok := strings.CutSuffix(k, "*"); ok {
+			terms = append(terms, `substr(kind, 1, `+strconv.Itoa(len(prefix))+`) = ?`)
+			args = append(args, prefix)
+		} else {
+			terms = append(terms, `kind = ?`)
+			args = append(args, k)
+		}
+	}
+	return `(` + strings.Join(terms, ` OR `) + `)`, args
+}
+
+// EventKindPattern checks one kind filter: a kind ("node.fail", "workflow.step") or a prefix
+// of kinds ending in ".*" ("node.*", "node.hardware.*"); a kind is lowercase letters, digits and
+// '_' in parts joined by '.'. Pure.
+func EventKindPattern(k string) error {
+	body := strings.TrimSuffix(k, ".*")
+	if body == "" {
+		return fmt.Errorf("%q is not an event kind: a kind such as node.fail, or a prefix such as node.* (every kind under node.)", k)
+	}
+	for _, part := range strings.Split(body, ".") {
+		if part == "" || strings.IndexFunc(part, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_')
+		}) >= 0 {
+			return fmt.Errorf("%q is not an event kind: a kind is lowercase letters, digits and _ in parts joined by dots (node.fail), a prefix ends in .* (node.*)", k)
+		}
+	}
+	return nil
 }
 
 // eventsSinceQuery is the query of EventsSince on PostgreSQL after the cursor (xid, id), with
-// its arguments.
-func eventsSinceQuery(f EventFilter, xid string, id int64) (string, []any) {
+// its arguments, up to the cursor (xid, id) upTo when upTo is set (else up to the oldest
+// transaction still running).
+func eventsSinceQuery(f EventFilter, xid string, id int64, upTo *pgCursor) (string, []any) {
 	where, args := eventFilterWhere(f)
+	bound, bargs := `xid < pg_snapshot_xmin(pg_current_snapshot())`, []any(nil)
+	if upTo != nil {
+		bound, bargs = `(xid, id) <= (?::xid8, ?)`, []any{upTo.xid, upTo.id}
+	}
 	// ORDER BY names the table's xid: a bare xid is the selected xid::text, whose order is not
 	// the transactions' ("100" before "99"), and a page would end on a cursor past events it
 	// left out.
 	return `SELECT ` + eventCols + `, xid::text FROM events
-		WHERE (xid, id) > (?::xid8, ?) AND xid < pg_snapshot_xmin(pg_current_snapshot())` + where + ` ORDER BY events.xid, events.id LIMIT ?`,
-		append(append([]any{xid, id}, args...), f.Limit)
+		WHERE (xid, id) > (?::xid8, ?) AND ` + bound + where + ` ORDER BY events.xid, events.id LIMIT ?`,
+		append(append(append([]any{xid, id}, bargs...), args...), f.Limit)
 }
 
-// EventsSince returns the events committed after those cursor covers ("": from the start), in
-// commit order, and the cursor that covers them. On PostgreSQL ids are taken before commit, so a
-// transaction may commit a lower id after a higher one: a follower reading by id would pass over
-// it. Here events are read by (transaction, id) up to the oldest transaction still running,
-// whose events are left for a later call. SQLite's one writer commits in id order: the cursor is
-// the last id.
+// pgCursor is a position in PostgreSQL's commit order of events: (transaction, id).
+type pgCursor struct {
+	xid string
+	id  int64
+}
+
+func (c pgCursor) String() string { return c.xid + ":" + strconv.FormatInt(c.id, 10) }
+
+// EventsSince returns the events committed after those cursor covers ("": from the start, or
+// with f.Newest the last f.Limit events there are now), in commit order, and the cursor that
+// covers them. On PostgreSQL ids are taken before commit, so a transaction may commit a lower
+// id after a higher one: a follower reading by id would pass over it. Here events are read by
+// (transaction, id) up to the oldest transaction still running, whose events are left for a
+// later call. SQLite's one writer commits in id order: the cursor is the last id. Filtered by
+// kind over every node, the log is read in windows (Events), and the cursor covers what was
+// looked at, whether or not an event in it was of the kinds: a follower of rare kinds never
+// reads the same stretch again.
 func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) ([]Event, string, error) {
 	if s.engine != Postgres {
 		after := uint64(0)
 		if cursor != "" {
 			var err error
-			if after, err = strconv.ParseUint(cursor, 10, 64); err != nil {
+			if after, err = strconv.ParseUint(cursor, 10, 64); err != nil || after > math.MaxInt64 {
 				return nil, "", fmt.Errorf("event cursor %q: %w: pass the cursor of an earlier answer, or none", cursor, ErrBadCursor)
 			}
 		}
-		f.AfterID = after
+		if f.Newest && cursor == "" {
+			// Ids are taken in commit order: every event up to top is committed.
+			top, err := s.topEventID(ctx)
+			if err != nil {
+				return nil, "", err
+			}
+			evs, err := s.newestEvents(ctx, f, top, "", nil)
+			return evs, strconv.FormatUint(top, 10), err
+		}
+		f.Newest, f.AfterID = false, after
+		if f.windowed() {
+			top, err := s.topEventID(ctx)
+			if err != nil {
+				return nil, "", err
+			}
+			evs, to, err := s.eventsUpTo(ctx, f, top)
+			if err != nil {
+				return nil, "", err
+			}
+			return evs, strconv.FormatUint(to, 10), nil
+		}
 		evs, err := s.Events(ctx, f)
 		if len(evs) > 0 {
 			cursor = strconv.FormatUint(evs[len(evs)-1].ID, 10)
 		}
 		return evs, cursor, err
 	}
-	xid, id := "0", int64(0)
+	at := pgCursor{xid: "0"}
 	if cursor != "" {
 		x, i, ok := strings.Cut(cursor, ":")
 		n, err := strconv.ParseInt(i, 10, 64)
 		if _, xerr := strconv.ParseUint(x, 10, 64); !ok || err != nil || xerr != nil {
 			return nil, "", fmt.Errorf("event cursor %q: %w: pass the cursor of an earlier answer, or none", cursor, ErrBadCursor)
 		}
-		xid, id = x, n
+		at = pgCursor{xid: x, id: n}
 	}
-	q, args := eventsSinceQuery(f, xid, id)
+	if f.Newest && cursor == "" {
+		end, ok, err := s.pgLastVisible(ctx, at)
+		if err != nil || !ok {
+			return nil, "", err // nothing committed yet: a follower starts from the start
+		}
+		evs, err := s.newestEvents(ctx, f, math.MaxInt64, ` AND (xid, id) <= (?::xid8, ?)`, []any{end.xid, end.id})
+		return evs, end.String(), err
+	}
+	f.Newest = false
+	if !f.windowed() {
+		evs, next, err := s.pgEventsSince(ctx, f, at, nil)
+		if next == nil {
+			return evs, cursor, err
+		}
+		return evs, next.String(), err
+	}
+	var out []Event
+	for len(out) < f.Limit {
+		// The window: the next eventScanWindow committed events, or those there are.
+		end, ok, err := s.pgWindowEnd(ctx, at)
+		if err != nil {
+			return nil, "", err
+		}
+		last := false
+		if !ok {
+			if end, ok, err = s.pgLastVisible(ctx, at); err != nil || !ok {
+				break // nothing committed after the cursor
+			}
+			last = true
+		}
+		g := f
+		g.Limit = f.Limit - len(out)
+		evs, next, err := s.pgEventsSince(ctx, g, at, &end)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, evs...)
+		if len(out) == f.Limit {
+			at = *next
+			break
+		}
+		at = end
+		if last {
+			break
+		}
+	}
+	if at.xid == "0" && at.id == 0 {
+		return out, cursor, nil
+	}
+	return out, at.String(), nil
+}
+
+// pgEventsSince reads f's events after the cursor at in commit order, up to upTo (nil: the
+// oldest transaction still running), and returns the cursor of the last one (nil: none).
+func (s *Store) pgEventsSince(ctx context.Context, f EventFilter, at pgCursor, upTo *pgCursor) ([]Event, *pgCursor, error) {
+	q, args := eventsSinceQuery(f, at.xid, at.id, upTo)
 	rows, err := s.queryRows(ctx, q, args...)
 	if err != nil {
-		return nil, "", fmt.Errorf("listing events since %q: %w", cursor, err)
+		return nil, nil, fmt.Errorf("listing events since %s: %w", at, err)
 	}
 	defer rows.Close()
 	var out []Event
+	var last *pgCursor
 	for rows.Next() {
+		var xid string
 		e, err := scanEvent(rows, &xid)
 		if err != nil {
-			return nil, "", fmt.Errorf("reading event: %w", err)
+			return nil, nil, fmt.Errorf("reading event: %w", err)
 		}
 		out = append(out, e)
-		cursor = xid + ":" + strconv.FormatUint(e.ID, 10)
+		last = &pgCursor{xid: xid, id: int64(e.ID)}
 	}
-	return out, cursor, rows.Err()
+	return out, last, rows.Err()
+}
+
+// pgWindowEnd is the cursor of the eventScanWindow-th event committed after at (false: fewer
+// are).
+func (s *Store) pgWindowEnd(ctx context.Context, at pgCursor) (pgCursor, bool, error) {
+	return s.pgCursorAt(ctx, `SELECT xid::text, id FROM events WHERE (xid, id) > (?::xid8, ?)
+		AND xid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY events.xid, events.id OFFSET `+strconv.FormatUint(s.scanWindow()-1, 10)+` LIMIT 1`, at)
+}
+
+// pgLastVisible is the cursor of the last event committed after at, in commit order, of the
+// transactions older than every one still running (false: none).
+func (s *Store) pgLastVisible(ctx context.Context, at pgCursor) (pgCursor, bool, error) {
+	return s.pgCursorAt(ctx, `SELECT xid::text, id FROM events WHERE (xid, id) > (?::xid8, ?)
+		AND xid < pg_snapshot_xmin(pg_current_snapshot()) ORDER BY events.xid DESC, events.id DESC LIMIT 1`, at)
+}
+
+func (s *Store) pgCursorAt(ctx context.Context, q string, at pgCursor) (pgCursor, bool, error) {
+	var c pgCursor
+	switch err := s.queryRow(ctx, q, at.xid, at.id).Scan(&c.xid, &c.id); {
+	case errors.Is(err, sql.ErrNoRows):
+		return pgCursor{}, false, nil
+	case err != nil:
+		return pgCursor{}, false, fmt.Errorf("reading the event log's position after %s: %w", at, err)
+	}
+	return c, true, nil
 }
 
 // ErrBadCursor is an event cursor that no answer gave.

@@ -63,6 +63,9 @@ type Store struct {
 	// imageSigs remembers the catalog signatures that verified (every deploy step checks its
 	// image again, in the writer).
 	imageSigs *catalog.VerifiedSignatures
+	// eventWindow is how many ids (on PostgreSQL's follow: events) a statement of an event
+	// listing by kind reads at most (0: eventScanWindow; tests make it small).
+	eventWindow int
 	// now is the local clock (tests replace it while the store runs). On PostgreSQL the
 	// store's time is the database's: offset, measured by SyncClock, is added to the local
 	// clock, unless a test set the clock by hand (manual).
