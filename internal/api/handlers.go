@@ -192,10 +192,12 @@ func (h *nodes) Events(ctx context.Context, req *connect.Request[bcdv1.ListEvent
 	var evs []store.Event
 	var cursor string
 	var err error
+	q := metal.EventQuery{Node: req.Msg.Node, AfterID: req.Msg.AfterId, Limit: int(req.Msg.Limit), Kinds: req.Msg.Kinds,
+		Newest: req.Msg.Newest, BeforeID: req.Msg.BeforeId, Cursor: req.Msg.AfterCursor}
 	if req.Msg.Follow {
-		evs, cursor, err = h.svc.FollowEvents(ctx, principal(ctx), req.Msg.Node, req.Msg.AfterCursor, int(req.Msg.Limit))
+		evs, cursor, err = h.svc.Follow(ctx, principal(ctx), q)
 	} else {
-		evs, err = h.svc.Events(ctx, principal(ctx), req.Msg.Node, req.Msg.AfterId, int(req.Msg.Limit))
+		evs, err = h.svc.ListEvents(ctx, principal(ctx), q)
 	}
 	if err != nil {
 		return nil, toConnect(err)

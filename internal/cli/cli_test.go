@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -125,6 +127,108 @@ func TestEventsFollow(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("follow exited %d", code)
+	}
+}
+
+// TestEventsByKindAndLast: --kind keeps the events of a kind or a prefix's, --last the newest,
+// oldest first; with --follow the newest are the start; bad kinds and --last with --after are
+// refused saying what is accepted.
+func TestEventsByKindAndLast(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token, "BCD_BMC_PASSWORD": "pw"}
+	for i, n := range []string{"k1", "k2", "k3"} {
+		if code, _, errs := run(t, env, "node", "enroll", n, "--bmc-address", fmt.Sprintf("https://10.0.1.%d", i+1), "--bmc-username", "root"); code != 0 {
+			t.Fatal(errs)
+		}
+	}
+	if code, _, errs := run(t, env, "node", "abort", "k2", "--reason", "by hand"); code != 0 {
+		t.Fatal(errs)
+	}
+	code, list, errs := run(t, env, "node", "list", "-o", "json")
+	var nodes struct{ Nodes []struct{ Id, Name string } }
+	if code != 0 || json.Unmarshal([]byte(list), &nodes) != nil {
+		t.Fatalf("node list: %d %q %q", code, list, errs)
+	}
+	name := map[string]string{}
+	for _, n := range nodes.Nodes {
+		name[n.Id] = n.Name
+	}
+	// listed runs bcd events with args and returns each event's kind and node's name.
+	listed := func(args ...string) []string {
+		t.Helper()
+		code, out, errs := run(t, env, append([]string{"events", "-o", "json"}, args...)...)
+		var resp struct {
+			Events []struct{ Kind, Node string }
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &resp) != nil {
+			t.Fatalf("events %v: %d %q %q", args, code, out, errs)
+		}
+		var got []string
+		for _, e := range resp.Events {
+			got = append(got, e.Kind+" "+name[e.Node])
+		}
+		return got
+	}
+	if got := listed("--kind", "node.enroll"); !slices.Equal(got, []string{"node.enroll k1", "node.enroll k2", "node.enroll k3"}) {
+		t.Errorf("--kind node.enroll: %v", got)
+	}
+	if got := listed("--last", "2", "--kind", "node.enroll"); !slices.Equal(got, []string{"node.enroll k2", "node.enroll k3"}) {
+		t.Errorf("--last 2 --kind node.enroll: %v", got)
+	}
+	all := listed()
+	if got := listed("--last", "1"); len(got) != 1 || got[0] != all[len(all)-1] {
+		t.Errorf("--last 1: %v, want the newest of %v", got, all)
+	}
+	for _, got := range [][]string{listed("--kind", "node.*"), listed("--kind", "workflow.*,node.enroll"), listed("k2", "--kind", "node.*")} {
+		if len(got) == 0 {
+			t.Errorf("a listing by prefix found nothing")
+		}
+		for _, k := range got {
+			if !strings.HasPrefix(k, "node.") && !strings.HasPrefix(k, "workflow.") {
+				t.Errorf("listing by prefix: %q", k)
+			}
+		}
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--kind", "Node.Fail"}, "lowercase letters, digits and _ in parts joined by dots (node.fail)"},
+		{[]string{"--kind", "node.f*"}, "a prefix ends in .*"},
+		{[]string{"--last", "2", "--after", "1"}, "--last and --after: give one"},
+		{[]string{"--last", "0"}, "1 or more"},
+	} {
+		if code, _, errs := run(t, env, append([]string{"events"}, c.args...)...); code != 2 || !strings.Contains(errs, c.want) {
+			t.Errorf("events %v: %d %q: want exit 2 and %q", c.args, code, errs, c.want)
+		}
+	}
+	// Following from the newest enrolment: k3's, then k4's; never k1's or k2's.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, Env{Args: []string{"events", "--follow", "--last", "1", "--kind", "node.enroll", "-o", "json"}, Getenv: func(k string) string { return env[k] }, Stdout: out, Stderr: io.Discard})
+	}()
+	waitFor := func(s string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), s); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%q not followed; got:\n%s", s, out.String())
+			}
+		}
+	}
+	waitFor(`10.0.1.3`)
+	if code, _, errs := run(t, env, "node", "enroll", "k4", "--bmc-address", "https://10.0.1.4", "--bmc-username", "root"); code != 0 {
+		t.Fatal(errs)
+	}
+	waitFor(`10.0.1.4`)
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("follow exited %d", code)
+	}
+	if got := out.String(); strings.Contains(got, `10.0.1.1`) || strings.Contains(got, `10.0.1.2`) || strings.Contains(got, "workflow.") {
+		t.Errorf("following from the newest enrolment printed older or other events:\n%s", got)
 	}
 }
 

@@ -374,6 +374,7 @@ func nodeGetCmd(g *globals) *cobra.Command {
 func nodeEventsCmd(g *globals) *cobra.Command {
 	var in bcdv1.ListEventsRequest
 	var follow bool
+	var last int32
 	cmd := &cobra.Command{
 		Use:   "events [NODE]",
 		Short: "Show the event log (of one node, or all)",
@@ -381,6 +382,16 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				in.Node = args[0]
+			}
+			pageLimit := in.Limit // (following after --last N, pages are --limit's again)
+			if cmd.Flags().Changed("last") {
+				if in.AfterId != 0 {
+					return usagef("--last and --after: give one (--last N: the newest N events; --after ID: the events after ID)")
+				}
+				if last < 1 {
+					return usagef("--last %d: give how many of the newest events, 1 or more", last)
+				}
+				in.Newest, in.Limit = true, last
 			}
 			c, err := g.clients()
 			if err != nil {
@@ -424,6 +435,9 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 				if !follow {
 					return nil
 				}
+				if in.Newest { // the newest were the start: what follows comes after them, a page at a time
+					in.Newest, in.Limit = false, pageLimit
+				}
 				if len(resp.Msg.Events) == 0 {
 					select {
 					case <-cmd.Context().Done():
@@ -437,6 +451,8 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 	cmd.Flags().Uint64Var(&in.AfterId, "after", 0, "only events after this id")
 	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many per request (default 500)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they happen (until interrupted)")
+	cmd.Flags().Int32Var(&last, "last", 0, "the newest N events (of the kinds asked for), oldest first; with --follow, then what comes")
+	cmd.Flags().StringSliceVar(&in.Kinds, "kind", nil, "only events of this kind (node.fail), or of every kind under a prefix (node.*) (repeatable, or comma-separated; at most 16)")
 	return cmd
 }
 

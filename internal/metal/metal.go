@@ -814,16 +814,39 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 	return nodes, next, nil
 }
 
+// EventQuery is what an event listing asks for.
+type EventQuery struct {
+	Node    string // id or name (a deleted node's raw id); empty: every event visible
+	AfterID uint64 // the first Limit events after it
+	Limit   int    // 0: 500
+	// Kinds keeps the events of these kinds: a kind ("node.fail") or every kind under a
+	// prefix ("node.*"); at most MaxEventKinds.
+	Kinds []string
+	// Newest: the last Limit events before BeforeID (0: the newest), oldest first; AfterID is
+	// ignored. Following, with no cursor: start at the newest Limit events, not the first.
+	Newest   bool
+	BeforeID uint64
+	Cursor   string // following: an earlier answer's cursor
+}
+
+// MaxEventKinds is how many kinds an event listing may name.
+const MaxEventKinds = 16
+
 // Events lists events, of one node or of every node visible to p.
 func (s *Service) Events(ctx context.Context, p auth.Principal, nodeRef string, afterID uint64, limit int) ([]store.Event, error) {
-	f, err := s.eventFilter(ctx, p, nodeRef, limit)
+	return s.ListEvents(ctx, p, EventQuery{Node: nodeRef, AfterID: afterID, Limit: limit})
+}
+
+// ListEvents lists the events q selects that p may see, in id order.
+func (s *Service) ListEvents(ctx context.Context, p auth.Principal, q EventQuery) ([]store.Event, error) {
+	f, err := s.eventFilter(ctx, p, q)
 	if err != nil {
 		return nil, err
 	}
-	if afterID > math.MaxInt64 {
+	if q.AfterID > math.MaxInt64 && !q.Newest {
 		return nil, nil // ids are int64 in the store: none is larger (the query would wrap it negative)
 	}
-	f.AfterID = afterID
+	f.AfterID = q.AfterID
 	return s.st.Events(ctx, f)
 }
 
@@ -831,13 +854,20 @@ func (s *Service) Events(ctx context.Context, p auth.Principal, nodeRef string, 
 // in commit order, and the cursor that covers them (store.EventsSince): a follower never
 // passes over an event that commits late.
 func (s *Service) FollowEvents(ctx context.Context, p auth.Principal, nodeRef, cursor string, limit int) ([]store.Event, string, error) {
-	f, err := s.eventFilter(ctx, p, nodeRef, limit)
+	return s.Follow(ctx, p, EventQuery{Node: nodeRef, Cursor: cursor, Limit: limit})
+}
+
+// Follow returns the events q selects committed after those q.Cursor covers (none: from the
+// start, or the newest q.Limit with q.Newest), in commit order, and the cursor that covers
+// them, and what was looked at: a follower of rare kinds is not answered a stretch twice.
+func (s *Service) Follow(ctx context.Context, p auth.Principal, q EventQuery) ([]store.Event, string, error) {
+	f, err := s.eventFilter(ctx, p, q)
 	if err != nil {
 		return nil, "", err
 	}
-	evs, next, err := s.st.EventsSince(ctx, f, cursor)
+	evs, next, err := s.st.EventsSince(ctx, f, q.Cursor)
 	if errors.Is(err, store.ErrBadCursor) {
-		return nil, "", invalid("after_cursor", "%q is not a cursor this server gave: pass the cursor of an earlier answer, or none to start from the first event", cursor)
+		return nil, "", invalid("after_cursor", "%q is not a cursor this server gave: pass the cursor of an earlier answer, or none to start from the first event", q.Cursor)
 	}
 	return evs, next, err
 }
@@ -876,7 +906,7 @@ func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, k
 	if limit < 0 || limit > 1000 {
 		return nil, invalid("limit", "%d is out of range: accepted are 1-1000 (0 for the default of 50)", limit)
 	}
-	f, err := s.eventFilter(ctx, p, nodeRef, 1)
+	f, err := s.eventFilter(ctx, p, EventQuery{Node: nodeRef, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
@@ -895,25 +925,37 @@ func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, k
 }
 
 // eventFilter checks an events request and selects its events: the caller's tenant, the node.
-func (s *Service) eventFilter(ctx context.Context, p auth.Principal, nodeRef string, limit int) (store.EventFilter, error) {
+func (s *Service) eventFilter(ctx context.Context, p auth.Principal, q EventQuery) (store.EventFilter, error) {
 	if err := Require(p, auth.Read); err != nil {
 		return store.EventFilter{}, err
 	}
+	limit := q.Limit
 	if limit == 0 {
 		limit = 500
 	}
 	if limit < 0 || limit > MaxPageSize {
 		return store.EventFilter{}, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 500)", limit, MaxPageSize)
 	}
-	f := store.EventFilter{TenantID: p.TenantID, Limit: limit}
-	if nodeRef != "" {
-		n, err := s.st.Node(ctx, nodeRef, p.TenantID)
+	if len(q.Kinds) > MaxEventKinds {
+		return store.EventFilter{}, invalid("kinds", "%d kinds: accepted are at most %d (a prefix such as node.* names every kind under it)", len(q.Kinds), MaxEventKinds)
+	}
+	for _, k := range q.Kinds {
+		if err := store.EventKindPattern(k); err != nil {
+			return store.EventFilter{}, invalid("kinds", "%s", err.Error())
+		}
+	}
+	if q.BeforeID > 0 && !q.Newest {
+		return store.EventFilter{}, invalid("before_id", "is for the newest events (newest): with after_id the events after it are listed")
+	}
+	f := store.EventFilter{TenantID: p.TenantID, Limit: limit, Kinds: slices.Clone(q.Kinds), Newest: q.Newest, BeforeID: min(q.BeforeID, math.MaxInt64)}
+	if q.Node != "" {
+		n, err := s.st.Node(ctx, q.Node, p.TenantID)
 		if err != nil {
 			// A deleted node keeps its events: accept a raw id.
-			if !errors.Is(err, store.ErrNotFound) || !uuidRe.MatchString(nodeRef) {
+			if !errors.Is(err, store.ErrNotFound) || !uuidRe.MatchString(q.Node) {
 				return store.EventFilter{}, err
 			}
-			f.NodeID = nodeRef
+			f.NodeID = q.Node
 		} else {
 			f.NodeID = n.ID
 		}

@@ -2326,8 +2326,17 @@ type ListEventsRequest struct {
 	// start when empty), in commit order, never skipping one that commits late (on PostgreSQL a
 	// transaction may commit a lower id after a higher one: after_id would pass over it). Events
 	// of transactions still running are left for a later call. after_id is then ignored.
-	Follow        bool   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
-	AfterCursor   string `protobuf:"bytes,5,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
+	Follow      bool   `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
+	AfterCursor string `protobuf:"bytes,5,opt,name=after_cursor,json=afterCursor,proto3" json:"after_cursor,omitempty"`
+	// Only events of these kinds, each a kind (node.fail) or every kind under a prefix
+	// (node.*: node.fail, node.hardware.changed, …); at most 16. Over every node the log is read
+	// in windows of ids (short reads), until limit events are found or it ends.
+	Kinds []string `protobuf:"bytes,6,rep,name=kinds,proto3" json:"kinds,omitempty"`
+	// The newest events: the last limit (with before_id > 0: of those before it), oldest first;
+	// after_id is then ignored. With follow and no after_cursor: start at the newest limit
+	// events instead of the first ever, and follow from there.
+	Newest        bool   `protobuf:"varint,7,opt,name=newest,proto3" json:"newest,omitempty"`
+	BeforeId      uint64 `protobuf:"varint,8,opt,name=before_id,json=beforeId,proto3" json:"before_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2395,6 +2404,27 @@ func (x *ListEventsRequest) GetAfterCursor() string {
 		return x.AfterCursor
 	}
 	return ""
+}
+
+func (x *ListEventsRequest) GetKinds() []string {
+	if x != nil {
+		return x.Kinds
+	}
+	return nil
+}
+
+func (x *ListEventsRequest) GetNewest() bool {
+	if x != nil {
+		return x.Newest
+	}
+	return false
+}
+
+func (x *ListEventsRequest) GetBeforeId() uint64 {
+	if x != nil {
+		return x.BeforeId
+	}
+	return 0
 }
 
 type ListEventsResponse struct {
@@ -9188,13 +9218,16 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\fverify_error\x18\v \x01(\tR\vverifyError\"j\n" +
 	"\x18ListAttestationsResponse\x127\n" +
 	"\fattestations\x18\x01 \x03(\v2\x13.bcd.v1.AttestationR\fattestations\x12\x15\n" +
-	"\x06ca_pem\x18\x02 \x01(\tR\x05caPem\"\x93\x01\n" +
+	"\x06ca_pem\x18\x02 \x01(\tR\x05caPem\"\xde\x01\n" +
 	"\x11ListEventsRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x19\n" +
 	"\bafter_id\x18\x02 \x01(\x04R\aafterId\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x16\n" +
 	"\x06follow\x18\x04 \x01(\bR\x06follow\x12!\n" +
-	"\fafter_cursor\x18\x05 \x01(\tR\vafterCursor\"S\n" +
+	"\fafter_cursor\x18\x05 \x01(\tR\vafterCursor\x12\x14\n" +
+	"\x05kinds\x18\x06 \x03(\tR\x05kinds\x12\x16\n" +
+	"\x06newest\x18\a \x01(\bR\x06newest\x12\x1b\n" +
+	"\tbefore_id\x18\b \x01(\x04R\bbeforeId\"S\n" +
 	"\x12ListEventsResponse\x12%\n" +
 	"\x06events\x18\x01 \x03(\v2\r.bcd.v1.EventR\x06events\x12\x16\n" +
 	"\x06cursor\x18\x02 \x01(\tR\x06cursor\"A\n" +
