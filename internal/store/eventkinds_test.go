@@ -115,6 +115,9 @@ func TestEventsByKindAndNewest(t *testing.T) {
 			{Kinds: []string{"node.fail"}, TenantID: "u", Limit: 100},
 			{Kinds: []string{"node.fail", "node.hardware.changed"}, NodeID: "n2", Limit: 100},
 			{Kinds: []string{"no.such"}, Limit: 100},
+			{TenantID: "u", Limit: 100}, // a tenant's few events among many: windows too
+			{TenantID: "u", AfterID: mid, Limit: 1},
+			{Newest: true, TenantID: "u", Limit: 2},
 			{Newest: true, Limit: 3},
 			{Newest: true, Limit: 1000},
 			{Newest: true, Kinds: []string{"node.fail"}, Limit: 4},

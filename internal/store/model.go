@@ -624,7 +624,7 @@ func scanEvent(r interface{ Scan(...any) error }, extra ...any) (Event, error) {
 	return e, err
 }
 
-// Events lists the events f selects in id order. Filtered by kind over every node, it reads the
+// Events lists the events f selects in id order. Filtered by kind or tenant over every node, it reads the
 // log in windows of eventScanWindow ids (short statements: no read holds a snapshot for the
 // whole log), until it has f.Limit events or reached the end.
 func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
@@ -646,10 +646,11 @@ func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	return evs, err
 }
 
-// windowed reports whether f's events are read in windows of ids: filtered by kind over
-// every node. A node's events are read through events_node, and every event is one that a
-// listing wants: either way each row read is one answered.
-func (f EventFilter) windowed() bool { return len(f.Kinds) > 0 && f.NodeID == "" }
+// windowed reports whether f's events are read in windows of ids: filtered by kind or
+// tenant over every node (a tenant's events may be few among many). A node's events are read
+// through events_node, and without a filter every event is one the listing wants: either
+// way each row read is one answered.
+func (f EventFilter) windowed() bool { return (len(f.Kinds) > 0 || f.TenantID != "") && f.NodeID == "" }
 
 // eventScanWindow is how many ids a statement of a windowed listing reads at most.
 const eventScanWindow = 50_000
@@ -850,7 +851,7 @@ func (c pgCursor) String() string { return c.xid + ":" + strconv.FormatInt(c.id,
 // id after a higher one: a follower reading by id would pass over it. Here events are read by
 // (transaction, id) up to the oldest transaction still running, whose events are left for a
 // later call. SQLite's one writer commits in id order: the cursor is the last id. Filtered by
-// kind over every node, the log is read in windows (Events), and the cursor covers what was
+// kind or tenant over every node, the log is read in windows (Events), and the cursor covers what was
 // looked at, whether or not an event in it was of the kinds: a follower of rare kinds never
 // reads the same stretch again.
 func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) ([]Event, string, error) {

@@ -345,9 +345,7 @@ func (u *UI) loadNode(ctx context.Context, s session, ref string) (nodeView, err
 	if len(wfs) == 1 {
 		v.Workflow = workflowSteps(wfs[0])
 	}
-	v.Events, err = lastEvents(ctx, func(ctx context.Context, after uint64, limit int) ([]store.Event, error) {
-		return u.svc.Events(ctx, s.p, n.ID, after, limit)
-	}, nodeEvents)
+	v.Events, err = u.newestEvents(ctx, s.p, metal.EventQuery{Node: n.ID, Limit: nodeEvents})
 	if err != nil {
 		return v, err
 	}
@@ -535,6 +533,7 @@ const (
 
 type eventsView struct {
 	Node      string // filter: a node id or name, "" for every node
+	Kinds     string // filter: kinds and prefixes (node.*), separated by commas; "" for every kind
 	Limit     int
 	Events    []store.Event
 	NodeNames map[string]string // of the events' nodes the caller may read
@@ -542,38 +541,53 @@ type eventsView struct {
 	Interval  string
 }
 
-// parseEventsQuery reads the events page's parameters. Pure.
-func parseEventsQuery(q url.Values) (node string, limit int, err error) {
+// parseEventsQuery reads the events page's parameters: the node, the kinds (the service
+// checks each) and how many. Pure.
+func parseEventsQuery(q url.Values) (node string, kinds []string, limit int, err error) {
 	limit = defaultEvents
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxEvents {
-			return "", 0, fmt.Errorf("limit %q: accepted are whole numbers from 1 to %d (default %d)", truncate(s, 20), maxEvents, defaultEvents)
+			return "", nil, 0, fmt.Errorf("limit %q: accepted are whole numbers from 1 to %d (default %d)", truncate(s, 20), maxEvents, defaultEvents)
 		}
 		limit = n
 	}
-	return q.Get("node"), limit, nil
+	for _, k := range strings.Split(q.Get("kind"), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			kinds = append(kinds, k)
+		}
+	}
+	return q.Get("node"), kinds, limit, nil
+}
+
+// newestEvents lists the n newest events q selects, newest first, as p sees them.
+func (u *UI) newestEvents(ctx context.Context, p auth.Principal, q metal.EventQuery) ([]store.Event, error) {
+	q.Newest = true
+	evs, err := u.svc.ListEvents(ctx, p, q)
+	slices.Reverse(evs)
+	return evs, err
 }
 
 // refreshEvery is how often the events page refreshes its table (htmx polling).
 const refreshEvery = 2 * time.Second
 
 func (u *UI) loadEvents(w http.ResponseWriter, r *http.Request, s session) (eventsView, bool) {
-	node, limit, err := parseEventsQuery(r.URL.Query())
+	node, kinds, limit, err := parseEventsQuery(r.URL.Query())
 	if err != nil {
 		u.fail(w, r, &s, http.StatusBadRequest, err.Error())
 		return eventsView{}, false
 	}
-	v := eventsView{Node: node, Limit: limit, Interval: fmt.Sprintf("every %ds", int(refreshEvery.Seconds()))}
+	v := eventsView{Node: node, Kinds: strings.Join(kinds, ", "), Limit: limit, Interval: fmt.Sprintf("every %ds", int(refreshEvery.Seconds()))}
 	q := url.Values{}
 	if node != "" {
 		q.Set("node", node)
 	}
+	if len(kinds) > 0 {
+		q.Set("kind", strings.Join(kinds, ","))
+	}
 	q.Set("limit", strconv.Itoa(limit))
 	v.RowsURL = "/ui/events/rows?" + q.Encode()
-	v.Events, err = lastEvents(r.Context(), func(ctx context.Context, after uint64, n int) ([]store.Event, error) {
-		return u.svc.Events(ctx, s.p, node, after, n)
-	}, limit)
+	v.Events, err = u.newestEvents(r.Context(), s.p, metal.EventQuery{Node: node, Kinds: kinds, Limit: limit})
 	if err != nil {
 		u.serviceError(w, r, &s, err)
 		return eventsView{}, false

@@ -1,93 +1,15 @@
 package webui
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"slices"
 	"strings"
 	"testing"
 
 	"bcd/internal/store"
 )
-
-// fakeLog is an event log of the given ids, read as the service reads it.
-type fakeLog struct {
-	ids   []uint64
-	reads int
-}
-
-func (f *fakeLog) fetch(_ context.Context, after uint64, limit int) ([]store.Event, error) {
-	f.reads++
-	i, _ := slices.BinarySearch(f.ids, after+1)
-	var out []store.Event
-	for ; i < len(f.ids) && len(out) < limit; i++ {
-		out = append(out, store.Event{ID: f.ids[i]})
-	}
-	return out, nil
-}
-
-func TestLastEvents(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	dense := func(n int) []uint64 {
-		out := make([]uint64, n)
-		for i := range out {
-			out[i] = uint64(i + 1)
-		}
-		return out
-	}
-	sparse := func(n int, every uint64) []uint64 {
-		var out []uint64
-		for id := uint64(1); len(out) < n; id += 1 + r.Uint64N(every) {
-			out = append(out, id)
-		}
-		return out
-	}
-	// A tenant's events: a burst long ago, then a few recent ones far apart.
-	bursty := append(dense(5000), 900_000, 1_500_000, 4_000_000)
-	for _, tc := range []struct {
-		name string
-		ids  []uint64
-		n    int
-	}{
-		{"empty", nil, 10},
-		{"one", []uint64{7}, 10},
-		{"fewer than asked", dense(5), 10},
-		{"dense", dense(100_000), 50},
-		{"sparse", sparse(20_000, 200), 100},
-		{"very sparse", sparse(300, 1_000_000), 100},
-		{"bursty", bursty, 10},
-		{"large ids", []uint64{1 << 40, 1<<40 + 5, 1 << 62}, 2},
-		{"none asked", dense(10), 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			f := &fakeLog{ids: tc.ids}
-			got, err := lastEvents(t.Context(), f.fetch, tc.n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var want []uint64
-			if tc.n > 0 {
-				want = slices.Clone(tc.ids[max(0, len(tc.ids)-tc.n):])
-			}
-			slices.Reverse(want)
-			var ids []uint64
-			for _, e := range got {
-				ids = append(ids, e.ID)
-			}
-			if !slices.Equal(ids, want) {
-				t.Fatalf("got %v, want %v", ids, want)
-			}
-			// Bounded: two searches of 64 one-event reads, then a few windows.
-			if f.reads > 200 {
-				t.Fatalf("%d reads of the log", f.reads)
-			}
-		})
-	}
-}
 
 func TestParsePageSize(t *testing.T) {
 	for _, tc := range []struct {

@@ -608,6 +608,16 @@ func TestPagesShowNoSecret(t *testing.T) {
 	if r := e.do(t, "GET", "/ui/events", cookie, nil); !strings.Contains(r.body, `hx-get="/ui/events/rows?limit=100"`) || !strings.Contains(r.body, `hx-trigger="every 2s"`) {
 		t.Fatalf("events page without its refresh: %.1000s", r.body)
 	}
+	// Events by kind: the enrolment alone, its refresh keeping the filter; a kind that is not
+	// one is refused saying what is.
+	if r := e.do(t, "GET", "/ui/events?kind=node.enroll,+batch.*", cookie, nil); r.code != 200 || !strings.Contains(r.body, "<td>node.enroll</td>") ||
+		strings.Contains(r.body, "<td>workflow.") || !strings.Contains(r.body, `hx-get="/ui/events/rows?kind=node.enroll%2Cbatch.%2A&amp;limit=100"`) ||
+		!strings.Contains(r.body, `value="node.enroll, batch.*"`) {
+		t.Fatalf("events of kind node.enroll and batch.*: %d %.3000s", r.code, r.body)
+	}
+	if r := e.do(t, "GET", "/ui/events?kind=Node.Enroll", cookie, nil); r.code != 400 || !strings.Contains(r.body, "is not an event kind") {
+		t.Fatalf("a bad kind: %d %.1000s", r.code, r.body)
+	}
 }
 
 // TestScale: the UI pages through the store: the node list, a deep page, a filtered page,
