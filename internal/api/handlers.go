@@ -234,6 +234,26 @@ func factsProto(f hardware.Facts) *bcdv1.HardwareFacts {
 		FastestNicMbps: int32(f.FastestNICMbps), BootMode: f.BootMode, Vendor: f.Vendor, Product: f.Product}
 }
 
+func (h *nodes) Commands(ctx context.Context, req *connect.Request[bcdv1.ListCommandsRequest]) (*connect.Response[bcdv1.ListCommandsResponse], error) {
+	cmds, err := h.svc.Commands(ctx, principal(ctx), req.Msg.Node, req.Msg.Workflow, int(req.Msg.Limit))
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	at := func(us int64) string {
+		if us == 0 {
+			return ""
+		}
+		return store.Micros(us).UTC().Format(time.RFC3339Nano)
+	}
+	out := &bcdv1.ListCommandsResponse{Commands: make([]*bcdv1.CommandRecord, len(cmds))}
+	for i, c := range cmds {
+		out.Commands[i] = &bcdv1.CommandRecord{Id: c.ID, Kind: c.Kind, State: c.State, Agent: c.TargetAgent, Attempts: int32(c.Attempts),
+			Workflow: c.WorkflowID, Step: int32(c.StepIndex), CreatedAt: at(c.CreatedAt), DeliveredAt: at(c.DeliveredAt), FinishedAt: at(c.FinishedAt),
+			Error: c.Error, Progress: c.Progress, Destructive: c.Destructive, Attested: c.Attested, Batch: c.BatchID, Profile: c.Profile}
+	}
+	return connect.NewResponse(out), nil
+}
+
 func (h *nodes) Attestations(ctx context.Context, req *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {
 	cmds, err := h.svc.Attestations(ctx, principal(ctx), req.Msg.Node, req.Msg.Kind, int(req.Msg.Limit))
 	if err != nil {

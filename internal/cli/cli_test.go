@@ -91,7 +91,7 @@ func TestCLIAgainstServer(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "ipmi 10.0.0.3:623") {
 		t.Fatalf("enroll with password file: %d %q %q", code, out, errs)
 	}
-	for _, args := range [][]string{{"node", "abort", "n2"}, {"node", "recover", "n2"}, {"node", "events", "n2"}, {"site", "create", "nyc", "--label", "dc=nyc"}, {"pool", "create", "gpu", "--site", "nyc"}, {"pool", "list"}, {"token", "create", "ci", "--role", "operator"}, {"token", "list"}, {"token", "whoami"}, {"tenant", "list"}, {"hwprofile", "list"}} {
+	for _, args := range [][]string{{"node", "abort", "n2"}, {"node", "recover", "n2"}, {"node", "events", "n2"}, {"node", "commands", "n2"}, {"site", "create", "nyc", "--label", "dc=nyc"}, {"pool", "create", "gpu", "--site", "nyc"}, {"pool", "list"}, {"token", "create", "ci", "--role", "operator"}, {"token", "list"}, {"token", "whoami"}, {"tenant", "list"}, {"hwprofile", "list"}} {
 		if code, out, errs := run(t, env, args...); code != 0 {
 			t.Errorf("%v: %d %q %q", args, code, out, errs)
 		}

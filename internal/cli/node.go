@@ -25,7 +25,7 @@ import (
 func nodeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "node", Short: "Enroll, inspect and drive machines"}
 	cmd.AddCommand(discoveryCmds(g)...)
-	cmd.AddCommand(discoveredCmd(g), enrollCmd(g), nodeUpdateCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), nodeAttestationsCmd(g), nodeInventoryCmd(g), deleteCmd(g), powerCmd(g), consoleCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g), rotateCmd(g), bmcCredentialsCmd(g))
+	cmd.AddCommand(discoveredCmd(g), enrollCmd(g), nodeUpdateCmd(g), nodeListCmd(g), nodeGetCmd(g), nodeEventsCmd(g), nodeAttestationsCmd(g), nodeCommandsCmd(g), nodeInventoryCmd(g), deleteCmd(g), powerCmd(g), consoleCmd(g), maintenanceCmd(g), deployCmd(g), undeployCmd(g), rotateCmd(g), bmcCredentialsCmd(g))
 	for _, v := range []struct{ name, short string }{
 		{"manage", "ready → manageable"},
 		{"inspect", "manageable|ready → inspecting (in-band inventory), back where it came from"},

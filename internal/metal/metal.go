@@ -884,6 +884,55 @@ func attestedKinds() []string {
 	return out
 }
 
+// NodeCommand is a command and the profile of the workflow that sent it ("" for none).
+type NodeCommand struct {
+	store.Command
+	Profile string
+}
+
+// Commands lists the node's commands (of one workflow when workflowID is set), newest first:
+// at most limit (0: 50, up to 1000), each with its workflow's profile. A deleted node's are
+// found by its raw id; a caller of one tenant sees its own nodes' only.
+func (s *Service) Commands(ctx context.Context, p auth.Principal, nodeRef, workflowID string, limit int) ([]NodeCommand, error) {
+	if nodeRef == "" {
+		return nil, invalid("node", "is required: a node id or name")
+	}
+	if limit == 0 {
+		limit = 50
+	}
+	if limit < 0 || limit > 1000 {
+		return nil, invalid("limit", "%d is out of range: accepted are 1-1000 (0 for the default of 50)", limit)
+	}
+	if workflowID != "" && !uuidRe.MatchString(workflowID) {
+		return nil, invalid("workflow", "%q is not a workflow id: the id of one of the node's workflows (bcd node get shows the latest; events name each)", truncate(workflowID))
+	}
+	f, err := s.eventFilter(ctx, p, EventQuery{Node: nodeRef, Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	cmds, err := s.st.NodeCommands(ctx, f.NodeID, workflowID, limit)
+	if err != nil {
+		return nil, err
+	}
+	// The workflows these came from: among the node's newest, as many as the commands and a
+	// few that sent none (a rescue of a node whose ramdisk is up); one older shows by its id.
+	wfs, err := s.st.Workflows(ctx, f.NodeID, len(cmds)+16)
+	if err != nil {
+		return nil, err
+	}
+	profiles := make(map[string]string, len(wfs))
+	for _, w := range wfs {
+		profiles[w.ID] = w.Profile
+	}
+	var out []NodeCommand
+	for _, c := range cmds {
+		if p.TenantID == "" || c.TenantID == p.TenantID {
+			out = append(out, NodeCommand{Command: c, Profile: profiles[c.WorkflowID]})
+		}
+	}
+	return out, nil
+}
+
 // Attestations lists the node's node-signed results (succeeded wipes and diagnostics), newest
 // first; kind narrows them to one of attestedKinds. A deleted node's are found by its raw id.
 func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, kind string, limit int) ([]store.Command, error) {

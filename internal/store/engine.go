@@ -622,6 +622,16 @@ func (s *Store) Commands(ctx context.Context, nodeID string, limit int) ([]Comma
 	return collect(rows, err, "commands", scanCommand)
 }
 
+// NodeCommands lists a node's commands, of one workflow when workflowID is set, newest first.
+func (s *Store) NodeCommands(ctx context.Context, nodeID, workflowID string, limit int) ([]Command, error) {
+	q, args := `SELECT `+commandCols+` FROM commands WHERE node_id = ?`, []any{nodeID}
+	if workflowID != "" {
+		q, args = q+` AND workflow_id = ?`, append(args, workflowID)
+	}
+	rows, err := s.queryRows(ctx, q+` ORDER BY created_at DESC, id DESC LIMIT ?`, append(args, limit)...)
+	return collect(rows, err, "commands of a node", scanCommand)
+}
+
 // nodeCommandsQuery lists a node's commands, oldest first (arguments: the node, a limit).
 const nodeCommandsQuery = `SELECT ` + commandCols + ` FROM commands WHERE node_id = ? ORDER BY created_at, id LIMIT ?`
 

@@ -86,6 +86,8 @@ const (
 	// NodeServiceAttestationsProcedure is the fully-qualified name of the NodeService's Attestations
 	// RPC.
 	NodeServiceAttestationsProcedure = "/bcd.v1.NodeService/Attestations"
+	// NodeServiceCommandsProcedure is the fully-qualified name of the NodeService's Commands RPC.
+	NodeServiceCommandsProcedure = "/bcd.v1.NodeService/Commands"
 	// NodeServiceInventoryProcedure is the fully-qualified name of the NodeService's Inventory RPC.
 	NodeServiceInventoryProcedure = "/bcd.v1.NodeService/Inventory"
 	// NodeServiceRotateBmcCredentialProcedure is the fully-qualified name of the NodeService's
@@ -238,6 +240,10 @@ type NodeServiceClient interface {
 	// needs to check it without bcd: the bytes the node signed, the signature, the node's
 	// certificate, and the agent CA.
 	Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error)
+	// The node's commands, newest first: what each workflow step sent, to which agent, how long it
+	// waited to be taken and ran, and how it ended (lost: its agent went away holding it). No
+	// arguments or results (bcd node attestations has the signed ones).
+	Commands(context.Context, *connect.Request[bcdv1.ListCommandsRequest]) (*connect.Response[bcdv1.ListCommandsResponse], error)
 	// The node's inventory as its ramdisk last reported it (at inspection), and the figures
 	// hardware requirements compare. not_found: the node never reported one.
 	Inventory(context.Context, *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error)
@@ -408,6 +414,13 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 			connect.WithClientOptions(opts...),
 		),
+		commands: connect.NewClient[bcdv1.ListCommandsRequest, bcdv1.ListCommandsResponse](
+			httpClient,
+			baseURL+NodeServiceCommandsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("Commands")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 		inventory: connect.NewClient[bcdv1.GetNodeInventoryRequest, bcdv1.NodeInventoryResponse](
 			httpClient,
 			baseURL+NodeServiceInventoryProcedure,
@@ -498,6 +511,7 @@ type nodeServiceClient struct {
 	delete                *connect.Client[bcdv1.DeleteNodeRequest, bcdv1.DeleteNodeResponse]
 	events                *connect.Client[bcdv1.ListEventsRequest, bcdv1.ListEventsResponse]
 	attestations          *connect.Client[bcdv1.ListAttestationsRequest, bcdv1.ListAttestationsResponse]
+	commands              *connect.Client[bcdv1.ListCommandsRequest, bcdv1.ListCommandsResponse]
 	inventory             *connect.Client[bcdv1.GetNodeInventoryRequest, bcdv1.NodeInventoryResponse]
 	rotateBmcCredential   *connect.Client[bcdv1.RotateBmcCredentialRequest, bcdv1.RotateBmcCredentialResponse]
 	bmcCredentialVersions *connect.Client[bcdv1.ListBmcCredentialVersionsRequest, bcdv1.ListBmcCredentialVersionsResponse]
@@ -615,6 +629,11 @@ func (c *nodeServiceClient) Attestations(ctx context.Context, req *connect.Reque
 	return c.attestations.CallUnary(ctx, req)
 }
 
+// Commands calls bcd.v1.NodeService.Commands.
+func (c *nodeServiceClient) Commands(ctx context.Context, req *connect.Request[bcdv1.ListCommandsRequest]) (*connect.Response[bcdv1.ListCommandsResponse], error) {
+	return c.commands.CallUnary(ctx, req)
+}
+
 // Inventory calls bcd.v1.NodeService.Inventory.
 func (c *nodeServiceClient) Inventory(ctx context.Context, req *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error) {
 	return c.inventory.CallUnary(ctx, req)
@@ -693,6 +712,10 @@ type NodeServiceHandler interface {
 	// needs to check it without bcd: the bytes the node signed, the signature, the node's
 	// certificate, and the agent CA.
 	Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error)
+	// The node's commands, newest first: what each workflow step sent, to which agent, how long it
+	// waited to be taken and ran, and how it ended (lost: its agent went away holding it). No
+	// arguments or results (bcd node attestations has the signed ones).
+	Commands(context.Context, *connect.Request[bcdv1.ListCommandsRequest]) (*connect.Response[bcdv1.ListCommandsResponse], error)
 	// The node's inventory as its ramdisk last reported it (at inspection), and the figures
 	// hardware requirements compare. not_found: the node never reported one.
 	Inventory(context.Context, *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error)
@@ -859,6 +882,13 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceCommandsHandler := connect.NewUnaryHandler(
+		NodeServiceCommandsProcedure,
+		svc.Commands,
+		connect.WithSchema(nodeServiceMethods.ByName("Commands")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	nodeServiceInventoryHandler := connect.NewUnaryHandler(
 		NodeServiceInventoryProcedure,
 		svc.Inventory,
@@ -967,6 +997,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceEventsHandler.ServeHTTP(w, r)
 		case NodeServiceAttestationsProcedure:
 			nodeServiceAttestationsHandler.ServeHTTP(w, r)
+		case NodeServiceCommandsProcedure:
+			nodeServiceCommandsHandler.ServeHTTP(w, r)
 		case NodeServiceInventoryProcedure:
 			nodeServiceInventoryHandler.ServeHTTP(w, r)
 		case NodeServiceRotateBmcCredentialProcedure:
@@ -1078,6 +1110,10 @@ func (UnimplementedNodeServiceHandler) Events(context.Context, *connect.Request[
 
 func (UnimplementedNodeServiceHandler) Attestations(context.Context, *connect.Request[bcdv1.ListAttestationsRequest]) (*connect.Response[bcdv1.ListAttestationsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Attestations is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) Commands(context.Context, *connect.Request[bcdv1.ListCommandsRequest]) (*connect.Response[bcdv1.ListCommandsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("bcd.v1.NodeService.Commands is not implemented"))
 }
 
 func (UnimplementedNodeServiceHandler) Inventory(context.Context, *connect.Request[bcdv1.GetNodeInventoryRequest]) (*connect.Response[bcdv1.NodeInventoryResponse], error) {
