@@ -161,10 +161,11 @@ Everything keeps running. The API is at %[1]s; the admin token (also kept in %[2
   export BCD_SERVER=%[1]s BCD_TOKEN=%[6]s
   %[3]s node list
   %[3]s node get lab-0
-  %[3]s node events lab-0
+  %[3]s node events lab-0 --last 20 --kind 'workflow.*'
+  %[3]s node commands lab-0         # what each step sent, to which agent, how long it took
   %[3]s node inventory lab-1        # the hardware its ramdisk reported at inspection
   %[3]s node list --require boot=uefi
-  %[3]s events --follow
+  %[3]s events --follow --last 10
   %[3]s node undeploy lab-1         # wipe it (attested) and return it to ready
   %[3]s node rescue lab-0           # boot it into the ramdisk, then: node unrescue lab-0
   %[3]s node console lab-1          # its serial console over IPMI Serial-over-LAN (~. leaves)
