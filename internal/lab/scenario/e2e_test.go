@@ -247,6 +247,9 @@ func TestEndToEnd(t *testing.T) {
 		if err := deployFastTracked(ctx, c, n.NodeID); err != nil {
 			t.Errorf("%s: %v", n.VM.Name, err)
 		}
+		if err := imageWritten(ctx, c, n.NodeID); err != nil {
+			t.Errorf("%s: %v", n.VM.Name, err)
+		}
 		drive := i == 0
 		if err := diskHas(n.VM.Disk, manifest.Size, manifest.DiskSHA256, drive); err != nil {
 			t.Errorf("%s after deploy: %v", n.VM.Name, err)
@@ -387,6 +390,26 @@ func portOf(gatewayURL string) (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(u.Port())
+}
+
+// imageWritten checks, through the node's commands (bcd node commands), that its deploy's
+// ramdisk took deploy.image and wrote it: succeeded, with the agent and the times it was taken
+// and ended.
+func imageWritten(ctx context.Context, c *Client, nodeID string) error {
+	resp, err := c.Nodes.Commands(ctx, connect.NewRequest(&bcdv1.ListCommandsRequest{Node: nodeID}))
+	if err != nil {
+		return fmt.Errorf("listing the commands: %w", err)
+	}
+	for _, cmd := range resp.Msg.Commands {
+		if cmd.Kind != "deploy.image" || cmd.Profile != "default" {
+			continue
+		}
+		if cmd.State != "succeeded" || !strings.HasPrefix(cmd.Agent, "node:") || cmd.DeliveredAt == "" || cmd.FinishedAt == "" {
+			return fmt.Errorf("its deploy.image command: %+v, want succeeded on the node's ramdisk, with its times", cmd)
+		}
+		return nil
+	}
+	return fmt.Errorf("no deploy.image command among its %d newest", len(resp.Msg.Commands))
 }
 
 // inventoryMatches checks what the node's ramdisk reported against the VM QEMU runs: its
