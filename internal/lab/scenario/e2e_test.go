@@ -401,11 +401,11 @@ func imageWritten(ctx context.Context, c *Client, nodeID string) error {
 		return fmt.Errorf("listing the commands: %w", err)
 	}
 	for _, cmd := range resp.Msg.Commands {
-		if cmd.Kind != "deploy.image" || cmd.Profile != "default" {
+		if cmd.Kind != "deploy.image" { // (the newest: this deploy's, whichever its profile)
 			continue
 		}
-		if cmd.State != "succeeded" || !strings.HasPrefix(cmd.Agent, "node:") || cmd.DeliveredAt == "" || cmd.FinishedAt == "" {
-			return fmt.Errorf("its deploy.image command: %+v, want succeeded on the node's ramdisk, with its times", cmd)
+		if cmd.State != "succeeded" || !strings.HasPrefix(cmd.Agent, "node:") || cmd.DeliveredAt == "" || cmd.FinishedAt == "" || cmd.Profile == "" {
+			return fmt.Errorf("its deploy.image command: %+v, want succeeded on the node's ramdisk, with its times and its workflow's profile", cmd)
 		}
 		return nil
 	}
