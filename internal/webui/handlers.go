@@ -258,6 +258,39 @@ type stepView struct {
 type workflowView struct {
 	store.Workflow
 	StepList, CleanupList []stepView
+	Commands              []commandView // what it sent, oldest first
+}
+
+// commandView is a command of a workflow as its node's page lists it.
+type commandView struct {
+	store.Command
+	Waited, Ran string // queued → acknowledged, acknowledged → ended ("" when not yet or never)
+}
+
+// commandViews are a workflow's commands (newest first, as the service lists them) oldest
+// first, with how long each waited for an agent and ran. Pure.
+func commandViews(cmds []metal.NodeCommand) []commandView {
+	out := make([]commandView, 0, len(cmds))
+	for _, c := range slices.Backward(cmds) {
+		out = append(out, commandView{Command: c.Command, Waited: took(c.CreatedAt, c.DeliveredAt), Ran: took(c.DeliveredAt, c.FinishedAt)})
+	}
+	return out
+}
+
+// took is the time between two store times (microseconds), rounded for reading; "" when
+// either is not set. Pure.
+func took(from, to int64) string {
+	if from == 0 || to == 0 || to < from {
+		return ""
+	}
+	d := time.Duration(to-from) * time.Microsecond
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }
 
 type attestationView struct {
@@ -292,8 +325,9 @@ type nodeView struct {
 	Error        string // a refused verb, in the API's words
 }
 
-// nodeEvents is how many of a node's events its page shows.
-const nodeEvents = 25
+// nodeEvents is how many of a node's events its page shows, nodeCommands how many of its
+// latest workflow's commands.
+const nodeEvents, nodeCommands = 25, 100
 
 func (u *UI) nodeDetail(w http.ResponseWriter, r *http.Request, s session) {
 	v, err := u.loadNode(r.Context(), s, r.PathValue("ref"))
@@ -344,6 +378,11 @@ func (u *UI) loadNode(ctx context.Context, s session, ref string) (nodeView, err
 	}
 	if len(wfs) == 1 {
 		v.Workflow = workflowSteps(wfs[0])
+		cmds, err := u.svc.Commands(ctx, s.p, n.ID, wfs[0].ID, nodeCommands)
+		if err != nil {
+			return v, err
+		}
+		v.Workflow.Commands = commandViews(cmds)
 	}
 	v.Events, err = u.newestEvents(ctx, s.p, metal.EventQuery{Node: n.ID, Limit: nodeEvents})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"bcd/internal/metal"
 	"bcd/internal/store"
 )
 
@@ -109,6 +110,24 @@ func TestCookieAttributes(t *testing.T) {
 			if c.Name != cookieName || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/ui/" || c.Secure != secure {
 				t.Errorf("secure=%v: %s", secure, fmt.Sprint(rec.Header()["Set-Cookie"]))
 			}
+		}
+	}
+}
+
+func TestCommandViews(t *testing.T) {
+	const s = int64(1_000_000) // a second in store time
+	got := commandViews([]metal.NodeCommand{ // newest first, as the service lists them
+		{Command: store.Command{Kind: "bmc.power", State: "queued", CreatedAt: 90 * s}},
+		{Command: store.Command{Kind: "disk.wipe", State: "succeeded", CreatedAt: 10 * s, DeliveredAt: 10*s + 1500, FinishedAt: 70*s + 1500}},
+		{Command: store.Command{Kind: "bmc.query", State: "lost", CreatedAt: 2 * s, DeliveredAt: 3*s + s/4}},
+	})
+	want := []struct{ kind, waited, ran string }{{"bmc.query", "1.3s", ""}, {"disk.wipe", "2ms", "1m0s"}, {"bmc.power", "", ""}}
+	if len(got) != len(want) {
+		t.Fatalf("%d commands", len(got))
+	}
+	for i, w := range want {
+		if got[i].Kind != w.kind || got[i].Waited != w.waited || got[i].Ran != w.ran {
+			t.Errorf("command %d: %s waited %q ran %q, want %s %q %q", i, got[i].Kind, got[i].Waited, got[i].Ran, w.kind, w.waited, w.ran)
 		}
 	}
 }

@@ -572,6 +572,26 @@ func TestPagesShowNoSecret(t *testing.T) {
 	if !strings.Contains(p.body, "https://10.99.0.3") || !strings.Contains(p.body, "metal-enroll") {
 		t.Fatalf("node page lacks its BMC address or workflow: %.2000s", p.body)
 	}
+	// Its workflow's commands: one its first step sent, taken by a site agent.
+	wfs, err := e.svc.Store().Workflows(e.ctx, n.ID, 1)
+	if err != nil || len(wfs) != 1 {
+		t.Fatalf("the node's workflow: %v, %v", wfs, err)
+	}
+	if err := e.svc.Store().Write(e.ctx, func(tx *store.Tx) error {
+		c := store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "bmc.query", Subject: n.ID, WorkflowID: wfs[0].ID,
+			TargetAgent: "site-a", State: "delivered", RunsOn: "site", Args: "{}"}
+		if err := tx.InsertCommand(e.ctx, &c); err != nil {
+			return err
+		}
+		c.DeliveredAt = c.CreatedAt + 2500
+		return tx.UpdateCommand(e.ctx, &c)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.do(t, "GET", "/ui/nodes/"+n.ID, cookie, nil); !strings.Contains(p.body, "<h3>Commands</h3>") ||
+		!strings.Contains(p.body, "<td><code>bmc.query</code></td><td>site-a</td><td>delivered</td><td>3ms</td><td></td>") {
+		t.Fatalf("node page lacks its workflow's commands: %.6000s", p.body)
+	}
 	// Its hardware: none before an inspection, then as its ramdisk reported it.
 	if !strings.Contains(p.body, "No inventory yet") {
 		t.Fatalf("node page of a node never inspected: %.3000s", p.body)
