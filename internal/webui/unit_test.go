@@ -115,7 +115,7 @@ func TestCookieAttributes(t *testing.T) {
 }
 
 func TestCommandViews(t *testing.T) {
-	const s = int64(1_000_000) // a second in store time
+	const s = int64(1_000_000)               // a second in store time
 	got := commandViews([]metal.NodeCommand{ // newest first, as the service lists them
 		{Command: store.Command{Kind: "bmc.power", State: "queued", CreatedAt: 90 * s}},
 		{Command: store.Command{Kind: "disk.wipe", State: "succeeded", CreatedAt: 10 * s, DeliveredAt: 10*s + 1500, FinishedAt: 70*s + 1500}},
