@@ -724,13 +724,11 @@ func (s *Service) List(ctx context.Context, p auth.Principal, in ListInput) ([]s
 	if err := Require(p, auth.Read); err != nil {
 		return nil, "", err
 	}
-	f := store.NodeFilter{TenantID: p.TenantID, Limit: in.PageSize}
-	if f.Limit == 0 {
-		f.Limit = 500
+	limit, err := pageLimit("page_size", in.PageSize, 500, MaxPageSize)
+	if err != nil {
+		return nil, "", err
 	}
-	if f.Limit < 0 || f.Limit > MaxPageSize {
-		return nil, "", invalid("page_size", "%d is out of range: accepted are 1-%d (0 for the default of 500)", in.PageSize, MaxPageSize)
-	}
+	f := store.NodeFilter{TenantID: p.TenantID, Limit: limit}
 	if in.Tenant != "" {
 		tn, err := s.st.Tenant(ctx, in.Tenant)
 		if err != nil || !p.CanSeeTenant(tn.ID) {
@@ -897,11 +895,9 @@ func (s *Service) Commands(ctx context.Context, p auth.Principal, nodeRef, workf
 	if nodeRef == "" {
 		return nil, invalid("node", "is required: a node id or name")
 	}
-	if limit == 0 {
-		limit = 50
-	}
-	if limit < 0 || limit > 1000 {
-		return nil, invalid("limit", "%d is out of range: accepted are 1-1000 (0 for the default of 50)", limit)
+	limit, err := pageLimit("limit", limit, 50, 1000)
+	if err != nil {
+		return nil, err
 	}
 	if workflowID != "" && !uuidRe.MatchString(workflowID) {
 		return nil, invalid("workflow", "%q is not a workflow id: the id of one of the node's workflows (bcd node get shows the latest; events name each)", truncate(workflowID))
@@ -949,11 +945,9 @@ func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, k
 		}
 		kinds = []string{kind}
 	}
-	if limit == 0 {
-		limit = 50
-	}
-	if limit < 0 || limit > 1000 {
-		return nil, invalid("limit", "%d is out of range: accepted are 1-1000 (0 for the default of 50)", limit)
+	limit, err := pageLimit("limit", limit, 50, 1000)
+	if err != nil {
+		return nil, err
 	}
 	f, err := s.eventFilter(ctx, p, EventQuery{Node: nodeRef, Limit: 1})
 	if err != nil {
@@ -973,17 +967,26 @@ func (s *Service) Attestations(ctx context.Context, p auth.Principal, nodeRef, k
 	return out, nil
 }
 
+// pageLimit checks how many a listing asks for (field, n): 0 is the default def, else 1 to
+// max. Pure.
+func pageLimit(field string, n, def, max int) (int, error) {
+	if n == 0 {
+		return def, nil
+	}
+	if n < 0 || n > max {
+		return 0, invalid(field, "%d is out of range: accepted are 1-%d (0 for the default of %d)", n, max, def)
+	}
+	return n, nil
+}
+
 // eventFilter checks an events request and selects its events: the caller's tenant, the node.
 func (s *Service) eventFilter(ctx context.Context, p auth.Principal, q EventQuery) (store.EventFilter, error) {
 	if err := Require(p, auth.Read); err != nil {
 		return store.EventFilter{}, err
 	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = 500
-	}
-	if limit < 0 || limit > MaxPageSize {
-		return store.EventFilter{}, invalid("limit", "%d is out of range: accepted are 1-%d (0 for the default of 500)", limit, MaxPageSize)
+	limit, err := pageLimit("limit", q.Limit, 500, MaxPageSize)
+	if err != nil {
+		return store.EventFilter{}, err
 	}
 	if len(q.Kinds) > MaxEventKinds {
 		return store.EventFilter{}, invalid("kinds", "%d kinds: accepted are at most %d (a prefix such as node.* names every kind under it)", len(q.Kinds), MaxEventKinds)
