@@ -624,9 +624,9 @@ func scanEvent(r interface{ Scan(...any) error }, extra ...any) (Event, error) {
 	return e, err
 }
 
-// Events lists the events f selects in id order. Filtered by kind or tenant over every node, it reads the
-// log in windows of eventScanWindow ids (short statements: no read holds a snapshot for the
-// whole log), until it has f.Limit events or reached the end.
+// Events lists the events f selects in id order. Filtered by kind or tenant over every node,
+// it reads the log in windows of eventScanWindow ids (short statements: no read holds a
+// snapshot for the whole log), until it has f.Limit events or reached the end.
 func (s *Store) Events(ctx context.Context, f EventFilter) ([]Event, error) {
 	if f.Newest {
 		upTo := uint64(math.MaxInt64)
@@ -851,9 +851,9 @@ func (c pgCursor) String() string { return c.xid + ":" + strconv.FormatInt(c.id,
 // id after a higher one: a follower reading by id would pass over it. Here events are read by
 // (transaction, id) up to the oldest transaction still running, whose events are left for a
 // later call. SQLite's one writer commits in id order: the cursor is the last id. Filtered by
-// kind or tenant over every node, the log is read in windows (Events), and the cursor covers what was
-// looked at, whether or not an event in it was of the kinds: a follower of rare kinds never
-// reads the same stretch again.
+// kind or tenant over every node, the log is read in windows (Events), and the cursor covers
+// what was looked at, whether or not an event in it was selected: a follower of rare kinds
+// never reads the same stretch again.
 func (s *Store) EventsSince(ctx context.Context, f EventFilter, cursor string) ([]Event, string, error) {
 	if s.engine != Postgres {
 		after := uint64(0)
