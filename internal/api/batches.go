@@ -66,6 +66,9 @@ func (h *batches) List(ctx context.Context, req *connect.Request[bcdv1.ListBatch
 	return connect.NewResponse(out), nil
 }
 
+// maxBatchFailures is how many of a batch's failed nodes its answer names.
+const maxBatchFailures = 100
+
 func (h *batches) Get(ctx context.Context, req *connect.Request[bcdv1.GetBatchRequest]) (*connect.Response[bcdv1.GetBatchResponse], error) {
 	b, leaves, err := h.svc.Batch(ctx, principal(ctx), req.Msg.Id, int(req.Msg.LeafLimit))
 	if err != nil {
@@ -78,6 +81,21 @@ func (h *batches) Get(ctx context.Context, req *connect.Request[bcdv1.GetBatchRe
 	out := &bcdv1.GetBatchResponse{Batch: pb, Leaves: make([]*bcdv1.BatchLeaf, len(leaves))}
 	for i, l := range leaves {
 		out.Leaves[i] = &bcdv1.BatchLeaf{Subject: l.Subject, Kind: l.Kind}
+	}
+	fails, err := h.svc.BatchFailures(ctx, principal(ctx), b.ID)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, f := range fails {
+		if f.State == "aborted" {
+			out.Aborted++
+		} else {
+			out.Failed++
+		}
+		if len(out.Failures) < maxBatchFailures {
+			out.Failures = append(out.Failures, &bcdv1.BatchFailure{Node: f.NodeID, Name: f.Name, State: f.State, FaultCode: f.FaultCode, Error: f.Error,
+				At: store.Micros(f.At).UTC().Format(time.RFC3339Nano)})
+		}
 	}
 	return connect.NewResponse(out), nil
 }

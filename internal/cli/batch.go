@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -21,6 +22,8 @@ func bulkCmd(g *globals) *cobra.Command {
 	var in bcdv1.BulkRequest
 	var nodes, userData string
 	var count int
+	var wait bool
+	var waitTimeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "bulk VERB --pool P (--nodes a,b,… | --selector key=value | deploy --count N [--spread LABEL]) [--require KEY>=VALUE] [deploy: --image IMG --profile P --user-data FILE] --reason WHY",
 		Short: "Apply manage, inspect, provide, deploy, undeploy, rescue or retire to up to 10,000 nodes of one pool as one batch",
@@ -74,6 +77,12 @@ func bulkCmd(g *globals) *cobra.Command {
 			if strings.TrimSpace(in.Reason) == "" {
 				return usagef("--reason WHY is required: approvers read it")
 			}
+			if wait && g.output == "json" {
+				return usagef("--wait shows progress for a person: with -o json, run bcd batch wait ID -o json after this command (its answer names the batch)")
+			}
+			if wait && waitTimeout <= 0 {
+				return usagef("--wait-timeout %s: give a duration above zero (e.g. 2h)", waitTimeout)
+			}
 			c, err := g.clients()
 			if err != nil {
 				return err
@@ -108,7 +117,10 @@ func bulkCmd(g *globals) *cobra.Command {
 			} else {
 				fmt.Fprintf(g.env.Stdout, "batch %s: running (%d nodes)\n", m.Batch.BatchId, m.Batch.Size)
 			}
-			return nil
+			if !wait {
+				return nil
+			}
+			return g.waitBatch(cmd.Context(), c, m.Batch.BatchId, waitTimeout)
 		},
 	}
 	f := cmd.Flags()
@@ -123,6 +135,8 @@ func bulkCmd(g *globals) *cobra.Command {
 	f.StringVar(&in.Spread, "spread", "", "deploy --count: a label key (rack, row, power feed); the count is taken in turn from each of its values, the nodes without it last")
 	f.StringArrayVar(&in.Require, "require", nil, "hardware requirement KEY OP VALUE, as 'memory>=256GiB' (quoted: > and < are the shell's; repeatable; all must hold): only inspected nodes meeting them are chosen")
 	f.StringVar(&in.Reason, "reason", "", "why (required; approvers read it)")
+	f.BoolVar(&wait, "wait", false, "follow the batch until none of its nodes is at work (as bcd batch wait): its progress on stderr, then its failures; exit 7 if any")
+	f.DurationVar(&waitTimeout, "wait-timeout", 6*time.Hour, "with --wait: stop waiting after this long (the batch's work goes on; exit 6)")
 	return cmd
 }
 
@@ -212,6 +226,10 @@ func batchCmd(g *globals) *cobra.Command {
 			if b.Image != "" {
 				fmt.Fprintf(out, "  writes image %s %s\n", b.Image, b.ImageDigest)
 			}
+			fmt.Fprintf(out, "  nodes at rest %d/%d: %d failed, %d aborted\n", b.Size-b.Parked, b.Size, resp.Msg.Failed, resp.Msg.Aborted)
+			if err := printBatchFailures(out, resp.Msg); err != nil {
+				return err
+			}
 			fmt.Fprintf(out, "  scope: %d leaves (showing %d)\n", b.Leaves, len(resp.Msg.Leaves))
 			tw := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 			for _, l := range resp.Msg.Leaves {
@@ -246,7 +264,7 @@ func batchCmd(g *globals) *cobra.Command {
 	reject := decide("reject", "Reject a batch that has not started: its nodes return where their verb found them", func(c *clients, cmd *cobra.Command, req *bcdv1.BatchDecisionRequest) (*connect.Response[bcdv1.BatchResponse], error) {
 		return c.batches.Reject(cmd.Context(), connect.NewRequest(req))
 	})
-	cmd.AddCommand(list, show, approve, withdraw, reject, approvalsCmd(g))
+	cmd.AddCommand(list, show, batchWaitCmd(g), approve, withdraw, reject, approvalsCmd(g))
 	return cmd
 }
 

@@ -4,6 +4,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"bcd/internal/gen/bcdv1"
 )
 
 // TestBatchCommands drives bcd batch approvals, bcd bulk and bcd batch list/show against a
@@ -83,5 +85,71 @@ func TestSpreadLine(t *testing.T) {
 		if got := spreadLine("rack", tc.taken); got != tc.want {
 			t.Errorf("spreadLine(%v) = %q, want %q", tc.taken, got, tc.want)
 		}
+	}
+}
+
+// bcd bulk --wait and bcd batch wait follow a batch to its end: a retirement held for approval,
+// then rejected, ends with its node aborted (listed, exit 7); the progress goes to stderr.
+func TestBatchWait(t *testing.T) {
+	url, token := startServer(t)
+	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token, "BCD_BMC_PASSWORD": "pw"}
+	for _, args := range [][]string{
+		{"node", "enroll", "w1", "--bmc-address", "https://10.0.0.7", "--bmc-username", "root"},
+		{"node", "abort", "w1", "--reason", "to retire it"}, // failed: retire takes it, out of maintenance
+		{"node", "maintenance", "w1", "off"},
+		{"batch", "approvals", "set", "1", "--pool", "default"},
+	} {
+		if code, out, errs := run(t, env, args...); code != 0 {
+			t.Fatalf("%v: %d %q %q", args, code, out, errs)
+		}
+	}
+	if code, _, errs := run(t, env, "bulk", "retire", "--pool", "default", "--nodes", "w1", "--reason", "x", "--wait", "-o", "json"); code != exitUsage || !strings.Contains(errs, "bcd batch wait ID -o json") {
+		t.Fatalf("--wait with -o json: %d %q", code, errs)
+	}
+	// Held: --wait follows it while it waits for an approval; it stops waiting at the timeout.
+	code, out, errs := run(t, env, "bulk", "retire", "--pool", "default", "--nodes", "w1", "--reason", "end of life", "--wait", "--wait-timeout", "3s")
+	id := regexp.MustCompile(`batch (\S+): held until 1 approvals`).FindStringSubmatch(out)
+	if code != exitUnavailable || id == nil || !strings.Contains(errs, "waiting for approvals 0/1") || !strings.Contains(errs, "stopped waiting after 3s") {
+		t.Fatalf("bulk --wait of a held batch: %d %q %q", code, out, errs)
+	}
+	code, out, errs = run(t, env, "token", "create", "rejecter", "--role", "approver")
+	secret := regexp.MustCompile(`(?m)^bcd\w*_\S+$`).FindString(out)
+	if code != 0 || secret == "" {
+		t.Fatalf("approver token: %d %q %q", code, out, errs)
+	}
+	if code, out, errs := run(t, map[string]string{"BCD_SERVER": url, "BCD_TOKEN": secret}, "batch", "reject", id[1], "--reason", "not this week"); code != 0 {
+		t.Fatalf("reject: %d %q %q", code, out, errs)
+	}
+	code, out, errs = run(t, env, "batch", "wait", id[1], "--timeout", "30s")
+	if code != exitNodeFailed || !strings.Contains(out, "0 failed, 1 aborted") || !regexp.MustCompile(`w1\s+aborted\s+BATCH_REJECTED`).MatchString(out) ||
+		!strings.Contains(errs, "1 were aborted") {
+		t.Fatalf("batch wait of a rejected batch: %d %q %q", code, out, errs)
+	}
+	if code, out, _ := run(t, env, "batch", "show", id[1]); code != 0 || !strings.Contains(out, "nodes at rest 1/1: 0 failed, 1 aborted") || !strings.Contains(out, "BATCH_REJECTED") {
+		t.Fatalf("batch show of a rejected batch: %d %q", code, out)
+	}
+}
+
+// A batch's status line says where it is; a log gets a line per tenth of its nodes at rest.
+func TestBatchStatus(t *testing.T) {
+	m := &bcdv1.GetBatchResponse{Batch: &bcdv1.Batch{Id: "b1", Verb: "deploy", State: "running", Size: 1000, Parked: 188}, Failed: 3, Aborted: 1}
+	if got, want := batchStatus(m), "batch b1 deploy running: 812/1000 at rest, 3 failed, 1 aborted"; got != want {
+		t.Errorf("batchStatus = %q, want %q", got, want)
+	}
+	key := batchStatusKey(m)
+	m.Batch.Parked = 150 // 850 at rest: the same tenth
+	if batchStatusKey(m) != key {
+		t.Errorf("a log line for each node at rest: %q then %q", key, batchStatusKey(m))
+	}
+	m.Batch.Parked = 99 // 901: the next tenth
+	if batchStatusKey(m) == key {
+		t.Errorf("no log line at the next tenth: %q", key)
+	}
+	held := &bcdv1.GetBatchResponse{Batch: &bcdv1.Batch{Id: "b2", Verb: "retire", State: "pending", Size: 2, Parked: 2, Required: 2, Approvers: []string{"alice"}}}
+	if got, want := batchStatus(held), "batch b2 retire pending: 0/2 at rest · waiting for approvals 1/2 (bcd batch approve b2)"; got != want {
+		t.Errorf("batchStatus = %q, want %q", got, want)
+	}
+	if batchDone(held.Batch) || !batchDone(&bcdv1.Batch{Size: 2}) {
+		t.Errorf("batchDone: a held batch done, or one parked on none not")
 	}
 }

@@ -51,7 +51,7 @@ func exitTable() []exitRow {
 			[]connect.Code{connect.CodeUnauthenticated, connect.CodePermissionDenied}},
 		{exitUnavailable, "the server could not be reached or did not answer in time (unavailable, deadline_exceeded, a command's own --timeout running out): worth retrying later",
 			[]connect.Code{connect.CodeUnavailable, connect.CodeDeadlineExceeded}},
-		{exitNodeFailed, "the node failed while --wait followed it: the message gives its fault code and message; it is in maintenance (bcd node recover)", nil},
+		{exitNodeFailed, "the node failed while --wait followed it: the message gives its fault code and message; it is in maintenance (bcd node recover); or nodes of a batch followed to its end (bcd bulk --wait, bcd batch wait) failed or were aborted: the failures are listed", nil},
 	}
 }
 
@@ -62,7 +62,7 @@ func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return exitOK
-	case errors.As(err, new(*nodeFailedError)):
+	case errors.As(err, new(*nodeFailedError)), errors.As(err, new(*batchFailedError)):
 		return exitNodeFailed
 	case errors.As(err, new(usageError)), errors.As(err, new(*flagconfig.Error)):
 		// flagconfig: a refused value of the environment or the config file of bcd site run.

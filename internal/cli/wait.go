@@ -101,6 +101,16 @@ type statusWriter struct {
 
 func (s *statusWriter) show(n *bcdv1.Node) {
 	line := nodeStatus(n)
+	key := line
+	if a := n.Activity; a != nil && a.ProgressTotal > 0 {
+		key = strings.Replace(line, fmt.Sprintf(" %d%%", 100*a.ProgressDone/a.ProgressTotal), fmt.Sprintf(" %d0%%", 10*a.ProgressDone/a.ProgressTotal), 1)
+	}
+	s.showLine(line, key)
+}
+
+// showLine shows a status line: on a terminal whenever it changes; elsewhere only when key
+// (the line with its progress in coarse steps) changes.
+func (s *statusWriter) showLine(line, key string) {
 	if s.terminal {
 		if line == s.last {
 			return
@@ -109,10 +119,6 @@ func (s *statusWriter) show(n *bcdv1.Node) {
 		fmt.Fprintf(s.w, "\r%s%s", line, strings.Repeat(" ", pad))
 		s.last, s.width = line, len(line)
 		return
-	}
-	key := line
-	if a := n.Activity; a != nil && a.ProgressTotal > 0 {
-		key = strings.Replace(line, fmt.Sprintf(" %d%%", 100*a.ProgressDone/a.ProgressTotal), fmt.Sprintf(" %d0%%", 10*a.ProgressDone/a.ProgressTotal), 1)
 	}
 	if key == s.last {
 		return

@@ -157,6 +157,15 @@ func (s *Service) Batch(ctx context.Context, p auth.Principal, id string, leafLi
 	return b, leaves, err
 }
 
+// BatchFailures lists the batch's nodes whose workflow under it failed or was aborted
+// (store.Store.BatchFailures), the first to end first, as p may see the batch.
+func (s *Service) BatchFailures(ctx context.Context, p auth.Principal, id string) ([]store.BatchFailure, error) {
+	if _, _, err := s.Batch(ctx, p, id, 1); err != nil {
+		return nil, err
+	}
+	return s.st.BatchFailures(ctx, id)
+}
+
 // decide runs f on a batch inside one transaction and wakes the batch's nodes after.
 func (s *Service) decide(ctx context.Context, p auth.Principal, id string, f func(tx *store.Tx, b *store.Batch) (wake bool, err error)) (store.Batch, error) {
 	if id == "" {

@@ -241,6 +241,33 @@ func (s *Store) BatchLeaves(ctx context.Context, id string, limit int) ([]Leaf, 
 	})
 }
 
+// BatchFailure is a node whose workflow under a batch failed or was aborted (a rejection
+// aborts those waiting).
+type BatchFailure struct {
+	NodeID, Name, State, FaultCode, Error string // Name: "" once the node is deleted
+	At                                    int64  // when the workflow ended
+}
+
+// BatchFailures lists the nodes whose workflows under batch id failed or were aborted, the
+// first to end first, each node once (its first such workflow): found through
+// workflows_batch.
+func (s *Store) BatchFailures(ctx context.Context, id string) ([]BatchFailure, error) {
+	rows, err := s.queryRows(ctx, `SELECT w.node_id, COALESCE(n.name, ''), w.state, w.fault_code, w.error, w.finished_at
+		FROM workflows w LEFT JOIN nodes n ON n.id = w.node_id
+		WHERE w.batch_id = ? AND w.state IN ('failed', 'aborted') ORDER BY w.finished_at, w.node_id`, id)
+	all, err := collect(rows, err, "a batch's failures", func(r interface{ Scan(...any) error }) (BatchFailure, error) {
+		var f BatchFailure
+		err := r.Scan(&f.NodeID, &f.Name, &f.State, &f.FaultCode, &f.Error, &f.At)
+		return f, err
+	})
+	seen := make(map[string]bool, len(all))
+	return slices.DeleteFunc(all, func(f BatchFailure) bool {
+		dup := seen[f.NodeID]
+		seen[f.NodeID] = true
+		return dup
+	}), err
+}
+
 // LeafInScope reports whether batch id lists (subject, kind).
 func (t *Tx) LeafInScope(ctx context.Context, id, subject, kind string) (bool, error) {
 	var one int

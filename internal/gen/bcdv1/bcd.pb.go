@@ -5481,9 +5481,15 @@ func (x *GetBatchRequest) GetLeafLimit() int32 {
 }
 
 type GetBatchResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batch         *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
-	Leaves        []*BatchLeaf           `protobuf:"bytes,2,rep,name=leaves,proto3" json:"leaves,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Batch  *Batch                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Leaves []*BatchLeaf           `protobuf:"bytes,2,rep,name=leaves,proto3" json:"leaves,omitempty"`
+	// Its nodes whose workflow under the batch failed or was aborted (a rejection aborts those
+	// waiting): failed and aborted count them; failures lists them, the first to end first (at
+	// most 100). The batch's other nodes at rest (size - parked) got where their verb meant.
+	Failed        int32           `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	Aborted       int32           `protobuf:"varint,4,opt,name=aborted,proto3" json:"aborted,omitempty"`
+	Failures      []*BatchFailure `protobuf:"bytes,5,rep,name=failures,proto3" json:"failures,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5532,6 +5538,111 @@ func (x *GetBatchResponse) GetLeaves() []*BatchLeaf {
 	return nil
 }
 
+func (x *GetBatchResponse) GetFailed() int32 {
+	if x != nil {
+		return x.Failed
+	}
+	return 0
+}
+
+func (x *GetBatchResponse) GetAborted() int32 {
+	if x != nil {
+		return x.Aborted
+	}
+	return 0
+}
+
+func (x *GetBatchResponse) GetFailures() []*BatchFailure {
+	if x != nil {
+		return x.Failures
+	}
+	return nil
+}
+
+type BatchFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`   // id
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`   // empty once the node is deleted
+	State         string                 `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"` // failed or aborted
+	FaultCode     string                 `protobuf:"bytes,4,opt,name=fault_code,json=faultCode,proto3" json:"fault_code,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	At            string                 `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"` // when its workflow ended (RFC 3339)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchFailure) Reset() {
+	*x = BatchFailure{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchFailure) ProtoMessage() {}
+
+func (x *BatchFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchFailure.ProtoReflect.Descriptor instead.
+func (*BatchFailure) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *BatchFailure) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *BatchFailure) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BatchFailure) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BatchFailure) GetFaultCode() string {
+	if x != nil {
+		return x.FaultCode
+	}
+	return ""
+}
+
+func (x *BatchFailure) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *BatchFailure) GetAt() string {
+	if x != nil {
+		return x.At
+	}
+	return ""
+}
+
 type BatchDecisionRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -5542,7 +5653,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5554,7 +5665,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5567,7 +5678,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -5593,7 +5704,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5605,7 +5716,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5618,7 +5729,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -5640,7 +5751,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5652,7 +5763,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5665,7 +5776,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -5707,7 +5818,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5719,7 +5830,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5732,7 +5843,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -5765,7 +5876,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5777,7 +5888,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5790,7 +5901,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -5808,7 +5919,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5820,7 +5931,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5833,7 +5944,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -5845,7 +5956,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5857,7 +5968,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5870,7 +5981,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -5891,7 +6002,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5903,7 +6014,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5916,7 +6027,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *Tenant) GetId() string {
@@ -5953,7 +6064,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5965,7 +6076,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5978,7 +6089,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Site) GetId() string {
@@ -6056,7 +6167,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6068,7 +6179,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6081,7 +6192,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -6168,7 +6279,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6180,7 +6291,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6193,7 +6304,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *Pool) GetId() string {
@@ -6251,7 +6362,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6263,7 +6374,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6276,7 +6387,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -6309,7 +6420,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6321,7 +6432,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6334,7 +6445,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -6353,7 +6464,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6365,7 +6476,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6378,7 +6489,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -6396,7 +6507,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6408,7 +6519,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6421,7 +6532,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 type ListTenantsResponse struct {
@@ -6433,7 +6544,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6445,7 +6556,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6458,7 +6569,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -6479,7 +6590,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6491,7 +6602,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6504,7 +6615,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -6537,7 +6648,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6549,7 +6660,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6562,7 +6673,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -6581,7 +6692,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6593,7 +6704,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6606,7 +6717,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -6625,7 +6736,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6637,7 +6748,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6650,7 +6761,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -6669,7 +6780,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6681,7 +6792,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6694,7 +6805,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -6712,7 +6823,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6724,7 +6835,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6737,7 +6848,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 type CreatePoolRequest struct {
@@ -6751,7 +6862,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6763,7 +6874,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6776,7 +6887,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -6810,7 +6921,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6822,7 +6933,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6835,7 +6946,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -6861,7 +6972,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6873,7 +6984,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6886,7 +6997,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -6906,7 +7017,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6918,7 +7029,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6931,7 +7042,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -6957,7 +7068,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6969,7 +7080,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6982,7 +7093,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -7001,7 +7112,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7013,7 +7124,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7026,7 +7137,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -7044,7 +7155,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7056,7 +7167,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7069,7 +7180,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 type PutHardwareProfileRequest struct {
@@ -7081,7 +7192,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7093,7 +7204,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7106,7 +7217,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -7125,7 +7236,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7137,7 +7248,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7150,7 +7261,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -7168,7 +7279,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7180,7 +7291,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7193,7 +7304,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -7205,7 +7316,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7217,7 +7328,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7230,7 +7341,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -7251,7 +7362,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7263,7 +7374,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7276,7 +7387,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -7307,7 +7418,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7319,7 +7430,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7332,7 +7443,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -7374,7 +7485,7 @@ type RevokeSiteAgentRequest struct {
 
 func (x *RevokeSiteAgentRequest) Reset() {
 	*x = RevokeSiteAgentRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7386,7 +7497,7 @@ func (x *RevokeSiteAgentRequest) String() string {
 func (*RevokeSiteAgentRequest) ProtoMessage() {}
 
 func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7399,7 +7510,7 @@ func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *RevokeSiteAgentRequest) GetAgent() string {
@@ -7426,7 +7537,7 @@ type RevokeSiteAgentResponse struct {
 
 func (x *RevokeSiteAgentResponse) Reset() {
 	*x = RevokeSiteAgentResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7438,7 +7549,7 @@ func (x *RevokeSiteAgentResponse) String() string {
 func (*RevokeSiteAgentResponse) ProtoMessage() {}
 
 func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7451,7 +7562,7 @@ func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RevokeSiteAgentResponse) GetAgent() string {
@@ -7483,7 +7594,7 @@ type AgentCA struct {
 
 func (x *AgentCA) Reset() {
 	*x = AgentCA{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7495,7 +7606,7 @@ func (x *AgentCA) String() string {
 func (*AgentCA) ProtoMessage() {}
 
 func (x *AgentCA) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7508,7 +7619,7 @@ func (x *AgentCA) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCA.ProtoReflect.Descriptor instead.
 func (*AgentCA) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *AgentCA) GetSha256() string {
@@ -7554,7 +7665,7 @@ type AgentCARotation struct {
 
 func (x *AgentCARotation) Reset() {
 	*x = AgentCARotation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7566,7 +7677,7 @@ func (x *AgentCARotation) String() string {
 func (*AgentCARotation) ProtoMessage() {}
 
 func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7579,7 +7690,7 @@ func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCARotation.ProtoReflect.Descriptor instead.
 func (*AgentCARotation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *AgentCARotation) GetStage() string {
@@ -7630,7 +7741,7 @@ type AgentCALag struct {
 
 func (x *AgentCALag) Reset() {
 	*x = AgentCALag{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7642,7 +7753,7 @@ func (x *AgentCALag) String() string {
 func (*AgentCALag) ProtoMessage() {}
 
 func (x *AgentCALag) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7655,7 +7766,7 @@ func (x *AgentCALag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCALag.ProtoReflect.Descriptor instead.
 func (*AgentCALag) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *AgentCALag) GetAgent() string {
@@ -7701,7 +7812,7 @@ type GetAgentCARequest struct {
 
 func (x *GetAgentCARequest) Reset() {
 	*x = GetAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7713,7 +7824,7 @@ func (x *GetAgentCARequest) String() string {
 func (*GetAgentCARequest) ProtoMessage() {}
 
 func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7726,7 +7837,7 @@ func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentCARequest.ProtoReflect.Descriptor instead.
 func (*GetAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 type RotateAgentCARequest struct {
@@ -7738,7 +7849,7 @@ type RotateAgentCARequest struct {
 
 func (x *RotateAgentCARequest) Reset() {
 	*x = RotateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7750,7 +7861,7 @@ func (x *RotateAgentCARequest) String() string {
 func (*RotateAgentCARequest) ProtoMessage() {}
 
 func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7763,7 +7874,7 @@ func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*RotateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 func (x *RotateAgentCARequest) GetReason() string {
@@ -7784,7 +7895,7 @@ type ActivateAgentCARequest struct {
 
 func (x *ActivateAgentCARequest) Reset() {
 	*x = ActivateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7796,7 +7907,7 @@ func (x *ActivateAgentCARequest) String() string {
 func (*ActivateAgentCARequest) ProtoMessage() {}
 
 func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7809,7 +7920,7 @@ func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*ActivateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *ActivateAgentCARequest) GetReason() string {
@@ -7836,7 +7947,7 @@ type FinishAgentCARequest struct {
 
 func (x *FinishAgentCARequest) Reset() {
 	*x = FinishAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7848,7 +7959,7 @@ func (x *FinishAgentCARequest) String() string {
 func (*FinishAgentCARequest) ProtoMessage() {}
 
 func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7861,7 +7972,7 @@ func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishAgentCARequest.ProtoReflect.Descriptor instead.
 func (*FinishAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *FinishAgentCARequest) GetReason() string {
@@ -7887,7 +7998,7 @@ type AgentCAResponse struct {
 
 func (x *AgentCAResponse) Reset() {
 	*x = AgentCAResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7899,7 +8010,7 @@ func (x *AgentCAResponse) String() string {
 func (*AgentCAResponse) ProtoMessage() {}
 
 func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7912,7 +8023,7 @@ func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCAResponse.ProtoReflect.Descriptor instead.
 func (*AgentCAResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *AgentCAResponse) GetRotation() *AgentCARotation {
@@ -7935,7 +8046,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7947,7 +8058,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7960,7 +8071,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -7986,7 +8097,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7998,7 +8109,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8011,7 +8122,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -8030,7 +8141,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8042,7 +8153,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8055,7 +8166,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -8073,7 +8184,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8085,7 +8196,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8098,7 +8209,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 type ListDeployProfilesResponse struct {
@@ -8110,7 +8221,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8122,7 +8233,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8135,7 +8246,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -8156,7 +8267,7 @@ type DeleteDeployProfileRequest struct {
 
 func (x *DeleteDeployProfileRequest) Reset() {
 	*x = DeleteDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8168,7 +8279,7 @@ func (x *DeleteDeployProfileRequest) String() string {
 func (*DeleteDeployProfileRequest) ProtoMessage() {}
 
 func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8181,7 +8292,7 @@ func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *DeleteDeployProfileRequest) GetName() string {
@@ -8199,7 +8310,7 @@ type DeleteDeployProfileResponse struct {
 
 func (x *DeleteDeployProfileResponse) Reset() {
 	*x = DeleteDeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8211,7 +8322,7 @@ func (x *DeleteDeployProfileResponse) String() string {
 func (*DeleteDeployProfileResponse) ProtoMessage() {}
 
 func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8224,7 +8335,7 @@ func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
 }
 
 type Token struct {
@@ -8241,7 +8352,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8253,7 +8364,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8266,7 +8377,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
 }
 
 func (x *Token) GetId() string {
@@ -8322,7 +8433,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8334,7 +8445,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8347,7 +8458,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -8382,7 +8493,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8394,7 +8505,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8407,7 +8518,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -8432,7 +8543,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8444,7 +8555,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8457,7 +8568,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
 }
 
 type ListTokensResponse struct {
@@ -8469,7 +8580,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8481,7 +8592,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8494,7 +8605,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -8513,7 +8624,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8525,7 +8636,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8538,7 +8649,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -8557,7 +8668,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8569,7 +8680,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8582,7 +8693,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -8600,7 +8711,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8612,7 +8723,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8625,7 +8736,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
 }
 
 type WhoAmIResponse struct {
@@ -8637,7 +8748,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8649,7 +8760,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8662,7 +8773,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -8683,7 +8794,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8695,7 +8806,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8708,7 +8819,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *Signer) GetName() string {
@@ -8751,7 +8862,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8763,7 +8874,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8776,7 +8887,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *Image) GetName() string {
@@ -8858,7 +8969,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8870,7 +8981,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8883,7 +8994,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -8901,7 +9012,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8913,7 +9024,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8926,7 +9037,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
 }
 
 type RevokeSignerRequest struct {
@@ -8938,7 +9049,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8950,7 +9061,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8963,7 +9074,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -8981,7 +9092,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8993,7 +9104,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9006,7 +9117,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{136}
 }
 
 type ListSignersRequest struct {
@@ -9017,7 +9128,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9029,7 +9140,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9042,7 +9153,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{136}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{137}
 }
 
 type ListSignersResponse struct {
@@ -9054,7 +9165,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9066,7 +9177,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9079,7 +9190,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{137}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{138}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -9098,7 +9209,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9110,7 +9221,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9123,7 +9234,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{138}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -9142,7 +9253,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9154,7 +9265,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9167,7 +9278,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{139}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -9185,7 +9296,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9197,7 +9308,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9210,7 +9321,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{140}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{141}
 }
 
 type ListImagesResponse struct {
@@ -9222,7 +9333,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9234,7 +9345,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9247,7 +9358,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{141}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{142}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -9766,10 +9877,21 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x0fGetBatchRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"leaf_limit\x18\x02 \x01(\x05R\tleafLimit\"b\n" +
+	"leaf_limit\x18\x02 \x01(\x05R\tleafLimit\"\xc6\x01\n" +
 	"\x10GetBatchResponse\x12#\n" +
 	"\x05batch\x18\x01 \x01(\v2\r.bcd.v1.BatchR\x05batch\x12)\n" +
-	"\x06leaves\x18\x02 \x03(\v2\x11.bcd.v1.BatchLeafR\x06leaves\">\n" +
+	"\x06leaves\x18\x02 \x03(\v2\x11.bcd.v1.BatchLeafR\x06leaves\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\x05R\x06failed\x12\x18\n" +
+	"\aaborted\x18\x04 \x01(\x05R\aaborted\x120\n" +
+	"\bfailures\x18\x05 \x03(\v2\x14.bcd.v1.BatchFailureR\bfailures\"\x91\x01\n" +
+	"\fBatchFailure\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"fault_code\x18\x04 \x01(\tR\tfaultCode\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12\x0e\n" +
+	"\x02at\x18\x06 \x01(\tR\x02at\">\n" +
 	"\x14BatchDecisionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"4\n" +
@@ -10112,7 +10234,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 155)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 156)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -10183,103 +10305,104 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*ListBatchesResponse)(nil),               // 66: bcd.v1.ListBatchesResponse
 	(*GetBatchRequest)(nil),                   // 67: bcd.v1.GetBatchRequest
 	(*GetBatchResponse)(nil),                  // 68: bcd.v1.GetBatchResponse
-	(*BatchDecisionRequest)(nil),              // 69: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 70: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 71: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 72: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 73: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 74: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 75: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 76: bcd.v1.Tenant
-	(*Site)(nil),                              // 77: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 78: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 79: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 80: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 81: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 82: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 83: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 84: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 85: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 86: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 87: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 88: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 89: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 90: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 91: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 92: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 93: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 94: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 95: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 96: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 97: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 98: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 99: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 100: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 101: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 102: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 103: bcd.v1.CreateSiteJoinTokenResponse
-	(*RevokeSiteAgentRequest)(nil),            // 104: bcd.v1.RevokeSiteAgentRequest
-	(*RevokeSiteAgentResponse)(nil),           // 105: bcd.v1.RevokeSiteAgentResponse
-	(*AgentCA)(nil),                           // 106: bcd.v1.AgentCA
-	(*AgentCARotation)(nil),                   // 107: bcd.v1.AgentCARotation
-	(*AgentCALag)(nil),                        // 108: bcd.v1.AgentCALag
-	(*GetAgentCARequest)(nil),                 // 109: bcd.v1.GetAgentCARequest
-	(*RotateAgentCARequest)(nil),              // 110: bcd.v1.RotateAgentCARequest
-	(*ActivateAgentCARequest)(nil),            // 111: bcd.v1.ActivateAgentCARequest
-	(*FinishAgentCARequest)(nil),              // 112: bcd.v1.FinishAgentCARequest
-	(*AgentCAResponse)(nil),                   // 113: bcd.v1.AgentCAResponse
-	(*DeployProfile)(nil),                     // 114: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 115: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 116: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 117: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 118: bcd.v1.ListDeployProfilesResponse
-	(*DeleteDeployProfileRequest)(nil),        // 119: bcd.v1.DeleteDeployProfileRequest
-	(*DeleteDeployProfileResponse)(nil),       // 120: bcd.v1.DeleteDeployProfileResponse
-	(*Token)(nil),                             // 121: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 122: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 123: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 124: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 125: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 126: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 127: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 128: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 129: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 130: bcd.v1.Signer
-	(*Image)(nil),                             // 131: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 132: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 133: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 134: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 135: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 136: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 137: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 138: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 139: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 140: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 141: bcd.v1.ListImagesResponse
-	nil,                                       // 142: bcd.v1.Node.DriversEntry
-	nil,                                       // 143: bcd.v1.Node.LabelsEntry
-	nil,                                       // 144: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 145: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 146: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 147: bcd.v1.BulkResponse.SpreadTakenEntry
-	nil,                                       // 148: bcd.v1.Site.LabelsEntry
-	nil,                                       // 149: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 150: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 151: bcd.v1.PoolPolicy.BiosSettingsEntry
-	nil,                                       // 152: bcd.v1.PoolPolicy.FirmwareImagesEntry
-	nil,                                       // 153: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 154: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*BatchFailure)(nil),                      // 69: bcd.v1.BatchFailure
+	(*BatchDecisionRequest)(nil),              // 70: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 71: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 72: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 73: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 74: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 75: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 76: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 77: bcd.v1.Tenant
+	(*Site)(nil),                              // 78: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 79: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 80: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 81: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 82: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 83: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 84: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 85: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 86: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 87: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 88: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 89: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 90: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 91: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 92: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 93: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 94: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 95: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 96: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 97: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 98: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 99: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 100: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 101: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 102: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 103: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 104: bcd.v1.CreateSiteJoinTokenResponse
+	(*RevokeSiteAgentRequest)(nil),            // 105: bcd.v1.RevokeSiteAgentRequest
+	(*RevokeSiteAgentResponse)(nil),           // 106: bcd.v1.RevokeSiteAgentResponse
+	(*AgentCA)(nil),                           // 107: bcd.v1.AgentCA
+	(*AgentCARotation)(nil),                   // 108: bcd.v1.AgentCARotation
+	(*AgentCALag)(nil),                        // 109: bcd.v1.AgentCALag
+	(*GetAgentCARequest)(nil),                 // 110: bcd.v1.GetAgentCARequest
+	(*RotateAgentCARequest)(nil),              // 111: bcd.v1.RotateAgentCARequest
+	(*ActivateAgentCARequest)(nil),            // 112: bcd.v1.ActivateAgentCARequest
+	(*FinishAgentCARequest)(nil),              // 113: bcd.v1.FinishAgentCARequest
+	(*AgentCAResponse)(nil),                   // 114: bcd.v1.AgentCAResponse
+	(*DeployProfile)(nil),                     // 115: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 116: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 117: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 118: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 119: bcd.v1.ListDeployProfilesResponse
+	(*DeleteDeployProfileRequest)(nil),        // 120: bcd.v1.DeleteDeployProfileRequest
+	(*DeleteDeployProfileResponse)(nil),       // 121: bcd.v1.DeleteDeployProfileResponse
+	(*Token)(nil),                             // 122: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 123: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 124: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 125: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 126: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 127: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 128: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 129: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 130: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 131: bcd.v1.Signer
+	(*Image)(nil),                             // 132: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 133: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 134: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 135: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 136: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 137: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 138: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 139: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 140: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 141: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 142: bcd.v1.ListImagesResponse
+	nil,                                       // 143: bcd.v1.Node.DriversEntry
+	nil,                                       // 144: bcd.v1.Node.LabelsEntry
+	nil,                                       // 145: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 146: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 147: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 148: bcd.v1.BulkResponse.SpreadTakenEntry
+	nil,                                       // 149: bcd.v1.Site.LabelsEntry
+	nil,                                       // 150: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 151: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 152: bcd.v1.PoolPolicy.BiosSettingsEntry
+	nil,                                       // 153: bcd.v1.PoolPolicy.FirmwareImagesEntry
+	nil,                                       // 154: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 155: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	142, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	143, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	143, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	144, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	144, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	145, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	9,   // 6: bcd.v1.Node.hardware:type_name -> bcd.v1.HardwareFacts
 	4,   // 7: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	145, // 8: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	146, // 8: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 9: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	9,   // 10: bcd.v1.NodeInventoryResponse.facts:type_name -> bcd.v1.HardwareFacts
 	1,   // 11: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
@@ -10295,200 +10418,201 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	41,  // 21: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
 	38,  // 22: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
 	40,  // 23: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
-	107, // 24: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
+	108, // 24: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
 	35,  // 25: bcd.v1.DoctorResponse.hardware_short:type_name -> bcd.v1.DoctorFinding
 	45,  // 26: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
 	52,  // 27: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
 	4,   // 28: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	146, // 29: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	147, // 29: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
 	62,  // 30: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
 	63,  // 31: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	147, // 32: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
+	148, // 32: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
 	59,  // 33: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
 	59,  // 34: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
 	60,  // 35: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	59,  // 36: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	71,  // 37: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	71,  // 38: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	148, // 39: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	149, // 40: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	150, // 41: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	151, // 42: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	152, // 43: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
-	78,  // 44: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	153, // 45: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	76,  // 46: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	76,  // 47: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	154, // 48: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	77,  // 49: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	77,  // 50: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	78,  // 51: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	78,  // 52: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	79,  // 53: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	79,  // 54: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	80,  // 55: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	80,  // 56: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	80,  // 57: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	106, // 58: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	106, // 59: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	106, // 60: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	108, // 61: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	107, // 62: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	114, // 63: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	114, // 64: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	114, // 65: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	121, // 66: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	121, // 67: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	121, // 68: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	121, // 69: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	130, // 70: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	130, // 71: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	131, // 72: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	131, // 73: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	131, // 74: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	31,  // 75: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	34,  // 76: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 77: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 78: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	11,  // 79: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	13,  // 80: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 81: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 82: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	14,  // 83: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	15,  // 84: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	13,  // 85: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 86: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 87: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 88: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 89: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	16,  // 90: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	19,  // 91: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	18,  // 92: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
-	20,  // 93: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	29,  // 94: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	26,  // 95: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	23,  // 96: bcd.v1.NodeService.Commands:input_type -> bcd.v1.ListCommandsRequest
-	8,   // 97: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
-	42,  // 98: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	44,  // 99: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	51,  // 100: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	53,  // 101: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	55,  // 102: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	56,  // 103: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	57,  // 104: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	47,  // 105: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
-	49,  // 106: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
-	61,  // 107: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	65,  // 108: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	67,  // 109: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	69,  // 110: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	69,  // 111: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	69,  // 112: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	72,  // 113: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	74,  // 114: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	115, // 115: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	117, // 116: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	119, // 117: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	102, // 118: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	104, // 119: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	109, // 120: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	110, // 121: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	111, // 122: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	112, // 123: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	81,  // 124: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	83,  // 125: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	85,  // 126: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	87,  // 127: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	89,  // 128: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	91,  // 129: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	92,  // 130: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	94,  // 131: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	96,  // 132: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	98,  // 133: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	100, // 134: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	122, // 135: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	124, // 136: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	126, // 137: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	128, // 138: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	132, // 139: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	134, // 140: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	136, // 141: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	138, // 142: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	140, // 143: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	33,  // 144: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	39,  // 145: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 146: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 147: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	12,  // 148: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 149: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 150: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 151: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 152: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 153: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 154: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 155: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 156: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 157: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 158: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	17,  // 159: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 160: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 161: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	21,  // 162: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	30,  // 163: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	28,  // 164: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	25,  // 165: bcd.v1.NodeService.Commands:output_type -> bcd.v1.ListCommandsResponse
-	10,  // 166: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
-	43,  // 167: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	46,  // 168: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 169: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	54,  // 170: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	33,  // 171: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 172: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	58,  // 173: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	48,  // 174: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
-	50,  // 175: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
-	64,  // 176: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	66,  // 177: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	68,  // 178: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	70,  // 179: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	70,  // 180: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	70,  // 181: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	73,  // 182: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	75,  // 183: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	116, // 184: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	118, // 185: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	120, // 186: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	103, // 187: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	105, // 188: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	113, // 189: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	113, // 190: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	113, // 191: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	113, // 192: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	82,  // 193: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	84,  // 194: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	86,  // 195: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	88,  // 196: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	90,  // 197: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	93,  // 198: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	93,  // 199: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	95,  // 200: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	97,  // 201: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	99,  // 202: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	101, // 203: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	123, // 204: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	125, // 205: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	127, // 206: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	129, // 207: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	133, // 208: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	135, // 209: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	137, // 210: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	139, // 211: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	141, // 212: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	144, // [144:213] is the sub-list for method output_type
-	75,  // [75:144] is the sub-list for method input_type
-	75,  // [75:75] is the sub-list for extension type_name
-	75,  // [75:75] is the sub-list for extension extendee
-	0,   // [0:75] is the sub-list for field type_name
+	69,  // 36: bcd.v1.GetBatchResponse.failures:type_name -> bcd.v1.BatchFailure
+	59,  // 37: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	72,  // 38: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	72,  // 39: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	149, // 40: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	150, // 41: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	151, // 42: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	152, // 43: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
+	153, // 44: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	79,  // 45: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	154, // 46: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	77,  // 47: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	77,  // 48: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	155, // 49: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	78,  // 50: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	78,  // 51: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	79,  // 52: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	79,  // 53: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	80,  // 54: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	80,  // 55: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	81,  // 56: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	81,  // 57: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	81,  // 58: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	107, // 59: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	107, // 60: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	107, // 61: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	109, // 62: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	108, // 63: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	115, // 64: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	115, // 65: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	115, // 66: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	122, // 67: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	122, // 68: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	122, // 69: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	122, // 70: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	131, // 71: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	131, // 72: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	132, // 73: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	132, // 74: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	132, // 75: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	31,  // 76: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	34,  // 77: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 78: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 79: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	11,  // 80: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	13,  // 81: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 82: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 83: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	14,  // 84: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	15,  // 85: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	13,  // 86: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 87: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 88: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 89: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 90: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	16,  // 91: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	19,  // 92: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	18,  // 93: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	20,  // 94: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	29,  // 95: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	26,  // 96: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	23,  // 97: bcd.v1.NodeService.Commands:input_type -> bcd.v1.ListCommandsRequest
+	8,   // 98: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
+	42,  // 99: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	44,  // 100: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	51,  // 101: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	53,  // 102: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	55,  // 103: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	56,  // 104: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	57,  // 105: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	47,  // 106: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
+	49,  // 107: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
+	61,  // 108: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	65,  // 109: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	67,  // 110: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	70,  // 111: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	70,  // 112: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	70,  // 113: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	73,  // 114: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	75,  // 115: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	116, // 116: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	118, // 117: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	120, // 118: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	103, // 119: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	105, // 120: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	110, // 121: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	111, // 122: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	112, // 123: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	113, // 124: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	82,  // 125: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	84,  // 126: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	86,  // 127: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	88,  // 128: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	90,  // 129: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	92,  // 130: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	93,  // 131: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	95,  // 132: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	97,  // 133: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	99,  // 134: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	101, // 135: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	123, // 136: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	125, // 137: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	127, // 138: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	129, // 139: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	133, // 140: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	135, // 141: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	137, // 142: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	139, // 143: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	141, // 144: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	33,  // 145: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	39,  // 146: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 147: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 148: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	12,  // 149: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 150: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 151: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 152: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 153: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 154: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 155: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 156: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 157: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 158: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 159: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	17,  // 160: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 161: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 162: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	21,  // 163: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	30,  // 164: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	28,  // 165: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	25,  // 166: bcd.v1.NodeService.Commands:output_type -> bcd.v1.ListCommandsResponse
+	10,  // 167: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
+	43,  // 168: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	46,  // 169: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 170: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	54,  // 171: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	33,  // 172: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 173: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	58,  // 174: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	48,  // 175: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
+	50,  // 176: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
+	64,  // 177: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	66,  // 178: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	68,  // 179: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	71,  // 180: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	71,  // 181: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	71,  // 182: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	74,  // 183: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	76,  // 184: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	117, // 185: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	119, // 186: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	121, // 187: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	104, // 188: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	106, // 189: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	114, // 190: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	114, // 191: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	114, // 192: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	114, // 193: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	83,  // 194: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	85,  // 195: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	87,  // 196: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	89,  // 197: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	91,  // 198: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	94,  // 199: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	94,  // 200: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	96,  // 201: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	98,  // 202: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	100, // 203: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	102, // 204: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	124, // 205: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	126, // 206: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	128, // 207: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	130, // 208: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	134, // 209: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	136, // 210: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	138, // 211: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	140, // 212: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	142, // 213: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	145, // [145:214] is the sub-list for method output_type
+	76,  // [76:145] is the sub-list for method input_type
+	76,  // [76:76] is the sub-list for extension type_name
+	76,  // [76:76] is the sub-list for extension extendee
+	0,   // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -10503,7 +10627,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   155,
+			NumMessages:   156,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
