@@ -528,7 +528,14 @@ type batchView struct {
 	Leaves  []store.Leaf
 	Names   names
 	Message string
+	// Failures are its nodes whose workflow under it failed or was aborted (the first
+	// batchFailures of them).
+	Failures        []store.BatchFailure
+	Failed, Aborted int
 }
+
+// batchFailures is how many of a batch's failed or aborted nodes its page lists.
+const batchFailures = 100
 
 // batchLeaves is how many of a batch's (subject, kind) leaves its page lists.
 const batchLeaves = 200
@@ -545,7 +552,21 @@ func (u *UI) batchDetail(w http.ResponseWriter, r *http.Request, s session) {
 		u.serviceError(w, r, &s, err)
 		return
 	}
-	u.render(w, r, http.StatusOK, batchPage(s, batchView{B: b, Leaves: leaves, Names: nm, Message: decisionMessage(r.URL.Query().Get("done"))}))
+	fails, err := u.svc.BatchFailures(ctx, s.p, b.ID)
+	if err != nil {
+		u.serviceError(w, r, &s, err)
+		return
+	}
+	v := batchView{B: b, Leaves: leaves, Names: nm, Message: decisionMessage(r.URL.Query().Get("done"))}
+	for _, f := range fails {
+		if f.State == "aborted" {
+			v.Aborted++
+		} else {
+			v.Failed++
+		}
+	}
+	v.Failures = fails[:min(len(fails), batchFailures)]
+	u.render(w, r, http.StatusOK, batchPage(s, v))
 }
 
 func (u *UI) batchDecide(w http.ResponseWriter, r *http.Request, s session) {

@@ -548,6 +548,16 @@ func TestApproveThroughTheUI(t *testing.T) {
 	if r := e.do(t, "POST", path2+"/withdraw", approver, url.Values{"csrf": {token}}); r.code != http.StatusConflict || !strings.Contains(r.body, "failed_precondition: ") {
 		t.Fatalf("withdraw from a rejected batch: %d %.1500s", r.code, r.body)
 	}
+	// Its node's workflow, aborted by the rejection, is listed on the batch's page.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		p := e.do(t, "GET", path2, approver, nil)
+		if strings.Contains(p.body, "0 failed, 1 aborted") && strings.Contains(p.body, "<h2>Failed or aborted</h2>") && strings.Contains(p.body, ">doomed-too</a></td><td>aborted</td><td>BATCH_REJECTED</td>") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rejected batch's page without its aborted node: %.4000s", p.body)
+		}
+	}
 }
 
 // TestPagesShowNoSecret visits every page as an admin with a node that has BMC credentials
