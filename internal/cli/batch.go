@@ -176,13 +176,15 @@ func firstNonEmpty(s ...string) string {
 func batchRows(bs ...*bcdv1.Batch) [][]string {
 	var rows [][]string
 	for _, b := range bs {
-		rows = append(rows, []string{b.Id, b.State, b.Kind, b.Verb, strconv.Itoa(int(b.Size)), fmt.Sprintf("%d/%d", len(b.Approvers), b.Required),
-			b.RequestedBy, b.CreatedAt, b.Reason})
+		rows = append(rows, []string{b.Id, b.State, b.Kind, b.Verb, strconv.Itoa(int(b.Size)), fmt.Sprintf("%d/%d", b.Size-b.Parked, b.Size),
+			fmt.Sprintf("%d/%d", len(b.Approvers), b.Required), b.RequestedBy, b.CreatedAt, b.Reason})
 	}
 	return rows
 }
 
-const batchHeader = "ID\tSTATE\tKIND\tVERB\tSIZE\tAPPROVALS\tREQUESTED BY\tCREATED\tREASON"
+// batchHeader heads batchRows; AT REST is how many of the batch's nodes no longer work under it
+// (bcd batch wait ID follows it, and names those that failed).
+const batchHeader = "ID\tSTATE\tKIND\tVERB\tSIZE\tAT REST\tAPPROVALS\tREQUESTED BY\tCREATED\tREASON"
 
 func batchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "batch", Short: "Batches of destructive commands: list, show, approve, withdraw, reject; approvals policy"}

@@ -128,6 +128,10 @@ func TestBatchWait(t *testing.T) {
 	if code, out, _ := run(t, env, "batch", "show", id[1]); code != 0 || !strings.Contains(out, "nodes at rest 1/1: 0 failed, 1 aborted") || !strings.Contains(out, "BATCH_REJECTED") {
 		t.Fatalf("batch show of a rejected batch: %d %q", code, out)
 	}
+	if code, out, _ := run(t, env, "batch", "list"); code != 0 || !regexp.MustCompile(`(?m)^ID\s+STATE\s+KIND\s+VERB\s+SIZE\s+AT REST\s+APPROVALS`).MatchString(out) ||
+		!regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(id[1])+`\s+rejected\s+bulk\s+retire\s+1\s+1/1\s+0/1\s`).MatchString(out) {
+		t.Fatalf("batch list: %d %q", code, out)
+	}
 }
 
 // A batch's status line says where it is; a log gets a line per tenth of its nodes at rest.
