@@ -101,8 +101,10 @@ func TestCLIAgainstServer(t *testing.T) {
 func TestEventsFollow(t *testing.T) {
 	url, token := startServer(t)
 	env := map[string]string{"BCD_SERVER": url, "BCD_TOKEN": token, "BCD_BMC_PASSWORD": "pw"}
-	if code, _, errs := run(t, env, "node", "enroll", "f1", "--bmc-address", "https://10.0.0.9", "--bmc-username", "root"); code != 0 {
-		t.Fatal(errs)
+	for i := range 6 { // more events than a follower starts with (the newest 10)
+		if code, _, errs := run(t, env, "node", "enroll", fmt.Sprintf("f%d", 6-i), "--bmc-address", fmt.Sprintf("https://10.0.0.%d", 9+i), "--bmc-username", "root"); code != 0 {
+			t.Fatal(errs)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
@@ -127,6 +129,9 @@ func TestEventsFollow(t *testing.T) {
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("follow exited %d", code)
+	}
+	if got := out.String(); strings.Contains(got, `"kind":"installation.created"`) {
+		t.Errorf("a follower printed the log from its start, not the newest 10 and what came:\n%s", got)
 	}
 }
 
@@ -197,6 +202,7 @@ func TestEventsByKindAndLast(t *testing.T) {
 		{[]string{"--kind", "node.f*"}, "a prefix ends in .*"},
 		{[]string{"--last", "2", "--after", "1"}, "--last and --after: give one"},
 		{[]string{"--last", "0"}, "1 or more"},
+		{[]string{"--follow", "--after", "3"}, "--after with --follow: a follower starts at the newest events"},
 	} {
 		if code, _, errs := run(t, env, append([]string{"events"}, c.args...)...); code != 2 || !strings.Contains(errs, c.want) {
 			t.Errorf("events %v: %d %q: want exit 2 and %q", c.args, code, errs, c.want)

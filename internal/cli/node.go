@@ -371,6 +371,9 @@ func nodeGetCmd(g *globals) *cobra.Command {
 	}
 }
 
+// followLast is how many of the newest events bcd events --follow prints before what comes.
+const followLast = 10
+
 func nodeEventsCmd(g *globals) *cobra.Command {
 	var in bcdv1.ListEventsRequest
 	var follow bool
@@ -384,7 +387,13 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 				in.Node = args[0]
 			}
 			pageLimit := in.Limit // (following after --last N, pages are --limit's again)
-			if cmd.Flags().Changed("last") {
+			if follow && cmd.Flags().Changed("after") {
+				return usagef("--after with --follow: a follower starts at the newest events (--last N, default %d) and goes on from there; older events are listed without --follow (bcd events --after ID)", followLast)
+			}
+			if follow && !cmd.Flags().Changed("last") {
+				last = followLast // as tail -f and journalctl -f: the newest few, then what comes
+			}
+			if follow || cmd.Flags().Changed("last") {
 				if in.AfterId != 0 {
 					return usagef("--last and --after: give one (--last N: the newest N events; --after ID: the events after ID)")
 				}
@@ -450,7 +459,7 @@ func nodeEventsCmd(g *globals) *cobra.Command {
 	}
 	cmd.Flags().Uint64Var(&in.AfterId, "after", 0, "only events after this id")
 	cmd.Flags().Int32Var(&in.Limit, "limit", 0, "at most this many per request (default 500)")
-	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events as they happen (until interrupted)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "print the newest events (--last, default 10), then keep printing new ones as they happen (until interrupted)")
 	cmd.Flags().Int32Var(&last, "last", 0, "the newest N events (of the kinds asked for), oldest first; with --follow, then what comes")
 	cmd.Flags().StringSliceVar(&in.Kinds, "kind", nil, "only events of this kind (node.fail), or of every kind under a prefix (node.*) (repeatable, or comma-separated; at most 16)")
 	return cmd
