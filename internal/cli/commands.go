@@ -22,9 +22,10 @@ func nodeCommandsCmd(g *globals) *cobra.Command {
 		Long: `Lists the node's newest commands (--limit, default 50), oldest first: when each was
 queued, its kind, the agent that took it, its state (lost: the agent went away holding it; it is
 never sent twice), how long it waited for an agent (queued → acknowledged) and ran
-(acknowledged → ended), the attempts (agents it was offered to), the workflow step that sent
-it (profile#index; in the cleanup, the cleanup's index) and its error. --workflow narrows them to one workflow (its id: bcd node get, bcd events).
-Arguments and results are not shown (bcd node attestations shows the signed results).`,
+(acknowledged → ended), the attempts (agents it was offered to), the workflow step that sent it
+(profile#index; in the cleanup, the cleanup's index) and its error. --workflow narrows them to
+one workflow (its id: bcd node get, bcd events). Arguments and results are not shown (bcd node
+attestations shows the signed results).`,
 		Args: exactArgs(1, "the NODE (name or id)"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			in.Node = args[0]
