@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -61,44 +60,13 @@ func batchStatusKey(m *bcdv1.GetBatchResponse) string {
 	return fmt.Sprintf("%s %d %d %d %d/%d", b.State, tenth, m.Failed, m.Aborted, len(b.Approvers), b.Required)
 }
 
-// followBatch reads batch id every interval until no node of it is at work, showing its status,
-// for at most timeout: the batch's last answer, or the context's error (a deadline when the
-// wait ran out) wrapped with where the batch was.
+// followBatch reads the batch every interval until no node of it is at work, showing its
+// status, for at most timeout (followUntil).
 func followBatch(ctx context.Context, get func(context.Context) (*bcdv1.GetBatchResponse, error), status *statusWriter, interval, timeout time.Duration) (*bcdv1.GetBatchResponse, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	defer status.end()
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var m *bcdv1.GetBatchResponse
-	for {
-		got, err := get(ctx)
-		switch {
-		case err == nil:
-			m = got
-			status.showLine(batchStatus(m), batchStatusKey(m))
-			if batchDone(m.Batch) {
-				return m, nil
-			}
-		case ctx.Err() == nil && connect.CodeOf(err) == connect.CodeUnavailable:
-			// The server restarted or the network blinked: the batch's work goes on.
-		default:
-			return m, fmt.Errorf("following the batch: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			where := "not read yet"
-			if m != nil {
-				where = batchStatus(m)
-			}
-			err := ctx.Err()
-			if errors.Is(err, context.DeadlineExceeded) {
-				return m, fmt.Errorf("stopped waiting after %s (the batch's work goes on; bcd batch show shows it): %s: %w", timeout, where, err)
-			}
-			return m, fmt.Errorf("stopped waiting (the batch's work goes on): %s: %w", where, err)
-		case <-tick.C:
-		}
-	}
+	return followUntil(ctx, get, func(m *bcdv1.GetBatchResponse) bool {
+		status.showLine(batchStatus(m), batchStatusKey(m))
+		return batchDone(m.Batch)
+	}, batchStatus, "batch", status, interval, timeout)
 }
 
 // printBatchEnd writes how a batch followed to its end ended: its nodes at rest, and each that

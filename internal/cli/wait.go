@@ -138,43 +138,61 @@ func (s *statusWriter) end() {
 // timeout: the node at rest, a *nodeFailedError when it failed, or the context's error (a
 // deadline when the wait ran out) wrapped with where the node was.
 func follow(ctx context.Context, get func(context.Context) (*bcdv1.Node, error), status *statusWriter, interval, timeout time.Duration) (*bcdv1.Node, error) {
+	n, err := followUntil(ctx, get, func(n *bcdv1.Node) bool { status.show(n); return resting(n) }, nodeStatus, "node", status, interval, timeout)
+	if err == nil && n.State == "failed" {
+		return n, &nodeFailedError{node: n.Name, from: n.FailedFrom, code: n.FaultCode, message: n.FaultMessage}
+	}
+	return n, err
+}
+
+// followUntil reads what (a node, a batch) every interval until done says it is done (done
+// also shows it), for at most timeout: its last reading, or the context's error (a deadline
+// when the wait ran out) wrapped with where it was (describe). An unavailable server is asked
+// again: the work goes on while it restarts.
+func followUntil[T any](ctx context.Context, get func(context.Context) (T, error), done func(T) bool, describe func(T) string, what string,
+	status *statusWriter, interval, timeout time.Duration) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	defer status.end()
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
-	var n *bcdv1.Node
+	var last T
+	read := false
 	for {
 		got, err := get(ctx)
 		switch {
 		case err == nil:
-			n = got
-			status.show(n)
-			if resting(n) {
-				if n.State == "failed" {
-					return n, &nodeFailedError{node: n.Name, from: n.FailedFrom, code: n.FaultCode, message: n.FaultMessage}
-				}
-				return n, nil
+			last, read = got, true
+			if done(last) {
+				return last, nil
 			}
 		case ctx.Err() == nil && connect.CodeOf(err) == connect.CodeUnavailable:
-			// The server restarted or the network blinked: the node's work goes on, keep asking.
+			// The server restarted or the network blinked: the work goes on, keep asking.
 		default:
-			return n, fmt.Errorf("following the node: %w", err)
+			return last, fmt.Errorf("following the %s: %w", what, err)
 		}
 		select {
 		case <-ctx.Done():
 			where := "not read yet"
-			if n != nil {
-				where = nodeStatus(n)
+			if read {
+				where = describe(last)
 			}
 			err := ctx.Err()
 			if errors.Is(err, context.DeadlineExceeded) {
-				return n, fmt.Errorf("stopped waiting after %s (the node's work goes on; bcd node get shows it): %s: %w", timeout, where, err)
+				return last, fmt.Errorf("stopped waiting after %s (the %s's work goes on; bcd %s shows it): %s: %w", timeout, what, showCommand(what), where, err)
 			}
-			return n, fmt.Errorf("stopped waiting (the node's work goes on): %s: %w", where, err)
+			return last, fmt.Errorf("stopped waiting (the %s's work goes on): %s: %w", what, where, err)
 		case <-tick.C:
 		}
 	}
+}
+
+// showCommand is the command that shows what a wait followed.
+func showCommand(what string) string {
+	if what == "batch" {
+		return "batch show"
+	}
+	return what + " get"
 }
 
 // nodeVerbWait runs one node call and prints the node it answers with; with --wait it then
