@@ -86,16 +86,10 @@ func (h *batches) Get(ctx context.Context, req *connect.Request[bcdv1.GetBatchRe
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	for _, f := range fails {
-		if f.State == "aborted" {
-			out.Aborted++
-		} else {
-			out.Failed++
-		}
-		if len(out.Failures) < maxBatchFailures {
-			out.Failures = append(out.Failures, &bcdv1.BatchFailure{Node: f.NodeID, Name: f.Name, State: f.State, FaultCode: f.FaultCode, Error: f.Error,
-				At: store.Micros(f.At).UTC().Format(time.RFC3339Nano)})
-		}
+	failed, aborted := metal.FailureCounts(fails)
+	out.Failed, out.Aborted = int32(failed), int32(aborted)
+	for _, f := range fails[:min(len(fails), maxBatchFailures)] {
+		out.Failures = append(out.Failures, &bcdv1.BatchFailure{Node: f.NodeID, Name: f.Name, State: f.State, FaultCode: f.FaultCode, Error: f.Error, At: ts(f.At)})
 	}
 	return connect.NewResponse(out), nil
 }

@@ -239,16 +239,10 @@ func (h *nodes) Commands(ctx context.Context, req *connect.Request[bcdv1.ListCom
 	if err != nil {
 		return nil, toConnect(err)
 	}
-	at := func(us int64) string {
-		if us == 0 {
-			return ""
-		}
-		return store.Micros(us).UTC().Format(time.RFC3339Nano)
-	}
 	out := &bcdv1.ListCommandsResponse{Commands: make([]*bcdv1.CommandRecord, len(cmds))}
 	for i, c := range cmds {
 		out.Commands[i] = &bcdv1.CommandRecord{Id: c.ID, Kind: c.Kind, State: c.State, Agent: c.TargetAgent, Attempts: int32(c.Attempts),
-			Workflow: c.WorkflowID, Step: int32(c.StepIndex), CreatedAt: at(c.CreatedAt), DeliveredAt: at(c.DeliveredAt), FinishedAt: at(c.FinishedAt),
+			Workflow: c.WorkflowID, Step: int32(c.StepIndex), CreatedAt: ts(c.CreatedAt), DeliveredAt: ts(c.DeliveredAt), FinishedAt: ts(c.FinishedAt),
 			Error: c.Error, Progress: c.Progress, Destructive: c.Destructive, Attested: c.Attested, Batch: c.BatchID, Profile: c.Profile}
 	}
 	return connect.NewResponse(out), nil

@@ -166,6 +166,19 @@ func (s *Service) BatchFailures(ctx context.Context, p auth.Principal, id string
 	return s.st.BatchFailures(ctx, id)
 }
 
+// FailureCounts counts a batch's failures (BatchFailures) by how their workflow ended: failed,
+// or aborted (a rejection aborts those waiting). Pure.
+func FailureCounts(fails []store.BatchFailure) (failed, aborted int) {
+	for _, f := range fails {
+		if f.State == "aborted" {
+			aborted++
+		} else {
+			failed++
+		}
+	}
+	return failed, aborted
+}
+
 // decide runs f on a batch inside one transaction and wakes the batch's nodes after.
 func (s *Service) decide(ctx context.Context, p auth.Principal, id string, f func(tx *store.Tx, b *store.Batch) (wake bool, err error)) (store.Batch, error) {
 	if id == "" {

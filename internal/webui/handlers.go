@@ -558,13 +558,7 @@ func (u *UI) batchDetail(w http.ResponseWriter, r *http.Request, s session) {
 		return
 	}
 	v := batchView{B: b, Leaves: leaves, Names: nm, Message: decisionMessage(r.URL.Query().Get("done"))}
-	for _, f := range fails {
-		if f.State == "aborted" {
-			v.Aborted++
-		} else {
-			v.Failed++
-		}
-	}
+	v.Failed, v.Aborted = metal.FailureCounts(fails)
 	v.Failures = fails[:min(len(fails), batchFailures)]
 	u.render(w, r, http.StatusOK, batchPage(s, v))
 }
