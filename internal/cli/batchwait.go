@@ -63,10 +63,11 @@ func batchStatusKey(m *bcdv1.GetBatchResponse) string {
 // followBatch reads the batch every interval until no node of it is at work, showing its
 // status, for at most timeout (followUntil).
 func followBatch(ctx context.Context, get func(context.Context) (*bcdv1.GetBatchResponse, error), status *statusWriter, interval, timeout time.Duration) (*bcdv1.GetBatchResponse, error) {
-	return followUntil(ctx, get, func(m *bcdv1.GetBatchResponse) bool {
-		status.showLine(batchStatus(m), batchStatusKey(m))
-		return batchDone(m.Batch)
-	}, batchStatus, "batch", status, interval, timeout)
+	return followUntil(ctx, followed[*bcdv1.GetBatchResponse]{what: "batch", show: "bcd batch show", get: get,
+		done: func(m *bcdv1.GetBatchResponse) bool {
+			status.showLine(batchStatus(m), batchStatusKey(m))
+			return batchDone(m.Batch)
+		}, describe: batchStatus}, status, interval, timeout)
 }
 
 // printBatchEnd writes how a batch followed to its end ended: its nodes at rest, and each that

@@ -138,19 +138,26 @@ func (s *statusWriter) end() {
 // timeout: the node at rest, a *nodeFailedError when it failed, or the context's error (a
 // deadline when the wait ran out) wrapped with where the node was.
 func follow(ctx context.Context, get func(context.Context) (*bcdv1.Node, error), status *statusWriter, interval, timeout time.Duration) (*bcdv1.Node, error) {
-	n, err := followUntil(ctx, get, func(n *bcdv1.Node) bool { status.show(n); return resting(n) }, nodeStatus, "node", status, interval, timeout)
+	n, err := followUntil(ctx, followed[*bcdv1.Node]{what: "node", show: "bcd node get", get: get,
+		done: func(n *bcdv1.Node) bool { status.show(n); return resting(n) }, describe: nodeStatus}, status, interval, timeout)
 	if err == nil && n.State == "failed" {
 		return n, &nodeFailedError{node: n.Name, from: n.FailedFrom, code: n.FaultCode, message: n.FaultMessage}
 	}
 	return n, err
 }
 
-// followUntil reads what (a node, a batch) every interval until done says it is done (done
-// also shows it), for at most timeout: its last reading, or the context's error (a deadline
-// when the wait ran out) wrapped with where it was (describe). An unavailable server is asked
-// again: the work goes on while it restarts.
-func followUntil[T any](ctx context.Context, get func(context.Context) (T, error), done func(T) bool, describe func(T) string, what string,
-	status *statusWriter, interval, timeout time.Duration) (T, error) {
+// followed is what a wait follows: a node, a batch.
+type followed[T any] struct {
+	what, show string                           // its name ("node") and the command that shows it
+	get        func(context.Context) (T, error) // reads it
+	done       func(T) bool                     // shows it, and says whether the wait is over
+	describe   func(T) string                   // where it is, for a wait that ran out
+}
+
+// followUntil reads f every interval until f.done says the wait is over, for at most timeout:
+// its last reading, or the context's error (a deadline when the wait ran out) wrapped with
+// where it was. An unavailable server is asked again: the work goes on while it restarts.
+func followUntil[T any](ctx context.Context, f followed[T], status *statusWriter, interval, timeout time.Duration) (T, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	defer status.end()
@@ -159,40 +166,32 @@ func followUntil[T any](ctx context.Context, get func(context.Context) (T, error
 	var last T
 	read := false
 	for {
-		got, err := get(ctx)
+		got, err := f.get(ctx)
 		switch {
 		case err == nil:
 			last, read = got, true
-			if done(last) {
+			if f.done(last) {
 				return last, nil
 			}
 		case ctx.Err() == nil && connect.CodeOf(err) == connect.CodeUnavailable:
 			// The server restarted or the network blinked: the work goes on, keep asking.
 		default:
-			return last, fmt.Errorf("following the %s: %w", what, err)
+			return last, fmt.Errorf("following the %s: %w", f.what, err)
 		}
 		select {
 		case <-ctx.Done():
 			where := "not read yet"
 			if read {
-				where = describe(last)
+				where = f.describe(last)
 			}
 			err := ctx.Err()
 			if errors.Is(err, context.DeadlineExceeded) {
-				return last, fmt.Errorf("stopped waiting after %s (the %s's work goes on; bcd %s shows it): %s: %w", timeout, what, showCommand(what), where, err)
+				return last, fmt.Errorf("stopped waiting after %s (the %s's work goes on; %s shows it): %s: %w", timeout, f.what, f.show, where, err)
 			}
-			return last, fmt.Errorf("stopped waiting (the %s's work goes on): %s: %w", what, where, err)
+			return last, fmt.Errorf("stopped waiting (the %s's work goes on): %s: %w", f.what, where, err)
 		case <-tick.C:
 		}
 	}
-}
-
-// showCommand is the command that shows what a wait followed.
-func showCommand(what string) string {
-	if what == "batch" {
-		return "batch show"
-	}
-	return what + " get"
 }
 
 // nodeVerbWait runs one node call and prints the node it answers with; with --wait it then
