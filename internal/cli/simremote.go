@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
 	"bcd/internal/metal"
@@ -81,6 +82,8 @@ type serverMetrics struct {
 	// writer: the SQLite writer's counters (bcd_store_writer_busy_seconds_total and the
 	// others, store.WriterStats' names; zero from a server on PostgreSQL).
 	writer store.WriterStats
+	// gate: the engine's CPU gate (bcd_engine_cpu_gate_*; zero from a server without them).
+	gate engine.GateStats
 }
 
 // restartedSince reports whether the server that gave m is another process than the one that
@@ -106,6 +109,7 @@ func (m serverMetrics) plus(c serverMetrics) serverMetrics {
 	w, cw := &m.writer, c.writer
 	w.Busy, w.CPU, w.Groups, w.Writes = w.Busy+cw.Busy, w.CPU+cw.CPU, w.Groups+cw.Groups, w.Writes+cw.Writes
 	w.Statements, w.WALPages, w.Reprepares = w.Statements+cw.Statements, w.WALPages+cw.WALPages, w.Reprepares+cw.Reprepares
+	m.gate.Admitted, m.gate.Waited, m.gate.Busy = m.gate.Admitted+c.gate.Admitted, m.gate.Waited+c.gate.Waited, m.gate.Busy+c.gate.Busy
 	return m
 }
 
@@ -267,6 +271,18 @@ func (c *apiControl) ServerWork(ctx context.Context) (sim.ServerWork, bool) {
 	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes, Connections: m.gwConns}, err == nil && m.cpuOK && m.allocOK
 }
 
+// CPUGate is what the server's CPU gate admitted since it started (over its restarts during
+// the run), from its metrics.
+func (c *apiControl) CPUGate(ctx context.Context) (engine.GateStats, bool) {
+	m, err := c.scrape(ctx)
+	return m.gate, err == nil && m.gate.Slots > 0
+}
+
+// CommandWaits is not known of a server elsewhere: its store is not this process's.
+func (c *apiControl) CommandWaits(context.Context, time.Time) (map[string][]time.Duration, bool, error) {
+	return nil, false, nil
+}
+
 // CommandsLost is the server's count of lost commands since it started (over its restarts
 // during the run).
 func (c *apiControl) CommandsLost(ctx context.Context) (int, bool) {
@@ -359,19 +375,23 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	}
 	// The metrics without labels, each a name, a space and its value.
 	plain := map[string]func(float64){
-		"process_resident_memory_bytes":       func(f float64) { m.rssMiB = f / (1 << 20) },
-		"bcd_commands_lost_total":             func(f float64) { m.lost = int(f) },
-		"process_cpu_seconds_total":           func(f float64) { m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true },
-		"go_memstats_alloc_bytes_total":       func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
-		"bcd_gateway_connections_total":       func(f float64) { m.gwConns = int64(f) },
-		"process_start_time_seconds":          func(f float64) { m.started, m.startedOK = f, true },
-		"bcd_store_writer_busy_seconds_total": func(f float64) { m.writer.Busy = time.Duration(f * float64(time.Second)) },
-		"bcd_store_writer_cpu_seconds_total":  func(f float64) { m.writer.CPU = time.Duration(f * float64(time.Second)) },
-		"bcd_store_writer_commits_total":      func(f float64) { m.writer.Groups = int64(f) },
-		"bcd_store_writes_total":              func(f float64) { m.writer.Writes = int64(f) },
-		"bcd_store_writer_statements_total":   func(f float64) { m.writer.Statements = int64(f) },
-		"bcd_store_wal_pages_total":           func(f float64) { m.writer.WALPages = int64(f) },
-		"bcd_store_writer_reprepares_total":   func(f float64) { m.writer.Reprepares = int64(f) },
+		"process_resident_memory_bytes":          func(f float64) { m.rssMiB = f / (1 << 20) },
+		"bcd_commands_lost_total":                func(f float64) { m.lost = int(f) },
+		"process_cpu_seconds_total":              func(f float64) { m.cpu, m.cpuOK = time.Duration(f*float64(time.Second)), true },
+		"go_memstats_alloc_bytes_total":          func(f float64) { m.allocBytes, m.allocOK = int64(f), true },
+		"bcd_gateway_connections_total":          func(f float64) { m.gwConns = int64(f) },
+		"process_start_time_seconds":             func(f float64) { m.started, m.startedOK = f, true },
+		"bcd_store_writer_busy_seconds_total":    func(f float64) { m.writer.Busy = time.Duration(f * float64(time.Second)) },
+		"bcd_store_writer_cpu_seconds_total":     func(f float64) { m.writer.CPU = time.Duration(f * float64(time.Second)) },
+		"bcd_store_writer_commits_total":         func(f float64) { m.writer.Groups = int64(f) },
+		"bcd_store_writes_total":                 func(f float64) { m.writer.Writes = int64(f) },
+		"bcd_store_writer_statements_total":      func(f float64) { m.writer.Statements = int64(f) },
+		"bcd_store_wal_pages_total":              func(f float64) { m.writer.WALPages = int64(f) },
+		"bcd_store_writer_reprepares_total":      func(f float64) { m.writer.Reprepares = int64(f) },
+		"bcd_engine_cpu_gate_slots":              func(f float64) { m.gate.Slots = int(f) },
+		"bcd_engine_cpu_gate_admissions_total":   func(f float64) { m.gate.Admitted = int64(f) },
+		"bcd_engine_cpu_gate_wait_seconds_total": func(f float64) { m.gate.Waited = time.Duration(f * float64(time.Second)) },
+		"bcd_engine_cpu_gate_busy_seconds_total": func(f float64) { m.gate.Busy = time.Duration(f * float64(time.Second)) },
 	}
 	for sc.Scan() {
 		line := sc.Text()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/engine"
 	"bcd/internal/store"
 )
 
@@ -98,11 +99,16 @@ bcd_store_writes_total 400
 bcd_store_writer_statements_total 5200
 bcd_store_wal_pages_total 1300
 bcd_store_writer_reprepares_total 3
+bcd_engine_cpu_gate_slots 1
+bcd_engine_cpu_gate_admissions_total 900
+bcd_engine_cpu_gate_wait_seconds_total 4.5
+bcd_engine_cpu_gate_busy_seconds_total 0.75
 `
 	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
 	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 ||
 		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 ||
-		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300, Reprepares: 3}) {
+		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300, Reprepares: 3}) ||
+		m.gate != (engine.GateStats{Slots: 1, Admitted: 900, Waited: 4500 * time.Millisecond, Busy: 750 * time.Millisecond}) {
 		t.Fatalf("%+v %v", m, err)
 	}
 	// A server that does not give its CPU or allocations has none read.
@@ -111,7 +117,7 @@ bcd_store_writer_reprepares_total 3
 		t.Errorf("only the CPU given: %+v %v", m, err)
 	}
 	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`,
-		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`, `bcd_store_wal_pages_total y`} {
+		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`, `bcd_store_wal_pages_total y`, `bcd_engine_cpu_gate_wait_seconds_total z`} {
 		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
 			t.Errorf("accepted %q", bad)
 		}

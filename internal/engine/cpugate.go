@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync/atomic"
+	"time"
 )
 
 // cpuGate admits a bounded number of goroutines at a time into the CPU-heavy work the engine
@@ -19,6 +20,19 @@ import (
 type cpuGate struct {
 	slots    chan struct{}
 	admitted atomic.Int64 // admissions so far (tests read it)
+	// waited and busy sum, in nanoseconds, the time admitted work waited for a slot and the
+	// time it held one (GateStats).
+	waited, busy atomic.Int64
+}
+
+// GateStats is what the CPU gate admitted so far: how many pieces of work, the time they
+// waited for a slot in all, and the time they held one. Waited over Admitted is the mean wait
+// (the processors are short when it grows); Busy over the elapsed time and Slots, how full the
+// gate was.
+type GateStats struct {
+	Slots        int
+	Admitted     int64
+	Waited, Busy time.Duration
 }
 
 // newCPUGate admits n at a time; n < 1 is GOMAXPROCS−1, at least 1.
@@ -31,16 +45,30 @@ func newCPUGate(n int) *cpuGate {
 
 // run runs f once a slot is free, or returns ctx's error without running it.
 func (g *cpuGate) run(ctx context.Context, f func()) error {
+	asked := time.Now()
 	select {
 	case g.slots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-g.slots }()
+	admitted := time.Now()
+	defer func() {
+		g.busy.Add(int64(time.Since(admitted)))
+		<-g.slots
+	}()
 	g.admitted.Add(1)
+	g.waited.Add(int64(admitted.Sub(asked)))
 	f()
 	return nil
 }
+
+func (g *cpuGate) stats() GateStats {
+	return GateStats{Slots: cap(g.slots), Admitted: g.admitted.Load(), Waited: time.Duration(g.waited.Load()), Busy: time.Duration(g.busy.Load())}
+}
+
+// CPUGate is what the gate of the CPU-heavy work done for agents (cpuGate) admitted since the
+// engine started.
+func (e *Engine) CPUGate() GateStats { return e.cpu.stats() }
 
 // CPUBound runs f through the gate the engine's own CPU-heavy agent work goes through, and
 // returns ctx's error, not running f, if ctx ends first. It is for callers in this process whose

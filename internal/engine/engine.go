@@ -110,10 +110,11 @@ const (
 )
 
 // Observer is told what finished and how long it took: a command from queued to its final
-// state (succeeded, failed, lost), a workflow from its start to its end (succeeded, failed,
-// aborted).
+// state (succeeded, failed, lost), and how long of that it waited for an agent (from queued to
+// the agent's acknowledgement; negative when no agent acknowledged it); a workflow from its
+// start to its end (succeeded, failed, aborted).
 type Observer interface {
-	CommandFinished(kind, state string, took time.Duration)
+	CommandFinished(kind, state string, waited, took time.Duration)
 	WorkflowFinished(profile, state string, took time.Duration)
 }
 

@@ -99,7 +99,11 @@ func (e *Engine) after(fx effects) {
 		return
 	}
 	for _, c := range fx.ended {
-		o.CommandFinished(c.Kind, c.State, time.Duration(c.FinishedAt-c.CreatedAt)*time.Microsecond)
+		waited := time.Duration(-1)
+		if c.DeliveredAt > 0 {
+			waited = time.Duration(max(c.DeliveredAt-c.CreatedAt, 0)) * time.Microsecond
+		}
+		o.CommandFinished(c.Kind, c.State, waited, time.Duration(c.FinishedAt-c.CreatedAt)*time.Microsecond)
 	}
 	for _, wf := range fx.finished {
 		o.WorkflowFinished(wf.Profile, wf.State, time.Duration(wf.FinishedAt-wf.CreatedAt)*time.Microsecond)

@@ -323,7 +323,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				}
 				return float64(consoles.Count())
 			}),
-		durations.commands, durations.workflows)
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_engine_cpu_gate_admissions_total",
+			Help: "Pieces of CPU-heavy work done for agents beside the store's writer (a joining node's certificate, an attested result's signature, a claim's candidates) since the server started; they run through a gate of GOMAXPROCS-1 slots."},
+			func() float64 { return float64(eng.CPUGate().Admitted) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_engine_cpu_gate_wait_seconds_total",
+			Help: "Time that work waited for a slot of the CPU gate, summed: over bcd_engine_cpu_gate_admissions_total, the mean wait, which grows when the server's processors are short."},
+			func() float64 { return eng.CPUGate().Waited.Seconds() }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_engine_cpu_gate_busy_seconds_total",
+			Help: "Time the CPU gate's slots were held, summed: its rate over the number of slots (GOMAXPROCS-1) is how full the gate is."},
+			func() float64 { return eng.CPUGate().Busy.Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "bcd_engine_cpu_gate_slots",
+			Help: "Slots of the CPU gate: pieces of CPU-heavy agent work that run at once."},
+			func() float64 { return float64(eng.CPUGate().Slots) }),
+		durations.commands, durations.waits, durations.workflows)
 	if s.gwServer != nil {
 		reg.MustRegister(newGatewayCollector(s.gwServer))
 	}
@@ -560,9 +572,10 @@ func exposedInClear(addr net.Addr) bool {
 	return ok && !tcp.IP.IsLoopback()
 }
 
-// durations exports how long commands and workflows took (engine.Observer), as histograms.
+// durations exports how long commands and workflows took (engine.Observer), as histograms, and
+// how long commands waited for an agent.
 type durations struct {
-	commands, workflows *prometheus.HistogramVec
+	commands, waits, workflows *prometheus.HistogramVec
 }
 
 func newDurations() *durations {
@@ -571,13 +584,21 @@ func newDurations() *durations {
 	return &durations{
 		commands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_command_duration_seconds",
 			Help: "Commands from queued to their final state, by kind and state (succeeded, failed, lost).", Buckets: buckets}, []string{"kind", "state"}),
+		// From an agent waiting on its stream (a millisecond) to one that is away or swamped
+		// (minutes).
+		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_command_queue_wait_seconds",
+			Help:    "Commands from queued to an agent's acknowledgement, by kind, observed when they end: a site whose agents fall behind shows here first.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
 		workflows: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_workflow_duration_seconds",
 			Help: "Workflows from start to end, by profile and state (succeeded, failed, aborted).", Buckets: buckets}, []string{"profile", "state"}),
 	}
 }
 
-func (d *durations) CommandFinished(kind, state string, took time.Duration) {
+func (d *durations) CommandFinished(kind, state string, waited, took time.Duration) {
 	d.commands.WithLabelValues(kind, state).Observe(took.Seconds())
+	if waited >= 0 {
+		d.waits.WithLabelValues(kind).Observe(waited.Seconds())
+	}
 }
 
 func (d *durations) WorkflowFinished(profile, state string, took time.Duration) {

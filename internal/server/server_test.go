@@ -165,6 +165,8 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	for series, want := range map[string]int{
 		`bcd_command_duration_seconds_count{kind="disk.wipe",state="succeeded"}`:         2 * len(ids),
 		`bcd_workflow_duration_seconds_count{profile="metal-release",state="succeeded"}`: len(ids),
+		// Each wipe waited for a ramdisk to acknowledge it: a wait apiece.
+		`bcd_command_queue_wait_seconds_count{kind="disk.wipe"}`: 2 * len(ids),
 	} {
 		if got := counter(t, srv.Addr(), series); got != want {
 			t.Errorf("%s = %d, want %d", series, got, want)
@@ -182,6 +184,15 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 		t.Errorf("bcd_store_wal_flushes_total = %v after writes, want at least 1", n)
 	}
 	counter(t, srv.Addr(), "bcd_store_wal_flush_seconds_total")
+	// The joins' certificates and the attested results went through the CPU gate.
+	if n := counter(t, srv.Addr(), "bcd_engine_cpu_gate_admissions_total"); n < len(ids) {
+		t.Errorf("bcd_engine_cpu_gate_admissions_total = %d after %d nodes' lifecycles, want at least one a node", n, len(ids))
+	}
+	if n := counter(t, srv.Addr(), "bcd_engine_cpu_gate_slots"); n < 1 {
+		t.Errorf("bcd_engine_cpu_gate_slots = %d, want at least 1", n)
+	}
+	counter(t, srv.Addr(), "bcd_engine_cpu_gate_wait_seconds_total")
+	counter(t, srv.Addr(), "bcd_engine_cpu_gate_busy_seconds_total")
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0

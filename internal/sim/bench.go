@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"bcd/internal/auth"
+	"bcd/internal/engine"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
@@ -91,6 +92,39 @@ type Phase struct {
 	// ServerConnections are the connections the server's agent gateway accepted during the
 	// phase (bcd_gateway_connections_total): a TLS handshake each, two per agent boot.
 	ServerConnections int64 `json:"serverConnections,omitempty"`
+	// Waits are how long the phase's commands waited for an agent (from queued to the agent's
+	// acknowledgement), by where they run (site, ramdisk, os): where the nodes' time goes
+	// besides the commands' own. Not known with --server (the store is the server's).
+	Waits map[string]Wait `json:"agentWaits,omitempty"`
+	// GateSlots, GateAdmitted, GateWaited and GateBusy are what the engines' gate of
+	// CPU-heavy agent work admitted during the phase (engine.GateStats; in this process the
+	// simulated machines' keys and signatures too): GateWaited over GateAdmitted is the mean
+	// wait for a slot, GateBusy over Total and GateSlots how full the gate was.
+	GateSlots    int           `json:"cpuGateSlots,omitempty"`
+	GateAdmitted int64         `json:"cpuGateAdmitted,omitempty"`
+	GateWaited   time.Duration `json:"cpuGateWaitedNs,omitempty"`
+	GateBusy     time.Duration `json:"cpuGateBusyNs,omitempty"`
+}
+
+// Wait is how long commands waited for an agent: how many, the median and the 99th
+// percentile.
+type Wait struct {
+	Commands int           `json:"commands"`
+	P50      time.Duration `json:"p50Ns"`
+	P99      time.Duration `json:"p99Ns"`
+}
+
+// waitsOf summarizes the waits by where the commands run (Wait), sorting them in place. Pure.
+func waitsOf(by map[string][]time.Duration) map[string]Wait {
+	out := map[string]Wait{}
+	for on, ws := range by {
+		if len(ws) == 0 {
+			continue
+		}
+		slices.Sort(ws)
+		out[on] = Wait{Commands: len(ws), P50: ws[len(ws)/2], P99: ws[len(ws)*99/100]}
+	}
+	return out
 }
 
 func (p Phase) String() string {
@@ -142,6 +176,21 @@ func (p Phase) String() string {
 	}
 	if p.Nodes > 0 && p.RoundTrips > 0 {
 		s += fmt.Sprintf("  %.1f round trips/node", float64(p.RoundTrips)/float64(p.Nodes))
+	}
+	if len(p.Waits) > 0 {
+		ons := slices.Sorted(maps.Keys(p.Waits))
+		parts := make([]string, len(ons))
+		for i, on := range ons {
+			w := p.Waits[on]
+			parts[i] = fmt.Sprintf("%s p50 %s p99 %s", on, w.P50.Round(time.Millisecond), w.P99.Round(time.Millisecond))
+		}
+		s += "  waited for an agent: " + strings.Join(parts, ", ")
+	}
+	if p.GateAdmitted > 0 {
+		s += fmt.Sprintf("  cpu gate %.1f ms wait/task", float64(p.GateWaited)/float64(time.Millisecond)/float64(p.GateAdmitted))
+		if p.GateSlots > 0 && p.Total > 0 {
+			s += fmt.Sprintf(" (busy %.0f%%)", 100*float64(p.GateBusy)/float64(p.Total)/float64(p.GateSlots))
+		}
 	}
 	return s
 }
@@ -296,6 +345,17 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 			p.ServerConnections = sw.Connections - m.server.Connections
 		}
 	}
+	if m.gateOK {
+		if g, ok := h.control().CPUGate(ctx); ok {
+			p.GateSlots = g.Slots
+			p.GateAdmitted, p.GateWaited, p.GateBusy = g.Admitted-m.gate.Admitted, g.Waited-m.gate.Waited, g.Busy-m.gate.Busy
+		}
+	}
+	if waits, ok, err := h.control().CommandWaits(ctx, start); err != nil {
+		return p, nil, err
+	} else if ok {
+		p.Waits = waitsOf(waits)
+	}
 	p.NodesPerSec = float64(len(ids)) / p.Total.Seconds()
 	var lat []time.Duration
 	nodes, err := h.control().NodeTimes(ctx, ids)
@@ -342,6 +402,8 @@ type mark struct {
 	counts   map[string]int
 	server   ServerWork
 	serverOK bool
+	gate     engine.GateStats
+	gateOK   bool
 }
 
 func (h *Harness) mark(ctx context.Context) (mark, error) {
@@ -349,8 +411,9 @@ func (h *Harness) mark(ctx context.Context) (mark, error) {
 	// (The server's work is read with the counts: a server elsewhere answers both from one
 	// reading of its metrics.)
 	sw, ok := h.control().ServerWork(ctx)
+	gate, gateOK := h.control().CPUGate(ctx)
 	return mark{at: time.Now(), cpu: cpuTime(), rt: readRuntimeTotals(), writer: h.control().Writer(ctx), trips: h.control().WriteRoundTrips(),
-		counts: counts, server: sw, serverOK: ok}, err
+		counts: counts, server: sw, serverOK: ok, gate: gate, gateOK: gateOK}, err
 }
 
 // peakRSSMiB reads the process's peak resident set (VmHWM).

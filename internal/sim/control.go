@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"bcd/internal/engine"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
@@ -42,6 +43,12 @@ type Control interface {
 	// CommandsLost is how many commands the server recorded lost since it started (false:
 	// not known).
 	CommandsLost(ctx context.Context) (int, bool)
+	// CPUGate is what the servers' gates of CPU-heavy agent work admitted so far (false: not
+	// known).
+	CPUGate(ctx context.Context) (engine.GateStats, bool)
+	// CommandWaits lists how long the commands queued since then waited for an agent, by
+	// where they run (store.CommandWaits; false: not known, the store being elsewhere).
+	CommandWaits(ctx context.Context, since time.Time) (map[string][]time.Duration, bool, error)
 }
 
 // ServerWork is what a server elsewhere used since it started, as its metrics count it: its
@@ -120,6 +127,21 @@ func (c inProcess) WriteRoundTrips() int64 {
 func (c inProcess) ServerRSSMiB(context.Context) (float64, bool) { return 0, false }
 
 func (c inProcess) ServerWork(context.Context) (ServerWork, bool) { return ServerWork{}, false }
+
+func (c inProcess) CPUGate(context.Context) (engine.GateStats, bool) {
+	var sum engine.GateStats
+	for _, e := range c.h.engines {
+		g := e.CPUGate()
+		sum.Slots += g.Slots
+		sum.Admitted, sum.Waited, sum.Busy = sum.Admitted+g.Admitted, sum.Waited+g.Waited, sum.Busy+g.Busy
+	}
+	return sum, sum.Slots > 0
+}
+
+func (c inProcess) CommandWaits(ctx context.Context, since time.Time) (map[string][]time.Duration, bool, error) {
+	w, err := c.h.Store.CommandWaits(ctx, since.UnixMicro())
+	return w, err == nil, err
+}
 
 func (c inProcess) CommandsLost(context.Context) (int, bool) {
 	n := int64(0)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"bcd/internal/engine"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
 	"bcd/internal/store"
@@ -30,6 +31,28 @@ type countingControl struct {
 	server                    bool
 	serverCalls               int
 	serverBefore, serverAfter ServerWork
+	// gate: the CPU gate's counts at the first reading and at every later one (none when
+	// gateBefore has no slots); waits: the commands' waits for an agent.
+	gateCalls             int
+	gateBefore, gateAfter engine.GateStats
+	waits                 map[string][]time.Duration
+}
+
+func (c *countingControl) CPUGate(context.Context) (engine.GateStats, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gateBefore.Slots == 0 {
+		return engine.GateStats{}, false
+	}
+	c.gateCalls++
+	if c.gateCalls == 1 {
+		return c.gateBefore, true
+	}
+	return c.gateAfter, true
+}
+
+func (c *countingControl) CommandWaits(context.Context, time.Time) (map[string][]time.Duration, bool, error) {
+	return c.waits, c.waits != nil, nil
 }
 
 func (c *countingControl) Engine() string { return "fake" }
@@ -96,6 +119,14 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		// The writer's work before the phase, and after it: the phase's is the difference.
 		writerBefore: store.WriterStats{Busy: time.Second, CPU: 800 * time.Millisecond, Groups: 10, Writes: 100, Statements: 1000, WALPages: 5000},
 		writerAfter:  store.WriterStats{Busy: 3 * time.Second, CPU: 2300 * time.Millisecond, Groups: 14, Writes: 130, Statements: 1390, WALPages: 5600},
+		// The gate's work before and after: 40 admissions that waited 200 ms in all.
+		gateBefore: engine.GateStats{Slots: 1, Admitted: 60, Waited: time.Second, Busy: time.Second},
+		gateAfter:  engine.GateStats{Slots: 1, Admitted: 100, Waited: 1200 * time.Millisecond, Busy: 1300 * time.Millisecond},
+		waits: map[string][]time.Duration{
+			"site":    {300 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
+			"ramdisk": {5 * time.Millisecond},
+			"os":      {},
+		},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -117,10 +148,18 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 		t.Errorf("writer busy %s (cpu %s), %d commits, %d writes, %d statements, %d WAL pages in the phase: want 2s (1.5s), 4, 30, 390, 600",
 			p.WriterBusy, p.WriterCPU, p.WriterCommits, p.WriterWrites, p.WriterStatements, p.WriterWALPages)
 	}
+	if p.GateSlots != 1 || p.GateAdmitted != 40 || p.GateWaited != 200*time.Millisecond || p.GateBusy != 300*time.Millisecond {
+		t.Errorf("cpu gate in the phase: %d slots, %d admitted, waited %s, busy %s: want 1, 40, 200ms, 300ms", p.GateSlots, p.GateAdmitted, p.GateWaited, p.GateBusy)
+	}
+	wantWaits := map[string]Wait{"site": {Commands: 3, P50: 200 * time.Millisecond, P99: 300 * time.Millisecond}, "ramdisk": {Commands: 1, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond}}
+	if !maps.Equal(p.Waits, wantWaits) {
+		t.Errorf("waits for an agent %v: want %v (none for a target without commands)", p.Waits, wantWaits)
+	}
 	// (The heap's allocations, read as the collector's times are, are the runtime's counts.)
 	p.AllocBytes = 3 * 40 << 10
 	s := p.String()
-	for _, want := range []string{"failed 1 (STEP_FAILED 1)", "7.5 writes/commit", "(cpu 500.00 ms/node)", "130 statements/node", "alloc 40 KiB/node"} {
+	for _, want := range []string{"failed 1 (STEP_FAILED 1)", "7.5 writes/commit", "(cpu 500.00 ms/node)", "130 statements/node", "alloc 40 KiB/node",
+		"waited for an agent: ramdisk p50 5ms p99 5ms, site p50 200ms p99 300ms", "cpu gate 5.0 ms wait/task"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("phase line %q: want %q in it", s, want)
 		}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // CountInMaintenance counts the nodes in maintenance: of one tenant, or of every tenant when
@@ -37,4 +38,26 @@ func (s *Store) CountStranded(ctx context.Context, tenantID string) (int, error)
 		return 0, fmt.Errorf("counting the stranded nodes: %w", err)
 	}
 	return n, nil
+}
+
+// CommandWaits lists how long the commands queued at or after since (micros, as created_at)
+// waited for an agent: from queued to the agent's acknowledgement (delivered_at), by where
+// they run (site, ramdisk, os). Commands no agent acknowledged are left out. It reads every
+// such row: a measurement's read (bcd sim, after a phase), not a page's.
+func (s *Store) CommandWaits(ctx context.Context, since int64) (map[string][]time.Duration, error) {
+	rows, err := s.queryRows(ctx, `SELECT runs_on, delivered_at - created_at FROM commands WHERE created_at >= ? AND delivered_at > 0`, since)
+	if err != nil {
+		return nil, fmt.Errorf("reading the commands' waits for an agent: %w", err)
+	}
+	defer rows.Close()
+	out := map[string][]time.Duration{}
+	for rows.Next() {
+		var on string
+		var waited int64
+		if err := rows.Scan(&on, &waited); err != nil {
+			return nil, fmt.Errorf("reading a command's wait for an agent: %w", err)
+		}
+		out[on] = append(out[on], time.Duration(max(waited, 0))*time.Microsecond)
+	}
+	return out, rows.Err()
 }
