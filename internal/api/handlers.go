@@ -368,6 +368,15 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 		}
 		out.SiteAgents = append(out.SiteAgents, da)
 	}
+	depths, err := st.QueueDepths(ctx)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	for _, d := range depths {
+		if visible[d.SiteID] {
+			out.Queues = append(out.Queues, &bcdv1.DoctorQueue{Site: nm.sites[d.SiteID], RunsOn: d.RunsOn, Commands: int64(d.Commands), OldestQueuedAt: ts(d.Oldest)})
+		}
+	}
 	var servers []store.Server
 	if p.TenantID == "" {
 		if servers, err = st.Servers(ctx); err != nil {

@@ -117,18 +117,30 @@ func TestTenantSeesOnlyItsOwnSitesAgentsAndPolicies(t *testing.T) {
 		if err := tx.UpsertAgent(ctx, store.Agent{ID: "other-agent", Kind: "site", SiteID: other.ID, Version: "v1"}); err != nil {
 			return err
 		}
-		return tx.UpsertAgent(ctx, store.Agent{ID: "acme-agent", Kind: "site", SiteID: own.ID, Version: "v1"})
+		if err := tx.UpsertAgent(ctx, store.Agent{ID: "acme-agent", Kind: "site", SiteID: own.ID, Version: "v1"}); err != nil {
+			return err
+		}
+		// A command waiting for each site's agents: each site's queue is its tenant's to see.
+		for _, site := range []string{other.ID, own.ID} {
+			if err := tx.InsertCommand(ctx, &store.Command{SiteID: site, Kind: "bmc.power", Subject: "n", Args: "{}", RunsOn: "site"}); err != nil {
+				return err
+			}
+		}
+		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	viewer := e.tokenIn(t, "acme-viewer", "viewer", "acme")
 
 	_, body := e.post(t, "/bcd.v1.NodeService/Doctor", viewer, `{}`)
-	if strings.Contains(body, "other-agent") || !strings.Contains(body, "acme-agent") || strings.Contains(body, "server-1") {
-		t.Errorf("tenant doctor: %s: want acme's agent only, no servers", body)
+	flat := strings.ReplaceAll(body, " ", "")
+	if strings.Contains(body, "other-agent") || !strings.Contains(body, "acme-agent") || strings.Contains(body, "server-1") ||
+		!strings.Contains(flat, `"queues":[{"site":"acme-dc","runsOn":"site","commands":"1"`) || strings.Contains(body, `"site":"other-dc"`) {
+		t.Errorf("tenant doctor: %s: want acme's agent and queue only, no servers", body)
 	}
-	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); !strings.Contains(body, "other-agent") || !strings.Contains(body, "server-1") || strings.Contains(body, "restoreWitness") {
-		t.Errorf("installation doctor: %s: want every agent and the servers, no restore witness", body)
+	if _, body := e.post(t, "/bcd.v1.NodeService/Doctor", e.admin, `{}`); !strings.Contains(body, "other-agent") || !strings.Contains(body, "server-1") || strings.Contains(body, "restoreWitness") ||
+		strings.Count(body, `"runsOn"`) != 2 {
+		t.Errorf("installation doctor: %s: want every agent, both sites' queues and the servers, no restore witness", body)
 	}
 	// An agent witnessed a restore: the installation's doctor says so, a tenant's does not.
 	if err := e.st.Write(ctx, func(tx *store.Tx) error {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,12 @@ func TestDoctorShowsBootServices(t *testing.T) {
 				return err
 			}
 		}
+		// Commands no agent took yet: two for the site agents, one for a node's ramdisk.
+		for _, on := range []string{"site", "site", "ramdisk"} {
+			if err := tx.InsertCommand(ctx, &store.Command{SiteID: site, NodeID: "n-" + on, Kind: "bmc.power", Subject: "n", Args: "{}", RunsOn: on}); err != nil {
+				return err
+			}
+		}
 		if err := tx.SetAgentBootServices(ctx, "agent-a", "full", "lease"); err != nil {
 			return err
 		}
@@ -125,6 +132,11 @@ func TestDoctorShowsBootServices(t *testing.T) {
 	}
 	if b := lineOf("agent-b"); !strings.Contains(b, "dhcp off, binding none") || strings.Contains(b, "holds") || strings.Contains(b, "cache") {
 		t.Errorf("agent-b: %q\n%s", b, out)
+	}
+	queues := regexp.MustCompile(`commands waiting for an agent: 3\n  ` + sites[0].Name + `\s+for the site agents\s+2\s+oldest queued 20\d\d-\S+\n  ` +
+		sites[0].Name + `\s+for the nodes' ramdisks\s+1\s+oldest queued 20\d\d-`)
+	if !queues.MatchString(out) {
+		t.Errorf("the commands waiting for an agent, the site agents' first:\n%s", out)
 	}
 	if !strings.Contains(out, "warning: agent-b") || strings.Contains(out, "warning: agent-a") {
 		t.Errorf("warnings:\n%s", out)

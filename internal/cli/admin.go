@@ -439,7 +439,7 @@ func siteRevokeAgentCmd(g *globals) *cobra.Command {
 }
 
 func doctorCmd(g *globals) *cobra.Command {
-	return &cobra.Command{Use: "doctor", Short: "Failed machines in maintenance, machines with no workflow, site agents, batches waiting for approval", Args: cobra.NoArgs,
+	return &cobra.Command{Use: "doctor", Short: "Failed machines in maintenance, machines with no workflow, site agents, commands waiting for an agent, batches waiting for approval", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := g.clients()
 			if err != nil {
@@ -497,6 +497,11 @@ func doctorCmd(g *globals) *cobra.Command {
 					boot += ", " + cacheSummary(c)
 				}
 				fmt.Fprintf(tw, "  %s\t%s\tconnected=%s\tlast seen %s\tserver %s\t%s\t%s\n", a.Id, a.Site, yesNo(a.Connected), a.LastSeen, dash(a.Server), cert, boot)
+			}
+			tw.Flush()
+			fmt.Fprintf(out, "commands waiting for an agent: %d\n", queued(resp.Msg.Queues))
+			for _, q := range resp.Msg.Queues {
+				fmt.Fprintf(tw, "  %s\t%s\t%d\toldest queued %s\n", q.Site, queueAgents(q.RunsOn), q.Commands, q.OldestQueuedAt)
 			}
 			tw.Flush()
 			for _, a := range resp.Msg.SiteAgents {
@@ -568,6 +573,26 @@ func deployProfileCmd(g *globals) *cobra.Command {
 		}}
 	cmd.AddCommand(put, list, del)
 	return cmd
+}
+
+// queued sums the commands of doctor's queues. Pure.
+func queued(qs []*bcdv1.DoctorQueue) int64 {
+	n := int64(0)
+	for _, q := range qs {
+		n += q.Commands
+	}
+	return n
+}
+
+// queueAgents names the agents a doctor queue's commands wait for. Pure.
+func queueAgents(runsOn string) string {
+	switch runsOn {
+	case "site":
+		return "for the site agents"
+	case "ramdisk":
+		return "for the nodes' ramdisks"
+	}
+	return "for " + runsOn + " agents"
 }
 
 // cacheSummary is a site agent's artifact cache in one phrase: "cache 12.5 GiB of 20.0 GiB, 45

@@ -63,3 +63,41 @@ func TestCommandWaits(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueDepths: doctor's queues are the commands no agent took yet, by site and by the
+// agents they run on, with the oldest's queue time: while the site agent is paused, each
+// enrolled node's first command waits for it; once it runs again, nothing waits.
+func TestQueueDepths(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		h := startEmpty(t, st, 0)
+		h.Sim.SetFaults(Faults{SitePaused: true})
+		ids, err := h.Enroll(ctx, "q", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var depths []store.QueueDepth
+		waitFor(t, "a command of each node queued for the site agents", func() bool {
+			depths, err = st.QueueDepths(ctx)
+			return err == nil && len(depths) == 1 && depths[0].Commands == len(ids)
+		})
+		oldest := int64(0)
+		for _, id := range ids {
+			cmds, err := st.Commands(ctx, id, 10)
+			if err != nil || len(cmds) != 1 || cmds[0].State != "queued" || cmds[0].RunsOn != "site" {
+				t.Fatalf("node %s's commands with the site agent paused: %+v %v", id, cmds, err)
+			}
+			if oldest == 0 || cmds[0].CreatedAt < oldest {
+				oldest = cmds[0].CreatedAt
+			}
+		}
+		if d := depths[0]; d != (store.QueueDepth{SiteID: h.SiteID, RunsOn: "site", Commands: len(ids), Oldest: oldest}) {
+			t.Errorf("queue %+v: want the site's %d commands for its site agents, the oldest queued at %d", d, len(ids), oldest)
+		}
+		h.Sim.SetFaults(Faults{})
+		rest(t, h, ids)
+		if depths, err := st.QueueDepths(ctx); err != nil || len(depths) != 0 {
+			t.Errorf("queues once every node rests: %+v %v, want none", depths, err)
+		}
+	})
+}

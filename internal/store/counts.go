@@ -61,3 +61,48 @@ func (s *Store) CommandWaits(ctx context.Context, since int64) (map[string][]tim
 	}
 	return out, rows.Err()
 }
+
+// QueueDepth is the commands of a site waiting for an agent to take them, of those that run on
+// one kind of agent (RunsOn: site, its site agents; ramdisk, the nodes' ramdisks): how many, and
+// when the oldest was queued (micros).
+type QueueDepth struct {
+	SiteID, RunsOn string
+	Commands       int
+	Oldest         int64
+}
+
+// QueueDepths counts the commands waiting for an agent (queued, not yet acknowledged), by site
+// and by the agents they run on, sites in id order, site agents' first: doctor. Each count
+// reads its kind's claim index (commands_claim_site, commands_claim_ramdisk), whose condition
+// the query names in its text so that the planner may take it.
+func (s *Store) QueueDepths(ctx context.Context) ([]QueueDepth, error) {
+	var out []QueueDepth
+	for _, on := range []string{"site", "ramdisk"} {
+		rows, err := s.queryRows(ctx, queueDepthQuery(on))
+		if err != nil {
+			return nil, fmt.Errorf("counting the commands waiting for %s agents: %w", on, err)
+		}
+		for rows.Next() {
+			d := QueueDepth{RunsOn: on}
+			if err := rows.Scan(&d.SiteID, &d.Commands, &d.Oldest); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("reading the commands waiting for %s agents: %w", on, err)
+			}
+			out = append(out, d)
+		}
+		if err := rows.Close(); err != nil {
+			return nil, err
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("counting the commands waiting for %s agents: %w", on, err)
+		}
+	}
+	return out, nil
+}
+
+// queueDepthQuery counts the queued commands of each site that run on agents of kind on, a
+// constant ("site", "ramdisk"): written into the query, as the claim indexes' conditions are.
+func queueDepthQuery(on string) string {
+	return `SELECT site_id, COUNT(*), MIN(created_at) FROM commands WHERE state = 'queued' AND runs_on = '` + on + `'
+		GROUP BY site_id ORDER BY site_id`
+}

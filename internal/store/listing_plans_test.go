@@ -88,7 +88,10 @@ func planOf(t *testing.T, s *Store, q string, args ...any) string {
 				lits[i] = fmt.Sprint(a)
 			}
 		}
-		query, explain = "EXPLAIN EXECUTE planned("+strings.Join(lits, ", ")+")", nil
+		query, explain = "EXPLAIN EXECUTE planned", nil
+		if len(lits) > 0 {
+			query += "(" + strings.Join(lits, ", ") + ")"
+		}
 	}
 	rows, err := conn.QueryContext(ctx, query, explain...)
 	if err != nil {
@@ -345,6 +348,46 @@ func TestDHCPAddressRetakenUsesItsIndex(t *testing.T) {
 			var n int
 			if err := s.read.QueryRowContext(ctx, s.bind(`SELECT COUNT(*) FROM site_dhcp_leases WHERE site_id = ? AND ip = ?`), "site-1", ls[7].IP).Scan(&n); err != nil || n != 1 {
 				t.Errorf("leases of %s after it moved: %d (%v), want 1", ls[7].IP, n, err)
+			}
+		})
+	}
+}
+
+// Doctor's queues read the claim indexes (commands_claim_site, commands_claim_ramdisk: the
+// queued commands alone), not every command ever sent.
+func TestQueueDepthsUseTheClaimIndexes(t *testing.T) {
+	ctx := context.Background()
+	for engine, s := range openEachEngine(t) {
+		t.Run(string(engine), func(t *testing.T) {
+			if err := s.Write(ctx, func(tx *Tx) error {
+				for i := range 5000 {
+					c := Command{NodeID: fmt.Sprintf("node-%04d", i%500), SiteID: "site-a", Kind: "bmc.power", Args: "{}", RunsOn: "site", State: "succeeded"}
+					switch {
+					case i%2 == 0:
+						c.RunsOn, c.Kind = "ramdisk", "disk.wipe"
+					}
+					if i%250 == 0 {
+						c.State = "queued"
+					}
+					if err := tx.InsertCommand(ctx, &c); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.write.ExecContext(ctx, "ANALYZE"); err != nil {
+				t.Fatal(err)
+			}
+			for on, index := range map[string]string{"site": "commands_claim_site", "ramdisk": "commands_claim_ramdisk"} {
+				if plan := planOf(t, s, queueDepthQuery(on)); !strings.Contains(plan, index) {
+					t.Errorf("%s queue's plan %q: want it to read %s", on, plan, index)
+				}
+			}
+			depths, err := s.QueueDepths(ctx)
+			if err != nil || len(depths) != 1 || depths[0].SiteID != "site-a" || depths[0].RunsOn != "ramdisk" || depths[0].Commands != 20 {
+				t.Errorf("queues %+v %v: want site-a's 20 ramdisk commands (every 250th command queued, all even)", depths, err)
 			}
 		})
 	}

@@ -106,6 +106,11 @@ type dashboardView struct {
 	Pending     []store.Batch
 	Agents      int
 	Online      int
+	// Waiting are the commands waiting for the visible sites' agents to take them (doctor's
+	// queues), site agents' and ramdisks' apart; WaitingSince when the oldest of the site
+	// agents' was queued (micros, 0: none).
+	WaitingSite, WaitingRamdisk int
+	WaitingSince                int64
 }
 
 // failedShown is how many failed nodes the dashboard lists.
@@ -168,6 +173,22 @@ func (u *UI) loadDashboard(ctx context.Context, p auth.Principal) (dashboardView
 			if a.Connected {
 				v.Online++
 			}
+		}
+	}
+	depths, err := st.QueueDepths(ctx)
+	if err != nil {
+		return v, err
+	}
+	for _, d := range depths {
+		switch {
+		case !visible[d.SiteID]:
+		case d.RunsOn == "site":
+			v.WaitingSite += d.Commands
+			if v.WaitingSince == 0 || d.Oldest < v.WaitingSince {
+				v.WaitingSince = d.Oldest
+			}
+		default:
+			v.WaitingRamdisk += d.Commands
 		}
 	}
 	return v, nil

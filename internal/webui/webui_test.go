@@ -441,6 +441,21 @@ func TestTenantIsolation(t *testing.T) {
 	if r := e.do(t, "GET", "/ui/nodes", admin, nil); !strings.Contains(r.body, "acme-box") || !strings.Contains(r.body, "globex-secret-box") {
 		t.Fatalf("admin's list: %.600s", r.body)
 	}
+	// Each enrolment's first command waits for a site agent (none is connected): the tenant's
+	// dashboard counts its own site's, the admin's both.
+	waiting := regexp.MustCompile(`Commands waiting for the site agents: <strong>(\d+)</strong>`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mineN := waiting.FindStringSubmatch(e.do(t, "GET", "/ui/", cookie, nil).body)
+		allN := waiting.FindStringSubmatch(e.do(t, "GET", "/ui/", admin, nil).body)
+		if mineN != nil && allN != nil && mineN[1] == "1" && allN[1] == "2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commands waiting for the site agents: the tenant's dashboard %v, the admin's %v: want 1 and 2", mineN, allN)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // pendingBatch makes a batch that waits for one approval: a failed node retired in a pool

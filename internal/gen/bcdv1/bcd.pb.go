@@ -3411,6 +3411,11 @@ type DoctorResponse struct {
 	// machine has), or that have no inventory to check; at most 1000. Their next inspection fails
 	// them with HARDWARE_MISMATCH unless they are repaired.
 	HardwareShort []*DoctorFinding `protobuf:"bytes,7,rep,name=hardware_short,json=hardwareShort,proto3" json:"hardware_short,omitempty"`
+	// Commands waiting for an agent to take them (queued, not yet acknowledged), by site and by
+	// the agents they run on: the site's agents first, then the nodes' ramdisks. A site agent's
+	// queue that grows, or whose oldest command stays old, is a site whose agents are away or
+	// fall behind; a ramdisk's commands wait while its machine boots.
+	Queues        []*DoctorQueue `protobuf:"bytes,8,rep,name=queues,proto3" json:"queues,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3501,6 +3506,83 @@ func (x *DoctorResponse) GetHardwareShort() []*DoctorFinding {
 	return nil
 }
 
+func (x *DoctorResponse) GetQueues() []*DoctorQueue {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+type DoctorQueue struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Site  string                 `protobuf:"bytes,1,opt,name=site,proto3" json:"site,omitempty"`
+	// site (the site's agents) or ramdisk (the nodes' own).
+	RunsOn   string `protobuf:"bytes,2,opt,name=runs_on,json=runsOn,proto3" json:"runs_on,omitempty"`
+	Commands int64  `protobuf:"varint,3,opt,name=commands,proto3" json:"commands,omitempty"`
+	// When the oldest of them was queued (RFC 3339).
+	OldestQueuedAt string `protobuf:"bytes,4,opt,name=oldest_queued_at,json=oldestQueuedAt,proto3" json:"oldest_queued_at,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DoctorQueue) Reset() {
+	*x = DoctorQueue{}
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DoctorQueue) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DoctorQueue) ProtoMessage() {}
+
+func (x *DoctorQueue) ProtoReflect() protoreflect.Message {
+	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DoctorQueue.ProtoReflect.Descriptor instead.
+func (*DoctorQueue) Descriptor() ([]byte, []int) {
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *DoctorQueue) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *DoctorQueue) GetRunsOn() string {
+	if x != nil {
+		return x.RunsOn
+	}
+	return ""
+}
+
+func (x *DoctorQueue) GetCommands() int64 {
+	if x != nil {
+		return x.Commands
+	}
+	return 0
+}
+
+func (x *DoctorQueue) GetOldestQueuedAt() string {
+	if x != nil {
+		return x.OldestQueuedAt
+	}
+	return ""
+}
+
 type DoctorRestoreWitness struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	AgentId    string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
@@ -3517,7 +3599,7 @@ type DoctorRestoreWitness struct {
 
 func (x *DoctorRestoreWitness) Reset() {
 	*x = DoctorRestoreWitness{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3611,7 @@ func (x *DoctorRestoreWitness) String() string {
 func (*DoctorRestoreWitness) ProtoMessage() {}
 
 func (x *DoctorRestoreWitness) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[40]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3624,7 @@ func (x *DoctorRestoreWitness) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorRestoreWitness.ProtoReflect.Descriptor instead.
 func (*DoctorRestoreWitness) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{40}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DoctorRestoreWitness) GetAgentId() string {
@@ -3598,7 +3680,7 @@ type DoctorBatch struct {
 
 func (x *DoctorBatch) Reset() {
 	*x = DoctorBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3610,7 +3692,7 @@ func (x *DoctorBatch) String() string {
 func (*DoctorBatch) ProtoMessage() {}
 
 func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[41]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3623,7 +3705,7 @@ func (x *DoctorBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DoctorBatch.ProtoReflect.Descriptor instead.
 func (*DoctorBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{41}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DoctorBatch) GetId() string {
@@ -3699,7 +3781,7 @@ type RotateBmcCredentialRequest struct {
 
 func (x *RotateBmcCredentialRequest) Reset() {
 	*x = RotateBmcCredentialRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3793,7 @@ func (x *RotateBmcCredentialRequest) String() string {
 func (*RotateBmcCredentialRequest) ProtoMessage() {}
 
 func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[42]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3806,7 @@ func (x *RotateBmcCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialRequest.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{42}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RotateBmcCredentialRequest) GetNode() string {
@@ -3755,7 +3837,7 @@ type RotateBmcCredentialResponse struct {
 
 func (x *RotateBmcCredentialResponse) Reset() {
 	*x = RotateBmcCredentialResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3767,7 +3849,7 @@ func (x *RotateBmcCredentialResponse) String() string {
 func (*RotateBmcCredentialResponse) ProtoMessage() {}
 
 func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[43]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3780,7 +3862,7 @@ func (x *RotateBmcCredentialResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateBmcCredentialResponse.ProtoReflect.Descriptor instead.
 func (*RotateBmcCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{43}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RotateBmcCredentialResponse) GetCommandId() string {
@@ -3813,7 +3895,7 @@ type ListBmcCredentialVersionsRequest struct {
 
 func (x *ListBmcCredentialVersionsRequest) Reset() {
 	*x = ListBmcCredentialVersionsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +3907,7 @@ func (x *ListBmcCredentialVersionsRequest) String() string {
 func (*ListBmcCredentialVersionsRequest) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[44]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +3920,7 @@ func (x *ListBmcCredentialVersionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBmcCredentialVersionsRequest.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{44}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListBmcCredentialVersionsRequest) GetNode() string {
@@ -3862,7 +3944,7 @@ type BmcCredentialVersion struct {
 
 func (x *BmcCredentialVersion) Reset() {
 	*x = BmcCredentialVersion{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3874,7 +3956,7 @@ func (x *BmcCredentialVersion) String() string {
 func (*BmcCredentialVersion) ProtoMessage() {}
 
 func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[45]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3887,7 +3969,7 @@ func (x *BmcCredentialVersion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BmcCredentialVersion.ProtoReflect.Descriptor instead.
 func (*BmcCredentialVersion) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{45}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *BmcCredentialVersion) GetVersion() uint64 {
@@ -3941,7 +4023,7 @@ type ListBmcCredentialVersionsResponse struct {
 
 func (x *ListBmcCredentialVersionsResponse) Reset() {
 	*x = ListBmcCredentialVersionsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4035,7 @@ func (x *ListBmcCredentialVersionsResponse) String() string {
 func (*ListBmcCredentialVersionsResponse) ProtoMessage() {}
 
 func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[46]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4048,7 @@ func (x *ListBmcCredentialVersionsResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use ListBmcCredentialVersionsResponse.ProtoReflect.Descriptor instead.
 func (*ListBmcCredentialVersionsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{46}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListBmcCredentialVersionsResponse) GetVersions() []*BmcCredentialVersion {
@@ -3992,7 +4074,7 @@ type ConsoleRequest struct {
 
 func (x *ConsoleRequest) Reset() {
 	*x = ConsoleRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4004,7 +4086,7 @@ func (x *ConsoleRequest) String() string {
 func (*ConsoleRequest) ProtoMessage() {}
 
 func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[47]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4017,7 +4099,7 @@ func (x *ConsoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{47}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ConsoleRequest) GetNode() string {
@@ -4069,7 +4151,7 @@ type ConsoleOutput struct {
 
 func (x *ConsoleOutput) Reset() {
 	*x = ConsoleOutput{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4163,7 @@ func (x *ConsoleOutput) String() string {
 func (*ConsoleOutput) ProtoMessage() {}
 
 func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[48]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4176,7 @@ func (x *ConsoleOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleOutput.ProtoReflect.Descriptor instead.
 func (*ConsoleOutput) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{48}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ConsoleOutput) GetSessionId() string {
@@ -4128,7 +4210,7 @@ type ConsoleInputRequest struct {
 
 func (x *ConsoleInputRequest) Reset() {
 	*x = ConsoleInputRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4140,7 +4222,7 @@ func (x *ConsoleInputRequest) String() string {
 func (*ConsoleInputRequest) ProtoMessage() {}
 
 func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[49]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4153,7 +4235,7 @@ func (x *ConsoleInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInputRequest.ProtoReflect.Descriptor instead.
 func (*ConsoleInputRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{49}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ConsoleInputRequest) GetSessionId() string {
@@ -4178,7 +4260,7 @@ type ConsoleInputResponse struct {
 
 func (x *ConsoleInputResponse) Reset() {
 	*x = ConsoleInputResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4190,7 +4272,7 @@ func (x *ConsoleInputResponse) String() string {
 func (*ConsoleInputResponse) ProtoMessage() {}
 
 func (x *ConsoleInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[50]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4203,7 +4285,7 @@ func (x *ConsoleInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConsoleInputResponse.ProtoReflect.Descriptor instead.
 func (*ConsoleInputResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{50}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
 }
 
 type ConfirmMacRequest struct {
@@ -4217,7 +4299,7 @@ type ConfirmMacRequest struct {
 
 func (x *ConfirmMacRequest) Reset() {
 	*x = ConfirmMacRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4229,7 +4311,7 @@ func (x *ConfirmMacRequest) String() string {
 func (*ConfirmMacRequest) ProtoMessage() {}
 
 func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[51]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4242,7 +4324,7 @@ func (x *ConfirmMacRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfirmMacRequest.ProtoReflect.Descriptor instead.
 func (*ConfirmMacRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{51}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ConfirmMacRequest) GetNode() string {
@@ -4283,7 +4365,7 @@ type MacCandidate struct {
 
 func (x *MacCandidate) Reset() {
 	*x = MacCandidate{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4295,7 +4377,7 @@ func (x *MacCandidate) String() string {
 func (*MacCandidate) ProtoMessage() {}
 
 func (x *MacCandidate) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[52]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4308,7 +4390,7 @@ func (x *MacCandidate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MacCandidate.ProtoReflect.Descriptor instead.
 func (*MacCandidate) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{52}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *MacCandidate) GetNode() string {
@@ -4384,7 +4466,7 @@ type ListMacCandidatesRequest struct {
 
 func (x *ListMacCandidatesRequest) Reset() {
 	*x = ListMacCandidatesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4396,7 +4478,7 @@ func (x *ListMacCandidatesRequest) String() string {
 func (*ListMacCandidatesRequest) ProtoMessage() {}
 
 func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[53]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4409,7 +4491,7 @@ func (x *ListMacCandidatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesRequest.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{53}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListMacCandidatesRequest) GetSite() string {
@@ -4435,7 +4517,7 @@ type ListMacCandidatesResponse struct {
 
 func (x *ListMacCandidatesResponse) Reset() {
 	*x = ListMacCandidatesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4447,7 +4529,7 @@ func (x *ListMacCandidatesResponse) String() string {
 func (*ListMacCandidatesResponse) ProtoMessage() {}
 
 func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[54]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4460,7 +4542,7 @@ func (x *ListMacCandidatesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMacCandidatesResponse.ProtoReflect.Descriptor instead.
 func (*ListMacCandidatesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{54}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListMacCandidatesResponse) GetCandidates() []*MacCandidate {
@@ -4480,7 +4562,7 @@ type ListPendingRequest struct {
 
 func (x *ListPendingRequest) Reset() {
 	*x = ListPendingRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4492,7 +4574,7 @@ func (x *ListPendingRequest) String() string {
 func (*ListPendingRequest) ProtoMessage() {}
 
 func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[55]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4505,7 +4587,7 @@ func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{55}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ListPendingRequest) GetSite() string {
@@ -4540,7 +4622,7 @@ type AcceptRequest struct {
 
 func (x *AcceptRequest) Reset() {
 	*x = AcceptRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4552,7 +4634,7 @@ func (x *AcceptRequest) String() string {
 func (*AcceptRequest) ProtoMessage() {}
 
 func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[56]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4565,7 +4647,7 @@ func (x *AcceptRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcceptRequest.ProtoReflect.Descriptor instead.
 func (*AcceptRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{56}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AcceptRequest) GetSite() string {
@@ -4635,7 +4717,7 @@ type RejectRequest struct {
 
 func (x *RejectRequest) Reset() {
 	*x = RejectRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4647,7 +4729,7 @@ func (x *RejectRequest) String() string {
 func (*RejectRequest) ProtoMessage() {}
 
 func (x *RejectRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[57]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4660,7 +4742,7 @@ func (x *RejectRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectRequest.ProtoReflect.Descriptor instead.
 func (*RejectRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{57}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RejectRequest) GetSite() string {
@@ -4692,7 +4774,7 @@ type RejectResponse struct {
 
 func (x *RejectResponse) Reset() {
 	*x = RejectResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4704,7 +4786,7 @@ func (x *RejectResponse) String() string {
 func (*RejectResponse) ProtoMessage() {}
 
 func (x *RejectResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[58]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4717,7 +4799,7 @@ func (x *RejectResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectResponse.ProtoReflect.Descriptor instead.
 func (*RejectResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{58}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
 }
 
 type Batch struct {
@@ -4753,7 +4835,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +4847,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[59]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +4860,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{59}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *Batch) GetId() string {
@@ -4938,7 +5020,7 @@ type BatchLeaf struct {
 
 func (x *BatchLeaf) Reset() {
 	*x = BatchLeaf{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4950,7 +5032,7 @@ func (x *BatchLeaf) String() string {
 func (*BatchLeaf) ProtoMessage() {}
 
 func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[60]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4963,7 +5045,7 @@ func (x *BatchLeaf) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchLeaf.ProtoReflect.Descriptor instead.
 func (*BatchLeaf) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{60}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BatchLeaf) GetSubject() string {
@@ -5013,7 +5095,7 @@ type BulkRequest struct {
 
 func (x *BulkRequest) Reset() {
 	*x = BulkRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5025,7 +5107,7 @@ func (x *BulkRequest) String() string {
 func (*BulkRequest) ProtoMessage() {}
 
 func (x *BulkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[61]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5038,7 +5120,7 @@ func (x *BulkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkRequest.ProtoReflect.Descriptor instead.
 func (*BulkRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{61}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *BulkRequest) GetPool() string {
@@ -5138,7 +5220,7 @@ type BulkBatch struct {
 
 func (x *BulkBatch) Reset() {
 	*x = BulkBatch{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5150,7 +5232,7 @@ func (x *BulkBatch) String() string {
 func (*BulkBatch) ProtoMessage() {}
 
 func (x *BulkBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[62]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5163,7 +5245,7 @@ func (x *BulkBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkBatch.ProtoReflect.Descriptor instead.
 func (*BulkBatch) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{62}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *BulkBatch) GetBatchId() string {
@@ -5208,7 +5290,7 @@ type BulkNodeResult struct {
 
 func (x *BulkNodeResult) Reset() {
 	*x = BulkNodeResult{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5220,7 +5302,7 @@ func (x *BulkNodeResult) String() string {
 func (*BulkNodeResult) ProtoMessage() {}
 
 func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[63]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5233,7 +5315,7 @@ func (x *BulkNodeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkNodeResult.ProtoReflect.Descriptor instead.
 func (*BulkNodeResult) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{63}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *BulkNodeResult) GetNode() string {
@@ -5283,7 +5365,7 @@ type BulkResponse struct {
 
 func (x *BulkResponse) Reset() {
 	*x = BulkResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5295,7 +5377,7 @@ func (x *BulkResponse) String() string {
 func (*BulkResponse) ProtoMessage() {}
 
 func (x *BulkResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[64]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5308,7 +5390,7 @@ func (x *BulkResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BulkResponse.ProtoReflect.Descriptor instead.
 func (*BulkResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{64}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *BulkResponse) GetBatch() *BulkBatch {
@@ -5342,7 +5424,7 @@ type ListBatchesRequest struct {
 
 func (x *ListBatchesRequest) Reset() {
 	*x = ListBatchesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5354,7 +5436,7 @@ func (x *ListBatchesRequest) String() string {
 func (*ListBatchesRequest) ProtoMessage() {}
 
 func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[65]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5367,7 +5449,7 @@ func (x *ListBatchesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesRequest.ProtoReflect.Descriptor instead.
 func (*ListBatchesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{65}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListBatchesRequest) GetState() string {
@@ -5393,7 +5475,7 @@ type ListBatchesResponse struct {
 
 func (x *ListBatchesResponse) Reset() {
 	*x = ListBatchesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5405,7 +5487,7 @@ func (x *ListBatchesResponse) String() string {
 func (*ListBatchesResponse) ProtoMessage() {}
 
 func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[66]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5418,7 +5500,7 @@ func (x *ListBatchesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBatchesResponse.ProtoReflect.Descriptor instead.
 func (*ListBatchesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{66}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListBatchesResponse) GetBatches() []*Batch {
@@ -5438,7 +5520,7 @@ type GetBatchRequest struct {
 
 func (x *GetBatchRequest) Reset() {
 	*x = GetBatchRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5450,7 +5532,7 @@ func (x *GetBatchRequest) String() string {
 func (*GetBatchRequest) ProtoMessage() {}
 
 func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[67]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5463,7 +5545,7 @@ func (x *GetBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchRequest.ProtoReflect.Descriptor instead.
 func (*GetBatchRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{67}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *GetBatchRequest) GetId() string {
@@ -5496,7 +5578,7 @@ type GetBatchResponse struct {
 
 func (x *GetBatchResponse) Reset() {
 	*x = GetBatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5508,7 +5590,7 @@ func (x *GetBatchResponse) String() string {
 func (*GetBatchResponse) ProtoMessage() {}
 
 func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[68]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5521,7 +5603,7 @@ func (x *GetBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBatchResponse.ProtoReflect.Descriptor instead.
 func (*GetBatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{68}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *GetBatchResponse) GetBatch() *Batch {
@@ -5573,7 +5655,7 @@ type BatchFailure struct {
 
 func (x *BatchFailure) Reset() {
 	*x = BatchFailure{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5585,7 +5667,7 @@ func (x *BatchFailure) String() string {
 func (*BatchFailure) ProtoMessage() {}
 
 func (x *BatchFailure) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[69]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5598,7 +5680,7 @@ func (x *BatchFailure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchFailure.ProtoReflect.Descriptor instead.
 func (*BatchFailure) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{69}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *BatchFailure) GetNode() string {
@@ -5653,7 +5735,7 @@ type BatchDecisionRequest struct {
 
 func (x *BatchDecisionRequest) Reset() {
 	*x = BatchDecisionRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5665,7 +5747,7 @@ func (x *BatchDecisionRequest) String() string {
 func (*BatchDecisionRequest) ProtoMessage() {}
 
 func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[70]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5678,7 +5760,7 @@ func (x *BatchDecisionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchDecisionRequest.ProtoReflect.Descriptor instead.
 func (*BatchDecisionRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{70}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *BatchDecisionRequest) GetId() string {
@@ -5704,7 +5786,7 @@ type BatchResponse struct {
 
 func (x *BatchResponse) Reset() {
 	*x = BatchResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5716,7 +5798,7 @@ func (x *BatchResponse) String() string {
 func (*BatchResponse) ProtoMessage() {}
 
 func (x *BatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[71]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5729,7 +5811,7 @@ func (x *BatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResponse.ProtoReflect.Descriptor instead.
 func (*BatchResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{71}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *BatchResponse) GetBatch() *Batch {
@@ -5751,7 +5833,7 @@ type ApprovalPolicy struct {
 
 func (x *ApprovalPolicy) Reset() {
 	*x = ApprovalPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5763,7 +5845,7 @@ func (x *ApprovalPolicy) String() string {
 func (*ApprovalPolicy) ProtoMessage() {}
 
 func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[72]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5776,7 +5858,7 @@ func (x *ApprovalPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicy.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{72}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ApprovalPolicy) GetScope() string {
@@ -5818,7 +5900,7 @@ type SetApprovalPolicyRequest struct {
 
 func (x *SetApprovalPolicyRequest) Reset() {
 	*x = SetApprovalPolicyRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5830,7 +5912,7 @@ func (x *SetApprovalPolicyRequest) String() string {
 func (*SetApprovalPolicyRequest) ProtoMessage() {}
 
 func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[73]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5843,7 +5925,7 @@ func (x *SetApprovalPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetApprovalPolicyRequest.ProtoReflect.Descriptor instead.
 func (*SetApprovalPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{73}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *SetApprovalPolicyRequest) GetScope() string {
@@ -5876,7 +5958,7 @@ type ApprovalPolicyResponse struct {
 
 func (x *ApprovalPolicyResponse) Reset() {
 	*x = ApprovalPolicyResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5888,7 +5970,7 @@ func (x *ApprovalPolicyResponse) String() string {
 func (*ApprovalPolicyResponse) ProtoMessage() {}
 
 func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[74]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5901,7 +5983,7 @@ func (x *ApprovalPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalPolicyResponse.ProtoReflect.Descriptor instead.
 func (*ApprovalPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{74}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ApprovalPolicyResponse) GetPolicy() *ApprovalPolicy {
@@ -5919,7 +6001,7 @@ type ListApprovalPoliciesRequest struct {
 
 func (x *ListApprovalPoliciesRequest) Reset() {
 	*x = ListApprovalPoliciesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5931,7 +6013,7 @@ func (x *ListApprovalPoliciesRequest) String() string {
 func (*ListApprovalPoliciesRequest) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[75]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5944,7 +6026,7 @@ func (x *ListApprovalPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{75}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
 }
 
 type ListApprovalPoliciesResponse struct {
@@ -5956,7 +6038,7 @@ type ListApprovalPoliciesResponse struct {
 
 func (x *ListApprovalPoliciesResponse) Reset() {
 	*x = ListApprovalPoliciesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5968,7 +6050,7 @@ func (x *ListApprovalPoliciesResponse) String() string {
 func (*ListApprovalPoliciesResponse) ProtoMessage() {}
 
 func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[76]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5981,7 +6063,7 @@ func (x *ListApprovalPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{76}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *ListApprovalPoliciesResponse) GetPolicies() []*ApprovalPolicy {
@@ -6002,7 +6084,7 @@ type Tenant struct {
 
 func (x *Tenant) Reset() {
 	*x = Tenant{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6014,7 +6096,7 @@ func (x *Tenant) String() string {
 func (*Tenant) ProtoMessage() {}
 
 func (x *Tenant) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[77]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6027,7 +6109,7 @@ func (x *Tenant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Tenant.ProtoReflect.Descriptor instead.
 func (*Tenant) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{77}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
 }
 
 func (x *Tenant) GetId() string {
@@ -6064,7 +6146,7 @@ type Site struct {
 
 func (x *Site) Reset() {
 	*x = Site{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6076,7 +6158,7 @@ func (x *Site) String() string {
 func (*Site) ProtoMessage() {}
 
 func (x *Site) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[78]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6089,7 +6171,7 @@ func (x *Site) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Site.ProtoReflect.Descriptor instead.
 func (*Site) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{78}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
 }
 
 func (x *Site) GetId() string {
@@ -6167,7 +6249,7 @@ type PoolPolicy struct {
 
 func (x *PoolPolicy) Reset() {
 	*x = PoolPolicy{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6179,7 +6261,7 @@ func (x *PoolPolicy) String() string {
 func (*PoolPolicy) ProtoMessage() {}
 
 func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[79]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6192,7 +6274,7 @@ func (x *PoolPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolPolicy.ProtoReflect.Descriptor instead.
 func (*PoolPolicy) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{79}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
 }
 
 func (x *PoolPolicy) GetHardwareProfile() string {
@@ -6279,7 +6361,7 @@ type Pool struct {
 
 func (x *Pool) Reset() {
 	*x = Pool{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6291,7 +6373,7 @@ func (x *Pool) String() string {
 func (*Pool) ProtoMessage() {}
 
 func (x *Pool) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[80]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6304,7 +6386,7 @@ func (x *Pool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pool.ProtoReflect.Descriptor instead.
 func (*Pool) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{80}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
 }
 
 func (x *Pool) GetId() string {
@@ -6362,7 +6444,7 @@ type HardwareProfile struct {
 
 func (x *HardwareProfile) Reset() {
 	*x = HardwareProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6374,7 +6456,7 @@ func (x *HardwareProfile) String() string {
 func (*HardwareProfile) ProtoMessage() {}
 
 func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[81]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6387,7 +6469,7 @@ func (x *HardwareProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfile.ProtoReflect.Descriptor instead.
 func (*HardwareProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{81}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
 }
 
 func (x *HardwareProfile) GetName() string {
@@ -6420,7 +6502,7 @@ type CreateTenantRequest struct {
 
 func (x *CreateTenantRequest) Reset() {
 	*x = CreateTenantRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6432,7 +6514,7 @@ func (x *CreateTenantRequest) String() string {
 func (*CreateTenantRequest) ProtoMessage() {}
 
 func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[82]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6445,7 +6527,7 @@ func (x *CreateTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTenantRequest.ProtoReflect.Descriptor instead.
 func (*CreateTenantRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{82}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
 }
 
 func (x *CreateTenantRequest) GetName() string {
@@ -6464,7 +6546,7 @@ type TenantResponse struct {
 
 func (x *TenantResponse) Reset() {
 	*x = TenantResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6476,7 +6558,7 @@ func (x *TenantResponse) String() string {
 func (*TenantResponse) ProtoMessage() {}
 
 func (x *TenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[83]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6489,7 +6571,7 @@ func (x *TenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantResponse.ProtoReflect.Descriptor instead.
 func (*TenantResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{83}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
 }
 
 func (x *TenantResponse) GetTenant() *Tenant {
@@ -6507,7 +6589,7 @@ type ListTenantsRequest struct {
 
 func (x *ListTenantsRequest) Reset() {
 	*x = ListTenantsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6519,7 +6601,7 @@ func (x *ListTenantsRequest) String() string {
 func (*ListTenantsRequest) ProtoMessage() {}
 
 func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[84]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6532,7 +6614,7 @@ func (x *ListTenantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsRequest.ProtoReflect.Descriptor instead.
 func (*ListTenantsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{84}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
 }
 
 type ListTenantsResponse struct {
@@ -6544,7 +6626,7 @@ type ListTenantsResponse struct {
 
 func (x *ListTenantsResponse) Reset() {
 	*x = ListTenantsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6556,7 +6638,7 @@ func (x *ListTenantsResponse) String() string {
 func (*ListTenantsResponse) ProtoMessage() {}
 
 func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[85]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6569,7 +6651,7 @@ func (x *ListTenantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTenantsResponse.ProtoReflect.Descriptor instead.
 func (*ListTenantsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{85}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
 }
 
 func (x *ListTenantsResponse) GetTenants() []*Tenant {
@@ -6590,7 +6672,7 @@ type CreateSiteRequest struct {
 
 func (x *CreateSiteRequest) Reset() {
 	*x = CreateSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6602,7 +6684,7 @@ func (x *CreateSiteRequest) String() string {
 func (*CreateSiteRequest) ProtoMessage() {}
 
 func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[86]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6615,7 +6697,7 @@ func (x *CreateSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{86}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *CreateSiteRequest) GetName() string {
@@ -6648,7 +6730,7 @@ type SiteResponse struct {
 
 func (x *SiteResponse) Reset() {
 	*x = SiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6660,7 +6742,7 @@ func (x *SiteResponse) String() string {
 func (*SiteResponse) ProtoMessage() {}
 
 func (x *SiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[87]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6673,7 +6755,7 @@ func (x *SiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SiteResponse.ProtoReflect.Descriptor instead.
 func (*SiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{87}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SiteResponse) GetSite() *Site {
@@ -6692,7 +6774,7 @@ type ListSitesRequest struct {
 
 func (x *ListSitesRequest) Reset() {
 	*x = ListSitesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6704,7 +6786,7 @@ func (x *ListSitesRequest) String() string {
 func (*ListSitesRequest) ProtoMessage() {}
 
 func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[88]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6717,7 +6799,7 @@ func (x *ListSitesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesRequest.ProtoReflect.Descriptor instead.
 func (*ListSitesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{88}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
 }
 
 func (x *ListSitesRequest) GetTenant() string {
@@ -6736,7 +6818,7 @@ type ListSitesResponse struct {
 
 func (x *ListSitesResponse) Reset() {
 	*x = ListSitesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6748,7 +6830,7 @@ func (x *ListSitesResponse) String() string {
 func (*ListSitesResponse) ProtoMessage() {}
 
 func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[89]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6761,7 +6843,7 @@ func (x *ListSitesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSitesResponse.ProtoReflect.Descriptor instead.
 func (*ListSitesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{89}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
 }
 
 func (x *ListSitesResponse) GetSites() []*Site {
@@ -6780,7 +6862,7 @@ type DeleteSiteRequest struct {
 
 func (x *DeleteSiteRequest) Reset() {
 	*x = DeleteSiteRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6792,7 +6874,7 @@ func (x *DeleteSiteRequest) String() string {
 func (*DeleteSiteRequest) ProtoMessage() {}
 
 func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[90]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6805,7 +6887,7 @@ func (x *DeleteSiteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSiteRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{90}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
 }
 
 func (x *DeleteSiteRequest) GetSite() string {
@@ -6823,7 +6905,7 @@ type DeleteSiteResponse struct {
 
 func (x *DeleteSiteResponse) Reset() {
 	*x = DeleteSiteResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6835,7 +6917,7 @@ func (x *DeleteSiteResponse) String() string {
 func (*DeleteSiteResponse) ProtoMessage() {}
 
 func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[91]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6848,7 +6930,7 @@ func (x *DeleteSiteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSiteResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSiteResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{91}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
 }
 
 type CreatePoolRequest struct {
@@ -6862,7 +6944,7 @@ type CreatePoolRequest struct {
 
 func (x *CreatePoolRequest) Reset() {
 	*x = CreatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6874,7 +6956,7 @@ func (x *CreatePoolRequest) String() string {
 func (*CreatePoolRequest) ProtoMessage() {}
 
 func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[92]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6887,7 +6969,7 @@ func (x *CreatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreatePoolRequest.ProtoReflect.Descriptor instead.
 func (*CreatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{92}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
 }
 
 func (x *CreatePoolRequest) GetName() string {
@@ -6921,7 +7003,7 @@ type UpdatePoolRequest struct {
 
 func (x *UpdatePoolRequest) Reset() {
 	*x = UpdatePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6933,7 +7015,7 @@ func (x *UpdatePoolRequest) String() string {
 func (*UpdatePoolRequest) ProtoMessage() {}
 
 func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[93]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6946,7 +7028,7 @@ func (x *UpdatePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdatePoolRequest.ProtoReflect.Descriptor instead.
 func (*UpdatePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{93}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
 }
 
 func (x *UpdatePoolRequest) GetPool() string {
@@ -6972,7 +7054,7 @@ type PoolResponse struct {
 
 func (x *PoolResponse) Reset() {
 	*x = PoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -6984,7 +7066,7 @@ func (x *PoolResponse) String() string {
 func (*PoolResponse) ProtoMessage() {}
 
 func (x *PoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[94]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -6997,7 +7079,7 @@ func (x *PoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolResponse.ProtoReflect.Descriptor instead.
 func (*PoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{94}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
 }
 
 func (x *PoolResponse) GetPool() *Pool {
@@ -7017,7 +7099,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7029,7 +7111,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[95]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7042,7 +7124,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{95}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
 }
 
 func (x *ListPoolsRequest) GetTenant() string {
@@ -7068,7 +7150,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7080,7 +7162,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[96]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7093,7 +7175,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{96}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
 }
 
 func (x *ListPoolsResponse) GetPools() []*Pool {
@@ -7112,7 +7194,7 @@ type DeletePoolRequest struct {
 
 func (x *DeletePoolRequest) Reset() {
 	*x = DeletePoolRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7124,7 +7206,7 @@ func (x *DeletePoolRequest) String() string {
 func (*DeletePoolRequest) ProtoMessage() {}
 
 func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[97]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7137,7 +7219,7 @@ func (x *DeletePoolRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolRequest.ProtoReflect.Descriptor instead.
 func (*DeletePoolRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{97}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
 }
 
 func (x *DeletePoolRequest) GetPool() string {
@@ -7155,7 +7237,7 @@ type DeletePoolResponse struct {
 
 func (x *DeletePoolResponse) Reset() {
 	*x = DeletePoolResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7167,7 +7249,7 @@ func (x *DeletePoolResponse) String() string {
 func (*DeletePoolResponse) ProtoMessage() {}
 
 func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[98]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7180,7 +7262,7 @@ func (x *DeletePoolResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePoolResponse.ProtoReflect.Descriptor instead.
 func (*DeletePoolResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{98}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
 }
 
 type PutHardwareProfileRequest struct {
@@ -7192,7 +7274,7 @@ type PutHardwareProfileRequest struct {
 
 func (x *PutHardwareProfileRequest) Reset() {
 	*x = PutHardwareProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7204,7 +7286,7 @@ func (x *PutHardwareProfileRequest) String() string {
 func (*PutHardwareProfileRequest) ProtoMessage() {}
 
 func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[99]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7217,7 +7299,7 @@ func (x *PutHardwareProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutHardwareProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutHardwareProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{99}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
 }
 
 func (x *PutHardwareProfileRequest) GetProfile() *HardwareProfile {
@@ -7236,7 +7318,7 @@ type HardwareProfileResponse struct {
 
 func (x *HardwareProfileResponse) Reset() {
 	*x = HardwareProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7248,7 +7330,7 @@ func (x *HardwareProfileResponse) String() string {
 func (*HardwareProfileResponse) ProtoMessage() {}
 
 func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[100]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7261,7 +7343,7 @@ func (x *HardwareProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HardwareProfileResponse.ProtoReflect.Descriptor instead.
 func (*HardwareProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{100}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
 }
 
 func (x *HardwareProfileResponse) GetProfile() *HardwareProfile {
@@ -7279,7 +7361,7 @@ type ListHardwareProfilesRequest struct {
 
 func (x *ListHardwareProfilesRequest) Reset() {
 	*x = ListHardwareProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7291,7 +7373,7 @@ func (x *ListHardwareProfilesRequest) String() string {
 func (*ListHardwareProfilesRequest) ProtoMessage() {}
 
 func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[101]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7304,7 +7386,7 @@ func (x *ListHardwareProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{101}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
 }
 
 type ListHardwareProfilesResponse struct {
@@ -7316,7 +7398,7 @@ type ListHardwareProfilesResponse struct {
 
 func (x *ListHardwareProfilesResponse) Reset() {
 	*x = ListHardwareProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7328,7 +7410,7 @@ func (x *ListHardwareProfilesResponse) String() string {
 func (*ListHardwareProfilesResponse) ProtoMessage() {}
 
 func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[102]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7341,7 +7423,7 @@ func (x *ListHardwareProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHardwareProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListHardwareProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{102}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
 }
 
 func (x *ListHardwareProfilesResponse) GetProfiles() []*HardwareProfile {
@@ -7362,7 +7444,7 @@ type CreateSiteJoinTokenRequest struct {
 
 func (x *CreateSiteJoinTokenRequest) Reset() {
 	*x = CreateSiteJoinTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7374,7 +7456,7 @@ func (x *CreateSiteJoinTokenRequest) String() string {
 func (*CreateSiteJoinTokenRequest) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[103]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7387,7 +7469,7 @@ func (x *CreateSiteJoinTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{103}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
 }
 
 func (x *CreateSiteJoinTokenRequest) GetSite() string {
@@ -7418,7 +7500,7 @@ type CreateSiteJoinTokenResponse struct {
 
 func (x *CreateSiteJoinTokenResponse) Reset() {
 	*x = CreateSiteJoinTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7430,7 +7512,7 @@ func (x *CreateSiteJoinTokenResponse) String() string {
 func (*CreateSiteJoinTokenResponse) ProtoMessage() {}
 
 func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[104]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7443,7 +7525,7 @@ func (x *CreateSiteJoinTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSiteJoinTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateSiteJoinTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{104}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
 }
 
 func (x *CreateSiteJoinTokenResponse) GetToken() string {
@@ -7485,7 +7567,7 @@ type RevokeSiteAgentRequest struct {
 
 func (x *RevokeSiteAgentRequest) Reset() {
 	*x = RevokeSiteAgentRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7497,7 +7579,7 @@ func (x *RevokeSiteAgentRequest) String() string {
 func (*RevokeSiteAgentRequest) ProtoMessage() {}
 
 func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[105]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7510,7 +7592,7 @@ func (x *RevokeSiteAgentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{105}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
 }
 
 func (x *RevokeSiteAgentRequest) GetAgent() string {
@@ -7537,7 +7619,7 @@ type RevokeSiteAgentResponse struct {
 
 func (x *RevokeSiteAgentResponse) Reset() {
 	*x = RevokeSiteAgentResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7549,7 +7631,7 @@ func (x *RevokeSiteAgentResponse) String() string {
 func (*RevokeSiteAgentResponse) ProtoMessage() {}
 
 func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[106]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7562,7 +7644,7 @@ func (x *RevokeSiteAgentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSiteAgentResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSiteAgentResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{106}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
 }
 
 func (x *RevokeSiteAgentResponse) GetAgent() string {
@@ -7594,7 +7676,7 @@ type AgentCA struct {
 
 func (x *AgentCA) Reset() {
 	*x = AgentCA{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7606,7 +7688,7 @@ func (x *AgentCA) String() string {
 func (*AgentCA) ProtoMessage() {}
 
 func (x *AgentCA) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[107]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7619,7 +7701,7 @@ func (x *AgentCA) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCA.ProtoReflect.Descriptor instead.
 func (*AgentCA) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{107}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
 }
 
 func (x *AgentCA) GetSha256() string {
@@ -7665,7 +7747,7 @@ type AgentCARotation struct {
 
 func (x *AgentCARotation) Reset() {
 	*x = AgentCARotation{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7677,7 +7759,7 @@ func (x *AgentCARotation) String() string {
 func (*AgentCARotation) ProtoMessage() {}
 
 func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[108]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7690,7 +7772,7 @@ func (x *AgentCARotation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCARotation.ProtoReflect.Descriptor instead.
 func (*AgentCARotation) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{108}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
 }
 
 func (x *AgentCARotation) GetStage() string {
@@ -7741,7 +7823,7 @@ type AgentCALag struct {
 
 func (x *AgentCALag) Reset() {
 	*x = AgentCALag{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7753,7 +7835,7 @@ func (x *AgentCALag) String() string {
 func (*AgentCALag) ProtoMessage() {}
 
 func (x *AgentCALag) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[109]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7766,7 +7848,7 @@ func (x *AgentCALag) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCALag.ProtoReflect.Descriptor instead.
 func (*AgentCALag) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{109}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
 }
 
 func (x *AgentCALag) GetAgent() string {
@@ -7812,7 +7894,7 @@ type GetAgentCARequest struct {
 
 func (x *GetAgentCARequest) Reset() {
 	*x = GetAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7824,7 +7906,7 @@ func (x *GetAgentCARequest) String() string {
 func (*GetAgentCARequest) ProtoMessage() {}
 
 func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[110]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7837,7 +7919,7 @@ func (x *GetAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAgentCARequest.ProtoReflect.Descriptor instead.
 func (*GetAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{110}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
 }
 
 type RotateAgentCARequest struct {
@@ -7849,7 +7931,7 @@ type RotateAgentCARequest struct {
 
 func (x *RotateAgentCARequest) Reset() {
 	*x = RotateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7861,7 +7943,7 @@ func (x *RotateAgentCARequest) String() string {
 func (*RotateAgentCARequest) ProtoMessage() {}
 
 func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[111]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7874,7 +7956,7 @@ func (x *RotateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*RotateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{111}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
 }
 
 func (x *RotateAgentCARequest) GetReason() string {
@@ -7895,7 +7977,7 @@ type ActivateAgentCARequest struct {
 
 func (x *ActivateAgentCARequest) Reset() {
 	*x = ActivateAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7907,7 +7989,7 @@ func (x *ActivateAgentCARequest) String() string {
 func (*ActivateAgentCARequest) ProtoMessage() {}
 
 func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[112]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7920,7 +8002,7 @@ func (x *ActivateAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivateAgentCARequest.ProtoReflect.Descriptor instead.
 func (*ActivateAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{112}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
 }
 
 func (x *ActivateAgentCARequest) GetReason() string {
@@ -7947,7 +8029,7 @@ type FinishAgentCARequest struct {
 
 func (x *FinishAgentCARequest) Reset() {
 	*x = FinishAgentCARequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -7959,7 +8041,7 @@ func (x *FinishAgentCARequest) String() string {
 func (*FinishAgentCARequest) ProtoMessage() {}
 
 func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[113]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -7972,7 +8054,7 @@ func (x *FinishAgentCARequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishAgentCARequest.ProtoReflect.Descriptor instead.
 func (*FinishAgentCARequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{113}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
 }
 
 func (x *FinishAgentCARequest) GetReason() string {
@@ -7998,7 +8080,7 @@ type AgentCAResponse struct {
 
 func (x *AgentCAResponse) Reset() {
 	*x = AgentCAResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8010,7 +8092,7 @@ func (x *AgentCAResponse) String() string {
 func (*AgentCAResponse) ProtoMessage() {}
 
 func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[114]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8023,7 +8105,7 @@ func (x *AgentCAResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentCAResponse.ProtoReflect.Descriptor instead.
 func (*AgentCAResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{114}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
 }
 
 func (x *AgentCAResponse) GetRotation() *AgentCARotation {
@@ -8046,7 +8128,7 @@ type DeployProfile struct {
 
 func (x *DeployProfile) Reset() {
 	*x = DeployProfile{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8058,7 +8140,7 @@ func (x *DeployProfile) String() string {
 func (*DeployProfile) ProtoMessage() {}
 
 func (x *DeployProfile) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[115]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8071,7 +8153,7 @@ func (x *DeployProfile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfile.ProtoReflect.Descriptor instead.
 func (*DeployProfile) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{115}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
 }
 
 func (x *DeployProfile) GetName() string {
@@ -8097,7 +8179,7 @@ type PutDeployProfileRequest struct {
 
 func (x *PutDeployProfileRequest) Reset() {
 	*x = PutDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8109,7 +8191,7 @@ func (x *PutDeployProfileRequest) String() string {
 func (*PutDeployProfileRequest) ProtoMessage() {}
 
 func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[116]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8122,7 +8204,7 @@ func (x *PutDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*PutDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{116}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
 }
 
 func (x *PutDeployProfileRequest) GetProfile() *DeployProfile {
@@ -8141,7 +8223,7 @@ type DeployProfileResponse struct {
 
 func (x *DeployProfileResponse) Reset() {
 	*x = DeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8153,7 +8235,7 @@ func (x *DeployProfileResponse) String() string {
 func (*DeployProfileResponse) ProtoMessage() {}
 
 func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[117]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8166,7 +8248,7 @@ func (x *DeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{117}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
 }
 
 func (x *DeployProfileResponse) GetProfile() *DeployProfile {
@@ -8184,7 +8266,7 @@ type ListDeployProfilesRequest struct {
 
 func (x *ListDeployProfilesRequest) Reset() {
 	*x = ListDeployProfilesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8196,7 +8278,7 @@ func (x *ListDeployProfilesRequest) String() string {
 func (*ListDeployProfilesRequest) ProtoMessage() {}
 
 func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[118]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8209,7 +8291,7 @@ func (x *ListDeployProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{118}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
 }
 
 type ListDeployProfilesResponse struct {
@@ -8221,7 +8303,7 @@ type ListDeployProfilesResponse struct {
 
 func (x *ListDeployProfilesResponse) Reset() {
 	*x = ListDeployProfilesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8233,7 +8315,7 @@ func (x *ListDeployProfilesResponse) String() string {
 func (*ListDeployProfilesResponse) ProtoMessage() {}
 
 func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[119]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8246,7 +8328,7 @@ func (x *ListDeployProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeployProfilesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeployProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{119}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
 }
 
 func (x *ListDeployProfilesResponse) GetProfiles() []*DeployProfile {
@@ -8267,7 +8349,7 @@ type DeleteDeployProfileRequest struct {
 
 func (x *DeleteDeployProfileRequest) Reset() {
 	*x = DeleteDeployProfileRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8279,7 +8361,7 @@ func (x *DeleteDeployProfileRequest) String() string {
 func (*DeleteDeployProfileRequest) ProtoMessage() {}
 
 func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[120]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8292,7 +8374,7 @@ func (x *DeleteDeployProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{120}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
 }
 
 func (x *DeleteDeployProfileRequest) GetName() string {
@@ -8310,7 +8392,7 @@ type DeleteDeployProfileResponse struct {
 
 func (x *DeleteDeployProfileResponse) Reset() {
 	*x = DeleteDeployProfileResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8322,7 +8404,7 @@ func (x *DeleteDeployProfileResponse) String() string {
 func (*DeleteDeployProfileResponse) ProtoMessage() {}
 
 func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[121]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8335,7 +8417,7 @@ func (x *DeleteDeployProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteDeployProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteDeployProfileResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{121}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
 }
 
 type Token struct {
@@ -8352,7 +8434,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8364,7 +8446,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[122]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8377,7 +8459,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{122}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
 }
 
 func (x *Token) GetId() string {
@@ -8433,7 +8515,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8445,7 +8527,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[123]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8458,7 +8540,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{123}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -8493,7 +8575,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8505,7 +8587,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[124]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8518,7 +8600,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{124}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -8543,7 +8625,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8555,7 +8637,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[125]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8568,7 +8650,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{125}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
 }
 
 type ListTokensResponse struct {
@@ -8580,7 +8662,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8592,7 +8674,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[126]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8605,7 +8687,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{126}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -8624,7 +8706,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8636,7 +8718,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[127]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8649,7 +8731,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{127}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
 }
 
 func (x *RevokeTokenRequest) GetToken() string {
@@ -8668,7 +8750,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8680,7 +8762,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[128]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8693,7 +8775,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{128}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
 }
 
 func (x *RevokeTokenResponse) GetToken() *Token {
@@ -8711,7 +8793,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8723,7 +8805,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[129]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8736,7 +8818,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{129}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
 }
 
 type WhoAmIResponse struct {
@@ -8748,7 +8830,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8760,7 +8842,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[130]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8773,7 +8855,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{130}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
 }
 
 func (x *WhoAmIResponse) GetToken() *Token {
@@ -8794,7 +8876,7 @@ type Signer struct {
 
 func (x *Signer) Reset() {
 	*x = Signer{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8806,7 +8888,7 @@ func (x *Signer) String() string {
 func (*Signer) ProtoMessage() {}
 
 func (x *Signer) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[131]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8819,7 +8901,7 @@ func (x *Signer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Signer.ProtoReflect.Descriptor instead.
 func (*Signer) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{131}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
 }
 
 func (x *Signer) GetName() string {
@@ -8862,7 +8944,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8874,7 +8956,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[132]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8887,7 +8969,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{132}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
 }
 
 func (x *Image) GetName() string {
@@ -8969,7 +9051,7 @@ type AddSignerRequest struct {
 
 func (x *AddSignerRequest) Reset() {
 	*x = AddSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -8981,7 +9063,7 @@ func (x *AddSignerRequest) String() string {
 func (*AddSignerRequest) ProtoMessage() {}
 
 func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[133]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -8994,7 +9076,7 @@ func (x *AddSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerRequest.ProtoReflect.Descriptor instead.
 func (*AddSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{133}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
 }
 
 func (x *AddSignerRequest) GetSigner() *Signer {
@@ -9012,7 +9094,7 @@ type AddSignerResponse struct {
 
 func (x *AddSignerResponse) Reset() {
 	*x = AddSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9024,7 +9106,7 @@ func (x *AddSignerResponse) String() string {
 func (*AddSignerResponse) ProtoMessage() {}
 
 func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[134]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9037,7 +9119,7 @@ func (x *AddSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddSignerResponse.ProtoReflect.Descriptor instead.
 func (*AddSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{134}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
 }
 
 type RevokeSignerRequest struct {
@@ -9049,7 +9131,7 @@ type RevokeSignerRequest struct {
 
 func (x *RevokeSignerRequest) Reset() {
 	*x = RevokeSignerRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9061,7 +9143,7 @@ func (x *RevokeSignerRequest) String() string {
 func (*RevokeSignerRequest) ProtoMessage() {}
 
 func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[135]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9074,7 +9156,7 @@ func (x *RevokeSignerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerRequest.ProtoReflect.Descriptor instead.
 func (*RevokeSignerRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{135}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{136}
 }
 
 func (x *RevokeSignerRequest) GetName() string {
@@ -9092,7 +9174,7 @@ type RevokeSignerResponse struct {
 
 func (x *RevokeSignerResponse) Reset() {
 	*x = RevokeSignerResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9104,7 +9186,7 @@ func (x *RevokeSignerResponse) String() string {
 func (*RevokeSignerResponse) ProtoMessage() {}
 
 func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[136]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9117,7 +9199,7 @@ func (x *RevokeSignerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeSignerResponse.ProtoReflect.Descriptor instead.
 func (*RevokeSignerResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{136}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{137}
 }
 
 type ListSignersRequest struct {
@@ -9128,7 +9210,7 @@ type ListSignersRequest struct {
 
 func (x *ListSignersRequest) Reset() {
 	*x = ListSignersRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9140,7 +9222,7 @@ func (x *ListSignersRequest) String() string {
 func (*ListSignersRequest) ProtoMessage() {}
 
 func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[137]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9153,7 +9235,7 @@ func (x *ListSignersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersRequest.ProtoReflect.Descriptor instead.
 func (*ListSignersRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{137}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{138}
 }
 
 type ListSignersResponse struct {
@@ -9165,7 +9247,7 @@ type ListSignersResponse struct {
 
 func (x *ListSignersResponse) Reset() {
 	*x = ListSignersResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9177,7 +9259,7 @@ func (x *ListSignersResponse) String() string {
 func (*ListSignersResponse) ProtoMessage() {}
 
 func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[138]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9190,7 +9272,7 @@ func (x *ListSignersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSignersResponse.ProtoReflect.Descriptor instead.
 func (*ListSignersResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{138}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{139}
 }
 
 func (x *ListSignersResponse) GetSigners() []*Signer {
@@ -9209,7 +9291,7 @@ type AddImageRequest struct {
 
 func (x *AddImageRequest) Reset() {
 	*x = AddImageRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9221,7 +9303,7 @@ func (x *AddImageRequest) String() string {
 func (*AddImageRequest) ProtoMessage() {}
 
 func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[139]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9234,7 +9316,7 @@ func (x *AddImageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageRequest.ProtoReflect.Descriptor instead.
 func (*AddImageRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{139}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{140}
 }
 
 func (x *AddImageRequest) GetImage() *Image {
@@ -9253,7 +9335,7 @@ type AddImageResponse struct {
 
 func (x *AddImageResponse) Reset() {
 	*x = AddImageResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9265,7 +9347,7 @@ func (x *AddImageResponse) String() string {
 func (*AddImageResponse) ProtoMessage() {}
 
 func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[140]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9278,7 +9360,7 @@ func (x *AddImageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddImageResponse.ProtoReflect.Descriptor instead.
 func (*AddImageResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{140}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{141}
 }
 
 func (x *AddImageResponse) GetImage() *Image {
@@ -9296,7 +9378,7 @@ type ListImagesRequest struct {
 
 func (x *ListImagesRequest) Reset() {
 	*x = ListImagesRequest{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[142]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9308,7 +9390,7 @@ func (x *ListImagesRequest) String() string {
 func (*ListImagesRequest) ProtoMessage() {}
 
 func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[141]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[142]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9321,7 +9403,7 @@ func (x *ListImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesRequest.ProtoReflect.Descriptor instead.
 func (*ListImagesRequest) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{141}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{142}
 }
 
 type ListImagesResponse struct {
@@ -9333,7 +9415,7 @@ type ListImagesResponse struct {
 
 func (x *ListImagesResponse) Reset() {
 	*x = ListImagesResponse{}
-	mi := &file_bcd_v1_bcd_proto_msgTypes[142]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[143]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -9345,7 +9427,7 @@ func (x *ListImagesResponse) String() string {
 func (*ListImagesResponse) ProtoMessage() {}
 
 func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_bcd_v1_bcd_proto_msgTypes[142]
+	mi := &file_bcd_v1_bcd_proto_msgTypes[143]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -9358,7 +9440,7 @@ func (x *ListImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListImagesResponse.ProtoReflect.Descriptor instead.
 func (*ListImagesResponse) Descriptor() ([]byte, []int) {
-	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{142}
+	return file_bcd_v1_bcd_proto_rawDescGZIP(), []int{143}
 }
 
 func (x *ListImagesResponse) GetImages() []*Image {
@@ -9695,7 +9777,7 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"started_at\x18\x02 \x01(\tR\tstartedAt\x12\x1b\n" +
 	"\tlast_seen\x18\x03 \x01(\tR\blastSeen\x12\x16\n" +
 	"\x06agents\x18\x04 \x01(\x05R\x06agents\x12!\n" +
-	"\fclock_offset\x18\x05 \x01(\tR\vclockOffset\"\xcf\x03\n" +
+	"\fclock_offset\x18\x05 \x01(\tR\vclockOffset\"\xfc\x03\n" +
 	"\x0eDoctorResponse\x12-\n" +
 	"\x06failed\x18\x01 \x03(\v2\x15.bcd.v1.DoctorFindingR\x06failed\x121\n" +
 	"\bstranded\x18\x02 \x03(\v2\x15.bcd.v1.DoctorFindingR\bstranded\x124\n" +
@@ -9705,7 +9787,13 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\aservers\x18\x05 \x03(\v2\x14.bcd.v1.DoctorServerR\aservers\x12E\n" +
 	"\x0frestore_witness\x18\x06 \x01(\v2\x1c.bcd.v1.DoctorRestoreWitnessR\x0erestoreWitness\x122\n" +
 	"\bagent_ca\x18\x14 \x01(\v2\x17.bcd.v1.AgentCARotationR\aagentCa\x12<\n" +
-	"\x0ehardware_short\x18\a \x03(\v2\x15.bcd.v1.DoctorFindingR\rhardwareShort\"\x9b\x01\n" +
+	"\x0ehardware_short\x18\a \x03(\v2\x15.bcd.v1.DoctorFindingR\rhardwareShort\x12+\n" +
+	"\x06queues\x18\b \x03(\v2\x13.bcd.v1.DoctorQueueR\x06queues\"\x80\x01\n" +
+	"\vDoctorQueue\x12\x12\n" +
+	"\x04site\x18\x01 \x01(\tR\x04site\x12\x17\n" +
+	"\aruns_on\x18\x02 \x01(\tR\x06runsOn\x12\x1a\n" +
+	"\bcommands\x18\x03 \x01(\x03R\bcommands\x12(\n" +
+	"\x10oldest_queued_at\x18\x04 \x01(\tR\x0eoldestQueuedAt\"\x9b\x01\n" +
 	"\x14DoctorRestoreWitness\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1f\n" +
 	"\vseen_fences\x18\x02 \x01(\x03R\n" +
@@ -10234,7 +10322,7 @@ func file_bcd_v1_bcd_proto_rawDescGZIP() []byte {
 	return file_bcd_v1_bcd_proto_rawDescData
 }
 
-var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 156)
+var file_bcd_v1_bcd_proto_msgTypes = make([]protoimpl.MessageInfo, 157)
 var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*BmcBinding)(nil),                        // 0: bcd.v1.BmcBinding
 	(*Node)(nil),                              // 1: bcd.v1.Node
@@ -10276,133 +10364,134 @@ var file_bcd_v1_bcd_proto_goTypes = []any{
 	(*DoctorArtifactCache)(nil),               // 37: bcd.v1.DoctorArtifactCache
 	(*DoctorServer)(nil),                      // 38: bcd.v1.DoctorServer
 	(*DoctorResponse)(nil),                    // 39: bcd.v1.DoctorResponse
-	(*DoctorRestoreWitness)(nil),              // 40: bcd.v1.DoctorRestoreWitness
-	(*DoctorBatch)(nil),                       // 41: bcd.v1.DoctorBatch
-	(*RotateBmcCredentialRequest)(nil),        // 42: bcd.v1.RotateBmcCredentialRequest
-	(*RotateBmcCredentialResponse)(nil),       // 43: bcd.v1.RotateBmcCredentialResponse
-	(*ListBmcCredentialVersionsRequest)(nil),  // 44: bcd.v1.ListBmcCredentialVersionsRequest
-	(*BmcCredentialVersion)(nil),              // 45: bcd.v1.BmcCredentialVersion
-	(*ListBmcCredentialVersionsResponse)(nil), // 46: bcd.v1.ListBmcCredentialVersionsResponse
-	(*ConsoleRequest)(nil),                    // 47: bcd.v1.ConsoleRequest
-	(*ConsoleOutput)(nil),                     // 48: bcd.v1.ConsoleOutput
-	(*ConsoleInputRequest)(nil),               // 49: bcd.v1.ConsoleInputRequest
-	(*ConsoleInputResponse)(nil),              // 50: bcd.v1.ConsoleInputResponse
-	(*ConfirmMacRequest)(nil),                 // 51: bcd.v1.ConfirmMacRequest
-	(*MacCandidate)(nil),                      // 52: bcd.v1.MacCandidate
-	(*ListMacCandidatesRequest)(nil),          // 53: bcd.v1.ListMacCandidatesRequest
-	(*ListMacCandidatesResponse)(nil),         // 54: bcd.v1.ListMacCandidatesResponse
-	(*ListPendingRequest)(nil),                // 55: bcd.v1.ListPendingRequest
-	(*AcceptRequest)(nil),                     // 56: bcd.v1.AcceptRequest
-	(*RejectRequest)(nil),                     // 57: bcd.v1.RejectRequest
-	(*RejectResponse)(nil),                    // 58: bcd.v1.RejectResponse
-	(*Batch)(nil),                             // 59: bcd.v1.Batch
-	(*BatchLeaf)(nil),                         // 60: bcd.v1.BatchLeaf
-	(*BulkRequest)(nil),                       // 61: bcd.v1.BulkRequest
-	(*BulkBatch)(nil),                         // 62: bcd.v1.BulkBatch
-	(*BulkNodeResult)(nil),                    // 63: bcd.v1.BulkNodeResult
-	(*BulkResponse)(nil),                      // 64: bcd.v1.BulkResponse
-	(*ListBatchesRequest)(nil),                // 65: bcd.v1.ListBatchesRequest
-	(*ListBatchesResponse)(nil),               // 66: bcd.v1.ListBatchesResponse
-	(*GetBatchRequest)(nil),                   // 67: bcd.v1.GetBatchRequest
-	(*GetBatchResponse)(nil),                  // 68: bcd.v1.GetBatchResponse
-	(*BatchFailure)(nil),                      // 69: bcd.v1.BatchFailure
-	(*BatchDecisionRequest)(nil),              // 70: bcd.v1.BatchDecisionRequest
-	(*BatchResponse)(nil),                     // 71: bcd.v1.BatchResponse
-	(*ApprovalPolicy)(nil),                    // 72: bcd.v1.ApprovalPolicy
-	(*SetApprovalPolicyRequest)(nil),          // 73: bcd.v1.SetApprovalPolicyRequest
-	(*ApprovalPolicyResponse)(nil),            // 74: bcd.v1.ApprovalPolicyResponse
-	(*ListApprovalPoliciesRequest)(nil),       // 75: bcd.v1.ListApprovalPoliciesRequest
-	(*ListApprovalPoliciesResponse)(nil),      // 76: bcd.v1.ListApprovalPoliciesResponse
-	(*Tenant)(nil),                            // 77: bcd.v1.Tenant
-	(*Site)(nil),                              // 78: bcd.v1.Site
-	(*PoolPolicy)(nil),                        // 79: bcd.v1.PoolPolicy
-	(*Pool)(nil),                              // 80: bcd.v1.Pool
-	(*HardwareProfile)(nil),                   // 81: bcd.v1.HardwareProfile
-	(*CreateTenantRequest)(nil),               // 82: bcd.v1.CreateTenantRequest
-	(*TenantResponse)(nil),                    // 83: bcd.v1.TenantResponse
-	(*ListTenantsRequest)(nil),                // 84: bcd.v1.ListTenantsRequest
-	(*ListTenantsResponse)(nil),               // 85: bcd.v1.ListTenantsResponse
-	(*CreateSiteRequest)(nil),                 // 86: bcd.v1.CreateSiteRequest
-	(*SiteResponse)(nil),                      // 87: bcd.v1.SiteResponse
-	(*ListSitesRequest)(nil),                  // 88: bcd.v1.ListSitesRequest
-	(*ListSitesResponse)(nil),                 // 89: bcd.v1.ListSitesResponse
-	(*DeleteSiteRequest)(nil),                 // 90: bcd.v1.DeleteSiteRequest
-	(*DeleteSiteResponse)(nil),                // 91: bcd.v1.DeleteSiteResponse
-	(*CreatePoolRequest)(nil),                 // 92: bcd.v1.CreatePoolRequest
-	(*UpdatePoolRequest)(nil),                 // 93: bcd.v1.UpdatePoolRequest
-	(*PoolResponse)(nil),                      // 94: bcd.v1.PoolResponse
-	(*ListPoolsRequest)(nil),                  // 95: bcd.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),                 // 96: bcd.v1.ListPoolsResponse
-	(*DeletePoolRequest)(nil),                 // 97: bcd.v1.DeletePoolRequest
-	(*DeletePoolResponse)(nil),                // 98: bcd.v1.DeletePoolResponse
-	(*PutHardwareProfileRequest)(nil),         // 99: bcd.v1.PutHardwareProfileRequest
-	(*HardwareProfileResponse)(nil),           // 100: bcd.v1.HardwareProfileResponse
-	(*ListHardwareProfilesRequest)(nil),       // 101: bcd.v1.ListHardwareProfilesRequest
-	(*ListHardwareProfilesResponse)(nil),      // 102: bcd.v1.ListHardwareProfilesResponse
-	(*CreateSiteJoinTokenRequest)(nil),        // 103: bcd.v1.CreateSiteJoinTokenRequest
-	(*CreateSiteJoinTokenResponse)(nil),       // 104: bcd.v1.CreateSiteJoinTokenResponse
-	(*RevokeSiteAgentRequest)(nil),            // 105: bcd.v1.RevokeSiteAgentRequest
-	(*RevokeSiteAgentResponse)(nil),           // 106: bcd.v1.RevokeSiteAgentResponse
-	(*AgentCA)(nil),                           // 107: bcd.v1.AgentCA
-	(*AgentCARotation)(nil),                   // 108: bcd.v1.AgentCARotation
-	(*AgentCALag)(nil),                        // 109: bcd.v1.AgentCALag
-	(*GetAgentCARequest)(nil),                 // 110: bcd.v1.GetAgentCARequest
-	(*RotateAgentCARequest)(nil),              // 111: bcd.v1.RotateAgentCARequest
-	(*ActivateAgentCARequest)(nil),            // 112: bcd.v1.ActivateAgentCARequest
-	(*FinishAgentCARequest)(nil),              // 113: bcd.v1.FinishAgentCARequest
-	(*AgentCAResponse)(nil),                   // 114: bcd.v1.AgentCAResponse
-	(*DeployProfile)(nil),                     // 115: bcd.v1.DeployProfile
-	(*PutDeployProfileRequest)(nil),           // 116: bcd.v1.PutDeployProfileRequest
-	(*DeployProfileResponse)(nil),             // 117: bcd.v1.DeployProfileResponse
-	(*ListDeployProfilesRequest)(nil),         // 118: bcd.v1.ListDeployProfilesRequest
-	(*ListDeployProfilesResponse)(nil),        // 119: bcd.v1.ListDeployProfilesResponse
-	(*DeleteDeployProfileRequest)(nil),        // 120: bcd.v1.DeleteDeployProfileRequest
-	(*DeleteDeployProfileResponse)(nil),       // 121: bcd.v1.DeleteDeployProfileResponse
-	(*Token)(nil),                             // 122: bcd.v1.Token
-	(*CreateTokenRequest)(nil),                // 123: bcd.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),               // 124: bcd.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),                 // 125: bcd.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),                // 126: bcd.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),                // 127: bcd.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),               // 128: bcd.v1.RevokeTokenResponse
-	(*WhoAmIRequest)(nil),                     // 129: bcd.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),                    // 130: bcd.v1.WhoAmIResponse
-	(*Signer)(nil),                            // 131: bcd.v1.Signer
-	(*Image)(nil),                             // 132: bcd.v1.Image
-	(*AddSignerRequest)(nil),                  // 133: bcd.v1.AddSignerRequest
-	(*AddSignerResponse)(nil),                 // 134: bcd.v1.AddSignerResponse
-	(*RevokeSignerRequest)(nil),               // 135: bcd.v1.RevokeSignerRequest
-	(*RevokeSignerResponse)(nil),              // 136: bcd.v1.RevokeSignerResponse
-	(*ListSignersRequest)(nil),                // 137: bcd.v1.ListSignersRequest
-	(*ListSignersResponse)(nil),               // 138: bcd.v1.ListSignersResponse
-	(*AddImageRequest)(nil),                   // 139: bcd.v1.AddImageRequest
-	(*AddImageResponse)(nil),                  // 140: bcd.v1.AddImageResponse
-	(*ListImagesRequest)(nil),                 // 141: bcd.v1.ListImagesRequest
-	(*ListImagesResponse)(nil),                // 142: bcd.v1.ListImagesResponse
-	nil,                                       // 143: bcd.v1.Node.DriversEntry
-	nil,                                       // 144: bcd.v1.Node.LabelsEntry
-	nil,                                       // 145: bcd.v1.Node.ConditionsEntry
-	nil,                                       // 146: bcd.v1.EnrollRequest.LabelsEntry
-	nil,                                       // 147: bcd.v1.AcceptRequest.LabelsEntry
-	nil,                                       // 148: bcd.v1.BulkResponse.SpreadTakenEntry
-	nil,                                       // 149: bcd.v1.Site.LabelsEntry
-	nil,                                       // 150: bcd.v1.PoolPolicy.LabelsEntry
-	nil,                                       // 151: bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	nil,                                       // 152: bcd.v1.PoolPolicy.BiosSettingsEntry
-	nil,                                       // 153: bcd.v1.PoolPolicy.FirmwareImagesEntry
-	nil,                                       // 154: bcd.v1.HardwareProfile.DriversEntry
-	nil,                                       // 155: bcd.v1.CreateSiteRequest.LabelsEntry
+	(*DoctorQueue)(nil),                       // 40: bcd.v1.DoctorQueue
+	(*DoctorRestoreWitness)(nil),              // 41: bcd.v1.DoctorRestoreWitness
+	(*DoctorBatch)(nil),                       // 42: bcd.v1.DoctorBatch
+	(*RotateBmcCredentialRequest)(nil),        // 43: bcd.v1.RotateBmcCredentialRequest
+	(*RotateBmcCredentialResponse)(nil),       // 44: bcd.v1.RotateBmcCredentialResponse
+	(*ListBmcCredentialVersionsRequest)(nil),  // 45: bcd.v1.ListBmcCredentialVersionsRequest
+	(*BmcCredentialVersion)(nil),              // 46: bcd.v1.BmcCredentialVersion
+	(*ListBmcCredentialVersionsResponse)(nil), // 47: bcd.v1.ListBmcCredentialVersionsResponse
+	(*ConsoleRequest)(nil),                    // 48: bcd.v1.ConsoleRequest
+	(*ConsoleOutput)(nil),                     // 49: bcd.v1.ConsoleOutput
+	(*ConsoleInputRequest)(nil),               // 50: bcd.v1.ConsoleInputRequest
+	(*ConsoleInputResponse)(nil),              // 51: bcd.v1.ConsoleInputResponse
+	(*ConfirmMacRequest)(nil),                 // 52: bcd.v1.ConfirmMacRequest
+	(*MacCandidate)(nil),                      // 53: bcd.v1.MacCandidate
+	(*ListMacCandidatesRequest)(nil),          // 54: bcd.v1.ListMacCandidatesRequest
+	(*ListMacCandidatesResponse)(nil),         // 55: bcd.v1.ListMacCandidatesResponse
+	(*ListPendingRequest)(nil),                // 56: bcd.v1.ListPendingRequest
+	(*AcceptRequest)(nil),                     // 57: bcd.v1.AcceptRequest
+	(*RejectRequest)(nil),                     // 58: bcd.v1.RejectRequest
+	(*RejectResponse)(nil),                    // 59: bcd.v1.RejectResponse
+	(*Batch)(nil),                             // 60: bcd.v1.Batch
+	(*BatchLeaf)(nil),                         // 61: bcd.v1.BatchLeaf
+	(*BulkRequest)(nil),                       // 62: bcd.v1.BulkRequest
+	(*BulkBatch)(nil),                         // 63: bcd.v1.BulkBatch
+	(*BulkNodeResult)(nil),                    // 64: bcd.v1.BulkNodeResult
+	(*BulkResponse)(nil),                      // 65: bcd.v1.BulkResponse
+	(*ListBatchesRequest)(nil),                // 66: bcd.v1.ListBatchesRequest
+	(*ListBatchesResponse)(nil),               // 67: bcd.v1.ListBatchesResponse
+	(*GetBatchRequest)(nil),                   // 68: bcd.v1.GetBatchRequest
+	(*GetBatchResponse)(nil),                  // 69: bcd.v1.GetBatchResponse
+	(*BatchFailure)(nil),                      // 70: bcd.v1.BatchFailure
+	(*BatchDecisionRequest)(nil),              // 71: bcd.v1.BatchDecisionRequest
+	(*BatchResponse)(nil),                     // 72: bcd.v1.BatchResponse
+	(*ApprovalPolicy)(nil),                    // 73: bcd.v1.ApprovalPolicy
+	(*SetApprovalPolicyRequest)(nil),          // 74: bcd.v1.SetApprovalPolicyRequest
+	(*ApprovalPolicyResponse)(nil),            // 75: bcd.v1.ApprovalPolicyResponse
+	(*ListApprovalPoliciesRequest)(nil),       // 76: bcd.v1.ListApprovalPoliciesRequest
+	(*ListApprovalPoliciesResponse)(nil),      // 77: bcd.v1.ListApprovalPoliciesResponse
+	(*Tenant)(nil),                            // 78: bcd.v1.Tenant
+	(*Site)(nil),                              // 79: bcd.v1.Site
+	(*PoolPolicy)(nil),                        // 80: bcd.v1.PoolPolicy
+	(*Pool)(nil),                              // 81: bcd.v1.Pool
+	(*HardwareProfile)(nil),                   // 82: bcd.v1.HardwareProfile
+	(*CreateTenantRequest)(nil),               // 83: bcd.v1.CreateTenantRequest
+	(*TenantResponse)(nil),                    // 84: bcd.v1.TenantResponse
+	(*ListTenantsRequest)(nil),                // 85: bcd.v1.ListTenantsRequest
+	(*ListTenantsResponse)(nil),               // 86: bcd.v1.ListTenantsResponse
+	(*CreateSiteRequest)(nil),                 // 87: bcd.v1.CreateSiteRequest
+	(*SiteResponse)(nil),                      // 88: bcd.v1.SiteResponse
+	(*ListSitesRequest)(nil),                  // 89: bcd.v1.ListSitesRequest
+	(*ListSitesResponse)(nil),                 // 90: bcd.v1.ListSitesResponse
+	(*DeleteSiteRequest)(nil),                 // 91: bcd.v1.DeleteSiteRequest
+	(*DeleteSiteResponse)(nil),                // 92: bcd.v1.DeleteSiteResponse
+	(*CreatePoolRequest)(nil),                 // 93: bcd.v1.CreatePoolRequest
+	(*UpdatePoolRequest)(nil),                 // 94: bcd.v1.UpdatePoolRequest
+	(*PoolResponse)(nil),                      // 95: bcd.v1.PoolResponse
+	(*ListPoolsRequest)(nil),                  // 96: bcd.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),                 // 97: bcd.v1.ListPoolsResponse
+	(*DeletePoolRequest)(nil),                 // 98: bcd.v1.DeletePoolRequest
+	(*DeletePoolResponse)(nil),                // 99: bcd.v1.DeletePoolResponse
+	(*PutHardwareProfileRequest)(nil),         // 100: bcd.v1.PutHardwareProfileRequest
+	(*HardwareProfileResponse)(nil),           // 101: bcd.v1.HardwareProfileResponse
+	(*ListHardwareProfilesRequest)(nil),       // 102: bcd.v1.ListHardwareProfilesRequest
+	(*ListHardwareProfilesResponse)(nil),      // 103: bcd.v1.ListHardwareProfilesResponse
+	(*CreateSiteJoinTokenRequest)(nil),        // 104: bcd.v1.CreateSiteJoinTokenRequest
+	(*CreateSiteJoinTokenResponse)(nil),       // 105: bcd.v1.CreateSiteJoinTokenResponse
+	(*RevokeSiteAgentRequest)(nil),            // 106: bcd.v1.RevokeSiteAgentRequest
+	(*RevokeSiteAgentResponse)(nil),           // 107: bcd.v1.RevokeSiteAgentResponse
+	(*AgentCA)(nil),                           // 108: bcd.v1.AgentCA
+	(*AgentCARotation)(nil),                   // 109: bcd.v1.AgentCARotation
+	(*AgentCALag)(nil),                        // 110: bcd.v1.AgentCALag
+	(*GetAgentCARequest)(nil),                 // 111: bcd.v1.GetAgentCARequest
+	(*RotateAgentCARequest)(nil),              // 112: bcd.v1.RotateAgentCARequest
+	(*ActivateAgentCARequest)(nil),            // 113: bcd.v1.ActivateAgentCARequest
+	(*FinishAgentCARequest)(nil),              // 114: bcd.v1.FinishAgentCARequest
+	(*AgentCAResponse)(nil),                   // 115: bcd.v1.AgentCAResponse
+	(*DeployProfile)(nil),                     // 116: bcd.v1.DeployProfile
+	(*PutDeployProfileRequest)(nil),           // 117: bcd.v1.PutDeployProfileRequest
+	(*DeployProfileResponse)(nil),             // 118: bcd.v1.DeployProfileResponse
+	(*ListDeployProfilesRequest)(nil),         // 119: bcd.v1.ListDeployProfilesRequest
+	(*ListDeployProfilesResponse)(nil),        // 120: bcd.v1.ListDeployProfilesResponse
+	(*DeleteDeployProfileRequest)(nil),        // 121: bcd.v1.DeleteDeployProfileRequest
+	(*DeleteDeployProfileResponse)(nil),       // 122: bcd.v1.DeleteDeployProfileResponse
+	(*Token)(nil),                             // 123: bcd.v1.Token
+	(*CreateTokenRequest)(nil),                // 124: bcd.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),               // 125: bcd.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),                 // 126: bcd.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),                // 127: bcd.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),                // 128: bcd.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),               // 129: bcd.v1.RevokeTokenResponse
+	(*WhoAmIRequest)(nil),                     // 130: bcd.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),                    // 131: bcd.v1.WhoAmIResponse
+	(*Signer)(nil),                            // 132: bcd.v1.Signer
+	(*Image)(nil),                             // 133: bcd.v1.Image
+	(*AddSignerRequest)(nil),                  // 134: bcd.v1.AddSignerRequest
+	(*AddSignerResponse)(nil),                 // 135: bcd.v1.AddSignerResponse
+	(*RevokeSignerRequest)(nil),               // 136: bcd.v1.RevokeSignerRequest
+	(*RevokeSignerResponse)(nil),              // 137: bcd.v1.RevokeSignerResponse
+	(*ListSignersRequest)(nil),                // 138: bcd.v1.ListSignersRequest
+	(*ListSignersResponse)(nil),               // 139: bcd.v1.ListSignersResponse
+	(*AddImageRequest)(nil),                   // 140: bcd.v1.AddImageRequest
+	(*AddImageResponse)(nil),                  // 141: bcd.v1.AddImageResponse
+	(*ListImagesRequest)(nil),                 // 142: bcd.v1.ListImagesRequest
+	(*ListImagesResponse)(nil),                // 143: bcd.v1.ListImagesResponse
+	nil,                                       // 144: bcd.v1.Node.DriversEntry
+	nil,                                       // 145: bcd.v1.Node.LabelsEntry
+	nil,                                       // 146: bcd.v1.Node.ConditionsEntry
+	nil,                                       // 147: bcd.v1.EnrollRequest.LabelsEntry
+	nil,                                       // 148: bcd.v1.AcceptRequest.LabelsEntry
+	nil,                                       // 149: bcd.v1.BulkResponse.SpreadTakenEntry
+	nil,                                       // 150: bcd.v1.Site.LabelsEntry
+	nil,                                       // 151: bcd.v1.PoolPolicy.LabelsEntry
+	nil,                                       // 152: bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	nil,                                       // 153: bcd.v1.PoolPolicy.BiosSettingsEntry
+	nil,                                       // 154: bcd.v1.PoolPolicy.FirmwareImagesEntry
+	nil,                                       // 155: bcd.v1.HardwareProfile.DriversEntry
+	nil,                                       // 156: bcd.v1.CreateSiteRequest.LabelsEntry
 }
 var file_bcd_v1_bcd_proto_depIdxs = []int32{
-	143, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
+	144, // 0: bcd.v1.Node.drivers:type_name -> bcd.v1.Node.DriversEntry
 	0,   // 1: bcd.v1.Node.bmc:type_name -> bcd.v1.BmcBinding
-	144, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
+	145, // 2: bcd.v1.Node.labels:type_name -> bcd.v1.Node.LabelsEntry
 	3,   // 3: bcd.v1.Node.activity:type_name -> bcd.v1.Activity
-	145, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
+	146, // 4: bcd.v1.Node.conditions:type_name -> bcd.v1.Node.ConditionsEntry
 	2,   // 5: bcd.v1.Node.addresses:type_name -> bcd.v1.NodeAddress
 	9,   // 6: bcd.v1.Node.hardware:type_name -> bcd.v1.HardwareFacts
 	4,   // 7: bcd.v1.EnrollRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	146, // 8: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
+	147, // 8: bcd.v1.EnrollRequest.labels:type_name -> bcd.v1.EnrollRequest.LabelsEntry
 	1,   // 9: bcd.v1.NodeResponse.node:type_name -> bcd.v1.Node
 	9,   // 10: bcd.v1.NodeInventoryResponse.facts:type_name -> bcd.v1.HardwareFacts
 	1,   // 11: bcd.v1.ListNodesResponse.nodes:type_name -> bcd.v1.Node
@@ -10415,204 +10504,205 @@ var file_bcd_v1_bcd_proto_depIdxs = []int32{
 	35,  // 18: bcd.v1.DoctorResponse.failed:type_name -> bcd.v1.DoctorFinding
 	35,  // 19: bcd.v1.DoctorResponse.stranded:type_name -> bcd.v1.DoctorFinding
 	36,  // 20: bcd.v1.DoctorResponse.site_agents:type_name -> bcd.v1.DoctorAgent
-	41,  // 21: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
+	42,  // 21: bcd.v1.DoctorResponse.pending_batches:type_name -> bcd.v1.DoctorBatch
 	38,  // 22: bcd.v1.DoctorResponse.servers:type_name -> bcd.v1.DoctorServer
-	40,  // 23: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
-	108, // 24: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
+	41,  // 23: bcd.v1.DoctorResponse.restore_witness:type_name -> bcd.v1.DoctorRestoreWitness
+	109, // 24: bcd.v1.DoctorResponse.agent_ca:type_name -> bcd.v1.AgentCARotation
 	35,  // 25: bcd.v1.DoctorResponse.hardware_short:type_name -> bcd.v1.DoctorFinding
-	45,  // 26: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
-	52,  // 27: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
-	4,   // 28: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
-	147, // 29: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
-	62,  // 30: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
-	63,  // 31: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
-	148, // 32: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
-	59,  // 33: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
-	59,  // 34: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
-	60,  // 35: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
-	69,  // 36: bcd.v1.GetBatchResponse.failures:type_name -> bcd.v1.BatchFailure
-	59,  // 37: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
-	72,  // 38: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
-	72,  // 39: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
-	149, // 40: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
-	150, // 41: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
-	151, // 42: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
-	152, // 43: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
-	153, // 44: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
-	79,  // 45: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
-	154, // 46: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
-	77,  // 47: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
-	77,  // 48: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
-	155, // 49: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
-	78,  // 50: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
-	78,  // 51: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
-	79,  // 52: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	79,  // 53: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
-	80,  // 54: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
-	80,  // 55: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
-	81,  // 56: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
-	81,  // 57: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
-	81,  // 58: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
-	107, // 59: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
-	107, // 60: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
-	107, // 61: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
-	109, // 62: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
-	108, // 63: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
-	115, // 64: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
-	115, // 65: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
-	115, // 66: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
-	122, // 67: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
-	122, // 68: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
-	122, // 69: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
-	122, // 70: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
-	131, // 71: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
-	131, // 72: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
-	132, // 73: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
-	132, // 74: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
-	132, // 75: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
-	31,  // 76: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
-	34,  // 77: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
-	5,   // 78: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
-	7,   // 79: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
-	11,  // 80: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
-	13,  // 81: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 82: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 83: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
-	14,  // 84: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
-	15,  // 85: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
-	13,  // 86: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 87: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 88: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 89: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
-	13,  // 90: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
-	16,  // 91: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
-	19,  // 92: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
-	18,  // 93: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
-	20,  // 94: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
-	29,  // 95: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
-	26,  // 96: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
-	23,  // 97: bcd.v1.NodeService.Commands:input_type -> bcd.v1.ListCommandsRequest
-	8,   // 98: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
-	42,  // 99: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
-	44,  // 100: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
-	51,  // 101: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
-	53,  // 102: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
-	55,  // 103: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
-	56,  // 104: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
-	57,  // 105: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
-	47,  // 106: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
-	49,  // 107: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
-	61,  // 108: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
-	65,  // 109: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
-	67,  // 110: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
-	70,  // 111: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
-	70,  // 112: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
-	70,  // 113: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
-	73,  // 114: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
-	75,  // 115: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
-	116, // 116: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
-	118, // 117: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
-	120, // 118: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
-	103, // 119: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
-	105, // 120: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
-	110, // 121: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
-	111, // 122: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
-	112, // 123: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
-	113, // 124: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
-	82,  // 125: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
-	84,  // 126: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
-	86,  // 127: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
-	88,  // 128: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
-	90,  // 129: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
-	92,  // 130: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
-	93,  // 131: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
-	95,  // 132: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
-	97,  // 133: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
-	99,  // 134: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
-	101, // 135: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
-	123, // 136: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
-	125, // 137: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
-	127, // 138: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
-	129, // 139: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
-	133, // 140: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
-	135, // 141: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
-	137, // 142: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
-	139, // 143: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
-	141, // 144: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
-	33,  // 145: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
-	39,  // 146: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
-	6,   // 147: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
-	6,   // 148: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
-	12,  // 149: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
-	6,   // 150: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
-	6,   // 151: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
-	6,   // 152: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
-	6,   // 153: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
-	6,   // 154: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
-	6,   // 155: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
-	6,   // 156: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
-	6,   // 157: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
-	6,   // 158: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
-	6,   // 159: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
-	17,  // 160: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
-	6,   // 161: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
-	6,   // 162: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
-	21,  // 163: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
-	30,  // 164: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
-	28,  // 165: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
-	25,  // 166: bcd.v1.NodeService.Commands:output_type -> bcd.v1.ListCommandsResponse
-	10,  // 167: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
-	43,  // 168: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
-	46,  // 169: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
-	6,   // 170: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
-	54,  // 171: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
-	33,  // 172: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
-	6,   // 173: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
-	58,  // 174: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
-	48,  // 175: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
-	50,  // 176: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
-	64,  // 177: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
-	66,  // 178: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
-	68,  // 179: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
-	71,  // 180: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
-	71,  // 181: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
-	71,  // 182: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
-	74,  // 183: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
-	76,  // 184: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
-	117, // 185: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
-	119, // 186: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
-	121, // 187: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
-	104, // 188: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
-	106, // 189: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
-	114, // 190: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
-	114, // 191: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	114, // 192: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
-	114, // 193: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
-	83,  // 194: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
-	85,  // 195: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
-	87,  // 196: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
-	89,  // 197: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
-	91,  // 198: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
-	94,  // 199: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
-	94,  // 200: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
-	96,  // 201: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
-	98,  // 202: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
-	100, // 203: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
-	102, // 204: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
-	124, // 205: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
-	126, // 206: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
-	128, // 207: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
-	130, // 208: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
-	134, // 209: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
-	136, // 210: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
-	138, // 211: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
-	140, // 212: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
-	142, // 213: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
-	145, // [145:214] is the sub-list for method output_type
-	76,  // [76:145] is the sub-list for method input_type
-	76,  // [76:76] is the sub-list for extension type_name
-	76,  // [76:76] is the sub-list for extension extendee
-	0,   // [0:76] is the sub-list for field type_name
+	40,  // 26: bcd.v1.DoctorResponse.queues:type_name -> bcd.v1.DoctorQueue
+	46,  // 27: bcd.v1.ListBmcCredentialVersionsResponse.versions:type_name -> bcd.v1.BmcCredentialVersion
+	53,  // 28: bcd.v1.ListMacCandidatesResponse.candidates:type_name -> bcd.v1.MacCandidate
+	4,   // 29: bcd.v1.AcceptRequest.bmc:type_name -> bcd.v1.BmcCredentials
+	148, // 30: bcd.v1.AcceptRequest.labels:type_name -> bcd.v1.AcceptRequest.LabelsEntry
+	63,  // 31: bcd.v1.BulkResponse.batch:type_name -> bcd.v1.BulkBatch
+	64,  // 32: bcd.v1.BulkResponse.nodes:type_name -> bcd.v1.BulkNodeResult
+	149, // 33: bcd.v1.BulkResponse.spread_taken:type_name -> bcd.v1.BulkResponse.SpreadTakenEntry
+	60,  // 34: bcd.v1.ListBatchesResponse.batches:type_name -> bcd.v1.Batch
+	60,  // 35: bcd.v1.GetBatchResponse.batch:type_name -> bcd.v1.Batch
+	61,  // 36: bcd.v1.GetBatchResponse.leaves:type_name -> bcd.v1.BatchLeaf
+	70,  // 37: bcd.v1.GetBatchResponse.failures:type_name -> bcd.v1.BatchFailure
+	60,  // 38: bcd.v1.BatchResponse.batch:type_name -> bcd.v1.Batch
+	73,  // 39: bcd.v1.ApprovalPolicyResponse.policy:type_name -> bcd.v1.ApprovalPolicy
+	73,  // 40: bcd.v1.ListApprovalPoliciesResponse.policies:type_name -> bcd.v1.ApprovalPolicy
+	150, // 41: bcd.v1.Site.labels:type_name -> bcd.v1.Site.LabelsEntry
+	151, // 42: bcd.v1.PoolPolicy.labels:type_name -> bcd.v1.PoolPolicy.LabelsEntry
+	152, // 43: bcd.v1.PoolPolicy.firmware_baseline:type_name -> bcd.v1.PoolPolicy.FirmwareBaselineEntry
+	153, // 44: bcd.v1.PoolPolicy.bios_settings:type_name -> bcd.v1.PoolPolicy.BiosSettingsEntry
+	154, // 45: bcd.v1.PoolPolicy.firmware_images:type_name -> bcd.v1.PoolPolicy.FirmwareImagesEntry
+	80,  // 46: bcd.v1.Pool.policy:type_name -> bcd.v1.PoolPolicy
+	155, // 47: bcd.v1.HardwareProfile.drivers:type_name -> bcd.v1.HardwareProfile.DriversEntry
+	78,  // 48: bcd.v1.TenantResponse.tenant:type_name -> bcd.v1.Tenant
+	78,  // 49: bcd.v1.ListTenantsResponse.tenants:type_name -> bcd.v1.Tenant
+	156, // 50: bcd.v1.CreateSiteRequest.labels:type_name -> bcd.v1.CreateSiteRequest.LabelsEntry
+	79,  // 51: bcd.v1.SiteResponse.site:type_name -> bcd.v1.Site
+	79,  // 52: bcd.v1.ListSitesResponse.sites:type_name -> bcd.v1.Site
+	80,  // 53: bcd.v1.CreatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	80,  // 54: bcd.v1.UpdatePoolRequest.policy:type_name -> bcd.v1.PoolPolicy
+	81,  // 55: bcd.v1.PoolResponse.pool:type_name -> bcd.v1.Pool
+	81,  // 56: bcd.v1.ListPoolsResponse.pools:type_name -> bcd.v1.Pool
+	82,  // 57: bcd.v1.PutHardwareProfileRequest.profile:type_name -> bcd.v1.HardwareProfile
+	82,  // 58: bcd.v1.HardwareProfileResponse.profile:type_name -> bcd.v1.HardwareProfile
+	82,  // 59: bcd.v1.ListHardwareProfilesResponse.profiles:type_name -> bcd.v1.HardwareProfile
+	108, // 60: bcd.v1.AgentCARotation.active:type_name -> bcd.v1.AgentCA
+	108, // 61: bcd.v1.AgentCARotation.next:type_name -> bcd.v1.AgentCA
+	108, // 62: bcd.v1.AgentCARotation.previous:type_name -> bcd.v1.AgentCA
+	110, // 63: bcd.v1.AgentCARotation.lagging:type_name -> bcd.v1.AgentCALag
+	109, // 64: bcd.v1.AgentCAResponse.rotation:type_name -> bcd.v1.AgentCARotation
+	116, // 65: bcd.v1.PutDeployProfileRequest.profile:type_name -> bcd.v1.DeployProfile
+	116, // 66: bcd.v1.DeployProfileResponse.profile:type_name -> bcd.v1.DeployProfile
+	116, // 67: bcd.v1.ListDeployProfilesResponse.profiles:type_name -> bcd.v1.DeployProfile
+	123, // 68: bcd.v1.CreateTokenResponse.token:type_name -> bcd.v1.Token
+	123, // 69: bcd.v1.ListTokensResponse.tokens:type_name -> bcd.v1.Token
+	123, // 70: bcd.v1.RevokeTokenResponse.token:type_name -> bcd.v1.Token
+	123, // 71: bcd.v1.WhoAmIResponse.token:type_name -> bcd.v1.Token
+	132, // 72: bcd.v1.AddSignerRequest.signer:type_name -> bcd.v1.Signer
+	132, // 73: bcd.v1.ListSignersResponse.signers:type_name -> bcd.v1.Signer
+	133, // 74: bcd.v1.AddImageRequest.image:type_name -> bcd.v1.Image
+	133, // 75: bcd.v1.AddImageResponse.image:type_name -> bcd.v1.Image
+	133, // 76: bcd.v1.ListImagesResponse.images:type_name -> bcd.v1.Image
+	31,  // 77: bcd.v1.NodeService.Discovered:input_type -> bcd.v1.ListDiscoveredRequest
+	34,  // 78: bcd.v1.NodeService.Doctor:input_type -> bcd.v1.DoctorRequest
+	5,   // 79: bcd.v1.NodeService.Enroll:input_type -> bcd.v1.EnrollRequest
+	7,   // 80: bcd.v1.NodeService.Get:input_type -> bcd.v1.GetNodeRequest
+	11,  // 81: bcd.v1.NodeService.List:input_type -> bcd.v1.ListNodesRequest
+	13,  // 82: bcd.v1.NodeService.Manage:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 83: bcd.v1.NodeService.Inspect:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 84: bcd.v1.NodeService.Provide:input_type -> bcd.v1.NodeVerbRequest
+	14,  // 85: bcd.v1.NodeService.Deploy:input_type -> bcd.v1.DeployRequest
+	15,  // 86: bcd.v1.NodeService.Undeploy:input_type -> bcd.v1.UndeployRequest
+	13,  // 87: bcd.v1.NodeService.Rescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 88: bcd.v1.NodeService.Unrescue:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 89: bcd.v1.NodeService.Retire:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 90: bcd.v1.NodeService.Recover:input_type -> bcd.v1.NodeVerbRequest
+	13,  // 91: bcd.v1.NodeService.Abort:input_type -> bcd.v1.NodeVerbRequest
+	16,  // 92: bcd.v1.NodeService.Power:input_type -> bcd.v1.PowerRequest
+	19,  // 93: bcd.v1.NodeService.Maintenance:input_type -> bcd.v1.MaintenanceRequest
+	18,  // 94: bcd.v1.NodeService.Update:input_type -> bcd.v1.UpdateNodeRequest
+	20,  // 95: bcd.v1.NodeService.Delete:input_type -> bcd.v1.DeleteNodeRequest
+	29,  // 96: bcd.v1.NodeService.Events:input_type -> bcd.v1.ListEventsRequest
+	26,  // 97: bcd.v1.NodeService.Attestations:input_type -> bcd.v1.ListAttestationsRequest
+	23,  // 98: bcd.v1.NodeService.Commands:input_type -> bcd.v1.ListCommandsRequest
+	8,   // 99: bcd.v1.NodeService.Inventory:input_type -> bcd.v1.GetNodeInventoryRequest
+	43,  // 100: bcd.v1.NodeService.RotateBmcCredential:input_type -> bcd.v1.RotateBmcCredentialRequest
+	45,  // 101: bcd.v1.NodeService.BmcCredentialVersions:input_type -> bcd.v1.ListBmcCredentialVersionsRequest
+	52,  // 102: bcd.v1.NodeService.ConfirmMac:input_type -> bcd.v1.ConfirmMacRequest
+	54,  // 103: bcd.v1.NodeService.MacCandidates:input_type -> bcd.v1.ListMacCandidatesRequest
+	56,  // 104: bcd.v1.NodeService.Pending:input_type -> bcd.v1.ListPendingRequest
+	57,  // 105: bcd.v1.NodeService.Accept:input_type -> bcd.v1.AcceptRequest
+	58,  // 106: bcd.v1.NodeService.Reject:input_type -> bcd.v1.RejectRequest
+	48,  // 107: bcd.v1.NodeService.Console:input_type -> bcd.v1.ConsoleRequest
+	50,  // 108: bcd.v1.NodeService.ConsoleInput:input_type -> bcd.v1.ConsoleInputRequest
+	62,  // 109: bcd.v1.BatchService.Bulk:input_type -> bcd.v1.BulkRequest
+	66,  // 110: bcd.v1.BatchService.List:input_type -> bcd.v1.ListBatchesRequest
+	68,  // 111: bcd.v1.BatchService.Get:input_type -> bcd.v1.GetBatchRequest
+	71,  // 112: bcd.v1.BatchService.Approve:input_type -> bcd.v1.BatchDecisionRequest
+	71,  // 113: bcd.v1.BatchService.Withdraw:input_type -> bcd.v1.BatchDecisionRequest
+	71,  // 114: bcd.v1.BatchService.Reject:input_type -> bcd.v1.BatchDecisionRequest
+	74,  // 115: bcd.v1.BatchService.SetApprovalPolicy:input_type -> bcd.v1.SetApprovalPolicyRequest
+	76,  // 116: bcd.v1.BatchService.ListApprovalPolicies:input_type -> bcd.v1.ListApprovalPoliciesRequest
+	117, // 117: bcd.v1.InventoryService.PutDeployProfile:input_type -> bcd.v1.PutDeployProfileRequest
+	119, // 118: bcd.v1.InventoryService.ListDeployProfiles:input_type -> bcd.v1.ListDeployProfilesRequest
+	121, // 119: bcd.v1.InventoryService.DeleteDeployProfile:input_type -> bcd.v1.DeleteDeployProfileRequest
+	104, // 120: bcd.v1.InventoryService.CreateSiteJoinToken:input_type -> bcd.v1.CreateSiteJoinTokenRequest
+	106, // 121: bcd.v1.InventoryService.RevokeSiteAgent:input_type -> bcd.v1.RevokeSiteAgentRequest
+	111, // 122: bcd.v1.InventoryService.GetAgentCA:input_type -> bcd.v1.GetAgentCARequest
+	112, // 123: bcd.v1.InventoryService.RotateAgentCA:input_type -> bcd.v1.RotateAgentCARequest
+	113, // 124: bcd.v1.InventoryService.ActivateAgentCA:input_type -> bcd.v1.ActivateAgentCARequest
+	114, // 125: bcd.v1.InventoryService.FinishAgentCA:input_type -> bcd.v1.FinishAgentCARequest
+	83,  // 126: bcd.v1.InventoryService.CreateTenant:input_type -> bcd.v1.CreateTenantRequest
+	85,  // 127: bcd.v1.InventoryService.ListTenants:input_type -> bcd.v1.ListTenantsRequest
+	87,  // 128: bcd.v1.InventoryService.CreateSite:input_type -> bcd.v1.CreateSiteRequest
+	89,  // 129: bcd.v1.InventoryService.ListSites:input_type -> bcd.v1.ListSitesRequest
+	91,  // 130: bcd.v1.InventoryService.DeleteSite:input_type -> bcd.v1.DeleteSiteRequest
+	93,  // 131: bcd.v1.InventoryService.CreatePool:input_type -> bcd.v1.CreatePoolRequest
+	94,  // 132: bcd.v1.InventoryService.UpdatePool:input_type -> bcd.v1.UpdatePoolRequest
+	96,  // 133: bcd.v1.InventoryService.ListPools:input_type -> bcd.v1.ListPoolsRequest
+	98,  // 134: bcd.v1.InventoryService.DeletePool:input_type -> bcd.v1.DeletePoolRequest
+	100, // 135: bcd.v1.InventoryService.PutHardwareProfile:input_type -> bcd.v1.PutHardwareProfileRequest
+	102, // 136: bcd.v1.InventoryService.ListHardwareProfiles:input_type -> bcd.v1.ListHardwareProfilesRequest
+	124, // 137: bcd.v1.TokenService.Create:input_type -> bcd.v1.CreateTokenRequest
+	126, // 138: bcd.v1.TokenService.List:input_type -> bcd.v1.ListTokensRequest
+	128, // 139: bcd.v1.TokenService.Revoke:input_type -> bcd.v1.RevokeTokenRequest
+	130, // 140: bcd.v1.TokenService.WhoAmI:input_type -> bcd.v1.WhoAmIRequest
+	134, // 141: bcd.v1.ImageService.AddSigner:input_type -> bcd.v1.AddSignerRequest
+	136, // 142: bcd.v1.ImageService.RevokeSigner:input_type -> bcd.v1.RevokeSignerRequest
+	138, // 143: bcd.v1.ImageService.ListSigners:input_type -> bcd.v1.ListSignersRequest
+	140, // 144: bcd.v1.ImageService.AddImage:input_type -> bcd.v1.AddImageRequest
+	142, // 145: bcd.v1.ImageService.ListImages:input_type -> bcd.v1.ListImagesRequest
+	33,  // 146: bcd.v1.NodeService.Discovered:output_type -> bcd.v1.ListDiscoveredResponse
+	39,  // 147: bcd.v1.NodeService.Doctor:output_type -> bcd.v1.DoctorResponse
+	6,   // 148: bcd.v1.NodeService.Enroll:output_type -> bcd.v1.NodeResponse
+	6,   // 149: bcd.v1.NodeService.Get:output_type -> bcd.v1.NodeResponse
+	12,  // 150: bcd.v1.NodeService.List:output_type -> bcd.v1.ListNodesResponse
+	6,   // 151: bcd.v1.NodeService.Manage:output_type -> bcd.v1.NodeResponse
+	6,   // 152: bcd.v1.NodeService.Inspect:output_type -> bcd.v1.NodeResponse
+	6,   // 153: bcd.v1.NodeService.Provide:output_type -> bcd.v1.NodeResponse
+	6,   // 154: bcd.v1.NodeService.Deploy:output_type -> bcd.v1.NodeResponse
+	6,   // 155: bcd.v1.NodeService.Undeploy:output_type -> bcd.v1.NodeResponse
+	6,   // 156: bcd.v1.NodeService.Rescue:output_type -> bcd.v1.NodeResponse
+	6,   // 157: bcd.v1.NodeService.Unrescue:output_type -> bcd.v1.NodeResponse
+	6,   // 158: bcd.v1.NodeService.Retire:output_type -> bcd.v1.NodeResponse
+	6,   // 159: bcd.v1.NodeService.Recover:output_type -> bcd.v1.NodeResponse
+	6,   // 160: bcd.v1.NodeService.Abort:output_type -> bcd.v1.NodeResponse
+	17,  // 161: bcd.v1.NodeService.Power:output_type -> bcd.v1.PowerResponse
+	6,   // 162: bcd.v1.NodeService.Maintenance:output_type -> bcd.v1.NodeResponse
+	6,   // 163: bcd.v1.NodeService.Update:output_type -> bcd.v1.NodeResponse
+	21,  // 164: bcd.v1.NodeService.Delete:output_type -> bcd.v1.DeleteNodeResponse
+	30,  // 165: bcd.v1.NodeService.Events:output_type -> bcd.v1.ListEventsResponse
+	28,  // 166: bcd.v1.NodeService.Attestations:output_type -> bcd.v1.ListAttestationsResponse
+	25,  // 167: bcd.v1.NodeService.Commands:output_type -> bcd.v1.ListCommandsResponse
+	10,  // 168: bcd.v1.NodeService.Inventory:output_type -> bcd.v1.NodeInventoryResponse
+	44,  // 169: bcd.v1.NodeService.RotateBmcCredential:output_type -> bcd.v1.RotateBmcCredentialResponse
+	47,  // 170: bcd.v1.NodeService.BmcCredentialVersions:output_type -> bcd.v1.ListBmcCredentialVersionsResponse
+	6,   // 171: bcd.v1.NodeService.ConfirmMac:output_type -> bcd.v1.NodeResponse
+	55,  // 172: bcd.v1.NodeService.MacCandidates:output_type -> bcd.v1.ListMacCandidatesResponse
+	33,  // 173: bcd.v1.NodeService.Pending:output_type -> bcd.v1.ListDiscoveredResponse
+	6,   // 174: bcd.v1.NodeService.Accept:output_type -> bcd.v1.NodeResponse
+	59,  // 175: bcd.v1.NodeService.Reject:output_type -> bcd.v1.RejectResponse
+	49,  // 176: bcd.v1.NodeService.Console:output_type -> bcd.v1.ConsoleOutput
+	51,  // 177: bcd.v1.NodeService.ConsoleInput:output_type -> bcd.v1.ConsoleInputResponse
+	65,  // 178: bcd.v1.BatchService.Bulk:output_type -> bcd.v1.BulkResponse
+	67,  // 179: bcd.v1.BatchService.List:output_type -> bcd.v1.ListBatchesResponse
+	69,  // 180: bcd.v1.BatchService.Get:output_type -> bcd.v1.GetBatchResponse
+	72,  // 181: bcd.v1.BatchService.Approve:output_type -> bcd.v1.BatchResponse
+	72,  // 182: bcd.v1.BatchService.Withdraw:output_type -> bcd.v1.BatchResponse
+	72,  // 183: bcd.v1.BatchService.Reject:output_type -> bcd.v1.BatchResponse
+	75,  // 184: bcd.v1.BatchService.SetApprovalPolicy:output_type -> bcd.v1.ApprovalPolicyResponse
+	77,  // 185: bcd.v1.BatchService.ListApprovalPolicies:output_type -> bcd.v1.ListApprovalPoliciesResponse
+	118, // 186: bcd.v1.InventoryService.PutDeployProfile:output_type -> bcd.v1.DeployProfileResponse
+	120, // 187: bcd.v1.InventoryService.ListDeployProfiles:output_type -> bcd.v1.ListDeployProfilesResponse
+	122, // 188: bcd.v1.InventoryService.DeleteDeployProfile:output_type -> bcd.v1.DeleteDeployProfileResponse
+	105, // 189: bcd.v1.InventoryService.CreateSiteJoinToken:output_type -> bcd.v1.CreateSiteJoinTokenResponse
+	107, // 190: bcd.v1.InventoryService.RevokeSiteAgent:output_type -> bcd.v1.RevokeSiteAgentResponse
+	115, // 191: bcd.v1.InventoryService.GetAgentCA:output_type -> bcd.v1.AgentCAResponse
+	115, // 192: bcd.v1.InventoryService.RotateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	115, // 193: bcd.v1.InventoryService.ActivateAgentCA:output_type -> bcd.v1.AgentCAResponse
+	115, // 194: bcd.v1.InventoryService.FinishAgentCA:output_type -> bcd.v1.AgentCAResponse
+	84,  // 195: bcd.v1.InventoryService.CreateTenant:output_type -> bcd.v1.TenantResponse
+	86,  // 196: bcd.v1.InventoryService.ListTenants:output_type -> bcd.v1.ListTenantsResponse
+	88,  // 197: bcd.v1.InventoryService.CreateSite:output_type -> bcd.v1.SiteResponse
+	90,  // 198: bcd.v1.InventoryService.ListSites:output_type -> bcd.v1.ListSitesResponse
+	92,  // 199: bcd.v1.InventoryService.DeleteSite:output_type -> bcd.v1.DeleteSiteResponse
+	95,  // 200: bcd.v1.InventoryService.CreatePool:output_type -> bcd.v1.PoolResponse
+	95,  // 201: bcd.v1.InventoryService.UpdatePool:output_type -> bcd.v1.PoolResponse
+	97,  // 202: bcd.v1.InventoryService.ListPools:output_type -> bcd.v1.ListPoolsResponse
+	99,  // 203: bcd.v1.InventoryService.DeletePool:output_type -> bcd.v1.DeletePoolResponse
+	101, // 204: bcd.v1.InventoryService.PutHardwareProfile:output_type -> bcd.v1.HardwareProfileResponse
+	103, // 205: bcd.v1.InventoryService.ListHardwareProfiles:output_type -> bcd.v1.ListHardwareProfilesResponse
+	125, // 206: bcd.v1.TokenService.Create:output_type -> bcd.v1.CreateTokenResponse
+	127, // 207: bcd.v1.TokenService.List:output_type -> bcd.v1.ListTokensResponse
+	129, // 208: bcd.v1.TokenService.Revoke:output_type -> bcd.v1.RevokeTokenResponse
+	131, // 209: bcd.v1.TokenService.WhoAmI:output_type -> bcd.v1.WhoAmIResponse
+	135, // 210: bcd.v1.ImageService.AddSigner:output_type -> bcd.v1.AddSignerResponse
+	137, // 211: bcd.v1.ImageService.RevokeSigner:output_type -> bcd.v1.RevokeSignerResponse
+	139, // 212: bcd.v1.ImageService.ListSigners:output_type -> bcd.v1.ListSignersResponse
+	141, // 213: bcd.v1.ImageService.AddImage:output_type -> bcd.v1.AddImageResponse
+	143, // 214: bcd.v1.ImageService.ListImages:output_type -> bcd.v1.ListImagesResponse
+	146, // [146:215] is the sub-list for method output_type
+	77,  // [77:146] is the sub-list for method input_type
+	77,  // [77:77] is the sub-list for extension type_name
+	77,  // [77:77] is the sub-list for extension extendee
+	0,   // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_bcd_v1_bcd_proto_init() }
@@ -10627,7 +10717,7 @@ func file_bcd_v1_bcd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bcd_v1_bcd_proto_rawDesc), len(file_bcd_v1_bcd_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   156,
+			NumMessages:   157,
 			NumExtensions: 0,
 			NumServices:   5,
 		},
