@@ -612,27 +612,65 @@ type eventsView struct {
 	Limit     int
 	Events    []store.Event
 	NodeNames map[string]string // of the events' nodes the caller may read
-	RowsURL   string
-	Interval  string
+	// RowsURL is where the live table refreshes from ("" for a page of older events, which
+	// does not refresh: Before is the id its events precede).
+	RowsURL  string
+	Interval string
+	Before   uint64
+	// OlderURL pages back (the events before the oldest shown; "" when the page is not full:
+	// there are none), NewestURL back to the live table ("" on it).
+	OlderURL, NewestURL string
 }
 
-// parseEventsQuery reads the events page's parameters: the node, the kinds (the service
-// checks each) and how many. Pure.
-func parseEventsQuery(q url.Values) (node string, kinds []string, limit int, err error) {
-	limit = defaultEvents
+// eventsQuery is what the events page was asked for: the node, the kinds (the service checks
+// each), how many, and before which event (0: the newest).
+type eventsQuery struct {
+	node   string
+	kinds  []string
+	limit  int
+	before uint64
+}
+
+// parseEventsQuery reads the events page's parameters. Pure.
+func parseEventsQuery(q url.Values) (eventsQuery, error) {
+	out := eventsQuery{node: q.Get("node"), limit: defaultEvents}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxEvents {
-			return "", nil, 0, fmt.Errorf("limit %q: accepted are whole numbers from 1 to %d (default %d)", truncate(s, 20), maxEvents, defaultEvents)
+			return out, fmt.Errorf("limit %q: accepted are whole numbers from 1 to %d (default %d)", truncate(s, 20), maxEvents, defaultEvents)
 		}
-		limit = n
+		out.limit = n
+	}
+	if s := q.Get("before"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil || n < 1 {
+			return out, fmt.Errorf("before %q: accepted is an event's number (#), a whole number from 1", truncate(s, 20))
+		}
+		out.before = n
 	}
 	for _, k := range strings.Split(q.Get("kind"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
-			kinds = append(kinds, k)
+			out.kinds = append(out.kinds, k)
 		}
 	}
-	return q.Get("node"), kinds, limit, nil
+	return out, nil
+}
+
+// url is the events page's (or, with path /ui/events/rows, its table's) address for q, before
+// the event before (0: the newest). Pure.
+func (q eventsQuery) url(path string, before uint64) string {
+	v := url.Values{}
+	if q.node != "" {
+		v.Set("node", q.node)
+	}
+	if len(q.kinds) > 0 {
+		v.Set("kind", strings.Join(q.kinds, ","))
+	}
+	v.Set("limit", strconv.Itoa(q.limit))
+	if before > 0 {
+		v.Set("before", strconv.FormatUint(before, 10))
+	}
+	return path + "?" + v.Encode()
 }
 
 // newestEvents lists the n newest events q selects, newest first, as p sees them.
@@ -647,25 +685,24 @@ func (u *UI) newestEvents(ctx context.Context, p auth.Principal, q metal.EventQu
 const refreshEvery = 2 * time.Second
 
 func (u *UI) loadEvents(w http.ResponseWriter, r *http.Request, s session) (eventsView, bool) {
-	node, kinds, limit, err := parseEventsQuery(r.URL.Query())
+	q, err := parseEventsQuery(r.URL.Query())
 	if err != nil {
 		u.fail(w, r, &s, http.StatusBadRequest, err.Error())
 		return eventsView{}, false
 	}
-	v := eventsView{Node: node, Kinds: strings.Join(kinds, ", "), Limit: limit, Interval: fmt.Sprintf("every %ds", int(refreshEvery.Seconds()))}
-	q := url.Values{}
-	if node != "" {
-		q.Set("node", node)
+	v := eventsView{Node: q.node, Kinds: strings.Join(q.kinds, ", "), Limit: q.limit, Before: q.before, Interval: fmt.Sprintf("every %ds", int(refreshEvery.Seconds()))}
+	if q.before == 0 {
+		v.RowsURL = q.url("/ui/events/rows", 0)
+	} else {
+		v.NewestURL = q.url("/ui/events", 0)
 	}
-	if len(kinds) > 0 {
-		q.Set("kind", strings.Join(kinds, ","))
-	}
-	q.Set("limit", strconv.Itoa(limit))
-	v.RowsURL = "/ui/events/rows?" + q.Encode()
-	v.Events, err = u.newestEvents(r.Context(), s.p, metal.EventQuery{Node: node, Kinds: kinds, Limit: limit})
+	v.Events, err = u.newestEvents(r.Context(), s.p, metal.EventQuery{Node: q.node, Kinds: q.kinds, Limit: q.limit, BeforeID: q.before})
 	if err != nil {
 		u.serviceError(w, r, &s, err)
 		return eventsView{}, false
+	}
+	if len(v.Events) == q.limit {
+		v.OlderURL = q.url("/ui/events", v.Events[len(v.Events)-1].ID)
 	}
 	v.NodeNames = u.nodeNames(r.Context(), s.p, v.Events)
 	return v, true

@@ -663,6 +663,48 @@ func TestPagesShowNoSecret(t *testing.T) {
 	if r := e.do(t, "GET", "/ui/events?kind=Node.Enroll", cookie, nil); r.code != 400 || !strings.Contains(r.body, "is not an event kind") {
 		t.Fatalf("a bad kind: %d %.1000s", r.code, r.body)
 	}
+	// Paging back: every event, two a page, read through the Older links from the live page,
+	// is the log newest first, each once; the older pages do not refresh and link back to the
+	// live one.
+	all, err := e.svc.ListEvents(e.ctx, e.admin, metal.EventQuery{Limit: 500})
+	if err != nil || len(all) < 5 {
+		t.Fatalf("the event log: %d events, %v: want at least 5", len(all), err)
+	}
+	ids := regexp.MustCompile(`<td class="num">(\d+)</td>`)
+	older := regexp.MustCompile(`href="([^"]+)">Older events`)
+	var seen []string
+	page, pages := "/ui/events?limit=2", 0
+	for page != "" {
+		if pages > len(all) {
+			t.Fatalf("%d pages of two events for %d events: the Older links go round (%v)", pages, len(all), seen)
+		}
+		r := e.do(t, "GET", page, cookie, nil)
+		if r.code != 200 {
+			t.Fatalf("%s: %d %.1000s", page, r.code, r.body)
+		}
+		live := strings.Contains(r.body, "hx-get=")
+		if live != (pages == 0) || pages > 0 && !strings.Contains(r.body, `href="/ui/events?limit=2">Newest events`) {
+			t.Fatalf("page %d (%s): refreshes %v, want only the first to; older pages link to the newest: %.2000s", pages, page, live, r.body)
+		}
+		for _, m := range ids.FindAllStringSubmatch(r.body, -1) {
+			seen = append(seen, m[1])
+		}
+		page = ""
+		if m := older.FindStringSubmatch(r.body); m != nil {
+			page = strings.ReplaceAll(m[1], "&amp;", "&")
+		}
+		pages++
+	}
+	want := make([]string, len(all))
+	for i, ev := range all {
+		want[len(all)-1-i] = strconv.FormatUint(ev.ID, 10)
+	}
+	if strings.Join(seen, ",") != strings.Join(want, ",") {
+		t.Fatalf("paging back two at a time (%d pages) gave %v, want %v", pages, seen, want)
+	}
+	if r := e.do(t, "GET", "/ui/events?before=x", cookie, nil); r.code != 400 || !strings.Contains(r.body, "accepted is an event&#39;s number") {
+		t.Fatalf("a bad before: %d %.600s", r.code, r.body)
+	}
 }
 
 // TestScale: the UI pages through the store: the node list, a deep page, a filtered page,
