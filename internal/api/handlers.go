@@ -374,7 +374,8 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 	}
 	for _, d := range depths {
 		if visible[d.SiteID] {
-			out.Queues = append(out.Queues, &bcdv1.DoctorQueue{Site: nm.sites[d.SiteID], RunsOn: d.RunsOn, Commands: int64(d.Commands), OldestQueuedAt: ts(d.Oldest)})
+			out.Queues = append(out.Queues, &bcdv1.DoctorQueue{Site: nm.sites[d.SiteID], RunsOn: d.RunsOn, Commands: int64(d.Commands), OldestQueuedAt: ts(d.Oldest),
+				Waiting: time.Duration(max(now-d.Oldest, 0) * int64(time.Microsecond)).Round(time.Second).String()})
 		}
 	}
 	var servers []store.Server

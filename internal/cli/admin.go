@@ -501,7 +501,7 @@ func doctorCmd(g *globals) *cobra.Command {
 			tw.Flush()
 			fmt.Fprintf(out, "commands waiting for an agent: %d\n", queued(resp.Msg.Queues))
 			for _, q := range resp.Msg.Queues {
-				fmt.Fprintf(tw, "  %s\t%s\t%d\toldest queued %s\n", q.Site, queueAgents(q.RunsOn), q.Commands, q.OldestQueuedAt)
+				fmt.Fprintf(tw, "  %s\t%s\t%d\toldest queued %s\twaiting %s\n", q.Site, queueAgents(q.RunsOn), q.Commands, q.OldestQueuedAt, q.Waiting)
 			}
 			tw.Flush()
 			for _, a := range resp.Msg.SiteAgents {

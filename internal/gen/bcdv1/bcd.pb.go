@@ -3519,8 +3519,10 @@ type DoctorQueue struct {
 	// site (the site's agents) or ramdisk (the nodes' own).
 	RunsOn   string `protobuf:"bytes,2,opt,name=runs_on,json=runsOn,proto3" json:"runs_on,omitempty"`
 	Commands int64  `protobuf:"varint,3,opt,name=commands,proto3" json:"commands,omitempty"`
-	// When the oldest of them was queued (RFC 3339).
+	// When the oldest of them was queued (RFC 3339), and how long it has waited (a Go
+	// duration, to the second, as the server's clock has it).
 	OldestQueuedAt string `protobuf:"bytes,4,opt,name=oldest_queued_at,json=oldestQueuedAt,proto3" json:"oldest_queued_at,omitempty"`
+	Waiting        string `protobuf:"bytes,5,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
@@ -3579,6 +3581,13 @@ func (x *DoctorQueue) GetCommands() int64 {
 func (x *DoctorQueue) GetOldestQueuedAt() string {
 	if x != nil {
 		return x.OldestQueuedAt
+	}
+	return ""
+}
+
+func (x *DoctorQueue) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
 	}
 	return ""
 }
@@ -9788,12 +9797,13 @@ const file_bcd_v1_bcd_proto_rawDesc = "" +
 	"\x0frestore_witness\x18\x06 \x01(\v2\x1c.bcd.v1.DoctorRestoreWitnessR\x0erestoreWitness\x122\n" +
 	"\bagent_ca\x18\x14 \x01(\v2\x17.bcd.v1.AgentCARotationR\aagentCa\x12<\n" +
 	"\x0ehardware_short\x18\a \x03(\v2\x15.bcd.v1.DoctorFindingR\rhardwareShort\x12+\n" +
-	"\x06queues\x18\b \x03(\v2\x13.bcd.v1.DoctorQueueR\x06queues\"\x80\x01\n" +
+	"\x06queues\x18\b \x03(\v2\x13.bcd.v1.DoctorQueueR\x06queues\"\x9a\x01\n" +
 	"\vDoctorQueue\x12\x12\n" +
 	"\x04site\x18\x01 \x01(\tR\x04site\x12\x17\n" +
 	"\aruns_on\x18\x02 \x01(\tR\x06runsOn\x12\x1a\n" +
 	"\bcommands\x18\x03 \x01(\x03R\bcommands\x12(\n" +
-	"\x10oldest_queued_at\x18\x04 \x01(\tR\x0eoldestQueuedAt\"\x9b\x01\n" +
+	"\x10oldest_queued_at\x18\x04 \x01(\tR\x0eoldestQueuedAt\x12\x18\n" +
+	"\awaiting\x18\x05 \x01(\tR\awaiting\"\x9b\x01\n" +
 	"\x14DoctorRestoreWitness\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1f\n" +
 	"\vseen_fences\x18\x02 \x01(\x03R\n" +
