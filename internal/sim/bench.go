@@ -93,8 +93,9 @@ type Phase struct {
 	// phase (bcd_gateway_connections_total): a TLS handshake each, two per agent boot.
 	ServerConnections int64 `json:"serverConnections,omitempty"`
 	// Waits are how long the phase's commands waited for an agent (from queued to the agent's
-	// acknowledgement), by where they run (site, ramdisk, os): where the nodes' time goes
-	// besides the commands' own. Not known with --server (the store is the server's).
+	// acknowledgement), by where they run (site: a site agent; ramdisk: the node's own): where
+	// the nodes' time goes besides the commands' own. Not known with --server (the store is the
+	// server's).
 	Waits map[string]Wait `json:"agentWaits,omitempty"`
 	// GateSlots, GateAdmitted, GateWaited and GateBusy are what the engines' gate of
 	// CPU-heavy agent work admitted during the phase (engine.GateStats; in this process the

@@ -42,7 +42,7 @@ func (s *Store) CountStranded(ctx context.Context, tenantID string) (int, error)
 
 // CommandWaits lists how long the commands queued at or after since (micros, as created_at)
 // waited for an agent: from queued to the agent's acknowledgement (delivered_at), by where
-// they run (site, ramdisk, os). Commands no agent acknowledged are left out. It reads every
+// they run (site, ramdisk). Commands no agent acknowledged are left out. It reads every
 // such row: a measurement's read (bcd sim, after a phase), not a page's.
 func (s *Store) CommandWaits(ctx context.Context, since int64) (map[string][]time.Duration, error) {
 	rows, err := s.queryRows(ctx, `SELECT runs_on, delivered_at - created_at FROM commands WHERE created_at >= ? AND delivered_at > 0`, since)
