@@ -22,6 +22,7 @@ import (
 	"bcd/internal/metal"
 	"bcd/internal/pki"
 	"bcd/internal/provision"
+	"bcd/internal/readable"
 	"bcd/internal/store"
 )
 
@@ -375,7 +376,7 @@ func (h *nodes) Doctor(ctx context.Context, req *connect.Request[bcdv1.DoctorReq
 	for _, d := range depths {
 		if visible[d.SiteID] {
 			out.Queues = append(out.Queues, &bcdv1.DoctorQueue{Site: nm.sites[d.SiteID], RunsOn: d.RunsOn, Commands: int64(d.Commands), OldestQueuedAt: ts(d.Oldest),
-				Waiting: time.Duration(max(now-d.Oldest, 0) * int64(time.Microsecond)).Round(time.Second).String()})
+				Waiting: readable.Duration(time.Duration(max(now-d.Oldest, 0)) * time.Microsecond)})
 		}
 	}
 	var servers []store.Server

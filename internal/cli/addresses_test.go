@@ -133,8 +133,8 @@ func TestDoctorShowsBootServices(t *testing.T) {
 	if b := lineOf("agent-b"); !strings.Contains(b, "dhcp off, binding none") || strings.Contains(b, "holds") || strings.Contains(b, "cache") {
 		t.Errorf("agent-b: %q\n%s", b, out)
 	}
-	queues := regexp.MustCompile(`commands waiting for an agent: 3\n  ` + sites[0].Name + `\s+for the site agents\s+2\s+oldest queued 20\d\d-\S+\s+waiting \d+s\n  ` +
-		sites[0].Name + `\s+for the nodes' ramdisks\s+1\s+oldest queued 20\d\d-\S+\s+waiting \d+s\n`)
+	queues := regexp.MustCompile(`commands waiting for an agent: 3\n  ` + sites[0].Name + `\s+for the site agents\s+2\s+oldest queued 20\d\d-\S+\s+waiting [0-9.]+(ms|s)\n  ` +
+		sites[0].Name + `\s+for the nodes' ramdisks\s+1\s+oldest queued 20\d\d-\S+\s+waiting [0-9.]+(ms|s)\n`)
 	if !queues.MatchString(out) {
 		t.Errorf("the commands waiting for an agent, the site agents' first:\n%s", out)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"bcd/internal/gen/bcdv1"
+	"bcd/internal/readable"
 )
 
 func nodeCommandsCmd(g *globals) *cobra.Command {
@@ -71,13 +72,5 @@ func between(from, to string) string {
 	if from == "" || to == "" || errA != nil || errB != nil {
 		return "-"
 	}
-	d := b.Sub(a)
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
+	return readable.Duration(b.Sub(a))
 }

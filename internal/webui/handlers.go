@@ -16,6 +16,7 @@ import (
 	"bcd/internal/hardware"
 	"bcd/internal/metal"
 	"bcd/internal/provision"
+	"bcd/internal/readable"
 	"bcd/internal/store"
 	"bcd/internal/workflow"
 )
@@ -304,14 +305,7 @@ func took(from, to int64) string {
 	if from == 0 || to == 0 || to < from {
 		return ""
 	}
-	d := time.Duration(to-from) * time.Microsecond
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
+	return readable.Duration(time.Duration(to-from) * time.Microsecond)
 }
 
 type attestationView struct {

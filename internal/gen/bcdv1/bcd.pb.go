@@ -3519,8 +3519,8 @@ type DoctorQueue struct {
 	// site (the site's agents) or ramdisk (the nodes' own).
 	RunsOn   string `protobuf:"bytes,2,opt,name=runs_on,json=runsOn,proto3" json:"runs_on,omitempty"`
 	Commands int64  `protobuf:"varint,3,opt,name=commands,proto3" json:"commands,omitempty"`
-	// When the oldest of them was queued (RFC 3339), and how long it has waited (a Go
-	// duration, to the second, as the server's clock has it).
+	// When the oldest of them was queued (RFC 3339), and how long it has waited by the server's
+	// clock (a Go duration rounded for reading: "350ms", "12.4s", "3m10s").
 	OldestQueuedAt string `protobuf:"bytes,4,opt,name=oldest_queued_at,json=oldestQueuedAt,proto3" json:"oldest_queued_at,omitempty"`
 	Waiting        string `protobuf:"bytes,5,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields  protoimpl.UnknownFields
