@@ -3,6 +3,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -302,7 +303,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	mux.Handle(webui.Prefix, webui.New(webui.Config{Service: svc, Verifier: eng, Secure: apiCert != nil, Log: log, Consoles: consoles}))
 	mux.HandleFunc("/ui", webui.Redirect)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st),
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), newNodeCollector(st), newQueueCollector(st),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_commands_lost_total",
 			Help: "Commands recorded as lost since the server started: acknowledged by an agent that went away, or reported interrupted by an agent's restart. A rising rate means agents are dying."},
 			func() float64 { return float64(eng.CommandsLost()) }),
@@ -667,6 +668,53 @@ func (c *gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, kind := range slices.Sorted(maps.Keys(st.Joins)) {
 		counter(c.joins, st.Joins[kind], kind)
+	}
+}
+
+// queueCollector exports, at scrape time, the commands waiting for an agent by site and by the
+// agents they run on (store.QueueDepths, doctor's queues), and how long the oldest has waited.
+type queueCollector struct {
+	st             *store.Store
+	queued, oldest *prometheus.Desc
+}
+
+func newQueueCollector(st *store.Store) *queueCollector {
+	return &queueCollector{st: st,
+		queued: prometheus.NewDesc("bcd_commands_queued",
+			"Commands waiting for an agent to take them (queued, not yet acknowledged), by site (its name) and the agents they run on (site: its site agents; ramdisk: the nodes' own). Sites with none are left out.",
+			[]string{"site", "runs_on"}, nil),
+		oldest: prometheus.NewDesc("bcd_commands_queued_oldest_seconds",
+			"How long the oldest of those commands has waited, by site and the agents they run on: a site agents' figure that keeps growing is a site whose agents are away or fall behind.",
+			[]string{"site", "runs_on"}, nil)}
+}
+
+func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.queued; ch <- c.oldest }
+
+func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	depths, err := c.st.QueueDepths(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.queued, err)
+		return
+	}
+	if len(depths) == 0 {
+		return
+	}
+	sites, err := c.st.Sites(ctx, "")
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.queued, err)
+		return
+	}
+	names := make(map[string]string, len(sites))
+	for _, s := range sites {
+		names[s.ID] = s.Name
+	}
+	now := time.Now().UnixMicro()
+	for _, d := range depths {
+		site := cmp.Or(names[d.SiteID], d.SiteID) // (a site deleted since: its id)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(d.Commands), site, d.RunsOn)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(max(now-d.Oldest, 0))/1e6, site, d.RunsOn)
 	}
 }
 

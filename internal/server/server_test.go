@@ -193,6 +193,20 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	}
 	counter(t, srv.Addr(), "bcd_engine_cpu_gate_wait_seconds_total")
 	counter(t, srv.Addr(), "bcd_engine_cpu_gate_busy_seconds_total")
+	// A command of a site without an agent waits, and /metrics says how many and how long.
+	quiet, err := srv.Service().CreateSite(ctx, admin, "quiet", "default", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Write(ctx, func(tx *store.Tx) error {
+		return tx.InsertCommand(ctx, &store.Command{SiteID: quiet.ID, Kind: "bmc.power", Subject: "x", Args: "{}", RunsOn: "site"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter(t, srv.Addr(), `bcd_commands_queued{runs_on="site",site="quiet"}`); n != 1 {
+		t.Errorf("commands queued for the quiet site's agents: %d, want 1", n)
+	}
+	counter(t, srv.Addr(), `bcd_commands_queued_oldest_seconds{runs_on="site",site="quiet"}`)
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0
