@@ -3,7 +3,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -673,6 +672,7 @@ func (c *gatewayCollector) Collect(ch chan<- prometheus.Metric) {
 
 // queueCollector exports, at scrape time, the commands waiting for an agent by site and by the
 // agents they run on (store.QueueDepths, doctor's queues), and how long the oldest has waited.
+// Sites are named by id: /metrics answers without a token, and a site's name is its tenant's.
 type queueCollector struct {
 	st             *store.Store
 	queued, oldest *prometheus.Desc
@@ -681,11 +681,11 @@ type queueCollector struct {
 func newQueueCollector(st *store.Store) *queueCollector {
 	return &queueCollector{st: st,
 		queued: prometheus.NewDesc("bcd_commands_queued",
-			"Commands waiting for an agent to take them (queued, not yet acknowledged), by site (its name) and the agents they run on (site: its site agents; ramdisk: the nodes' own). Sites with none are left out.",
-			[]string{"site", "runs_on"}, nil),
+			"Commands waiting for an agent to take them (queued, not yet acknowledged), by site id (bcd site list names them) and the agents they run on (site: its site agents; ramdisk: the nodes' own). Sites with none are left out; every server sharing the store gives the same.",
+			[]string{"site_id", "runs_on"}, nil),
 		oldest: prometheus.NewDesc("bcd_commands_queued_oldest_seconds",
-			"How long the oldest of those commands has waited, by site and the agents they run on: a site agents' figure that keeps growing is a site whose agents are away or fall behind.",
-			[]string{"site", "runs_on"}, nil)}
+			"How long the oldest of those commands has waited, by site id and the agents they run on: a site agents' figure that keeps growing is a site whose agents are away or fall behind.",
+			[]string{"site_id", "runs_on"}, nil)}
 }
 
 func (c *queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.queued; ch <- c.oldest }
@@ -698,23 +698,10 @@ func (c *queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.NewInvalidMetric(c.queued, err)
 		return
 	}
-	if len(depths) == 0 {
-		return
-	}
-	sites, err := c.st.Sites(ctx, "")
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.queued, err)
-		return
-	}
-	names := make(map[string]string, len(sites))
-	for _, s := range sites {
-		names[s.ID] = s.Name
-	}
 	now := time.Now().UnixMicro()
 	for _, d := range depths {
-		site := cmp.Or(names[d.SiteID], d.SiteID) // (a site deleted since: its id)
-		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(d.Commands), site, d.RunsOn)
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(max(now-d.Oldest, 0))/1e6, site, d.RunsOn)
+		ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(d.Commands), d.SiteID, d.RunsOn)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, float64(max(now-d.Oldest, 0))/1e6, d.SiteID, d.RunsOn)
 	}
 }
 

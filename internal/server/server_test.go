@@ -203,10 +203,10 @@ func TestLifecycleOverTheGateway(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n := counter(t, srv.Addr(), `bcd_commands_queued{runs_on="site",site="quiet"}`); n != 1 {
+	if n := counter(t, srv.Addr(), `bcd_commands_queued{runs_on="site",site_id="`+quiet.ID+`"}`); n != 1 {
 		t.Errorf("commands queued for the quiet site's agents: %d, want 1", n)
 	}
-	counter(t, srv.Addr(), `bcd_commands_queued_oldest_seconds{runs_on="site",site="quiet"}`)
+	counter(t, srv.Addr(), `bcd_commands_queued_oldest_seconds{runs_on="site",site_id="`+quiet.ID+`"}`)
 	// The release's wipe was attested by the node key through the gateway, unaltered.
 	cmds, _ := st.Commands(ctx, ids[0], 200)
 	wipes := 0
