@@ -9,14 +9,15 @@ import (
 
 // cpuGate admits a bounded number of goroutines at a time into the CPU-heavy work the engine
 // does for agents beside the store's writer: signing a joining node's certificate, checking an
-// attested result's signature, reading a claim's candidates. Every verb and report waits on the
-// one writer; when a crowd of agents' goroutines runs such work at once, the Go scheduler
-// preempts the writer after its time slice and it waits for a processor behind them (measured
-// in bcd sim: the writer's time inside its groups was 1.34 times its CPU time, 1.30 with the
-// gate). With at most GOMAXPROCS−1 of them running, one processor stays free for the writer.
+// attested result's signature, reading a claim's candidates on SQLite (on PostgreSQL that read
+// is a round trip, made outside the gate). Every verb and report waits on the one writer;
+// when a crowd of agents' goroutines runs such work at once, the Go scheduler preempts the
+// writer after its time slice and it waits for a processor behind them (measured in bcd sim:
+// the writer's time inside its groups was 1.34 times its CPU time, 1.30 with the gate). With
+// at most GOMAXPROCS−1 of them running, one processor stays free for the writer.
 //
-// Nothing holding a slot waits on the writer (a slot is held only around the work itself), and
-// the writer never takes a slot.
+// Nothing holding a slot waits on the writer, or on the network (a slot is held only around
+// the work itself), and the writer never takes a slot.
 type cpuGate struct {
 	slots    chan struct{}
 	admitted atomic.Int64 // admissions so far (tests read it)

@@ -655,10 +655,19 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 	// writer only takes those still free or still this agent's.
 	var cands []store.Command
 	var err error
-	if gerr := e.cpu.run(ctx, func() {
+	read := func() {
 		cands, err = e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, rescan, isOffered, sent, holderKinds()...)
-	}); gerr != nil {
-		return nil, gerr
+	}
+	if e.st.Engine() == store.SQLite {
+		// SQLite's read is this process's CPU (its page cache, its b-trees): through the gate.
+		if gerr := e.cpu.run(ctx, read); gerr != nil {
+			return nil, gerr
+		}
+	} else {
+		// PostgreSQL's is a round trip, the database doing the work: a slot held across it
+		// would keep every certificate and result check waiting on the network (measured:
+		// the gate's mean wait 1.0–1.5 s at 2 000 nodes, site commands waiting 1.5–2.5 s).
+		read()
 	}
 	if err != nil {
 		return nil, err

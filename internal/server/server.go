@@ -324,7 +324,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 				return float64(consoles.Count())
 			}),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_engine_cpu_gate_admissions_total",
-			Help: "Pieces of CPU-heavy work done for agents beside the store's writer (a joining node's certificate, an attested result's signature, a claim's candidates) since the server started; they run through a gate of GOMAXPROCS-1 slots."},
+			Help: "Pieces of CPU-heavy work done for agents beside the store's writer (a joining node's certificate, an attested result's signature, a claim's candidates on SQLite) since the server started; they run through a gate of GOMAXPROCS-1 slots."},
 			func() float64 { return float64(eng.CPUGate().Admitted) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "bcd_engine_cpu_gate_wait_seconds_total",
 			Help: "Time that work waited for a slot of the CPU gate, summed: over bcd_engine_cpu_gate_admissions_total, the mean wait, which grows when the server's processors are short."},
