@@ -362,8 +362,7 @@ func TestQueueDepthsUseTheClaimIndexes(t *testing.T) {
 			if err := s.Write(ctx, func(tx *Tx) error {
 				for i := range 5000 {
 					c := Command{NodeID: fmt.Sprintf("node-%04d", i%500), SiteID: "site-a", Kind: "bmc.power", Args: "{}", RunsOn: "site", State: "succeeded"}
-					switch {
-					case i%2 == 0:
+					if i%2 == 0 {
 						c.RunsOn, c.Kind = "ramdisk", "disk.wipe"
 					}
 					if i%250 == 0 {
