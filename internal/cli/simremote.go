@@ -18,6 +18,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"bcd/internal/command"
 	"bcd/internal/engine"
 	"bcd/internal/gen/bcdv1"
 	"bcd/internal/gen/bcdv1/bcdv1connect"
@@ -84,6 +85,9 @@ type serverMetrics struct {
 	writer store.WriterStats
 	// gate: the engine's CPU gate (bcd_engine_cpu_gate_*; zero from a server without them).
 	gate engine.GateStats
+	// waits: bcd_command_queue_wait_seconds' count and sum, its kinds summed by where they run
+	// (site, ramdisk); kinds this client does not know are left out.
+	waits map[string]sim.WaitTotal
 }
 
 // restartedSince reports whether the server that gave m is another process than the one that
@@ -110,6 +114,14 @@ func (m serverMetrics) plus(c serverMetrics) serverMetrics {
 	w.Busy, w.CPU, w.Groups, w.Writes = w.Busy+cw.Busy, w.CPU+cw.CPU, w.Groups+cw.Groups, w.Writes+cw.Writes
 	w.Statements, w.WALPages, w.Reprepares = w.Statements+cw.Statements, w.WALPages+cw.WALPages, w.Reprepares+cw.Reprepares
 	m.gate.Admitted, m.gate.Waited, m.gate.Busy = m.gate.Admitted+c.gate.Admitted, m.gate.Waited+c.gate.Waited, m.gate.Busy+c.gate.Busy
+	waits := make(map[string]sim.WaitTotal, len(m.waits))
+	for _, from := range []map[string]sim.WaitTotal{m.waits, c.waits} {
+		for on, w := range from {
+			t := waits[on]
+			waits[on] = sim.WaitTotal{Commands: t.Commands + w.Commands, Sum: t.Sum + w.Sum}
+		}
+	}
+	m.waits = waits
 	return m
 }
 
@@ -268,7 +280,7 @@ func (c *apiControl) ServerRSSMiB(ctx context.Context) (float64, bool) {
 // started.
 func (c *apiControl) ServerWork(ctx context.Context) (sim.ServerWork, bool) {
 	m, err := c.scrape(ctx)
-	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes, Connections: m.gwConns}, err == nil && m.cpuOK && m.allocOK
+	return sim.ServerWork{CPU: m.cpu, AllocBytes: m.allocBytes, Connections: m.gwConns, Waits: m.waits}, err == nil && m.cpuOK && m.allocOK
 }
 
 // CPUGate is what the server's CPU gate admitted since it started (over its restarts during
@@ -365,7 +377,7 @@ func (c *apiControl) say(format string, args ...any) {
 // bcd_gateway_connections_total, process_start_time_seconds and the SQLite writer's counters
 // from a Prometheus text exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
-	m := serverMetrics{states: map[string]int{}}
+	m := serverMetrics{states: map[string]int{}, waits: map[string]sim.WaitTotal{}}
 	value := func(line, v string) (float64, error) {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
@@ -396,6 +408,27 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case strings.HasPrefix(line, waitSeries+`_sum{kind="`), strings.HasPrefix(line, waitSeries+`_count{kind="`):
+			series, rest, _ := strings.Cut(line, `{kind="`)
+			kind, v, ok := strings.Cut(rest, `"} `)
+			if !ok {
+				return serverMetrics{}, fmt.Errorf("server metrics: cannot read %q", line)
+			}
+			f, err := value(line, v)
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			k, err := command.Lookup(kind)
+			if err != nil {
+				continue // a kind of a newer server: not counted
+			}
+			w := m.waits[string(k.RunsOn)]
+			if series == waitSeries+"_sum" {
+				w.Sum += time.Duration(f * float64(time.Second))
+			} else {
+				w.Commands += int64(f)
+			}
+			m.waits[string(k.RunsOn)] = w
 		case strings.HasPrefix(line, `bcd_nodes{state="`):
 			state, v, ok := strings.Cut(strings.TrimPrefix(line, `bcd_nodes{state="`), `"} `)
 			if !ok {
@@ -419,6 +452,9 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	}
 	return m, sc.Err()
 }
+
+// waitSeries is the server's histogram of the commands' waits for an agent.
+const waitSeries = "bcd_command_queue_wait_seconds"
 
 // startRemoteSim prepares a running server for a simulation (the image it deploys, a site agent
 // join token) and starts simulated agents against it.

@@ -3,11 +3,13 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"bcd/internal/engine"
+	"bcd/internal/sim"
 	"bcd/internal/store"
 )
 
@@ -33,6 +35,12 @@ func TestSimAgainstARunningServer(t *testing.T) {
 				WriterStatements int64 `json:"writerStatements"`
 				WriterWALPages   int64 `json:"writerWalPages"`
 				WriterCommits    int64 `json:"writerCommits"`
+				// The server's, from its metrics: the CPU gate and the waits for an agent.
+				GateAdmitted int64 `json:"cpuGateAdmitted"`
+				Waits        map[string]struct {
+					Commands int
+					Mean     int64 `json:"meanNs"`
+				} `json:"agentWaits"`
 			}
 			PeakRSSMiB float64 `json:"peakRssMiB"`
 			RSSOf      string  `json:"rssOf"`
@@ -46,7 +54,8 @@ func TestSimAgainstARunningServer(t *testing.T) {
 			t.Fatalf("run %d: %+v", run+1, rep)
 		}
 		for _, p := range rep.Phases {
-			if p.Nodes != 6 || p.Failed != 0 || p.NodesPerSec <= 0 || p.CPUOf != "agents" || p.WriterStatements <= 0 || p.WriterWALPages <= 0 || p.WriterCommits <= 0 {
+			if p.Nodes != 6 || p.Failed != 0 || p.NodesPerSec <= 0 || p.CPUOf != "agents" || p.WriterStatements <= 0 || p.WriterWALPages <= 0 || p.WriterCommits <= 0 ||
+				p.GateAdmitted <= 0 || p.Waits["site"].Commands < 6 || p.Waits["site"].Mean <= 0 || p.Waits["ramdisk"].Commands < 6 {
 				t.Errorf("run %d, %s: %+v", run+1, p.Name, p)
 			}
 		}
@@ -103,13 +112,28 @@ bcd_engine_cpu_gate_slots 1
 bcd_engine_cpu_gate_admissions_total 900
 bcd_engine_cpu_gate_wait_seconds_total 4.5
 bcd_engine_cpu_gate_busy_seconds_total 0.75
+bcd_command_queue_wait_seconds_bucket{kind="bmc.power",le="0.001"} 1
+bcd_command_queue_wait_seconds_sum{kind="bmc.power"} 1.5
+bcd_command_queue_wait_seconds_count{kind="bmc.power"} 10
+bcd_command_queue_wait_seconds_sum{kind="bmc.boot"} 0.5
+bcd_command_queue_wait_seconds_count{kind="bmc.boot"} 5
+bcd_command_queue_wait_seconds_sum{kind="disk.wipe"} 0.25
+bcd_command_queue_wait_seconds_count{kind="disk.wipe"} 5
+bcd_command_queue_wait_seconds_sum{kind="some.future.kind"} 9
+bcd_command_queue_wait_seconds_count{kind="some.future.kind"} 9
 `
 	m, err := parseMetrics(bufio.NewScanner(strings.NewReader(text)))
 	if err != nil || m.states["deployed"] != 7 || m.states["ready"] != 3 || len(m.states) != 2 || m.rssMiB != 100 || m.lost != 42 ||
 		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 ||
 		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300, Reprepares: 3}) ||
-		m.gate != (engine.GateStats{Slots: 1, Admitted: 900, Waited: 4500 * time.Millisecond, Busy: 750 * time.Millisecond}) {
+		m.gate != (engine.GateStats{Slots: 1, Admitted: 900, Waited: 4500 * time.Millisecond, Busy: 750 * time.Millisecond}) ||
+		!maps.Equal(m.waits, map[string]sim.WaitTotal{"site": {Commands: 15, Sum: 2 * time.Second}, "ramdisk": {Commands: 5, Sum: 250 * time.Millisecond}}) {
 		t.Fatalf("%+v %v", m, err)
+	}
+	// Carried over a restart: the waits add up, and neither reading's map is changed.
+	sum := m.plus(m)
+	if want := (sim.WaitTotal{Commands: 30, Sum: 4 * time.Second}); sum.waits["site"] != want || m.waits["site"].Commands != 15 {
+		t.Errorf("waits over a restart: %+v (the reading after: %+v), want site %+v and the reading unchanged", sum.waits, m.waits, want)
 	}
 	// A server that does not give its CPU or allocations has none read.
 	m, err = parseMetrics(bufio.NewScanner(strings.NewReader("process_cpu_seconds_total 1\n")))
@@ -117,7 +141,8 @@ bcd_engine_cpu_gate_busy_seconds_total 0.75
 		t.Errorf("only the CPU given: %+v %v", m, err)
 	}
 	for _, bad := range []string{`bcd_nodes{state="x"} seven`, `bcd_nodes{state="x" 7`, `process_resident_memory_bytes many`, `bcd_commands_lost_total some`,
-		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`, `bcd_store_wal_pages_total y`, `bcd_engine_cpu_gate_wait_seconds_total z`} {
+		`process_cpu_seconds_total lots`, `go_memstats_alloc_bytes_total -`, `bcd_gateway_connections_total x`, `bcd_store_wal_pages_total y`, `bcd_engine_cpu_gate_wait_seconds_total z`,
+		`bcd_command_queue_wait_seconds_sum{kind="bmc.power"} w`, `bcd_command_queue_wait_seconds_count{kind="bmc.power" 3`} {
 		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad))); err == nil {
 			t.Errorf("accepted %q", bad)
 		}

@@ -94,8 +94,8 @@ type Phase struct {
 	ServerConnections int64 `json:"serverConnections,omitempty"`
 	// Waits are how long the phase's commands waited for an agent (from queued to the agent's
 	// acknowledgement), by where they run (site: a site agent; ramdisk: the node's own): where
-	// the nodes' time goes besides the commands' own. Not known with --server (the store is the
-	// server's).
+	// the nodes' time goes besides the commands' own. With --server the mean alone, of the
+	// commands that ended in the phase, from the server's metrics.
 	Waits map[string]Wait `json:"agentWaits,omitempty"`
 	// GateSlots, GateAdmitted, GateWaited and GateBusy are what the engines' gate of
 	// CPU-heavy agent work admitted during the phase (engine.GateStats; in this process the
@@ -107,12 +107,13 @@ type Phase struct {
 	GateBusy     time.Duration `json:"cpuGateBusyNs,omitempty"`
 }
 
-// Wait is how long commands waited for an agent: how many, the median and the 99th
-// percentile.
+// Wait is how long commands waited for an agent: how many, the mean, and the median and the
+// 99th percentile (0 with --server, whose metrics give the count and the sum alone).
 type Wait struct {
 	Commands int           `json:"commands"`
-	P50      time.Duration `json:"p50Ns"`
-	P99      time.Duration `json:"p99Ns"`
+	Mean     time.Duration `json:"meanNs"`
+	P50      time.Duration `json:"p50Ns,omitempty"`
+	P99      time.Duration `json:"p99Ns,omitempty"`
 }
 
 // waitsOf summarizes the waits by where the commands run (Wait), sorting them in place. Pure.
@@ -123,7 +124,24 @@ func waitsOf(by map[string][]time.Duration) map[string]Wait {
 			continue
 		}
 		slices.Sort(ws)
-		out[on] = Wait{Commands: len(ws), P50: ws[len(ws)/2], P99: ws[len(ws)*99/100]}
+		var sum time.Duration
+		for _, w := range ws {
+			sum += w
+		}
+		out[on] = Wait{Commands: len(ws), Mean: sum / time.Duration(len(ws)), P50: ws[len(ws)/2], P99: ws[len(ws)*99/100]}
+	}
+	return out
+}
+
+// waitsSince is what a server elsewhere counted of the waits for an agent between two readings
+// of its metrics: the commands and their mean wait, by where they run. Pure.
+func waitsSince(before, after map[string]WaitTotal) map[string]Wait {
+	out := map[string]Wait{}
+	for on, a := range after {
+		b := before[on]
+		if n := a.Commands - b.Commands; n > 0 {
+			out[on] = Wait{Commands: int(n), Mean: (a.Sum - b.Sum) / time.Duration(n)}
+		}
 	}
 	return out
 }
@@ -183,6 +201,10 @@ func (p Phase) String() string {
 		parts := make([]string, len(ons))
 		for i, on := range ons {
 			w := p.Waits[on]
+			if w.P50 == 0 && w.P99 == 0 {
+				parts[i] = fmt.Sprintf("%s mean %s", on, w.Mean.Round(time.Millisecond)) // (a server elsewhere)
+				continue
+			}
 			parts[i] = fmt.Sprintf("%s p50 %s p99 %s", on, w.P50.Round(time.Millisecond), w.P99.Round(time.Millisecond))
 		}
 		s += "  waited for an agent: " + strings.Join(parts, ", ")
@@ -344,6 +366,9 @@ func (h *Harness) measure(ctx context.Context, name string, ids []string, m mark
 		if sw, ok := h.control().ServerWork(ctx); ok {
 			p.ServerCPU, p.ServerAllocBytes = sw.CPU-m.server.CPU, sw.AllocBytes-m.server.AllocBytes
 			p.ServerConnections = sw.Connections - m.server.Connections
+			if w := waitsSince(m.server.Waits, sw.Waits); len(w) > 0 {
+				p.Waits = w // (the store's own, exact, below when it is this process's)
+			}
 		}
 	}
 	if m.gateOK {

@@ -58,6 +58,16 @@ type ServerWork struct {
 	CPU         time.Duration
 	AllocBytes  int64
 	Connections int64
+	// Waits are the commands that ended and how long they waited for an agent in all, by where
+	// they run (bcd_command_queue_wait_seconds' count and sum, its kinds summed by their
+	// target).
+	Waits map[string]WaitTotal
+}
+
+// WaitTotal is how many commands waited for an agent, and how long in all.
+type WaitTotal struct {
+	Commands int64
+	Sum      time.Duration
 }
 
 // NodeTime is a node's state, last update and, when it failed, its fault code.

@@ -151,7 +151,8 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	if p.GateSlots != 1 || p.GateAdmitted != 40 || p.GateWaited != 200*time.Millisecond || p.GateBusy != 300*time.Millisecond {
 		t.Errorf("cpu gate in the phase: %d slots, %d admitted, waited %s, busy %s: want 1, 40, 200ms, 300ms", p.GateSlots, p.GateAdmitted, p.GateWaited, p.GateBusy)
 	}
-	wantWaits := map[string]Wait{"site": {Commands: 3, P50: 200 * time.Millisecond, P99: 300 * time.Millisecond}, "ramdisk": {Commands: 1, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond}}
+	wantWaits := map[string]Wait{"site": {Commands: 3, Mean: 200 * time.Millisecond, P50: 200 * time.Millisecond, P99: 300 * time.Millisecond},
+		"ramdisk": {Commands: 1, Mean: 5 * time.Millisecond, P50: 5 * time.Millisecond, P99: 5 * time.Millisecond}}
 	if !maps.Equal(p.Waits, wantWaits) {
 		t.Errorf("waits for an agent %v: want %v (none for a target without commands)", p.Waits, wantWaits)
 	}
@@ -178,8 +179,10 @@ func TestMeasureTakesAServersWorkSinceTheMark(t *testing.T) {
 		states: map[string]string{"a": "ready", "b": "ready"},
 		server: true,
 		// The server's work before the phase, and after it.
-		serverBefore: ServerWork{CPU: 40 * time.Second, AllocBytes: 1 << 30, Connections: 100},
-		serverAfter:  ServerWork{CPU: 40*time.Second + 25*time.Millisecond, AllocBytes: 1<<30 + 2*300<<10, Connections: 109},
+		serverBefore: ServerWork{CPU: 40 * time.Second, AllocBytes: 1 << 30, Connections: 100,
+			Waits: map[string]WaitTotal{"site": {Commands: 10, Sum: time.Second}, "ramdisk": {Commands: 3, Sum: time.Second}}},
+		serverAfter: ServerWork{CPU: 40*time.Second + 25*time.Millisecond, AllocBytes: 1<<30 + 2*300<<10, Connections: 109,
+			Waits: map[string]WaitTotal{"site": {Commands: 14, Sum: 1200 * time.Millisecond}, "ramdisk": {Commands: 3, Sum: time.Second}}},
 	}
 	h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
 	ctx := context.Background()
@@ -194,8 +197,14 @@ func TestMeasureTakesAServersWorkSinceTheMark(t *testing.T) {
 	if p.ServerCPU != 25*time.Millisecond || p.ServerAllocBytes != 2*300<<10 || p.ServerConnections != 9 {
 		t.Errorf("server cpu %s, %d bytes allocated, %d connections in the phase: want 25ms, %d, 9", p.ServerCPU, p.ServerAllocBytes, p.ServerConnections, 2*300<<10)
 	}
-	if s := p.String(); !strings.Contains(s, "server cpu 12.5 ms/node, alloc 300 KiB/node, 4.5 connections/node") {
-		t.Errorf("phase line %q: want the server's cpu and allocations per node in it", s)
+	if s := p.String(); !strings.Contains(s, "server cpu 12.5 ms/node, alloc 300 KiB/node, 4.5 connections/node") ||
+		!strings.Contains(s, "waited for an agent: site mean 50ms") || strings.Contains(s, "ramdisk") {
+		t.Errorf("phase line %q: want the server's cpu and allocations per node in it, and its site commands' mean wait", s)
+	}
+	// The phase's waits are the server's count and sum since the mark: four site commands that
+	// waited 200 ms in all; no ramdisk command ended.
+	if want := map[string]Wait{"site": {Commands: 4, Mean: 50 * time.Millisecond}}; !maps.Equal(p.Waits, want) {
+		t.Errorf("waits %v, want %v", p.Waits, want)
 	}
 }
 
