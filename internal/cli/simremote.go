@@ -374,8 +374,9 @@ func (c *apiControl) say(format string, args ...any) {
 
 // parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes,
 // bcd_commands_lost_total, process_cpu_seconds_total, go_memstats_alloc_bytes_total,
-// bcd_gateway_connections_total, process_start_time_seconds and the SQLite writer's counters
-// from a Prometheus text exposition.
+// bcd_gateway_connections_total, process_start_time_seconds, the SQLite writer's counters, the
+// CPU gate's and the count and sum of bcd_command_queue_wait_seconds from a Prometheus text
+// exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	m := serverMetrics{states: map[string]int{}, waits: map[string]sim.WaitTotal{}}
 	value := func(line, v string) (float64, error) {
