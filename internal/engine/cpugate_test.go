@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,7 +99,7 @@ func TestCPUGateGivesUpWhenTheContextEnds(t *testing.T) {
 func TestCPUGateLeavesTheWriterAProcessor(t *testing.T) {
 	want := max(1, runtime.GOMAXPROCS(0)-1)
 	e := New(storetest.Open(t, store.SQLite), nil, nil, Config{})
-	if got := cap(e.cpu.slots); got != want {
+	if got := e.cpu.slots; got != want {
 		t.Errorf("the engine's gate has %d slots with GOMAXPROCS %d, want %d", got, runtime.GOMAXPROCS(0), want)
 	}
 }
@@ -169,4 +170,71 @@ func TestClaimsReadThroughTheGateOnSQLiteOnly(t *testing.T) {
 			t.Errorf("a claim on %s took %d slots of the gate, want %d", st.Engine(), got, want)
 		}
 	})
+}
+
+// A site agent's claim (runFirst) is admitted before the node work that waited longer (run);
+// within a lane, waiters are admitted in the order they came; one that gives up leaves the
+// queue and the slot goes to the next.
+func TestCPUGateAdmitsASiteAgentsClaimFirst(t *testing.T) {
+	g := newCPUGate(1)
+	held, release := make(chan struct{}), make(chan struct{})
+	go func() {
+		if err := g.run(context.Background(), func() { close(held); <-release }); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-held
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	queued := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			g.mu.Lock()
+			got := len(g.lanes[laneFirst]) + len(g.lanes[laneRest])
+			g.mu.Unlock()
+			if got == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d waiting, want %d", got, n)
+			}
+			runtime.Gosched()
+		}
+	}
+	wait := func(name string, run func(context.Context, func()) error, ctx context.Context) {
+		wg.Go(func() {
+			err := run(ctx, func() {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+			})
+			if ctx.Err() == nil && err != nil {
+				t.Errorf("%s: %v", name, err)
+			}
+		})
+	}
+	gone, giveUp := context.WithCancel(context.Background())
+	wait("node 1", g.run, context.Background())
+	queued(1)
+	wait("gives up", g.run, gone)
+	queued(2)
+	wait("node 2", g.run, context.Background())
+	queued(3)
+	wait("site 1", g.runFirst, context.Background())
+	queued(4)
+	wait("site 2", g.runFirst, context.Background())
+	queued(5)
+	giveUp()
+	queued(4)
+	close(release)
+	wg.Wait()
+	want := []string{"site 1", "site 2", "node 1", "node 2"}
+	if !slices.Equal(order, want) {
+		t.Errorf("admitted %v, want %v", order, want)
+	}
+	if st := g.stats(); st.Admitted != 5 || g.free != 1 {
+		t.Errorf("after all left: %d admitted, %d slots free; want 5 and 1", st.Admitted, g.free)
+	}
 }

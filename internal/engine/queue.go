@@ -659,8 +659,14 @@ func (e *Engine) Claim(ctx context.Context, a Agent, limit int) ([]store.Command
 		cands, err = e.st.CommandCandidates(ctx, a.ID, a.Kind, a.SiteID, a.NodeID, a.Generation, limit, rescan, isOffered, sent, holderKinds()...)
 	}
 	if e.st.Engine() == store.SQLite {
-		// SQLite's read is this process's CPU (its page cache, its b-trees): through the gate.
-		if gerr := e.cpu.run(ctx, read); gerr != nil {
+		// SQLite's read is this process's CPU (its page cache, its b-trees): through the gate,
+		// a site agent's before the nodes' work waiting there (its claim moves hundreds of
+		// machines; cpuGate).
+		gated := e.cpu.run
+		if a.Kind == "site" {
+			gated = e.cpu.runFirst
+		}
+		if gerr := gated(ctx, read); gerr != nil {
 			return nil, gerr
 		}
 	} else {

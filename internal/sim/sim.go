@@ -446,11 +446,29 @@ func (s *Sim) RunSiteAgent(ctx context.Context, id string) {
 // notification; every poll a claim is made anyway (a safety net: each claim is a write
 // transaction, so thousands of idle ramdisks poll rarely). mort ends ctx when the agent dies
 // holding a command.
+//
+// As over the agent gateway, where a stream sends the next frame of commands without waiting
+// for the agent to acknowledge the last, the next claim is made while the previous batch's
+// acknowledgement is written: batches are acknowledged one at a time, in order, and at most
+// claimWindow batches are claimed and not yet acknowledged (the gateway's Window).
 func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, poll time.Duration, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update, mort *mortality) {
 	tick := time.NewTicker(poll)
 	defer tick.Stop()
+	var acks sync.WaitGroup
+	defer acks.Wait() // the agent's last acknowledgements are written (or refused) before it is gone
+	window := make(chan struct{}, claimWindow)
+	prev := make(chan struct{})
+	close(prev)
 	for ctx.Err() == nil {
+		select {
+		case window <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
 		cmds, paused, err := s.claim(ctx, a)
+		if len(cmds) == 0 {
+			<-window
+		}
 		if paused {
 			select {
 			case <-ctx.Done():
@@ -469,59 +487,19 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 			s.died(ctx, mort) // the frame arrived; nothing of it was recorded or acknowledged
 			return
 		}
-		// Acknowledge (the agent recorded them), then run: as agentlink journals the commands
-		// of one frame together and acknowledges them in one frame.
-		var refused map[string]error
 		if len(cmds) > 0 {
-			ids := make([]string, len(cmds))
-			for i, c := range cmds {
-				ids[i] = c.ID
-			}
-			if refused, err = s.link.AckAll(ctx, a, ids); err != nil {
-				if ctx.Err() == nil {
-					s.fail(fmt.Errorf("%s acknowledging %d commands: %w", a.ID, len(ids), err))
-				}
-				cmds = nil
-			}
+			done := make(chan struct{})
+			acks.Add(1)
+			go func(prev <-chan struct{}) {
+				defer acks.Done()
+				defer close(done)
+				defer func() { <-window }()
+				<-prev
+				s.start(ctx, a, cmds, fates, run, mort)
+			}(prev)
+			prev = done
 		}
-		var wg sync.WaitGroup
-		for i, c := range cmds {
-			if err := refused[c.ID]; err != nil {
-				if !errors.Is(err, engine.ErrFinished) { // cancelled since the claim: not run
-					s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
-				}
-				continue
-			}
-			wg.Add(1)
-			s.wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer s.wg.Done()
-				d := fates[i]
-				if d == diesBefore {
-					s.died(ctx, mort)
-				}
-				if ctx.Err() != nil {
-					return // the agent is dead, or its machine went down: what it had not started never runs
-				}
-				s.counted(c.ID)
-				if s.faults().Hang[c.Kind] {
-					return
-				}
-				u := run(ctx, a, c)
-				u.CommandID = c.ID
-				if d == diesAfter {
-					s.died(ctx, mort)
-				}
-				if u.State == "" || mort.dead.Load() {
-					return // self-terminating (reported elsewhere), or its agent died holding it
-				}
-				if err := s.link.Report(context.WithoutCancel(ctx), a, u); err != nil && ctx.Err() == nil {
-					s.fail(fmt.Errorf("%s reporting %s: %w", a.ID, c.ID, err))
-				}
-			}()
-		}
-		if len(cmds) == 512 {
+		if len(cmds) == claimBatch {
 			continue
 		}
 		select {
@@ -529,6 +507,64 @@ func (s *Sim) serve(ctx context.Context, a engine.Agent, wake <-chan struct{}, p
 		case <-wake:
 		case <-tick.C:
 		}
+	}
+}
+
+// claimBatch is the most commands one claim takes; claimWindow the most claims whose batches
+// are not yet acknowledged.
+const claimBatch, claimWindow = 512, 8
+
+// start acknowledges cmds, one batch (the agent recorded them), then runs those whose
+// acknowledgement was recorded: as agentlink journals the commands of one frame together and
+// acknowledges them in one frame.
+func (s *Sim) start(ctx context.Context, a engine.Agent, cmds []store.Command, fates []death, run func(ctx context.Context, a engine.Agent, c store.Command) engine.Update, mort *mortality) {
+	if ctx.Err() != nil {
+		return // the agent died since the claim: it acknowledges nothing more
+	}
+	ids := make([]string, len(cmds))
+	for i, c := range cmds {
+		ids[i] = c.ID
+	}
+	refused, err := s.link.AckAll(ctx, a, ids)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.fail(fmt.Errorf("%s acknowledging %d commands: %w", a.ID, len(ids), err))
+		}
+		return
+	}
+	for i, c := range cmds {
+		if err := refused[c.ID]; err != nil {
+			if !errors.Is(err, engine.ErrFinished) { // cancelled since the claim: not run
+				s.fail(fmt.Errorf("%s acknowledging %s: %w", a.ID, c.ID, err))
+			}
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			d := fates[i]
+			if d == diesBefore {
+				s.died(ctx, mort)
+			}
+			if ctx.Err() != nil {
+				return // the agent is dead, or its machine went down: what it had not started never runs
+			}
+			s.counted(c.ID)
+			if s.faults().Hang[c.Kind] {
+				return
+			}
+			u := run(ctx, a, c)
+			u.CommandID = c.ID
+			if d == diesAfter {
+				s.died(ctx, mort)
+			}
+			if u.State == "" || mort.dead.Load() {
+				return // self-terminating (reported elsewhere), or its agent died holding it
+			}
+			if err := s.link.Report(context.WithoutCancel(ctx), a, u); err != nil && ctx.Err() == nil {
+				s.fail(fmt.Errorf("%s reporting %s: %w", a.ID, c.ID, err))
+			}
+		}()
 	}
 }
 
@@ -542,7 +578,7 @@ func (s *Sim) claim(ctx context.Context, a engine.Agent) (cmds []store.Command, 
 			return nil, true, nil
 		}
 	}
-	cmds, err = s.link.Claim(ctx, a, 512)
+	cmds, err = s.link.Claim(ctx, a, claimBatch)
 	return cmds, false, err
 }
 
