@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"maps"
 	"runtime"
@@ -26,6 +27,10 @@ type countingControl struct {
 	writerBefore, writerAfter store.WriterStats
 	states                    map[string]string
 	faults                    map[string]string // the fault codes of failed nodes
+	// counting: the counts after the mark that still answer before; updated: every node's
+	// update time (zero: the time NodeTimes is called).
+	counting int
+	updated  time.Time
 	// server: a server elsewhere whose work is serverBefore at the first reading and
 	// serverAfter at every later one.
 	server                    bool
@@ -64,7 +69,7 @@ func (c *countingControl) CountByState(context.Context) (map[string]int, error) 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.calls++
-	if c.calls == 1 {
+	if c.calls <= 1+c.counting {
 		return c.before, nil
 	}
 	return c.after, nil
@@ -72,9 +77,11 @@ func (c *countingControl) CountByState(context.Context) (map[string]int, error) 
 
 // NodeTimes lists every node it knows, as the API does (every node of the run).
 func (c *countingControl) NodeTimes(context.Context, []string) ([]NodeTime, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var out []NodeTime
 	for id, st := range c.states {
-		out = append(out, NodeTime{ID: id, State: st, FaultCode: c.faults[id], UpdatedAt: time.Now()})
+		out = append(out, NodeTime{ID: id, State: st, FaultCode: c.faults[id], UpdatedAt: cmp.Or(c.updated, time.Now())})
 	}
 	slices.SortFunc(out, func(a, b NodeTime) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
@@ -167,6 +174,53 @@ func TestMeasureCountsWhatChangedSinceTheMark(t *testing.T) {
 	}
 	if p.ServerCPU != 0 || p.ServerAllocBytes != 0 || strings.Contains(s, "server") {
 		t.Errorf("in process: server cpu %s, %d bytes, line %q: want none", p.ServerCPU, p.ServerAllocBytes, s)
+	}
+}
+
+// A phase ends when its last node rested, not when the count that saw it was made: its total
+// and throughput are the last node's update time since the mark; a node updated after that
+// count leaves the count's time.
+func TestMeasureEndsAtTheLastNodesRest(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		restedIn  time.Duration // after the mark; 0: as NodeTimes is called
+		wantTotal time.Duration // 0: the count's time, at least its 200 ms poll
+	}{
+		{"rested before the count saw it", 50 * time.Millisecond, 50 * time.Millisecond},
+		{"updated after the count", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctl := &countingControl{
+				before:   map[string]int{"deployed": 0},
+				after:    map[string]int{"deployed": 2},
+				states:   map[string]string{"a": "deployed", "b": "deployed"},
+				counting: 1, // the first count after the mark finds them busy: the next is 200 ms later
+			}
+			h := &Harness{ctl: ctl, Sim: New(Config{}, nil)}
+			ctx := context.Background()
+			m, err := h.mark(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.restedIn > 0 {
+				ctl.mu.Lock()
+				ctl.updated = m.at.Add(tc.restedIn)
+				ctl.mu.Unlock()
+			}
+			p, _, err := h.measure(ctx, "deploy → deployed", []string{"a", "b"}, m, "deployed", 5*time.Second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.wantTotal > 0 {
+				if p.Total != tc.wantTotal || p.NodesPerSec != 2/tc.wantTotal.Seconds() || p.P99 != tc.wantTotal {
+					t.Errorf("total %s, %.1f nodes/s, p99 %s: want %s, %.1f, %s", p.Total, p.NodesPerSec, p.P99, tc.wantTotal, 2/tc.wantTotal.Seconds(), tc.wantTotal)
+				}
+				return
+			}
+			if p.Total < 200*time.Millisecond || p.NodesPerSec != 2/p.Total.Seconds() {
+				t.Errorf("total %s, %.1f nodes/s: want the second count's time (200 ms or more) and 2 nodes over it", p.Total, p.NodesPerSec)
+			}
+		})
 	}
 }
 
