@@ -79,8 +79,11 @@ type Store struct {
 	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
 	// commitLoop and commitPass) and answered once flushed (flushLoop).
 	writes chan *writeReq
-	stop   chan struct{}
-	loop   sync.WaitGroup
+	// lastGroup is the writes of the writer's last group, lingerNs how long it lets a group
+	// fill under load (lingers; tests lengthen it).
+	lastGroup, lingerNs atomic.Int64
+	stop                chan struct{}
+	loop                sync.WaitGroup
 	// ckpt is SQLite's checkpointer connection: the writer does not checkpoint as it commits
 	// (that copied the WAL into the database inside a commit, on the one writer); checkpointLoop
 	// does, beside it. The writer only restarts the WAL once it passes walLimit (walBound).
@@ -240,6 +243,42 @@ type writeReq struct {
 	ctx  context.Context
 	f    func(*Tx) error
 	done chan error
+}
+
+// Under load the writer lets a group fill before it runs it: when the last group had at least
+// lingerAfter writes and this one has fewer than lingerFill, it waits up to lingerFor for more.
+// A commit's cost is mostly the pages it writes to the WAL, and writes in one group share pages
+// (the queue's, the events', the commands' recent leaves): measured in `bcd sim` at 10 000 nodes,
+// groups of ~140 writes instead of ~25 wrote 32 WAL pages a node instead of 37-40, and every
+// phase moved 3-8 % more nodes a second (the process's two cores are shared by the writer
+// and the agents' work, which the writer's pause lets run). A lone write on an idle store
+// never waits (its last group was small).
+const (
+	lingerAfter = 32
+	lingerFill  = 64
+	lingerFor   = 2 * time.Millisecond
+)
+
+// lingers says whether the writer waits for more writes before running a group of n, the last
+// having had last. Pure.
+func lingers(last, n int) bool { return last >= lingerAfter && n < lingerFill }
+
+// linger adds to group the writes that come within lingerFor (the store's lingerNs), until it
+// has lingerFill.
+func (s *Store) linger(group []*writeReq) []*writeReq {
+	t := time.NewTimer(time.Duration(s.lingerNs.Load()))
+	defer t.Stop()
+	for len(group) < lingerFill {
+		select {
+		case req := <-s.writes:
+			group = append(group, req)
+		case <-t.C:
+			return group
+		case <-s.stop:
+			return group // (run, and answered, before the loop sees the stop)
+		}
+	}
+	return group
 }
 
 // maxGroup bounds the writes committed together.
@@ -521,6 +560,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		c.SetMaxOpenConns(1)
 		s.ckpt = c
 		s.writes, s.stop, s.committed, s.ckptNow = make(chan *writeReq), make(chan struct{}), make(chan struct{}, 1), make(chan struct{}, 1)
+		s.lingerNs.Store(int64(lingerFor))
 		s.flushWake, s.flushQuit = make(chan struct{}, 1), make(chan struct{})
 		flush := fdatasync
 		s.syncWAL.Store(&flush)
@@ -1520,6 +1560,10 @@ func (s *Store) commitLoop() {
 				break drain
 			}
 		}
+		if lingers(int(s.lastGroup.Load()), len(group)) {
+			group = s.linger(group)
+		}
+		s.lastGroup.Store(int64(len(group)))
 		if failed := s.flushFailed.Load(); failed != nil {
 			for _, r := range group {
 				r.done <- *failed
