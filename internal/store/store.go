@@ -249,10 +249,10 @@ type writeReq struct {
 // lingerAfter writes and this one has fewer than lingerFill, it waits up to lingerFor for more.
 // A commit's cost is mostly the pages it writes to the WAL, and writes in one group share pages
 // (the queue's, the events', the commands' recent leaves): measured in `bcd sim` at 10 000 nodes,
-// groups of ~140 writes instead of ~25 wrote 32 WAL pages a node instead of 37-40, and every
-// phase moved 3-8 % more nodes a second (the process's two cores are shared by the writer
-// and the agents' work, which the writer's pause lets run). A lone write on an idle store
-// never waits (its last group was small).
+// groups of 50-100 writes instead of 15-30 wrote 32 WAL pages a node instead of 37-40, and
+// every phase moved 3-8 % more nodes a second (the process's two cores are shared by the
+// writer and the agents' work, which the writer's pause lets run). A lone write on an idle
+// store never waits (its last group was small).
 const (
 	lingerAfter = 32
 	lingerFill  = 64
