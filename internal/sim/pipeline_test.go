@@ -22,8 +22,7 @@ type pipeLink struct {
 	acked   []int
 	claimed chan int      // each claim's number
 	letGo   chan struct{} // one acknowledgement may return
-	batchOf map[string]int
-	batches int // claims that hand out a batch; later ones find none
+	batches int           // claims that hand out a batch; later ones find none
 }
 
 // batchOf is the claim that handed out command id.

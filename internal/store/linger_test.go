@@ -1,80 +1,129 @@
-package store
+package store_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
-	"time"
+
+	"bcd/internal/store"
+	"bcd/internal/store/storetest"
 )
 
-func TestLingers(t *testing.T) {
-	for _, tc := range []struct {
-		last, n int
-		want    bool
-	}{
-		{0, 1, false},                            // idle: a lone write runs at once
-		{lingerAfter - 1, 1, false},              // the last group was small: no load
-		{lingerAfter, 1, true},                   // under load, a small group waits
-		{maxGroup, lingerFill - 1, true},         // still short of lingerFill
-		{lingerAfter, lingerFill, false},         // full enough
-		{maxGroup, maxGroup, false},              // full
-		{lingerAfter - 1, lingerFill - 1, false}, // no load, however many came at once
-	} {
-		if got := lingers(tc.last, tc.n); got != tc.want {
-			t.Errorf("lingers(last %d, %d): %v, want %v", tc.last, tc.n, got, tc.want)
-		}
-	}
-}
-
-// Under load (the last group was large) the writer lets a group fill: writes that come while it
-// waits are committed with the first, in one group. Idle, a lone write does not wait. (The
-// wait is lengthened to a minute: a write that waited would outlast the test's deadline.)
-func TestWriterLetsAGroupFillUnderLoad(t *testing.T) {
-	ctx := context.Background()
-	s := openTempSQLite(t)
-	s.lingerNs.Store(int64(time.Minute))
-	insert := func(name string) func(*Tx) error {
-		return func(tx *Tx) error {
-			_, err := tx.InsertTenant(ctx, name)
-			return err
-		}
-	}
-	within := func(what string, done <-chan struct{}) {
-		t.Helper()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: not committed after 30s (the writer waited for more writes)", what)
-		}
-	}
-
-	// Under load: the first write waits for lingerFill-1 more, sent after it.
-	s.lastGroup.Store(lingerFill)
-	before := s.WriterStats().Groups
-	var wg sync.WaitGroup
-	for i := range lingerFill {
-		wg.Go(func() {
-			if err := s.Write(ctx, insert(fmt.Sprintf("t%d", i))); err != nil {
-				t.Error(err)
+// TestLingerAndWithdraw: a node's linger fields round-trip; a ramdisk command no agent was
+// offered is withdrawn, one an agent claimed is not, and only an offered power-off counts as
+// the node's last boot command.
+func TestLingerAndWithdraw(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, st *store.Store) {
+		ctx := context.Background()
+		_, nodes := seed(t, st)
+		n := nodes[0]
+		err := st.Write(ctx, func(tx *store.Tx) error {
+			got, err := tx.LockNode(ctx, n.ID, "")
+			if err != nil {
+				return err
 			}
+			got.LingerUntil, got.LingerCommand = 12345, "c-1"
+			return tx.UpdateNode(ctx, &got)
 		})
-	}
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
-	within("a full group under load", all)
-	if got := s.WriterStats().Groups - before; got != 1 {
-		t.Errorf("%d writes sent one after the other under load were committed in %d groups, want 1", lingerFill, got)
-	}
-
-	// Idle (the last group was small): a lone write is committed at once.
-	s.lastGroup.Store(1)
-	lone := make(chan struct{})
-	go func() {
-		defer close(lone)
-		if err := s.Write(ctx, insert("lone")); err != nil {
-			t.Error(err)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}()
-	within("a lone write on an idle store", lone)
+		if got, err := st.Node(ctx, n.ID, ""); err != nil || got.LingerUntil != 12345 || got.LingerCommand != "c-1" {
+			t.Fatalf("linger fields: %d %q (%v)", got.LingerUntil, got.LingerCommand, err)
+		}
+		off := func() store.Command {
+			return store.Command{NodeID: n.ID, TenantID: n.TenantID, SiteID: n.SiteID, Kind: "ramdisk.powerOff", Subject: n.ID, Args: "{}",
+				RunsOn: "ramdisk", Generation: n.IdentityGeneration}
+		}
+		a, b := off(), off()
+		var lastBoot int64
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			if err := tx.InsertCommand(ctx, &a); err != nil {
+				return err
+			}
+			if err := tx.InsertCommand(ctx, &b); err != nil {
+				return err
+			}
+			lastBoot, err = tx.LastBootCommandAt(ctx, n.ID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lastBoot != 0 {
+			t.Errorf("a power-off no agent was offered counts as a boot command (%d)", lastBoot)
+		}
+		// The ramdisk claims one of them.
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			cs, err := tx.ClaimCommands(ctx, "node:"+n.ID, "node", "", n.ID, n.IdentityGeneration, 1)
+			if err != nil || len(cs) != 1 {
+				t.Fatalf("claimed %d (%v), want 1", len(cs), err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ = st.Command(ctx, a.ID)
+		claimed, unclaimed := a, b
+		if a.TargetAgent == "" {
+			claimed, _ = st.Command(ctx, b.ID)
+			unclaimed = a
+		}
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			if closed, offered, err := tx.WithdrawCommand(ctx, unclaimed.ID, "test"); err != nil || !closed || offered {
+				t.Errorf("withdrawing an unclaimed command: closed %v offered %v %v, want closed, not offered", closed, offered, err)
+			}
+			if closed, _, err := tx.WithdrawCommand(ctx, unclaimed.ID, "test"); err != nil || closed {
+				t.Errorf("withdrawing twice: closed %v %v", closed, err)
+			}
+			lastBoot, err = tx.LastBootCommandAt(ctx, n.ID)
+			if err != nil {
+				return err
+			}
+			if closed, offered, err := tx.WithdrawCommand(ctx, claimed.ID, "test"); err != nil || !closed || !offered {
+				t.Errorf("withdrawing a claimed, unacknowledged command: closed %v offered %v %v, want both", closed, offered, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Closed, it is offered to no agent again (the gateway's node agents keep their id
+		// across boots).
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			cs, err := tx.ClaimCommands(ctx, "node:"+n.ID, "node", "", n.ID, n.IdentityGeneration, 10)
+			if err != nil || len(cs) != 0 {
+				t.Errorf("claimed %d (%v) after withdrawal, want none", len(cs), err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Acknowledged, it is left alone.
+		c := off()
+		err = st.Write(ctx, func(tx *store.Tx) error {
+			c.State, c.TargetAgent = "delivered", "node:"+n.ID
+			if err := tx.InsertCommand(ctx, &c); err != nil {
+				return err
+			}
+			if closed, _, err := tx.WithdrawCommand(ctx, c.ID, "test"); err != nil || closed {
+				t.Errorf("withdrawing an acknowledged command: closed %v %v", closed, err)
+			}
+			up, err := tx.AgentConnected(ctx, "node:"+n.ID)
+			if err != nil || up {
+				t.Errorf("AgentConnected of an agent never seen: %v %v", up, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lastBoot != claimed.CreatedAt {
+			t.Errorf("last boot command at %d, want the offered power-off's %d", lastBoot, claimed.CreatedAt)
+		}
+		if c, _ := st.Command(ctx, unclaimed.ID); c.State != "failed" || c.Error != "test" {
+			t.Errorf("withdrawn command: %s %q", c.State, c.Error)
+		}
+	})
 }
