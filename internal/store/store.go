@@ -79,11 +79,11 @@ type Store struct {
 	// SQLite has one writer: concurrent writes are group-committed by one goroutine (see
 	// commitLoop and commitPass) and answered once flushed (flushLoop).
 	writes chan *writeReq
-	// lastGroup is the writes of the writer's last group, lingerNs how long it lets a group
-	// fill under load (lingers; tests lengthen it).
-	lastGroup, lingerNs atomic.Int64
-	stop                chan struct{}
-	loop                sync.WaitGroup
+	// lastGroup is the writes of the writer's last group, fillNs how long it lets a group
+	// fill under load (groupWaits; tests lengthen it).
+	lastGroup, fillNs atomic.Int64
+	stop              chan struct{}
+	loop              sync.WaitGroup
 	// ckpt is SQLite's checkpointer connection: the writer does not checkpoint as it commits
 	// (that copied the WAL into the database inside a commit, on the one writer); checkpointLoop
 	// does, beside it. The writer only restarts the WAL once it passes walLimit (walBound).
@@ -246,7 +246,7 @@ type writeReq struct {
 }
 
 // Under load the writer lets a group fill before it runs it: when the last group had at least
-// lingerAfter writes and this one has fewer than lingerFill, it waits up to lingerFor for more.
+// fillAfter writes and this one has fewer than fillTo, it waits up to fillFor for more.
 // A commit's cost is mostly the pages it writes to the WAL, and writes in one group share pages
 // (the queue's, the events', the commands' recent leaves): measured in `bcd sim` at 10 000 nodes,
 // groups of 50-100 writes instead of 15-30 wrote 32 WAL pages a node instead of 37-40, and
@@ -254,21 +254,21 @@ type writeReq struct {
 // writer and the agents' work, which the writer's pause lets run). A lone write on an idle
 // store never waits (its last group was small).
 const (
-	lingerAfter = 32
-	lingerFill  = 64
-	lingerFor   = 2 * time.Millisecond
+	fillAfter = 32
+	fillTo    = 64
+	fillFor   = 2 * time.Millisecond
 )
 
-// lingers says whether the writer waits for more writes before running a group of n, the last
+// groupWaits says whether the writer waits for more writes before running a group of n, the last
 // having had last. Pure.
-func lingers(last, n int) bool { return last >= lingerAfter && n < lingerFill }
+func groupWaits(last, n int) bool { return last >= fillAfter && n < fillTo }
 
-// linger adds to group the writes that come within lingerFor (the store's lingerNs), until it
-// has lingerFill.
-func (s *Store) linger(group []*writeReq) []*writeReq {
-	t := time.NewTimer(time.Duration(s.lingerNs.Load()))
+// fill adds to group the writes that come within fillFor (the store's fillNs), until it
+// has fillTo.
+func (s *Store) fill(group []*writeReq) []*writeReq {
+	t := time.NewTimer(time.Duration(s.fillNs.Load()))
 	defer t.Stop()
-	for len(group) < lingerFill {
+	for len(group) < fillTo {
 		select {
 		case req := <-s.writes:
 			group = append(group, req)
@@ -560,7 +560,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		c.SetMaxOpenConns(1)
 		s.ckpt = c
 		s.writes, s.stop, s.committed, s.ckptNow = make(chan *writeReq), make(chan struct{}), make(chan struct{}, 1), make(chan struct{}, 1)
-		s.lingerNs.Store(int64(lingerFor))
+		s.fillNs.Store(int64(fillFor))
 		s.flushWake, s.flushQuit = make(chan struct{}, 1), make(chan struct{})
 		flush := fdatasync
 		s.syncWAL.Store(&flush)
@@ -1560,8 +1560,8 @@ func (s *Store) commitLoop() {
 				break drain
 			}
 		}
-		if lingers(int(s.lastGroup.Load()), len(group)) {
-			group = s.linger(group)
+		if groupWaits(int(s.lastGroup.Load()), len(group)) {
+			group = s.fill(group)
 		}
 		s.lastGroup.Store(int64(len(group)))
 		if failed := s.flushFailed.Load(); failed != nil {

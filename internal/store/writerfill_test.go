@@ -8,21 +8,21 @@ import (
 	"time"
 )
 
-func TestLingers(t *testing.T) {
+func TestGroupWaits(t *testing.T) {
 	for _, tc := range []struct {
 		last, n int
 		want    bool
 	}{
-		{0, 1, false},                            // idle: a lone write runs at once
-		{lingerAfter - 1, 1, false},              // the last group was small: no load
-		{lingerAfter, 1, true},                   // under load, a small group waits
-		{maxGroup, lingerFill - 1, true},         // still short of lingerFill
-		{lingerAfter, lingerFill, false},         // full enough
-		{maxGroup, maxGroup, false},              // full
-		{lingerAfter - 1, lingerFill - 1, false}, // no load, however many came at once
+		{0, 1, false},                      // idle: a lone write runs at once
+		{fillAfter - 1, 1, false},          // the last group was small: no load
+		{fillAfter, 1, true},               // under load, a small group waits
+		{maxGroup, fillTo - 1, true},       // still short of fillTo
+		{fillAfter, fillTo, false},         // full enough
+		{maxGroup, maxGroup, false},        // full
+		{fillAfter - 1, fillTo - 1, false}, // no load, however many came at once
 	} {
-		if got := lingers(tc.last, tc.n); got != tc.want {
-			t.Errorf("lingers(last %d, %d): %v, want %v", tc.last, tc.n, got, tc.want)
+		if got := groupWaits(tc.last, tc.n); got != tc.want {
+			t.Errorf("groupWaits(last %d, %d): %v, want %v", tc.last, tc.n, got, tc.want)
 		}
 	}
 }
@@ -33,7 +33,7 @@ func TestLingers(t *testing.T) {
 func TestWriterLetsAGroupFillUnderLoad(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
-	s.lingerNs.Store(int64(time.Minute))
+	s.fillNs.Store(int64(time.Minute))
 	insert := func(name string) func(*Tx) error {
 		return func(tx *Tx) error {
 			_, err := tx.InsertTenant(ctx, name)
@@ -49,11 +49,11 @@ func TestWriterLetsAGroupFillUnderLoad(t *testing.T) {
 		}
 	}
 
-	// Under load: the first write waits for lingerFill-1 more, sent after it.
-	s.lastGroup.Store(lingerFill)
+	// Under load: the first write waits for fillTo-1 more, sent after it.
+	s.lastGroup.Store(fillTo)
 	before := s.WriterStats().Groups
 	var wg sync.WaitGroup
-	for i := range lingerFill {
+	for i := range fillTo {
 		wg.Go(func() {
 			if err := s.Write(ctx, insert(fmt.Sprintf("t%d", i))); err != nil {
 				t.Error(err)
@@ -64,7 +64,7 @@ func TestWriterLetsAGroupFillUnderLoad(t *testing.T) {
 	go func() { wg.Wait(); close(all) }()
 	within("a full group under load", all)
 	if got := s.WriterStats().Groups - before; got != 1 {
-		t.Errorf("%d writes sent one after the other under load were committed in %d groups, want 1", lingerFill, got)
+		t.Errorf("%d writes sent one after the other under load were committed in %d groups, want 1", fillTo, got)
 	}
 
 	// Idle (the last group was small): a lone write is committed at once.
