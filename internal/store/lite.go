@@ -163,7 +163,18 @@ type liteStmt struct {
 const maxLiteStmts = 512
 
 // openLite opens the database file at path, runs pragmas on it, and returns the connection.
-func openLite(path string, pragmas []string) (_ *liteConn, err error) {
+func openLite(path string, pragmas []string) (*liteConn, error) {
+	return openLiteConn(path, pragmas, true)
+}
+
+// openLiteReader opens a connection that only reads, as openLite opens the writer's: SQLite's
+// own interface, without SQLITE's connection mutex (its user holds one of its own), through
+// SQLite's own VFS and without the writer's workflow cache.
+func openLiteReader(path string, pragmas []string) (*liteConn, error) {
+	return openLiteConn(path, pragmas, false)
+}
+
+func openLiteConn(path string, pragmas []string, writer bool) (_ *liteConn, err error) {
 	separatePageCaches() // (Open did; a test may open the writer alone)
 	c := &liteConn{tls: libc.NewTLS(), stmts: map[string]*liteStmt{}}
 	defer func() {
@@ -179,11 +190,15 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 		return nil, err
 	}
 	defer libc.Xfree(c.tls, name)
-	if c.vfs, err = newWALVFS(); err != nil {
-		return nil, err
+	var vfs uintptr // (0: SQLite's default)
+	if writer {
+		if c.vfs, err = newWALVFS(); err != nil {
+			return nil, err
+		}
+		vfs = c.vfs.name
 	}
 	rc := sqlite3.Xsqlite3_open_v2(c.tls, name, c.out,
-		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, c.vfs.name)
+		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, vfs)
 	c.db = c.outPtr(0)
 	if rc != sqlite3.SQLITE_OK {
 		return nil, fmt.Errorf("opening the SQLite store %s for writing: %w", path, c.errorOf(rc))
@@ -192,6 +207,9 @@ func openLite(path string, pragmas []string) (_ *liteConn, err error) {
 		if _, err := c.exec("PRAGMA "+p, nil); err != nil {
 			return nil, fmt.Errorf("setting PRAGMA %s on the SQLite writer: %w", p, err)
 		}
+	}
+	if !writer {
+		return c, nil
 	}
 	if err := c.cacheWorkflows(); err != nil {
 		return nil, err

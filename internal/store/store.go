@@ -56,7 +56,13 @@ type Store struct {
 	engine Engine
 	write  *sql.DB // SQLite: written by commitLoop alone, BEGIN IMMEDIATE; PostgreSQL: the pool
 	read   *sql.DB // SQLite: a pool of read-only connections; PostgreSQL: the same pool
-	binds  sync.Map
+	// claims is SQLite's connection for claims' candidates (CommandCandidates), opened as the
+	// writer's is (openLiteReader): a claim that finds it free (claimsMu) reads through it,
+	// one that does not through read's pool. database/sql and its driver's conversion of
+	// every column were two thirds of a claim's read (a command's row has 30 columns).
+	claims   *liteConn
+	claimsMu sync.Mutex
+	binds    sync.Map
 	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
 	// per database (database/sql prepares them once per connection).
 	readStmts stmtCache
@@ -548,6 +554,12 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		r.SetMaxOpenConns(8)
 		r.SetMaxIdleConns(8)
 		s.read = r
+		if s.claims, err = openLiteReader(target, append(slices.Clone(common), "synchronous(NORMAL)", "query_only(1)")); err != nil {
+			lite.close()
+			r.Close()
+			w.Close()
+			return nil, fmt.Errorf("opening sqlite store %s for claims: %w", target, err)
+		}
 		// Checkpoints flush the database file whatever the setting; NORMAL skips only the
 		// WAL's flush, which this connection never writes.
 		c, err := sql.Open("sqlite", dsn("synchronous(NORMAL)"))
@@ -645,6 +657,11 @@ func (s *Store) Close() error {
 	}
 	s.readStmts.close()
 	var errs []error
+	if s.claims != nil {
+		s.claimsMu.Lock()
+		errs = append(errs, s.claims.close())
+		s.claimsMu.Unlock()
+	}
 	if s.lite != nil {
 		errs = append(errs, s.lite.close())
 	}
