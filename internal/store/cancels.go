@@ -32,7 +32,9 @@ const MaxPendingCancels = 4096
 // PendingCancels lists the cancels agentID is still to be told, oldest first
 // (commands_cancel_pending).
 func (s *Store) PendingCancels(ctx context.Context, agentID string) ([]Cancel, error) {
-	rows, err := s.queryRows(ctx, `SELECT `+cancelCols+` FROM commands WHERE target_agent = ? AND cancel_requested_at > 0
+	query, done := s.hotQuery() // (read at every agent's connection)
+	defer done()
+	rows, err := query(ctx, `SELECT `+cancelCols+` FROM commands WHERE target_agent = ? AND cancel_requested_at > 0
 		ORDER BY cancel_requested_at, id LIMIT ?`, agentID, MaxPendingCancels)
 	return collect(rows, err, "cancels of agent "+agentID, scanCancel)
 }

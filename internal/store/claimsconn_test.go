@@ -6,9 +6,9 @@ import (
 	"testing"
 )
 
-// A claim's candidates read the same through the claims connection, which a claim that finds
-// it free uses, as through the read pool, which one uses while another claim holds it: every
-// column of every command, in the same order.
+// A claim's candidates, and an agent's pending cancels, read the same through the claims
+// connection, which a read that finds it free uses, as through the read pool, which one uses
+// while another read holds it: every column of every row, in the same order.
 func TestClaimCandidatesReadTheSameOnEitherConnection(t *testing.T) {
 	ctx := context.Background()
 	s := openTempSQLite(t)
@@ -53,5 +53,32 @@ func TestClaimCandidatesReadTheSameOnEitherConnection(t *testing.T) {
 	}
 	if len(viaClaims) != 5 || !reflect.DeepEqual(viaClaims, viaPool) {
 		t.Errorf("candidates through the claims connection:\n%+v\nthrough the read pool:\n%+v\nwant the same 5", viaClaims, viaPool)
+	}
+
+	// Two of them asked to be cancelled: the agent's pending cancels, through either.
+	if err := s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(ctx, `UPDATE commands SET state = 'delivered', cancel_requested_at = 7 WHERE target_agent = 'a'`)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cancels := func() []Cancel {
+		t.Helper()
+		cs, err := s.PendingCancels(ctx, "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cs
+	}
+	before = s.claims.statements.Load()
+	freeCancels := cancels()
+	if s.claims.statements.Load() == before {
+		t.Error("pending cancels read with the claims connection free did not go through it")
+	}
+	s.claimsMu.Lock()
+	heldCancels := cancels()
+	s.claimsMu.Unlock()
+	if len(freeCancels) != 2 || !reflect.DeepEqual(freeCancels, heldCancels) {
+		t.Errorf("pending cancels through the claims connection %+v, through the read pool %+v: want the same 2", freeCancels, heldCancels)
 	}
 }

@@ -914,15 +914,8 @@ func (t *Tx) ClaimNewCommands(ctx context.Context, agentID, kind, siteID, nodeID
 // that every command assigned to the agent was offered on its connection, or looked for them
 // a moment ago (Engine.Claim).
 func (s *Store) CommandCandidates(ctx context.Context, agentID, kind, siteID, nodeID string, generation uint64, limit int, assigned bool, offered func(id string) bool, sent int, holderKinds ...string) ([]Command, error) {
-	query := func(ctx context.Context, q string, args ...any) (rowsIter, error) {
-		return s.queryRows(ctx, q, args...)
-	}
-	if s.claims != nil && s.claimsMu.TryLock() {
-		defer s.claimsMu.Unlock()
-		query = func(_ context.Context, q string, args ...any) (rowsIter, error) {
-			return s.claims.query(q, args)
-		}
-	}
+	query, done := s.hotQuery()
+	defer done()
 	return s.claimCandidates(ctx, query, s.nowMicros(), agentID, kind, siteID, nodeID, generation, limit, assigned, offered, sent, holderKinds)
 }
 

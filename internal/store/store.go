@@ -56,10 +56,11 @@ type Store struct {
 	engine Engine
 	write  *sql.DB // SQLite: written by commitLoop alone, BEGIN IMMEDIATE; PostgreSQL: the pool
 	read   *sql.DB // SQLite: a pool of read-only connections; PostgreSQL: the same pool
-	// claims is SQLite's connection for claims' candidates (CommandCandidates), opened as the
-	// writer's is (openLiteReader): a claim that finds it free (claimsMu) reads through it,
-	// one that does not through read's pool. database/sql and its driver's conversion of
-	// every column were two thirds of a claim's read (a command's row has 30 columns).
+	// claims is SQLite's connection for the reads made for every claim and every agent's
+	// connection (hotQuery: CommandCandidates, PendingCancels), opened as the writer's is
+	// (openLiteReader): a read that finds it free (claimsMu) goes through it, one that does not
+	// through read's pool. database/sql and its driver's conversion of every column were two
+	// thirds of a claim's read (a command's row has 30 columns).
 	claims   *liteConn
 	claimsMu sync.Mutex
 	binds    sync.Map
@@ -1983,6 +1984,20 @@ func (s *Store) readStmt(ctx context.Context, q string) *sql.Stmt {
 		return nil
 	}
 	return s.readStmts.get(ctx, s.read, q)
+}
+
+// hotQuery is the query of the reads made for every claim and every agent's connection: the
+// claims connection's when no other read holds it (done hands it back once the rows are
+// closed), else, and on PostgreSQL, the read pool's.
+func (s *Store) hotQuery() (query func(ctx context.Context, q string, args ...any) (rowsIter, error), done func()) {
+	if s.claims != nil && s.claimsMu.TryLock() {
+		return func(_ context.Context, q string, args ...any) (rowsIter, error) {
+			return s.claims.query(q, args)
+		}, s.claimsMu.Unlock
+	}
+	return func(ctx context.Context, q string, args ...any) (rowsIter, error) {
+		return s.queryRows(ctx, q, args...)
+	}, func() {}
 }
 
 func (s *Store) queryRows(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
