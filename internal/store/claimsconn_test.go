@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"path/filepath"
 	"reflect"
 	"testing"
 )
@@ -80,5 +81,23 @@ func TestClaimCandidatesReadTheSameOnEitherConnection(t *testing.T) {
 	s.claimsMu.Unlock()
 	if len(freeCancels) != 2 || !reflect.DeepEqual(freeCancels, heldCancels) {
 		t.Errorf("pending cancels through the claims connection %+v, through the read pool %+v: want the same 2", freeCancels, heldCancels)
+	}
+}
+
+// A read made after the store closed gets an error, not a crash on the closed claims
+// connection.
+func TestHotReadsAfterCloseFail(t *testing.T) {
+	s, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "bcd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CommandCandidates(context.Background(), "a", "site", "s", "", 0, 10, true, nil, 0); err == nil {
+		t.Error("claim candidates read after the store closed: no error")
+	}
+	if _, err := s.PendingCancels(context.Background(), "a"); err == nil {
+		t.Error("pending cancels read after the store closed: no error")
 	}
 }

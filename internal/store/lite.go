@@ -168,7 +168,7 @@ func openLite(path string, pragmas []string) (*liteConn, error) {
 }
 
 // openLiteReader opens a connection that only reads, as openLite opens the writer's: SQLite's
-// own interface, without SQLITE's connection mutex (its user holds one of its own), through
+// own interface, without SQLite's connection mutex (its user holds one of its own), through
 // SQLite's own VFS and without the writer's workflow cache.
 func openLiteReader(path string, pragmas []string) (*liteConn, error) {
 	return openLiteConn(path, pragmas, false)
@@ -176,6 +176,10 @@ func openLiteReader(path string, pragmas []string) (*liteConn, error) {
 
 func openLiteConn(path string, pragmas []string, writer bool) (_ *liteConn, err error) {
 	separatePageCaches() // (Open did; a test may open the writer alone)
+	role := "the SQLite writer"
+	if !writer {
+		role = "the SQLite reader"
+	}
 	c := &liteConn{tls: libc.NewTLS(), stmts: map[string]*liteStmt{}}
 	defer func() {
 		if err != nil {
@@ -201,11 +205,11 @@ func openLiteConn(path string, pragmas []string, writer bool) (_ *liteConn, err 
 		sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_CREATE|sqlite3.SQLITE_OPEN_NOMUTEX|sqlite3.SQLITE_OPEN_EXRESCODE, vfs)
 	c.db = c.outPtr(0)
 	if rc != sqlite3.SQLITE_OK {
-		return nil, fmt.Errorf("opening the SQLite store %s for writing: %w", path, c.errorOf(rc))
+		return nil, fmt.Errorf("opening the SQLite store %s for %s: %w", path, role, c.errorOf(rc))
 	}
 	for _, p := range pragmas {
 		if _, err := c.exec("PRAGMA "+p, nil); err != nil {
-			return nil, fmt.Errorf("setting PRAGMA %s on the SQLite writer: %w", p, err)
+			return nil, fmt.Errorf("setting PRAGMA %s on %s: %w", p, role, err)
 		}
 	}
 	if !writer {

@@ -63,7 +63,9 @@ type Store struct {
 	// thirds of a claim's read (a command's row has 30 columns).
 	claims   *liteConn
 	claimsMu sync.Mutex
-	binds    sync.Map
+	// claimsShut: Close closed claims (under claimsMu); reads go to the pool, which says so.
+	claimsShut bool
+	binds      sync.Map
 	// SQLite re-parses every statement it is not given prepared: prepared statements are kept
 	// per database (database/sql prepares them once per connection).
 	readStmts stmtCache
@@ -661,6 +663,7 @@ func (s *Store) Close() error {
 	if s.claims != nil {
 		s.claimsMu.Lock()
 		errs = append(errs, s.claims.close())
+		s.claimsShut = true
 		s.claimsMu.Unlock()
 	}
 	if s.lite != nil {
@@ -1991,9 +1994,12 @@ func (s *Store) readStmt(ctx context.Context, q string) *sql.Stmt {
 // closed), else, and on PostgreSQL, the read pool's.
 func (s *Store) hotQuery() (query func(ctx context.Context, q string, args ...any) (rowsIter, error), done func()) {
 	if s.claims != nil && s.claimsMu.TryLock() {
-		return func(_ context.Context, q string, args ...any) (rowsIter, error) {
-			return s.claims.query(q, args)
-		}, s.claimsMu.Unlock
+		if !s.claimsShut {
+			return func(_ context.Context, q string, args ...any) (rowsIter, error) {
+				return s.claims.query(q, args)
+			}, s.claimsMu.Unlock
+		}
+		s.claimsMu.Unlock()
 	}
 	return func(ctx context.Context, q string, args ...any) (rowsIter, error) {
 		return s.queryRows(ctx, q, args...)
