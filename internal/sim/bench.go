@@ -252,6 +252,11 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	rep = Report{Engine: h.control().Engine(), Nodes: n}
 	lost0, _ := h.control().CommandsLost(ctx)
 	defer func() { h.finish(ctx, &rep, lost0) }()
+	// Each phase's machines' keys are made before it is timed (Sim.MakeKeys): a ramdisk's each,
+	// and in deployment the installed system's too.
+	if err := h.Sim.MakeKeys(ctx, n-h.Sim.keys.left()); err != nil {
+		return rep, err
+	}
 	t0, err := h.mark(ctx)
 	if err != nil {
 		return rep, err
@@ -266,6 +271,9 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err != nil {
 		return rep, err
 	}
+	if err := h.Sim.MakeKeys(ctx, 2*len(ids)-h.Sim.keys.left()); err != nil {
+		return rep, err
+	}
 	t1, err := h.mark(ctx)
 	if err != nil {
 		return rep, err
@@ -276,6 +284,9 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	phase, ids, err = h.measure(ctx, "deploy → deployed", ids, t1, "deployed", timeout, progress)
 	rep.Phases = append(rep.Phases, phase)
 	if err != nil {
+		return rep, err
+	}
+	if err := h.Sim.MakeKeys(ctx, len(ids)-h.Sim.keys.left()); err != nil {
 		return rep, err
 	}
 	t2, err := h.mark(ctx)
@@ -523,6 +534,9 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 		if !nd.Accepted {
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
 		}
+	}
+	if err := h.Sim.MakeKeys(ctx, len(ids)-h.Sim.keys.left()); err != nil {
+		return rep, err
 	}
 	t2, err := h.mark(ctx)
 	if err != nil {

@@ -217,8 +217,13 @@ func (s *Sim) ramdiskOverGateway(ctx context.Context, m *Machine, token string) 
 	h := s.handler(boot, g, func(ctx context.Context, cmd agentlink.Command) ([]byte, error) {
 		return s.ramdiskCommand(ctx, boot, m, cmd)
 	})
+	// A key made ahead, if any is left (Sim.MakeKeys): the link makes its request with it.
+	var key crypto.Signer
+	if k, _, ok := s.keys.take(); ok {
+		key = k
+	}
 	link, err := dialRetrying(ctx, agentlink.Config{GatewayURL: s.cfg.Gateway.URL, CAPEM: s.cfg.Gateway.CAPEM, Dial: s.cfg.Gateway.Dial, Kind: agentlink.KindNode,
-		DiscoveryToken: token, Hints: agentlink.NodeHints{ProductUUID: m.UUID, MACs: m.MACs}, Logger: quiet(), AgentVersion: "sim-ramdisk",
+		Key: key, DiscoveryToken: token, Hints: agentlink.NodeHints{ProductUUID: m.UUID, MACs: m.MACs}, Logger: quiet(), AgentVersion: "sim-ramdisk",
 		Received: s.received(boot, g)}, h)
 	if err != nil {
 		if ctx.Err() == nil {

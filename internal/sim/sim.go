@@ -57,8 +57,12 @@ func (s *Sim) cpuBound(ctx context.Context, f func()) error {
 	return nil
 }
 
-// keyAndCSR makes a simulated machine's key and certificate request named name (cpuBound).
+// keyAndCSR is a simulated machine's key and certificate request named name: one made ahead
+// (MakeKeys) if any is left, else one made now (cpuBound).
 func (s *Sim) keyAndCSR(ctx context.Context, name string) (key crypto.Signer, csr []byte, err error) {
+	if key, csr, ok := s.keys.take(); ok {
+		return key, csr, nil
+	}
 	if gerr := s.cpuBound(ctx, func() { key, csr, err = pki.NewKeyAndCSR(name) }); gerr != nil {
 		return nil, nil, gerr
 	}
@@ -316,6 +320,8 @@ type Sim struct {
 	deaths, ramdiskDeaths atomic.Int32
 	// conns numbers the simulated ramdisks' connections.
 	conns atomic.Int64
+	// keys are the machines' keys made ahead (MakeKeys).
+	keys keyStock
 }
 
 // SetSiteIdentity gives the in-process site agent the key and certificate it signs site
