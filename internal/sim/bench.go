@@ -252,9 +252,10 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	rep = Report{Engine: h.control().Engine(), Nodes: n}
 	lost0, _ := h.control().CommandsLost(ctx)
 	defer func() { h.finish(ctx, &rep, lost0) }()
-	// Each phase's machines' keys are made before it is timed (Sim.MakeKeys): a ramdisk's each,
-	// and in deployment the installed system's too.
-	if err := h.Sim.MakeKeys(ctx, n-h.Sim.keys.left()); err != nil {
+	// Each phase's machines' keys and presignatures are made before it is timed (prepare): in
+	// enrolment a ramdisk boot and two signed results (diagnostics, wipe) a machine, in
+	// deployment two boots (the ramdisk, the installed system), in release a boot and a wipe.
+	if err := h.prepare(ctx, n, 2*n); err != nil {
 		return rep, err
 	}
 	t0, err := h.mark(ctx)
@@ -271,7 +272,7 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err != nil {
 		return rep, err
 	}
-	if err := h.Sim.MakeKeys(ctx, 2*len(ids)-h.Sim.keys.left()); err != nil {
+	if err := h.prepare(ctx, 2*len(ids), 0); err != nil {
 		return rep, err
 	}
 	t1, err := h.mark(ctx)
@@ -286,7 +287,7 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	if err != nil {
 		return rep, err
 	}
-	if err := h.Sim.MakeKeys(ctx, len(ids)-h.Sim.keys.left()); err != nil {
+	if err := h.prepare(ctx, len(ids), len(ids)); err != nil {
 		return rep, err
 	}
 	t2, err := h.mark(ctx)
@@ -299,6 +300,16 @@ func (h *Harness) RunPhases(ctx context.Context, n int, timeout time.Duration, p
 	phase, _, err = h.measure(ctx, "undeploy → ready", ids, t2, "ready", timeout, progress)
 	rep.Phases = append(rep.Phases, phase)
 	return rep, err
+}
+
+// prepare makes, before a phase is timed, what its simulated machines make on their own
+// processors (Sim.MakeKeys, Sim.MakePresignatures): keys for its boots and presignatures for
+// its signed results, less what is left from the phase before.
+func (h *Harness) prepare(ctx context.Context, boots, signatures int) error {
+	if err := h.Sim.MakeKeys(ctx, boots-h.Sim.keys.left()); err != nil {
+		return err
+	}
+	return h.Sim.MakePresignatures(ctx, signatures-h.Sim.presigs.left())
 }
 
 // finish adds what the whole run did to rep: commands run (and run twice), agent deaths, lost
@@ -535,7 +546,7 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
 		}
 	}
-	if err := h.Sim.MakeKeys(ctx, len(ids)-h.Sim.keys.left()); err != nil {
+	if err := h.prepare(ctx, len(ids), len(ids)); err != nil {
 		return rep, err
 	}
 	t2, err := h.mark(ctx)
