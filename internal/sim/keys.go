@@ -53,10 +53,8 @@ func (k *keyStock) take() (crypto.Signer, []byte, bool) {
 		start = k.ends[n-2]
 	}
 	rec := k.buf[start:k.ends[n-1]]
-	key := &ecdsa.PrivateKey{
-		PublicKey: ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(rec[keyScalar : 2*keyScalar]), Y: new(big.Int).SetBytes(rec[2*keyScalar : 3*keyScalar])},
-		D:         new(big.Int).SetBytes(rec[:keyScalar]),
-	}
+	x, y := new(big.Int).SetBytes(rec[keyScalar:2*keyScalar]), new(big.Int).SetBytes(rec[2*keyScalar:3*keyScalar])
+	key := &ecdsa.PrivateKey{PublicKey: ecdsa.PublicKey{Curve: elliptic.P256(), X: x, Y: y}, D: new(big.Int).SetBytes(rec[:keyScalar])}
 	csr := append([]byte(nil), rec[3*keyScalar:]...)
 	k.buf, k.ends = k.buf[:start], k.ends[:n-1]
 	if n == 1 {
@@ -124,12 +122,12 @@ func (s *Sim) MakeKeys(ctx context.Context, n int) error {
 // machines sign on their own processors. Results once the stock is spent are signed as before.
 func (s *Sim) MakePresignatures(ctx context.Context, n int) error { return s.presigs.make(ctx, n) }
 
-// presigStock holds ECDSA P-256 presignatures made ahead (Sim.MakePresignatures): for a random nonce k,
-// r (the x coordinate of k·G, mod the group's order n) and k⁻¹ mod n, each used once. Neither
-// depends on the key that signs: with them a simulated machine's signature over a digest e by
-// its key d is s = k⁻¹(e + r·d) mod n, two multiplications, where Go's signing computes k·G
-// then (most of its 40–50 µs here). The result is an ordinary ECDSA signature, which the
-// server verifies as any other. Packed without pointers, as the keys.
+// presigStock holds ECDSA P-256 presignatures made ahead (Sim.MakePresignatures): for a
+// random nonce k, r (the x coordinate of k·G, mod the group's order n) and k⁻¹ mod n, each
+// used once. Neither depends on the key that signs: with them a simulated machine's signature
+// over a digest e by its key d is s = k⁻¹(e + r·d) mod n, two multiplications, where Go's
+// signing computes k·G then (most of its 40–50 µs here). The result is an ordinary ECDSA
+// signature, which the server verifies as any other. Packed without pointers, as the keys.
 type presigStock struct {
 	mu  sync.Mutex
 	buf []byte // records of presigSize bytes: r, then k⁻¹
