@@ -546,7 +546,9 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
 		}
 	}
-	if err := h.prepare(ctx, len(ids), len(ids)); err != nil {
+	// Whichever the verb, a machine boots at most twice and signs at most two results (a
+	// deployment: its ramdisk and its system; a manage: a diagnostic and a wipe).
+	if err := h.prepare(ctx, 2*len(ids), 2*len(ids)); err != nil {
 		return rep, err
 	}
 	t2, err := h.mark(ctx)
