@@ -546,8 +546,8 @@ func (h *Harness) RunBulk(ctx context.Context, n int, verb string, required int,
 			return rep, fmt.Errorf("node %s refused: %s", nd.Node, nd.Error)
 		}
 	}
-	// Whichever the verb, a machine boots at most twice and signs at most two results (a
-	// deployment: its ramdisk and its system; a manage: a diagnostic and a wipe).
+	// Whichever the verb, a machine boots at most twice (a deployment: its ramdisk, then its
+	// system) and signs at most two results (a retirement's crypto-erase signs one).
 	if err := h.prepare(ctx, 2*len(ids), 2*len(ids)); err != nil {
 		return rep, err
 	}
