@@ -128,6 +128,8 @@ func StartReplicas(ctx context.Context, stores []*store.Store, cfg Config, ecfg 
 	}
 	cfg.SiteID = site.ID
 	h := &Harness{Store: st, stores: stores, Metal: svc, Engine: engines[0], engines: engines, Sim: New(cfg, link), Admin: auth.Principal{Name: "sim", Role: auth.Admin}, SiteID: site.ID, CA: ca, done: make(chan struct{})}
+	// A verb that queued a wake-up nudges the reconcilers, as bcd server's does its engine.
+	svc.OnWake(h.nudge)
 	key, csr, err := pki.NewKeyAndCSR("sim-site-1")
 	if err != nil {
 		return nil, err
