@@ -120,7 +120,14 @@ func (s *Sim) MakeKeys(ctx context.Context, n int) error {
 // MakePresignatures makes n presignatures ahead (presigStock) for the simulated machines'
 // next signed results to take, one each, instead of computing k·G as they sign: a fleet's
 // machines sign on their own processors. Results once the stock is spent are signed as before.
-func (s *Sim) MakePresignatures(ctx context.Context, n int) error { return s.presigs.make(ctx, n) }
+// Machines that reach the server over its gateway sign as the real agent does (agentlink),
+// with none: none is made for them.
+func (s *Sim) MakePresignatures(ctx context.Context, n int) error {
+	if s.cfg.Gateway != nil {
+		return nil
+	}
+	return s.presigs.make(ctx, n)
+}
 
 // presigStock holds ECDSA P-256 presignatures made ahead (Sim.MakePresignatures): for a
 // random nonce k, r (the x coordinate of k·G, mod the group's order n) and k⁻¹ mod n, each
