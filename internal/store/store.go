@@ -567,6 +567,7 @@ func open(ctx context.Context, dsn string, walLimit int64) (*Store, error) {
 		// WAL's flush, which this connection never writes.
 		c, err := sql.Open("sqlite", dsn("synchronous(NORMAL)"))
 		if err != nil {
+			s.claims.close()
 			lite.close()
 			r.Close()
 			w.Close()
