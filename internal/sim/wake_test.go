@@ -40,22 +40,15 @@ func TestVerbsNudgeTheReconcilers(t *testing.T) {
 	waitState(t, h, node.ID, "deployed")
 }
 
-// waitState polls until the node rests in want, for at most 20 s: before the reconcilers'
-// sweep for stranded nodes (every 30 s) would find it.
+// waitState waits until the node rests (Harness.WaitRest) for at most 20 s, before the
+// reconcilers' sweep for stranded nodes (every 30 s) would find it, and wants it in want.
 func waitState(t *testing.T, h *Harness, id, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		n, err := h.Store.Node(context.Background(), id, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n.State == want && n.TargetState == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node still %s (target %q) after 20 s, want %s: no reconciler was woken", n.State, n.TargetState, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+	got, err := h.WaitRest(context.Background(), []string{id}, 20*time.Second)
+	if err != nil {
+		t.Fatalf("%v, want it %s: no reconciler was woken", err, want)
+	}
+	if n := got[id]; n.State != want {
+		t.Fatalf("node rests in %s, want %s", n.State, want)
 	}
 }
