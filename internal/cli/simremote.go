@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -85,8 +86,8 @@ type serverMetrics struct {
 	writer store.WriterStats
 	// gate: the engine's CPU gate (bcd_engine_cpu_gate_*; zero from a server without them).
 	gate engine.GateStats
-	// waits: bcd_command_queue_wait_seconds' count and sum, its kinds summed by where they run
-	// (site, ramdisk); kinds this client does not know are left out.
+	// waits: bcd_command_queue_wait_seconds' count, sum and buckets, its kinds summed by where
+	// they run (site, ramdisk); kinds this client does not know are left out.
 	waits map[string]sim.WaitTotal
 }
 
@@ -117,8 +118,7 @@ func (m serverMetrics) plus(c serverMetrics) serverMetrics {
 	waits := make(map[string]sim.WaitTotal, len(m.waits))
 	for _, from := range []map[string]sim.WaitTotal{m.waits, c.waits} {
 		for on, w := range from {
-			t := waits[on]
-			waits[on] = sim.WaitTotal{Commands: t.Commands + w.Commands, Sum: t.Sum + w.Sum}
+			waits[on] = waits[on].Plus(w)
 		}
 	}
 	m.waits = waits
@@ -375,8 +375,8 @@ func (c *apiControl) say(format string, args ...any) {
 // parseMetrics reads bcd_nodes{state="…"}, process_resident_memory_bytes,
 // bcd_commands_lost_total, process_cpu_seconds_total, go_memstats_alloc_bytes_total,
 // bcd_gateway_connections_total, process_start_time_seconds, the SQLite writer's counters, the
-// CPU gate's and the count and sum of bcd_command_queue_wait_seconds from a Prometheus text
-// exposition.
+// CPU gate's and the count, sum and buckets of bcd_command_queue_wait_seconds from a Prometheus
+// text exposition.
 func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	m := serverMetrics{states: map[string]int{}, waits: map[string]sim.WaitTotal{}}
 	value := func(line, v string) (float64, error) {
@@ -409,6 +409,34 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
+		case strings.HasPrefix(line, waitSeries+`_bucket{kind="`):
+			rest := strings.TrimPrefix(line, waitSeries+`_bucket{kind="`)
+			kind, rest, ok1 := strings.Cut(rest, `",le="`)
+			le, v, ok2 := strings.Cut(rest, `"} `)
+			if !ok1 || !ok2 {
+				return serverMetrics{}, fmt.Errorf("server metrics: cannot read %q", line)
+			}
+			if le == "+Inf" {
+				continue // (the count)
+			}
+			bound, err := value(line, le)
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			f, err := value(line, v)
+			if err != nil {
+				return serverMetrics{}, err
+			}
+			k, err := command.Lookup(kind)
+			if err != nil {
+				continue // a kind of a newer server: not counted
+			}
+			w := m.waits[string(k.RunsOn)]
+			if w.Within == nil {
+				w.Within = map[time.Duration]int64{}
+			}
+			w.Within[time.Duration(math.Round(bound*float64(time.Second)))] += int64(f)
+			m.waits[string(k.RunsOn)] = w
 		case strings.HasPrefix(line, waitSeries+`_sum{kind="`), strings.HasPrefix(line, waitSeries+`_count{kind="`):
 			series, rest, _ := strings.Cut(line, `{kind="`)
 			kind, v, ok := strings.Cut(rest, `"} `)

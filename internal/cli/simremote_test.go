@@ -3,7 +3,7 @@ package cli
 import (
 	"bufio"
 	"encoding/json"
-	"maps"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +38,11 @@ func TestSimAgainstARunningServer(t *testing.T) {
 				// The server's, from its metrics: the CPU gate and the waits for an agent.
 				GateAdmitted int64 `json:"cpuGateAdmitted"`
 				Waits        map[string]struct {
-					Commands int
-					Mean     int64 `json:"meanNs"`
+					Commands  int
+					Mean      int64 `json:"meanNs"`
+					P50       int64 `json:"p50Ns"`
+					P99       int64 `json:"p99Ns"`
+					Estimated bool  `json:"estimatedFromBuckets"`
 				} `json:"agentWaits"`
 			}
 			PeakRSSMiB float64 `json:"peakRssMiB"`
@@ -57,6 +60,12 @@ func TestSimAgainstARunningServer(t *testing.T) {
 			if p.Nodes != 6 || p.Failed != 0 || p.NodesPerSec <= 0 || p.CPUOf != "agents" || p.WriterStatements <= 0 || p.WriterWALPages <= 0 || p.WriterCommits <= 0 ||
 				p.GateAdmitted <= 0 || p.Waits["site"].Commands < 6 || p.Waits["site"].Mean <= 0 || p.Waits["ramdisk"].Commands < 6 {
 				t.Errorf("run %d, %s: %+v", run+1, p.Name, p)
+			}
+			// The median and 99th percentile, from the server's buckets.
+			for on, w := range p.Waits {
+				if !w.Estimated || w.P50 <= 0 || w.P99 < w.P50 {
+					t.Errorf("run %d, %s: %s waits %+v: want p50 and p99 estimated from the server's buckets", run+1, p.Name, on, w)
+				}
 			}
 		}
 	}
@@ -113,6 +122,12 @@ bcd_engine_cpu_gate_admissions_total 900
 bcd_engine_cpu_gate_wait_seconds_total 4.5
 bcd_engine_cpu_gate_busy_seconds_total 0.75
 bcd_command_queue_wait_seconds_bucket{kind="bmc.power",le="0.001"} 1
+bcd_command_queue_wait_seconds_bucket{kind="bmc.power",le="0.002"} 4
+bcd_command_queue_wait_seconds_bucket{kind="bmc.power",le="+Inf"} 10
+bcd_command_queue_wait_seconds_bucket{kind="bmc.boot",le="0.001"} 2
+bcd_command_queue_wait_seconds_bucket{kind="bmc.boot",le="0.002"} 5
+bcd_command_queue_wait_seconds_bucket{kind="bmc.boot",le="+Inf"} 5
+bcd_command_queue_wait_seconds_bucket{kind="some.future.kind",le="0.001"} 9
 bcd_command_queue_wait_seconds_sum{kind="bmc.power"} 1.5
 bcd_command_queue_wait_seconds_count{kind="bmc.power"} 10
 bcd_command_queue_wait_seconds_sum{kind="bmc.boot"} 0.5
@@ -127,13 +142,24 @@ bcd_command_queue_wait_seconds_count{kind="some.future.kind"} 9
 		m.cpu != 12340*time.Millisecond || !m.cpuOK || m.allocBytes != 3967720 || !m.allocOK || m.gwConns != 5 ||
 		m.writer != (store.WriterStats{Busy: 3500 * time.Millisecond, CPU: 2250 * time.Millisecond, Groups: 40, Writes: 400, Statements: 5200, WALPages: 1300, Reprepares: 3}) ||
 		m.gate != (engine.GateStats{Slots: 1, Admitted: 900, Waited: 4500 * time.Millisecond, Busy: 750 * time.Millisecond}) ||
-		!maps.Equal(m.waits, map[string]sim.WaitTotal{"site": {Commands: 15, Sum: 2 * time.Second}, "ramdisk": {Commands: 5, Sum: 250 * time.Millisecond}}) {
+		!reflect.DeepEqual(m.waits, map[string]sim.WaitTotal{
+			// The site's kinds' buckets summed by bound (+Inf is the count); the ramdisk's
+			// kind gave none.
+			"site":    {Commands: 15, Sum: 2 * time.Second, Within: map[time.Duration]int64{time.Millisecond: 3, 2 * time.Millisecond: 9}},
+			"ramdisk": {Commands: 5, Sum: 250 * time.Millisecond}}) {
 		t.Fatalf("%+v %v", m, err)
 	}
-	// Carried over a restart: the waits add up, and neither reading's map is changed.
+	// Carried over a restart: the waits and their buckets add up, and neither reading's map is
+	// changed.
 	sum := m.plus(m)
-	if want := (sim.WaitTotal{Commands: 30, Sum: 4 * time.Second}); sum.waits["site"] != want || m.waits["site"].Commands != 15 {
+	want := sim.WaitTotal{Commands: 30, Sum: 4 * time.Second, Within: map[time.Duration]int64{time.Millisecond: 6, 2 * time.Millisecond: 18}}
+	if !reflect.DeepEqual(sum.waits["site"], want) || m.waits["site"].Commands != 15 || m.waits["site"].Within[time.Millisecond] != 3 {
 		t.Errorf("waits over a restart: %+v (the reading after: %+v), want site %+v and the reading unchanged", sum.waits, m.waits, want)
+	}
+	// A bucket line that is not one is refused, with the line.
+	if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(`bcd_command_queue_wait_seconds_bucket{kind="bmc.power"} 1` + "\n"))); err == nil ||
+		!strings.Contains(err.Error(), "cannot read") {
+		t.Errorf("a bucket without its bound: %v, want an error naming the line", err)
 	}
 	// A server that does not give its CPU or allocations has none read.
 	m, err = parseMetrics(bufio.NewScanner(strings.NewReader("process_cpu_seconds_total 1\n")))

@@ -585,10 +585,12 @@ func newDurations() *durations {
 		commands: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_command_duration_seconds",
 			Help: "Commands from queued to their final state, by kind and state (succeeded, failed, lost).", Buckets: buckets}, []string{"kind", "state"}),
 		// From an agent waiting on its stream (a millisecond) to one that is away or swamped
-		// (minutes).
+		// (minutes), each bound twice the last: a quantile read from them (histogram_quantile,
+		// bcd sim --server) is placed within a bucket, so the narrower they are the closer it
+		// is (a 4-fold bucket put a wait of 1.1 s anywhere between 1 and 4 s).
 		waits: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_command_queue_wait_seconds",
 			Help:    "Commands from queued to an agent's acknowledgement, by kind, observed when they end: a site whose agents fall behind shows here first.",
-			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10)}, []string{"kind"}),
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"kind"}),
 		workflows: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "bcd_workflow_duration_seconds",
 			Help: "Workflows from start to end, by profile and state (succeeded, failed, aborted).", Buckets: buckets}, []string{"profile", "state"}),
 	}

@@ -108,12 +108,15 @@ type Phase struct {
 }
 
 // Wait is how long commands waited for an agent: how many, the mean, and the median and the
-// 99th percentile (0 with --server, whose metrics give the count and the sum alone).
+// 99th percentile. With --server they are estimated from the server's histogram (Estimated:
+// within the bucket that holds them, as Prometheus' histogram_quantile does), or 0 from a
+// server whose metrics give the count and the sum alone.
 type Wait struct {
-	Commands int           `json:"commands"`
-	Mean     time.Duration `json:"meanNs"`
-	P50      time.Duration `json:"p50Ns,omitempty"`
-	P99      time.Duration `json:"p99Ns,omitempty"`
+	Commands  int           `json:"commands"`
+	Mean      time.Duration `json:"meanNs"`
+	P50       time.Duration `json:"p50Ns,omitempty"`
+	P99       time.Duration `json:"p99Ns,omitempty"`
+	Estimated bool          `json:"estimatedFromBuckets,omitempty"`
 }
 
 // waitsOf summarizes the waits by where the commands run (Wait), sorting them in place. Pure.
@@ -134,16 +137,59 @@ func waitsOf(by map[string][]time.Duration) map[string]Wait {
 }
 
 // waitsSince is what a server elsewhere counted of the waits for an agent between two readings
-// of its metrics: the commands and their mean wait, by where they run. Pure.
+// of its metrics: the commands and their mean wait, by where they run, and the median and 99th
+// percentile estimated from its histogram's buckets when it gave them. Pure.
 func waitsSince(before, after map[string]WaitTotal) map[string]Wait {
 	out := map[string]Wait{}
 	for on, a := range after {
 		b := before[on]
-		if n := a.Commands - b.Commands; n > 0 {
-			out[on] = Wait{Commands: int(n), Mean: (a.Sum - b.Sum) / time.Duration(n)}
+		n := a.Commands - b.Commands
+		if n <= 0 {
+			continue
 		}
+		w := Wait{Commands: int(n), Mean: (a.Sum - b.Sum) / time.Duration(n)}
+		if len(a.Within) > 0 {
+			within := make(map[time.Duration]int64, len(a.Within))
+			for le, c := range a.Within {
+				within[le] = c - b.Within[le]
+			}
+			p50, ok50 := Quantile(within, n, 0.5)
+			p99, ok99 := Quantile(within, n, 0.99)
+			if ok50 && ok99 {
+				w.P50, w.P99, w.Estimated = p50, p99, true
+			}
+		}
+		out[on] = w
 	}
 	return out
+}
+
+// Quantile estimates the q-quantile (0 < q < 1) of n observations from a histogram's cumulative
+// buckets (within: how many were at most each upper bound; those above the largest bound are
+// the rest of n), as Prometheus' histogram_quantile does: the observation of rank q·n is placed
+// linearly within the bucket that holds it, the first bucket beginning at 0. One in the
+// unbounded bucket (above every bound) gives the largest bound, a value it is at least. False
+// without observations or bounds, or with buckets that do not add up (a count above n, or one
+// below the bucket before it). Pure.
+func Quantile(within map[time.Duration]int64, n int64, q float64) (time.Duration, bool) {
+	if n <= 0 || len(within) == 0 || q <= 0 || q >= 1 {
+		return 0, false
+	}
+	bounds := slices.Sorted(maps.Keys(within))
+	rank := q * float64(n)
+	lower, below := time.Duration(0), int64(0)
+	for _, le := range bounds {
+		c := within[le]
+		if c < below || c > n || le < 0 {
+			return 0, false
+		}
+		if float64(c) >= rank && c > below {
+			frac := (rank - float64(below)) / float64(c-below)
+			return lower + time.Duration(frac*float64(le-lower)), true
+		}
+		lower, below = le, c
+	}
+	return bounds[len(bounds)-1], true
 }
 
 func (p Phase) String() string {
@@ -202,7 +248,11 @@ func (p Phase) String() string {
 		for i, on := range ons {
 			w := p.Waits[on]
 			if w.P50 == 0 && w.P99 == 0 {
-				parts[i] = fmt.Sprintf("%s mean %s", on, w.Mean.Round(time.Millisecond)) // (a server elsewhere)
+				parts[i] = fmt.Sprintf("%s mean %s", on, w.Mean.Round(time.Millisecond)) // (a server elsewhere, without buckets)
+				continue
+			}
+			if w.Estimated {
+				parts[i] = fmt.Sprintf("%s p50 ~%s p99 ~%s", on, w.P50.Round(time.Millisecond), w.P99.Round(time.Millisecond))
 				continue
 			}
 			parts[i] = fmt.Sprintf("%s p50 %s p99 %s", on, w.P50.Round(time.Millisecond), w.P99.Round(time.Millisecond))

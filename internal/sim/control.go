@@ -58,16 +58,33 @@ type ServerWork struct {
 	CPU         time.Duration
 	AllocBytes  int64
 	Connections int64
-	// Waits are the commands that ended and how long they waited for an agent in all, by where
-	// they run (bcd_command_queue_wait_seconds' count and sum, its kinds summed by their
+	// Waits are the commands that ended and how long they waited for an agent, by where they
+	// run (bcd_command_queue_wait_seconds' count, sum and buckets, its kinds summed by their
 	// target).
 	Waits map[string]WaitTotal
 }
 
-// WaitTotal is how many commands waited for an agent, and how long in all.
+// WaitTotal is how many commands waited for an agent, how long in all, and how many of them
+// waited at most each of the histogram's bounds (its cumulative buckets, the unbounded one left
+// out: that is Commands; nil from a server that gives none).
 type WaitTotal struct {
 	Commands int64
 	Sum      time.Duration
+	Within   map[time.Duration]int64
+}
+
+// Plus is t with o's commands, time and buckets added (neither's buckets changed). Pure.
+func (t WaitTotal) Plus(o WaitTotal) WaitTotal {
+	sum := WaitTotal{Commands: t.Commands + o.Commands, Sum: t.Sum + o.Sum}
+	if len(t.Within)+len(o.Within) > 0 {
+		sum.Within = make(map[time.Duration]int64, max(len(t.Within), len(o.Within)))
+		for _, from := range []map[time.Duration]int64{t.Within, o.Within} {
+			for le, c := range from {
+				sum.Within[le] += c
+			}
+		}
+	}
+	return sum
 }
 
 // NodeTime is a node's state, last update and, when it failed, its fault code.
