@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"io"
@@ -75,7 +76,9 @@ func (e *envelopeReader) Read(p []byte) (int, error) {
 func (e *envelopeReader) Close() error { return e.body.Close() }
 
 // The gateway compresses a message for an agent that accepts gzip only from CompressMinBytes
-// on: a frame of one small command goes as it is, a large one compressed.
+// on: a frame of one small command goes as it is, and so does one of about 2 KiB (a join's
+// answer, a certificate and the CA's, is about 1.1 KiB that gzip shrinks by an eighth), a
+// large one compressed.
 func TestOnlyLargeFramesAreCompressed(t *testing.T) {
 	env := start(t)
 	site := gateway.AgentRef{Kind: pki.KindSiteAgent, SiteID: "s1", AgentID: "a1"}
@@ -111,6 +114,15 @@ func TestOnlyLargeFramesAreCompressed(t *testing.T) {
 		}
 	}
 	receive("small")
+	medium, err := json.Marshal(map[string]string{"cert": base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{0x30, 0x82, 0x02, 0x1c, 0xa0, 0x03}, 256))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(medium) < 2<<10 || len(medium) >= gateway.CompressMinBytes {
+		t.Fatalf("the medium command's arguments are %d bytes: want 2 KiB to CompressMinBytes (%d)", len(medium), gateway.CompressMinBytes)
+	}
+	env.Queue.Enqueue(site, gateway.Command{ID: "medium", Kind: "bmc.power", Args: medium})
+	receive("medium")
 	env.Queue.Enqueue(site, gateway.Command{ID: "large", Kind: "bmc.power", Args: large})
 	receive("large")
 	_ = s.CloseRequest()
@@ -138,8 +150,10 @@ func TestOnlyLargeFramesAreCompressed(t *testing.T) {
 			found[c.GetId()] = e
 		}
 	}
-	if e, ok := found["small"]; !ok || e.flags&0x01 != 0 {
-		t.Errorf("the small command's frame: seen %v, flags %#x; want it uncompressed", ok, e.flags)
+	for _, id := range []string{"small", "medium"} {
+		if e, ok := found[id]; !ok || e.flags&0x01 != 0 {
+			t.Errorf("the %s command's frame: seen %v, flags %#x; want it uncompressed", id, ok, e.flags)
+		}
 	}
 	e, ok := found["large"]
 	if !ok || e.flags&0x01 == 0 {
