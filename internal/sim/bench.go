@@ -153,8 +153,8 @@ func waitsSince(before, after map[string]WaitTotal) map[string]Wait {
 			for le, c := range a.Within {
 				within[le] = c - b.Within[le]
 			}
-			p50, ok50 := Quantile(within, n, 0.5)
-			p99, ok99 := Quantile(within, n, 0.99)
+			p50, ok50 := quantile(within, n, 0.5)
+			p99, ok99 := quantile(within, n, 0.99)
 			if ok50 && ok99 {
 				w.P50, w.P99, w.Estimated = p50, p99, true
 			}
@@ -164,14 +164,14 @@ func waitsSince(before, after map[string]WaitTotal) map[string]Wait {
 	return out
 }
 
-// Quantile estimates the q-quantile (0 < q < 1) of n observations from a histogram's cumulative
+// quantile estimates the q-quantile (0 < q < 1) of n observations from a histogram's cumulative
 // buckets (within: how many were at most each upper bound; those above the largest bound are
 // the rest of n), as Prometheus' histogram_quantile does: the observation of rank q·n is placed
 // linearly within the bucket that holds it, the first bucket beginning at 0. One in the
 // unbounded bucket (above every bound) gives the largest bound, a value it is at least. False
 // without observations or bounds, or with buckets that do not add up (a count above n, or one
 // below the bucket before it). Pure.
-func Quantile(within map[time.Duration]int64, n int64, q float64) (time.Duration, bool) {
+func quantile(within map[time.Duration]int64, n int64, q float64) (time.Duration, bool) {
 	if n <= 0 || len(within) == 0 || q <= 0 || q >= 1 {
 		return 0, false
 	}

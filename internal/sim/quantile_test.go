@@ -29,9 +29,9 @@ func TestQuantileFromBuckets(t *testing.T) {
 		{"q outside (0, 1)", map[time.Duration]int64{ms: 10}, 10, 1, 0, false},
 	}
 	for _, c := range cases {
-		got, ok := Quantile(c.within, c.n, c.q)
+		got, ok := quantile(c.within, c.n, c.q)
 		if got != c.want || ok != c.ok {
-			t.Errorf("%s: Quantile(%v, %d, %g) = %s, %v; want %s, %v", c.name, c.within, c.n, c.q, got, ok, c.want, c.ok)
+			t.Errorf("%s: quantile(%v, %d, %g) = %s, %v; want %s, %v", c.name, c.within, c.n, c.q, got, ok, c.want, c.ok)
 		}
 	}
 }
