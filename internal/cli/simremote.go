@@ -409,40 +409,14 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case strings.HasPrefix(line, waitSeries+`_bucket{kind="`):
-			rest := strings.TrimPrefix(line, waitSeries+`_bucket{kind="`)
-			kind, rest, ok1 := strings.Cut(rest, `",le="`)
-			le, v, ok2 := strings.Cut(rest, `"} `)
-			if !ok1 || !ok2 {
-				return serverMetrics{}, fmt.Errorf("server metrics: cannot read %q", line)
-			}
-			if le == "+Inf" {
-				continue // (the count)
-			}
-			bound, err := value(line, le)
-			if err != nil {
-				return serverMetrics{}, err
-			}
-			f, err := value(line, v)
-			if err != nil {
-				return serverMetrics{}, err
-			}
-			k, err := command.Lookup(kind)
-			if err != nil {
-				continue // a kind of a newer server: not counted
-			}
-			w := m.waits[string(k.RunsOn)]
-			if w.Within == nil {
-				w.Within = map[time.Duration]int64{}
-			}
-			w.Within[time.Duration(math.Round(bound*float64(time.Second)))] += int64(f)
-			m.waits[string(k.RunsOn)] = w
-		case strings.HasPrefix(line, waitSeries+`_sum{kind="`), strings.HasPrefix(line, waitSeries+`_count{kind="`):
-			series, rest, _ := strings.Cut(line, `{kind="`)
-			kind, v, ok := strings.Cut(rest, `"} `)
+		case strings.HasPrefix(line, waitSeries+"_"):
+			series, kind, le, v, ok := waitLine(line)
 			if !ok {
 				return serverMetrics{}, fmt.Errorf("server metrics: cannot read %q", line)
 			}
+			if series == "" || le == "+Inf" {
+				continue // (another series; the count)
+			}
 			f, err := value(line, v)
 			if err != nil {
 				return serverMetrics{}, err
@@ -452,10 +426,20 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 				continue // a kind of a newer server: not counted
 			}
 			w := m.waits[string(k.RunsOn)]
-			if series == waitSeries+"_sum" {
+			switch series {
+			case "sum":
 				w.Sum += time.Duration(f * float64(time.Second))
-			} else {
+			case "count":
 				w.Commands += int64(f)
+			default: // a bucket
+				bound, err := value(line, le)
+				if err != nil {
+					return serverMetrics{}, err
+				}
+				if w.Within == nil {
+					w.Within = map[time.Duration]int64{}
+				}
+				w.Within[time.Duration(math.Round(bound*float64(time.Second)))] += int64(f)
 			}
 			m.waits[string(k.RunsOn)] = w
 		case strings.HasPrefix(line, `bcd_nodes{state="`):
@@ -484,6 +468,26 @@ func parseMetrics(sc *bufio.Scanner) (serverMetrics, error) {
 
 // waitSeries is the server's histogram of the commands' waits for an agent.
 const waitSeries = "bcd_command_queue_wait_seconds"
+
+// waitLine reads a line of waitSeries' bucket, sum or count series: the series, the command
+// kind, the bucket's bound (a bucket's only) and the value; series "" for another of its
+// series (a newer server's), not read. ok false: a line of those three that cannot be read.
+// Pure.
+func waitLine(line string) (series, kind, le, v string, ok bool) {
+	series, rest, _ := strings.Cut(strings.TrimPrefix(line, waitSeries+"_"), "{")
+	if series != "bucket" && series != "sum" && series != "count" {
+		return "", "", "", "", true
+	}
+	labels, v, ok := strings.Cut(strings.TrimPrefix(rest, `kind="`), `"} `)
+	if !ok || !strings.HasPrefix(rest, `kind="`) {
+		return "", "", "", "", false
+	}
+	if series == "bucket" {
+		kind, le, ok = strings.Cut(labels, `",le="`)
+		return series, kind, le, v, ok
+	}
+	return series, labels, "", v, true
+}
 
 // startRemoteSim prepares a running server for a simulation (the image it deploys, a site agent
 // join token) and starts simulated agents against it.

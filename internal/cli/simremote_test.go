@@ -128,6 +128,7 @@ bcd_command_queue_wait_seconds_bucket{kind="bmc.boot",le="0.001"} 2
 bcd_command_queue_wait_seconds_bucket{kind="bmc.boot",le="0.002"} 5
 bcd_command_queue_wait_seconds_bucket{kind="bmc.boot",le="+Inf"} 5
 bcd_command_queue_wait_seconds_bucket{kind="some.future.kind",le="0.001"} 9
+bcd_command_queue_wait_seconds_created{kind="bmc.power"} 1.7e+09
 bcd_command_queue_wait_seconds_sum{kind="bmc.power"} 1.5
 bcd_command_queue_wait_seconds_count{kind="bmc.power"} 10
 bcd_command_queue_wait_seconds_sum{kind="bmc.boot"} 0.5
@@ -156,10 +157,16 @@ bcd_command_queue_wait_seconds_count{kind="some.future.kind"} 9
 	if !reflect.DeepEqual(sum.waits["site"], want) || m.waits["site"].Commands != 15 || m.waits["site"].Within[time.Millisecond] != 3 {
 		t.Errorf("waits over a restart: %+v (the reading after: %+v), want site %+v and the reading unchanged", sum.waits, m.waits, want)
 	}
-	// A bucket line that is not one is refused, with the line.
-	if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(`bcd_command_queue_wait_seconds_bucket{kind="bmc.power"} 1` + "\n"))); err == nil ||
-		!strings.Contains(err.Error(), "cannot read") {
-		t.Errorf("a bucket without its bound: %v, want an error naming the line", err)
+	// A line of the wait series that cannot be read is refused, with the line.
+	for _, bad := range []string{
+		`bcd_command_queue_wait_seconds_bucket{kind="bmc.power"} 1`,
+		`bcd_command_queue_wait_seconds_sum{kind="bmc.power"}`,
+		`bcd_command_queue_wait_seconds_count{state="x"} 1`,
+		`bcd_command_queue_wait_seconds_bucket{kind="bmc.power",le="soon"} 1`,
+	} {
+		if _, err := parseMetrics(bufio.NewScanner(strings.NewReader(bad + "\n"))); err == nil || !strings.Contains(err.Error(), "bcd_command_queue_wait_seconds") {
+			t.Errorf("%s: %v, want an error naming the line", bad, err)
+		}
 	}
 	// A server that does not give its CPU or allocations has none read.
 	m, err = parseMetrics(bufio.NewScanner(strings.NewReader("process_cpu_seconds_total 1\n")))
