@@ -124,8 +124,9 @@ func (s *Server) peerIdentity(ctx context.Context) (pki.Identity, error) {
 		return pki.Identity{}, err
 	}
 	// The handshake verified it against the CAs trusted then; a rotation finished since may have
-	// retired its issuer.
-	if _, _, err := s.cfg.CA.Verify(leaf.Raw, s.cfg.Now()); errors.Is(err, pki.ErrUnknownCA) {
+	// retired its issuer. (The parsed leaf: the CA keeps it, not a second parse, while the
+	// connection holds it anyway.)
+	if _, _, err := s.cfg.CA.VerifyCert(leaf, s.cfg.Now()); errors.Is(err, pki.ErrUnknownCA) {
 		return pki.Identity{}, connect.NewError(connect.CodeUnauthenticated, fmt.Errorf("%s: %w: its CA is no longer trusted (the agent CA was rotated): the agent must join again", id, pki.ErrUnknownCA))
 	}
 	return id, nil

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -219,6 +220,64 @@ func TestVerifyRefuses(t *testing.T) {
 				t.Fatal("certificate or identity returned with an error")
 			}
 		})
+	}
+}
+
+// VerifyCert checks a parsed certificate as Verify checks its DER, and the certificate it keeps
+// for later calls (Verify's too) is the one it was given, not a second parse.
+func TestVerifyCertKeepsTheCertificateItWasGiven(t *testing.T) {
+	ca := newCA(t)
+	other, err := CreateCA("other CA", t0())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = time.Hour
+	issued := issue(t, ca, NodeIdentity("n", 1), ttl).cert
+	// Issued by this CA, but not in its memory of what it issued (another process's CA, the
+	// same key): the full checks run on the parsed certificate.
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := LoadCA(ca.CertPEM(), keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		ca   *CA
+		cert []byte
+		at   time.Time
+		want error
+	}{
+		{"issued here", ca, issued, t0(), nil},
+		{"verified in full", restarted, issued, t0(), nil},
+		{"expired", ca, issue(t, ca, NodeIdentity("m", 1), ttl).cert, t0().Add(ttl + time.Second), ErrCertExpired},
+		{"another CA's", ca, issue(t, other, NodeIdentity("n", 1), ttl).cert, t0(), ErrUnknownCA},
+		{"the CA itself", ca, ca.Certificate().Raw, t0(), ErrBadIdentity},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			given := parse(t, tt.cert)
+			cert, id, err := tt.ca.VerifyCert(given, tt.at)
+			wantErr(t, err, tt.want)
+			_, wantID, werr := tt.ca.Verify(tt.cert, tt.at)
+			wantErr(t, werr, tt.want)
+			if tt.want != nil {
+				return
+			}
+			if cert != given || id != wantID {
+				t.Fatalf("VerifyCert: %p %v, want the certificate given (%p) and %v", cert, id, given, wantID)
+			}
+			// Verify of the same DER afterwards finds the certificate given, kept.
+			again, _, err := tt.ca.Verify(tt.cert, tt.at)
+			if err != nil || again != given {
+				t.Fatalf("Verify after VerifyCert: %p %v, want the certificate given (%p)", again, err, given)
+			}
+		})
+	}
+	if _, _, err := ca.VerifyCert(nil, t0()); !errors.Is(err, ErrCertInvalid) {
+		t.Errorf("no certificate: %v, want ErrCertInvalid", err)
 	}
 }
 

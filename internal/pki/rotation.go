@@ -355,7 +355,7 @@ func (ca *CA) auditSet() *caSet {
 // verifyAudit is Verify against the CAs an audit accepts (auditSet), refusing a certificate of a
 // retired CA for a time after it was retired.
 func (ca *CA) verifyAudit(certDER []byte, at time.Time) (*x509.Certificate, Identity, error) {
-	cert, id, issuer, err := verifyWith(ca.auditSet(), certDER, at)
+	cert, id, issuer, err := verifyWith(ca.auditSet(), certDER, nil, at)
 	if err != nil {
 		return nil, Identity{}, err
 	}
