@@ -226,11 +226,17 @@ const clients = 32
 
 // each calls f(i) for i in [0, n) from up to clients goroutines and returns the first error.
 func each(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	return eachOn(ctx, clients, n, f)
+}
+
+// eachOn calls f(i) for i in [0, n) from up to workers goroutines and returns the first error
+// (ctx's if it ends first).
+func eachOn(ctx context.Context, workers, n int, f func(ctx context.Context, i int) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	next := make(chan int)
 	var wg sync.WaitGroup
-	for range min(clients, n) {
+	for range min(workers, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

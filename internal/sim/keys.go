@@ -8,12 +8,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/asn1"
-	"errors"
 	"fmt"
 	"math/big"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"bcd/internal/pki"
 )
@@ -94,7 +92,7 @@ func (s *Sim) MakeKeys(ctx context.Context, n int) error {
 		return nil
 	}
 	recs := make([][]byte, n)
-	err := onEveryProcessor(ctx, n, func(i int) error {
+	err := eachOn(ctx, runtime.GOMAXPROCS(0), n, func(_ context.Context, i int) error {
 		key, csr, err := pki.NewKeyAndCSR("sim-machine")
 		if err == nil {
 			recs[i], err = packKey(key, csr)
@@ -214,7 +212,7 @@ func (p *presigStock) make(ctx context.Context, n int) error {
 		return nil
 	}
 	recs := make([][]byte, n)
-	err := onEveryProcessor(ctx, n, func(i int) (err error) {
+	err := eachOn(ctx, runtime.GOMAXPROCS(0), n, func(_ context.Context, i int) (err error) {
 		recs[i], err = makePresig()
 		return err
 	})
@@ -228,29 +226,4 @@ func (p *presigStock) make(ctx context.Context, n int) error {
 		p.buf = append(p.buf, r...)
 	}
 	return nil
-}
-
-// onEveryProcessor runs f(i) for i in [0, n) on GOMAXPROCS goroutines; the first error, or
-// ctx's, ends it.
-func onEveryProcessor(ctx context.Context, n int, f func(i int) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	workers := min(runtime.GOMAXPROCS(0), n)
-	errs := make([]error, workers)
-	for w := range workers {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1) - 1)
-				if i >= n {
-					return
-				}
-				if err := f(i); err != nil {
-					errs[w] = err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	return errors.Join(append(errs, ctx.Err())...)
 }
