@@ -8,7 +8,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"encoding/asn1"
+	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"runtime"
 	"sync"
@@ -197,6 +199,25 @@ func (p *presigStock) sign(key crypto.Signer, digest []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return sig, true
+}
+
+// presigner is key signing with presignatures from stock (presigStock.sign), for pki's signing
+// functions to take in its place: errNoPresignature when none is left (or key takes none).
+type presigner struct {
+	key   crypto.Signer
+	stock *presigStock
+}
+
+// errNoPresignature: a presigner had none to sign with.
+var errNoPresignature = errors.New("no presignature left")
+
+func (p presigner) Public() crypto.PublicKey { return p.key.Public() }
+
+func (p presigner) Sign(_ io.Reader, digest []byte, _ crypto.SignerOpts) ([]byte, error) {
+	if sig, ok := p.stock.sign(p.key, digest); ok {
+		return sig, nil
+	}
+	return nil, errNoPresignature
 }
 
 // left counts the presignatures not used yet.

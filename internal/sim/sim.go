@@ -7,7 +7,6 @@ package sim
 import (
 	"context"
 	"crypto"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -976,12 +975,9 @@ func (r *ramdisk) signed(ctx context.Context, c store.Command, result any) engin
 	var sig []byte
 	var err error
 	st := pki.Statement{CommandID: c.ID, NodeID: c.NodeID, Kind: c.Kind, Generation: c.Generation, ResultSHA256: pki.ResultDigest(u.Result)}
-	digest := sha256.Sum256(pki.SigningInput(st))
-	presigned := false
-	if st.Validate() == nil {
-		sig, presigned = r.s.presigs.sign(r.key, digest[:])
-	}
-	if !presigned {
+	// With a presignature made ahead if one is left; else from scratch, in the CPU gate.
+	sig, err = pki.SignStatement(presigner{key: r.key, stock: &r.s.presigs}, st)
+	if errors.Is(err, errNoPresignature) {
 		if gerr := r.s.cpuBound(ctx, func() { sig, err = pki.SignStatement(r.key, st) }); gerr != nil {
 			err = gerr
 		}
