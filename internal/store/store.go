@@ -1863,11 +1863,15 @@ const (
 // large listing, makes the restart wait for the next try).
 const walReaderWait = 100 * time.Millisecond
 
-// restartWAL checkpoints the whole WAL and makes the next commit begin it again from its start,
-// between two groups, so no write adds to it meanwhile, waiting up to walReaderWait for readers
-// still reading it (SQLite's busy handler sleeps the writer between its looks). It is walBound's
-// last resort, when restarts that do not wait kept finding a reader in the WAL. It reports false
-// if readers held the WAL past walReaderWait.
+// restartWAL checkpoints the whole WAL and empties its file (the next commit begins it again
+// from its start), between two groups, so no write adds to it meanwhile, waiting up to
+// walReaderWait for readers still reading it (SQLite's busy handler sleeps the writer between
+// its looks). It is walBound's last resort, when restarts that do not wait kept finding a reader
+// in the WAL, or when no commit came to restart it: SQLite begins the WAL again, and cuts its
+// file back to the limit, only at the next commit that writes a page, so while the writes change
+// nothing (their rows already hold what they write) a WAL copied whole keeps its size over the
+// limit, and the writer would copy and restart it again and again. It reports false if readers
+// held the WAL past walReaderWait.
 func (s *Store) restartWAL() bool {
 	s.ckptMu.Lock()
 	defer s.ckptMu.Unlock()
@@ -1880,7 +1884,7 @@ func (s *Store) restartWAL() bool {
 	defer conn.Close()
 	var stuck, frames, copied int64
 	if _, err = conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", walReaderWait.Milliseconds())); err == nil {
-		err = conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(RESTART)").Scan(&stuck, &frames, &copied)
+		err = conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&stuck, &frames, &copied)
 		if _, reset := conn.ExecContext(ctx, fmt.Sprintf("PRAGMA busy_timeout = %d", busyTimeout.Milliseconds())); err == nil {
 			err = reset
 		}

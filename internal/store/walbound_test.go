@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -41,19 +42,17 @@ func TestWALBoundDecides(t *testing.T) {
 // the writer copies what is left, and SQLite begins the WAL again at the next group's write.
 // A restart can take up to walAskWait (the checkpointer catching up) while the writes go on: the
 // bound on writes leaves room for several such waits on a busy machine (CI once saw 4 000 writes
-// in 3 s bring two).
+// in 3 s bring two). Every write changes its row: one that rewrites what a row holds writes no
+// page (TestWALComesBackUnderItsLimitWhenWritesChangeNothing).
 func TestWALRestartsWithoutWaitingWhenNoReaderIsInIt(t *testing.T) {
 	ctx := context.Background()
 	s, _ := walTestStore(t, 1<<20)
-	body := strings.Repeat("x", 8192)
+	pad := strings.Repeat("x", 8192-8)
 	for i := 0; s.WriterStats().WALRestarts < 3; i++ {
 		if i == 40000 {
 			t.Fatalf("the WAL restarted %d times in %d writes of 8 KiB (limit 1 MiB)", s.WriterStats().WALRestarts, i)
 		}
-		if err := s.Write(ctx, func(tx *Tx) error {
-			_, err := tx.exec(ctx, "INSERT INTO wal_test (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", i%200, body)
-			return err
-		}); err != nil {
+		if err := walTestWrite(ctx, s, i%200, fmt.Sprintf("%08d", i)+pad); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -83,4 +82,62 @@ func TestWALSizeLookedAtEveryFewMilliseconds(t *testing.T) {
 			t.Errorf("%s: look %v, want %v", c.name, got, c.want)
 		}
 	}
+}
+
+// walTestWrite sets row id of walTestStore's table to body, in a write of its own.
+func walTestWrite(ctx context.Context, s *Store, id int, body string) error {
+	return s.Write(ctx, func(tx *Tx) error {
+		_, err := tx.exec(ctx, "INSERT INTO wal_test (id, body) VALUES (?, ?) ON CONFLICT (id) DO UPDATE SET body = excluded.body", id, body)
+		return err
+	})
+}
+
+// A WAL over its limit comes back under it even when no write after that changes a page:
+// SQLite begins the WAL again, and cuts its file back, only at a commit that writes a page, so
+// the writer's last resort (restartWAL) empties the file itself. Before, it copied and
+// restarted the WAL again every few groups for as long as the writes changed nothing (the
+// file's size never fell), and a test whose writes rewrote their rows as they were saw the WAL
+// stay over its limit for good, now and then.
+func TestWALComesBackUnderItsLimitWhenWritesChangeNothing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := walTestStore(t, 1<<20)
+	pad := strings.Repeat("x", 8192-8)
+	held := map[int]string{}
+	for i := 0; i < 200 || !s.walOverLimit(); i++ { // (every row written, the WAL over its limit)
+		if i == 40000 {
+			t.Fatalf("the WAL did not pass its limit in %d writes of 8 KiB", i)
+		}
+		held[i%200] = fmt.Sprintf("%08d", i) + pad
+		if err := walTestWrite(ctx, s, i%200, held[i%200]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pages, restarts := s.WriterStats().WALPages, s.WriterStats().WALRestarts
+	deadline := time.Now().Add(30 * time.Second)
+	writes := 0
+	for ; s.walOverLimit(); writes++ {
+		if time.Now().After(deadline) {
+			st := s.WriterStats()
+			t.Fatalf("the WAL stayed over its limit through %d writes that changed nothing (%d restarts that waited for readers)", writes, st.WALRestartsWaited)
+		}
+		id := writes % len(held)
+		if err := walTestWrite(ctx, s, id, held[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.WriterStats()
+	if st.WALPages != pages {
+		t.Fatalf("the writes that rewrote rows as they were wrote %d pages to the WAL: this test needs writes that change nothing", st.WALPages-pages)
+	}
+	// (Counted at the writer's next look at the file, before a group.)
+	for ; s.WriterStats().WALRestarts == restarts; writes++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the WAL came back under its limit but no restart was counted")
+		}
+		id := writes % len(held)
+		if err := walTestWrite(ctx, s, id, held[id]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("back under the limit after %d writes that changed nothing", writes)
 }
