@@ -47,8 +47,9 @@ type Phase struct {
 	GCAssist time.Duration `json:"gcAssistNs"`
 	// AllocBytes and AllocObjects are what the process allocated on its heap during the
 	// phase (the simulated agents' included; theirs alone with --server), and WriterStatements
-	// the SQL statements SQLite's writer ran (0 on PostgreSQL): counts of work that, unlike
-	// times, do not depend on how busy the machine was, to compare builds with.
+	// the SQL statements SQLite's writer ran, or on PostgreSQL those the write transactions sent
+	// (their BEGIN, COMMIT, savepoints and reads included): counts of work that, unlike times,
+	// do not depend on how busy the machine was, to compare builds with.
 	AllocBytes       int64 `json:"allocBytes"`
 	AllocObjects     int64 `json:"allocObjects"`
 	WriterStatements int64 `json:"writerStatements,omitempty"`

@@ -29,16 +29,17 @@ func TestWritesRunWithoutSavepointsFirst(t *testing.T) {
 			runsPG     int    // runs of the write's function on PostgreSQL
 			runsSQLite int    // and in SQLite's writer
 			tripsPG    int64  // round trips on PostgreSQL (0: not checked)
+			stmtsPG    int64  // statements sent on PostgreSQL (0: not checked)
 		}{
 			{"succeeds", func(insert func(int) error, _ func() error) error {
 				return insert(2)
-			}, "", 1, 1, 1},
+			}, "", 1, 1, 1, 5}, // BEGIN, rows 1, 2 and 3, COMMIT: no SAVEPOINT
 			{"fails before anything of it was sent", func(insert func(int) error, _ func() error) error {
 				if err := insert(2); err != nil {
 					return err
 				}
 				return errNo
-			}, "no", 1, 2, 1},
+			}, "no", 1, 2, 1, 4}, // BEGIN, rows 1 and 3, COMMIT: row 2 dropped unsent
 			{"fails after a round trip", func(insert func(int) error, read func() error) error {
 				if err := insert(2); err != nil {
 					return err
@@ -47,19 +48,19 @@ func TestWritesRunWithoutSavepointsFirst(t *testing.T) {
 					return err
 				}
 				return errNo
-			}, "no", 2, 2, 0},
+			}, "no", 2, 2, 0, 0},
 			{"its write fails once sent", func(insert func(int) error, _ func() error) error {
 				if err := insert(2); err != nil {
 					return err
 				}
 				return insert(1) // taken: fails when it goes out (at the commit, on PostgreSQL)
-			}, "inserting row 1", 2, 2, 0},
+			}, "inserting row 1", 2, 2, 0, 0},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				insert, ids := heldTable(t, st, fmt.Sprintf("spec_%d_t", i))
 				var run runChecks
 				runs := 0
-				reruns, trips := st.WriterStats().Reruns, st.WriteRoundTrips()
+				reruns, trips, stmts := st.WriterStats().Reruns, st.WriteRoundTrips(), st.WriterStats().Statements
 				err := st.Write(ctx, func(tx *store.Tx) error {
 					run.start()
 					runs++
@@ -86,6 +87,9 @@ func TestWritesRunWithoutSavepointsFirst(t *testing.T) {
 				}
 				if got := st.WriteRoundTrips() - trips; pg && c.tripsPG > 0 && got != c.tripsPG {
 					t.Errorf("%d round trips, want %d (BEGIN, the writes and COMMIT in one)", got, c.tripsPG)
+				}
+				if got := st.WriterStats().Statements - stmts; pg && c.stmtsPG > 0 && got != c.stmtsPG {
+					t.Errorf("%d statements sent, want %d", got, c.stmtsPG)
 				}
 				run.report(t)
 				if got := fmt.Sprint(ids()); c.want == "" && got != "[1 2 3]" || c.want != "" && got != "[1 3]" {

@@ -139,8 +139,9 @@ type Store struct {
 	syncWAL atomic.Pointer[func(*os.File) error]
 	// rehearse: RehearseWrites.
 	rehearse atomic.Bool
-	// trips counts the round trips of PostgreSQL's write transactions (WriteRoundTrips).
-	trips atomic.Int64
+	// trips counts the round trips of PostgreSQL's write transactions (WriteRoundTrips), and
+	// pgStatements the statements they sent (WriterStats.Statements).
+	trips, pgStatements atomic.Int64
 	// migrateLock and installLock are PostgreSQL advisory lock keys, one pair per schema:
 	// servers sharing a store migrate it and take first-start decisions one at a time.
 	migrateLock, installLock int64
@@ -181,7 +182,9 @@ type WriterStats struct {
 	Flushes   int64
 	FlushTime time.Duration
 	// Statements counts the SQL statements the writer ran (its transactions' BEGIN and COMMIT
-	// included): a count of its work that does not depend on how fast the machine is.
+	// included): a count of its work that does not depend on how fast the machine is. On
+	// PostgreSQL, the statements the write transactions sent (their reads, savepoints, BEGIN and
+	// COMMIT included; the round trips they took are WriteRoundTrips).
 	// WALPages counts the pages its commits wrote to the write-ahead log (SQLite): a commit
 	// writes each page it changed once, so rows that share pages cost less.
 	Statements, WALPages int64
@@ -213,7 +216,9 @@ func (s *Store) MeasureWriterCPU(on bool) { s.measureCPU.Store(on) }
 func (s *Store) WriterStats() WriterStats {
 	w := WriterStats{Groups: s.groups.Load(), Writes: s.written.Load(), Busy: time.Duration(s.busy.Load()), CPU: time.Duration(s.busyCPU.Load()),
 		WALRestarts: s.walRestarts.Load(), WALRestartsWaited: s.walWaited.Load(), Reruns: s.reruns.Load(), Flushes: s.flushes.Load(), FlushTime: time.Duration(s.flushBusy.Load())}
-	if s.lite != nil {
+	if s.lite == nil {
+		w.Statements = s.pgStatements.Load()
+	} else {
 		w.Statements, w.WALPages, w.Reprepares = s.lite.statements.Load(), s.lite.walFrames.Load(), s.lite.reprepares.Load()
 		if rc := s.lite.cache; rc != nil {
 			w.CachedReads, w.CacheHits = rc.reads.Load(), rc.hits.Load()
@@ -876,8 +881,8 @@ type Tx struct {
 	later        []laterStmt
 	sent, queued int
 	// trips counts the transaction's round trips to the database (PostgreSQL; the store adds
-	// them up for WriteRoundTrips).
-	trips int
+	// them up for WriteRoundTrips), and stmts the statements it sent (WriterStats.Statements).
+	trips, stmts int
 	// broken is the error of a savepoint that left the transaction unusable (PostgreSQL): the
 	// write fails with it even if the savepoint's caller goes on. depth: savepoints open.
 	broken error
@@ -1046,6 +1051,7 @@ func (t *Tx) exec(ctx context.Context, q string, args ...any) (sql.Result, error
 	}
 	t.queued++
 	t.trips++
+	t.stmts++
 	res, err := t.q.ExecContext(ctx, q, args...)
 	if err == nil {
 		t.sent = t.queued
@@ -1100,6 +1106,7 @@ func (t *Tx) send(ctx context.Context, reads ...*batchRead) (rows int64, err err
 	held, sent := t.later, t.sent
 	t.later = nil
 	t.trips++
+	t.stmts += len(held) + len(reads)
 	if len(held) > 0 && held[len(held)-1].what == "" {
 		t.queued++ // exec's statement, added by exec
 	}
@@ -1239,6 +1246,7 @@ func (t *Tx) query(ctx context.Context, q string, args ...any) (rowsIter, error)
 		return r, nil
 	}
 	t.trips++
+	t.stmts++
 	return t.q.QueryContext(ctx, q, args...)
 }
 
@@ -1313,6 +1321,7 @@ func (t *Tx) queryRow(ctx context.Context, q string, args ...any) rowScanner {
 		return pipelinedRow{t: t, ctx: ctx, q: q, args: args}
 	}
 	t.trips++
+	t.stmts++
 	return t.q.QueryRowContext(ctx, q, args...)
 }
 
@@ -1517,6 +1526,7 @@ func (s *Store) writePostgres(ctx context.Context, f func(*Tx) error, optimistic
 	committed := false
 	defer func() {
 		s.trips.Add(int64(t.trips))
+		s.pgStatements.Add(int64(t.stmts))
 		if !committed && t.sent > 0 {
 			// The connection goes back to the pool: never inside this transaction. A
 			// connection that cannot say ROLLBACK is closed instead.
