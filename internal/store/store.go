@@ -184,7 +184,8 @@ type WriterStats struct {
 	// Statements counts the SQL statements the writer ran (its transactions' BEGIN and COMMIT
 	// included): a count of its work that does not depend on how fast the machine is. On
 	// PostgreSQL, the statements the write transactions sent (their reads, savepoints, BEGIN and
-	// COMMIT included; the round trips they took are WriteRoundTrips).
+	// COMMIT included, a failed one's ROLLBACK not; the round trips they took are
+	// WriteRoundTrips).
 	// WALPages counts the pages its commits wrote to the write-ahead log (SQLite): a commit
 	// writes each page it changed once, so rows that share pages cost less.
 	Statements, WALPages int64
