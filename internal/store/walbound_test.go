@@ -49,12 +49,11 @@ func TestWALBoundDecides(t *testing.T) {
 func TestWALRestartsWithoutWaitingWhenNoReaderIsInIt(t *testing.T) {
 	ctx := context.Background()
 	s, _ := walTestStore(t, 1<<20)
-	pad := strings.Repeat("x", 8192-8)
 	for i := 0; s.WriterStats().WALRestarts < 3; i++ {
 		if i == 40000 {
 			t.Fatalf("the WAL restarted %d times in %d writes of 8 KiB (limit 1 MiB)", s.WriterStats().WALRestarts, i)
 		}
-		if err := walTestWrite(ctx, s, i%200, fmt.Sprintf("%08d", i)+pad); err != nil {
+		if err := walTestWrite(ctx, s, i%200, walTestBody(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,6 +85,9 @@ func TestWALSizeLookedAtEveryFewMilliseconds(t *testing.T) {
 	}
 }
 
+// walTestBody is the i-th write's body: 8 KiB that begin with i, so no two writes' are alike.
+func walTestBody(i int) string { return fmt.Sprintf("%08d", i) + strings.Repeat("x", 8192-8) }
+
 // walTestWrite sets row id of walTestStore's table to body, in a write of its own.
 func walTestWrite(ctx context.Context, s *Store, id int, body string) error {
 	return s.Write(ctx, func(tx *Tx) error {
@@ -103,14 +105,22 @@ func walTestWrite(ctx context.Context, s *Store, id int, body string) error {
 func TestWALComesBackUnderItsLimitWhenWritesChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	s, _ := walTestStore(t, 1<<20)
-	pad := strings.Repeat("x", 8192-8)
-	held := map[int]string{}
-	for i := 0; i < 200 || !s.walOverLimit(); i++ { // (every row written, the WAL over its limit)
+	// held is what each row holds.
+	var held [200]string
+	for i := 0; i < len(held) || !s.walOverLimit(); i++ { // (every row written, the WAL over its limit)
 		if i == 40000 {
 			t.Fatalf("the WAL did not pass its limit in %d writes of 8 KiB", i)
 		}
-		held[i%200] = fmt.Sprintf("%08d", i) + pad
-		if err := walTestWrite(ctx, s, i%200, held[i%200]); err != nil {
+		held[i%len(held)] = walTestBody(i)
+		if err := walTestWrite(ctx, s, i%len(held), held[i%len(held)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// rewrite writes a row again as it is.
+	rewrite := func(writes int) {
+		t.Helper()
+		id := writes % len(held)
+		if err := walTestWrite(ctx, s, id, held[id]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,10 +132,7 @@ func TestWALComesBackUnderItsLimitWhenWritesChangeNothing(t *testing.T) {
 			st := s.WriterStats()
 			t.Fatalf("the WAL stayed over its limit through %d writes that changed nothing (%d restarts that waited for readers)", writes, st.WALRestartsWaited)
 		}
-		id := writes % len(held)
-		if err := walTestWrite(ctx, s, id, held[id]); err != nil {
-			t.Fatal(err)
-		}
+		rewrite(writes)
 	}
 	st := s.WriterStats()
 	if st.WALPages != pages {
@@ -136,10 +143,7 @@ func TestWALComesBackUnderItsLimitWhenWritesChangeNothing(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the WAL came back under its limit but no restart was counted")
 		}
-		id := writes % len(held)
-		if err := walTestWrite(ctx, s, id, held[id]); err != nil {
-			t.Fatal(err)
-		}
+		rewrite(writes)
 	}
 	t.Logf("back under the limit after %d writes that changed nothing", writes)
 }
