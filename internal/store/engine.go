@@ -1357,9 +1357,10 @@ func (t *Tx) NodeWaitingForRamdisk(ctx context.Context, agentID string) (string,
 // agentActiveQuery reads an agent's unfinished commands (commands_agent_active).
 const agentActiveQuery = `SELECT ` + commandCols + ` FROM commands WHERE target_agent = ? AND ` + agentActiveCond
 
-// agentActiveCond is commands_agent_active's condition, which a query must repeat for SQLite
-// to use the index (migration 00045: equalities, not an IN list).
-const agentActiveCond = `target_agent <> '' AND (state = 'queued' OR state = 'delivered' OR state = 'running')`
+// agentActiveCond is an agent's unfinished commands: commands_agent_active's condition, which
+// a query must repeat for SQLite to use the index (migration 00051: unfinished, finished_at 0),
+// and the three states themselves (equalities, not an IN list: migration 00045).
+const agentActiveCond = `target_agent <> '' AND finished_at = 0 AND (state = 'queued' OR state = 'delivered' OR state = 'running')`
 
 // ReleaseAgentCommands applies an agent's departure to its unfinished commands: unacknowledged
 // reroutable ones are released for another agent; acknowledged ones are lost (decide says
