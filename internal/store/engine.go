@@ -1016,7 +1016,10 @@ func claimQuery(agentID, kind, siteID, nodeID string, generation uint64, at int6
 	}
 	// First the commands already assigned to the agent (a reconnect), then unassigned ones,
 	// each oldest first: two range scans of commands_claim_site or commands_claim_ramdisk
-	// (both end with created_at) that stop at the limit, however many commands are queued.
+	// (both end with created_at) that stop at the limit. A ramdisk's index and PostgreSQL's
+	// site index hold the agent in their key, so each scan reads its own commands alone;
+	// SQLite's site index does not (migration 00052), so a scan there also passes the site's
+	// commands of the other kind (assigned ones, at the queue's front, on the way to the free).
 	return `FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
 		ORDER BY created_at LIMIT ?`, args, nil
 }
