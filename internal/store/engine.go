@@ -1018,8 +1018,9 @@ func claimQuery(agentID, kind, siteID, nodeID string, generation uint64, at int6
 	// each oldest first: two range scans of commands_claim_site or commands_claim_ramdisk
 	// (both end with created_at) that stop at the limit. A ramdisk's index and PostgreSQL's
 	// site index hold the agent in their key, so each scan reads its own commands alone;
-	// SQLite's site index does not (migration 00052), so a scan there also passes the site's
-	// commands of the other kind (assigned ones, at the queue's front, on the way to the free).
+	// SQLite's site index does not (migration 00052), so a scan there reads past the site's
+	// other queued commands too: the free scan past those assigned and not yet acknowledged (at
+	// the queue's front), the assigned scan past the free ones.
 	return `FROM commands WHERE state = 'queued' AND ` + where + ` AND target_agent = ?
 		ORDER BY created_at LIMIT ?`, args, nil
 }
